@@ -1,0 +1,329 @@
+"""CheckpointManager: sharded DCP saves with a manifest commit protocol that survives S3 mirroring.
+
+Layout under the checkpoint dir (SageMaker mirrors it to one S3 prefix shared by every instance):
+
+    step-00000120/__0_0.distcp, __1_0.distcp, ...   one file per rank (global rank in the name: unique across
+    step-00000120/.metadata                          instances), plus DCP's metadata from rank 0
+    step-00000120/manifest.json                      written last, by rank 0: step, world size, train state,
+                                                     and every file with its size and sha256
+
+Commit protocol. A checkpoint exists when its manifest exists and every file it lists has the listed size and
+hash. Nothing is renamed: on an S3-mirrored directory a rename is an upload of new objects plus deletions, not an
+atomic step, so the manifest alone proves completeness. Each rank hashes the files it wrote (in the background
+for periodic saves), rank 0 gathers the lists and writes the manifest (tmp file, fsync, os.replace). A directory
+without a verifying manifest - torn by SIGKILL, half uploaded, truncated, flipped bytes, a leftover `.tmp` -
+is skipped with a log line and the previous checkpoint loads; DCP itself does not checksum.
+
+Retention keeps the newest `keep` (>= 2) committed checkpoints, so the one being written never replaces the
+only good one. Each node's local rank 0 deletes only on its own disk (the deletion is mirrored to S3).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import (
+    get_state_dict,
+    set_model_state_dict,
+    set_optimizer_state_dict,
+)
+
+from .config import CheckpointConfig
+
+log = logging.getLogger(__name__)
+
+MANIFEST = "manifest.json"
+FORMAT = 1
+_STEP_DIR = re.compile(r"^step-(\d{8})$")
+# Time left after the save for the last step and the shutdown, inside the stop notice (KNOWLEDGE.md).
+SHUTDOWN_MARGIN_S = 30.0
+
+
+def step_dir(root: Path, step: int) -> Path:
+    return Path(root) / f"step-{step:08d}"
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(8 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def files_written_by(directory: Path, rank: int) -> list[dict]:
+    """Size and hash of the files this rank wrote into a DCP checkpoint directory (`__{rank}_*.distcp`, and
+    `.metadata` for rank 0)."""
+    names = sorted(p.name for p in directory.iterdir() if p.name.startswith(f"__{rank}_"))
+    if rank == 0:
+        names.append(".metadata")
+    out = []
+    for name in names:
+        path = directory / name
+        out.append({"path": name, "size": path.stat().st_size, "sha256": _sha256(path)})
+    return out
+
+
+def verify(directory: Path) -> tuple[dict | None, str]:
+    """(manifest, "") when the checkpoint is complete and undamaged, else (None, the reason)."""
+    m = _STEP_DIR.match(directory.name)
+    if not m:
+        return None, "not a step-NNNNNNNN directory"
+    path = directory / MANIFEST
+    if not path.is_file():
+        return None, "no manifest (the save did not finish)"
+    try:
+        manifest = json.loads(path.read_text())
+        files = manifest["files"]
+        if manifest.get("format") != FORMAT or manifest["step"] != int(m.group(1)):
+            return None, f"manifest format/step {manifest.get('format')}/{manifest.get('step')} do not match"
+    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        return None, f"manifest unreadable ({exc})"
+    if not any(f["path"] == ".metadata" for f in files):
+        return None, "manifest lists no .metadata"
+    for entry in files:
+        file = directory / entry["path"]
+        if not file.is_file():
+            return None, f"{entry['path']} is missing"
+        size = file.stat().st_size
+        if size != entry["size"]:
+            return None, f"{entry['path']} has {size} bytes, manifest says {entry['size']}"
+        if _sha256(file) != entry["sha256"]:
+            return None, f"{entry['path']} content hash differs from the manifest"
+    return manifest, ""
+
+
+def committed_checkpoints(root: Path) -> list[tuple[int, dict]]:
+    """Every verified checkpoint under root as (step, manifest), newest first; damaged ones are logged."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    found = []
+    for child in sorted(root.iterdir(), reverse=True):
+        if not child.is_dir():
+            continue
+        manifest, reason = verify(child)
+        if manifest is None:
+            log.warning("checkpoint %s skipped: %s", child.name, reason)
+        else:
+            found.append((manifest["step"], manifest))
+    return found
+
+
+@dataclass
+class Restored:
+    step: int
+    train_state: dict
+    world_size_changed: bool
+
+
+class CheckpointManager:
+    """Owns save(step) and load() for the stateful training objects."""
+
+    def __init__(self, cfg: CheckpointConfig, *, model, optimizer, local_rank: int):
+        self.cfg = cfg
+        self.root = Path(cfg.dir)
+        self.model, self.optimizer = model, optimizer
+        self.rank, self.world_size, self.local_rank = dist.get_rank(), dist.get_world_size(), local_rank
+        self.committed: list[int] = []
+        self._pending: tuple[int, dict, Future, float, float] | None = None
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ckpt") if cfg.async_save else None
+        # NOTE: async saves must not share the training group: their collectives would interleave with FSDP's
+        # and deadlock (KNOWLEDGE.md). A dedicated gloo group carries them.
+        self._async_group = dist.new_group(backend="gloo") if cfg.async_save else None
+        self._measured = False
+        self.last_save_time = time.monotonic()
+        if self.rank == 0:
+            self.root.mkdir(parents=True, exist_ok=True)
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.cfg.dir)
+
+    # ---- saving ------------------------------------------------------------------------------------------
+
+    def _state(self, train_state: dict) -> dict:
+        model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
+        state = {"model": model_sd, "optim": optim_sd, "train_state": json.dumps(train_state, sort_keys=True)}
+        # NOTE: RNG is per rank; DCP treats same-key plain tensors as replicated and keeps one, so each rank's
+        # state goes under its own key.
+        state[f"rng.rank{self.rank}"] = torch.get_rng_state()
+        if torch.cuda.is_available():
+            state[f"rng_cuda.rank{self.rank}"] = torch.cuda.get_rng_state()
+        return state
+
+    def due(self, step: int) -> bool:
+        """Whether this rank thinks a periodic save is due after `step` (ranks then agree by all-reduce)."""
+        if not self.enabled:
+            return False
+        by_steps = self.cfg.interval_steps and step % self.cfg.interval_steps == 0
+        by_time = self.cfg.interval_minutes and time.monotonic() - self.last_save_time >= self.cfg.interval_minutes * 60
+        return bool(by_steps or by_time)
+
+    def pending_unfinished(self) -> bool:
+        return self._pending is not None and not self._pending[2].done()
+
+    def save(self, step: int, train_state: dict, *, blocking: bool) -> None:
+        """Save after `step`. All ranks call it at the same step. Async saves return once state is staged."""
+        if not self.enabled or step in self.committed:
+            return
+        self.wait()  # the previous save finishes before the next starts
+        directory = step_dir(self.root, step)
+        t0 = time.monotonic()
+        state = self._state(train_state)
+        if blocking or self._executor is None:
+            dcp.save(state, checkpoint_id=str(directory))
+            blocked = time.monotonic() - t0
+            files = files_written_by(directory, self.rank)
+            self._commit(step, train_state, files, t0, blocked, "sync")
+            return
+        dcp_future = dcp.async_save(state, checkpoint_id=str(directory), process_group=self._async_group)
+        blocked = time.monotonic() - t0
+
+        def finish() -> list[dict]:
+            dcp_future.result()
+            return files_written_by(directory, self.rank)  # hashing happens off the training thread
+
+        self._pending = (step, train_state, self._executor.submit(finish), t0, blocked)
+        self.last_save_time = time.monotonic()
+
+    def finalize_if_done(self, all_done: bool) -> None:
+        """Commit a background save once every rank reports it written (`all_done` is the agreed flag)."""
+        if self._pending is not None and all_done:
+            self.wait()
+
+    def wait(self) -> None:
+        if self._pending is None:
+            return
+        step, train_state, future, t0, blocked = self._pending
+        self._pending = None
+        self._commit(step, train_state, future.result(), t0, blocked, "async")
+
+    def _commit(self, step: int, train_state: dict, files: list[dict], t0: float, blocked: float, kind: str) -> None:
+        gathered: list = [None] * self.world_size
+        dist.all_gather_object(gathered, files, group=self._async_group)
+        directory = step_dir(self.root, step)
+        all_files = [f for rank_files in gathered for f in rank_files]
+        total = sum(f["size"] for f in all_files)
+        if self.rank == 0:
+            manifest = {"format": FORMAT, "step": step, "world_size": self.world_size,
+                        "train_state": train_state, "files": all_files}
+            tmp = directory / (MANIFEST + ".tmp")
+            with tmp.open("w") as fh:
+                json.dump(manifest, fh, indent=1)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, directory / MANIFEST)
+            _fsync_dir(directory)
+        dist.barrier(group=self._async_group)
+        elapsed = time.monotonic() - t0
+        self.committed.append(step)
+        self.last_save_time = time.monotonic()
+        if self.rank == 0:
+            # One parseable line per save (benchmarks and CloudWatch read it).
+            print(f"checkpoint_saved step={step} kind={kind} bytes={total} save_s={elapsed:.3f} "
+                  f"blocked_s={blocked:.3f} mb_per_s={total / max(elapsed, 1e-9) / 1e6:.1f}", flush=True)
+            if not self._measured:
+                self._warn_if_notice_too_short(total, elapsed)
+        self._measured = True
+        self._prune()
+
+    def _warn_if_notice_too_short(self, total_bytes: int, save_s: float) -> None:
+        budget = self.cfg.notice_seconds - SHUTDOWN_MARGIN_S
+        if save_s > budget:
+            log.warning("checkpoint: a save takes %.1fs for %.2f GB but the stop notice leaves %.0fs: an emergency "
+                        "save will not fit; shorten the periodic interval (work since the last periodic save is "
+                        "lost on interruption)", save_s, total_bytes / 1e9, budget)
+
+    def _prune(self) -> None:
+        """Keep the newest `keep` committed checkpoints; delete every other `step-*` entry (older checkpoints,
+        torn saves, leftover temporaries). Called only when no save is in flight."""
+        keep = sorted(set(self.committed))[-self.cfg.keep:]
+        self.committed = keep
+        if self.local_rank != 0 or not self.root.is_dir():
+            return
+        names = {step_dir(self.root, s).name for s in keep}
+        for child in self.root.iterdir():
+            if child.name.startswith("step-") and child.name not in names:
+                shutil.rmtree(child, ignore_errors=True) if child.is_dir() else child.unlink(missing_ok=True)
+
+    # ---- loading -----------------------------------------------------------------------------------------
+
+    def load(self) -> Restored | None:
+        """Load the newest checkpoint verified on every node; None (start fresh) when there is none."""
+        if not self.enabled or self.cfg.resume == "never":
+            return None
+        verified: dict[int, dict] = {}
+        if self.local_rank == 0:
+            verified = dict(committed_checkpoints(self.root))
+        gathered: list = [None] * self.world_size
+        dist.all_gather_object(gathered, sorted(verified) if self.local_rank == 0 else None)
+        node_lists = [set(steps) for steps in gathered if steps is not None]
+        common = set.intersection(*node_lists) if node_lists else set()
+        if not common:
+            if self.rank == 0:
+                log.info("checkpoint: none found under %s; starting fresh", self.root)
+            return None
+        step = max(common)
+        manifest = json.loads((step_dir(self.root, step) / MANIFEST).read_text())
+        saved_world = manifest["world_size"]
+        same_world = saved_world == self.world_size
+
+        model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
+        state: dict = {"model": model_sd, "optim": optim_sd, "train_state": ""}
+        if same_world:
+            state[f"rng.rank{self.rank}"] = torch.get_rng_state()
+            if torch.cuda.is_available():
+                state[f"rng_cuda.rank{self.rank}"] = torch.cuda.get_rng_state()
+        try:
+            dcp.load(state, checkpoint_id=str(step_dir(self.root, step)))
+        except BaseException as exc:  # NOTE: DCP's CheckpointException derives from BaseException
+            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                raise
+            raise RuntimeError(f"checkpoint step-{step:08d} verified but could not be loaded into this model "
+                               f"(a different model or optimizer?): {exc}") from None
+        set_model_state_dict(self.model, state["model"])
+        set_optimizer_state_dict(self.model, self.optimizer, state["optim"])
+        if same_world:
+            torch.set_rng_state(state[f"rng.rank{self.rank}"])
+            if torch.cuda.is_available():
+                torch.cuda.set_rng_state(state[f"rng_cuda.rank{self.rank}"])
+        elif self.rank == 0:
+            log.warning("checkpoint: saved by %d ranks, resuming on %d: model and optimizer are resharded by DCP; "
+                        "per-rank RNG streams are reseeded and the data position carries over in samples, so the "
+                        "run continues correctly but is not bitwise identical to an uninterrupted one",
+                        saved_world, self.world_size)
+        # Checkpoints newer than the one loaded are unverified or not common to all nodes: the run will write
+        # those steps again, so they go now.
+        self.committed = [s for s in verified if s <= step] or [step]
+        self._prune()
+        dist.barrier()
+        self.last_save_time = time.monotonic()
+        if self.rank == 0:
+            log.info("checkpoint: resumed from step-%08d", step)
+        return Restored(step=step, train_state=json.loads(state["train_state"]), world_size_changed=not same_world)
+
+    def close(self) -> None:
+        self.wait()
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)

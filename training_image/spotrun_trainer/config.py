@@ -1,0 +1,230 @@
+"""Typed trainer configuration: one dataclass per component, validated on construction.
+
+Only the entry points (launcher, CLI) read SageMaker files or the environment; they build a `TrainConfig`
+(from string hyperparameters via `TrainConfig.from_hyperparameters`) and everything below takes it as is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, get_type_hints
+
+
+class ConfigError(ValueError):
+    """A configuration value is wrong; the message names the field, the value and what is accepted."""
+
+
+def _require(cond: bool, name: str, value: Any, accepted: str) -> None:
+    if not cond:
+        raise ConfigError(f"{name}={value!r} is invalid: expected {accepted}")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Which causal LM to train and how to shard it."""
+
+    path: str = ""
+    """Local directory of a Hugging Face model (the `model` channel). Empty: build from `config` instead."""
+    config: dict = field(default_factory=dict)
+    """Inline HF config (must contain `model_type`) used when `path` is empty; weights are initialised from `seed`."""
+    param_dtype: str = "auto"
+    """FSDP2 MixedPrecisionPolicy param dtype: `auto` (bfloat16 on GPU, float32 on CPU), `bfloat16` or `float32`."""
+    activation_checkpointing: bool = False
+    """Recompute each decoder block in backward (HF's own, RNG-preserving, so exact with dropout)."""
+
+    def __post_init__(self) -> None:
+        _require(bool(self.path) or "model_type" in self.config, "model.path/model.config", self.path or self.config,
+                 "a model directory, or an inline HF config containing model_type")
+        _require(self.param_dtype in ("auto", "bfloat16", "float32"), "model.param_dtype", self.param_dtype,
+                 "one of auto, bfloat16, float32")
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Where the prepared token shards are and how they are cut into samples."""
+
+    path: str = ""
+    """Directory with `index.json` and token shards written by `prepare`."""
+    seq_len: int = 512
+    """Tokens per training sample (samples are packed; documents are separated by EOS)."""
+
+    def __post_init__(self) -> None:
+        _require(bool(self.path), "data.path", self.path, "a directory containing index.json")
+        _require(self.seq_len >= 2, "data.seq_len", self.seq_len, "an integer >= 2")
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    """AdamW with linear warmup then cosine decay to `min_lr_ratio * lr`."""
+
+    lr: float = 2e-5
+    weight_decay: float = 0.0
+    beta1: float = 0.9
+    beta2: float = 0.95
+    warmup_steps: int = 0
+    min_lr_ratio: float = 0.1
+    grad_clip: float = 1.0
+    """Max global gradient norm; 0 disables clipping."""
+
+    def __post_init__(self) -> None:
+        _require(self.lr > 0, "optim.lr", self.lr, "a positive float")
+        _require(self.weight_decay >= 0, "optim.weight_decay", self.weight_decay, "a float >= 0")
+        _require(0 <= self.beta1 < 1, "optim.beta1", self.beta1, "a float in [0, 1)")
+        _require(0 <= self.beta2 < 1, "optim.beta2", self.beta2, "a float in [0, 1)")
+        _require(self.warmup_steps >= 0, "optim.warmup_steps", self.warmup_steps, "an integer >= 0")
+        _require(0 <= self.min_lr_ratio <= 1, "optim.min_lr_ratio", self.min_lr_ratio, "a float in [0, 1]")
+        _require(self.grad_clip >= 0, "optim.grad_clip", self.grad_clip, "a float >= 0")
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    """Where and how often to save; see checkpoint.py for the commit protocol."""
+
+    dir: str = ""
+    """Checkpoint directory (SageMaker: /opt/ml/checkpoints, mirrored to S3). Empty disables checkpoints."""
+    interval_steps: int = 0
+    """Save every N steps (0: off)."""
+    interval_minutes: float = 0.0
+    """Save when this many minutes passed since the last save (0: off). Ranks agree on it each step."""
+    keep: int = 2
+    """Newest verified checkpoints to keep (>= 2: the one being written never replaces the only good one)."""
+    async_save: bool = True
+    """Periodic saves run in the background on a dedicated gloo group; the save on a stop signal is synchronous."""
+    resume: str = "auto"
+    """`auto`: load the newest verified checkpoint, start fresh if none; `never`: always start fresh."""
+    notice_seconds: float = 120.0
+    """The stop notice SageMaker gives (SIGTERM to SIGKILL); a warning is logged when a save cannot fit in it."""
+
+    def __post_init__(self) -> None:
+        _require(self.interval_steps >= 0, "checkpoint.interval_steps", self.interval_steps, "an integer >= 0")
+        _require(self.interval_minutes >= 0, "checkpoint.interval_minutes", self.interval_minutes, "a float >= 0")
+        _require(self.keep >= 2, "checkpoint.keep", self.keep, "an integer >= 2")
+        _require(self.resume in ("auto", "never"), "checkpoint.resume", self.resume, "auto or never")
+        _require(self.notice_seconds > 0, "checkpoint.notice_seconds", self.notice_seconds, "a positive float")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything one training run needs; serialised to JSON by the launcher and read by every worker."""
+
+    model: ModelConfig
+    data: DataConfig
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    output_dir: str = ""
+    """Where the exported HF model and metrics.json go (SageMaker: /opt/ml/model)."""
+    micro_batch: int = 1
+    """Samples per rank per forward/backward."""
+    grad_accum: int = 1
+    """Micro-batches per optimizer step."""
+    max_steps: int = 0
+    """Optimizer steps to run; 0 means `epochs` passes over the data."""
+    epochs: float = 1.0
+    seed: int = 0
+    log_every: int = 10
+    replicate_degree: int = 1
+    """Nodes: >1 builds a 2-D mesh (replicate across nodes, shard within a node: hybrid sharding)."""
+    num_threads: int = 0
+    """torch intra-op threads on CPU (0: leave torch's default). Fixed thread counts keep CPU runs bitwise stable."""
+    deterministic: bool = False
+    """torch.use_deterministic_algorithms(True): required for bitwise-exact resume checks."""
+    probe_logits_path: str = ""
+    """If set, rank 0 writes the final sharded model's logits on the first sample here (export checks)."""
+
+    def __post_init__(self) -> None:
+        _require(self.micro_batch >= 1, "micro_batch", self.micro_batch, "an integer >= 1")
+        _require(self.grad_accum >= 1, "grad_accum", self.grad_accum, "an integer >= 1")
+        _require(self.max_steps >= 0, "max_steps", self.max_steps, "an integer >= 0")
+        _require(self.epochs > 0, "epochs", self.epochs, "a positive number")
+        _require(self.log_every >= 1, "log_every", self.log_every, "an integer >= 1")
+        _require(self.replicate_degree >= 1, "replicate_degree", self.replicate_degree, "an integer >= 1")
+        _require(self.num_threads >= 0, "num_threads", self.num_threads, "an integer >= 0")
+        _require(bool(self.output_dir), "output_dir", self.output_dir, "a directory path")
+
+    # ---- serialisation -------------------------------------------------------------------------------------
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, raw: dict) -> "TrainConfig":
+        return _build(cls, raw, "")
+
+    @classmethod
+    def from_json_file(cls, path: str | Path) -> "TrainConfig":
+        return cls.from_dict(json.loads(Path(path).read_text()))
+
+    @classmethod
+    def from_hyperparameters(cls, hp: dict[str, str], **overrides: Any) -> "TrainConfig":
+        """SageMaker hyperparameters (every value a string; nested fields as `section.field`) to a config.
+
+        `overrides` (already typed, e.g. channel paths found by the launcher) win over hyperparameters.
+        """
+        nested: dict[str, Any] = {}
+        for key, value in {**hp, **overrides}.items():
+            section, _, name = key.partition(".")
+            if name:
+                nested.setdefault(section, {})[name] = value
+            else:
+                nested[key] = value
+        return _build(cls, nested, "", from_strings=True)
+
+
+def _parse_scalar(typ: Any, value: Any, name: str) -> Any:
+    if not isinstance(value, str):
+        if typ is float and isinstance(value, int) and not isinstance(value, bool):
+            return float(value)
+        if typ is dict and isinstance(value, dict):
+            return value
+        if isinstance(value, typ) and not (typ is int and isinstance(value, bool)):
+            return value
+        raise ConfigError(f"{name}={value!r} is invalid: expected {typ.__name__}")
+    text = value.strip()
+    try:
+        if typ is bool:
+            low = text.lower()
+            if low in ("true", "1", "yes"):
+                return True
+            if low in ("false", "0", "no"):
+                return False
+            raise ValueError
+        if typ is int:
+            return int(text)
+        if typ is float:
+            return float(text)
+        if typ is dict:
+            parsed = json.loads(text) if text else {}
+            if not isinstance(parsed, dict):
+                raise ValueError
+            return parsed
+        return text
+    except ValueError:
+        kind = {bool: "true or false", int: "an integer", float: "a number", dict: "a JSON object"}[typ]
+        raise ConfigError(f"{name}={value!r} is invalid: expected {kind}") from None
+
+
+def _build(cls: type, raw: Any, prefix: str, from_strings: bool = False) -> Any:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{prefix.rstrip('.') or 'config'}={raw!r} is invalid: expected an object")
+    hints = get_type_hints(cls)
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise ConfigError(f"unknown field {prefix}{unknown[0]!r}: accepted fields are {', '.join(sorted(known))}")
+    kwargs: dict[str, Any] = {}
+    for f in fields(cls):
+        if f.name not in raw:
+            continue
+        typ = hints[f.name]
+        value = raw[f.name]
+        if dataclasses.is_dataclass(typ):
+            kwargs[f.name] = _build(typ, value, f"{prefix}{f.name}.", from_strings)
+        else:
+            kwargs[f.name] = _parse_scalar(typ, value, f"{prefix}{f.name}")
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:  # a required section is missing
+        raise ConfigError(f"{prefix or 'config'}: {exc}") from None

@@ -1,0 +1,284 @@
+"""The training worker: one process per device, started by torchrun (see launcher.py).
+
+Entry: `python -m spotrun_trainer.train --config run.json`. torchrun's RANK/LOCAL_RANK/WORLD_SIZE and the
+launcher's SPOTRUN_OUTCOME_DIR are read here and nowhere below.
+
+Stop protocol: SIGTERM (SageMaker's stop or spot notice, forwarded by torchrun) only sets a flag; after every
+step all ranks all-reduce(MAX) it, so they stop at the same step, save synchronously, write their outcome and
+exit 0. A resumed run is the same run: model, optimizer, scheduler, data position and each rank's RNG are
+restored, so per-step losses and final weights are bitwise identical to an uninterrupted run on CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import resource
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import FSDPModule
+
+from . import metrics
+from .checkpoint import CheckpointManager
+from .config import TrainConfig
+from .data import TokenShardLoader
+from .model import build_sharded_model
+
+log = logging.getLogger("spotrun_trainer")
+
+OOM_HINT = ("CUDA out of memory: turn on model.activation_checkpointing first (recompute blocks in backward), "
+            "then lower micro_batch (raise grad_accum to keep the global batch), then use more or larger GPUs")
+
+
+@dataclass
+class Outcome:
+    status: str  # completed | stopped | failed
+    step: int
+    message: str = ""
+
+
+class StopFlag:
+    """Set by SIGTERM; read once per step and agreed across ranks."""
+
+    def __init__(self) -> None:
+        self.requested = False
+
+    def install(self) -> None:
+        def handler(signum, _frame):
+            self.requested = True  # NOTE: only a flag: collectives or I/O in a signal handler can deadlock
+
+        signal.signal(signal.SIGTERM, handler)
+
+
+def lr_lambda(total_steps: int, warmup: int, min_ratio: float):
+    def fn(step: int) -> float:
+        if warmup and step < warmup:
+            return (step + 1) / warmup
+        progress = min(1.0, (step - warmup) / max(1, total_steps - warmup))
+        return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+    return fn
+
+
+def _peak_mem_gb(device: torch.device) -> float:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 1e9
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6  # kB on Linux
+
+
+def _device_peak(device: torch.device) -> float | None:
+    if device.type != "cuda":
+        return None
+    return metrics.device_peak_flops(torch.cuda.get_device_name(device))
+
+
+def train(cfg: TrainConfig, *, local_rank: int, stop: StopFlag) -> Outcome:
+    rank, world = dist.get_rank(), dist.get_world_size()
+    device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
+    if cfg.num_threads:
+        torch.set_num_threads(cfg.num_threads)
+    if cfg.deterministic:
+        torch.use_deterministic_algorithms(True)
+    if world % cfg.replicate_degree:
+        raise ValueError(f"replicate_degree={cfg.replicate_degree} does not divide world size {world}")
+    if cfg.replicate_degree > 1:
+        mesh = init_device_mesh(device.type, (cfg.replicate_degree, world // cfg.replicate_degree),
+                                mesh_dim_names=("replicate", "shard"))
+    else:
+        mesh = init_device_mesh(device.type, (world,), mesh_dim_names=("shard",))
+
+    torch.manual_seed(cfg.seed)  # the same init stream on every rank before sharding
+    built = build_sharded_model(cfg.model, mesh=mesh, device=device, seed=cfg.seed)
+    model = built.model
+    model.train()
+    torch.manual_seed(cfg.seed + 1 + rank)  # per-rank stream (dropout) after it; saved per rank in checkpoints
+
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.optim.lr, betas=(cfg.optim.beta1, cfg.optim.beta2),
+                                  weight_decay=cfg.optim.weight_decay)
+    loader = TokenShardLoader(Path(cfg.data.path), seq_len=cfg.data.seq_len, micro_batch=cfg.micro_batch,
+                              dp_rank=rank, dp_size=world, seed=cfg.seed)
+    samples_per_step = loader.global_batch * cfg.grad_accum
+    total_steps = cfg.max_steps or max(1, int(cfg.epochs * loader.samples_per_epoch // samples_per_step))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lr_lambda(total_steps, cfg.optim.warmup_steps, cfg.optim.min_lr_ratio))
+    ckpt = CheckpointManager(cfg.checkpoint, model=model, optimizer=optimizer, local_rank=local_rank)
+
+    step, tokens_seen = 0, 0
+    restored = ckpt.load()
+    if restored is not None:
+        ts = restored.train_state
+        step, tokens_seen = ts["step"], ts["tokens_seen"]
+        loader.load_state_dict(ts["loader"])
+        scheduler.load_state_dict(ts["scheduler"])
+
+    def train_state() -> dict:
+        return {"step": step, "tokens_seen": tokens_seen, "loader": loader.state_dict(),
+                "scheduler": scheduler.state_dict()}
+
+    if rank == 0:
+        print(f"run_start params={built.num_params} world={world} blocks={len(built.blocks)} "
+              f"start_step={step} total_steps={total_steps} device={device.type}", flush=True)
+    peak = _device_peak(device)
+    loss_log = Path(cfg.output_dir) / "loss_history.jsonl"
+    tokens_per_step = samples_per_step * cfg.data.seq_len
+    window_t, window_tokens = time.perf_counter(), 0
+    run_t0 = time.perf_counter()
+    last_loss = float("nan")
+
+    while step < total_steps:
+        loss_sum = torch.zeros((), device=device)
+        for _ in range(cfg.grad_accum):
+            batch = torch.from_numpy(loader.next_batch()).to(device)
+            out = model(input_ids=batch, labels=batch)
+            (out.loss / cfg.grad_accum).backward()
+            loss_sum += out.loss.detach()
+        if cfg.optim.grad_clip > 0:
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip)
+        else:
+            grad_norm = torch.nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None])
+        if hasattr(grad_norm, "full_tensor"):
+            grad_norm = grad_norm.full_tensor()
+        lr = scheduler.get_last_lr()[0]
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        step += 1
+        tokens_seen += tokens_per_step
+        window_tokens += tokens_per_step
+
+        dist.all_reduce(loss_sum, op=dist.ReduceOp.SUM)
+        last_loss = loss_sum.item() / (world * cfg.grad_accum)
+        # One agreement per step: stop requested anywhere, periodic save due anywhere, background save unfinished.
+        flags = torch.tensor([float(stop.requested), float(ckpt.due(step)), float(ckpt.pending_unfinished())],
+                             device=device)
+        dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+        stop_now, save_due, pending = (bool(x) for x in flags.tolist())
+
+        if rank == 0:
+            with loss_log.open("a") as fh:
+                fh.write(json.dumps({"step": step, "loss": last_loss.hex()}) + "\n")
+            if step % cfg.log_every == 0 or step == total_steps:
+                elapsed = time.perf_counter() - window_t
+                tps = window_tokens / max(elapsed, 1e-9)
+                print(metrics.format_line(step, loss=last_loss, lr=lr, grad_norm=float(grad_norm),
+                                          tokens_per_s=tps, mfu=metrics.mfu(built.num_params, tps / world, peak),
+                                          mem_gb=_peak_mem_gb(device)), flush=True)
+                window_t, window_tokens = time.perf_counter(), 0
+
+        if stop_now:
+            ckpt.save(step, train_state(), blocking=True)
+            ckpt.close()
+            if rank == 0:
+                print(f"run_stopped step={step} reason=signal", flush=True)
+            return Outcome("stopped", step)
+        ckpt.finalize_if_done(not pending)
+        if save_due and step < total_steps:
+            ckpt.save(step, train_state(), blocking=not cfg.checkpoint.async_save)
+
+    wall = time.perf_counter() - run_t0
+    # A final checkpoint first: an interruption during export then resumes straight into export.
+    ckpt.save(step, train_state(), blocking=True)
+    ckpt.close()
+    export(cfg, model, built, loader)
+    if rank == 0:
+        steps_run = step - (restored.step if restored else 0)
+        tps_dev = steps_run * tokens_per_step / max(wall, 1e-9) / world
+        summary = {
+            "final_loss": last_loss, "steps": step, "tokens": tokens_seen, "parameters": built.num_params,
+            "world_size": world, "tokens_per_s_per_device": tps_dev,
+            "mfu": metrics.mfu(built.num_params, tps_dev, peak), "peak_mem_gb": _peak_mem_gb(device),
+            "wall_s": wall, "resumed_from_step": restored.step if restored else None,
+        }
+        (Path(cfg.output_dir) / "metrics.json").write_text(json.dumps(summary, indent=2))
+        print(f"run_completed step={step} final_loss={last_loss:.4f}", flush=True)
+    return Outcome("completed", step)
+
+
+def _plain_class_name(model: torch.nn.Module) -> str:
+    # FSDP2 swaps the class for a dynamic subclass `FSDP<Name>(FSDPModule, <Name>)`.
+    for cls in type(model).__mro__:
+        if not issubclass(cls, FSDPModule) and cls.__name__ != "Module":
+            return cls.__name__
+    return type(model).__name__
+
+
+def export(cfg: TrainConfig, model, built, loader: TokenShardLoader) -> None:
+    """HF safetensors + config + tokenizer into output_dir (rank 0), from a full state dict gathered to CPU."""
+    out = Path(cfg.output_dir)
+    full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    if cfg.probe_logits_path:
+        model.eval()
+        probe = torch.from_numpy(loader.next_batch()[:1]).to(next(model.parameters()).device)
+        with torch.no_grad():
+            logits = model(input_ids=probe).logits.float().cpu()
+        model.train()
+    if dist.get_rank() == 0:
+        model.save_pretrained(out, state_dict=full)  # NOTE: save_pretrained empties the dict passed to it
+        built.hf_config.architectures = [_plain_class_name(model)]
+        built.hf_config.save_pretrained(out)
+        _export_tokenizer(cfg, out)
+        if cfg.probe_logits_path:
+            torch.save({"input_ids": probe.cpu(), "logits": logits}, cfg.probe_logits_path)
+    dist.barrier()
+
+
+def _export_tokenizer(cfg: TrainConfig, out: Path) -> None:
+    from transformers import AutoTokenizer
+
+    for candidate in (cfg.model.path, str(Path(cfg.data.path) / "tokenizer")):
+        if candidate and (Path(candidate) / "tokenizer_config.json").exists():
+            AutoTokenizer.from_pretrained(candidate).save_pretrained(out)
+            return
+    log.warning("export: no tokenizer found next to the model or the data; the model is exported without one")
+
+
+def write_outcome(outcome_dir: str, rank: int, outcome: Outcome) -> None:
+    if not outcome_dir:
+        return
+    Path(outcome_dir).mkdir(parents=True, exist_ok=True)
+    Path(outcome_dir, f"rank{rank}.json").write_text(json.dumps(outcome.__dict__))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="spotrun FSDP2 training worker (started by torchrun)")
+    parser.add_argument("--config", required=True, help="TrainConfig JSON written by the launcher")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    outcome_dir = os.environ.get("SPOTRUN_OUTCOME_DIR", "")
+    cfg = TrainConfig.from_json_file(args.config)
+    Path(cfg.output_dir).mkdir(parents=True, exist_ok=True)
+    stop = StopFlag()
+    stop.install()
+    backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+    dist.init_process_group(backend)
+    rank = dist.get_rank()
+    try:
+        outcome = train(cfg, local_rank=local_rank, stop=stop)
+    except torch.OutOfMemoryError as exc:
+        log.error("%s (%s)", OOM_HINT, exc)
+        write_outcome(outcome_dir, rank, Outcome("failed", -1, OOM_HINT))
+        raise
+    except Exception as exc:
+        write_outcome(outcome_dir, rank, Outcome("failed", -1, f"{type(exc).__name__}: {exc}"))
+        raise
+    write_outcome(outcome_dir, rank, outcome)
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
