@@ -88,3 +88,27 @@ def build_example(root: Path, arch: str = "llama", *, documents: int = 400, shar
     if not (data_dir / "index.json").exists():
         prepare([corpus], str(root / "tokenizer"), data_dir, shard_bytes=shard_bytes)
     return {"corpus": corpus, "tokenizer": root / "tokenizer", "model": model_dir, "data": data_dir}
+
+
+def write_sagemaker_root(root: Path, *, hyperparameters: dict, channels: dict[str, Path], checkpoint_dir: Path | None,
+                         hosts: tuple[str, ...] = ("algo-1",), current_host: str = "algo-1") -> Path:
+    """Lay out the files SageMaker gives a training container under `root` (instead of /opt/ml), so the
+    launcher runs locally exactly as in the job. Channels are symlinked; hyperparameter values become strings."""
+    import json
+
+    root = Path(root)
+    cfg = root / "input" / "config"
+    cfg.mkdir(parents=True, exist_ok=True)
+    (cfg / "resourceconfig.json").write_text(json.dumps(
+        {"current_host": current_host, "hosts": list(hosts), "network_interface_name": "eth0"}))
+    (cfg / "hyperparameters.json").write_text(json.dumps(
+        {k: v if isinstance(v, str) else json.dumps(v) for k, v in hyperparameters.items()}))
+    if checkpoint_dir is not None:
+        (cfg / "checkpointconfig.json").write_text(json.dumps({"LocalPath": str(checkpoint_dir)}))
+    data = root / "input" / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    for name, path in channels.items():
+        link = data / name
+        if not link.exists():
+            link.symlink_to(Path(path).resolve(), target_is_directory=True)
+    return root

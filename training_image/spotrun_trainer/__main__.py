@@ -1,0 +1,52 @@
+"""`python -m spotrun_trainer {prepare,launch,example}`: the trainer package's command line."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m spotrun_trainer", description=__doc__)
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("prepare", help="tokenize .txt/.jsonl files into token shards plus index.json")
+    p.add_argument("inputs", nargs="+", type=Path, help="files or directories of .txt / .jsonl")
+    p.add_argument("--tokenizer", required=True, help="local directory of a HF tokenizer")
+    p.add_argument("--out", required=True, type=Path, help="output dataset directory")
+    p.add_argument("--shard-mb", type=float, default=256, help="target shard size in MB (default 256)")
+    p.add_argument("--text-field", default="text", help="JSONL field holding the text (default text)")
+    l = sub.add_parser("launch", help="the container entry point (same as the image's ENTRYPOINT)")
+    l.add_argument("rest", nargs=argparse.REMAINDER, help="arguments for the launcher")
+    e = sub.add_parser("example", help="write a tiny corpus, tokenizer, model and shards for local runs")
+    e.add_argument("--out", required=True, type=Path)
+    e.add_argument("--arch", default="llama", choices=["llama", "qwen2", "gpt2"])
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+
+    if args.cmd == "prepare":
+        from .data import DataError, prepare
+
+        try:
+            index = prepare(args.inputs, args.tokenizer, args.out, shard_bytes=int(args.shard_mb * 1e6),
+                            text_field=args.text_field)
+        except DataError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        print(f"prepared {index['total_tokens']} tokens in {len(index['shards'])} shards at {args.out}")
+        return 0
+    if args.cmd == "launch":
+        from .launcher import main as launch_main
+
+        return launch_main(args.rest)
+    from .examples import build_example
+
+    paths = build_example(args.out, args.arch)
+    for key, value in paths.items():
+        print(f"{key}={value}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
