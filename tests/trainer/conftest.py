@@ -1,0 +1,87 @@
+"""Shared, expensive fixtures for the trainer tests: tiny assets built once, one baseline training run."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from spotrun_trainer.examples import build_example, write_sagemaker_root
+from spotrun_trainer.localrun import free_port, start_launcher
+
+BASE_HP = {
+    "nproc_per_node": 2, "micro_batch": 2, "max_steps": 24, "log_every": 4, "num_threads": 1,
+    "deterministic": True, "seed": 3, "optim.lr": 3e-3, "optim.warmup_steps": 2, "data.seq_len": 64,
+    "checkpoint.interval_steps": 4, "checkpoint.keep": 2,
+}
+
+
+@pytest.fixture(scope="session")
+def assets(tmp_path_factory) -> dict:
+    root = tmp_path_factory.mktemp("assets")
+    paths = build_example(root, "llama")
+    from spotrun_trainer.examples import save_tiny_model
+    from transformers import AutoTokenizer
+
+    vocab = len(AutoTokenizer.from_pretrained(paths["tokenizer"]))
+    paths["model-gpt2"] = save_tiny_model("gpt2", root / "model-gpt2", vocab_size=vocab,
+                                          tokenizer_dir=paths["tokenizer"])
+    paths["model-qwen2"] = save_tiny_model("qwen2", root / "model-qwen2", vocab_size=vocab,
+                                           tokenizer_dir=paths["tokenizer"])
+    return paths
+
+
+class Job:
+    """One local 'training job': a SageMaker root, its checkpoint dir and its launcher runs."""
+
+    def __init__(self, root: Path, assets: dict, model_key: str = "model", **hp):
+        self.root = root
+        self.ckpt = root / "checkpoints"
+        self.log = root / "launcher.log"
+        hyper = {**BASE_HP, "master_port": free_port(), **hp}
+        hyper = {k: v for k, v in hyper.items() if v != ""}
+        write_sagemaker_root(root / "sm", hyperparameters=hyper,
+                             channels={"train": assets["data"], "model": assets[model_key]}, checkpoint_dir=self.ckpt)
+
+    @property
+    def output(self) -> Path:
+        return self.root / "sm" / "model"
+
+    @property
+    def failure(self) -> Path:
+        return self.root / "sm" / "output" / "failure"
+
+    def start(self):
+        return start_launcher(self.root / "sm", self.log)
+
+    def run(self, timeout: float = 600) -> int:
+        proc = self.start()
+        return proc.wait(timeout=timeout)
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+@pytest.fixture(scope="session")
+def baseline(tmp_path_factory, assets) -> Job:
+    """The uninterrupted reference run every resume test compares against."""
+    job = Job(tmp_path_factory.mktemp("baseline"), assets, probe_logits_path=str(
+        tmp_path_factory.getbasetemp() / "baseline-probe.pt"))
+    rc = job.run()
+    assert rc == 0, job.text()[-4000:]
+    return job
+
+
+@pytest.fixture
+def job_factory(tmp_path, assets):
+    def make(name: str = "job", **hp) -> Job:
+        root = tmp_path / name
+        root.mkdir()
+        return Job(root, assets, **hp)
+
+    return make
+
+
+def copy_checkpoints(src: Path, dst: Path) -> None:
+    shutil.copytree(src, dst, symlinks=True)

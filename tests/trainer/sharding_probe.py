@@ -1,0 +1,42 @@
+"""Run under torchrun by test_training.py: build a model with the trainer's own code and report its sharding."""
+
+import json
+import sys
+
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import FSDPModule
+from torch.distributed.tensor import DTensor
+
+from spotrun_trainer.config import ModelConfig
+from spotrun_trainer.model import build_sharded_model
+
+model_dir, out = sys.argv[1], sys.argv[2]
+dist.init_process_group("gloo")
+mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+built = build_sharded_model(ModelConfig(path=model_dir), mesh=mesh, device=torch.device("cpu"), seed=0)
+params = []
+for name, p in built.model.named_parameters():
+    params.append({"name": name, "dtensor": isinstance(p, DTensor),
+                   "placements": [repr(pl) for pl in p.placements] if isinstance(p, DTensor) else [],
+                   "mesh_size": p.device_mesh.size() if isinstance(p, DTensor) else 0,
+                   "global_rows": p.shape[0], "local_rows": p.to_local().shape[0] if isinstance(p, DTensor) else -1})
+buffers_on_meta = [n for n, b in built.model.named_buffers() if b.is_meta]
+# The weights every rank received must be rank 0's full model, buffers (rotary inv_freq, ...) included.
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from transformers import AutoModelForCausalLM
+
+full = get_model_state_dict(built.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+reference = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+ref_sd = reference.state_dict()
+weights_match = dist.get_rank() != 0 or all(torch.equal(full[k], ref_sd[k]) for k in full)
+ref_buffers = dict(reference.named_buffers())
+buffers_match = all(torch.equal(b, ref_buffers[n]) for n, b in built.model.named_buffers())
+report = {"rank": dist.get_rank(), "params": params, "blocks": len(built.blocks),
+          "blocks_fsdp": [isinstance(b, FSDPModule) for b in built.blocks],
+          "root_fsdp": isinstance(built.model, FSDPModule), "buffers_on_meta": buffers_on_meta,
+          "weights_match": weights_match, "buffers_match": buffers_match}
+with open(f"{out}.rank{dist.get_rank()}.json", "w") as fh:
+    json.dump(report, fh)
+dist.destroy_process_group()

@@ -1,0 +1,93 @@
+"""FSDP2 training under torchrun (2 CPU processes, gloo): sharding, falling loss, export."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from spotrun_trainer.localrun import TRAINER_ROOT, free_port, loss_history
+
+pytestmark = pytest.mark.slow
+PROBE = Path(__file__).with_name("sharding_probe.py")
+
+
+def _torchrun(script: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(TRAINER_ROOT), "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                           "--master_port", str(free_port()), str(script), *args],
+                          env=env, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("model_key", ["model", "model-gpt2", "model-qwen2"])
+def test_every_block_is_its_own_fsdp_unit_and_params_are_sharded_across_two_ranks(assets, tmp_path, model_key):
+    res = _torchrun(PROBE, str(assets[model_key]), str(tmp_path / "report"))
+    assert res.returncode == 0, res.stderr[-4000:]
+    reports = [json.loads((tmp_path / f"report.rank{r}.json").read_text()) for r in (0, 1)]
+    for rep in reports:
+        assert rep["blocks"] == 2 and all(rep["blocks_fsdp"]) and rep["root_fsdp"]
+        assert rep["buffers_on_meta"] == []
+        assert rep["weights_match"] and rep["buffers_match"]
+        for p in rep["params"]:
+            assert p["dtensor"], p["name"]
+            assert p["placements"] == ["Shard(dim=0)"] and p["mesh_size"] == 2, p
+    # Shard(0) over 2 ranks: the two local row counts add up to the global row count.
+    for p0, p1 in zip(reports[0]["params"], reports[1]["params"]):
+        assert p0["local_rows"] + p1["local_rows"] == p0["global_rows"], p0["name"]
+        assert p0["local_rows"] < p0["global_rows"] or p0["global_rows"] == 1
+
+
+def test_llama_trains_with_falling_loss(baseline):
+    losses = loss_history(baseline.output)
+    assert sorted(losses) == list(range(1, 25))
+    first, last = sum(losses[s] for s in (1, 2, 3)) / 3, sum(losses[s] for s in (22, 23, 24)) / 3
+    assert last < first - 0.5, (first, last)
+    metrics = json.loads((baseline.output / "metrics.json").read_text())
+    assert metrics["steps"] == 24 and metrics["world_size"] == 2
+    assert metrics["tokens"] == 24 * 2 * 2 * 64
+    assert metrics["tokens_per_s_per_device"] > 0 and metrics["mfu"] is None  # CPU: no known peak, no guess
+    assert "run_completed step=24" in baseline.text()
+
+
+def test_gpt2_shaped_model_trains_with_falling_loss(job_factory):
+    job = job_factory("gpt2", model_key="model-gpt2", max_steps=16, **{"checkpoint.interval_steps": 0})
+    rc = job.run()
+    assert rc == 0, job.text()[-4000:]
+    losses = loss_history(job.output)
+    assert losses[16] < losses[1] - 0.5
+
+
+def test_exported_model_loads_with_from_pretrained_and_matches_sharded_logits(baseline, tmp_path_factory):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    probe = torch.load(tmp_path_factory.getbasetemp() / "baseline-probe.pt")
+    model = AutoModelForCausalLM.from_pretrained(baseline.output)
+    with torch.no_grad():
+        logits = model(input_ids=probe["input_ids"]).logits
+    assert torch.equal(logits, probe["logits"])
+    assert (baseline.output / "model.safetensors").exists()
+    assert json.loads((baseline.output / "config.json").read_text())["architectures"] == ["LlamaForCausalLM"]
+    assert AutoTokenizer.from_pretrained(baseline.output).eos_token == "<|endoftext|>"
+
+
+def test_metric_lines_match_the_sagemaker_metric_definitions(baseline):
+    import re
+
+    from spotrun_trainer.metrics import METRIC_DEFINITIONS, parse_line
+
+    lines = [l for l in baseline.text().splitlines() if l.startswith("step=")]
+    assert len(lines) == 6  # every 4 steps of 24
+    parsed = parse_line(lines[-1])
+    assert parsed["step"] == 24
+    for definition in METRIC_DEFINITIONS:
+        match = re.search(definition["Regex"], lines[-1])
+        name = definition["Name"].split(":")[1]
+        if name == "mfu":
+            assert match is None  # `mfu=na` on CPU must not be published as a number
+        else:
+            assert match and float(match.group(1)) == pytest.approx(parsed[name], rel=1e-3)
