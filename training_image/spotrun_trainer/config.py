@@ -213,7 +213,7 @@ def _build(cls: type, raw: Any, prefix: str, from_strings: bool = False) -> Any:
     known = {f.name for f in fields(cls)}
     unknown = sorted(set(raw) - known)
     if unknown:
-        raise ConfigError(f"unknown field {prefix}{unknown[0]!r}: accepted fields are {', '.join(sorted(known))}")
+        raise ConfigError(f"unknown field '{prefix}{unknown[0]}': accepted fields are {', '.join(sorted(known))}")
     kwargs: dict[str, Any] = {}
     for f in fields(cls):
         if f.name not in raw:

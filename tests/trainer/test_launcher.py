@@ -1,0 +1,121 @@
+"""The launcher: SageMaker's files to the exact torchrun command and environment, and outcomes to exit codes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from spotrun_trainer.config import ConfigError
+from spotrun_trainer.launcher import SageMakerEnv, decide_exit, plan_launch
+
+HP = {"micro_batch": "4", "max_steps": "100", "optim.lr": "1e-4", "checkpoint.interval_minutes": "15"}
+
+
+def sm_root(tmp_path: Path, hosts: list[str], current: str, hp: dict | None = None, ckpt: bool = True) -> Path:
+    cfg = tmp_path / "input" / "config"
+    cfg.mkdir(parents=True)
+    (cfg / "resourceconfig.json").write_text(json.dumps({
+        "current_host": current, "hosts": hosts, "network_interface_name": "eth1",
+        "current_instance_type": "ml.p4d.24xlarge"}))
+    (cfg / "hyperparameters.json").write_text(json.dumps(HP if hp is None else hp))
+    if ckpt:
+        (cfg / "checkpointconfig.json").write_text(json.dumps({"LocalPath": "/opt/ml/checkpoints"}))
+    for channel in ("train", "model"):
+        (tmp_path / "input" / "data" / channel).mkdir(parents=True)
+    return tmp_path
+
+
+def plan(root: Path, *, gpus=8, efa=("/dev/infiniband/uverbs0",), ofi=True):
+    return plan_launch(SageMakerEnv.read(root), gpu_count=gpus, efa_devices=list(efa), ofi_nccl_found=ofi,
+                       config_path=Path("/tmp/w/cfg.json"), outcome_dir=Path("/tmp/w/outcome"), python="python")
+
+
+def expected_cmd(nnodes: int, rank: int, addr: str, nproc: int) -> list[str]:
+    return ["python", "-m", "torch.distributed.run", "--nnodes", str(nnodes), "--node_rank", str(rank),
+            "--master_addr", addr, "--master_port", "7777", "--nproc_per_node", str(nproc), "--max_restarts", "0",
+            "--shutdown-timeout", "110", "-m", "spotrun_trainer.train", "--config", "/tmp/w/cfg.json"]
+
+
+def test_one_host(tmp_path):
+    p = plan(sm_root(tmp_path, ["algo-1"], "algo-1"))
+    assert p.command == expected_cmd(1, 0, "127.0.0.1", 8)
+    assert p.env == {"SPOTRUN_OUTCOME_DIR": "/tmp/w/outcome", "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "110",
+                     "FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1"}
+    assert p.config.replicate_degree == 1
+    assert p.config.data.path == str(tmp_path / "input" / "data" / "train")
+    assert p.config.model.path == str(tmp_path / "input" / "data" / "model")
+    assert p.config.output_dir == str(tmp_path / "model")
+    assert p.config.checkpoint.dir == "/opt/ml/checkpoints"
+    assert p.config.micro_batch == 4 and p.config.optim.lr == 1e-4 and p.config.checkpoint.interval_minutes == 15
+
+
+def test_two_hosts_second_node(tmp_path):
+    p = plan(sm_root(tmp_path, ["algo-2", "algo-1"], "algo-2"))  # hosts are sorted: algo-1 is the master
+    assert p.command == expected_cmd(2, 1, "algo-1", 8)
+    assert p.env["NCCL_SOCKET_IFNAME"] == "eth1" and p.env["FI_PROVIDER"] == "efa"
+    assert p.config.replicate_degree == 2 and p.warnings == []
+
+
+def test_four_hosts_without_efa(tmp_path):
+    p = plan(sm_root(tmp_path, ["algo-1", "algo-2", "algo-3", "algo-4"], "algo-3"), efa=())
+    assert p.command == expected_cmd(4, 2, "algo-1", 8)
+    assert p.env == {"SPOTRUN_OUTCOME_DIR": "/tmp/w/outcome", "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "110",
+                     "NCCL_SOCKET_IFNAME": "eth1"}
+    assert p.config.replicate_degree == 4
+
+
+def test_efa_without_the_ofi_nccl_plugin_warns_about_tcp_fallback(tmp_path):
+    p = plan(sm_root(tmp_path, ["algo-1", "algo-2"], "algo-1"), ofi=False)
+    assert len(p.warnings) == 1 and "fall back to TCP" in p.warnings[0]
+
+
+def test_cpu_uses_the_configured_process_count(tmp_path):
+    p = plan(sm_root(tmp_path, ["algo-1"], "algo-1", {**HP, "nproc_per_node": "3"}), gpus=0, efa=())
+    assert "--nproc_per_node" in p.command and p.command[p.command.index("--nproc_per_node") + 1] == "3"
+
+
+@pytest.mark.parametrize("hp, message", [
+    ({"micro_batch": "four"}, "micro_batch='four' is invalid: expected an integer"),
+    ({"micro_batch": "0"}, "micro_batch=0 is invalid: expected an integer >= 1"),
+    ({"optim.lr": "fast"}, "optim.lr='fast' is invalid: expected a number"),
+    ({"deterministic": "maybe"}, "deterministic='maybe' is invalid: expected true or false"),
+    ({"checkpoint.keep": "1"}, "checkpoint.keep=1 is invalid: expected an integer >= 2"),
+    ({"bogus": "1"}, "unknown field 'bogus'"),
+    ({"optim.momentum": "1"}, "unknown field 'optim.momentum'"),
+    ({"nproc_per_node": "x"}, "nproc_per_node='x' is invalid: expected an integer"),
+    ({"shutdown_timeout": "30"}, "shutdown_timeout=30 is invalid: expected more than the emergency-save budget"),
+    ({"model.config": "[1]"}, "model.config='[1]' is invalid: expected a JSON object"),
+])
+def test_bad_hyperparameters_name_the_field(tmp_path, hp, message):
+    with pytest.raises(ConfigError) as err:
+        plan(sm_root(tmp_path, ["algo-1"], "algo-1", hp), gpus=0)
+    assert message in str(err.value)
+
+
+def test_current_host_must_be_listed(tmp_path):
+    with pytest.raises(ConfigError, match="current_host='algo-9' must be one of hosts"):
+        SageMakerEnv.read(sm_root(tmp_path, ["algo-1"], "algo-9"))
+
+
+def test_non_string_hyperparameter_is_rejected(tmp_path):
+    with pytest.raises(ConfigError, match="micro_batch=4 is invalid: SageMaker passes strings"):
+        SageMakerEnv.read(sm_root(tmp_path, ["algo-1"], "algo-1", {"micro_batch": 4}))
+
+
+def test_missing_resourceconfig_is_a_clear_error(tmp_path):
+    with pytest.raises(ConfigError, match="resourceconfig.json not found"):
+        SageMakerEnv.read(tmp_path)
+
+
+@pytest.mark.parametrize("rc, signalled, outcomes, expected", [
+    (0, False, [], (0, "")),
+    (1, True, [{"status": "stopped"}, {"status": "stopped"}], (0, "")),
+    (1, True, [{"status": "stopped"}], (1, "torchrun exited with code 1 after a stop signal, before every worker")),
+    (1, False, [{"status": "failed", "message": "CUDA out of memory: turn on"}], (1, "CUDA out of memory: turn on")),
+    (-9, False, [], (1, "torchrun exited with code -9 without a worker error report")),
+])
+def test_exit_code_mapping(rc, signalled, outcomes, expected):
+    code, message = decide_exit(rc, signalled=signalled, outcomes=outcomes, nproc=2)
+    assert code == expected[0] and message.startswith(expected[1])
