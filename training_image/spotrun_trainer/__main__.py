@@ -1,4 +1,4 @@
-"""`python -m spotrun_trainer {prepare,launch,example}`: the trainer package's command line."""
+"""`python -m spotrun_trainer {prepare,launch,demo,example}`: the trainer package's command line."""
 
 from __future__ import annotations
 
@@ -19,6 +19,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--text-field", default="text", help="JSONL field holding the text (default text)")
     l = sub.add_parser("launch", help="the container entry point (same as the image's ENTRYPOINT)")
     l.add_argument("rest", nargs=argparse.REMAINDER, help="arguments for the launcher")
+    d = sub.add_parser("demo", help="a local spot job: train, interrupt with SIGTERM, resume, export")
+    d.add_argument("--out", required=True, type=Path)
+    d.add_argument("--steps", type=int, default=40)
     e = sub.add_parser("example", help="write a tiny corpus, tokenizer, model and shards for local runs")
     e.add_argument("--out", required=True, type=Path)
     e.add_argument("--arch", default="llama", choices=["llama", "qwen2", "gpt2"])
@@ -40,6 +43,11 @@ def main(argv: list[str] | None = None) -> int:
         from .launcher import main as launch_main
 
         return launch_main(args.rest)
+    if args.cmd == "demo":
+        from .demo import run_demo
+
+        run_demo(args.out, steps=args.steps)
+        return 0
     from .examples import build_example
 
     paths = build_example(args.out, args.arch)
