@@ -107,7 +107,8 @@ def _obj(raw: Any, path: str, allowed: set[str], required: set[str] = frozenset(
         raise RunValidationError(path, raw, "an object")
     for key in raw:
         if not isinstance(key, str) or key not in allowed:
-            raise RunValidationError(f"{path}.{key}" if path else str(key), raw[key],
+            shown = key if isinstance(key, str) and key.strip() else repr(key)
+            raise RunValidationError(f"{path}.{shown}" if path else shown, raw[key],
                                      f"no such field; accepted fields: {', '.join(sorted(allowed))}")
     for key in sorted(required):
         if key not in raw:

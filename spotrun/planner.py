@@ -12,8 +12,8 @@ Rules (../shared/KNOWLEDGE.md, "The problem domain"), with the choices made here
   / (gpus * nodes) + startup (180 s: container pull + data download).
 - Checkpoint bytes: 14/param full, 12/adapter param LoRA. The notice leaves 90 s to upload: needed rate =
   bytes / 90 s; if the nodes' S3 upload rate covers it, save on notice (and periodically as insurance), else
-  save on a schedule. Save cost C = bytes / upload rate; Young/Daly interval sqrt(2·C·MTBI), MTBI from the
-  job's interruption rate (nodes × per-instance rate; recorded or catalog).
+  save on a schedule. Save cost C = bytes / upload rate; Young/Daly interval sqrt(2·C·MTBI), clamped to
+  [5 min, 6 h], MTBI from the job's interruption rate (nodes × per-instance rate; recorded or catalog).
 - Spot: expected interruptions λ·wall, each costing the lost work (interval/2 on a schedule, ~0 on notice)
   plus a restart (startup + checkpoint download). Spot cost = price·(1 − discount)·nodes·(wall + overhead).
 - MaxRuntime = 2 × the expected spot wall time (at least 1 h, at most 28 days); MaxWait = MaxRuntime + the

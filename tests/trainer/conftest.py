@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from spotrun_trainer.examples import build_example, write_sagemaker_root
+from spotrun_trainer.examples import write_sagemaker_root
 from spotrun_trainer.localrun import free_port, start_launcher
 
 BASE_HP = {
@@ -15,21 +15,6 @@ BASE_HP = {
     "deterministic": True, "seed": 3, "optim.lr": 3e-3, "optim.warmup_steps": 2, "data.seq_len": 64,
     "checkpoint.interval_steps": 4, "checkpoint.keep": 2,
 }
-
-
-@pytest.fixture(scope="session")
-def assets(tmp_path_factory) -> dict:
-    root = tmp_path_factory.mktemp("assets")
-    paths = build_example(root, "llama")
-    from spotrun_trainer.examples import save_tiny_model
-    from transformers import AutoTokenizer
-
-    vocab = len(AutoTokenizer.from_pretrained(paths["tokenizer"]))
-    paths["model-gpt2"] = save_tiny_model("gpt2", root / "model-gpt2", vocab_size=vocab,
-                                          tokenizer_dir=paths["tokenizer"])
-    paths["model-qwen2"] = save_tiny_model("qwen2", root / "model-qwen2", vocab_size=vocab,
-                                           tokenizer_dir=paths["tokenizer"])
-    return paths
 
 
 class Job:

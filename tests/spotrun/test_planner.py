@@ -1,0 +1,141 @@
+"""The estimate, worked by hand on a small catalog with round numbers, and every refusal."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+
+from spotrun.contract import parse_run
+from spotrun.planner import EstimateRefused, estimate, load_catalog
+
+CATALOG = {
+    "defaults": {"utilization": 0.25, "startup_seconds": 180, "memory_usable_fraction": 0.5,
+                 "notice_upload_seconds": 90, "max_runtime_factor": 2.0, "min_max_runtime_seconds": 3600,
+                 "max_auto_instance_count": 16},
+    "families": {"a1": {"spot_discount": 0.6, "interruptions_per_instance_hour": 0.5}},
+    "instances": {
+        "ml.a1.small": {"gpus": 1, "gpu_memory_gb": 32, "bf16_tflops_per_gpu": 100, "s3_upload_gb_per_s": 0.1,
+                        "on_demand_usd_per_hour": 2.0},
+        "ml.a1.big": {"gpus": 4, "gpu_memory_gb": 32, "bf16_tflops_per_gpu": 100, "s3_upload_gb_per_s": 0.1,
+                      "on_demand_usd_per_hour": 8.0},
+    },
+}
+
+BASE = {"version": 1, "name": "worked", "model": {"parameters": 1_000_000_000},
+        "data": {"tokens": 100_000_000, "seq_len": 2048}, "budget": {"max_usd": 100}}
+
+
+def run(**sections):
+    raw = copy.deepcopy(BASE)
+    raw.update(sections)
+    return parse_run(raw)
+
+
+def test_full_fine_tune_worked_example():
+    est = estimate(run(), catalog=CATALOG)
+    assert est.parameters == est.trainable_parameters == 1_000_000_000
+    assert est.training_flops == 6 * 1e9 * 1e8 == 6e17
+    assert est.training_state_bytes == 16e9  # 16 GB: fits 1 x 32 GB at 0.5 usable, exactly
+    assert est.gpu_hours == pytest.approx(6e17 / (100e12 * 0.25) / 3600)  # 24,000 GPU-seconds
+    # small: wall 24,000 + 180 s; big: 24,000/4 + 180 = 6,180 s. Both save on a schedule: a 14 GB checkpoint
+    # needs 14/90 = 0.156 GB/s but one instance uploads 0.1 GB/s. Save cost 14e9 / 0.1e9 = 140 s, MTBI 7,200 s.
+    interval = math.sqrt(2 * 140 * 7200)  # 1,419.9 s
+    small_interruptions = 0.5 * 24180 / 3600
+    small_overhead = small_interruptions * (interval / 2 + 180 + 140)
+    small_spot = 2.0 * (1 - 0.6) * (24180 + small_overhead) / 3600  # $6.14
+    big_spot = 8.0 * (1 - 0.6) * (6180 + 0.5 * 6180 / 3600 * (interval / 2 + 320)) / 3600  # $6.28
+    assert small_spot < big_spot
+    assert (est.instance_type, est.instance_count) == ("ml.a1.small", 1)
+    assert est.wall_seconds == 24180
+    assert est.checkpoint_bytes == 14e9
+    assert est.notice_upload_gb_per_s == pytest.approx(14 / 90)
+    assert est.checkpoint_policy == "periodic"
+    assert est.checkpoint_interval_seconds == round(interval) == 1420
+    assert est.expected_interruptions == pytest.approx(small_interruptions)
+    assert est.cost_usd == {"on_demand": round(2.0 * 24180 / 3600, 2), "spot": round(small_spot, 2)}
+    assert est.max_runtime_seconds == math.ceil(2 * (24180 + small_overhead))
+    assert est.max_wait_seconds == est.max_runtime_seconds + 24 * 3600
+    assert est.hyperparameters["checkpoint.interval_minutes"] == f"{1420 / 60:.2f}"
+    assert est.warnings == []
+
+
+def test_lora_counts_frozen_forward_and_backward_and_checkpoints_only_the_adapter():
+    llama2_7b = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+                 "num_attention_heads": 32, "vocab_size": 32000}
+    est = estimate(run(model={"config": llama2_7b}, training={"method": "lora", "lora": {"rank": 16}},
+                       budget={"max_usd": 1000}), catalog=CATALOG)
+    n, n_lora = 6_738_415_616, 39_976_960
+    assert (est.parameters, est.trainable_parameters) == (n, n_lora)
+    assert est.training_flops == (4 * n + 6 * n_lora) * 1e8
+    assert est.training_state_bytes == 2 * n + 16 * n_lora == 14_116_462_592
+    assert est.checkpoint_bytes == 12 * n_lora == 479_723_520
+    # 0.48 GB in 90 s needs 0.0053 GB/s < 0.1 GB/s: save on notice; periodic saves as insurance.
+    assert est.checkpoint_policy == "save_on_notice"
+    # Young/Daly gives sqrt(2 * 4.8 s * 7200 s) = 263 s; intervals are clamped to [5 min, 6 h].
+    assert round(math.sqrt(2 * (479_723_520 / 0.1e9) * 7200)) == 263
+    assert est.checkpoint_interval_seconds == 300
+
+
+def test_target_hours_picks_the_node_count():
+    # 6e18 FLOPs: 240,000 GPU-s; on big (4 GPUs) that is 60,000 s a node; 4 h leaves 14,220 s: ceil -> 5 nodes
+    est = estimate(run(data={"tokens": 1_000_000_000, "seq_len": 2048}, budget={"max_usd": 10_000},
+                       compute={"instance_type": "ml.a1.big", "target_hours": 4}), catalog=CATALOG)
+    assert est.instance_count == math.ceil(60_000 / (4 * 3600 - 180)) == 5
+    assert est.wall_seconds == 240_000 / 20 + 180
+    assert est.interruptions_per_hour == 5 * 0.5  # any node's interruption stops the job
+    assert est.upload_gb_per_s_available == pytest.approx(0.5)
+
+
+def test_on_demand_run_has_no_interruption_overhead():
+    est = estimate(run(compute={"spot": False, "instance_type": "ml.a1.small"}), catalog=CATALOG)
+    assert est.expected_interruptions == 0 and est.expected_overhead_seconds == 0
+    assert est.max_runtime_seconds == 2 * 24180
+
+
+def test_recorded_interruption_rate_replaces_the_catalog_default():
+    est = estimate(run(compute={"instance_type": "ml.a1.small"}), catalog=CATALOG,
+                   recorded_rates={"ml.a1.small": 2.0})
+    assert est.interruptions_per_hour == 2.0
+    assert est.checkpoint_interval_seconds == round(math.sqrt(2 * 140 * 1800))
+
+
+def test_more_instances_than_needed_warns():
+    est = estimate(run(compute={"instance_type": "ml.a1.small", "instance_count": 3}, budget={"max_usd": 1000}),
+                   catalog=CATALOG)
+    assert est.instance_count == 3
+    assert any("instance_count=3" in w and "add speed, not capacity" in w for w in est.warnings)
+
+
+def test_over_budget_is_refused_with_the_estimate_and_advice():
+    with pytest.raises(EstimateRefused) as err:
+        estimate(run(budget={"max_usd": 5}), catalog=CATALOG)
+    assert err.value.code == "OverBudget" and "exceeds budget.max_usd=5.00" in err.value.message
+    assert err.value.estimate.cost_usd["spot"] > 5
+    assert any("LoRA" in a for a in err.value.estimate.advice)
+
+
+@pytest.mark.parametrize("sections, message", [
+    ({"compute": {"max_wait_hours": 1}}, "MaxWait (3600 s) < MaxRuntime"),
+    ({"compute": {"warm_pool_minutes": 10}}, "warm pools cannot be used with spot instances"),
+    ({"model": {"parameters": 10_000_000_000}}, "fits no catalog instance: 160.0 GB of training state"),
+    ({"compute": {"instance_type": "ml.zz.huge"}}, "compute.instance_type='ml.zz.huge' is not in the catalog"),
+    ({"model": {"parameters": 2_000_000_000}, "compute": {"instance_type": "ml.a1.small"}},
+     "32.0 GB of training state does not fit 1 x 32 GB"),
+    ({"training": {"method": "lora", "lora": {"rank": 8}}}, "needs the model's shape"),
+])
+def test_refusals_are_invalid_runs_with_a_reason(sections, message):
+    with pytest.raises(EstimateRefused) as err:
+        estimate(run(**sections), catalog=CATALOG)
+    assert err.value.code == "InvalidRun" and message in err.value.message
+
+
+def test_the_shipped_catalog_covers_the_required_families_with_sources():
+    catalog = load_catalog()
+    families = {t.split(".")[1] for t in catalog["instances"]}
+    assert {"g5", "g6", "g6e", "p4d", "p4de", "p5", "p5e", "p5en"} <= families
+    assert catalog["as_of"] and catalog["sources"]
+    for spec in catalog["instances"].values():
+        assert spec["gpus"] >= 1 and spec["on_demand_usd_per_hour"] > 0 and spec["bf16_tflops_per_gpu"] > 0
+    assert families <= set(catalog["families"])
