@@ -1,0 +1,40 @@
+"""Small helpers the Lambda handlers share: timestamps as Step Functions/EventBridge deliver them, EMF metrics."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from typing import Any
+
+
+def to_epoch(value: Any) -> float | None:
+    """Seconds since the epoch from an ISO-8601 string, epoch seconds or epoch milliseconds; None if absent."""
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return value / 1000.0 if value > 1e11 else float(value)
+    if isinstance(value, datetime):
+        return value.timestamp()
+    if isinstance(value, str) and value:
+        text = value.replace("Z", "+00:00")
+        try:
+            parsed = datetime.fromisoformat(text)
+        except ValueError:
+            return None
+        if parsed.tzinfo is None:
+            parsed = parsed.replace(tzinfo=timezone.utc)
+        return parsed.timestamp()
+    return None
+
+
+def emit_metric(namespace: str, name: str, value: float, unit: str, dimensions: dict[str, str]) -> str:
+    """Print one CloudWatch Embedded Metric Format record (Lambda's log line becomes a metric); returns it."""
+    record = {
+        "_aws": {"Timestamp": int(datetime.now(timezone.utc).timestamp() * 1000),
+                 "CloudWatchMetrics": [{"Namespace": namespace, "Dimensions": [sorted(dimensions)],
+                                        "Metrics": [{"Name": name, "Unit": unit}]}]},
+        name: value, **dimensions,
+    }
+    line = json.dumps(record)
+    print(line)
+    return line

@@ -1,0 +1,138 @@
+"""Estimate Lambda: the first state of the training pipeline.
+
+Input: {"run": <run JSON>, "execution": <execution name>}. Output: a plan the state machine reads. A run that must
+not start returns status InvalidRun or OverBudget with the reason (the state machine turns them into named
+failures before anything is created); otherwise status "ok" with every field CreateTrainingJob needs.
+Environment (read here only): BUCKET_NAME, JOB_PREFIX, MODEL_PACKAGE_GROUP, TABLE_NAME, POLL_SECONDS, PROJECT,
+STAGE, COST_CENTER.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from ..contract import RunSpec, RunValidationError, parse_run
+from ..planner import EstimateRefused, estimate, load_catalog
+from ..sources import resolve
+
+CONTRACT_KEYS = ("parameters", "trainable_parameters", "training_flops", "gpu_hours", "instance_type",
+                 "instance_count", "max_runtime_seconds", "max_wait_seconds", "checkpoint_bytes",
+                 "notice_upload_gb_per_s", "checkpoint_interval_seconds", "cost_usd", "warnings")
+MAX_JOB_NAME = 63
+FALLBACK_SUFFIX = "-od"
+
+
+@dataclass(frozen=True)
+class PipelineSettings:
+    bucket: str
+    job_prefix: str
+    model_package_group: str
+    poll_seconds: int
+    project: str
+    stage: str
+    cost_center: str
+
+    @classmethod
+    def from_env(cls, env: dict[str, str]) -> "PipelineSettings":
+        return cls(bucket=env["BUCKET_NAME"], job_prefix=env["JOB_PREFIX"],
+                   model_package_group=env["MODEL_PACKAGE_GROUP"], poll_seconds=int(env.get("POLL_SECONDS", "60")),
+                   project=env.get("PROJECT", "spotrun"), stage=env.get("STAGE", ""),
+                   cost_center=env.get("COST_CENTER", ""))
+
+
+def job_name(settings: PipelineSettings, run_name: str, execution: str) -> str:
+    suffix = hashlib.sha256(execution.encode()).hexdigest()[:6]
+    room = MAX_JOB_NAME - len(settings.job_prefix) - len(suffix) - 1 - len(FALLBACK_SUFFIX)
+    return f"{settings.job_prefix}{run_name[:room].rstrip('-')}-{suffix}"
+
+
+def _require_under(uri: str | None, settings: PipelineSettings, prefix: str, field: str) -> str:
+    wanted = f"s3://{settings.bucket}/{prefix}"
+    if not uri or not uri.startswith(wanted):
+        raise RunValidationError(field, uri, f"an S3 URI under {wanted} (the training role reads only there)")
+    return uri if uri.endswith("/") else uri + "/"
+
+
+def _channel(name: str, uri: str) -> dict:
+    return {"ChannelName": name, "InputMode": "FastFile",
+            "DataSource": {"S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": uri,
+                                            "S3DataDistributionType": "FullyReplicated"}}}
+
+
+def plan(run_raw: Any, execution: str, settings: PipelineSettings, *, s3_client: Any = None,
+         rates: dict[str, float] | None = None, catalog: dict | None = None) -> dict:
+    try:
+        run: RunSpec = parse_run(run_raw)
+        if run.model.parameters is not None:
+            raise RunValidationError("model.parameters", run.model.parameters,
+                                     "model.source or model.config for a training run (a bare count only estimates)")
+        if run.training.method != "full":
+            raise RunValidationError("training.method", run.training.method,
+                                     "full: the trainer image runs full fine-tunes (LoRA is estimated only)")
+        if run.model_package_group not in (None, settings.model_package_group):
+            raise RunValidationError("registry.model_package_group", run.model_package_group,
+                                     f"{settings.model_package_group} (this stack's group) or nothing")
+        data_uri = _require_under(run.data.source, settings, "datasets/", "data.source")
+        model_uri = (_require_under(run.model.source, settings, "models/", "model.source")
+                     if run.model.source else None)
+        model_config, tokens = resolve(run, s3_client=s3_client)
+        est = estimate(run, catalog=catalog or load_catalog(), model_config=model_config, data_tokens=tokens,
+                       recorded_rates=rates)
+    except RunValidationError as exc:
+        return {"status": "InvalidRun", "message": str(exc), "field": exc.field}
+    except EstimateRefused as exc:
+        out = {"status": exc.code, "message": exc.message}
+        if exc.estimate is not None:
+            out["estimate"] = {k: exc.estimate.to_json()[k] for k in CONTRACT_KEYS}
+        return out
+
+    catalog = catalog or load_catalog()
+    family = est.instance_type.split(".")[1]
+    discount = run.compute.spot_discount if run.compute.spot_discount is not None else \
+        catalog["families"][family]["spot_discount"]
+    hyper = dict(est.hyperparameters)
+    if run.model.config is not None:
+        hyper["model.config"] = json.dumps(run.model.config, separators=(",", ":"))
+    channels = [_channel("train", data_uri)] + ([_channel("model", model_uri)] if model_uri else [])
+    name = job_name(settings, run.name, execution)
+    tags = {"project": settings.project, "stage": settings.stage, "cost-center": settings.cost_center,
+            **run.tags, "run": run.name}
+    return {
+        "status": "ok",
+        "run_name": run.name,
+        "job_name": name,
+        "fallback_job_name": name + FALLBACK_SUFFIX,
+        "spot": run.compute.spot,
+        "on_demand_fallback": run.compute.on_demand_fallback,
+        "instance_type": est.instance_type,
+        "instance_count": est.instance_count,
+        "volume_gb": max(100, int(est.checkpoint_bytes * run.checkpoint.keep * 1.5 / 1e9) + 50),
+        "max_runtime_seconds": est.max_runtime_seconds,
+        "max_wait_seconds": est.max_wait_seconds,
+        "hyperparameters": hyper,
+        "input_data_config": channels,
+        "tags": [{"Key": k, "Value": v} for k, v in sorted(tags.items())],
+        "poll_seconds": settings.poll_seconds,
+        "max_usd": run.max_usd,
+        "usd_per_hour": catalog["instances"][est.instance_type]["on_demand_usd_per_hour"] * est.instance_count,
+        "spot_discount": discount,
+        "approval_status": run.approval_status,
+        "estimate": {k: est.to_json()[k] for k in CONTRACT_KEYS},
+    }
+
+
+def handler(event: dict, _context: Any) -> dict:
+    import boto3
+
+    settings = PipelineSettings.from_env(dict(os.environ))
+    rates = None
+    table_name = os.environ.get("TABLE_NAME")
+    if table_name:
+        from .interruptions import recorded_rates
+
+        rates = recorded_rates(boto3.resource("dynamodb").Table(table_name))
+    return plan(event.get("run"), str(event.get("execution", "")), settings, rates=rates)

@@ -1,0 +1,68 @@
+"""SpotrunStack: composes the constructs of one deployment and grants between them.
+
+One stack per stage on purpose: the stateful resources (key, buckets, table, registry group) sit beside their
+users without cross-stack exports, which would pin them in place and block updates ("export in use"); their
+logical IDs are pinned by tests instead, and they are retained on deletion.
+"""
+
+from __future__ import annotations
+
+from aws_cdk import RemovalPolicy, Stack
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_sagemaker as sagemaker
+from aws_cdk import aws_sns as sns
+from aws_cdk import aws_sns_subscriptions as subs
+from constructs import Construct
+
+from spotrun_trainer.metrics import METRIC_DEFINITIONS
+from training_constructs.artifact_store import ArtifactStore, ArtifactStoreProps
+from training_constructs.cost_governance import CostGovernance, CostGovernanceProps
+from training_constructs.execution_role import TrainingExecutionRole, TrainingExecutionRoleProps
+from training_constructs.interruption_events import InterruptionEvents, InterruptionEventsProps
+from training_constructs.trainer_image import TrainerImage, TrainerImageProps, sagemaker_image
+from training_constructs.training_pipeline import TrainingPipeline, TrainingPipelineProps
+
+from .config import AccountConfig
+
+
+class SpotrunStack(Stack):
+    def __init__(self, scope: Construct, id_: str, *, config: AccountConfig, **kwargs) -> None:
+        super().__init__(scope, id_, **kwargs)
+        self.store = ArtifactStore(self, "Artifacts", props=ArtifactStoreProps(
+            checkpoint_retention_days=config.checkpoint_retention_days))
+        # Users name this group in run JSONs and the registry console: a config-chosen physical name.
+        self.model_package_group = sagemaker.CfnModelPackageGroup(
+            self, "ModelPackageGroup", model_package_group_name=config.model_package_group,
+            model_package_group_description=f"{config.project} fine-tunes ({config.stage})")
+        self.model_package_group.apply_removal_policy(RemovalPolicy.RETAIN)
+
+        topic_key = kms.Key(self, "FailuresTopicKey", enable_key_rotation=True,
+                            description="spotrun failure notifications")
+        topic_key.grant_encrypt_decrypt(iam.ServicePrincipal("events.amazonaws.com"))
+        self.failures_topic = sns.Topic(self, "FailuresTopic", master_key=topic_key, enforce_ssl=True,
+                                        display_name=f"{config.project} {config.stage} failures")
+        for email in config.notification_emails:
+            self.failures_topic.add_subscription(subs.EmailSubscription(email))
+
+        self.image = TrainerImage(self, "TrainerImage", props=TrainerImageProps(
+            base_image=config.trainer_base_image or sagemaker_image(config.region)))
+        self.execution = TrainingExecutionRole(self, "ExecutionRole", props=TrainingExecutionRoleProps(
+            store=self.store, repository=self.image.repository, in_vpc=bool(config.vpc_subnet_ids)))
+        self.events = InterruptionEvents(self, "InterruptionEvents", props=InterruptionEventsProps(
+            job_prefix=config.job_prefix, stage=config.stage, failures_topic=self.failures_topic))
+        self.pipeline = TrainingPipeline(self, "Pipeline", props=TrainingPipelineProps(
+            store=self.store, execution_role=self.execution.role, image_uri=self.image.image_uri,
+            inference_image_uri=config.inference_image or sagemaker_image(config.region, "inference",
+                                                                          "ml.g5.xlarge"),
+            model_package_group_name=config.model_package_group, job_prefix=config.job_prefix,
+            project=config.project, stage=config.stage, cost_center=config.cost_center,
+            failures_topic=self.failures_topic, interruptions_table_name=self.events.table.table_name,
+            metric_definitions=tuple(METRIC_DEFINITIONS), subnet_ids=config.vpc_subnet_ids,
+            security_group_ids=config.security_group_ids))
+        self.pipeline.node.add_dependency(self.model_package_group)
+        self.events.table.grant_read_data(self.pipeline.estimate_fn)
+        self.failures_topic.grant_publish(self.pipeline.state_machine)
+        self.governance = CostGovernance(self, "CostGovernance", props=CostGovernanceProps(
+            project=config.project, stage=config.stage, monthly_budget_usd=config.monthly_budget_usd,
+            emails=config.notification_emails, state_machine=self.pipeline.state_machine))

@@ -1,0 +1,70 @@
+"""TrainingExecutionRole: what a SageMaker training job may do, and nothing more.
+
+Reads datasets/ and models/; reads and writes checkpoints/ and output/; uses the bucket's key; pulls the
+trainer image; writes its CloudWatch logs and metrics; (in a VPC) manages its network interfaces. No AWS-managed
+full-access policy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aws_cdk import Stack
+from aws_cdk import aws_ecr as ecr
+from aws_cdk import aws_iam as iam
+from constructs import Construct
+
+from .artifact_store import ArtifactStore
+from .nag import acknowledge, rendered
+
+
+@dataclass(frozen=True)
+class TrainingExecutionRoleProps:
+    store: ArtifactStore
+    repository: ecr.IRepository
+    in_vpc: bool = False
+
+
+class TrainingExecutionRole(Construct):
+    def __init__(self, scope: Construct, id_: str, *, props: TrainingExecutionRoleProps) -> None:
+        super().__init__(scope, id_)
+        stack = Stack.of(self)
+        self.role = iam.Role(self, "Role", assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"),
+                             description="spotrun training jobs")
+        store = props.store
+        store.grant_read_prefix(self.role, store.datasets_prefix)
+        store.grant_read_prefix(self.role, store.models_prefix)
+        store.grant_read_write_prefix(self.role, store.checkpoints_prefix)
+        store.grant_read_write_prefix(self.role, store.output_prefix)
+        props.repository.grant_pull(self.role)
+        log_group_arn = stack.format_arn(service="logs", resource="log-group",
+                                         resource_name="/aws/sagemaker/TrainingJobs*",
+                                         arn_format=_colon())
+        self.role.add_to_policy(iam.PolicyStatement(
+            actions=["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"],
+            resources=[log_group_arn]))
+        self.role.add_to_policy(iam.PolicyStatement(
+            actions=["cloudwatch:PutMetricData"], resources=["*"],
+            conditions={"StringLike": {"cloudwatch:namespace": "/aws/sagemaker/*"}}))
+        if props.in_vpc:
+            self.role.add_to_policy(iam.PolicyStatement(
+                actions=["ec2:CreateNetworkInterface", "ec2:CreateNetworkInterfacePermission",
+                         "ec2:DeleteNetworkInterface", "ec2:DeleteNetworkInterfacePermission",
+                         "ec2:DescribeNetworkInterfaces", "ec2:DescribeVpcs", "ec2:DescribeDhcpOptions",
+                         "ec2:DescribeSubnets", "ec2:DescribeSecurityGroups"], resources=["*"]))
+        self.policy = self.role.node.find_child("DefaultPolicy")
+        acknowledge(self.policy, f"AwsSolutions-IAM5[Resource::{rendered(self, log_group_arn)}]",
+                    "SageMaker writes each job's logs to log streams of /aws/sagemaker/TrainingJobs")
+        acknowledge(self.policy, "AwsSolutions-IAM5[Resource::*]",
+                    "ecr:GetAuthorizationToken and cloudwatch:PutMetricData (limited to /aws/sagemaker/* by a "
+                    "condition) support no resource scoping" + ("; so do the ec2 network-interface actions a "
+                                                                 "VPC job needs" if props.in_vpc else ""))
+        for action in ("kms:GenerateDataKey*", "kms:ReEncrypt*"):
+            acknowledge(self.policy, f"AwsSolutions-IAM5[Action::{action}]",
+                        "key-scoped data-key and re-encrypt actions on the artifact key alone (grant_encrypt_decrypt)")
+
+
+def _colon():
+    from aws_cdk import ArnFormat
+
+    return ArnFormat.COLON_RESOURCE_NAME

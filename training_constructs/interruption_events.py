@@ -1,0 +1,63 @@
+"""InterruptionEvents: EventBridge rules on this stack's SageMaker training jobs.
+
+- SecondaryStatus=Interrupted, and every terminal status -> the interruption recorder (Lambda -> DynamoDB,
+  idempotent under duplicate delivery), which the estimate reads to set the checkpoint interval.
+- TrainingJobStatus Failed or Stopped -> the failures SNS topic.
+Only jobs whose names start with this stage's prefix match: other stacks' jobs never reach these targets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aws_cdk import RemovalPolicy
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as targets
+from aws_cdk import aws_sns as sns
+from constructs import Construct
+
+from .lambda_code import spotrun_function
+
+SOURCE, DETAIL_TYPE = "aws.sagemaker", "SageMaker Training Job State Change"
+
+
+@dataclass(frozen=True)
+class InterruptionEventsProps:
+    job_prefix: str
+    stage: str
+    failures_topic: sns.ITopic
+    metrics_namespace: str = "spotrun"
+
+
+class InterruptionEvents(Construct):
+    def __init__(self, scope: Construct, id_: str, *, props: InterruptionEventsProps) -> None:
+        super().__init__(scope, id_)
+        self.table = dynamodb.TableV2(
+            self, "Table", partition_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.STRING),
+            sort_key=dynamodb.Attribute(name="sk", type=dynamodb.AttributeType.STRING),
+            point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
+                point_in_time_recovery_enabled=True),
+            removal_policy=RemovalPolicy.RETAIN,
+        )
+        self.recorder = spotrun_function(
+            self, "Recorder", handler="spotrun.handlers.interruptions.handler",
+            description="records spot interruptions and instance-hours of spotrun training jobs",
+            environment={"TABLE_NAME": self.table.table_name, "METRICS_NAMESPACE": props.metrics_namespace,
+                         "STAGE": props.stage})
+        self.table.grant_read_write_data(self.recorder)
+        name = {"TrainingJobName": [{"prefix": props.job_prefix}]}
+        self.interruption_rule = events.Rule(self, "Interrupted", event_pattern=events.EventPattern(
+            source=[SOURCE], detail_type=[DETAIL_TYPE],
+            detail={**name, "SecondaryStatus": ["Interrupted"]}))
+        self.interruption_rule.add_target(targets.LambdaFunction(self.recorder, retry_attempts=4))
+        self.finished_rule = events.Rule(self, "Finished", event_pattern=events.EventPattern(
+            source=[SOURCE], detail_type=[DETAIL_TYPE],
+            detail={**name, "TrainingJobStatus": ["Completed", "Failed", "Stopped"]}))
+        self.finished_rule.add_target(targets.LambdaFunction(self.recorder, retry_attempts=4))
+        self.failure_rule = events.Rule(self, "FailedOrStopped", event_pattern=events.EventPattern(
+            source=[SOURCE], detail_type=[DETAIL_TYPE], detail={**name, "TrainingJobStatus": ["Failed", "Stopped"]}))
+        self.failure_rule.add_target(targets.SnsTopic(props.failures_topic, message=events.RuleTargetInput.from_text(
+            f"spotrun training job {events.EventField.from_path('$.detail.TrainingJobName')} is "
+            f"{events.EventField.from_path('$.detail.TrainingJobStatus')}: "
+            f"{events.EventField.from_path('$.detail.FailureReason')}")))

@@ -1,0 +1,32 @@
+"""cdk-nag v3 acknowledgments: one finding each, with its reason, attached to the resource it covers."""
+
+from __future__ import annotations
+
+from aws_cdk import Acknowledgment, Validations
+from constructs import IConstruct
+
+
+def acknowledge(scope: IConstruct, finding: str, reason: str) -> None:
+    """Acknowledge one cdk-nag finding (e.g. `AwsSolutions-IAM5[Resource::*]`) on `scope` with a reason."""
+    Validations.of(scope).acknowledge(Acknowledgment(id=finding, reason=reason))
+
+
+def rendered(scope: IConstruct, value: str) -> str:
+    """A token string as cdk-nag prints it in finding ids (`<LogicalId.Arn>/datasets/*`, `<AWS::Partition>`).
+
+    Only for same-stack references (the app has one stack per stage)."""
+    from aws_cdk import Stack
+
+    def render(v) -> str:
+        if isinstance(v, str):
+            return v
+        if isinstance(v, dict) and "Fn::GetAtt" in v:
+            return f"<{v['Fn::GetAtt'][0]}.{v['Fn::GetAtt'][1]}>"
+        if isinstance(v, dict) and "Ref" in v:
+            return f"<{v['Ref']}>"
+        if isinstance(v, dict) and "Fn::Join" in v:
+            sep, parts = v["Fn::Join"]
+            return sep.join(render(p) for p in parts)
+        raise ValueError(f"cannot render {v!r} as a cdk-nag finding")
+
+    return render(Stack.of(scope).resolve(value))
