@@ -64,7 +64,7 @@ def record(event: dict, table: Any, *, namespace: str, stage: str) -> str:
         raise
     if item["kind"] == "interruption":
         emit_metric(namespace, "Interruptions", 1, "Count",
-                    {"Stage": stage, "InstanceType": item["instance_type"]})
+                    {"Stage": stage})
     return "recorded"
 
 
