@@ -33,11 +33,10 @@ def worker(args) -> None:
     import torch
     import torch.distributed as dist
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-    from torch.distributed.device_mesh import init_device_mesh
 
     from spotrun_trainer.checkpoint import CheckpointManager
     from spotrun_trainer.config import CheckpointConfig, ModelConfig
-    from spotrun_trainer.model import build_sharded_model
+    from spotrun_trainer.model import build_mesh, build_sharded_model
 
     dist.init_process_group("gloo")
     rank = dist.get_rank()
@@ -46,7 +45,7 @@ def worker(args) -> None:
     cfg = ModelConfig(config={"model_type": "llama", "hidden_size": args.hidden, "intermediate_size": args.hidden * 3,
                               "num_hidden_layers": args.layers, "num_attention_heads": 8, "vocab_size": 32000,
                               "tie_word_embeddings": False})
-    built = build_sharded_model(cfg, mesh=init_device_mesh("cpu", (dist.get_world_size(),)),
+    built = build_sharded_model(cfg, mesh=build_mesh("cpu", dist.get_world_size(), 1),
                                 device=torch.device("cpu"), seed=0)
     model = built.model
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)

@@ -5,16 +5,17 @@ import sys
 
 import torch
 import torch.distributed as dist
-from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule
 from torch.distributed.tensor import DTensor
 
 from spotrun_trainer.config import ModelConfig
-from spotrun_trainer.model import build_sharded_model
+from spotrun_trainer.model import build_mesh, build_sharded_model
 
 model_dir, out = sys.argv[1], sys.argv[2]
+replicate = int(sys.argv[3]) if len(sys.argv) > 3 else 1
 dist.init_process_group("gloo")
-mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+world = dist.get_world_size()
+mesh = build_mesh("cpu", world, replicate)  # the trainer's own mesh: 2-D when replicate (nodes) > 1
 built = build_sharded_model(ModelConfig(path=model_dir), mesh=mesh, device=torch.device("cpu"), seed=0)
 params = []
 for name, p in built.model.named_parameters():

@@ -17,9 +17,9 @@ pytestmark = pytest.mark.slow
 PROBE = Path(__file__).with_name("sharding_probe.py")
 
 
-def _torchrun(script: Path, *args: str) -> subprocess.CompletedProcess:
+def _torchrun(script: Path, *args: str, nproc: int = 2) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(TRAINER_ROOT), "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
                            "--master_port", str(free_port()), str(script), *args],
                           env=env, capture_output=True, text=True, timeout=300)
 
@@ -40,6 +40,21 @@ def test_every_block_is_its_own_fsdp_unit_and_params_are_sharded_across_two_rank
     for p0, p1 in zip(reports[0]["params"], reports[1]["params"]):
         assert p0["local_rows"] + p1["local_rows"] == p0["global_rows"], p0["name"]
         assert p0["local_rows"] < p0["global_rows"] or p0["global_rows"] == 1
+
+
+def test_two_node_layout_replicates_across_nodes_and_shards_within(assets, tmp_path):
+    # 4 processes as 2 "nodes" x 2: the 2-D mesh the trainer builds when replicate_degree (nodes) > 1.
+    res = _torchrun(PROBE, str(assets["model"]), str(tmp_path / "report"), "2", nproc=4)
+    assert res.returncode == 0, res.stderr[-4000:]
+    reports = [json.loads((tmp_path / f"report.rank{r}.json").read_text()) for r in range(4)]
+    for rep in reports:
+        assert all(rep["blocks_fsdp"]) and rep["root_fsdp"] and rep["weights_match"]
+        for p in rep["params"]:
+            assert p["placements"] == ["Replicate()", "Shard(dim=0)"] and p["mesh_size"] == 4, p
+    # Ranks 0 and 2 (same position in different nodes) hold the same shard; 0 and 1 split it.
+    for p0, p1, p2 in zip(reports[0]["params"], reports[1]["params"], reports[2]["params"]):
+        assert p0["local_rows"] == p2["local_rows"]
+        assert p0["local_rows"] + p1["local_rows"] == p0["global_rows"]
 
 
 def test_llama_trains_with_falling_loss(baseline):

@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
-from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
 from .config import ModelConfig
@@ -56,6 +56,17 @@ def find_blocks(model: nn.Module) -> list[nn.Module]:
         if isinstance(m, nn.ModuleList) and len(m) > len(best) and len({type(c) for c in m}) == 1:
             best = list(m)
     return best
+
+
+def build_mesh(device_type: str, world: int, replicate_degree: int) -> DeviceMesh:
+    """1-D (shard over every rank) on one node; 2-D hybrid sharding on several: replicate across nodes, shard
+    within a node, so the per-step all-gathers and reduce-scatters stay on the node's fast links."""
+    if world % replicate_degree:
+        raise ValueError(f"replicate_degree={replicate_degree} does not divide the world size {world}")
+    if replicate_degree == 1:
+        return init_device_mesh(device_type, (world,), mesh_dim_names=("shard",))
+    return init_device_mesh(device_type, (replicate_degree, world // replicate_degree),
+                            mesh_dim_names=("replicate", "shard"))
 
 
 def resolve_param_dtype(name: str, device_type: str) -> torch.dtype:

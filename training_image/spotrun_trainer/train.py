@@ -26,14 +26,13 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule
 
 from . import metrics
 from .checkpoint import CheckpointManager
 from .config import TrainConfig
 from .data import TokenShardLoader
-from .model import build_sharded_model
+from .model import build_mesh, build_sharded_model
 
 log = logging.getLogger("spotrun_trainer")
 
@@ -90,13 +89,7 @@ def train(cfg: TrainConfig, *, local_rank: int, stop: StopFlag) -> Outcome:
         torch.set_num_threads(cfg.num_threads)
     if cfg.deterministic:
         torch.use_deterministic_algorithms(True)
-    if world % cfg.replicate_degree:
-        raise ValueError(f"replicate_degree={cfg.replicate_degree} does not divide world size {world}")
-    if cfg.replicate_degree > 1:
-        mesh = init_device_mesh(device.type, (cfg.replicate_degree, world // cfg.replicate_degree),
-                                mesh_dim_names=("replicate", "shard"))
-    else:
-        mesh = init_device_mesh(device.type, (world,), mesh_dim_names=("shard",))
+    mesh = build_mesh(device.type, world, cfg.replicate_degree)
 
     torch.manual_seed(cfg.seed)  # the same init stream on every rank before sharding
     built = build_sharded_model(cfg.model, mesh=mesh, device=device, seed=cfg.seed)
