@@ -147,13 +147,14 @@ class CheckpointManager:
         self.rank, self.world_size, self.local_rank = dist.get_rank(), dist.get_world_size(), local_rank
         self.committed: list[int] = []
         self._pending: tuple[int, dict, Future, float, float] | None = None
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ckpt") if cfg.async_save else None
+        use_async = cfg.async_save and self.enabled
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ckpt") if use_async else None
         # NOTE: async saves must not share the training group: their collectives would interleave with FSDP's
-        # and deadlock (KNOWLEDGE.md). A dedicated gloo group carries them.
-        self._async_group = dist.new_group(backend="gloo") if cfg.async_save else None
+        # and deadlock (KNOWLEDGE.md). A dedicated gloo group carries them (and the commit's small collectives).
+        self._async_group = dist.new_group(backend="gloo") if use_async else None
         self._measured = False
         self.last_save_time = time.monotonic()
-        if self.rank == 0:
+        if self.enabled and self.rank == 0:
             self.root.mkdir(parents=True, exist_ok=True)
 
     @property
