@@ -1,8 +1,9 @@
 """Torture test for spot-proof checkpoints: kill the 2-process CPU training at random moments, restart, compare.
 
 Each trial runs the container entry point (launcher -> torchrun -> 2 workers) on a fresh job directory and
-interrupts it 1-2 times at a random moment, during start-up, training or a save: SIGKILL of the whole process
-tree (an instance vanishing) or SIGTERM (a spot notice: save and stop). It restarts until the run completes,
+interrupts it 1-2 times: mostly at a random step plus a random fraction of a second (saves run every 2 steps, so
+many kills land inside an asynchronous save), sometimes during start-up or checkpoint loading; by SIGKILL of the
+whole process tree (an instance vanishing) or SIGTERM (a spot notice: save and stop). It restarts until the run completes,
 then compares per-step losses and exported weights with an uninterrupted run, bit for bit.
 
     python benchmarks/torture.py --trials 20
@@ -31,7 +32,7 @@ from safetensors.torch import load_file  # noqa: E402
 
 from spotrun_trainer.checkpoint import step_dir, verify  # noqa: E402
 from spotrun_trainer.examples import build_example, write_sagemaker_root  # noqa: E402
-from spotrun_trainer.localrun import free_port, kill_tree, loss_history, start_launcher  # noqa: E402
+from spotrun_trainer.localrun import free_port, kill_tree, loss_history, start_launcher, wait_for_step  # noqa: E402,E501
 
 HP = {"nproc_per_node": 2, "micro_batch": 2, "max_steps": 16, "log_every": 4, "num_threads": 1,
       "deterministic": True, "seed": 5, "optim.lr": 3e-3, "data.seq_len": 64, "checkpoint.interval_steps": 2,
@@ -66,6 +67,7 @@ def main() -> int:
         print(f"baseline failed: see {base / 'launcher.log'}")
         return 1
     baseline_s = time.monotonic() - t0
+    started = time.monotonic()
     ref_losses = loss_history(sm / "model")
     print(f"baseline: {len(ref_losses)} steps in {baseline_s:.1f}s", flush=True)
 
@@ -76,24 +78,32 @@ def main() -> int:
         sm = make_job(root, assets)
         log = root / "launcher.log"
         events = []
-        for _ in range(1 if rng.random() < 0.7 else 2):
+        for _ in range(1 if rng.random() < 0.6 else 2):
             proc = start_launcher(sm, log)
-            delay = rng.uniform(2.0, baseline_s * 0.9)
-            deadline = time.monotonic() + delay
-            while time.monotonic() < deadline and proc.poll() is None:
-                time.sleep(0.01)
+            done = max(loss_history(sm / "model"), default=0)
+            if rng.random() < 0.2 or done >= HP["max_steps"] - 1:  # during start-up, load or the first step
+                when = f"{rng.uniform(1.0, 6.0):.1f}s"
+                deadline = time.monotonic() + float(when[:-1])
+                while time.monotonic() < deadline and proc.poll() is None:
+                    time.sleep(0.01)
+            else:  # at a random step, a random moment after it (saves run every 2 steps)
+                target = min(HP["max_steps"] - 1, done + rng.randint(1, 6))
+                wait_for_step(proc, sm / "model", target)
+                extra = rng.uniform(0.0, 0.4)
+                time.sleep(extra)
+                when = f"step{target}+{extra:.2f}s"
             if proc.poll() is not None:
                 break
             if rng.random() < 0.6:
                 kill_tree(proc)
-                events.append(f"SIGKILL@{delay:.1f}s")
+                events.append(f"SIGKILL@{when}")
             else:
                 proc.send_signal(signal.SIGTERM)
                 try:
                     proc.wait(timeout=120)
                 except Exception:  # noqa: BLE001 - a hung stop is a failure of the trial, not the tool
                     kill_tree(proc)
-                events.append(f"SIGTERM@{delay:.1f}s")
+                events.append(f"SIGTERM@{when}")
         # Before restarting: which checkpoints are complete right now (independently of the trainer's choice)?
         complete_now = {int(p.name.split("-")[1]) for p in (root / "checkpoints").glob("step-*")
                         if verify(p)[0] is not None} if (root / "checkpoints").exists() else set()
@@ -121,6 +131,7 @@ def main() -> int:
         print(f"trial {trial:02d}: {' '.join(events) or 'no interruption'} -> launches started at steps "
               f"{all_starts}, "
               f"bitwise {'equal' if equal else 'DIFFERENT'}", flush=True)
+    print(f"{args.trials} trials in {time.monotonic() - started:.0f}s", flush=True)
     print(f"trials={args.trials} resumed_ok={resumed_ok} torn_loaded={torn_loaded} "
           f"bitwise_equal={'true' if all_equal else 'false'}")
     return 0 if all_equal and torn_loaded == 0 else 1
