@@ -7,9 +7,10 @@ export PYTHONPATH := $(CURDIR):$(CURDIR)/training_image
 
 .PHONY: venv node test demo synth torture bench-checkpoint bench-throughput clean
 
-$(VENV)/.installed: requirements.txt requirements-dev.txt training_image/requirements.txt
+$(VENV)/.installed: requirements.txt requirements-dev.txt training_image/requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps -e .
 	touch $@
 
 node_modules/.installed: package.json package-lock.json

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from .contract import RunValidationError, parse_run
-from .planner import EstimateRefused, estimate, format_text
+from .planner import Estimate, EstimateRefused, estimate, format_text
 from .sources import resolve
 
 
@@ -47,8 +47,6 @@ def main(argv: list[str] | None = None) -> int:
         elif "error" in result:
             print(f"{path}: {result['error']}: {result['message']}", file=sys.stderr)
         else:
-            from .planner import Estimate
-
             print(f"== {path}")
             print(format_text(Estimate(**result)))
     return status

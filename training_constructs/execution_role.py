@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from aws_cdk import Stack
+from aws_cdk import ArnFormat, Stack
 from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_iam as iam
 from constructs import Construct
@@ -39,7 +39,7 @@ class TrainingExecutionRole(Construct):
         props.repository.grant_pull(self.role)
         log_group_arn = stack.format_arn(service="logs", resource="log-group",
                                          resource_name="/aws/sagemaker/TrainingJobs*",
-                                         arn_format=_colon())
+                                         arn_format=ArnFormat.COLON_RESOURCE_NAME)
         self.role.add_to_policy(iam.PolicyStatement(
             actions=["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"],
             resources=[log_group_arn]))
@@ -63,8 +63,3 @@ class TrainingExecutionRole(Construct):
             acknowledge(self.policy, f"AwsSolutions-IAM5[Action::{action}]",
                         "key-scoped data-key and re-encrypt actions on the artifact key alone (grant_encrypt_decrypt)")
 
-
-def _colon():
-    from aws_cdk import ArnFormat
-
-    return ArnFormat.COLON_RESOURCE_NAME

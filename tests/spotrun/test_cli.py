@@ -83,3 +83,10 @@ def test_s3_sources_are_read_with_boto3():
         with pytest.raises(RunValidationError) as err:
             resolve(_run_with_sources("s3://runs-bucket/models/missing/", "s3://runs-bucket/datasets/d1"), s3)
         assert err.value.field == "model.source"
+
+
+def test_the_spotrun_command_is_installed_by_make():
+    command = Path(sys.executable).parent / "spotrun"
+    assert command.exists(), "make venv installs the project (pip install -e .), which provides `spotrun`"
+    res = subprocess.run([str(command), "estimate", str(EXAMPLES[0])], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0 and "MaxRuntime / MaxWait" in res.stdout, res.stderr
