@@ -8,6 +8,7 @@
               wait        -> Wait
               stop        -> StopTrainingJob (the trainer saves and stops) -> Wait
               fallback    -> CreateOnDemandTrainingJob (same checkpoint prefix) -> Wait
+         (a run with spot=false starts with CreateOnDemandTrainingJob, with a warm pool if asked)
               completed   -> CreateModelPackage (PendingManualApproval, run metadata) -> CostReport (output)
               over_budget / failed -> notify SNS -> Fail with the cause
 NOTE: SageMaker calls use CallAwsService (create + Wait + Describe polling) rather than the `.sync`
@@ -66,7 +67,8 @@ def create_training_job_parameters(props: TrainingPipelineProps, *, spot: bool) 
     """The CreateTrainingJob request; values the estimate decides come from $.plan, the rest is fixed here."""
     store = props.store
     params: dict = {
-        "TrainingJobName.$": "$.plan.fallback_job_name" if not spot else "$.plan.job_name",
+        # The guard holds the current job's name: the plan's first, the -od name after a fallback.
+        "TrainingJobName.$": "$.guard.job_name",
         "RoleArn": props.execution_role.role_arn,
         "AlgorithmSpecification": {
             "TrainingImage": props.image_uri,
@@ -92,6 +94,8 @@ def create_training_job_parameters(props: TrainingPipelineProps, *, spot: bool) 
         "EnableInterContainerTrafficEncryption": False,
         "Tags.$": "$.plan.tags",
     }
+    if not spot:  # managed warm pools exist only without spot (the planner refuses the combination)
+        params["ResourceConfig"]["KeepAlivePeriodInSeconds.$"] = "$.plan.keep_alive_seconds"
     if props.subnet_ids:
         params["VpcConfig"] = {"Subnets": list(props.subnet_ids), "SecurityGroupIds": list(props.security_group_ids)}
     return params
@@ -203,7 +207,10 @@ class TrainingPipeline(Construct):
             sfn.Choice(self, "EstimateOk")
             .when(sfn.Condition.string_equals("$.plan.status", "InvalidRun"), invalid)
             .when(sfn.Condition.string_equals("$.plan.status", "OverBudget"), over_budget)
-            .otherwise(init_guard.next(create_spot).next(wait)))
+            .otherwise(init_guard.next(
+                sfn.Choice(self, "SpotOrOnDemand")
+                .when(sfn.Condition.boolean_equals("$.plan.spot", True), create_spot.next(wait))
+                .otherwise(create_on_demand))))
 
         log_group = logs.LogGroup(self, "Logs", retention=logs.RetentionDays.SIX_MONTHS)
         self.state_machine = sfn.StateMachine(

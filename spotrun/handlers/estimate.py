@@ -113,6 +113,7 @@ def plan(run_raw: Any, execution: str, settings: PipelineSettings, *, s3_client:
         "volume_gb": max(100, int(est.checkpoint_bytes * run.checkpoint.keep * 1.5 / 1e9) + 50),
         "max_runtime_seconds": est.max_runtime_seconds,
         "max_wait_seconds": est.max_wait_seconds,
+        "keep_alive_seconds": 0 if run.compute.spot else run.compute.warm_pool_minutes * 60,
         "hyperparameters": hyper,
         "input_data_config": channels,
         "tags": [{"Key": k, "Value": v} for k, v in sorted(tags.items())],

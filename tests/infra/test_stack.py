@@ -159,6 +159,8 @@ def test_training_job_parameters(definition, state, spot):
     stopping = params["StoppingCondition"]
     assert stopping["MaxRuntimeInSeconds.$"] == "$.plan.max_runtime_seconds"
     assert ("MaxWaitTimeInSeconds.$" in stopping) is spot
+    assert ("KeepAlivePeriodInSeconds.$" in params["ResourceConfig"]) is not spot  # warm pools: on-demand only
+    assert params["TrainingJobName.$"] == "$.guard.job_name"
     ckpt = params["CheckpointConfig"]
     assert ckpt["LocalPath"] == "/opt/ml/checkpoints"
     assert ckpt["S3Uri.$"] == "States.Format('s3://ref-artifactsbucket88671897/checkpoints/{}/', $.plan.run_name)"
@@ -174,4 +176,8 @@ def test_named_failures_before_anything_is_created(definition):
     assert definition["States"]["InvalidRun"] == {"Type": "Fail", "Error": "InvalidRun", "CausePath": "$.plan.message"}
     assert definition["States"]["OverBudget"]["Error"] == "OverBudget"
     assert choice["Default"] == "InitGuard"
-    assert definition["States"]["InitGuard"]["Next"] == "CreateSpotTrainingJob"
+    assert definition["States"]["InitGuard"]["Next"] == "SpotOrOnDemand"
+    spot_or_not = definition["States"]["SpotOrOnDemand"]
+    assert spot_or_not["Choices"] == [{"Variable": "$.plan.spot", "BooleanEquals": True,
+                                       "Next": "CreateSpotTrainingJob"}]
+    assert spot_or_not["Default"] == "CreateOnDemandTrainingJob"

@@ -138,6 +138,26 @@ def test_good_run_creates_a_spot_job_with_checkpoints_and_registers_the_model(aw
     assert output["report"]["cap_usd"] == 25
 
 
+def test_on_demand_run_creates_a_job_without_spot_with_its_warm_pool(aws):
+    run = copy.deepcopy(RUN)
+    run["compute"].update(spot=False, warm_pool_minutes=10)
+    p = plan(run, "on-demand", aws["settings"], s3_client=aws["s3"])
+    assert p["status"] == "ok" and p["spot"] is False, p
+    guard0 = {"action": "wait", "job_name": p["job_name"], "spot": False, "spent_before_usd": 0,
+              "interruptions_before": 0}
+    done = decide(p, guard0, {"TrainingJobStatus": "Completed", "BillableTimeInSeconds": 600,
+                              "TrainingTimeInSeconds": 600,
+                              "ModelArtifacts": {"S3ModelArtifacts": f"s3://{BUCKET}/output/x/model.tar.gz"}},
+                  now=time.time())
+    queue_lambda_results(p, done)
+    assert execute(aws, "on-demand", run)["status"] == "SUCCEEDED"
+    job = aws["sagemaker"].describe_training_job(TrainingJobName=p["job_name"])
+    assert job["EnableManagedSpotTraining"] is False
+    assert "MaxWaitTimeInSeconds" not in job["StoppingCondition"]
+    assert job["ResourceConfig"]["KeepAlivePeriodInSeconds"] == 600
+    assert job["CheckpointConfig"]["S3Uri"] == f"s3://{BUCKET}/checkpoints/moto-run/"
+
+
 @pytest.mark.parametrize("mutate, error", [
     (lambda r: r.update(budget={"max_usd": 0.01}), "OverBudget"),
     (lambda r: r["data"].update(source="s3://somewhere-else/datasets/x/"), "InvalidRun"),
