@@ -248,13 +248,38 @@ def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | 
         cost_usd=cost, spot=c.spot, advice=advice, warnings=warnings,
     )
     est.hyperparameters = trainer_hyperparameters(run, est)
+    if c.spot and best.spot >= 0.9 * best.on_demand:
+        advice.append("spot saves under 10% here once interruptions are counted: on-demand (compute.spot=false) "
+                      "costs about the same without the interruptions")
     if chosen_cost > run.max_usd:
         if not lora:
-            advice.append("a LoRA fine-tune (training.method=lora) trains and checkpoints a small fraction of the "
-                          "parameters and costs less")
+            advice.append(_lora_alternative(run, catalog, model_config, data_tokens, recorded_rates))
         raise EstimateRefused("OverBudget", f"estimated ${chosen_cost:.2f} exceeds budget.max_usd={run.max_usd:.2f} "
                               f"({best.count} x {best.instance_type}, {expected_wall / 3600:.1f} h)", est)
     return est
+
+
+def _lora_alternative(run: RunSpec, catalog: dict, model_config: dict | None, data_tokens: int | None,
+                      recorded_rates: dict[str, float] | None) -> str:
+    """Advice for a full fine-tune over budget: what LoRA (rank 16, all linear layers) would cost."""
+    generic = ("a LoRA fine-tune (training.method=lora) trains and checkpoints a small fraction of the parameters "
+               "and costs less")
+    if run.model.parameters is not None:
+        return generic
+    from dataclasses import replace
+
+    from .contract import LoraSpec
+
+    lora_run = replace(run, training=replace(run.training, method="lora", lora=LoraSpec(16, "all-linear")),
+                       max_usd=float("inf"))
+    try:
+        alt = estimate(lora_run, catalog=catalog, model_config=model_config, data_tokens=data_tokens,
+                       recorded_rates=recorded_rates)
+    except EstimateRefused:
+        return generic
+    key = "spot" if run.compute.spot else "on_demand"
+    return (f"LoRA (training.method=lora, rank 16, all-linear) would train {alt.trainable_parameters:,} "
+            f"parameters on {alt.instance_count} x {alt.instance_type} for about ${alt.cost_usd[key]:.2f}")
 
 
 def trainer_hyperparameters(run: RunSpec, est: Estimate) -> dict[str, str]:

@@ -116,6 +116,26 @@ def test_over_budget_is_refused_with_the_estimate_and_advice():
     assert any("LoRA" in a for a in err.value.estimate.advice)
 
 
+def test_over_budget_full_run_is_advised_what_lora_would_cost():
+    llama2_7b = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+                 "num_attention_heads": 32, "vocab_size": 32000}
+    big = {**CATALOG, "instances": {**CATALOG["instances"], "ml.a1.huge": {
+        "gpus": 8, "gpu_memory_gb": 80, "bf16_tflops_per_gpu": 100, "s3_upload_gb_per_s": 1.0,
+        "on_demand_usd_per_hour": 40.0}}}
+    with pytest.raises(EstimateRefused) as err:
+        estimate(run(model={"config": llama2_7b}, budget={"max_usd": 50}), catalog=big)
+    lora = estimate(run(model={"config": llama2_7b}, training={"method": "lora", "lora": {"rank": 16}},
+                        budget={"max_usd": 10_000}), catalog=big)
+    expected = (f"LoRA (training.method=lora, rank 16, all-linear) would train 39,976,960 parameters on "
+                f"{lora.instance_count} x {lora.instance_type} for about ${lora.cost_usd['spot']:.2f}")
+    assert expected in err.value.estimate.advice
+
+
+def test_spot_that_saves_little_is_advised_against():
+    est = estimate(run(compute={"instance_type": "ml.a1.small", "spot_discount": 0.05}), catalog=CATALOG)
+    assert any("on-demand (compute.spot=false) costs about the same" in a for a in est.advice)
+
+
 @pytest.mark.parametrize("sections, message", [
     ({"compute": {"max_wait_hours": 1}}, "MaxWait (3600 s) < MaxRuntime"),
     ({"compute": {"warm_pool_minutes": 10}}, "warm pools cannot be used with spot instances"),
