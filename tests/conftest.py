@@ -17,8 +17,9 @@ def assets(tmp_path_factory) -> dict:
     """A tiny corpus, BPE tokenizer, Llama/GPT-2/Qwen2 model dirs and prepared shards, built once."""
     root = tmp_path_factory.mktemp("assets")
     paths = build_example(root, "llama")
-    from spotrun_trainer.examples import save_tiny_model
     from transformers import AutoTokenizer
+
+    from spotrun_trainer.examples import save_tiny_model
 
     vocab = len(AutoTokenizer.from_pretrained(paths["tokenizer"]))
     paths["model-gpt2"] = save_tiny_model("gpt2", root / "model-gpt2", vocab_size=vocab,

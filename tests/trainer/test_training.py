@@ -37,7 +37,7 @@ def test_every_block_is_its_own_fsdp_unit_and_params_are_sharded_across_two_rank
             assert p["dtensor"], p["name"]
             assert p["placements"] == ["Shard(dim=0)"] and p["mesh_size"] == 2, p
     # Shard(0) over 2 ranks: the two local row counts add up to the global row count.
-    for p0, p1 in zip(reports[0]["params"], reports[1]["params"]):
+    for p0, p1 in zip(reports[0]["params"], reports[1]["params"], strict=True):
         assert p0["local_rows"] + p1["local_rows"] == p0["global_rows"], p0["name"]
         assert p0["local_rows"] < p0["global_rows"] or p0["global_rows"] == 1
 
@@ -52,7 +52,7 @@ def test_two_node_layout_replicates_across_nodes_and_shards_within(assets, tmp_p
         for p in rep["params"]:
             assert p["placements"] == ["Replicate()", "Shard(dim=0)"] and p["mesh_size"] == 4, p
     # Ranks 0 and 2 (same position in different nodes) hold the same shard; 0 and 1 split it.
-    for p0, p1, p2 in zip(reports[0]["params"], reports[1]["params"], reports[2]["params"]):
+    for p0, p1, p2 in zip(reports[0]["params"], reports[1]["params"], reports[2]["params"], strict=True):
         assert p0["local_rows"] == p2["local_rows"]
         assert p0["local_rows"] + p1["local_rows"] == p0["global_rows"]
 
