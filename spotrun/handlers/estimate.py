@@ -65,6 +65,7 @@ def _channel(name: str, uri: str) -> dict:
 
 def plan(run_raw: Any, execution: str, settings: PipelineSettings, *, s3_client: Any = None,
          rates: dict[str, float] | None = None, catalog: dict | None = None) -> dict:
+    catalog = catalog or load_catalog()
     try:
         run: RunSpec = parse_run(run_raw)
         if run.model.parameters is not None:
@@ -80,7 +81,7 @@ def plan(run_raw: Any, execution: str, settings: PipelineSettings, *, s3_client:
         model_uri = (_require_under(run.model.source, settings, "models/", "model.source")
                      if run.model.source else None)
         model_config, tokens = resolve(run, s3_client=s3_client)
-        est = estimate(run, catalog=catalog or load_catalog(), model_config=model_config, data_tokens=tokens,
+        est = estimate(run, catalog=catalog, model_config=model_config, data_tokens=tokens,
                        recorded_rates=rates)
     except RunValidationError as exc:
         return {"status": "InvalidRun", "message": str(exc), "field": exc.field}
@@ -90,7 +91,6 @@ def plan(run_raw: Any, execution: str, settings: PipelineSettings, *, s3_client:
             out["estimate"] = {k: exc.estimate.to_json()[k] for k in CONTRACT_KEYS}
         return out
 
-    catalog = catalog or load_catalog()
     family = est.instance_type.split(".")[1]
     discount = run.compute.spot_discount if run.compute.spot_discount is not None else \
         catalog["families"][family]["spot_discount"]
