@@ -85,6 +85,12 @@ def files_written_by(directory: Path, rank: int) -> list[dict]:
     return out
 
 
+def _referenced_files(metadata) -> set[str]:
+    """Relative paths of the data files DCP's metadata points into (known on the coordinator, rank 0)."""
+    storage = getattr(metadata, "storage_data", None) or {}
+    return {info.relative_path for info in storage.values() if hasattr(info, "relative_path")}
+
+
 def verify(directory: Path) -> tuple[dict | None, str]:
     """(manifest, "") when the checkpoint is complete and undamaged, else (None, the reason)."""
     m = _STEP_DIR.match(directory.name)
@@ -198,18 +204,19 @@ class CheckpointManager:
         t0 = time.monotonic()
         state = self._state(train_state)
         if blocking or self._executor is None:
-            dcp.save(state, checkpoint_id=str(directory))
+            metadata = dcp.save(state, checkpoint_id=str(directory))
             blocked = time.monotonic() - t0
             files = files_written_by(directory, self.rank)
-            self._commit(step, train_state, files, t0, blocked, "sync")
+            self._commit(step, train_state, (files, _referenced_files(metadata)), t0, blocked, "sync")
             return
         dcp_future = dcp.async_save(state, checkpoint_id=str(directory), process_group=self._async_group,
                                     async_stager=self._stager)
         blocked = time.monotonic() - t0
 
-        def finish() -> list[dict]:
-            dcp_future.result()
-            return files_written_by(directory, self.rank)  # hashing happens off the training thread
+        def finish() -> tuple[list[dict], set[str]]:
+            metadata = dcp_future.result()
+            # hashing happens here, off the training thread
+            return files_written_by(directory, self.rank), _referenced_files(metadata)
 
         self._pending = (step, train_state, self._executor.submit(finish), t0, blocked)
         self.last_save_time = time.monotonic()
@@ -226,11 +233,19 @@ class CheckpointManager:
         self._pending = None
         self._commit(step, train_state, future.result(), t0, blocked, "async")
 
-    def _commit(self, step: int, train_state: dict, files: list[dict], t0: float, blocked: float, kind: str) -> None:
+    def _commit(self, step: int, train_state: dict, written: tuple[list[dict], set[str]], t0: float,
+                blocked: float, kind: str) -> None:
+        files, referenced = written
         gathered: list = [None] * self.world_size
         dist.all_gather_object(gathered, files, group=self._async_group)
         directory = step_dir(self.root, step)
         all_files = [f for rank_files in gathered for f in rank_files]
+        missing = referenced - {f["path"] for f in all_files}
+        if self.rank == 0 and missing:
+            # NOTE: files are attributed to ranks by DCP's `__{rank}_` naming; if that ever changes, refuse to
+            # commit a manifest that would not cover the checkpoint.
+            raise RuntimeError(f"checkpoint step-{step:08d}: DCP wrote {sorted(missing)} which no rank reported; "
+                               "the manifest would be incomplete")
         total = sum(f["size"] for f in all_files)
         if self.rank == 0:
             manifest = {"format": FORMAT, "step": step, "world_size": self.world_size,
