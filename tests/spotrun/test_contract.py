@@ -48,43 +48,64 @@ def _delete(obj, path):
     del target[path[-1]]
 
 
+REQUIRED = [("version",), ("name",), ("model",), ("data",), ("budget",), ("data", "seq_len"), ("budget", "max_usd")]
+
+
 @st.composite
 def malformed_runs(draw):
+    """A run that is certainly invalid: one known-bad change (a wrong value at a leaf, a required field removed,
+    an unknown field added), plus up to two arbitrary mutations anywhere; or arbitrary JSON instead of a run."""
+    if draw(st.integers(0, 9)) == 0:
+        value = draw(json_values)
+        if not isinstance(value, dict):
+            return value
     raw = copy.deepcopy(VALID)
-    for _ in range(draw(st.integers(1, 3))):
+    for _ in range(draw(st.integers(0, 2))):  # arbitrary changes first ...
         paths = [p for p in _paths(raw) if p]
         path = draw(st.sampled_from(paths))
-        action = draw(st.sampled_from(["replace", "delete", "add"]))
         try:
-            if action == "replace":
+            if draw(st.booleans()):
                 _set(raw, path, draw(json_values))
-            elif action == "delete":
-                _delete(raw, path)
             else:
-                parent = raw
-                for key in path[:-1]:
-                    parent = parent[key]
-                if isinstance(parent, dict):
-                    parent[draw(st.text(min_size=1, max_size=8))] = draw(json_values)
+                _delete(raw, path)
         except (KeyError, TypeError):
             pass  # an earlier mutation replaced a parent: this path no longer exists
-    return draw(st.sampled_from([raw, raw, raw, draw(json_values)]))
+    kind = draw(st.sampled_from(["confuse", "remove", "unknown"]))  # ... then one that is certainly invalid
+    try:
+        if kind == "confuse":
+            path, value = draw(st.sampled_from(TYPE_CONFUSION))
+            _set(raw, path, value)
+        elif kind == "remove":
+            _delete(raw, draw(st.sampled_from(REQUIRED)))
+        else:
+            section = draw(st.sampled_from([(), ("model",), ("data",), ("training",), ("compute",), ("budget",)]))
+            target = raw
+            for key in section:
+                target = target[key]
+            target[draw(st.text(min_size=1, max_size=8).filter(lambda k: k not in target))] = draw(json_values)
+    except (KeyError, TypeError, AttributeError):
+        raw["name"] = 42  # the section was already replaced by garbage: break a field that always exists
+    return raw
+
+
+BAD_INPUTS_SEEN = []
 
 
 @settings(max_examples=800, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(malformed_runs())
 def test_malformed_runs_get_a_validation_error_naming_a_field_never_a_traceback(raw):
-    try:
-        run = parse_run(raw)
-    except RunValidationError as exc:
-        assert exc.field and str(exc).startswith(exc.field + "=") and "expected" in str(exc)
-        return
-    try:  # it parsed: the estimate must still answer with a result or a named refusal
-        estimate(run)
-    except EstimateRefused as exc:
-        assert exc.code in ("InvalidRun", "OverBudget") and exc.message
-    except RunValidationError as exc:
-        assert exc.field.startswith(("model.", "training."))
+    with pytest.raises(RunValidationError) as err:  # any other exception fails the test
+        parse_run(raw)
+    assert err.value.field and str(err.value).startswith(err.value.field + "=")
+    assert "expected" in str(err.value)
+    BAD_INPUTS_SEEN.append(err.value.field)
+
+
+def test_the_fuzzing_covered_at_least_500_bad_inputs_across_many_fields():
+    if not BAD_INPUTS_SEEN:  # run alone: drive the property test here
+        test_malformed_runs_get_a_validation_error_naming_a_field_never_a_traceback()
+    assert len(BAD_INPUTS_SEEN) >= 500
+    assert len(set(BAD_INPUTS_SEEN)) >= 15
 
 
 TYPE_CONFUSION = [
@@ -130,3 +151,31 @@ def test_every_example_run_is_valid():
     for path in EXAMPLES:
         run = parse_run(json.loads(path.read_text()))
         assert run.name and run.max_usd > 0
+
+
+@settings(max_examples=300, deadline=None)
+@given(tokens=st.integers(1, 10**12), epochs=st.floats(0.01, 100), count=st.one_of(st.just("auto"), st.integers(1, 64)),
+       spot=st.booleans(), budget=st.floats(0.01, 1e7), target=st.one_of(st.none(), st.floats(0.1, 600)),
+       itype=st.sampled_from(["auto", "ml.g5.xlarge", "ml.p5.48xlarge", "ml.g6e.48xlarge"]),
+       lora=st.one_of(st.none(), st.integers(1, 256)), wait=st.one_of(st.none(), st.floats(0.1, 1000)))
+def test_valid_runs_always_get_an_estimate_or_a_named_refusal(tokens, epochs, count, spot, budget, target, itype,
+                                                             lora, wait):
+    raw = copy.deepcopy(VALID)
+    raw["data"]["tokens"] = tokens
+    raw["training"]["epochs"] = epochs
+    if lora:
+        raw["training"].update(method="lora", lora={"rank": lora})
+    raw["compute"].update(instance_count=count, spot=spot, instance_type=itype)
+    if target is not None:
+        raw["compute"]["target_hours"] = target
+    if wait is not None:
+        raw["compute"]["max_wait_hours"] = wait
+    raw["budget"]["max_usd"] = budget
+    try:
+        est = estimate(parse_run(raw))
+    except EstimateRefused as exc:
+        assert exc.code in ("InvalidRun", "OverBudget") and exc.message
+        return
+    assert est.max_wait_seconds >= est.max_runtime_seconds or not spot
+    assert 0 < est.max_runtime_seconds <= 28 * 24 * 3600
+    assert est.cost_usd["spot" if spot else "on_demand"] <= budget + 0.005  # costs are rounded to cents
