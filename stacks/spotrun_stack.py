@@ -7,7 +7,7 @@ logical IDs are pinned by tests instead, and they are retained on deletion.
 
 from __future__ import annotations
 
-from aws_cdk import RemovalPolicy, Stack
+from aws_cdk import CfnOutput, RemovalPolicy, Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sagemaker as sagemaker
@@ -66,3 +66,11 @@ class SpotrunStack(Stack):
         self.governance = CostGovernance(self, "CostGovernance", props=CostGovernanceProps(
             project=config.project, stage=config.stage, monthly_budget_usd=config.monthly_budget_usd,
             emails=config.notification_emails, state_machine=self.pipeline.state_machine))
+        # What users need after `cdk deploy`: where to upload, what to start, where to look.
+        CfnOutput(self, "ArtifactBucket", value=self.store.bucket.bucket_name,
+                  description="upload datasets/<name>/ (shards + index.json) and models/<name>/ (HF model dirs) here")
+        CfnOutput(self, "StateMachineArn", value=self.pipeline.state_machine.state_machine_arn,
+                  description="aws stepfunctions start-execution --state-machine-arn ... --input file://run.json")
+        CfnOutput(self, "FailuresTopicArn", value=self.failures_topic.topic_arn)
+        CfnOutput(self, "DashboardName", value=self.governance.dashboard.dashboard_name)
+        CfnOutput(self, "ModelPackageGroupName", value=config.model_package_group)

@@ -181,3 +181,11 @@ def test_named_failures_before_anything_is_created(definition):
     assert spot_or_not["Choices"] == [{"Variable": "$.plan.spot", "BooleanEquals": True,
                                        "Next": "CreateSpotTrainingJob"}]
     assert spot_or_not["Default"] == "CreateOnDemandTrainingJob"
+
+
+def test_outputs_tell_users_where_to_upload_and_what_to_start(synth):
+    outputs = synth.template["Outputs"]
+    assert outputs["ArtifactBucket"]["Value"] == {"Ref": BUCKET}
+    assert outputs["StateMachineArn"]["Value"] == {"Ref": "PipelineStateMachine1814BD05"}
+    assert outputs["ModelPackageGroupName"]["Value"] == "spotrun-models"
+    assert {"FailuresTopicArn", "DashboardName"} <= outputs.keys()

@@ -196,6 +196,7 @@ def run(plan: LaunchPlan, *, failure_file: Path, outcome_dir: Path) -> int:
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
     rc = proc.wait()
+    _reap_orphans()
     code, message = decide_exit(rc, signalled=signalled, outcomes=read_outcomes(outcome_dir),
                                 nproc=plan.nproc_per_node)
     if message:
@@ -203,6 +204,17 @@ def run(plan: LaunchPlan, *, failure_file: Path, outcome_dir: Path) -> int:
         failure_file.write_text(message + "\n")
         log.error("training failed: %s", message)
     return code
+
+
+def _reap_orphans() -> None:
+    """As PID 1, orphaned processes (workers of a killed torchrun) are re-parented here: collect them."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
 
 
 def main(argv: list[str] | None = None) -> int:
