@@ -71,7 +71,7 @@ def main() -> int:
     ref_losses = loss_history(sm / "model")
     print(f"baseline: {len(ref_losses)} steps in {baseline_s:.1f}s", flush=True)
 
-    resumed_ok = torn_loaded = 0
+    resumed_ok = torn_loaded = unclean_stops = 0
     all_equal = True
     for trial in range(args.trials):
         root = work / f"trial-{trial:02d}"
@@ -100,10 +100,14 @@ def main() -> int:
             else:
                 proc.send_signal(signal.SIGTERM)
                 try:
-                    proc.wait(timeout=120)
+                    rc = proc.wait(timeout=120)
                 except Exception:  # noqa: BLE001 - a hung stop is a failure of the trial, not the tool
                     kill_tree(proc)
-                events.append(f"SIGTERM@{when}")
+                    rc = "hung"
+                # A stop must end cleanly: exit 0 and no output/failure (SageMaker would report a failure).
+                clean = rc == 0 and not (sm / "output" / "failure").exists()
+                unclean_stops += int(not clean)
+                events.append(f"SIGTERM@{when}{'' if clean else f'(UNCLEAN rc={rc})'}")
         # Before restarting: which checkpoints are complete right now (independently of the trainer's choice)?
         complete_now = {int(p.name.split("-")[1]) for p in (root / "checkpoints").glob("step-*")
                         if verify(p)[0] is not None} if (root / "checkpoints").exists() else set()
@@ -131,10 +135,11 @@ def main() -> int:
         print(f"trial {trial:02d}: {' '.join(events) or 'no interruption'} -> launches started at steps "
               f"{all_starts}, "
               f"bitwise {'equal' if equal else 'DIFFERENT'}", flush=True)
-    print(f"{args.trials} trials in {time.monotonic() - started:.0f}s", flush=True)
+    print(f"{args.trials} trials in {time.monotonic() - started:.0f}s; unclean stops after SIGTERM: {unclean_stops}",
+          flush=True)
     print(f"trials={args.trials} resumed_ok={resumed_ok} torn_loaded={torn_loaded} "
           f"bitwise_equal={'true' if all_equal else 'false'}")
-    return 0 if all_equal and torn_loaded == 0 else 1
+    return 0 if all_equal and torn_loaded == 0 and unclean_stops == 0 else 1
 
 
 if __name__ == "__main__":

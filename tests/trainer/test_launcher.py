@@ -110,12 +110,13 @@ def test_missing_resourceconfig_is_a_clear_error(tmp_path):
 
 
 @pytest.mark.parametrize("rc, signalled, outcomes, expected", [
-    (0, False, [], (0, "")),
-    (1, True, [{"status": "stopped"}, {"status": "stopped"}], (0, "")),
-    (1, True, [{"status": "stopped"}], (1, "torchrun exited with code 1 after a stop signal, before every worker")),
-    (1, False, [{"status": "failed", "message": "CUDA out of memory: turn on"}], (1, "CUDA out of memory: turn on")),
-    (-9, False, [], (1, "torchrun exited with code -9 without a worker error report")),
+    (0, False, [], (0, "", "")),
+    (1, True, [{"status": "stopped"}, {"status": "stopped"}], (0, "", "")),
+    (1, True, [{"status": "stopped"}], (0, "", "stopped by signal; 1 of 2 local workers exited before reporting")),
+    (1, True, [{"status": "failed", "message": "boom"}], (1, "boom", "")),
+    (1, False, [{"status": "failed", "message": "CUDA out of memory: turn on"}], (1, "CUDA out of memory: turn on", "")),
+    (-9, False, [], (1, "torchrun exited with code -9 without a worker error report", "")),
 ])
 def test_exit_code_mapping(rc, signalled, outcomes, expected):
-    code, message = decide_exit(rc, signalled=signalled, outcomes=outcomes, nproc=2)
-    assert code == expected[0] and message.startswith(expected[1])
+    code, message, warning = decide_exit(rc, signalled=signalled, outcomes=outcomes, nproc=2)
+    assert code == expected[0] and message.startswith(expected[1]) and warning.startswith(expected[2])

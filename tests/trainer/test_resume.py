@@ -41,6 +41,22 @@ def test_sigterm_saves_agreed_step_exits_cleanly_and_resume_is_bitwise_identical
     assert_same_run(job, baseline)
 
 
+def test_sigterm_while_starting_exits_cleanly_without_a_failure(job_factory):
+    import time
+
+    job = job_factory("early-stop")
+    proc = job.start()
+    deadline = time.monotonic() + 60
+    while "launch:" not in (job.text() if job.log.exists() else "") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(1.0)  # workers are importing torch or building the model: no step has run
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=120) == 0, job.text()[-3000:]
+    assert not job.failure.exists()
+    assert "run_completed" not in job.text()
+    assert committed_checkpoints(job.ckpt) == []  # nothing new to save: the notice is spent exiting
+
+
 def test_sigkill_of_the_whole_process_tree_then_restart_is_bitwise_identical(job_factory, baseline):
     job = job_factory("sigkill")
     proc = job.start()

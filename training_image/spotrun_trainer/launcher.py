@@ -168,37 +168,50 @@ def read_outcomes(outcome_dir: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted(Path(outcome_dir).glob("rank*.json"))]
 
 
-def decide_exit(returncode: int, *, signalled: bool, outcomes: list[dict], nproc: int) -> tuple[int, str]:
-    """(exit code, failure message or ""): a clean save-and-stop is success even though torchrun exits 1."""
+def decide_exit(returncode: int, *, signalled: bool, outcomes: list[dict], nproc: int) -> tuple[int, str, str]:
+    """(exit code, failure message or "", warning or ""). A stop signal ends the job cleanly unless a worker
+    reported an error: torchrun exits 1 even after every worker saved and stopped, and workers still importing
+    when the signal came die without reporting (their last checkpoint is intact: nothing is lost)."""
     if returncode == 0:
-        return 0, ""
+        return 0, "", ""
     failed = [o for o in outcomes if o.get("status") == "failed"]
     if failed:
-        return returncode or 1, failed[0].get("message") or "a worker failed"
-    if signalled and len(outcomes) == nproc and all(o.get("status") == "stopped" for o in outcomes):
-        return 0, ""
-    cause = "after a stop signal, before every worker saved" if signalled else "without a worker error report"
-    return returncode if returncode > 0 else 1, f"torchrun exited with code {returncode} {cause}"
+        return returncode or 1, failed[0].get("message") or "a worker failed", ""
+    if signalled:
+        stopped = sum(1 for o in outcomes if o.get("status") == "stopped")
+        if stopped == nproc:
+            return 0, "", ""
+        return 0, "", (f"stopped by signal; {nproc - stopped} of {nproc} local workers exited before reporting "
+                       "(still starting, or killed at the shutdown timeout): the newest complete checkpoint stands")
+    return (returncode if returncode > 0 else 1), f"torchrun exited with code {returncode} without a worker error " \
+        "report", ""
 
 
 def run(plan: LaunchPlan, *, failure_file: Path, outcome_dir: Path) -> int:
     for w in plan.warnings:
         log.warning(w)
     log.info("launch: %s", " ".join(plan.command))
-    proc = subprocess.Popen(plan.command, env={**os.environ, **plan.env})
     signalled = False
+    proc: subprocess.Popen | None = None
 
     def forward(signum, _frame):
         nonlocal signalled
         signalled = True
-        proc.send_signal(signum)  # torchrun forwards it to every worker within milliseconds
+        if proc is not None:
+            proc.send_signal(signum)  # torchrun forwards it to every worker within milliseconds
 
+    # Installed before torchrun starts: a stop that arrives while it launches is forwarded right after.
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
+    proc = subprocess.Popen(plan.command, env={**os.environ, **plan.env})
+    if signalled:
+        proc.send_signal(signal.SIGTERM)
     rc = proc.wait()
     _reap_orphans()
-    code, message = decide_exit(rc, signalled=signalled, outcomes=read_outcomes(outcome_dir),
-                                nproc=plan.nproc_per_node)
+    code, message, warning = decide_exit(rc, signalled=signalled, outcomes=read_outcomes(outcome_dir),
+                                         nproc=plan.nproc_per_node)
+    if warning:
+        log.warning(warning)
     if message:
         failure_file.parent.mkdir(parents=True, exist_ok=True)
         failure_file.write_text(message + "\n")

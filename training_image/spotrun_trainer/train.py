@@ -107,17 +107,28 @@ def train(cfg: TrainConfig, *, local_rank: int, stop: StopFlag) -> Outcome:
         optimizer, lr_lambda(total_steps, cfg.optim.warmup_steps, cfg.optim.min_lr_ratio))
     ckpt = CheckpointManager(cfg.checkpoint, model=model, optimizer=optimizer, local_rank=local_rank)
 
-    step, tokens_seen = 0, 0
+    step, tokens_seen, last_loss = 0, 0, float("nan")
     restored = ckpt.load()
     if restored is not None:
         ts = restored.train_state
         step, tokens_seen = ts["step"], ts["tokens_seen"]
+        last_loss = ts.get("last_loss", last_loss)
         loader.load_state_dict(ts["loader"])
         scheduler.load_state_dict(ts["scheduler"])
 
     def train_state() -> dict:
-        return {"step": step, "tokens_seen": tokens_seen, "loader": loader.state_dict(),
+        return {"step": step, "tokens_seen": tokens_seen, "last_loss": last_loss, "loader": loader.state_dict(),
                 "scheduler": scheduler.state_dict()}
+
+    # A stop that arrived while starting (loading the model or the checkpoint): nothing new to save, and the
+    # notice is better spent exiting than running a step.
+    early = torch.tensor([float(stop.requested)], device=device)
+    dist.all_reduce(early, op=dist.ReduceOp.MAX)
+    if early.item():
+        ckpt.close()
+        if rank == 0:
+            print(f"run_stopped step={step} reason=signal-before-first-step", flush=True)
+        return Outcome("stopped", step)
 
     if rank == 0:
         print(f"run_start params={built.num_params} world={world} blocks={len(built.blocks)} "
@@ -127,7 +138,6 @@ def train(cfg: TrainConfig, *, local_rank: int, stop: StopFlag) -> Outcome:
     tokens_per_step = samples_per_step * cfg.data.seq_len
     window_t, window_tokens = time.perf_counter(), 0
     run_t0 = time.perf_counter()
-    last_loss = float("nan")
 
     while step < total_steps:
         loss_sum = torch.zeros((), device=device)
