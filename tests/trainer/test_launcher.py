@@ -120,3 +120,36 @@ def test_missing_resourceconfig_is_a_clear_error(tmp_path):
 def test_exit_code_mapping(rc, signalled, outcomes, expected):
     code, message, warning = decide_exit(rc, signalled=signalled, outcomes=outcomes, nproc=2)
     assert code == expected[0] and message.startswith(expected[1]) and warning.startswith(expected[2])
+
+
+def test_stop_signal_is_forwarded_once_even_if_it_arrived_before_torchrun_started():
+    import signal as sig
+
+    from spotrun_trainer.launcher import StopSignal
+
+    class FakeChild:
+        def __init__(self):
+            self.sent = []
+
+        def send_signal(self, signum):
+            self.sent.append(signum)
+
+    stop = StopSignal()
+    stop._handle(sig.SIGTERM, None)  # before torchrun exists: remembered
+    child = FakeChild()
+    stop.child = child
+    stop.forward()  # right after Popen
+    stop._handle(sig.SIGTERM, None)  # a second signal: not forwarded again
+    assert stop.received == sig.SIGTERM and child.sent == [sig.SIGTERM]
+
+
+def test_stop_before_launch_exits_cleanly_without_starting_torchrun(tmp_path):
+    import signal as sig
+
+    from spotrun_trainer.launcher import StopSignal, run
+
+    p = plan(sm_root(tmp_path, ["algo-1"], "algo-1"), gpus=0, efa=())
+    stop = StopSignal()
+    stop._handle(sig.SIGTERM, None)
+    assert run(p, failure_file=tmp_path / "failure", outcome_dir=tmp_path / "o", stop=stop) == 0
+    assert stop.child is None and not (tmp_path / "failure").exists()

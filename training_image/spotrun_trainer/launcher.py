@@ -187,29 +187,48 @@ def decide_exit(returncode: int, *, signalled: bool, outcomes: list[dict], nproc
         "report", ""
 
 
-def run(plan: LaunchPlan, *, failure_file: Path, outcome_dir: Path) -> int:
+class StopSignal:
+    """SIGTERM/SIGINT, caught from the launcher's first instruction and forwarded to torchrun once it runs.
+
+    NOTE: as PID 1 in the container, a signal without a handler is simply ignored by the kernel: an early stop
+    would be lost and SageMaker would SIGKILL the job 120 s later. So the handler goes in before anything else."""
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self.child: subprocess.Popen | None = None
+        self._forwarded = False
+
+    def install(self) -> "StopSignal":
+        signal.signal(signal.SIGTERM, self._handle)
+        signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def _handle(self, signum, _frame) -> None:
+        if self.received is None:
+            self.received = signum
+        self.forward()
+
+    def forward(self) -> None:
+        """Send the stop to torchrun once: a second signal during its graceful shutdown would cut the wait for
+        the workers' emergency save short."""
+        if self.received is not None and self.child is not None and not self._forwarded:
+            self._forwarded = True
+            self.child.send_signal(self.received)  # torchrun forwards it to every worker within milliseconds
+
+
+def run(plan: LaunchPlan, *, failure_file: Path, outcome_dir: Path, stop: StopSignal) -> int:
     for w in plan.warnings:
         log.warning(w)
+    if stop.received is not None:
+        log.info("stop signal before training started: exiting without starting torchrun")
+        return 0
     log.info("launch: %s", " ".join(plan.command))
-    signalled = False
-    proc: subprocess.Popen | None = None
-
-    def forward(signum, _frame):
-        nonlocal signalled
-        signalled = True
-        if proc is not None:
-            proc.send_signal(signum)  # torchrun forwards it to every worker within milliseconds
-
-    # Installed before torchrun starts: a stop that arrives while it launches is forwarded right after.
-    signal.signal(signal.SIGTERM, forward)
-    signal.signal(signal.SIGINT, forward)
-    proc = subprocess.Popen(plan.command, env={**os.environ, **plan.env})
-    if signalled:
-        proc.send_signal(signal.SIGTERM)
-    rc = proc.wait()
+    stop.child = subprocess.Popen(plan.command, env={**os.environ, **plan.env})
+    stop.forward()  # a stop that arrived while torchrun was being started
+    rc = stop.child.wait()
     _reap_orphans()
-    code, message, warning = decide_exit(rc, signalled=signalled, outcomes=read_outcomes(outcome_dir),
-                                         nproc=plan.nproc_per_node)
+    code, message, warning = decide_exit(rc, signalled=stop.received is not None,
+                                         outcomes=read_outcomes(outcome_dir), nproc=plan.nproc_per_node)
     if warning:
         log.warning(warning)
     if message:
@@ -235,6 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("mode", nargs="?", default="train", choices=["train"], help="SageMaker passes `train`")
     parser.add_argument("--sm-root", default=os.environ.get("SPOTRUN_SM_ROOT", "/opt/ml"),
                         help="root of SageMaker's files (default /opt/ml; env SPOTRUN_SM_ROOT)")
+    stop = StopSignal().install()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     root = Path(args.sm_root)
@@ -252,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
         log.error("invalid configuration: %s", exc)
         return 2
     (work / "train_config.json").write_text(plan.config.to_json())
-    return run(plan, failure_file=failure_file, outcome_dir=work / "outcome")
+    return run(plan, failure_file=failure_file, outcome_dir=work / "outcome", stop=stop)
 
 
 def _gpu_count() -> int:
