@@ -75,7 +75,7 @@ def main() -> int:
         print(text[-4000:])
         return 1
     metrics = json.loads((sm / "model" / "metrics.json").read_text())
-    windows = [parse_line(l) for l in text.splitlines() if parse_line(l)]
+    windows = [w for w in map(parse_line, text.splitlines()) if w]
     steady = windows[1:] or windows  # the first window includes compilation/allocation warm-up
     world = metrics["world_size"]
     tps_dev = statistics.median(w["tokens_per_s"] for w in steady) / world

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -67,6 +66,3 @@ def job_factory(tmp_path, assets):
 
     return make
 
-
-def copy_checkpoints(src: Path, dst: Path) -> None:
-    shutil.copytree(src, dst, symlinks=True)
