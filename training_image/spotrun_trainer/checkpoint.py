@@ -86,7 +86,7 @@ def files_written_by(directory: Path, rank: int) -> list[dict]:
 
 
 def _referenced_files(metadata) -> set[str]:
-    """Relative paths of the data files DCP's metadata points into (known on the coordinator, rank 0)."""
+    """Relative paths of the data files DCP's metadata points into (save returns it on every rank)."""
     storage = getattr(metadata, "storage_data", None) or {}
     return {info.relative_path for info in storage.values() if hasattr(info, "relative_path")}
 
@@ -240,8 +240,10 @@ class CheckpointManager:
         dist.all_gather_object(gathered, files, group=self._async_group)
         directory = step_dir(self.root, step)
         all_files = [f for rank_files in gathered for f in rank_files]
+        # Every rank gets the same gathered list and DCP's metadata, so every rank raises together (a raise on
+        # rank 0 alone would leave the others waiting at the barrier below).
         missing = referenced - {f["path"] for f in all_files}
-        if self.rank == 0 and missing:
+        if missing:
             # NOTE: files are attributed to ranks by DCP's `__{rank}_` naming; if that ever changes, refuse to
             # commit a manifest that would not cover the checkpoint.
             raise RuntimeError(f"checkpoint step-{step:08d}: DCP wrote {sorted(missing)} which no rank reported; "
@@ -307,7 +309,7 @@ class CheckpointManager:
                 log.info("checkpoint: none found under %s; starting fresh", self.root)
             return None
         step = max(common)
-        manifest = json.loads((step_dir(self.root, step) / MANIFEST).read_text())
+        manifest = verified.get(step) or json.loads((step_dir(self.root, step) / MANIFEST).read_text())
         saved_world = manifest["world_size"]
         same_world = saved_world == self.world_size
 
