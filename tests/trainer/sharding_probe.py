@@ -8,14 +8,16 @@ import torch.distributed as dist
 from torch.distributed.fsdp import FSDPModule
 from torch.distributed.tensor import DTensor
 
-from spotrun_trainer.config import ModelConfig
+from spotrun_trainer.config import ModelConfig, ShardingConfig
 from spotrun_trainer.model import build_mesh, build_sharded_model
 
 model_dir, out = sys.argv[1], sys.argv[2]
-replicate = int(sys.argv[3]) if len(sys.argv) > 3 else 1
+# mode, nodes, group_nodes: the trainer's own ShardingConfig (2-D mesh for hybrid)
+sharding = ShardingConfig(mode=sys.argv[3], nodes=int(sys.argv[4]), group_nodes=int(sys.argv[5])) \
+    if len(sys.argv) > 3 else ShardingConfig()
 dist.init_process_group("gloo")
 world = dist.get_world_size()
-mesh = build_mesh("cpu", world, replicate)  # the trainer's own mesh: 2-D when replicate (nodes) > 1
+mesh = build_mesh("cpu", world, sharding)
 built = build_sharded_model(ModelConfig(path=model_dir), mesh=mesh, device=torch.device("cpu"), seed=0)
 params = []
 for name, p in built.model.named_parameters():

@@ -43,7 +43,7 @@ def test_one_host(tmp_path):
     assert p.command == expected_cmd(1, 0, "127.0.0.1", 8)
     assert p.env == {"SPOTRUN_OUTCOME_DIR": "/tmp/w/outcome", "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "110",
                      "FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1"}
-    assert p.config.replicate_degree == 1
+    assert p.config.sharding.nodes == 1 and p.config.sharding.mode == "full"
     assert p.config.data.path == str(tmp_path / "input" / "data" / "train")
     assert p.config.model.path == str(tmp_path / "input" / "data" / "model")
     assert p.config.output_dir == str(tmp_path / "model")
@@ -55,7 +55,7 @@ def test_two_hosts_second_node(tmp_path):
     p = plan(sm_root(tmp_path, ["algo-2", "algo-1"], "algo-2"))  # hosts are sorted: algo-1 is the master
     assert p.command == expected_cmd(2, 1, "algo-1", 8)
     assert p.env["NCCL_SOCKET_IFNAME"] == "eth1" and p.env["FI_PROVIDER"] == "efa"
-    assert p.config.replicate_degree == 2 and p.warnings == []
+    assert p.config.sharding.nodes == 2 and p.warnings == []
 
 
 def test_four_hosts_without_efa(tmp_path):
@@ -63,7 +63,7 @@ def test_four_hosts_without_efa(tmp_path):
     assert p.command == expected_cmd(4, 2, "algo-1", 8)
     assert p.env == {"SPOTRUN_OUTCOME_DIR": "/tmp/w/outcome", "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "110",
                      "NCCL_SOCKET_IFNAME": "eth1"}
-    assert p.config.replicate_degree == 4
+    assert p.config.sharding.nodes == 4
 
 
 def test_efa_without_the_ofi_nccl_plugin_warns_about_tcp_fallback(tmp_path):

@@ -124,7 +124,7 @@ def plan_launch(sm: SageMakerEnv, *, gpu_count: int, efa_devices: list[str], ofi
     port = _int_hp(hp, "master_port", MASTER_PORT, 1)
     trainer_hp = {k: v for k, v in hp.items() if k not in LAUNCHER_KEYS}
 
-    overrides: dict = {"output_dir": str(sm.root / "model"), "replicate_degree": str(nnodes)}
+    overrides: dict = {"output_dir": str(sm.root / "model"), "sharding.nodes": str(nnodes)}
     data_channel = next((sm.channels[c] for c in ("train", "data") if c in sm.channels), None)
     if data_channel is None and "data.path" not in trainer_hp:
         raise ConfigError(f"no `train` data channel under {sm.root / 'input' / 'data'} and no data.path "
