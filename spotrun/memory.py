@@ -122,9 +122,10 @@ class MemoryEstimate:
         return self.state + self.gathered + self.activations + self.logits
 
     def describe(self) -> str:
-        gb = 1e9
-        return (f"{self.total / gb:.2f} GB (state {self.state / gb:.2f} + gathered {self.gathered / gb:.2f} + "
-                f"activations {self.activations / gb:.2f} + logits {self.logits / gb:.2f})")
+        unit, scale = ("GB", 1e9) if self.total >= 1e9 else ("MB", 1e6)
+        return (f"{self.total / scale:.2f} {unit} (state {self.state / scale:.2f} + gathered "
+                f"{self.gathered / scale:.2f} + activations {self.activations / scale:.2f} + logits "
+                f"{self.logits / scale:.2f})")
 
 
 def training_state_bytes(total_params: int, trainable_params: int, method: str) -> int:
