@@ -139,7 +139,8 @@ UNREPORTED = ("stopped by signal; 1 of 2 local workers exited before reporting (
     (1, True, [{"status": "completed"}, {"status": "stopped"}], (0, "", "")),
     (1, True, [{"status": "completed"}], (0, "", UNREPORTED)),
     (1, True, [{"status": "failed", "message": "boom"}], (1, "boom", "")),
-    (1, False, [{"status": "failed", "message": "CUDA out of memory: turn on"}], (1, "CUDA out of memory: turn on", "")),
+    (1, False, [{"status": "failed", "message": "CUDA out of memory: turn on"}],
+     (1, "CUDA out of memory: turn on", "")),
     (1, False, [{"status": "failed"}], (1, "a worker failed", "")),
     (-9, False, [], (1, "torchrun exited with code -9 without a worker error report", "")),
 ])
@@ -204,7 +205,8 @@ def test_good_inputs_pass_the_launchers_checks(assets):
      "'hidden_size'"),
     ({"model.path": "/nonexistent/model"},
      "model.path='/nonexistent/model' is invalid: expected a Hugging Face model directory with config.json"),
-    ({"data.path": "/nonexistent/data"}, "data.path='/nonexistent/data' is invalid: /nonexistent/data/index.json not found"),
+    ({"data.path": "/nonexistent/data"},
+     "data.path='/nonexistent/data' is invalid: /nonexistent/data/index.json not found"),
     ({"data.seq_len": "1000000"}, "data.seq_len=1000000 is invalid for this dataset: it holds 0 samples"),
 ])
 def test_configuration_errors_name_the_field_before_any_worker_starts(assets, hp, message):

@@ -33,6 +33,7 @@ import logging
 import os
 import re
 import shutil
+import stat
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -114,7 +115,7 @@ def verify(directory: Path) -> tuple[dict | None, str]:
         return None, "not a step-NNNNNNNN directory"
     try:
         return _verify(directory, int(m.group(1)))
-    except FileNotFoundError as exc:  # vanished while being checked: as incomplete as a missing file
+    except (FileNotFoundError, NotADirectoryError) as exc:  # vanished while being checked: incomplete
         return None, f"{Path(exc.filename or '?').name} is missing"
     except OSError as exc:
         raise CheckpointError(f"checkpoint {directory.name} cannot be read ({exc.strerror or exc}: {exc.filename}); "
@@ -123,9 +124,18 @@ def verify(directory: Path) -> tuple[dict | None, str]:
                               "the previous checkpoint") from exc
 
 
+def _regular_file(path: Path) -> bool:
+    """Whether path is a regular file; False when missing. Other OSErrors (EACCES, EIO) propagate: from
+    Python 3.12 on, Path.is_file() reports them as False, which would read as "incomplete" here."""
+    try:
+        return stat.S_ISREG(path.stat().st_mode)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+
+
 def _verify(directory: Path, step: int) -> tuple[dict | None, str]:
     path = directory / MANIFEST
-    if not path.is_file():
+    if not _regular_file(path):
         return None, "no manifest (the save did not finish)"
     try:
         manifest = json.loads(path.read_bytes().decode())
@@ -141,7 +151,7 @@ def _verify(directory: Path, step: int) -> tuple[dict | None, str]:
         if "/" in name or name in ("", ".", ".."):
             return None, f"manifest lists {name!r}, not a file of this directory"
         file = directory / name
-        if not file.is_file():
+        if not _regular_file(file):
             return None, f"{name} is missing"
         size = file.stat().st_size
         if size != expected_size:
@@ -157,12 +167,16 @@ def committed_checkpoints(root: Path) -> list[tuple[int, dict]]:
     An unreadable checkpoint newer than every verified one raises CheckpointError; an unreadable older one is
     skipped with a warning (a newer checkpoint makes it irrelevant)."""
     root = Path(root)
-    if not root.is_dir():
+    try:
+        children = sorted(root.iterdir(), reverse=True)
+    except FileNotFoundError:
         return []
+    except OSError as exc:  # an unreadable checkpoint dir must not look empty (a fresh start would follow)
+        raise CheckpointError(f"checkpoint directory {root} cannot be read ({exc.strerror or exc})") from exc
     found = []
-    for child in sorted(root.iterdir(), reverse=True):
-        if not child.is_dir():
-            continue
+    for child in children:
+        if not _STEP_DIR.match(child.name) and not child.is_dir():
+            continue  # a step-named entry goes to verify(), which tells missing from unreadable
         try:
             manifest, reason = verify(child)
         except CheckpointError as exc:
