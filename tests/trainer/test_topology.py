@@ -26,8 +26,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from spotrun_trainer.examples import write_sagemaker_root
-from spotrun_trainer.localrun import TRAINER_ROOT, free_port, loss_history, start_launcher, wait_for_step
+from spotrun.local import TRAINER_ROOT
+from spotrun.local.harness import free_port, loss_history, start_launcher, wait_for_step, write_sagemaker_root
 
 from .conftest import BASE_HP
 

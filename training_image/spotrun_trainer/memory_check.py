@@ -12,8 +12,6 @@ import logging
 
 import torch
 
-from spotrun.memory import MemoryEstimate, ModelDims, peak_bytes
-
 log = logging.getLogger(__name__)
 
 PROBED_STEP = 2  # the second step this process runs (counted from 1)
@@ -21,7 +19,13 @@ PROBED_STEP = 2  # the second step this process runs (counted from 1)
 
 def predict(hf_config, *, shard_ranks: int, micro_batch: int, seq_len: int, activation_checkpointing: bool,
             compute_dtype: torch.dtype, device: torch.device, method: str = "full",
-            trainable_params: int | None = None) -> MemoryEstimate | None:
+            trainable_params: int | None = None):
+    """The memory model's MemoryEstimate for this rank, or None when it has none for this model."""
+    try:
+        from spotrun.memory import ModelDims, peak_bytes
+    except ImportError:  # NOTE: the image must install the spotrun package beside the trainer
+        log.warning("memory model: the spotrun package is not installed in this image: no prediction to log")
+        return None
     try:
         dims = ModelDims.from_config(hf_config.to_dict())
     except (ValueError, KeyError, TypeError) as exc:  # a model type the memory model does not know
@@ -68,7 +72,7 @@ class PeakProbe:
         return None, "none (CPU: set memory_probe=true to measure one step)"
 
 
-def report_line(predicted: MemoryEstimate | None, measured: int | None, source: str) -> str:
+def report_line(predicted, measured: int | None, source: str) -> str:
     """One parseable line: `memory predicted_gb=... measured_gb=... ratio=... source=... parts=...`."""
     pred = f"{predicted.total / 1e9:.6f}" if predicted else "na"
     meas = f"{measured / 1e9:.6f}" if measured is not None else "na"
