@@ -4,7 +4,8 @@ Stdlib only: the planner (and its Lambda) and the trainer image import the same 
 prediction beside its measured peak (GPU: `torch.cuda.max_memory_allocated`; CPU: torch's FSDPMemTracker), and
 tests/trainer/test_memory_model.py holds the prediction to a stated error on the CPU test models.
 
-Bytes per parameter are those of the trainer's precision scheme (spotrun_trainer.model): FSDP2 keeps the sharded
+Bytes per parameter (spotrun.seams.BytesPerParameter) are those of the trainer's precision scheme
+(spotrun_trainer.model): FSDP2 keeps the sharded
 parameters in fp32 and casts the gathered copies to the compute dtype (MixedPrecisionPolicy param_dtype bf16 on GPU,
 fp32 on CPU), gradients are reduced and kept in fp32, AdamW adds two fp32 moments:
 
@@ -36,13 +37,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .params import LLAMA_LIKE, shape_of
+from .seams import BytesPerParameter
 
-# One definition of bytes per parameter (the trainer's real scheme, see above).
-STATE_BYTES_FULL = 16
-STATE_BYTES_FROZEN = 4
-STATE_BYTES_ADAPTER = 16
-CHECKPOINT_BYTES_FULL = 12
-CHECKPOINT_BYTES_ADAPTER = 12
+STATE_BYTES_FULL = BytesPerParameter.TRAINING_STATE_FULL
+STATE_BYTES_FROZEN = BytesPerParameter.TRAINING_STATE_FROZEN
+STATE_BYTES_ADAPTER = BytesPerParameter.TRAINING_STATE_ADAPTER
+CHECKPOINT_BYTES_FULL = BytesPerParameter.CHECKPOINT_FULL
+CHECKPOINT_BYTES_ADAPTER = BytesPerParameter.CHECKPOINT_LORA
 FP32 = 4
 
 
@@ -67,7 +68,7 @@ class ModelDims:
     @classmethod
     def from_config(cls, cfg: dict) -> "ModelDims":
         shape = shape_of(cfg)
-        block = sum(l.fan_in * l.fan_out + (l.fan_out if l.bias else 0) for l in shape.block_linears)
+        block = sum(lin.fan_in * lin.fan_out + (lin.fan_out if lin.bias else 0) for lin in shape.block_linears)
         block += shape.block_other
         if cfg["model_type"] in LLAMA_LIKE:
             h, heads = cfg["hidden_size"], cfg["num_attention_heads"]

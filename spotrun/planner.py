@@ -41,6 +41,7 @@ from pathlib import Path
 from .contract import MAX_RUNTIME_LIMIT_S, RunSpec
 from .memory import MemoryEstimate, ModelDims, checkpoint_bytes, peak_bytes, training_state_bytes
 from .params import lora_parameters, shape_of
+from .seams import Hyperparameter
 from .topology import Layout, comm_seconds, divisors_desc, flops_per_token, layouts, step_seconds
 
 CATALOG_PATH = Path(__file__).with_name("catalog.json")
@@ -354,7 +355,7 @@ def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | 
                         "(give model.config or model.source for a plan that counts them)")
     if c.instance_count and c.instance_count > 1 and not c.target_hours:
         smaller = [o for o in options if o.count < c.instance_count]
-        if not smaller and any(planner.fit(l) for l in layouts(best.instance_type,
+        if not smaller and any(planner.fit(lay) for lay in layouts(best.instance_type,
                                                                catalog["instances"][best.instance_type], 1)):
             warnings.append(f"compute.instance_count={c.instance_count}: the model fits one {best.instance_type}; "
                             "the extra nodes add speed and cost, not capacity it needs")
@@ -437,14 +438,15 @@ def _lora_alternative(run: RunSpec, catalog: dict, model_config: dict | None, da
 
 def trainer_hyperparameters(run: RunSpec, est: Estimate) -> dict[str, str]:
     """The SageMaker hyperparameters (all strings) the trainer image reads (see spotrun_trainer.config)."""
-    t = run.training
+    t, hp = run.training, Hyperparameter
     return {
-        "micro_batch": str(est.micro_batch), "grad_accum": str(est.grad_accum), "epochs": str(t.epochs),
-        "sharding.mode": est.sharding, "sharding.group_nodes": str(est.shard_group_nodes),
-        "model.activation_checkpointing": "true" if est.activation_checkpointing else "false",
-        "seed": str(t.seed), "optim.lr": str(t.lr), "data.seq_len": str(run.data.seq_len),
-        "checkpoint.interval_minutes": f"{est.checkpoint_interval_seconds / 60:.2f}",
-        "checkpoint.keep": str(run.checkpoint.keep),
+        hp.MICRO_BATCH.value: str(est.micro_batch), hp.GRAD_ACCUM.value: str(est.grad_accum),
+        hp.EPOCHS.value: str(t.epochs), hp.SEED.value: str(t.seed), hp.LR.value: str(t.lr),
+        hp.SEQ_LEN.value: str(run.data.seq_len),
+        hp.SHARDING_MODE.value: est.sharding, hp.SHARDING_GROUP_NODES.value: str(est.shard_group_nodes),
+        hp.ACTIVATION_CHECKPOINTING.value: "true" if est.activation_checkpointing else "false",
+        hp.CHECKPOINT_INTERVAL_MINUTES.value: f"{est.checkpoint_interval_seconds / 60:.2f}",
+        hp.CHECKPOINT_KEEP.value: str(run.checkpoint.keep),
     }
 
 

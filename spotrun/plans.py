@@ -47,7 +47,8 @@ def table(catalog: dict | None = None) -> str:
             f"{m['gathered']:.1f} + {m['activations']:.1f} + {m['logits']:.1f} = {m['total']:.1f} / "
             f"{m['usable']:.1f} | {e.seconds_per_micro_batch['compute']:.2f} s / "
             f"{e.seconds_per_micro_batch['communication']:.2f} s | {e.wall_seconds / 3600:.1f} h | "
-            f"${e.cost_usd['spot']:,.0f} | {e.checkpoint_bytes / 1e9:,.0f} GB, {e.checkpoint_policy.replace('_', ' ')} |")
+            f"${e.cost_usd['spot']:,.0f} | {e.checkpoint_bytes / 1e9:,.0f} GB, "
+            f"{e.checkpoint_policy.replace('_', ' ')} |")
     return "\n".join(rows)
 
 

@@ -34,6 +34,9 @@ class Hyperparameter(str, Enum):
     CHECKPOINT_INTERVAL_MINUTES = "checkpoint.interval_minutes"
     CHECKPOINT_KEEP = "checkpoint.keep"
     MODEL_CONFIG = "model.config"
+    SHARDING_MODE = "sharding.mode"  # full | hybrid (the launcher adds sharding.nodes from the hosts)
+    SHARDING_GROUP_NODES = "sharding.group_nodes"
+    ACTIVATION_CHECKPOINTING = "model.activation_checkpointing"
 
 
 # ---- metrics (trainer -> CloudWatch -> dashboard and guard) ----------------------------------------------------
@@ -78,8 +81,13 @@ class StopNotice:
 
 
 class BytesPerParameter:
-    TRAINING_STATE_FULL = 16  # bf16 weights 2 + bf16 grads 2 + fp32 master 4 + Adam moments 8
-    CHECKPOINT_FULL = 14  # bf16 weights 2 + fp32 master 4 + Adam moments 8
+    """The trainer's precision scheme: FSDP2 keeps sharded parameters in fp32 (bf16 only in the gathered copies),
+    reduces and keeps gradients in fp32, AdamW adds two fp32 moments; DCP checkpoints the fp32 shards and moments."""
+
+    TRAINING_STATE_FULL = 16  # fp32 param 4 + fp32 grad 4 + Adam moments 8
+    TRAINING_STATE_FROZEN = 4  # LoRA: a frozen base parameter (fp32 shard, no grad, no optimizer state)
+    TRAINING_STATE_ADAPTER = 16  # LoRA: an adapter parameter, as a full one
+    CHECKPOINT_FULL = 12  # fp32 param 4 + Adam moments 8
     CHECKPOINT_LORA = 12  # per adapter parameter: fp32 4 + Adam moments 8
     EXPORT_BF16 = 2
     EXPORT_FP32 = 4

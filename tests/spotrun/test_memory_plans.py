@@ -60,11 +60,11 @@ def test_tiny_model_peak_worked_by_hand():
 
 def test_efa_decides_whether_shard_groups_span_nodes():
     catalog = load_catalog()
-    p5 = [(l.sharding, l.group_nodes) for l in layouts("ml.p5.48xlarge", catalog["instances"]["ml.p5.48xlarge"], 4)]
+    p5 = [(x.sharding, x.group_nodes) for x in layouts("ml.p5.48xlarge", catalog["instances"]["ml.p5.48xlarge"], 4)]
     assert p5 == [("full", 4), ("hybrid", 1), ("hybrid", 2)]
     g5 = catalog["instances"]["ml.g5.12xlarge"]
     assert not g5["efa"]
-    assert [(l.sharding, l.group_nodes) for l in layouts("ml.g5.12xlarge", g5, 4)] == [("hybrid", 1)]
+    assert [(x.sharding, x.group_nodes) for x in layouts("ml.g5.12xlarge", g5, 4)] == [("hybrid", 1)]
 
 
 def test_communication_inside_a_node_uses_its_link_and_across_nodes_the_network():
@@ -148,3 +148,21 @@ def test_spotrun_estimate_on_a_70b_full_run_prints_a_multi_node_plan_with_period
     assert out["memory_per_gpu"]["total"] <= out["memory_per_gpu"]["usable"]
     advice = " ".join(out["advice"])
     assert "GB checkpoint cannot leave within the stop notice" in advice and "Young/Daly" in advice
+
+
+@pytest.mark.parametrize("name, seq", [("Llama 3.1 70B full", 8192), ("Llama 3.1 8B full", 2048)])
+def test_the_trainer_builds_exactly_the_planned_layout(plans, name, seq):
+    """The plan's hyperparameters through the trainer's own parser, as the launcher does on the first of its nodes."""
+    from spotrun_trainer.config import TrainConfig
+
+    est = plans[(name, seq)]
+    cfg = TrainConfig.from_hyperparameters(est.hyperparameters, **{
+        "output_dir": "/opt/ml/model", "data.path": "/opt/ml/input/data/train", "model.path": "/m",
+        "sharding.nodes": str(est.instance_count)})
+    gpus = load_catalog()["instances"][est.instance_type]["gpus"]
+    assert (cfg.micro_batch, cfg.grad_accum) == (est.micro_batch, est.grad_accum)
+    assert cfg.model.activation_checkpointing == est.activation_checkpointing
+    assert cfg.data.seq_len == seq
+    group_nodes = est.instance_count if est.sharding == "full" else est.shard_group_nodes
+    assert cfg.sharding.mesh_shape(est.instance_count * gpus) == (est.instance_count // group_nodes,
+                                                                   group_nodes * gpus)

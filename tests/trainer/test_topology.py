@@ -62,7 +62,7 @@ class Cluster:
 
 
 def _memory_line(text: str) -> dict:
-    line = next(l for l in text.splitlines() if l.startswith("memory "))
+    line = next(x for x in text.splitlines() if x.startswith("memory "))
     return dict(kv.split("=", 1) for kv in line.split(" parts=")[0].split()[1:])
 
 
@@ -76,7 +76,7 @@ def topology(tmp_path_factory, assets, baseline) -> dict:
     for p in procs:
         p.send_signal(signal.SIGTERM)
     assert [p.wait(timeout=180) for p in procs] == [0, 0], full.text()[-3000:] + full.text(1)[-3000:]
-    stopped = [l for l in full.text().splitlines() if l.startswith("run_stopped")]
+    stopped = [x for x in full.text().splitlines() if x.startswith("run_stopped")]
     stop_step = int(stopped[0].split()[1].split("=")[1])
     saved = root / "saved-at-stop"
     shutil.copytree(full.ckpt, saved)
@@ -158,7 +158,8 @@ def test_a_four_rank_checkpoint_loads_bitwise_into_two_ranks(topology, assets, t
         assert torch.equal(loaded["model"][key], tensor), key
     for fqn, state in saved["optim"]["state"].items():
         for name, value in state.items():
-            assert torch.equal(torch.as_tensor(loaded["optim"]["state"][fqn][name]), torch.as_tensor(value)), (fqn, name)
+            ours = torch.as_tensor(loaded["optim"]["state"][fqn][name])
+            assert torch.equal(ours, torch.as_tensor(value)), (fqn, name)
 
 
 @pytest.mark.parametrize("name, low, high", [("full", 1.0, 1.25), ("one", 1.0, 1.25)])
