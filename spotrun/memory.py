@@ -10,7 +10,8 @@ parameters in fp32 and casts the gathered copies to the compute dtype (MixedPrec
 fp32 on CPU), gradients are reduced and kept in fp32, AdamW adds two fp32 moments:
 
     training state, full fine-tune   4 param + 4 grad + 8 Adam = 16 B, sharded over the shard group
-    training state, LoRA             4 per frozen base parameter (no grad, no optimizer) + 16 per adapter parameter
+    training state, LoRA             the compute dtype per frozen base parameter (bf16 on GPU: no fp32 master, no
+                                     grad, no optimizer) + 16 per adapter parameter
     checkpoint, full fine-tune       4 param + 8 Adam = 12 B (DCP writes the fp32 shards and the moments)
     checkpoint, LoRA                 12 B per adapter parameter (the frozen base is not saved)
 
@@ -129,10 +130,11 @@ class MemoryEstimate:
                 f"{self.logits / scale:.2f})")
 
 
-def training_state_bytes(total_params: int, trainable_params: int, method: str) -> int:
+def training_state_bytes(total_params: int, trainable_params: int, method: str,
+                         compute_bytes: int = STATE_BYTES_FROZEN) -> int:
     """Unsharded training state of the whole model (divide by the shard group for one GPU)."""
     if method == "lora":
-        return STATE_BYTES_FROZEN * total_params + STATE_BYTES_ADAPTER * trainable_params
+        return compute_bytes * total_params + STATE_BYTES_ADAPTER * trainable_params
     return STATE_BYTES_FULL * total_params
 
 
@@ -146,9 +148,10 @@ def peak_bytes(dims: ModelDims, *, method: str = "full", trainable_params: int |
     """The per-GPU peak of one rank in a shard group of `shard_ranks` (see the module docstring)."""
     trainable = dims.total_params if trainable_params is None else trainable_params
     p = compute_bytes
-    state = -(-training_state_bytes(dims.total_params, trainable, method) // shard_ranks)
+    state = -(-training_state_bytes(dims.total_params, trainable, method, p) // shard_ranks)
     unit = dims.largest_unit_params
-    gathered = unit * (2 * p + FP32) + prefetch_units * unit * 2 * p
+    reduce = FP32 if method == "full" else 0  # LoRA reduce-scatters only the (small) adapter gradients
+    gathered = unit * (2 * p + reduce) + prefetch_units * unit * 2 * p
     tokens = micro_batch * seq_len
     block = block_activation_bytes_per_token(dims, p)
     final_norm = FP32 * dims.hidden + 2 * p * dims.hidden + FP32

@@ -204,7 +204,7 @@ class _Planner:
 
     def _memory(self, layout: Layout, micro_batch: int, ac: bool) -> MemoryEstimate:
         if self.dims is None:  # model.parameters only: the state is all that can be counted
-            state = training_state_bytes(self.total, self.trainable, self.method)
+            state = training_state_bytes(self.total, self.trainable, self.method, self.d["compute_bytes"])
             return MemoryEstimate(state=-(-state // layout.shard_ranks), gathered=0, activations=0, logits=0)
         return peak_bytes(self.dims, method=self.method, trainable_params=self.trainable,
                           shard_ranks=layout.shard_ranks, micro_batch=micro_batch, seq_len=self.run.data.seq_len,
@@ -259,7 +259,7 @@ class _Planner:
         rest = mem.total - mem.state
         if rest >= usable:
             return text + "; activations, logits and one gathered unit alone exceed it: shorten data.seq_len"
-        state = training_state_bytes(self.total, self.trainable, self.method)
+        state = training_state_bytes(self.total, self.trainable, self.method, self.d["compute_bytes"])
         gpus = math.ceil(state / (usable - rest))
         hint = "" if self.method == "lora" else "; or training.method=lora"
         if not spec.get("efa"):
@@ -289,7 +289,7 @@ def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | 
     tokens = tokens_per_epoch * run.training.epochs
     lora = run.training.method == "lora"
     flops = (4 * total + 6 * trainable) * tokens if lora else 6 * total * tokens
-    state = training_state_bytes(total, trainable, run.training.method)
+    state = training_state_bytes(total, trainable, run.training.method, d["compute_bytes"])
     ckpt_bytes = checkpoint_bytes(total, trainable, run.training.method)
     util = c.utilization or d["utilization"]
     config = run.model.config or model_config

@@ -85,7 +85,7 @@ class BytesPerParameter:
     reduces and keeps gradients in fp32, AdamW adds two fp32 moments; DCP checkpoints the fp32 shards and moments."""
 
     TRAINING_STATE_FULL = 16  # fp32 param 4 + fp32 grad 4 + Adam moments 8
-    TRAINING_STATE_FROZEN = 4  # LoRA: a frozen base parameter (fp32 shard, no grad, no optimizer state)
+    TRAINING_STATE_FROZEN = 2  # LoRA: a frozen base parameter, kept in the compute dtype (bf16 on GPU; fp32 on CPU)
     TRAINING_STATE_ADAPTER = 16  # LoRA: an adapter parameter, as a full one
     CHECKPOINT_FULL = 12  # fp32 param 4 + Adam moments 8
     CHECKPOINT_LORA = 12  # per adapter parameter: fp32 4 + Adam moments 8

@@ -11,7 +11,8 @@ Stdlib only (the planner's Lambda imports it). The rules, with the numbers in ca
   a reduce-scatter of the trainable gradients in fp32, and across replicas an all-reduce of each GPU's fp32
   gradient shard (2 (R-1)/R of it). Bandwidth: the GPU's link inside a node (NVLink/NVSwitch or PCIe), the node's
   network divided by its GPUs between nodes (the slower of the two when a group spans nodes), times a collective
-  efficiency (NCCL's bus bandwidth against the line rate; lower over TCP sockets without EFA).
+  efficiency (NCCL's bus bandwidth against the line rate: lower among PCIe GPUs, whose collectives go through the
+  CPUs, and over TCP sockets without EFA).
 - Compute per micro-batch: 6 N per token for a full fine-tune (+2 N recomputing the forward under activation
   checkpointing); LoRA 4 N + 6 N_adapter (frozen weights get no gradient). FLOPs / (peak * utilization).
 - Overlap: FSDP prefetches the next unit while the current one computes, so communication hides behind compute up
@@ -69,7 +70,8 @@ def layouts(itype: str, spec: dict, nodes: int) -> list[Layout]:
 def _bandwidths(spec: dict, defaults: dict) -> tuple[float, float]:
     """(bytes/s per GPU inside a node, bytes/s per GPU between nodes), after collective efficiency."""
     eff = defaults["collective_efficiency"]
-    intra = spec["gpu_link_gb_per_s"] * 1e9 * eff
+    intra_eff = defaults.get("pcie_collective_efficiency", eff) if spec.get("interconnect") == "pcie" else eff
+    intra = spec["gpu_link_gb_per_s"] * 1e9 * intra_eff
     inter_eff = eff if spec.get("efa") else defaults["tcp_collective_efficiency"]
     inter = spec["network_gbps"] / 8 * 1e9 / spec["gpus"] * inter_eff
     return intra, inter
