@@ -10,6 +10,7 @@ import shutil
 import signal
 import struct
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -17,7 +18,7 @@ from safetensors.torch import load_file
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
 from spotrun_trainer.checkpoint import committed_checkpoints
-from spotrun_trainer.localrun import kill_tree, loss_history, wait_for_step
+from spotrun_trainer.localrun import descendants, kill_tree, loss_history, wait_for_step
 
 pytestmark = pytest.mark.slow
 
@@ -37,7 +38,7 @@ def test_sigterm_saves_agreed_step_exits_cleanly_and_resume_is_bitwise_identical
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=120) == 0, job.text()[-3000:]  # torchrun exits 1; a clean save-and-stop is success
     assert not job.failure.exists()
-    stopped = [l for l in job.text().splitlines() if l.startswith("run_stopped")]
+    stopped = [line for line in job.text().splitlines() if line.startswith("run_stopped")]
     assert len(stopped) == 1
     stop_step = int(stopped[0].split()[1].split("=")[1])
     assert stop_step < 24
@@ -49,19 +50,31 @@ def test_sigterm_saves_agreed_step_exits_cleanly_and_resume_is_bitwise_identical
 
 
 def test_sigterm_while_starting_exits_cleanly_without_a_failure(job_factory):
-    import time
-
     job = job_factory("early-stop")
     proc = job.start()
-    deadline = time.monotonic() + 60
-    while "launch:" not in (job.text() if job.log.exists() else "") and time.monotonic() < deadline:
+    deadline = time.monotonic() + 120
+    while len(_workers(proc)) < 2:  # both workers exist: importing torch or building the model, no step yet
+        assert proc.poll() is None and time.monotonic() < deadline, job.text()[-3000:]
         time.sleep(0.05)
-    time.sleep(1.0)  # workers are importing torch or building the model: no step has run
+    assert "launch:" in job.text() and "run_start" not in job.text()
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=120) == 0, job.text()[-3000:]
     assert not job.failure.exists()
     assert "run_completed" not in job.text()
     assert committed_checkpoints(job.ckpt) == []  # nothing new to save: the notice is spent exiting
+
+
+def _workers(proc) -> list[int]:
+    """The training worker processes under a launcher (torchrun's children running spotrun_trainer.train)."""
+    found = []
+    for pid in descendants(proc.pid):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"spotrun_trainer.train" in cmdline and b"torch.distributed.run" not in cmdline:
+            found.append(pid)
+    return found
 
 
 def test_sigkill_of_the_whole_process_tree_then_restart_is_bitwise_identical(job_factory, baseline):
