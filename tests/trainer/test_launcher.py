@@ -8,10 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from spotrun.local.harness import start_launcher, write_sagemaker_root
 from spotrun_trainer.config import ConfigError, TrainConfig
-from spotrun_trainer.examples import write_sagemaker_root
 from spotrun_trainer.launcher import SageMakerEnv, check_inputs, decide_exit, plan_launch
-from spotrun_trainer.localrun import start_launcher
 
 HP = {"micro_batch": "4", "max_steps": "100", "optim.lr": "1e-4", "checkpoint.interval_minutes": "15"}
 
@@ -153,7 +152,9 @@ def test_stop_signal_is_forwarded_once_even_if_it_arrived_before_torchrun_starte
 
     from spotrun_trainer.launcher import StopSignal
 
-    class FakeChild:
+    class FakeChild:  # a torchrun that has not started its workers yet (no child processes)
+        pid = -1
+
         def __init__(self):
             self.sent = []
 
@@ -167,6 +168,41 @@ def test_stop_signal_is_forwarded_once_even_if_it_arrived_before_torchrun_starte
     stop.forward()  # right after Popen
     stop._handle(sig.SIGTERM, None)  # a second signal: not forwarded again
     assert stop.received == sig.SIGTERM and child.sent == [sig.SIGTERM]
+
+
+AGENT = """
+import signal, subprocess, sys
+worker = subprocess.Popen([sys.executable, "-c", sys.argv[1]])
+def on_signal(*_):  # what torchrun does: SignalException, a traceback, exit 1
+    print("Traceback: SignalException", flush=True)
+    sys.exit(1)
+signal.signal(signal.SIGTERM, on_signal)
+sys.exit(worker.wait())
+"""
+WORKER = """
+import signal, sys, time
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # the trainer: save, then exit 0
+print("ready", flush=True)
+time.sleep(60)
+sys.exit(3)
+"""
+
+
+def test_the_stop_goes_to_the_workers_so_the_agent_exits_cleanly_without_a_traceback():
+    import signal as sig
+    import subprocess
+    import sys
+
+    from spotrun_trainer.launcher import StopSignal, _children
+
+    agent = subprocess.Popen([sys.executable, "-c", AGENT, WORKER], stdout=subprocess.PIPE, text=True)
+    assert agent.stdout.readline().strip() == "ready"  # the worker runs, its handler installed
+    assert len(_children(agent.pid)) == 1
+    stop = StopSignal()
+    stop.child = agent
+    stop._handle(sig.SIGTERM, None)
+    assert agent.wait(timeout=10) == 0
+    assert "Traceback" not in agent.stdout.read()
 
 
 def test_stop_before_launch_exits_cleanly_without_starting_torchrun(tmp_path):

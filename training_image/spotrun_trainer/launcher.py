@@ -10,8 +10,8 @@ What it reads (root defaults to /opt/ml; `--sm-root` or SPOTRUN_SM_ROOT point el
     input/data/<channel>/                 `train` (token shards) and optional `model` (HF model directory)
 What it writes: model/ (the exported model, by the trainer), output/failure on a real failure.
 
-Exit codes: 0 when training completed, or when a stop signal arrived and every local worker saved and stopped
-(torchrun itself exits 1 then: not a failure); otherwise torchrun's code, with output/failure explaining it.
+Exit codes: 0 when training completed, or when a stop signal arrived and every local worker saved and stopped;
+otherwise torchrun's code, with output/failure explaining it.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -258,15 +259,19 @@ def decide_exit(returncode: int, *, signalled: bool, outcomes: list[dict], nproc
 
 
 class StopSignal:
-    """SIGTERM/SIGINT, caught from the launcher's first instruction and forwarded to torchrun once it runs.
+    """SIGTERM/SIGINT, caught from the launcher's first instruction and forwarded as SIGTERM once torchrun runs.
 
     NOTE: as PID 1 in the container, a signal without a handler is simply ignored by the kernel: an early stop
-    would be lost and SageMaker would SIGKILL the job 120 s later. So the handler goes in before anything else."""
+    would be lost and SageMaker would SIGKILL the job 120 s later. So the handler goes in before anything else.
+    The stop goes to torchrun's workers, not to torchrun: the workers save and exit 0, and torchrun then exits 0
+    as after any successful run. A signal to torchrun itself makes its agent raise SignalException, which it
+    prints as a traceback and turns into exit 1 although nothing failed."""
 
     def __init__(self) -> None:
         self.received: int | None = None
         self.child: subprocess.Popen | None = None
         self._forwarded = False
+        self.forwarded_at: float | None = None
 
     def install(self) -> "StopSignal":
         signal.signal(signal.SIGTERM, self._handle)
@@ -279,11 +284,44 @@ class StopSignal:
         self.forward()
 
     def forward(self) -> None:
-        """Send the stop to torchrun once: a second signal during its graceful shutdown would cut the wait for
-        the workers' emergency save short."""
+        """Send the stop once: a second signal during the workers' emergency save would cut it short."""
         if self.received is not None and self.child is not None and not self._forwarded:
             self._forwarded = True
-            self.child.send_signal(self.received)  # torchrun forwards it to every worker within milliseconds
+            self.forwarded_at = time.monotonic()
+            workers = _children(self.child.pid)
+            if not workers:  # torchrun has not started them yet: it stops itself and starts none
+                self.child.send_signal(signal.SIGTERM)
+            for pid in workers:
+                _signal(pid, signal.SIGTERM)
+
+    def kill_overdue(self, timeout_s: float) -> None:
+        """torchrun's own rule, kept now that the stop bypasses it: workers still running `timeout_s` after the
+        stop are killed (their newest complete checkpoint stands)."""
+        if self.forwarded_at is not None and self.child is not None \
+                and time.monotonic() - self.forwarded_at > timeout_s:
+            for pid in _children(self.child.pid):
+                _signal(pid, signal.SIGKILL)
+            self.forwarded_at = None
+
+
+def _children(pid: int) -> list[int]:
+    """Direct children of `pid` (torchrun's workers), from /proc."""
+    found = []
+    for stat in glob.glob("/proc/[0-9]*/stat"):
+        try:
+            fields = Path(stat).read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(Path(stat).parent.name))
+    return found
+
+
+def _signal(pid: int, signum: int) -> None:
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        pass
 
 
 def run(plan: LaunchPlan, *, failure_file: Path, outcome_dir: Path, stop: StopSignal) -> int:
@@ -295,7 +333,13 @@ def run(plan: LaunchPlan, *, failure_file: Path, outcome_dir: Path, stop: StopSi
     log.info("launch: %s", " ".join(plan.command))
     stop.child = subprocess.Popen(plan.command, env={**os.environ, **plan.env})
     stop.forward()  # a stop that arrived while torchrun was being started
-    rc = stop.child.wait()
+    shutdown_timeout = float(plan.env["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"])
+    while True:
+        try:
+            rc = stop.child.wait(timeout=1.0)
+            break
+        except subprocess.TimeoutExpired:
+            stop.kill_overdue(shutdown_timeout)
     _reap_orphans()
     code, message, warning = decide_exit(rc, signalled=stop.received is not None,
                                          outcomes=read_outcomes(outcome_dir), nproc=plan.nproc_per_node)
