@@ -34,7 +34,7 @@ class Shape:
 
     @property
     def total(self) -> int:
-        per_block = sum(l.fan_in * l.fan_out + (l.fan_out if l.bias else 0) for l in self.block_linears)
+        per_block = sum(lin.fan_in * lin.fan_out + (lin.fan_out if lin.bias else 0) for lin in self.block_linears)
         return self.layers * (per_block + self.block_other) + self.outside_blocks
 
 
@@ -101,11 +101,11 @@ def _gpt2(cfg: dict) -> Shape:
 
 def lora_parameters(shape: Shape, rank: int, targets: tuple[str, ...] | str) -> int:
     """Adapter parameters for rank r on the targeted linear layers of every block (`all-linear`: all of them)."""
-    chosen = list(shape.block_linears) if targets == "all-linear" else [l for l in shape.block_linears
-                                                                        if l.name in targets]
+    names = {lin.name for lin in shape.block_linears}
+    chosen = [lin for lin in shape.block_linears if targets == "all-linear" or lin.name in targets]
     if targets != "all-linear":
-        unknown = sorted(set(targets) - {l.name for l in shape.block_linears})
+        unknown = sorted(set(targets) - names)
         if unknown:
             raise RunValidationError("training.lora.target_modules", unknown[0],
-                                     f"a linear layer of the blocks: {', '.join(sorted({l.name for l in shape.block_linears}))}")
-    return shape.layers * sum(rank * (l.fan_in + l.fan_out) for l in chosen)
+                                     f"a linear layer of the blocks: {', '.join(sorted(names))}")
+    return shape.layers * sum(rank * (lin.fan_in + lin.fan_out) for lin in chosen)

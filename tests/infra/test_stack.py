@@ -47,7 +47,8 @@ def test_lifecycle_aborts_multipart_expires_noncurrent_versions_and_old_checkpoi
     rules = {r["Id"]: r for r in synth.template["Resources"][BUCKET]["Properties"]["LifecycleConfiguration"]["Rules"]}
     assert rules["abort-incomplete-multipart"]["AbortIncompleteMultipartUpload"] == {"DaysAfterInitiation": 1}
     assert rules["expire-noncurrent"]["NoncurrentVersionExpiration"] == {"NoncurrentDays": 7}
-    assert rules["expire-checkpoints"]["Prefix"] == "checkpoints/" and rules["expire-checkpoints"]["ExpirationInDays"] == 30
+    assert rules["expire-checkpoints"]["Prefix"] == "checkpoints/"
+    assert rules["expire-checkpoints"]["ExpirationInDays"] == 30
 
 
 def _s3_object_resources(stmts, action):

@@ -23,7 +23,7 @@ def test_prepare_writes_shards_of_the_requested_size_and_an_index(small_shards, 
     assert all(s["tokens"] == 2048 for s in index["shards"][:-1])  # 4096 bytes of uint16
     assert index["total_tokens"] == sum(s["tokens"] for s in index["shards"])
     tokens = np.concatenate([np.fromfile(out / s["file"], dtype=np.uint16) for s in index["shards"]])
-    docs = [json.loads(l)["text"] for l in assets["corpus"].read_text().splitlines()]
+    docs = [json.loads(line)["text"] for line in assets["corpus"].read_text().splitlines()]
     assert (tokens == index["eos_token_id"]).sum() == len(docs)  # one EOS per document
     assert (out / "tokenizer" / "tokenizer_config.json").exists()
 
