@@ -116,7 +116,7 @@ TYPE_CONFUSION = [
     (("compute", "instance_type"), "p5.48xlarge"), (("compute", "accepted_delay_hours"), -1),
     (("checkpoint", "keep"), 1), (("checkpoint", "interval_minutes"), "often"), (("budget", "max_usd"), 0),
     (("budget", "max_usd"), float("inf")), (("registry", "approval_status"), "Maybe"),
-    (("registry", "model_package_group"), "bad group"), (("tags", "cost-center"), 5),
+    (("registry", "model_package_group"), "bad group"), (("tags", "team"), 5),
 ]
 
 
