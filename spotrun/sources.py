@@ -28,10 +28,11 @@ class Sources:
 
 
 class _Unreadable(Exception):
-    """A source could not be read (as opposed to read and found wrong)."""
+    """A source could not be read here (no credentials, access denied, placeholder bucket): not checked, as
+    opposed to read and found wrong (missing object, bad JSON), which is a RunValidationError."""
 
 
-def _read_bytes(source: str, name: str, s3_client: Any) -> bytes:
+def _read_bytes(source: str, name: str, field_path: str, s3_client: Any) -> bytes:
     if source.startswith("s3://"):
         import boto3
         from botocore.exceptions import BotoCoreError, ClientError
@@ -41,18 +42,25 @@ def _read_bytes(source: str, name: str, s3_client: Any) -> bytes:
         try:
             client = s3_client or boto3.client("s3")
             return client.get_object(Bucket=bucket, Key=key)["Body"].read(MAX_SOURCE_JSON_BYTES + 1)
-        except (ClientError, BotoCoreError) as exc:
+        except ClientError as exc:
+            code = exc.response.get("Error", {}).get("Code", "")
+            if code in ("NoSuchKey", "NoSuchBucket", "404"):  # read, and found missing: the source is wrong
+                raise RunValidationError(field_path, source, f"a model or data directory holding {name} "
+                                         f"(s3://{bucket}/{key}: {code})") from None
+            raise _Unreadable(f"s3://{bucket}/{key} could not be read: {code or type(exc).__name__}") from None
+        except BotoCoreError as exc:  # no credentials, no network: not checked
             raise _Unreadable(f"s3://{bucket}/{key} could not be read: {type(exc).__name__}") from None
     try:
         path = Path(source) / name
         with path.open("rb") as fh:
             return fh.read(MAX_SOURCE_JSON_BYTES + 1)
     except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
-        raise _Unreadable(f"{source}/{name} could not be read: {getattr(exc, 'strerror', None) or exc}") from None
+        raise RunValidationError(field_path, source, f"a directory holding {name} "
+                                 f"({getattr(exc, 'strerror', None) or exc})") from None
 
 
 def _read_json(source: str, name: str, field_path: str, s3_client: Any) -> dict:
-    body = _read_bytes(source, name, s3_client)
+    body = _read_bytes(source, name, field_path, s3_client)
     if len(body) > MAX_SOURCE_JSON_BYTES:
         raise RunValidationError(field_path, source, f"a {name} of at most {MAX_SOURCE_JSON_BYTES:,} bytes")
     try:

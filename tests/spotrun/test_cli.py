@@ -156,21 +156,25 @@ def test_s3_sources_are_read_with_boto3():
 
 
 def test_offline_the_inline_copy_stands_in_for_an_unreadable_source_and_says_so(tmp_path):
-    run = parse_run({"version": 1, "name": "src", "model": {"source": "/nonexistent/model", "config": {
+    from botocore.stub import Stubber
+
+    run = parse_run({"version": 1, "name": "src", "model": {"source": "s3://art-bucket/models/m/", "config": {
         "model_type": "gpt2"}}, "data": {"tokens": 10, "seq_len": 128}, "budget": {"max_usd": 10}})
-    with pytest.raises(RunValidationError) as err:
-        resolve(run)  # the pipeline reads strictly
-    assert err.value.field == "model.source" and "config.json" in str(err.value)
-    sources = read_sources(run, offline=True)
+    s3 = boto3.client("s3", region_name="us-east-1")
+    with Stubber(s3) as stub:
+        for _ in range(2):
+            stub.add_client_error("get_object", "AccessDenied", expected_params={"Bucket": "art-bucket",
+                                                                                 "Key": "models/m/config.json"})
+        with pytest.raises(RunValidationError) as err:
+            resolve(run, s3)  # the pipeline reads strictly
+        assert err.value.field == "model.source" and "AccessDenied" in str(err.value)
+        sources = read_sources(run, s3, offline=True)  # the CLI: not checked, and it says so
     assert sources.model_config is None and "planned with the inline model.config" in sources.notes[0]
+    missing = _run_with_sources(str(tmp_path / "absent"), str(tmp_path))  # read and found missing: wrong
+    with pytest.raises(RunValidationError) as err:
+        read_sources(missing, offline=True)
+    assert err.value.field == "model.source" and "config.json" in str(err.value)
     too_long = _run_with_sources("/" + "a" * 1000, str(tmp_path))  # ENAMETOOLONG: an OSError, reported
     with pytest.raises(RunValidationError) as err:
         resolve(too_long)
     assert err.value.field == "model.source"
-
-
-def test_the_spotrun_command_is_installed_by_make():
-    command = Path(sys.executable).parent / "spotrun"
-    assert command.exists(), "make venv installs the project (pip install -e .), which provides `spotrun`"
-    res = subprocess.run([str(command), "estimate", str(EXAMPLES[0])], capture_output=True, text=True, timeout=60)
-    assert res.returncode == 0 and "MaxRuntime / MaxWait" in res.stdout, res.stderr
