@@ -267,7 +267,7 @@ def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | 
         max_runtime_seconds=max_runtime, max_wait_seconds=max_wait, checkpoint_bytes=ckpt_bytes,
         notice_upload_gb_per_s=ckpt_bytes / d["notice_upload_seconds"] / 1e9,
         upload_gb_per_s_available=best.upload_available, checkpoint_policy=best.policy,
-        checkpoint_interval_seconds=max(1, int(round(best.interval))), interruptions_per_hour=best.rate,
+        checkpoint_interval_seconds=max(1, round(best.interval)), interruptions_per_hour=best.rate,
         cost_usd=cost, spot=c.spot, advice=advice, warnings=warnings,
     )
     est.hyperparameters = trainer_hyperparameters(run, est)

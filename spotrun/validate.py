@@ -22,9 +22,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .contract import (HYPERPARAMETER_KEY_MAX, HYPERPARAMETER_VALUE_MAX, HYPERPARAMETERS_MAX, MAX_RUN_BYTES,
-                       RunSpec, RunValidationError, decode_run, parse_run)
+from .contract import (
+    HYPERPARAMETER_KEY_MAX,
+    HYPERPARAMETER_VALUE_MAX,
+    HYPERPARAMETERS_MAX,
+    MAX_RUN_BYTES,
+    RunSpec,
+    RunValidationError,
+    decode_run,
+    parse_run,
+)
 from .planner import Estimate, EstimateRefused, estimate, format_text
+from .seams import Hyperparameter
 from .sources import PLACEHOLDER_BUCKET, read_sources
 
 EXIT_OK, EXIT_INVALID, EXIT_REFUSED = 0, 2, 3
@@ -34,7 +43,8 @@ PIPELINE_METHODS = ("full", "lora")  # what the trainer image runs
 DATASETS_PREFIX, MODELS_PREFIX = "datasets/", "models/"  # the training role reads only these (ArtifactStore)
 STACK_ID = "Spotrun"  # stacks/stage.py: one stack per stage, named <stage>-Spotrun by CDK
 # A hyperparameter that carries a run field is reported as that field.
-_HYPERPARAMETER_FIELDS = {"model.config": "model.config", "optim.lr": "training.lr", "epochs": "training.epochs"}
+_HYPERPARAMETER_FIELDS = {Hyperparameter.MODEL_CONFIG.value: "model.config", Hyperparameter.LR.value: "training.lr",
+                          Hyperparameter.EPOCHS.value: "training.epochs"}
 
 
 @dataclass(frozen=True)
@@ -96,7 +106,7 @@ def pipeline_hyperparameters(run: RunSpec, est: Estimate) -> dict[str, str]:
     trains from random weights (a pretrained model's config comes with its weights, in the model channel)."""
     hyper = dict(est.hyperparameters)
     if run.model.init == "random" and run.model.config is not None:
-        hyper["model.config"] = json.dumps(run.model.config, separators=(",", ":"))
+        hyper[Hyperparameter.MODEL_CONFIG.value] = json.dumps(run.model.config, separators=(",", ":"))
     check_hyperparameters(hyper)
     return hyper
 

@@ -10,7 +10,6 @@ STAGE, COST_CENTER.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from dataclasses import dataclass
 from typing import Any

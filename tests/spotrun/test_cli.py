@@ -26,7 +26,7 @@ CONTRACT_KEYS = {"parameters", "trainable_parameters", "training_flops", "gpu_ho
 def test_python_m_spotrun_estimates_every_example_as_json_offline():
     env = {"PATH": "/usr/bin:/bin", "AWS_EC2_METADATA_DISABLED": "true"}  # no credentials, no network use
     res = subprocess.run([sys.executable, "-m", "spotrun", "estimate", "--format", "json", *map(str, EXAMPLES)],
-                         capture_output=True, text=True, cwd=ROOT, env=env, timeout=60)
+                         capture_output=True, text=True, cwd=ROOT, env=env, timeout=60, check=False)
     assert res.returncode == 0, res.stderr
     docs = json.loads(res.stdout)  # one JSON document for several files
     assert [d["file"] for d in docs] == [str(p) for p in EXAMPLES]

@@ -28,9 +28,9 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
 
 import numpy as np
 
@@ -288,15 +288,15 @@ class TokenShardLoader:
         self.state = LoaderState(self.state.epoch, self.state.position + self.global_batch)
         return order[start : start + self.micro_batch]
 
-    def next_batch(self) -> "np.ndarray":
+    def next_batch(self) -> np.ndarray:
         """The next micro-batch of this rank, shape (micro_batch, seq_len), as int64."""
         return self._tokens(self._next_rows())
 
-    def _tokens(self, rows: list[tuple[int, int]]) -> "np.ndarray":
+    def _tokens(self, rows: list[tuple[int, int]]) -> np.ndarray:
         span = self.seq_len
         return np.stack([np.asarray(self.shards[s][i * span : (i + 1) * span], dtype=np.int64) for s, i in rows])
 
-    def next_inputs(self) -> dict[str, "np.ndarray"]:
+    def next_inputs(self) -> dict[str, np.ndarray]:
         """The next micro-batch as the model's keyword arguments: input_ids and labels (the same tokens, -100
         where the loss is masked). With a mask, also num_items_in_batch: the trained tokens (at least 1), so a
         micro-batch of prompt only gives a loss of 0, not NaN (transformers' loss divides its sum by it)."""
