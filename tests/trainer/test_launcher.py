@@ -8,10 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from spotrun.local.harness import start_launcher, write_sagemaker_root
 from spotrun_trainer.config import ConfigError, TrainConfig
-from spotrun_trainer.examples import write_sagemaker_root
 from spotrun_trainer.launcher import SageMakerEnv, check_inputs, decide_exit, plan_launch
-from spotrun_trainer.localrun import start_launcher
 
 HP = {"micro_batch": "4", "max_steps": "100", "optim.lr": "1e-4", "checkpoint.interval_minutes": "15"}
 
