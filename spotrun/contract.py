@@ -356,10 +356,10 @@ def _lora(raw: Any) -> LoraSpec:
     lo = _obj(raw, "training.lora", {"rank", "alpha", "dropout", "target_modules"}, {"rank"})
     targets = lo.get("target_modules", "all-linear")
     if targets != "all-linear":
-        if (not isinstance(targets, list) or not targets
+        if (not isinstance(targets, list) or not 0 < len(targets) <= 64
                 or not all(isinstance(t, str) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,63}", t) for t in targets)):
             raise RunValidationError("training.lora.target_modules", targets,
-                                     '"all-linear" or a non-empty list of module names (e.g. ["q_proj"])')
+                                     '"all-linear" or a list of 1-64 module names (e.g. ["q_proj"])')
         targets = tuple(targets)
     return LoraSpec(rank=_int(lo["rank"], "training.lora.rank", 1, 4096), target_modules=targets,
                     alpha=_num(lo.get("alpha", 16), "training.lora.alpha", 0, 65536, lo_open=True),

@@ -30,7 +30,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .contract import MAX_RUNTIME_LIMIT_S, RunSpec
+from .contract import MAX_RUNTIME_LIMIT_S, RunSpec, RunValidationError
 from .params import lora_parameters, shape_of
 
 CATALOG_PATH = Path(__file__).with_name("catalog.json")
@@ -93,7 +93,14 @@ def count_parameters(run: RunSpec, model_config: dict | None) -> tuple[int, int]
     if config is None:
         raise EstimateRefused("InvalidRun", f"model.source={run.model.source!r}: its config.json could not be read",
                               field="model.source")
-    shape = shape_of(config)
+    try:
+        shape = shape_of(config)
+    except RunValidationError as exc:
+        if model_config is None:
+            raise
+        # The shape came from the source's config.json: the field to fix is the source, not an inline config.
+        raise RunValidationError("model.source", run.model.source, f"a model whose config.json the planner can "
+                                 f"count ({exc})") from None
     total = shape.total
     if run.training.method == "lora":
         return total, lora_parameters(shape, run.training.lora.rank, run.training.lora.target_modules)

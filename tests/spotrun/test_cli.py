@@ -178,3 +178,17 @@ def test_offline_the_inline_copy_stands_in_for_an_unreadable_source_and_says_so(
     with pytest.raises(RunValidationError) as err:
         resolve(too_long)
     assert err.value.field == "model.source"
+
+
+def test_a_source_config_the_planner_cannot_count_names_the_source(tmp_path, capsys):
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+                                                   "num_hidden_layers": 2, "num_attention_heads": 4,
+                                                   "vocab_size": 256, "tie_word_embeddings": "false"}))
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps({"version": 1, "name": "src", "model": {"source": str(model)},
+                               "data": {"tokens": 10**6, "seq_len": 128}, "budget": {"max_usd": 10}}))
+    assert main(["estimate", "--format", "json", str(run)]) == 2
+    out = json.loads(capsys.readouterr().out)
+    assert out["field"] == "model.source" and "model.config.tie_word_embeddings='false'" in out["message"]
