@@ -40,7 +40,7 @@ class EstimateRefused(Exception):
     """The run must not start. `code` is the state machine's named failure: InvalidRun or OverBudget; `field`
     the run field to change."""
 
-    def __init__(self, code: str, message: str, estimate: "Estimate | None" = None, field: str | None = None):
+    def __init__(self, code: str, message: str, estimate: Estimate | None = None, field: str | None = None):
         super().__init__(message)
         self.code, self.message, self.estimate, self.field = code, message, estimate, field
 
