@@ -16,8 +16,11 @@ Rules (../shared/KNOWLEDGE.md, "The problem domain"), with the choices made here
   [5 min, 6 h], MTBI from the job's interruption rate (nodes × per-instance rate; recorded or catalog).
 - Spot: expected interruptions λ·wall, each costing the lost work (interval/2 on a schedule, ~0 on notice)
   plus a restart (startup + checkpoint download). Spot cost = price·(1 − discount)·nodes·(wall + overhead).
-- MaxRuntime = 2 × the expected spot wall time (at least 1 h, at most 28 days); MaxWait = MaxRuntime + the
-  accepted delay (or the user's, refused when below MaxRuntime).
+- MaxRuntime = 2 × the expected spot wall time (at least 1 h, at most SageMaker's 28 days); a run expected to
+  need more than 28 days is refused unless `compute.accept_max_runtime_stop` accepts the stop at 28 days.
+  MaxWait = MaxRuntime + the accepted delay (or the user's, refused when below MaxRuntime).
+- The checkpoint interval reaches the trainer as it is planned: whole seconds, at least 1 (a tiny
+  `interval_minutes` never rounds to 0, which the trainer reads as "off").
 """
 
 from __future__ import annotations
@@ -27,18 +30,19 @@ import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .contract import MAX_RUNTIME_LIMIT_S, RunSpec
+from .contract import MAX_RUNTIME_LIMIT_S, RunSpec, RunValidationError
 from .params import lora_parameters, shape_of
 
 CATALOG_PATH = Path(__file__).with_name("catalog.json")
 
 
 class EstimateRefused(Exception):
-    """The run must not start. `code` is the state machine's named failure: InvalidRun or OverBudget."""
+    """The run must not start. `code` is the state machine's named failure: InvalidRun or OverBudget; `field`
+    the run field to change."""
 
-    def __init__(self, code: str, message: str, estimate: "Estimate | None" = None):
+    def __init__(self, code: str, message: str, estimate: Estimate | None = None, field: str | None = None):
         super().__init__(message)
-        self.code, self.message, self.estimate = code, message, estimate
+        self.code, self.message, self.estimate, self.field = code, message, estimate, field
 
 
 def load_catalog(path: Path = CATALOG_PATH) -> dict:
@@ -79,15 +83,24 @@ class Estimate:
 
 def count_parameters(run: RunSpec, model_config: dict | None) -> tuple[int, int]:
     """(total parameters, trainable parameters)."""
-    config = run.model.config or model_config
+    config = model_config or run.model.config  # the source's own config.json wins over an inline copy
     if run.model.parameters is not None:
         if run.training.method == "lora":
             raise EstimateRefused("InvalidRun", "training.method=lora needs the model's shape: give model.config or "
-                                  "model.source instead of model.parameters")
+                                  "model.source instead of model.parameters",
+                                  field="training.method")
         return run.model.parameters, run.model.parameters
     if config is None:
-        raise EstimateRefused("InvalidRun", f"model.source={run.model.source!r}: its config.json could not be read")
-    shape = shape_of(config)
+        raise EstimateRefused("InvalidRun", f"model.source={run.model.source!r}: its config.json could not be read",
+                              field="model.source")
+    try:
+        shape = shape_of(config)
+    except RunValidationError as exc:
+        if model_config is None:
+            raise
+        # The shape came from the source's config.json: the field to fix is the source, not an inline config.
+        raise RunValidationError("model.source", run.model.source, f"a model whose config.json the planner can "
+                                 f"count ({exc})") from None
     total = shape.total
     if run.training.method == "lora":
         return total, lora_parameters(shape, run.training.lora.rank, run.training.lora.target_modules)
@@ -127,7 +140,7 @@ def _option(run: RunSpec, catalog: dict, itype: str, count: int, gpu_seconds: fl
     needed = ckpt_bytes / d["notice_upload_seconds"] / 1e9
     policy = "save_on_notice" if needed <= upload else "periodic"
     if run.checkpoint.interval_minutes is not None:
-        interval = run.checkpoint.interval_minutes * 60
+        interval = max(1.0, round(run.checkpoint.interval_minutes * 60))
     else:
         interval = _interval(save_cost, rate)
     interruptions = rate * wall / 3600 if run.compute.spot else 0.0
@@ -149,12 +162,14 @@ def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | 
     c = run.compute
     if c.spot and c.warm_pool_minutes:
         raise EstimateRefused("InvalidRun", "compute.warm_pool_minutes with compute.spot=true: SageMaker managed "
-                              "warm pools cannot be used with spot instances; set one of them off")
+                              "warm pools cannot be used with spot instances; set one of them off",
+                              field="compute.warm_pool_minutes")
     total, trainable = count_parameters(run, model_config)
     tokens_per_epoch = run.data.tokens if run.data.tokens is not None else data_tokens
     if not tokens_per_epoch:
         raise EstimateRefused("InvalidRun", f"data.source={run.data.source!r}: no token count (give data.tokens, or "
-                              "point data.source at prepared shards with an index.json)")
+                              "point data.source at prepared shards with an index.json)",
+                              field="data.source")
     tokens = tokens_per_epoch * run.training.epochs
     lora = run.training.method == "lora"
     flops = (4 * total + 6 * trainable) * tokens if lora else 6 * total * tokens
@@ -169,12 +184,14 @@ def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | 
     if c.instance_type != "auto":
         if c.instance_type not in catalog["instances"]:
             raise EstimateRefused("InvalidRun", f"compute.instance_type={c.instance_type!r} is not in the catalog: "
-                                  f"accepted {', '.join(sorted(catalog['instances']))} or auto")
+                                  f"accepted {', '.join(sorted(catalog['instances']))} or auto",
+                                  field="compute.instance_type")
         if not fits(c.instance_type):
             spec = catalog["instances"][c.instance_type]
             raise EstimateRefused("InvalidRun", f"compute.instance_type={c.instance_type}: {state / 1e9:.1f} GB of "
                                   f"training state does not fit {spec['gpus']} x {spec['gpu_memory_gb']} GB with "
-                                  f"activation headroom; choose a larger instance, auto, or training.method=lora")
+                                  f"activation headroom; choose a larger instance, auto, or training.method=lora",
+                                  field="compute.instance_type")
         candidates = [c.instance_type]
     else:
         candidates = [t for t in catalog["instances"] if fits(t)]
@@ -182,7 +199,8 @@ def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | 
             biggest = max(s["gpus"] * s["gpu_memory_gb"] for s in catalog["instances"].values())
             raise EstimateRefused("InvalidRun", f"the model fits no catalog instance: {state / 1e9:.1f} GB of "
                                   f"training state, the largest node holds {biggest * d['memory_usable_fraction']:.0f}"
-                                  f" GB usable; use training.method=lora")
+                                  f" GB usable; use training.method=lora",
+                                  field="training.method")
 
     options = []
     for itype in candidates:
@@ -205,13 +223,20 @@ def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | 
     gpu_seconds = flops / (spec["bf16_tflops_per_gpu"] * 1e12 * util)
 
     expected_wall = best.wall + best.overhead
+    if expected_wall > MAX_RUNTIME_LIMIT_S and not c.accept_max_runtime_stop:
+        raise EstimateRefused("InvalidRun", f"the run needs about {expected_wall / 86400:,.1f} days on {best.count} x "
+                              f"{best.instance_type}, and SageMaker stops a job after 28 days (MaxRuntime): raise "
+                              "compute.instance_count or compute.target_hours, train fewer tokens, or set "
+                              "compute.accept_max_runtime_stop=true to stop at 28 days with the last checkpoint",
+                              field="compute.accept_max_runtime_stop")
     max_runtime = int(min(MAX_RUNTIME_LIMIT_S, max(d["min_max_runtime_seconds"],
                                                    math.ceil(d["max_runtime_factor"] * expected_wall))))
     if c.max_wait_hours is not None:
         max_wait = int(c.max_wait_hours * 3600)
         if c.spot and max_wait < max_runtime:
             raise EstimateRefused("InvalidRun", f"compute.max_wait_hours={c.max_wait_hours}: MaxWait ({max_wait} s) "
-                                  f"< MaxRuntime ({max_runtime} s); SageMaker requires MaxWait >= MaxRuntime")
+                                  f"< MaxRuntime ({max_runtime} s); SageMaker requires MaxWait >= MaxRuntime",
+                                  field="compute.max_wait_hours")
     else:
         max_wait = max_runtime + int(c.accepted_delay_hours * 3600)
 
@@ -220,7 +245,12 @@ def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | 
         warnings.append(f"compute.instance_count={c.instance_count}: the model fits one {best.instance_type}; extra "
                         "nodes replicate it (hybrid sharding): they add speed, not capacity, and each is billed")
     if expected_wall > MAX_RUNTIME_LIMIT_S:
-        warnings.append("the expected run exceeds SageMaker's 28-day MaxRuntime: raise instance_count or target_hours")
+        warnings.append(f"the run needs about {expected_wall / 86400:,.1f} days: SageMaker stops it at 28 days "
+                        f"(about {MAX_RUNTIME_LIMIT_S / expected_wall:.0%} of the training; accepted by "
+                        "compute.accept_max_runtime_stop)")
+    elif d["max_runtime_factor"] * expected_wall > MAX_RUNTIME_LIMIT_S:
+        warnings.append(f"MaxRuntime is capped at SageMaker's 28 days: {MAX_RUNTIME_LIMIT_S / expected_wall:.2f}x "
+                        f"the expected {expected_wall / 86400:,.1f} days instead of {d['max_runtime_factor']}x")
     cost = {"on_demand": round(best.on_demand, 2), "spot": round(best.spot, 2)}
     chosen_cost = best.spot if c.spot else best.on_demand
     if c.spot:
@@ -244,7 +274,7 @@ def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | 
         max_runtime_seconds=max_runtime, max_wait_seconds=max_wait, checkpoint_bytes=ckpt_bytes,
         notice_upload_gb_per_s=ckpt_bytes / d["notice_upload_seconds"] / 1e9,
         upload_gb_per_s_available=best.upload_available, checkpoint_policy=best.policy,
-        checkpoint_interval_seconds=int(round(best.interval)), interruptions_per_hour=best.rate,
+        checkpoint_interval_seconds=max(1, round(best.interval)), interruptions_per_hour=best.rate,
         cost_usd=cost, spot=c.spot, advice=advice, warnings=warnings,
     )
     est.hyperparameters = trainer_hyperparameters(run, est)
@@ -255,7 +285,8 @@ def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | 
         if not lora:
             advice.append(_lora_alternative(run, catalog, model_config, data_tokens, recorded_rates))
         raise EstimateRefused("OverBudget", f"estimated ${chosen_cost:.2f} exceeds budget.max_usd={run.max_usd:.2f} "
-                              f"({best.count} x {best.instance_type}, {expected_wall / 3600:.1f} h)", est)
+                              f"({best.count} x {best.instance_type}, {expected_wall / 3600:.1f} h)", est,
+                              field="budget.max_usd")
     return est
 
 
@@ -288,7 +319,8 @@ def trainer_hyperparameters(run: RunSpec, est: Estimate) -> dict[str, str]:
     return {
         "micro_batch": str(t.micro_batch), "grad_accum": str(t.grad_accum), "epochs": str(t.epochs),
         "seed": str(t.seed), "optim.lr": str(t.lr), "data.seq_len": str(run.data.seq_len),
-        "checkpoint.interval_minutes": f"{est.checkpoint_interval_seconds / 60:.2f}",
+        # repr: the exact planned seconds / 60 (a rounded "0.00" would read as "off" in the trainer)
+        "checkpoint.interval_minutes": repr(est.checkpoint_interval_seconds / 60),
         "checkpoint.keep": str(run.checkpoint.keep),
     }
 
