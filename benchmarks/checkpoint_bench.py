@@ -124,7 +124,7 @@ def main() -> int:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29533",
            __file__, "--worker", "--hidden", str(args.hidden), "--layers", str(args.layers), "--dir", str(directory)]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    line = next((l for l in out.stdout.splitlines() if l.startswith("RESULTS ")), None)
+    line = next((x for x in out.stdout.splitlines() if x.startswith("RESULTS ")), None)
     if out.returncode != 0 or line is None:
         print(out.stdout[-3000:], out.stderr[-3000:])
         return 1

@@ -27,8 +27,11 @@ Rules, with the choices made here:
   recorded or catalog).
 - Spot: expected interruptions λ·wall, each costing the lost work (interval/2 on a schedule, ~0 on notice)
   plus a restart (startup + checkpoint download). Spot cost = price·(1 − discount)·nodes·(wall + overhead).
-- MaxRuntime = 2 × the expected spot wall time (at least 1 h, at most 28 days); MaxWait = MaxRuntime + the
-  accepted delay (or the user's, refused when below MaxRuntime).
+- MaxRuntime = 2 × the expected spot wall time (at least 1 h, at most SageMaker's 28 days); a run expected to
+  need more than 28 days is refused unless `compute.accept_max_runtime_stop` accepts the stop at 28 days.
+  MaxWait = MaxRuntime + the accepted delay (or the user's, refused when below MaxRuntime).
+- The checkpoint interval reaches the trainer as it is planned: whole seconds, at least 1 (a tiny
+  `interval_minutes` never rounds to 0, which the trainer reads as "off").
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from .contract import MAX_RUNTIME_LIMIT_S, RunSpec
+from .contract import MAX_RUNTIME_LIMIT_S, RunSpec, RunValidationError
 from .memory import MemoryEstimate, ModelDims, checkpoint_bytes, peak_bytes, training_state_bytes
 from .params import lora_parameters, shape_of
 from .seams import Hyperparameter
@@ -48,11 +51,12 @@ CATALOG_PATH = Path(__file__).with_name("catalog.json")
 
 
 class EstimateRefused(Exception):
-    """The run must not start. `code` is the state machine's named failure: InvalidRun or OverBudget."""
+    """The run must not start. `code` is the state machine's named failure: InvalidRun or OverBudget; `field`
+    the run field to change."""
 
-    def __init__(self, code: str, message: str, estimate: "Estimate | None" = None):
+    def __init__(self, code: str, message: str, estimate: Estimate | None = None, field: str | None = None):
         super().__init__(message)
-        self.code, self.message, self.estimate = code, message, estimate
+        self.code, self.message, self.estimate, self.field = code, message, estimate, field
 
 
 def load_catalog(path: Path = CATALOG_PATH) -> dict:
@@ -101,15 +105,24 @@ class Estimate:
 
 def count_parameters(run: RunSpec, model_config: dict | None) -> tuple[int, int]:
     """(total parameters, trainable parameters)."""
-    config = run.model.config or model_config
+    config = model_config or run.model.config  # the source's own config.json wins over an inline copy
     if run.model.parameters is not None:
         if run.training.method == "lora":
             raise EstimateRefused("InvalidRun", "training.method=lora needs the model's shape: give model.config or "
-                                  "model.source instead of model.parameters")
+                                  "model.source instead of model.parameters",
+                                  field="training.method")
         return run.model.parameters, run.model.parameters
     if config is None:
-        raise EstimateRefused("InvalidRun", f"model.source={run.model.source!r}: its config.json could not be read")
-    shape = shape_of(config)
+        raise EstimateRefused("InvalidRun", f"model.source={run.model.source!r}: its config.json could not be read",
+                              field="model.source")
+    try:
+        shape = shape_of(config)
+    except RunValidationError as exc:
+        if model_config is None:
+            raise
+        # The shape came from the source's config.json: the field to fix is the source, not an inline config.
+        raise RunValidationError("model.source", run.model.source, f"a model whose config.json the planner can "
+                                 f"count ({exc})") from None
     total = shape.total
     if run.training.method == "lora":
         return total, lora_parameters(shape, run.training.lora.rank, run.training.lora.target_modules)
@@ -172,7 +185,7 @@ def _option(run: RunSpec, catalog: dict, itype: str, count: int, train_seconds: 
     budget = notice_upload_seconds(d, step_seconds)
     policy = "save_on_notice" if budget > 0 and ckpt_bytes / budget / 1e9 <= upload else "periodic"
     if run.checkpoint.interval_minutes is not None:
-        interval = run.checkpoint.interval_minutes * 60
+        interval = max(1.0, round(run.checkpoint.interval_minutes * 60))
     else:
         interval = _interval(save_cost, rate)
     interruptions = rate * wall / 3600 if run.compute.spot else 0.0
@@ -246,10 +259,11 @@ class _Planner:
         micro_batches = self.tokens / (fit.layout.world * tokens_mb)
         return micro_batches * step_seconds(compute, comm, self.d["comm_overlap_fraction"]), compute, comm
 
-    def refusal(self, candidates: list[str]) -> str:
+    def refusal(self) -> tuple[str, str]:
+        """(why nothing fits, the run field to change)."""
         d = self.d
         if self.largest is None:
-            return "no layout could be tried"
+            return "no layout could be tried", "compute.instance_type"
         layout, mem, usable = self.largest
         spec = self.catalog["instances"][layout.instance_type]
         text = (f"the model fits no layout tried: the largest, {layout.describe()}, needs {mem.describe()} per GPU "
@@ -258,17 +272,18 @@ class _Planner:
                 f"minus a {d['memory_allowance_gb']} GB allowance)")
         rest = mem.total - mem.state
         if rest >= usable:
-            return text + "; activations, logits and one gathered unit alone exceed it: shorten data.seq_len"
+            return text + "; activations, logits and one gathered unit alone exceed it: shorten data.seq_len", \
+                "data.seq_len"
         state = training_state_bytes(self.total, self.trainable, self.method, self.d["compute_bytes"])
         gpus = math.ceil(state / (usable - rest))
         hint = "" if self.method == "lora" else "; or training.method=lora"
         if not spec.get("efa"):
             return (text + f"; {layout.instance_type} has no EFA, so nodes cannot share its training state: its "
                     f"{state / 1e9:,.0f} GB need {gpus} GPUs of this size in one shard group; choose an EFA "
-                    f"instance type (or auto){hint}")
+                    f"instance type (or auto){hint}"), "compute.instance_type"
         nodes = math.ceil(gpus / spec["gpus"])
         return (text + f"; its {state / 1e9:,.0f} GB of training state would need {nodes} nodes of "
-                f"{layout.instance_type} sharded (set compute.instance_count){hint}")
+                f"{layout.instance_type} sharded (set compute.instance_count){hint}"), "compute.instance_count"
 
 
 def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | None = None,
@@ -280,12 +295,14 @@ def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | 
     c = run.compute
     if c.spot and c.warm_pool_minutes:
         raise EstimateRefused("InvalidRun", "compute.warm_pool_minutes with compute.spot=true: SageMaker managed "
-                              "warm pools cannot be used with spot instances; set one of them off")
+                              "warm pools cannot be used with spot instances; set one of them off",
+                              field="compute.warm_pool_minutes")
     total, trainable = count_parameters(run, model_config)
     tokens_per_epoch = run.data.tokens if run.data.tokens is not None else data_tokens
     if not tokens_per_epoch:
         raise EstimateRefused("InvalidRun", f"data.source={run.data.source!r}: no token count (give data.tokens, or "
-                              "point data.source at prepared shards with an index.json)")
+                              "point data.source at prepared shards with an index.json)",
+                              field="data.source")
     tokens = tokens_per_epoch * run.training.epochs
     lora = run.training.method == "lora"
     flops = (4 * total + 6 * trainable) * tokens if lora else 6 * total * tokens
@@ -299,7 +316,8 @@ def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | 
     if c.instance_type != "auto":
         if c.instance_type not in catalog["instances"]:
             raise EstimateRefused("InvalidRun", f"compute.instance_type={c.instance_type!r} is not in the catalog: "
-                                  f"accepted {', '.join(sorted(catalog['instances']))} or auto")
+                                  f"accepted {', '.join(sorted(catalog['instances']))} or auto",
+                                  field="compute.instance_type")
         candidates = [c.instance_type]
     else:
         candidates = list(catalog["instances"])
@@ -323,7 +341,8 @@ def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | 
                 options.append(replace(opt, fit=fit, train_seconds=train_s, compute_s=compute_s, comm_s=comm_s))
     if not options:
         where = f"compute.instance_type={c.instance_type}: " if c.instance_type != "auto" else ""
-        raise EstimateRefused("InvalidRun", where + planner.refusal(candidates))
+        message, field_name = planner.refusal()
+        raise EstimateRefused("InvalidRun", where + message, field=field_name)
 
     warnings, advice = [], []
     price_of = (lambda o: o.spot) if c.spot else (lambda o: o.on_demand)
@@ -340,13 +359,20 @@ def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | 
     gpu_seconds = best.train_seconds * fit.layout.world
 
     expected_wall = best.wall + best.overhead
+    if expected_wall > MAX_RUNTIME_LIMIT_S and not c.accept_max_runtime_stop:
+        raise EstimateRefused("InvalidRun", f"the run needs about {expected_wall / 86400:,.1f} days on {best.count} x "
+                              f"{best.instance_type}, and SageMaker stops a job after 28 days (MaxRuntime): raise "
+                              "compute.instance_count or compute.target_hours, train fewer tokens, or set "
+                              "compute.accept_max_runtime_stop=true to stop at 28 days with the last checkpoint",
+                              field="compute.accept_max_runtime_stop")
     max_runtime = int(min(MAX_RUNTIME_LIMIT_S, max(d["min_max_runtime_seconds"],
                                                    math.ceil(d["max_runtime_factor"] * expected_wall))))
     if c.max_wait_hours is not None:
         max_wait = int(c.max_wait_hours * 3600)
         if c.spot and max_wait < max_runtime:
             raise EstimateRefused("InvalidRun", f"compute.max_wait_hours={c.max_wait_hours}: MaxWait ({max_wait} s) "
-                                  f"< MaxRuntime ({max_runtime} s); SageMaker requires MaxWait >= MaxRuntime")
+                                  f"< MaxRuntime ({max_runtime} s); SageMaker requires MaxWait >= MaxRuntime",
+                                  field="compute.max_wait_hours")
     else:
         max_wait = max_runtime + int(c.accepted_delay_hours * 3600)
 
@@ -360,7 +386,12 @@ def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | 
             warnings.append(f"compute.instance_count={c.instance_count}: the model fits one {best.instance_type}; "
                             "the extra nodes add speed and cost, not capacity it needs")
     if expected_wall > MAX_RUNTIME_LIMIT_S:
-        warnings.append("the expected run exceeds SageMaker's 28-day MaxRuntime: raise instance_count or target_hours")
+        warnings.append(f"the run needs about {expected_wall / 86400:,.1f} days: SageMaker stops it at 28 days "
+                        f"(about {MAX_RUNTIME_LIMIT_S / expected_wall:.0%} of the training; accepted by "
+                        "compute.accept_max_runtime_stop)")
+    elif d["max_runtime_factor"] * expected_wall > MAX_RUNTIME_LIMIT_S:
+        warnings.append(f"MaxRuntime is capped at SageMaker's 28 days: {MAX_RUNTIME_LIMIT_S / expected_wall:.2f}x "
+                        f"the expected {expected_wall / 86400:,.1f} days instead of {d['max_runtime_factor']}x")
     cost = {"on_demand": round(best.on_demand, 2), "spot": round(best.spot, 2)}
     chosen_cost = best.spot if c.spot else best.on_demand
     if c.spot:
@@ -392,7 +423,7 @@ def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | 
         max_runtime_seconds=max_runtime, max_wait_seconds=max_wait, checkpoint_bytes=ckpt_bytes,
         notice_upload_gb_per_s=ckpt_bytes / d["notice_upload_seconds"] / 1e9,
         upload_gb_per_s_available=best.upload_available, checkpoint_policy=best.policy,
-        checkpoint_interval_seconds=int(round(best.interval)), interruptions_per_hour=best.rate,
+        checkpoint_interval_seconds=max(1, round(best.interval)), interruptions_per_hour=best.rate,
         cost_usd=cost, spot=c.spot, sharding=fit.layout.sharding, shard_group_nodes=fit.layout.group_nodes,
         micro_batch=fit.micro_batch, grad_accum=fit.grad_accum, activation_checkpointing=fit.activation_checkpointing,
         global_batch_samples=fit.layout.world * planner.per_rank,
@@ -411,7 +442,8 @@ def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | 
         if not lora:
             advice.append(_lora_alternative(run, catalog, model_config, data_tokens, recorded_rates))
         raise EstimateRefused("OverBudget", f"estimated ${chosen_cost:.2f} exceeds budget.max_usd={run.max_usd:.2f} "
-                              f"({fit.layout.describe()}, {expected_wall / 3600:.1f} h)", est)
+                              f"({fit.layout.describe()}, {expected_wall / 3600:.1f} h)", est,
+                              field="budget.max_usd")
     return est
 
 
@@ -445,7 +477,8 @@ def trainer_hyperparameters(run: RunSpec, est: Estimate) -> dict[str, str]:
         hp.SEQ_LEN.value: str(run.data.seq_len),
         hp.SHARDING_MODE.value: est.sharding, hp.SHARDING_GROUP_NODES.value: str(est.shard_group_nodes),
         hp.ACTIVATION_CHECKPOINTING.value: "true" if est.activation_checkpointing else "false",
-        hp.CHECKPOINT_INTERVAL_MINUTES.value: f"{est.checkpoint_interval_seconds / 60:.2f}",
+        # repr: the exact planned seconds / 60 (a rounded "0.00" would read as "off" in the trainer)
+        hp.CHECKPOINT_INTERVAL_MINUTES.value: repr(est.checkpoint_interval_seconds / 60),
         hp.CHECKPOINT_KEEP.value: str(run.checkpoint.keep),
     }
 

@@ -5,8 +5,10 @@ import sys
 
 import torch
 import torch.distributed as dist
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.fsdp import FSDPModule
 from torch.distributed.tensor import DTensor
+from transformers import AutoModelForCausalLM
 
 from spotrun_trainer.config import ModelConfig, ShardingConfig
 from spotrun_trainer.model import build_mesh, build_sharded_model
@@ -27,9 +29,6 @@ for name, p in built.model.named_parameters():
                    "global_rows": p.shape[0], "local_rows": p.to_local().shape[0] if isinstance(p, DTensor) else -1})
 buffers_on_meta = [n for n, b in built.model.named_buffers() if b.is_meta]
 # The weights every rank received must be rank 0's full model, buffers (rotary inv_freq, ...) included.
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-from transformers import AutoModelForCausalLM
-
 full = get_model_state_dict(built.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 reference = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
 ref_sd = reference.state_dict()

@@ -96,7 +96,7 @@ def test_metric_lines_match_the_sagemaker_metric_definitions(baseline):
 
     from spotrun_trainer.metrics import METRIC_DEFINITIONS, parse_line
 
-    lines = [l for l in baseline.text().splitlines() if l.startswith("step=")]
+    lines = [line for line in baseline.text().splitlines() if line.startswith("step=")]
     assert len(lines) == 6  # every 4 steps of 24
     parsed = parse_line(lines[-1])
     assert parsed["step"] == 24

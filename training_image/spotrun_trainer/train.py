@@ -156,8 +156,8 @@ def train(cfg: TrainConfig, *, local_rank: int, stop: StopFlag) -> Outcome:
         loss_sum = torch.zeros((), device=device)
         mem_probe.begin_step()
         for _ in range(cfg.grad_accum):
-            batch = torch.from_numpy(loader.next_batch()).to(device)
-            out = model(input_ids=batch, labels=batch)
+            # input_ids and labels (-100 on prompt tokens of chat data: see TokenShardLoader.next_inputs)
+            out = model(**{k: torch.from_numpy(v).to(device) for k, v in loader.next_inputs().items()})
             (out.loss / cfg.grad_accum).backward()
             loss_sum += out.loss.detach()
         if cfg.optim.grad_clip > 0:
