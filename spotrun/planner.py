@@ -403,17 +403,25 @@ def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | 
     else:
         advice.append(f"on-demand on {fit.layout.describe()}: ${best.on_demand:.2f}; managed spot would "
                       f"be about ${best.spot:.2f}")
+    step_s = fit.grad_accum * step_seconds(best.compute_s, best.comm_s, d["comm_overlap_fraction"])
+    budget = notice_upload_seconds(d, step_s)
+    one_node = catalog["instances"][best.instance_type]["s3_upload_gb_per_s"]
+    if best.policy == "save_on_notice" and best.count > 1 and ckpt_bytes / 1e9 / budget > one_node:
+        advice.append(f"the {ckpt_bytes / 1e9:.1f} GB checkpoint leaves within the stop notice ({budget:.0f} s for "
+                      f"the upload after a {step_s:.0f} s step) only because {best.count} nodes upload their shards "
+                      f"in parallel ({best.upload_available:.2f} GB/s for {ckpt_bytes / 1e9 / budget:.2f} needed); "
+                      f"periodic saves every {best.interval / 60:.0f} min stay as insurance")
     if best.policy == "periodic":
-        step_s = fit.grad_accum * step_seconds(best.compute_s, best.comm_s, d["comm_overlap_fraction"])
-        budget = notice_upload_seconds(d, step_s)
         advice.append(f"a {ckpt_bytes / 1e9:.1f} GB checkpoint cannot leave within the stop notice ({budget:.0f} s "
                       f"left for the upload after a {step_s:.0f} s step) at {best.upload_available:.2f} GB/s: "
                       f"saving every {best.interval / 60:.0f} min instead "
                       f"(Young/Daly: sqrt(2 x {ckpt_bytes / (best.upload_available * 1e9):.0f} s save x "
                       f"{(3600 / best.rate) / 3600 if best.rate else float('inf'):.1f} h between interruptions))")
     if best.comm_s > d["comm_overlap_fraction"] * best.compute_s:
-        advice.append(f"communication-bound: {best.comm_s:.2f} s of collectives per micro-batch against "
-                      f"{best.compute_s:.2f} s of compute on {fit.layout.describe()}")
+        exposed = step_seconds(best.compute_s, best.comm_s, d["comm_overlap_fraction"]) - best.compute_s
+        advice.append(f"communication is not fully hidden: {best.comm_s:.2f} s of collectives per micro-batch "
+                      f"against {best.compute_s:.2f} s of compute ({exposed:.2f} s exposed) on "
+                      f"{fit.layout.describe()}")
 
     est = Estimate(
         parameters=total, trainable_parameters=trainable, tokens=tokens, training_flops=flops,
