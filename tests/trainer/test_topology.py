@@ -100,7 +100,7 @@ def test_two_nodes_fully_sharded_stop_on_sigterm_with_a_committed_checkpoint(top
     full, stop = topology["full"], topology["stop_step"]
     assert 9 <= stop < 24
     text = full.text()
-    assert "world=4" in text and "run_completed" not in text
+    assert "world=4" in text and "sharding=full mesh=1x4" in text and "run_completed" not in text
     steps = [s for s, m in committed_checkpoints(topology["saved"])]
     assert steps[0] == stop and committed_checkpoints(topology["saved"])[0][1]["world_size"] == 4
     # Before the stop the 2 x 2 run trained the same samples as the 1 x 2 baseline: same losses up to summation order.
