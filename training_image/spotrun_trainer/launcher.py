@@ -11,7 +11,8 @@ What it reads (root defaults to /opt/ml; `--sm-root` or SPOTRUN_SM_ROOT point el
 What it writes: model/ (the exported model, by the trainer), output/failure on a real failure.
 
 Exit codes: 0 when training completed, or when a stop signal arrived and every local worker saved and stopped;
-otherwise torchrun's code, with output/failure explaining it.
+2 for a configuration error, found here before torchrun starts (check_inputs); otherwise torchrun's code, with
+output/failure explaining it.
 """
 
 from __future__ import annotations
