@@ -14,7 +14,7 @@ from safetensors.torch import load_file
 
 from spotrun_trainer.checkpoint import committed_checkpoints
 from spotrun_trainer.export import EXPORT_METADATA, MERGED_DIR
-from spotrun_trainer.localrun import kill_tree, loss_history, wait_for_step
+from spotrun.local.harness import kill_tree, loss_history, wait_for_step
 
 from .conftest import LORA_HP
 
