@@ -50,6 +50,8 @@ class DataSpec:
 class LoraSpec:
     rank: int
     target_modules: tuple[str, ...] | str  # "all-linear" or module names
+    alpha: float = 16.0  # scaling = alpha / rank
+    dropout: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ Rules (../shared/KNOWLEDGE.md, "The problem domain"), with the choices made here
   is headroom for activations, CUDA context and fragmentation). More nodes add speed, not capacity.
 - GPU-seconds = FLOPs / (peak * utilization), utilization 0.25 unless a measured MFU is given; wall = GPU-seconds
   / (gpus * nodes) + startup (180 s: container pull + data download).
-- Checkpoint bytes: 14/param full, 12/adapter param LoRA. The notice leaves 90 s to upload: needed rate =
+- Checkpoint bytes: 12/param full, 12/adapter param LoRA (fp32 shard + Adam; seams.BytesPerParameter). The notice leaves 90 s to upload: needed rate =
   bytes / 90 s; if the nodes' S3 upload rate covers it, save on notice (and periodically as insurance), else
   save on a schedule. Save cost C = bytes / upload rate; Young/Daly interval sqrt(2·C·MTBI), clamped to
   [5 min, 6 h], MTBI from the job's interruption rate (nodes × per-instance rate; recorded or catalog).
@@ -29,6 +29,7 @@ from pathlib import Path
 
 from .contract import MAX_RUNTIME_LIMIT_S, RunSpec
 from .params import lora_parameters, shape_of
+from .seams import BytesPerParameter, Hyperparameter
 
 CATALOG_PATH = Path(__file__).with_name("catalog.json")
 
@@ -159,7 +160,8 @@ def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | 
     lora = run.training.method == "lora"
     flops = (4 * total + 6 * trainable) * tokens if lora else 6 * total * tokens
     state = 2 * total + 16 * trainable if lora else 16 * total
-    ckpt_bytes = 12 * trainable if lora else 14 * total
+    ckpt_bytes = (BytesPerParameter.CHECKPOINT_LORA * trainable if lora
+                  else BytesPerParameter.CHECKPOINT_FULL * total)
     util = c.utilization or d["utilization"]
 
     def fits(itype: str) -> bool:
@@ -290,7 +292,25 @@ def trainer_hyperparameters(run: RunSpec, est: Estimate) -> dict[str, str]:
         "seed": str(t.seed), "optim.lr": str(t.lr), "data.seq_len": str(run.data.seq_len),
         "checkpoint.interval_minutes": f"{est.checkpoint_interval_seconds / 60:.2f}",
         "checkpoint.keep": str(run.checkpoint.keep),
+        **_method_hyperparameters(run),
     }
+
+
+def _method_hyperparameters(run: RunSpec) -> dict[str, str]:
+    """The training method and, for LoRA, its settings (spotrun_trainer.config.LoraConfig parses them)."""
+    hp = {Hyperparameter.METHOD.value: run.training.method}
+    if run.model.source:
+        hp[Hyperparameter.MODEL_SOURCE.value] = run.model.source
+    lora = run.training.lora
+    if run.training.method == "lora" and lora is not None:
+        targets = lora.target_modules
+        hp.update({
+            Hyperparameter.LORA_RANK.value: str(lora.rank),
+            Hyperparameter.LORA_ALPHA.value: repr(float(lora.alpha)),
+            Hyperparameter.LORA_DROPOUT.value: repr(float(lora.dropout)),
+            Hyperparameter.LORA_TARGET_MODULES.value: targets if isinstance(targets, str) else ",".join(targets),
+        })
+    return hp
 
 
 def format_text(est: Estimate) -> str:

@@ -34,6 +34,14 @@ class Hyperparameter(str, Enum):
     CHECKPOINT_INTERVAL_MINUTES = "checkpoint.interval_minutes"
     CHECKPOINT_KEEP = "checkpoint.keep"
     MODEL_CONFIG = "model.config"
+    MODEL_SOURCE = "model.source"  # recorded in the export metadata: the base an adapter needs
+    METHOD = "method"  # full | lora
+    LORA_RANK = "lora.rank"
+    LORA_ALPHA = "lora.alpha"
+    LORA_DROPOUT = "lora.dropout"
+    LORA_TARGET_MODULES = "lora.target_modules"  # all-linear, or comma-separated module names
+    EXPORT_DTYPE = "export.dtype"  # bfloat16 (default) | float32
+    EXPORT_MERGE_LORA = "export.merge_lora"  # LoRA: also export the merged model
 
 
 # ---- metrics (trainer -> CloudWatch -> dashboard and guard) ----------------------------------------------------
@@ -79,13 +87,21 @@ class StopNotice:
 
 class BytesPerParameter:
     TRAINING_STATE_FULL = 16  # bf16 weights 2 + bf16 grads 2 + fp32 master 4 + Adam moments 8
-    CHECKPOINT_FULL = 14  # bf16 weights 2 + fp32 master 4 + Adam moments 8
-    CHECKPOINT_LORA = 12  # per adapter parameter: fp32 4 + Adam moments 8
+    # FSDP2 keeps each parameter's shard in fp32 (it is the master weight; MixedPrecisionPolicy casts a bf16
+    # copy for compute that is never saved), so a checkpoint holds fp32 4 + Adam moments 8 per trained parameter.
+    # DCP adds a small header per saved tensor chunk and its .metadata (checked against the trainer's files in
+    # tests/trainer/test_planned_bytes.py).
+    CHECKPOINT_FULL = 12
+    CHECKPOINT_LORA = 12  # per adapter parameter: fp32 4 + Adam moments 8 (the frozen base is not saved)
     EXPORT_BF16 = 2
     EXPORT_FP32 = 4
 
 
 # ---- checkpoint layout (trainer writes, guard lists) -----------------------------------------------------------
+
+# The trainer's export metadata beside the exported model (spotrun_trainer/export.py writes it; the registry step
+# reads it): kind full | lora_adapter, whether and which base model it needs, LoRA settings, weights dtype.
+EXPORT_METADATA = "spotrun-export.json"
 
 CHECKPOINT_MANIFEST = "manifest.json"
 CHECKPOINT_STEP_DIR = re.compile(r"^step-(\d{8})$")

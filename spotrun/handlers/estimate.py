@@ -71,9 +71,6 @@ def plan(run_raw: Any, execution: str, settings: PipelineSettings, *, s3_client:
         if run.model.parameters is not None:
             raise RunValidationError("model.parameters", run.model.parameters,
                                      "model.source or model.config for a training run (a bare count only estimates)")
-        if run.training.method != "full":
-            raise RunValidationError("training.method", run.training.method,
-                                     "full: the trainer image runs full fine-tunes (LoRA is estimated only)")
         if run.model_package_group not in (None, settings.model_package_group):
             raise RunValidationError("registry.model_package_group", run.model_package_group,
                                      f"{settings.model_package_group} (this stack's group) or nothing")

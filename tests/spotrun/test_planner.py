@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import math
 
 import pytest
@@ -39,25 +40,26 @@ def test_full_fine_tune_worked_example():
     assert est.training_flops == 6 * 1e9 * 1e8 == 6e17
     assert est.training_state_bytes == 16e9  # 16 GB: fits 1 x 32 GB at 0.5 usable, exactly
     assert est.gpu_hours == pytest.approx(6e17 / (100e12 * 0.25) / 3600)  # 24,000 GPU-seconds
-    # small: wall 24,000 + 180 s; big: 24,000/4 + 180 = 6,180 s. Both save on a schedule: a 14 GB checkpoint
-    # needs 14/90 = 0.156 GB/s but one instance uploads 0.1 GB/s. Save cost 14e9 / 0.1e9 = 140 s, MTBI 7,200 s.
-    interval = math.sqrt(2 * 140 * 7200)  # 1,419.9 s
+    # small: wall 24,000 + 180 s; big: 24,000/4 + 180 = 6,180 s. Both save on a schedule: a 12 GB checkpoint
+    # (fp32 shards + Adam) needs 12/90 = 0.133 GB/s but one instance uploads 0.1 GB/s. Save cost 12e9 / 0.1e9 =
+    # 120 s, MTBI 7,200 s.
+    interval = math.sqrt(2 * 120 * 7200)  # 1,314.53 s
     small_interruptions = 0.5 * 24180 / 3600
-    small_overhead = small_interruptions * (interval / 2 + 180 + 140)
-    small_spot = 2.0 * (1 - 0.6) * (24180 + small_overhead) / 3600  # $6.14
-    big_spot = 8.0 * (1 - 0.6) * (6180 + 0.5 * 6180 / 3600 * (interval / 2 + 320)) / 3600  # $6.28
+    small_overhead = small_interruptions * (interval / 2 + 180 + 120)
+    small_spot = 2.0 * (1 - 0.6) * (24180 + small_overhead) / 3600  # $6.09
+    big_spot = 8.0 * (1 - 0.6) * (6180 + 0.5 * 6180 / 3600 * (interval / 2 + 300)) / 3600  # $6.22
     assert small_spot < big_spot
     assert (est.instance_type, est.instance_count) == ("ml.a1.small", 1)
     assert est.wall_seconds == 24180
-    assert est.checkpoint_bytes == 14e9
-    assert est.notice_upload_gb_per_s == pytest.approx(14 / 90)
+    assert est.checkpoint_bytes == 12e9
+    assert est.notice_upload_gb_per_s == pytest.approx(12 / 90)
     assert est.checkpoint_policy == "periodic"
-    assert est.checkpoint_interval_seconds == round(interval) == 1420
+    assert est.checkpoint_interval_seconds == round(interval) == 1315
     assert est.expected_interruptions == pytest.approx(small_interruptions)
     assert est.cost_usd == {"on_demand": round(2.0 * 24180 / 3600, 2), "spot": round(small_spot, 2)}
     assert est.max_runtime_seconds == math.ceil(2 * (24180 + small_overhead))
     assert est.max_wait_seconds == est.max_runtime_seconds + 24 * 3600
-    assert est.hyperparameters["checkpoint.interval_minutes"] == f"{1420 / 60:.2f}"
+    assert est.hyperparameters["checkpoint.interval_minutes"] == f"{1315 / 60:.2f}"
     assert est.warnings == []
 
 
@@ -98,7 +100,7 @@ def test_recorded_interruption_rate_replaces_the_catalog_default():
     est = estimate(run(compute={"instance_type": "ml.a1.small"}), catalog=CATALOG,
                    recorded_rates={"ml.a1.small": 2.0})
     assert est.interruptions_per_hour == 2.0
-    assert est.checkpoint_interval_seconds == round(math.sqrt(2 * 140 * 1800))
+    assert est.checkpoint_interval_seconds == round(math.sqrt(2 * 120 * 1800))  # save cost 12e9 / 0.1e9 s
 
 
 def test_more_instances_than_needed_warns():
@@ -159,3 +161,27 @@ def test_the_shipped_catalog_covers_the_required_families_with_sources():
     for spec in catalog["instances"].values():
         assert spec["gpus"] >= 1 and spec["on_demand_usd_per_hour"] > 0 and spec["bf16_tflops_per_gpu"] > 0
     assert families <= set(catalog["families"])
+
+
+@pytest.mark.parametrize("lora, settings, targets", [
+    ({"rank": 8, "target_modules": ["q_proj", "v_proj"]}, {"alpha": 24.0, "dropout": 0.05}, ("q_proj", "v_proj")),
+    ({"rank": 16}, {}, "all-linear"),
+])
+def test_lora_hyperparameters_are_what_the_trainer_config_reads(lora, settings, targets):
+    from dataclasses import replace
+
+    from spotrun_trainer.config import TrainConfig
+
+    llama = {"model_type": "llama", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2,
+             "num_attention_heads": 4, "vocab_size": 1000}
+    spec = run(model={"config": llama}, training={"method": "lora", "lora": lora})
+    spec = replace(spec, training=replace(spec.training, lora=replace(spec.training.lora, **settings)))
+    est = estimate(spec, catalog=CATALOG)
+    channels = {"data.path": "/data", "output_dir": "/out", "model.config": json.dumps(llama)}
+    cfg = TrainConfig.from_hyperparameters(est.hyperparameters, **channels)
+    assert cfg.method == "lora"
+    assert (cfg.lora.rank, cfg.lora.targets) == (lora["rank"], targets)
+    assert (cfg.lora.alpha, cfg.lora.dropout) == (spec.training.lora.alpha, spec.training.lora.dropout)
+    full = estimate(run(model={"config": llama}), catalog=CATALOG)
+    assert TrainConfig.from_hyperparameters(full.hyperparameters, **channels).method == "full"
+    assert not any(k.startswith("lora.") for k in full.hyperparameters)

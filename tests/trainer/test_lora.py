@@ -156,3 +156,9 @@ def test_merged_export_equals_base_plus_scaled_adapter_product_in_bf16(lora_base
             expected = weight.to(torch.bfloat16)
         assert merged[key].dtype == torch.bfloat16
         torch.testing.assert_close(merged[key], expected, rtol=0, atol=0, msg=key)
+
+
+def test_export_metadata_file_is_the_one_the_registry_step_reads():
+    from spotrun import seams
+
+    assert EXPORT_METADATA == seams.EXPORT_METADATA  # the image does not ship spotrun/: one spelling, checked

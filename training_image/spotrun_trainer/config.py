@@ -146,7 +146,7 @@ class LoraConfig:
 
     rank: int = 16
     """Adapter rank r: a targeted linear layer of shape (in, out) gains r * (in + out) trainable parameters."""
-    alpha: float = 32.0
+    alpha: float = 16.0
     """Scaling numerator: the adapter's output is multiplied by alpha / rank."""
     dropout: float = 0.0
     """Dropout on the adapter's input (per-rank RNG, restored on resume)."""
