@@ -12,9 +12,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from spotrun.local.harness import kill_tree, loss_history, wait_for_step
 from spotrun_trainer.checkpoint import committed_checkpoints
 from spotrun_trainer.export import EXPORT_METADATA, MERGED_DIR
-from spotrun.local.harness import kill_tree, loss_history, wait_for_step
 
 from .conftest import LORA_HP
 
@@ -66,6 +66,17 @@ def test_lora_checkpoint_holds_every_ranks_slice_of_each_adapter_and_no_base_wei
         assert sorted(c.offsets[0] for c in md.chunks) == [0, md.chunks[0].sizes[0]], key
         assert sum(c.sizes[0] for c in md.chunks) == md.size[0], key
         assert files_by_key[key] == {"__0_0.distcp", "__1_0.distcp"}, key
+    # Read back in one process (as a 1-rank resume does): the adapters are exactly the exported step-24 ones.
+    import torch.distributed.checkpoint as dcp
+
+    exported = load_file(lora_baseline.output / "adapter_model.safetensors")
+    prefix = "model."
+    restored = {"model": {k[len(prefix):]: torch.empty(tuple(meta.state_dict_metadata[k].size))
+                          for k in model_keys}}
+    dcp.load(restored, checkpoint_id=str(lora_baseline.ckpt / "step-00000024"))
+    assert len(exported) == len(model_keys)
+    for key, value in restored["model"].items():
+        assert torch.equal(value, exported[key.replace(".default.", ".")]), key
 
 
 def test_sigterm_during_lora_training_resumes_bitwise(job_factory, lora_baseline):
@@ -104,14 +115,14 @@ def test_two_rank_lora_checkpoint_resumes_on_one_rank(job_factory, lora_baseline
     assert job.run() == 0, job.text()[-3000:]
     text = job.text()
     assert "start_step=20" in text and "world=1" in text and "saved by 2 ranks, resuming on 1" in text
-    # The adapters and their optimizer state are resharded by DCP: the run continues the same optimisation
-    # (equal up to summation order, as one rank reduces differently).
+    # The adapters and their optimizer state are resharded by DCP and the run continues the same optimisation.
+    # Not bitwise: the per-rank RNG streams are reseeded on a new world size, so adapter dropout draws other
+    # masks (measured: 0.2% on the first resumed loss); a lost slice of the adapters would undo most of the
+    # 0.4 the loss fell (test_lora_checkpoint_... checks the restored values exactly).
     resumed, reference = loss_history(job.output), loss_history(lora_baseline.output)
-    assert resumed[21] == pytest.approx(reference[21], rel=1e-4)
-    adapters = load_file(job.output / "adapter_model.safetensors")
-    ref = load_file(lora_baseline.output / "adapter_model.safetensors")
-    for key in ref:
-        torch.testing.assert_close(adapters[key], ref[key], rtol=1e-3, atol=1e-5)
+    assert resumed[21] == pytest.approx(reference[21], rel=1e-2)
+    assert resumed[24] == pytest.approx(reference[24], rel=1e-2)
+    assert resumed[24] < loss_history(lora_baseline.output)[1] - 0.25
 
 
 def test_exported_adapter_loads_with_peft_and_gives_the_sharded_models_logits(lora_baseline, assets,
@@ -162,3 +173,63 @@ def test_export_metadata_file_is_the_one_the_registry_step_reads():
     from spotrun import seams
 
     assert EXPORT_METADATA == seams.EXPORT_METADATA  # the image does not ship spotrun/: one spelling, checked
+
+
+def test_lora_on_a_bf16_base_with_activation_checkpointing_trains_fp32_adapters(job_factory, lora_baseline):
+    # The GPU configuration, on CPU: the frozen base stored and computed in bf16, adapters fp32, blocks recomputed.
+    job = job_factory("lora-bf16-ac", max_steps=12, **{
+        **LORA_HP, "model.param_dtype": "bfloat16", "model.activation_checkpointing": True,
+        "export.merge_lora": False, "checkpoint.interval_steps": 6})
+    assert job.run() == 0, job.text()[-3000:]
+    losses, reference = loss_history(job.output), loss_history(lora_baseline.output)
+    assert losses[12] < losses[1] - 0.1
+    assert losses[1] == pytest.approx(reference[1], rel=2e-2)  # the same model, at bf16 precision
+    adapters = load_file(job.output / "adapter_model.safetensors")
+    assert len(adapters) == 28 and {t.dtype for t in adapters.values()} == {torch.float32}
+    from torch.distributed.checkpoint import FileSystemReader
+
+    meta = FileSystemReader(str(job.ckpt / "step-00000012")).read_metadata()
+    dtypes = {md.properties.dtype for k, md in meta.state_dict_metadata.items() if k.startswith("model.")}
+    assert dtypes == {torch.float32}  # adapters only, in fp32: the bf16 base is not in the checkpoint
+
+
+def test_mfu_counts_the_frozen_base_at_four_flops_per_token_as_the_planner_does():
+    from spotrun_trainer.metrics import mfu
+
+    assert mfu(1_000, 10.0, 60_000.0) == pytest.approx(1.0)  # full: 6 * params * tokens
+    assert mfu(1_000, 10.0, 60_000.0, trainable=100) == pytest.approx((4 * 900 + 6 * 100) * 10 / 60_000)
+    assert mfu(1_000, 10.0, None, trainable=100) is None
+
+
+def test_target_modules_that_match_nothing_name_the_field():
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from spotrun_trainer.config import ConfigError, LoraConfig
+    from spotrun_trainer.lora import apply
+
+    config = AutoConfig.for_model("llama", hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                  num_attention_heads=2, vocab_size=64)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+        with pytest.raises(ConfigError, match=r"lora.target_modules='query,value' is invalid: .*not found"):
+            apply(model, LoraConfig(rank=4, target_modules="query,value"), base_dtype=torch.float32)
+        wrapped = apply(model, LoraConfig(rank=4, target_modules="q_proj,v_proj"), base_dtype=torch.bfloat16)
+    frozen = {p.dtype for p in wrapped.parameters() if not p.requires_grad}
+    trained = {p.dtype for p in wrapped.parameters() if p.requires_grad}
+    assert frozen == {torch.bfloat16} and trained == {torch.float32}
+
+
+@pytest.mark.parametrize("hp, message", [
+    ({"method": "qlora"}, "method='qlora' is invalid: expected full or lora"),
+    ({"lora.rank": "0"}, "lora.rank=0 is invalid: expected an integer in [1, 4096]"),
+    ({"lora.alpha": "-2"}, "lora.alpha=-2.0 is invalid: expected a positive finite number"),
+    ({"lora.dropout": "1"}, "lora.dropout=1.0 is invalid: expected a float in [0, 1)"),
+    ({"lora.target_modules": "q-proj"}, "lora.target_modules='q-proj' is invalid: expected all-linear or"),
+    ({"export.dtype": "fp16"}, "export.dtype='fp16' is invalid: expected bfloat16 or float32"),
+])
+def test_bad_lora_and_export_settings_name_the_field_and_what_is_accepted(hp, message):
+    from spotrun_trainer.config import ConfigError, TrainConfig
+
+    with pytest.raises(ConfigError) as err:
+        TrainConfig.from_hyperparameters(hp, **{"data.path": "/d", "model.path": "/m", "output_dir": "/o"})
+    assert str(err.value).startswith(message)

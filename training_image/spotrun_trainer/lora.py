@@ -21,7 +21,6 @@ without importing torch or peft). How the pieces fit (measured with peft 0.21.2 
 from __future__ import annotations
 
 import copy
-import logging
 from pathlib import Path
 
 import torch
@@ -31,13 +30,12 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 
 from .config import ConfigError, LoraConfig
 
-log = logging.getLogger(__name__)
-
 ADAPTER_NAME = "default"  # PEFT's name for a model's only adapter (files are saved at the top of the directory)
 
 
 def peft_config(cfg: LoraConfig, base_model: str = ""):
-    from peft import LoraConfig as PeftLoraConfig, TaskType
+    from peft import LoraConfig as PeftLoraConfig
+    from peft import TaskType
 
     targets = cfg.targets
     return PeftLoraConfig(r=cfg.rank, lora_alpha=cfg.alpha, lora_dropout=cfg.dropout,
@@ -62,17 +60,9 @@ def apply(model: nn.Module, cfg: LoraConfig, *, base_dtype: torch.dtype, base_mo
     return wrapped
 
 
-def is_lora(model: nn.Module) -> bool:
-    return hasattr(model, "peft_config")
-
-
 def checkpoint_options() -> StateDictOptions:
     """What the checkpoint manager saves and loads for a LoRA model: the trainable parameters only."""
     return StateDictOptions(ignore_frozen_params=True, strict=False)
-
-
-def trainable_parameters(model: nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
 def export_adapter(model: nn.Module, out: Path) -> list[str]:

@@ -187,7 +187,8 @@ def train(cfg: TrainConfig, *, local_rank: int, stop: StopFlag) -> Outcome:
                 elapsed = time.perf_counter() - window_t
                 tps = window_tokens / max(elapsed, 1e-9)
                 print(metrics.format_line(step, loss=last_loss, lr=lr, grad_norm=float(grad_norm),
-                                          tokens_per_s=tps, mfu=metrics.mfu(built.num_params, tps / world, peak),
+                                          tokens_per_s=tps,
+                                          mfu=metrics.mfu(built.num_params, tps / world, peak, built.trainable_params),
                                           mem_gb=_peak_mem_gb(device)), flush=True)
                 window_t, window_tokens = time.perf_counter(), 0
 
@@ -224,7 +225,8 @@ def train(cfg: TrainConfig, *, local_rank: int, stop: StopFlag) -> Outcome:
             "final_loss": last_loss, "steps": step, "tokens": tokens_seen, "parameters": built.num_params,
             "trainable_parameters": built.trainable_params,
             "world_size": world, "tokens_per_s_per_device": tps_dev,
-            "mfu": metrics.mfu(built.num_params, tps_dev, peak), "peak_mem_gb": _peak_mem_gb(device),
+            "mfu": metrics.mfu(built.num_params, tps_dev, peak, built.trainable_params),
+            "peak_mem_gb": _peak_mem_gb(device),
             "wall_s": wall, "starts": len(all_segments), "segments": all_segments,
             "resumed_from_step": restored.step if restored else None,
         }
