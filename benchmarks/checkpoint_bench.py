@@ -152,7 +152,7 @@ def main() -> int:
            __file__, "--worker", "--hidden", str(args.hidden), "--layers", str(args.layers), "--dir", str(directory),
            "--lora-rank", str(args.lora_rank)]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)  # the code is read below
-    line = next((l for l in out.stdout.splitlines() if l.startswith("RESULTS ")), None)
+    line = next((x for x in out.stdout.splitlines() if x.startswith("RESULTS ")), None)
     if out.returncode != 0 or line is None:
         print(out.stdout[-3000:], out.stderr[-3000:])
         return 1

@@ -3,8 +3,8 @@
 Each trial runs the container entry point (launcher -> torchrun -> 2 workers) on a fresh job directory and
 interrupts it 1-2 times: mostly at a random step plus a random fraction of a second (saves run every 2 steps, so
 many kills land inside an asynchronous save), sometimes during start-up or checkpoint loading; by SIGKILL of the
-whole process tree (an instance vanishing) or SIGTERM (a spot notice: save and stop). It restarts until the run completes,
-then compares per-step losses and exported weights with an uninterrupted run, bit for bit.
+whole process tree (an instance vanishing) or SIGTERM (a spot notice: save and stop). It restarts until the run
+completes, then compares per-step losses and exported weights with an uninterrupted run, bit for bit.
 
     python benchmarks/torture.py --trials 20
     python benchmarks/torture.py --trials 20 --method lora     # LoRA: adapter-only checkpoints, adapter export
@@ -31,9 +31,16 @@ sys.path[:0] = [str(ROOT), str(ROOT / "training_image")]
 
 from safetensors.torch import load_file  # noqa: E402
 
-from spotrun_trainer.checkpoint import step_dir, verify  # noqa: E402
 from spotrun.local.examples import build_example  # noqa: E402
-from spotrun.local.harness import free_port, kill_tree, loss_history, start_launcher, wait_for_step, write_sagemaker_root  # noqa: E402,E501
+from spotrun.local.harness import (  # noqa: E402
+    free_port,
+    kill_tree,
+    loss_history,
+    start_launcher,
+    wait_for_step,
+    write_sagemaker_root,
+)
+from spotrun_trainer.checkpoint import step_dir, verify  # noqa: E402
 
 HP = {"nproc_per_node": 2, "micro_batch": 2, "max_steps": 16, "log_every": 4, "num_threads": 1,
       "deterministic": True, "seed": 5, "optim.lr": 3e-3, "data.seq_len": 64, "checkpoint.interval_steps": 2,

@@ -34,6 +34,9 @@ class Hyperparameter(str, Enum):
     CHECKPOINT_INTERVAL_MINUTES = "checkpoint.interval_minutes"
     CHECKPOINT_KEEP = "checkpoint.keep"
     MODEL_CONFIG = "model.config"
+    SHARDING_MODE = "sharding.mode"  # full | hybrid (the launcher adds sharding.nodes from the hosts)
+    SHARDING_GROUP_NODES = "sharding.group_nodes"
+    ACTIVATION_CHECKPOINTING = "model.activation_checkpointing"
     MODEL_SOURCE = "model.source"  # recorded in the export metadata: the base an adapter needs
     METHOD = "method"  # full | lora
     LORA_RANK = "lora.rank"
@@ -86,13 +89,15 @@ class StopNotice:
 
 
 class BytesPerParameter:
-    TRAINING_STATE_FULL = 16  # bf16 weights 2 + bf16 grads 2 + fp32 master 4 + Adam moments 8
-    # FSDP2 keeps each parameter's shard in fp32 (it is the master weight; MixedPrecisionPolicy casts a bf16
-    # copy for compute that is never saved), so a checkpoint holds fp32 4 + Adam moments 8 per trained parameter.
-    # DCP adds a small header per saved tensor chunk and its .metadata (checked against the trainer's files in
-    # tests/trainer/test_planned_bytes.py).
-    CHECKPOINT_FULL = 12
-    CHECKPOINT_LORA = 12  # per adapter parameter: fp32 4 + Adam moments 8 (the frozen base is not saved)
+    """The trainer's precision scheme: FSDP2 keeps sharded parameters in fp32 (bf16 only in the gathered copies),
+    reduces and keeps gradients in fp32, AdamW adds two fp32 moments; DCP checkpoints the fp32 shards and moments."""
+
+    TRAINING_STATE_FULL = 16  # fp32 param 4 + fp32 grad 4 + Adam moments 8
+    TRAINING_STATE_FROZEN = 2  # LoRA: a frozen base parameter, kept in the compute dtype (bf16 on GPU; fp32 on CPU)
+    TRAINING_STATE_ADAPTER = 16  # LoRA: an adapter parameter, as a full one
+    # DCP adds a ~1.6 KB header per saved tensor chunk and its .metadata (tests/trainer/test_planned_bytes.py)
+    CHECKPOINT_FULL = 12  # fp32 param 4 + Adam moments 8
+    CHECKPOINT_LORA = 12  # per adapter parameter: fp32 4 + Adam moments 8
     EXPORT_BF16 = 2
     EXPORT_FP32 = 4
 

@@ -85,7 +85,7 @@ def test_sigterm_during_lora_training_resumes_bitwise(job_factory, lora_baseline
     assert wait_for_step(proc, job.output, 10)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=120) == 0, job.text()[-3000:]
-    stopped = [l for l in job.text().splitlines() if l.startswith("run_stopped")]
+    stopped = [line for line in job.text().splitlines() if line.startswith("run_stopped")]
     stop_step = int(stopped[0].split()[1].split("=")[1])
     assert stop_step < 24 and committed_checkpoints(job.ckpt)[0][0] == stop_step
 

@@ -44,8 +44,8 @@ def test_every_block_is_its_own_fsdp_unit_and_params_are_sharded_across_two_rank
 
 
 def test_two_node_layout_replicates_across_nodes_and_shards_within(assets, tmp_path):
-    # 4 processes as 2 "nodes" x 2: the 2-D mesh the trainer builds when replicate_degree (nodes) > 1.
-    res = _torchrun(PROBE, str(assets["model"]), str(tmp_path / "report"), "2", nproc=4)
+    # 4 processes as 2 "nodes" x 2, hybrid sharding with one node per shard group: the 2-D mesh.
+    res = _torchrun(PROBE, str(assets["model"]), str(tmp_path / "report"), "hybrid", "2", "1", nproc=4)
     assert res.returncode == 0, res.stderr[-4000:]
     reports = [json.loads((tmp_path / f"report.rank{r}.json").read_text()) for r in range(4)]
     for rep in reports:
@@ -110,7 +110,7 @@ def test_metric_lines_match_the_sagemaker_metric_definitions(baseline):
 
     from spotrun_trainer.metrics import METRIC_DEFINITIONS, parse_line
 
-    lines = [l for l in baseline.text().splitlines() if l.startswith("step=")]
+    lines = [line for line in baseline.text().splitlines() if line.startswith("step=")]
     assert len(lines) == 6  # every 4 steps of 24
     parsed = parse_line(lines[-1])
     assert parsed["step"] == 24

@@ -67,6 +67,39 @@ class ModelConfig:
                  "one of auto, bfloat16, float32")
 
 
+SHARDING_MODES = ("full", "hybrid")
+
+
+@dataclass(frozen=True)
+class ShardingConfig:
+    """How FSDP2 spreads the training state over the ranks; the planner chooses (spotrun/memory.py models both)."""
+
+    mode: str = "full"
+    """`full`: every parameter sharded over all ranks of all nodes (1-D mesh): the least memory per GPU, but every
+    all-gather and reduce-scatter spans the nodes. `hybrid`: sharded within groups of `group_nodes` nodes and
+    replicated across groups (2-D mesh): the per-layer collectives stay inside a group, and one gradient
+    all-reduce per micro-batch crosses groups."""
+    group_nodes: int = 1
+    """hybrid only: nodes per shard group (must divide `nodes`); 1 keeps the shard group on one node's links."""
+    nodes: int = 1
+    """Nodes in the job; the launcher fills it from resourceconfig.json's hosts."""
+
+    def __post_init__(self) -> None:
+        _require(self.mode in SHARDING_MODES, "sharding.mode", self.mode, "full or hybrid")
+        _require(self.nodes >= 1, "sharding.nodes", self.nodes, "an integer >= 1")
+        _require(self.group_nodes >= 1 and self.nodes % self.group_nodes == 0, "sharding.group_nodes",
+                 self.group_nodes, f"a divisor of sharding.nodes={self.nodes} (nodes per shard group)")
+
+    def mesh_shape(self, world: int) -> tuple[int, int]:
+        """(replicas, ranks per shard group) for `world` ranks; replicas is 1 for full sharding."""
+        _require(world % self.nodes == 0, "sharding.nodes", self.nodes,
+                 f"a divisor of the world size {world} (every node runs the same number of ranks)")
+        if self.mode == "full":
+            return 1, world
+        shard = world // self.nodes * self.group_nodes
+        return world // shard, shard
+
+
 @dataclass(frozen=True)
 class DataConfig:
     """Where the prepared token shards are and how they are cut into samples."""
@@ -195,6 +228,7 @@ class TrainConfig:
     data: DataConfig
     optim: OptimConfig = field(default_factory=OptimConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    sharding: ShardingConfig = field(default_factory=ShardingConfig)
     method: str = "full"
     """`full` (every parameter trains) or `lora` (the base is frozen; adapters train: see `lora`)."""
     lora: LoraConfig = field(default_factory=LoraConfig)
@@ -210,12 +244,13 @@ class TrainConfig:
     epochs: float = 1.0
     seed: int = 0
     log_every: int = 10
-    replicate_degree: int = 1
-    """Nodes: >1 builds a 2-D mesh (replicate across nodes, shard within a node: hybrid sharding)."""
     num_threads: int = 0
     """torch intra-op threads on CPU (0: leave torch's default). Fixed thread counts keep CPU runs bitwise stable."""
     deterministic: bool = False
     """torch.use_deterministic_algorithms(True): required for bitwise-exact resume checks."""
+    memory_probe: bool = False
+    """CPU: measure the second step's peak with torch's FSDPMemTracker (slower step) and log it beside the memory
+    model's prediction. GPU runs always log torch.cuda.max_memory_allocated."""
     probe_logits_path: str = ""
     """If set, rank 0 writes the final sharded model's logits on the first sample here (export checks)."""
 
@@ -227,7 +262,6 @@ class TrainConfig:
         _require(self.max_steps >= 0, "max_steps", self.max_steps, "an integer >= 0")
         _require(self.epochs > 0, "epochs", self.epochs, "a positive number")
         _require(self.log_every >= 1, "log_every", self.log_every, "an integer >= 1")
-        _require(self.replicate_degree >= 1, "replicate_degree", self.replicate_degree, "an integer >= 1")
         _require(self.num_threads >= 0, "num_threads", self.num_threads, "an integer >= 0")
         _require(self.method in METHODS, "method", self.method, " or ".join(METHODS))
         _require(bool(self.output_dir), "output_dir", self.output_dir, "a directory path")

@@ -20,7 +20,7 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
 from . import lora as lora_lib
-from .config import LoraConfig, ModelConfig
+from .config import LoraConfig, ModelConfig, ShardingConfig
 
 log = logging.getLogger(__name__)
 
@@ -61,15 +61,35 @@ def find_blocks(model: nn.Module) -> list[nn.Module]:
     return best
 
 
-def build_mesh(device_type: str, world: int, replicate_degree: int) -> DeviceMesh:
-    """1-D (shard over every rank) on one node; 2-D hybrid sharding on several: replicate across nodes, shard
-    within a node, so the per-step all-gathers and reduce-scatters stay on the node's fast links."""
-    if world % replicate_degree:
-        raise ValueError(f"replicate_degree={replicate_degree} does not divide the world size {world}")
-    if replicate_degree == 1:
+def build_mesh(device_type: str, world: int, sharding: ShardingConfig) -> DeviceMesh:
+    """The device mesh for the sharding mode (see ShardingConfig).
+
+    full: 1-D ("shard",) over every rank. hybrid: 2-D ("replicate", "shard"); torch's mesh is row-major, so the
+    shard groups are runs of consecutive global ranks, and torchrun numbers ranks node by node: a shard group is
+    `group_nodes` whole nodes, and its all-gathers/reduce-scatters stay on those nodes' links (NVLink inside one).
+    """
+    replicas, shard = sharding.mesh_shape(world)
+    if replicas == 1:
         return init_device_mesh(device_type, (world,), mesh_dim_names=("shard",))
-    return init_device_mesh(device_type, (replicate_degree, world // replicate_degree),
-                            mesh_dim_names=("replicate", "shard"))
+    return init_device_mesh(device_type, (replicas, shard), mesh_dim_names=("replicate", "shard"))
+
+
+def sharding_units(model: nn.Module, blocks: list[nn.Module]) -> list[nn.Module]:
+    """The modules that become their own FSDP unit before the root, in forward order.
+
+    Every decoder block, and (torchtitan's layout) the input embeddings and the output head when they are not
+    tied: otherwise they would stay in the root unit, which FSDP2 keeps gathered from forward to the end of
+    backward (the root does not reshard after forward), holding vocab x hidden x 2 unsharded weights and their
+    gradients on every GPU (4 GB each for a 128k-vocabulary 8k-hidden model in bf16). Tied weights share one
+    parameter and must stay in one unit (the root).
+    """
+    units = list(blocks)
+    get_in, get_out = getattr(model, "get_input_embeddings", None), getattr(model, "get_output_embeddings", None)
+    emb = get_in() if get_in else None
+    head = get_out() if get_out else None
+    if emb is not None and head is not None and head.weight is not emb.weight:
+        units = [emb, *units, head]
+    return units
 
 
 def resolve_param_dtype(name: str, device_type: str) -> torch.dtype:
@@ -116,8 +136,8 @@ def build_sharded_model(cfg: ModelConfig, *, mesh: DeviceMesh, device: torch.dev
     if not blocks:
         raise ValueError(f"no decoder blocks found in {type(model).__name__}: cannot shard block by block")
     mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
-    for block in blocks:
-        fully_shard(block, mesh=mesh, mp_policy=mp)
+    for unit in sharding_units(model, blocks):
+        fully_shard(unit, mesh=mesh, mp_policy=mp)
     fully_shard(model, mesh=mesh, mp_policy=mp)
     warn_unsharded_blocks(model, blocks)
 

@@ -31,7 +31,8 @@ from .checkpoint import CheckpointManager
 from .config import TrainConfig
 from .data import TokenShardLoader
 from .export import export
-from .model import build_mesh, build_sharded_model
+from .memory_check import PeakProbe, predict, report_line
+from .model import build_mesh, build_sharded_model, resolve_param_dtype
 
 log = logging.getLogger("spotrun_trainer")
 
@@ -88,7 +89,7 @@ def train(cfg: TrainConfig, *, local_rank: int, stop: StopFlag) -> Outcome:
         torch.set_num_threads(cfg.num_threads)
     if cfg.deterministic:
         torch.use_deterministic_algorithms(True)
-    mesh = build_mesh(device.type, world, cfg.replicate_degree)
+    mesh = build_mesh(device.type, world, cfg.sharding)
 
     torch.manual_seed(cfg.seed)  # the same init stream on every rank before sharding
     built = build_sharded_model(cfg.model, mesh=mesh, device=device, seed=cfg.seed,
@@ -108,6 +109,11 @@ def train(cfg: TrainConfig, *, local_rank: int, stop: StopFlag) -> Outcome:
         optimizer, lr_lambda(total_steps, cfg.optim.warmup_steps, cfg.optim.min_lr_ratio))
     ckpt = CheckpointManager(cfg.checkpoint, model=model, optimizer=optimizer, local_rank=local_rank,
                              model_options=built.checkpoint_options)
+    predicted = predict(built.hf_config, shard_ranks=cfg.sharding.mesh_shape(world)[1], micro_batch=cfg.micro_batch,
+                        seq_len=cfg.data.seq_len, activation_checkpointing=cfg.model.activation_checkpointing,
+                        compute_dtype=resolve_param_dtype(cfg.model.param_dtype, device.type), device=device,
+                        method=cfg.method, trainable_params=built.trainable_params)
+    mem_probe = PeakProbe(model, optimizer, device, cfg.memory_probe)
 
     step, tokens_seen, last_loss = 0, 0, float("nan")
     segments: list[dict] = []  # earlier starts of this run, as of their last checkpoint (metrics.json spans them)
@@ -140,9 +146,11 @@ def train(cfg: TrainConfig, *, local_rank: int, stop: StopFlag) -> Outcome:
         return Outcome("stopped", step)
 
     if rank == 0:
+        replicas, shard = cfg.sharding.mesh_shape(world)
         print(f"run_start params={built.num_params} trainable={built.trainable_params} method={cfg.method} "
               f"world={world} blocks={len(built.blocks)} "
-              f"start_step={step} total_steps={total_steps} device={device.type}", flush=True)
+              f"start_step={step} total_steps={total_steps} device={device.type} "
+              f"sharding={cfg.sharding.mode} mesh={replicas}x{shard}", flush=True)
     peak = _device_peak(device)
     loss_log = Path(cfg.output_dir) / "loss_history.jsonl"
     tokens_per_step = samples_per_step * cfg.data.seq_len
@@ -150,9 +158,10 @@ def train(cfg: TrainConfig, *, local_rank: int, stop: StopFlag) -> Outcome:
 
     while step < total_steps:
         loss_sum = torch.zeros((), device=device)
+        mem_probe.begin_step()
         for _ in range(cfg.grad_accum):
-            batch = torch.from_numpy(loader.next_batch()).to(device)
-            out = model(input_ids=batch, labels=batch)
+            # input_ids and labels (-100 on prompt tokens of chat data: see TokenShardLoader.next_inputs)
+            out = model(**{k: torch.from_numpy(v).to(device) for k, v in loader.next_inputs().items()})
             (out.loss / cfg.grad_accum).backward()
             loss_sum += out.loss.detach()
         if cfg.optim.grad_clip > 0:
@@ -165,6 +174,8 @@ def train(cfg: TrainConfig, *, local_rank: int, stop: StopFlag) -> Outcome:
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
+        if mem_probe.end_step() and rank == 0:
+            print(report_line(predicted, *mem_probe.measured()), flush=True)
         step += 1
         tokens_seen += tokens_per_step
         window_tokens += tokens_per_step
@@ -229,6 +240,8 @@ def train(cfg: TrainConfig, *, local_rank: int, stop: StopFlag) -> Outcome:
             "peak_mem_gb": _peak_mem_gb(device),
             "wall_s": wall, "starts": len(all_segments), "segments": all_segments,
             "resumed_from_step": restored.step if restored else None,
+            "memory_predicted_bytes": predicted.total if predicted else None,
+            "memory_measured_bytes": mem_probe.measured()[0], "memory_measured_source": mem_probe.measured()[1],
         }
         (Path(cfg.output_dir) / "metrics.json").write_text(json.dumps(summary, indent=2))
         print(f"run_completed step={step} final_loss={last_loss:.4f}", flush=True)
