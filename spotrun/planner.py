@@ -488,7 +488,25 @@ def trainer_hyperparameters(run: RunSpec, est: Estimate) -> dict[str, str]:
         # repr: the exact planned seconds / 60 (a rounded "0.00" would read as "off" in the trainer)
         hp.CHECKPOINT_INTERVAL_MINUTES.value: repr(est.checkpoint_interval_seconds / 60),
         hp.CHECKPOINT_KEEP.value: str(run.checkpoint.keep),
+        **_method_hyperparameters(run),
     }
+
+
+def _method_hyperparameters(run: RunSpec) -> dict[str, str]:
+    """The training method and, for LoRA, its settings (spotrun_trainer.config.LoraConfig parses them)."""
+    out = {Hyperparameter.METHOD.value: run.training.method}
+    if run.model.source:
+        out[Hyperparameter.MODEL_SOURCE.value] = run.model.source
+    lora = run.training.lora
+    if run.training.method == "lora" and lora is not None:
+        targets = lora.target_modules
+        out.update({
+            Hyperparameter.LORA_RANK.value: str(lora.rank),
+            Hyperparameter.LORA_ALPHA.value: repr(float(lora.alpha)),
+            Hyperparameter.LORA_DROPOUT.value: repr(float(lora.dropout)),
+            Hyperparameter.LORA_TARGET_MODULES.value: targets if isinstance(targets, str) else ",".join(targets),
+        })
+    return out
 
 
 def _memory_text(m: dict) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import math
 
 import pytest
@@ -209,3 +210,27 @@ def test_the_shipped_catalog_covers_the_required_families_with_sources():
     for spec in catalog["instances"].values():
         assert spec["gpus"] >= 1 and spec["on_demand_usd_per_hour"] > 0 and spec["bf16_tflops_per_gpu"] > 0
     assert families <= set(catalog["families"])
+
+
+@pytest.mark.parametrize("lora, settings, targets", [
+    ({"rank": 8, "target_modules": ["q_proj", "v_proj"]}, {"alpha": 24.0, "dropout": 0.05}, ("q_proj", "v_proj")),
+    ({"rank": 16}, {}, "all-linear"),
+])
+def test_lora_hyperparameters_are_what_the_trainer_config_reads(lora, settings, targets):
+    from dataclasses import replace
+
+    from spotrun_trainer.config import TrainConfig
+
+    llama = {"model_type": "llama", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2,
+             "num_attention_heads": 4, "vocab_size": 1000}
+    spec = run(model={"config": llama}, training={"method": "lora", "lora": lora})
+    spec = replace(spec, training=replace(spec.training, lora=replace(spec.training.lora, **settings)))
+    est = estimate(spec, catalog=CATALOG)
+    channels = {"data.path": "/data", "output_dir": "/out", "model.config": json.dumps(llama)}
+    cfg = TrainConfig.from_hyperparameters(est.hyperparameters, **channels)
+    assert cfg.method == "lora"
+    assert (cfg.lora.rank, cfg.lora.targets) == (lora["rank"], targets)
+    assert (cfg.lora.alpha, cfg.lora.dropout) == (spec.training.lora.alpha, spec.training.lora.dropout)
+    full = estimate(run(model={"config": llama}), catalog=CATALOG)
+    assert TrainConfig.from_hyperparameters(full.hyperparameters, **channels).method == "full"
+    assert not any(k.startswith("lora.") for k in full.hyperparameters)
