@@ -8,7 +8,8 @@ from spotrun.seams import Hyperparameter
 SETTINGS = PipelineSettings(bucket="art-bucket", job_prefix="spotrun-dev-", model_package_group="spotrun-models",
                             poll_seconds=60, project="spotrun", stage="dev", cost_center="ml-platform")
 LORA_RUN = {"version": 1, "name": "tiny-lora",
-            "model": {"config": {"model_type": "llama", "hidden_size": 256, "intermediate_size": 512,
+            "model": {"init": "random",
+                      "config": {"model_type": "llama", "hidden_size": 256, "intermediate_size": 512,
                                  "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 1000}},
             "data": {"source": "s3://art-bucket/datasets/d1/", "tokens": 1_000_000, "seq_len": 128},
             "training": {"method": "lora", "lora": {"rank": 8, "target_modules": ["q_proj", "v_proj"]}},
