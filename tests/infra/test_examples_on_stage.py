@@ -61,7 +61,8 @@ def test_the_examples_pass_validate_against_the_stage_once_the_placeholder_is_fi
         # As shipped, each example names the placeholder: refused with what to do.
         assert _validate(["--stage", "dev", *map(str, EXAMPLES)], cfn) == 2
         errors = capsys.readouterr().err.splitlines()
-        assert len(errors) == len(EXAMPLES) and all(f"replace the placeholder {PLACEHOLDER_BUCKET}" in e for e in errors)
+        assert len(errors) == len(EXAMPLES)
+        assert all(f"replace the placeholder {PLACEHOLDER_BUCKET}" in e for e in errors)
         filled = _filled(tmp_path)
         assert _validate(["--stage", "dev", *map(str, filled)], cfn) == 0, capsys.readouterr().err
     out = capsys.readouterr().out

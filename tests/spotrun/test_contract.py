@@ -225,7 +225,8 @@ def test_sagemaker_limits_and_explicit_choices_are_checked_before_launch(mutate,
 
 def test_lora_alpha_and_dropout_are_read():
     raw = copy.deepcopy(RANDOM)
-    raw["training"] = {"method": "lora", "lora": {"rank": 8, "alpha": 32, "dropout": 0.05, "target_modules": ["q_proj"]}}
+    raw["training"] = {"method": "lora",
+                       "lora": {"rank": 8, "alpha": 32, "dropout": 0.05, "target_modules": ["q_proj"]}}
     lora = parse_run(raw).training.lora
     assert (lora.rank, lora.alpha, lora.dropout, lora.target_modules) == (8, 32.0, 0.05, ("q_proj",))
 

@@ -158,7 +158,8 @@ def _model_cases(rng: random.Random) -> list[Case]:
         _case("bare-count", _set(qwen, ("model",), {"parameters": 10**9}), "model.parameters"),
         _case("model-source-outside", _set(qwen, ("model", "source"), rng.choice([
             f"s3://{BUCKET}/datasets/m/", "s3://other-bucket/models/m/", "/local/model",
-            "s3://your-artifact-bucket/models/m/", f"s3://{BUCKET}/models/m\n", "s3://Bad_Bucket/models/", f"s3://{BUCKET}/models/" + "k" * 1100])),
+            "s3://your-artifact-bucket/models/m/", f"s3://{BUCKET}/models/m\n", "s3://Bad_Bucket/models/",
+            f"s3://{BUCKET}/models/" + "k" * 1100])),
             "model.source"),
         _case("data-source-outside", _set(qwen, ("data", "source"), rng.choice([
             f"s3://{BUCKET}/models/d/", "s3://other-bucket/datasets/d/", "relative/dir", f"s3://{BUCKET}/datasets\t/"])),
