@@ -82,7 +82,7 @@ def worker(args) -> None:
     import torch.distributed as dist
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-    from spotrun_trainer.config import LoraConfig, ModelConfig
+    from spotrun_trainer.config import LoraConfig, ModelConfig, ShardingConfig
     from spotrun_trainer.model import build_mesh, build_sharded_model
 
     dist.init_process_group("gloo")
@@ -92,7 +92,7 @@ def worker(args) -> None:
     cfg = ModelConfig(config={"model_type": "llama", "hidden_size": args.hidden, "intermediate_size": args.hidden * 3,
                               "num_hidden_layers": args.layers, "num_attention_heads": 8, "vocab_size": 32000,
                               "tie_word_embeddings": False})
-    mesh = build_mesh("cpu", dist.get_world_size(), 1)
+    mesh = build_mesh("cpu", dist.get_world_size(), ShardingConfig())
     built = build_sharded_model(cfg, mesh=mesh, device=torch.device("cpu"), seed=0)
     model = built.model
     opt = _one_step(model, model.parameters())

@@ -12,7 +12,8 @@ LORA_RUN = {"version": 1, "name": "tiny-lora",
                       "config": {"model_type": "llama", "hidden_size": 256, "intermediate_size": 512,
                                  "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 1000}},
             "data": {"source": "s3://art-bucket/datasets/d1/", "tokens": 1_000_000, "seq_len": 128},
-            "training": {"method": "lora", "lora": {"rank": 8, "target_modules": ["q_proj", "v_proj"]}},
+            "training": {"method": "lora", "lora": {"rank": 8, "alpha": 24, "dropout": 0.05,
+                                                    "target_modules": ["q_proj", "v_proj"]}},
             "compute": {"instance_type": "ml.g5.xlarge"}, "budget": {"max_usd": 20}}
 
 
@@ -30,4 +31,5 @@ def test_estimate_lambda_plans_a_lora_run_and_the_trainer_parses_its_hyperparame
     cfg = TrainConfig.from_hyperparameters(hp, **{"data.path": "/opt/ml/input/data/train",
                                                   "output_dir": "/opt/ml/model"})
     assert cfg.method == "lora" and cfg.lora.rank == 8 and cfg.lora.targets == ("q_proj", "v_proj")
+    assert (cfg.lora.alpha, cfg.lora.dropout) == (24.0, 0.05)
     assert cfg.model.config["model_type"] == "llama"
