@@ -242,9 +242,22 @@ def export(cfg: TrainConfig, model, built, loader: TokenShardLoader) -> None:
         built.hf_config.architectures = [_plain_class_name(model)]
         built.hf_config.save_pretrained(out)
         _export_tokenizer(cfg, out)
+        _readable(out)
         if cfg.probe_logits_path:
             torch.save({"input_ids": probe.cpu(), "logits": logits}, cfg.probe_logits_path)
     dist.barrier()
+
+
+def _readable(out: Path) -> None:
+    """Give exported files the mode of any file this process creates (0644 under the usual umask 022).
+
+    NOTE: safetensors writes through a private temporary file (mode 0600) that it renames into place, so
+    model.safetensors alone would be unreadable to the group and to tools running as another user."""
+    mask = os.umask(0)
+    os.umask(mask)
+    for path in out.iterdir():
+        if path.is_file():
+            path.chmod(0o666 & ~mask)
 
 
 def _export_tokenizer(cfg: TrainConfig, out: Path) -> None:
