@@ -103,6 +103,12 @@ def load_run(run_path: Path) -> tuple[dict, RunSpec]:
     except json.JSONDecodeError as exc:
         raise RunValidationError("run", str(run_path), f"valid JSON ({exc.msg} at line {exc.lineno})") from None
     parse_run(raw)  # the contract first: its errors name the field
+    if "source" not in raw["data"]:
+        raise RunValidationError("data.source", None, "a local path of raw .txt/.jsonl text or prepared shards "
+                                 "(`spotrun local` trains on real data; data.tokens alone only estimates)")
+    if "parameters" in raw["model"]:
+        raise RunValidationError("model.parameters", raw["model"]["parameters"], "model.source or model.config "
+                                 "for a training run (a bare count only estimates)")
     for section in ("model", "data"):
         source = raw[section].get("source")
         if source is None:

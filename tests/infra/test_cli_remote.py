@@ -121,6 +121,11 @@ def test_start_status_logs_cancel_and_list_a_running_run(stage, tmp_path, capsys
     assert main(["cancel", "moto-run", "--stage", "dev"]) == 2  # nothing left to cancel
     assert "ABORTED" in capsys.readouterr().err
 
+    # --follow ends once the execution and the job have ended, each line printed once.
+    sagemaker_backends["123456789012"][REGION].training_jobs[p["job_name"]].training_job_status = "Stopped"
+    assert main(["logs", "moto-run", "--follow", "--poll-seconds", "0", "--stage", "dev"]) == 0
+    assert capsys.readouterr().out.splitlines() == lines
+
     code, listed = cli_json(capsys, "list", "--stage", "dev")
     assert code == 0 and [(r["execution"], r["state"]) for r in listed] == [(started["execution"], "ABORTED")]
 

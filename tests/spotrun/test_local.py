@@ -126,6 +126,11 @@ def test_local_runs_need_local_sources_and_say_which_field(tmp_path):
     with pytest.raises(RunValidationError) as err:
         load_run(path)
     assert err.value.field == "model.source" and str(tmp_path / "missing-model") in str(err.value)
+    run["data"] = {"tokens": 1000, "seq_len": 8}
+    path.write_text(json.dumps(run))
+    with pytest.raises(RunValidationError) as err:
+        load_run(path)
+    assert err.value.field == "data.source"
 
 
 def test_registry_versions_count_up_per_group(tmp_path):
@@ -149,3 +154,22 @@ def test_the_trainer_image_ships_only_what_runs_in_sagemaker():
         text = path.read_text()
         assert "spotrun.local" not in text and "def kill_tree" not in text, path.name
     assert "COPY spotrun_trainer ./spotrun_trainer" in (TRAINER_ROOT / "Dockerfile").read_text()
+
+
+def test_progress_lines_show_step_total_loss_throughput_eta_and_interruptions(tmp_path):
+    from spotrun.local.progress import Progress
+    from spotrun_trainer.metrics import format_line
+
+    log = tmp_path / "launcher.log"
+    lines: list[str] = []
+    progress = Progress(log, mode="lines", emit=lines.append)
+    log.write_text("run_start params=1 world=2 blocks=2 start_step=0 total_steps=40 device=cpu\n"
+                   + format_line(5, loss=3.5, lr=1e-3, grad_norm=1.0, tokens_per_s=800, mfu=None, mem_gb=0.1) + "\n")
+    progress.update(5, interruptions=0)
+    with log.open("a") as fh:
+        fh.write(format_line(10, loss=2.75, lr=1e-3, grad_norm=1.0, tokens_per_s=950, mfu=None, mem_gb=0.1) + "\n")
+        fh.write("step=15 loss=2.5")  # a line still being written: not read yet
+    progress.update(10, interruptions=1)
+    assert lines[0].startswith("[local] step 5/40  loss 3.5000  tokens/s 800  ETA -  interruptions 0")
+    assert lines[1].startswith("[local] step 10/40  loss 2.7500  tokens/s 950  ETA ")
+    assert lines[1].endswith("interruptions 1") and "ETA -" not in lines[1]
