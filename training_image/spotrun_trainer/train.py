@@ -168,6 +168,8 @@ def train(cfg: TrainConfig, *, local_rank: int, stop: StopFlag) -> Outcome:
 
         dist.all_reduce(loss_sum, op=dist.ReduceOp.SUM)
         last_loss = loss_sum.item() / (world * cfg.grad_accum)
+        if not math.isfinite(last_loss):  # the same reduced value on every rank: all stop together
+            raise ckpt.diverged(f"the loss is {last_loss} at step {step}")
         # One agreement per step: stop requested anywhere, periodic save due anywhere, background save unfinished.
         flags = torch.tensor([float(stop.requested), float(ckpt.due(step)), float(ckpt.pending_unfinished())],
                              device=device)
@@ -200,6 +202,14 @@ def train(cfg: TrainConfig, *, local_rank: int, stop: StopFlag) -> Outcome:
     # A final checkpoint first: an interruption during export then resumes straight into export.
     ckpt.save(step, train_state(), blocking=True)
     ckpt.close()
+    # A stop during the final save: the checkpoint holds everything, so leave the notice to the exit and let the
+    # resumed job (which finds step == total_steps) go straight to the export.
+    stop_before_export = torch.tensor([float(stop.requested)], device=device)
+    dist.all_reduce(stop_before_export, op=dist.ReduceOp.MAX)
+    if stop_before_export.item():
+        if rank == 0:
+            print(f"run_stopped step={step} reason=signal-before-export", flush=True)
+        return Outcome("stopped", step)
     export(cfg, model, built, loader)
     if rank == 0:
         # The whole run across restarts: training seconds of every start (up to its last checkpoint; work
@@ -299,8 +309,9 @@ def main(argv: list[str] | None = None) -> int:
         log.error("%s (%s)", OOM_HINT, exc)
         write_outcome(outcome_dir, rank, Outcome("failed", -1, OOM_HINT))
         raise
-    except Exception as exc:
-        write_outcome(outcome_dir, rank, Outcome("failed", -1, f"{type(exc).__name__}: {exc}"))
+    except BaseException as exc:  # NOTE: not just Exception: DCP's CheckpointException is a BaseException
+        if not isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            write_outcome(outcome_dir, rank, Outcome("failed", -1, f"{type(exc).__name__}: {exc}"))
         raise
     write_outcome(outcome_dir, rank, outcome)
     dist.destroy_process_group()
