@@ -28,6 +28,7 @@ from typing import Callable
 from ..contract import RunSpec, RunValidationError, parse_run
 from ..planner import Estimate, estimate, load_catalog
 from ..report import build_local_report, write_report
+from ..seams import Hyperparameter
 from ..sources import resolve
 from . import trainer_on_path
 from .harness import free_port, kill_tree, loss_records, start_launcher, write_sagemaker_root
@@ -164,7 +165,7 @@ def prepare_if_raw(raw: dict, cache: Path) -> tuple[dict, bool]:
 def hyperparameters(raw: dict, est: Estimate, options: LocalOptions) -> dict[str, str]:
     hyper = dict(est.hyperparameters)
     if raw["model"].get("config") is not None:
-        hyper["model.config"] = json.dumps(raw["model"]["config"], separators=(",", ":"))
+        hyper[Hyperparameter.MODEL_CONFIG.value] = json.dumps(raw["model"]["config"], separators=(",", ":"))
     hyper.update({"nproc_per_node": str(options.nproc), "master_port": str(free_port()), "num_threads": "1",
                   "deterministic": "true", "log_every": "5"})
     hyper.update({k: str(v) for k, v in options.overrides.items()})
