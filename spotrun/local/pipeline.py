@@ -135,21 +135,24 @@ def _fingerprint(paths: list[Path]) -> str:
     return digest.hexdigest()[:16]
 
 
-def prepare_if_raw(raw: dict, cache: Path) -> tuple[dict, bool]:
-    """Tokenize data.source into shards when it is raw text (no index.json); returns the run and whether it did.
+def prepare_if_raw(raw: dict, cache: Path) -> tuple[dict, str]:
+    """Tokenize data.source into shards when it is raw text (no index.json); returns the run and what was done
+    ("" for prepared shards, "prepared", or "reused").
 
     Shards go to `cache/<fingerprint of the text and the tokenizer>/`: a second run on unchanged text reuses
     them (an interrupted prepare leaves no index.json, so it is redone)."""
     source = Path(raw["data"]["source"])
     if (source / "index.json").is_file():
-        return raw, False
+        return raw, ""
     model_source = raw["model"].get("source")
     if not model_source or not (Path(model_source) / "tokenizer_config.json").is_file():
         raise RunValidationError("data.source", raw["data"]["source"], "prepared shards (a directory with "
                                  "index.json), or raw .txt/.jsonl text with a tokenizer in model.source")
     tokenizer_files = [p for p in Path(model_source).iterdir() if p.name.startswith(("tokenizer", "special_tokens"))]
     data_out = Path(cache) / _fingerprint([source, *tokenizer_files])
+    done = "reused"
     if not (data_out / "index.json").is_file():
+        done = "prepared"
         trainer_on_path()
         from spotrun_trainer.data import DataError, prepare
 
@@ -159,7 +162,7 @@ def prepare_if_raw(raw: dict, cache: Path) -> tuple[dict, bool]:
         except DataError as exc:
             raise RunValidationError("data.source", raw["data"]["source"], f"text the trainer can read ({exc})") \
                 from None
-    return {**raw, "data": {**raw["data"], "source": str(data_out)}}, True
+    return {**raw, "data": {**raw["data"], "source": str(data_out)}}, done
 
 
 def hyperparameters(raw: dict, est: Estimate, options: LocalOptions) -> dict[str, str]:
@@ -185,7 +188,7 @@ def run_local(run_path: Path, options: LocalOptions, *, emit: Callable[[str], No
 
     raw, prepared = prepare_if_raw(raw, out / "prepared")
     if prepared:
-        emit(f"[local] raw text prepared into {raw['data']['source']}")
+        emit(f"[local] raw text {prepared}: shards in {raw['data']['source']}")
     run = parse_run(raw)
     model_config, tokens = resolve(run)
     catalog = load_catalog()
