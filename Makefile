@@ -12,7 +12,7 @@ export PYTHONPATH := $(CURDIR):$(CURDIR)/training_image
 TORCH_CPU ?=
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: venv node test demo synth torture bench-checkpoint bench-throughput clean
+.PHONY: venv node test demo synth torture torture-lora bench-checkpoint bench-throughput clean
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt training_image/requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,9 @@ synth: venv
 
 torture: venv
 	$(BIN)/python benchmarks/torture.py --trials 20
+
+torture-lora: venv
+	$(BIN)/python benchmarks/torture.py --trials 20 --method lora
 
 bench-checkpoint: venv
 	$(BIN)/python benchmarks/checkpoint_bench.py

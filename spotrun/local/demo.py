@@ -93,8 +93,9 @@ def run_demo(out: Path, *, interrupt_at: InterruptAt = INTERRUPT_AT, progress: s
     emit("")
     emit(Path(summary["summary"]).read_text().rstrip())
     emit("")
-    emit(f"[demo] interrupted at step {interrupted['interruption_log'][0]['step'] if interrupted['interruption_log'] else '-'}"
-         f" and resumed: {summary['steps']} steps, {summary['steps_redone']} redone")
+    stopped_at = interrupted["interruption_log"][0]["step"] if interrupted["interruption_log"] else "-"
+    emit(f"[demo] interrupted at step {stopped_at} and resumed: {summary['steps']} steps, "
+         f"{summary['steps_redone']} redone")
     emit(f"[demo] registered weights bitwise identical to the uninterrupted run: {'yes' if same_weights else 'NO'}"
          f" (per-step losses identical: {'yes' if same_losses else 'NO'})")
     emit(f"[demo] loss curve:        {summary['plot']}")

@@ -33,7 +33,8 @@ def stage(aws, synth, tmp_path, monkeypatch):  # noqa: F811 - the moto fixture i
     values = {"StateMachineArn": aws["sm_arn"], "ArtifactBucket": BUCKET, "ModelPackageGroupName": "spotrun-models"}
     outputs = {key: {"Value": values.get(key, f"placeholder-{key}")} for key in synth.template["Outputs"]}
     assert set(values) <= set(outputs)
-    boto3.client("cloudformation", region_name=REGION).create_stack(StackName=stack_name("dev"), TemplateBody=json.dumps(
+    cfn = boto3.client("cloudformation", region_name=REGION)
+    cfn.create_stack(StackName=stack_name("dev"), TemplateBody=json.dumps(
         {"Resources": {"Topic": {"Type": "AWS::SNS::Topic"}}, "Outputs": outputs}))
     monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
     return aws

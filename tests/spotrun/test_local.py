@@ -84,8 +84,8 @@ def test_the_registry_holds_versioned_packages_with_the_aws_metadata(runs):
     assert set(first["CustomerMetadataProperties"]) == set(REGISTRY_METADATA_KEYS)
     assert first["CustomerMetadataProperties"]["interruptions"] == "1"
     assert all(isinstance(v, str) for v in first["CustomerMetadataProperties"].values())
-    assert {"model.safetensors", "config.json", "tokenizer.json"} <= {p.name for p in
-                                                                     (runs["root"] / "out" / "registry" / "local-tests" / "1" / "model").iterdir()}
+    registered = runs["root"] / "out" / "registry" / "local-tests" / "1" / "model"
+    assert {"model.safetensors", "config.json", "tokenizer.json"} <= {p.name for p in registered.iterdir()}
 
 
 @pytest.mark.slow
