@@ -1,4 +1,10 @@
-"""`spotrun <command>` (also `python -m spotrun ...`): validate and estimate runs (spotrun/validate.py)."""
+"""The `spotrun` command (also `python -m spotrun ...`): `spotrun --help` lists every subcommand.
+
+    validate, estimate       check and estimate runs here (spotrun/validate.py)
+    local, demo              the pipeline on this machine (spotrun/local/commands.py)
+    start, status, logs, report, cancel, list
+                             a deployed stage's runs (spotrun/remote.py)
+"""
 
 from __future__ import annotations
 
@@ -6,14 +12,28 @@ import argparse
 import sys
 
 from . import validate
+from .local.commands import register as register_local
+from .remote import register as register_remote
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="spotrun", description="spotrun: plan and run spot fine-tunes",
                                      epilog=validate.EXIT_CODES_HELP)
+    parser.add_argument("--version", action="version", version=f"spotrun {_version()}")
     sub = parser.add_subparsers(dest="cmd", required=True)
     validate.register(sub)
+    register_local(sub)
+    register_remote(sub)
     return parser
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("spotrun")
+    except PackageNotFoundError:
+        return "(not installed: run from a checkout)"
 
 
 def main(argv: list[str] | None = None) -> int:

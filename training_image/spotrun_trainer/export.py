@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from pathlib import Path
 
 import torch
@@ -66,9 +67,22 @@ def export(cfg: TrainConfig, model, built, loader) -> None:
             _export_tokenizer(cfg, out)
     if rank == 0:
         write_metadata(cfg, built, out)
+        _readable(out)
         if probe is not None:
             torch.save(probe, cfg.probe_logits_path)
     dist.barrier()
+
+
+def _readable(out: Path) -> None:
+    """Give the exported files the mode of any file this process creates (0644 under the usual umask 022).
+
+    NOTE: safetensors writes through a private temporary file (mode 0600) that it renames into place, so the
+    weights alone would be unreadable to the group and to tools running as another user."""
+    mask = os.umask(0)
+    os.umask(mask)
+    for path in out.rglob("*"):
+        if path.is_file():
+            path.chmod(0o666 & ~mask)
 
 
 def metadata(cfg: TrainConfig, built) -> dict:
