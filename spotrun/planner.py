@@ -29,6 +29,8 @@ from pathlib import Path
 
 from .contract import MAX_RUNTIME_LIMIT_S, RunSpec
 from .params import lora_parameters, shape_of
+from .seams import BytesPerParameter as B
+from .seams import Hyperparameter as H
 
 CATALOG_PATH = Path(__file__).with_name("catalog.json")
 
@@ -158,8 +160,8 @@ def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | 
     tokens = tokens_per_epoch * run.training.epochs
     lora = run.training.method == "lora"
     flops = (4 * total + 6 * trainable) * tokens if lora else 6 * total * tokens
-    state = 2 * total + 16 * trainable if lora else 16 * total
-    ckpt_bytes = 12 * trainable if lora else 14 * total
+    state = B.FROZEN_BASE_BF16 * total + B.TRAINING_STATE_FULL * trainable if lora else B.TRAINING_STATE_FULL * total
+    ckpt_bytes = B.CHECKPOINT_LORA * trainable if lora else B.CHECKPOINT_FULL * total
     util = c.utilization or d["utilization"]
 
     def fits(itype: str) -> bool:
@@ -286,10 +288,10 @@ def trainer_hyperparameters(run: RunSpec, est: Estimate) -> dict[str, str]:
     """The SageMaker hyperparameters (all strings) the trainer image reads (see spotrun_trainer.config)."""
     t = run.training
     return {
-        "micro_batch": str(t.micro_batch), "grad_accum": str(t.grad_accum), "epochs": str(t.epochs),
-        "seed": str(t.seed), "optim.lr": str(t.lr), "data.seq_len": str(run.data.seq_len),
-        "checkpoint.interval_minutes": f"{est.checkpoint_interval_seconds / 60:.2f}",
-        "checkpoint.keep": str(run.checkpoint.keep),
+        H.MICRO_BATCH.value: str(t.micro_batch), H.GRAD_ACCUM.value: str(t.grad_accum), H.EPOCHS.value: str(t.epochs),
+        H.SEED.value: str(t.seed), H.LR.value: str(t.lr), H.SEQ_LEN.value: str(run.data.seq_len),
+        H.CHECKPOINT_INTERVAL_MINUTES.value: f"{est.checkpoint_interval_seconds / 60:.2f}",
+        H.CHECKPOINT_KEEP.value: str(run.checkpoint.keep),
     }
 
 

@@ -60,6 +60,7 @@ METRIC_DEFINITIONS: list[dict[str, str]] = [
 METRICS_NAMESPACE = "spotrun"
 RUN_COST_METRIC = "RunCostUSD"
 CHECKPOINT_AGE_METRIC = "CheckpointAgeSeconds"
+CHECKPOINT_OVERDUE_METRIC = "CheckpointOverdue"  # age / (2 x planned interval + upload time); alarm at >= 1
 INTERRUPTIONS_METRIC = "Interruptions"
 
 # ---- stop notice (SageMaker -> launcher -> trainer) ------------------------------------------------------------
@@ -81,6 +82,7 @@ class BytesPerParameter:
     TRAINING_STATE_FULL = 16  # bf16 weights 2 + bf16 grads 2 + fp32 master 4 + Adam moments 8
     CHECKPOINT_FULL = 14  # bf16 weights 2 + fp32 master 4 + Adam moments 8
     CHECKPOINT_LORA = 12  # per adapter parameter: fp32 4 + Adam moments 8
+    FROZEN_BASE_BF16 = 2  # LoRA: the frozen base weights in bf16
     EXPORT_BF16 = 2
     EXPORT_FP32 = 4
 
@@ -136,6 +138,7 @@ class Plan:
     poll_seconds: int
     max_poll_seconds: int
     checkpoint_interval_seconds: float
+    checkpoint_upload_seconds: float  # the planned time for one checkpoint to reach S3
     max_usd: float
     region: str
     usd_per_hour: float  # on-demand list price of all instances, in `region`
@@ -166,6 +169,8 @@ class Guard:
 
 
 PLAN_FIELDS = frozenset(f.name for f in dataclasses.fields(Plan))
+# What the estimate returns instead when the run must not start (status InvalidRun or OverBudget).
+REFUSAL_FIELDS = frozenset({"status", "message", "field", "estimate"})
 GUARD_FIELDS = frozenset(f.name for f in dataclasses.fields(Guard))
 REPORT_FIELDS = frozenset({"run", "job_name", "status", "method", "instance_type", "instance_count", "spot",
                            "region", "billable_seconds", "training_seconds", "interruptions", "spot_savings_pct",
@@ -175,7 +180,7 @@ REPORT_FIELDS = frozenset({"run", "job_name", "status", "method", "instance_type
 
 def plan_path(field: str) -> str:
     """`$.plan.<field>` for the state machine; refuses a field the estimate does not return."""
-    if field not in PLAN_FIELDS:
+    if field not in PLAN_FIELDS | REFUSAL_FIELDS:
         raise ValueError(f"plan field {field!r} is unknown: expected one of {', '.join(sorted(PLAN_FIELDS))}")
     return f"$.plan.{field}"
 
