@@ -108,17 +108,24 @@ def train(cfg: TrainConfig, *, local_rank: int, stop: StopFlag) -> Outcome:
     ckpt = CheckpointManager(cfg.checkpoint, model=model, optimizer=optimizer, local_rank=local_rank)
 
     step, tokens_seen, last_loss = 0, 0, float("nan")
+    segments: list[dict] = []  # earlier starts of this run, as of their last checkpoint (metrics.json spans them)
     restored = ckpt.load()
     if restored is not None:
         ts = restored.train_state
         step, tokens_seen = ts["step"], ts["tokens_seen"]
         last_loss = ts.get("last_loss", last_loss)
+        segments = list(ts.get("segments", []))
         loader.load_state_dict(ts["loader"])
         scheduler.load_state_dict(ts["scheduler"])
+    segment_start_step, run_t0 = step, time.perf_counter()
+
+    def run_segments() -> list[dict]:
+        return segments + [{"start_step": segment_start_step, "end_step": step,
+                            "seconds": round(time.perf_counter() - run_t0, 3)}]
 
     def train_state() -> dict:
         return {"step": step, "tokens_seen": tokens_seen, "last_loss": last_loss, "loader": loader.state_dict(),
-                "scheduler": scheduler.state_dict()}
+                "scheduler": scheduler.state_dict(), "segments": run_segments()}
 
     # A stop that arrived while starting (loading the model or the checkpoint): nothing new to save, and the
     # notice is better spent exiting than running a step.
@@ -137,7 +144,6 @@ def train(cfg: TrainConfig, *, local_rank: int, stop: StopFlag) -> Outcome:
     loss_log = Path(cfg.output_dir) / "loss_history.jsonl"
     tokens_per_step = samples_per_step * cfg.data.seq_len
     window_t, window_tokens = time.perf_counter(), 0
-    run_t0 = time.perf_counter()
 
     while step < total_steps:
         loss_sum = torch.zeros((), device=device)
@@ -162,6 +168,8 @@ def train(cfg: TrainConfig, *, local_rank: int, stop: StopFlag) -> Outcome:
 
         dist.all_reduce(loss_sum, op=dist.ReduceOp.SUM)
         last_loss = loss_sum.item() / (world * cfg.grad_accum)
+        if not math.isfinite(last_loss):  # the same reduced value on every rank: all stop together
+            raise ckpt.diverged(f"the loss is {last_loss} at step {step}")
         # One agreement per step: stop requested anywhere, periodic save due anywhere, background save unfinished.
         flags = torch.tensor([float(stop.requested), float(ckpt.due(step)), float(ckpt.pending_unfinished())],
                              device=device)
@@ -170,7 +178,8 @@ def train(cfg: TrainConfig, *, local_rank: int, stop: StopFlag) -> Outcome:
 
         if rank == 0:
             with loss_log.open("a") as fh:
-                fh.write(json.dumps({"step": step, "loss": last_loss.hex()}) + "\n")
+                # Readable, and exact (float.hex) for bitwise comparisons across restarts.
+                fh.write(json.dumps({"step": step, "loss": last_loss, "loss_hex": last_loss.hex()}) + "\n")
             if step % cfg.log_every == 0 or step == total_steps:
                 elapsed = time.perf_counter() - window_t
                 tps = window_tokens / max(elapsed, 1e-9)
@@ -189,19 +198,31 @@ def train(cfg: TrainConfig, *, local_rank: int, stop: StopFlag) -> Outcome:
         if save_due and step < total_steps:
             ckpt.save(step, train_state(), blocking=not cfg.checkpoint.async_save)
 
-    wall = time.perf_counter() - run_t0
+    all_segments = run_segments()
     # A final checkpoint first: an interruption during export then resumes straight into export.
     ckpt.save(step, train_state(), blocking=True)
     ckpt.close()
+    # A stop during the final save: the checkpoint holds everything, so leave the notice to the exit and let the
+    # resumed job (which finds step == total_steps) go straight to the export.
+    stop_before_export = torch.tensor([float(stop.requested)], device=device)
+    dist.all_reduce(stop_before_export, op=dist.ReduceOp.MAX)
+    if stop_before_export.item():
+        if rank == 0:
+            print(f"run_stopped step={step} reason=signal-before-export", flush=True)
+        return Outcome("stopped", step)
     export(cfg, model, built, loader)
     if rank == 0:
-        steps_run = step - (restored.step if restored else 0)
+        # The whole run across restarts: training seconds of every start (up to its last checkpoint; work
+        # redone after a hard kill is not counted twice), tokens and steps of the run.
+        wall = sum(s["seconds"] for s in all_segments)
+        steps_run = sum(s["end_step"] - s["start_step"] for s in all_segments)
         tps_dev = steps_run * tokens_per_step / max(wall, 1e-9) / world
         summary = {
             "final_loss": last_loss, "steps": step, "tokens": tokens_seen, "parameters": built.num_params,
             "world_size": world, "tokens_per_s_per_device": tps_dev,
             "mfu": metrics.mfu(built.num_params, tps_dev, peak), "peak_mem_gb": _peak_mem_gb(device),
-            "wall_s": wall, "resumed_from_step": restored.step if restored else None,
+            "wall_s": wall, "starts": len(all_segments), "segments": all_segments,
+            "resumed_from_step": restored.step if restored else None,
         }
         (Path(cfg.output_dir) / "metrics.json").write_text(json.dumps(summary, indent=2))
         print(f"run_completed step={step} final_loss={last_loss:.4f}", flush=True)
@@ -275,8 +296,9 @@ def main(argv: list[str] | None = None) -> int:
         log.error("%s (%s)", OOM_HINT, exc)
         write_outcome(outcome_dir, rank, Outcome("failed", -1, OOM_HINT))
         raise
-    except Exception as exc:
-        write_outcome(outcome_dir, rank, Outcome("failed", -1, f"{type(exc).__name__}: {exc}"))
+    except BaseException as exc:  # NOTE: not just Exception: DCP's CheckpointException is a BaseException
+        if not isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            write_outcome(outcome_dir, rank, Outcome("failed", -1, f"{type(exc).__name__}: {exc}"))
         raise
     write_outcome(outcome_dir, rank, outcome)
     dist.destroy_process_group()
