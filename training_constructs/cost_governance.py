@@ -23,8 +23,14 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct, IConstruct
 
-from spotrun.seams import (CHECKPOINT_AGE_METRIC, CHECKPOINT_OVERDUE_METRIC, INTERRUPTIONS_METRIC, METRICS_NAMESPACE,
-                           RUN_COST_METRIC, metric_name)
+from spotrun.seams import (
+    CHECKPOINT_AGE_METRIC,
+    CHECKPOINT_OVERDUE_METRIC,
+    INTERRUPTIONS_METRIC,
+    METRICS_NAMESPACE,
+    RUN_COST_METRIC,
+    metric_name,
+)
 
 SAGEMAKER_NAMESPACE = "/aws/sagemaker/TrainingJobs"
 
@@ -101,7 +107,8 @@ class CostGovernance(Construct):
             self, "CheckpointOverdue", metric=cw.Metric(
                 namespace=ns, metric_name=CHECKPOINT_OVERDUE_METRIC, dimensions_map={"Stage": stage},
                 statistic="Maximum", period=Duration.minutes(5)),
-            threshold=1, evaluation_periods=1, comparison_operator=cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+            threshold=1, evaluation_periods=1,
+            comparison_operator=cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
             treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
             alarm_description="a run's newest committed checkpoint in S3 is older than twice its planned interval plus "
                               "the upload time: the checkpoint uploader may be stalled; an interruption now loses "

@@ -28,8 +28,17 @@ import os
 import time
 from typing import Any
 
-from ..seams import (CHECKPOINT_AGE_METRIC, CHECKPOINT_MANIFEST, CHECKPOINT_OVERDUE_METRIC, METRICS_NAMESPACE, RUN_COST_METRIC, Guard,
-                     GuardAction, StopNotice, metric_name)
+from ..seams import (
+    CHECKPOINT_AGE_METRIC,
+    CHECKPOINT_MANIFEST,
+    CHECKPOINT_OVERDUE_METRIC,
+    METRICS_NAMESPACE,
+    RUN_COST_METRIC,
+    Guard,
+    GuardAction,
+    StopNotice,
+    metric_name,
+)
 from .common import emit_metric, owned_by_execution, to_epoch
 
 STOP_GRACE_S = StopNotice.NOTICE_S  # a stopped job bills until the container exits: up to the notice

@@ -294,7 +294,8 @@ def test_canceller_stops_the_executions_running_job():
     assert first == PLAN["job_name"] and fallback == PLAN["fallback_job_name"]
     client = boto3.client("sagemaker", region_name="us-east-1")
     stub = Stubber(client)  # requests and responses checked against SageMaker's service model
-    running = {"TrainingJobName": first, "TrainingJobArn": f"arn:aws:sagemaker:us-east-1:123456789012:training-job/{first}",
+    running = {"TrainingJobName": first,
+               "TrainingJobArn": f"arn:aws:sagemaker:us-east-1:123456789012:training-job/{first}",
                "ModelArtifacts": {"S3ModelArtifacts": ""}, "TrainingJobStatus": "InProgress",
                "SecondaryStatus": "Training", "AlgorithmSpecification": {"TrainingInputMode": "FastFile"},
                "ResourceConfig": {"InstanceType": "ml.g5.xlarge", "InstanceCount": 1, "VolumeSizeInGB": 100},
