@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export PYTHONPATH := $(CURDIR):$(CURDIR)/training_image
 
-.PHONY: venv node test demo synth torture bench-checkpoint bench-throughput clean
+.PHONY: venv node test demo synth torture torture-lora bench-checkpoint bench-throughput clean
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt training_image/requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,9 @@ synth: venv
 
 torture: venv
 	$(BIN)/python benchmarks/torture.py --trials 20
+
+torture-lora: venv
+	$(BIN)/python benchmarks/torture.py --trials 20 --method lora
 
 bench-checkpoint: venv
 	$(BIN)/python benchmarks/checkpoint_bench.py

@@ -25,8 +25,9 @@ from typing import Any
 
 from ..contract import RunSpec, RunValidationError, parse_run
 from ..planner import EstimateRefused, estimate, load_catalog
-from ..seams import Hyperparameter, Plan, PlanStatus, StopNotice
+from ..seams import Plan, PlanStatus, StopNotice
 from ..sources import resolve
+from ..validate import Target, check_target, pipeline_hyperparameters
 
 CONTRACT_KEYS = ("parameters", "trainable_parameters", "training_flops", "gpu_hours", "instance_type",
                  "instance_count", "max_runtime_seconds", "max_wait_seconds", "checkpoint_bytes",
@@ -79,13 +80,6 @@ def regional_catalog(catalog: dict, region: str) -> dict:
     out["instances"] = {t: {**spec, "on_demand_usd_per_hour": prices[t]}
                         for t, spec in catalog["instances"].items() if t in prices}
     return out
-
-
-def _require_under(uri: str | None, settings: PipelineSettings, prefix: str, field: str) -> str:
-    wanted = f"s3://{settings.bucket}/{prefix}"
-    if not uri or not uri.startswith(wanted):
-        raise RunValidationError(field, uri, f"an S3 URI under {wanted} (the training role reads only there)")
-    return uri if uri.endswith("/") else uri + "/"
 
 
 def _channel(name: str, uri: str) -> dict:
@@ -181,40 +175,31 @@ def plan(run_raw: Any, execution: str, settings: PipelineSettings, *, s3_client:
     """The plan for one execution (see the module docstring); clients None skip the checks that need them."""
     catalog = catalog or load_catalog()
     try:
+        # The same rules `spotrun validate --stage` applies (spotrun/validate.py).
         run: RunSpec = parse_run(run_raw)
         catalog = deployment_catalog(catalog, settings, run)
-        if run.model.parameters is not None:
-            raise RunValidationError("model.parameters", run.model.parameters,
-                                     "model.source or model.config for a training run (a bare count only estimates)")
-        if run.training.method != "full":
-            raise RunValidationError("training.method", run.training.method,
-                                     "full: the trainer image runs full fine-tunes (LoRA is estimated only)")
-        if run.model_package_group not in (None, settings.model_package_group):
-            raise RunValidationError("registry.model_package_group", run.model_package_group,
-                                     f"{settings.model_package_group} (this stack's group) or nothing")
-        data_uri = _require_under(run.data.source, settings, "datasets/", "data.source")
-        model_uri = (_require_under(run.model.source, settings, "models/", "model.source")
-                     if run.model.source else None)
+        data_uri, model_uri = check_target(run, Target(settings.bucket, settings.model_package_group))
         model_config, tokens = resolve(run, s3_client=s3_client)
         est = estimate(run, catalog=catalog, model_config=model_config, data_tokens=tokens,
                        recorded_rates=rates)
+        hyper = pipeline_hyperparameters(run, est)
     except RunValidationError as exc:
         return {"status": "InvalidRun", "message": str(exc), "field": exc.field}
     except EstimateRefused as exc:
-        out = {"status": exc.code, "message": exc.message}
+        out = {"status": exc.code, "message": exc.message, "field": exc.field or "run"}
         if exc.estimate is not None:
             out["estimate"] = {k: exc.estimate.to_json()[k] for k in CONTRACT_KEYS}
         return out
 
     try:
-        return _ok_plan(run, est, execution, started, settings, catalog, model_config, tokens, data_uri, model_uri,
-                        s3_client, quotas_client)
+        return _ok_plan(run, est, hyper, execution, started, settings, catalog, model_config, tokens, data_uri,
+                        model_uri, s3_client, quotas_client)
     except RunValidationError as exc:
         return {"status": PlanStatus.INVALID_RUN.value, "message": str(exc), "field": exc.field}
 
 
-def _ok_plan(run: RunSpec, est: Any, execution: str, started: str, settings: PipelineSettings, catalog: dict,
-             model_config: dict | None, tokens: int | None, data_uri: str, model_uri: str | None,
+def _ok_plan(run: RunSpec, est: Any, hyper: dict, execution: str, started: str, settings: PipelineSettings,
+             catalog: dict, model_config: dict | None, tokens: int | None, data_uri: str, model_uri: str | None,
              s3_client: Any, quotas_client: Any) -> dict:
     if quotas_client is not None:
         check_quota(quotas_client, est.instance_type, est.instance_count, run.compute.spot)
@@ -228,9 +213,6 @@ def _ok_plan(run: RunSpec, est: Any, execution: str, started: str, settings: Pip
     elif s3_client is not None:
         s3_client.put_object(Bucket=settings.bucket, Key=ckpt_prefix + RUN_RECORD,
                              Body=json.dumps(record, indent=1).encode())
-    hyper = dict(est.hyperparameters)
-    if run.model.config is not None:
-        hyper[Hyperparameter.MODEL_CONFIG.value] = json.dumps(run.model.config, separators=(",", ":"))
     channels = [_channel("train", data_uri)] + ([_channel("model", model_uri)] if model_uri else [])
     name = job_name(settings, run.name, execution)
     tags = {"project": settings.project, "stage": settings.stage, "cost-center": settings.cost_center,
@@ -269,6 +251,7 @@ def _ok_plan(run: RunSpec, est: Any, execution: str, started: str, settings: Pip
 def handler(event: dict, _context: Any) -> dict:
     import boto3
 
+    event = event if isinstance(event, dict) else {}  # the state machine passes an object; anything else: no run
     settings = PipelineSettings.from_env(dict(os.environ))
     rates = None
     table_name = os.environ.get("TABLE_NAME")

@@ -44,8 +44,9 @@ def run_demo(out: Path, *, steps: int = 40, interrupt_at: int = 15) -> dict:
         raise SystemExit(f"demo: the resumed run failed (exit {rc}); see {log}")
     metrics = json.loads((sm / "model" / "metrics.json").read_text())
     losses = loss_history(sm / "model")
-    summary = {"steps": metrics["steps"], "interrupted_at_step": saved, "resumed_from_step": metrics["resumed_from_step"],
-               "first_loss": losses[1], "final_loss": metrics["final_loss"],
+    summary = {"steps": metrics["steps"], "interrupted_at_step": saved,
+               "resumed_from_step": metrics["resumed_from_step"], "first_loss": losses[1],
+               "final_loss": metrics["final_loss"],
                "exported": sorted(p.name for p in (sm / "model").iterdir()), "output_dir": str(sm / "model")}
     print(json.dumps(summary, indent=2))
     return summary

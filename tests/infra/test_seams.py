@@ -29,7 +29,7 @@ EVENTS = {"Wait": 2, "Pass": 2, "Choice": 2, "Task": 5, "Fail": 1, "Succeed": 1}
 BUCKET = "art-bucket"
 RUN = {"version": 1, "name": "seam-run",
        "model": {"config": {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
-                            "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 256}},
+                            "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 256}, "init": "random"},
        "data": {"source": f"s3://{BUCKET}/datasets/d/", "tokens": 1_000_000, "seq_len": 128},
        "compute": {"instance_type": "ml.g5.2xlarge", "on_demand_fallback": True},
        "budget": {"max_usd": 50}, "tags": {"team": "nlp"}}

@@ -27,7 +27,7 @@ SETTINGS = PipelineSettings(bucket="art-bucket", job_prefix="spotrun-dev-", mode
                             poll_seconds=60, project="spotrun", stage="dev", cost_center="ml-platform",
                             volume_kms_key_arn="arn:aws:kms:us-east-1:123456789012:key/k")
 RUN = {"version": 1, "name": "tiny-run",
-       "model": {"config": {"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4}},
+       "model": {"init": "random", "config": {"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4}},
        "data": {"source": "s3://art-bucket/datasets/d1/", "tokens": 1_000_000, "seq_len": 128},
        "compute": {"instance_type": "ml.g5.xlarge", "on_demand_fallback": True},
        "budget": {"max_usd": 20}, "tags": {"team": "nlp"}}
@@ -167,7 +167,7 @@ def test_quota_preflight_refuses_a_zero_quota_with_its_name_and_how_to_raise_it(
     (lambda r: r.update(registry={"model_package_group": "someone-elses"}), "InvalidRun",
      "registry.model_package_group"),
     (lambda r: r.update(checkpoint={"resume_from": "has space"}), "InvalidRun", "checkpoint.resume_from"),
-    (lambda r: r.update(budget={"max_usd": 0.001}), "OverBudget", None),
+    (lambda r: r.update(budget={"max_usd": 0.001}), "OverBudget", "budget.max_usd"),
 ])
 def test_runs_that_must_not_start_are_named(mutate, status, field):
     raw = copy.deepcopy(RUN)

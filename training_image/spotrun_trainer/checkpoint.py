@@ -45,6 +45,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
     get_state_dict,
     set_model_state_dict,
     set_optimizer_state_dict,
@@ -219,10 +220,14 @@ class Restored:
 class CheckpointManager:
     """Owns save(step) and load() for the stateful training objects."""
 
-    def __init__(self, cfg: CheckpointConfig, *, model, optimizer, local_rank: int):
+    def __init__(self, cfg: CheckpointConfig, *, model, optimizer, local_rank: int,
+                 model_options: StateDictOptions | None = None):
+        """`model_options` select what of the model is saved and how it is loaded back (LoRA: the trainable
+        parameters only, see lora.checkpoint_options); None saves and strictly loads everything."""
         self.cfg = cfg
         self.root = Path(cfg.dir)
         self.model, self.optimizer = model, optimizer
+        self.model_options = model_options
         self.rank, self.world_size, self.local_rank = dist.get_rank(), dist.get_world_size(), local_rank
         self.committed: list[int] = []
         self._pending: tuple[int, dict, Future, float, float] | None = None
@@ -247,7 +252,7 @@ class CheckpointManager:
     # ---- saving ------------------------------------------------------------------------------------------
 
     def _state(self, train_state: dict) -> dict:
-        model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
+        model_sd, optim_sd = get_state_dict(self.model, self.optimizer, options=self.model_options)
         state = {"model": model_sd, "optim": optim_sd, "train_state": json.dumps(train_state, sort_keys=True)}
         # NOTE: RNG is per rank; DCP treats same-key plain tensors as replicated and keeps one, so each rank's
         # state goes under its own key.
@@ -441,7 +446,7 @@ class CheckpointManager:
         saved_world = manifest["world_size"]
         same_world = saved_world == self.world_size
 
-        model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
+        model_sd, optim_sd = get_state_dict(self.model, self.optimizer, options=self.model_options)
         state: dict = {"model": model_sd, "optim": optim_sd, "train_state": ""}
         if same_world:
             state[f"rng.rank{self.rank}"] = torch.get_rng_state()
@@ -453,7 +458,7 @@ class CheckpointManager:
             raise CheckpointError(f"checkpoint step-{step:08d} verified but could not be loaded: "
                                   f"{describe_failure(exc)} (an I/O error, or a different model or optimizer "
                                   "than the one that saved it)") from None
-        set_model_state_dict(self.model, state["model"])
+        set_model_state_dict(self.model, state["model"], options=self.model_options)
         set_optimizer_state_dict(self.model, self.optimizer, state["optim"])
         if same_world:
             torch.set_rng_state(state[f"rng.rank{self.rank}"])

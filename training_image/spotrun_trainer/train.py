@@ -25,14 +25,14 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-from torch.distributed.fsdp import FSDPModule
 
 from . import metrics
 from .checkpoint import CheckpointManager
 from .config import TrainConfig
 from .data import TokenShardLoader
-from .model import build_mesh, build_sharded_model
+from .export import export
+from .memory_check import PeakProbe, predict, report_line
+from .model import build_mesh, build_sharded_model, resolve_param_dtype
 
 log = logging.getLogger("spotrun_trainer")
 
@@ -89,15 +89,17 @@ def train(cfg: TrainConfig, *, local_rank: int, stop: StopFlag) -> Outcome:
         torch.set_num_threads(cfg.num_threads)
     if cfg.deterministic:
         torch.use_deterministic_algorithms(True)
-    mesh = build_mesh(device.type, world, cfg.replicate_degree)
+    mesh = build_mesh(device.type, world, cfg.sharding)
 
     torch.manual_seed(cfg.seed)  # the same init stream on every rank before sharding
-    built = build_sharded_model(cfg.model, mesh=mesh, device=device, seed=cfg.seed)
+    built = build_sharded_model(cfg.model, mesh=mesh, device=device, seed=cfg.seed,
+                                lora=cfg.lora if cfg.method == "lora" else None)
     model = built.model
     model.train()
     torch.manual_seed(cfg.seed + 1 + rank)  # per-rank stream (dropout) after it; saved per rank in checkpoints
 
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.optim.lr, betas=(cfg.optim.beta1, cfg.optim.beta2),
+    trainable = [p for p in model.parameters() if p.requires_grad]  # LoRA: the adapters only
+    optimizer = torch.optim.AdamW(trainable, lr=cfg.optim.lr, betas=(cfg.optim.beta1, cfg.optim.beta2),
                                   weight_decay=cfg.optim.weight_decay)
     loader = TokenShardLoader(Path(cfg.data.path), seq_len=cfg.data.seq_len, micro_batch=cfg.micro_batch,
                               dp_rank=rank, dp_size=world, seed=cfg.seed)
@@ -105,7 +107,13 @@ def train(cfg: TrainConfig, *, local_rank: int, stop: StopFlag) -> Outcome:
     total_steps = cfg.max_steps or max(1, int(cfg.epochs * loader.samples_per_epoch // samples_per_step))
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lr_lambda(total_steps, cfg.optim.warmup_steps, cfg.optim.min_lr_ratio))
-    ckpt = CheckpointManager(cfg.checkpoint, model=model, optimizer=optimizer, local_rank=local_rank)
+    ckpt = CheckpointManager(cfg.checkpoint, model=model, optimizer=optimizer, local_rank=local_rank,
+                             model_options=built.checkpoint_options)
+    predicted = predict(built.hf_config, shard_ranks=cfg.sharding.mesh_shape(world)[1], micro_batch=cfg.micro_batch,
+                        seq_len=cfg.data.seq_len, activation_checkpointing=cfg.model.activation_checkpointing,
+                        compute_dtype=resolve_param_dtype(cfg.model.param_dtype, device.type), device=device,
+                        method=cfg.method, trainable_params=built.trainable_params)
+    mem_probe = PeakProbe(model, optimizer, device, cfg.memory_probe)
 
     step, tokens_seen, last_loss = 0, 0, float("nan")
     segments: list[dict] = []  # earlier starts of this run, as of their last checkpoint (metrics.json spans them)
@@ -138,8 +146,11 @@ def train(cfg: TrainConfig, *, local_rank: int, stop: StopFlag) -> Outcome:
         return Outcome("stopped", step)
 
     if rank == 0:
-        print(f"run_start params={built.num_params} world={world} blocks={len(built.blocks)} "
-              f"start_step={step} total_steps={total_steps} device={device.type}", flush=True)
+        replicas, shard = cfg.sharding.mesh_shape(world)
+        print(f"run_start params={built.num_params} trainable={built.trainable_params} method={cfg.method} "
+              f"world={world} blocks={len(built.blocks)} "
+              f"start_step={step} total_steps={total_steps} device={device.type} "
+              f"sharding={cfg.sharding.mode} mesh={replicas}x{shard}", flush=True)
     peak = _device_peak(device)
     loss_log = Path(cfg.output_dir) / "loss_history.jsonl"
     tokens_per_step = samples_per_step * cfg.data.seq_len
@@ -147,21 +158,24 @@ def train(cfg: TrainConfig, *, local_rank: int, stop: StopFlag) -> Outcome:
 
     while step < total_steps:
         loss_sum = torch.zeros((), device=device)
+        mem_probe.begin_step()
         for _ in range(cfg.grad_accum):
-            batch = torch.from_numpy(loader.next_batch()).to(device)
-            out = model(input_ids=batch, labels=batch)
+            # input_ids and labels (-100 on prompt tokens of chat data: see TokenShardLoader.next_inputs)
+            out = model(**{k: torch.from_numpy(v).to(device) for k, v in loader.next_inputs().items()})
             (out.loss / cfg.grad_accum).backward()
             loss_sum += out.loss.detach()
         if cfg.optim.grad_clip > 0:
-            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip)
+            grad_norm = torch.nn.utils.clip_grad_norm_(trainable, cfg.optim.grad_clip)
         else:
-            grad_norm = torch.nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None])
+            grad_norm = torch.nn.utils.get_total_norm([p.grad for p in trainable if p.grad is not None])
         if hasattr(grad_norm, "full_tensor"):
             grad_norm = grad_norm.full_tensor()
         lr = scheduler.get_last_lr()[0]
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
+        if mem_probe.end_step() and rank == 0:
+            print(report_line(predicted, *mem_probe.measured()), flush=True)
         step += 1
         tokens_seen += tokens_per_step
         window_tokens += tokens_per_step
@@ -184,7 +198,8 @@ def train(cfg: TrainConfig, *, local_rank: int, stop: StopFlag) -> Outcome:
                 elapsed = time.perf_counter() - window_t
                 tps = window_tokens / max(elapsed, 1e-9)
                 print(metrics.format_line(step, loss=last_loss, lr=lr, grad_norm=float(grad_norm),
-                                          tokens_per_s=tps, mfu=metrics.mfu(built.num_params, tps / world, peak),
+                                          tokens_per_s=tps,
+                                          mfu=metrics.mfu(built.num_params, tps / world, peak, built.trainable_params),
                                           mem_gb=_peak_mem_gb(device)), flush=True)
                 window_t, window_tokens = time.perf_counter(), 0
 
@@ -219,52 +234,18 @@ def train(cfg: TrainConfig, *, local_rank: int, stop: StopFlag) -> Outcome:
         tps_dev = steps_run * tokens_per_step / max(wall, 1e-9) / world
         summary = {
             "final_loss": last_loss, "steps": step, "tokens": tokens_seen, "parameters": built.num_params,
+            "trainable_parameters": built.trainable_params,
             "world_size": world, "tokens_per_s_per_device": tps_dev,
-            "mfu": metrics.mfu(built.num_params, tps_dev, peak), "peak_mem_gb": _peak_mem_gb(device),
+            "mfu": metrics.mfu(built.num_params, tps_dev, peak, built.trainable_params),
+            "peak_mem_gb": _peak_mem_gb(device),
             "wall_s": wall, "starts": len(all_segments), "segments": all_segments,
             "resumed_from_step": restored.step if restored else None,
+            "memory_predicted_bytes": predicted.total if predicted else None,
+            "memory_measured_bytes": mem_probe.measured()[0], "memory_measured_source": mem_probe.measured()[1],
         }
         (Path(cfg.output_dir) / "metrics.json").write_text(json.dumps(summary, indent=2))
         print(f"run_completed step={step} final_loss={last_loss:.4f}", flush=True)
     return Outcome("completed", step)
-
-
-def _plain_class_name(model: torch.nn.Module) -> str:
-    # FSDP2 swaps the class for a dynamic subclass `FSDP<Name>(FSDPModule, <Name>)`.
-    for cls in type(model).__mro__:
-        if not issubclass(cls, FSDPModule) and cls.__name__ != "Module":
-            return cls.__name__
-    return type(model).__name__
-
-
-def export(cfg: TrainConfig, model, built, loader: TokenShardLoader) -> None:
-    """HF safetensors + config + tokenizer into output_dir (rank 0), from a full state dict gathered to CPU."""
-    out = Path(cfg.output_dir)
-    full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-    if cfg.probe_logits_path:
-        model.eval()
-        probe = torch.from_numpy(loader.next_batch()[:1]).to(next(model.parameters()).device)
-        with torch.no_grad():
-            logits = model(input_ids=probe).logits.float().cpu()
-        model.train()
-    if dist.get_rank() == 0:
-        model.save_pretrained(out, state_dict=full)  # NOTE: save_pretrained empties the dict passed to it
-        built.hf_config.architectures = [_plain_class_name(model)]
-        built.hf_config.save_pretrained(out)
-        _export_tokenizer(cfg, out)
-        if cfg.probe_logits_path:
-            torch.save({"input_ids": probe.cpu(), "logits": logits}, cfg.probe_logits_path)
-    dist.barrier()
-
-
-def _export_tokenizer(cfg: TrainConfig, out: Path) -> None:
-    from transformers import AutoTokenizer
-
-    for candidate in (cfg.model.path, str(Path(cfg.data.path) / "tokenizer")):
-        if candidate and (Path(candidate) / "tokenizer_config.json").exists():
-            AutoTokenizer.from_pretrained(candidate).save_pretrained(out)
-            return
-    log.warning("export: no tokenizer found next to the model or the data; the model is exported without one")
 
 
 def write_outcome(outcome_dir: str, rank: int, outcome: Outcome) -> None:
