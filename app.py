@@ -8,17 +8,15 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 
+from aws_cdk import App, Validations
+from cdk_nag import AwsSolutionsChecks
+
+from stacks.config import ENVIRONMENTS, AccountConfig, check_environments
+from stacks.stage import SpotrunStage
+
 ROOT = Path(__file__).resolve().parent
-sys.path.insert(0, str(ROOT / "training_image"))  # spotrun_trainer.metrics: the MetricDefinitions' one source
-
-from aws_cdk import App, Validations  # noqa: E402
-from cdk_nag import AwsSolutionsChecks  # noqa: E402
-
-from stacks.config import ENVIRONMENTS, AccountConfig  # noqa: E402
-from stacks.stage import SpotrunStage  # noqa: E402
 
 
 def cdk_json_context() -> dict:
@@ -28,6 +26,7 @@ def cdk_json_context() -> dict:
 
 def build_app(environments: tuple[AccountConfig, ...] = ENVIRONMENTS, outdir: str | None = None,
               context: dict | None = None) -> App:
+    check_environments(environments)
     app = App(outdir=outdir, context=context if context is not None else cdk_json_context())
     for config in environments:
         SpotrunStage(app, config.stage, config=config)

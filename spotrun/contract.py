@@ -26,6 +26,7 @@ APPROVAL_STATUSES = ("PendingManualApproval", "Approved", "Rejected")
 METHODS = ("full", "lora")
 INITS = ("pretrained", "random")
 MAX_RUNTIME_LIMIT_S = 28 * 24 * 3600  # StoppingCondition.MaxRuntimeInSeconds: "The maximum value is 28 days"
+_EXECUTION_NAME = re.compile(r"^[A-Za-z0-9_-]{1,80}$")  # Step Functions execution names, as the console makes them
 
 MAX_RUN_BYTES = 256 * 1024  # a run is a Step Functions execution input: at most 256 KiB
 MAX_DEPTH = 16  # HF configs nest 2-3 levels; deeper input is refused before anything recurses into it
@@ -132,6 +133,7 @@ class CheckpointSpec:
     interval_minutes: float | None  # None: auto (Young/Daly)
     keep: int
     interruptions_per_hour: float | None  # overrides the catalog / recorded rate
+    resume_from: str | None = None  # an earlier execution's name: continue its checkpoints (None: start fresh)
 
 
 @dataclass(frozen=True)
@@ -415,7 +417,7 @@ def _compute(raw: Any) -> ComputeSpec:
 
 
 def _checkpoint(raw: Any) -> CheckpointSpec:
-    obj = _obj(raw, "checkpoint", {"interval_minutes", "keep", "interruptions_per_hour"})
+    obj = _obj(raw, "checkpoint", {"interval_minutes", "keep", "interruptions_per_hour", "resume_from"})
     interval = obj.get("interval_minutes", "auto")
     interval = None if interval == "auto" else _num(interval, "checkpoint.interval_minutes", 0, 24 * 60,
                                                     lo_open=True)
@@ -424,6 +426,9 @@ def _checkpoint(raw: Any) -> CheckpointSpec:
         keep=_int(obj.get("keep", 2), "checkpoint.keep", 2, 100),
         interruptions_per_hour=(None if obj.get("interruptions_per_hour") is None
                                 else _num(obj["interruptions_per_hour"], "checkpoint.interruptions_per_hour", 0, 10)),
+        resume_from=(None if obj.get("resume_from") is None
+                     else _str(obj["resume_from"], "checkpoint.resume_from", _EXECUTION_NAME,
+                               "the name of an earlier execution of this run (1-80 letters, digits, - or _)")),
     )
 
 

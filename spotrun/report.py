@@ -16,6 +16,7 @@ import json
 from pathlib import Path
 
 from .contract import RunSpec
+from .handlers.cost_guard import artifact_kind
 from .planner import Estimate
 
 
@@ -41,6 +42,13 @@ def build_local_report(*, run: RunSpec, estimate: Estimate, job_name: str, metri
         "cap_usd": run.max_usd,
         "estimated_cost_usd": estimate.cost_usd,
         "final_loss": metrics["final_loss"],
+        "method": run.training.method, "artifact": artifact_kind(run.training.method),
+        "data_source": run.data.source or "",
+        "price_basis": "wall time measured here x the planned instance's catalog on-demand price (spot: billable "
+                       "time scaled by the catalog's spot discount)",
+        # The most work one interruption cost here (at the on-demand price), as the AWS report's worst case.
+        "worst_case_lost_usd": round(max((i.get("lost_s", 0.0) for i in interruptions), default=0.0) / 3600
+                                     * usd_per_hour, 6),
         "estimate": {
             "wall_seconds": round(estimate.wall_seconds, 1), "tokens": estimate.tokens,
             "expected_interruptions": round(estimate.expected_interruptions, 4),

@@ -71,6 +71,7 @@ METRIC_DEFINITIONS: list[dict[str, str]] = [
 METRICS_NAMESPACE = "spotrun"
 RUN_COST_METRIC = "RunCostUSD"
 CHECKPOINT_AGE_METRIC = "CheckpointAgeSeconds"
+CHECKPOINT_OVERDUE_METRIC = "CheckpointOverdue"  # age / (2 x planned interval + upload time); alarm at >= 1
 INTERRUPTIONS_METRIC = "Interruptions"
 
 # ---- stop notice (SageMaker -> launcher -> trainer) ------------------------------------------------------------
@@ -98,6 +99,7 @@ class BytesPerParameter:
     # DCP adds a ~1.6 KB header per saved tensor chunk and its .metadata (tests/trainer/test_planned_bytes.py)
     CHECKPOINT_FULL = 12  # fp32 param 4 + Adam moments 8
     CHECKPOINT_LORA = 12  # per adapter parameter: fp32 4 + Adam moments 8
+    FROZEN_BASE_BF16 = 2  # LoRA: the frozen base weights in bf16
     EXPORT_BF16 = 2
     EXPORT_FP32 = 4
 
@@ -157,6 +159,7 @@ class Plan:
     poll_seconds: int
     max_poll_seconds: int
     checkpoint_interval_seconds: float
+    checkpoint_upload_seconds: float  # the planned time for one checkpoint to reach S3
     max_usd: float
     region: str
     usd_per_hour: float  # on-demand list price of all instances, in `region`
@@ -187,6 +190,8 @@ class Guard:
 
 
 PLAN_FIELDS = frozenset(f.name for f in dataclasses.fields(Plan))
+# What the estimate returns instead when the run must not start (status InvalidRun or OverBudget).
+REFUSAL_FIELDS = frozenset({"status", "message", "field", "estimate"})
 GUARD_FIELDS = frozenset(f.name for f in dataclasses.fields(Guard))
 REPORT_FIELDS = frozenset({"run", "job_name", "status", "method", "instance_type", "instance_count", "spot",
                            "region", "billable_seconds", "training_seconds", "interruptions", "spot_savings_pct",
@@ -196,7 +201,7 @@ REPORT_FIELDS = frozenset({"run", "job_name", "status", "method", "instance_type
 
 def plan_path(field: str) -> str:
     """`$.plan.<field>` for the state machine; refuses a field the estimate does not return."""
-    if field not in PLAN_FIELDS:
+    if field not in PLAN_FIELDS | REFUSAL_FIELDS:
         raise ValueError(f"plan field {field!r} is unknown: expected one of {', '.join(sorted(PLAN_FIELDS))}")
     return f"$.plan.{field}"
 

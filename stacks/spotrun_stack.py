@@ -7,7 +7,7 @@ logical IDs are pinned by tests instead, and they are retained on deletion.
 
 from __future__ import annotations
 
-from aws_cdk import CfnOutput, RemovalPolicy, Stack
+from aws_cdk import Aws, CfnOutput, Fn, RemovalPolicy, Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sagemaker as sagemaker
@@ -15,12 +15,12 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subs
 from constructs import Construct
 
-from spotrun_trainer.metrics import METRIC_DEFINITIONS
+from spotrun.seams import METRIC_DEFINITIONS
 from training_constructs.artifact_store import ArtifactStore, ArtifactStoreProps
 from training_constructs.cost_governance import CostGovernance, CostGovernanceProps
 from training_constructs.execution_role import TrainingExecutionRole, TrainingExecutionRoleProps
 from training_constructs.interruption_events import InterruptionEvents, InterruptionEventsProps
-from training_constructs.trainer_image import TrainerImage, TrainerImageProps, sagemaker_image
+from training_constructs.trainer_image import TrainerImage, TrainerImageProps, sagemaker_image, serving_image
 from training_constructs.training_pipeline import TrainingPipeline, TrainingPipelineProps
 
 from .config import AccountConfig
@@ -31,15 +31,26 @@ class SpotrunStack(Stack):
         super().__init__(scope, id_, **kwargs)
         self.store = ArtifactStore(self, "Artifacts", props=ArtifactStoreProps(
             checkpoint_retention_days=config.checkpoint_retention_days))
-        # Users name this group in run JSONs and the registry console: a config-chosen physical name.
+        # The group is retained with its models; its name carries 8 characters of this stack instance's id, so
+        # a second stage, or a redeploy after a destroy, creates its own group instead of colliding.
+        stack_uuid = Fn.select(2, Fn.split("/", Aws.STACK_ID))
+        self.model_package_group_name = Fn.join("-", [config.model_package_group_base,
+                                                      Fn.select(0, Fn.split("-", stack_uuid))])
         self.model_package_group = sagemaker.CfnModelPackageGroup(
-            self, "ModelPackageGroup", model_package_group_name=config.model_package_group,
+            self, "ModelPackageGroup", model_package_group_name=self.model_package_group_name,
             model_package_group_description=f"{config.project} fine-tunes ({config.stage})")
         self.model_package_group.apply_removal_policy(RemovalPolicy.RETAIN)
 
+        # Publishers: the state machine and the canceller (IAM), this account's alarms (key policy below).
         topic_key = kms.Key(self, "FailuresTopicKey", enable_key_rotation=True,
                             description="spotrun failure notifications")
-        topic_key.grant_encrypt_decrypt(iam.ServicePrincipal("events.amazonaws.com"))
+        # CloudWatch alarms of this account and region (the checkpoint-freshness alarm) publish to the topic.
+        topic_key.add_to_resource_policy(iam.PolicyStatement(
+            principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
+            actions=["kms:Decrypt", "kms:GenerateDataKey*"], resources=["*"],
+            conditions={"StringEquals": {"aws:SourceAccount": self.account},
+                        "ArnLike": {"aws:SourceArn": f"arn:{self.partition}:cloudwatch:{self.region}:{self.account}"
+                                                     ":alarm:*"}}))
         self.failures_topic = sns.Topic(self, "FailuresTopic", master_key=topic_key, enforce_ssl=True,
                                         display_name=f"{config.project} {config.stage} failures")
         for email in config.notification_emails:
@@ -50,22 +61,23 @@ class SpotrunStack(Stack):
         self.execution = TrainingExecutionRole(self, "ExecutionRole", props=TrainingExecutionRoleProps(
             store=self.store, repository=self.image.repository, in_vpc=bool(config.vpc_subnet_ids)))
         self.events = InterruptionEvents(self, "InterruptionEvents", props=InterruptionEventsProps(
-            job_prefix=config.job_prefix, stage=config.stage, failures_topic=self.failures_topic))
+            job_prefix=config.job_prefix, stage=config.stage))
         self.pipeline = TrainingPipeline(self, "Pipeline", props=TrainingPipelineProps(
             store=self.store, execution_role=self.execution.role, image_uri=self.image.image_uri,
-            inference_image_uri=config.inference_image or sagemaker_image(config.region, "inference",
-                                                                          "ml.g5.xlarge"),
-            model_package_group_name=config.model_package_group, job_prefix=config.job_prefix,
+            inference_image_uri=config.inference_image or serving_image(config.region),
+            model_package_group_name=self.model_package_group_name,
+            model_package_group_base=config.model_package_group_base, job_prefix=config.job_prefix,
             project=config.project, stage=config.stage, cost_center=config.cost_center,
             failures_topic=self.failures_topic, interruptions_table_name=self.events.table.table_name,
             metric_definitions=tuple(METRIC_DEFINITIONS), subnet_ids=config.vpc_subnet_ids,
-            security_group_ids=config.security_group_ids))
+            security_group_ids=config.security_group_ids, allowed_instance_types=config.allowed_instance_types))
         self.pipeline.node.add_dependency(self.model_package_group)
         self.events.table.grant_read_data(self.pipeline.estimate_fn)
         self.failures_topic.grant_publish(self.pipeline.state_machine)
         self.governance = CostGovernance(self, "CostGovernance", props=CostGovernanceProps(
             project=config.project, stage=config.stage, monthly_budget_usd=config.monthly_budget_usd,
-            emails=config.notification_emails, state_machine=self.pipeline.state_machine))
+            emails=config.notification_emails, state_machine=self.pipeline.state_machine,
+            alarm_topic=self.failures_topic))
         # What users need after `cdk deploy`: where to upload, what to start, where to look.
         CfnOutput(self, "ArtifactBucket", value=self.store.bucket.bucket_name,
                   description="upload datasets/<name>/ (shards + index.json) and models/<name>/ (HF model dirs) here")
@@ -73,4 +85,4 @@ class SpotrunStack(Stack):
                   description="aws stepfunctions start-execution --state-machine-arn ... --input file://run.json")
         CfnOutput(self, "FailuresTopicArn", value=self.failures_topic.topic_arn)
         CfnOutput(self, "DashboardName", value=self.governance.dashboard.dashboard_name)
-        CfnOutput(self, "ModelPackageGroupName", value=config.model_package_group)
+        CfnOutput(self, "ModelPackageGroupName", value=self.model_package_group_name)

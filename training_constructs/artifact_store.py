@@ -1,4 +1,4 @@
-"""ArtifactStore: the run bucket (datasets/, models/, checkpoints/<run>/, output/<run>/) and its KMS key.
+"""ArtifactStore: the run bucket (datasets/, models/, checkpoints/<run>/<execution>/, output/<job>/) and its KMS key.
 
 Stateful: the key and both buckets are retained when the stack is deleted, and their logical IDs are pinned
 (tests/infra/test_logical_ids.py) so that a refactor cannot replace them.
@@ -84,9 +84,16 @@ class ArtifactStore(Construct):
             acknowledge(policy, f"AwsSolutions-IAM5[Resource::{rendered(self, self.arn_under(prefix))}]",
                         f"objects under the {prefix} prefix of the artifact bucket only: a prefix grant")
 
-    def grant_read_write_prefix(self, grantee: iam.IGrantable, prefix: str) -> None:
+    def grant_read_write_prefix(self, grantee: iam.IGrantable, prefix: str, *, delete: bool = True) -> None:
+        """Read and write under the prefix; `delete=False` keeps what is written there (e.g. registered models)."""
         self.grant_read_prefix(grantee, prefix)
         grantee.grant_principal.add_to_principal_policy(iam.PolicyStatement(
-            actions=["s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"],
+            actions=["s3:PutObject", "s3:AbortMultipartUpload"] + (["s3:DeleteObject"] if delete else []),
             resources=[self.arn_under(prefix)]))
         self.key.grant_encrypt_decrypt(grantee)
+        policy = grantee.grant_principal.node.try_find_child("DefaultPolicy")
+        if policy is not None:
+            for action in ("kms:GenerateDataKey*", "kms:ReEncrypt*"):
+                acknowledge(policy, f"AwsSolutions-IAM5[Action::{action}]",
+                            "key-scoped data-key and re-encrypt actions on the artifact key alone (writes under "
+                            f"{prefix} are encrypted with it)")

@@ -1,4 +1,10 @@
-"""CostGovernance: cost-allocation tags, a monthly AWS Budget on the project's tag, and the CloudWatch dashboard.
+"""CostGovernance: cost-allocation tags, a monthly AWS Budget on the project's tag, the CloudWatch dashboard, and
+the checkpoint-freshness alarm.
+
+Checkpoint freshness: SageMaker's checkpoint uploader has been seen to stall for hours on large jobs
+(https://github.com/aws/sagemaker-python-sdk/issues/3062, https://github.com/huggingface/transformers/issues/11390).
+The cost guard publishes the age of the newest committed checkpoint in S3 at each poll and, per stage, that age
+over (2 x the planned interval + the upload time); the alarm fires when the latter reaches 1.
 
 NOTE: user-defined tags count in Budgets and Cost Explorer only once activated as cost-allocation tags
 (Billing console, or `aws ce update-cost-allocation-tags-status`); CloudFormation cannot activate them. The
@@ -12,8 +18,19 @@ from dataclasses import dataclass
 from aws_cdk import Duration, Tags
 from aws_cdk import aws_budgets as budgets
 from aws_cdk import aws_cloudwatch as cw
+from aws_cdk import aws_cloudwatch_actions as cw_actions
+from aws_cdk import aws_sns as sns
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct, IConstruct
+
+from spotrun.seams import (
+    CHECKPOINT_AGE_METRIC,
+    CHECKPOINT_OVERDUE_METRIC,
+    INTERRUPTIONS_METRIC,
+    METRICS_NAMESPACE,
+    RUN_COST_METRIC,
+    metric_name,
+)
 
 SAGEMAKER_NAMESPACE = "/aws/sagemaker/TrainingJobs"
 
@@ -31,7 +48,8 @@ class CostGovernanceProps:
     monthly_budget_usd: float
     emails: tuple[str, ...]
     state_machine: sfn.IStateMachine
-    metrics_namespace: str = "spotrun"
+    alarm_topic: sns.ITopic | None = None
+    metrics_namespace: str = METRICS_NAMESPACE
 
     def __post_init__(self) -> None:
         if self.monthly_budget_usd <= 0:
@@ -69,13 +87,31 @@ class CostGovernance(Construct):
             cw.GraphWidget(title="Runs", left=[sm.metric_started(), sm.metric_succeeded(), sm.metric_failed()],
                            width=8),
             cw.GraphWidget(title="Spot interruptions", width=8, left=[cw.Metric(
-                namespace=ns, metric_name="Interruptions", dimensions_map={"Stage": stage}, statistic="Sum",
+                namespace=ns, metric_name=INTERRUPTIONS_METRIC, dimensions_map={"Stage": stage}, statistic="Sum",
                 period=Duration.hours(1))]),
             cw.GraphWidget(title="Run cost (USD, at each poll)", width=8, left=[cw.MathExpression(
-                expression=f"SEARCH('{{{ns},Run,Stage}} MetricName=\"RunCostUSD\" Stage=\"{stage}\"', 'Maximum', 300)",
+                expression=f"SEARCH('{{{ns},Run,Stage}} MetricName=\"{RUN_COST_METRIC}\" Stage=\"{stage}\"', "
+                           "'Maximum', 300)",
                 label="cost", period=Duration.minutes(5))]),
         ], [
-            cw.GraphWidget(title="Training loss", width=12, left=[search("train:loss", "loss")]),
-            cw.GraphWidget(title="Throughput (tokens/s) and MFU", width=12,
-                           left=[search("train:tokens_per_s", "tokens/s")], right=[search("train:mfu", "MFU")]),
+            cw.GraphWidget(title="Training loss", width=8, left=[search(metric_name("loss"), "loss")]),
+            cw.GraphWidget(title="Throughput (tokens/s) and MFU", width=8,
+                           left=[search(metric_name("tokens_per_s"), "tokens/s")],
+                           right=[search(metric_name("mfu"), "MFU")]),
+            cw.GraphWidget(title="Newest committed checkpoint age (s)", width=8, left=[cw.MathExpression(
+                expression=f"SEARCH('{{{ns},Run,Stage}} MetricName=\"{CHECKPOINT_AGE_METRIC}\" "
+                           f"Stage=\"{stage}\"', 'Maximum', 300)", label="age", period=Duration.minutes(5))]),
         ]])
+        # Age / (2 x planned interval + upload time), the worst run of the stage: >= 1 means overdue.
+        self.checkpoint_alarm = cw.Alarm(
+            self, "CheckpointOverdue", metric=cw.Metric(
+                namespace=ns, metric_name=CHECKPOINT_OVERDUE_METRIC, dimensions_map={"Stage": stage},
+                statistic="Maximum", period=Duration.minutes(5)),
+            threshold=1, evaluation_periods=1,
+            comparison_operator=cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+            treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
+            alarm_description="a run's newest committed checkpoint in S3 is older than twice its planned interval plus "
+                              "the upload time: the checkpoint uploader may be stalled; an interruption now loses "
+                              "that much work")
+        if props.alarm_topic is not None:
+            self.checkpoint_alarm.add_alarm_action(cw_actions.SnsAction(props.alarm_topic))

@@ -1,6 +1,9 @@
 """TrainingExecutionRole: what a SageMaker training job may do, and nothing more.
 
-Reads datasets/ and models/; reads and writes checkpoints/ and output/; uses the bucket's key; pulls the
+Reads datasets/ and models/; reads and writes checkpoints/ (SageMaker's checkpoint sync deletes there what the
+trainer deletes locally); writes output/ but cannot delete there (registered model artifacts live there); uses the
+bucket's key (and may create grants on it for AWS resources: SageMaker's documented need for a VolumeKmsKeyId,
+https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_ResourceConfig.html); pulls the
 trainer image; writes its CloudWatch logs and metrics; (in a VPC) manages its network interfaces. No AWS-managed
 full-access policy.
 """
@@ -35,7 +38,10 @@ class TrainingExecutionRole(Construct):
         store.grant_read_prefix(self.role, store.datasets_prefix)
         store.grant_read_prefix(self.role, store.models_prefix)
         store.grant_read_write_prefix(self.role, store.checkpoints_prefix)
-        store.grant_read_write_prefix(self.role, store.output_prefix)
+        store.grant_read_write_prefix(self.role, store.output_prefix, delete=False)
+        self.role.add_to_policy(iam.PolicyStatement(
+            actions=["kms:CreateGrant"], resources=[store.key.key_arn],
+            conditions={"Bool": {"kms:GrantIsForAWSResource": "true"}}))
         props.repository.grant_pull(self.role)
         log_group_arn = stack.format_arn(service="logs", resource="log-group",
                                          resource_name="/aws/sagemaker/TrainingJobs*",
@@ -59,7 +65,4 @@ class TrainingExecutionRole(Construct):
                     "ecr:GetAuthorizationToken and cloudwatch:PutMetricData (limited to /aws/sagemaker/* by a "
                     "condition) support no resource scoping" + ("; so do the ec2 network-interface actions a "
                                                                  "VPC job needs" if props.in_vpc else ""))
-        for action in ("kms:GenerateDataKey*", "kms:ReEncrypt*"):
-            acknowledge(self.policy, f"AwsSolutions-IAM5[Action::{action}]",
-                        "key-scoped data-key and re-encrypt actions on the artifact key alone (grant_encrypt_decrypt)")
 

@@ -1,9 +1,10 @@
 """InterruptionEvents: EventBridge rules on this stack's SageMaker training jobs.
 
 - SecondaryStatus=Interrupted, and every terminal status -> the interruption recorder (Lambda -> DynamoDB,
-  idempotent under duplicate delivery), which the estimate reads to set the checkpoint interval.
-- TrainingJobStatus Failed or Stopped -> the failures SNS topic.
+  idempotent under duplicate delivery, PutItem only), which the estimate reads to set the checkpoint interval.
+  Events the Lambda could not take after the retries go to a dead-letter queue instead of being dropped.
 Only jobs whose names start with this stage's prefix match: other stacks' jobs never reach these targets.
+Failures are notified once, by the state machine's Notify states (and the canceller): no rule here sends them.
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ from aws_cdk import RemovalPolicy
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
-from aws_cdk import aws_sns as sns
 from constructs import Construct
 
-from .lambda_code import spotrun_function
+from spotrun.seams import METRICS_NAMESPACE
+
+from .lambda_code import dead_letter_queue, spotrun_function
 
 SOURCE, DETAIL_TYPE = "aws.sagemaker", "SageMaker Training Job State Change"
 
@@ -26,8 +28,7 @@ SOURCE, DETAIL_TYPE = "aws.sagemaker", "SageMaker Training Job State Change"
 class InterruptionEventsProps:
     job_prefix: str
     stage: str
-    failures_topic: sns.ITopic
-    metrics_namespace: str = "spotrun"
+    metrics_namespace: str = METRICS_NAMESPACE
 
 
 class InterruptionEvents(Construct):
@@ -45,19 +46,15 @@ class InterruptionEvents(Construct):
             description="records spot interruptions and instance-hours of spotrun training jobs",
             environment={"TABLE_NAME": self.table.table_name, "METRICS_NAMESPACE": props.metrics_namespace,
                          "STAGE": props.stage})
-        self.table.grant_read_write_data(self.recorder)
+        self.table.grant(self.recorder, "dynamodb:PutItem")  # conditional puts are all it does
+        self.dead_letters = dead_letter_queue(self, "RecorderDlq")
         name = {"TrainingJobName": [{"prefix": props.job_prefix}]}
         self.interruption_rule = events.Rule(self, "Interrupted", event_pattern=events.EventPattern(
             source=[SOURCE], detail_type=[DETAIL_TYPE],
             detail={**name, "SecondaryStatus": ["Interrupted"]}))
-        self.interruption_rule.add_target(targets.LambdaFunction(self.recorder, retry_attempts=4))
         self.finished_rule = events.Rule(self, "Finished", event_pattern=events.EventPattern(
             source=[SOURCE], detail_type=[DETAIL_TYPE],
             detail={**name, "TrainingJobStatus": ["Completed", "Failed", "Stopped"]}))
-        self.finished_rule.add_target(targets.LambdaFunction(self.recorder, retry_attempts=4))
-        self.failure_rule = events.Rule(self, "FailedOrStopped", event_pattern=events.EventPattern(
-            source=[SOURCE], detail_type=[DETAIL_TYPE], detail={**name, "TrainingJobStatus": ["Failed", "Stopped"]}))
-        self.failure_rule.add_target(targets.SnsTopic(props.failures_topic, message=events.RuleTargetInput.from_text(
-            f"spotrun training job {events.EventField.from_path('$.detail.TrainingJobName')} is "
-            f"{events.EventField.from_path('$.detail.TrainingJobStatus')}: "
-            f"{events.EventField.from_path('$.detail.FailureReason')}")))
+        for rule in (self.interruption_rule, self.finished_rule):
+            rule.add_target(targets.LambdaFunction(self.recorder, retry_attempts=8,
+                                                   dead_letter_queue=self.dead_letters))

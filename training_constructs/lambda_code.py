@@ -11,7 +11,10 @@ from aws_cdk import Duration
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
+from aws_cdk import aws_sqs as sqs
 from constructs import Construct
+
+from .nag import acknowledge
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RUNTIME = lambda_.Runtime.PYTHON_3_14
@@ -35,3 +38,11 @@ def spotrun_function(scope: Construct, id_: str, *, handler: str, description: s
         environment=environment, timeout=Duration.seconds(timeout_s), memory_size=256, log_group=log_group,
         role=role,
     )
+
+
+def dead_letter_queue(scope: Construct, id_: str) -> sqs.Queue:
+    """Where EventBridge puts an event its Lambda target could not take after the retries (else it is dropped)."""
+    queue = sqs.Queue(scope, id_, encryption=sqs.QueueEncryption.SQS_MANAGED, enforce_ssl=True,
+                      retention_period=Duration.days(14))
+    acknowledge(queue, "AwsSolutions-SQS3", "this queue is itself the dead-letter queue of an EventBridge target")
+    return queue

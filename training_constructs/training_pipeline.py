@@ -1,26 +1,31 @@
 """TrainingPipeline: the state machine estimate -> spot training job -> cost-guarded polling -> Model Registry.
 
-    Init -> Estimate (Lambda, spotrun planner)
+    Init -> Estimate (Lambda, spotrun planner; region prices, allowed types, service quota, checkpoint prefix)
          -> InvalidRun / OverBudget named failures before anything is created
-         -> CreateSpotTrainingJob (managed spot, CheckpointConfig checkpoints/<run>/, MaxRuntime/MaxWait from
-            the estimate, FastFile data channel, MetricDefinitions from the trainer, cost tags)
-         -> Wait -> DescribeTrainingJob -> CostGuard (Lambda) -> Choice:
-              wait        -> Wait
-              stop        -> StopTrainingJob (the trainer saves and stops) -> Wait
-              fallback    -> CreateOnDemandTrainingJob (same checkpoint prefix) -> Wait
+         -> CreateSpotTrainingJob (managed spot, RetryStrategy, CheckpointConfig checkpoints/<run>/<execution>/,
+            MaxRuntime/MaxWait and ResourceConfig from the estimate, MetricDefinitions from spotrun.seams)
+            (ResourceInUse: a retried create whose first call succeeded; the guard checks the job is ours)
+         -> WaitForJob ($.guard.wait_seconds) -> CostGuard (Lambda: describes the job, lists checkpoints) -> Choice:
+              wait        -> WaitForJob
+              stop        -> StopTrainingJob (the trainer saves and stops) -> WaitForJob
+              fallback    -> CreateOnDemandTrainingJob (same checkpoint prefix) -> WaitForJob
          (a run with spot=false starts with CreateOnDemandTrainingJob, with a warm pool if asked)
-              completed   -> CreateModelPackage (PendingManualApproval, run metadata) -> CostReport (output)
+              completed   -> CreateModelPackage (HF LLM serving image, run metadata) -> CostReport (output)
               over_budget / failed -> notify SNS -> Fail with the cause
-NOTE: SageMaker calls use CallAwsService (create + Wait + Describe polling) rather than the `.sync`
-integration: SageMakerCreateTrainingJob has no spot/checkpoint fields, and polling is the form moto's
-interpreter executes (tests/infra/test_state_machine_moto.py), and the loop is where the cost guard runs.
+    Execution ABORTED / FAILED / TIMED_OUT -> EventBridge -> Canceller (Lambda): stops the execution's job.
+NOTE: SageMaker calls use CallAwsService (create + Wait + guard polling) rather than the `.sync`
+integration: SageMakerCreateTrainingJob has no spot/checkpoint fields, polling is the form moto's
+interpreter executes (tests/infra/test_state_machine_moto.py), and the loop is where the cost guard runs. The
+loop's length in history events and the guard's wait schedule are explained in spotrun/handlers/cost_guard.py.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from aws_cdk import Duration, Stack
+from aws_cdk import ArnFormat, Duration, Stack
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sns as sns
@@ -28,11 +33,22 @@ from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
+from spotrun.contract import MAX_RUNTIME_LIMIT_S
+from spotrun.handlers.cancel import CANCEL_STATUSES
+from spotrun.seams import GuardAction, PlanStatus, guard_path, plan_path
+
 from .artifact_store import ArtifactStore
-from .lambda_code import spotrun_function
+from .lambda_code import dead_letter_queue, spotrun_function
 from .nag import acknowledge, rendered
 
 CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"
+# The longest run the contract allows: MaxWait up to 56 days of spot (contract.compute.max_wait_hours), then an
+# on-demand fallback of MaxRuntime up to 28 days; the execution may not time out before its job ends.
+LONGEST_RUN_S = 2 * MAX_RUNTIME_LIMIT_S + MAX_RUNTIME_LIMIT_S
+EXECUTION_TIMEOUT = Duration.days(90)
+# SageMaker restarts a job that hit an internal error, within MaxWait (spot) or MaxRuntime (API reference,
+# RetryStrategy: 1-30 attempts).
+RETRY_ATTEMPTS = 3
 
 
 @dataclass(frozen=True)
@@ -42,6 +58,8 @@ class TrainingPipelineProps:
     image_uri: str
     inference_image_uri: str
     model_package_group_name: str
+    """The group's name (a token when the stack derives it); IAM is scoped to `model_package_group_base`-*."""
+    model_package_group_base: str
     job_prefix: str
     project: str
     stage: str
@@ -52,6 +70,8 @@ class TrainingPipelineProps:
     subnet_ids: tuple[str, ...] = ()
     security_group_ids: tuple[str, ...] = ()
     poll_seconds: int = 60
+    max_poll_seconds: int = 4 * 3600
+    allowed_instance_types: tuple[str, ...] = ()
     metrics_namespace: str = "spotrun"
 
     def __post_init__(self) -> None:
@@ -59,8 +79,9 @@ class TrainingPipelineProps:
             raise ValueError(f"job_prefix={self.job_prefix!r}: expected 1-24 characters (job names are <= 63)")
         if bool(self.subnet_ids) != bool(self.security_group_ids):
             raise ValueError("subnet_ids and security_group_ids go together: set both or neither")
-        if self.poll_seconds < 1:
-            raise ValueError(f"poll_seconds={self.poll_seconds}: expected >= 1")
+        if not 1 <= self.poll_seconds <= self.max_poll_seconds:
+            raise ValueError(f"poll_seconds={self.poll_seconds}, max_poll_seconds={self.max_poll_seconds}: "
+                             "expected 1 <= poll_seconds <= max_poll_seconds")
 
 
 def create_training_job_parameters(props: TrainingPipelineProps, *, spot: bool) -> dict:
@@ -68,34 +89,30 @@ def create_training_job_parameters(props: TrainingPipelineProps, *, spot: bool) 
     store = props.store
     params: dict = {
         # The guard holds the current job's name: the plan's first, the -od name after a fallback.
-        "TrainingJobName.$": "$.guard.job_name",
+        "TrainingJobName.$": guard_path("job_name"),
         "RoleArn": props.execution_role.role_arn,
         "AlgorithmSpecification": {
             "TrainingImage": props.image_uri,
             "TrainingInputMode": "FastFile",
             "MetricDefinitions": [dict(d) for d in props.metric_definitions],
         },
-        "HyperParameters.$": "$.plan.hyperparameters",
-        "InputDataConfig.$": "$.plan.input_data_config",
+        "HyperParameters.$": plan_path("hyperparameters"),
+        "InputDataConfig.$": plan_path("input_data_config"),
         "OutputDataConfig": {"S3OutputPath": f"s3://{store.bucket.bucket_name}/{store.output_prefix}",
                              "KmsKeyId": store.key.key_arn},
-        "ResourceConfig": {"InstanceType.$": "$.plan.instance_type", "InstanceCount.$": "$.plan.instance_count",
-                           "VolumeSizeInGB.$": "$.plan.volume_gb", "VolumeKmsKeyId": store.key.key_arn},
-        # One prefix per run: a resubmitted (on-demand) job resumes from the same checkpoints.
-        "CheckpointConfig": {
-            "S3Uri.$": f"States.Format('s3://{store.bucket.bucket_name}/{store.checkpoints_prefix}{{}}/', "
-                       f"$.plan.run_name)",
-            "LocalPath": CHECKPOINT_LOCAL_PATH,
-        },
+        # Built by the estimate: VolumeKmsKeyId only for instance types without local storage; warm pool on-demand.
+        "ResourceConfig.$": plan_path("resource_config_spot" if spot else "resource_config_on_demand"),
+        # One prefix per execution (or the earlier execution's it continues): the on-demand fallback resumes
+        # from the same checkpoints, a new execution of the same run JSON does not.
+        "CheckpointConfig": {"S3Uri.$": plan_path("checkpoint_s3_uri"), "LocalPath": CHECKPOINT_LOCAL_PATH},
         "EnableManagedSpotTraining": spot,
-        "StoppingCondition": ({"MaxRuntimeInSeconds.$": "$.plan.max_runtime_seconds",
-                               "MaxWaitTimeInSeconds.$": "$.plan.max_wait_seconds"} if spot
-                              else {"MaxRuntimeInSeconds.$": "$.plan.max_runtime_seconds"}),
+        "StoppingCondition": ({"MaxRuntimeInSeconds.$": plan_path("max_runtime_seconds"),
+                               "MaxWaitTimeInSeconds.$": plan_path("max_wait_seconds")} if spot
+                              else {"MaxRuntimeInSeconds.$": plan_path("max_runtime_seconds")}),
+        "RetryStrategy": {"MaximumRetryAttempts": RETRY_ATTEMPTS},
         "EnableInterContainerTrafficEncryption": False,
-        "Tags.$": "$.plan.tags",
+        "Tags.$": plan_path("tags"),
     }
-    if not spot:  # managed warm pools exist only without spot (the planner refuses the combination)
-        params["ResourceConfig"]["KeepAlivePeriodInSeconds.$"] = "$.plan.keep_alive_seconds"
     if props.subnet_ids:
         params["VpcConfig"] = {"Subnets": list(props.subnet_ids), "SecurityGroupIds": list(props.security_group_ids)}
     return params
@@ -108,9 +125,9 @@ class TrainingPipeline(Construct):
         store = props.store
         job_arn = stack.format_arn(service="sagemaker", resource="training-job", resource_name=f"{props.job_prefix}*")
         group_arn = stack.format_arn(service="sagemaker", resource="model-package-group",
-                                     resource_name=props.model_package_group_name)
+                                     resource_name=f"{props.model_package_group_base}-*")
         package_arn = stack.format_arn(service="sagemaker", resource="model-package",
-                                       resource_name=f"{props.model_package_group_name}/*")
+                                       resource_name=f"{props.model_package_group_base}-*/*")
 
         self.estimate_fn = spotrun_function(
             self, "EstimateFn", handler="spotrun.handlers.estimate.handler", timeout_s=60,
@@ -118,13 +135,30 @@ class TrainingPipeline(Construct):
             environment={"BUCKET_NAME": store.bucket.bucket_name, "JOB_PREFIX": props.job_prefix,
                          "MODEL_PACKAGE_GROUP": props.model_package_group_name,
                          "TABLE_NAME": props.interruptions_table_name, "POLL_SECONDS": str(props.poll_seconds),
+                         "MAX_POLL_SECONDS": str(props.max_poll_seconds),
+                         "ALLOWED_INSTANCE_TYPES": ",".join(props.allowed_instance_types),
+                         "VOLUME_KMS_KEY_ARN": store.key.key_arn,
                          "PROJECT": props.project, "STAGE": props.stage, "COST_CENTER": props.cost_center})
         store.grant_read_prefix(self.estimate_fn, store.datasets_prefix)  # index.json of the data
         store.grant_read_prefix(self.estimate_fn, store.models_prefix)  # config.json of the model
+        # spotrun-run.json beside each execution's checkpoints (written, and read by a later resume_from)
+        store.grant_read_write_prefix(self.estimate_fn, store.checkpoints_prefix, delete=False)
+        self.estimate_fn.add_to_role_policy(iam.PolicyStatement(actions=["servicequotas:ListServiceQuotas"],
+                                                                resources=["*"]))
+        acknowledge(self.estimate_fn.role.node.find_child("DefaultPolicy"), "AwsSolutions-IAM5[Resource::*]",
+                    "servicequotas:ListServiceQuotas supports no resource scoping (the SageMaker quota preflight)")
         self.guard_fn = spotrun_function(
             self, "CostGuardFn", handler="spotrun.handlers.cost_guard.handler",
-            description="spotrun cost guard: projected spend against the run's cap at every poll",
+            description="spotrun cost guard: describes the job, checkpoint age, spend against the cap at every poll",
             environment={"METRICS_NAMESPACE": props.metrics_namespace, "STAGE": props.stage})
+        self.guard_fn.add_to_role_policy(iam.PolicyStatement(actions=["sagemaker:DescribeTrainingJob"],
+                                                             resources=[job_arn]))
+        self.guard_fn.add_to_role_policy(iam.PolicyStatement(
+            actions=["s3:ListBucket"], resources=[store.bucket.bucket_arn],
+            conditions={"StringLike": {"s3:prefix": [f"{store.checkpoints_prefix}*"]}}))
+        acknowledge(self.guard_fn.role.node.find_child("DefaultPolicy"),
+                    f"AwsSolutions-IAM5[Resource::{rendered(self, job_arn)}]",
+                    "describes training jobs of this stage only: every job name starts with the stage's prefix")
 
         def notify(name: str, subject: str, message_path: str) -> tasks.SnsPublish:
             return tasks.SnsPublish(self, name, topic=props.failures_topic, subject=subject,
@@ -142,93 +176,136 @@ class TrainingPipeline(Construct):
                                         iam_action=iam_action)
             task.add_retry(errors=["SageMaker.ThrottlingException", "SageMaker.SageMakerException"],
                            interval=Duration.seconds(5), max_attempts=3, backoff_rate=2)
-            task.add_catch(pipeline_error, errors=["States.ALL"], result_path="$.error")
             return task
 
         init = sfn.Pass(self, "Init", parameters={"run.$": "$"})
         estimate = tasks.LambdaInvoke(
             self, "Estimate", lambda_function=self.estimate_fn, payload_response_only=True, result_path="$.plan",
-            payload=sfn.TaskInput.from_object({"run.$": "$.run", "execution.$": "$$.Execution.Name"}))
+            payload=sfn.TaskInput.from_object({"run.$": "$.run", "execution.$": "$$.Execution.Name",
+                                               "started.$": "$$.Execution.StartTime"}))
         estimate.add_catch(pipeline_error, errors=["States.ALL"], result_path="$.error")
-        invalid = notify("NotifyInvalidRun", "spotrun: invalid run", "$.plan.message").next(
-            sfn.Fail(self, "InvalidRun", error="InvalidRun", cause_path="$.plan.message"))
-        over_budget = notify("NotifyOverBudget", "spotrun: over budget", "$.plan.message").next(
-            sfn.Fail(self, "OverBudget", error="OverBudget", cause_path="$.plan.message"))
+        invalid = notify("NotifyInvalidRun", "spotrun: invalid run", plan_path("message")).next(
+            sfn.Fail(self, "InvalidRun", error=PlanStatus.INVALID_RUN.value, cause_path=plan_path("message")))
+        over_budget = notify("NotifyOverBudget", "spotrun: over budget", plan_path("message")).next(
+            sfn.Fail(self, "OverBudget", error=PlanStatus.OVER_BUDGET.value, cause_path=plan_path("message")))
 
         init_guard = sfn.Pass(self, "InitGuard", result_path="$.guard", parameters={
-            "action": "wait", "job_name.$": "$.plan.job_name", "spot.$": "$.plan.spot", "spent_before_usd": 0,
-            "interruptions_before": 0})
-        create_spot = sdk("CreateSpotTrainingJob", "createTrainingJob",
-                          create_training_job_parameters(props, spot=True), [job_arn], sfn.JsonPath.DISCARD,
-                          iam_action="sagemaker:CreateTrainingJob")
-        create_on_demand = sdk("CreateOnDemandTrainingJob", "createTrainingJob",
-                               create_training_job_parameters(props, spot=False), [job_arn], sfn.JsonPath.DISCARD,
-                               iam_action="sagemaker:CreateTrainingJob")
-        wait = sfn.Wait(self, "WaitForJob", time=sfn.WaitTime.seconds_path("$.plan.poll_seconds"))
-        describe = sdk("DescribeTrainingJob", "describeTrainingJob", {"TrainingJobName.$": "$.guard.job_name"},
-                       [job_arn], "$.describe", iam_action="sagemaker:DescribeTrainingJob")
+            "action": GuardAction.WAIT.value, "job_name.$": plan_path("job_name"), "spot.$": plan_path("spot"),
+            "wait_seconds.$": plan_path("poll_seconds"), "spent_before_usd": 0, "interruptions_before": 0})
+        wait = sfn.Wait(self, "WaitForJob", time=sfn.WaitTime.seconds_path(guard_path("wait_seconds")))
+
+        def create(name: str, spot: bool) -> tasks.CallAwsService:
+            task = sdk(name, "createTrainingJob", create_training_job_parameters(props, spot=spot), [job_arn],
+                       sfn.JsonPath.DISCARD, iam_action="sagemaker:CreateTrainingJob")
+            # A retried create whose first call went through: the job exists; the guard checks it is ours.
+            task.add_catch(wait, errors=["SageMaker.ResourceInUseException"], result_path=sfn.JsonPath.DISCARD)
+            task.add_catch(pipeline_error, errors=["States.ALL"], result_path="$.error")
+            return task
+
+        create_spot = create("CreateSpotTrainingJob", True)
+        create_on_demand = create("CreateOnDemandTrainingJob", False)
         guard = tasks.LambdaInvoke(
             self, "CostGuard", lambda_function=self.guard_fn, payload_response_only=True, result_path="$.guard",
-            payload=sfn.TaskInput.from_object({"plan.$": "$.plan", "guard.$": "$.guard",
-                                               "describe.$": "$.describe"}))
+            payload=sfn.TaskInput.from_object({"plan.$": "$.plan", "guard.$": "$.guard"}))
+        guard.add_retry(errors=["States.TaskFailed"], interval=Duration.seconds(30), max_attempts=3, backoff_rate=2)
         guard.add_catch(pipeline_error, errors=["States.ALL"], result_path="$.error")
-        # Drop the raw DescribeTrainingJob output (timestamps, large lists) from the state.
-        tidy = sfn.Pass(self, "Tidy", parameters={"run.$": "$.run", "plan.$": "$.plan", "guard.$": "$.guard"})
-        stop = sdk("StopTrainingJob", "stopTrainingJob", {"TrainingJobName.$": "$.guard.job_name"}, [job_arn],
+        stop = sdk("StopTrainingJob", "stopTrainingJob", {"TrainingJobName.$": guard_path("job_name")}, [job_arn],
                    sfn.JsonPath.DISCARD, iam_action="sagemaker:StopTrainingJob")
+        stop.add_catch(pipeline_error, errors=["States.ALL"], result_path="$.error")
         register = sdk("CreateModelPackage", "createModelPackage", {
             "ModelPackageGroupName": props.model_package_group_name,
-            "ModelApprovalStatus.$": "$.plan.approval_status",
-            "ModelPackageDescription.$": "States.Format('spotrun run {} ({})', $.plan.run_name, $.guard.job_name)",
+            "ModelApprovalStatus.$": plan_path("approval_status"),
+            "ModelPackageDescription.$": f"States.Format('spotrun run {{}} ({{}}, {{}})', {plan_path('run_name')}, "
+                                         f"{plan_path('method')}, {guard_path('job_name')})",
             "InferenceSpecification": {
+                # The HF LLM (TGI) serving image reads the trainer's safetensors directory, which SageMaker
+                # extracts from model.tar.gz into /opt/ml/model.
                 "Containers": [{"Image": props.inference_image_uri,
-                                "ModelDataUrl.$": "$.guard.report.model_data_url"}],
+                                "ModelDataUrl.$": guard_path("report", "model_data_url"),
+                                "Environment": {"HF_MODEL_ID": "/opt/ml/model"}}],
                 "SupportedContentTypes": ["application/json"],
                 "SupportedResponseMIMETypes": ["application/json"],
             },
-            "CustomerMetadataProperties.$": "$.guard.report.metadata",
+            "CustomerMetadataProperties.$": guard_path("report", "metadata"),
         }, [group_arn, package_arn], "$.registered", iam_action="sagemaker:CreateModelPackage")
+        register.add_catch(pipeline_error, errors=["States.ALL"], result_path="$.error")
         report = sfn.Pass(self, "CostReport", parameters={
-            "report.$": "$.guard.report", "model_package_arn.$": "$.registered.ModelPackageArn"})
-        training_failed = notify("NotifyTrainingFailed", "spotrun: training failed", "$.guard.message").next(
-            sfn.Fail(self, "TrainingFailed", error="TrainingFailed", cause_path="$.guard.message"))
-        capped = notify("NotifyCostCap", "spotrun: stopped at the cost cap", "$.guard.message").next(
-            sfn.Fail(self, "CostCapReached", error="OverBudget", cause_path="$.guard.message"))
+            "report.$": guard_path("report"), "model_package_arn.$": "$.registered.ModelPackageArn"})
+        training_failed = notify("NotifyTrainingFailed", "spotrun: training failed", guard_path("message")).next(
+            sfn.Fail(self, "TrainingFailed", error="TrainingFailed", cause_path=guard_path("message")))
+        capped = notify("NotifyCostCap", "spotrun: stopped at the cost cap", guard_path("message")).next(
+            sfn.Fail(self, "CostCapReached", error=PlanStatus.OVER_BUDGET.value, cause_path=guard_path("message")))
 
-        wait.next(describe).next(guard).next(tidy).next(
+        def action_is(action: GuardAction) -> sfn.Condition:
+            return sfn.Condition.string_equals(guard_path("action"), action.value)
+
+        wait.next(guard).next(
             sfn.Choice(self, "NextAction")
-            .when(sfn.Condition.string_equals("$.guard.action", "wait"), wait)
-            .when(sfn.Condition.string_equals("$.guard.action", "stop"), stop.next(wait))
-            .when(sfn.Condition.string_equals("$.guard.action", "fallback"), create_on_demand.next(wait))
-            .when(sfn.Condition.string_equals("$.guard.action", "completed"), register.next(report))
-            .when(sfn.Condition.string_equals("$.guard.action", "over_budget"), capped)
+            .when(action_is(GuardAction.WAIT), wait)
+            .when(action_is(GuardAction.STOP), stop.next(wait))
+            .when(action_is(GuardAction.FALLBACK), create_on_demand)
+            .when(action_is(GuardAction.COMPLETED), register.next(report))
+            .when(action_is(GuardAction.OVER_BUDGET), capped)
             .otherwise(training_failed))
+        create_on_demand.next(wait)
         definition = init.next(estimate).next(
             sfn.Choice(self, "EstimateOk")
-            .when(sfn.Condition.string_equals("$.plan.status", "InvalidRun"), invalid)
-            .when(sfn.Condition.string_equals("$.plan.status", "OverBudget"), over_budget)
+            .when(sfn.Condition.string_equals(plan_path("status"), PlanStatus.INVALID_RUN.value), invalid)
+            .when(sfn.Condition.string_equals(plan_path("status"), PlanStatus.OVER_BUDGET.value), over_budget)
             .otherwise(init_guard.next(
                 sfn.Choice(self, "SpotOrOnDemand")
-                .when(sfn.Condition.boolean_equals("$.plan.spot", True), create_spot.next(wait))
+                .when(sfn.Condition.boolean_equals(plan_path("spot"), True), create_spot.next(wait))
                 .otherwise(create_on_demand))))
 
         log_group = logs.LogGroup(self, "Logs", retention=logs.RetentionDays.SIX_MONTHS)
         self.state_machine = sfn.StateMachine(
             self, "StateMachine", definition_body=sfn.DefinitionBody.from_chainable(definition),
-            tracing_enabled=True, timeout=Duration.days(60),
+            tracing_enabled=True, timeout=EXECUTION_TIMEOUT,
             logs=sfn.LogOptions(destination=log_group, level=sfn.LogLevel.ALL, include_execution_data=True))
         role = self.state_machine.role
         # The SDK integrations tag jobs and packages at creation and pass the execution role to SageMaker.
+        # KMS: the execution role uses the artifact key (OutputDataConfig, VolumeKmsKeyId), not this role.
         role.add_to_principal_policy(iam.PolicyStatement(actions=["sagemaker:AddTags"],
                                                          resources=[job_arn, package_arn, group_arn]))
         role.add_to_principal_policy(iam.PolicyStatement(
             actions=["iam:PassRole"], resources=[props.execution_role.role_arn],
             conditions={"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}}))
-        store.key.grant(role, "kms:CreateGrant", "kms:DescribeKey")
-        self._acknowledge(job_arn, package_arn)
+        self._canceller(props, job_arn)
+        self._acknowledge(job_arn, package_arn, group_arn)
 
-    def _acknowledge(self, job_arn: str, package_arn: str) -> None:
+    def _canceller(self, props: TrainingPipelineProps, job_arn: str) -> None:
+        """Execution ABORTED / FAILED / TIMED_OUT -> stop its training job (spotrun/handlers/cancel.py)."""
+        stack = Stack.of(self)
+        self.cancel_fn = spotrun_function(
+            self, "CancelFn", handler="spotrun.handlers.cancel.handler",
+            description="spotrun canceller: an execution that ends early stops its training job",
+            environment={"JOB_PREFIX": props.job_prefix, "TOPIC_ARN": props.failures_topic.topic_arn})
+        executions = stack.format_arn(service="states", resource="execution",
+                                      resource_name=f"{self.state_machine.state_machine_name}:*",
+                                      arn_format=ArnFormat.COLON_RESOURCE_NAME)
+        self.cancel_fn.add_to_role_policy(iam.PolicyStatement(
+            actions=["sagemaker:DescribeTrainingJob", "sagemaker:StopTrainingJob"], resources=[job_arn]))
+        self.cancel_fn.add_to_role_policy(iam.PolicyStatement(actions=["states:DescribeExecution"],
+                                                              resources=[executions]))
+        props.failures_topic.grant_publish(self.cancel_fn)
+        self.cancel_dlq = dead_letter_queue(self, "CancelDlq")
+        self.cancel_rule = events.Rule(self, "ExecutionEnded", event_pattern=events.EventPattern(
+            source=["aws.states"], detail_type=["Step Functions Execution Status Change"],
+            detail={"stateMachineArn": [self.state_machine.state_machine_arn], "status": list(CANCEL_STATUSES)}))
+        self.cancel_rule.add_target(targets.LambdaFunction(self.cancel_fn, retry_attempts=8,
+                                                           dead_letter_queue=self.cancel_dlq))
+        policy = self.cancel_fn.role.node.find_child("DefaultPolicy")
+        acknowledge(policy, f"AwsSolutions-IAM5[Resource::{rendered(self, job_arn)}]",
+                    "stops training jobs of this stage only: every job name starts with the stage's prefix")
+        acknowledge(policy, f"AwsSolutions-IAM5[Resource::{rendered(self, executions)}]",
+                    "reads the input of this state machine's executions only (execution ARNs are not known ahead)")
+        acknowledge(policy, "AwsSolutions-IAM5[Action::kms:GenerateDataKey*]",
+                    "publishing to the KMS-encrypted failures topic needs data keys of that key only")
+
+    def _acknowledge(self, job_arn: str, package_arn: str, group_arn: str) -> None:
         policy = self.state_machine.role.node.find_child("DefaultPolicy")
+        acknowledge(policy, f"AwsSolutions-IAM5[Resource::{rendered(self, group_arn)}]",
+                    "this stack's model package group: its name ends in a suffix unique to the stack instance")
         acknowledge(policy, f"AwsSolutions-IAM5[Resource::{rendered(self, job_arn)}]",
                     "training jobs of this stage only: every job name starts with the stage's prefix")
         acknowledge(policy, f"AwsSolutions-IAM5[Resource::{rendered(self, package_arn)}]",

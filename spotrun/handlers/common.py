@@ -1,4 +1,5 @@
-"""Small helpers the Lambda handlers share: timestamps as Step Functions/EventBridge deliver them, EMF metrics."""
+"""Small helpers the Lambda handlers share: timestamps as Step Functions/EventBridge deliver them, job ownership,
+EMF metrics."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ def to_epoch(value: Any) -> float | None:
         return value / 1000.0 if value > 1e11 else float(value)
     if isinstance(value, datetime):
         return value.timestamp()
+    if isinstance(value, str) and value.strip().lstrip("-").replace(".", "", 1).isdigit():
+        return to_epoch(float(value))  # EventBridge may deliver times as strings of epoch milliseconds
     if isinstance(value, str) and value:
         text = value.replace("Z", "+00:00")
         try:
@@ -25,6 +28,22 @@ def to_epoch(value: Any) -> float | None:
             parsed = parsed.replace(tzinfo=timezone.utc)
         return parsed.timestamp()
     return None
+
+
+# A job created this long before its execution started is not the execution's (clocks of two AWS services).
+OWNERSHIP_SLACK_S = 60.0
+
+
+def owned_by_execution(describe: dict, execution_started: float | None) -> bool:
+    """Whether a training job was created by the execution that started at `execution_started`.
+
+    Job names are derived from the execution's name, so a name collision is either a retried create of this
+    execution (ours) or an earlier execution that reused the name (not ours): the creation time tells them apart.
+    """
+    created = to_epoch(describe.get("CreationTime"))
+    if execution_started is None or created is None:
+        return True
+    return created >= execution_started - OWNERSHIP_SLACK_S
 
 
 def emit_metric(namespace: str, name: str, value: float, unit: str, dimensions: dict[str, str]) -> str:

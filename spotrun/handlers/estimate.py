@@ -1,21 +1,31 @@
 """Estimate Lambda: the first state of the training pipeline.
 
-Input: {"run": <run JSON>, "execution": <execution name>}. Output: a plan the state machine reads. A run that must
-not start returns status InvalidRun or OverBudget with the reason (the state machine turns them into named
-failures before anything is created); otherwise status "ok" with every field CreateTrainingJob needs.
-Environment (read here only): BUCKET_NAME, JOB_PREFIX, MODEL_PACKAGE_GROUP, TABLE_NAME, POLL_SECONDS, PROJECT,
-STAGE, COST_CENTER.
+Input: {"run": <run JSON>, "execution": <execution name>, "started": <execution start time>}. Output: a plan
+(spotrun.seams.Plan) the state machine reads. A run that must not start returns status InvalidRun or OverBudget
+with the reason (the state machine turns them into named failures before anything is created); otherwise status
+"ok" with every value CreateTrainingJob needs.
+
+Besides the planner's rules, this is where the deployment's facts apply: the region's on-demand prices (a region
+the catalog has no prices for is refused), the stage's allowed instance types, the account's SageMaker service
+quota for the chosen type (Service Quotas), and the checkpoint prefix: one per execution,
+`checkpoints/<run>/<execution>/`, or an earlier execution's when the run names it in `checkpoint.resume_from` and
+the model shape and data match what that execution recorded in `spotrun-run.json` there.
+Environment (read here only, in `handler`): see `PipelineSettings.from_env`.
 """
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import hashlib
+import json
 import os
 from dataclasses import dataclass
 from typing import Any
 
 from ..contract import RunSpec, RunValidationError, parse_run
 from ..planner import EstimateRefused, estimate, load_catalog
+from ..seams import Plan, PlanStatus, StopNotice
 from ..sources import resolve
 from ..validate import Target, check_target, pipeline_hyperparameters
 
@@ -24,6 +34,8 @@ CONTRACT_KEYS = ("parameters", "trainable_parameters", "training_flops", "gpu_ho
                  "notice_upload_gb_per_s", "checkpoint_interval_seconds", "cost_usd", "warnings")
 MAX_JOB_NAME = 63
 FALLBACK_SUFFIX = "-od"
+RUN_RECORD = "spotrun-run.json"  # what an execution trained, beside its checkpoints: checked on resume_from
+QUOTA_SERVICE = "sagemaker"
 
 
 @dataclass(frozen=True)
@@ -35,13 +47,20 @@ class PipelineSettings:
     project: str
     stage: str
     cost_center: str
+    region: str = "us-east-1"
+    max_poll_seconds: int = 4 * 3600
+    volume_kms_key_arn: str = ""  # sent only for instance types without local storage
+    allowed_instance_types: tuple[str, ...] = ()  # empty: every type of the catalog
 
     @classmethod
     def from_env(cls, env: dict[str, str]) -> "PipelineSettings":
+        allowed = tuple(t for t in env.get("ALLOWED_INSTANCE_TYPES", "").split(",") if t)
         return cls(bucket=env["BUCKET_NAME"], job_prefix=env["JOB_PREFIX"],
                    model_package_group=env["MODEL_PACKAGE_GROUP"], poll_seconds=int(env.get("POLL_SECONDS", "60")),
                    project=env.get("PROJECT", "spotrun"), stage=env.get("STAGE", ""),
-                   cost_center=env.get("COST_CENTER", ""))
+                   cost_center=env.get("COST_CENTER", ""), region=env.get("AWS_REGION", "us-east-1"),
+                   max_poll_seconds=int(env.get("MAX_POLL_SECONDS", str(4 * 3600))),
+                   volume_kms_key_arn=env.get("VOLUME_KMS_KEY_ARN", ""), allowed_instance_types=allowed)
 
 
 def job_name(settings: PipelineSettings, run_name: str, execution: str) -> str:
@@ -50,18 +69,115 @@ def job_name(settings: PipelineSettings, run_name: str, execution: str) -> str:
     return f"{settings.job_prefix}{run_name[:room].rstrip('-')}-{suffix}"
 
 
+def regional_catalog(catalog: dict, region: str) -> dict:
+    """The catalog with the region's on-demand prices; RunValidationError for a region it has no prices for."""
+    regions = catalog.get("regions", {})
+    if region not in regions:
+        raise RunValidationError("region", region, f"a region the catalog has prices for: {', '.join(sorted(regions))} "
+                                 "(add the region's prices to spotrun/catalog.json)")
+    prices = regions[region]["on_demand_usd_per_hour"]
+    out = copy.deepcopy(catalog)
+    out["instances"] = {t: {**spec, "on_demand_usd_per_hour": prices[t]}
+                        for t, spec in catalog["instances"].items() if t in prices}
+    return out
+
+
 def _channel(name: str, uri: str) -> dict:
     return {"ChannelName": name, "InputMode": "FastFile",
             "DataSource": {"S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": uri,
                                             "S3DataDistributionType": "FullyReplicated"}}}
 
 
+def resource_config(instance_type: str, count: int, volume_gb: int, settings: PipelineSettings, catalog: dict,
+                    keep_alive_seconds: int | None = None) -> dict:
+    """ResourceConfig as CreateTrainingJob accepts it.
+
+    NOTE: "You can't request a VolumeKmsKeyId when using an instance type with local storage" (API reference,
+    ResourceConfig); the SageMaker Python SDK drops it for those types too. Local NVMe is encrypted by the
+    hardware; the key is sent only for types without local storage.
+    """
+    out: dict = {"InstanceType": instance_type, "InstanceCount": count, "VolumeSizeInGB": volume_gb}
+    family = instance_type.split(".")[1]
+    if settings.volume_kms_key_arn and not catalog["families"][family].get("local_storage", False):
+        out["VolumeKmsKeyId"] = settings.volume_kms_key_arn
+    if keep_alive_seconds:
+        out["KeepAlivePeriodInSeconds"] = keep_alive_seconds
+    return out
+
+
+def run_record(run: RunSpec, model_config: dict | None, tokens: int | None, parameters: int) -> dict:
+    """What makes checkpoints resumable by a later execution: the model's shape and the data."""
+    shape = json.dumps(model_config or run.model.config or {}, sort_keys=True, separators=(",", ":"))
+    return {"run": run.name, "method": run.training.method, "parameters": parameters,
+            "model_shape_sha256": hashlib.sha256(shape.encode()).hexdigest(),
+            "data_source": run.data.source, "data_tokens": tokens or run.data.tokens, "seq_len": run.data.seq_len}
+
+
+def _check_resume(record: dict, s3_client: Any, bucket: str, prefix: str, resume_from: str) -> None:
+    from botocore.exceptions import ClientError
+
+    try:
+        earlier = json.loads(s3_client.get_object(Bucket=bucket, Key=prefix + RUN_RECORD)["Body"].read())
+    except ClientError:
+        raise RunValidationError("checkpoint.resume_from", resume_from,
+                                 f"an earlier execution of run {record['run']} (nothing recorded under "
+                                 f"s3://{bucket}/{prefix})") from None
+    for what, keys in (("model shape", ("method", "parameters", "model_shape_sha256")),
+                       ("data", ("data_source", "data_tokens", "seq_len"))):
+        differ = [k for k in keys if earlier.get(k) != record[k]]
+        if differ:
+            raise RunValidationError("checkpoint.resume_from", resume_from,
+                                     f"an execution trained on the same {what}: {differ[0]} was "
+                                     f"{earlier.get(differ[0])!r}, this run has {record[differ[0]]!r}")
+
+
+def check_quota(quotas_client: Any, instance_type: str, count: int, spot: bool) -> None:
+    """Refuse a run the account's SageMaker quota cannot hold (Service Quotas; quotas are per instance type)."""
+    from botocore.exceptions import ClientError
+
+    name = f"{instance_type} for {'spot ' if spot else ''}training job usage"
+    try:
+        pages = list(quotas_client.get_paginator("list_service_quotas").paginate(ServiceCode=QUOTA_SERVICE))
+    except ClientError as exc:
+        if exc.response["Error"]["Code"] == "NoSuchResourceException":
+            return  # Service Quotas has no SageMaker quotas in this region: nothing to check against
+        raise
+    for page in pages:
+        for quota in page.get("Quotas", []):
+            if quota.get("QuotaName") == name:
+                if quota.get("Value", 0) < count:
+                    raise RunValidationError(
+                        "compute.instance_type", instance_type,
+                        f"a type with quota for {count} instance(s): the account's SageMaker quota "
+                        f"\"{name}\" ({quota.get('QuotaCode')}) is {quota.get('Value', 0):g}; raise it in the "
+                        f"Service Quotas console or with `aws service-quotas request-service-quota-increase "
+                        f"--service-code sagemaker --quota-code {quota.get('QuotaCode')} --desired-value {count}`")
+                return
+    # NOTE: a quota that is not listed is not refused: Service Quotas lists only quotas that exist in the region.
+
+
+def deployment_catalog(catalog: dict, settings: PipelineSettings, run: RunSpec) -> dict:
+    """The catalog as this deployment may use it: the region's prices, the stage's allowed instance types."""
+    regional = regional_catalog(catalog, settings.region)
+    allowed = settings.allowed_instance_types
+    if allowed:
+        wanted = run.compute.instance_type
+        if wanted != "auto" and wanted not in allowed:
+            raise RunValidationError("compute.instance_type", wanted,
+                                     f"a type this stage allows: {', '.join(allowed)} (or auto)")
+        regional["instances"] = {t: s for t, s in regional["instances"].items() if t in allowed}
+    return regional
+
+
 def plan(run_raw: Any, execution: str, settings: PipelineSettings, *, s3_client: Any = None,
-         rates: dict[str, float] | None = None, catalog: dict | None = None) -> dict:
+         rates: dict[str, float] | None = None, catalog: dict | None = None, quotas_client: Any = None,
+         started: str = "") -> dict:
+    """The plan for one execution (see the module docstring); clients None skip the checks that need them."""
     catalog = catalog or load_catalog()
     try:
         # The same rules `spotrun validate --stage` applies (spotrun/validate.py).
         run: RunSpec = parse_run(run_raw)
+        catalog = deployment_catalog(catalog, settings, run)
         data_uri, model_uri = check_target(run, Target(settings.bucket, settings.model_package_group))
         model_config, tokens = resolve(run, s3_client=s3_client)
         est = estimate(run, catalog=catalog, model_config=model_config, data_tokens=tokens,
@@ -75,36 +191,61 @@ def plan(run_raw: Any, execution: str, settings: PipelineSettings, *, s3_client:
             out["estimate"] = {k: exc.estimate.to_json()[k] for k in CONTRACT_KEYS}
         return out
 
-    family = est.instance_type.split(".")[1]
-    discount = run.compute.spot_discount if run.compute.spot_discount is not None else \
-        catalog["families"][family]["spot_discount"]
+    try:
+        return _ok_plan(run, est, hyper, execution, started, settings, catalog, model_config, tokens, data_uri,
+                        model_uri, s3_client, quotas_client)
+    except RunValidationError as exc:
+        return {"status": PlanStatus.INVALID_RUN.value, "message": str(exc), "field": exc.field}
+
+
+def _ok_plan(run: RunSpec, est: Any, hyper: dict, execution: str, started: str, settings: PipelineSettings,
+             catalog: dict, model_config: dict | None, tokens: int | None, data_uri: str, model_uri: str | None,
+             s3_client: Any, quotas_client: Any) -> dict:
+    if quotas_client is not None:
+        check_quota(quotas_client, est.instance_type, est.instance_count, run.compute.spot)
+    record = run_record(run, model_config, tokens, est.parameters)
+    ckpt_prefix = f"checkpoints/{run.name}/{run.checkpoint.resume_from or execution}/"
+    if run.checkpoint.resume_from is not None:
+        if s3_client is None:
+            raise RunValidationError("checkpoint.resume_from", run.checkpoint.resume_from,
+                                     "nothing here: resuming needs the artifact bucket to check the earlier run")
+        _check_resume(record, s3_client, settings.bucket, ckpt_prefix, run.checkpoint.resume_from)
+    elif s3_client is not None:
+        s3_client.put_object(Bucket=settings.bucket, Key=ckpt_prefix + RUN_RECORD,
+                             Body=json.dumps(record, indent=1).encode())
     channels = [_channel("train", data_uri)] + ([_channel("model", model_uri)] if model_uri else [])
     name = job_name(settings, run.name, execution)
     tags = {"project": settings.project, "stage": settings.stage, "cost-center": settings.cost_center,
-            **run.tags, "run": run.name}
-    return {
-        "status": "ok",
-        "run_name": run.name,
-        "job_name": name,
-        "fallback_job_name": name + FALLBACK_SUFFIX,
-        "spot": run.compute.spot,
-        "on_demand_fallback": run.compute.on_demand_fallback,
-        "instance_type": est.instance_type,
-        "instance_count": est.instance_count,
-        "volume_gb": max(100, int(est.checkpoint_bytes * run.checkpoint.keep * 1.5 / 1e9) + 50),
-        "max_runtime_seconds": est.max_runtime_seconds,
-        "max_wait_seconds": est.max_wait_seconds,
-        "keep_alive_seconds": 0 if run.compute.spot else run.compute.warm_pool_minutes * 60,
-        "hyperparameters": hyper,
-        "input_data_config": channels,
-        "tags": [{"Key": k, "Value": v} for k, v in sorted(tags.items())],
-        "poll_seconds": settings.poll_seconds,
-        "max_usd": run.max_usd,
-        "usd_per_hour": catalog["instances"][est.instance_type]["on_demand_usd_per_hour"] * est.instance_count,
-        "spot_discount": discount,
-        "approval_status": run.approval_status,
-        "estimate": {k: est.to_json()[k] for k in CONTRACT_KEYS},
-    }
+            **run.tags, "run": run.name, "execution": execution}
+    volume_gb = max(100, int(est.checkpoint_bytes * run.checkpoint.keep * 1.5 / 1e9) + 50)
+    keep_alive = 0 if run.compute.spot else run.compute.warm_pool_minutes * 60
+    as_of = catalog["regions"][settings.region].get("as_of", "unknown date")
+    upload_gb_per_s = est.upload_gb_per_s_available
+    result = Plan(
+        status=PlanStatus.OK.value, run_name=run.name, execution=execution, execution_started=started,
+        job_name=name, fallback_job_name=name + FALLBACK_SUFFIX, method=run.training.method,
+        spot=run.compute.spot, on_demand_fallback=run.compute.on_demand_fallback,
+        instance_type=est.instance_type, instance_count=est.instance_count,
+        resource_config_spot=resource_config(est.instance_type, est.instance_count, volume_gb, settings, catalog),
+        resource_config_on_demand=resource_config(est.instance_type, est.instance_count, volume_gb, settings,
+                                                  catalog, keep_alive),
+        checkpoint_s3_uri=f"s3://{settings.bucket}/{ckpt_prefix}", checkpoint_bucket=settings.bucket,
+        checkpoint_prefix=ckpt_prefix,
+        max_runtime_seconds=est.max_runtime_seconds, max_wait_seconds=est.max_wait_seconds,
+        hyperparameters=hyper, input_data_config=channels,
+        tags=[{"Key": k, "Value": v} for k, v in sorted(tags.items())],
+        poll_seconds=settings.poll_seconds, max_poll_seconds=max(settings.poll_seconds, settings.max_poll_seconds),
+        checkpoint_interval_seconds=float(est.checkpoint_interval_seconds),
+        checkpoint_upload_seconds=(round(est.checkpoint_bytes / (upload_gb_per_s * 1e9), 1) if upload_gb_per_s
+                                   else float(StopNotice.UPLOAD_S)),
+        max_usd=run.max_usd,
+        region=settings.region,
+        usd_per_hour=catalog["instances"][est.instance_type]["on_demand_usd_per_hour"] * est.instance_count,
+        price_source=f"on-demand list price in {settings.region} (spotrun catalog as of {as_of})",
+        approval_status=run.approval_status, data_source=run.data.source or "",
+        estimate={k: est.to_json()[k] for k in CONTRACT_KEYS},
+    )
+    return dataclasses.asdict(result)
 
 
 def handler(event: dict, _context: Any) -> dict:
@@ -118,4 +259,6 @@ def handler(event: dict, _context: Any) -> dict:
         from .interruptions import recorded_rates
 
         rates = recorded_rates(boto3.resource("dynamodb").Table(table_name))
-    return plan(event.get("run"), str(event.get("execution", "")), settings, rates=rates)
+    return plan(event.get("run"), str(event.get("execution", "")), settings, rates=rates,
+                s3_client=boto3.client("s3"), quotas_client=boto3.client("service-quotas"),
+                started=str(event.get("started", "")))

@@ -1,4 +1,4 @@
-"""Render CloudFormation intrinsics (Ref, Fn::GetAtt, Fn::Join, Fn::Sub) into plain strings.
+"""Render CloudFormation intrinsics (Ref, Fn::GetAtt, Fn::Join, Fn::Sub, Fn::Select of Fn::Split) into strings.
 
 Used to turn the synthesized DefinitionString into plain ASL: with placeholder ARNs for asl-validator, and with
 the ARNs of resources created in moto for executing the state machine.
@@ -10,7 +10,9 @@ import re
 from typing import Callable
 
 PSEUDO = {"AWS::Partition": "aws", "AWS::Region": "us-east-1", "AWS::AccountId": "123456789012",
-          "AWS::URLSuffix": "amazonaws.com", "AWS::StackName": "dev-Spotrun"}
+          "AWS::URLSuffix": "amazonaws.com", "AWS::StackName": "dev-Spotrun",
+          "AWS::StackId": "arn:aws:cloudformation:us-east-1:123456789012:stack/dev-Spotrun/"
+                          "0a1b2c3d-0000-4000-8000-000000000000"}
 
 
 def render(value, resolve: Callable[[str, str | None], str]) -> str:
@@ -26,6 +28,12 @@ def render(value, resolve: Callable[[str, str | None], str]) -> str:
         if fn == "Fn::Join":
             sep, parts = arg
             return sep.join(render(p, resolve) for p in parts)
+        if fn == "Fn::Select":
+            index, listed = arg
+            if not (isinstance(listed, dict) and "Fn::Split" in listed):
+                raise ValueError(f"cannot render {value!r}")
+            sep, source = listed["Fn::Split"]
+            return render(source, resolve).split(sep)[int(index)]
         if fn == "Fn::Sub":
             text = arg if isinstance(arg, str) else arg[0]
 

@@ -16,6 +16,7 @@ from spotrun.cli import build_parser
 from spotrun.handlers.estimate import PipelineSettings, plan
 from spotrun.sources import PLACEHOLDER_BUCKET
 from spotrun.validate import run_command
+from tests.infra.render import placeholder, render
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples" / "runs").glob("*.json"))
@@ -42,7 +43,8 @@ def stage(synth) -> dict:
     assert outputs["ArtifactBucket"]["Value"] == {"Ref": "ArtifactsBucket88671897"}  # named at deploy: BUCKET
     fn = next(r for k, r in synth.resources("AWS::Lambda::Function").items() if k.startswith("PipelineEstimateFn"))
     env = fn["Properties"]["Environment"]["Variables"]
-    return {"stack": stack, "group": outputs["ModelPackageGroupName"]["Value"], "env": env}
+    # The group's name ends in part of the stack id (resolved at deploy): rendered as CloudFormation would.
+    return {"stack": stack, "group": render(outputs["ModelPackageGroupName"]["Value"], placeholder), "env": env}
 
 
 def _validate(argv: list[str], cfn) -> int:
@@ -73,8 +75,8 @@ def test_the_examples_pass_validate_against_the_stage_once_the_placeholder_is_fi
 
 def test_the_examples_pass_the_estimate_lambda_with_their_sources_in_s3(stage, tmp_path):
     env = stage["env"]
-    settings = PipelineSettings(bucket=BUCKET, job_prefix=env["JOB_PREFIX"], model_package_group=env[
-        "MODEL_PACKAGE_GROUP"], poll_seconds=60, project=env["PROJECT"], stage=env["STAGE"],
+    settings = PipelineSettings(bucket=BUCKET, job_prefix=env["JOB_PREFIX"], model_package_group=render(
+        env["MODEL_PACKAGE_GROUP"], placeholder), poll_seconds=60, project=env["PROJECT"], stage=env["STAGE"],
         cost_center=env["COST_CENTER"])
     with mock_aws():
         s3 = boto3.client("s3", region_name="us-east-1")

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from spotrun_trainer.metrics import METRIC_DEFINITIONS
+from spotrun.seams import METRIC_DEFINITIONS
+from spotrun_trainer import metrics as trainer_metrics
 
 BUCKET, LOG_BUCKET, KEY = "ArtifactsBucket88671897", "ArtifactsAccessLogs4D97777C", "ArtifactsKeyA4B22E2B"
 
@@ -63,10 +64,11 @@ def _suffix(resource) -> str:
     return resource["Fn::Join"][1][-1] if isinstance(resource, dict) else resource
 
 
-def test_training_role_writes_only_checkpoints_and_output(synth):
+def test_training_role_writes_only_checkpoints_and_output_and_cannot_delete_models(synth):
     stmts = statements(synth, "ExecutionRoleDefaultPolicy")
-    for action in ("s3:PutObject", "s3:DeleteObject"):
-        assert sorted(_suffix(r) for r in _s3_object_resources(stmts, action)) == ["/checkpoints/*", "/output/*"]
+    assert sorted(_suffix(r) for r in _s3_object_resources(stmts, "s3:PutObject")) == ["/checkpoints/*", "/output/*"]
+    # Registered model artifacts live under output/: only checkpoints may be deleted (SageMaker's sync does).
+    assert sorted(_suffix(r) for r in _s3_object_resources(stmts, "s3:DeleteObject")) == ["/checkpoints/*"]
     assert sorted(_suffix(r) for r in _s3_object_resources(stmts, "s3:GetObject")) == [
         "/checkpoints/*", "/datasets/*", "/models/*", "/output/*"]
     assert not any(a.startswith("s3:") and "*" in a for s in stmts for a in as_list(s["Action"]))
@@ -94,13 +96,18 @@ def test_interruption_rule_matches_only_this_stages_interrupted_jobs(synth):
     assert interrupted[0]["source"] == ["aws.sagemaker"]
     assert interrupted[0]["detail-type"] == ["SageMaker Training Job State Change"]
     assert interrupted[0]["detail"]["TrainingJobName"] == [{"prefix": "spotrun-dev-"}]
-    assert all(p["detail"]["TrainingJobName"] == [{"prefix": "spotrun-dev-"}] for p in rules)
+    assert all(p["detail"]["TrainingJobName"] == [{"prefix": "spotrun-dev-"}] for p in rules
+               if p["source"] == ["aws.sagemaker"])
 
 
-def test_failed_and_stopped_jobs_notify_the_topic(synth):
-    rule = next(r for r in synth.resources("AWS::Events::Rule").values()
-                if r["Properties"]["EventPattern"]["detail"].get("TrainingJobStatus") == ["Failed", "Stopped"])
-    assert rule["Properties"]["Targets"][0]["Arn"] == {"Ref": "FailuresTopic8CFD5254"}
+def test_a_failure_is_notified_once_by_the_state_machine_not_by_a_rule(synth, definition):
+    for rule in synth.resources("AWS::Events::Rule").values():
+        assert all(t["Arn"] != {"Ref": "FailuresTopic8CFD5254"} for t in rule["Properties"]["Targets"])
+    notify = [n for n, s in definition["States"].items() if s.get("Resource", "").endswith(":sns:publish")]
+    assert sorted(notify) == ["NotifyCostCap", "NotifyInvalidRun", "NotifyOverBudget", "NotifyPipelineError",
+                              "NotifyTrainingFailed"]
+    for name in notify:  # each ends the execution: one email per failure
+        assert definition["States"][definition["States"][name]["Next"]]["Type"] == "Fail"
 
 
 def test_interruptions_table_has_point_in_time_recovery_and_is_retained(synth):
@@ -153,16 +160,27 @@ def test_trainer_image_asset_is_built_from_training_image_with_the_sagemaker_bas
     images = list(assets["dockerImages"].values())
     assert len(images) == 1
     source = images[0]["source"]
-    assert (synth.outdir / "assembly-dev" / source["directory"] / "Dockerfile").exists() or \
-        (synth.outdir / source["directory"] / "Dockerfile").exists()
+    staged = synth.outdir / "assembly-dev" / source["directory"]
+    staged = staged if staged.exists() else synth.outdir / source["directory"]
+    assert source["dockerFile"] == "training_image/Dockerfile" and (staged / source["dockerFile"]).exists()
+    # The context is the repository root reduced to what the image installs: the trainer and spotrun (its seams).
+    assert (staged / "spotrun" / "seams.py").exists() and (staged / "pyproject.toml").exists()
+    assert not (staged / "tests").exists() and not (staged / "node_modules").exists()
     assert source["dockerBuildArgs"]["BASE_IMAGE"] == \
         "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.10-gpu-py313"
     assert source["platform"] == "linux/amd64"
 
 
-def test_metric_definitions_come_from_the_trainer(definition):
+def test_metric_definitions_are_the_seams_and_match_the_trainers_line(definition):
+    import re
+
     spot = definition["States"]["CreateSpotTrainingJob"]["Parameters"]
     assert spot["AlgorithmSpecification"]["MetricDefinitions"] == METRIC_DEFINITIONS
+    line = trainer_metrics.format_line(7, loss=2.5, lr=1e-4, grad_norm=0.5, tokens_per_s=100, mfu=0.3, mem_gb=1.0)
+    parsed = trainer_metrics.parse_line(line)
+    for d in METRIC_DEFINITIONS:
+        value = float(re.search(d["Regex"], line).group(1))
+        assert value == pytest.approx(parsed[d["Name"].removeprefix("train:")], rel=1e-3)
 
 
 @pytest.mark.parametrize("state, spot", [("CreateSpotTrainingJob", True), ("CreateOnDemandTrainingJob", False)])
@@ -172,14 +190,22 @@ def test_training_job_parameters(definition, state, spot):
     stopping = params["StoppingCondition"]
     assert stopping["MaxRuntimeInSeconds.$"] == "$.plan.max_runtime_seconds"
     assert ("MaxWaitTimeInSeconds.$" in stopping) is spot
-    assert ("KeepAlivePeriodInSeconds.$" in params["ResourceConfig"]) is not spot  # warm pools: on-demand only
+    # Built by the estimate (VolumeKmsKeyId only without local storage; the warm pool only on-demand).
+    assert params["ResourceConfig.$"] == ("$.plan.resource_config_spot" if spot else "$.plan.resource_config_on_demand")
     assert params["TrainingJobName.$"] == "$.guard.job_name"
-    ckpt = params["CheckpointConfig"]
-    assert ckpt["LocalPath"] == "/opt/ml/checkpoints"
-    assert ckpt["S3Uri.$"] == "States.Format('s3://ref-artifactsbucket88671897/checkpoints/{}/', $.plan.run_name)"
+    assert params["CheckpointConfig"] == {"S3Uri.$": "$.plan.checkpoint_s3_uri", "LocalPath": "/opt/ml/checkpoints"}
+    assert params["RetryStrategy"] == {"MaximumRetryAttempts": 3}
     assert params["AlgorithmSpecification"]["TrainingInputMode"] == "FastFile"
     assert params["Tags.$"] == "$.plan.tags" and params["HyperParameters.$"] == "$.plan.hyperparameters"
     assert params["OutputDataConfig"]["S3OutputPath"] == "s3://ref-artifactsbucket88671897/output/"
+
+
+@pytest.mark.parametrize("state", ["CreateSpotTrainingJob", "CreateOnDemandTrainingJob"])
+def test_a_retried_create_that_finds_its_job_continues_polling(definition, state):
+    catches = definition["States"][state]["Catch"]
+    assert catches[0] == {"ErrorEquals": ["SageMaker.ResourceInUseException"], "ResultPath": None,
+                          "Next": "WaitForJob"}
+    assert catches[-1]["ErrorEquals"] == ["States.ALL"] and catches[-1]["Next"] == "NotifyPipelineError"
 
 
 def test_named_failures_before_anything_is_created(definition):
@@ -200,5 +226,8 @@ def test_outputs_tell_users_where_to_upload_and_what_to_start(synth):
     outputs = synth.template["Outputs"]
     assert outputs["ArtifactBucket"]["Value"] == {"Ref": BUCKET}
     assert outputs["StateMachineArn"]["Value"] == {"Ref": "PipelineStateMachine1814BD05"}
-    assert outputs["ModelPackageGroupName"]["Value"] == "spotrun-models"
+    # <base>-<8 characters of the stack id>: a redeploy after destroy, or another stage, gets its own group
+    group = outputs["ModelPackageGroupName"]["Value"]["Fn::Join"]
+    assert group[0] == "-" and group[1][0] == "spotrun-dev-models"
+    assert "AWS::StackId" in json.dumps(group[1][1])
     assert {"FailuresTopicArn", "DashboardName"} <= outputs.keys()

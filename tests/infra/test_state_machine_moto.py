@@ -1,177 +1,340 @@
-"""The synthesized state machine, executed by moto's Step Functions interpreter.
+"""The synthesized state machine, executed by moto's Step Functions interpreter with the real handlers deciding.
 
-Every SageMaker call runs against moto for real; the two Lambdas cannot run without Docker, so each test calls
-the real handler (spotrun.handlers) itself and queues its output for moto to return (KNOWLEDGE.md).
+Every SageMaker, S3 and SNS call runs against moto. moto's Lambda cannot run code without Docker, so its invoke is
+replaced by a call of the real handler named in the template (spotrun.handlers.*) on exactly the payload the
+state machine passes, with the function's synthesized environment: the handlers make their own AWS calls
+(describe the job, list checkpoints, write the run record) inside moto.
+moto's training jobs are Completed the moment they are created; `progress` stands in for SageMaker's progression
+(the statuses it would report at each poll). moto has no StopTrainingJob: `_stop_training_job` below adds it
+(the job goes to Stopping, as SageMaker's does).
 """
 
 from __future__ import annotations
 
 import copy
+import datetime as dt
+import importlib
 import json
+import os
 import time
+from typing import Callable
+from unittest import mock
 
 import boto3
 import pytest
-import requests
 from moto import mock_aws
+from moto.awslambda_simple.models import LambdaSimpleBackend
+from moto.core.responses import ActionResult
+from moto.sagemaker.models import sagemaker_backends
+from moto.sagemaker.responses import SageMakerResponse
+from moto.servicequotas.responses import ServiceQuotasResponse
 
-from spotrun.handlers.cost_guard import decide
-from spotrun.handlers.estimate import PipelineSettings, plan
+from spotrun.handlers import cancel as cancel_handler
 from tests.infra.render import render
 
 REGION, ACCOUNT = "us-east-1", "123456789012"
 BUCKET = "spotrun-artifacts-test"
+GROUP = "spotrun-dev-models-0a1b2c3d"  # the group name rendered from the stack id (tests/infra/render.py)
 RUN = {"version": 1, "name": "moto-run",
        "model": {"source": f"s3://{BUCKET}/models/tiny/"},
        "data": {"source": f"s3://{BUCKET}/datasets/tiny/", "seq_len": 128},
        "compute": {"instance_type": "ml.g5.2xlarge"},
        "budget": {"max_usd": 25}, "tags": {"team": "nlp"}}
+RESOURCES = {"ArtifactsKeyA4B22E2B": f"arn:aws:kms:{REGION}:{ACCOUNT}:key/00000000-0000-0000-0000-000000000000"}
 
 
-def _env_of(synth, logical_prefix: str) -> dict:
-    fn = next(r for k, r in synth.resources("AWS::Lambda::Function").items() if k.startswith(logical_prefix))
-    return fn["Properties"]["Environment"]["Variables"]
+def _stop_training_job(self) -> ActionResult:
+    job = self.sagemaker_backend.training_jobs[self._get_param("TrainingJobName")]
+    job.training_job_status, job.secondary_status = "Stopping", "Stopping"
+    return ActionResult({})
+
+
+QUOTAS: list[dict] = []  # the account's SageMaker quotas (Service Quotas), set per test
+
+
+def _list_service_quotas(self) -> str:
+    assert json.loads(self.body)["ServiceCode"] == "sagemaker"
+    return json.dumps({"Quotas": QUOTAS})
+
+
+class Driver:
+    """moto with the stack's resources, the rendered state machine, and the real handlers behind Lambda."""
+
+    def __init__(self, synth):
+        self.synth = synth
+        self.progress: Callable[[object, int], None] = lambda job, poll: None
+        self.polls: dict[str, int] = {}
+        self.payloads: dict[str, list[dict]] = {}
+        self.functions: dict[str, dict] = {}
+
+    def setup(self) -> None:
+        self.s3 = boto3.client("s3", region_name=REGION)
+        self.s3.create_bucket(Bucket=BUCKET)
+        self.s3.put_object(Bucket=BUCKET, Key="models/tiny/config.json", Body=json.dumps(
+            {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+             "num_attention_heads": 4, "vocab_size": 256}))
+        self.s3.put_object(Bucket=BUCKET, Key="datasets/tiny/index.json", Body=json.dumps({"total_tokens": 5_000_000}))
+        ddb = boto3.client("dynamodb", region_name=REGION)
+        ddb.create_table(TableName="interruptions", BillingMode="PAY_PER_REQUEST",
+                         KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"},
+                                    {"AttributeName": "sk", "KeyType": "RANGE"}],
+                         AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"},
+                                               {"AttributeName": "sk", "AttributeType": "S"}])
+        iam = boto3.client("iam", region_name=REGION)
+        trust = json.dumps({"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "sts:AssumeRole",
+                                                                    "Principal": {"Service": "states.amazonaws.com"}}]})
+        self.role_arn = iam.create_role(RoleName="sm-role", AssumeRolePolicyDocument=trust)["Role"]["Arn"]
+        self.topic = boto3.client("sns", region_name=REGION).create_topic(Name="failures")["TopicArn"]
+        self.sagemaker = boto3.client("sagemaker", region_name=REGION)
+        self.sagemaker.create_model_package_group(ModelPackageGroupName=GROUP)
+        lam = boto3.client("lambda", region_name=REGION)
+        self.arns = {}
+        for logical, fn in self.synth.resources("AWS::Lambda::Function").items():
+            self.arns[logical] = lam.create_function(
+                FunctionName=logical, Runtime="python3.12", Role=self.role_arn, Handler=fn["Properties"]["Handler"],
+                Code={"ZipFile": b"PK\x05\x06" + b"\x00" * 18})["FunctionArn"]
+            env = {k: render(v, self.resolve) for k, v in fn["Properties"]["Environment"]["Variables"].items()}
+            self.functions[logical] = {"handler": fn["Properties"]["Handler"], "env": env}
+        _, sm = self.synth.one("AWS::StepFunctions::StateMachine")
+        self.sfn = boto3.client("stepfunctions", region_name=REGION)
+        self.sm_arn = self.sfn.create_state_machine(
+            name="pipeline", definition=render(sm["Properties"]["DefinitionString"], self.resolve),
+            roleArn=self.role_arn)["stateMachineArn"]
+
+    def resolve(self, logical: str, attr: str | None) -> str:
+        if logical == "ArtifactsBucket88671897":
+            return BUCKET if attr is None else f"arn:aws:s3:::{BUCKET}"
+        if logical in self.arns:
+            return self.arns[logical]
+        if logical.startswith("InterruptionEventsTable"):
+            return "interruptions"
+        if logical == "FailuresTopic8CFD5254":
+            return self.topic
+        if logical == "ExecutionRoleCDF74862":
+            return self.role_arn
+        if logical in RESOURCES:
+            return RESOURCES[logical]
+        raise KeyError(logical)
+
+    def invoke(self, backend, function_name, qualifier, body, headers, response_headers) -> bytes:
+        logical = function_name.rsplit(":", 1)[-1] if function_name.startswith("arn:") else function_name
+        fn = self.functions[logical]
+        payload = json.loads(body)
+        self.payloads.setdefault(logical, []).append(payload)
+        if "guard" in payload:  # the cost guard: let "SageMaker" move the job on first
+            name = payload["guard"]["job_name"]
+            self.polls[name] = self.polls.get(name, 0) + 1
+            self.progress(self.job(name), self.polls[name])
+        module, _, attr = fn["handler"].rpartition(".")
+        # Fast polls for the test; everything else is the synthesized environment.
+        env = {**fn["env"], "AWS_REGION": REGION, "POLL_SECONDS": "1", "MAX_POLL_SECONDS": "1"}
+        with mock.patch.dict(os.environ, env):
+            return json.dumps(getattr(importlib.import_module(module), attr)(payload, None)).encode()
+
+    def job(self, name: str):
+        return sagemaker_backends[ACCOUNT][REGION].training_jobs[name]
+
+    def start(self, name: str, run: dict) -> str:
+        return self.sfn.start_execution(stateMachineArn=self.sm_arn, name=name, input=json.dumps(run))["executionArn"]
+
+    def wait(self, arn: str, timeout: float = 90) -> dict:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            desc = self.sfn.describe_execution(executionArn=arn)
+            if desc["status"] != "RUNNING":
+                return desc
+            time.sleep(0.2)
+        raise TimeoutError(arn)
+
+    def execute(self, name: str, run: dict) -> dict:
+        return self.wait(self.start(name, run))
+
+    def failure(self, result: dict) -> dict:
+        history = self.sfn.get_execution_history(executionArn=result["executionArn"])["events"]
+        return [e for e in history if e["type"] == "ExecutionFailed"][0]["executionFailedEventDetails"]
+
+    def plan_of(self, execution: str) -> dict:
+        return next(p for p in self.functions_payloads("PipelineCostGuardFn") if p["plan"]["execution"] == execution
+                    )["plan"]
+
+    def functions_payloads(self, prefix: str) -> list[dict]:
+        return [p for k, ps in self.payloads.items() if k.startswith(prefix) for p in ps]
 
 
 @pytest.fixture
 def aws(synth):
-    """moto with the stack's resources created, and the synthesized state machine rendered onto them."""
-    with mock_aws(config={"stepfunctions": {"execute_state_machine": True}, "lambda": {"use_docker": False}}):
-        s3 = boto3.client("s3", region_name=REGION)
-        s3.create_bucket(Bucket=BUCKET)
-        s3.put_object(Bucket=BUCKET, Key="models/tiny/config.json", Body=json.dumps(
-            {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
-             "num_attention_heads": 4, "vocab_size": 256}))
-        s3.put_object(Bucket=BUCKET, Key="datasets/tiny/index.json", Body=json.dumps({"total_tokens": 5_000_000}))
-        iam = boto3.client("iam", region_name=REGION)
-        trust = json.dumps({"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "sts:AssumeRole",
-                                                                    "Principal": {"Service": "states.amazonaws.com"}}]})
-        role_arn = iam.create_role(RoleName="sm-role", AssumeRolePolicyDocument=trust)["Role"]["Arn"]
-        lam = boto3.client("lambda", region_name=REGION)
-        arns = {}
-        for logical in ("PipelineEstimateFnAA2A49C2", "PipelineCostGuardFn930206BB"):
-            arns[logical] = lam.create_function(
-                FunctionName=logical, Runtime="python3.12", Role=role_arn, Handler="x.handler",
-                Code={"ZipFile": b"PK\x05\x06" + b"\x00" * 18})["FunctionArn"]
-        topic = boto3.client("sns", region_name=REGION).create_topic(Name="failures")["TopicArn"]
-        sagemaker = boto3.client("sagemaker", region_name=REGION)
-        sagemaker.create_model_package_group(ModelPackageGroupName="spotrun-models")
-
-        def resolve(logical: str, attr: str | None) -> str:
-            if logical == "ArtifactsBucket88671897":
-                return BUCKET if attr is None else f"arn:aws:s3:::{BUCKET}"
-            if logical in arns:
-                return arns[logical]
-            if logical == "FailuresTopic8CFD5254":
-                return topic
-            if logical == "ArtifactsKeyA4B22E2B":
-                return f"arn:aws:kms:{REGION}:{ACCOUNT}:key/00000000-0000-0000-0000-000000000000"
-            if logical == "ExecutionRoleCDF74862":
-                return role_arn
-            raise KeyError(logical)
-
-        _, sm = synth.one("AWS::StepFunctions::StateMachine")
-        definition = render(sm["Properties"]["DefinitionString"], resolve)
-        sfn = boto3.client("stepfunctions", region_name=REGION)
-        sm_arn = sfn.create_state_machine(name="pipeline", definition=definition, roleArn=role_arn)["stateMachineArn"]
-        env = _env_of(synth, "PipelineEstimateFn")
-        settings = PipelineSettings(bucket=BUCKET, job_prefix=env["JOB_PREFIX"],
-                                    model_package_group=env["MODEL_PACKAGE_GROUP"], poll_seconds=1,
-                                    project=env["PROJECT"], stage=env["STAGE"], cost_center=env["COST_CENTER"])
-        yield {"sfn": sfn, "sm_arn": sm_arn, "sagemaker": sagemaker, "s3": s3, "settings": settings}
+    driver = Driver(synth)
+    with mock_aws(config={"stepfunctions": {"execute_state_machine": True}, "lambda": {"use_docker": False}}), \
+            mock.patch.object(LambdaSimpleBackend, "invoke", lambda backend, *a: driver.invoke(backend, *a)), \
+            mock.patch.object(SageMakerResponse, "stop_training_job", _stop_training_job, create=True), \
+            mock.patch.object(ServiceQuotasResponse, "list_service_quotas", _list_service_quotas, create=True):
+        QUOTAS[:] = [{"ServiceCode": "sagemaker", "QuotaCode": "L-00000001", "Value": 2.0,
+                      "QuotaName": "ml.g5.2xlarge for spot training job usage"}]
+        driver.setup()
+        yield driver
 
 
-def queue_lambda_results(*results: dict) -> None:
-    resp = requests.post("http://motoapi.amazonaws.com/moto-api/static/lambda-simple/response",
-                         json={"results": [json.dumps(r) for r in results], "region": REGION})
-    assert resp.status_code == 201
+def _running(job, *, started_ago_s: float = 60) -> None:
+    job.training_job_status, job.secondary_status = "InProgress", "Training"
+    job.training_start_time = dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=started_ago_s)
+    job.training_end_time = None
+    job.billable_time_in_seconds = None
 
 
-def execute(aws, name: str, run: dict) -> dict:
-    arn = aws["sfn"].start_execution(stateMachineArn=aws["sm_arn"], name=name, input=json.dumps(run))["executionArn"]
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        desc = aws["sfn"].describe_execution(executionArn=arn)
-        if desc["status"] != "RUNNING":
-            return desc
-        time.sleep(0.2)
-    raise TimeoutError(name)
+def _finished(job, status: str, secondary: str, *, billable: int, training: int | None = None, **extra) -> None:
+    job.training_job_status, job.secondary_status = status, secondary
+    job.billable_time_in_seconds, job.training_time_in_seconds = billable, training or billable
+    for key, value in extra.items():
+        setattr(job, key, value)
 
 
-def test_good_run_creates_a_spot_job_with_checkpoints_and_registers_the_model(aws):
-    p = plan(copy.deepcopy(RUN), "good", aws["settings"], s3_client=aws["s3"])
-    assert p["status"] == "ok", p
-    guard0 = {"action": "wait", "job_name": p["job_name"], "spot": True, "spent_before_usd": 0,
-              "interruptions_before": 0}
-    completed = decide(p, guard0, {
-        "TrainingJobStatus": "Completed", "BillableTimeInSeconds": 900, "TrainingTimeInSeconds": 3000,
-        "FinalMetricDataList": [{"MetricName": "train:loss", "Value": 2.5}],
-        "ModelArtifacts": {"S3ModelArtifacts": f"s3://{BUCKET}/output/{p['job_name']}/output/model.tar.gz"}},
-        now=time.time())
-    queue_lambda_results(p, completed)
-
-    result = execute(aws, "good", RUN)
+def test_spot_run_polls_completes_and_registers_a_deployable_package(aws):
+    def progress(job, poll):
+        if poll == 1:
+            _running(job)
+            job.secondary_status_transitions = [{"Status": "Interrupted", "StartTime": job.creation_time}]
+        else:
+            _finished(job, "Completed", "Completed", billable=900, training=3000,
+                      final_metric_data_list=[{"MetricName": "train:loss", "Value": 2.5,
+                                               "Timestamp": job.creation_time}])
+    aws.progress = progress
+    result = aws.execute("good", RUN)
     assert result["status"] == "SUCCEEDED", result
-
-    job = aws["sagemaker"].describe_training_job(TrainingJobName=p["job_name"])
+    p = aws.plan_of("good")
+    job = aws.sagemaker.describe_training_job(TrainingJobName=p["job_name"])
     assert job["EnableManagedSpotTraining"] is True
-    assert job["CheckpointConfig"] == {"S3Uri": f"s3://{BUCKET}/checkpoints/moto-run/",
+    assert job["CheckpointConfig"] == {"S3Uri": f"s3://{BUCKET}/checkpoints/moto-run/good/",
                                        "LocalPath": "/opt/ml/checkpoints"}
+    assert "VolumeKmsKeyId" not in job["ResourceConfig"]  # g5: local NVMe
     stop = job["StoppingCondition"]
     assert stop["MaxWaitTimeInSeconds"] >= stop["MaxRuntimeInSeconds"] == p["max_runtime_seconds"]
-    assert job["ResourceConfig"]["InstanceType"] == "ml.g5.2xlarge"
-    assert [c["InputMode"] for c in job["InputDataConfig"]] == ["FastFile", "FastFile"]
-    assert job["HyperParameters"]["checkpoint.interval_minutes"] == p["hyperparameters"]["checkpoint.interval_minutes"]
-    assert job["OutputDataConfig"]["S3OutputPath"] == f"s3://{BUCKET}/output/"
-    tags = {t["Key"]: t["Value"] for t in aws["sagemaker"].list_tags(ResourceArn=job["TrainingJobArn"])["Tags"]}
-    assert tags["run"] == "moto-run" and tags["project"] == "spotrun" and tags["cost-center"] == "ml-platform"
+    assert job["HyperParameters"] == p["hyperparameters"]
+    tags = {t["Key"]: t["Value"] for t in aws.sagemaker.list_tags(ResourceArn=job["TrainingJobArn"])["Tags"]}
+    assert tags["run"] == "moto-run" and tags["execution"] == "good" and tags["cost-center"] == "ml-platform"
 
-    packages = aws["sagemaker"].list_model_packages(ModelPackageGroupName="spotrun-models")["ModelPackageSummaryList"]
+    packages = aws.sagemaker.list_model_packages(ModelPackageGroupName=GROUP)["ModelPackageSummaryList"]
     assert len(packages) == 1 and packages[0]["ModelApprovalStatus"] == "PendingManualApproval"
-    package = aws["sagemaker"].describe_model_package(ModelPackageName=packages[0]["ModelPackageArn"])
-    assert package["CustomerMetadataProperties"]["spot_savings_pct"] == "70.0"
-    assert package["CustomerMetadataProperties"]["final_loss"] == "2.5"
+    package = aws.sagemaker.describe_model_package(ModelPackageName=packages[0]["ModelPackageArn"])
+    container = package["InferenceSpecification"]["Containers"][0]
+    assert "huggingface-pytorch-tgi-inference" in container["Image"]
+    assert container["Environment"] == {"HF_MODEL_ID": "/opt/ml/model"}
+    assert container["ModelDataUrl"] == job["ModelArtifacts"]["S3ModelArtifacts"]
+    meta = package["CustomerMetadataProperties"]
+    assert meta["artifact"] == "full-model" and meta["final_loss"] == "2.5" and meta["interruptions"] == "1"
+    assert meta["data_source"] == f"s3://{BUCKET}/datasets/tiny/" and meta["spot_savings_pct"] == "70.0"
 
     output = json.loads(result["output"])
     assert output["model_package_arn"] == packages[0]["ModelPackageArn"]
-    assert output["report"]["cost_usd"] == round(900 / 3600 * p["usd_per_hour"] * (1 - p["spot_discount"]), 2)
-    assert output["report"]["cap_usd"] == 25
+    assert output["report"]["cost_usd"] == round(900 / 3600 * p["usd_per_hour"], 2)  # billable x on-demand
+    # The guard was called with exactly what the state machine passes: the plan and its previous guard.
+    assert all(set(payload) == {"plan", "guard"} for payload in aws.functions_payloads("PipelineCostGuardFn"))
 
 
 def test_on_demand_run_creates_a_job_without_spot_with_its_warm_pool(aws):
     run = copy.deepcopy(RUN)
     run["compute"].update(spot=False, warm_pool_minutes=10)
-    p = plan(run, "on-demand", aws["settings"], s3_client=aws["s3"])
-    assert p["status"] == "ok" and p["spot"] is False, p
-    guard0 = {"action": "wait", "job_name": p["job_name"], "spot": False, "spent_before_usd": 0,
-              "interruptions_before": 0}
-    done = decide(p, guard0, {"TrainingJobStatus": "Completed", "BillableTimeInSeconds": 600,
-                              "TrainingTimeInSeconds": 600,
-                              "ModelArtifacts": {"S3ModelArtifacts": f"s3://{BUCKET}/output/x/model.tar.gz"}},
-                  now=time.time())
-    queue_lambda_results(p, done)
-    assert execute(aws, "on-demand", run)["status"] == "SUCCEEDED"
-    job = aws["sagemaker"].describe_training_job(TrainingJobName=p["job_name"])
+    assert aws.execute("on-demand", run)["status"] == "SUCCEEDED"
+    p = aws.plan_of("on-demand")
+    job = aws.sagemaker.describe_training_job(TrainingJobName=p["job_name"])
     assert job["EnableManagedSpotTraining"] is False
     assert "MaxWaitTimeInSeconds" not in job["StoppingCondition"]
     assert job["ResourceConfig"]["KeepAlivePeriodInSeconds"] == 600
-    assert job["CheckpointConfig"]["S3Uri"] == f"s3://{BUCKET}/checkpoints/moto-run/"
+    assert job["CheckpointConfig"]["S3Uri"] == f"s3://{BUCKET}/checkpoints/moto-run/on-demand/"
+
+
+def test_a_run_that_would_pass_its_cap_is_stopped_and_fails_as_over_budget(aws):
+    def progress(job, poll):
+        if poll == 1:
+            _running(job, started_ago_s=16.5 * 3600)  # 16.5 h x $1.515/h on-demand (upper bound) + a poll: $25
+        elif job.training_job_status == "Stopping":
+            _finished(job, "Stopped", "Stopped", billable=15 * 3600)
+    aws.progress = progress
+    result = aws.execute("capped", RUN)
+    assert result["status"] == "FAILED"
+    failure = aws.failure(result)
+    assert failure["error"] == "OverBudget" and "stopped at the cost cap" in failure["cause"]
+    p = aws.plan_of("capped")
+    assert aws.job(p["job_name"]).training_job_status == "Stopped"
+
+
+def test_spot_that_never_came_falls_back_to_on_demand_on_the_same_checkpoints(aws):
+    run = copy.deepcopy(RUN)
+    run["compute"]["on_demand_fallback"] = True
+
+    def progress(job, poll):
+        if job.training_job_name.endswith("-od"):
+            _finished(job, "Completed", "Completed", billable=600)
+        else:
+            _finished(job, "Stopped", "MaxWaitTimeExceeded", billable=120,
+                      failure_reason="MaxWaitTimeExceeded: no spot capacity")
+    aws.progress = progress
+    result = aws.execute("fallback", run)
+    assert result["status"] == "SUCCEEDED", result
+    p = aws.plan_of("fallback")
+    spot_job = aws.sagemaker.describe_training_job(TrainingJobName=p["job_name"])
+    od_job = aws.sagemaker.describe_training_job(TrainingJobName=p["fallback_job_name"])
+    assert spot_job["EnableManagedSpotTraining"] is True and od_job["EnableManagedSpotTraining"] is False
+    assert od_job["CheckpointConfig"] == spot_job["CheckpointConfig"]
+    report = json.loads(result["output"])["report"]
+    assert report["cost_usd"] == round((120 + 600) / 3600 * p["usd_per_hour"], 2)
+
+
+@pytest.mark.parametrize("fallback, status, reason", [
+    (False, ("Stopped", "MaxWaitTimeExceeded"), "no spot capacity within MaxWait"),
+    (True, ("Failed", "Failed"), "AlgorithmError: CUDA out of memory"),
+])
+def test_jobs_that_end_without_a_model_fail_the_run_with_the_reason(aws, fallback, status, reason):
+    run = copy.deepcopy(RUN)
+    run["compute"]["on_demand_fallback"] = fallback
+    aws.progress = lambda job, poll: _finished(job, *status, billable=60, failure_reason=reason)
+    result = aws.execute(f"ends-{fallback}", run)
+    assert result["status"] == "FAILED"
+    failure = aws.failure(result)
+    assert failure["error"] == "TrainingFailed" and reason in failure["cause"]
+    assert aws.sagemaker.list_model_packages(ModelPackageGroupName=GROUP)["ModelPackageSummaryList"] == []
+
+
+def test_stopping_the_execution_stops_its_training_job(aws):
+    aws.progress = lambda job, poll: _running(job)
+    arn = aws.start("aborted", RUN)
+    deadline = time.monotonic() + 60
+    while not aws.polls and time.monotonic() < deadline:
+        time.sleep(0.2)
+    aws.sfn.stop_execution(executionArn=arn)
+    desc = aws.wait(arn)
+    assert desc["status"] == "ABORTED"
+    p = aws.plan_of("aborted")
+    assert aws.job(p["job_name"]).training_job_status == "InProgress"  # Step Functions itself cleans nothing up
+    # The event EventBridge delivers for it (tests/infra/test_security.py checks the rule matches it).
+    event = {"source": "aws.states", "detail-type": "Step Functions Execution Status Change",
+             "detail": {"executionArn": arn, "stateMachineArn": aws.sm_arn, "name": "aborted", "status": "ABORTED",
+                        "startDate": int(desc["startDate"].timestamp() * 1000), "input": None}}
+    env = aws.functions[next(k for k in aws.functions if k.startswith("PipelineCancelFn"))]["env"]
+    with mock.patch.dict(os.environ, {**env, "AWS_REGION": REGION}):
+        assert cancel_handler.handler(event, None) == {"stopped": [p["job_name"]]}  # input read back from SFN
+        assert cancel_handler.handler(event, None) == {"stopped": []}  # a duplicate delivery does nothing
+    assert aws.job(p["job_name"]).training_job_status == "Stopping"
 
 
 @pytest.mark.parametrize("mutate, error", [
     (lambda r: r.update(budget={"max_usd": 0.01}), "OverBudget"),
     (lambda r: r["data"].update(source="s3://somewhere-else/datasets/x/"), "InvalidRun"),
+    (lambda r: r["checkpoint"].update(resume_from="no-such-execution"), "InvalidRun"),
 ])
 def test_refused_runs_fail_by_name_before_any_job_is_created(aws, mutate, error):
     run = copy.deepcopy(RUN)
+    run["checkpoint"] = {}
     mutate(run)
-    p = plan(run, error, aws["settings"], s3_client=aws["s3"])
-    assert p["status"] == error
-    queue_lambda_results(p)
-
-    result = execute(aws, error, run)
+    result = aws.execute(error, run)
     assert result["status"] == "FAILED"
-    history = aws["sfn"].get_execution_history(executionArn=result["executionArn"])["events"]
-    failed = [e for e in history if e["type"] == "ExecutionFailed"][0]["executionFailedEventDetails"]
-    assert failed["error"] == error and p["message"] in failed["cause"]
-    assert aws["sagemaker"].list_training_jobs()["TrainingJobSummaries"] == []
+    failure = aws.failure(result)
+    assert failure["error"] == error and failure["cause"]
+    assert aws.sagemaker.list_training_jobs()["TrainingJobSummaries"] == []
+
+
+def test_a_run_the_accounts_quota_cannot_hold_fails_before_any_job_is_created(aws):
+    QUOTAS[0]["Value"] = 0.0
+    result = aws.execute("no-quota", RUN)
+    failure = aws.failure(result)
+    assert failure["error"] == "InvalidRun" and "ml.g5.2xlarge for spot training job usage" in failure["cause"]
+    assert aws.sagemaker.list_training_jobs()["TrainingJobSummaries"] == []

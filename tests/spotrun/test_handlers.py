@@ -1,30 +1,50 @@
-"""The Lambda handlers: estimate plan, cost guard decisions, interruption recorder (DynamoDB via moto)."""
+"""The Lambda handlers: estimate plan, cost guard decisions, canceller, interruption recorder.
+
+AWS stands in as moto (S3, DynamoDB) or as botocore's Stubber on a real client (Service Quotas, SageMaker stop),
+which checks every request and canned response against the service's published model.
+"""
 
 from __future__ import annotations
 
 import copy
 import json
+from datetime import datetime, timezone
 
 import boto3
 import pytest
+from botocore.stub import Stubber
 from moto import mock_aws
 
-from spotrun.handlers.cost_guard import STOP_GRACE_S, decide
-from spotrun.handlers.estimate import PipelineSettings, job_name, plan
+from spotrun.handlers.cancel import cancel, jobs_of
+from spotrun.handlers.common import to_epoch
+from spotrun.handlers.cost_guard import STOP_GRACE_S, decide, newest_checkpoint, next_wait
+from spotrun.handlers.estimate import RUN_RECORD, PipelineSettings, job_name, plan
 from spotrun.handlers.interruptions import record, recorded_rates
+from spotrun.planner import load_catalog
+from spotrun.seams import GUARD_FIELDS, PLAN_FIELDS, GuardAction, StopNotice
 
 SETTINGS = PipelineSettings(bucket="art-bucket", job_prefix="spotrun-dev-", model_package_group="spotrun-models",
-                            poll_seconds=60, project="spotrun", stage="dev", cost_center="ml-platform")
+                            poll_seconds=60, project="spotrun", stage="dev", cost_center="ml-platform",
+                            volume_kms_key_arn="arn:aws:kms:us-east-1:123456789012:key/k")
 RUN = {"version": 1, "name": "tiny-run",
        "model": {"init": "random", "config": {"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4}},
        "data": {"source": "s3://art-bucket/datasets/d1/", "tokens": 1_000_000, "seq_len": 128},
        "compute": {"instance_type": "ml.g5.xlarge", "on_demand_fallback": True},
        "budget": {"max_usd": 20}, "tags": {"team": "nlp"}}
+T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 
 
-def test_plan_has_everything_create_training_job_needs():
-    p = plan(copy.deepcopy(RUN), "exec-1", SETTINGS)
-    assert p["status"] == "ok"
+@pytest.fixture
+def s3():
+    with mock_aws():
+        client = boto3.client("s3", region_name="us-east-1")
+        client.create_bucket(Bucket="art-bucket")
+        yield client
+
+
+def test_plan_has_every_plan_field_and_what_create_training_job_needs(s3):
+    p = plan(copy.deepcopy(RUN), "exec-1", SETTINGS, s3_client=s3, started="2026-01-01T00:00:00Z")
+    assert p["status"] == "ok" and set(p) == PLAN_FIELDS
     assert p["job_name"].startswith("spotrun-dev-tiny-run-") and len(p["fallback_job_name"]) <= 63
     assert p["spot"] is True and p["instance_type"] == "ml.g5.xlarge" and p["instance_count"] == 1
     assert p["max_wait_seconds"] >= p["max_runtime_seconds"]
@@ -35,14 +55,108 @@ def test_plan_has_everything_create_training_job_needs():
     assert all(isinstance(v, str) for v in p["hyperparameters"].values())
     tags = {t["Key"]: t["Value"] for t in p["tags"]}
     assert tags == {"project": "spotrun", "stage": "dev", "cost-center": "ml-platform", "team": "nlp",
-                    "run": "tiny-run"}
-    assert p["usd_per_hour"] == 1.408 and p["spot_discount"] == 0.70
+                    "run": "tiny-run", "execution": "exec-1"}
+    assert p["usd_per_hour"] == 1.408 and "us-east-1" in p["price_source"]
+
+
+def test_no_volume_kms_key_for_instance_types_with_local_storage():
+    p = plan(copy.deepcopy(RUN), "exec-1", SETTINGS)
+    for config in (p["resource_config_spot"], p["resource_config_on_demand"]):
+        assert "VolumeKmsKeyId" not in config  # g5 has local NVMe: the API refuses the key
+        assert config["InstanceType"] == "ml.g5.xlarge" and config["InstanceCount"] == 1
+    # A family without local storage (none in the catalog today) gets the key.
+    catalog = load_catalog()
+    catalog["families"]["g5"] = {**catalog["families"]["g5"], "local_storage": False}
+    p = plan(copy.deepcopy(RUN), "exec-1", SETTINGS, catalog=catalog)
+    assert p["resource_config_spot"]["VolumeKmsKeyId"] == SETTINGS.volume_kms_key_arn
+
+
+def test_warm_pool_only_on_the_on_demand_resource_config():
+    run = copy.deepcopy(RUN)
+    run["compute"].update(spot=False, warm_pool_minutes=10)
+    p = plan(run, "exec-1", SETTINGS)
+    assert p["resource_config_on_demand"]["KeepAlivePeriodInSeconds"] == 600
+    assert "KeepAlivePeriodInSeconds" not in p["resource_config_spot"]
+
+
+def test_each_execution_gets_its_own_checkpoint_prefix_and_records_what_it_trains(s3):
+    a = plan(copy.deepcopy(RUN), "exec-1", SETTINGS, s3_client=s3)
+    b = plan(copy.deepcopy(RUN), "exec-2", SETTINGS, s3_client=s3)
+    assert a["checkpoint_s3_uri"] == "s3://art-bucket/checkpoints/tiny-run/exec-1/"
+    assert b["checkpoint_s3_uri"] == "s3://art-bucket/checkpoints/tiny-run/exec-2/"
+    recorded = json.loads(s3.get_object(Bucket="art-bucket", Key=f"{a['checkpoint_prefix']}{RUN_RECORD}")["Body"]
+                          .read())
+    assert recorded["data_tokens"] == 1_000_000 and recorded["method"] == "full"
+
+
+def test_resume_from_continues_an_earlier_executions_checkpoints_with_a_new_lr(s3):
+    plan(copy.deepcopy(RUN), "exec-1", SETTINGS, s3_client=s3)
+    run = copy.deepcopy(RUN)
+    run["training"] = {"lr": 5e-5}
+    run["checkpoint"] = {"resume_from": "exec-1"}
+    p = plan(run, "exec-2", SETTINGS, s3_client=s3)
+    assert p["status"] == "ok", p
+    assert p["checkpoint_s3_uri"] == "s3://art-bucket/checkpoints/tiny-run/exec-1/"
+    assert p["job_name"] != plan(copy.deepcopy(RUN), "exec-1", SETTINGS)["job_name"]
+
+
+@pytest.mark.parametrize("mutate, says", [
+    (lambda r: r["data"].update(tokens=2_000_000), "same data: data_tokens was 1000000"),
+    (lambda r: r["model"]["config"].update(n_layer=3), "same model shape: parameters was"),
+    (lambda r: r["checkpoint"].update(resume_from="never-ran"), "nothing recorded under"),
+])
+def test_resume_from_is_refused_when_model_or_data_differ_or_nothing_is_there(s3, mutate, says):
+    plan(copy.deepcopy(RUN), "exec-1", SETTINGS, s3_client=s3)
+    run = copy.deepcopy(RUN)
+    run["checkpoint"] = {"resume_from": "exec-1"}
+    mutate(run)
+    p = plan(run, "exec-2", SETTINGS, s3_client=s3)
+    assert p["status"] == "InvalidRun" and p["field"] == "checkpoint.resume_from", p
+    assert says in p["message"]
 
 
 def test_job_names_fit_sagemaker_limits_and_differ_per_execution():
     long = job_name(SETTINGS, "a" * 48, "exec-1")
     assert len(long + "-od") <= 63
     assert job_name(SETTINGS, "x", "exec-1") != job_name(SETTINGS, "x", "exec-2")
+
+
+def test_a_region_without_prices_is_refused_by_name():
+    p = plan(copy.deepcopy(RUN), "exec-1", PipelineSettings(**{**SETTINGS.__dict__, "region": "eu-west-3"}))
+    assert p["status"] == "InvalidRun" and p["field"] == "region"
+    assert "eu-west-3" in p["message"] and "us-east-1" in p["message"]
+
+
+def test_allowed_instance_types_restrict_explicit_and_auto_choices():
+    settings = PipelineSettings(**{**SETTINGS.__dict__, "allowed_instance_types": ("ml.g6.xlarge",)})
+    p = plan(copy.deepcopy(RUN), "exec-1", settings)
+    assert p["status"] == "InvalidRun" and p["field"] == "compute.instance_type" and "ml.g6.xlarge" in p["message"]
+    run = copy.deepcopy(RUN)
+    run["compute"]["instance_type"] = "auto"
+    assert plan(run, "exec-1", settings)["instance_type"] == "ml.g6.xlarge"
+
+
+def _quotas(value: float, name: str = "ml.g5.xlarge for spot training job usage"):
+    client = boto3.client("service-quotas", region_name="us-east-1")
+    stub = Stubber(client)
+    stub.add_response("list_service_quotas", {"Quotas": [
+        {"ServiceCode": "sagemaker", "QuotaName": name, "QuotaCode": "L-12345678", "Value": value}]},
+        {"ServiceCode": "sagemaker"})
+    stub.activate()
+    return client
+
+
+def test_quota_preflight_refuses_a_zero_quota_with_its_name_and_how_to_raise_it():
+    p = plan(copy.deepcopy(RUN), "exec-1", SETTINGS, quotas_client=_quotas(0))
+    assert p["status"] == "InvalidRun" and p["field"] == "compute.instance_type"
+    assert '"ml.g5.xlarge for spot training job usage" (L-12345678) is 0' in p["message"]
+    assert "request-service-quota-increase" in p["message"]
+    assert plan(copy.deepcopy(RUN), "exec-1", SETTINGS, quotas_client=_quotas(2))["status"] == "ok"
+    # On-demand runs check the on-demand quota: the spot one does not count for them.
+    run = copy.deepcopy(RUN)
+    run["compute"]["spot"] = False
+    refused = plan(run, "exec-1", SETTINGS, quotas_client=_quotas(0, "ml.g5.xlarge for training job usage"))
+    assert refused["status"] == "InvalidRun" and "for training job usage" in refused["message"]
 
 
 @pytest.mark.parametrize("mutate, status, field", [
@@ -52,6 +166,7 @@ def test_job_names_fit_sagemaker_limits_and_differ_per_execution():
     (lambda r: r.update(model={"parameters": 1000}), "InvalidRun", "model.parameters"),
     (lambda r: r.update(registry={"model_package_group": "someone-elses"}), "InvalidRun",
      "registry.model_package_group"),
+    (lambda r: r.update(checkpoint={"resume_from": "has space"}), "InvalidRun", "checkpoint.resume_from"),
     (lambda r: r.update(budget={"max_usd": 0.001}), "OverBudget", "budget.max_usd"),
 ])
 def test_runs_that_must_not_start_are_named(mutate, status, field):
@@ -62,65 +177,159 @@ def test_runs_that_must_not_start_are_named(mutate, status, field):
     assert p.get("field") == field
 
 
-PLAN = plan(copy.deepcopy(RUN), "exec-1", SETTINGS)
-GUARD0 = {"action": "wait", "job_name": PLAN["job_name"], "spot": True, "spent_before_usd": 0,
+PLAN = plan(copy.deepcopy(RUN), "exec-1", SETTINGS, started="2026-01-01T00:00:00Z")
+GUARD0 = {"action": "wait", "job_name": PLAN["job_name"], "spot": True, "wait_seconds": 60, "spent_before_usd": 0,
           "interruptions_before": 0}
+RATE = 1.408  # on-demand $/h of one ml.g5.xlarge in us-east-1
 
 
-def test_guard_waits_while_under_the_cap():
-    out = decide(PLAN, GUARD0, {"TrainingJobStatus": "InProgress", "BillableTimeInSeconds": 3600}, now=0)
-    # 1 h billed at 1.408 $/h with a 70% spot discount = $0.4224
-    assert out["action"] == "wait" and out["cost_usd"] == pytest.approx(1.408 * 0.3)
+def _running(hours: float, **extra) -> dict:
+    return {"TrainingJobStatus": "InProgress", "SecondaryStatus": "Training", "CreationTime": T0,
+            "TrainingStartTime": T0, **extra}
+
+
+def test_guard_output_is_a_guard_and_waits_under_the_cap():
+    out = decide(PLAN, GUARD0, _running(1), now=T0 + 3600)
+    assert set(out) == GUARD_FIELDS and out["action"] == GuardAction.WAIT.value
+    # While running the cap is held on an upper bound: elapsed x on-demand price (no spot discount assumed).
+    assert out["cost_usd"] == pytest.approx(RATE)
 
 
 def test_guard_stops_when_the_next_poll_would_pass_the_cap():
-    rate = 1.408 * 0.3
-    # The cap is $20: stop once spend + (60 s poll + 120 s grace) of spend would reach it.
-    seconds = (20 / rate - (60 + STOP_GRACE_S) / 3600) * 3600
-    assert decide(PLAN, GUARD0, {"TrainingJobStatus": "InProgress", "BillableTimeInSeconds": seconds - 5},
-                  now=0)["action"] == "wait"
-    out = decide(PLAN, GUARD0, {"TrainingJobStatus": "InProgress", "BillableTimeInSeconds": seconds + 5}, now=0)
+    seconds = (20 / RATE - (60 + STOP_GRACE_S) / 3600) * 3600
+    assert decide(PLAN, GUARD0, _running(0), now=T0 + seconds - 5)["action"] == "wait"
+    out = decide(PLAN, GUARD0, _running(0), now=T0 + seconds + 5)
     assert out["action"] == "stop" and out["stop_requested"] is True
-    stopped = decide(PLAN, out, {"TrainingJobStatus": "Stopped", "BillableTimeInSeconds": seconds + 60}, now=0)
+    stopped = decide(PLAN, out, {"TrainingJobStatus": "Stopped", "BillableTimeInSeconds": seconds + 60,
+                                 "CreationTime": T0}, now=T0 + seconds + 90)
     assert stopped["action"] == "over_budget" and "cost cap" in stopped["message"]
+    assert "billable seconds x on-demand price" in stopped["message"]
 
 
-def test_guard_uses_time_since_training_start_before_billable_time_is_known():
-    out = decide(PLAN, GUARD0, {"TrainingJobStatus": "InProgress", "TrainingStartTime": "2026-01-01T00:00:00Z"},
-                 now=1767225600 + 7200)
-    assert out["cost_usd"] == pytest.approx(2 * 1.408 * 0.3)
+def test_guard_wait_grows_with_the_job_but_never_past_the_cap():
+    assert next_wait(PLAN, 0, 0) == 60  # first minutes: every poll_seconds
+    assert next_wait(PLAN, 3 * 3600, 0) == int(0.05 * 3 * 3600)  # 5% of the job's age
+    assert next_wait({**PLAN, "max_usd": 1e6}, 30 * 24 * 3600, 0) == PLAN["max_poll_seconds"]
+    # $1 left at $1.408/h: 2557 s until the cap, minus the stop's grace.
+    assert next_wait(PLAN, 30 * 24 * 3600, 19) == int(3600 / RATE - STOP_GRACE_S)
 
 
-def test_guard_falls_back_to_on_demand_on_the_same_run_when_spot_never_came():
-    out = decide(PLAN, GUARD0, {"TrainingJobStatus": "Stopped", "SecondaryStatus": "MaxWaitTimeExceeded",
-                                "BillableTimeInSeconds": 600,
-                                "SecondaryStatusTransitions": [{"Status": "Interrupted"}]}, now=0)
-    assert out["action"] == "fallback" and out["job_name"] == PLAN["fallback_job_name"] and out["spot"] is False
-    assert out["spent_before_usd"] == pytest.approx(600 / 3600 * 1.408 * 0.3, abs=1e-4)
-    # The on-demand job is charged at the full rate, on top of what the spot attempt cost.
-    later = decide(PLAN, out, {"TrainingJobStatus": "InProgress", "BillableTimeInSeconds": 3600}, now=0)
-    assert later["cost_usd"] == pytest.approx(out["spent_before_usd"] + 1.408, abs=1e-4)
-    assert later["interruptions"] == 1
-
-
-def test_guard_reports_savings_interruptions_and_loss_on_completion():
+def test_guard_cost_is_billable_times_on_demand_price_times_count_on_completion():
     describe = {"TrainingJobStatus": "Completed", "BillableTimeInSeconds": 1000, "TrainingTimeInSeconds": 4000,
+                "CreationTime": T0, "TrainingStartTime": T0,
                 "SecondaryStatusTransitions": [{"Status": "Training"}, {"Status": "Interrupted"},
                                                {"Status": "Training"}, {"Status": "Interrupted"}],
                 "FinalMetricDataList": [{"MetricName": "train:loss", "Value": 1.25}],
                 "ModelArtifacts": {"S3ModelArtifacts": "s3://art-bucket/output/j/output/model.tar.gz"}}
-    out = decide(PLAN, GUARD0, describe, now=0)
+    out = decide(PLAN, GUARD0, describe, now=T0 + 5000)
     report = out["report"]
     assert out["action"] == "completed"
+    assert report["cost_usd"] == round(1000 / 3600 * RATE, 2)  # billable is already spot-adjusted
     assert report["spot_savings_pct"] == 75.0  # (1 - 1000/4000) * 100
     assert report["interruptions"] == 2 and report["final_loss"] == 1.25
-    assert report["cost_usd"] == round(1000 / 3600 * 1.408 * 0.3, 2)
-    assert all(isinstance(v, str) for v in report["metadata"].values())
+    assert "on-demand list price in us-east-1" in report["price_basis"]
+    meta = report["metadata"]
+    assert all(isinstance(v, str) for v in meta.values())
+    assert meta["artifact"] == "full-model" and meta["method"] == "full"
+    assert meta["data_source"] == "s3://art-bucket/datasets/d1/" and meta["cost_usd"] == str(report["cost_usd"])
+
+
+def test_guard_falls_back_to_on_demand_and_charges_the_spot_attempt_at_its_billable_time():
+    out = decide(PLAN, GUARD0, {"TrainingJobStatus": "Stopped", "SecondaryStatus": "MaxWaitTimeExceeded",
+                                "BillableTimeInSeconds": 600, "CreationTime": T0,
+                                "SecondaryStatusTransitions": [{"Status": "Interrupted"}]}, now=T0)
+    assert out["action"] == "fallback" and out["job_name"] == PLAN["fallback_job_name"] and out["spot"] is False
+    assert out["spent_before_usd"] == pytest.approx(600 / 3600 * RATE, abs=1e-4)
+    later = decide(PLAN, out, _running(1), now=T0 + 3600)
+    assert later["cost_usd"] == pytest.approx(out["spent_before_usd"] + RATE, abs=1e-4)
+    assert later["interruptions"] == 1
+
+
+def test_guard_refuses_a_job_an_earlier_execution_created_under_the_same_name():
+    out = decide(PLAN, GUARD0, _running(0, CreationTime=T0 - 86400), now=T0 + 60)
+    assert out["action"] == "failed" and "earlier execution" in out["message"]
+    # A retried create of this execution (created after it started) is ours.
+    assert decide(PLAN, GUARD0, _running(0, CreationTime=T0 + 5), now=T0 + 60)["action"] == "wait"
+
+
+def test_guard_reports_checkpoint_age_and_the_worst_gap_as_lost_work():
+    out = decide(PLAN, GUARD0, _running(2), now=T0 + 7200, newest_checkpoint=T0 + 3600)
+    assert out["checkpoint_age_seconds"] == 3600 and out["worst_checkpoint_gap_seconds"] == 3600
+    later = decide(PLAN, out, _running(3), now=T0 + 7260, newest_checkpoint=T0 + 7250)
+    assert later["checkpoint_age_seconds"] == 10 and later["worst_checkpoint_gap_seconds"] == 3600
+    done = decide(PLAN, later, {"TrainingJobStatus": "Completed", "BillableTimeInSeconds": 7300,
+                                "CreationTime": T0}, now=T0 + 7400)
+    assert done["report"]["worst_case_lost_usd"] == round(3600 / 3600 * RATE, 2)
+
+
+def test_newest_checkpoint_is_the_newest_committed_manifest(s3):
+    prefix = "checkpoints/tiny-run/exec-1/"
+    s3.put_object(Bucket="art-bucket", Key=prefix + "step-00000010/__0_0.distcp", Body=b"x")
+    assert newest_checkpoint(s3, "art-bucket", prefix) is None  # shards without a manifest do not count
+    s3.put_object(Bucket="art-bucket", Key=prefix + "step-00000010/manifest.json", Body=b"{}")
+    newest = newest_checkpoint(s3, "art-bucket", prefix)
+    assert newest == pytest.approx(datetime.now(timezone.utc).timestamp(), abs=120)
 
 
 def test_guard_reports_failures_with_the_reason():
-    out = decide(PLAN, GUARD0, {"TrainingJobStatus": "Failed", "FailureReason": "AlgorithmError: OOM"}, now=0)
+    out = decide(PLAN, GUARD0, {"TrainingJobStatus": "Failed", "FailureReason": "AlgorithmError: OOM",
+                                "CreationTime": T0}, now=T0)
     assert out["action"] == "failed" and "AlgorithmError: OOM" in out["message"]
+
+
+def test_stop_grace_is_the_stop_notice():
+    assert STOP_GRACE_S == StopNotice.NOTICE_S == StopNotice.UPLOAD_S + StopNotice.FINISH_S
+
+
+# ---- canceller ---------------------------------------------------------------------------------------------------
+
+
+def _execution_event(status: str, name: str = "exec-1", start_ms: int = int(T0 * 1000)) -> dict:
+    return {"executionArn": f"arn:aws:states:us-east-1:123456789012:execution:sm:{name}", "name": name,
+            "status": status, "startDate": start_ms, "input": json.dumps(RUN)}
+
+
+def test_canceller_stops_the_executions_running_job():
+    first, fallback = jobs_of(_execution_event("ABORTED"), "spotrun-dev-", json.dumps(RUN))
+    assert first == PLAN["job_name"] and fallback == PLAN["fallback_job_name"]
+    client = boto3.client("sagemaker", region_name="us-east-1")
+    stub = Stubber(client)  # requests and responses checked against SageMaker's service model
+    running = {"TrainingJobName": first,
+               "TrainingJobArn": f"arn:aws:sagemaker:us-east-1:123456789012:training-job/{first}",
+               "ModelArtifacts": {"S3ModelArtifacts": ""}, "TrainingJobStatus": "InProgress",
+               "SecondaryStatus": "Training", "AlgorithmSpecification": {"TrainingInputMode": "FastFile"},
+               "ResourceConfig": {"InstanceType": "ml.g5.xlarge", "InstanceCount": 1, "VolumeSizeInGB": 100},
+               "StoppingCondition": {}, "CreationTime": datetime.fromtimestamp(T0 + 10, timezone.utc)}
+    stub.add_response("describe_training_job", running, {"TrainingJobName": first})
+    stub.add_response("stop_training_job", {}, {"TrainingJobName": first})
+    stub.add_client_error("describe_training_job", "ValidationException", "Requested resource not found",
+                          expected_params={"TrainingJobName": fallback})
+    with stub:
+        assert cancel(_execution_event("ABORTED"), client, job_prefix="spotrun-dev-",
+                      execution_input=json.dumps(RUN)) == [first]
+        stub.assert_no_pending_responses()
+
+
+def test_canceller_leaves_jobs_alone_on_success_or_when_not_ours():
+    client = boto3.client("sagemaker", region_name="us-east-1")
+    with Stubber(client) as stub:  # no request may be made
+        assert cancel(_execution_event("SUCCEEDED"), client, job_prefix="spotrun-dev-",
+                      execution_input=json.dumps(RUN)) == []
+        stub.assert_no_pending_responses()
+    old = {"TrainingJobName": "x", "TrainingJobArn": "arn:aws:sagemaker:us-east-1:123456789012:training-job/x",
+           "ModelArtifacts": {"S3ModelArtifacts": ""}, "TrainingJobStatus": "InProgress",
+           "SecondaryStatus": "Training", "AlgorithmSpecification": {"TrainingInputMode": "FastFile"},
+           "ResourceConfig": {"InstanceType": "ml.g5.xlarge", "InstanceCount": 1, "VolumeSizeInGB": 100},
+           "StoppingCondition": {}, "CreationTime": datetime.fromtimestamp(T0 - 86400, timezone.utc)}
+    stub = Stubber(client)
+    stub.add_response("describe_training_job", old)
+    stub.add_response("describe_training_job", old)
+    with stub:
+        assert cancel(_execution_event("TIMED_OUT"), client, job_prefix="spotrun-dev-",
+                      execution_input=json.dumps(RUN)) == []
+
+
+# ---- recorder ----------------------------------------------------------------------------------------------------
 
 
 def _event(status: str, secondary: str, *, start="2026-11-01T10:00:00Z", seconds=None) -> dict:
@@ -130,6 +339,10 @@ def _event(status: str, secondary: str, *, start="2026-11-01T10:00:00Z", seconds
     if seconds is not None:
         detail["TrainingTimeInSeconds"] = seconds
     return {"id": "e1", "time": "2026-11-01T10:00:01Z", "detail": detail}
+
+
+def test_times_as_epoch_millisecond_strings_are_read():
+    assert to_epoch("1761991200000") == to_epoch("2025-11-01T10:00:00Z") == to_epoch(1761991200000)
 
 
 def test_recorder_is_idempotent_and_feeds_the_interruption_rate():
@@ -143,6 +356,9 @@ def test_recorder_is_idempotent_and_feeds_the_interruption_rate():
         kw = {"namespace": "spotrun", "stage": "dev"}
         assert record(_event("InProgress", "Interrupted"), table, **kw) == "recorded"
         assert record(_event("InProgress", "Interrupted"), table, **kw) == "duplicate"  # redelivered
+        # The same interruption delivered with its time as a string of epoch milliseconds is the same item.
+        ms = str(int(to_epoch("2026-11-01T10:00:00Z") * 1000))
+        assert record(_event("InProgress", "Interrupted", start=ms), table, **kw) == "duplicate"
         assert record(_event("InProgress", "Interrupted", start="2026-11-01T12:00:00Z"), table, **kw) == "recorded"
         assert record(_event("InProgress", "Training"), table, **kw) == "ignored"
         assert record(_event("Completed", "Completed", seconds=9 * 3600), table, **kw) == "recorded"

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, get_type_hints
 
+from spotrun.seams import StopNotice
+
 
 class ConfigError(ValueError):
     """A configuration value is wrong; the message names the field, the value and what is accepted."""
@@ -154,7 +156,7 @@ class CheckpointConfig:
     """Periodic saves run in the background on a dedicated gloo group; the save on a stop signal is synchronous."""
     resume: str = "auto"
     """`auto`: load the newest verified checkpoint, start fresh if none; `never`: always start fresh."""
-    notice_seconds: float = 120.0
+    notice_seconds: float = float(StopNotice.NOTICE_S)
     """The stop notice SageMaker gives (SIGTERM to SIGKILL); a warning is logged when a save cannot fit in it."""
 
     def __post_init__(self) -> None:

@@ -31,12 +31,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from spotrun.seams import StopNotice
+
 from .config import ConfigError, TrainConfig, short_repr
 
 log = logging.getLogger("spotrun_trainer.launcher")
 
 MASTER_PORT = 7777  # the SageMaker training toolkit's choice
-DEFAULT_SHUTDOWN_TIMEOUT_S = 110  # > the ~90 s emergency save budget, < SageMaker's 120 s before SIGKILL
+DEFAULT_SHUTDOWN_TIMEOUT_S = StopNotice.LAUNCHER_SHUTDOWN_S  # > the ~90 s save budget, < the 120 s notice
 LAUNCHER_KEYS = ("nproc_per_node", "shutdown_timeout", "master_port")
 RDMA_INSTANCE_PREFIXES = ("ml.p4d", "ml.p4de", "ml.p5")
 # DescribeTrainingJob's FailureReason holds at most 1,024 characters (botocore's service model, shape
@@ -142,7 +144,7 @@ def plan_launch(sm: SageMakerEnv, *, gpu_count: int, efa_devices: list[str], ofi
     if sm.checkpoint_local_path:
         overrides["checkpoint.dir"] = sm.checkpoint_local_path
     config = TrainConfig.from_hyperparameters(trainer_hp, **overrides)
-    save_budget = config.checkpoint.notice_seconds - 30
+    save_budget = config.checkpoint.notice_seconds - StopNotice.FINISH_S
     if not save_budget < shutdown_timeout <= config.checkpoint.notice_seconds:
         raise ConfigError(f"shutdown_timeout={shutdown_timeout} is invalid: expected more than the emergency-save "
                           f"budget ({save_budget:.0f} s) and at most the stop notice "

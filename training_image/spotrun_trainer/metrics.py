@@ -5,14 +5,18 @@ the tests and benchmarks:
 
     step=120 loss=2.3100 lr=1.9e-05 grad_norm=0.82 tokens_per_s=3150 mfu=0.41 mem_gb=61.2
 
-`mfu` is `na` when the device's peak is unknown (no guess). The infrastructure imports `METRIC_DEFINITIONS`
-from here (through spotrun.contract, which copies it verbatim and is checked by a test) so that the regexes and
-the line cannot drift apart.
+`mfu` is `na` when the device's peak is unknown (no guess). The field names and the MetricDefinitions' regexes
+live in spotrun.seams (installed into the image), which the infrastructure imports too: the regexes and the line
+cannot drift apart.
 """
 
 from __future__ import annotations
 
 import re
+
+from spotrun.seams import METRIC_DEFINITIONS, METRIC_FIELDS
+
+__all__ = ["METRIC_DEFINITIONS", "METRIC_FIELDS", "format_line", "parse_line", "device_peak_flops", "mfu"]
 
 # bf16 dense peak FLOP/s per device, from the vendors' data sheets (no sparsity).
 DEVICE_PEAK_FLOPS: dict[str, float] = {
@@ -24,14 +28,6 @@ DEVICE_PEAK_FLOPS: dict[str, float] = {
     "NVIDIA H100 80GB HBM3": 989e12,  # p5
     "NVIDIA H200": 989e12,  # p5e/p5en (same compute as H100 SXM)
 }
-
-METRIC_FIELDS = ("loss", "lr", "grad_norm", "tokens_per_s", "mfu", "mem_gb")
-_NUMBER = r"([0-9.eE+-]+)"
-
-# SageMaker MetricDefinitions: Name + Regex with one capture group.
-METRIC_DEFINITIONS: list[dict[str, str]] = [
-    {"Name": f"train:{name}", "Regex": rf"step=\d+ .*\b{name}={_NUMBER}"} for name in METRIC_FIELDS
-]
 
 LINE_RE = re.compile(r"^step=(?P<step>\d+)" + "".join(rf" {n}=(?P<{n}>\S+)" for n in METRIC_FIELDS) + r"$")
 

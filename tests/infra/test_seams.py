@@ -1,0 +1,284 @@
+"""The seams, proven with the other party: every request the state machine can send, built from the real handlers'
+outputs with the `.$` paths and intrinsics resolved, is validated against botocore's service models (types,
+required members, lengths, ranges, enums, patterns) and the API reference's prose rules; every $.plan/$.guard path
+exists in what the handlers return; the plan's hyperparameters parse into the trainer's config; and the longest
+run the contract allows stays under half of the execution history quota."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+
+import botocore.session
+import pytest
+import regex  # the service models' patterns use \p{...} classes, which `re` lacks
+from botocore.validate import ParamValidator
+
+from spotrun.contract import MAX_RUNTIME_LIMIT_S
+from spotrun.handlers.cost_guard import decide, next_wait
+from spotrun.handlers.estimate import PipelineSettings, plan
+from spotrun.planner import load_catalog
+from spotrun.seams import GUARD_FIELDS, PLAN_FIELDS, REFUSAL_FIELDS, REPORT_FIELDS
+from spotrun_trainer.config import TrainConfig
+from tests.infra.render import render
+
+HISTORY_QUOTA = 25_000  # events per Standard execution (Step Functions quotas)
+# Events each state adds to the history (Step Functions history event types per state type).
+EVENTS = {"Wait": 2, "Pass": 2, "Choice": 2, "Task": 5, "Fail": 1, "Succeed": 1}
+BUCKET = "art-bucket"
+RUN = {"version": 1, "name": "seam-run",
+       "model": {"config": {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+                            "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 256}, "init": "random"},
+       "data": {"source": f"s3://{BUCKET}/datasets/d/", "tokens": 1_000_000, "seq_len": 128},
+       "compute": {"instance_type": "ml.g5.2xlarge", "on_demand_fallback": True},
+       "budget": {"max_usd": 50}, "tags": {"team": "nlp"}}
+T0 = 1_767_225_600.0
+
+
+@pytest.fixture(scope="module")
+def rendered(synth) -> dict:
+    """The definition with every reference rendered to a value of the right kind for its resource type."""
+    resources = synth.template["Resources"]
+
+    def resolve(logical: str, attr: str | None) -> str:
+        kind = resources[logical]["Type"]
+        if kind == "AWS::IAM::Role":
+            return f"arn:aws:iam::123456789012:role/{logical}"
+        if kind == "AWS::KMS::Key":
+            return "arn:aws:kms:us-east-1:123456789012:key/0a1b2c3d-0000-4000-8000-000000000000"
+        if kind == "AWS::S3::Bucket":
+            return BUCKET if attr is None else f"arn:aws:s3:::{BUCKET}"
+        if kind == "AWS::SNS::Topic":
+            return f"arn:aws:sns:us-east-1:123456789012:{logical}"
+        if kind == "AWS::Lambda::Function":
+            return f"arn:aws:lambda:us-east-1:123456789012:function:{logical}"
+        raise KeyError(f"{logical} ({kind})")
+
+    _, sm = synth.one("AWS::StepFunctions::StateMachine")
+    return json.loads(render(sm["Properties"]["DefinitionString"], resolve))
+
+
+def settings(synth) -> PipelineSettings:
+    fn = next(r for k, r in synth.resources("AWS::Lambda::Function").items() if k.startswith("PipelineEstimateFn"))
+    env = fn["Properties"]["Environment"]["Variables"]
+    return PipelineSettings(bucket=BUCKET, job_prefix=env["JOB_PREFIX"], model_package_group="g",
+                            poll_seconds=int(env["POLL_SECONDS"]), project=env["PROJECT"], stage=env["STAGE"],
+                            cost_center=env["COST_CENTER"], max_poll_seconds=int(env["MAX_POLL_SECONDS"]),
+                            volume_kms_key_arn="arn:aws:kms:us-east-1:123456789012:key/k")
+
+
+def states_for_every_branch(synth) -> list[tuple[str, dict]]:
+    """(branch, execution state) pairs made of the real handlers' outputs, one per way a request is sent."""
+    out = []
+    for label, compute in (("spot", {}), ("on-demand", {"spot": False, "warm_pool_minutes": 30})):
+        run = copy.deepcopy(RUN)
+        run["compute"].update(compute)
+        p = plan(run, f"exec-{label}", settings(synth), started="2026-01-01T00:00:00Z")
+        assert p["status"] == "ok", p
+        guard = {"action": "wait", "job_name": p["job_name"], "spot": p["spot"], "wait_seconds": p["poll_seconds"],
+                 "spent_before_usd": 0, "interruptions_before": 0}
+        running = {"TrainingJobStatus": "InProgress", "SecondaryStatus": "Training", "CreationTime": T0,
+                   "TrainingStartTime": T0}
+        out.append((f"{label}: first create", {"run": run, "plan": p, "guard": guard}))
+        out.append((f"{label}: stop", {"run": run, "plan": p, "guard": decide(p, guard, running, now=T0 + 1e6)}))
+        fallback = decide(p, guard, {"TrainingJobStatus": "Stopped", "SecondaryStatus": "MaxWaitTimeExceeded",
+                                     "BillableTimeInSeconds": 10, "CreationTime": T0}, now=T0 + 10)
+        if label == "spot":
+            assert fallback["action"] == "fallback"
+            out.append((f"{label}: fallback create", {"run": run, "plan": p, "guard": fallback}))
+        done = decide(p, guard, {"TrainingJobStatus": "Completed", "BillableTimeInSeconds": 100,
+                                 "TrainingTimeInSeconds": 300, "CreationTime": T0,
+                                 "FinalMetricDataList": [{"MetricName": "train:loss", "Value": 1.5}],
+                                 "ModelArtifacts": {"S3ModelArtifacts": f"s3://{BUCKET}/output/j/output/model.tar.gz"}},
+                      now=T0 + 500)
+        out.append((f"{label}: register", {"run": run, "plan": p, "guard": done, "registered": {}}))
+        failed = decide(p, guard, {"TrainingJobStatus": "Failed", "FailureReason": "boom", "CreationTime": T0},
+                        now=T0)
+        out.append((f"{label}: failed", {"run": run, "plan": p, "guard": failed,
+                                         "error": {"Cause": "an error", "Error": "States.TaskFailed"}}))
+    for label, mutate in (("over budget", lambda r: r.update(budget={"max_usd": 0.001})),
+                          ("invalid run", lambda r: r.update(name="not a name"))):
+        run = copy.deepcopy(RUN)
+        mutate(run)
+        refused = plan(run, "exec-refused", settings(synth))
+        assert refused["status"] in ("OverBudget", "InvalidRun"), refused
+        out.append((label, {"run": run, "plan": refused}))
+    return out
+
+
+def lookup(state: dict, path: str):
+    if path == "$":
+        return state
+    value = state
+    for part in path.removeprefix("$.").split("."):
+        value = value[part]
+    return value
+
+
+def resolve_parameters(params, state: dict):
+    """Parameters with `.$` keys resolved against the state (JSONPath and States.Format, as Step Functions does)."""
+    if isinstance(params, list):
+        return [resolve_parameters(p, state) for p in params]
+    if not isinstance(params, dict):
+        return params
+    out = {}
+    for key, value in params.items():
+        if not key.endswith(".$"):
+            out[key] = resolve_parameters(value, state)
+            continue
+        m = re.fullmatch(r"States\.Format\('(.*)', (.*)\)", value)
+        if m:
+            args = [lookup(state, a.strip()) for a in m.group(2).split(",")]
+            text = m.group(1)
+            for arg in args:
+                text = text.replace("{}", str(arg), 1)
+            out[key[:-2]] = text
+        elif value.startswith("$$."):
+            out[key[:-2]] = "exec-context"
+        else:
+            out[key[:-2]] = lookup(state, value)
+    return out
+
+
+def check_shape(value, shape, where: str, problems: list[str]) -> None:
+    """What botocore's ParamValidator leaves out: maximum lengths and values, enums, patterns."""
+    meta = shape.metadata
+    if shape.type_name == "structure":
+        for name, member in shape.members.items():
+            if name in value:
+                check_shape(value[name], member, f"{where}.{name}", problems)
+    elif shape.type_name == "list":
+        if "max" in meta and len(value) > meta["max"]:
+            problems.append(f"{where}: {len(value)} items > {meta['max']}")
+        for i, item in enumerate(value):
+            check_shape(item, shape.member, f"{where}[{i}]", problems)
+    elif shape.type_name == "map":
+        if "max" in meta and len(value) > meta["max"]:
+            problems.append(f"{where}: {len(value)} entries > {meta['max']}")
+        for k, v in value.items():
+            check_shape(k, shape.key, f"{where} key", problems)
+            check_shape(v, shape.value, f"{where}[{k}]", problems)
+    elif shape.type_name == "string":
+        if "max" in meta and len(value) > meta["max"]:
+            problems.append(f"{where}: {len(value)} characters > {meta['max']}")
+        if shape.enum and value not in shape.enum:
+            problems.append(f"{where}: {value!r} not in {shape.enum}")
+        if "pattern" in meta and not regex.search(meta["pattern"], value):
+            problems.append(f"{where}: {value!r} does not match {meta['pattern']}")
+    elif shape.type_name in ("integer", "long") and "max" in meta and value > meta["max"]:
+        problems.append(f"{where}: {value} > {meta['max']}")
+
+
+def prose_rules(action: str, params: dict, problems: list[str]) -> None:
+    """Constraints the API reference states only in words."""
+    if action == "CreateTrainingJob":
+        resource = params["ResourceConfig"]
+        family = resource["InstanceType"].split(".")[1]
+        # "You can't request a VolumeKmsKeyId when using an instance type with local storage." (ResourceConfig)
+        if "VolumeKmsKeyId" in resource and load_catalog()["families"][family]["local_storage"]:
+            problems.append(f"VolumeKmsKeyId with {resource['InstanceType']}, which has local storage")
+        stop = params["StoppingCondition"]
+        if params["EnableManagedSpotTraining"]:
+            if stop.get("MaxWaitTimeInSeconds", 0) < stop["MaxRuntimeInSeconds"]:
+                problems.append("MaxWaitTimeInSeconds < MaxRuntimeInSeconds")
+            if "KeepAlivePeriodInSeconds" in resource:
+                problems.append("managed warm pools cannot be used with spot training")
+        if any(len(v) > 2500 for v in params["HyperParameters"].values()):
+            problems.append("a hyperparameter value is longer than 2,500 characters")
+
+
+def _service_call(state_def: dict) -> tuple[str, str] | None:
+    resource = state_def.get("Resource", "")
+    m = re.fullmatch(r"arn:aws:states:::aws-sdk:(\w+):(\w+)", resource)
+    if m:
+        return m.group(1), m.group(2)[0].upper() + m.group(2)[1:]
+    if resource == "arn:aws:states:::sns:publish":
+        return "sns", "Publish"
+    return None
+
+
+def test_every_request_on_every_branch_is_valid_for_the_real_api(synth, rendered):
+    session = botocore.session.get_session()
+    calls = {name: (_service_call(s), s) for name, s in rendered["States"].items() if _service_call(s)}
+    assert {c[0][1] for c in calls.values()} == {"CreateTrainingJob", "StopTrainingJob", "CreateModelPackage",
+                                                 "Publish"}
+    checked = set()
+    for branch, state in states_for_every_branch(synth):
+        for name, ((service, action), definition) in calls.items():
+            try:
+                params = resolve_parameters(definition["Parameters"], state)
+            except (KeyError, TypeError):
+                continue  # this state is not reached on this branch (e.g. register before completion)
+            if name == "CreateSpotTrainingJob" and state["guard"]["job_name"] != state["plan"]["job_name"]:
+                continue  # the spot create always sends the plan's first name
+            if name == "CreateSpotTrainingJob" and not state["plan"]["spot"]:
+                continue
+            model = session.get_service_model(service).operation_model(action)
+            report = ParamValidator().validate(params, model.input_shape)
+            assert not report.has_errors(), f"{branch} / {name}: {report.generate_report()}"
+            problems: list[str] = []
+            check_shape(params, model.input_shape, action, problems)
+            prose_rules(action, params, problems)
+            assert problems == [], f"{branch} / {name}"
+            checked.add(name)
+    assert checked == set(calls), set(calls) - checked
+
+
+def test_every_plan_and_guard_path_exists_in_what_the_handlers_return(synth, rendered):
+    text = json.dumps(rendered)
+    plan_fields = set(re.findall(r"\$\.plan\.(\w+)", text))
+    guard_paths = set(re.findall(r"\$\.guard\.(\w+)(?:\.(\w+))?", text))
+    assert plan_fields <= PLAN_FIELDS | REFUSAL_FIELDS and {g for g, _ in guard_paths} <= GUARD_FIELDS
+    assert {sub for g, sub in guard_paths if g == "report" and sub} <= REPORT_FIELDS
+    states = states_for_every_branch(synth)
+    p = states[0][1]["plan"]
+    refused = [s["plan"] for b, s in states if b in ("over budget", "invalid run")]
+    # The real estimate returns every field the definition reads, in its ok or its refusal form.
+    assert plan_fields - REFUSAL_FIELDS <= set(p)
+    assert all(plan_fields & REFUSAL_FIELDS <= set(r) for r in refused)
+    done = next(s["guard"] for b, s in states if b == "spot: register")
+    for field, sub in guard_paths:
+        assert field in done and (not sub or sub in done[field]), (field, sub)
+
+
+def test_the_plans_hyperparameters_parse_into_the_trainers_config(synth):
+    p = states_for_every_branch(synth)[0][1]["plan"]
+    config = TrainConfig.from_hyperparameters(  # with the overrides the launcher adds on SageMaker
+        p["hyperparameters"], **{"data.path": "/opt/ml/input/data/train", "output_dir": "/opt/ml/model",
+                                 "checkpoint.dir": "/opt/ml/checkpoints"})
+    assert config.data.seq_len == RUN["data"]["seq_len"]
+    assert config.checkpoint.interval_minutes == pytest.approx(p["checkpoint_interval_seconds"] / 60, abs=0.01)
+
+
+def _cycle(definition: dict, start: str, back: str) -> list[str]:
+    """States from `start` until the Choice sends the run back to `start` with action `back`."""
+    names, name = [], start
+    while True:
+        names.append(name)
+        state = definition["States"][name]
+        if state["Type"] == "Choice":
+            nxt = next(c["Next"] for c in state["Choices"] if c.get("StringEquals") == back)
+            assert nxt == start
+            return names
+        name = state["Next"]
+
+
+def test_the_longest_run_the_contract_allows_stays_under_half_the_history_quota(synth, rendered):
+    loop = _cycle(rendered, "WaitForJob", "wait")
+    per_poll = sum(EVENTS[rendered["States"][n]["Type"]] for n in loop)
+    assert per_poll == 9, loop  # Wait + CostGuard + NextAction
+    p = states_for_every_branch(synth)[0][1]["plan"]
+    p = {**p, "max_usd": 1e9}  # a cap that never shortens the waits: the most polls
+    polls = 0
+    # MaxWait at the contract's maximum (56 days of spot), then a 28-day on-demand fallback.
+    for job_seconds in (2 * MAX_RUNTIME_LIMIT_S, MAX_RUNTIME_LIMIT_S):
+        age = 0.0
+        while age < job_seconds:
+            age += next_wait(p, age, 0.0)
+            polls += 1
+    stops_and_creates = 2 * 5 + 2 * (5 + EVENTS["Wait"])  # a stop each, the fallback create; generous
+    fixed = sum(EVENTS[s["Type"]] for s in rendered["States"].values())  # every other state once, generously
+    total = polls * per_poll + stops_and_creates + fixed
+    assert total < HISTORY_QUOTA / 2, (polls, total)
+    assert rendered["TimeoutSeconds"] >= 3 * MAX_RUNTIME_LIMIT_S  # the execution outlives its longest job

@@ -1,0 +1,111 @@
+"""Security and hygiene of the synthesized stack (issue #8, point 8), the canceller's rule and the freshness alarm."""
+
+from __future__ import annotations
+
+import json
+
+from spotrun.seams import CHECKPOINT_OVERDUE_METRIC
+
+STATE_MACHINE = "PipelineStateMachine1814BD05"
+
+
+def _as_list(x):
+    return x if isinstance(x, list) else [x]
+
+
+def _statements(synth, prefix: str) -> list[dict]:
+    return [s for lid, r in synth.resources("AWS::IAM::Policy").items() if lid.startswith(prefix)
+            for s in r["Properties"]["PolicyDocument"]["Statement"]]
+
+
+def _rules_targeting(synth, function_prefix: str) -> list[dict]:
+    out = []
+    for rule in synth.resources("AWS::Events::Rule").values():
+        for target in rule["Properties"]["Targets"]:
+            if function_prefix in json.dumps(target["Arn"]):
+                out.append((rule, target))
+    return out
+
+
+def test_every_lambda_target_of_eventbridge_has_a_dead_letter_queue(synth):
+    targets = _rules_targeting(synth, "InterruptionEventsRecorder") + _rules_targeting(synth, "PipelineCancelFn")
+    assert len(targets) == 3  # interrupted, finished -> recorder; execution ended -> canceller
+    queues = synth.resources("AWS::SQS::Queue")
+    for _, target in targets:
+        queue_id = target["DeadLetterConfig"]["Arn"]["Fn::GetAtt"][0]
+        assert queues[queue_id]["Properties"]["SqsManagedSseEnabled"] is True
+        assert target["RetryPolicy"]["MaximumRetryAttempts"] == 8
+
+
+def test_the_recorder_may_only_put_items(synth):
+    actions = {a for s in _statements(synth, "InterruptionEventsRecorderRole") for a in _as_list(s["Action"])}
+    assert {a for a in actions if a.startswith("dynamodb:")} == {"dynamodb:PutItem"}
+
+
+def test_service_principals_use_the_topic_key_only_for_this_account_and_its_alarms(synth):
+    keys = [r for lid, r in synth.resources("AWS::KMS::Key").items() if lid.startswith("FailuresTopicKey")]
+    assert len(keys) == 1
+    for stmt in keys[0]["Properties"]["KeyPolicy"]["Statement"]:
+        service = stmt.get("Principal", {}).get("Service")
+        if service is None:
+            continue
+        assert service == "cloudwatch.amazonaws.com", stmt  # EventBridge no longer publishes failures
+        assert stmt["Condition"]["StringEquals"]["aws:SourceAccount"] == {"Ref": "AWS::AccountId"}
+        assert ":alarm:*" in json.dumps(stmt["Condition"]["ArnLike"]["aws:SourceArn"])
+    for policy in synth.resources("AWS::SNS::TopicPolicy").values():
+        for stmt in policy["Properties"]["PolicyDocument"]["Statement"]:
+            assert "Service" not in stmt.get("Principal", {}) or "Condition" in stmt, stmt
+
+
+def test_kms_grants_belong_to_the_execution_role_not_the_state_machine(synth):
+    sm_actions = {a for s in _statements(synth, "PipelineStateMachineRole") for a in _as_list(s["Action"])}
+    assert not any(a.startswith("kms:CreateGrant") for a in sm_actions)
+    grants = [s for s in _statements(synth, "ExecutionRoleDefaultPolicy") if "kms:CreateGrant" in _as_list(s["Action"])]
+    assert len(grants) == 1 and grants[0]["Condition"] == {"Bool": {"kms:GrantIsForAWSResource": "true"}}
+    assert grants[0]["Resource"] == {"Fn::GetAtt": ["ArtifactsKeyA4B22E2B", "Arn"]}
+
+
+def test_model_package_group_name_is_unique_to_the_stack_instance_and_retained(synth):
+    group = synth.template["Resources"]["ModelPackageGroup"]
+    assert group["DeletionPolicy"] == "Retain"
+    name = group["Properties"]["ModelPackageGroupName"]["Fn::Join"]
+    assert name[1][0] == "spotrun-dev-models" and "AWS::StackId" in json.dumps(name[1][1])
+
+
+def test_an_execution_that_ends_early_invokes_the_canceller(synth):
+    from moto.events.models import EventPattern
+
+    (rule, target), = _rules_targeting(synth, "PipelineCancelFn")
+    pattern = rule["Properties"]["EventPattern"]
+    assert pattern["detail"]["stateMachineArn"] == [{"Ref": STATE_MACHINE}]
+    pattern["detail"]["stateMachineArn"] = ["arn:aws:states:us-east-1:123456789012:stateMachine:sm"]
+    matcher = EventPattern.load(json.dumps(pattern))
+
+    def event(status: str) -> dict:  # as documented for "Step Functions Execution Status Change"
+        return {"version": "0", "id": "1", "detail-type": "Step Functions Execution Status Change",
+                "source": "aws.states", "account": "123456789012", "time": "2026-11-30T00:00:00Z",
+                "region": "us-east-1", "resources": ["arn:aws:states:us-east-1:123456789012:execution:sm:e"],
+                "detail": {"executionArn": "arn:aws:states:us-east-1:123456789012:execution:sm:e",
+                           "stateMachineArn": "arn:aws:states:us-east-1:123456789012:stateMachine:sm",
+                           "name": "e", "status": status, "startDate": 1764460800000, "stopDate": 1764464400000,
+                           "input": "{}", "output": None}}
+
+    for status in ("ABORTED", "FAILED", "TIMED_OUT"):
+        assert matcher.matches_event(event(status)), status
+    for status in ("SUCCEEDED", "RUNNING"):
+        assert not matcher.matches_event(event(status)), status
+    fn = synth.resources("AWS::Lambda::Function")[target["Arn"]["Fn::GetAtt"][0]]
+    assert fn["Properties"]["Handler"] == "spotrun.handlers.cancel.handler"
+    actions = {a for s in _statements(synth, "PipelineCancelFnRole") for a in _as_list(s["Action"])}
+    assert {"sagemaker:StopTrainingJob", "sagemaker:DescribeTrainingJob", "states:DescribeExecution"} <= actions
+
+
+def test_checkpoint_freshness_alarm_notifies_the_topic(synth):
+    alarms = [a["Properties"] for a in synth.resources("AWS::CloudWatch::Alarm").values()
+              if a["Properties"].get("MetricName") == CHECKPOINT_OVERDUE_METRIC]
+    assert len(alarms) == 1
+    alarm = alarms[0]
+    assert alarm["Threshold"] == 1 and alarm["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
+    assert alarm["AlarmActions"] == [{"Ref": "FailuresTopic8CFD5254"}]
+    _, dash = synth.one("AWS::CloudWatch::Dashboard")
+    assert "CheckpointAgeSeconds" in json.dumps(dash["Properties"]["DashboardBody"])
