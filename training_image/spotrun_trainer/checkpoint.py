@@ -59,7 +59,8 @@ log = logging.getLogger(__name__)
 MANIFEST = "manifest.json"
 FORMAT = 1
 _STEP_DIR = re.compile(r"^step-(\d{8})$")
-# Time left after the save for the last step and the shutdown, inside the stop notice (KNOWLEDGE.md).
+# Time left after the save for the last step and the shutdown, inside the stop notice (SageMaker sends SIGTERM
+# and allows 120 s: StopTrainingJob API reference).
 SHUTDOWN_MARGIN_S = 30.0
 
 
@@ -234,7 +235,8 @@ class CheckpointManager:
         use_async = cfg.async_save and self.enabled
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ckpt") if use_async else None
         # NOTE: async saves must not share the training group: their collectives would interleave with FSDP's
-        # and deadlock (KNOWLEDGE.md). A dedicated gloo group carries them (and the commit's small collectives).
+        # and deadlock (seen with torch 2.13 and gloo). A dedicated gloo group carries them (and the commit's small
+        # collectives).
         self._async_group = dist.new_group(backend="gloo") if use_async else None
         # One stager for the whole run: it keeps its CPU staging buffers, so periodic saves after the first do not
         # allocate (and page-fault) a full copy of the state again: that halves the time training is blocked.

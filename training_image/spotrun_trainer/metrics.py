@@ -20,7 +20,7 @@ __all__ = ["METRIC_DEFINITIONS", "METRIC_FIELDS", "format_line", "parse_line", "
 
 # bf16 dense peak FLOP/s per device, from the vendors' data sheets (no sparsity).
 DEVICE_PEAK_FLOPS: dict[str, float] = {
-    "NVIDIA A10G": 70e12,  # g5 (KNOWLEDGE.md figure)
+    "NVIDIA A10G": 70e12,  # g5; NVIDIA A10G data sheet (dense bf16 tensor core)
     "NVIDIA L4": 121e12,  # g6
     "NVIDIA L40S": 362e12,  # g6e
     "NVIDIA A100-SXM4-40GB": 312e12,  # p4d
