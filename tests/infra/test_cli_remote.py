@@ -1,12 +1,10 @@
 """`spotrun start|status|logs|report|cancel|list` against moto: the synthesized state machine run by moto's
-interpreter, the stack's real output keys in a CloudFormation stack, the trainer's real metric lines in
-CloudWatch Logs. The estimate and cost-guard Lambdas cannot run in moto: their real handlers' outputs are queued
-(tests/infra/test_state_machine_moto.py)."""
+interpreter with the real handlers deciding (tests/infra/test_state_machine_moto.py's Driver), the stack's real
+output keys in a CloudFormation stack, the trainer's real metric lines in CloudWatch Logs."""
 
 from __future__ import annotations
 
 import copy
-import dataclasses
 import json
 import time
 
@@ -14,11 +12,17 @@ import boto3
 import pytest
 
 from spotrun.cli import main
-from spotrun.handlers.cost_guard import decide
-from spotrun.handlers.estimate import plan
 from spotrun.remote import TRAINING_LOG_GROUP, stack_name
 from spotrun_trainer.metrics import format_line
-from tests.infra.test_state_machine_moto import BUCKET, REGION, RUN, aws, queue_lambda_results  # noqa: F401
+from tests.infra.test_state_machine_moto import (  # noqa: F401 - `aws` is the moto fixture
+    BUCKET,
+    GROUP,
+    REGION,
+    RUN,
+    _finished,
+    _running,
+    aws,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -30,7 +34,7 @@ def stage(aws, synth, tmp_path, monkeypatch):  # noqa: F811 - the moto fixture i
     names = [a["properties"].get("stackName", key) for key, a in manifest["artifacts"].items()
              if a["type"] == "aws:cloudformation:stack"]
     assert names == [stack_name("dev")]  # the name the CLI looks for is the one CDK deploys
-    values = {"StateMachineArn": aws["sm_arn"], "ArtifactBucket": BUCKET, "ModelPackageGroupName": "spotrun-models"}
+    values = {"StateMachineArn": aws.sm_arn, "ArtifactBucket": BUCKET, "ModelPackageGroupName": GROUP}
     outputs = {key: {"Value": values.get(key, f"placeholder-{key}")} for key in synth.template["Outputs"]}
     assert set(values) <= set(outputs)
     cfn = boto3.client("cloudformation", region_name=REGION)
@@ -47,9 +51,16 @@ def write_run(tmp_path, **changes) -> str:
     return str(path)
 
 
+def cli_output(capsys) -> str:
+    """What the CLI printed, less the metric lines the real handlers print (CloudWatch's embedded metric
+    format) while the Driver runs them in this process for moto's interpreter."""
+    out = capsys.readouterr().out
+    return "".join(line for line in out.splitlines(keepends=True) if not line.startswith('{"_aws": '))
+
+
 def cli_json(capsys, *argv) -> tuple[int, object]:
     code = main([*argv, "--format", "json"])
-    out = capsys.readouterr().out
+    out = cli_output(capsys)
     return code, json.loads(out) if out.strip() else None
 
 
@@ -63,18 +74,16 @@ def wait_until(sfn, arn: str, predicate, timeout: float = 30) -> dict:
     raise TimeoutError(arn)
 
 
-def test_start_status_logs_cancel_and_list_a_running_run(stage, tmp_path, capsys, monkeypatch):
-    sfn, sm = stage["sfn"], stage["sagemaker"]
-    # A plan that polls slowly: the execution waits in WaitForJob while the commands look at it.
-    p = plan(copy.deepcopy(RUN), "cli", dataclasses.replace(stage["settings"], poll_seconds=600),
-             s3_client=stage["s3"])
-    queue_lambda_results(p)
+def test_start_status_logs_cancel_and_list_a_running_run(stage, tmp_path, capsys):
+    sfn, sm = stage.sfn, stage.sagemaker
+    stage.progress = lambda job, poll: _running(job)  # SageMaker reports the job training at every poll
 
     code, started = cli_json(capsys, "start", write_run(tmp_path), "--stage", "dev")
     assert code == 0 and started["started"] is True
     assert started["execution"].startswith("moto-run-") and started["cap_usd"] == 25
-    wait_until(sfn, started["execution_arn"],
-               lambda d: sm.list_training_jobs()["TrainingJobSummaries"] or d["status"] != "RUNNING")
+    wait_until(sfn, started["execution_arn"], lambda d: stage.polls or d["status"] != "RUNNING")
+    assert sfn.describe_execution(executionArn=started["execution_arn"])["status"] == "RUNNING"
+    p = {"job_name": sm.list_training_jobs()["TrainingJobSummaries"][0]["TrainingJobName"]}
 
     logs = boto3.client("logs", region_name=REGION)
     logs.create_log_group(logGroupName=TRAINING_LOG_GROUP)
@@ -96,36 +105,21 @@ def test_start_status_logs_cancel_and_list_a_running_run(stage, tmp_path, capsys
     assert cli_json(capsys, "status", "--stage", "dev")[1][0]["execution"] == started["execution"]  # the running one
 
     assert main(["logs", "moto-run", "--stage", "dev"]) == 0
-    assert capsys.readouterr().out.splitlines() == lines
+    assert cli_output(capsys).splitlines() == lines
 
-    # moto has no StopTrainingJob: with the job made InProgress, botocore still validates the request against
-    # the service model before this hook answers it.
-    from moto.sagemaker.models import sagemaker_backends
-
-    sagemaker_backends["123456789012"][REGION].training_jobs[p["job_name"]].training_job_status = "InProgress"
-    from types import SimpleNamespace
-
-    stopped = []
-
-    def stop_hook(params, **_):
-        stopped.append(json.loads(params["body"])["TrainingJobName"])
-        return SimpleNamespace(status_code=200), {}
-
-    monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)  # a fresh default session for this test only
-    boto3.setup_default_session(region_name=REGION)
-    boto3.DEFAULT_SESSION.events.register("before-call.sagemaker.StopTrainingJob", stop_hook)
+    # The Driver adds moto's missing StopTrainingJob; botocore validates the request against the service model.
     code, cancelled = cli_json(capsys, "cancel", "moto-run", "--stage", "dev")
     assert code == 0 and cancelled == {"execution": started["execution"], "execution_stopped": True,
                                        "job_stopped": True, "job_name": p["job_name"]}
-    assert stopped == [p["job_name"]]
+    assert stage.job(p["job_name"]).training_job_status == "Stopping"
     assert sfn.describe_execution(executionArn=started["execution_arn"])["status"] == "ABORTED"
     assert main(["cancel", "moto-run", "--stage", "dev"]) == 2  # nothing left to cancel
     assert "ABORTED" in capsys.readouterr().err
 
     # --follow ends once the execution and the job have ended, each line printed once.
-    sagemaker_backends["123456789012"][REGION].training_jobs[p["job_name"]].training_job_status = "Stopped"
+    stage.job(p["job_name"]).training_job_status = "Stopped"
     assert main(["logs", "moto-run", "--follow", "--poll-seconds", "0", "--stage", "dev"]) == 0
-    assert capsys.readouterr().out.splitlines() == lines
+    assert cli_output(capsys).splitlines() == lines
 
     code, listed = cli_json(capsys, "list", "--stage", "dev")
     assert code == 0 and [(r["execution"], r["state"]) for r in listed] == [(started["execution"], "ABORTED")]
@@ -137,33 +131,32 @@ def test_start_refuses_an_invalid_run_before_anything_starts(stage, tmp_path, ca
     assert code == 2 and refused["error"] == "InvalidRun" and "data.source" in refused["message"]
     poor = write_run(tmp_path, name="poor-run", budget={"max_usd": 0.01})
     assert cli_json(capsys, "start", poor, "--stage", "dev")[0] == 3
-    assert stage["sfn"].list_executions(stateMachineArn=stage["sm_arn"])["executions"] == []
+    assert stage.sfn.list_executions(stateMachineArn=stage.sm_arn)["executions"] == []
 
 
 def test_report_of_a_finished_run_gives_billing_savings_cost_and_the_package(stage, tmp_path, capsys):
-    p = plan(copy.deepcopy(RUN), "done", stage["settings"], s3_client=stage["s3"])
-    guard0 = {"action": "wait", "job_name": p["job_name"], "spot": True, "spent_before_usd": 0,
-              "interruptions_before": 0}
-    completed = decide(p, guard0, {
-        "TrainingJobStatus": "Completed", "BillableTimeInSeconds": 900, "TrainingTimeInSeconds": 3000,
-        "SecondaryStatusTransitions": [{"Status": "Training"}, {"Status": "Interrupted"}, {"Status": "Training"}],
-        "FinalMetricDataList": [{"MetricName": "train:loss", "Value": 2.5}],
-        "ModelArtifacts": {"S3ModelArtifacts": f"s3://{BUCKET}/output/{p['job_name']}/output/model.tar.gz"}},
-        now=time.time())
-    queue_lambda_results(p, completed)
+    def progress(job, poll):  # interrupted once, then completed: billable 900 s of 3,000 s training
+        job.secondary_status_transitions = [{"Status": "Training", "StartTime": job.creation_time},
+                                            {"Status": "Interrupted", "StartTime": job.creation_time},
+                                            {"Status": "Training", "StartTime": job.creation_time}]
+        _finished(job, "Completed", "Completed", billable=900, training=3000,
+                  final_metric_data_list=[{"MetricName": "train:loss", "Value": 2.5,
+                                           "Timestamp": job.creation_time}])
+    stage.progress = progress
     code, started = cli_json(capsys, "start", write_run(tmp_path), "--stage", "dev")
     assert code == 0
-    wait_until(stage["sfn"], started["execution_arn"], lambda d: d["status"] != "RUNNING")
+    done = wait_until(stage.sfn, started["execution_arn"], lambda d: d["status"] != "RUNNING", timeout=90)
+    assert done["status"] == "SUCCEEDED", done
 
     code, rep = cli_json(capsys, "report", "moto-run", "--stage", "dev")
     assert code == 0
     assert (rep["billable_seconds"], rep["training_seconds"], rep["spot_savings_pct"]) == (900, 3000, 70.0)
     assert rep["interruptions"] == 1 and rep["final_loss"] == 2.5
-    packages = stage["sagemaker"].list_model_packages(ModelPackageGroupName="spotrun-models")
+    packages = stage.sagemaker.list_model_packages(ModelPackageGroupName=GROUP)
     assert rep["model_package_arn"] == packages["ModelPackageSummaryList"][0]["ModelPackageArn"]
 
     assert main(["report", started["execution"], "--stage", "dev"]) == 0
-    text = capsys.readouterr().out
+    text = cli_output(capsys)
     assert "900.0 s / 3000.0 s" in text and "spot savings 70.0%" in text and rep["model_package_arn"] in text
 
 
