@@ -18,8 +18,9 @@ from constructs import Construct
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DOCKERFILE = "training_image/Dockerfile"
 # Only these go into the build context (the root .dockerignore says the same for `docker build` by hand).
+# spotrun/local (the laptop pipeline, demo and example builders) never runs in SageMaker: kept out of the image.
 CONTEXT = ["*", "!pyproject.toml", "!spotrun", "!spotrun/**", "!training_image", "!training_image/**",
-           "**/__pycache__", "**/*.pyc", "*.egg-info"]
+           "spotrun/local", "**/__pycache__", "**/*.pyc", "*.egg-info"]
 # Newest PyTorch training DLC in the pinned sagemaker-core's offline catalog.
 DLC_VERSIONS = {"training": ("2.10", "py313")}
 # HF LLM (TGI) serving image: it serves a Hugging Face safetensors directory from /opt/ml/model.

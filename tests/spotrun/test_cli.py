@@ -89,7 +89,12 @@ def test_validate_applies_the_stage_rules_given_offline(tmp_path, capsys):
     assert main(["validate", "--bucket", "art-bucket", "--group", "spotrun-models", str(filled)]) == 0
     out = capsys.readouterr().out
     assert "s3://art-bucket/datasets/" in out and "not checked: the sources" in out
-    assert main(["validate", "--bucket", "art-bucket", "--group", "other-group", str(filled)]) == 2
+    grouped = tmp_path / "grouped.json"  # a run that names its model package group must name the stage's
+    grouped.write_text(json.dumps({**json.loads(filled.read_text()),
+                                   "registry": {"model_package_group": "spotrun-models"}}))
+    assert main(["validate", "--bucket", "art-bucket", "--group", "spotrun-models", str(grouped)]) == 0
+    capsys.readouterr()
+    assert main(["validate", "--bucket", "art-bucket", "--group", "other-group", str(grouped)]) == 2
     assert "registry.model_package_group" in capsys.readouterr().err
     assert main(["validate", "--bucket", "art-bucket", str(filled)]) == 2
     assert "--group too" in capsys.readouterr().err

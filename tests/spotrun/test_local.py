@@ -153,7 +153,13 @@ def test_the_trainer_image_ships_only_what_runs_in_sagemaker():
     for path in package.glob("*.py"):
         text = path.read_text()
         assert "spotrun.local" not in text and "def kill_tree" not in text, path.name
-    assert "COPY spotrun_trainer ./spotrun_trainer" in (TRAINER_ROOT / "Dockerfile").read_text()
+    assert "COPY training_image/spotrun_trainer ./spotrun_trainer" in (TRAINER_ROOT / "Dockerfile").read_text()
+    # The image's build context is the repository root (it installs spotrun for the seams): the local pipeline
+    # is excluded from it, in the CDK asset and for a hand-made `docker build`.
+    from training_constructs.trainer_image import CONTEXT
+
+    assert "spotrun/local" in CONTEXT
+    assert "spotrun/local" in (TRAINER_ROOT.parent / ".dockerignore").read_text().splitlines()
 
 
 def test_progress_lines_show_step_total_loss_throughput_eta_and_interruptions(tmp_path):
