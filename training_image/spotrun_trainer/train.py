@@ -82,130 +82,204 @@ def _device_peak(device: torch.device) -> float | None:
     return metrics.device_peak_flops(torch.cuda.get_device_name(device))
 
 
-def train(cfg: TrainConfig, *, local_rank: int, stop: StopFlag) -> Outcome:
-    rank, world = dist.get_rank(), dist.get_world_size()
-    device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
-    if cfg.num_threads:
-        torch.set_num_threads(cfg.num_threads)
-    if cfg.deterministic:
-        torch.use_deterministic_algorithms(True)
-    mesh = build_mesh(device.type, world, cfg.replicate_degree)
+@dataclass
+class TrainState:
+    """The loop's own counters, checkpointed beside the data loader and the LR scheduler."""
 
-    torch.manual_seed(cfg.seed)  # the same init stream on every rank before sharding
-    built = build_sharded_model(cfg.model, mesh=mesh, device=device, seed=cfg.seed)
-    model = built.model
-    model.train()
-    torch.manual_seed(cfg.seed + 1 + rank)  # per-rank stream (dropout) after it; saved per rank in checkpoints
+    step: int = 0
+    tokens_seen: int = 0
+    last_loss: float = float("nan")
 
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.optim.lr, betas=(cfg.optim.beta1, cfg.optim.beta2),
-                                  weight_decay=cfg.optim.weight_decay)
-    loader = TokenShardLoader(Path(cfg.data.path), seq_len=cfg.data.seq_len, micro_batch=cfg.micro_batch,
-                              dp_rank=rank, dp_size=world, seed=cfg.seed)
-    samples_per_step = loader.global_batch * cfg.grad_accum
-    total_steps = cfg.max_steps or max(1, int(cfg.epochs * loader.samples_per_epoch // samples_per_step))
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lr_lambda(total_steps, cfg.optim.warmup_steps, cfg.optim.min_lr_ratio))
-    ckpt = CheckpointManager(cfg.checkpoint, model=model, optimizer=optimizer, local_rank=local_rank)
+    def state_dict(self) -> dict:
+        return {"step": self.step, "tokens_seen": self.tokens_seen, "last_loss": self.last_loss}
 
-    step, tokens_seen, last_loss = 0, 0, float("nan")
-    restored = ckpt.load()
-    if restored is not None:
-        ts = restored.train_state
-        step, tokens_seen = ts["step"], ts["tokens_seen"]
-        last_loss = ts.get("last_loss", last_loss)
-        loader.load_state_dict(ts["loader"])
-        scheduler.load_state_dict(ts["scheduler"])
+    def load_state_dict(self, state: dict) -> None:
+        self.step, self.tokens_seen = int(state["step"]), int(state["tokens_seen"])
+        self.last_loss = float(state.get("last_loss", float("nan")))
 
-    def train_state() -> dict:
-        return {"step": step, "tokens_seen": tokens_seen, "last_loss": last_loss, "loader": loader.state_dict(),
-                "scheduler": scheduler.state_dict()}
 
-    # A stop that arrived while starting (loading the model or the checkpoint): nothing new to save, and the
-    # notice is better spent exiting than running a step.
-    early = torch.tensor([float(stop.requested)], device=device)
-    dist.all_reduce(early, op=dist.ReduceOp.MAX)
-    if early.item():
-        ckpt.close()
-        if rank == 0:
-            print(f"run_stopped step={step} reason=signal-before-first-step", flush=True)
-        return Outcome("stopped", step)
+@dataclass
+class Agreement:
+    """What all ranks decided together after a step (the step's one collective)."""
 
-    if rank == 0:
-        print(f"run_start params={built.num_params} world={world} blocks={len(built.blocks)} "
-              f"start_step={step} total_steps={total_steps} device={device.type}", flush=True)
-    peak = _device_peak(device)
-    loss_log = Path(cfg.output_dir) / "loss_history.jsonl"
-    tokens_per_step = samples_per_step * cfg.data.seq_len
-    window_t, window_tokens = time.perf_counter(), 0
-    run_t0 = time.perf_counter()
+    stop: bool  # a stop signal reached some rank
+    save_due: bool  # a periodic save is due on some rank
+    pending_done: bool  # every rank finished writing its part of the background save
 
-    while step < total_steps:
-        loss_sum = torch.zeros((), device=device)
+
+class Trainer:
+    """Builds the run from its config, then `run()`: step, agree, log, save decision; at the end, export."""
+
+    def __init__(self, cfg: TrainConfig, *, local_rank: int, stop: StopFlag):
+        self.cfg, self.stop_flag = cfg, stop
+        self.rank, self.world = dist.get_rank(), dist.get_world_size()
+        self.device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
+        if cfg.num_threads:
+            torch.set_num_threads(cfg.num_threads)
+        if cfg.deterministic:
+            torch.use_deterministic_algorithms(True)
+        mesh = build_mesh(self.device.type, self.world, cfg.replicate_degree)
+
+        torch.manual_seed(cfg.seed)  # the same init stream on every rank before sharding
+        self.built = build_sharded_model(cfg.model, mesh=mesh, device=self.device, seed=cfg.seed)
+        self.model = self.built.model
+        self.model.train()
+        torch.manual_seed(cfg.seed + 1 + self.rank)  # per-rank stream (dropout) after it; saved per rank
+
+        o = cfg.optim
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=o.lr, betas=(o.beta1, o.beta2),
+                                           weight_decay=o.weight_decay)
+        self.loader = TokenShardLoader(Path(cfg.data.path), seq_len=cfg.data.seq_len, micro_batch=cfg.micro_batch,
+                                       dp_rank=self.rank, dp_size=self.world, seed=cfg.seed)
+        samples_per_step = self.loader.global_batch * cfg.grad_accum
+        self.tokens_per_step = samples_per_step * cfg.data.seq_len
+        self.total_steps = cfg.max_steps or max(1, int(cfg.epochs * self.loader.samples_per_epoch
+                                                       // samples_per_step))
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lr_lambda(self.total_steps, o.warmup_steps, o.min_lr_ratio))
+        self.state = TrainState()
+        self.ckpt = CheckpointManager(cfg.checkpoint, model=self.model, optimizer=self.optimizer, local_rank=local_rank,
+                                      states={"trainer": self.state, "loader": self.loader,
+                                              "scheduler": self.scheduler})
+        self.peak_flops = _device_peak(self.device)
+        self.loss_log = Path(cfg.output_dir) / "loss_history.jsonl"
+
+    # ---- the loop ------------------------------------------------------------------------------------------
+
+    def run(self) -> Outcome:
+        restored = self.ckpt.load()  # restores model, optimizer, RNG, loader, scheduler and self.state in place
+        self.start_step = self.state.step
+        if self._agree_early_stop():
+            return self._stopped("signal-before-first-step", save=False)
+        if self.rank == 0:
+            print(f"run_start params={self.built.num_params} world={self.world} blocks={len(self.built.blocks)} "
+                  f"start_step={self.state.step} total_steps={self.total_steps} device={self.device.type}",
+                  flush=True)
+        self._window = (time.perf_counter(), 0)
+        run_t0 = time.perf_counter()
+        while self.state.step < self.total_steps:
+            loss_sum, grad_norm, lr = self.train_step()
+            agreed = self.agree(loss_sum)
+            self._log(grad_norm, lr)
+            if agreed.stop:
+                return self._stopped("signal", save=True)
+            self.ckpt.finalize_if_done(agreed.pending_done)
+            if agreed.save_due and self.state.step < self.total_steps:
+                self.ckpt.save(self.state.step, blocking=not self.cfg.checkpoint.async_save)
+        wall = time.perf_counter() - run_t0
+        # A final checkpoint first: an interruption during export then resumes straight into export.
+        self.ckpt.save(self.state.step, blocking=True)
+        self.ckpt.close()
+        self.export()
+        if self.rank == 0:
+            self._write_summary(wall, restored)
+            print(f"run_completed step={self.state.step} final_loss={self.state.last_loss:.4f}", flush=True)
+        return Outcome("completed", self.state.step)
+
+    def train_step(self) -> tuple[torch.Tensor, torch.Tensor, float]:
+        """One optimizer step over `grad_accum` micro-batches: (this rank's summed loss, grad norm, lr used)."""
+        cfg = self.cfg
+        loss_sum = torch.zeros((), device=self.device)
         for _ in range(cfg.grad_accum):
-            batch = torch.from_numpy(loader.next_batch()).to(device)
-            out = model(input_ids=batch, labels=batch)
+            batch = torch.from_numpy(self.loader.next_batch()).to(self.device)
+            out = self.model(input_ids=batch, labels=batch)
             (out.loss / cfg.grad_accum).backward()
             loss_sum += out.loss.detach()
+        params = self.model.parameters()
         if cfg.optim.grad_clip > 0:
-            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip)
+            grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.optim.grad_clip)
         else:
-            grad_norm = torch.nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None])
+            grad_norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
         if hasattr(grad_norm, "full_tensor"):
             grad_norm = grad_norm.full_tensor()
-        lr = scheduler.get_last_lr()[0]
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
-        step += 1
-        tokens_seen += tokens_per_step
-        window_tokens += tokens_per_step
+        lr = self.scheduler.get_last_lr()[0]
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.state.step += 1
+        self.state.tokens_seen += self.tokens_per_step
+        return loss_sum, grad_norm, lr
 
+    def agree(self, loss_sum: torch.Tensor) -> Agreement:
+        """The mean loss of the step, and the decisions every rank must take together."""
         dist.all_reduce(loss_sum, op=dist.ReduceOp.SUM)
-        last_loss = loss_sum.item() / (world * cfg.grad_accum)
+        self.state.last_loss = loss_sum.item() / (self.world * self.cfg.grad_accum)
+        if self.rank == 0:
+            with self.loss_log.open("a") as fh:
+                fh.write(json.dumps({"step": self.state.step, "loss": self.state.last_loss.hex()}) + "\n")
         # One agreement per step: stop requested anywhere, periodic save due anywhere, background save unfinished.
-        flags = torch.tensor([float(stop.requested), float(ckpt.due(step)), float(ckpt.pending_unfinished())],
-                             device=device)
+        flags = torch.tensor([float(self.stop_flag.requested), float(self.ckpt.due(self.state.step)),
+                              float(self.ckpt.pending_unfinished())], device=self.device)
         dist.all_reduce(flags, op=dist.ReduceOp.MAX)
         stop_now, save_due, pending = (bool(x) for x in flags.tolist())
+        return Agreement(stop=stop_now, save_due=save_due, pending_done=not pending)
 
-        if rank == 0:
-            with loss_log.open("a") as fh:
-                fh.write(json.dumps({"step": step, "loss": last_loss.hex()}) + "\n")
-            if step % cfg.log_every == 0 or step == total_steps:
-                elapsed = time.perf_counter() - window_t
-                tps = window_tokens / max(elapsed, 1e-9)
-                print(metrics.format_line(step, loss=last_loss, lr=lr, grad_norm=float(grad_norm),
-                                          tokens_per_s=tps, mfu=metrics.mfu(built.num_params, tps / world, peak),
-                                          mem_gb=_peak_mem_gb(device)), flush=True)
-                window_t, window_tokens = time.perf_counter(), 0
+    def _log(self, grad_norm: torch.Tensor, lr: float) -> None:
+        step = self.state.step
+        window_t, window_tokens = self._window
+        window_tokens += self.tokens_per_step
+        self._window = (window_t, window_tokens)
+        if self.rank != 0 or not (step % self.cfg.log_every == 0 or step == self.total_steps):
+            return
+        tps = window_tokens / max(time.perf_counter() - window_t, 1e-9)
+        print(metrics.format_line(step, loss=self.state.last_loss, lr=lr, grad_norm=float(grad_norm),
+                                  tokens_per_s=tps, mfu=metrics.mfu(self.built.num_params, tps / self.world,
+                                                                    self.peak_flops),
+                                  mem_gb=_peak_mem_gb(self.device)), flush=True)
+        self._window = (time.perf_counter(), 0)
 
-        if stop_now:
-            ckpt.save(step, train_state(), blocking=True)
-            ckpt.close()
-            if rank == 0:
-                print(f"run_stopped step={step} reason=signal", flush=True)
-            return Outcome("stopped", step)
-        ckpt.finalize_if_done(not pending)
-        if save_due and step < total_steps:
-            ckpt.save(step, train_state(), blocking=not cfg.checkpoint.async_save)
+    # ---- stopping and the end ------------------------------------------------------------------------------
 
-    wall = time.perf_counter() - run_t0
-    # A final checkpoint first: an interruption during export then resumes straight into export.
-    ckpt.save(step, train_state(), blocking=True)
-    ckpt.close()
-    export(cfg, model, built, loader)
-    if rank == 0:
-        steps_run = step - (restored.step if restored else 0)
-        tps_dev = steps_run * tokens_per_step / max(wall, 1e-9) / world
+    def _agree_early_stop(self) -> bool:
+        """A stop that arrived while starting (loading the model or the checkpoint): nothing new to save, and the
+        notice is better spent exiting than running a step."""
+        early = torch.tensor([float(self.stop_flag.requested)], device=self.device)
+        dist.all_reduce(early, op=dist.ReduceOp.MAX)
+        return bool(early.item())
+
+    def _stopped(self, reason: str, *, save: bool) -> Outcome:
+        if save:
+            self.ckpt.save(self.state.step, blocking=True)
+        self.ckpt.close()
+        if self.rank == 0:
+            print(f"run_stopped step={self.state.step} reason={reason}", flush=True)
+        return Outcome("stopped", self.state.step)
+
+    def _write_summary(self, wall: float, restored) -> None:
+        steps_run = self.state.step - self.start_step
+        tps_dev = steps_run * self.tokens_per_step / max(wall, 1e-9) / self.world
         summary = {
-            "final_loss": last_loss, "steps": step, "tokens": tokens_seen, "parameters": built.num_params,
-            "world_size": world, "tokens_per_s_per_device": tps_dev,
-            "mfu": metrics.mfu(built.num_params, tps_dev, peak), "peak_mem_gb": _peak_mem_gb(device),
-            "wall_s": wall, "resumed_from_step": restored.step if restored else None,
+            "final_loss": self.state.last_loss, "steps": self.state.step, "tokens": self.state.tokens_seen,
+            "parameters": self.built.num_params, "world_size": self.world, "tokens_per_s_per_device": tps_dev,
+            "mfu": metrics.mfu(self.built.num_params, tps_dev, self.peak_flops),
+            "peak_mem_gb": _peak_mem_gb(self.device), "wall_s": wall,
+            "resumed_from_step": restored.step if restored else None,
         }
-        (Path(cfg.output_dir) / "metrics.json").write_text(json.dumps(summary, indent=2))
-        print(f"run_completed step={step} final_loss={last_loss:.4f}", flush=True)
-    return Outcome("completed", step)
+        (Path(self.cfg.output_dir) / "metrics.json").write_text(json.dumps(summary, indent=2))
+
+    def export(self) -> None:
+        """HF safetensors + config + tokenizer into output_dir (rank 0), from a full state dict gathered to CPU."""
+        cfg, model = self.cfg, self.model
+        out = Path(cfg.output_dir)
+        full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        if cfg.probe_logits_path:
+            model.eval()
+            probe = torch.from_numpy(self.loader.next_batch()[:1]).to(self.device)
+            with torch.no_grad():
+                logits = model(input_ids=probe).logits.float().cpu()
+            model.train()
+        if self.rank == 0:
+            model.save_pretrained(out, state_dict=full)  # NOTE: save_pretrained empties the dict passed to it
+            self.built.hf_config.architectures = [_plain_class_name(model)]
+            self.built.hf_config.save_pretrained(out)
+            _export_tokenizer(cfg, out)
+            if cfg.probe_logits_path:
+                torch.save({"input_ids": probe.cpu(), "logits": logits}, cfg.probe_logits_path)
+        dist.barrier()
+
+
+def train(cfg: TrainConfig, *, local_rank: int, stop: StopFlag) -> Outcome:
+    return Trainer(cfg, local_rank=local_rank, stop=stop).run()
 
 
 def _plain_class_name(model: torch.nn.Module) -> str:
@@ -214,26 +288,6 @@ def _plain_class_name(model: torch.nn.Module) -> str:
         if not issubclass(cls, FSDPModule) and cls.__name__ != "Module":
             return cls.__name__
     return type(model).__name__
-
-
-def export(cfg: TrainConfig, model, built, loader: TokenShardLoader) -> None:
-    """HF safetensors + config + tokenizer into output_dir (rank 0), from a full state dict gathered to CPU."""
-    out = Path(cfg.output_dir)
-    full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-    if cfg.probe_logits_path:
-        model.eval()
-        probe = torch.from_numpy(loader.next_batch()[:1]).to(next(model.parameters()).device)
-        with torch.no_grad():
-            logits = model(input_ids=probe).logits.float().cpu()
-        model.train()
-    if dist.get_rank() == 0:
-        model.save_pretrained(out, state_dict=full)  # NOTE: save_pretrained empties the dict passed to it
-        built.hf_config.architectures = [_plain_class_name(model)]
-        built.hf_config.save_pretrained(out)
-        _export_tokenizer(cfg, out)
-        if cfg.probe_logits_path:
-            torch.save({"input_ids": probe.cpu(), "logits": logits}, cfg.probe_logits_path)
-    dist.barrier()
 
 
 def _export_tokenizer(cfg: TrainConfig, out: Path) -> None:
