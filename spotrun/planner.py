@@ -8,8 +8,10 @@ Rules (../shared/KNOWLEDGE.md, "The problem domain"), with the choices made here
   frozen bf16 base + 16 per adapter parameter. The trainer shards within a node and replicates across nodes
   (hybrid sharding), so the state must fit one node: state / gpus <= gpu_memory * usable fraction (0.6; the rest
   is headroom for activations, CUDA context and fragmentation). More nodes add speed, not capacity.
-- GPU-seconds = FLOPs / (peak * utilization), utilization 0.25 unless a measured MFU is given; wall = GPU-seconds
-  / (gpus * nodes) + startup (180 s: container pull + data download).
+- GPU-seconds = FLOPs / (peak * utilization); utilization: compute.utilization when given, else the median MFU
+  measured by earlier completed runs of the same model shape and method on that instance type (recorded by
+  handlers/performance.py), else the catalog's 0.25; the estimate says which. wall = GPU-seconds / (gpus *
+  nodes) + startup (180 s: container pull + data download).
 - Checkpoint bytes: 14/param full, 12/adapter param LoRA. The notice leaves 90 s to upload: needed rate =
   bytes / 90 s; if the nodes' S3 upload rate covers it, save on notice (and periodically as insurance), else
   save on a schedule. Save cost C = bytes / upload rate; Young/Daly interval sqrt(2·C·MTBI), clamped to
@@ -72,6 +74,7 @@ class Estimate:
     advice: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     hyperparameters: dict[str, str] = field(default_factory=dict)
+    utilization_source: str = "catalog default"
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -141,9 +144,11 @@ def _option(run: RunSpec, catalog: dict, itype: str, count: int, gpu_seconds: fl
 
 
 def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | None = None,
-             data_tokens: int | None = None, recorded_rates: dict[str, float] | None = None) -> Estimate:
+             data_tokens: int | None = None, recorded_rates: dict[str, float] | None = None,
+             recorded_mfu: dict[str, tuple[float, int]] | None = None) -> Estimate:
     """Estimate a validated run. `model_config`/`data_tokens` come from the run's sources (see sources.py);
-    `recorded_rates` maps instance type to interruptions per instance-hour measured by the recorder."""
+    `recorded_rates` maps instance type to interruptions per instance-hour measured by the recorder;
+    `recorded_mfu` maps instance type to (MFU, runs) measured by earlier runs of this shape and method."""
     catalog = catalog or load_catalog()
     d = catalog["defaults"]
     c = run.compute
@@ -160,7 +165,15 @@ def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | 
     flops = (4 * total + 6 * trainable) * tokens if lora else 6 * total * tokens
     state = 2 * total + 16 * trainable if lora else 16 * total
     ckpt_bytes = 12 * trainable if lora else 14 * total
-    util = c.utilization or d["utilization"]
+
+    def utilization(itype: str) -> tuple[float, str]:
+        if c.utilization:
+            return c.utilization, "compute.utilization"
+        mfu, runs = (recorded_mfu or {}).get(itype, (0.0, 0))
+        if 0 < mfu <= 1:
+            return mfu, (f"measured: the median MFU of {runs} earlier {run.training.method} run(s) of this model "
+                         f"shape on {itype}")
+        return d["utilization"], "catalog default"
 
     def fits(itype: str) -> bool:
         spec = catalog["instances"][itype]
@@ -188,7 +201,7 @@ def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | 
     for itype in candidates:
         spec = catalog["instances"][itype]
         family = itype.split(".")[1]
-        gpu_seconds = flops / (spec["bf16_tflops_per_gpu"] * 1e12 * util)
+        gpu_seconds = flops / (spec["bf16_tflops_per_gpu"] * 1e12 * utilization(itype)[0])
         rate = (c.spot and (run.checkpoint.interruptions_per_hour if run.checkpoint.interruptions_per_hour
                             is not None else (recorded_rates or {}).get(
                                 itype, catalog["families"][family]["interruptions_per_instance_hour"]))) or 0.0
@@ -202,6 +215,7 @@ def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | 
         options.append(_option(run, catalog, itype, count, gpu_seconds, ckpt_bytes, rate))
     best = min(options, key=lambda o: ((o.spot if c.spot else o.on_demand), o.wall))
     spec = catalog["instances"][best.instance_type]
+    util, util_source = utilization(best.instance_type)
     gpu_seconds = flops / (spec["bf16_tflops_per_gpu"] * 1e12 * util)
 
     expected_wall = best.wall + best.overhead
@@ -245,8 +259,10 @@ def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | 
         notice_upload_gb_per_s=ckpt_bytes / d["notice_upload_seconds"] / 1e9,
         upload_gb_per_s_available=best.upload_available, checkpoint_policy=best.policy,
         checkpoint_interval_seconds=int(round(best.interval)), interruptions_per_hour=best.rate,
-        cost_usd=cost, spot=c.spot, advice=advice, warnings=warnings,
+        cost_usd=cost, spot=c.spot, advice=advice, warnings=warnings, utilization_source=util_source,
     )
+    if util_source.startswith("measured"):
+        advice.append(f"utilization {util:.2f} ({util_source}) instead of the {d['utilization']:.2f} default")
     est.hyperparameters = trainer_hyperparameters(run, est)
     if c.spot and best.spot >= 0.9 * best.on_demand:
         advice.append("spot saves under 10% here once interruptions are counted: on-demand (compute.spot=false) "
@@ -298,7 +314,7 @@ def format_text(est: Estimate) -> str:
         ("parameters", f"{est.parameters:,}"), ("trainable parameters", f"{est.trainable_parameters:,}"),
         ("tokens", f"{est.tokens:,.0f}"), ("training FLOPs", f"{est.training_flops:.3e}"),
         ("training state", f"{est.training_state_bytes / 1e9:,.1f} GB"),
-        ("GPU-hours", f"{est.gpu_hours:,.2f} at utilization {est.utilization:.2f}"),
+        ("GPU-hours", f"{est.gpu_hours:,.2f} at utilization {est.utilization:.2f} ({est.utilization_source})"),
         ("instances", f"{est.instance_count} x {est.instance_type}"),
         ("wall time", f"{est.wall_seconds / 3600:,.2f} h (+{est.expected_overhead_seconds / 3600:.2f} h expected "
                       f"from {est.expected_interruptions:.2f} interruptions)"),

@@ -1,7 +1,8 @@
 """InterruptionEvents: EventBridge rules on this stack's SageMaker training jobs.
 
 - SecondaryStatus=Interrupted, and every terminal status -> the interruption recorder (Lambda -> DynamoDB,
-  idempotent under duplicate delivery), which the estimate reads to set the checkpoint interval.
+  idempotent under duplicate delivery), which the estimate reads to set the checkpoint interval; for a Completed
+  job it also records the measured MFU (DescribeTrainingJob's final metrics), which later estimates use.
 - TrainingJobStatus Failed or Stopped -> the failures SNS topic.
 Only jobs whose names start with this stage's prefix match: other stacks' jobs never reach these targets.
 """
@@ -10,14 +11,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from aws_cdk import RemovalPolicy
+from aws_cdk import RemovalPolicy, Stack
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
 from .lambda_code import spotrun_function
+from .nag import acknowledge, rendered
 
 SOURCE, DETAIL_TYPE = "aws.sagemaker", "SageMaker Training Job State Change"
 
@@ -46,6 +49,14 @@ class InterruptionEvents(Construct):
             environment={"TABLE_NAME": self.table.table_name, "METRICS_NAMESPACE": props.metrics_namespace,
                          "STAGE": props.stage})
         self.table.grant_read_write_data(self.recorder)
+        job_arn = Stack.of(self).format_arn(service="sagemaker", resource="training-job",
+                                            resource_name=f"{props.job_prefix}*")
+        self.recorder.add_to_role_policy(iam.PolicyStatement(actions=["sagemaker:DescribeTrainingJob"],
+                                                             resources=[job_arn]))
+        acknowledge(self.recorder.role.node.find_child("DefaultPolicy"),
+                    f"AwsSolutions-IAM5[Resource::{rendered(self, job_arn)}]",
+                    "reads the final metrics of this stage's training jobs only: every job name starts with the "
+                    "stage's prefix")
         name = {"TrainingJobName": [{"prefix": props.job_prefix}]}
         self.interruption_rule = events.Rule(self, "Interrupted", event_pattern=events.EventPattern(
             source=[SOURCE], detail_type=[DETAIL_TYPE],

@@ -13,15 +13,17 @@ import hashlib
 import json
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from ..contract import RunSpec, RunValidationError, parse_run
 from ..planner import EstimateRefused, estimate, load_catalog
 from ..sources import resolve
+from .performance import METHOD_TAG, SHAPE_TAG, shape_key
 
 CONTRACT_KEYS = ("parameters", "trainable_parameters", "training_flops", "gpu_hours", "instance_type",
                  "instance_count", "max_runtime_seconds", "max_wait_seconds", "checkpoint_bytes",
-                 "notice_upload_gb_per_s", "checkpoint_interval_seconds", "cost_usd", "warnings")
+                 "notice_upload_gb_per_s", "checkpoint_interval_seconds", "cost_usd", "warnings", "utilization",
+                 "utilization_source")
 MAX_JOB_NAME = 63
 FALLBACK_SUFFIX = "-od"
 
@@ -64,8 +66,11 @@ def _channel(name: str, uri: str) -> dict:
 
 
 def plan(run_raw: Any, execution: str, settings: PipelineSettings, *, s3_client: Any = None,
-         rates: dict[str, float] | None = None, catalog: dict | None = None) -> dict:
+         rates: dict[str, float] | None = None, catalog: dict | None = None,
+         mfu_lookup: Callable[[str, str], dict[str, tuple[float, int]]] | None = None) -> dict:
+    """`mfu_lookup(shape, method)`: instance type -> (MFU, runs) measured by earlier runs (performance.py)."""
     catalog = catalog or load_catalog()
+    shape = None
     try:
         run: RunSpec = parse_run(run_raw)
         if run.model.parameters is not None:
@@ -81,8 +86,10 @@ def plan(run_raw: Any, execution: str, settings: PipelineSettings, *, s3_client:
         model_uri = (_require_under(run.model.source, settings, "models/", "model.source")
                      if run.model.source else None)
         model_config, tokens = resolve(run, s3_client=s3_client)
+        shape = shape_key(run.model.config or model_config) if (run.model.config or model_config) else None
+        measured = mfu_lookup(shape, run.training.method) if (mfu_lookup and shape) else None
         est = estimate(run, catalog=catalog, model_config=model_config, data_tokens=tokens,
-                       recorded_rates=rates)
+                       recorded_rates=rates, recorded_mfu=measured)
     except RunValidationError as exc:
         return {"status": "InvalidRun", "message": str(exc), "field": exc.field}
     except EstimateRefused as exc:
@@ -100,7 +107,9 @@ def plan(run_raw: Any, execution: str, settings: PipelineSettings, *, s3_client:
     channels = [_channel("train", data_uri)] + ([_channel("model", model_uri)] if model_uri else [])
     name = job_name(settings, run.name, execution)
     tags = {"project": settings.project, "stage": settings.stage, "cost-center": settings.cost_center,
-            **run.tags, "run": run.name}
+            **run.tags, "run": run.name, METHOD_TAG: run.training.method}
+    if shape:
+        tags[SHAPE_TAG] = shape  # with the method, what matches this job's measured MFU to later estimates
     return {
         "status": "ok",
         "run_name": run.name,
@@ -130,10 +139,15 @@ def handler(event: dict, _context: Any) -> dict:
     import boto3
 
     settings = PipelineSettings.from_env(dict(os.environ))
-    rates = None
+    rates, mfu_lookup = None, None
     table_name = os.environ.get("TABLE_NAME")
     if table_name:
         from .interruptions import recorded_rates
+        from .performance import recorded_utilization
 
-        rates = recorded_rates(boto3.resource("dynamodb").Table(table_name))
-    return plan(event.get("run"), str(event.get("execution", "")), settings, rates=rates)
+        table = boto3.resource("dynamodb").Table(table_name)
+        rates = recorded_rates(table)
+
+        def mfu_lookup(shape: str, method: str) -> dict[str, tuple[float, int]]:
+            return recorded_utilization(table, shape=shape, method=method)
+    return plan(event.get("run"), str(event.get("execution", "")), settings, rates=rates, mfu_lookup=mfu_lookup)

@@ -35,7 +35,7 @@ def test_plan_has_everything_create_training_job_needs():
     assert all(isinstance(v, str) for v in p["hyperparameters"].values())
     tags = {t["Key"]: t["Value"] for t in p["tags"]}
     assert tags == {"project": "spotrun", "stage": "dev", "cost-center": "ml-platform", "team": "nlp",
-                    "run": "tiny-run"}
+                    "run": "tiny-run", "spotrun:method": "full", "spotrun:shape": "gpt2/3M/2L"}
     assert p["usd_per_hour"] == 1.408 and p["spot_discount"] == 0.70
 
 
