@@ -17,7 +17,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
-from .config import ModelConfig
+from .config import ModelConfig, PerfConfig
 
 log = logging.getLogger(__name__)
 
@@ -83,8 +83,12 @@ class BuiltModel:
     hf_config: object
 
 
-def build_sharded_model(cfg: ModelConfig, *, mesh: DeviceMesh, device: torch.device, seed: int) -> BuiltModel:
+def build_sharded_model(cfg: ModelConfig, *, mesh: DeviceMesh, device: torch.device, seed: int,
+                        perf: PerfConfig | None = None) -> BuiltModel:
+    """`perf` must be resolved for the device (PerfConfig.resolved); None: the plain defaults."""
     from transformers import AutoModelForCausalLM
+
+    perf = perf or PerfConfig().resolved(device.type)
 
     hf_config = _hf_config(cfg)
     rank = dist.get_rank()
@@ -102,10 +106,15 @@ def build_sharded_model(cfg: ModelConfig, *, mesh: DeviceMesh, device: torch.dev
     if not blocks:
         raise ValueError(f"no decoder blocks found in {type(model).__name__}: cannot shard block by block")
     mp = MixedPrecisionPolicy(param_dtype=resolve_param_dtype(cfg.param_dtype, device.type),
-                              reduce_dtype=torch.float32)
+                              reduce_dtype=getattr(torch, perf.reduce_dtype))
     for block in blocks:
-        fully_shard(block, mesh=mesh, mp_policy=mp)
+        if perf.compile == "on":
+            block.compile()  # in place: parameter names (and so checkpoint keys) stay as they are
+        fully_shard(block, mesh=mesh, mp_policy=mp, reshard_after_forward=perf.reshard_after_forward)
+    # NOTE: the root gets no reshard_after_forward: FSDP2 then keeps its parameters (embeddings, final norm, head)
+    # gathered from forward to backward, which the chunked loss relies on (loss.py).
     fully_shard(model, mesh=mesh, mp_policy=mp)
+    set_prefetch(blocks, perf.prefetch_blocks)
     warn_unsharded_blocks(model, blocks)
 
     # Non-persistent buffers (rotary inv_freq, ...) are not in the state dict: remember their names so rank 0's
@@ -132,6 +141,16 @@ def build_sharded_model(cfg: ModelConfig, *, mesh: DeviceMesh, device: torch.dev
 
     num_params = sum(p.numel() for p in model.parameters())
     return BuiltModel(model=model, blocks=blocks, num_params=num_params, hf_config=hf_config)
+
+
+def set_prefetch(blocks: list[nn.Module], n: int) -> None:
+    """FSDP2 explicit prefetching: each block all-gathers the next `n` blocks in forward and the previous `n` in
+    backward as soon as it starts (0: FSDP2's implicit prefetch of one block)."""
+    if n <= 0:
+        return
+    for i, block in enumerate(blocks):
+        block.set_modules_to_forward_prefetch(blocks[i + 1:i + 1 + n])
+        block.set_modules_to_backward_prefetch(blocks[max(0, i - n):i][::-1])
 
 
 def warn_unsharded_blocks(model: nn.Module, blocks: list[nn.Module]) -> int:

@@ -3,8 +3,17 @@
 Entry: `python -m spotrun_trainer.train --config run.json`. torchrun's RANK/LOCAL_RANK/WORLD_SIZE and the
 launcher's SPOTRUN_OUTCOME_DIR are read here and nowhere below.
 
-Stop protocol: SIGTERM (SageMaker's stop or spot notice, forwarded by torchrun) only sets a flag; after every
-step all ranks all-reduce(MAX) it, so they stop at the same step, save synchronously, write their outcome and
+The shape (torchtitan's): `Trainer` builds the run from its config; `run()` loops over `train_step()`, the
+step's agreement, logging and the save decision, then saves a final checkpoint and `export()`s the model. The
+CheckpointManager is handed the stateful objects once (model, optimizer, data loader, LR scheduler and the loop's
+`TrainState`) and restores them all in place on resume.
+
+The hot path (agreement.py): one collective per step beyond FSDP's own and clipping's (stop flag, save due,
+background save finished), started before the step and read after it, on CPU; the loss stays on the device and
+is reduced and read at log steps and saves only. No other host sync per step.
+
+Stop protocol: SIGTERM (SageMaker's stop or spot notice, forwarded by torchrun) only sets a flag; the next step's
+agreement carries it to every rank, so they stop at the same step, save synchronously, write their outcome and
 exit 0. A resumed run is the same run: model, optimizer, scheduler, data position and each rank's RNG are
 restored, so per-step losses and final weights are bitwise identical to an uninterrupted run on CPU.
 """
@@ -29,9 +38,11 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 from torch.distributed.fsdp import FSDPModule
 
 from . import metrics
+from .agreement import Agreement, LossHistory, StepAgreement
 from .checkpoint import CheckpointManager
 from .config import TrainConfig
 from .data import TokenShardLoader
+from .loss import CausalLMLoss
 from .model import build_mesh, build_sharded_model
 
 log = logging.getLogger("spotrun_trainer")
@@ -98,15 +109,6 @@ class TrainState:
         self.last_loss = float(state.get("last_loss", float("nan")))
 
 
-@dataclass
-class Agreement:
-    """What all ranks decided together after a step (the step's one collective)."""
-
-    stop: bool  # a stop signal reached some rank
-    save_due: bool  # a periodic save is due on some rank
-    pending_done: bool  # every rank finished writing its part of the background save
-
-
 class Trainer:
     """Builds the run from its config, then `run()`: step, agree, log, save decision; at the end, export."""
 
@@ -119,16 +121,19 @@ class Trainer:
         if cfg.deterministic:
             torch.use_deterministic_algorithms(True)
         mesh = build_mesh(self.device.type, self.world, cfg.replicate_degree)
+        self.perf = cfg.perf.resolved(self.device.type)
 
         torch.manual_seed(cfg.seed)  # the same init stream on every rank before sharding
-        self.built = build_sharded_model(cfg.model, mesh=mesh, device=self.device, seed=cfg.seed)
+        self.built = build_sharded_model(cfg.model, mesh=mesh, device=self.device, seed=cfg.seed, perf=self.perf)
         self.model = self.built.model
         self.model.train()
         torch.manual_seed(cfg.seed + 1 + self.rank)  # per-rank stream (dropout) after it; saved per rank
+        self.loss_fn = CausalLMLoss(self.model, self.perf.loss, self.perf.loss_chunk_tokens)
 
         o = cfg.optim
+        fused = {"fused": True} if self.perf.fused_optimizer == "on" else {}
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=o.lr, betas=(o.beta1, o.beta2),
-                                           weight_decay=o.weight_decay)
+                                           weight_decay=o.weight_decay, **fused)
         self.loader = TokenShardLoader(Path(cfg.data.path), seq_len=cfg.data.seq_len, micro_batch=cfg.micro_batch,
                                        dp_rank=self.rank, dp_size=self.world, seed=cfg.seed)
         samples_per_step = self.loader.global_batch * cfg.grad_accum
@@ -142,31 +147,41 @@ class Trainer:
                                       states={"trainer": self.state, "loader": self.loader,
                                               "scheduler": self.scheduler})
         self.peak_flops = _device_peak(self.device)
-        self.loss_log = Path(cfg.output_dir) / "loss_history.jsonl"
+        self.agreement = StepAgreement()
+        self.losses = LossHistory(Path(cfg.output_dir) / "loss_history.jsonl", divisor=self.world * cfg.grad_accum,
+                                  rank=self.rank)
 
     # ---- the loop ------------------------------------------------------------------------------------------
 
     def run(self) -> Outcome:
         restored = self.ckpt.load()  # restores model, optimizer, RNG, loader, scheduler and self.state in place
         self.start_step = self.state.step
-        if self._agree_early_stop():
+        # A stop that arrived while starting (loading the model or the checkpoint): nothing new to save, and the
+        # notice is better spent exiting than running a step.
+        if self.agreement.now(stop=self.stop_flag.requested):
             return self._stopped("signal-before-first-step", save=False)
         if self.rank == 0:
             print(f"run_start params={self.built.num_params} world={self.world} blocks={len(self.built.blocks)} "
                   f"start_step={self.state.step} total_steps={self.total_steps} device={self.device.type}",
                   flush=True)
-        self._window = (time.perf_counter(), 0)
+        self._window_t, self._window_tokens = time.perf_counter(), 0
         run_t0 = time.perf_counter()
         while self.state.step < self.total_steps:
-            loss_sum, grad_norm, lr = self.train_step()
-            agreed = self.agree(loss_sum)
-            self._log(grad_norm, lr)
+            step = self.state.step + 1
+            log_now = step % self.cfg.log_every == 0 or step == self.total_steps
+            self.agreement.start(stop=self.stop_flag.requested, save_due=self.ckpt.due(step),
+                                 pending=self.ckpt.pending_unfinished())
+            loss_sum, grad_norm, lr = self.train_step(need_grad_norm=log_now)
+            self.losses.add(step, loss_sum)
+            agreed = self.agreement.wait()
+            self._after_step(agreed, log_now, grad_norm, lr)
             if agreed.stop:
                 return self._stopped("signal", save=True)
             self.ckpt.finalize_if_done(agreed.pending_done)
-            if agreed.save_due and self.state.step < self.total_steps:
-                self.ckpt.save(self.state.step, blocking=not self.cfg.checkpoint.async_save)
+            if agreed.save_due and step < self.total_steps:
+                self.ckpt.save(step, blocking=not self.cfg.checkpoint.async_save)
         wall = time.perf_counter() - run_t0
+        self._flush_losses()
         # A final checkpoint first: an interruption during export then resumes straight into export.
         self.ckpt.save(self.state.step, blocking=True)
         self.ckpt.close()
@@ -176,22 +191,24 @@ class Trainer:
             print(f"run_completed step={self.state.step} final_loss={self.state.last_loss:.4f}", flush=True)
         return Outcome("completed", self.state.step)
 
-    def train_step(self) -> tuple[torch.Tensor, torch.Tensor, float]:
-        """One optimizer step over `grad_accum` micro-batches: (this rank's summed loss, grad norm, lr used)."""
+    def train_step(self, *, need_grad_norm: bool) -> tuple[torch.Tensor, torch.Tensor | None, float]:
+        """One optimizer step over `grad_accum` micro-batches: (this rank's summed loss on the device, the grad
+        norm when clipping computed it or `need_grad_norm` asked for it, the lr used). No host sync."""
         cfg = self.cfg
         loss_sum = torch.zeros((), device=self.device)
         for _ in range(cfg.grad_accum):
-            batch = torch.from_numpy(self.loader.next_batch()).to(self.device)
-            out = self.model(input_ids=batch, labels=batch)
-            (out.loss / cfg.grad_accum).backward()
-            loss_sum += out.loss.detach()
+            batch = torch.from_numpy(self.loader.next_batch())
+            if self.device.type == "cuda":
+                batch = batch.pin_memory().to(self.device, non_blocking=True)
+            loss = self.loss_fn(self.model, batch)
+            (loss / cfg.grad_accum).backward()
+            loss_sum += loss.detach()
         params = self.model.parameters()
+        grad_norm = None
         if cfg.optim.grad_clip > 0:
-            grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.optim.grad_clip)
-        else:
+            grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.optim.grad_clip)  # its all-reduce is the clip's
+        elif need_grad_norm:
             grad_norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
-        if hasattr(grad_norm, "full_tensor"):
-            grad_norm = grad_norm.full_tensor()
         lr = self.scheduler.get_last_lr()[0]
         self.optimizer.step()
         self.scheduler.step()
@@ -200,45 +217,34 @@ class Trainer:
         self.state.tokens_seen += self.tokens_per_step
         return loss_sum, grad_norm, lr
 
-    def agree(self, loss_sum: torch.Tensor) -> Agreement:
-        """The mean loss of the step, and the decisions every rank must take together."""
-        dist.all_reduce(loss_sum, op=dist.ReduceOp.SUM)
-        self.state.last_loss = loss_sum.item() / (self.world * self.cfg.grad_accum)
-        if self.rank == 0:
-            with self.loss_log.open("a") as fh:
-                fh.write(json.dumps({"step": self.state.step, "loss": self.state.last_loss.hex()}) + "\n")
-        # One agreement per step: stop requested anywhere, periodic save due anywhere, background save unfinished.
-        flags = torch.tensor([float(self.stop_flag.requested), float(self.ckpt.due(self.state.step)),
-                              float(self.ckpt.pending_unfinished())], device=self.device)
-        dist.all_reduce(flags, op=dist.ReduceOp.MAX)
-        stop_now, save_due, pending = (bool(x) for x in flags.tolist())
-        return Agreement(stop=stop_now, save_due=save_due, pending_done=not pending)
+    def _flush_losses(self) -> None:
+        last = self.losses.flush()
+        if last is not None:
+            self.state.last_loss = last
 
-    def _log(self, grad_norm: torch.Tensor, lr: float) -> None:
-        step = self.state.step
-        window_t, window_tokens = self._window
-        window_tokens += self.tokens_per_step
-        self._window = (window_t, window_tokens)
-        if self.rank != 0 or not (step % self.cfg.log_every == 0 or step == self.total_steps):
+    def _after_step(self, agreed: Agreement, log_now: bool, grad_norm: torch.Tensor | None, lr: float) -> None:
+        """Read the losses when they are needed (log line, a save or a stop next) and print the metric line."""
+        self._window_tokens += self.tokens_per_step
+        if not (log_now or agreed.save_due or agreed.stop):
             return
-        tps = window_tokens / max(time.perf_counter() - window_t, 1e-9)
-        print(metrics.format_line(step, loss=self.state.last_loss, lr=lr, grad_norm=float(grad_norm),
-                                  tokens_per_s=tps, mfu=metrics.mfu(self.built.num_params, tps / self.world,
-                                                                    self.peak_flops),
-                                  mem_gb=_peak_mem_gb(self.device)), flush=True)
-        self._window = (time.perf_counter(), 0)
+        self._flush_losses()
+        if not log_now:
+            return
+        if hasattr(grad_norm, "full_tensor"):
+            grad_norm = grad_norm.full_tensor()  # a collective: every rank, at log steps only
+        if self.rank == 0:
+            tps = self._window_tokens / max(time.perf_counter() - self._window_t, 1e-9)
+            print(metrics.format_line(self.state.step, loss=self.state.last_loss, lr=lr,
+                                      grad_norm=float(grad_norm), tokens_per_s=tps,
+                                      mfu=metrics.mfu(self.built.num_params, tps / self.world, self.peak_flops),
+                                      mem_gb=_peak_mem_gb(self.device)), flush=True)
+        self._window_t, self._window_tokens = time.perf_counter(), 0
 
     # ---- stopping and the end ------------------------------------------------------------------------------
 
-    def _agree_early_stop(self) -> bool:
-        """A stop that arrived while starting (loading the model or the checkpoint): nothing new to save, and the
-        notice is better spent exiting than running a step."""
-        early = torch.tensor([float(self.stop_flag.requested)], device=self.device)
-        dist.all_reduce(early, op=dist.ReduceOp.MAX)
-        return bool(early.item())
-
     def _stopped(self, reason: str, *, save: bool) -> Outcome:
         if save:
+            self._flush_losses()
             self.ckpt.save(self.state.step, blocking=True)
         self.ckpt.close()
         if self.rank == 0:
