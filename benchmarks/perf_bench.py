@@ -28,14 +28,12 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
-sys.path.insert(0, str(ROOT.parent / "training_image"))
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT.parent), str(ROOT.parent / "training_image")]
 
 import checkpoint_bench  # noqa: E402
 from throughput import PRESETS, synthetic_shards  # noqa: E402
 
-from spotrun_trainer.examples import write_sagemaker_root  # noqa: E402
-from spotrun_trainer.localrun import free_port, kill_tree, start_launcher  # noqa: E402
+from spotrun.local.harness import free_port, kill_tree, start_launcher, write_sagemaker_root  # noqa: E402
 
 RESUME_MODEL = {"model_type": "llama", "hidden_size": 640, "intermediate_size": 1920, "num_hidden_layers": 10,
                 "num_attention_heads": 8, "vocab_size": 32000, "max_position_embeddings": 256,

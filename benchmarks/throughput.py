@@ -27,10 +27,9 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "training_image"))
+sys.path[:0] = [str(ROOT), str(ROOT / "training_image")]
 
-from spotrun_trainer.examples import write_sagemaker_root  # noqa: E402
-from spotrun_trainer.localrun import free_port, start_launcher  # noqa: E402
+from spotrun.local.harness import free_port, start_launcher, write_sagemaker_root  # noqa: E402
 from spotrun_trainer.metrics import parse_line  # noqa: E402
 
 _LLAMA3 = {"model_type": "llama", "num_key_value_heads": 8, "vocab_size": 128256, "max_position_embeddings": 8192,

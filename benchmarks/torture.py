@@ -26,13 +26,20 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "training_image"))
+sys.path[:0] = [str(ROOT), str(ROOT / "training_image")]
 
 from safetensors.torch import load_file  # noqa: E402
 
+from spotrun.local.examples import build_example  # noqa: E402
+from spotrun.local.harness import (  # noqa: E402,E501
+    free_port,
+    kill_tree,
+    loss_history,
+    start_launcher,
+    wait_for_step,
+    write_sagemaker_root,
+)
 from spotrun_trainer.checkpoint import step_dir, verify  # noqa: E402
-from spotrun_trainer.examples import build_example, write_sagemaker_root  # noqa: E402
-from spotrun_trainer.localrun import free_port, kill_tree, loss_history, start_launcher, wait_for_step  # noqa: E402,E501
 
 HP = {"nproc_per_node": 2, "micro_batch": 2, "max_steps": 16, "log_every": 4, "num_threads": 1,
       "deterministic": True, "seed": 5, "optim.lr": 3e-3, "data.seq_len": 64, "checkpoint.interval_steps": 2,

@@ -9,7 +9,7 @@ os.environ["AWS_EC2_METADATA_DISABLED"] = "true"
 
 import pytest  # noqa: E402
 
-from spotrun_trainer.examples import build_example  # noqa: E402
+from spotrun.local.examples import build_example  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -19,7 +19,7 @@ def assets(tmp_path_factory) -> dict:
     paths = build_example(root, "llama")
     from transformers import AutoTokenizer
 
-    from spotrun_trainer.examples import save_tiny_model
+    from spotrun.local.examples import save_tiny_model
 
     vocab = len(AutoTokenizer.from_pretrained(paths["tokenizer"]))
     paths["model-gpt2"] = save_tiny_model("gpt2", root / "model-gpt2", vocab_size=vocab,

@@ -6,8 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from spotrun_trainer.examples import write_sagemaker_root
-from spotrun_trainer.localrun import free_port, start_launcher
+from spotrun.local.harness import free_port, start_launcher, write_sagemaker_root
 
 BASE_HP = {
     "nproc_per_node": 2, "micro_batch": 2, "max_steps": 24, "log_every": 4, "num_threads": 1,

@@ -1,13 +1,22 @@
-"""The commit protocol on disk: every kind of damage is skipped and the previous checkpoint is chosen."""
+"""The commit protocol on disk: every kind of damage is skipped and the previous checkpoint is chosen; a
+checkpoint that cannot be read (permission or I/O error) is not damage: it stops the run instead."""
 
 from __future__ import annotations
 
+import errno
 import json
 import shutil
+import traceback
 
 import pytest
+from torch.distributed.checkpoint.api import CheckpointException
 
-from spotrun_trainer.checkpoint import MANIFEST, committed_checkpoints, verify
+from spotrun_trainer import checkpoint
+from spotrun_trainer.checkpoint import MANIFEST, CheckpointError, committed_checkpoints, describe_failure, verify
+
+# Reading /proc/self/mem at offset 0 (an unmapped address) fails with EIO: a real I/O error from the kernel,
+# which a test running as root can provoke (permission bits do not stop root).
+EIO_FILE = "/proc/self/mem"
 
 
 @pytest.fixture
@@ -37,6 +46,13 @@ def test_two_newest_checkpoints_are_kept_with_complete_manifests(ckpt):
     (lambda d: (d / ".metadata").write_bytes(b""), ".metadata has 0 bytes"),
     (lambda d: _flip(d / "__0_0.distcp"), "content hash differs"),
     (lambda d: (d / MANIFEST).write_text("{"), "manifest unreadable"),
+    (lambda d: (d / MANIFEST).write_bytes(b'{"format": 1, "step": 24, "files": ["\xff\xfe"]}'), "manifest unreadable"),
+    (lambda d: _edit_manifest(d, files=[1, 2]), "manifest unreadable"),
+    (lambda d: _edit_manifest(d, files={"a": 1}), "manifest unreadable"),
+    (lambda d: _edit_manifest(d, step="24"), "do not match"),
+    (lambda d: _edit_manifest(d, files=[{"path": "../step-00000020/.metadata", "size": 1, "sha256": ""},
+                                        {"path": ".metadata", "size": 1, "sha256": ""}]), "not a file of this"),
+    (lambda d: ((d / "__1_0.distcp").unlink(), (d / "__1_0.distcp").mkdir()), "__1_0.distcp is missing"),
 ])
 def test_damaged_newest_checkpoint_is_skipped_and_previous_one_is_chosen(ckpt, damage, reason, caplog):
     damage(newest(ckpt))
@@ -69,3 +85,66 @@ def _flip(path):
     for i in range(len(data) // 3, len(data) // 3 + 4096):
         data[i] ^= 0xFF
     path.write_bytes(bytes(data))
+
+
+def _edit_manifest(directory, **changes):
+    manifest = json.loads((directory / MANIFEST).read_text())
+    (directory / MANIFEST).write_text(json.dumps({**manifest, **changes}))
+
+
+def _make_unreadable(path):
+    path.unlink()
+    path.symlink_to(EIO_FILE)
+
+
+@pytest.mark.parametrize("name", [MANIFEST, "__1_0.distcp"])
+def test_unreadable_newest_checkpoint_stops_instead_of_falling_back(ckpt, name):
+    if name != MANIFEST:  # the size check comes first: give the manifest the size the kernel reports (0)
+        manifest = json.loads((newest(ckpt) / MANIFEST).read_text())
+        for f in manifest["files"]:
+            f["size"] = 0 if f["path"] == name else f["size"]
+        (newest(ckpt) / MANIFEST).write_text(json.dumps(manifest))
+    _make_unreadable(newest(ckpt) / name)
+    with pytest.raises(CheckpointError, match=r"^checkpoint step-00000024 cannot be read \(Input/output error: "):
+        verify(newest(ckpt))
+    with pytest.raises(CheckpointError) as err:
+        committed_checkpoints(ckpt)
+    assert "remove step-00000024 to resume from the previous checkpoint" in str(err.value)
+
+
+def test_permission_error_while_hashing_stops_too(ckpt, monkeypatch):
+    def denied(path):
+        raise PermissionError(errno.EACCES, "Permission denied", str(path))
+
+    monkeypatch.setattr(checkpoint, "_sha256", denied)
+    with pytest.raises(CheckpointError, match=r"cannot be read \(Permission denied: .*__0_0.distcp\)"):
+        committed_checkpoints(ckpt)
+
+
+def test_unreadable_older_checkpoint_is_skipped_when_a_newer_one_verifies(ckpt, caplog):
+    _make_unreadable(ckpt / "step-00000020" / MANIFEST)
+    assert [s for s, _ in committed_checkpoints(ckpt)] == [24]
+    assert any("step-00000020 skipped (a newer one verified)" in r.getMessage() for r in caplog.records)
+
+
+def test_unreadable_checkpoint_directory_does_not_look_empty(tmp_path):
+    root = tmp_path / "not-a-dir"
+    root.write_text("")
+    with pytest.raises(CheckpointError, match="checkpoint directory .* cannot be read"):
+        committed_checkpoints(root)
+    assert committed_checkpoints(tmp_path / "absent") == []
+
+
+def test_save_failures_are_described_in_one_line_naming_a_full_disk():
+    def failed(exc):
+        try:
+            raise exc
+        except OSError as raised:
+            return raised, traceback.extract_tb(raised.__traceback__)
+
+    full = CheckpointException("write failed", {0: failed(OSError(errno.EIO, "Input/output error", "a")),
+                                                1: failed(OSError(errno.ENOSPC, "No space left on device", "b"))})
+    assert describe_failure(full) == "no space left on device on rank 1 ([Errno 28] No space left on device: 'b')"
+    other = CheckpointException("write failed", {1: failed(OSError(errno.EIO, "Input/output error", "a"))})
+    assert describe_failure(other) == "rank 1: OSError: [Errno 5] Input/output error: 'a'"
+    assert describe_failure(ValueError("x\ny")) == "ValueError: x y"

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 
-from spotrun_trainer.config import ConfigError
-from spotrun_trainer.launcher import SageMakerEnv, decide_exit, plan_launch
+from spotrun.local.harness import start_launcher, write_sagemaker_root
+from spotrun_trainer.config import ConfigError, TrainConfig
+from spotrun_trainer.launcher import SageMakerEnv, check_inputs, decide_exit, plan_launch
 
 HP = {"micro_batch": "4", "max_steps": "100", "optim.lr": "1e-4", "checkpoint.interval_minutes": "15"}
 
@@ -87,11 +89,25 @@ def test_cpu_uses_the_configured_process_count(tmp_path):
     ({"nproc_per_node": "x"}, "nproc_per_node='x' is invalid: expected an integer"),
     ({"shutdown_timeout": "30"}, "shutdown_timeout=30 is invalid: expected more than the emergency-save budget"),
     ({"model.config": "[1]"}, "model.config='[1]' is invalid: expected a JSON object"),
+    # non-finite values pass `lr > 0` (inf) and then train to NaN: refused at config time
+    ({"optim.lr": "inf"}, "optim.lr=inf is invalid: expected a finite number"),
+    ({"optim.lr": "nan"}, "optim.lr=nan is invalid: expected a finite number"),
+    ({"optim.weight_decay": "-Infinity"}, "optim.weight_decay=-inf is invalid: expected a finite number"),
+    ({"epochs": "1e400"}, "epochs=inf is invalid: expected a finite number"),
+    ({"checkpoint.interval_minutes": "inf"}, "checkpoint.interval_minutes=inf is invalid: expected a finite number"),
+    ({"model.config": '{"model_type": "llama", "rope_theta": NaN}'}, "model.config='{\"model_type\": \"llama\""),
+    ({"seed": "-3"}, "seed=-3 is invalid: expected an integer in [0, 4294967295]"),
+    ({"seed": str(2**32)}, "seed=4294967296 is invalid: expected an integer in [0, 4294967295]"),
+    ({"max_steps": str(2**63)}, "max_steps=9223372036854775808 is invalid: expected an integer in ["),
+    ({"max_steps": "9" * 5000}, "max_steps='99999"),
+    ({"bad\nkey" * 10_000: "1"}, "unknown field 'bad\\nkeybad"),
 ])
 def test_bad_hyperparameters_name_the_field(tmp_path, hp, message):
     with pytest.raises(ConfigError) as err:
         plan(sm_root(tmp_path, ["algo-1"], "algo-1", hp), gpus=0)
-    assert message in str(err.value)
+    text = str(err.value)
+    assert message in text
+    assert "\n" not in text and len(text) < 500  # one short line, whatever was passed
 
 
 def test_current_host_must_be_listed(tmp_path):
@@ -109,17 +125,26 @@ def test_missing_resourceconfig_is_a_clear_error(tmp_path):
         SageMakerEnv.read(tmp_path)
 
 
+UNREPORTED = ("stopped by signal; 1 of 2 local workers exited before reporting (still starting, or killed at the "
+              "shutdown timeout): the newest complete checkpoint stands")
+
+
 @pytest.mark.parametrize("rc, signalled, outcomes, expected", [
     (0, False, [], (0, "", "")),
     (1, True, [{"status": "stopped"}, {"status": "stopped"}], (0, "", "")),
-    (1, True, [{"status": "stopped"}], (0, "", "stopped by signal; 1 of 2 local workers exited before reporting")),
+    (1, True, [{"status": "stopped"}], (0, "", UNREPORTED)),
+    # a stop during the final export: the workers finish it and report completion; nothing is missing
+    (1, True, [{"status": "completed"}, {"status": "completed"}], (0, "", "")),
+    (1, True, [{"status": "completed"}, {"status": "stopped"}], (0, "", "")),
+    (1, True, [{"status": "completed"}], (0, "", UNREPORTED)),
     (1, True, [{"status": "failed", "message": "boom"}], (1, "boom", "")),
-    (1, False, [{"status": "failed", "message": "CUDA out of memory: turn on"}], (1, "CUDA out of memory: turn on", "")),
+    (1, False, [{"status": "failed", "message": "CUDA out of memory: turn on"}],
+     (1, "CUDA out of memory: turn on", "")),
+    (1, False, [{"status": "failed"}], (1, "a worker failed", "")),
     (-9, False, [], (1, "torchrun exited with code -9 without a worker error report", "")),
 ])
 def test_exit_code_mapping(rc, signalled, outcomes, expected):
-    code, message, warning = decide_exit(rc, signalled=signalled, outcomes=outcomes, nproc=2)
-    assert code == expected[0] and message.startswith(expected[1]) and warning.startswith(expected[2])
+    assert decide_exit(rc, signalled=signalled, outcomes=outcomes, nproc=2) == expected
 
 
 def test_stop_signal_is_forwarded_once_even_if_it_arrived_before_torchrun_started():
@@ -127,7 +152,9 @@ def test_stop_signal_is_forwarded_once_even_if_it_arrived_before_torchrun_starte
 
     from spotrun_trainer.launcher import StopSignal
 
-    class FakeChild:
+    class FakeChild:  # a torchrun that has not started its workers yet (no child processes)
+        pid = -1
+
         def __init__(self):
             self.sent = []
 
@@ -143,6 +170,41 @@ def test_stop_signal_is_forwarded_once_even_if_it_arrived_before_torchrun_starte
     assert stop.received == sig.SIGTERM and child.sent == [sig.SIGTERM]
 
 
+AGENT = """
+import signal, subprocess, sys
+worker = subprocess.Popen([sys.executable, "-c", sys.argv[1]])
+def on_signal(*_):  # what torchrun does: SignalException, a traceback, exit 1
+    print("Traceback: SignalException", flush=True)
+    sys.exit(1)
+signal.signal(signal.SIGTERM, on_signal)
+sys.exit(worker.wait())
+"""
+WORKER = """
+import signal, sys, time
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # the trainer: save, then exit 0
+print("ready", flush=True)
+time.sleep(60)
+sys.exit(3)
+"""
+
+
+def test_the_stop_goes_to_the_workers_so_the_agent_exits_cleanly_without_a_traceback():
+    import signal as sig
+    import subprocess
+    import sys
+
+    from spotrun_trainer.launcher import StopSignal, _children
+
+    agent = subprocess.Popen([sys.executable, "-c", AGENT, WORKER], stdout=subprocess.PIPE, text=True)
+    assert agent.stdout.readline().strip() == "ready"  # the worker runs, its handler installed
+    assert len(_children(agent.pid)) == 1
+    stop = StopSignal()
+    stop.child = agent
+    stop._handle(sig.SIGTERM, None)
+    assert agent.wait(timeout=10) == 0
+    assert "Traceback" not in agent.stdout.read()
+
+
 def test_stop_before_launch_exits_cleanly_without_starting_torchrun(tmp_path):
     import signal as sig
 
@@ -153,3 +215,61 @@ def test_stop_before_launch_exits_cleanly_without_starting_torchrun(tmp_path):
     stop._handle(sig.SIGTERM, None)
     assert run(p, failure_file=tmp_path / "failure", outcome_dir=tmp_path / "o", stop=stop) == 0
     assert stop.child is None and not (tmp_path / "failure").exists()
+
+
+def inputs(assets, **hp):
+    return TrainConfig.from_hyperparameters({"data.path": str(assets["data"]), "output_dir": "/unused",
+                                             "model.path": str(assets["model"]), **hp})
+
+
+def test_good_inputs_pass_the_launchers_checks(assets):
+    check_inputs(inputs(assets), world_size=2)
+    check_inputs(inputs(assets, **{"model.path": "", "model.config": json.dumps(
+        {"model_type": "qwen2", "hidden_size": 32, "num_attention_heads": 4, "num_key_value_heads": 2,
+         "intermediate_size": 64, "num_hidden_layers": 2, "vocab_size": 300})}), world_size=2)
+
+
+@pytest.mark.parametrize("hp, message", [
+    ({"model.path": "", "model.config": '{"model_type": "lama", "hidden_size": 64}'},
+     "model.config.model_type='lama' is invalid: expected a model type known to transformers (close matches: llama"),
+    ({"model.path": "", "model.config": '{"model_type": 7}'},
+     "model.config.model_type=7 is invalid: expected a model type known to transformers"),
+    ({"model.path": "", "model.config": '{"model_type": "vit"}'},
+     "model.config.model_type='vit' is invalid: transformers has no causal LM for it"),
+    ({"model.path": "", "model.config": '{"model_type": "llama", "hidden_size": "wide"}'},
+     "model.config is invalid: transformers could not build a llama config from it (Validation error for field "
+     "'hidden_size'"),
+    ({"model.path": "/nonexistent/model"},
+     "model.path='/nonexistent/model' is invalid: expected a Hugging Face model directory with config.json"),
+    ({"data.path": "/nonexistent/data"},
+     "data.path='/nonexistent/data' is invalid: /nonexistent/data/index.json not found"),
+    ({"data.seq_len": "1000000"}, "data.seq_len=1000000 is invalid for this dataset: it holds 0 samples"),
+])
+def test_configuration_errors_name_the_field_before_any_worker_starts(assets, hp, message):
+    with pytest.raises(ConfigError) as err:
+        check_inputs(inputs(assets, **hp), world_size=2)
+    text = str(err.value)
+    assert text.startswith(message.split("=")[0]) and message in text
+    assert "\n" not in text and len(text) < 500  # transformers' own message for an unknown type is ~12 KB
+
+
+def test_model_directory_with_an_unknown_model_type_is_refused(assets, tmp_path):
+    model = tmp_path / "model"
+    shutil.copytree(assets["model"], model)
+    raw = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**raw, "model_type": "llama-9"}))
+    with pytest.raises(ConfigError, match=r"^model_type in model.path/config.json='llama-9' is invalid: expected a "
+                                          r"model type known to transformers \(close matches: llama"):
+        check_inputs(inputs(assets, **{"model.path": str(model)}), world_size=1)
+
+
+def test_launcher_refuses_an_unknown_model_type_without_starting_torchrun(assets, tmp_path):
+    root = write_sagemaker_root(tmp_path / "sm", channels={"train": assets["data"]}, checkpoint_dir=None,
+                                hyperparameters={"nproc_per_node": 2, "model.config": {"model_type": "lama"}})
+    proc = start_launcher(root, tmp_path / "launcher.log")
+    assert proc.wait(timeout=300) == 2
+    log = (tmp_path / "launcher.log").read_text()
+    assert "launch:" not in log and "torch.distributed.run" not in log  # no worker start-up was paid for
+    failure = (root / "output" / "failure").read_text()
+    assert failure.startswith("invalid configuration: model.config.model_type='lama' is invalid")
+    assert failure.count("\n") == 1 and len(failure) < 300

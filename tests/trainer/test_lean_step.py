@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from spotrun_trainer.localrun import TRAINER_ROOT, free_port, loss_history
+from spotrun.local import TRAINER_ROOT
+from spotrun.local.harness import free_port, loss_history
 
 pytestmark = pytest.mark.slow
 BARE_LOOP = Path(__file__).resolve().parents[2] / "benchmarks" / "bare_loop.py"

@@ -8,8 +8,8 @@ import pytest
 import torch
 from torch import nn
 
+from spotrun.local.examples import ARCHITECTURES
 from spotrun_trainer.config import ConfigError, ModelConfig, TrainConfig
-from spotrun_trainer.examples import ARCHITECTURES
 from spotrun_trainer.model import find_blocks, resolve_param_dtype, warn_unsharded_blocks
 
 

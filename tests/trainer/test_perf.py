@@ -9,8 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from spotrun.local.harness import loss_history
 from spotrun_trainer.config import ConfigError, PerfConfig
-from spotrun_trainer.localrun import loss_history
 from spotrun_trainer.loss import CausalLMLoss, chunked_cross_entropy
 
 TINY_LLAMA = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from spotrun_trainer.localrun import TRAINER_ROOT
+from spotrun.local import TRAINER_ROOT
 
 THROUGHPUT = Path(__file__).resolve().parents[2] / "benchmarks" / "throughput.py"
 sys.path.insert(0, str(THROUGHPUT.parent))

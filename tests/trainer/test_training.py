@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from spotrun_trainer.localrun import TRAINER_ROOT, free_port, loss_history
+from spotrun.local import TRAINER_ROOT
+from spotrun.local.harness import free_port, loss_history
 
 pytestmark = pytest.mark.slow
 PROBE = Path(__file__).with_name("sharding_probe.py")

@@ -1,4 +1,8 @@
-"""`python -m spotrun_trainer {prepare,launch,demo,example}`: the trainer package's command line."""
+"""`python -m spotrun_trainer {prepare,launch}`: the trainer package's command line.
+
+Local runs, the demo and the example builders live outside the image, in the `spotrun` package
+(`spotrun local`, `spotrun demo`).
+"""
 
 from __future__ import annotations
 
@@ -19,12 +23,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--text-field", default="text", help="JSONL field holding the text (default text)")
     l = sub.add_parser("launch", help="the container entry point (same as the image's ENTRYPOINT)")
     l.add_argument("rest", nargs=argparse.REMAINDER, help="arguments for the launcher")
-    d = sub.add_parser("demo", help="a local spot job: train, interrupt with SIGTERM, resume, export")
-    d.add_argument("--out", required=True, type=Path)
-    d.add_argument("--steps", type=int, default=40)
-    e = sub.add_parser("example", help="write a tiny corpus, tokenizer, model and shards for local runs")
-    e.add_argument("--out", required=True, type=Path)
-    e.add_argument("--arch", default="llama", choices=["llama", "qwen2", "gpt2"])
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
 
@@ -39,21 +37,9 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         print(f"prepared {index['total_tokens']} tokens in {len(index['shards'])} shards at {args.out}")
         return 0
-    if args.cmd == "launch":
-        from .launcher import main as launch_main
+    from .launcher import main as launch_main
 
-        return launch_main(args.rest)
-    if args.cmd == "demo":
-        from .demo import run_demo
-
-        run_demo(args.out, steps=args.steps)
-        return 0
-    from .examples import build_example
-
-    paths = build_example(args.out, args.arch)
-    for key, value in paths.items():
-        print(f"{key}={value}")
-    return 0
+    return launch_main(args.rest)
 
 
 if __name__ == "__main__":

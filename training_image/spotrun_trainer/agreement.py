@@ -66,16 +66,17 @@ class LossHistory:
         self._steps.append(step)
         self._sums.append(loss_sum)
 
-    def flush(self) -> float | None:
-        """Reduce the pending steps' losses across ranks, write them (rank 0); the last step's mean loss."""
+    def flush(self) -> list[tuple[int, float]]:
+        """Reduce the pending steps' losses across ranks, write them (rank 0); (step, mean loss) of each."""
         if not self._steps:
-            return None
+            return []
         sums = torch.stack(self._sums)
         dist.all_reduce(sums, op=dist.ReduceOp.SUM)
         means = [total / self.divisor for total in sums.tolist()]  # the one host sync, at log steps only
+        flushed = list(zip(self._steps, means, strict=True))
         if self.rank == 0:
             with self.path.open("a") as fh:
-                fh.writelines(json.dumps({"step": s, "loss": m.hex()}) + "\n" for s, m in zip(self._steps, means,
-                                                                                             strict=True))
+                # Readable, and exact (float.hex) for bitwise comparisons across restarts.
+                fh.writelines(json.dumps({"step": s, "loss": m, "loss_hex": m.hex()}) + "\n" for s, m in flushed)
         self._steps, self._sums = [], []
-        return means[-1]
+        return flushed

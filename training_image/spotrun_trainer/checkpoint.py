@@ -20,18 +20,26 @@ for periodic saves), rank 0 gathers the lists and writes the manifest (tmp file,
 without a verifying manifest - torn by SIGKILL, half uploaded, truncated, flipped bytes, a leftover `.tmp` -
 is skipped with a log line and the previous checkpoint loads; DCP itself does not checksum.
 
+"Is wrong" is not "can't read": a permission or I/O error while verifying the newest checkpoint stops the run
+(CheckpointError) instead of falling back, because the fallback would redo the work after the older checkpoint
+and then prune the newer one for good. A save that fails (a full disk, DCP's BaseException-derived
+CheckpointException included) stops the run with a message that names the cause and the newest intact
+checkpoint; so does a save of non-finite weights, which is refused (a diverged run never overwrites good state).
+
 Retention keeps the newest `keep` (>= 2) committed checkpoints, so the one being written never replaces the
 only good one. Each node's local rank 0 deletes only on its own disk (the deletion is mirrored to S3).
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
 import os
 import re
 import shutil
+import stat
 import time
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -42,12 +50,14 @@ from typing import Protocol
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 from torch.distributed.checkpoint.state_dict import (
     get_state_dict,
     set_model_state_dict,
     set_optimizer_state_dict,
 )
+from torch.distributed.tensor import DTensor
 
 from .config import CheckpointConfig
 
@@ -58,6 +68,11 @@ FORMAT = 2  # 2: the stateful objects' state by name under "train_state" (1 kept
 _STEP_DIR = re.compile(r"^step-(\d{8})$")
 # Time left after the save for the last step and the shutdown, inside the stop notice (KNOWLEDGE.md).
 SHUTDOWN_MARGIN_S = 30.0
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint cannot be read or written, or would hold non-finite weights: the run must stop. The message
+    names the cause and the newest intact checkpoint."""
 
 
 def step_dir(root: Path, step: int) -> Path:
@@ -100,49 +115,106 @@ def _referenced_files(metadata) -> set[str]:
 
 
 def verify(directory: Path) -> tuple[dict | None, str]:
-    """(manifest, "") when the checkpoint is complete and undamaged, else (None, the reason)."""
+    """(manifest, "") when the checkpoint is complete and undamaged, else (None, the reason).
+
+    Raises CheckpointError when it cannot be read (permission or I/O error): that is not evidence of damage."""
     m = _STEP_DIR.match(directory.name)
     if not m:
         return None, "not a step-NNNNNNNN directory"
+    try:
+        return _verify(directory, int(m.group(1)))
+    except (FileNotFoundError, NotADirectoryError) as exc:  # vanished while being checked: incomplete
+        return None, f"{Path(exc.filename or '?').name} is missing"
+    except OSError as exc:
+        raise CheckpointError(f"checkpoint {directory.name} cannot be read ({exc.strerror or exc}: {exc.filename}); "
+                              "not falling back to an older checkpoint, which would redo and then delete the work "
+                              f"after it: restore access to the storage, or remove {directory.name} to resume from "
+                              "the previous checkpoint") from exc
+
+
+def _regular_file(path: Path) -> bool:
+    """Whether path is a regular file; False when missing. Other OSErrors (EACCES, EIO) propagate: from
+    Python 3.12 on, Path.is_file() reports them as False, which would read as "incomplete" here."""
+    try:
+        return stat.S_ISREG(path.stat().st_mode)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+
+
+def _verify(directory: Path, step: int) -> tuple[dict | None, str]:
     path = directory / MANIFEST
-    if not path.is_file():
+    if not _regular_file(path):
         return None, "no manifest (the save did not finish)"
     try:
-        manifest = json.loads(path.read_text())
+        manifest = json.loads(path.read_bytes().decode())
         files = manifest["files"]
-        if manifest.get("format") != FORMAT or manifest["step"] != int(m.group(1)):
+        if manifest.get("format") != FORMAT or manifest["step"] != step:
             return None, f"manifest format/step {manifest.get('format')}/{manifest.get('step')} do not match"
-    except (json.JSONDecodeError, KeyError, TypeError) as exc:
-        return None, f"manifest unreadable ({exc})"
-    if not any(f["path"] == ".metadata" for f in files):
+        entries = [(str(f["path"]), f["size"], f["sha256"]) for f in files]
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:  # ValueError: bad JSON or bad UTF-8
+        return None, f"manifest unreadable ({type(exc).__name__}: {exc})"
+    if not any(name == ".metadata" for name, _, _ in entries):
         return None, "manifest lists no .metadata"
-    for entry in files:
-        file = directory / entry["path"]
-        if not file.is_file():
-            return None, f"{entry['path']} is missing"
+    for name, expected_size, expected_hash in entries:
+        if "/" in name or name in ("", ".", ".."):
+            return None, f"manifest lists {name!r}, not a file of this directory"
+        file = directory / name
+        if not _regular_file(file):
+            return None, f"{name} is missing"
         size = file.stat().st_size
-        if size != entry["size"]:
-            return None, f"{entry['path']} has {size} bytes, manifest says {entry['size']}"
-        if _sha256(file) != entry["sha256"]:
-            return None, f"{entry['path']} content hash differs from the manifest"
+        if size != expected_size:
+            return None, f"{name} has {size} bytes, manifest says {expected_size}"
+        if _sha256(file) != expected_hash:
+            return None, f"{name} content hash differs from the manifest"
     return manifest, ""
 
 
 def committed_checkpoints(root: Path) -> list[tuple[int, dict]]:
-    """Every verified checkpoint under root as (step, manifest), newest first; damaged ones are logged."""
+    """Every verified checkpoint under root as (step, manifest), newest first; damaged ones are logged.
+
+    An unreadable checkpoint newer than every verified one raises CheckpointError; an unreadable older one is
+    skipped with a warning (a newer checkpoint makes it irrelevant)."""
     root = Path(root)
-    if not root.is_dir():
+    try:
+        children = sorted(root.iterdir(), reverse=True)
+    except FileNotFoundError:
         return []
+    except OSError as exc:  # an unreadable checkpoint dir must not look empty (a fresh start would follow)
+        raise CheckpointError(f"checkpoint directory {root} cannot be read ({exc.strerror or exc})") from exc
     found = []
-    for child in sorted(root.iterdir(), reverse=True):
-        if not child.is_dir():
+    for child in children:
+        if not _STEP_DIR.match(child.name) and not child.is_dir():
+            continue  # a step-named entry goes to verify(), which tells missing from unreadable
+        try:
+            manifest, reason = verify(child)
+        except CheckpointError as exc:
+            if not found:
+                raise
+            log.warning("checkpoint %s skipped (a newer one verified): %s", child.name, exc)
             continue
-        manifest, reason = verify(child)
         if manifest is None:
             log.warning("checkpoint %s skipped: %s", child.name, reason)
         else:
             found.append((manifest["step"], manifest))
     return found
+
+
+def describe_failure(exc: BaseException) -> str:
+    """One line for a failed save: "no space left on device" when any rank's cause is ENOSPC, else the first
+    cause. DCP wraps every rank's exception in a CheckpointException (`failures`: rank -> (exception, trace))."""
+    causes: list[tuple[int | None, BaseException]] = []
+    if isinstance(exc, CheckpointException):
+        causes = [(rank, failure[0]) for rank, failure in sorted(exc.failures.items())]
+    causes = causes or [(None, exc)]
+    for rank, cause in causes:
+        chain = [cause, cause.__cause__, cause.__context__]
+        if any(isinstance(c, OSError) and c.errno == errno.ENOSPC for c in chain):
+            where = f" on rank {rank}" if rank is not None else ""
+            return f"no space left on device{where} ({cause})"
+    rank, cause = causes[0]
+    where = f"rank {rank}: " if rank is not None else ""
+    text = " ".join(f"{where}{type(cause).__name__}: {cause}".split())
+    return text[:500]
 
 
 class Stateful(Protocol):
@@ -151,6 +223,17 @@ class Stateful(Protocol):
     def state_dict(self) -> dict: ...
 
     def load_state_dict(self, state: dict) -> None: ...
+
+
+def verify_ahead(cfg: CheckpointConfig, local_rank: int) -> Future | None:
+    """Start hashing this node's checkpoints in a thread (each node's local rank 0), so a resume verifies while the
+    model is being built instead of after it: hashing reads every byte and needs nothing from the model."""
+    if not cfg.dir or cfg.resume == "never" or local_rank != 0:
+        return None
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ckpt-verify")
+    future = pool.submit(committed_checkpoints, Path(cfg.dir))
+    pool.shutdown(wait=False)  # the thread ends with the hashing
+    return future
 
 
 @dataclass
@@ -179,11 +262,13 @@ class CheckpointManager:
     snapshotted at save time and restored in place by load().
     """
 
-    def __init__(self, cfg: CheckpointConfig, *, model, optimizer, states: Mapping[str, Stateful],
-                 local_rank: int):
+    def __init__(self, cfg: CheckpointConfig, *, model, optimizer, local_rank: int,
+                 states: Mapping[str, Stateful] | None = None, verified: Future | None = None):
+        """`verified`: from verify_ahead(), started before the model was built (else load() verifies itself)."""
         self.cfg = cfg
+        self._verified = verified
         self.root = Path(cfg.dir)
-        self.model, self.optimizer, self.states = model, optimizer, dict(states)
+        self.model, self.optimizer, self.states = model, optimizer, dict(states or {})
         self.rank, self.world_size, self.local_rank = dist.get_rank(), dist.get_world_size(), local_rank
         self.committed: list[int] = []
         self._pending: PendingSave | None = None
@@ -235,24 +320,59 @@ class CheckpointManager:
     def pending_unfinished(self) -> bool:
         return self._pending is not None and not self._pending.written.done()
 
+    def intact_note(self) -> str:
+        """Which checkpoint a restart would resume from, for error messages."""
+        if self.committed:
+            return f"the newest intact checkpoint is step-{max(self.committed):08d} (a restart resumes from it)"
+        return "no checkpoint of this run is intact yet (a restart starts from the beginning)"
+
+    def diverged(self, what: str) -> CheckpointError:
+        """The error that stops a run whose loss or weights turned non-finite; a save in flight (of state checked
+        finite when it was taken) is committed first. All ranks call it together."""
+        self.wait()
+        return CheckpointError(f"training diverged: {what}; nothing after it is saved or exported, "
+                               f"{self.intact_note()}: lower optim.lr or set optim.grad_clip")
+
+    def _require_finite_weights(self, step: int) -> None:
+        """Every rank checks its own shards; ranks agree (MIN), so all raise together. O(parameters) per save."""
+        local = [p.to_local() if isinstance(p, DTensor) else p for p in self.model.parameters()]
+        ok = torch.stack([torch.isfinite(t).all() for t in local]).all() if local else torch.tensor(True)
+        flag = ok.to(torch.float32).reshape(1)
+        dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+        if flag.item() < 1:
+            raise self.diverged(f"the weights after step {step} contain NaN or Inf (step {step} is not saved)")
+
+    def _save_failed(self, step: int, exc: BaseException) -> CheckpointError:
+        return CheckpointError(f"checkpoint step-{step:08d} could not be written: {describe_failure(exc)}; "
+                               f"{self.intact_note()}")
+
     def save(self, step: int, *, blocking: bool) -> None:
-        """Save after `step`. All ranks call it at the same step. Async saves return once state is staged."""
+        """Save after `step`. All ranks call it at the same step. Async saves return once state is staged.
+
+        Raises CheckpointError when the weights are not finite or the save fails (then on every rank)."""
         if not self.enabled or step in self.committed:
             return
         self.wait()  # the previous save finishes before the next starts
+        self._require_finite_weights(step)
         directory = step_dir(self.root, step)
         t0 = time.monotonic()
         states = self._snapshot()
         state = self._dcp_state()
         if blocking or self._executor is None:
-            metadata = dcp.save(state, checkpoint_id=str(directory))
+            try:
+                metadata = dcp.save(state, checkpoint_id=str(directory))
+                files = files_written_by(directory, self.rank)
+            except (Exception, CheckpointException) as exc:  # NOTE: CheckpointException is a BaseException
+                raise self._save_failed(step, exc) from None
             blocked = time.monotonic() - t0
-            files = files_written_by(directory, self.rank)
             self._commit(PendingSave(step, states, _done((files, _referenced_files(metadata))), t0, blocked),
                          "sync")
             return
-        dcp_future = dcp.async_save(state, checkpoint_id=str(directory), process_group=self._async_group,
-                                    async_stager=self._stager)
+        try:
+            dcp_future = dcp.async_save(state, checkpoint_id=str(directory), process_group=self._async_group,
+                                        async_stager=self._stager)
+        except (Exception, CheckpointException) as exc:
+            raise self._save_failed(step, exc) from None
         blocked = time.monotonic() - t0
 
         def finish() -> tuple[list[dict], set[str]]:
@@ -272,6 +392,10 @@ class CheckpointManager:
         if self._pending is None:
             return
         pending, self._pending = self._pending, None
+        try:
+            pending.written.result()
+        except (Exception, CheckpointException) as exc:  # DCP raises the same failure on every rank
+            raise self._save_failed(pending.step, exc) from None
         self._commit(pending, "async")
 
     def _commit(self, save: PendingSave, kind: str) -> None:
@@ -290,17 +414,26 @@ class CheckpointManager:
             raise RuntimeError(f"checkpoint step-{step:08d}: DCP wrote {sorted(missing)} which no rank reported; "
                                "the manifest would be incomplete")
         total = sum(f["size"] for f in all_files)
+        error = ""
         if self.rank == 0:
             manifest = {"format": FORMAT, "step": step, "world_size": self.world_size,
                         "train_state": save.states, "files": all_files}
             tmp = directory / (MANIFEST + ".tmp")
-            with tmp.open("w") as fh:
-                json.dump(manifest, fh, indent=1)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, directory / MANIFEST)
-            _fsync_dir(directory)
-        dist.barrier(group=self._async_group)
+            try:
+                with tmp.open("w") as fh:
+                    json.dump(manifest, fh, indent=1)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                os.replace(tmp, directory / MANIFEST)
+                _fsync_dir(directory)
+            except OSError as exc:  # e.g. the disk filled up after the shards: the others must not wait forever
+                error = describe_failure(exc)
+        # Rank 0's outcome goes to every rank, so all raise together (the barrier does not carry it).
+        outcome = [error]
+        dist.broadcast_object_list(outcome, src=0, group=self._async_group)
+        if outcome[0]:
+            raise CheckpointError(f"checkpoint step-{step:08d} could not be written: the manifest failed: "
+                                  f"{outcome[0]}; {self.intact_note()}")
         elapsed = time.monotonic() - save.started
         self.committed.append(step)
         self.last_save_time = time.monotonic()
@@ -339,10 +472,19 @@ class CheckpointManager:
         if not self.enabled or self.cfg.resume == "never":
             return None
         verified: dict[int, dict] = {}
+        report: list[int] | str | None = None
         if self.local_rank == 0:
-            verified = dict(committed_checkpoints(self.root))
+            try:
+                # NOTE: a CheckpointError raised in verify_ahead's thread is re-raised here by result()
+                verified = dict(self._verified.result() if self._verified else committed_checkpoints(self.root))
+                report = sorted(verified)
+            except CheckpointError as exc:
+                report = str(exc)  # shared below so that every rank stops, not just this node's first
         gathered: list = [None] * self.world_size
-        dist.all_gather_object(gathered, sorted(verified) if self.local_rank == 0 else None)
+        dist.all_gather_object(gathered, report)
+        errors = [r for r in gathered if isinstance(r, str)]
+        if errors:
+            raise CheckpointError(errors[0])
         node_lists = [set(steps) for steps in gathered if steps is not None]
         common = set.intersection(*node_lists) if node_lists else set()
         if not common:
@@ -357,7 +499,7 @@ class CheckpointManager:
         saved_states = manifest.get("train_state") or {}
         absent = sorted(set(self.states) - set(saved_states))
         if absent:
-            raise RuntimeError(f"checkpoint step-{step:08d} has no saved state for {absent} (it has "
+            raise CheckpointError(f"checkpoint step-{step:08d} has no saved state for {absent} (it has "
                                f"{sorted(saved_states)}): written by a different trainer?")
         model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
         state: dict = {"model": model_sd, "optim": optim_sd}
@@ -367,11 +509,10 @@ class CheckpointManager:
                 state[f"rng_cuda.rank{self.rank}"] = torch.cuda.get_rng_state()
         try:
             dcp.load(state, checkpoint_id=str(step_dir(self.root, step)))
-        except BaseException as exc:  # NOTE: DCP's CheckpointException derives from BaseException
-            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
-                raise
-            raise RuntimeError(f"checkpoint step-{step:08d} verified but could not be loaded into this model "
-                               f"(a different model or optimizer?): {exc}") from None
+        except (Exception, CheckpointException) as exc:  # NOTE: CheckpointException is a BaseException
+            raise CheckpointError(f"checkpoint step-{step:08d} verified but could not be loaded: "
+                                  f"{describe_failure(exc)} (an I/O error, or a different model or optimizer "
+                                  "than the one that saved it)") from None
         set_model_state_dict(self.model, state["model"])
         set_optimizer_state_dict(self.model, self.optimizer, state["optim"])
         for name, obj in self.states.items():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, get_type_hints
@@ -17,9 +18,25 @@ class ConfigError(ValueError):
     """A configuration value is wrong; the message names the field, the value and what is accepted."""
 
 
+# Integers end up in C (torch, numpy, the data loader's arithmetic): anything wider than int64 is refused here
+# rather than overflowing there.
+INT_LIMIT = 2**63 - 1
+# numpy's and most seeding helpers' range; the per-rank seeds (seed + 1 + rank) stay far inside torch's.
+SEED_LIMIT = 2**32 - 1
+
+
 def _require(cond: bool, name: str, value: Any, accepted: str) -> None:
     if not cond:
-        raise ConfigError(f"{name}={value!r} is invalid: expected {accepted}")
+        raise ConfigError(f"{name}={short_repr(value)} is invalid: expected {accepted}")
+
+
+def _require_finite(obj: Any, prefix: str) -> None:
+    """Every float field is a finite number: `inf` and `nan` pass comparisons like `lr > 0` (or fail them with
+    a misleading message) and then train to NaN."""
+    for f in fields(obj):
+        value = getattr(obj, f.name)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{prefix}{f.name}={value!r} is invalid: expected a finite number")
 
 
 @dataclass(frozen=True)
@@ -36,6 +53,10 @@ class ModelConfig:
     """Recompute each decoder block in backward (HF's own, RNG-preserving, so exact with dropout)."""
 
     def __post_init__(self) -> None:
+        _require(isinstance(self.config, dict), "model.config", self.config, "a JSON object")
+        bad = _non_finite_path(self.config)
+        if bad is not None:
+            raise ConfigError(f"model.config.{bad[0]}={bad[1]!r} is invalid: expected a finite number")
         _require(bool(self.path) or "model_type" in self.config, "model.path/model.config", self.path or self.config,
                  "a model directory, or an inline HF config containing model_type")
         _require(self.param_dtype in ("auto", "bfloat16", "float32"), "model.param_dtype", self.param_dtype,
@@ -70,6 +91,7 @@ class OptimConfig:
     """Max global gradient norm; 0 disables clipping."""
 
     def __post_init__(self) -> None:
+        _require_finite(self, "optim.")
         _require(self.lr > 0, "optim.lr", self.lr, "a positive float")
         _require(self.weight_decay >= 0, "optim.weight_decay", self.weight_decay, "a float >= 0")
         _require(0 <= self.beta1 < 1, "optim.beta1", self.beta1, "a float in [0, 1)")
@@ -99,6 +121,7 @@ class CheckpointConfig:
     """The stop notice SageMaker gives (SIGTERM to SIGKILL); a warning is logged when a save cannot fit in it."""
 
     def __post_init__(self) -> None:
+        _require_finite(self, "checkpoint.")
         _require(self.interval_steps >= 0, "checkpoint.interval_steps", self.interval_steps, "an integer >= 0")
         _require(self.interval_minutes >= 0, "checkpoint.interval_minutes", self.interval_minutes, "a float >= 0")
         _require(self.keep >= 2, "checkpoint.keep", self.keep, "an integer >= 2")
@@ -180,6 +203,8 @@ class TrainConfig:
     """If set, rank 0 writes the final sharded model's logits on the first sample here (export checks)."""
 
     def __post_init__(self) -> None:
+        _require_finite(self, "")
+        _require(0 <= self.seed <= SEED_LIMIT, "seed", self.seed, f"an integer in [0, {SEED_LIMIT}]")
         _require(self.micro_batch >= 1, "micro_batch", self.micro_batch, "an integer >= 1")
         _require(self.grad_accum >= 1, "grad_accum", self.grad_accum, "an integer >= 1")
         _require(self.max_steps >= 0, "max_steps", self.max_steps, "an integer >= 0")
@@ -220,13 +245,18 @@ class TrainConfig:
 
 def _parse_scalar(typ: Any, value: Any, name: str) -> Any:
     if not isinstance(value, str):
-        if typ is float and isinstance(value, int) and not isinstance(value, bool):
-            return float(value)
+        if typ is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+            try:
+                return _finite(float(value), name)
+            except OverflowError:  # an int too large for a float
+                raise ConfigError(f"{name}={short_repr(value)} is invalid: expected a finite number") from None
         if typ is dict and isinstance(value, dict):
             return value
-        if isinstance(value, typ) and not (typ is int and isinstance(value, bool)):
+        if typ is int and isinstance(value, int) and not isinstance(value, bool):
+            return _int_in_range(value, name)
+        if isinstance(value, typ) and typ is not int:
             return value
-        raise ConfigError(f"{name}={value!r} is invalid: expected {typ.__name__}")
+        raise ConfigError(f"{name}={short_repr(value)} is invalid: expected {typ.__name__}")
     text = value.strip()
     try:
         if typ is bool:
@@ -237,28 +267,69 @@ def _parse_scalar(typ: Any, value: Any, name: str) -> Any:
                 return False
             raise ValueError
         if typ is int:
-            return int(text)
+            return _int_in_range(int(text), name)
         if typ is float:
-            return float(text)
+            return _finite(float(text), name)
         if typ is dict:
-            parsed = json.loads(text) if text else {}
+            parsed = json.loads(text, parse_constant=_refuse_constant) if text else {}
             if not isinstance(parsed, dict):
                 raise ValueError
             return parsed
         return text
-    except ValueError:
-        kind = {bool: "true or false", int: "an integer", float: "a number", dict: "a JSON object"}[typ]
-        raise ConfigError(f"{name}={value!r} is invalid: expected {kind}") from None
+    except ConfigError:
+        raise
+    except ValueError:  # also int() of more than 4300 digits and json's refusal of NaN/Infinity
+        kind = {bool: "true or false", int: "an integer", float: "a number",
+                dict: "a JSON object (finite numbers only)"}[typ]
+        raise ConfigError(f"{name}={short_repr(value)} is invalid: expected {kind}") from None
+
+
+def _non_finite_path(value: Any, path: str = "") -> tuple[str, float] | None:
+    """(dotted path, value) of the first NaN/Infinity inside a parsed JSON value, or None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return path, value
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        found = _non_finite_path(item, f"{path}.{key}" if path else str(key))
+        if found is not None:
+            return found
+    return None
+
+
+def _finite(value: float, name: str) -> float:
+    if not math.isfinite(value):
+        raise ConfigError(f"{name}={value!r} is invalid: expected a finite number")
+    return value
+
+
+def _int_in_range(value: int, name: str) -> int:
+    if not -INT_LIMIT <= value <= INT_LIMIT:
+        raise ConfigError(f"{name}={short_repr(value)} is invalid: expected an integer in [{-INT_LIMIT}, {INT_LIMIT}]")
+    return value
+
+
+def _refuse_constant(token: str) -> Any:
+    raise ValueError(f"{token} is not a finite number")
+
+
+def short_repr(value: Any, limit: int = 80) -> str:
+    """repr() cut to a short line: error messages must stay readable whatever was passed (megabytes of text,
+    newlines, integers too long to print)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**limit:
+        return f"<an integer of about {int(value.bit_length() * math.log10(2)) + 1} digits>"
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _build(cls: type, raw: Any, prefix: str, from_strings: bool = False) -> Any:
     if not isinstance(raw, dict):
-        raise ConfigError(f"{prefix.rstrip('.') or 'config'}={raw!r} is invalid: expected an object")
+        raise ConfigError(f"{prefix.rstrip('.') or 'config'}={short_repr(raw)} is invalid: expected an object")
     hints = get_type_hints(cls)
     known = {f.name for f in fields(cls)}
     unknown = sorted(set(raw) - known)
     if unknown:
-        raise ConfigError(f"unknown field '{prefix}{unknown[0]}': accepted fields are {', '.join(sorted(known))}")
+        raise ConfigError(f"unknown field {short_repr(prefix + str(unknown[0]))}: accepted fields are "
+                          f"{', '.join(sorted(known))}")
     kwargs: dict[str, Any] = {}
     for f in fields(cls):
         if f.name not in raw:

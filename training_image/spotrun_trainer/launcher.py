@@ -10,13 +10,14 @@ What it reads (root defaults to /opt/ml; `--sm-root` or SPOTRUN_SM_ROOT point el
     input/data/<channel>/                 `train` (token shards) and optional `model` (HF model directory)
 What it writes: model/ (the exported model, by the trainer), output/failure on a real failure.
 
-Exit codes: 0 when training completed, or when a stop signal arrived and every local worker saved and stopped
-(torchrun itself exits 1 then: not a failure); otherwise torchrun's code, with output/failure explaining it.
+Exit codes: 0 when training completed, or when a stop signal arrived and every local worker saved and stopped;
+otherwise torchrun's code, with output/failure explaining it.
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import glob
 import json
 import logging
@@ -25,10 +26,11 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .config import ConfigError, TrainConfig
+from .config import ConfigError, TrainConfig, short_repr
 
 log = logging.getLogger("spotrun_trainer.launcher")
 
@@ -36,6 +38,9 @@ MASTER_PORT = 7777  # the SageMaker training toolkit's choice
 DEFAULT_SHUTDOWN_TIMEOUT_S = 110  # > the ~90 s emergency save budget, < SageMaker's 120 s before SIGKILL
 LAUNCHER_KEYS = ("nproc_per_node", "shutdown_timeout", "master_port")
 RDMA_INSTANCE_PREFIXES = ("ml.p4d", "ml.p4de", "ml.p5")
+# DescribeTrainingJob's FailureReason holds at most 1,024 characters (botocore's service model, shape
+# FailureReason): the failure file is cut to fit, so the reason SageMaker shows is ours and readable.
+FAILURE_REASON_MAX = 1024
 OFI_NCCL_GLOBS = ("/opt/amazon/ofi-nccl/lib*/libnccl-net*.so", "/opt/aws-ofi-nccl/lib*/libnccl-net*.so",
                   "/usr/local/lib/libnccl-net*.so")
 
@@ -164,6 +169,70 @@ def plan_launch(sm: SageMakerEnv, *, gpu_count: int, efa_devices: list[str], ofi
                       nproc_per_node=nproc, warnings=warnings)
 
 
+def check_inputs(config: TrainConfig, *, world_size: int) -> None:
+    """Configuration errors that would otherwise surface in every worker after a full start-up (importing torch,
+    joining the process group): the model can be built as a causal LM, the dataset exists and holds one step.
+    Raises ConfigError naming the field; reads the model's config.json and the dataset's index only."""
+    _check_model(config)
+    from .data import DataError, read_index
+
+    try:
+        index = read_index(Path(config.data.path))
+    except (DataError, OSError) as exc:
+        raise ConfigError(f"data.path={config.data.path!r} is invalid: {exc}") from None
+    seq_len = config.data.seq_len
+    samples = sum(int(s["tokens"]) // seq_len for s in index["shards"])
+    needed = config.micro_batch * world_size
+    if samples < needed:
+        raise ConfigError(f"data.seq_len={seq_len} is invalid for this dataset: it holds {samples} samples of "
+                          f"{seq_len} tokens and one step needs micro_batch x processes = {needed}")
+
+
+def _check_model(config: TrainConfig) -> None:
+    from transformers import AutoConfig
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    model = config.model
+    if model.path:
+        field_name, path = "model.path", Path(model.path)
+        config_file = path / "config.json"
+        if not config_file.is_file():
+            raise ConfigError(f"model.path={model.path!r} is invalid: expected a Hugging Face model directory "
+                              f"with config.json (the `model` channel); {config_file} not found")
+        try:
+            raw = json.loads(config_file.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ConfigError(f"model.path={model.path!r} is invalid: {config_file} unreadable ({exc})") from None
+        model_type = raw.get("model_type") if isinstance(raw, dict) else None
+        field_name = "model_type in model.path/config.json"
+    else:
+        raw = dict(model.config)
+        model_type = raw.pop("model_type", None)
+        field_name = "model.config.model_type"
+    if not isinstance(model_type, str) or model_type not in CONFIG_MAPPING_NAMES:
+        close = difflib.get_close_matches(str(model_type), list(CONFIG_MAPPING_NAMES), n=3)
+        hint = f" (close matches: {', '.join(close)})" if close else " (e.g. llama, qwen2, mistral, gpt2)"
+        raise ConfigError(f"{field_name}={short_repr(model_type)} is invalid: expected a model type known to "
+                          f"transformers{hint}")
+    if model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        raise ConfigError(f"{field_name}={model_type!r} is invalid: transformers has no causal LM for it "
+                          "(AutoModelForCausalLM); expected a decoder model type such as llama, qwen2, gpt2")
+    try:
+        if model.path:
+            AutoConfig.from_pretrained(model.path)
+        else:
+            AutoConfig.for_model(model_type, **raw)
+    except Exception as exc:  # noqa: BLE001 - transformers raises many kinds; each is a configuration error here
+        raise ConfigError(f"{'model.path' if model.path else 'model.config'} is invalid: transformers could not "
+                          f"build a {model_type} config from it ({_one_line(str(exc), 300)})") from None
+
+
+def _one_line(text: str, limit: int) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def read_outcomes(outcome_dir: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted(Path(outcome_dir).glob("rank*.json"))]
 
@@ -178,25 +247,31 @@ def decide_exit(returncode: int, *, signalled: bool, outcomes: list[dict], nproc
     if failed:
         return returncode or 1, failed[0].get("message") or "a worker failed", ""
     if signalled:
-        stopped = sum(1 for o in outcomes if o.get("status") == "stopped")
-        if stopped == nproc:
+        # A worker that had finished (a stop during the export lets it complete) reported as much as one that
+        # stopped: either way its part of the run is safe.
+        reported = sum(1 for o in outcomes if o.get("status") in ("stopped", "completed"))
+        if reported == nproc:
             return 0, "", ""
-        return 0, "", (f"stopped by signal; {nproc - stopped} of {nproc} local workers exited before reporting "
+        return 0, "", (f"stopped by signal; {nproc - reported} of {nproc} local workers exited before reporting "
                        "(still starting, or killed at the shutdown timeout): the newest complete checkpoint stands")
     return (returncode if returncode > 0 else 1), f"torchrun exited with code {returncode} without a worker error " \
         "report", ""
 
 
 class StopSignal:
-    """SIGTERM/SIGINT, caught from the launcher's first instruction and forwarded to torchrun once it runs.
+    """SIGTERM/SIGINT, caught from the launcher's first instruction and forwarded as SIGTERM once torchrun runs.
 
     NOTE: as PID 1 in the container, a signal without a handler is simply ignored by the kernel: an early stop
-    would be lost and SageMaker would SIGKILL the job 120 s later. So the handler goes in before anything else."""
+    would be lost and SageMaker would SIGKILL the job 120 s later. So the handler goes in before anything else.
+    The stop goes to torchrun's workers, not to torchrun: the workers save and exit 0, and torchrun then exits 0
+    as after any successful run. A signal to torchrun itself makes its agent raise SignalException, which it
+    prints as a traceback and turns into exit 1 although nothing failed."""
 
     def __init__(self) -> None:
         self.received: int | None = None
         self.child: subprocess.Popen | None = None
         self._forwarded = False
+        self.forwarded_at: float | None = None
 
     def install(self) -> "StopSignal":
         signal.signal(signal.SIGTERM, self._handle)
@@ -209,11 +284,44 @@ class StopSignal:
         self.forward()
 
     def forward(self) -> None:
-        """Send the stop to torchrun once: a second signal during its graceful shutdown would cut the wait for
-        the workers' emergency save short."""
+        """Send the stop once: a second signal during the workers' emergency save would cut it short."""
         if self.received is not None and self.child is not None and not self._forwarded:
             self._forwarded = True
-            self.child.send_signal(self.received)  # torchrun forwards it to every worker within milliseconds
+            self.forwarded_at = time.monotonic()
+            workers = _children(self.child.pid)
+            if not workers:  # torchrun has not started them yet: it stops itself and starts none
+                self.child.send_signal(signal.SIGTERM)
+            for pid in workers:
+                _signal(pid, signal.SIGTERM)
+
+    def kill_overdue(self, timeout_s: float) -> None:
+        """torchrun's own rule, kept now that the stop bypasses it: workers still running `timeout_s` after the
+        stop are killed (their newest complete checkpoint stands)."""
+        if self.forwarded_at is not None and self.child is not None \
+                and time.monotonic() - self.forwarded_at > timeout_s:
+            for pid in _children(self.child.pid):
+                _signal(pid, signal.SIGKILL)
+            self.forwarded_at = None
+
+
+def _children(pid: int) -> list[int]:
+    """Direct children of `pid` (torchrun's workers), from /proc."""
+    found = []
+    for stat in glob.glob("/proc/[0-9]*/stat"):
+        try:
+            fields = Path(stat).read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(Path(stat).parent.name))
+    return found
+
+
+def _signal(pid: int, signum: int) -> None:
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        pass
 
 
 def run(plan: LaunchPlan, *, failure_file: Path, outcome_dir: Path, stop: StopSignal) -> int:
@@ -225,17 +333,30 @@ def run(plan: LaunchPlan, *, failure_file: Path, outcome_dir: Path, stop: StopSi
     log.info("launch: %s", " ".join(plan.command))
     stop.child = subprocess.Popen(plan.command, env={**os.environ, **plan.env})
     stop.forward()  # a stop that arrived while torchrun was being started
-    rc = stop.child.wait()
+    shutdown_timeout = float(plan.env["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"])
+    while True:
+        try:
+            rc = stop.child.wait(timeout=1.0)
+            break
+        except subprocess.TimeoutExpired:
+            stop.kill_overdue(shutdown_timeout)
     _reap_orphans()
     code, message, warning = decide_exit(rc, signalled=stop.received is not None,
                                          outcomes=read_outcomes(outcome_dir), nproc=plan.nproc_per_node)
     if warning:
         log.warning(warning)
     if message:
-        failure_file.parent.mkdir(parents=True, exist_ok=True)
-        failure_file.write_text(message + "\n")
+        write_failure(failure_file, message)
         log.error("training failed: %s", message)
     return code
+
+
+def write_failure(failure_file: Path, message: str) -> None:
+    """SageMaker's failure file: the reason DescribeTrainingJob shows, cut to the API's limit."""
+    if len(message) > FAILURE_REASON_MAX:
+        message = message[: FAILURE_REASON_MAX - 3] + "..."
+    failure_file.parent.mkdir(parents=True, exist_ok=True)
+    failure_file.write_text(message + "\n")
 
 
 def _reap_orphans() -> None:
@@ -266,9 +387,9 @@ def main(argv: list[str] | None = None) -> int:
         plan = plan_launch(sm, gpu_count=gpu_count, efa_devices=sorted(glob.glob("/dev/infiniband/uverbs*")),
                            ofi_nccl_found=any(glob.glob(g) for g in OFI_NCCL_GLOBS),
                            config_path=work / "train_config.json", outcome_dir=work / "outcome")
+        check_inputs(plan.config, world_size=plan.nnodes * plan.nproc_per_node)
     except ConfigError as exc:
-        failure_file.parent.mkdir(parents=True, exist_ok=True)
-        failure_file.write_text(f"invalid configuration: {exc}\n")
+        write_failure(failure_file, f"invalid configuration: {exc}")
         log.error("invalid configuration: %s", exc)
         return 2
     (work / "train_config.json").write_text(plan.config.to_json())

@@ -29,7 +29,7 @@ import resource
 import signal
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -39,7 +39,7 @@ from torch.distributed.fsdp import FSDPModule
 
 from . import metrics
 from .agreement import Agreement, LossHistory, StepAgreement
-from .checkpoint import CheckpointManager
+from .checkpoint import CheckpointManager, verify_ahead
 from .config import TrainConfig
 from .data import TokenShardLoader
 from .loss import CausalLMLoss
@@ -95,18 +95,34 @@ def _device_peak(device: torch.device) -> float | None:
 
 @dataclass
 class TrainState:
-    """The loop's own counters, checkpointed beside the data loader and the LR scheduler."""
+    """The loop's own counters, checkpointed beside the data loader and the LR scheduler.
+
+    `segments`: the earlier starts of this run, each as of its last checkpoint ({start_step, end_step, seconds}),
+    so that metrics.json spans the whole run across restarts (work redone after a hard kill is not counted twice).
+    """
 
     step: int = 0
     tokens_seen: int = 0
     last_loss: float = float("nan")
+    segments: list = field(default_factory=list)
+    segment_start_step: int = 0
+    segment_t0: float = field(default_factory=time.perf_counter)
+
+    def start_segment(self) -> None:
+        self.segment_start_step, self.segment_t0 = self.step, time.perf_counter()
+
+    def all_segments(self) -> list[dict]:
+        return self.segments + [{"start_step": self.segment_start_step, "end_step": self.step,
+                                 "seconds": round(time.perf_counter() - self.segment_t0, 3)}]
 
     def state_dict(self) -> dict:
-        return {"step": self.step, "tokens_seen": self.tokens_seen, "last_loss": self.last_loss}
+        return {"step": self.step, "tokens_seen": self.tokens_seen, "last_loss": self.last_loss,
+                "segments": self.all_segments()}
 
     def load_state_dict(self, state: dict) -> None:
         self.step, self.tokens_seen = int(state["step"]), int(state["tokens_seen"])
         self.last_loss = float(state.get("last_loss", float("nan")))
+        self.segments = list(state.get("segments", []))
 
 
 class Trainer:
@@ -121,6 +137,7 @@ class Trainer:
         if cfg.deterministic:
             torch.use_deterministic_algorithms(True)
         mesh = build_mesh(self.device.type, self.world, cfg.replicate_degree)
+        verified = verify_ahead(cfg.checkpoint, local_rank)  # hashes the checkpoints while the model is built
         self.perf = cfg.perf.resolved(self.device.type)
 
         torch.manual_seed(cfg.seed)  # the same init stream on every rank before sharding
@@ -143,7 +160,8 @@ class Trainer:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lr_lambda(self.total_steps, o.warmup_steps, o.min_lr_ratio))
         self.state = TrainState()
-        self.ckpt = CheckpointManager(cfg.checkpoint, model=self.model, optimizer=self.optimizer, local_rank=local_rank,
+        self.ckpt = CheckpointManager(cfg.checkpoint, model=self.model, optimizer=self.optimizer,
+                                      local_rank=local_rank, verified=verified,
                                       states={"trainer": self.state, "loader": self.loader,
                                               "scheduler": self.scheduler})
         self.peak_flops = _device_peak(self.device)
@@ -155,7 +173,7 @@ class Trainer:
 
     def run(self) -> Outcome:
         restored = self.ckpt.load()  # restores model, optimizer, RNG, loader, scheduler and self.state in place
-        self.start_step = self.state.step
+        self.state.start_segment()
         # A stop that arrived while starting (loading the model or the checkpoint): nothing new to save, and the
         # notice is better spent exiting than running a step.
         if self.agreement.now(stop=self.stop_flag.requested):
@@ -165,7 +183,6 @@ class Trainer:
                   f"start_step={self.state.step} total_steps={self.total_steps} device={self.device.type}",
                   flush=True)
         self._window_t, self._window_tokens = time.perf_counter(), 0
-        run_t0 = time.perf_counter()
         while self.state.step < self.total_steps:
             step = self.state.step + 1
             log_now = step % self.cfg.log_every == 0 or step == self.total_steps
@@ -180,14 +197,20 @@ class Trainer:
             self.ckpt.finalize_if_done(agreed.pending_done)
             if agreed.save_due and step < self.total_steps:
                 self.ckpt.save(step, blocking=not self.cfg.checkpoint.async_save)
-        wall = time.perf_counter() - run_t0
         self._flush_losses()
+        segments = self.state.all_segments()
         # A final checkpoint first: an interruption during export then resumes straight into export.
         self.ckpt.save(self.state.step, blocking=True)
         self.ckpt.close()
+        # A stop during the final save: the checkpoint holds everything, so leave the notice to the exit and let
+        # the resumed job (which finds step == total_steps) go straight to the export.
+        if self.agreement.now(stop=self.stop_flag.requested):
+            if self.rank == 0:
+                print(f"run_stopped step={self.state.step} reason=signal-before-export", flush=True)
+            return Outcome("stopped", self.state.step)
         self.export()
         if self.rank == 0:
-            self._write_summary(wall, restored)
+            self._write_summary(segments, restored)
             print(f"run_completed step={self.state.step} final_loss={self.state.last_loss:.4f}", flush=True)
         return Outcome("completed", self.state.step)
 
@@ -218,9 +241,13 @@ class Trainer:
         return loss_sum, grad_norm, lr
 
     def _flush_losses(self) -> None:
-        last = self.losses.flush()
-        if last is not None:
-            self.state.last_loss = last
+        flushed = self.losses.flush()
+        if not flushed:
+            return
+        self.state.last_loss = flushed[-1][1]
+        bad = next(((step, loss) for step, loss in flushed if not math.isfinite(loss)), None)
+        if bad is not None:  # the same reduced values on every rank: all stop together, before any save
+            raise self.ckpt.diverged(f"the loss is {bad[1]} at step {bad[0]}")
 
     def _after_step(self, agreed: Agreement, log_now: bool, grad_norm: torch.Tensor | None, lr: float) -> None:
         """Read the losses when they are needed (log line, a save or a stop next) and print the metric line."""
@@ -251,15 +278,17 @@ class Trainer:
             print(f"run_stopped step={self.state.step} reason={reason}", flush=True)
         return Outcome("stopped", self.state.step)
 
-    def _write_summary(self, wall: float, restored) -> None:
-        steps_run = self.state.step - self.start_step
+    def _write_summary(self, segments: list[dict], restored) -> None:
+        # The whole run across restarts: training seconds of every start (up to its last checkpoint), its steps.
+        wall = sum(s["seconds"] for s in segments)
+        steps_run = sum(s["end_step"] - s["start_step"] for s in segments)
         tps_dev = steps_run * self.tokens_per_step / max(wall, 1e-9) / self.world
         summary = {
             "final_loss": self.state.last_loss, "steps": self.state.step, "tokens": self.state.tokens_seen,
             "parameters": self.built.num_params, "world_size": self.world, "tokens_per_s_per_device": tps_dev,
             "mfu": metrics.mfu(self.built.num_params, tps_dev, self.peak_flops),
-            "peak_mem_gb": _peak_mem_gb(self.device), "wall_s": wall,
-            "resumed_from_step": restored.step if restored else None,
+            "peak_mem_gb": _peak_mem_gb(self.device), "wall_s": wall, "starts": len(segments),
+            "segments": segments, "resumed_from_step": restored.step if restored else None,
         }
         (Path(self.cfg.output_dir) / "metrics.json").write_text(json.dumps(summary, indent=2))
 
@@ -335,8 +364,9 @@ def main(argv: list[str] | None = None) -> int:
         log.error("%s (%s)", OOM_HINT, exc)
         write_outcome(outcome_dir, rank, Outcome("failed", -1, OOM_HINT))
         raise
-    except Exception as exc:
-        write_outcome(outcome_dir, rank, Outcome("failed", -1, f"{type(exc).__name__}: {exc}"))
+    except BaseException as exc:  # NOTE: not just Exception: DCP's CheckpointException is a BaseException
+        if not isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            write_outcome(outcome_dir, rank, Outcome("failed", -1, f"{type(exc).__name__}: {exc}"))
         raise
     write_outcome(outcome_dir, rank, outcome)
     dist.destroy_process_group()

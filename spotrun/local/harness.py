@@ -1,8 +1,9 @@
 """Run the container's entry point locally, as SageMaker would, and interrupt it the ways spot capacity does.
 
-Used by `make demo`, the tests and the torture tool: a SageMaker-shaped root (examples.write_sagemaker_root),
-the launcher started as its own process, SIGTERM to it (a stop or spot notice) or SIGKILL to the whole process
-tree (the instance vanishing; torchrun's workers live in their own sessions, so the tree is walked in /proc).
+Used by `spotrun local`, `make demo`, the tests and the benchmarks: a SageMaker-shaped root
+(`write_sagemaker_root`), the launcher started as its own process, SIGTERM to it (a stop or spot notice) or
+SIGKILL to the whole process tree (the instance vanishing; torchrun's workers live in their own sessions, so the
+tree is walked in /proc).
 """
 
 from __future__ import annotations
@@ -16,13 +17,37 @@ import sys
 import time
 from pathlib import Path
 
-TRAINER_ROOT = Path(__file__).resolve().parent.parent
+from . import TRAINER_ROOT
+
+LOSS_FILE = "loss_history.jsonl"
 
 
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def write_sagemaker_root(root: Path, *, hyperparameters: dict, channels: dict[str, Path], checkpoint_dir: Path | None,
+                         hosts: tuple[str, ...] = ("algo-1",), current_host: str = "algo-1") -> Path:
+    """Lay out the files SageMaker gives a training container under `root` (instead of /opt/ml), so the
+    launcher runs locally exactly as in the job. Channels are symlinked; hyperparameter values become strings."""
+    root = Path(root)
+    cfg = root / "input" / "config"
+    cfg.mkdir(parents=True, exist_ok=True)
+    (cfg / "resourceconfig.json").write_text(json.dumps(
+        {"current_host": current_host, "hosts": list(hosts), "network_interface_name": "eth0"}))
+    (cfg / "hyperparameters.json").write_text(json.dumps(
+        {k: v if isinstance(v, str) else json.dumps(v) for k, v in hyperparameters.items()}))
+    if checkpoint_dir is not None:
+        (cfg / "checkpointconfig.json").write_text(json.dumps({"LocalPath": str(checkpoint_dir)}))
+    data = root / "input" / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    for name, path in channels.items():
+        link = data / name
+        if not link.exists():
+            link.symlink_to(Path(path).resolve(), target_is_directory=True)
+    return root
 
 
 def descendants(pid: int) -> list[int]:
@@ -75,19 +100,28 @@ def start_launcher(sm_root: Path, log_path: Path) -> subprocess.Popen:
                             stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
 
 
-def loss_history(output_dir: Path) -> dict[int, float]:
-    """step -> loss (exact floats); a step run twice (after a SIGKILL) keeps its last value."""
-    path = Path(output_dir) / "loss_history.jsonl"
+def loss_records(output_dir: Path) -> list[tuple[int, float]]:
+    """Every (step, loss) line in the order written: a step run twice (after a hard kill) appears twice.
+
+    Each line carries the loss readable (`loss`) and exact (`loss_hex`, float.hex); the exact one is used. A line
+    torn by SIGKILL is skipped."""
+    path = Path(output_dir) / LOSS_FILE
     if not path.exists():
-        return {}
-    out = {}
+        return []
+    out = []
     for line in path.read_text().splitlines():
         try:
             rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a line torn by SIGKILL
-        out[rec["step"]] = float.fromhex(rec["loss"])
+            exact = rec.get("loss_hex", rec["loss"])
+            out.append((int(rec["step"]), float.fromhex(exact) if isinstance(exact, str) else float(exact)))
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+            continue
     return out
+
+
+def loss_history(output_dir: Path) -> dict[int, float]:
+    """step -> loss (exact floats); a step run twice (after a SIGKILL) keeps its last value."""
+    return dict(loss_records(output_dir))
 
 
 def wait_for_step(proc: subprocess.Popen, output_dir: Path, step: int, timeout: float = 300) -> bool:

@@ -1,13 +1,19 @@
-"""Tiny local assets: a corpus, a tokenizer trained on it and a small model saved from a config.
+"""Local assets for runs without a hub: a corpus, a tokenizer trained on it, a small model saved from a config.
 
-Used by `make demo` and the tests: nothing is downloaded from a hub; the model directory is written with
+Used by `make demo`, the tests and the benchmarks: nothing is downloaded; a model directory is written with
 `save_pretrained` and read back with `from_pretrained`, exactly as the image reads the `model` channel.
+Two corpora: short synthetic sentences (tests: a model learns them quickly), and the Python standard library's
+own sources (the demo: real text present on every machine with Python).
 """
 
 from __future__ import annotations
 
+import json
 import random
+import sysconfig
 from pathlib import Path
+
+from . import trainer_on_path
 
 ARCHITECTURES = {
     "llama": {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
@@ -27,8 +33,6 @@ _OBJECTS = ["the weights", "a shard", "the optimizer", "every step", "the manife
 
 def write_corpus(path: Path, *, documents: int = 400, seed: int = 0) -> Path:
     """A JSONL corpus of short, regular sentences (a model can learn them, so loss falls)."""
-    import json
-
     rng = random.Random(seed)
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w") as fh:
@@ -39,10 +43,33 @@ def write_corpus(path: Path, *, documents: int = 400, seed: int = 0) -> Path:
     return path
 
 
-def train_tokenizer(corpus: Path, out_dir: Path, vocab_size: int = 256):
-    """A byte-level BPE tokenizer trained on the corpus, saved as a HF fast tokenizer."""
-    import json
+def write_stdlib_corpus(path: Path, *, max_bytes: int = 2_000_000) -> Path:
+    """A JSONL corpus of this Python's standard library sources, one document per module, in path order.
 
+    Test suites and vendored packages are left out; files are taken in sorted order until `max_bytes`."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    skip = {"test", "tests", "idlelib", "site-packages", "dist-packages", "lib2to3", "__pycache__"}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    written = 0
+    with path.open("w") as fh:
+        for source in sorted(root.rglob("*.py")):
+            if skip & set(source.relative_to(root).parts):
+                continue
+            try:
+                text = source.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError):
+                continue
+            if written + len(text) > max_bytes:
+                break
+            fh.write(json.dumps({"text": text}) + "\n")
+            written += len(text)
+    if not written:
+        raise FileNotFoundError(f"no Python sources found under {root}")
+    return path
+
+
+def train_tokenizer(corpus: Path, out_dir: Path, vocab_size: int = 256):
+    """A byte-level BPE tokenizer trained on a JSONL corpus, saved as a HF fast tokenizer."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -78,7 +105,8 @@ def save_tiny_model(arch: str, out_dir: Path, *, vocab_size: int, seed: int = 0,
 
 def build_example(root: Path, arch: str = "llama", *, documents: int = 400, shard_bytes: int = 16 * 1024) -> dict:
     """Corpus, tokenizer, model dir and prepared shards under root; returns their paths."""
-    from .data import prepare
+    trainer_on_path()
+    from spotrun_trainer.data import prepare
 
     root = Path(root)
     corpus = write_corpus(root / "corpus" / "train.jsonl", documents=documents)
@@ -88,27 +116,3 @@ def build_example(root: Path, arch: str = "llama", *, documents: int = 400, shar
     if not (data_dir / "index.json").exists():
         prepare([corpus], str(root / "tokenizer"), data_dir, shard_bytes=shard_bytes)
     return {"corpus": corpus, "tokenizer": root / "tokenizer", "model": model_dir, "data": data_dir}
-
-
-def write_sagemaker_root(root: Path, *, hyperparameters: dict, channels: dict[str, Path], checkpoint_dir: Path | None,
-                         hosts: tuple[str, ...] = ("algo-1",), current_host: str = "algo-1") -> Path:
-    """Lay out the files SageMaker gives a training container under `root` (instead of /opt/ml), so the
-    launcher runs locally exactly as in the job. Channels are symlinked; hyperparameter values become strings."""
-    import json
-
-    root = Path(root)
-    cfg = root / "input" / "config"
-    cfg.mkdir(parents=True, exist_ok=True)
-    (cfg / "resourceconfig.json").write_text(json.dumps(
-        {"current_host": current_host, "hosts": list(hosts), "network_interface_name": "eth0"}))
-    (cfg / "hyperparameters.json").write_text(json.dumps(
-        {k: v if isinstance(v, str) else json.dumps(v) for k, v in hyperparameters.items()}))
-    if checkpoint_dir is not None:
-        (cfg / "checkpointconfig.json").write_text(json.dumps({"LocalPath": str(checkpoint_dir)}))
-    data = root / "input" / "data"
-    data.mkdir(parents=True, exist_ok=True)
-    for name, path in channels.items():
-        link = data / name
-        if not link.exists():
-            link.symlink_to(Path(path).resolve(), target_is_directory=True)
-    return root

@@ -1,0 +1,189 @@
+"""The one definition of everything that crosses between spotrun's parts (stdlib only).
+
+The planner and the Lambda handlers (spotrun/), the CDK constructs (training_constructs/) and the trainer image
+(training_image/, which installs this module) all import these names instead of spelling strings:
+
+- `Hyperparameter`: the SageMaker hyperparameter names the planner sends and the trainer parses.
+- `METRIC_FIELDS`, `METRIC_DEFINITIONS`, `metric_name`: the metric line the trainer prints, the regexes
+  SageMaker's MetricDefinitions apply to it, and the names the dashboard and the guard read.
+- `PlanStatus`, `GuardAction`, `Plan`, `Guard`: what the estimate and the cost guard return, and the state
+  machine reads through `$.plan.<field>` / `$.guard.<field>` (`plan_path`, `guard_path` refuse unknown fields).
+- `StopNotice`: the stop-notice timings (SageMaker's SIGTERM-to-SIGKILL window and how it is spent).
+- `BytesPerParameter`: training state and checkpoint sizes per parameter.
+- `CHECKPOINT_MANIFEST`, `CHECKPOINT_STEP_DIR`: the committed-checkpoint layout the guard lists in S3.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from enum import Enum
+
+# ---- hyperparameters (planner -> trainer) ----------------------------------------------------------------------
+
+
+class Hyperparameter(str, Enum):
+    """SageMaker hyperparameter names; every value is a string (nested trainer fields as `section.field`)."""
+
+    MICRO_BATCH = "micro_batch"
+    GRAD_ACCUM = "grad_accum"
+    EPOCHS = "epochs"
+    SEED = "seed"
+    LR = "optim.lr"
+    SEQ_LEN = "data.seq_len"
+    CHECKPOINT_INTERVAL_MINUTES = "checkpoint.interval_minutes"
+    CHECKPOINT_KEEP = "checkpoint.keep"
+    MODEL_CONFIG = "model.config"
+
+
+# ---- metrics (trainer -> CloudWatch -> dashboard and guard) ----------------------------------------------------
+
+METRIC_FIELDS = ("loss", "lr", "grad_norm", "tokens_per_s", "mfu", "mem_gb")
+METRIC_PREFIX = "train:"
+_NUMBER = r"([0-9.eE+-]+)"
+
+
+def metric_name(field: str) -> str:
+    """The CloudWatch metric name of one field of the trainer's metric line (`loss` -> `train:loss`)."""
+    if field not in METRIC_FIELDS:
+        raise ValueError(f"metric field {field!r} is unknown: expected one of {', '.join(METRIC_FIELDS)}")
+    return METRIC_PREFIX + field
+
+
+# SageMaker MetricDefinitions: Name + Regex with one capture group, applied to the trainer's log lines
+# `step=120 loss=2.3100 lr=1.9e-05 grad_norm=0.82 tokens_per_s=3150 mfu=0.41 mem_gb=61.2`.
+METRIC_DEFINITIONS: list[dict[str, str]] = [
+    {"Name": metric_name(name), "Regex": rf"step=\d+ .*\b{name}={_NUMBER}"} for name in METRIC_FIELDS
+]
+
+# Metrics the Lambdas publish (CloudWatch Embedded Metric Format), read by the dashboard and the alarm.
+METRICS_NAMESPACE = "spotrun"
+RUN_COST_METRIC = "RunCostUSD"
+CHECKPOINT_AGE_METRIC = "CheckpointAgeSeconds"
+INTERRUPTIONS_METRIC = "Interruptions"
+
+# ---- stop notice (SageMaker -> launcher -> trainer) ------------------------------------------------------------
+
+
+class StopNotice:
+    """How the ~120 s between SIGTERM and SIGKILL (StopTrainingJob, MaxRuntime; assumed for spot) is spent."""
+
+    NOTICE_S = 120  # SageMaker: SIGTERM, then 120 s before the container is killed
+    UPLOAD_S = 90  # what a save on notice may take to leave the machine
+    FINISH_S = 30  # finishing the current step and shutting down
+    LAUNCHER_SHUTDOWN_S = 110  # torchrun's --shutdown-timeout: > the save budget, < the notice
+
+
+# ---- bytes per parameter (planner, trainer, docs) --------------------------------------------------------------
+
+
+class BytesPerParameter:
+    TRAINING_STATE_FULL = 16  # bf16 weights 2 + bf16 grads 2 + fp32 master 4 + Adam moments 8
+    CHECKPOINT_FULL = 14  # bf16 weights 2 + fp32 master 4 + Adam moments 8
+    CHECKPOINT_LORA = 12  # per adapter parameter: fp32 4 + Adam moments 8
+    EXPORT_BF16 = 2
+    EXPORT_FP32 = 4
+
+
+# ---- checkpoint layout (trainer writes, guard lists) -----------------------------------------------------------
+
+CHECKPOINT_MANIFEST = "manifest.json"
+CHECKPOINT_STEP_DIR = re.compile(r"^step-(\d{8})$")
+
+# ---- plan and guard (handlers -> state machine) ----------------------------------------------------------------
+
+
+class PlanStatus(str, Enum):
+    OK = "ok"
+    INVALID_RUN = "InvalidRun"
+    OVER_BUDGET = "OverBudget"
+
+
+class GuardAction(str, Enum):
+    WAIT = "wait"  # the job runs and the spend stays under the cap until the next poll
+    STOP = "stop"  # StopTrainingJob now (the trainer saves on the way out), then keep polling
+    FALLBACK = "fallback"  # spot never came within MaxWait: create the on-demand job on the same checkpoints
+    COMPLETED = "completed"  # register the model; `report` is the cost report
+    OVER_BUDGET = "over_budget"  # the job stopped at the cap
+    FAILED = "failed"  # the job failed or stopped for another reason; `message` says why
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """The estimate's output when status is ok: every value the state machine puts into a request."""
+
+    status: str
+    run_name: str
+    execution: str
+    execution_started: str  # ISO-8601, from $$.Execution.StartTime: a job created before it is not ours
+    job_name: str
+    fallback_job_name: str
+    method: str  # full or lora: what the registered artifact is
+    spot: bool
+    on_demand_fallback: bool
+    instance_type: str
+    instance_count: int
+    resource_config_spot: dict  # ResourceConfig as sent (VolumeKmsKeyId only without local storage)
+    resource_config_on_demand: dict  # the same plus the warm pool
+    checkpoint_s3_uri: str
+    checkpoint_bucket: str
+    checkpoint_prefix: str
+    max_runtime_seconds: int
+    max_wait_seconds: int
+    hyperparameters: dict
+    input_data_config: list
+    tags: list
+    poll_seconds: int
+    max_poll_seconds: int
+    checkpoint_interval_seconds: float
+    max_usd: float
+    region: str
+    usd_per_hour: float  # on-demand list price of all instances, in `region`
+    price_source: str
+    approval_status: str
+    data_source: str
+    estimate: dict
+
+
+@dataclasses.dataclass(frozen=True)
+class Guard:
+    """The cost guard's state, carried from poll to poll and read by the state machine."""
+
+    action: str
+    job_name: str
+    spot: bool
+    wait_seconds: int
+    spent_before_usd: float
+    interruptions_before: int
+    cost_usd: float = 0.0
+    projected_usd: float = 0.0
+    interruptions: int = 0
+    stop_requested: bool = False
+    checkpoint_age_seconds: float | None = None
+    worst_checkpoint_gap_seconds: float = 0.0
+    message: str = ""
+    report: dict | None = None
+
+
+PLAN_FIELDS = frozenset(f.name for f in dataclasses.fields(Plan))
+GUARD_FIELDS = frozenset(f.name for f in dataclasses.fields(Guard))
+REPORT_FIELDS = frozenset({"run", "job_name", "status", "method", "instance_type", "instance_count", "spot",
+                           "region", "billable_seconds", "training_seconds", "interruptions", "spot_savings_pct",
+                           "cost_usd", "price_basis", "cap_usd", "estimated_cost_usd", "final_loss",
+                           "model_data_url", "data_source", "worst_case_lost_usd", "metadata"})
+
+
+def plan_path(field: str) -> str:
+    """`$.plan.<field>` for the state machine; refuses a field the estimate does not return."""
+    if field not in PLAN_FIELDS:
+        raise ValueError(f"plan field {field!r} is unknown: expected one of {', '.join(sorted(PLAN_FIELDS))}")
+    return f"$.plan.{field}"
+
+
+def guard_path(field: str, *sub: str) -> str:
+    """`$.guard.<field>[.<sub>...]`; refuses a field the cost guard does not return (report: its known keys)."""
+    if field not in GUARD_FIELDS:
+        raise ValueError(f"guard field {field!r} is unknown: expected one of {', '.join(sorted(GUARD_FIELDS))}")
+    if field == "report" and sub and sub[0] not in REPORT_FIELDS:
+        raise ValueError(f"report field {sub[0]!r} is unknown: expected one of {', '.join(sorted(REPORT_FIELDS))}")
+    return ".".join(("$.guard", field, *sub))
