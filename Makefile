@@ -5,10 +5,19 @@ BIN    := $(VENV)/bin
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export PYTHONPATH := $(CURDIR):$(CURDIR)/training_image
 
-.PHONY: venv node test demo synth torture bench-checkpoint bench-throughput clean
+# TORCH_CPU=1 installs torch's CPU-only build first (from PyTorch's CPU index), so a Linux machine without a
+# GPU does not pull the multi-GB CUDA build for the demo and the tests: `make venv TORCH_CPU=1`. Unset (the
+# default), pip resolves torch as usual. The pin stays training_image/requirements.txt's (2.13.0 matches
+# 2.13.0+cpu).
+TORCH_CPU ?=
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
+
+.PHONY: venv node test demo synth torture torture-lora bench-checkpoint bench-throughput clean
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt training_image/requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
+	$(if $(TORCH_CPU),$(BIN)/pip install --quiet --disable-pip-version-check --index-url $(TORCH_CPU_INDEX) \
+		"$$(grep '^torch==' training_image/requirements.txt)")
 	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements-dev.txt
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps -e .
 	touch $@
@@ -24,9 +33,9 @@ node: node_modules/.installed
 test: venv node
 	$(BIN)/python -m pytest
 
-## make demo: the main job on the embedded default, no AWS account (see README)
+## make demo: `spotrun local` on examples/demo/run.json, with one spot interruption and then without; no AWS
 demo: venv
-	$(BIN)/python -m spotrun_trainer demo --out demo-output
+	$(BIN)/python -m spotrun demo --out demo-output
 
 ## make synth: synthesize the CDK app into cdk.out (no AWS credentials, no Docker needed)
 synth: venv
@@ -35,6 +44,9 @@ synth: venv
 torture: venv
 	$(BIN)/python benchmarks/torture.py --trials 20
 
+torture-lora: venv
+	$(BIN)/python benchmarks/torture.py --trials 20 --method lora
+
 bench-checkpoint: venv
 	$(BIN)/python benchmarks/checkpoint_bench.py
 
@@ -42,4 +54,4 @@ bench-throughput: venv
 	$(BIN)/python benchmarks/throughput.py
 
 clean:
-	rm -rf cdk.out demo-output .pytest_cache
+	rm -rf cdk.out demo-output runs .pytest_cache

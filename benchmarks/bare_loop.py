@@ -55,13 +55,15 @@ def main() -> int:
     perf = cfg.perf.resolved(device.type)
 
     torch.manual_seed(cfg.seed)
-    model = build_sharded_model(cfg.model, mesh=build_mesh(device.type, world, cfg.replicate_degree),
-                                device=device, seed=cfg.seed, perf=perf).model
+    model = build_sharded_model(cfg.model, mesh=build_mesh(device.type, world, cfg.sharding),
+                                device=device, seed=cfg.seed, perf=perf,
+                                lora=cfg.lora if cfg.method == "lora" else None).model
     model.train()
     torch.manual_seed(cfg.seed + 1 + rank)
     loss_fn = CausalLMLoss(model, perf.loss, perf.loss_chunk_tokens)
     o = cfg.optim
-    optimizer = torch.optim.AdamW(model.parameters(), lr=o.lr, betas=(o.beta1, o.beta2),
+    trainable = [p for p in model.parameters() if p.requires_grad]  # LoRA: the adapters only
+    optimizer = torch.optim.AdamW(trainable, lr=o.lr, betas=(o.beta1, o.beta2),
                                   weight_decay=o.weight_decay, **({"fused": True} if perf.fused_optimizer == "on"
                                                                  else {}))
     loader = TokenShardLoader(Path(cfg.data.path), seq_len=cfg.data.seq_len, micro_batch=cfg.micro_batch,
@@ -80,12 +82,12 @@ def main() -> int:
             t0 = time.perf_counter()
         loss_sum = torch.zeros((), device=device)
         for _ in range(cfg.grad_accum):
-            batch = torch.from_numpy(loader.next_batch()).to(device)
-            loss = loss_fn(model, batch)
+            inputs = {k: torch.from_numpy(v).to(device) for k, v in loader.next_inputs().items()}
+            loss = loss_fn(model, inputs)
             (loss / cfg.grad_accum).backward()
             loss_sum += loss.detach()
         if o.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), o.grad_clip)
+            torch.nn.utils.clip_grad_norm_(trainable, o.grad_clip)
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)

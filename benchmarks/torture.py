@@ -3,12 +3,13 @@
 Each trial runs the container entry point (launcher -> torchrun -> 2 workers) on a fresh job directory and
 interrupts it 1-2 times: mostly at a random step plus a random fraction of a second (saves run every 2 steps, so
 many kills land inside an asynchronous save), sometimes during start-up or checkpoint loading; by SIGKILL of the
-whole process tree (an instance vanishing) or SIGTERM (a spot notice: save and stop). It restarts until the run completes,
-then compares per-step losses and exported weights with an uninterrupted run, bit for bit.
+whole process tree (an instance vanishing) or SIGTERM (a spot notice: save and stop). It restarts until the run
+completes, then compares per-step losses and exported weights with an uninterrupted run, bit for bit.
 
     python benchmarks/torture.py --trials 20
+    python benchmarks/torture.py --trials 20 --method lora     # LoRA: adapter-only checkpoints, adapter export
 
-Last line: `trials=N resumed_ok=N torn_loaded=0 bitwise_equal=true|false`
+Last line: `method=full|lora trials=N resumed_ok=N torn_loaded=0 bitwise_equal=true|false`
   resumed_ok    trials that completed after their interruptions with losses and weights identical to the baseline
   torn_loaded   restarts that resumed from a checkpoint which was not complete (its manifest did not verify at the
                 moment of the restart) or whose first resumed step diverged from the baseline
@@ -31,7 +32,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "training_image")]
 from safetensors.torch import load_file  # noqa: E402
 
 from spotrun.local.examples import build_example  # noqa: E402
-from spotrun.local.harness import (  # noqa: E402,E501
+from spotrun.local.harness import (  # noqa: E402
     free_port,
     kill_tree,
     loss_history,
@@ -43,7 +44,10 @@ from spotrun_trainer.checkpoint import step_dir, verify  # noqa: E402
 
 HP = {"nproc_per_node": 2, "micro_batch": 2, "max_steps": 16, "log_every": 4, "num_threads": 1,
       "deterministic": True, "seed": 5, "optim.lr": 3e-3, "data.seq_len": 64, "checkpoint.interval_steps": 2,
-      "checkpoint.keep": 2}
+      "checkpoint.keep": 2, "export.dtype": "float32"}  # exported weights compared at training precision
+# LoRA variant: rank 8 adapters on every linear layer of the same base, dropout on (per-rank RNG must resume too).
+LORA_HP = {"method": "lora", "lora.rank": 8, "lora.alpha": 16, "lora.dropout": 0.1, "optim.lr": 1e-2}
+WEIGHTS = {"full": "model.safetensors", "lora": "adapter_model.safetensors"}
 
 
 def make_job(root: Path, assets: dict) -> Path:
@@ -53,7 +57,7 @@ def make_job(root: Path, assets: dict) -> Path:
 
 
 def same_weights(a: Path, b: Path) -> bool:
-    x, y = load_file(a / "model.safetensors"), load_file(b / "model.safetensors")
+    x, y = load_file(a / WEIGHTS[HP.get("method", "full")]), load_file(b / WEIGHTS[HP.get("method", "full")])
     return x.keys() == y.keys() and all(x[k].equal(y[k]) for k in x)
 
 
@@ -62,7 +66,11 @@ def main() -> int:
     parser.add_argument("--trials", type=int, default=20)
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--workdir", type=Path, default=None, help="keep job directories here (default: temp)")
+    parser.add_argument("--method", choices=sorted(WEIGHTS), default="full",
+                        help="full fine-tune, or LoRA adapters on the same base (adapter-only checkpoints)")
     args = parser.parse_args()
+    if args.method == "lora":
+        HP.update(LORA_HP)
     rng = random.Random(args.seed)
     work = args.workdir or Path(tempfile.mkdtemp(prefix="spotrun-torture-"))
     assets = build_example(work / "assets", "llama")
@@ -134,7 +142,7 @@ def main() -> int:
         losses = loss_history(sm / "model")
         diverged = resumed > 0 and losses.get(resumed + 1) != ref_losses.get(resumed + 1)
         torn_loaded += int(torn or diverged)
-        equal = losses == ref_losses and (sm / "model" / "model.safetensors").exists() and \
+        equal = losses == ref_losses and (sm / "model" / WEIGHTS[args.method]).exists() and \
             same_weights(sm / "model", base / "sm" / "model")
         all_equal &= equal
         resumed_ok += int(equal)
@@ -144,7 +152,7 @@ def main() -> int:
               f"bitwise {'equal' if equal else 'DIFFERENT'}", flush=True)
     print(f"{args.trials} trials in {time.monotonic() - started:.0f}s; unclean stops after SIGTERM: {unclean_stops}",
           flush=True)
-    print(f"trials={args.trials} resumed_ok={resumed_ok} torn_loaded={torn_loaded} "
+    print(f"method={args.method} trials={args.trials} resumed_ok={resumed_ok} torn_loaded={torn_loaded} "
           f"bitwise_equal={'true' if all_equal else 'false'}")
     return 0 if all_equal and torn_loaded == 0 and unclean_stops == 0 else 1
 

@@ -1,42 +1,89 @@
-"""The run JSON contract (version 1): parsing and validation into typed, frozen objects.
+"""The run JSON contract (version 1): decoding and validation into typed, frozen objects.
 
-A run JSON is what users write and what a Step Functions execution receives. Every error names the field (as a
-dotted path), the bad value and what is accepted; `parse_run` raises `RunValidationError` for any input at all,
-never another exception. See examples/runs/ for complete files.
+A run JSON is what users write and what a Step Functions execution receives. Every error is one line that names
+the field (as a dotted path), the bad value (shortened) and what is accepted: `decode_run` (bytes of a run file)
+and `parse_run` (a decoded value, e.g. a Lambda event) raise `RunValidationError` for any input at all, never
+another exception. The limits SageMaker applies later (CreateTrainingJob's tag pattern and count, hyperparameter
+value length, job names) are checked here, before anything starts. See examples/runs/ for complete files.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import re
+import reprlib
+import unicodedata
 from dataclasses import dataclass, field
 from typing import Any
 
 SCHEMA_VERSION = 1
-_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,47}$")  # SageMaker job names allow 63; suffixes are added
-_TAG_KEY = re.compile(r"^[\w.:/=+\-@ ]{1,128}$")
-_REGISTRY_GROUP = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
+# NOTE: every pattern is used with fullmatch: `re.match(r"...$")` accepts a trailing newline.
+_NAME = re.compile(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,47}")  # SageMaker job names allow 63; prefix/suffixes are added
+_REGISTRY_GROUP = re.compile(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}")  # CreateModelPackageGroup's EntityName
+_S3_URI = re.compile(r"s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9](/[^\x00-\x1f\x7f]*)?")
 APPROVAL_STATUSES = ("PendingManualApproval", "Approved", "Rejected")
 METHODS = ("full", "lora")
-MAX_RUNTIME_LIMIT_S = 28 * 24 * 3600
+INITS = ("pretrained", "random")
+MAX_RUNTIME_LIMIT_S = 28 * 24 * 3600  # StoppingCondition.MaxRuntimeInSeconds: "The maximum value is 28 days"
+
+MAX_RUN_BYTES = 256 * 1024  # a run is a Step Functions execution input: at most 256 KiB
+MAX_DEPTH = 16  # HF configs nest 2-3 levels; deeper input is refused before anything recurses into it
+MAX_STRING = 4096  # no field of a run needs more (S3 URIs are <= 1,024)
+MAX_INT = 10**18  # integers beyond this are refused (a planner figure must stay a finite float)
+HYPERPARAMETER_VALUE_MAX = 2500  # CreateTrainingJob: HyperParameters values <= 2,500 characters (botocore model)
+HYPERPARAMETER_KEY_MAX = 256
+HYPERPARAMETERS_MAX = 100
+# Tags the pipeline sets on every training job itself; a run may not override them.
+RESERVED_TAG_KEYS = ("project", "stage", "cost-center", "run", "execution")
+MAX_TAGS = 50  # CreateTrainingJob: TagList max 50
+MAX_RUN_TAGS = MAX_TAGS - len(RESERVED_TAG_KEYS)
+
+_shorten = reprlib.Repr()
+_shorten.maxstring, _shorten.maxother, _shorten.maxlong, _shorten.maxlevel = 60, 60, 40, 2
+_shorten.maxdict = _shorten.maxlist = 4
+
+
+def show(value: Any) -> str:
+    """A short, one-line repr of any value (bounded depth, no huge-int conversion, newlines escaped)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
+        return f"<an integer of about {int(value.bit_length() * 0.30103)} digits>"
+    if isinstance(value, _BigNumber):
+        return f"<a number of {len(value.text)} digits>"
+    try:
+        text = _shorten.repr(value)
+    except Exception:  # noqa: BLE001 - a value whose repr fails must still give a message
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _key(key: Any) -> str:
+    """A key as it appears in a field path: itself when plain, else a shortened repr (one line)."""
+    if isinstance(key, str) and re.fullmatch(r"[A-Za-z0-9_\-]{1,40}", key):
+        return key
+    return show(key)
+
+
+def join(path: str, key: Any) -> str:
+    return f"{path}.{_key(key)}" if path else _key(key)
 
 
 class RunValidationError(ValueError):
     """The run JSON is invalid; `.field` is the dotted path of the offending field."""
 
     def __init__(self, field_path: str, value: Any, accepted: str):
-        shown = repr(value)
-        if len(shown) > 80:
-            shown = shown[:77] + "..."
-        super().__init__(f"{field_path}={shown} is invalid: expected {accepted}")
+        field_path = field_path if len(field_path) <= 200 else field_path[:197] + "..."
+        message = f"{field_path}={show(value)} is invalid: expected {accepted}"
+        super().__init__(" ".join(message.splitlines()))
         self.field = field_path
 
 
 @dataclass(frozen=True)
 class ModelSpec:
-    source: str | None  # local path or s3:// URI of an HF model directory
-    config: dict | None  # inline HF config
-    parameters: int | None  # a plain count
+    source: str | None  # local path or s3:// URI of an HF model directory (its weights and config.json)
+    config: dict | None  # inline HF config: the shape to train from random weights, or a copy of the source's
+    parameters: int | None  # a plain count (estimates only)
+    init: str | None = None  # pretrained: weights from source; random: from training.seed; None: a shape only
 
 
 @dataclass(frozen=True)
@@ -50,6 +97,8 @@ class DataSpec:
 class LoraSpec:
     rank: int
     target_modules: tuple[str, ...] | str  # "all-linear" or module names
+    alpha: float = 16.0  # scaling = alpha / rank
+    dropout: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -75,6 +124,7 @@ class ComputeSpec:
     utilization: float | None  # measured MFU of an earlier run (None: the catalog default)
     target_hours: float | None  # wall-time goal used to pick instance_count=auto (None: 1 node)
     spot_discount: float | None  # overrides the catalog's
+    accept_max_runtime_stop: bool = False  # a run needing > 28 days may start and be stopped at 28 days
 
 
 @dataclass(frozen=True)
@@ -99,74 +149,198 @@ class RunSpec:
     tags: dict[str, str] = field(default_factory=dict)
 
 
+# ---- decoding: bytes of a run file -> a JSON value whose oddities `parse_run` reports by field ------------------
+
+
+class _BigNumber:
+    """An integer literal too long to convert (Python refuses > 4,300 digits); reported by field."""
+
+    def __init__(self, text: str):
+        self.text = text
+
+
+class _DuplicateKeys(dict):
+    """An object in which a key appeared more than once (json keeps the last silently); reported by field."""
+
+    duplicate: str = ""
+
+
+def _pairs(pairs: list[tuple[str, Any]]) -> dict:
+    out = _DuplicateKeys()
+    for key, value in pairs:
+        if key in out and not out.duplicate:
+            out.duplicate = key
+        out[key] = value
+    return out if out.duplicate else dict(out)
+
+
+def decode_run(data: bytes, name: str = "run") -> Any:
+    """The JSON value of a run file's bytes (UTF-8, at most 256 KiB), or RunValidationError naming `run`."""
+    if len(data) > MAX_RUN_BYTES:
+        raise RunValidationError("run", name, f"a file of at most {MAX_RUN_BYTES:,} bytes (Step Functions' input "
+                                 f"limit); this one has {len(data):,}")
+    for bom, encoding in ((b"\xff\xfe\x00\x00", "UTF-32"), (b"\x00\x00\xfe\xff", "UTF-32"),
+                          (b"\xff\xfe", "UTF-16"), (b"\xfe\xff", "UTF-16")):
+        if data.startswith(bom):
+            raise RunValidationError("run", name, f"UTF-8 text (this file is {encoding}: save it as UTF-8)")
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise RunValidationError("run", name, f"UTF-8 text (byte {exc.start} is not UTF-8)") from None
+    try:
+        return json.loads(text, object_pairs_hook=_pairs,
+                          parse_int=lambda s: int(s) if len(s) <= 40 else _BigNumber(s))
+    except json.JSONDecodeError as exc:
+        raise RunValidationError("run", name, f"valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
+                                 ) from None
+    except RecursionError:
+        raise RunValidationError("run", name, f"JSON nested at most {MAX_DEPTH} levels deep") from None
+
+
+def check_json_tree(raw: Any, root: str = "") -> None:
+    """Refuse, by field, what no field accepts: deep nesting, duplicate or non-string keys, non-finite or huge
+    numbers, huge or non-UTF-8 strings, non-JSON values. Iterative: safe for any depth."""
+    stack = [(raw, root, 0)]
+    while stack:
+        obj, path, depth = stack.pop()
+        where = path or "run"
+        if depth > MAX_DEPTH:
+            raise RunValidationError(where, "...", f"JSON nested at most {MAX_DEPTH} levels deep")
+        if isinstance(obj, dict):
+            if isinstance(obj, _DuplicateKeys):
+                raise RunValidationError(join(path, obj.duplicate), obj[obj.duplicate],
+                                         "each key once in an object (this key appears more than once)")
+            for key, value in obj.items():
+                if not isinstance(key, str):
+                    raise RunValidationError(join(path, key), value, "string keys")
+                if len(key) > 256:
+                    raise RunValidationError(join(path, key), value, "a field name of at most 256 characters")
+                stack.append((value, join(path, key), depth + 1))
+        elif isinstance(obj, list):
+            if len(obj) > 1000:
+                raise RunValidationError(where, obj, "a list of at most 1,000 items")
+            stack.extend((value, f"{path}[{i}]", depth + 1) for i, value in enumerate(obj))
+        elif isinstance(obj, float):
+            if not math.isfinite(obj):
+                raise RunValidationError(where, obj, "a finite number (NaN and Infinity are not JSON numbers)")
+        elif isinstance(obj, _BigNumber) or (isinstance(obj, int) and not isinstance(obj, bool)
+                                             and abs(obj) > MAX_INT):
+            raise RunValidationError(where, obj, f"a number of at most {MAX_INT:.0e}")
+        elif isinstance(obj, str):
+            if len(obj) > MAX_STRING:
+                raise RunValidationError(where, obj, f"a string of at most {MAX_STRING:,} characters "
+                                         f"(this one has {len(obj):,})")
+            try:
+                obj.encode("utf-8")
+            except UnicodeEncodeError:
+                raise RunValidationError(where, obj, "text without lone surrogate escapes (\\ud800-\\udfff)"
+                                         ) from None
+        elif obj is not None and not isinstance(obj, (bool, int)):
+            raise RunValidationError(where, obj, "a JSON value (object, list, string, number, true/false, null)")
+
+
 # ---- small typed readers -------------------------------------------------------------------------------------
 
 
 def _obj(raw: Any, path: str, allowed: set[str], required: set[str] = frozenset()) -> dict:
     if not isinstance(raw, dict):
-        raise RunValidationError(path, raw, "an object")
+        raise RunValidationError(path or "run", raw, "an object")
     for key in raw:
-        if not isinstance(key, str) or key not in allowed:
-            shown = key if isinstance(key, str) and key.strip() else repr(key)
-            raise RunValidationError(f"{path}.{shown}" if path else shown, raw[key],
+        if key not in allowed:
+            raise RunValidationError(join(path, key), raw[key],
                                      f"no such field; accepted fields: {', '.join(sorted(allowed))}")
     for key in sorted(required):
         if key not in raw:
-            raise RunValidationError(f"{path}.{key}" if path else key, None, "a value (this field is required)")
+            raise RunValidationError(join(path, key), None, "a value (this field is required)")
     return raw
 
 
-def _int(raw: Any, path: str, lo: int, hi: int | None = None) -> int:
-    if isinstance(raw, bool) or not isinstance(raw, int) or raw < lo or (hi is not None and raw > hi):
-        rng = f"an integer >= {lo}" if hi is None else f"an integer in [{lo}, {hi}]"
-        raise RunValidationError(path, raw, rng)
+def _int(raw: Any, path: str, lo: int, hi: int) -> int:
+    if isinstance(raw, bool) or not isinstance(raw, int) or raw < lo or raw > hi:
+        raise RunValidationError(path, raw, f"an integer in [{lo:,}, {hi:,}]")
     return raw
 
 
-def _num(raw: Any, path: str, lo: float, hi: float | None = None, *, lo_open: bool = False) -> float:
+def _num(raw: Any, path: str, lo: float, hi: float, *, lo_open: bool = False) -> float:
     ok = isinstance(raw, (int, float)) and not isinstance(raw, bool) and math.isfinite(raw)
-    ok = ok and (raw > lo if lo_open else raw >= lo) and (hi is None or raw <= hi)
+    ok = ok and (raw > lo if lo_open else raw >= lo) and raw <= hi
     if not ok:
         bound = f"> {lo}" if lo_open else f">= {lo}"
-        raise RunValidationError(path, raw, f"a number {bound}" + ("" if hi is None else f" and <= {hi}"))
+        raise RunValidationError(path, raw, f"a number {bound} and <= {hi:g}")
     return float(raw)
 
 
 def _bool(raw: Any, path: str) -> bool:
     if not isinstance(raw, bool):
-        raise RunValidationError(path, raw, "true or false")
+        raise RunValidationError(path, raw, "true or false (a JSON boolean)")
     return raw
 
 
 def _str(raw: Any, path: str, pattern: re.Pattern | None = None, accepted: str = "a non-empty string") -> str:
-    if not isinstance(raw, str) or not raw or (pattern is not None and not pattern.match(raw)):
+    if not isinstance(raw, str) or not raw or (pattern is not None and not pattern.fullmatch(raw)):
         raise RunValidationError(path, raw, accepted)
     return raw
 
 
 def _source(raw: Any, path: str) -> str:
     value = _str(raw, path, accepted="a local path or an s3://bucket/prefix URI")
-    if value.startswith("s3://") and not re.match(r"^s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9](/.*)?$", value):
+    if len(value) > 1024 or any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise RunValidationError(path, raw, "a path or URI of at most 1,024 characters without control characters")
+    if value.startswith("s3://") and not _S3_URI.fullmatch(value):
         raise RunValidationError(path, raw, "an s3://bucket/prefix URI with a valid bucket name")
     return value
+
+
+def _tag_text(text: str) -> bool:
+    """SageMaker's tag pattern `([\\p{L}\\p{Z}\\p{N}_.:/=+\\-@]*)`: letters, separators, numbers, `_.:/=+-@`."""
+    return all(unicodedata.category(c)[0] in "LZN" or c in "_.:/=+-@" for c in text)
 
 
 # ---- sections ------------------------------------------------------------------------------------------------
 
 
 def _model(raw: Any) -> ModelSpec:
-    obj = _obj(raw, "model", {"source", "config", "parameters"})
-    given = [k for k in ("source", "config", "parameters") if k in obj]
-    if len(given) != 1:
-        raise RunValidationError("model", raw, "exactly one of model.source, model.config, model.parameters")
-    if "config" in obj:
-        cfg = obj["config"]
-        if not isinstance(cfg, dict) or not isinstance(cfg.get("model_type"), str):
-            raise RunValidationError("model.config", cfg, "an HF config object with a string model_type")
-        return ModelSpec(None, cfg, None)
+    obj = _obj(raw, "model", {"source", "config", "parameters", "init"})
+    init = obj.get("init")
+    if init is not None and init not in INITS:
+        raise RunValidationError("model.init", init, '"pretrained" (weights from model.source) or "random" '
+                                 "(weights initialised from training.seed, shape from model.config)")
     if "parameters" in obj:
-        return ModelSpec(None, None, _int(obj["parameters"], "model.parameters", 1))
-    return ModelSpec(_source(obj["source"], "model.source"), None, None)
+        if len(obj) > 1:
+            raise RunValidationError("model", raw, "model.parameters alone (a bare count, for estimates only), or "
+                                     "model.source / model.config without it")
+        return ModelSpec(None, None, _int(obj["parameters"], "model.parameters", 1, 10**14), None)
+    config = None
+    if "config" in obj:
+        config = obj["config"]
+        if not isinstance(config, dict) or not isinstance(config.get("model_type"), str):
+            raise RunValidationError("model.config", config, "an HF config object with a string model_type")
+    if init == "random":
+        if "source" in obj:
+            raise RunValidationError("model.source", obj["source"], 'no model.source with model.init="random" '
+                                     "(random weights take only the shape: model.config)")
+        if config is None:
+            raise RunValidationError("model.config", None, 'the model\'s shape (an HF config) with model.init="random"')
+        size = len(json.dumps(config, separators=(",", ":")))
+        if size > HYPERPARAMETER_VALUE_MAX:
+            raise RunValidationError("model.config", config, f"an inline config of at most "
+                                     f"{HYPERPARAMETER_VALUE_MAX:,} characters as compact JSON (SageMaker's "
+                                     f"hyperparameter value limit); this one has {size:,}: drop the fields that "
+                                     "keep their defaults")
+        return ModelSpec(None, config, None, init)
+    if "source" in obj:
+        # With a source, an inline config is a copy of its config.json: the estimate uses it when the source
+        # cannot be read here (offline); the pipeline reads the source's own config.json.
+        return ModelSpec(_source(obj["source"], "model.source"), config, None, "pretrained")
+    if init == "pretrained":
+        raise RunValidationError("model.source", None, 'the model directory holding the pretrained weights (with '
+                                 'model.init="pretrained")')
+    if config is None:
+        raise RunValidationError("model", raw, "model.source (pretrained weights), model.config (a shape: with "
+                                 'model.init="random" to train from random weights), or model.parameters')
+    return ModelSpec(None, config, None, None)  # a shape only: estimates; the pipeline asks for model.init
 
 
 def _data(raw: Any) -> DataSpec:
@@ -174,26 +348,32 @@ def _data(raw: Any) -> DataSpec:
     if "source" not in obj and "tokens" not in obj:
         raise RunValidationError("data", raw, "data.tokens, or data.source whose index.json gives the count")
     source = _source(obj["source"], "data.source") if "source" in obj else None
-    tokens = _int(obj["tokens"], "data.tokens", 1) if "tokens" in obj else None
+    tokens = _int(obj["tokens"], "data.tokens", 1, 10**15) if "tokens" in obj else None
     return DataSpec(source, tokens, _int(obj["seq_len"], "data.seq_len", 2, 1 << 20))
+
+
+def _lora(raw: Any) -> LoraSpec:
+    lo = _obj(raw, "training.lora", {"rank", "alpha", "dropout", "target_modules"}, {"rank"})
+    targets = lo.get("target_modules", "all-linear")
+    if targets != "all-linear":
+        if (not isinstance(targets, list) or not 0 < len(targets) <= 64
+                or not all(isinstance(t, str) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,63}", t) for t in targets)):
+            raise RunValidationError("training.lora.target_modules", targets,
+                                     '"all-linear" or a list of 1-64 module names (e.g. ["q_proj"])')
+        targets = tuple(targets)
+    return LoraSpec(rank=_int(lo["rank"], "training.lora.rank", 1, 4096), target_modules=targets,
+                    alpha=_num(lo.get("alpha", 16), "training.lora.alpha", 0, 65536, lo_open=True),
+                    dropout=_num(lo.get("dropout", 0.0), "training.lora.dropout", 0, 0.9))
 
 
 def _training(raw: Any) -> TrainingSpec:
     obj = _obj(raw, "training", {"method", "lora", "epochs", "micro_batch", "grad_accum", "lr", "seed"})
     method = obj.get("method", "full")
     if method not in METHODS:
-        raise RunValidationError("training.method", method, "full or lora")
+        raise RunValidationError("training.method", method, " or ".join(METHODS))
     lora = None
     if method == "lora":
-        lo = _obj(obj.get("lora"), "training.lora", {"rank", "target_modules"}, {"rank"})
-        targets = lo.get("target_modules", "all-linear")
-        if targets != "all-linear":
-            if (not isinstance(targets, list) or not targets
-                    or not all(isinstance(t, str) and re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", t) for t in targets)):
-                raise RunValidationError("training.lora.target_modules", targets,
-                                         '"all-linear" or a non-empty list of module names (e.g. ["q_proj"])')
-            targets = tuple(targets)
-        lora = LoraSpec(_int(lo["rank"], "training.lora.rank", 1, 4096), targets)
+        lora = _lora(obj.get("lora"))
     elif "lora" in obj:
         raise RunValidationError("training.lora", obj["lora"], "no lora section unless training.method is lora")
     return TrainingSpec(
@@ -209,10 +389,10 @@ def _training(raw: Any) -> TrainingSpec:
 def _compute(raw: Any) -> ComputeSpec:
     obj = _obj(raw, "compute", {"instance_type", "instance_count", "spot", "max_wait_hours",
                                 "accepted_delay_hours", "on_demand_fallback", "warm_pool_minutes", "utilization",
-                                "target_hours", "spot_discount"})
+                                "target_hours", "spot_discount", "accept_max_runtime_stop"})
     itype = obj.get("instance_type", "auto")
     if itype != "auto":
-        _str(itype, "compute.instance_type", re.compile(r"^ml\.[a-z0-9]+\.[a-z0-9]+$"),
+        _str(itype, "compute.instance_type", re.compile(r"ml\.[a-z0-9]+\.[a-z0-9]+"),
              '"auto" or a SageMaker instance type such as ml.g5.12xlarge')
     count = obj.get("instance_count", "auto")
     count = None if count == "auto" else _int(count, "compute.instance_count", 1, 64)
@@ -230,6 +410,7 @@ def _compute(raw: Any) -> ComputeSpec:
                       else _num(obj["target_hours"], "compute.target_hours", 0, 28 * 24, lo_open=True)),
         spot_discount=(None if obj.get("spot_discount") is None
                        else _num(obj["spot_discount"], "compute.spot_discount", 0, 0.95)),
+        accept_max_runtime_stop=_bool(obj.get("accept_max_runtime_stop", False), "compute.accept_max_runtime_stop"),
     )
 
 
@@ -246,15 +427,34 @@ def _checkpoint(raw: Any) -> CheckpointSpec:
     )
 
 
+def _tags(raw: Any) -> dict[str, str]:
+    if not isinstance(raw, dict) or len(raw) > MAX_RUN_TAGS:
+        raise RunValidationError("tags", raw, f"an object of at most {MAX_RUN_TAGS} string tags (SageMaker allows "
+                                 f"{MAX_TAGS}; the pipeline sets {', '.join(RESERVED_TAG_KEYS)})")
+    for key, value in raw.items():
+        path = join("tags", key)
+        if not 1 <= len(key) <= 128 or not _tag_text(key) or key.lower().startswith("aws:"):
+            raise RunValidationError(path, value, "a tag key of 1-128 letters, digits, spaces or _.:/=+-@, not "
+                                     "starting with aws:")
+        if key.lower() in RESERVED_TAG_KEYS:
+            raise RunValidationError(path, value, f"a key other than {', '.join(RESERVED_TAG_KEYS)} (the "
+                                     "pipeline sets these on every training job)")
+        if not isinstance(value, str) or len(value) > 256 or not _tag_text(value):
+            raise RunValidationError(path, value, "a tag value of at most 256 letters, digits, spaces or _.:/=+-@")
+    return dict(raw)
+
+
 def parse_run(raw: Any) -> RunSpec:
     """A validated RunSpec from a decoded run JSON, or RunValidationError naming the field."""
     if not isinstance(raw, dict):
         raise RunValidationError("run", raw, "a JSON object")
+    check_json_tree(raw)
     top = _obj(raw, "", {"version", "name", "model", "data", "training", "compute", "checkpoint", "budget",
                          "registry", "tags"}, {"version", "name", "model", "data", "budget"})
-    if isinstance(top["version"], bool) or top["version"] != SCHEMA_VERSION:
-        raise RunValidationError("version", top["version"], f"{SCHEMA_VERSION} (the only schema version)")
-    name = _str(top["name"], "name", _NAME, "1-48 letters, digits and hyphens, starting with a letter or digit")
+    if type(top["version"]) is not int or top["version"] != SCHEMA_VERSION:
+        raise RunValidationError("version", top["version"], f"the integer {SCHEMA_VERSION} (the only schema version)")
+    name = _str(top["name"], "name", _NAME, "1-48 letters, digits and hyphens, starting and ending with a letter "
+                "or digit")
     budget = _obj(top["budget"], "budget", {"max_usd"}, {"max_usd"})
     registry = _obj(top.get("registry", {}), "registry", {"model_package_group", "approval_status"})
     group = registry.get("model_package_group")
@@ -264,18 +464,11 @@ def parse_run(raw: Any) -> RunSpec:
     approval = registry.get("approval_status", "PendingManualApproval")
     if approval not in APPROVAL_STATUSES:
         raise RunValidationError("registry.approval_status", approval, " or ".join(APPROVAL_STATUSES))
-    tags = top.get("tags", {})
-    if not isinstance(tags, dict) or len(tags) > 40:
-        raise RunValidationError("tags", tags, "an object of at most 40 string tags")
-    for key, value in tags.items():
-        if not isinstance(key, str) or not _TAG_KEY.match(key) or key.lower().startswith("aws:"):
-            raise RunValidationError(f"tags.{key}", value, "a tag key of 1-128 characters, not starting with aws:")
-        if not isinstance(value, str) or len(value) > 256:
-            raise RunValidationError(f"tags.{key}", value, "a string of at most 256 characters")
+    tags = _tags(top.get("tags", {}))
     return RunSpec(
         version=SCHEMA_VERSION, name=name, model=_model(top["model"]), data=_data(top["data"]),
         training=_training(top.get("training", {})), compute=_compute(top.get("compute", {})),
         checkpoint=_checkpoint(top.get("checkpoint", {})),
-        max_usd=_num(budget["max_usd"], "budget.max_usd", 0, lo_open=True),
-        model_package_group=group, approval_status=approval, tags=dict(tags),
+        max_usd=_num(budget["max_usd"], "budget.max_usd", 0, 10**9, lo_open=True),
+        model_package_group=group, approval_status=approval, tags=tags,
     )

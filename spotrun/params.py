@@ -34,16 +34,32 @@ class Shape:
 
     @property
     def total(self) -> int:
-        per_block = sum(l.fan_in * l.fan_out + (l.fan_out if l.bias else 0) for l in self.block_linears)
+        per_block = sum(lin.fan_in * lin.fan_out + (lin.fan_out if lin.bias else 0) for lin in self.block_linears)
         return self.layers * (per_block + self.block_other) + self.outside_blocks
 
 
+MAX_DIMENSION = 1 << 24  # larger than any real model's; keeps every count a finite float in the planner
+
+
 def _get(cfg: dict, key: str, default=None, *, required: bool = True):
-    value = cfg.get(key, default)
+    value = cfg.get(key)
+    if value is None:  # absent or null: the HF default
+        value = default
     if required and value is None:
         raise RunValidationError(f"model.config.{key}", None, "a value (needed to count parameters)")
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
-        raise RunValidationError(f"model.config.{key}", value, "a positive integer")
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_DIMENSION):
+        raise RunValidationError(f"model.config.{key}", value, f"a positive integer <= {MAX_DIMENSION:,}")
+    return value
+
+
+def _flag(cfg: dict, key: str, default: bool) -> bool:
+    """A boolean the count depends on; "false" (a string) is refused rather than read as true."""
+    value = cfg.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise RunValidationError(f"model.config.{key}", value, "true or false (a JSON boolean: the parameter "
+                                 "count depends on it)")
     return value
 
 
@@ -65,10 +81,11 @@ def _llama_like(cfg: dict, model_type: str) -> Shape:
     inter = _get(cfg, "intermediate_size")
     vocab = _get(cfg, "vocab_size")
     layers = _get(cfg, "num_hidden_layers")
-    tied = bool(cfg.get("tie_word_embeddings", False))  # the HF default of all three configs
-    qkv_bias = model_type == "qwen2" or bool(cfg.get("attention_bias", False))
-    o_bias = model_type != "qwen2" and bool(cfg.get("attention_bias", False))
-    mlp_bias = bool(cfg.get("mlp_bias", False))
+    tied = _flag(cfg, "tie_word_embeddings", False)  # the HF default of all three configs
+    attention_bias = _flag(cfg, "attention_bias", False)
+    qkv_bias = model_type == "qwen2" or attention_bias
+    o_bias = model_type != "qwen2" and attention_bias
+    mlp_bias = _flag(cfg, "mlp_bias", False)
     linears = (
         Linear("q_proj", h, heads * head_dim, qkv_bias),
         Linear("k_proj", h, kv * head_dim, qkv_bias),
@@ -88,7 +105,7 @@ def _gpt2(cfg: dict) -> Shape:
     vocab = _get(cfg, "vocab_size", 50257)
     positions = _get(cfg, "n_positions", 1024)
     inner = _get(cfg, "n_inner", None, required=False) or 4 * e
-    tied = bool(cfg.get("tie_word_embeddings", True))
+    tied = _flag(cfg, "tie_word_embeddings", True)
     linears = (  # GPT-2's Conv1D layers are linear layers (LoRA/peft treats them so)
         Linear("c_attn", e, 3 * e, True),
         Linear("c_proj", e, e, True),
@@ -101,11 +118,11 @@ def _gpt2(cfg: dict) -> Shape:
 
 def lora_parameters(shape: Shape, rank: int, targets: tuple[str, ...] | str) -> int:
     """Adapter parameters for rank r on the targeted linear layers of every block (`all-linear`: all of them)."""
-    chosen = list(shape.block_linears) if targets == "all-linear" else [l for l in shape.block_linears
-                                                                        if l.name in targets]
+    names = {lin.name for lin in shape.block_linears}
+    chosen = [lin for lin in shape.block_linears if targets == "all-linear" or lin.name in targets]
     if targets != "all-linear":
-        unknown = sorted(set(targets) - {l.name for l in shape.block_linears})
+        unknown = sorted(set(targets) - names)
         if unknown:
             raise RunValidationError("training.lora.target_modules", unknown[0],
-                                     f"a linear layer of the blocks: {', '.join(sorted({l.name for l in shape.block_linears}))}")
-    return shape.layers * sum(rank * (l.fan_in + l.fan_out) for l in chosen)
+                                     f"a linear layer of the blocks: {', '.join(sorted(names))}")
+    return shape.layers * sum(rank * (lin.fan_in + lin.fan_out) for lin in chosen)

@@ -1,46 +1,65 @@
-"""The pre-launch estimate: instance, nodes, time limits, checkpoint cadence and cost, or a refusal.
+"""The pre-launch estimate: instance type, node count, sharding, batch layout, time limits, checkpoint cadence and
+cost, or a refusal.
 
-Rules (../shared/KNOWLEDGE.md, "The problem domain"), with the choices made here:
+Rules, with the choices made here:
 
-- Training FLOPs: full fine-tune 6·N·T. LoRA: the frozen base still runs forward (2·N·T) and backward through
-  the activations (2·N·T) but computes no weight gradients, so 4·N·T + 6·N_lora·T.
-- Training state: full 16 bytes/param (bf16 weights + grads, fp32 master, Adam); LoRA 2 bytes/param for the
-  frozen bf16 base + 16 per adapter parameter. The trainer shards within a node and replicates across nodes
-  (hybrid sharding), so the state must fit one node: state / gpus <= gpu_memory * usable fraction (0.6; the rest
-  is headroom for activations, CUDA context and fragmentation). More nodes add speed, not capacity.
-- GPU-seconds = FLOPs / (peak * utilization); utilization: compute.utilization when given, else the median MFU
-  measured by earlier completed runs of the same model shape and method on that instance type (recorded by
-  handlers/performance.py), else the catalog's 0.25; the estimate says which. wall = GPU-seconds / (gpus *
-  nodes) + startup (180 s: container pull + data download).
-- Checkpoint bytes: 14/param full, 12/adapter param LoRA. The notice leaves 90 s to upload: needed rate =
-  bytes / 90 s; if the nodes' S3 upload rate covers it, save on notice (and periodically as insurance), else
-  save on a schedule. Save cost C = bytes / upload rate; Young/Daly interval sqrt(2·C·MTBI), clamped to
-  [5 min, 6 h], MTBI from the job's interruption rate (nodes × per-instance rate; recorded or catalog).
+- Layouts: every catalog instance type (or the one given) x 1..max_auto_instance_count nodes (or the count given)
+  x every sharding of those nodes (spotrun/topology.py: full over all GPUs, or hybrid shard groups of whole nodes;
+  cross-node shard groups only on EFA nodes).
+- Memory (spotrun/memory.py, the same model the trainer logs beside its measured peak): per GPU, sharded training
+  state + the gathered FSDP unit(s) + activations + logits must stay under gpu_memory * memory_usable_fraction
+  minus memory_allowance_gb (CUDA context, NCCL buffers). For each layout the planner keeps the run's samples per
+  rank and optimizer step (training.micro_batch * training.grad_accum) and picks the largest micro-batch dividing
+  it that fits, first without and then with activation checkpointing; grad_accum makes up the rest. These, the
+  sharding and activation checkpointing go to the trainer as hyperparameters. A run given only
+  model.parameters has no shape: its activations are not modelled (a warning says so).
+- Time (spotrun/topology.py): per micro-batch, compute (6 N per token, +2 N with activation checkpointing; LoRA
+  4 N + 6 N_adapter) at the data-sheet peak x utilization, and the FSDP
+  collectives over the catalog's NVLink/PCIe and EFA bandwidths, hidden behind compute up to a stated fraction.
+  wall = training time + startup (180 s: container pull + data download). Utilization: compute.utilization when
+  given, else the median MFU measured by earlier completed runs of the same model shape and method on that
+  instance type (recorded by handlers/performance.py), else the catalog's 0.25; the estimate says which.
+- Choice: the cheapest layout that fits (spot or on-demand, as the run asks), among those meeting
+  compute.target_hours when given (the fastest, with a warning, when none does). A model that fits nothing is
+  refused naming the largest layout tried and what it would need.
+- Checkpoint bytes (spotrun/memory.py): 12/param full (fp32 weights + Adam moments), 12/adapter param LoRA. The
+  notice leaves 90 s to upload: needed rate = bytes / 90 s; if the nodes' S3 upload rate covers it, save on notice
+  (and periodically as insurance), else save on a schedule. Save cost C = bytes / upload rate; Young/Daly interval
+  sqrt(2·C·MTBI), clamped to [5 min, 6 h], MTBI from the job's interruption rate (nodes × per-instance rate;
+  recorded or catalog).
 - Spot: expected interruptions λ·wall, each costing the lost work (interval/2 on a schedule, ~0 on notice)
   plus a restart (startup + checkpoint download). Spot cost = price·(1 − discount)·nodes·(wall + overhead).
-- MaxRuntime = 2 × the expected spot wall time (at least 1 h, at most 28 days); MaxWait = MaxRuntime + the
-  accepted delay (or the user's, refused when below MaxRuntime).
+- MaxRuntime = 2 × the expected spot wall time (at least 1 h, at most SageMaker's 28 days); a run expected to
+  need more than 28 days is refused unless `compute.accept_max_runtime_stop` accepts the stop at 28 days.
+  MaxWait = MaxRuntime + the accepted delay (or the user's, refused when below MaxRuntime).
+- The checkpoint interval reaches the trainer as it is planned: whole seconds, at least 1 (a tiny
+  `interval_minutes` never rounds to 0, which the trainer reads as "off").
 """
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from .contract import MAX_RUNTIME_LIMIT_S, RunSpec
+from .contract import MAX_RUNTIME_LIMIT_S, RunSpec, RunValidationError
+from .memory import MemoryEstimate, ModelDims, checkpoint_bytes, peak_bytes, training_state_bytes
 from .params import lora_parameters, shape_of
+from .seams import Hyperparameter
+from .topology import Layout, comm_seconds, divisors_desc, flops_per_token, layouts, step_seconds
 
 CATALOG_PATH = Path(__file__).with_name("catalog.json")
 
 
 class EstimateRefused(Exception):
-    """The run must not start. `code` is the state machine's named failure: InvalidRun or OverBudget."""
+    """The run must not start. `code` is the state machine's named failure: InvalidRun or OverBudget; `field`
+    the run field to change."""
 
-    def __init__(self, code: str, message: str, estimate: "Estimate | None" = None):
+    def __init__(self, code: str, message: str, estimate: Estimate | None = None, field: str | None = None):
         super().__init__(message)
-        self.code, self.message, self.estimate = code, message, estimate
+        self.code, self.message, self.estimate, self.field = code, message, estimate, field
 
 
 def load_catalog(path: Path = CATALOG_PATH) -> dict:
@@ -71,6 +90,14 @@ class Estimate:
     interruptions_per_hour: float
     cost_usd: dict
     spot: bool
+    sharding: str = "full"
+    shard_group_nodes: int = 1
+    micro_batch: int = 1
+    grad_accum: int = 1
+    activation_checkpointing: bool = False
+    global_batch_samples: int = 1
+    memory_per_gpu: dict = field(default_factory=dict)
+    seconds_per_micro_batch: dict = field(default_factory=dict)
     advice: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     hyperparameters: dict[str, str] = field(default_factory=dict)
@@ -82,19 +109,40 @@ class Estimate:
 
 def count_parameters(run: RunSpec, model_config: dict | None) -> tuple[int, int]:
     """(total parameters, trainable parameters)."""
-    config = run.model.config or model_config
+    config = model_config or run.model.config  # the source's own config.json wins over an inline copy
     if run.model.parameters is not None:
         if run.training.method == "lora":
             raise EstimateRefused("InvalidRun", "training.method=lora needs the model's shape: give model.config or "
-                                  "model.source instead of model.parameters")
+                                  "model.source instead of model.parameters",
+                                  field="training.method")
         return run.model.parameters, run.model.parameters
     if config is None:
-        raise EstimateRefused("InvalidRun", f"model.source={run.model.source!r}: its config.json could not be read")
-    shape = shape_of(config)
+        raise EstimateRefused("InvalidRun", f"model.source={run.model.source!r}: its config.json could not be read",
+                              field="model.source")
+    try:
+        shape = shape_of(config)
+    except RunValidationError as exc:
+        if model_config is None:
+            raise
+        # The shape came from the source's config.json: the field to fix is the source, not an inline config.
+        raise RunValidationError("model.source", run.model.source, f"a model whose config.json the planner can "
+                                 f"count ({exc})") from None
     total = shape.total
     if run.training.method == "lora":
         return total, lora_parameters(shape, run.training.lora.rank, run.training.lora.target_modules)
     return total, total
+
+
+@dataclass(frozen=True)
+class _Fit:
+    """A layout whose peak fits, with the batch layout chosen for it."""
+
+    layout: Layout
+    micro_batch: int
+    grad_accum: int
+    activation_checkpointing: bool
+    memory: MemoryEstimate
+    usable: float
 
 
 @dataclass(frozen=True)
@@ -110,6 +158,10 @@ class _Option:
     upload_available: float
     on_demand: float
     spot: float
+    fit: _Fit | None = None
+    train_seconds: float = 0.0
+    compute_s: float = 0.0
+    comm_s: float = 0.0
 
 
 def _interval(save_cost_s: float, rate_per_hour: float) -> float:
@@ -119,18 +171,25 @@ def _interval(save_cost_s: float, rate_per_hour: float) -> float:
     return min(6 * 3600.0, max(300.0, math.sqrt(2 * save_cost_s * mtbi)))
 
 
-def _option(run: RunSpec, catalog: dict, itype: str, count: int, gpu_seconds: float, ckpt_bytes: int,
-            instance_rate: float) -> _Option:
+def notice_upload_seconds(defaults: dict, step_seconds: float) -> float:
+    """What the stop notice leaves for the upload. The ranks stop only between optimizer steps, so a step longer
+    than the notice's finishing budget (30 s) eats into the upload's 90 s."""
+    finish = defaults.get("notice_finish_seconds", 30)
+    return max(0.0, defaults["notice_upload_seconds"] - max(0.0, step_seconds - finish))
+
+
+def _option(run: RunSpec, catalog: dict, itype: str, count: int, train_seconds: float, ckpt_bytes: int,
+            instance_rate: float, step_seconds: float = 0.0) -> _Option:
     spec, d = catalog["instances"][itype], catalog["defaults"]
     family = itype.split(".")[1]
-    wall = gpu_seconds / (spec["gpus"] * count) + d["startup_seconds"]
+    wall = train_seconds + d["startup_seconds"]
     rate = instance_rate * count
     upload = spec["s3_upload_gb_per_s"] * count
     save_cost = ckpt_bytes / (upload * 1e9)
-    needed = ckpt_bytes / d["notice_upload_seconds"] / 1e9
-    policy = "save_on_notice" if needed <= upload else "periodic"
+    budget = notice_upload_seconds(d, step_seconds)
+    policy = "save_on_notice" if budget > 0 and ckpt_bytes / budget / 1e9 <= upload else "periodic"
     if run.checkpoint.interval_minutes is not None:
-        interval = run.checkpoint.interval_minutes * 60
+        interval = max(1.0, round(run.checkpoint.interval_minutes * 60))
     else:
         interval = _interval(save_cost, rate)
     interruptions = rate * wall / 3600 if run.compute.spot else 0.0
@@ -141,6 +200,94 @@ def _option(run: RunSpec, catalog: dict, itype: str, count: int, gpu_seconds: fl
     price = spec["on_demand_usd_per_hour"] * count
     return _Option(itype, count, wall, overhead, interruptions, rate, interval, policy, upload,
                    on_demand=price * wall / 3600, spot=price * (1 - discount) * (wall + overhead) / 3600)
+
+
+def found_usable(spec: dict, defaults: dict) -> float:
+    """Bytes per GPU the peak may reach: the usable fraction of its memory minus the allowance."""
+    return spec["gpu_memory_gb"] * 1e9 * defaults["memory_usable_fraction"] - defaults["memory_allowance_gb"] * 1e9
+
+
+class _Planner:
+    """Fits and times layouts for one run (the pieces of `estimate` that depend on the layout)."""
+
+    def __init__(self, run: RunSpec, catalog: dict, dims: ModelDims | None, total: int, trainable: int,
+                 tokens: float, util: Callable[[str], float]):
+        self.run, self.catalog, self.d = run, catalog, catalog["defaults"]
+        self.dims, self.total, self.trainable, self.tokens, self.util = dims, total, trainable, tokens, util
+        self.method = run.training.method
+        self.per_rank = run.training.micro_batch * run.training.grad_accum
+        self.largest: tuple[Layout, MemoryEstimate, float] | None = None  # for the refusal
+        self._fits: dict[tuple[str, int], _Fit | None] = {}
+
+    def _memory(self, layout: Layout, micro_batch: int, ac: bool) -> MemoryEstimate:
+        if self.dims is None:  # model.parameters only: the state is all that can be counted
+            state = training_state_bytes(self.total, self.trainable, self.method, self.d["compute_bytes"])
+            return MemoryEstimate(state=-(-state // layout.shard_ranks), gathered=0, activations=0, logits=0)
+        return peak_bytes(self.dims, method=self.method, trainable_params=self.trainable,
+                          shard_ranks=layout.shard_ranks, micro_batch=micro_batch, seq_len=self.run.data.seq_len,
+                          activation_checkpointing=ac, compute_bytes=self.d["compute_bytes"], prefetch_units=1)
+
+    def fit(self, layout: Layout) -> _Fit | None:
+        # The peak depends on the layout only through the shard group's size.
+        key = (layout.instance_type, layout.shard_ranks)
+        if key not in self._fits:
+            self._fits[key] = self._fit(layout)
+        found, smallest = self._fits[key]
+        if found is not None:
+            return replace(found, layout=layout)
+        spec = self.catalog["instances"][layout.instance_type]
+        if self.largest is None or layout.world * spec["gpu_memory_gb"] > self.largest[0].world * \
+                self.catalog["instances"][self.largest[0].instance_type]["gpu_memory_gb"]:
+            self.largest = (layout, smallest, found_usable(spec, self.d))
+        return None
+
+    def _fit(self, layout: Layout) -> tuple[_Fit | None, MemoryEstimate]:
+        """(the fit, or None and the smallest peak tried: micro_batch 1, activation checkpointing if modelled)."""
+        usable = found_usable(self.catalog["instances"][layout.instance_type], self.d)
+        last = None
+        for ac in ((False,) if self.dims is None else (False, True)):
+            for mb in divisors_desc(self.per_rank):
+                last = self._memory(layout, mb, ac)
+                if last.total <= usable:
+                    return _Fit(layout, mb, self.per_rank // mb, ac, last, usable), last
+        return None, last
+
+    def timing(self, fit: _Fit) -> tuple[float, float, float]:
+        """(training seconds, compute and communication seconds of one micro-batch)."""
+        spec = self.catalog["instances"][fit.layout.instance_type]
+        tokens_mb = fit.micro_batch * self.run.data.seq_len
+        flops = flops_per_token(self.total, self.trainable, self.method, fit.activation_checkpointing) * tokens_mb
+        compute = flops / (spec["bf16_tflops_per_gpu"] * 1e12 * self.util(fit.layout.instance_type))
+        comm = comm_seconds(fit.layout, spec, self.d, total_params=self.total, trainable_params=self.trainable,
+                            compute_bytes=self.d["compute_bytes"])
+        micro_batches = self.tokens / (fit.layout.world * tokens_mb)
+        return micro_batches * step_seconds(compute, comm, self.d["comm_overlap_fraction"]), compute, comm
+
+    def refusal(self) -> tuple[str, str]:
+        """(why nothing fits, the run field to change)."""
+        d = self.d
+        if self.largest is None:
+            return "no layout could be tried", "compute.instance_type"
+        layout, mem, usable = self.largest
+        spec = self.catalog["instances"][layout.instance_type]
+        text = (f"the model fits no layout tried: the largest, {layout.describe()}, needs {mem.describe()} per GPU "
+                f"at micro_batch 1{' with activation checkpointing' if self.dims else ''}, over the "
+                f"{usable / 1e9:.1f} GB usable of {spec['gpu_memory_gb']} GB ({d['memory_usable_fraction']:.0%} "
+                f"minus a {d['memory_allowance_gb']} GB allowance)")
+        rest = mem.total - mem.state
+        if rest >= usable:
+            return text + "; activations, logits and one gathered unit alone exceed it: shorten data.seq_len", \
+                "data.seq_len"
+        state = training_state_bytes(self.total, self.trainable, self.method, self.d["compute_bytes"])
+        gpus = math.ceil(state / (usable - rest))
+        hint = "" if self.method == "lora" else "; or training.method=lora"
+        if not spec.get("efa"):
+            return (text + f"; {layout.instance_type} has no EFA, so nodes cannot share its training state: its "
+                    f"{state / 1e9:,.0f} GB need {gpus} GPUs of this size in one shard group; choose an EFA "
+                    f"instance type (or auto){hint}"), "compute.instance_type"
+        nodes = math.ceil(gpus / spec["gpus"])
+        return (text + f"; its {state / 1e9:,.0f} GB of training state would need {nodes} nodes of "
+                f"{layout.instance_type} sharded (set compute.instance_count){hint}"), "compute.instance_count"
 
 
 def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | None = None,
@@ -154,17 +301,19 @@ def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | 
     c = run.compute
     if c.spot and c.warm_pool_minutes:
         raise EstimateRefused("InvalidRun", "compute.warm_pool_minutes with compute.spot=true: SageMaker managed "
-                              "warm pools cannot be used with spot instances; set one of them off")
+                              "warm pools cannot be used with spot instances; set one of them off",
+                              field="compute.warm_pool_minutes")
     total, trainable = count_parameters(run, model_config)
     tokens_per_epoch = run.data.tokens if run.data.tokens is not None else data_tokens
     if not tokens_per_epoch:
         raise EstimateRefused("InvalidRun", f"data.source={run.data.source!r}: no token count (give data.tokens, or "
-                              "point data.source at prepared shards with an index.json)")
+                              "point data.source at prepared shards with an index.json)",
+                              field="data.source")
     tokens = tokens_per_epoch * run.training.epochs
     lora = run.training.method == "lora"
     flops = (4 * total + 6 * trainable) * tokens if lora else 6 * total * tokens
-    state = 2 * total + 16 * trainable if lora else 16 * total
-    ckpt_bytes = 12 * trainable if lora else 14 * total
+    state = training_state_bytes(total, trainable, run.training.method, d["compute_bytes"])
+    ckpt_bytes = checkpoint_bytes(total, trainable, run.training.method)
 
     def utilization(itype: str) -> tuple[float, str]:
         if c.utilization:
@@ -175,80 +324,120 @@ def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | 
                          f"shape on {itype}")
         return d["utilization"], "catalog default"
 
-    def fits(itype: str) -> bool:
-        spec = catalog["instances"][itype]
-        return state / spec["gpus"] <= spec["gpu_memory_gb"] * 1e9 * d["memory_usable_fraction"]
+    config = run.model.config or model_config
+    dims = ModelDims.from_config(config) if config is not None and run.model.parameters is None else None
+    planner = _Planner(run, catalog, dims, total, trainable, tokens, lambda itype: utilization(itype)[0])
 
     if c.instance_type != "auto":
         if c.instance_type not in catalog["instances"]:
             raise EstimateRefused("InvalidRun", f"compute.instance_type={c.instance_type!r} is not in the catalog: "
-                                  f"accepted {', '.join(sorted(catalog['instances']))} or auto")
-        if not fits(c.instance_type):
-            spec = catalog["instances"][c.instance_type]
-            raise EstimateRefused("InvalidRun", f"compute.instance_type={c.instance_type}: {state / 1e9:.1f} GB of "
-                                  f"training state does not fit {spec['gpus']} x {spec['gpu_memory_gb']} GB with "
-                                  f"activation headroom; choose a larger instance, auto, or training.method=lora")
+                                  f"accepted {', '.join(sorted(catalog['instances']))} or auto",
+                                  field="compute.instance_type")
         candidates = [c.instance_type]
     else:
-        candidates = [t for t in catalog["instances"] if fits(t)]
-        if not candidates:
-            biggest = max(s["gpus"] * s["gpu_memory_gb"] for s in catalog["instances"].values())
-            raise EstimateRefused("InvalidRun", f"the model fits no catalog instance: {state / 1e9:.1f} GB of "
-                                  f"training state, the largest node holds {biggest * d['memory_usable_fraction']:.0f}"
-                                  f" GB usable; use training.method=lora")
+        candidates = list(catalog["instances"])
+    counts = [c.instance_count] if c.instance_count is not None else range(1, d["max_auto_instance_count"] + 1)
 
-    options = []
+    options: list[_Option] = []
     for itype in candidates:
         spec = catalog["instances"][itype]
         family = itype.split(".")[1]
-        gpu_seconds = flops / (spec["bf16_tflops_per_gpu"] * 1e12 * utilization(itype)[0])
         rate = (c.spot and (run.checkpoint.interruptions_per_hour if run.checkpoint.interruptions_per_hour
                             is not None else (recorded_rates or {}).get(
                                 itype, catalog["families"][family]["interruptions_per_instance_hour"]))) or 0.0
-        if c.instance_count is not None:
-            count = c.instance_count
-        elif c.target_hours:
-            budget_s = max(c.target_hours * 3600 - d["startup_seconds"], 1.0)
-            count = min(d["max_auto_instance_count"], max(1, math.ceil(gpu_seconds / spec["gpus"] / budget_s)))
-        else:
-            count = 1
-        options.append(_option(run, catalog, itype, count, gpu_seconds, ckpt_bytes, rate))
-    best = min(options, key=lambda o: ((o.spot if c.spot else o.on_demand), o.wall))
-    spec = catalog["instances"][best.instance_type]
+        for count in counts:
+            for layout in layouts(itype, spec, count):
+                fit = planner.fit(layout)
+                if fit is None:
+                    continue
+                train_s, compute_s, comm_s = planner.timing(fit)
+                step_s = fit.grad_accum * step_seconds(compute_s, comm_s, d["comm_overlap_fraction"])
+                opt = _option(run, catalog, itype, count, train_s, ckpt_bytes, rate, step_s)
+                options.append(replace(opt, fit=fit, train_seconds=train_s, compute_s=compute_s, comm_s=comm_s))
+    if not options:
+        where = f"compute.instance_type={c.instance_type}: " if c.instance_type != "auto" else ""
+        message, field_name = planner.refusal()
+        raise EstimateRefused("InvalidRun", where + message, field=field_name)
+
+    warnings, advice = [], []
+    price_of = (lambda o: o.spot) if c.spot else (lambda o: o.on_demand)
+    pool = options
+    if c.target_hours:
+        pool = [o for o in options if o.wall + o.overhead <= c.target_hours * 3600]
+        if not pool:
+            fastest = min(options, key=lambda o: (o.wall + o.overhead, price_of(o)))
+            pool = [fastest]
+            warnings.append(f"compute.target_hours={c.target_hours}: no layout finishes in time; the fastest, "
+                            f"{fastest.fit.layout.describe()}, takes {(fastest.wall + fastest.overhead) / 3600:.1f} h")
+    best = min(pool, key=lambda o: (price_of(o), o.wall))
+    fit = best.fit
+    gpu_seconds = best.train_seconds * fit.layout.world
     util, util_source = utilization(best.instance_type)
-    gpu_seconds = flops / (spec["bf16_tflops_per_gpu"] * 1e12 * util)
 
     expected_wall = best.wall + best.overhead
+    if expected_wall > MAX_RUNTIME_LIMIT_S and not c.accept_max_runtime_stop:
+        raise EstimateRefused("InvalidRun", f"the run needs about {expected_wall / 86400:,.1f} days on {best.count} x "
+                              f"{best.instance_type}, and SageMaker stops a job after 28 days (MaxRuntime): raise "
+                              "compute.instance_count or compute.target_hours, train fewer tokens, or set "
+                              "compute.accept_max_runtime_stop=true to stop at 28 days with the last checkpoint",
+                              field="compute.accept_max_runtime_stop")
     max_runtime = int(min(MAX_RUNTIME_LIMIT_S, max(d["min_max_runtime_seconds"],
                                                    math.ceil(d["max_runtime_factor"] * expected_wall))))
     if c.max_wait_hours is not None:
         max_wait = int(c.max_wait_hours * 3600)
         if c.spot and max_wait < max_runtime:
             raise EstimateRefused("InvalidRun", f"compute.max_wait_hours={c.max_wait_hours}: MaxWait ({max_wait} s) "
-                                  f"< MaxRuntime ({max_runtime} s); SageMaker requires MaxWait >= MaxRuntime")
+                                  f"< MaxRuntime ({max_runtime} s); SageMaker requires MaxWait >= MaxRuntime",
+                                  field="compute.max_wait_hours")
     else:
         max_wait = max_runtime + int(c.accepted_delay_hours * 3600)
 
-    warnings, advice = [], []
+    if dims is None:
+        warnings.append("model.parameters only: activations, logits and gathered units are not in the memory check "
+                        "(give model.config or model.source for a plan that counts them)")
     if c.instance_count and c.instance_count > 1 and not c.target_hours:
-        warnings.append(f"compute.instance_count={c.instance_count}: the model fits one {best.instance_type}; extra "
-                        "nodes replicate it (hybrid sharding): they add speed, not capacity, and each is billed")
+        smaller = [o for o in options if o.count < c.instance_count]
+        if not smaller and any(planner.fit(lay) for lay in layouts(best.instance_type,
+                                                               catalog["instances"][best.instance_type], 1)):
+            warnings.append(f"compute.instance_count={c.instance_count}: the model fits one {best.instance_type}; "
+                            "the extra nodes add speed and cost, not capacity it needs")
     if expected_wall > MAX_RUNTIME_LIMIT_S:
-        warnings.append("the expected run exceeds SageMaker's 28-day MaxRuntime: raise instance_count or target_hours")
+        warnings.append(f"the run needs about {expected_wall / 86400:,.1f} days: SageMaker stops it at 28 days "
+                        f"(about {MAX_RUNTIME_LIMIT_S / expected_wall:.0%} of the training; accepted by "
+                        "compute.accept_max_runtime_stop)")
+    elif d["max_runtime_factor"] * expected_wall > MAX_RUNTIME_LIMIT_S:
+        warnings.append(f"MaxRuntime is capped at SageMaker's 28 days: {MAX_RUNTIME_LIMIT_S / expected_wall:.2f}x "
+                        f"the expected {expected_wall / 86400:,.1f} days instead of {d['max_runtime_factor']}x")
     cost = {"on_demand": round(best.on_demand, 2), "spot": round(best.spot, 2)}
     chosen_cost = best.spot if c.spot else best.on_demand
     if c.spot:
-        advice.append(f"managed spot on {best.count} x {best.instance_type}: ${best.spot:.2f} expected "
+        advice.append(f"managed spot on {fit.layout.describe()}: ${best.spot:.2f} expected "
                       f"(on-demand ${best.on_demand:.2f}), {best.interruptions:.2f} interruptions expected")
         if c.on_demand_fallback and best.on_demand > run.max_usd:
             warnings.append(f"an on-demand fallback would cost ${best.on_demand:.2f} > budget ${run.max_usd:.2f}; "
                             "the cost guard stops it at the cap")
     else:
-        advice.append(f"on-demand on {best.count} x {best.instance_type}: ${best.on_demand:.2f}; managed spot would "
+        advice.append(f"on-demand on {fit.layout.describe()}: ${best.on_demand:.2f}; managed spot would "
                       f"be about ${best.spot:.2f}")
+    step_s = fit.grad_accum * step_seconds(best.compute_s, best.comm_s, d["comm_overlap_fraction"])
+    budget = notice_upload_seconds(d, step_s)
+    one_node = catalog["instances"][best.instance_type]["s3_upload_gb_per_s"]
+    if best.policy == "save_on_notice" and best.count > 1 and ckpt_bytes / 1e9 / budget > one_node:
+        advice.append(f"the {ckpt_bytes / 1e9:.1f} GB checkpoint leaves within the stop notice ({budget:.0f} s for "
+                      f"the upload after a {step_s:.0f} s step) only because {best.count} nodes upload their shards "
+                      f"in parallel ({best.upload_available:.2f} GB/s for {ckpt_bytes / 1e9 / budget:.2f} needed); "
+                      f"periodic saves every {best.interval / 60:.0f} min stay as insurance")
     if best.policy == "periodic":
-        advice.append(f"a {ckpt_bytes / 1e9:.1f} GB checkpoint cannot leave within the 90 s notice at "
-                      f"{best.upload_available:.2f} GB/s: saving every {best.interval / 60:.0f} min instead")
+        advice.append(f"a {ckpt_bytes / 1e9:.1f} GB checkpoint cannot leave within the stop notice ({budget:.0f} s "
+                      f"left for the upload after a {step_s:.0f} s step) at {best.upload_available:.2f} GB/s: "
+                      f"saving every {best.interval / 60:.0f} min instead "
+                      f"(Young/Daly: sqrt(2 x {ckpt_bytes / (best.upload_available * 1e9):.0f} s save x "
+                      f"{(3600 / best.rate) / 3600 if best.rate else float('inf'):.1f} h between interruptions))")
+    if best.comm_s > d["comm_overlap_fraction"] * best.compute_s:
+        exposed = step_seconds(best.compute_s, best.comm_s, d["comm_overlap_fraction"]) - best.compute_s
+        advice.append(f"communication is not fully hidden: {best.comm_s:.2f} s of collectives per micro-batch "
+                      f"against {best.compute_s:.2f} s of compute ({exposed:.2f} s exposed) on "
+                      f"{fit.layout.describe()}")
 
     est = Estimate(
         parameters=total, trainable_parameters=trainable, tokens=tokens, training_flops=flops,
@@ -258,8 +447,16 @@ def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | 
         max_runtime_seconds=max_runtime, max_wait_seconds=max_wait, checkpoint_bytes=ckpt_bytes,
         notice_upload_gb_per_s=ckpt_bytes / d["notice_upload_seconds"] / 1e9,
         upload_gb_per_s_available=best.upload_available, checkpoint_policy=best.policy,
-        checkpoint_interval_seconds=int(round(best.interval)), interruptions_per_hour=best.rate,
-        cost_usd=cost, spot=c.spot, advice=advice, warnings=warnings, utilization_source=util_source,
+        checkpoint_interval_seconds=max(1, round(best.interval)), interruptions_per_hour=best.rate,
+        cost_usd=cost, spot=c.spot, sharding=fit.layout.sharding, shard_group_nodes=fit.layout.group_nodes,
+        micro_batch=fit.micro_batch, grad_accum=fit.grad_accum, activation_checkpointing=fit.activation_checkpointing,
+        global_batch_samples=fit.layout.world * planner.per_rank,
+        memory_per_gpu={"state": fit.memory.state, "gathered": fit.memory.gathered,
+                        "activations": fit.memory.activations, "logits": fit.memory.logits,
+                        "total": fit.memory.total, "usable": int(fit.usable),
+                        "allowance": int(d["memory_allowance_gb"] * 1e9)},
+        seconds_per_micro_batch={"compute": best.compute_s, "communication": best.comm_s},
+        advice=advice, warnings=warnings, utilization_source=util_source,
     )
     if util_source.startswith("measured"):
         advice.append(f"utilization {util:.2f} ({util_source}) instead of the {d['utilization']:.2f} default")
@@ -271,7 +468,8 @@ def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | 
         if not lora:
             advice.append(_lora_alternative(run, catalog, model_config, data_tokens, recorded_rates))
         raise EstimateRefused("OverBudget", f"estimated ${chosen_cost:.2f} exceeds budget.max_usd={run.max_usd:.2f} "
-                              f"({best.count} x {best.instance_type}, {expected_wall / 3600:.1f} h)", est)
+                              f"({fit.layout.describe()}, {expected_wall / 3600:.1f} h)", est,
+                              field="budget.max_usd")
     return est
 
 
@@ -282,8 +480,6 @@ def _lora_alternative(run: RunSpec, catalog: dict, model_config: dict | None, da
                "and costs less")
     if run.model.parameters is not None:
         return generic
-    from dataclasses import replace
-
     from .contract import LoraSpec
 
     lora_run = replace(run, training=replace(run.training, method="lora", lora=LoraSpec(16, "all-linear")),
@@ -300,13 +496,44 @@ def _lora_alternative(run: RunSpec, catalog: dict, model_config: dict | None, da
 
 def trainer_hyperparameters(run: RunSpec, est: Estimate) -> dict[str, str]:
     """The SageMaker hyperparameters (all strings) the trainer image reads (see spotrun_trainer.config)."""
-    t = run.training
+    t, hp = run.training, Hyperparameter
     return {
-        "micro_batch": str(t.micro_batch), "grad_accum": str(t.grad_accum), "epochs": str(t.epochs),
-        "seed": str(t.seed), "optim.lr": str(t.lr), "data.seq_len": str(run.data.seq_len),
-        "checkpoint.interval_minutes": f"{est.checkpoint_interval_seconds / 60:.2f}",
-        "checkpoint.keep": str(run.checkpoint.keep),
+        hp.MICRO_BATCH.value: str(est.micro_batch), hp.GRAD_ACCUM.value: str(est.grad_accum),
+        hp.EPOCHS.value: str(t.epochs), hp.SEED.value: str(t.seed), hp.LR.value: str(t.lr),
+        hp.SEQ_LEN.value: str(run.data.seq_len),
+        hp.SHARDING_MODE.value: est.sharding, hp.SHARDING_GROUP_NODES.value: str(est.shard_group_nodes),
+        hp.ACTIVATION_CHECKPOINTING.value: "true" if est.activation_checkpointing else "false",
+        # repr: the exact planned seconds / 60 (a rounded "0.00" would read as "off" in the trainer)
+        hp.CHECKPOINT_INTERVAL_MINUTES.value: repr(est.checkpoint_interval_seconds / 60),
+        hp.CHECKPOINT_KEEP.value: str(run.checkpoint.keep),
+        **_method_hyperparameters(run),
     }
+
+
+def _method_hyperparameters(run: RunSpec) -> dict[str, str]:
+    """The training method and, for LoRA, its settings (spotrun_trainer.config.LoraConfig parses them)."""
+    out = {Hyperparameter.METHOD.value: run.training.method}
+    if run.model.source:
+        out[Hyperparameter.MODEL_SOURCE.value] = run.model.source
+    lora = run.training.lora
+    if run.training.method == "lora" and lora is not None:
+        targets = lora.target_modules
+        out.update({
+            Hyperparameter.LORA_RANK.value: str(lora.rank),
+            Hyperparameter.LORA_ALPHA.value: repr(float(lora.alpha)),
+            Hyperparameter.LORA_DROPOUT.value: repr(float(lora.dropout)),
+            Hyperparameter.LORA_TARGET_MODULES.value: targets if isinstance(targets, str) else ",".join(targets),
+        })
+    return out
+
+
+def _memory_text(m: dict) -> str:
+    if not m:
+        return "not modelled"
+    gb = 1e9
+    return (f"{m['total'] / gb:.1f} GB of {m['usable'] / gb:.1f} GB usable (state {m['state'] / gb:.1f}, gathered "
+            f"{m['gathered'] / gb:.1f}, activations {m['activations'] / gb:.1f}, logits {m['logits'] / gb:.1f}; "
+            f"+{m['allowance'] / gb:.1f} GB allowance)")
 
 
 def format_text(est: Estimate) -> str:
@@ -316,6 +543,12 @@ def format_text(est: Estimate) -> str:
         ("training state", f"{est.training_state_bytes / 1e9:,.1f} GB"),
         ("GPU-hours", f"{est.gpu_hours:,.2f} at utilization {est.utilization:.2f} ({est.utilization_source})"),
         ("instances", f"{est.instance_count} x {est.instance_type}"),
+        ("sharding", f"{est.sharding}" + (f" (shard groups of {est.shard_group_nodes} node(s))"
+                                          if est.sharding == "hybrid" else "")),
+        ("batch", f"micro_batch {est.micro_batch} x grad_accum {est.grad_accum} per GPU, "
+                  f"{est.global_batch_samples} samples per step, activation checkpointing "
+                  f"{'on' if est.activation_checkpointing else 'off'}"),
+        ("memory per GPU", _memory_text(est.memory_per_gpu)),
         ("wall time", f"{est.wall_seconds / 3600:,.2f} h (+{est.expected_overhead_seconds / 3600:.2f} h expected "
                       f"from {est.expected_interruptions:.2f} interruptions)"),
         ("MaxRuntime / MaxWait", f"{est.max_runtime_seconds:,} s / {est.max_wait_seconds:,} s"),

@@ -34,6 +34,17 @@ class Hyperparameter(str, Enum):
     CHECKPOINT_INTERVAL_MINUTES = "checkpoint.interval_minutes"
     CHECKPOINT_KEEP = "checkpoint.keep"
     MODEL_CONFIG = "model.config"
+    SHARDING_MODE = "sharding.mode"  # full | hybrid (the launcher adds sharding.nodes from the hosts)
+    SHARDING_GROUP_NODES = "sharding.group_nodes"
+    ACTIVATION_CHECKPOINTING = "model.activation_checkpointing"
+    MODEL_SOURCE = "model.source"  # recorded in the export metadata: the base an adapter needs
+    METHOD = "method"  # full | lora
+    LORA_RANK = "lora.rank"
+    LORA_ALPHA = "lora.alpha"
+    LORA_DROPOUT = "lora.dropout"
+    LORA_TARGET_MODULES = "lora.target_modules"  # all-linear, or comma-separated module names
+    EXPORT_DTYPE = "export.dtype"  # bfloat16 (default) | float32
+    EXPORT_MERGE_LORA = "export.merge_lora"  # LoRA: also export the merged model
 
 
 # ---- metrics (trainer -> CloudWatch -> dashboard and guard) ----------------------------------------------------
@@ -78,14 +89,24 @@ class StopNotice:
 
 
 class BytesPerParameter:
-    TRAINING_STATE_FULL = 16  # bf16 weights 2 + bf16 grads 2 + fp32 master 4 + Adam moments 8
-    CHECKPOINT_FULL = 14  # bf16 weights 2 + fp32 master 4 + Adam moments 8
+    """The trainer's precision scheme: FSDP2 keeps sharded parameters in fp32 (bf16 only in the gathered copies),
+    reduces and keeps gradients in fp32, AdamW adds two fp32 moments; DCP checkpoints the fp32 shards and moments."""
+
+    TRAINING_STATE_FULL = 16  # fp32 param 4 + fp32 grad 4 + Adam moments 8
+    TRAINING_STATE_FROZEN = 2  # LoRA: a frozen base parameter, kept in the compute dtype (bf16 on GPU; fp32 on CPU)
+    TRAINING_STATE_ADAPTER = 16  # LoRA: an adapter parameter, as a full one
+    # DCP adds a ~1.6 KB header per saved tensor chunk and its .metadata (tests/trainer/test_planned_bytes.py)
+    CHECKPOINT_FULL = 12  # fp32 param 4 + Adam moments 8
     CHECKPOINT_LORA = 12  # per adapter parameter: fp32 4 + Adam moments 8
     EXPORT_BF16 = 2
     EXPORT_FP32 = 4
 
 
 # ---- checkpoint layout (trainer writes, guard lists) -----------------------------------------------------------
+
+# The trainer's export metadata beside the exported model (spotrun_trainer/export.py writes it; the registry step
+# reads it): kind full | lora_adapter, whether and which base model it needs, LoRA settings, weights dtype.
+EXPORT_METADATA = "spotrun-export.json"
 
 CHECKPOINT_MANIFEST = "manifest.json"
 CHECKPOINT_STEP_DIR = re.compile(r"^step-(\d{8})$")

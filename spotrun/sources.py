@@ -1,53 +1,123 @@
 """Read what the estimate needs from a run's sources: the model's config.json and the data's index.json.
 
 A source is a local directory or an s3://bucket/prefix URI (read with boto3; the estimate Lambda has read access
-to the datasets/ and models/ prefixes).
+to the datasets/ and models/ prefixes). The pipeline reads strictly: a source it cannot read refuses the run, since
+the training job could not read it either. The CLI may plan offline: a source it cannot read (no credentials,
+the examples' placeholder bucket) is reported as not checked, and the run's inline copies (`model.config`,
+`data.tokens`) are used instead when it has them.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .contract import RunSpec, RunValidationError
+from .contract import RunSpec, RunValidationError, check_json_tree
+
+PLACEHOLDER_BUCKET = "your-artifact-bucket"  # the examples' bucket: README step 7 replaces it
+MAX_SOURCE_JSON_BYTES = 1 << 20  # config.json and index.json are a few KB
 
 
-def _read_json(source: str, name: str, field: str, s3_client: Any = None) -> dict:
+@dataclass
+class Sources:
+    model_config: dict | None  # the source's config.json, or None when not read
+    tokens: int | None  # index.json's total_tokens, or None when not read
+    notes: list[str] = field(default_factory=list)  # what was read, and what was not and why
+
+
+class _Unreadable(Exception):
+    """A source could not be read here (no credentials, access denied, placeholder bucket): not checked, as
+    opposed to read and found wrong (missing object, bad JSON), which is a RunValidationError."""
+
+
+def _read_bytes(source: str, name: str, field_path: str, s3_client: Any) -> bytes:
     if source.startswith("s3://"):
         import boto3
         from botocore.exceptions import BotoCoreError, ClientError
 
         bucket, _, prefix = source[len("s3://"):].partition("/")
         key = f"{prefix.rstrip('/')}/{name}" if prefix.strip("/") else name
-        client = s3_client or boto3.client("s3")
         try:
-            body = client.get_object(Bucket=bucket, Key=key)["Body"].read()
-        except (ClientError, BotoCoreError) as exc:
-            raise RunValidationError(field, source, f"a readable s3 prefix containing {name} ({exc})") from None
-    else:
+            client = s3_client or boto3.client("s3")
+            return client.get_object(Bucket=bucket, Key=key)["Body"].read(MAX_SOURCE_JSON_BYTES + 1)
+        except ClientError as exc:
+            code = exc.response.get("Error", {}).get("Code", "")
+            if code in ("NoSuchKey", "NoSuchBucket", "404"):  # read, and found missing: the source is wrong
+                raise RunValidationError(field_path, source, f"a model or data directory holding {name} "
+                                         f"(s3://{bucket}/{key}: {code})") from None
+            raise _Unreadable(f"s3://{bucket}/{key} could not be read: {code or type(exc).__name__}") from None
+        except BotoCoreError as exc:  # no credentials, no network: not checked
+            raise _Unreadable(f"s3://{bucket}/{key} could not be read: {type(exc).__name__}") from None
+    try:
         path = Path(source) / name
-        if not path.is_file():
-            raise RunValidationError(field, source, f"a directory containing {name}")
-        body = path.read_bytes()
+        with path.open("rb") as fh:
+            return fh.read(MAX_SOURCE_JSON_BYTES + 1)
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
+        raise RunValidationError(field_path, source, f"a directory holding {name} "
+                                 f"({getattr(exc, 'strerror', None) or exc})") from None
+
+
+def _read_json(source: str, name: str, field_path: str, s3_client: Any) -> dict:
+    body = _read_bytes(source, name, field_path, s3_client)
+    if len(body) > MAX_SOURCE_JSON_BYTES:
+        raise RunValidationError(field_path, source, f"a {name} of at most {MAX_SOURCE_JSON_BYTES:,} bytes")
     try:
         value = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise RunValidationError(field, source, f"a valid JSON {name}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError, ValueError):
+        raise RunValidationError(field_path, source, f"a valid JSON {name}") from None
     if not isinstance(value, dict):
-        raise RunValidationError(field, source, f"a {name} holding a JSON object")
+        raise RunValidationError(field_path, source, f"a {name} holding a JSON object")
+    try:
+        check_json_tree(value)
+    except RunValidationError as exc:
+        raise RunValidationError(field_path, source, f"a {name} without odd values ({exc})") from None
     return value
 
 
-def resolve(run: RunSpec, s3_client: Any = None) -> tuple[dict | None, int | None]:
-    """(model config or None, data tokens or None) read from the run's sources where needed."""
-    model_config = None
+def _unreadable_here(source: str) -> str | None:
+    if source.startswith(f"s3://{PLACEHOLDER_BUCKET}/"):
+        return f"{source} still names the placeholder bucket {PLACEHOLDER_BUCKET}"
+    return None
+
+
+def read_sources(run: RunSpec, s3_client: Any = None, *, offline: bool = False) -> Sources:
+    """The sources' config.json / index.json where the run needs them.
+
+    `offline=False` (the pipeline): a source that cannot be read is a RunValidationError naming it.
+    `offline=True` (the CLI): it is noted, and the run's inline copy is used when it has one.
+    """
+    out = Sources(None, None)
     if run.model.source is not None:
-        model_config = _read_json(run.model.source, "config.json", "model.source", s3_client)
-    tokens = None
+        reason = _unreadable_here(run.model.source) if offline else None
+        try:
+            if reason:
+                raise _Unreadable(reason)
+            out.model_config = _read_json(run.model.source, "config.json", "model.source", s3_client)
+            out.notes.append(f"read model.source's config.json ({run.model.source})")
+        except _Unreadable as exc:
+            if not (offline and run.model.config is not None):
+                raise RunValidationError("model.source", run.model.source,
+                                         f"a readable model directory with config.json ({exc})") from None
+            out.notes.append(f"not checked: model.source ({exc}); planned with the inline model.config")
     if run.data.tokens is None and run.data.source is not None:
-        index = _read_json(run.data.source, "index.json", "data.source", s3_client)
+        try:
+            index = _read_json(run.data.source, "index.json", "data.source", s3_client)
+        except _Unreadable as exc:
+            raise RunValidationError("data.source", run.data.source, "prepared shards with a readable index.json, "
+                                     f"or data.tokens ({exc})") from None
         tokens = index.get("total_tokens")
-        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens <= 0:
+        if isinstance(tokens, bool) or not isinstance(tokens, int) or not 0 < tokens <= 10**15:
             raise RunValidationError("data.source", run.data.source, "an index.json with a positive total_tokens")
-    return model_config, tokens
+        out.tokens = tokens
+        out.notes.append(f"read data.source's index.json ({run.data.source}): {tokens:,} tokens")
+    elif run.data.source is not None:
+        out.notes.append("not read: data.source's index.json (data.tokens is given)")
+    return out
+
+
+def resolve(run: RunSpec, s3_client: Any = None) -> tuple[dict | None, int | None]:
+    """(model config or None, data tokens or None) read strictly from the run's sources where needed."""
+    sources = read_sources(run, s3_client)
+    return sources.model_config, sources.tokens

@@ -51,7 +51,8 @@ class ArtifactStore(Construct):
             removal_policy=RemovalPolicy.RETAIN, server_access_logs_bucket=self.log_bucket,
             server_access_logs_prefix="artifacts/",
             lifecycle_rules=[
-                s3.LifecycleRule(id="abort-incomplete-multipart", abort_incomplete_multipart_upload_after=Duration.days(1)),
+                s3.LifecycleRule(id="abort-incomplete-multipart",
+                                 abort_incomplete_multipart_upload_after=Duration.days(1)),
                 s3.LifecycleRule(id="expire-noncurrent", noncurrent_version_expiration=Duration.days(
                     props.noncurrent_version_days)),
                 # Checkpoints of finished runs are dead weight: the model is in output/ and the registry.

@@ -45,6 +45,16 @@ def _final_metric(describe: dict, name: str) -> float | None:
     return None
 
 
+REGISTRY_METADATA_KEYS = ("run", "final_loss", "interruptions", "billable_seconds", "training_seconds",
+                          "spot_savings_pct", "cost_usd")
+
+
+def registry_metadata(report: dict) -> dict[str, str]:
+    """The model package's CustomerMetadataProperties (strings only), from a cost report: the same keys on AWS
+    and in the local registry of `spotrun local`."""
+    return {k: str(report[k]) for k in REGISTRY_METADATA_KEYS}
+
+
 def decide(plan: dict, guard: dict, describe: dict, *, now: float) -> dict:
     spot = bool(guard.get("spot", plan["spot"]))
     rate = plan["usd_per_hour"] * ((1 - plan["spot_discount"]) if spot else 1.0)
@@ -68,9 +78,7 @@ def decide(plan: dict, guard: dict, describe: dict, *, now: float) -> dict:
             "estimated_cost_usd": plan["estimate"]["cost_usd"], "final_loss": loss,
             "model_data_url": (describe.get("ModelArtifacts") or {}).get("S3ModelArtifacts", ""),
         }
-        report["metadata"] = {k: str(report[k]) for k in (
-            "run", "final_loss", "interruptions", "billable_seconds", "training_seconds", "spot_savings_pct",
-            "cost_usd")}
+        report["metadata"] = registry_metadata(report)
         return {**out, "action": "completed", "report": report}
     if status == "Stopped" and guard.get("stop_requested"):
         return {**out, "action": "over_budget",

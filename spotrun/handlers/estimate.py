@@ -10,7 +10,6 @@ STAGE, COST_CENTER.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -18,6 +17,7 @@ from typing import Any, Callable
 from ..contract import RunSpec, RunValidationError, parse_run
 from ..planner import EstimateRefused, estimate, load_catalog
 from ..sources import resolve
+from ..validate import Target, check_target, pipeline_hyperparameters
 from .performance import METHOD_TAG, SHAPE_TAG, shape_key
 
 CONTRACT_KEYS = ("parameters", "trainable_parameters", "training_flops", "gpu_hours", "instance_type",
@@ -52,13 +52,6 @@ def job_name(settings: PipelineSettings, run_name: str, execution: str) -> str:
     return f"{settings.job_prefix}{run_name[:room].rstrip('-')}-{suffix}"
 
 
-def _require_under(uri: str | None, settings: PipelineSettings, prefix: str, field: str) -> str:
-    wanted = f"s3://{settings.bucket}/{prefix}"
-    if not uri or not uri.startswith(wanted):
-        raise RunValidationError(field, uri, f"an S3 URI under {wanted} (the training role reads only there)")
-    return uri if uri.endswith("/") else uri + "/"
-
-
 def _channel(name: str, uri: str) -> dict:
     return {"ChannelName": name, "InputMode": "FastFile",
             "DataSource": {"S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": uri,
@@ -72,28 +65,19 @@ def plan(run_raw: Any, execution: str, settings: PipelineSettings, *, s3_client:
     catalog = catalog or load_catalog()
     shape = None
     try:
+        # The same rules `spotrun validate --stage` applies (spotrun/validate.py).
         run: RunSpec = parse_run(run_raw)
-        if run.model.parameters is not None:
-            raise RunValidationError("model.parameters", run.model.parameters,
-                                     "model.source or model.config for a training run (a bare count only estimates)")
-        if run.training.method != "full":
-            raise RunValidationError("training.method", run.training.method,
-                                     "full: the trainer image runs full fine-tunes (LoRA is estimated only)")
-        if run.model_package_group not in (None, settings.model_package_group):
-            raise RunValidationError("registry.model_package_group", run.model_package_group,
-                                     f"{settings.model_package_group} (this stack's group) or nothing")
-        data_uri = _require_under(run.data.source, settings, "datasets/", "data.source")
-        model_uri = (_require_under(run.model.source, settings, "models/", "model.source")
-                     if run.model.source else None)
+        data_uri, model_uri = check_target(run, Target(settings.bucket, settings.model_package_group))
         model_config, tokens = resolve(run, s3_client=s3_client)
         shape = shape_key(run.model.config or model_config) if (run.model.config or model_config) else None
         measured = mfu_lookup(shape, run.training.method) if (mfu_lookup and shape) else None
         est = estimate(run, catalog=catalog, model_config=model_config, data_tokens=tokens,
                        recorded_rates=rates, recorded_mfu=measured)
+        hyper = pipeline_hyperparameters(run, est)
     except RunValidationError as exc:
         return {"status": "InvalidRun", "message": str(exc), "field": exc.field}
     except EstimateRefused as exc:
-        out = {"status": exc.code, "message": exc.message}
+        out = {"status": exc.code, "message": exc.message, "field": exc.field or "run"}
         if exc.estimate is not None:
             out["estimate"] = {k: exc.estimate.to_json()[k] for k in CONTRACT_KEYS}
         return out
@@ -101,9 +85,6 @@ def plan(run_raw: Any, execution: str, settings: PipelineSettings, *, s3_client:
     family = est.instance_type.split(".")[1]
     discount = run.compute.spot_discount if run.compute.spot_discount is not None else \
         catalog["families"][family]["spot_discount"]
-    hyper = dict(est.hyperparameters)
-    if run.model.config is not None:
-        hyper["model.config"] = json.dumps(run.model.config, separators=(",", ":"))
     channels = [_channel("train", data_uri)] + ([_channel("model", model_uri)] if model_uri else [])
     name = job_name(settings, run.name, execution)
     tags = {"project": settings.project, "stage": settings.stage, "cost-center": settings.cost_center,
@@ -138,6 +119,7 @@ def plan(run_raw: Any, execution: str, settings: PipelineSettings, *, s3_client:
 def handler(event: dict, _context: Any) -> dict:
     import boto3
 
+    event = event if isinstance(event, dict) else {}  # the state machine passes an object; anything else: no run
     settings = PipelineSettings.from_env(dict(os.environ))
     rates, mfu_lookup = None, None
     table_name = os.environ.get("TABLE_NAME")

@@ -1,51 +1,105 @@
-"""A local spot training job, end to end, on this machine's CPUs: no AWS account, nothing downloaded.
+"""`make demo` (`spotrun demo`): the example run shipped in examples/demo/, through `spotrun local`, twice.
 
-Builds a tiny corpus, tokenizer and Llama-shaped model, starts the container's entry point (the launcher) on a
-SageMaker-shaped directory with 2 worker processes, sends it SIGTERM mid-run as a spot interruption would,
-starts it again on the same checkpoint directory, and checks that the resumed run completed and exported.
+1. Assets, built here and nothing downloaded: a corpus of this Python's standard library sources (raw JSONL
+   text: the pipeline prepares it), a byte-level BPE tokenizer trained on it, and a Llama-shaped model saved
+   from examples/demo/model.json with save_pretrained (as a pretrained model directory would be).
+2. The run, with one spot interruption (SIGTERM: the trainer saves on the notice) and an automatic restart on
+   the same checkpoint directory, 2 CPU worker processes under the container's launcher.
+3. The same run, uninterrupted.
+4. Whether the two registered models' weights are bitwise identical, and where the plot, the report and the
+   registered models are.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
-import signal
+import shutil
 import time
 from pathlib import Path
+from typing import Callable
 
-from .checkpoint import committed_checkpoints
-from .examples import build_example, write_sagemaker_root
-from .localrun import free_port, loss_history, start_launcher, wait_for_step
+from .examples import save_model, train_tokenizer, write_stdlib_corpus
+from .harness import loss_records
+from .pipeline import InterruptAt, LocalOptions, run_local
+
+DEMO_DIR = Path(__file__).resolve().parents[2] / "examples" / "demo"
+CORPUS_BYTES = 200_000  # ~65k tokens: ~64 steps of 8 x 128 tokens, under a minute of training per run
+VOCAB = 1024
+INTERRUPT_AT = InterruptAt(step=30)  # about halfway
+OVERRIDES = {"optim.warmup_steps": "5"}  # a smoother start of the loss curve; the same in both runs
 
 
-def run_demo(out: Path, *, steps: int = 40, interrupt_at: int = 15) -> dict:
+def build_assets(root: Path, emit: Callable[[str], None] = print) -> dict:
+    """assets/corpus (raw text), assets/tokenizer, assets/model under root; reused when present."""
+    corpus = root / "corpus" / "stdlib.jsonl"
+    model_dir = root / "model"
+    if not (model_dir / "config.json").is_file():
+        emit(f"[demo] building assets under {root}: stdlib corpus, tokenizer, model")
+        write_stdlib_corpus(corpus, max_bytes=CORPUS_BYTES)
+        train_tokenizer(corpus, root / "tokenizer", vocab_size=VOCAB)
+        spec = json.loads((DEMO_DIR / "model.json").read_text())
+        save_model(spec, model_dir, vocab_size=VOCAB, seed=0, tokenizer_dir=root / "tokenizer")
+    return {"corpus": corpus.parent, "model": model_dir}
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def weights_identical(a: Path, b: Path) -> bool:
+    """Bitwise: every safetensors file of two model directories has the same bytes."""
+    names = sorted(p.name for p in Path(a).glob("*.safetensors"))
+    return bool(names) and names == sorted(p.name for p in Path(b).glob("*.safetensors")) and all(
+        _sha256(Path(a) / n) == _sha256(Path(b) / n) for n in names)
+
+
+def run_demo(out: Path, *, interrupt_at: InterruptAt = INTERRUPT_AT, progress: str = "auto",
+             emit: Callable[[str], None] = print) -> dict:
     out = Path(out).resolve()
-    assets = build_example(out / "assets", "llama")
-    run_dir = out / f"run-{time.strftime('%Y%m%d-%H%M%S')}"
-    ckpt = run_dir / "checkpoints"
-    sm = write_sagemaker_root(run_dir / "sm", channels={"train": assets["data"], "model": assets["model"]},
-                              checkpoint_dir=ckpt, hyperparameters={
-                                  "nproc_per_node": 2, "master_port": free_port(), "micro_batch": 2,
-                                  "max_steps": steps, "log_every": 5, "num_threads": 1, "data.seq_len": 64,
-                                  "optim.lr": 3e-3, "optim.warmup_steps": 2, "checkpoint.interval_steps": 5})
-    log = run_dir / "launcher.log"
-    print(f"[demo] job directory {run_dir}; log {log}")
-    proc = start_launcher(sm, log)
-    wait_for_step(proc, sm / "model", interrupt_at)
-    print(f"[demo] step {interrupt_at} reached: sending SIGTERM (a spot interruption notice)")
-    proc.send_signal(signal.SIGTERM)
-    rc = proc.wait(timeout=180)
-    saved = committed_checkpoints(ckpt)[0][0] if committed_checkpoints(ckpt) else None
-    print(f"[demo] launcher exited {rc} after saving step {saved}; restarting on the same checkpoint directory")
-    if rc != 0:
-        raise SystemExit(f"demo: the interrupted run did not stop cleanly; see {log}")
-    proc = start_launcher(sm, log)
-    rc = proc.wait(timeout=900)
-    if rc != 0:
-        raise SystemExit(f"demo: the resumed run failed (exit {rc}); see {log}")
-    metrics = json.loads((sm / "model" / "metrics.json").read_text())
-    losses = loss_history(sm / "model")
-    summary = {"steps": metrics["steps"], "interrupted_at_step": saved, "resumed_from_step": metrics["resumed_from_step"],
-               "first_loss": losses[1], "final_loss": metrics["final_loss"],
-               "exported": sorted(p.name for p in (sm / "model").iterdir()), "output_dir": str(sm / "model")}
-    print(json.dumps(summary, indent=2))
+    t0 = time.monotonic()
+    build_assets(out / "assets", emit)
+    run_path = out / "run.json"
+    shutil.copyfile(DEMO_DIR / "run.json", run_path)  # its sources are relative: assets/ beside it
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+
+    emit(f"[demo] 1/2: {run_path.name} with a spot interruption at {interrupt_at}")
+    interrupted = run_local(run_path, LocalOptions(out=out, interrupts=(interrupt_at,), overrides=OVERRIDES,
+                                                   job_name=f"interrupted-{stamp}", progress=progress), emit=emit)
+    emit("[demo] 2/2: the same run, uninterrupted")
+    reference = run_local(run_path, LocalOptions(out=out, job_name=f"uninterrupted-{stamp}", overrides=OVERRIDES,
+                                                 progress=progress), emit=emit)
+
+    a, b = Path(interrupted["model_data_url"]), Path(reference["model_data_url"])
+    same_weights = weights_identical(a, b)
+    same_losses = dict(loss_records(Path(interrupted["files"]["report"]).parent / "sm" / "model")) == dict(
+        loss_records(Path(reference["files"]["report"]).parent / "sm" / "model"))
+    summary = {
+        "interruptions": interrupted["interruptions"],
+        "steps": interrupted["actual"]["steps"],
+        "steps_redone": interrupted["actual"]["steps_redone"],
+        "lost_seconds": interrupted["actual"]["lost_seconds"],
+        "final_loss": interrupted["final_loss"],
+        "weights_bitwise_identical": same_weights,
+        "losses_bitwise_identical": same_losses,
+        "plot": interrupted["files"]["plot"],
+        "report": interrupted["files"]["report"],
+        "summary": interrupted["files"]["summary"],
+        "registered_model": interrupted["model_package"],
+        "uninterrupted_model": reference["model_package"],
+        "demo_seconds": round(time.monotonic() - t0, 1),
+    }
+    (out / "demo.json").write_text(json.dumps(summary, indent=2))
+    emit("")
+    emit(Path(summary["summary"]).read_text().rstrip())
+    emit("")
+    stopped_at = interrupted["interruption_log"][0]["step"] if interrupted["interruption_log"] else "-"
+    emit(f"[demo] interrupted at step {stopped_at} and resumed: {summary['steps']} steps, "
+         f"{summary['steps_redone']} redone")
+    emit(f"[demo] registered weights bitwise identical to the uninterrupted run: {'yes' if same_weights else 'NO'}"
+         f" (per-step losses identical: {'yes' if same_losses else 'NO'})")
+    emit(f"[demo] loss curve:        {summary['plot']}")
+    emit(f"[demo] report:            {summary['report']} (summary {summary['summary']})")
+    emit(f"[demo] registered model:  {summary['registered_model']}")
+    emit(f"[demo] finished in {summary['demo_seconds']:.0f} s")
     return summary

@@ -46,7 +46,8 @@ def write_corpus(path: Path, *, documents: int = 400, seed: int = 0) -> Path:
 def write_stdlib_corpus(path: Path, *, max_bytes: int = 2_000_000) -> Path:
     """A JSONL corpus of this Python's standard library sources, one document per module, in path order.
 
-    Test suites and vendored packages are left out; files are taken in sorted order until `max_bytes`."""
+    Test suites and vendored packages are left out; files are taken in sorted order while they fit in
+    `max_bytes`."""
     root = Path(sysconfig.get_paths()["stdlib"])
     skip = {"test", "tests", "idlelib", "site-packages", "dist-packages", "lib2to3", "__pycache__"}
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -60,7 +61,7 @@ def write_stdlib_corpus(path: Path, *, max_bytes: int = 2_000_000) -> Path:
             except (OSError, UnicodeDecodeError):
                 continue
             if written + len(text) > max_bytes:
-                break
+                continue  # too big for what is left: smaller modules may still fit
             fh.write(json.dumps({"text": text}) + "\n")
             written += len(text)
     if not written:
@@ -86,13 +87,13 @@ def train_tokenizer(corpus: Path, out_dir: Path, vocab_size: int = 256):
     return fast
 
 
-def save_tiny_model(arch: str, out_dir: Path, *, vocab_size: int, seed: int = 0, tokenizer_dir: Path | None = None,
-                    **overrides) -> Path:
-    """A small model of the given architecture from a config, saved with save_pretrained (plus the tokenizer)."""
+def save_model(spec: dict, out_dir: Path, *, vocab_size: int, seed: int = 0, tokenizer_dir: Path | None = None) -> Path:
+    """A model of the HF config `spec` (with `model_type`), randomly initialised from `seed` and saved with
+    save_pretrained (plus the tokenizer): a directory shaped exactly like a pretrained model's."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    spec = dict(ARCHITECTURES[arch], **overrides)
+    spec = dict(spec)
     model_type = spec.pop("model_type")
     config = AutoConfig.for_model(model_type, vocab_size=vocab_size, bos_token_id=0, eos_token_id=0, **spec)
     torch.manual_seed(seed)
@@ -101,6 +102,13 @@ def save_tiny_model(arch: str, out_dir: Path, *, vocab_size: int, seed: int = 0,
     if tokenizer_dir is not None:
         AutoTokenizer.from_pretrained(tokenizer_dir).save_pretrained(out_dir)
     return Path(out_dir)
+
+
+def save_tiny_model(arch: str, out_dir: Path, *, vocab_size: int, seed: int = 0, tokenizer_dir: Path | None = None,
+                    **overrides) -> Path:
+    """A small model of one of ARCHITECTURES (with overrides), saved like a pretrained one."""
+    return save_model(dict(ARCHITECTURES[arch], **overrides), out_dir, vocab_size=vocab_size, seed=seed,
+                      tokenizer_dir=tokenizer_dir)
 
 
 def build_example(root: Path, arch: str = "llama", *, documents: int = 400, shard_bytes: int = 16 * 1024) -> dict:

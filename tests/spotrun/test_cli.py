@@ -1,4 +1,4 @@
-"""`spotrun estimate` offline in text and JSON, and the sources it reads (local and S3 through moto)."""
+"""`spotrun validate` / `estimate`: exit codes, what they checked, stage targets, and the sources they read."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from moto import mock_aws
 
 from spotrun.cli import main
 from spotrun.contract import RunValidationError, parse_run
-from spotrun.sources import resolve
+from spotrun.sources import read_sources, resolve
+from spotrun.validate import EXIT_INVALID, EXIT_REFUSED, Target, stage_target
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples" / "runs").glob("*.json"))
@@ -25,38 +26,107 @@ CONTRACT_KEYS = {"parameters", "trainable_parameters", "training_flops", "gpu_ho
 def test_python_m_spotrun_estimates_every_example_as_json_offline():
     env = {"PATH": "/usr/bin:/bin", "AWS_EC2_METADATA_DISABLED": "true"}  # no credentials, no network use
     res = subprocess.run([sys.executable, "-m", "spotrun", "estimate", "--format", "json", *map(str, EXAMPLES)],
-                         capture_output=True, text=True, cwd=ROOT, env=env, timeout=60)
+                         capture_output=True, text=True, cwd=ROOT, env=env, timeout=60, check=False)
     assert res.returncode == 0, res.stderr
-    docs = json.loads("[" + res.stdout.replace("}\n{", "},\n{") + "]")
-    assert len(docs) == len(EXAMPLES)
+    docs = json.loads(res.stdout)  # one JSON document for several files
+    assert [d["file"] for d in docs] == [str(p) for p in EXAMPLES]
     for doc in docs:
-        assert CONTRACT_KEYS <= doc.keys()
+        assert doc["status"] == "ok" and CONTRACT_KEYS <= doc.keys()
         assert set(doc["cost_usd"]) == {"on_demand", "spot"}
         assert doc["max_wait_seconds"] >= doc["max_runtime_seconds"]
+        # It says plainly what it could not check offline, and why.
+        assert any("stage's rules" in n for n in doc["not_checked"])
+        assert any("model.source" in n and "placeholder" in n for n in doc["not_checked"])
+        assert any(n.startswith("the planner") for n in doc["checked"])
 
 
-def test_text_format_is_a_readable_table(capsys):
+def test_text_format_is_a_readable_table_with_what_was_checked(capsys):
     assert main(["estimate", str(EXAMPLES[0])]) == 0
     out = capsys.readouterr().out
-    for label in ("parameters", "GPU-hours", "instances", "MaxRuntime / MaxWait", "checkpoint", "cost"):
+    for label in ("parameters", "GPU-hours", "instances", "MaxRuntime / MaxWait", "checkpoint", "cost",
+                  "checked: ", "not checked: "):
         assert label in out
 
 
-def test_invalid_and_over_budget_runs_exit_non_zero_with_the_reason(tmp_path, capsys):
+def test_help_documents_the_exit_codes(capsys):
+    for argv in (["--help"], ["validate", "--help"], ["estimate", "--help"]):
+        with pytest.raises(SystemExit) as done:
+            main(argv)
+        assert done.value.code == 0
+        text = " ".join(capsys.readouterr().out.split())
+        assert "2 invalid input" in text and "3 refused by the planner" in text
+
+
+def test_invalid_and_refused_runs_exit_with_their_own_codes_and_the_field(tmp_path, capsys):
+    example = json.loads(EXAMPLES[0].read_text())
     bad = tmp_path / "bad.json"
-    bad.write_text(json.dumps({**json.loads(EXAMPLES[0].read_text()), "name": "no spaces allowed"}))
-    assert main(["estimate", "--format", "json", str(bad)]) == 2
+    bad.write_text(json.dumps({**example, "name": "no spaces allowed"}))
+    assert main(["estimate", "--format", "json", str(bad)]) == EXIT_INVALID == 2
     out = json.loads(capsys.readouterr().out)
     assert out["error"] == "InvalidRun" and out["field"] == "name"
     poor = tmp_path / "poor.json"
-    poor.write_text(json.dumps({**json.loads(EXAMPLES[0].read_text()), "budget": {"max_usd": 1}}))
-    assert main(["estimate", "--format", "json", str(poor)]) == 3
+    poor.write_text(json.dumps({**example, "budget": {"max_usd": 1}}))
+    assert main(["estimate", "--format", "json", str(poor)]) == EXIT_REFUSED == 3
     out = json.loads(capsys.readouterr().out)
-    assert out["error"] == "OverBudget" and out["estimate"]["cost_usd"]["spot"] > 1
+    assert out["error"] == "OverBudget" and out["field"] == "budget.max_usd" and out["estimate"]["cost_usd"]["spot"] > 1
     broken = tmp_path / "broken.json"
     broken.write_text("{")
     assert main(["estimate", str(broken)]) == 2
-    assert "InvalidRun" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "InvalidRun: run=" in err and "valid JSON" in err
+    # validate does not plan: the over-budget run is a valid run file.
+    assert main(["validate", str(poor)]) == 0
+    assert main(["validate", str(poor), str(bad)]) == 2
+
+
+def test_validate_applies_the_stage_rules_given_offline(tmp_path, capsys):
+    example = EXAMPLES[0].read_text()
+    assert main(["validate", "--bucket", "art-bucket", "--group", "spotrun-models", str(EXAMPLES[0])]) == 2
+    err = capsys.readouterr().err
+    assert "data.source=" in err and "replace the placeholder your-artifact-bucket" in err
+    filled = tmp_path / "filled.json"
+    filled.write_text(example.replace("your-artifact-bucket", "art-bucket"))
+    assert main(["validate", "--bucket", "art-bucket", "--group", "spotrun-models", str(filled)]) == 0
+    out = capsys.readouterr().out
+    assert "s3://art-bucket/datasets/" in out and "not checked: the sources" in out
+    assert main(["validate", "--bucket", "art-bucket", "--group", "other-group", str(filled)]) == 2
+    assert "registry.model_package_group" in capsys.readouterr().err
+    assert main(["validate", "--bucket", "art-bucket", str(filled)]) == 2
+    assert "--group too" in capsys.readouterr().err
+
+
+def test_a_shape_alone_estimates_but_never_trains_from_random_weights_silently(tmp_path, capsys):
+    raw = {"version": 1, "name": "shape-only", "model": {"config": {"model_type": "gpt2"}},
+           "data": {"source": "s3://art-bucket/datasets/d/", "tokens": 10**6, "seq_len": 128},
+           "budget": {"max_usd": 10}}
+    path = tmp_path / "shape.json"
+    path.write_text(json.dumps(raw))
+    assert main(["estimate", "--format", "json", str(path)]) == 0
+    assert any("estimates only" in n for n in json.loads(capsys.readouterr().out)["not_checked"])
+    assert main(["validate", "--format", "json", "--bucket", "art-bucket", "--group", "g", str(path)]) == 2
+    out = json.loads(capsys.readouterr().out)
+    assert out["field"] == "model.init" and '"random"' in out["message"]
+    raw["model"]["init"] = "random"
+    path.write_text(json.dumps(raw))
+    assert main(["validate", "--bucket", "art-bucket", "--group", "g", str(path)]) == 0
+
+
+def test_stage_names_come_from_the_stacks_outputs():
+    from botocore.stub import Stubber  # checks each request and response against botocore's service model
+
+    cfn = boto3.client("cloudformation", region_name="us-east-1")
+    with Stubber(cfn) as stub:
+        stub.add_response("describe_stacks", {"Stacks": [{
+            "StackName": "dev-Spotrun", "CreationTime": "2026-01-01T00:00:00Z", "StackStatus": "CREATE_COMPLETE",
+            "Outputs": [{"OutputKey": "ArtifactBucket", "OutputValue": "art-bucket"},
+                        {"OutputKey": "ModelPackageGroupName", "OutputValue": "team-models"}]}]},
+            {"StackName": "dev-Spotrun"})
+        stub.add_client_error("describe_stacks", "ValidationError", "Stack with id prod-Spotrun does not exist",
+                              expected_params={"StackName": "prod-Spotrun"})
+        assert stage_target("dev", "us-east-1", cfn) == Target("art-bucket", "team-models")
+        with pytest.raises(RunValidationError) as err:
+            stage_target("prod", "us-east-1", cfn)
+        assert err.value.field == "--stage" and "--bucket and --group" in str(err.value)
 
 
 def _run_with_sources(model_source: str, data_source: str):
@@ -85,8 +155,40 @@ def test_s3_sources_are_read_with_boto3():
         assert err.value.field == "model.source"
 
 
-def test_the_spotrun_command_is_installed_by_make():
-    command = Path(sys.executable).parent / "spotrun"
-    assert command.exists(), "make venv installs the project (pip install -e .), which provides `spotrun`"
-    res = subprocess.run([str(command), "estimate", str(EXAMPLES[0])], capture_output=True, text=True, timeout=60)
-    assert res.returncode == 0 and "MaxRuntime / MaxWait" in res.stdout, res.stderr
+def test_offline_the_inline_copy_stands_in_for_an_unreadable_source_and_says_so(tmp_path):
+    from botocore.stub import Stubber
+
+    run = parse_run({"version": 1, "name": "src", "model": {"source": "s3://art-bucket/models/m/", "config": {
+        "model_type": "gpt2"}}, "data": {"tokens": 10, "seq_len": 128}, "budget": {"max_usd": 10}})
+    s3 = boto3.client("s3", region_name="us-east-1")
+    with Stubber(s3) as stub:
+        for _ in range(2):
+            stub.add_client_error("get_object", "AccessDenied", expected_params={"Bucket": "art-bucket",
+                                                                                 "Key": "models/m/config.json"})
+        with pytest.raises(RunValidationError) as err:
+            resolve(run, s3)  # the pipeline reads strictly
+        assert err.value.field == "model.source" and "AccessDenied" in str(err.value)
+        sources = read_sources(run, s3, offline=True)  # the CLI: not checked, and it says so
+    assert sources.model_config is None and "planned with the inline model.config" in sources.notes[0]
+    missing = _run_with_sources(str(tmp_path / "absent"), str(tmp_path))  # read and found missing: wrong
+    with pytest.raises(RunValidationError) as err:
+        read_sources(missing, offline=True)
+    assert err.value.field == "model.source" and "config.json" in str(err.value)
+    too_long = _run_with_sources("/" + "a" * 1000, str(tmp_path))  # ENAMETOOLONG: an OSError, reported
+    with pytest.raises(RunValidationError) as err:
+        resolve(too_long)
+    assert err.value.field == "model.source"
+
+
+def test_a_source_config_the_planner_cannot_count_names_the_source(tmp_path, capsys):
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+                                                   "num_hidden_layers": 2, "num_attention_heads": 4,
+                                                   "vocab_size": 256, "tie_word_embeddings": "false"}))
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps({"version": 1, "name": "src", "model": {"source": str(model)},
+                               "data": {"tokens": 10**6, "seq_len": 128}, "budget": {"max_usd": 10}}))
+    assert main(["estimate", "--format", "json", str(run)]) == 2
+    out = json.loads(capsys.readouterr().out)
+    assert out["field"] == "model.source" and "model.config.tie_word_embeddings='false'" in out["message"]

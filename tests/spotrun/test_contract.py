@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from spotrun.contract import RunValidationError, parse_run
+from spotrun.contract import RunValidationError, decode_run, parse_run
 from spotrun.planner import EstimateRefused, estimate
 
 EXAMPLES = sorted(Path(__file__).resolve().parents[2].joinpath("examples", "runs").glob("*.json"))
@@ -116,7 +116,7 @@ TYPE_CONFUSION = [
     (("compute", "instance_type"), "p5.48xlarge"), (("compute", "accepted_delay_hours"), -1),
     (("checkpoint", "keep"), 1), (("checkpoint", "interval_minutes"), "often"), (("budget", "max_usd"), 0),
     (("budget", "max_usd"), float("inf")), (("registry", "approval_status"), "Maybe"),
-    (("registry", "model_package_group"), "bad group"), (("tags", "cost-center"), 5),
+    (("registry", "model_package_group"), "bad group"), (("tags", "team"), 5),
 ]
 
 
@@ -179,3 +179,112 @@ def test_valid_runs_always_get_an_estimate_or_a_named_refusal(tokens, epochs, co
     assert est.max_wait_seconds >= est.max_runtime_seconds or not spot
     assert 0 < est.max_runtime_seconds <= 28 * 24 * 3600
     assert est.cost_usd["spot" if spot else "on_demand"] <= budget + 0.005  # costs are rounded to cents
+
+
+# ---- SageMaker's own limits, before launch ----------------------------------------------------------------------
+
+RANDOM = {"version": 1, "name": "tiny", "model": {"init": "random", "config": {
+    "model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "vocab_size": 256}}, "data": {"tokens": 10**6, "seq_len": 128},
+    "compute": {"instance_type": "ml.g5.xlarge"}, "budget": {"max_usd": 50}}
+
+
+def _refused(raw) -> RunValidationError:
+    with pytest.raises(RunValidationError) as err:
+        parse_run(raw)
+    assert "\n" not in str(err.value)
+    return err.value
+
+
+@pytest.mark.parametrize("mutate, field, says", [
+    (lambda r: r.update(name="tiny\n"), "name", "'tiny\\n'"),  # anchored: a trailing newline is refused
+    (lambda r: r.update(version=1.0), "version", "the integer 1"),
+    (lambda r: r.update(tags={"project": "mine"}), "tags.project", "pipeline sets these"),
+    (lambda r: r.update(tags={"Cost-Center": "x"}), "tags.Cost-Center", "pipeline sets these"),
+    (lambda r: r.update(tags={"team": "a*b"}), "tags.team", "_.:/=+-@"),
+    (lambda r: r.update(tags={"emoji\U0001F600": "v"}), "tags.'emoji\U0001F600'", "tag key"),
+    (lambda r: r.update(tags={f"t{i}": "v" for i in range(46)}), "tags", "at most 45"),
+    (lambda r: r["model"]["config"].update(pad="x" * 2500), "model.config", "this one has 2,"),
+    (lambda r: r["model"].pop("init"), None, None),  # a shape alone parses (estimates); the pipeline refuses it
+    (lambda r: r["model"].update(init="pretrained"), "model.source", "pretrained weights"),
+    (lambda r: r["model"].update(source="s3://b-1/models/m/"), "model.source", 'no model.source with'),
+    (lambda r: r["data"].update(tokens=10**16), "data.tokens", "1,000,000,000,000,000"),
+    (lambda r: r.update(training={"method": "lora", "lora": {"rank": 8, "alpha": 0}}), "training.lora.alpha", "> 0"),
+    (lambda r: r.update(training={"method": "lora", "lora": {"rank": 8, "dropout": 1}}), "training.lora.dropout",
+     "<= 0.9"),
+])
+def test_sagemaker_limits_and_explicit_choices_are_checked_before_launch(mutate, field, says):
+    raw = copy.deepcopy(RANDOM)
+    mutate(raw)
+    if field is None:
+        assert parse_run(raw).model.init is None
+        return
+    err = _refused(raw)
+    assert err.field == field and says in str(err), str(err)
+
+
+def test_lora_alpha_and_dropout_are_read():
+    raw = copy.deepcopy(RANDOM)
+    raw["training"] = {"method": "lora",
+                       "lora": {"rank": 8, "alpha": 32, "dropout": 0.05, "target_modules": ["q_proj"]}}
+    lora = parse_run(raw).training.lora
+    assert (lora.rank, lora.alpha, lora.dropout, lora.target_modules) == (8, 32.0, 0.05, ("q_proj",))
+
+
+@pytest.mark.parametrize("data, field, says", [
+    (b'{"version": 1, "name": "a", "name": "b"}', "name", "appears more than once"),
+    (b'{"version": 1, "data": {"seq_len": 1, "seq_len": 2}}', "data.seq_len", "appears more than once"),
+    (b'{"version": NaN}', "version", "finite number"),
+    (b'{"version": 1e999}', "version", "finite number"),
+    (b'{"version": ' + b"9" * 5000 + b"}", "version", "a number of at most"),
+    (b"[" * 50_000 + b"]" * 50_000, "run", "nested at most"),
+    ('{"name": "x"}'.encode("utf-16"), "run", "UTF-16"),
+    (b'{"name": "\xff"}', "run", "byte 10 is not UTF-8"),
+    (b'{"name": "\\ud800"}', "name", "lone surrogate"),
+    (b'{"line\\nbreak": ' + b'"' + b"x" * 100 + b'"}', "'line\\nbreak'", "no such field"),
+    (b'{"' + b"k" * 100_000 + b'": 1}', "'kkkk", "at most 256 characters"),
+    (b" " * (256 * 1024 + 1), "run", "at most 262,144 bytes"),
+])
+def test_any_bytes_give_one_line_naming_the_field(data, field, says):
+    with pytest.raises(RunValidationError) as err:
+        parse_run(decode_run(data, "run.json"))
+    message = str(err.value)
+    assert err.value.field.startswith(field) and says in message and "\n" not in message and len(message) < 600
+
+
+def test_booleans_the_count_depends_on_must_be_booleans():
+    raw = copy.deepcopy(RANDOM)
+    raw["model"]["config"]["tie_word_embeddings"] = "false"  # truthy: would count one embedding matrix too few
+    with pytest.raises(RunValidationError) as err:
+        estimate(parse_run(raw))
+    assert err.value.field == "model.config.tie_word_embeddings" and "JSON boolean" in str(err.value)
+
+
+def test_a_run_needing_more_than_28_days_is_refused_with_the_figure_unless_the_stop_is_accepted():
+    raw = copy.deepcopy(RANDOM)
+    raw["model"]["config"].update(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, vocab_size=32000)
+    raw["data"]["tokens"] = 10**11
+    raw["compute"] = {"instance_type": "ml.g6e.48xlarge"}
+    raw["budget"]["max_usd"] = 10**7
+    with pytest.raises(EstimateRefused) as err:
+        estimate(parse_run(raw))
+    assert err.value.field == "compute.accept_max_runtime_stop" and "days" in err.value.message
+    days = float(err.value.message.split("needs about ")[1].split(" days")[0].replace(",", ""))
+    assert days > 28
+    raw["compute"]["accept_max_runtime_stop"] = True
+    est = estimate(parse_run(raw))
+    assert est.max_runtime_seconds == 28 * 24 * 3600 and any("stops it at 28 days" in w for w in est.warnings)
+
+
+@pytest.mark.parametrize("minutes", [1e-9, 0.001, 0.004, 0.5, 7.25, 20])
+def test_a_tiny_checkpoint_interval_reaches_the_trainer_as_planned_never_as_off(minutes):
+    from spotrun_trainer.config import TrainConfig  # the trainer's own parser of SageMaker hyperparameters
+
+    raw = copy.deepcopy(RANDOM)
+    raw["checkpoint"] = {"interval_minutes": minutes}
+    est = estimate(parse_run(raw))
+    cfg = TrainConfig.from_hyperparameters(est.hyperparameters, **{"model.config": "{}", "model.path": "/m",
+                                                                    "data.path": "/d", "output_dir": "/o"})
+    assert est.checkpoint_interval_seconds == max(1, round(minutes * 60))
+    assert cfg.checkpoint.interval_minutes > 0
+    assert cfg.checkpoint.interval_minutes * 60 == pytest.approx(est.checkpoint_interval_seconds, rel=1e-12)

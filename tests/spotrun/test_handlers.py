@@ -16,7 +16,7 @@ from spotrun.handlers.interruptions import record, recorded_rates
 SETTINGS = PipelineSettings(bucket="art-bucket", job_prefix="spotrun-dev-", model_package_group="spotrun-models",
                             poll_seconds=60, project="spotrun", stage="dev", cost_center="ml-platform")
 RUN = {"version": 1, "name": "tiny-run",
-       "model": {"config": {"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4}},
+       "model": {"init": "random", "config": {"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4}},
        "data": {"source": "s3://art-bucket/datasets/d1/", "tokens": 1_000_000, "seq_len": 128},
        "compute": {"instance_type": "ml.g5.xlarge", "on_demand_fallback": True},
        "budget": {"max_usd": 20}, "tags": {"team": "nlp"}}
@@ -52,7 +52,7 @@ def test_job_names_fit_sagemaker_limits_and_differ_per_execution():
     (lambda r: r.update(model={"parameters": 1000}), "InvalidRun", "model.parameters"),
     (lambda r: r.update(registry={"model_package_group": "someone-elses"}), "InvalidRun",
      "registry.model_package_group"),
-    (lambda r: r.update(budget={"max_usd": 0.001}), "OverBudget", None),
+    (lambda r: r.update(budget={"max_usd": 0.001}), "OverBudget", "budget.max_usd"),
 ])
 def test_runs_that_must_not_start_are_named(mutate, status, field):
     raw = copy.deepcopy(RUN)

@@ -89,3 +89,34 @@ def test_unsupported_architecture_and_bad_sizes_name_the_field():
         shape_of({**LLAMA2_7B, "hidden_size": -1})
     with pytest.raises(RunValidationError, match="model.config.vocab_size=None"):
         shape_of({k: v for k, v in LLAMA2_7B.items() if k != "vocab_size"})
+
+
+PEFT_SHAPES = {  # small configs of each supported family, with the features that change the count
+    "llama": {"model_type": "llama", "hidden_size": 48, "intermediate_size": 80, "num_hidden_layers": 2,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 300, "mlp_bias": True},
+    "mistral": {"model_type": "mistral", "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
+                "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 300, "head_dim": 32},
+    "qwen2-tied": {"model_type": "qwen2", "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
+                   "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 300,
+                   "tie_word_embeddings": True},
+    "gpt2": {"model_type": "gpt2", "n_embd": 64, "n_layer": 3, "n_head": 4, "vocab_size": 300, "n_positions": 128,
+             "n_inner": 100},
+}
+
+
+@pytest.mark.parametrize("arch, rank, targets", [(arch, 8, "all-linear") for arch in sorted(PEFT_SHAPES)] + [
+    (arch, 4, ("q_proj", "v_proj", "down_proj")) for arch in ("llama", "mistral", "qwen2-tied")] + [
+    ("gpt2", 16, ("c_attn", "c_proj"))])  # GPT-2 has two c_proj per block (attention, MLP): both are adapted
+def test_lora_count_equals_peft_trainable_parameters_on_the_built_model(arch, rank, targets):
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = PEFT_SHAPES[arch]
+    kwargs = {k: v for k, v in config.items() if k != "model_type"}
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.for_model(config["model_type"], **kwargs))
+        peft_model = get_peft_model(model, LoraConfig(r=rank, target_modules=targets if targets == "all-linear"
+                                                      else list(targets)))
+    trainable, _total = peft_model.get_nb_trainable_parameters()
+    assert lora_parameters(shape_of(config), rank, targets) == trainable

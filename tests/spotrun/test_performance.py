@@ -26,7 +26,7 @@ SETTINGS = PipelineSettings(bucket="art-bucket", job_prefix="spotrun-dev-", mode
                             poll_seconds=60, project="spotrun", stage="dev", cost_center="ml-platform")
 LLAMA_1B = {"model_type": "llama", "hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 16,
             "num_attention_heads": 16, "vocab_size": 32000}
-RUN = {"version": 1, "name": "llama-1b", "model": {"config": LLAMA_1B},
+RUN = {"version": 1, "name": "llama-1b", "model": {"init": "random", "config": LLAMA_1B},
        "data": {"source": "s3://art-bucket/datasets/d1/", "tokens": 2_000_000_000, "seq_len": 2048},
        "compute": {"instance_type": "ml.p4d.24xlarge"}, "budget": {"max_usd": 100_000}}
 

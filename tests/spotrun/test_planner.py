@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import math
 
 import pytest
@@ -12,14 +13,16 @@ from spotrun.planner import EstimateRefused, estimate, load_catalog
 
 CATALOG = {
     "defaults": {"utilization": 0.25, "startup_seconds": 180, "memory_usable_fraction": 0.5,
-                 "notice_upload_seconds": 90, "max_runtime_factor": 2.0, "min_max_runtime_seconds": 3600,
-                 "max_auto_instance_count": 16},
+                 "memory_allowance_gb": 0, "compute_bytes": 2, "collective_efficiency": 0.5,
+                 "tcp_collective_efficiency": 0.25, "comm_overlap_fraction": 0.8,
+                 "notice_upload_seconds": 90, "notice_finish_seconds": 30, "max_runtime_factor": 2.0,
+                 "min_max_runtime_seconds": 3600, "max_auto_instance_count": 16},
     "families": {"a1": {"spot_discount": 0.6, "interruptions_per_instance_hour": 0.5}},
     "instances": {
         "ml.a1.small": {"gpus": 1, "gpu_memory_gb": 32, "bf16_tflops_per_gpu": 100, "s3_upload_gb_per_s": 0.1,
-                        "on_demand_usd_per_hour": 2.0},
+                        "on_demand_usd_per_hour": 2.0, "gpu_link_gb_per_s": 10, "efa": False, "network_gbps": 8},
         "ml.a1.big": {"gpus": 4, "gpu_memory_gb": 32, "bf16_tflops_per_gpu": 100, "s3_upload_gb_per_s": 0.1,
-                      "on_demand_usd_per_hour": 8.0},
+                      "on_demand_usd_per_hour": 8.0, "gpu_link_gb_per_s": 10, "efa": False, "network_gbps": 8},
     },
 }
 
@@ -39,26 +42,38 @@ def test_full_fine_tune_worked_example():
     assert est.training_flops == 6 * 1e9 * 1e8 == 6e17
     assert est.training_state_bytes == 16e9  # 16 GB: fits 1 x 32 GB at 0.5 usable, exactly
     assert est.gpu_hours == pytest.approx(6e17 / (100e12 * 0.25) / 3600)  # 24,000 GPU-seconds
-    # small: wall 24,000 + 180 s; big: 24,000/4 + 180 = 6,180 s. Both save on a schedule: a 14 GB checkpoint
-    # needs 14/90 = 0.156 GB/s but one instance uploads 0.1 GB/s. Save cost 14e9 / 0.1e9 = 140 s, MTBI 7,200 s.
-    interval = math.sqrt(2 * 140 * 7200)  # 1,419.9 s
+    # small: one GPU, no collectives: wall 24,000 + 180 s. big: 4 GPUs sharding 1e9 parameters over a 10 GB/s link
+    # at 0.5 efficiency: (2 x 2 B gathers + 4 B reduce-scatter) x 1e9 x 3/4 = 6 GB in 1.2 s per micro-batch of
+    # 2,048 tokens, against 6e9 x 2048 / 25e12 = 0.49 s of compute, of which 0.8 hides 0.39 s: 1.30 s a micro-batch.
+    compute = 6e9 * 2048 / 25e12
+    big_train = 1e8 / (4 * 2048) * (compute + 1.2 - 0.8 * compute)
+    # Both save on a schedule: a 12 GB checkpoint needs 12/90 = 0.133 GB/s but one instance uploads 0.1 GB/s.
+    # Save cost 12e9 / 0.1e9 = 120 s, MTBI 7,200 s.
+    interval = math.sqrt(2 * 120 * 7200)  # 1,314.5 s
     small_interruptions = 0.5 * 24180 / 3600
-    small_overhead = small_interruptions * (interval / 2 + 180 + 140)
-    small_spot = 2.0 * (1 - 0.6) * (24180 + small_overhead) / 3600  # $6.14
-    big_spot = 8.0 * (1 - 0.6) * (6180 + 0.5 * 6180 / 3600 * (interval / 2 + 320)) / 3600  # $6.28
+    small_overhead = small_interruptions * (interval / 2 + 180 + 120)
+    small_spot = 2.0 * (1 - 0.6) * (24180 + small_overhead) / 3600
+    big_wall = big_train + 180
+    big_spot = 8.0 * (1 - 0.6) * (big_wall + 0.5 * big_wall / 3600 * (interval / 2 + 300)) / 3600
     assert small_spot < big_spot
-    assert (est.instance_type, est.instance_count) == ("ml.a1.small", 1)
+    assert (est.instance_type, est.instance_count, est.sharding) == ("ml.a1.small", 1, "full")
     assert est.wall_seconds == 24180
-    assert est.checkpoint_bytes == 14e9
-    assert est.notice_upload_gb_per_s == pytest.approx(14 / 90)
+    assert est.checkpoint_bytes == 12e9  # fp32 weights 4 + Adam moments 8 per parameter: what DCP writes
+    assert est.notice_upload_gb_per_s == pytest.approx(12 / 90)
     assert est.checkpoint_policy == "periodic"
-    assert est.checkpoint_interval_seconds == round(interval) == 1420
+    assert est.checkpoint_interval_seconds == round(interval) == 1315
     assert est.expected_interruptions == pytest.approx(small_interruptions)
     assert est.cost_usd == {"on_demand": round(2.0 * 24180 / 3600, 2), "spot": round(small_spot, 2)}
     assert est.max_runtime_seconds == math.ceil(2 * (24180 + small_overhead))
     assert est.max_wait_seconds == est.max_runtime_seconds + 24 * 3600
-    assert est.hyperparameters["checkpoint.interval_minutes"] == f"{1420 / 60:.2f}"
-    assert est.warnings == []
+    assert float(est.hyperparameters["checkpoint.interval_minutes"]) * 60 == pytest.approx(1315)
+    assert est.hyperparameters["sharding.mode"] == "full" and est.hyperparameters["micro_batch"] == "1"
+    assert est.warnings == ["model.parameters only: activations, logits and gathered units are not in the memory "
+                            "check (give model.config or model.source for a plan that counts them)"]
+    big = estimate(run(compute={"instance_type": "ml.a1.big"}), catalog=CATALOG)
+    assert big.seconds_per_micro_batch["communication"] == pytest.approx(1.2)
+    assert big.wall_seconds == pytest.approx(big_wall)
+    assert big.cost_usd["spot"] == round(big_spot, 2)
 
 
 def test_lora_counts_frozen_forward_and_backward_and_checkpoints_only_the_adapter():
@@ -69,7 +84,7 @@ def test_lora_counts_frozen_forward_and_backward_and_checkpoints_only_the_adapte
     n, n_lora = 6_738_415_616, 39_976_960
     assert (est.parameters, est.trainable_parameters) == (n, n_lora)
     assert est.training_flops == (4 * n + 6 * n_lora) * 1e8
-    assert est.training_state_bytes == 2 * n + 16 * n_lora == 14_116_462_592
+    assert est.training_state_bytes == 2 * n + 16 * n_lora  # the frozen base is kept in bf16
     assert est.checkpoint_bytes == 12 * n_lora == 479_723_520
     # 0.48 GB in 90 s needs 0.0053 GB/s < 0.1 GB/s: save on notice; periodic saves as insurance.
     assert est.checkpoint_policy == "save_on_notice"
@@ -78,14 +93,47 @@ def test_lora_counts_frozen_forward_and_backward_and_checkpoints_only_the_adapte
     assert est.checkpoint_interval_seconds == 300
 
 
+EFA_CATALOG = {**CATALOG, "instances": {"ml.a1.big": {**CATALOG["instances"]["ml.a1.big"], "efa": True,
+                                                        "network_gbps": 400}}}
+
+
 def test_target_hours_picks_the_node_count():
-    # 6e18 FLOPs: 240,000 GPU-s; on big (4 GPUs) that is 60,000 s a node; 4 h leaves 14,220 s: ceil -> 5 nodes
+    # 6e18 FLOPs: 240,000 GPU-s of compute, 60,000 s on one 4-GPU node; 4 h needs several. The planner takes the
+    # cheapest layout meeting 4 h, and a fewer-node one would not.
+    runs = dict(data={"tokens": 1_000_000_000, "seq_len": 2048}, budget={"max_usd": 10_000},
+                checkpoint={"interruptions_per_hour": 0.01})
+    est = estimate(run(**runs, compute={"instance_type": "ml.a1.big", "target_hours": 4}), catalog=EFA_CATALOG)
+    assert est.wall_seconds + est.expected_overhead_seconds <= 4 * 3600
+    assert est.instance_count >= math.ceil(60_000 / (4 * 3600))
+    assert est.interruptions_per_hour == pytest.approx(est.instance_count * 0.01)  # any node stops the job
+    assert est.upload_gb_per_s_available == pytest.approx(0.1 * est.instance_count)
+    fewer = estimate(run(**runs, compute={"instance_type": "ml.a1.big", "instance_count": est.instance_count - 1}),
+                     catalog=EFA_CATALOG)
+    assert fewer.wall_seconds + fewer.expected_overhead_seconds > 4 * 3600
+
+
+def test_nodes_without_efa_only_replicate_across_nodes():
+    runs = dict(data={"tokens": 1_000_000_000, "seq_len": 2048}, budget={"max_usd": 100_000})
+    est = estimate(run(**runs, compute={"instance_type": "ml.a1.big", "instance_count": 2}), catalog=CATALOG)
+    assert (est.sharding, est.shard_group_nodes) == ("hybrid", 1)
+    # Replicas all-reduce each GPU's fp32 gradient shard (1e9 x 4 B / 4 GPUs) over TCP: 8 Gbps / 4 GPUs x 0.25.
+    replica = 2 * 1e9 * 4 / 4 * (1 / 2) / (8 / 8 * 1e9 / 4 * 0.25)
+    assert est.seconds_per_micro_batch["communication"] == pytest.approx(1.2 + replica)
+    # 5e9 parameters: 80 GB of state is 20 GB a GPU within one node (16 usable), 10 GB across two.
+    big_model = dict(runs, model={"parameters": 5_000_000_000})
+    with_efa = estimate(run(**big_model, compute={"instance_type": "ml.a1.big", "instance_count": 2}),
+                        catalog=EFA_CATALOG)
+    assert (with_efa.sharding, with_efa.shard_group_nodes) == ("full", 2)
+    assert with_efa.hyperparameters["sharding.mode"] == "full"
+    with pytest.raises(EstimateRefused) as err:
+        estimate(run(**big_model, compute={"instance_type": "ml.a1.big", "instance_count": 2}), catalog=CATALOG)
+    assert "ml.a1.big has no EFA, so nodes cannot share its training state" in err.value.message
+
+
+def test_unreachable_target_hours_takes_the_fastest_and_says_so():
     est = estimate(run(data={"tokens": 1_000_000_000, "seq_len": 2048}, budget={"max_usd": 10_000},
-                       compute={"instance_type": "ml.a1.big", "target_hours": 4}), catalog=CATALOG)
-    assert est.instance_count == math.ceil(60_000 / (4 * 3600 - 180)) == 5
-    assert est.wall_seconds == 240_000 / 20 + 180
-    assert est.interruptions_per_hour == 5 * 0.5  # any node's interruption stops the job
-    assert est.upload_gb_per_s_available == pytest.approx(0.5)
+                       compute={"instance_type": "ml.a1.small", "target_hours": 0.01}), catalog=CATALOG)
+    assert any("compute.target_hours=0.01: no layout finishes in time" in w for w in est.warnings)
 
 
 def test_on_demand_run_has_no_interruption_overhead():
@@ -98,14 +146,14 @@ def test_recorded_interruption_rate_replaces_the_catalog_default():
     est = estimate(run(compute={"instance_type": "ml.a1.small"}), catalog=CATALOG,
                    recorded_rates={"ml.a1.small": 2.0})
     assert est.interruptions_per_hour == 2.0
-    assert est.checkpoint_interval_seconds == round(math.sqrt(2 * 140 * 1800))
+    assert est.checkpoint_interval_seconds == round(math.sqrt(2 * 120 * 1800))
 
 
 def test_more_instances_than_needed_warns():
     est = estimate(run(compute={"instance_type": "ml.a1.small", "instance_count": 3}, budget={"max_usd": 1000}),
                    catalog=CATALOG)
     assert est.instance_count == 3
-    assert any("instance_count=3" in w and "add speed, not capacity" in w for w in est.warnings)
+    assert any("instance_count=3" in w and "add speed and cost" in w for w in est.warnings)
 
 
 def test_over_budget_is_refused_with_the_estimate_and_advice():
@@ -121,7 +169,7 @@ def test_over_budget_full_run_is_advised_what_lora_would_cost():
                  "num_attention_heads": 32, "vocab_size": 32000}
     big = {**CATALOG, "instances": {**CATALOG["instances"], "ml.a1.huge": {
         "gpus": 8, "gpu_memory_gb": 80, "bf16_tflops_per_gpu": 100, "s3_upload_gb_per_s": 1.0,
-        "on_demand_usd_per_hour": 40.0}}}
+        "on_demand_usd_per_hour": 40.0, "gpu_link_gb_per_s": 100, "efa": True, "network_gbps": 400}}}
     with pytest.raises(EstimateRefused) as err:
         estimate(run(model={"config": llama2_7b}, budget={"max_usd": 50}), catalog=big)
     lora = estimate(run(model={"config": llama2_7b}, training={"method": "lora", "lora": {"rank": 16}},
@@ -139,10 +187,13 @@ def test_spot_that_saves_little_is_advised_against():
 @pytest.mark.parametrize("sections, message", [
     ({"compute": {"max_wait_hours": 1}}, "MaxWait (3600 s) < MaxRuntime"),
     ({"compute": {"warm_pool_minutes": 10}}, "warm pools cannot be used with spot instances"),
-    ({"model": {"parameters": 10_000_000_000}}, "fits no catalog instance: 160.0 GB of training state"),
+    # Without EFA no shard group spans nodes: the largest layout tried is 16 big nodes, each holding everything.
+    ({"model": {"parameters": 10_000_000_000}}, "the model fits no layout tried: the largest, 16 x ml.a1.big, "
+                                                "hybrid sharding: shard groups of 1 node(s) (4 GPUs), 16 replicas, "
+                                                "needs 40.00 GB (state 40.00 + gathered 0.00"),
     ({"compute": {"instance_type": "ml.zz.huge"}}, "compute.instance_type='ml.zz.huge' is not in the catalog"),
     ({"model": {"parameters": 2_000_000_000}, "compute": {"instance_type": "ml.a1.small"}},
-     "32.0 GB of training state does not fit 1 x 32 GB"),
+     "compute.instance_type=ml.a1.small: the model fits no layout tried"),
     ({"training": {"method": "lora", "lora": {"rank": 8}}}, "needs the model's shape"),
 ])
 def test_refusals_are_invalid_runs_with_a_reason(sections, message):
@@ -159,3 +210,27 @@ def test_the_shipped_catalog_covers_the_required_families_with_sources():
     for spec in catalog["instances"].values():
         assert spec["gpus"] >= 1 and spec["on_demand_usd_per_hour"] > 0 and spec["bf16_tflops_per_gpu"] > 0
     assert families <= set(catalog["families"])
+
+
+@pytest.mark.parametrize("lora, settings, targets", [
+    ({"rank": 8, "target_modules": ["q_proj", "v_proj"]}, {"alpha": 24.0, "dropout": 0.05}, ("q_proj", "v_proj")),
+    ({"rank": 16}, {}, "all-linear"),
+])
+def test_lora_hyperparameters_are_what_the_trainer_config_reads(lora, settings, targets):
+    from dataclasses import replace
+
+    from spotrun_trainer.config import TrainConfig
+
+    llama = {"model_type": "llama", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2,
+             "num_attention_heads": 4, "vocab_size": 1000}
+    spec = run(model={"config": llama}, training={"method": "lora", "lora": lora})
+    spec = replace(spec, training=replace(spec.training, lora=replace(spec.training.lora, **settings)))
+    est = estimate(spec, catalog=CATALOG)
+    channels = {"data.path": "/data", "output_dir": "/out", "model.config": json.dumps(llama)}
+    cfg = TrainConfig.from_hyperparameters(est.hyperparameters, **channels)
+    assert cfg.method == "lora"
+    assert (cfg.lora.rank, cfg.lora.targets) == (lora["rank"], targets)
+    assert (cfg.lora.alpha, cfg.lora.dropout) == (spec.training.lora.alpha, spec.training.lora.dropout)
+    full = estimate(run(model={"config": llama}), catalog=CATALOG)
+    assert TrainConfig.from_hyperparameters(full.hyperparameters, **channels).method == "full"
+    assert not any(k.startswith("lora.") for k in full.hyperparameters)

@@ -12,7 +12,12 @@ BASE_HP = {
     "nproc_per_node": 2, "micro_batch": 2, "max_steps": 24, "log_every": 4, "num_threads": 1,
     "deterministic": True, "seed": 3, "optim.lr": 3e-3, "optim.warmup_steps": 2, "data.seq_len": 64,
     "checkpoint.interval_steps": 4, "checkpoint.keep": 2,
+    "export.dtype": "float32",  # bitwise comparisons of exported weights at training precision (default: bf16)
 }
+# A LoRA run on the same base and data: rank 8 on every linear layer, dropout on (its RNG must resume exactly),
+# the merged model exported too.
+LORA_HP = {"method": "lora", "lora.rank": 8, "lora.alpha": 16, "lora.dropout": 0.1, "optim.lr": 1e-2,
+           "export.merge_lora": True, "export.dtype": ""}
 
 
 class Job:
@@ -51,6 +56,16 @@ def baseline(tmp_path_factory, assets) -> Job:
     """The uninterrupted reference run every resume test compares against."""
     job = Job(tmp_path_factory.mktemp("baseline"), assets, probe_logits_path=str(
         tmp_path_factory.getbasetemp() / "baseline-probe.pt"))
+    rc = job.run()
+    assert rc == 0, job.text()[-4000:]
+    return job
+
+
+@pytest.fixture(scope="session")
+def lora_baseline(tmp_path_factory, assets) -> Job:
+    """The uninterrupted LoRA run every LoRA resume and export test compares against."""
+    job = Job(tmp_path_factory.mktemp("lora-baseline"), assets, probe_logits_path=str(
+        tmp_path_factory.getbasetemp() / "lora-probe.pt"), **LORA_HP)
     rc = job.run()
     assert rc == 0, job.text()[-4000:]
     return job

@@ -5,17 +5,21 @@ import sys
 
 import torch
 import torch.distributed as dist
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.fsdp import FSDPModule
 from torch.distributed.tensor import DTensor
+from transformers import AutoModelForCausalLM
 
-from spotrun_trainer.config import ModelConfig
+from spotrun_trainer.config import ModelConfig, ShardingConfig
 from spotrun_trainer.model import build_mesh, build_sharded_model
 
 model_dir, out = sys.argv[1], sys.argv[2]
-replicate = int(sys.argv[3]) if len(sys.argv) > 3 else 1
+# mode, nodes, group_nodes: the trainer's own ShardingConfig (2-D mesh for hybrid)
+sharding = ShardingConfig(mode=sys.argv[3], nodes=int(sys.argv[4]), group_nodes=int(sys.argv[5])) \
+    if len(sys.argv) > 3 else ShardingConfig()
 dist.init_process_group("gloo")
 world = dist.get_world_size()
-mesh = build_mesh("cpu", world, replicate)  # the trainer's own mesh: 2-D when replicate (nodes) > 1
+mesh = build_mesh("cpu", world, sharding)
 built = build_sharded_model(ModelConfig(path=model_dir), mesh=mesh, device=torch.device("cpu"), seed=0)
 params = []
 for name, p in built.model.named_parameters():
@@ -25,9 +29,6 @@ for name, p in built.model.named_parameters():
                    "global_rows": p.shape[0], "local_rows": p.to_local().shape[0] if isinstance(p, DTensor) else -1})
 buffers_on_meta = [n for n, b in built.model.named_buffers() if b.is_meta]
 # The weights every rank received must be rank 0's full model, buffers (rotary inv_freq, ...) included.
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-from transformers import AutoModelForCausalLM
-
 full = get_model_state_dict(built.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 reference = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
 ref_sd = reference.state_dict()

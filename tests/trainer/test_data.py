@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from spotrun_trainer.data import DataError, TokenShardLoader, prepare, read_index
+from spotrun_trainer.data import DataError, TokenShardLoader, chat_tokens, prepare, read_index
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +24,7 @@ def test_prepare_writes_shards_of_the_requested_size_and_an_index(small_shards, 
     assert all(s["tokens"] == 2048 for s in index["shards"][:-1])  # 4096 bytes of uint16
     assert index["total_tokens"] == sum(s["tokens"] for s in index["shards"])
     tokens = np.concatenate([np.fromfile(out / s["file"], dtype=np.uint16) for s in index["shards"]])
-    docs = [json.loads(l)["text"] for l in assets["corpus"].read_text().splitlines()]
+    docs = [json.loads(line)["text"] for line in assets["corpus"].read_text().splitlines()]
     assert (tokens == index["eos_token_id"]).sum() == len(docs)  # one EOS per document
     assert (out / "tokenizer" / "tokenizer_config.json").exists()
 
@@ -102,3 +103,126 @@ def test_too_little_data_for_one_step_is_a_clear_error(small_shards):
     out, _ = small_shards
     with pytest.raises(DataError, match="one step needs micro_batch\\*dp_size"):
         TokenShardLoader(out, seq_len=2000, micro_batch=64, dp_rank=0, dp_size=8, seed=0)
+
+
+# ---- chat data: the tokenizer's chat template, loss only on the assistant's tokens ---------------------------
+
+CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+CHATS = [
+    [{"role": "system", "content": "You answer about checkpoints."},
+     {"role": "user", "content": "the cat saves the weights?"},
+     {"role": "assistant", "content": "the checkpoint saves the weights."},
+     {"role": "user", "content": "and the node?"},
+     {"role": "assistant", "content": "a node shards its data."}],
+    [{"role": "user", "content": "what resumes?"}, {"role": "assistant", "content": "our model resumes every step."}],
+]
+
+
+@pytest.fixture(scope="module")
+def chat_shards(assets, tmp_path_factory):
+    from transformers import AutoTokenizer
+
+    root = tmp_path_factory.mktemp("chat")
+    tok = AutoTokenizer.from_pretrained(assets["tokenizer"])
+    tok.chat_template = CHATML
+    tok.save_pretrained(root / "tokenizer")
+    corpus = root / "chat.jsonl"
+    corpus.write_text("".join(json.dumps({"messages": m}) + "\n" for m in CHATS * 40)
+                      + json.dumps({"text": "plain text stays plain."}) + "\n")
+    out = root / "data"
+    index = prepare([corpus], str(root / "tokenizer"), out, shard_bytes=2048)
+    return out, index, tok
+
+
+def test_chat_records_are_formatted_with_the_chat_template_and_only_assistant_tokens_are_trained(chat_shards):
+    out, index, tok = chat_shards
+    assert index["loss_mask"] is True and all("mask" in s for s in index["shards"])
+    ids = np.concatenate([np.fromfile(out / s["file"], dtype=np.uint16) for s in index["shards"]])
+    mask = np.concatenate([np.fromfile(out / s["mask"], dtype=np.uint8) for s in index["shards"]])
+    n = len(tok(tok.apply_chat_template(CHATS[0], tokenize=False), add_special_tokens=False)["input_ids"])
+    assert tok.decode(ids[:n]) == tok.apply_chat_template(CHATS[0], tokenize=False)
+    trained = tok.decode(ids[:n][mask[:n] == 1])
+    # The assistant's words (and its end-of-turn marker) are trained; the system and user turns are not.
+    assert "the checkpoint saves the weights.<|im_end|>" in trained and "a node shards its data." in trained
+    assert "the cat saves" not in trained and "and the node" not in trained and "You answer" not in trained
+    # The plain-text document at the end is trained on in full, EOS included.
+    m = len(tok("plain text stays plain.", add_special_tokens=False)["input_ids"]) + 1
+    assert tok.decode(ids[-m:]) == "plain text stays plain.<|endoftext|>" and mask[-m:].all()
+
+
+def test_loader_labels_mask_the_prompt_and_the_model_loss_covers_only_assistant_tokens(chat_shards, assets):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    out, _, _ = chat_shards
+    loader = TokenShardLoader(out, seq_len=64, micro_batch=2, dp_rank=0, dp_size=1, seed=0)
+    inputs = loader.next_inputs()
+    labels, ids = inputs["labels"], inputs["input_ids"]
+    assert ((labels == -100) | (labels == ids)).all() and (labels == -100).any() and (labels != -100).any()
+    assert int(inputs["num_items_in_batch"]) == int((labels[:, 1:] != -100).sum())
+    model = AutoModelForCausalLM.from_pretrained(assets["model"])
+    with torch.no_grad():
+        got = model(**{k: torch.from_numpy(v) for k, v in inputs.items()})
+        logits = got.logits[:, :-1].reshape(-1, got.logits.shape[-1])
+        target = torch.from_numpy(labels[:, 1:]).reshape(-1)
+        keep = target != -100
+        expected = torch.nn.functional.cross_entropy(logits[keep], target[keep])
+        # A micro-batch of prompt only: a loss of 0 (no NaN to stop the run), and no gradient.
+        prompt_only = model(input_ids=torch.from_numpy(ids), labels=torch.full_like(torch.from_numpy(ids), -100),
+                            num_items_in_batch=torch.tensor(1))
+    assert torch.allclose(got.loss, expected, rtol=1e-5)
+    assert prompt_only.loss.item() == 0.0
+    plain = TokenShardLoader(assets["data"], seq_len=64, micro_batch=2, dp_rank=0, dp_size=1, seed=0)
+    both = plain.next_inputs()
+    assert set(both) == {"input_ids", "labels"} and both["labels"] is both["input_ids"]  # plain text as before
+
+
+def test_a_chat_template_whose_prefixes_differ_is_refused_as_are_chats_without_answers_or_template(chat_shards,
+                                                                                                   tmp_path):
+    _, _, tok = chat_shards
+    tok.chat_template = "{{ messages|length }}:" + CHATML  # the count at the start changes with every prefix
+    with pytest.raises(DataError, match="prefixes"):
+        chat_tokens(tok, CHATS[1], "x.jsonl:1")
+    tok.chat_template = CHATML
+    tok.save_pretrained(tmp_path / "tok")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"messages": [{"role": "user", "content": "no answer"}]}) + "\n")
+    with pytest.raises(DataError, match=r"bad.jsonl:1: no assistant message"):
+        prepare([bad], str(tmp_path / "tok"), tmp_path / "out")
+    good = tmp_path / "good.jsonl"
+    good.write_text(json.dumps({"messages": CHATS[1]}) + "\n")
+    tok.chat_template = None
+    tok.save_pretrained(tmp_path / "plain-tok")
+    with pytest.raises(DataError, match=r"good.jsonl:1: chat messages need a chat template"):
+        prepare([good], str(tmp_path / "plain-tok"), tmp_path / "out2")
+    tok.chat_template = CHATML
+
+
+def test_prepare_reports_progress_and_a_tokenizer_it_cannot_load_offline(assets, tmp_path, caplog):
+    import logging
+    import subprocess
+    import sys
+
+    with caplog.at_level(logging.INFO, logger="spotrun_trainer.data"):
+        prepare([assets["corpus"]], str(assets["tokenizer"]), tmp_path / "p", progress_seconds=0)
+    progress = [r.getMessage() for r in caplog.records if r.getMessage().startswith("prepare: ")]
+    assert len(progress) >= 100 and "documents" in progress[-1] and "tokens/s" in progress[-1]
+    with pytest.raises(DataError, match=r"tokenizer='no-such/tokenizer' could not be loaded offline"):
+        prepare([assets["corpus"]], "no-such/tokenizer", tmp_path / "q")
+    res = subprocess.run([sys.executable, "-m", "spotrun_trainer", "prepare", str(assets["corpus"]), "--tokenizer",
+                          "meta-llama/Llama-3.1-8B", "--out", str(tmp_path / "r")], capture_output=True, text=True,
+                         timeout=120, check=False, env={"PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1",
+                                           "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "training_image")})
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert "could not be loaded offline" in res.stderr.strip().splitlines()[-1]
+
+
+def test_the_trainer_fine_tunes_on_chat_shards_with_the_prompt_masked(chat_shards, assets, tmp_path):
+    from tests.trainer.conftest import Job
+
+    out, _, _ = chat_shards
+    job = Job(tmp_path / "chat-job", {**assets, "data": out}, max_steps=6, log_every=2)
+    assert job.run() == 0, job.text()[-3000:]
+    losses = [json.loads(line)["loss"] for line in (job.output / "loss_history.jsonl").read_text().splitlines()]
+    assert len(losses) == 6 and all(np.isfinite(losses)) and losses[-1] < losses[0]

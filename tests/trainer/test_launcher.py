@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from spotrun.local.harness import start_launcher, write_sagemaker_root
-from spotrun_trainer.config import ConfigError, TrainConfig
+from spotrun_trainer.config import ConfigError, ShardingConfig, TrainConfig
 from spotrun_trainer.launcher import SageMakerEnv, check_inputs, decide_exit, plan_launch
 
 HP = {"micro_batch": "4", "max_steps": "100", "optim.lr": "1e-4", "checkpoint.interval_minutes": "15"}
@@ -45,7 +45,7 @@ def test_one_host(tmp_path):
     assert p.command == expected_cmd(1, 0, "127.0.0.1", 8)
     assert p.env == {"SPOTRUN_OUTCOME_DIR": "/tmp/w/outcome", "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "110",
                      "FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1"}
-    assert p.config.replicate_degree == 1
+    assert p.config.sharding.nodes == 1 and p.config.sharding.mode == "full"
     assert p.config.data.path == str(tmp_path / "input" / "data" / "train")
     assert p.config.model.path == str(tmp_path / "input" / "data" / "model")
     assert p.config.output_dir == str(tmp_path / "model")
@@ -57,15 +57,37 @@ def test_two_hosts_second_node(tmp_path):
     p = plan(sm_root(tmp_path, ["algo-2", "algo-1"], "algo-2"))  # hosts are sorted: algo-1 is the master
     assert p.command == expected_cmd(2, 1, "algo-1", 8)
     assert p.env["NCCL_SOCKET_IFNAME"] == "eth1" and p.env["FI_PROVIDER"] == "efa"
-    assert p.config.replicate_degree == 2 and p.warnings == []
+    assert p.env["NCCL_DEBUG"] == "INFO" and p.env["NCCL_DEBUG_SUBSYS"] == "INIT,NET"  # the transport NCCL picked
+    assert p.config.sharding.nodes == 2 and p.warnings == []
 
 
 def test_four_hosts_without_efa(tmp_path):
-    p = plan(sm_root(tmp_path, ["algo-1", "algo-2", "algo-3", "algo-4"], "algo-3"), efa=())
+    hp = {**HP, "sharding.mode": "hybrid", "sharding.group_nodes": "1"}  # what the planner sends without EFA
+    p = plan(sm_root(tmp_path, ["algo-1", "algo-2", "algo-3", "algo-4"], "algo-3", hp), efa=())
     assert p.command == expected_cmd(4, 2, "algo-1", 8)
     assert p.env == {"SPOTRUN_OUTCOME_DIR": "/tmp/w/outcome", "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "110",
-                     "NCCL_SOCKET_IFNAME": "eth1"}
-    assert p.config.replicate_degree == 4
+                     "NCCL_SOCKET_IFNAME": "eth1", "NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET"}
+    assert p.config.sharding == ShardingConfig(mode="hybrid", group_nodes=1, nodes=4)
+    assert p.config.sharding.mesh_shape(32) == (4, 8) and p.warnings == []
+
+
+@pytest.mark.parametrize("hp, replicas_shard", [({"sharding.mode": "full"}, (1, 32)),
+                                                ({"sharding.mode": "hybrid", "sharding.group_nodes": "2"}, (2, 16))])
+def test_shard_groups_spanning_nodes_without_efa_warn_about_tcp(tmp_path, hp, replicas_shard):
+    p = plan(sm_root(tmp_path, ["algo-1", "algo-2", "algo-3", "algo-4"], "algo-1", {**HP, **hp}), efa=())
+    assert p.config.sharding.mesh_shape(32) == replicas_shard
+    assert len(p.warnings) == 1 and "crosses nodes over TCP sockets" in p.warnings[0]
+
+
+@pytest.mark.parametrize("hp, message", [
+    ({"sharding.mode": "zero3"}, "sharding.mode='zero3' is invalid: expected full or hybrid"),
+    ({"sharding.mode": "hybrid", "sharding.group_nodes": "3"},
+     "sharding.group_nodes=3 is invalid: expected a divisor of sharding.nodes=4"),
+])
+def test_bad_sharding_names_the_field(tmp_path, hp, message):
+    with pytest.raises(ConfigError) as err:
+        plan(sm_root(tmp_path, ["algo-1", "algo-2", "algo-3", "algo-4"], "algo-1", {**HP, **hp}))
+    assert message in str(err.value)
 
 
 def test_efa_without_the_ofi_nccl_plugin_warns_about_tcp_fallback(tmp_path):

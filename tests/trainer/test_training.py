@@ -44,8 +44,8 @@ def test_every_block_is_its_own_fsdp_unit_and_params_are_sharded_across_two_rank
 
 
 def test_two_node_layout_replicates_across_nodes_and_shards_within(assets, tmp_path):
-    # 4 processes as 2 "nodes" x 2: the 2-D mesh the trainer builds when replicate_degree (nodes) > 1.
-    res = _torchrun(PROBE, str(assets["model"]), str(tmp_path / "report"), "2", nproc=4)
+    # 4 processes as 2 "nodes" x 2, hybrid sharding with one node per shard group: the 2-D mesh.
+    res = _torchrun(PROBE, str(assets["model"]), str(tmp_path / "report"), "hybrid", "2", "1", nproc=4)
     assert res.returncode == 0, res.stderr[-4000:]
     reports = [json.loads((tmp_path / f"report.rank{r}.json").read_text()) for r in range(4)]
     for rep in reports:
@@ -70,12 +70,26 @@ def test_llama_trains_with_falling_loss(baseline):
     assert "run_completed step=24" in baseline.text()
 
 
-def test_gpt2_shaped_model_trains_with_falling_loss(job_factory):
-    job = job_factory("gpt2", model_key="model-gpt2", max_steps=16, **{"checkpoint.interval_steps": 0})
+def test_gpt2_shaped_model_trains_with_falling_loss_and_exports_bf16_by_default(job_factory):
+    from safetensors.torch import load_file
+
+    from spotrun.params import shape_of
+    from spotrun_trainer.export import EXPORT_METADATA
+
+    job = job_factory("gpt2", model_key="model-gpt2", max_steps=16,
+                      **{"checkpoint.interval_steps": 0, "export.dtype": ""})  # "": the default
     rc = job.run()
     assert rc == 0, job.text()[-4000:]
     losses = loss_history(job.output)
     assert losses[16] < losses[1] - 0.5
+    weights = load_file(job.output / "model.safetensors")
+    assert {t.dtype for t in weights.values()} == {torch.bfloat16}
+    assert json.loads((job.output / "config.json").read_text())["dtype"] == "bfloat16"
+    meta = json.loads((job.output / EXPORT_METADATA).read_text())
+    assert meta["kind"] == "full" and meta["needs_base_model"] is False and meta["lora"] is None
+    assert meta["weights_dtype"] == "bfloat16" and meta["base_model"]["model_type"] == "gpt2"
+    config = json.loads((job.output / "config.json").read_text())
+    assert meta["trainable_parameters"] == meta["parameters"] == shape_of(config).total
 
 
 def test_exported_model_loads_with_from_pretrained_and_matches_sharded_logits(baseline, tmp_path_factory):
@@ -96,7 +110,7 @@ def test_metric_lines_match_the_sagemaker_metric_definitions(baseline):
 
     from spotrun_trainer.metrics import METRIC_DEFINITIONS, parse_line
 
-    lines = [l for l in baseline.text().splitlines() if l.startswith("step=")]
+    lines = [line for line in baseline.text().splitlines() if line.startswith("step=")]
     assert len(lines) == 6  # every 4 steps of 24
     parsed = parse_line(lines[-1])
     assert parsed["step"] == 24

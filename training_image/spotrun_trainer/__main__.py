@@ -21,8 +21,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True, type=Path, help="output dataset directory")
     p.add_argument("--shard-mb", type=float, default=256, help="target shard size in MB (default 256)")
     p.add_argument("--text-field", default="text", help="JSONL field holding the text (default text)")
-    l = sub.add_parser("launch", help="the container entry point (same as the image's ENTRYPOINT)")
-    l.add_argument("rest", nargs=argparse.REMAINDER, help="arguments for the launcher")
+    launch = sub.add_parser("launch", help="the container entry point (same as the image's ENTRYPOINT)")
+    launch.add_argument("rest", nargs=argparse.REMAINDER, help="arguments for the launcher")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
 

@@ -53,6 +53,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
     get_state_dict,
     set_model_state_dict,
     set_optimizer_state_dict,
@@ -263,12 +264,16 @@ class CheckpointManager:
     """
 
     def __init__(self, cfg: CheckpointConfig, *, model, optimizer, local_rank: int,
-                 states: Mapping[str, Stateful] | None = None, verified: Future | None = None):
-        """`verified`: from verify_ahead(), started before the model was built (else load() verifies itself)."""
+                 states: Mapping[str, Stateful] | None = None, verified: Future | None = None,
+                 model_options: StateDictOptions | None = None):
+        """`verified`: from verify_ahead(), started before the model was built (else load() verifies itself).
+        `model_options` select what of the model is saved and how it is loaded back (LoRA: the trainable
+        parameters only, see lora.checkpoint_options); None saves and strictly loads everything."""
         self.cfg = cfg
         self._verified = verified
         self.root = Path(cfg.dir)
         self.model, self.optimizer, self.states = model, optimizer, dict(states or {})
+        self.model_options = model_options
         self.rank, self.world_size, self.local_rank = dist.get_rank(), dist.get_world_size(), local_rank
         self.committed: list[int] = []
         self._pending: PendingSave | None = None
@@ -300,7 +305,7 @@ class CheckpointManager:
             raise TypeError(f"checkpoint: a stateful object's state_dict() is not JSON-serialisable: {exc}") from None
 
     def _dcp_state(self) -> dict:
-        model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
+        model_sd, optim_sd = get_state_dict(self.model, self.optimizer, options=self.model_options)
         state = {"model": model_sd, "optim": optim_sd}
         # NOTE: RNG is per rank; DCP treats same-key plain tensors as replicated and keeps one, so each rank's
         # state goes under its own key.
@@ -501,7 +506,7 @@ class CheckpointManager:
         if absent:
             raise CheckpointError(f"checkpoint step-{step:08d} has no saved state for {absent} (it has "
                                f"{sorted(saved_states)}): written by a different trainer?")
-        model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
+        model_sd, optim_sd = get_state_dict(self.model, self.optimizer, options=self.model_options)
         state: dict = {"model": model_sd, "optim": optim_sd}
         if same_world:
             state[f"rng.rank{self.rank}"] = torch.get_rng_state()
@@ -513,7 +518,7 @@ class CheckpointManager:
             raise CheckpointError(f"checkpoint step-{step:08d} verified but could not be loaded: "
                                   f"{describe_failure(exc)} (an I/O error, or a different model or optimizer "
                                   "than the one that saved it)") from None
-        set_model_state_dict(self.model, state["model"])
+        set_model_state_dict(self.model, state["model"], options=self.model_options)
         set_optimizer_state_dict(self.model, self.optimizer, state["optim"])
         for name, obj in self.states.items():
             obj.load_state_dict(saved_states[name])

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, get_type_hints
@@ -45,6 +46,9 @@ class ModelConfig:
 
     path: str = ""
     """Local directory of a Hugging Face model (the `model` channel). Empty: build from `config` instead."""
+    source: str = ""
+    """Where the base model came from (the run's model.source, e.g. an S3 URI): recorded in the export metadata
+    so an adapter names the base it needs."""
     config: dict = field(default_factory=dict)
     """Inline HF config (must contain `model_type`) used when `path` is empty; weights are initialised from `seed`."""
     param_dtype: str = "auto"
@@ -61,6 +65,39 @@ class ModelConfig:
                  "a model directory, or an inline HF config containing model_type")
         _require(self.param_dtype in ("auto", "bfloat16", "float32"), "model.param_dtype", self.param_dtype,
                  "one of auto, bfloat16, float32")
+
+
+SHARDING_MODES = ("full", "hybrid")
+
+
+@dataclass(frozen=True)
+class ShardingConfig:
+    """How FSDP2 spreads the training state over the ranks; the planner chooses (spotrun/memory.py models both)."""
+
+    mode: str = "full"
+    """`full`: every parameter sharded over all ranks of all nodes (1-D mesh): the least memory per GPU, but every
+    all-gather and reduce-scatter spans the nodes. `hybrid`: sharded within groups of `group_nodes` nodes and
+    replicated across groups (2-D mesh): the per-layer collectives stay inside a group, and one gradient
+    all-reduce per micro-batch crosses groups."""
+    group_nodes: int = 1
+    """hybrid only: nodes per shard group (must divide `nodes`); 1 keeps the shard group on one node's links."""
+    nodes: int = 1
+    """Nodes in the job; the launcher fills it from resourceconfig.json's hosts."""
+
+    def __post_init__(self) -> None:
+        _require(self.mode in SHARDING_MODES, "sharding.mode", self.mode, "full or hybrid")
+        _require(self.nodes >= 1, "sharding.nodes", self.nodes, "an integer >= 1")
+        _require(self.group_nodes >= 1 and self.nodes % self.group_nodes == 0, "sharding.group_nodes",
+                 self.group_nodes, f"a divisor of sharding.nodes={self.nodes} (nodes per shard group)")
+
+    def mesh_shape(self, world: int) -> tuple[int, int]:
+        """(replicas, ranks per shard group) for `world` ranks; replicas is 1 for full sharding."""
+        _require(world % self.nodes == 0, "sharding.nodes", self.nodes,
+                 f"a divisor of the world size {world} (every node runs the same number of ranks)")
+        if self.mode == "full":
+            return 1, world
+        shard = world // self.nodes * self.group_nodes
+        return world // shard, shard
 
 
 @dataclass(frozen=True)
@@ -129,6 +166,60 @@ class CheckpointConfig:
         _require(self.notice_seconds > 0, "checkpoint.notice_seconds", self.notice_seconds, "a positive float")
 
 
+METHODS = ("full", "lora")
+_MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
+
+
+@dataclass(frozen=True)
+class LoraConfig:
+    """LoRA adapters (PEFT) on the frozen base; used when `method` is `lora` (see lora.py).
+
+    Lives here with every other component's config so the launcher validates it without importing torch or peft.
+    """
+
+    rank: int = 16
+    """Adapter rank r: a targeted linear layer of shape (in, out) gains r * (in + out) trainable parameters."""
+    alpha: float = 16.0
+    """Scaling numerator: the adapter's output is multiplied by alpha / rank."""
+    dropout: float = 0.0
+    """Dropout on the adapter's input (per-rank RNG, restored on resume)."""
+    target_modules: str = "all-linear"
+    """`all-linear` (every linear layer of the blocks, not the output head) or comma-separated module names
+    (`q_proj,v_proj`; a name matches every module whose name ends with it, as in PEFT)."""
+
+    def __post_init__(self) -> None:
+        _require(1 <= self.rank <= 4096, "lora.rank", self.rank, "an integer in [1, 4096]")
+        _require(math.isfinite(self.alpha) and self.alpha > 0, "lora.alpha", self.alpha, "a positive finite number")
+        _require(0 <= self.dropout < 1, "lora.dropout", self.dropout, "a float in [0, 1)")
+        names = self.targets
+        _require(names == "all-linear" or (bool(names) and all(_MODULE_NAME.match(n) for n in names)),
+                 "lora.target_modules", self.target_modules,
+                 "all-linear or comma-separated module names such as q_proj,v_proj")
+
+    @property
+    def targets(self) -> str | tuple[str, ...]:
+        """`all-linear`, or the module names as a tuple."""
+        text = self.target_modules.strip()
+        if text == "all-linear":
+            return text
+        return tuple(n.strip() for n in text.split(",") if n.strip())
+
+
+@dataclass(frozen=True)
+class ExportConfig:
+    """What the run leaves in output_dir (see export.py)."""
+
+    dtype: str = "bfloat16"
+    """Weights of an exported full model (full runs, and the merged LoRA model): `bfloat16` (half the bytes, what
+    serving uses) or `float32` (the training precision). A LoRA adapter is always written in float32: it is small
+    and trained in float32."""
+    merge_lora: bool = False
+    """LoRA runs: also write the base with the adapter merged in (a standalone model, `merged/`)."""
+
+    def __post_init__(self) -> None:
+        _require(self.dtype in ("bfloat16", "float32"), "export.dtype", self.dtype, "bfloat16 or float32")
+
+
 @dataclass(frozen=True)
 class PerfConfig:
     """Speed settings for GPUs. Each `auto` resolves by device: on for CUDA, off on CPU (where the plain paths
@@ -181,6 +272,11 @@ class TrainConfig:
     data: DataConfig
     optim: OptimConfig = field(default_factory=OptimConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    sharding: ShardingConfig = field(default_factory=ShardingConfig)
+    method: str = "full"
+    """`full` (every parameter trains) or `lora` (the base is frozen; adapters train: see `lora`)."""
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    export: ExportConfig = field(default_factory=ExportConfig)
     perf: PerfConfig = field(default_factory=PerfConfig)
     output_dir: str = ""
     """Where the exported HF model and metrics.json go (SageMaker: /opt/ml/model)."""
@@ -193,12 +289,13 @@ class TrainConfig:
     epochs: float = 1.0
     seed: int = 0
     log_every: int = 10
-    replicate_degree: int = 1
-    """Nodes: >1 builds a 2-D mesh (replicate across nodes, shard within a node: hybrid sharding)."""
     num_threads: int = 0
     """torch intra-op threads on CPU (0: leave torch's default). Fixed thread counts keep CPU runs bitwise stable."""
     deterministic: bool = False
     """torch.use_deterministic_algorithms(True): required for bitwise-exact resume checks."""
+    memory_probe: bool = False
+    """CPU: measure the second step's peak with torch's FSDPMemTracker (slower step) and log it beside the memory
+    model's prediction. GPU runs always log torch.cuda.max_memory_allocated."""
     probe_logits_path: str = ""
     """If set, rank 0 writes the final sharded model's logits on the first sample here (export checks)."""
 
@@ -210,8 +307,8 @@ class TrainConfig:
         _require(self.max_steps >= 0, "max_steps", self.max_steps, "an integer >= 0")
         _require(self.epochs > 0, "epochs", self.epochs, "a positive number")
         _require(self.log_every >= 1, "log_every", self.log_every, "an integer >= 1")
-        _require(self.replicate_degree >= 1, "replicate_degree", self.replicate_degree, "an integer >= 1")
         _require(self.num_threads >= 0, "num_threads", self.num_threads, "an integer >= 0")
+        _require(self.method in METHODS, "method", self.method, " or ".join(METHODS))
         _require(bool(self.output_dir), "output_dir", self.output_dir, "a directory path")
 
     # ---- serialisation -------------------------------------------------------------------------------------

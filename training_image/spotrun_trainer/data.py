@@ -2,9 +2,19 @@
 
 Layout of a prepared dataset directory:
     tokenizer/            the tokenizer used, copied into the exported model at the end
-    index.json            {"format": 1, "dtype": "uint16"|"uint32", "eos_token_id": int,
-                           "total_tokens": int, "shards": [{"file": "shard-00000.bin", "tokens": int}, ...]}
+    index.json            {"format": 1, "dtype": "uint16"|"uint32", "eos_token_id": int, "loss_mask": bool,
+                           "total_tokens": int, "shards": [{"file": "shard-00000.bin", "tokens": int,
+                                                             "mask": "shard-00000.mask" (optional)}, ...]}
     shard-00000.bin ...   raw little-endian token ids, documents concatenated, each followed by EOS
+    shard-00000.mask ...  one uint8 per token: 1 where the loss is taken, 0 where it is masked (only for shards
+                          that mask something)
+
+Inputs: .txt (blank-line separated documents), JSONL with a text field (plain text: every token is trained on, as
+before), or JSONL chat records `{"messages": [{"role": ..., "content": ...}, ...]}`: formatted with the tokenizer's
+chat template, and only the assistant messages' tokens are trained on (prompt masking: supervised fine-tuning, not
+continued pre-training). The mask is found by rendering each conversation's prefixes: the tokens an assistant
+message adds after the generation prompt are its own (this needs a template whose prefixes render as prefixes of
+the whole, which the common templates do; one that does not is refused).
 
 The loader memory-maps shards and reads each one front to back (friendly to SageMaker FastFile mode, which
 streams S3 objects sequentially). Samples are `seq_len` tokens packed from one shard; the shard order of an
@@ -17,9 +27,10 @@ from __future__ import annotations
 
 import json
 import logging
+import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
 
 import numpy as np
 
@@ -33,28 +44,87 @@ class DataError(ValueError):
     """The dataset directory or an input file is unusable; the message says which and why."""
 
 
-def _iter_documents(paths: Iterable[Path], text_field: str) -> Iterator[str]:
+CHAT_ROLES = ("system", "user", "assistant", "tool")
+
+
+def _iter_documents(paths: Iterable[Path], text_field: str) -> Iterator[tuple[str, str | list]]:
+    """(where, text) for plain documents, (where, messages) for chat records."""
     for path in paths:
         if path.suffix == ".jsonl":
             with path.open(encoding="utf-8") as fh:
                 for lineno, line in enumerate(fh, 1):
                     if not line.strip():
                         continue
+                    where = f"{path}:{lineno}"
                     try:
                         record = json.loads(line)
                     except json.JSONDecodeError as exc:
-                        raise DataError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
+                        raise DataError(f"{where}: not valid JSON ({exc.msg})") from None
+                    if isinstance(record, dict) and "messages" in record:
+                        yield where, _messages(record["messages"], where)
+                        continue
                     if not isinstance(record, dict) or not isinstance(record.get(text_field), str):
-                        raise DataError(f"{path}:{lineno}: expected an object with a string field {text_field!r}")
-                    yield record[text_field]
+                        raise DataError(f"{where}: expected an object with a string field {text_field!r} or a "
+                                        "list of chat messages in 'messages'")
+                    yield where, record[text_field]
         elif path.suffix == ".txt":
             text = path.read_text(encoding="utf-8")
             # Blank-line separated paragraphs are documents; a file without blank lines is one document.
             for doc in text.split("\n\n"):
                 if doc.strip():
-                    yield doc
+                    yield str(path), doc
         else:
             raise DataError(f"{path}: unsupported input type {path.suffix!r}: expected .txt or .jsonl")
+
+
+def _messages(raw: object, where: str) -> list[dict]:
+    if not isinstance(raw, list) or not raw:
+        raise DataError(f"{where}: messages must be a non-empty list of {{role, content}} objects")
+    for i, m in enumerate(raw):
+        if not isinstance(m, dict) or m.get("role") not in CHAT_ROLES or not isinstance(m.get("content"), str):
+            raise DataError(f"{where}: messages[{i}] must be an object with a role ({', '.join(CHAT_ROLES)}) and a "
+                            "string content")
+    if not any(m["role"] == "assistant" for m in raw):
+        raise DataError(f"{where}: no assistant message: nothing to train on (prompt masking keeps only them)")
+    return [{"role": m["role"], "content": m["content"]} for m in raw]
+
+
+def chat_tokens(tokenizer, messages: list[dict], where: str = "chat") -> tuple[list[int], list[int]]:
+    """The conversation's token ids (the tokenizer's chat template) and its loss mask: 1 on the tokens of the
+    assistant messages, 0 on everything else (system, user, tool messages and the template's markup before them)."""
+
+    def ids(msgs: list[dict], generation_prompt: bool) -> list[int]:
+        if not msgs:
+            return []
+        try:
+            text = tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=generation_prompt)
+        except Exception as exc:  # noqa: BLE001 - Jinja raises its own errors (e.g. "roles must alternate")
+            raise DataError(f"{where}: the tokenizer's chat template refused this conversation: {exc}") from None
+        return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    full = ids(messages, False)
+    mask = [0] * len(full)
+    for i, message in enumerate(messages):
+        if message["role"] != "assistant":
+            continue
+        prompt, upto = ids(messages[:i], True), ids(messages[: i + 1], False)
+        if full[: len(upto)] != upto or upto[: len(prompt)] != prompt:
+            raise DataError(f"{where}: the chat template does not render this conversation's prefixes as "
+                            "prefixes of the whole; assistant tokens cannot be located for prompt masking")
+        mask[len(prompt): len(upto)] = [1] * (len(upto) - len(prompt))
+    return full, mask
+
+
+def load_tokenizer(name: str):
+    """A tokenizer from a local directory or the local Hugging Face cache; never the network."""
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(name, local_files_only=True)
+    except Exception as exc:  # noqa: BLE001 - transformers raises OSError, ValueError, ... for missing files
+        raise DataError(f"tokenizer={name!r} could not be loaded offline: expected a local directory with a Hugging "
+                        f"Face tokenizer (tokenizer.json or tokenizer_config.json) or a name already in the local "
+                        f"Hugging Face cache ({type(exc).__name__})") from None
 
 
 def prepare(
@@ -64,10 +134,10 @@ def prepare(
     *,
     shard_bytes: int = DEFAULT_SHARD_BYTES,
     text_field: str = "text",
+    progress_seconds: float = 10.0,
 ) -> dict:
-    """Tokenize text/JSONL files into sequential shards plus index.json; returns the index."""
-    from transformers import AutoTokenizer
-
+    """Tokenize text/JSONL files into sequential shards plus index.json; returns the index. Progress (documents,
+    tokens, rate) is logged every `progress_seconds`."""
     if shard_bytes < 1024:
         raise DataError(f"shard_bytes={shard_bytes} is invalid: expected at least 1024")
     files: list[Path] = []
@@ -82,7 +152,7 @@ def prepare(
     if not files:
         raise DataError(f"no .txt or .jsonl files found in {[str(i) for i in inputs]}")
 
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
+    tokenizer = load_tokenizer(tokenizer_path)
     eos = tokenizer.eos_token_id
     if eos is None:
         raise DataError(f"tokenizer at {tokenizer_path} has no eos_token_id; documents could not be separated")
@@ -92,31 +162,58 @@ def prepare(
     out_dir.mkdir(parents=True, exist_ok=True)
     shards: list[dict] = []
     buffer: list[int] = []
+    mask: list[int] = []  # parallel to buffer: 1 where the loss is taken
 
     def flush(final: bool) -> None:
         while len(buffer) >= tokens_per_shard or (final and buffer):
             chunk, buffer[:] = buffer[:tokens_per_shard], buffer[tokens_per_shard:]
+            chunk_mask, mask[:] = mask[:tokens_per_shard], mask[tokens_per_shard:]
             name = f"shard-{len(shards):05d}.bin"
             np.asarray(chunk, dtype=dtype).tofile(out_dir / name)
             shards.append({"file": name, "tokens": len(chunk)})
+            if not all(chunk_mask):
+                np.asarray(chunk_mask, dtype=np.uint8).tofile(out_dir / name.replace(".bin", ".mask"))
+                shards[-1]["mask"] = name.replace(".bin", ".mask")
 
-    for doc in _iter_documents(files, text_field):
-        buffer.extend(tokenizer(doc, add_special_tokens=False)["input_ids"])
+    started = last_report = time.monotonic()
+    documents = chats = 0
+    for where, doc in _iter_documents(files, text_field):
+        if isinstance(doc, list):
+            if tokenizer.chat_template is None:
+                raise DataError(f"{where}: chat messages need a chat template, and the tokenizer at "
+                                f"{tokenizer_path} has none (set chat_template in its tokenizer_config.json)")
+            ids, doc_mask = chat_tokens(tokenizer, doc, where)
+            chats += 1
+        else:
+            ids = tokenizer(doc, add_special_tokens=False)["input_ids"]
+            doc_mask = [1] * len(ids)
+        buffer.extend(ids)
         buffer.append(eos)
+        mask.extend(doc_mask)
+        mask.append(doc_mask[-1] if doc_mask else 1)  # the EOS ends an assistant's turn: learn to stop
+        documents += 1
         flush(final=False)
+        now = time.monotonic()
+        if now - last_report >= progress_seconds:
+            tokens = sum(s["tokens"] for s in shards) + len(buffer)
+            log.info("prepare: %d documents (%d chats), %d tokens, %.0f tokens/s, at %s", documents, chats, tokens,
+                     tokens / max(now - started, 1e-9), where)
+            last_report = now
     flush(final=True)
 
     index = {
         "format": 1,
         "dtype": np.dtype(dtype).name,
         "eos_token_id": eos,
+        "loss_mask": any("mask" in s for s in shards),
         "vocab_size": len(tokenizer),
         "total_tokens": sum(s["tokens"] for s in shards),
         "shards": shards,
     }
     tokenizer.save_pretrained(out_dir / "tokenizer")  # exported beside the trained model
     (out_dir / INDEX_FILE).write_text(json.dumps(index, indent=2))
-    log.info("prepared %d tokens in %d shards under %s", index["total_tokens"], len(shards), out_dir)
+    log.info("prepared %d tokens (%d documents, %d chats) in %d shards under %s", index["total_tokens"], documents,
+             chats, len(shards), out_dir)
     return index
 
 
@@ -132,6 +229,8 @@ def read_index(data_dir: Path) -> dict:
             size = (Path(data_dir) / shard["file"]).stat().st_size
             if size != shard["tokens"] * np.dtype(index["dtype"]).itemsize:
                 raise DataError(f"{shard['file']}: {size} bytes on disk, index says {shard['tokens']} tokens")
+            if "mask" in shard and (Path(data_dir) / shard["mask"]).stat().st_size != shard["tokens"]:
+                raise DataError(f"{shard['mask']}: not one byte per token of {shard['file']}")
     except (KeyError, TypeError, json.JSONDecodeError, FileNotFoundError) as exc:
         raise DataError(f"{path} is damaged or does not match its shards: {exc}") from None
     return index
@@ -152,6 +251,9 @@ class TokenShardLoader:
         self.index = read_index(data_dir)
         dtype = np.dtype(self.index["dtype"])
         self.shards = [np.memmap(Path(data_dir) / s["file"], dtype=dtype, mode="r") for s in self.index["shards"]]
+        self.masks = [np.memmap(Path(data_dir) / s["mask"], dtype=np.uint8, mode="r") if "mask" in s else None
+                      for s in self.index["shards"]]
+        self.loss_mask = bool(self.index.get("loss_mask", False))
         self.samples_per_shard = [len(s) // seq_len for s in self.shards]
         self.samples_per_epoch = sum(self.samples_per_shard)
         self.global_batch = micro_batch * dp_size
@@ -178,17 +280,37 @@ class TokenShardLoader:
             self._order, self._order_epoch = order, epoch
         return self._order
 
-    def next_batch(self) -> "np.ndarray":
-        """The next micro-batch of this rank, shape (micro_batch, seq_len), as int64."""
+    def _next_rows(self) -> list[tuple[int, int]]:
         if self.state.position + self.global_batch > self.samples_per_epoch:
             self.state = LoaderState(epoch=self.state.epoch + 1, position=0)
         order = self._epoch_order(self.state.epoch)
         start = self.state.position + self.dp_rank * self.micro_batch
-        rows = []
-        for shard, i in order[start : start + self.micro_batch]:
-            rows.append(np.asarray(self.shards[shard][i * self.seq_len : (i + 1) * self.seq_len], dtype=np.int64))
         self.state = LoaderState(self.state.epoch, self.state.position + self.global_batch)
-        return np.stack(rows)
+        return order[start : start + self.micro_batch]
+
+    def next_batch(self) -> np.ndarray:
+        """The next micro-batch of this rank, shape (micro_batch, seq_len), as int64."""
+        return self._tokens(self._next_rows())
+
+    def _tokens(self, rows: list[tuple[int, int]]) -> np.ndarray:
+        span = self.seq_len
+        return np.stack([np.asarray(self.shards[s][i * span : (i + 1) * span], dtype=np.int64) for s, i in rows])
+
+    def next_inputs(self) -> dict[str, np.ndarray]:
+        """The next micro-batch as the model's keyword arguments: input_ids and labels (the same tokens, -100
+        where the loss is masked). With a mask, also num_items_in_batch: the trained tokens (at least 1), so a
+        micro-batch of prompt only gives a loss of 0, not NaN (transformers' loss divides its sum by it)."""
+        rows = self._next_rows()
+        ids = self._tokens(rows)
+        if not self.loss_mask:
+            return {"input_ids": ids, "labels": ids}
+        span = self.seq_len
+        keep = np.stack([np.ones(span, dtype=bool) if self.masks[s] is None
+                         else np.asarray(self.masks[s][i * span : (i + 1) * span], dtype=bool) for s, i in rows])
+        labels = np.where(keep, ids, -100)
+        # The model predicts token t from tokens < t: the first position of a row is never a target.
+        return {"input_ids": ids, "labels": labels,
+                "num_items_in_batch": np.asarray(max(1, int(keep[:, 1:].sum())), dtype=np.int64)}
 
     def state_dict(self) -> dict:
         return {"epoch": self.state.epoch, "position": self.state.position, "global_batch": self.global_batch}

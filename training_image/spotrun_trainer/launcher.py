@@ -11,7 +11,8 @@ What it reads (root defaults to /opt/ml; `--sm-root` or SPOTRUN_SM_ROOT point el
 What it writes: model/ (the exported model, by the trainer), output/failure on a real failure.
 
 Exit codes: 0 when training completed, or when a stop signal arrived and every local worker saved and stopped;
-otherwise torchrun's code, with output/failure explaining it.
+2 for a configuration error, found here before torchrun starts (check_inputs); otherwise torchrun's code, with
+output/failure explaining it.
 """
 
 from __future__ import annotations
@@ -129,7 +130,7 @@ def plan_launch(sm: SageMakerEnv, *, gpu_count: int, efa_devices: list[str], ofi
     port = _int_hp(hp, "master_port", MASTER_PORT, 1)
     trainer_hp = {k: v for k, v in hp.items() if k not in LAUNCHER_KEYS}
 
-    overrides: dict = {"output_dir": str(sm.root / "model"), "replicate_degree": str(nnodes)}
+    overrides: dict = {"output_dir": str(sm.root / "model"), "sharding.nodes": str(nnodes)}
     data_channel = next((sm.channels[c] for c in ("train", "data") if c in sm.channels), None)
     if data_channel is None and "data.path" not in trainer_hp:
         raise ConfigError(f"no `train` data channel under {sm.root / 'input' / 'data'} and no data.path "
@@ -153,6 +154,16 @@ def plan_launch(sm: SageMakerEnv, *, gpu_count: int, efa_devices: list[str], ofi
     warnings: list[str] = []
     if nnodes > 1:
         env["NCCL_SOCKET_IFNAME"] = sm.network_interface_name
+        if gpu_count > 0:
+            # The transport NCCL picked, once per communicator: "NET/OFI Selected Provider is efa" or "NET/Socket"
+            # (a silent fallback to TCP is the usual cause of "2 nodes no faster than 1").
+            env["NCCL_DEBUG"] = "INFO"
+            env["NCCL_DEBUG_SUBSYS"] = "INIT,NET"
+        spans = config.sharding.mode == "full" or config.sharding.group_nodes > 1
+        if spans and not efa_devices:
+            warnings.append(f"sharding.mode={config.sharding.mode} with shard groups spanning nodes but no EFA "
+                            "devices: every layer's all-gather and reduce-scatter crosses nodes over TCP sockets; "
+                            "use an EFA instance type, or sharding.mode=hybrid with sharding.group_nodes=1")
     if efa_devices:
         env["FI_PROVIDER"] = "efa"
         if sm.instance_type.startswith(RDMA_INSTANCE_PREFIXES):

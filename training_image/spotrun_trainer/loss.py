@@ -64,29 +64,38 @@ def check_chunked_loss_supported(model: nn.Module) -> None:
 
 
 class CausalLMLoss:
-    """forward(model, input_ids) -> loss, by HF's loss (`hf`) or the chunked one (`chunked`)."""
+    """forward(model, inputs) -> loss, by HF's loss (`hf`) or the chunked one (`chunked`).
+
+    `inputs`: the model's keyword arguments (input_ids, labels with -100 on masked tokens, optionally
+    num_items_in_batch: see TokenShardLoader.next_inputs), or a tensor of input_ids (labels = the same tokens).
+    """
 
     def __init__(self, model: nn.Module, kind: str, chunk_tokens: int):
         self.kind, self.chunk_tokens = kind, chunk_tokens
         self._hidden: torch.Tensor | None = None
         if kind == "chunked":
             check_chunked_loss_supported(model)
-            # The base model's output is the final (normed) hidden state the head reads.
-            model.base_model.register_forward_hook(self._capture)
+            # The decoder's output is the final (normed) hidden state the head reads. A PEFT model wraps the HF
+            # model: its own `base_model` is the LoRA wrapper, whose output is the logits.
+            hf_model = model.get_base_model() if hasattr(model, "get_base_model") else model
+            hf_model.base_model.register_forward_hook(self._capture)
 
     def _capture(self, _module, _args, output) -> None:
         self._hidden = output[0] if isinstance(output, tuple) else output.last_hidden_state
 
-    def __call__(self, model: nn.Module, input_ids: torch.Tensor) -> torch.Tensor:
+    def __call__(self, model: nn.Module, inputs: torch.Tensor | dict[str, torch.Tensor]) -> torch.Tensor:
+        if isinstance(inputs, torch.Tensor):
+            inputs = {"input_ids": inputs, "labels": inputs}
         if self.kind == "hf":
-            return model(input_ids=input_ids, labels=input_ids).loss
+            return model(**inputs).loss
         # logits_to_keep=1: the head runs on the last position only; the loss reads the captured hidden states.
-        model(input_ids=input_ids, logits_to_keep=1)
+        model(input_ids=inputs["input_ids"], logits_to_keep=1)
         hidden, self._hidden = self._hidden, None
         head = model.get_output_embeddings()
         weight = head.weight
         if hasattr(weight, "full_tensor"):
-            raise RuntimeError("perf.loss=chunked: lm_head.weight is still sharded after forward (the root FSDP "
-                               "unit resharded it); do not set reshard_after_forward on the root")
-        return chunked_cross_entropy(hidden, weight, input_ids, chunk_tokens=self.chunk_tokens,
+            raise RuntimeError("perf.loss=chunked: lm_head.weight is still sharded after forward (its FSDP unit "
+                               "resharded it); do not set reshard_after_forward on the head's unit")
+        # The mean over the non-ignored targets: what HF's loss gives with num_items_in_batch (the trained tokens).
+        return chunked_cross_entropy(hidden, weight, inputs["labels"], chunk_tokens=self.chunk_tokens,
                                      bias=getattr(head, "bias", None))

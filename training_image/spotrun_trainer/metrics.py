@@ -62,8 +62,12 @@ def device_peak_flops(device_name: str) -> float | None:
     return None
 
 
-def mfu(params: int, tokens_per_s_per_device: float, peak_flops: float | None) -> float | None:
-    """Model FLOPs utilisation from the 6 * params * tokens rule; None without a known peak."""
+def mfu(params: int, tokens_per_s_per_device: float, peak_flops: float | None,
+        trainable: int | None = None) -> float | None:
+    """Model FLOPs utilisation; None without a known peak. FLOPs per token: 6 per trained parameter (forward,
+    input and weight gradients) and 4 per frozen one (forward and input gradients only: a LoRA base), which is
+    the 6 * params rule for a full run and the planner's 4·N + 6·N_lora for LoRA."""
     if not peak_flops:
         return None
-    return 6.0 * params * tokens_per_s_per_device / peak_flops
+    trainable = params if trainable is None else trainable
+    return (4.0 * (params - trainable) + 6.0 * trainable) * tokens_per_s_per_device / peak_flops

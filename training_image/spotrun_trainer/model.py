@@ -3,6 +3,8 @@
 Memory: every rank builds the model on the meta device (no storage), shards it, allocates only its own shards
 (`to_empty`), and then receives the weights from rank 0, which alone materialises the full model on CPU
 (`set_model_state_dict(..., broadcast_from_rank0=True)`). N ranks on a node therefore do not hold N full copies.
+A LoRA run wraps the model in PEFT's adapters before sharding (see lora.py); rank 0 does the same to its full copy,
+so the adapters' initial values are broadcast like every other weight.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
-from .config import ModelConfig, PerfConfig
+from . import lora as lora_lib
+from .config import LoraConfig, ModelConfig, PerfConfig, ShardingConfig
 
 log = logging.getLogger(__name__)
 
@@ -58,15 +61,35 @@ def find_blocks(model: nn.Module) -> list[nn.Module]:
     return best
 
 
-def build_mesh(device_type: str, world: int, replicate_degree: int) -> DeviceMesh:
-    """1-D (shard over every rank) on one node; 2-D hybrid sharding on several: replicate across nodes, shard
-    within a node, so the per-step all-gathers and reduce-scatters stay on the node's fast links."""
-    if world % replicate_degree:
-        raise ValueError(f"replicate_degree={replicate_degree} does not divide the world size {world}")
-    if replicate_degree == 1:
+def build_mesh(device_type: str, world: int, sharding: ShardingConfig) -> DeviceMesh:
+    """The device mesh for the sharding mode (see ShardingConfig).
+
+    full: 1-D ("shard",) over every rank. hybrid: 2-D ("replicate", "shard"); torch's mesh is row-major, so the
+    shard groups are runs of consecutive global ranks, and torchrun numbers ranks node by node: a shard group is
+    `group_nodes` whole nodes, and its all-gathers/reduce-scatters stay on those nodes' links (NVLink inside one).
+    """
+    replicas, shard = sharding.mesh_shape(world)
+    if replicas == 1:
         return init_device_mesh(device_type, (world,), mesh_dim_names=("shard",))
-    return init_device_mesh(device_type, (replicate_degree, world // replicate_degree),
-                            mesh_dim_names=("replicate", "shard"))
+    return init_device_mesh(device_type, (replicas, shard), mesh_dim_names=("replicate", "shard"))
+
+
+def sharding_units(model: nn.Module, blocks: list[nn.Module]) -> list[nn.Module]:
+    """The modules that become their own FSDP unit before the root, in forward order.
+
+    Every decoder block, and (torchtitan's layout) the input embeddings and the output head when they are not
+    tied: otherwise they would stay in the root unit, which FSDP2 keeps gathered from forward to the end of
+    backward (the root does not reshard after forward), holding vocab x hidden x 2 unsharded weights and their
+    gradients on every GPU (4 GB each for a 128k-vocabulary 8k-hidden model in bf16). Tied weights share one
+    parameter and must stay in one unit (the root).
+    """
+    units = list(blocks)
+    get_in, get_out = getattr(model, "get_input_embeddings", None), getattr(model, "get_output_embeddings", None)
+    emb = get_in() if get_in else None
+    head = get_out() if get_out else None
+    if emb is not None and head is not None and head.weight is not emb.weight:
+        units = [emb, *units, head]
+    return units
 
 
 def resolve_param_dtype(name: str, device_type: str) -> torch.dtype:
@@ -81,38 +104,51 @@ class BuiltModel:
     blocks: list[nn.Module]
     num_params: int
     hf_config: object
+    trainable_params: int = 0
+    """Parameters the optimizer updates (all of them in a full run, the adapters in a LoRA run)."""
+    checkpoint_options: StateDictOptions | None = None
+    """What the checkpoint manager saves of the model (None: everything; LoRA: the trainable parameters)."""
 
 
 def build_sharded_model(cfg: ModelConfig, *, mesh: DeviceMesh, device: torch.device, seed: int,
-                        perf: PerfConfig | None = None) -> BuiltModel:
-    """`perf` must be resolved for the device (PerfConfig.resolved); None: the plain defaults."""
+                        lora: LoraConfig | None = None, perf: PerfConfig | None = None) -> BuiltModel:
+    """The model sharded over `mesh`; with `lora`, PEFT's adapters on a frozen base (stored in the compute dtype).
+    `perf` must be resolved for the device (PerfConfig.resolved); None: the plain defaults."""
     from transformers import AutoModelForCausalLM
 
     perf = perf or PerfConfig().resolved(device.type)
 
     hf_config = _hf_config(cfg)
     rank = dist.get_rank()
+    param_dtype = resolve_param_dtype(cfg.param_dtype, device.type)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(hf_config, dtype=torch.float32)
     if cfg.activation_checkpointing:
         if not getattr(model, "supports_gradient_checkpointing", False):
             raise ValueError(f"model.activation_checkpointing: {type(model).__name__} does not support it")
         # HF's checkpointing: non-reentrant torch.utils.checkpoint with preserve_rng_state, so dropout replays
-        # exactly in the recomputation (KNOWLEDGE.md: gradients matched bitwise).
+        # exactly in the recomputation (KNOWLEDGE.md: gradients matched bitwise). Non-reentrant also needs no
+        # input that requires grad, which matters for LoRA: the frozen embeddings' output does not.
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.config.use_cache = False
+    if lora is not None:
+        with torch.device("meta"):
+            model = lora_lib.apply(model, lora, base_dtype=param_dtype, base_model=cfg.source or cfg.path)
 
     blocks = find_blocks(model)
     if not blocks:
         raise ValueError(f"no decoder blocks found in {type(model).__name__}: cannot shard block by block")
-    mp = MixedPrecisionPolicy(param_dtype=resolve_param_dtype(cfg.param_dtype, device.type),
-                              reduce_dtype=getattr(torch, perf.reduce_dtype))
-    for block in blocks:
-        if perf.compile == "on":
-            block.compile()  # in place: parameter names (and so checkpoint keys) stay as they are
-        fully_shard(block, mesh=mesh, mp_policy=mp, reshard_after_forward=perf.reshard_after_forward)
-    # NOTE: the root gets no reshard_after_forward: FSDP2 then keeps its parameters (embeddings, final norm, head)
-    # gathered from forward to backward, which the chunked loss relies on (loss.py).
+    mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=getattr(torch, perf.reduce_dtype))
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    for unit in sharding_units(model, blocks):
+        reshard = perf.reshard_after_forward
+        if unit is head and perf.loss == "chunked":
+            # The chunked loss reads lm_head.weight after the model's forward (loss.py): its unit keeps the
+            # gathered weight until its backward, as the root would.
+            reshard = False
+        if perf.compile == "on" and any(unit is b for b in blocks):
+            unit.compile()  # in place: parameter names (and so checkpoint keys) stay as they are
+        fully_shard(unit, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard)
     fully_shard(model, mesh=mesh, mp_policy=mp)
     set_prefetch(blocks, perf.prefetch_blocks)
     warn_unsharded_blocks(model, blocks)
@@ -127,6 +163,9 @@ def build_sharded_model(cfg: ModelConfig, *, mesh: DeviceMesh, device: torch.dev
     full_buffers: dict[str, torch.Tensor] = {}
     if rank == 0:
         full = _materialise_full(cfg, hf_config, seed)
+        if lora is not None:
+            torch.manual_seed(seed)  # the adapters' initial values (lora_A random, lora_B zero)
+            full = lora_lib.apply(full, lora, base_dtype=torch.float32)
         full_sd = full.state_dict()
         full_buffers = dict(full.named_buffers())
         del full
@@ -140,7 +179,9 @@ def build_sharded_model(cfg: ModelConfig, *, mesh: DeviceMesh, device: torch.dev
     del full_sd, full_buffers
 
     num_params = sum(p.numel() for p in model.parameters())
-    return BuiltModel(model=model, blocks=blocks, num_params=num_params, hf_config=hf_config)
+    return BuiltModel(model=model, blocks=blocks, num_params=num_params, hf_config=hf_config,
+                      trainable_params=sum(p.numel() for p in model.parameters() if p.requires_grad),
+                      checkpoint_options=lora_lib.checkpoint_options() if lora is not None else None)
 
 
 def set_prefetch(blocks: list[nn.Module], n: int) -> None:

@@ -4,7 +4,7 @@ Entry: `python -m spotrun_trainer.train --config run.json`. torchrun's RANK/LOCA
 launcher's SPOTRUN_OUTCOME_DIR are read here and nowhere below.
 
 The shape (torchtitan's): `Trainer` builds the run from its config; `run()` loops over `train_step()`, the
-step's agreement, logging and the save decision, then saves a final checkpoint and `export()`s the model. The
+step's agreement, logging and the save decision, then saves a final checkpoint and exports (export.py). The
 CheckpointManager is handed the stateful objects once (model, optimizer, data loader, LR scheduler and the loop's
 `TrainState`) and restores them all in place on resume.
 
@@ -34,16 +34,16 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-from torch.distributed.fsdp import FSDPModule
 
 from . import metrics
 from .agreement import Agreement, LossHistory, StepAgreement
 from .checkpoint import CheckpointManager, verify_ahead
 from .config import TrainConfig
 from .data import TokenShardLoader
+from .export import export
 from .loss import CausalLMLoss
-from .model import build_mesh, build_sharded_model
+from .memory_check import PeakProbe, predict, report_line
+from .model import build_mesh, build_sharded_model, resolve_param_dtype
 
 log = logging.getLogger("spotrun_trainer")
 
@@ -136,12 +136,13 @@ class Trainer:
             torch.set_num_threads(cfg.num_threads)
         if cfg.deterministic:
             torch.use_deterministic_algorithms(True)
-        mesh = build_mesh(self.device.type, self.world, cfg.replicate_degree)
+        mesh = build_mesh(self.device.type, self.world, cfg.sharding)
         verified = verify_ahead(cfg.checkpoint, local_rank)  # hashes the checkpoints while the model is built
         self.perf = cfg.perf.resolved(self.device.type)
 
         torch.manual_seed(cfg.seed)  # the same init stream on every rank before sharding
-        self.built = build_sharded_model(cfg.model, mesh=mesh, device=self.device, seed=cfg.seed, perf=self.perf)
+        self.built = build_sharded_model(cfg.model, mesh=mesh, device=self.device, seed=cfg.seed, perf=self.perf,
+                                         lora=cfg.lora if cfg.method == "lora" else None)
         self.model = self.built.model
         self.model.train()
         torch.manual_seed(cfg.seed + 1 + self.rank)  # per-rank stream (dropout) after it; saved per rank
@@ -149,7 +150,8 @@ class Trainer:
 
         o = cfg.optim
         fused = {"fused": True} if self.perf.fused_optimizer == "on" else {}
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=o.lr, betas=(o.beta1, o.beta2),
+        self.trainable = [p for p in self.model.parameters() if p.requires_grad]  # LoRA: the adapters only
+        self.optimizer = torch.optim.AdamW(self.trainable, lr=o.lr, betas=(o.beta1, o.beta2),
                                            weight_decay=o.weight_decay, **fused)
         self.loader = TokenShardLoader(Path(cfg.data.path), seq_len=cfg.data.seq_len, micro_batch=cfg.micro_batch,
                                        dp_rank=self.rank, dp_size=self.world, seed=cfg.seed)
@@ -162,9 +164,16 @@ class Trainer:
         self.state = TrainState()
         self.ckpt = CheckpointManager(cfg.checkpoint, model=self.model, optimizer=self.optimizer,
                                       local_rank=local_rank, verified=verified,
+                                      model_options=self.built.checkpoint_options,
                                       states={"trainer": self.state, "loader": self.loader,
                                               "scheduler": self.scheduler})
         self.peak_flops = _device_peak(self.device)
+        self.predicted = predict(
+            self.built.hf_config, shard_ranks=cfg.sharding.mesh_shape(self.world)[1], micro_batch=cfg.micro_batch,
+            seq_len=cfg.data.seq_len, activation_checkpointing=cfg.model.activation_checkpointing,
+            compute_dtype=resolve_param_dtype(cfg.model.param_dtype, self.device.type), device=self.device,
+            method=cfg.method, trainable_params=self.built.trainable_params)
+        self.mem_probe = PeakProbe(self.model, self.optimizer, self.device, cfg.memory_probe)
         self.agreement = StepAgreement()
         self.losses = LossHistory(Path(cfg.output_dir) / "loss_history.jsonl", divisor=self.world * cfg.grad_accum,
                                   rank=self.rank)
@@ -179,9 +188,11 @@ class Trainer:
         if self.agreement.now(stop=self.stop_flag.requested):
             return self._stopped("signal-before-first-step", save=False)
         if self.rank == 0:
-            print(f"run_start params={self.built.num_params} world={self.world} blocks={len(self.built.blocks)} "
-                  f"start_step={self.state.step} total_steps={self.total_steps} device={self.device.type}",
-                  flush=True)
+            replicas, shard = self.cfg.sharding.mesh_shape(self.world)
+            print(f"run_start params={self.built.num_params} trainable={self.built.trainable_params} "
+                  f"method={self.cfg.method} world={self.world} blocks={len(self.built.blocks)} "
+                  f"start_step={self.state.step} total_steps={self.total_steps} device={self.device.type} "
+                  f"sharding={self.cfg.sharding.mode} mesh={replicas}x{shard}", flush=True)
         self._window_t, self._window_tokens = time.perf_counter(), 0
         while self.state.step < self.total_steps:
             step = self.state.step + 1
@@ -208,7 +219,7 @@ class Trainer:
             if self.rank == 0:
                 print(f"run_stopped step={self.state.step} reason=signal-before-export", flush=True)
             return Outcome("stopped", self.state.step)
-        self.export()
+        export(self.cfg, self.model, self.built, self.loader)
         if self.rank == 0:
             self._write_summary(segments, restored)
             print(f"run_completed step={self.state.step} final_loss={self.state.last_loss:.4f}", flush=True)
@@ -219,14 +230,16 @@ class Trainer:
         norm when clipping computed it or `need_grad_norm` asked for it, the lr used). No host sync."""
         cfg = self.cfg
         loss_sum = torch.zeros((), device=self.device)
+        self.mem_probe.begin_step()
         for _ in range(cfg.grad_accum):
-            batch = torch.from_numpy(self.loader.next_batch())
+            # input_ids and labels (-100 on prompt tokens of chat data: see TokenShardLoader.next_inputs)
+            inputs = {k: torch.from_numpy(v) for k, v in self.loader.next_inputs().items()}
             if self.device.type == "cuda":
-                batch = batch.pin_memory().to(self.device, non_blocking=True)
-            loss = self.loss_fn(self.model, batch)
+                inputs = {k: v.pin_memory().to(self.device, non_blocking=True) for k, v in inputs.items()}
+            loss = self.loss_fn(self.model, inputs)
             (loss / cfg.grad_accum).backward()
             loss_sum += loss.detach()
-        params = self.model.parameters()
+        params = self.trainable
         grad_norm = None
         if cfg.optim.grad_clip > 0:
             grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.optim.grad_clip)  # its all-reduce is the clip's
@@ -236,6 +249,8 @@ class Trainer:
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
+        if self.mem_probe.end_step() and self.rank == 0:
+            print(report_line(self.predicted, *self.mem_probe.measured()), flush=True)
         self.state.step += 1
         self.state.tokens_seen += self.tokens_per_step
         return loss_sum, grad_norm, lr
@@ -263,7 +278,8 @@ class Trainer:
             tps = self._window_tokens / max(time.perf_counter() - self._window_t, 1e-9)
             print(metrics.format_line(self.state.step, loss=self.state.last_loss, lr=lr,
                                       grad_norm=float(grad_norm), tokens_per_s=tps,
-                                      mfu=metrics.mfu(self.built.num_params, tps / self.world, self.peak_flops),
+                                      mfu=metrics.mfu(self.built.num_params, tps / self.world, self.peak_flops,
+                                                      self.built.trainable_params),
                                       mem_gb=_peak_mem_gb(self.device)), flush=True)
         self._window_t, self._window_tokens = time.perf_counter(), 0
 
@@ -286,53 +302,19 @@ class Trainer:
         summary = {
             "final_loss": self.state.last_loss, "steps": self.state.step, "tokens": self.state.tokens_seen,
             "parameters": self.built.num_params, "world_size": self.world, "tokens_per_s_per_device": tps_dev,
-            "mfu": metrics.mfu(self.built.num_params, tps_dev, self.peak_flops),
+            "mfu": metrics.mfu(self.built.num_params, tps_dev, self.peak_flops, self.built.trainable_params),
             "peak_mem_gb": _peak_mem_gb(self.device), "wall_s": wall, "starts": len(segments),
             "segments": segments, "resumed_from_step": restored.step if restored else None,
+            "trainable_parameters": self.built.trainable_params,
+            "memory_predicted_bytes": self.predicted.total if self.predicted else None,
+            "memory_measured_bytes": self.mem_probe.measured()[0],
+            "memory_measured_source": self.mem_probe.measured()[1],
         }
         (Path(self.cfg.output_dir) / "metrics.json").write_text(json.dumps(summary, indent=2))
-
-    def export(self) -> None:
-        """HF safetensors + config + tokenizer into output_dir (rank 0), from a full state dict gathered to CPU."""
-        cfg, model = self.cfg, self.model
-        out = Path(cfg.output_dir)
-        full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-        if cfg.probe_logits_path:
-            model.eval()
-            probe = torch.from_numpy(self.loader.next_batch()[:1]).to(self.device)
-            with torch.no_grad():
-                logits = model(input_ids=probe).logits.float().cpu()
-            model.train()
-        if self.rank == 0:
-            model.save_pretrained(out, state_dict=full)  # NOTE: save_pretrained empties the dict passed to it
-            self.built.hf_config.architectures = [_plain_class_name(model)]
-            self.built.hf_config.save_pretrained(out)
-            _export_tokenizer(cfg, out)
-            if cfg.probe_logits_path:
-                torch.save({"input_ids": probe.cpu(), "logits": logits}, cfg.probe_logits_path)
-        dist.barrier()
 
 
 def train(cfg: TrainConfig, *, local_rank: int, stop: StopFlag) -> Outcome:
     return Trainer(cfg, local_rank=local_rank, stop=stop).run()
-
-
-def _plain_class_name(model: torch.nn.Module) -> str:
-    # FSDP2 swaps the class for a dynamic subclass `FSDP<Name>(FSDPModule, <Name>)`.
-    for cls in type(model).__mro__:
-        if not issubclass(cls, FSDPModule) and cls.__name__ != "Module":
-            return cls.__name__
-    return type(model).__name__
-
-
-def _export_tokenizer(cfg: TrainConfig, out: Path) -> None:
-    from transformers import AutoTokenizer
-
-    for candidate in (cfg.model.path, str(Path(cfg.data.path) / "tokenizer")):
-        if candidate and (Path(candidate) / "tokenizer_config.json").exists():
-            AutoTokenizer.from_pretrained(candidate).save_pretrained(out)
-            return
-    log.warning("export: no tokenizer found next to the model or the data; the model is exported without one")
 
 
 def write_outcome(outcome_dir: str, rank: int, outcome: Outcome) -> None:

@@ -1,0 +1,137 @@
+"""The run report: what was estimated against what happened, the cost, and the loss curve.
+
+One dictionary for both paths. Its cost keys are the cost guard's report (spotrun.handlers.cost_guard):
+run, job_name, status, instance_type, instance_count, spot, billable_seconds, training_seconds, interruptions,
+spot_savings_pct, cost_usd, cap_usd, estimated_cost_usd, final_loss, model_data_url. A local run adds
+`estimate` and `actual` (steps, tokens, wall time, time lost to interruptions and restarts, steps redone) and
+`interruption_log`; its cost prices the wall time measured here at the planned instance's rates.
+
+Files (write_report): report.json, report.txt (the readable summary) and loss.png (matplotlib, headless) with
+each interruption marked.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .contract import RunSpec
+from .planner import Estimate
+
+
+def build_local_report(*, run: RunSpec, estimate: Estimate, job_name: str, metrics: dict,
+                       losses: list[tuple[int, float]], history: dict, usd_per_hour: float,
+                       spot_discount: float) -> dict:
+    """The report of a local run from the planner's estimate, the trainer's metrics.json and loss history, and
+    the timeline of starts and interruptions kept by the local pipeline."""
+    training_s = sum(s["ended_s"] - s["started_s"] for s in history["starts"])
+    on_demand = training_s / 3600 * usd_per_hour
+    spot = on_demand * (1 - spot_discount)
+    interruptions = history["interruptions"]
+    return {
+        "run": run.name, "job_name": job_name, "status": "Completed", "local": True,
+        "instance_type": estimate.instance_type, "instance_count": estimate.instance_count, "spot": run.compute.spot,
+        # What SageMaker would report for this wall time: billable time is spot-adjusted.
+        "billable_seconds": round(training_s * (1 - spot_discount) if run.compute.spot else training_s, 3),
+        "training_seconds": round(training_s, 3),
+        "interruptions": len(interruptions),
+        "spot_savings_pct": round(spot_discount * 100, 2) if run.compute.spot else 0.0,
+        "cost_usd": round(spot if run.compute.spot else on_demand, 6),
+        "cost_usd_at_rates": {"spot": round(spot, 6), "on_demand": round(on_demand, 6)},
+        "cap_usd": run.max_usd,
+        "estimated_cost_usd": estimate.cost_usd,
+        "final_loss": metrics["final_loss"],
+        "estimate": {
+            "wall_seconds": round(estimate.wall_seconds, 1), "tokens": estimate.tokens,
+            "expected_interruptions": round(estimate.expected_interruptions, 4),
+            "expected_overhead_seconds": round(estimate.expected_overhead_seconds, 1),
+            "checkpoint_policy": estimate.checkpoint_policy,
+            "checkpoint_interval_seconds": estimate.checkpoint_interval_seconds,
+        },
+        "actual": {
+            "steps": metrics["steps"], "tokens": metrics["tokens"], "wall_seconds": history["wall_s"],
+            "trainer_seconds": round(metrics["wall_s"], 3), "starts": len(history["starts"]),
+            "lost_seconds": round(sum(i.get("lost_s", 0.0) for i in interruptions), 3),
+            "steps_redone": len(losses) - len({step for step, _ in losses}),
+            "tokens_per_s_per_device": round(metrics["tokens_per_s_per_device"], 1),
+        },
+        "interruption_log": interruptions,
+        "interruptions_not_injected": history.get("not_injected", []),
+    }
+
+
+def _money(value) -> str:
+    return f"${value:,.4f}" if isinstance(value, (int, float)) else str(value)
+
+
+def summary_text(report: dict) -> str:
+    """A readable summary of a report (local or AWS)."""
+    lines = [f"run {report['run']} ({report['job_name']}): {report['status']}"]
+    if "estimate" in report:
+        est, act = report["estimate"], report["actual"]
+        lines += [
+            f"  steps            {act['steps']} ({act['steps_redone']} redone), {act['tokens']:,} tokens "
+            f"(estimated {est['tokens']:,.0f})",
+            f"  wall time        {act['wall_seconds']:.1f} s here over {act['starts']} start(s); estimate for "
+            f"{report['instance_count']} x {report['instance_type']}: {est['wall_seconds']:.0f} s",
+            f"  interruptions    {report['interruptions']} (estimate {est['expected_interruptions']:.3f}); "
+            f"time lost to them and the restarts {act['lost_seconds']:.1f} s",
+        ]
+        for i, event in enumerate(report.get("interruption_log", []), 1):
+            lines.append(f"    {i}. {event['kind']} at step {event['step']} ({event['trigger']}): resumed from "
+                         f"checkpoint step {event['checkpoint_step']}, {event.get('lost_s', float('nan')):.1f} s lost")
+    lines += [
+        f"  billable/training {report['billable_seconds']:.1f} s / {report['training_seconds']:.1f} s"
+        f" (spot savings {report['spot_savings_pct']:.1f}%)",
+        f"  cost             {_money(report['cost_usd'])} of cap {_money(report['cap_usd'])}; estimated "
+        f"spot {_money(report['estimated_cost_usd']['spot'])} / on-demand "
+        f"{_money(report['estimated_cost_usd']['on_demand'])}",
+    ]
+    if "cost_usd_at_rates" in report:
+        rates = report["cost_usd_at_rates"]
+        lines.append(f"  this wall time at the planned instance's rates: spot {_money(rates['spot'])}, "
+                     f"on-demand {_money(rates['on_demand'])}")
+    if report.get("final_loss") is not None:
+        lines.append(f"  final loss       {report['final_loss']:.4f}")
+    if report.get("model_package_arn") or report.get("model_package"):
+        lines.append(f"  model package    {report.get('model_package_arn') or report.get('model_package')}")
+    return "\n".join(lines)
+
+
+def plot_loss(losses: list[tuple[int, float]], interruptions: list[dict], path: Path, title: str) -> Path:
+    """loss.png: the per-step loss (the last value of a step that was redone) with each interruption marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # headless: no display on servers and CI
+    import matplotlib.pyplot as plt
+
+    final = dict(losses)
+    steps = sorted(final)
+    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
+    ax.plot(steps, [final[s] for s in steps], color="tab:blue", linewidth=1.5, label="training loss")
+    for i, event in enumerate(interruptions, 1):
+        label = f"{event['kind']} at step {event['step']}" if i == 1 or len(interruptions) < 5 else None
+        ax.axvline(event["step"], color="tab:red", linestyle="--", linewidth=1.2, label=label)
+        if event["checkpoint_step"] < event["step"]:  # steps after the newest checkpoint were run again
+            ax.axvspan(event["checkpoint_step"], event["step"], color="tab:red", alpha=0.12)
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper right")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def write_report(report: dict, losses: list[tuple[int, float]], out_dir: Path) -> dict[str, Path]:
+    out_dir = Path(out_dir)
+    paths = {"report": out_dir / "report.json", "summary": out_dir / "report.txt", "plot": out_dir / "loss.png"}
+    plot_loss(losses, report.get("interruption_log", []), paths["plot"],
+              f"{report['run']}: {report['interruptions']} interruption(s)")
+    paths["report"].write_text(json.dumps(report, indent=2))
+    paths["summary"].write_text(summary_text(report) + "\n")
+    for path in paths.values():
+        path.chmod(0o644)
+    return paths
