@@ -17,6 +17,8 @@ import unicodedata
 from dataclasses import dataclass, field
 from typing import Any
 
+from .seams import PIPELINE_TAG_KEYS
+
 SCHEMA_VERSION = 1
 # NOTE: every pattern is used with fullmatch: `re.match(r"...$")` accepts a trailing newline.
 _NAME = re.compile(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,47}")  # SageMaker job names allow 63; prefix/suffixes are added
@@ -36,7 +38,7 @@ HYPERPARAMETER_VALUE_MAX = 2500  # CreateTrainingJob: HyperParameters values <= 
 HYPERPARAMETER_KEY_MAX = 256
 HYPERPARAMETERS_MAX = 100
 # Tags the pipeline sets on every training job itself; a run may not override them.
-RESERVED_TAG_KEYS = ("project", "stage", "cost-center", "run", "execution")
+RESERVED_TAG_KEYS = PIPELINE_TAG_KEYS
 MAX_TAGS = 50  # CreateTrainingJob: TagList max 50
 MAX_RUN_TAGS = MAX_TAGS - len(RESERVED_TAG_KEYS)
 

@@ -14,9 +14,11 @@ Rules, with the choices made here:
   sharding and activation checkpointing go to the trainer as hyperparameters. A run given only
   model.parameters has no shape: its activations are not modelled (a warning says so).
 - Time (spotrun/topology.py): per micro-batch, compute (6 N per token, +2 N with activation checkpointing; LoRA
-  4 N + 6 N_adapter) at the data-sheet peak x utilization (0.25 unless a measured MFU is given), and the FSDP
+  4 N + 6 N_adapter) at the data-sheet peak x utilization, and the FSDP
   collectives over the catalog's NVLink/PCIe and EFA bandwidths, hidden behind compute up to a stated fraction.
-  wall = training time + startup (180 s: container pull + data download).
+  wall = training time + startup (180 s: container pull + data download). Utilization: compute.utilization when
+  given, else the median MFU measured by earlier completed runs of the same model shape and method on that
+  instance type (recorded by handlers/performance.py), else the catalog's 0.25; the estimate says which.
 - Choice: the cheapest layout that fits (spot or on-demand, as the run asks), among those meeting
   compute.target_hours when given (the fastest, with a warning, when none does). A model that fits nothing is
   refused naming the largest layout tried and what it would need.
@@ -38,6 +40,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -98,6 +101,7 @@ class Estimate:
     advice: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     hyperparameters: dict[str, str] = field(default_factory=dict)
+    utilization_source: str = "catalog default"
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -207,7 +211,7 @@ class _Planner:
     """Fits and times layouts for one run (the pieces of `estimate` that depend on the layout)."""
 
     def __init__(self, run: RunSpec, catalog: dict, dims: ModelDims | None, total: int, trainable: int,
-                 tokens: float, util: float):
+                 tokens: float, util: Callable[[str], float]):
         self.run, self.catalog, self.d = run, catalog, catalog["defaults"]
         self.dims, self.total, self.trainable, self.tokens, self.util = dims, total, trainable, tokens, util
         self.method = run.training.method
@@ -253,7 +257,7 @@ class _Planner:
         spec = self.catalog["instances"][fit.layout.instance_type]
         tokens_mb = fit.micro_batch * self.run.data.seq_len
         flops = flops_per_token(self.total, self.trainable, self.method, fit.activation_checkpointing) * tokens_mb
-        compute = flops / (spec["bf16_tflops_per_gpu"] * 1e12 * self.util)
+        compute = flops / (spec["bf16_tflops_per_gpu"] * 1e12 * self.util(fit.layout.instance_type))
         comm = comm_seconds(fit.layout, spec, self.d, total_params=self.total, trainable_params=self.trainable,
                             compute_bytes=self.d["compute_bytes"])
         micro_batches = self.tokens / (fit.layout.world * tokens_mb)
@@ -287,9 +291,11 @@ class _Planner:
 
 
 def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | None = None,
-             data_tokens: int | None = None, recorded_rates: dict[str, float] | None = None) -> Estimate:
+             data_tokens: int | None = None, recorded_rates: dict[str, float] | None = None,
+             recorded_mfu: dict[str, tuple[float, int]] | None = None) -> Estimate:
     """Estimate a validated run. `model_config`/`data_tokens` come from the run's sources (see sources.py);
-    `recorded_rates` maps instance type to interruptions per instance-hour measured by the recorder."""
+    `recorded_rates` maps instance type to interruptions per instance-hour measured by the recorder;
+    `recorded_mfu` maps instance type to (MFU, runs) measured by earlier runs of this shape and method."""
     catalog = catalog or load_catalog()
     d = catalog["defaults"]
     c = run.compute
@@ -308,10 +314,19 @@ def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | 
     flops = (4 * total + 6 * trainable) * tokens if lora else 6 * total * tokens
     state = training_state_bytes(total, trainable, run.training.method, d["compute_bytes"])
     ckpt_bytes = checkpoint_bytes(total, trainable, run.training.method)
-    util = c.utilization or d["utilization"]
+
+    def utilization(itype: str) -> tuple[float, str]:
+        if c.utilization:
+            return c.utilization, "compute.utilization"
+        mfu, runs = (recorded_mfu or {}).get(itype, (0.0, 0))
+        if 0 < mfu <= 1:
+            return mfu, (f"measured: the median MFU of {runs} earlier {run.training.method} run(s) of this model "
+                         f"shape on {itype}")
+        return d["utilization"], "catalog default"
+
     config = run.model.config or model_config
     dims = ModelDims.from_config(config) if config is not None and run.model.parameters is None else None
-    planner = _Planner(run, catalog, dims, total, trainable, tokens, util)
+    planner = _Planner(run, catalog, dims, total, trainable, tokens, lambda itype: utilization(itype)[0])
 
     if c.instance_type != "auto":
         if c.instance_type not in catalog["instances"]:
@@ -357,6 +372,7 @@ def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | 
     best = min(pool, key=lambda o: (price_of(o), o.wall))
     fit = best.fit
     gpu_seconds = best.train_seconds * fit.layout.world
+    util, util_source = utilization(best.instance_type)
 
     expected_wall = best.wall + best.overhead
     if expected_wall > MAX_RUNTIME_LIMIT_S and not c.accept_max_runtime_stop:
@@ -440,8 +456,10 @@ def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | 
                         "total": fit.memory.total, "usable": int(fit.usable),
                         "allowance": int(d["memory_allowance_gb"] * 1e9)},
         seconds_per_micro_batch={"compute": best.compute_s, "communication": best.comm_s},
-        advice=advice, warnings=warnings,
+        advice=advice, warnings=warnings, utilization_source=util_source,
     )
+    if util_source.startswith("measured"):
+        advice.append(f"utilization {util:.2f} ({util_source}) instead of the {d['utilization']:.2f} default")
     est.hyperparameters = trainer_hyperparameters(run, est)
     if c.spot and best.spot >= 0.9 * best.on_demand:
         advice.append("spot saves under 10% here once interruptions are counted: on-demand (compute.spot=false) "
@@ -523,7 +541,7 @@ def format_text(est: Estimate) -> str:
         ("parameters", f"{est.parameters:,}"), ("trainable parameters", f"{est.trainable_parameters:,}"),
         ("tokens", f"{est.tokens:,.0f}"), ("training FLOPs", f"{est.training_flops:.3e}"),
         ("training state", f"{est.training_state_bytes / 1e9:,.1f} GB"),
-        ("GPU-hours", f"{est.gpu_hours:,.2f} at utilization {est.utilization:.2f}"),
+        ("GPU-hours", f"{est.gpu_hours:,.2f} at utilization {est.utilization:.2f} ({est.utilization_source})"),
         ("instances", f"{est.instance_count} x {est.instance_type}"),
         ("sharding", f"{est.sharding}" + (f" (shard groups of {est.shard_group_nodes} node(s))"
                                           if est.sharding == "hybrid" else "")),

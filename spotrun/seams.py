@@ -74,6 +74,11 @@ CHECKPOINT_AGE_METRIC = "CheckpointAgeSeconds"
 CHECKPOINT_OVERDUE_METRIC = "CheckpointOverdue"  # age / (2 x planned interval + upload time); alarm at >= 1
 INTERRUPTIONS_METRIC = "Interruptions"
 
+# Tags the estimate sets on every training job (a run may not set them): cost allocation and identity, and the
+# shape and method that match a finished job's measured MFU to later estimates (handlers/performance.py).
+SHAPE_TAG, METHOD_TAG = "spotrun:shape", "spotrun:method"
+PIPELINE_TAG_KEYS = ("project", "stage", "cost-center", "run", "execution", METHOD_TAG, SHAPE_TAG)
+
 # ---- stop notice (SageMaker -> launcher -> trainer) ------------------------------------------------------------
 
 

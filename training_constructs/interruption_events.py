@@ -1,7 +1,8 @@
 """InterruptionEvents: EventBridge rules on this stack's SageMaker training jobs.
 
 - SecondaryStatus=Interrupted, and every terminal status -> the interruption recorder (Lambda -> DynamoDB,
-  idempotent under duplicate delivery, PutItem only), which the estimate reads to set the checkpoint interval.
+  idempotent under duplicate delivery, PutItem only), which the estimate reads to set the checkpoint interval; for
+  a Completed job it also records the measured MFU (DescribeTrainingJob's final metrics), which later estimates use.
   Events the Lambda could not take after the retries go to a dead-letter queue instead of being dropped.
 Only jobs whose names start with this stage's prefix match: other stacks' jobs never reach these targets.
 Failures are notified once, by the state machine's Notify states (and the canceller): no rule here sends them.
@@ -11,15 +12,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from aws_cdk import RemovalPolicy
+from aws_cdk import RemovalPolicy, Stack
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
+from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from spotrun.seams import METRICS_NAMESPACE
 
 from .lambda_code import dead_letter_queue, spotrun_function
+from .nag import acknowledge, rendered
 
 SOURCE, DETAIL_TYPE = "aws.sagemaker", "SageMaker Training Job State Change"
 
@@ -48,6 +51,14 @@ class InterruptionEvents(Construct):
                          "STAGE": props.stage})
         self.table.grant(self.recorder, "dynamodb:PutItem")  # conditional puts are all it does
         self.dead_letters = dead_letter_queue(self, "RecorderDlq")
+        job_arn = Stack.of(self).format_arn(service="sagemaker", resource="training-job",
+                                            resource_name=f"{props.job_prefix}*")
+        self.recorder.add_to_role_policy(iam.PolicyStatement(actions=["sagemaker:DescribeTrainingJob"],
+                                                             resources=[job_arn]))
+        acknowledge(self.recorder.role.node.find_child("DefaultPolicy"),
+                    f"AwsSolutions-IAM5[Resource::{rendered(self, job_arn)}]",
+                    "reads the final metrics of this stage's training jobs only: every job name starts with the "
+                    "stage's prefix")
         name = {"TrainingJobName": [{"prefix": props.job_prefix}]}
         self.interruption_rule = events.Rule(self, "Interrupted", event_pattern=events.EventPattern(
             source=[SOURCE], detail_type=[DETAIL_TYPE],

@@ -21,17 +21,19 @@ import hashlib
 import json
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from ..contract import RunSpec, RunValidationError, parse_run
 from ..planner import EstimateRefused, estimate, load_catalog
-from ..seams import Plan, PlanStatus, StopNotice
+from ..seams import METHOD_TAG, SHAPE_TAG, Plan, PlanStatus, StopNotice
 from ..sources import resolve
 from ..validate import Target, check_target, pipeline_hyperparameters
+from .performance import shape_key
 
 CONTRACT_KEYS = ("parameters", "trainable_parameters", "training_flops", "gpu_hours", "instance_type",
                  "instance_count", "max_runtime_seconds", "max_wait_seconds", "checkpoint_bytes",
-                 "notice_upload_gb_per_s", "checkpoint_interval_seconds", "cost_usd", "warnings")
+                 "notice_upload_gb_per_s", "checkpoint_interval_seconds", "cost_usd", "warnings", "utilization",
+                 "utilization_source")
 MAX_JOB_NAME = 63
 FALLBACK_SUFFIX = "-od"
 RUN_RECORD = "spotrun-run.json"  # what an execution trained, beside its checkpoints: checked on resume_from
@@ -171,17 +173,23 @@ def deployment_catalog(catalog: dict, settings: PipelineSettings, run: RunSpec) 
 
 def plan(run_raw: Any, execution: str, settings: PipelineSettings, *, s3_client: Any = None,
          rates: dict[str, float] | None = None, catalog: dict | None = None, quotas_client: Any = None,
-         started: str = "") -> dict:
-    """The plan for one execution (see the module docstring); clients None skip the checks that need them."""
+         started: str = "", mfu_lookup: Callable[[str, str], dict[str, tuple[float, int]]] | None = None) -> dict:
+    """The plan for one execution (see the module docstring); clients None skip the checks that need them.
+
+    `mfu_lookup(shape, method)`: instance type -> (MFU, runs) measured by earlier runs (performance.py).
+    """
     catalog = catalog or load_catalog()
+    shape = None
     try:
         # The same rules `spotrun validate --stage` applies (spotrun/validate.py).
         run: RunSpec = parse_run(run_raw)
         catalog = deployment_catalog(catalog, settings, run)
         data_uri, model_uri = check_target(run, Target(settings.bucket, settings.model_package_group))
         model_config, tokens = resolve(run, s3_client=s3_client)
+        shape = shape_key(run.model.config or model_config) if (run.model.config or model_config) else None
+        measured = mfu_lookup(shape, run.training.method) if (mfu_lookup and shape) else None
         est = estimate(run, catalog=catalog, model_config=model_config, data_tokens=tokens,
-                       recorded_rates=rates)
+                       recorded_rates=rates, recorded_mfu=measured)
         hyper = pipeline_hyperparameters(run, est)
     except RunValidationError as exc:
         return {"status": "InvalidRun", "message": str(exc), "field": exc.field}
@@ -193,14 +201,14 @@ def plan(run_raw: Any, execution: str, settings: PipelineSettings, *, s3_client:
 
     try:
         return _ok_plan(run, est, hyper, execution, started, settings, catalog, model_config, tokens, data_uri,
-                        model_uri, s3_client, quotas_client)
+                        model_uri, s3_client, quotas_client, shape)
     except RunValidationError as exc:
         return {"status": PlanStatus.INVALID_RUN.value, "message": str(exc), "field": exc.field}
 
 
 def _ok_plan(run: RunSpec, est: Any, hyper: dict, execution: str, started: str, settings: PipelineSettings,
              catalog: dict, model_config: dict | None, tokens: int | None, data_uri: str, model_uri: str | None,
-             s3_client: Any, quotas_client: Any) -> dict:
+             s3_client: Any, quotas_client: Any, shape: str | None) -> dict:
     if quotas_client is not None:
         check_quota(quotas_client, est.instance_type, est.instance_count, run.compute.spot)
     record = run_record(run, model_config, tokens, est.parameters)
@@ -216,7 +224,9 @@ def _ok_plan(run: RunSpec, est: Any, hyper: dict, execution: str, started: str, 
     channels = [_channel("train", data_uri)] + ([_channel("model", model_uri)] if model_uri else [])
     name = job_name(settings, run.name, execution)
     tags = {"project": settings.project, "stage": settings.stage, "cost-center": settings.cost_center,
-            **run.tags, "run": run.name, "execution": execution}
+            **run.tags, "run": run.name, "execution": execution, METHOD_TAG: run.training.method}
+    if shape:
+        tags[SHAPE_TAG] = shape  # with the method, what matches this job's measured MFU to later estimates
     volume_gb = max(100, int(est.checkpoint_bytes * run.checkpoint.keep * 1.5 / 1e9) + 50)
     keep_alive = 0 if run.compute.spot else run.compute.warm_pool_minutes * 60
     as_of = catalog["regions"][settings.region].get("as_of", "unknown date")
@@ -253,12 +263,17 @@ def handler(event: dict, _context: Any) -> dict:
 
     event = event if isinstance(event, dict) else {}  # the state machine passes an object; anything else: no run
     settings = PipelineSettings.from_env(dict(os.environ))
-    rates = None
+    rates, mfu_lookup = None, None
     table_name = os.environ.get("TABLE_NAME")
     if table_name:
         from .interruptions import recorded_rates
+        from .performance import recorded_utilization
 
-        rates = recorded_rates(boto3.resource("dynamodb").Table(table_name))
+        table = boto3.resource("dynamodb").Table(table_name)
+        rates = recorded_rates(table)
+
+        def mfu_lookup(shape: str, method: str) -> dict[str, tuple[float, int]]:
+            return recorded_utilization(table, shape=shape, method=method)
     return plan(event.get("run"), str(event.get("execution", "")), settings, rates=rates,
                 s3_client=boto3.client("s3"), quotas_client=boto3.client("service-quotas"),
-                started=str(event.get("started", "")))
+                started=str(event.get("started", "")), mfu_lookup=mfu_lookup)

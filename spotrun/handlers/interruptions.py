@@ -71,10 +71,15 @@ def record(event: dict, table: Any, *, namespace: str, stage: str) -> str:
 def handler(event: dict, _context: Any) -> dict:
     import boto3
 
+    from ..planner import load_catalog
+    from .performance import record_performance
+
     table = boto3.resource("dynamodb").Table(os.environ["TABLE_NAME"])
     outcome = record(event, table, namespace=os.environ.get("METRICS_NAMESPACE", "spotrun"),
                      stage=os.environ.get("STAGE", ""))
-    return {"outcome": outcome}
+    # A Completed job's measured MFU, for later estimates (performance.py).
+    performance = record_performance(event, table, boto3.client("sagemaker"), load_catalog())
+    return {"outcome": outcome, "performance": performance}
 
 
 def recorded_rates(table: Any, min_hours: float = 10.0) -> dict[str, float]:

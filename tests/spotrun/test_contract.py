@@ -203,7 +203,7 @@ def _refused(raw) -> RunValidationError:
     (lambda r: r.update(tags={"Cost-Center": "x"}), "tags.Cost-Center", "pipeline sets these"),
     (lambda r: r.update(tags={"team": "a*b"}), "tags.team", "_.:/=+-@"),
     (lambda r: r.update(tags={"emoji\U0001F600": "v"}), "tags.'emoji\U0001F600'", "tag key"),
-    (lambda r: r.update(tags={f"t{i}": "v" for i in range(46)}), "tags", "at most 45"),
+    (lambda r: r.update(tags={f"t{i}": "v" for i in range(44)}), "tags", "at most 43"),
     (lambda r: r["model"]["config"].update(pad="x" * 2500), "model.config", "this one has 2,"),
     (lambda r: r["model"].pop("init"), None, None),  # a shape alone parses (estimates); the pipeline refuses it
     (lambda r: r["model"].update(init="pretrained"), "model.source", "pretrained weights"),

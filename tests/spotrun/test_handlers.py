@@ -55,7 +55,7 @@ def test_plan_has_every_plan_field_and_what_create_training_job_needs(s3):
     assert all(isinstance(v, str) for v in p["hyperparameters"].values())
     tags = {t["Key"]: t["Value"] for t in p["tags"]}
     assert tags == {"project": "spotrun", "stage": "dev", "cost-center": "ml-platform", "team": "nlp",
-                    "run": "tiny-run", "execution": "exec-1"}
+                    "run": "tiny-run", "execution": "exec-1", "spotrun:method": "full", "spotrun:shape": "gpt2/3M/2L"}
     assert p["usd_per_hour"] == 1.408 and "us-east-1" in p["price_source"]
 
 

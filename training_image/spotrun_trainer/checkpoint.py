@@ -4,8 +4,14 @@ Layout under the checkpoint dir (SageMaker mirrors it to one S3 prefix shared by
 
     step-00000120/__0_0.distcp, __1_0.distcp, ...   one file per rank (global rank in the name: unique across
     step-00000120/.metadata                          instances), plus DCP's metadata from rank 0
-    step-00000120/manifest.json                      written last, by rank 0: step, world size, train state,
-                                                     and every file with its size and sha256
+    step-00000120/manifest.json                      written last, by rank 0: step, world size, the small
+                                                     stateful objects' state (loop counters, data position,
+                                                     LR scheduler) and every file with its size and sha256
+
+What is saved where. The CheckpointManager is handed the stateful objects once: the FSDP2 model and optimizer go
+through DCP (sharded tensors, one file per rank), as does each rank's RNG state (under a per-rank key); the
+other objects (anything with `state_dict()` returning JSON-able values and `load_state_dict()`) are small and the
+same on every rank, so their state is stored once, in the manifest, readable with any JSON tool.
 
 Commit protocol. A checkpoint exists when its manifest exists and every file it lists has the listed size and
 hash. Nothing is renamed: on an S3-mirrored directory a rename is an upload of new objects plus deletions, not an
@@ -35,9 +41,11 @@ import re
 import shutil
 import stat
 import time
+from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import torch
 import torch.distributed as dist
@@ -57,7 +65,7 @@ from .config import CheckpointConfig
 log = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
-FORMAT = 1
+FORMAT = 2  # 2: the stateful objects' state by name under "train_state" (1 kept the loop's dict flat)
 _STEP_DIR = re.compile(r"^step-(\d{8})$")
 # Time left after the save for the last step and the shutdown, inside the stop notice (SageMaker sends SIGTERM
 # and allows 120 s: StopTrainingJob API reference).
@@ -211,27 +219,65 @@ def describe_failure(exc: BaseException) -> str:
     return text[:500]
 
 
+class Stateful(Protocol):
+    """What the manager needs of a small stateful object (data loader, LR scheduler, the loop's counters)."""
+
+    def state_dict(self) -> dict: ...
+
+    def load_state_dict(self, state: dict) -> None: ...
+
+
+def verify_ahead(cfg: CheckpointConfig, local_rank: int) -> Future | None:
+    """Start hashing this node's checkpoints in a thread (each node's local rank 0), so a resume verifies while the
+    model is being built instead of after it: hashing reads every byte and needs nothing from the model."""
+    if not cfg.dir or cfg.resume == "never" or local_rank != 0:
+        return None
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ckpt-verify")
+    future = pool.submit(committed_checkpoints, Path(cfg.dir))
+    pool.shutdown(wait=False)  # the thread ends with the hashing
+    return future
+
+
 @dataclass
 class Restored:
+    """What load() found: the step of the checkpoint loaded (every stateful object is already restored)."""
+
     step: int
-    train_state: dict
     world_size_changed: bool
 
 
+@dataclass
+class PendingSave:
+    """A periodic save staged and being written in the background, not yet committed."""
+
+    step: int
+    states: dict  # the small objects' state at the save's step (goes into the manifest at commit)
+    written: Future  # -> (files this rank wrote with sizes and hashes, files DCP's metadata references)
+    started: float  # time.monotonic() when the save began
+    blocked_s: float  # how long training was blocked (staging)
+
+
 class CheckpointManager:
-    """Owns save(step) and load() for the stateful training objects."""
+    """Owns save(step) and load() for the stateful training objects, handed over once here.
+
+    `states` names the small objects (`{"trainer": ..., "loader": ..., "scheduler": ...}`); their state is
+    snapshotted at save time and restored in place by load().
+    """
 
     def __init__(self, cfg: CheckpointConfig, *, model, optimizer, local_rank: int,
+                 states: Mapping[str, Stateful] | None = None, verified: Future | None = None,
                  model_options: StateDictOptions | None = None):
-        """`model_options` select what of the model is saved and how it is loaded back (LoRA: the trainable
+        """`verified`: from verify_ahead(), started before the model was built (else load() verifies itself).
+        `model_options` select what of the model is saved and how it is loaded back (LoRA: the trainable
         parameters only, see lora.checkpoint_options); None saves and strictly loads everything."""
         self.cfg = cfg
+        self._verified = verified
         self.root = Path(cfg.dir)
-        self.model, self.optimizer = model, optimizer
+        self.model, self.optimizer, self.states = model, optimizer, dict(states or {})
         self.model_options = model_options
         self.rank, self.world_size, self.local_rank = dist.get_rank(), dist.get_world_size(), local_rank
         self.committed: list[int] = []
-        self._pending: tuple[int, dict, Future, float, float] | None = None
+        self._pending: PendingSave | None = None
         use_async = cfg.async_save and self.enabled
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ckpt") if use_async else None
         # NOTE: async saves must not share the training group: their collectives would interleave with FSDP's
@@ -253,9 +299,16 @@ class CheckpointManager:
 
     # ---- saving ------------------------------------------------------------------------------------------
 
-    def _state(self, train_state: dict) -> dict:
+    def _snapshot(self) -> dict:
+        """The small objects' state now, as plain JSON values (a copy: training goes on while a save finishes)."""
+        try:
+            return json.loads(json.dumps({name: obj.state_dict() for name, obj in self.states.items()}))
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"checkpoint: a stateful object's state_dict() is not JSON-serialisable: {exc}") from None
+
+    def _dcp_state(self) -> dict:
         model_sd, optim_sd = get_state_dict(self.model, self.optimizer, options=self.model_options)
-        state = {"model": model_sd, "optim": optim_sd, "train_state": json.dumps(train_state, sort_keys=True)}
+        state = {"model": model_sd, "optim": optim_sd}
         # NOTE: RNG is per rank; DCP treats same-key plain tensors as replicated and keeps one, so each rank's
         # state goes under its own key.
         state[f"rng.rank{self.rank}"] = torch.get_rng_state()
@@ -272,7 +325,7 @@ class CheckpointManager:
         return bool(by_steps or by_time)
 
     def pending_unfinished(self) -> bool:
-        return self._pending is not None and not self._pending[2].done()
+        return self._pending is not None and not self._pending.written.done()
 
     def intact_note(self) -> str:
         """Which checkpoint a restart would resume from, for error messages."""
@@ -300,7 +353,7 @@ class CheckpointManager:
         return CheckpointError(f"checkpoint step-{step:08d} could not be written: {describe_failure(exc)}; "
                                f"{self.intact_note()}")
 
-    def save(self, step: int, train_state: dict, *, blocking: bool) -> None:
+    def save(self, step: int, *, blocking: bool) -> None:
         """Save after `step`. All ranks call it at the same step. Async saves return once state is staged.
 
         Raises CheckpointError when the weights are not finite or the save fails (then on every rank)."""
@@ -310,7 +363,8 @@ class CheckpointManager:
         self._require_finite_weights(step)
         directory = step_dir(self.root, step)
         t0 = time.monotonic()
-        state = self._state(train_state)
+        states = self._snapshot()
+        state = self._dcp_state()
         if blocking or self._executor is None:
             try:
                 metadata = dcp.save(state, checkpoint_id=str(directory))
@@ -318,7 +372,8 @@ class CheckpointManager:
             except (Exception, CheckpointException) as exc:  # NOTE: CheckpointException is a BaseException
                 raise self._save_failed(step, exc) from None
             blocked = time.monotonic() - t0
-            self._commit(step, train_state, (files, _referenced_files(metadata)), t0, blocked, "sync")
+            self._commit(PendingSave(step, states, _done((files, _referenced_files(metadata))), t0, blocked),
+                         "sync")
             return
         try:
             dcp_future = dcp.async_save(state, checkpoint_id=str(directory), process_group=self._async_group,
@@ -332,7 +387,7 @@ class CheckpointManager:
             # hashing happens here, off the training thread
             return files_written_by(directory, self.rank), _referenced_files(metadata)
 
-        self._pending = (step, train_state, self._executor.submit(finish), t0, blocked)
+        self._pending = PendingSave(step, states, self._executor.submit(finish), t0, blocked)
         self.last_save_time = time.monotonic()
 
     def finalize_if_done(self, all_done: bool) -> None:
@@ -343,17 +398,16 @@ class CheckpointManager:
     def wait(self) -> None:
         if self._pending is None:
             return
-        step, train_state, future, t0, blocked = self._pending
-        self._pending = None
+        pending, self._pending = self._pending, None
         try:
-            written = future.result()
+            pending.written.result()
         except (Exception, CheckpointException) as exc:  # DCP raises the same failure on every rank
-            raise self._save_failed(step, exc) from None
-        self._commit(step, train_state, written, t0, blocked, "async")
+            raise self._save_failed(pending.step, exc) from None
+        self._commit(pending, "async")
 
-    def _commit(self, step: int, train_state: dict, written: tuple[list[dict], set[str]], t0: float,
-                blocked: float, kind: str) -> None:
-        files, referenced = written
+    def _commit(self, save: PendingSave, kind: str) -> None:
+        step = save.step
+        files, referenced = save.written.result()
         gathered: list = [None] * self.world_size
         dist.all_gather_object(gathered, files, group=self._async_group)
         directory = step_dir(self.root, step)
@@ -370,7 +424,7 @@ class CheckpointManager:
         error = ""
         if self.rank == 0:
             manifest = {"format": FORMAT, "step": step, "world_size": self.world_size,
-                        "train_state": train_state, "files": all_files}
+                        "train_state": save.states, "files": all_files}
             tmp = directory / (MANIFEST + ".tmp")
             try:
                 with tmp.open("w") as fh:
@@ -387,13 +441,13 @@ class CheckpointManager:
         if outcome[0]:
             raise CheckpointError(f"checkpoint step-{step:08d} could not be written: the manifest failed: "
                                   f"{outcome[0]}; {self.intact_note()}")
-        elapsed = time.monotonic() - t0
+        elapsed = time.monotonic() - save.started
         self.committed.append(step)
         self.last_save_time = time.monotonic()
         if self.rank == 0:
             # One parseable line per save (benchmarks and CloudWatch read it).
             print(f"checkpoint_saved step={step} kind={kind} bytes={total} save_s={elapsed:.3f} "
-                  f"blocked_s={blocked:.3f} mb_per_s={total / max(elapsed, 1e-9) / 1e6:.1f}", flush=True)
+                  f"blocked_s={save.blocked_s:.3f} mb_per_s={total / max(elapsed, 1e-9) / 1e6:.1f}", flush=True)
             if not self._measured:
                 self._warn_if_notice_too_short(total, elapsed)
         self._measured = True
@@ -428,7 +482,8 @@ class CheckpointManager:
         report: list[int] | str | None = None
         if self.local_rank == 0:
             try:
-                verified = dict(committed_checkpoints(self.root))
+                # NOTE: a CheckpointError raised in verify_ahead's thread is re-raised here by result()
+                verified = dict(self._verified.result() if self._verified else committed_checkpoints(self.root))
                 report = sorted(verified)
             except CheckpointError as exc:
                 report = str(exc)  # shared below so that every rank stops, not just this node's first
@@ -448,8 +503,13 @@ class CheckpointManager:
         saved_world = manifest["world_size"]
         same_world = saved_world == self.world_size
 
+        saved_states = manifest.get("train_state") or {}
+        absent = sorted(set(self.states) - set(saved_states))
+        if absent:
+            raise CheckpointError(f"checkpoint step-{step:08d} has no saved state for {absent} (it has "
+                               f"{sorted(saved_states)}): written by a different trainer?")
         model_sd, optim_sd = get_state_dict(self.model, self.optimizer, options=self.model_options)
-        state: dict = {"model": model_sd, "optim": optim_sd, "train_state": ""}
+        state: dict = {"model": model_sd, "optim": optim_sd}
         if same_world:
             state[f"rng.rank{self.rank}"] = torch.get_rng_state()
             if torch.cuda.is_available():
@@ -462,6 +522,8 @@ class CheckpointManager:
                                   "than the one that saved it)") from None
         set_model_state_dict(self.model, state["model"], options=self.model_options)
         set_optimizer_state_dict(self.model, self.optimizer, state["optim"])
+        for name, obj in self.states.items():
+            obj.load_state_dict(saved_states[name])
         if same_world:
             torch.set_rng_state(state[f"rng.rank{self.rank}"])
             if torch.cuda.is_available():
@@ -479,7 +541,7 @@ class CheckpointManager:
         self.last_save_time = time.monotonic()
         if self.rank == 0:
             log.info("checkpoint: resumed from step-%08d", step)
-        return Restored(step=step, train_state=json.loads(state["train_state"]), world_size_changed=not same_world)
+        return Restored(step=step, world_size_changed=not same_world)
 
     def close(self) -> None:
         self.wait()
@@ -487,3 +549,10 @@ class CheckpointManager:
             self._executor.shutdown(wait=True)
         if self._stager is not None:
             self._stager.close()
+
+
+def _done(value) -> Future:
+    """A Future already holding `value` (a synchronous save commits through the same path as a background one)."""
+    future: Future = Future()
+    future.set_result(value)
+    return future

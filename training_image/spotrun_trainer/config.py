@@ -223,6 +223,50 @@ class ExportConfig:
 
 
 @dataclass(frozen=True)
+class PerfConfig:
+    """Speed settings for GPUs. Each `auto` resolves by device: on for CUDA, off on CPU (where the plain paths
+    keep CPU runs bitwise reproducible); each can be forced on or off."""
+
+    fused_optimizer: str = "auto"
+    """AdamW's fused kernel (`fused=True`, one kernel for every parameter): auto (CUDA), on, off (foreach)."""
+    loss: str = "auto"
+    """`hf` (the model's own: full-vocabulary fp32 logits), `chunked` (see loss.py: one chunk of logits at a
+    time), or auto (chunked on CUDA, hf on CPU)."""
+    loss_chunk_tokens: int = 1024
+    """Tokens per chunk of the chunked loss (its peak logits memory is chunk_tokens x vocab x 4 bytes)."""
+    compile: str = "off"
+    """torch.compile each decoder block before sharding (torchtitan's recipe): on, off, or auto (CUDA). Off by
+    default: compilation adds minutes at every start, paid again on each spot restart."""
+    prefetch_blocks: int = 0
+    """FSDP2 explicit prefetch: all-gather the next N blocks' parameters ahead (forward) and the previous N
+    (backward); 0 leaves FSDP2's implicit one-block prefetch. More overlap for more memory."""
+    reshard_after_forward: bool = True
+    """Free each block's gathered parameters after its forward (ZeRO-3); false keeps them until backward
+    (ZeRO-2-like: no second all-gather, more memory)."""
+    reduce_dtype: str = "float32"
+    """Dtype of the gradient reduce-scatter: float32 (exact sums) or bfloat16 (half the traffic, rounding)."""
+
+    def __post_init__(self) -> None:
+        for name in ("fused_optimizer", "compile"):
+            _require(getattr(self, name) in ("auto", "on", "off"), f"perf.{name}", getattr(self, name),
+                     "one of auto, on, off")
+        _require(self.loss in ("auto", "hf", "chunked"), "perf.loss", self.loss, "one of auto, hf, chunked")
+        _require(self.loss_chunk_tokens >= 1, "perf.loss_chunk_tokens", self.loss_chunk_tokens, "an integer >= 1")
+        _require(self.prefetch_blocks >= 0, "perf.prefetch_blocks", self.prefetch_blocks, "an integer >= 0")
+        _require(self.reduce_dtype in ("float32", "bfloat16"), "perf.reduce_dtype", self.reduce_dtype,
+                 "float32 or bfloat16")
+
+    def resolved(self, device_type: str) -> "PerfConfig":
+        """This config with every `auto` replaced by the choice for `device_type` (cuda or cpu)."""
+        cuda = device_type == "cuda"
+        on_off = "on" if cuda else "off"
+        return dataclasses.replace(
+            self, fused_optimizer=on_off if self.fused_optimizer == "auto" else self.fused_optimizer,
+            compile=on_off if self.compile == "auto" else self.compile,
+            loss=("chunked" if cuda else "hf") if self.loss == "auto" else self.loss)
+
+
+@dataclass(frozen=True)
 class TrainConfig:
     """Everything one training run needs; serialised to JSON by the launcher and read by every worker."""
 
@@ -235,6 +279,7 @@ class TrainConfig:
     """`full` (every parameter trains) or `lora` (the base is frozen; adapters train: see `lora`)."""
     lora: LoraConfig = field(default_factory=LoraConfig)
     export: ExportConfig = field(default_factory=ExportConfig)
+    perf: PerfConfig = field(default_factory=PerfConfig)
     output_dir: str = ""
     """Where the exported HF model and metrics.json go (SageMaker: /opt/ml/model)."""
     micro_batch: int = 1

@@ -20,7 +20,7 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
 from . import lora as lora_lib
-from .config import LoraConfig, ModelConfig, ShardingConfig
+from .config import LoraConfig, ModelConfig, PerfConfig, ShardingConfig
 
 log = logging.getLogger(__name__)
 
@@ -111,9 +111,12 @@ class BuiltModel:
 
 
 def build_sharded_model(cfg: ModelConfig, *, mesh: DeviceMesh, device: torch.device, seed: int,
-                        lora: LoraConfig | None = None) -> BuiltModel:
-    """The model sharded over `mesh`; with `lora`, PEFT's adapters on a frozen base (stored in the compute dtype)."""
+                        lora: LoraConfig | None = None, perf: PerfConfig | None = None) -> BuiltModel:
+    """The model sharded over `mesh`; with `lora`, PEFT's adapters on a frozen base (stored in the compute dtype).
+    `perf` must be resolved for the device (PerfConfig.resolved); None: the plain defaults."""
     from transformers import AutoModelForCausalLM
+
+    perf = perf or PerfConfig().resolved(device.type)
 
     hf_config = _hf_config(cfg)
     rank = dist.get_rank()
@@ -135,10 +138,19 @@ def build_sharded_model(cfg: ModelConfig, *, mesh: DeviceMesh, device: torch.dev
     blocks = find_blocks(model)
     if not blocks:
         raise ValueError(f"no decoder blocks found in {type(model).__name__}: cannot shard block by block")
-    mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
+    mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=getattr(torch, perf.reduce_dtype))
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     for unit in sharding_units(model, blocks):
-        fully_shard(unit, mesh=mesh, mp_policy=mp)
+        reshard = perf.reshard_after_forward
+        if unit is head and perf.loss == "chunked":
+            # The chunked loss reads lm_head.weight after the model's forward (loss.py): its unit keeps the
+            # gathered weight until its backward, as the root would.
+            reshard = False
+        if perf.compile == "on" and any(unit is b for b in blocks):
+            unit.compile()  # in place: parameter names (and so checkpoint keys) stay as they are
+        fully_shard(unit, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard)
     fully_shard(model, mesh=mesh, mp_policy=mp)
+    set_prefetch(blocks, perf.prefetch_blocks)
     warn_unsharded_blocks(model, blocks)
 
     # Non-persistent buffers (rotary inv_freq, ...) are not in the state dict: remember their names so rank 0's
@@ -170,6 +182,16 @@ def build_sharded_model(cfg: ModelConfig, *, mesh: DeviceMesh, device: torch.dev
     return BuiltModel(model=model, blocks=blocks, num_params=num_params, hf_config=hf_config,
                       trainable_params=sum(p.numel() for p in model.parameters() if p.requires_grad),
                       checkpoint_options=lora_lib.checkpoint_options() if lora is not None else None)
+
+
+def set_prefetch(blocks: list[nn.Module], n: int) -> None:
+    """FSDP2 explicit prefetching: each block all-gathers the next `n` blocks in forward and the previous `n` in
+    backward as soon as it starts (0: FSDP2's implicit prefetch of one block)."""
+    if n <= 0:
+        return
+    for i, block in enumerate(blocks):
+        block.set_modules_to_forward_prefetch(blocks[i + 1:i + 1 + n])
+        block.set_modules_to_backward_prefetch(blocks[max(0, i - n):i][::-1])
 
 
 def warn_unsharded_blocks(model: nn.Module, blocks: list[nn.Module]) -> int:

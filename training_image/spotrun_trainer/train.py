@@ -3,8 +3,17 @@
 Entry: `python -m spotrun_trainer.train --config run.json`. torchrun's RANK/LOCAL_RANK/WORLD_SIZE and the
 launcher's SPOTRUN_OUTCOME_DIR are read here and nowhere below.
 
-Stop protocol: SIGTERM (SageMaker's stop or spot notice, forwarded by torchrun) only sets a flag; after every
-step all ranks all-reduce(MAX) it, so they stop at the same step, save synchronously, write their outcome and
+The shape (torchtitan's): `Trainer` builds the run from its config; `run()` loops over `train_step()`, the
+step's agreement, logging and the save decision, then saves a final checkpoint and exports (export.py). The
+CheckpointManager is handed the stateful objects once (model, optimizer, data loader, LR scheduler and the loop's
+`TrainState`) and restores them all in place on resume.
+
+The hot path (agreement.py): one collective per step beyond FSDP's own and clipping's (stop flag, save due,
+background save finished), started before the step and read after it, on CPU; the loss stays on the device and
+is reduced and read at log steps and saves only. No other host sync per step.
+
+Stop protocol: SIGTERM (SageMaker's stop or spot notice, forwarded by torchrun) only sets a flag; the next step's
+agreement carries it to every rank, so they stop at the same step, save synchronously, write their outcome and
 exit 0. A resumed run is the same run: model, optimizer, scheduler, data position and each rank's RNG are
 restored, so per-step losses and final weights are bitwise identical to an uninterrupted run on CPU.
 """
@@ -20,17 +29,19 @@ import resource
 import signal
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
 from . import metrics
-from .checkpoint import CheckpointManager
+from .agreement import Agreement, LossHistory, StepAgreement
+from .checkpoint import CheckpointManager, verify_ahead
 from .config import TrainConfig
 from .data import TokenShardLoader
 from .export import export
+from .loss import CausalLMLoss
 from .memory_check import PeakProbe, predict, report_line
 from .model import build_mesh, build_sharded_model, resolve_param_dtype
 
@@ -82,170 +93,228 @@ def _device_peak(device: torch.device) -> float | None:
     return metrics.device_peak_flops(torch.cuda.get_device_name(device))
 
 
-def train(cfg: TrainConfig, *, local_rank: int, stop: StopFlag) -> Outcome:
-    rank, world = dist.get_rank(), dist.get_world_size()
-    device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
-    if cfg.num_threads:
-        torch.set_num_threads(cfg.num_threads)
-    if cfg.deterministic:
-        torch.use_deterministic_algorithms(True)
-    mesh = build_mesh(device.type, world, cfg.sharding)
+@dataclass
+class TrainState:
+    """The loop's own counters, checkpointed beside the data loader and the LR scheduler.
 
-    torch.manual_seed(cfg.seed)  # the same init stream on every rank before sharding
-    built = build_sharded_model(cfg.model, mesh=mesh, device=device, seed=cfg.seed,
-                                lora=cfg.lora if cfg.method == "lora" else None)
-    model = built.model
-    model.train()
-    torch.manual_seed(cfg.seed + 1 + rank)  # per-rank stream (dropout) after it; saved per rank in checkpoints
+    `segments`: the earlier starts of this run, each as of its last checkpoint ({start_step, end_step, seconds}),
+    so that metrics.json spans the whole run across restarts (work redone after a hard kill is not counted twice).
+    """
 
-    trainable = [p for p in model.parameters() if p.requires_grad]  # LoRA: the adapters only
-    optimizer = torch.optim.AdamW(trainable, lr=cfg.optim.lr, betas=(cfg.optim.beta1, cfg.optim.beta2),
-                                  weight_decay=cfg.optim.weight_decay)
-    loader = TokenShardLoader(Path(cfg.data.path), seq_len=cfg.data.seq_len, micro_batch=cfg.micro_batch,
-                              dp_rank=rank, dp_size=world, seed=cfg.seed)
-    samples_per_step = loader.global_batch * cfg.grad_accum
-    total_steps = cfg.max_steps or max(1, int(cfg.epochs * loader.samples_per_epoch // samples_per_step))
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lr_lambda(total_steps, cfg.optim.warmup_steps, cfg.optim.min_lr_ratio))
-    ckpt = CheckpointManager(cfg.checkpoint, model=model, optimizer=optimizer, local_rank=local_rank,
-                             model_options=built.checkpoint_options)
-    predicted = predict(built.hf_config, shard_ranks=cfg.sharding.mesh_shape(world)[1], micro_batch=cfg.micro_batch,
-                        seq_len=cfg.data.seq_len, activation_checkpointing=cfg.model.activation_checkpointing,
-                        compute_dtype=resolve_param_dtype(cfg.model.param_dtype, device.type), device=device,
-                        method=cfg.method, trainable_params=built.trainable_params)
-    mem_probe = PeakProbe(model, optimizer, device, cfg.memory_probe)
+    step: int = 0
+    tokens_seen: int = 0
+    last_loss: float = float("nan")
+    segments: list = field(default_factory=list)
+    segment_start_step: int = 0
+    segment_t0: float = field(default_factory=time.perf_counter)
 
-    step, tokens_seen, last_loss = 0, 0, float("nan")
-    segments: list[dict] = []  # earlier starts of this run, as of their last checkpoint (metrics.json spans them)
-    restored = ckpt.load()
-    if restored is not None:
-        ts = restored.train_state
-        step, tokens_seen = ts["step"], ts["tokens_seen"]
-        last_loss = ts.get("last_loss", last_loss)
-        segments = list(ts.get("segments", []))
-        loader.load_state_dict(ts["loader"])
-        scheduler.load_state_dict(ts["scheduler"])
-    segment_start_step, run_t0 = step, time.perf_counter()
+    def start_segment(self) -> None:
+        self.segment_start_step, self.segment_t0 = self.step, time.perf_counter()
 
-    def run_segments() -> list[dict]:
-        return segments + [{"start_step": segment_start_step, "end_step": step,
-                            "seconds": round(time.perf_counter() - run_t0, 3)}]
+    def all_segments(self) -> list[dict]:
+        return self.segments + [{"start_step": self.segment_start_step, "end_step": self.step,
+                                 "seconds": round(time.perf_counter() - self.segment_t0, 3)}]
 
-    def train_state() -> dict:
-        return {"step": step, "tokens_seen": tokens_seen, "last_loss": last_loss, "loader": loader.state_dict(),
-                "scheduler": scheduler.state_dict(), "segments": run_segments()}
+    def state_dict(self) -> dict:
+        return {"step": self.step, "tokens_seen": self.tokens_seen, "last_loss": self.last_loss,
+                "segments": self.all_segments()}
 
-    # A stop that arrived while starting (loading the model or the checkpoint): nothing new to save, and the
-    # notice is better spent exiting than running a step.
-    early = torch.tensor([float(stop.requested)], device=device)
-    dist.all_reduce(early, op=dist.ReduceOp.MAX)
-    if early.item():
-        ckpt.close()
-        if rank == 0:
-            print(f"run_stopped step={step} reason=signal-before-first-step", flush=True)
-        return Outcome("stopped", step)
+    def load_state_dict(self, state: dict) -> None:
+        self.step, self.tokens_seen = int(state["step"]), int(state["tokens_seen"])
+        self.last_loss = float(state.get("last_loss", float("nan")))
+        self.segments = list(state.get("segments", []))
 
-    if rank == 0:
-        replicas, shard = cfg.sharding.mesh_shape(world)
-        print(f"run_start params={built.num_params} trainable={built.trainable_params} method={cfg.method} "
-              f"world={world} blocks={len(built.blocks)} "
-              f"start_step={step} total_steps={total_steps} device={device.type} "
-              f"sharding={cfg.sharding.mode} mesh={replicas}x{shard}", flush=True)
-    peak = _device_peak(device)
-    loss_log = Path(cfg.output_dir) / "loss_history.jsonl"
-    tokens_per_step = samples_per_step * cfg.data.seq_len
-    window_t, window_tokens = time.perf_counter(), 0
 
-    while step < total_steps:
-        loss_sum = torch.zeros((), device=device)
-        mem_probe.begin_step()
+class Trainer:
+    """Builds the run from its config, then `run()`: step, agree, log, save decision; at the end, export."""
+
+    def __init__(self, cfg: TrainConfig, *, local_rank: int, stop: StopFlag):
+        self.cfg, self.stop_flag = cfg, stop
+        self.rank, self.world = dist.get_rank(), dist.get_world_size()
+        self.device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
+        if cfg.num_threads:
+            torch.set_num_threads(cfg.num_threads)
+        if cfg.deterministic:
+            torch.use_deterministic_algorithms(True)
+        mesh = build_mesh(self.device.type, self.world, cfg.sharding)
+        verified = verify_ahead(cfg.checkpoint, local_rank)  # hashes the checkpoints while the model is built
+        self.perf = cfg.perf.resolved(self.device.type)
+
+        torch.manual_seed(cfg.seed)  # the same init stream on every rank before sharding
+        self.built = build_sharded_model(cfg.model, mesh=mesh, device=self.device, seed=cfg.seed, perf=self.perf,
+                                         lora=cfg.lora if cfg.method == "lora" else None)
+        self.model = self.built.model
+        self.model.train()
+        torch.manual_seed(cfg.seed + 1 + self.rank)  # per-rank stream (dropout) after it; saved per rank
+        self.loss_fn = CausalLMLoss(self.model, self.perf.loss, self.perf.loss_chunk_tokens)
+
+        o = cfg.optim
+        fused = {"fused": True} if self.perf.fused_optimizer == "on" else {}
+        self.trainable = [p for p in self.model.parameters() if p.requires_grad]  # LoRA: the adapters only
+        self.optimizer = torch.optim.AdamW(self.trainable, lr=o.lr, betas=(o.beta1, o.beta2),
+                                           weight_decay=o.weight_decay, **fused)
+        self.loader = TokenShardLoader(Path(cfg.data.path), seq_len=cfg.data.seq_len, micro_batch=cfg.micro_batch,
+                                       dp_rank=self.rank, dp_size=self.world, seed=cfg.seed)
+        samples_per_step = self.loader.global_batch * cfg.grad_accum
+        self.tokens_per_step = samples_per_step * cfg.data.seq_len
+        self.total_steps = cfg.max_steps or max(1, int(cfg.epochs * self.loader.samples_per_epoch
+                                                       // samples_per_step))
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lr_lambda(self.total_steps, o.warmup_steps, o.min_lr_ratio))
+        self.state = TrainState()
+        self.ckpt = CheckpointManager(cfg.checkpoint, model=self.model, optimizer=self.optimizer,
+                                      local_rank=local_rank, verified=verified,
+                                      model_options=self.built.checkpoint_options,
+                                      states={"trainer": self.state, "loader": self.loader,
+                                              "scheduler": self.scheduler})
+        self.peak_flops = _device_peak(self.device)
+        self.predicted = predict(
+            self.built.hf_config, shard_ranks=cfg.sharding.mesh_shape(self.world)[1], micro_batch=cfg.micro_batch,
+            seq_len=cfg.data.seq_len, activation_checkpointing=cfg.model.activation_checkpointing,
+            compute_dtype=resolve_param_dtype(cfg.model.param_dtype, self.device.type), device=self.device,
+            method=cfg.method, trainable_params=self.built.trainable_params)
+        self.mem_probe = PeakProbe(self.model, self.optimizer, self.device, cfg.memory_probe)
+        self.agreement = StepAgreement()
+        self.losses = LossHistory(Path(cfg.output_dir) / "loss_history.jsonl", divisor=self.world * cfg.grad_accum,
+                                  rank=self.rank)
+
+    # ---- the loop ------------------------------------------------------------------------------------------
+
+    def run(self) -> Outcome:
+        restored = self.ckpt.load()  # restores model, optimizer, RNG, loader, scheduler and self.state in place
+        self.state.start_segment()
+        # A stop that arrived while starting (loading the model or the checkpoint): nothing new to save, and the
+        # notice is better spent exiting than running a step.
+        if self.agreement.now(stop=self.stop_flag.requested):
+            return self._stopped("signal-before-first-step", save=False)
+        if self.rank == 0:
+            replicas, shard = self.cfg.sharding.mesh_shape(self.world)
+            print(f"run_start params={self.built.num_params} trainable={self.built.trainable_params} "
+                  f"method={self.cfg.method} world={self.world} blocks={len(self.built.blocks)} "
+                  f"start_step={self.state.step} total_steps={self.total_steps} device={self.device.type} "
+                  f"sharding={self.cfg.sharding.mode} mesh={replicas}x{shard}", flush=True)
+        self._window_t, self._window_tokens = time.perf_counter(), 0
+        while self.state.step < self.total_steps:
+            step = self.state.step + 1
+            log_now = step % self.cfg.log_every == 0 or step == self.total_steps
+            self.agreement.start(stop=self.stop_flag.requested, save_due=self.ckpt.due(step),
+                                 pending=self.ckpt.pending_unfinished())
+            loss_sum, grad_norm, lr = self.train_step(need_grad_norm=log_now)
+            self.losses.add(step, loss_sum)
+            agreed = self.agreement.wait()
+            self._after_step(agreed, log_now, grad_norm, lr)
+            if agreed.stop:
+                return self._stopped("signal", save=True)
+            self.ckpt.finalize_if_done(agreed.pending_done)
+            if agreed.save_due and step < self.total_steps:
+                self.ckpt.save(step, blocking=not self.cfg.checkpoint.async_save)
+        self._flush_losses()
+        segments = self.state.all_segments()
+        # A final checkpoint first: an interruption during export then resumes straight into export.
+        self.ckpt.save(self.state.step, blocking=True)
+        self.ckpt.close()
+        # A stop during the final save: the checkpoint holds everything, so leave the notice to the exit and let
+        # the resumed job (which finds step == total_steps) go straight to the export.
+        if self.agreement.now(stop=self.stop_flag.requested):
+            if self.rank == 0:
+                print(f"run_stopped step={self.state.step} reason=signal-before-export", flush=True)
+            return Outcome("stopped", self.state.step)
+        export(self.cfg, self.model, self.built, self.loader)
+        if self.rank == 0:
+            self._write_summary(segments, restored)
+            print(f"run_completed step={self.state.step} final_loss={self.state.last_loss:.4f}", flush=True)
+        return Outcome("completed", self.state.step)
+
+    def train_step(self, *, need_grad_norm: bool) -> tuple[torch.Tensor, torch.Tensor | None, float]:
+        """One optimizer step over `grad_accum` micro-batches: (this rank's summed loss on the device, the grad
+        norm when clipping computed it or `need_grad_norm` asked for it, the lr used). No host sync."""
+        cfg = self.cfg
+        loss_sum = torch.zeros((), device=self.device)
+        self.mem_probe.begin_step()
         for _ in range(cfg.grad_accum):
             # input_ids and labels (-100 on prompt tokens of chat data: see TokenShardLoader.next_inputs)
-            out = model(**{k: torch.from_numpy(v).to(device) for k, v in loader.next_inputs().items()})
-            (out.loss / cfg.grad_accum).backward()
-            loss_sum += out.loss.detach()
+            inputs = {k: torch.from_numpy(v) for k, v in self.loader.next_inputs().items()}
+            if self.device.type == "cuda":
+                inputs = {k: v.pin_memory().to(self.device, non_blocking=True) for k, v in inputs.items()}
+            loss = self.loss_fn(self.model, inputs)
+            (loss / cfg.grad_accum).backward()
+            loss_sum += loss.detach()
+        params = self.trainable
+        grad_norm = None
         if cfg.optim.grad_clip > 0:
-            grad_norm = torch.nn.utils.clip_grad_norm_(trainable, cfg.optim.grad_clip)
-        else:
-            grad_norm = torch.nn.utils.get_total_norm([p.grad for p in trainable if p.grad is not None])
+            grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.optim.grad_clip)  # its all-reduce is the clip's
+        elif need_grad_norm:
+            grad_norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
+        lr = self.scheduler.get_last_lr()[0]
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.mem_probe.end_step() and self.rank == 0:
+            print(report_line(self.predicted, *self.mem_probe.measured()), flush=True)
+        self.state.step += 1
+        self.state.tokens_seen += self.tokens_per_step
+        return loss_sum, grad_norm, lr
+
+    def _flush_losses(self) -> None:
+        flushed = self.losses.flush()
+        if not flushed:
+            return
+        self.state.last_loss = flushed[-1][1]
+        bad = next(((step, loss) for step, loss in flushed if not math.isfinite(loss)), None)
+        if bad is not None:  # the same reduced values on every rank: all stop together, before any save
+            raise self.ckpt.diverged(f"the loss is {bad[1]} at step {bad[0]}")
+
+    def _after_step(self, agreed: Agreement, log_now: bool, grad_norm: torch.Tensor | None, lr: float) -> None:
+        """Read the losses when they are needed (log line, a save or a stop next) and print the metric line."""
+        self._window_tokens += self.tokens_per_step
+        if not (log_now or agreed.save_due or agreed.stop):
+            return
+        self._flush_losses()
+        if not log_now:
+            return
         if hasattr(grad_norm, "full_tensor"):
-            grad_norm = grad_norm.full_tensor()
-        lr = scheduler.get_last_lr()[0]
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
-        if mem_probe.end_step() and rank == 0:
-            print(report_line(predicted, *mem_probe.measured()), flush=True)
-        step += 1
-        tokens_seen += tokens_per_step
-        window_tokens += tokens_per_step
+            grad_norm = grad_norm.full_tensor()  # a collective: every rank, at log steps only
+        if self.rank == 0:
+            tps = self._window_tokens / max(time.perf_counter() - self._window_t, 1e-9)
+            print(metrics.format_line(self.state.step, loss=self.state.last_loss, lr=lr,
+                                      grad_norm=float(grad_norm), tokens_per_s=tps,
+                                      mfu=metrics.mfu(self.built.num_params, tps / self.world, self.peak_flops,
+                                                      self.built.trainable_params),
+                                      mem_gb=_peak_mem_gb(self.device)), flush=True)
+        self._window_t, self._window_tokens = time.perf_counter(), 0
 
-        dist.all_reduce(loss_sum, op=dist.ReduceOp.SUM)
-        last_loss = loss_sum.item() / (world * cfg.grad_accum)
-        if not math.isfinite(last_loss):  # the same reduced value on every rank: all stop together
-            raise ckpt.diverged(f"the loss is {last_loss} at step {step}")
-        # One agreement per step: stop requested anywhere, periodic save due anywhere, background save unfinished.
-        flags = torch.tensor([float(stop.requested), float(ckpt.due(step)), float(ckpt.pending_unfinished())],
-                             device=device)
-        dist.all_reduce(flags, op=dist.ReduceOp.MAX)
-        stop_now, save_due, pending = (bool(x) for x in flags.tolist())
+    # ---- stopping and the end ------------------------------------------------------------------------------
 
-        if rank == 0:
-            with loss_log.open("a") as fh:
-                # Readable, and exact (float.hex) for bitwise comparisons across restarts.
-                fh.write(json.dumps({"step": step, "loss": last_loss, "loss_hex": last_loss.hex()}) + "\n")
-            if step % cfg.log_every == 0 or step == total_steps:
-                elapsed = time.perf_counter() - window_t
-                tps = window_tokens / max(elapsed, 1e-9)
-                print(metrics.format_line(step, loss=last_loss, lr=lr, grad_norm=float(grad_norm),
-                                          tokens_per_s=tps,
-                                          mfu=metrics.mfu(built.num_params, tps / world, peak, built.trainable_params),
-                                          mem_gb=_peak_mem_gb(device)), flush=True)
-                window_t, window_tokens = time.perf_counter(), 0
+    def _stopped(self, reason: str, *, save: bool) -> Outcome:
+        if save:
+            self._flush_losses()
+            self.ckpt.save(self.state.step, blocking=True)
+        self.ckpt.close()
+        if self.rank == 0:
+            print(f"run_stopped step={self.state.step} reason={reason}", flush=True)
+        return Outcome("stopped", self.state.step)
 
-        if stop_now:
-            ckpt.save(step, train_state(), blocking=True)
-            ckpt.close()
-            if rank == 0:
-                print(f"run_stopped step={step} reason=signal", flush=True)
-            return Outcome("stopped", step)
-        ckpt.finalize_if_done(not pending)
-        if save_due and step < total_steps:
-            ckpt.save(step, train_state(), blocking=not cfg.checkpoint.async_save)
-
-    all_segments = run_segments()
-    # A final checkpoint first: an interruption during export then resumes straight into export.
-    ckpt.save(step, train_state(), blocking=True)
-    ckpt.close()
-    # A stop during the final save: the checkpoint holds everything, so leave the notice to the exit and let the
-    # resumed job (which finds step == total_steps) go straight to the export.
-    stop_before_export = torch.tensor([float(stop.requested)], device=device)
-    dist.all_reduce(stop_before_export, op=dist.ReduceOp.MAX)
-    if stop_before_export.item():
-        if rank == 0:
-            print(f"run_stopped step={step} reason=signal-before-export", flush=True)
-        return Outcome("stopped", step)
-    export(cfg, model, built, loader)
-    if rank == 0:
-        # The whole run across restarts: training seconds of every start (up to its last checkpoint; work
-        # redone after a hard kill is not counted twice), tokens and steps of the run.
-        wall = sum(s["seconds"] for s in all_segments)
-        steps_run = sum(s["end_step"] - s["start_step"] for s in all_segments)
-        tps_dev = steps_run * tokens_per_step / max(wall, 1e-9) / world
+    def _write_summary(self, segments: list[dict], restored) -> None:
+        # The whole run across restarts: training seconds of every start (up to its last checkpoint), its steps.
+        wall = sum(s["seconds"] for s in segments)
+        steps_run = sum(s["end_step"] - s["start_step"] for s in segments)
+        tps_dev = steps_run * self.tokens_per_step / max(wall, 1e-9) / self.world
         summary = {
-            "final_loss": last_loss, "steps": step, "tokens": tokens_seen, "parameters": built.num_params,
-            "trainable_parameters": built.trainable_params,
-            "world_size": world, "tokens_per_s_per_device": tps_dev,
-            "mfu": metrics.mfu(built.num_params, tps_dev, peak, built.trainable_params),
-            "peak_mem_gb": _peak_mem_gb(device),
-            "wall_s": wall, "starts": len(all_segments), "segments": all_segments,
-            "resumed_from_step": restored.step if restored else None,
-            "memory_predicted_bytes": predicted.total if predicted else None,
-            "memory_measured_bytes": mem_probe.measured()[0], "memory_measured_source": mem_probe.measured()[1],
+            "final_loss": self.state.last_loss, "steps": self.state.step, "tokens": self.state.tokens_seen,
+            "parameters": self.built.num_params, "world_size": self.world, "tokens_per_s_per_device": tps_dev,
+            "mfu": metrics.mfu(self.built.num_params, tps_dev, self.peak_flops, self.built.trainable_params),
+            "peak_mem_gb": _peak_mem_gb(self.device), "wall_s": wall, "starts": len(segments),
+            "segments": segments, "resumed_from_step": restored.step if restored else None,
+            "trainable_parameters": self.built.trainable_params,
+            "memory_predicted_bytes": self.predicted.total if self.predicted else None,
+            "memory_measured_bytes": self.mem_probe.measured()[0],
+            "memory_measured_source": self.mem_probe.measured()[1],
         }
-        (Path(cfg.output_dir) / "metrics.json").write_text(json.dumps(summary, indent=2))
-        print(f"run_completed step={step} final_loss={last_loss:.4f}", flush=True)
-    return Outcome("completed", step)
+        (Path(self.cfg.output_dir) / "metrics.json").write_text(json.dumps(summary, indent=2))
+
+
+def train(cfg: TrainConfig, *, local_rank: int, stop: StopFlag) -> Outcome:
+    return Trainer(cfg, local_rank=local_rank, stop=stop).run()
 
 
 def write_outcome(outcome_dir: str, rank: int, outcome: Outcome) -> None:
