@@ -24,17 +24,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .seams import StackOutput, stack_name
+
 TRAINING_LOG_GROUP = "/aws/sagemaker/TrainingJobs"  # SageMaker's log group; streams are <job name>/algo-N-...
 _STAMP = re.compile(r"^\d{8}-\d{6}$")
 
 
 class RemoteError(Exception):
     """A command cannot proceed; the message says what is missing and what to do."""
-
-
-def stack_name(stage: str) -> str:
-    """The CloudFormation name CDK gives SpotrunStack (id "Spotrun") inside SpotrunStage (id = the stage)."""
-    return f"{stage}-Spotrun"
 
 
 def execution_name(run_name: str, now: float) -> str:
@@ -54,7 +51,18 @@ class Deployment:
 
     @property
     def state_machine_arn(self) -> str:
-        return self.outputs["StateMachineArn"]
+        return self.outputs[StackOutput.STATE_MACHINE_ARN.value]
+
+    def estimate_settings(self):
+        """The stage's estimate function's settings (its environment, which the stack outputs), in this region."""
+        from .handlers.estimate import PipelineSettings
+
+        key = StackOutput.ESTIMATE_SETTINGS.value
+        if key not in self.outputs:
+            raise RemoteError(f"stack {self.stack} has no {key} output: it was deployed by an older spotrun; "
+                              "`cdk deploy` this version to start runs from the CLI")
+        env = json.loads(self.outputs[key])
+        return PipelineSettings.from_env({**env, "AWS_REGION": self.client("stepfunctions").meta.region_name})
 
 
 def deployment(stage: str, stack: str | None = None, region: str | None = None) -> Deployment:
@@ -68,8 +76,8 @@ def deployment(stage: str, stack: str | None = None, region: str | None = None) 
         raise RemoteError(f"stack {name} not readable ({exc}): deploy the stage (cdk deploy '{stage}/*'), or pass "
                           "--stack / --region") from None
     outputs = {o["OutputKey"]: o["OutputValue"] for o in found[0].get("Outputs", [])}
-    if "StateMachineArn" not in outputs:
-        raise RemoteError(f"stack {name} has no StateMachineArn output: is it a spotrun stack?")
+    if StackOutput.STATE_MACHINE_ARN.value not in outputs:
+        raise RemoteError(f"stack {name} has no {StackOutput.STATE_MACHINE_ARN.value} output: is it a spotrun stack?")
     return Deployment(stack=name, outputs=outputs, region=region)
 
 
@@ -176,7 +184,7 @@ def latest_metrics(logs, job_name: str) -> dict | None:
 
 
 def start(args: argparse.Namespace) -> dict:
-    from .handlers.estimate import PipelineSettings, plan
+    from .handlers.estimate import plan
 
     dep = deployment(args.stage, args.stack, args.region)
     try:
@@ -184,9 +192,7 @@ def start(args: argparse.Namespace) -> dict:
     except (OSError, json.JSONDecodeError) as exc:
         raise RemoteError(f"run={str(args.run)!r} is invalid: expected a readable run JSON file ({exc})") from None
     name = args.execution_name or execution_name(str(raw.get("name", "")), time.time())
-    settings = PipelineSettings(bucket=dep.outputs.get("ArtifactBucket", ""), job_prefix=f"spotrun-{args.stage}-",
-                                model_package_group=dep.outputs.get("ModelPackageGroupName", "spotrun-models"),
-                                poll_seconds=60, project="spotrun", stage=args.stage, cost_center="")
+    settings = dep.estimate_settings()
     checked = plan(raw, name, settings, s3_client=dep.client("s3"))  # the estimate Lambda's checks, run here
     if checked["status"] != "ok":
         return {"error": checked["status"], "message": checked["message"], "started": False}
@@ -194,6 +200,7 @@ def start(args: argparse.Namespace) -> dict:
                                                       input=json.dumps(raw))["executionArn"]
     est = checked["estimate"]
     return {"started": True, "run": checked["run_name"], "execution": name, "execution_arn": arn,
+            "job_name": checked["job_name"],
             "instance": f"{est['instance_count']} x {est['instance_type']}", "estimated_cost_usd": est["cost_usd"],
             "cap_usd": checked["max_usd"]}
 

@@ -79,6 +79,29 @@ INTERRUPTIONS_METRIC = "Interruptions"
 SHAPE_TAG, METHOD_TAG = "spotrun:shape", "spotrun:method"
 PIPELINE_TAG_KEYS = ("project", "stage", "cost-center", "run", "execution", METHOD_TAG, SHAPE_TAG)
 
+# ---- the deployed stack (stacks/ -> the CLI) -------------------------------------------------------------------
+
+STACK_ID = "Spotrun"  # stacks/stage.py: one stack per stage, which CDK names <stage>-Spotrun
+
+
+def stack_name(stage: str) -> str:
+    """The CloudFormation name CDK gives SpotrunStack (id STACK_ID) inside SpotrunStage (id = the stage)."""
+    return f"{stage}-{STACK_ID}"
+
+
+class StackOutput(str, Enum):
+    """The stack's outputs the CLI reads (`spotrun start|status|...`, `spotrun validate --stage`)."""
+
+    ARTIFACT_BUCKET = "ArtifactBucket"
+    STATE_MACHINE_ARN = "StateMachineArn"
+    FAILURES_TOPIC_ARN = "FailuresTopicArn"
+    DASHBOARD_NAME = "DashboardName"
+    MODEL_PACKAGE_GROUP_NAME = "ModelPackageGroupName"
+    # The estimate function's environment as JSON: `spotrun start` validates with exactly the stage's settings
+    # (job prefix, allowed instance types, tags) before it starts anything.
+    ESTIMATE_SETTINGS = "EstimateSettings"
+
+
 # ---- stop notice (SageMaker -> launcher -> trainer) ------------------------------------------------------------
 
 

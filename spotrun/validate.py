@@ -33,7 +33,7 @@ from .contract import (
     parse_run,
 )
 from .planner import Estimate, EstimateRefused, estimate, format_text
-from .seams import Hyperparameter
+from .seams import Hyperparameter, StackOutput, stack_name
 from .sources import PLACEHOLDER_BUCKET, read_sources
 
 EXIT_OK, EXIT_INVALID, EXIT_REFUSED = 0, 2, 3
@@ -41,7 +41,6 @@ EXIT_CODES_HELP = ("exit codes: 0 every run passed; 2 invalid input (the message
                    "the planner (over budget, does not fit, needs more than SageMaker's 28-day MaxRuntime, ...)")
 PIPELINE_METHODS = ("full", "lora")  # what the trainer image runs
 DATASETS_PREFIX, MODELS_PREFIX = "datasets/", "models/"  # the training role reads only these (ArtifactStore)
-STACK_ID = "Spotrun"  # stacks/stage.py: one stack per stage, named <stage>-Spotrun by CDK
 # A hyperparameter that carries a run field is reported as that field.
 _HYPERPARAMETER_FIELDS = {Hyperparameter.MODEL_CONFIG.value: "model.config", Hyperparameter.LR.value: "training.lr",
                           Hyperparameter.EPOCHS.value: "training.epochs"}
@@ -163,7 +162,7 @@ def stage_target(stage: str, region: str | None, cfn_client: Any = None) -> Targ
     import boto3
     from botocore.exceptions import BotoCoreError, ClientError
 
-    stack = f"{stage}-{STACK_ID}"
+    stack = stack_name(stage)
     try:
         client = cfn_client or boto3.client("cloudformation", region_name=region)
         outputs = client.describe_stacks(StackName=stack)["Stacks"][0].get("Outputs", [])
@@ -171,10 +170,10 @@ def stage_target(stage: str, region: str | None, cfn_client: Any = None) -> Targ
         raise RunValidationError("--stage", stage, f"a deployed stage whose stack {stack} can be read "
                                  f"({type(exc).__name__}); offline, give --bucket and --group") from None
     values = {o["OutputKey"]: o["OutputValue"] for o in outputs}
-    if "ArtifactBucket" not in values or "ModelPackageGroupName" not in values:
-        raise RunValidationError("--stage", stage, f"a stack {stack} with ArtifactBucket and ModelPackageGroupName "
-                                 "outputs")
-    return Target(values["ArtifactBucket"], values["ModelPackageGroupName"])
+    bucket, group = StackOutput.ARTIFACT_BUCKET.value, StackOutput.MODEL_PACKAGE_GROUP_NAME.value
+    if bucket not in values or group not in values:
+        raise RunValidationError("--stage", stage, f"a stack {stack} with {bucket} and {group} outputs")
+    return Target(values[bucket], values[group])
 
 
 def add_target_arguments(parser: argparse.ArgumentParser) -> None:

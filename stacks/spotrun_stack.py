@@ -15,7 +15,7 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subs
 from constructs import Construct
 
-from spotrun.seams import METRIC_DEFINITIONS
+from spotrun.seams import METRIC_DEFINITIONS, StackOutput
 from training_constructs.artifact_store import ArtifactStore, ArtifactStoreProps
 from training_constructs.cost_governance import CostGovernance, CostGovernanceProps
 from training_constructs.execution_role import TrainingExecutionRole, TrainingExecutionRoleProps
@@ -79,10 +79,12 @@ class SpotrunStack(Stack):
             emails=config.notification_emails, state_machine=self.pipeline.state_machine,
             alarm_topic=self.failures_topic))
         # What users need after `cdk deploy`: where to upload, what to start, where to look.
-        CfnOutput(self, "ArtifactBucket", value=self.store.bucket.bucket_name,
+        CfnOutput(self, StackOutput.ARTIFACT_BUCKET.value, value=self.store.bucket.bucket_name,
                   description="upload datasets/<name>/ (shards + index.json) and models/<name>/ (HF model dirs) here")
-        CfnOutput(self, "StateMachineArn", value=self.pipeline.state_machine.state_machine_arn,
-                  description="aws stepfunctions start-execution --state-machine-arn ... --input file://run.json")
-        CfnOutput(self, "FailuresTopicArn", value=self.failures_topic.topic_arn)
-        CfnOutput(self, "DashboardName", value=self.governance.dashboard.dashboard_name)
-        CfnOutput(self, "ModelPackageGroupName", value=self.model_package_group_name)
+        CfnOutput(self, StackOutput.STATE_MACHINE_ARN.value, value=self.pipeline.state_machine.state_machine_arn,
+                  description="spotrun start RUN.json --stage <stage> (or aws stepfunctions start-execution)")
+        CfnOutput(self, StackOutput.FAILURES_TOPIC_ARN.value, value=self.failures_topic.topic_arn)
+        CfnOutput(self, StackOutput.DASHBOARD_NAME.value, value=self.governance.dashboard.dashboard_name)
+        CfnOutput(self, StackOutput.MODEL_PACKAGE_GROUP_NAME.value, value=self.model_package_group_name)
+        CfnOutput(self, StackOutput.ESTIMATE_SETTINGS.value, value=self.to_json_string(self.pipeline.estimate_settings),
+                  description="the estimate function's settings: spotrun start validates with them locally")

@@ -129,16 +129,20 @@ class TrainingPipeline(Construct):
         package_arn = stack.format_arn(service="sagemaker", resource="model-package",
                                        resource_name=f"{props.model_package_group_base}-*/*")
 
+        # PipelineSettings.from_env reads these (spotrun/handlers/estimate.py); the stack also outputs them so
+        # that `spotrun start` validates with the same settings.
+        self.estimate_settings = {
+            "BUCKET_NAME": store.bucket.bucket_name, "JOB_PREFIX": props.job_prefix,
+            "MODEL_PACKAGE_GROUP": props.model_package_group_name,
+            "TABLE_NAME": props.interruptions_table_name, "POLL_SECONDS": str(props.poll_seconds),
+            "MAX_POLL_SECONDS": str(props.max_poll_seconds),
+            "ALLOWED_INSTANCE_TYPES": ",".join(props.allowed_instance_types),
+            "VOLUME_KMS_KEY_ARN": store.key.key_arn,
+            "PROJECT": props.project, "STAGE": props.stage, "COST_CENTER": props.cost_center}
         self.estimate_fn = spotrun_function(
             self, "EstimateFn", handler="spotrun.handlers.estimate.handler", timeout_s=60,
             description="spotrun planner: validates the run and decides instance, limits, cadence and cost",
-            environment={"BUCKET_NAME": store.bucket.bucket_name, "JOB_PREFIX": props.job_prefix,
-                         "MODEL_PACKAGE_GROUP": props.model_package_group_name,
-                         "TABLE_NAME": props.interruptions_table_name, "POLL_SECONDS": str(props.poll_seconds),
-                         "MAX_POLL_SECONDS": str(props.max_poll_seconds),
-                         "ALLOWED_INSTANCE_TYPES": ",".join(props.allowed_instance_types),
-                         "VOLUME_KMS_KEY_ARN": store.key.key_arn,
-                         "PROJECT": props.project, "STAGE": props.stage, "COST_CENTER": props.cost_center})
+            environment=self.estimate_settings)
         store.grant_read_prefix(self.estimate_fn, store.datasets_prefix)  # index.json of the data
         store.grant_read_prefix(self.estimate_fn, store.models_prefix)  # config.json of the model
         # spotrun-run.json beside each execution's checkpoints (written, and read by a later resume_from)

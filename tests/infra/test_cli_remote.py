@@ -12,8 +12,10 @@ import boto3
 import pytest
 
 from spotrun.cli import main
-from spotrun.remote import TRAINING_LOG_GROUP, stack_name
+from spotrun.remote import TRAINING_LOG_GROUP
+from spotrun.seams import StackOutput, stack_name
 from spotrun_trainer.metrics import format_line
+from tests.infra.render import render
 from tests.infra.test_state_machine_moto import (  # noqa: F401 - `aws` is the moto fixture
     BUCKET,
     GROUP,
@@ -34,9 +36,13 @@ def stage(aws, synth, tmp_path, monkeypatch):  # noqa: F811 - the moto fixture i
     names = [a["properties"].get("stackName", key) for key, a in manifest["artifacts"].items()
              if a["type"] == "aws:cloudformation:stack"]
     assert names == [stack_name("dev")]  # the name the CLI looks for is the one CDK deploys
-    values = {"StateMachineArn": aws.sm_arn, "ArtifactBucket": BUCKET, "ModelPackageGroupName": GROUP}
+    values = {StackOutput.STATE_MACHINE_ARN: aws.sm_arn, StackOutput.ARTIFACT_BUCKET: BUCKET,
+              StackOutput.MODEL_PACKAGE_GROUP_NAME: GROUP,
+              # rendered from the synthesized output, as CloudFormation would with the Driver's resources
+              StackOutput.ESTIMATE_SETTINGS: render(synth.template["Outputs"][StackOutput.ESTIMATE_SETTINGS]["Value"],
+                                                    aws.resolve)}
     outputs = {key: {"Value": values.get(key, f"placeholder-{key}")} for key in synth.template["Outputs"]}
-    assert set(values) <= set(outputs)
+    assert {v.value for v in values} <= set(outputs) and set(outputs) == {o.value for o in StackOutput}
     cfn = boto3.client("cloudformation", region_name=REGION)
     cfn.create_stack(StackName=stack_name("dev"), TemplateBody=json.dumps(
         {"Resources": {"Topic": {"Type": "AWS::SNS::Topic"}}, "Outputs": outputs}))
@@ -84,6 +90,8 @@ def test_start_status_logs_cancel_and_list_a_running_run(stage, tmp_path, capsys
     wait_until(sfn, started["execution_arn"], lambda d: stage.polls or d["status"] != "RUNNING")
     assert sfn.describe_execution(executionArn=started["execution_arn"])["status"] == "RUNNING"
     p = {"job_name": sm.list_training_jobs()["TrainingJobSummaries"][0]["TrainingJobName"]}
+    # The CLI checked the run with the stage's own settings (its EstimateSettings output): the same plan.
+    assert started["job_name"] == p["job_name"]
 
     logs = boto3.client("logs", region_name=REGION)
     logs.create_log_group(logGroupName=TRAINING_LOG_GROUP)

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from spotrun.seams import METRIC_DEFINITIONS
+from spotrun.seams import METRIC_DEFINITIONS, StackOutput
 from spotrun_trainer import metrics as trainer_metrics
 
 BUCKET, LOG_BUCKET, KEY = "ArtifactsBucket88671897", "ArtifactsAccessLogs4D97777C", "ArtifactsKeyA4B22E2B"
@@ -231,3 +231,16 @@ def test_outputs_tell_users_where_to_upload_and_what_to_start(synth):
     assert group[0] == "-" and group[1][0] == "spotrun-dev-models"
     assert "AWS::StackId" in json.dumps(group[1][1])
     assert {"FailuresTopicArn", "DashboardName"} <= outputs.keys()
+
+
+def test_estimate_settings_output_renders_to_the_estimate_functions_environment(synth):
+    """`spotrun start` validates with this output: it must be exactly what the estimate Lambda reads."""
+    from spotrun.handlers.estimate import PipelineSettings
+    from tests.infra.render import placeholder, render
+
+    value = synth.template["Outputs"][StackOutput.ESTIMATE_SETTINGS]["Value"]
+    fn = next(r for k, r in synth.resources("AWS::Lambda::Function").items() if k.startswith("PipelineEstimateFn"))
+    env = {k: render(v, placeholder) for k, v in fn["Properties"]["Environment"]["Variables"].items()}
+    settings = json.loads(render(value, placeholder))
+    assert settings == env
+    assert PipelineSettings.from_env(settings).job_prefix == "spotrun-dev-"
