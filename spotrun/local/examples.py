@@ -93,6 +93,9 @@ def save_model(spec: dict, out_dir: Path, *, vocab_size: int, seed: int = 0, tok
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # a one-shard save: the bar says nothing
     spec = dict(spec)
     model_type = spec.pop("model_type")
     config = AutoConfig.for_model(model_type, vocab_size=vocab_size, bos_token_id=0, eos_token_id=0, **spec)

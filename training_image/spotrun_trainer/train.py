@@ -329,6 +329,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", required=True, help="TrainConfig JSON written by the launcher")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # transformers' load/save progress bars are carriage-return redraws: noise in CloudWatch and the local log.
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     outcome_dir = os.environ.get("SPOTRUN_OUTCOME_DIR", "")
     cfg = TrainConfig.from_json_file(args.config)
