@@ -47,7 +47,7 @@ from pathlib import Path
 from .contract import MAX_RUNTIME_LIMIT_S, RunSpec, RunValidationError
 from .memory import MemoryEstimate, ModelDims, checkpoint_bytes, peak_bytes, training_state_bytes
 from .params import lora_parameters, shape_of
-from .seams import Hyperparameter
+from .seams import Hyperparameter, StopNotice
 from .topology import Layout, comm_seconds, divisors_desc, flops_per_token, layouts, step_seconds
 
 CATALOG_PATH = Path(__file__).with_name("catalog.json")
@@ -171,11 +171,11 @@ def _interval(save_cost_s: float, rate_per_hour: float) -> float:
     return min(6 * 3600.0, max(300.0, math.sqrt(2 * save_cost_s * mtbi)))
 
 
-def notice_upload_seconds(defaults: dict, step_seconds: float) -> float:
-    """What the stop notice leaves for the upload. The ranks stop only between optimizer steps, so a step longer
-    than the notice's finishing budget (30 s) eats into the upload's 90 s."""
-    finish = defaults.get("notice_finish_seconds", 30)
-    return max(0.0, defaults["notice_upload_seconds"] - max(0.0, step_seconds - finish))
+def notice_upload_seconds(step_seconds: float) -> float:
+    """What the stop notice leaves for the upload (seams.StopNotice: the budget the launcher and trainer keep).
+    The ranks stop only between optimizer steps, so a step longer than the finishing budget eats into the
+    upload's."""
+    return max(0.0, StopNotice.UPLOAD_S - max(0.0, step_seconds - StopNotice.FINISH_S))
 
 
 def _option(run: RunSpec, catalog: dict, itype: str, count: int, train_seconds: float, ckpt_bytes: int,
@@ -186,7 +186,7 @@ def _option(run: RunSpec, catalog: dict, itype: str, count: int, train_seconds: 
     rate = instance_rate * count
     upload = spec["s3_upload_gb_per_s"] * count
     save_cost = ckpt_bytes / (upload * 1e9)
-    budget = notice_upload_seconds(d, step_seconds)
+    budget = notice_upload_seconds(step_seconds)
     policy = "save_on_notice" if budget > 0 and ckpt_bytes / budget / 1e9 <= upload else "periodic"
     if run.checkpoint.interval_minutes is not None:
         interval = max(1.0, round(run.checkpoint.interval_minutes * 60))
@@ -420,7 +420,7 @@ def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | 
         advice.append(f"on-demand on {fit.layout.describe()}: ${best.on_demand:.2f}; managed spot would "
                       f"be about ${best.spot:.2f}")
     step_s = fit.grad_accum * step_seconds(best.compute_s, best.comm_s, d["comm_overlap_fraction"])
-    budget = notice_upload_seconds(d, step_s)
+    budget = notice_upload_seconds(step_s)
     one_node = catalog["instances"][best.instance_type]["s3_upload_gb_per_s"]
     if best.policy == "save_on_notice" and best.count > 1 and ckpt_bytes / 1e9 / budget > one_node:
         advice.append(f"the {ckpt_bytes / 1e9:.1f} GB checkpoint leaves within the stop notice ({budget:.0f} s for "
@@ -445,7 +445,7 @@ def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | 
         instance_count=best.count, utilization=util, wall_seconds=best.wall,
         expected_interruptions=best.interruptions, expected_overhead_seconds=best.overhead,
         max_runtime_seconds=max_runtime, max_wait_seconds=max_wait, checkpoint_bytes=ckpt_bytes,
-        notice_upload_gb_per_s=ckpt_bytes / d["notice_upload_seconds"] / 1e9,
+        notice_upload_gb_per_s=ckpt_bytes / StopNotice.UPLOAD_S / 1e9,
         upload_gb_per_s_available=best.upload_available, checkpoint_policy=best.policy,
         checkpoint_interval_seconds=max(1, round(best.interval)), interruptions_per_hour=best.rate,
         cost_usd=cost, spot=c.spot, sharding=fit.layout.sharding, shard_group_nodes=fit.layout.group_nodes,

@@ -92,7 +92,6 @@ def save_model(spec: dict, out_dir: Path, *, vocab_size: int, seed: int = 0, tok
     save_pretrained (plus the tokenizer): a directory shaped exactly like a pretrained model's."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # a one-shard save: the bar says nothing

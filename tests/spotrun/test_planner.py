@@ -15,7 +15,7 @@ CATALOG = {
     "defaults": {"utilization": 0.25, "startup_seconds": 180, "memory_usable_fraction": 0.5,
                  "memory_allowance_gb": 0, "compute_bytes": 2, "collective_efficiency": 0.5,
                  "tcp_collective_efficiency": 0.25, "comm_overlap_fraction": 0.8,
-                 "notice_upload_seconds": 90, "notice_finish_seconds": 30, "max_runtime_factor": 2.0,
+                 "max_runtime_factor": 2.0,
                  "min_max_runtime_seconds": 3600, "max_auto_instance_count": 16},
     "families": {"a1": {"spot_discount": 0.6, "interruptions_per_instance_hour": 0.5}},
     "instances": {
@@ -234,3 +234,18 @@ def test_lora_hyperparameters_are_what_the_trainer_config_reads(lora, settings, 
     full = estimate(run(model={"config": llama}), catalog=CATALOG)
     assert TrainConfig.from_hyperparameters(full.hyperparameters, **channels).method == "full"
     assert not any(k.startswith("lora.") for k in full.hyperparameters)
+
+
+def test_the_notice_budget_is_the_one_the_launcher_and_trainer_keep(monkeypatch):
+    """The planner's upload budget is seams.StopNotice's, not a copy: a shorter budget turns the LoRA run's
+    save-on-notice into periodic saves."""
+    from spotrun.seams import StopNotice
+
+    lora = dict(model={"config": {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008,
+                                  "num_hidden_layers": 32, "num_attention_heads": 32, "vocab_size": 32000}},
+                training={"method": "lora", "lora": {"rank": 16}}, budget={"max_usd": 1000})
+    assert estimate(run(**lora), catalog=CATALOG).checkpoint_policy == "save_on_notice"
+    monkeypatch.setattr(StopNotice, "UPLOAD_S", 4)  # 0.48 GB in 4 s needs 0.12 GB/s > the 0.1 available
+    est = estimate(run(**lora), catalog=CATALOG)
+    assert est.checkpoint_policy == "periodic"
+    assert est.notice_upload_gb_per_s == pytest.approx(479_723_520 / 4 / 1e9)
