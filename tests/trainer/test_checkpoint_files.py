@@ -148,3 +148,21 @@ def test_save_failures_are_described_in_one_line_naming_a_full_disk():
     other = CheckpointException("write failed", {1: failed(OSError(errno.EIO, "Input/output error", "a"))})
     assert describe_failure(other) == "rank 1: OSError: [Errno 5] Input/output error: 'a'"
     assert describe_failure(ValueError("x\ny")) == "ValueError: x y"
+
+
+@pytest.mark.parametrize("values, finite", [
+    ([[1.0, -2.0], [3.0]], True),
+    ([[3e38, 3e38], [3e38]], True),  # finite values whose sum overflows: confirmed element-wise, still finite
+    ([[1.0, float("nan")], [3.0]], False),
+    ([[1.0], [float("inf")]], False),
+    ([[float("inf"), float("-inf")]], False),  # their sum is NaN
+    ([], True),
+])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_all_finite_is_exact_for_nan_inf_and_overflowing_sums(values, finite, dtype):
+    import torch
+
+    tensors = [torch.tensor(v, dtype=getattr(torch, dtype)) for v in values]
+    if dtype == "bfloat16" and values and values[0][0] == 3e38:
+        tensors = [torch.full((4,), 3e38, dtype=torch.bfloat16)]  # bf16 has fp32's range
+    assert checkpoint.all_finite(tensors) is finite

@@ -89,6 +89,20 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+def all_finite(tensors: list[torch.Tensor]) -> bool:
+    """Whether every element of every tensor is finite.
+
+    A sum is NaN or Inf whenever an element is (both propagate), so one reduction per tensor decides the common
+    case without isfinite's full-size boolean copy (~10x faster: this runs on the training thread before every
+    save). Finite values can also overflow a sum; a non-finite sum is therefore confirmed element by element.
+    """
+    if not tensors:
+        return True
+    if bool(torch.isfinite(torch.stack([t.sum().float() for t in tensors]).sum())):
+        return True
+    return all(bool(torch.isfinite(t).all()) for t in tensors)
+
+
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -343,8 +357,8 @@ class CheckpointManager:
     def _require_finite_weights(self, step: int) -> None:
         """Every rank checks its own shards; ranks agree (MIN), so all raise together. O(parameters) per save."""
         local = [p.to_local() if isinstance(p, DTensor) else p for p in self.model.parameters()]
-        ok = torch.stack([torch.isfinite(t).all() for t in local]).all() if local else torch.tensor(True)
-        flag = ok.to(torch.float32).reshape(1)
+        device = local[0].device if local else torch.device("cpu")
+        flag = torch.tensor([1.0 if all_finite(local) else 0.0], device=device)
         dist.all_reduce(flag, op=dist.ReduceOp.MIN)
         if flag.item() < 1:
             raise self.diverged(f"the weights after step {step} contain NaN or Inf (step {step} is not saved)")
