@@ -6,9 +6,10 @@ On this machine (CPU processes, gloo) it measures, each goal beside it:
   - step overhead: the trainer's steps (through the container entry point, no checkpoints) against the bare
     FSDP2 loop of benchmarks/bare_loop.py on the same config, model, data and steps (goal <= 3%);
   - checkpoint (benchmarks/checkpoint_bench.py, ~85M-parameter Llama shape): training time blocked per periodic
-    save against a bare memcpy of the same bytes (goal <= 1.5x) and against a rank-0 full-state torch.save; the
-    emergency save's throughput against dd with one writer, measured with one rank so one process writes in
-    both (goal >= 70%);
+    save against a bare memcpy of the same bytes (goal <= 1.5x) and against a rank-0 full-state torch.save, with
+    the parts it is made of; the emergency save's throughput against dd with one writer, measured with one rank
+    so one process writes in both (goal >= 70%), with its parts (DCP's write, the sha256); the LoRA rows of the
+    same base (rank 16, every linear layer);
   - resume: process start to the first step after an interruption, against a cold start of the same run
     (goal <= 1.2x).
 Trials alternate trainer and bare loop; the fastest of each is compared (the machine is shared).
@@ -116,12 +117,14 @@ def main() -> int:
                       ("step: bare FSDP2 loop, same model/data/steps", f"{o['bare_step_s'] * 1e3:.1f} ms"),
                       ("step overhead (goal <= 3%)", f"{(o['trainer_step_s'] / o['bare_step_s'] - 1) * 100:+.1f}%")]
         if "checkpoint" not in args.skip:
-            two = checkpoint_bench.measure(hidden=640, layers=10, nproc=2, directory=work / "ckpt2")
+            two = checkpoint_bench.measure(hidden=640, layers=10, nproc=2, directory=work / "ckpt2", lora_rank=16)
             one = checkpoint_bench.measure(hidden=640, layers=10, nproc=1, directory=work / "ckpt1")
             gb1 = one["checkpoint_bytes"] / 1e9
             table += [(f"checkpoint: {k}", v) for k, v in checkpoint_bench.rows(two) if "throughput" not in k]
             table += [("checkpoint, 1 rank: sync save", f"{one['sync_s']:.3f} s ({gb1 * 1e3 / one['sync_s']:.0f}"
                                                          " MB/s)"),
+                      ("checkpoint, 1 rank: sync save parts: DCP write / sha256 of the written files",
+                       f"{one['parts']['dcp_write_s']:.3f} s / {one['parts']['sha256_s']:.3f} s"),
                       ("checkpoint, 1 rank: dd conv=fsync, one writer", f"{one['dd_bytes_per_s'] / 1e6:.0f} MB/s"),
                       ("sync save throughput / dd, one writer each (goal >= 0.70)",
                        f"{gb1 * 1e9 / one['sync_s'] / one['dd_bytes_per_s']:.2f}")]
