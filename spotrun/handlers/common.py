@@ -57,3 +57,17 @@ def emit_metric(namespace: str, name: str, value: float, unit: str, dimensions: 
     line = json.dumps(record)
     print(line)
     return line
+
+
+def put_once(table: Any, item: dict) -> str:
+    """PutItem unless an item with the same key exists: EventBridge may deliver an event more than once.
+    Returns 'recorded' or 'duplicate'."""
+    from botocore.exceptions import ClientError
+
+    try:
+        table.put_item(Item=item, ConditionExpression="attribute_not_exists(pk) AND attribute_not_exists(sk)")
+    except ClientError as exc:
+        if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
+            return "duplicate"
+        raise
+    return "recorded"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .common import emit_metric, to_epoch
+from .common import emit_metric, put_once, to_epoch
 
 TERMINAL = ("Completed", "Failed", "Stopped")
 
@@ -54,14 +54,8 @@ def record(event: dict, table: Any, *, namespace: str, stage: str) -> str:
     item = interruption_item(detail, event.get("time", "")) or usage_item(detail)
     if item is None:
         return "ignored"
-    from botocore.exceptions import ClientError
-
-    try:
-        table.put_item(Item=item, ConditionExpression="attribute_not_exists(pk) AND attribute_not_exists(sk)")
-    except ClientError as exc:
-        if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
-            return "duplicate"
-        raise
+    if put_once(table, item) == "duplicate":
+        return "duplicate"
     if item["kind"] == "interruption":
         emit_metric(namespace, "Interruptions", 1, "Count",
                     {"Stage": stage})

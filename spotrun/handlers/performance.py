@@ -14,6 +14,7 @@ import statistics
 from typing import Any
 
 from ..seams import METHOD_TAG, SHAPE_TAG, metric_name
+from .common import put_once
 
 MFU_METRIC, TOKENS_METRIC = metric_name("mfu"), metric_name("tokens_per_s")  # the trainer's metric line
 
@@ -62,15 +63,7 @@ def record_performance(event: dict, table: Any, sagemaker: Any, catalog: dict) -
     item = performance_item(detail, description, catalog)
     if item is None:
         return "ignored"
-    from botocore.exceptions import ClientError
-
-    try:
-        table.put_item(Item=item, ConditionExpression="attribute_not_exists(pk) AND attribute_not_exists(sk)")
-    except ClientError as exc:
-        if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
-            return "duplicate"
-        raise
-    return "recorded"
+    return put_once(table, item)
 
 
 def recorded_utilization(table: Any, *, shape: str, method: str) -> dict[str, tuple[float, int]]:
