@@ -38,6 +38,7 @@ Rules, with the choices made here:
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 from collections.abc import Callable
@@ -64,6 +65,22 @@ class EstimateRefused(Exception):
 
 def load_catalog(path: Path = CATALOG_PATH) -> dict:
     return json.loads(Path(path).read_text())
+
+
+DEFAULT_PRICE_REGION = "us-east-1"  # the CLI's estimate without --region; a stage prices in its own region
+
+
+def regional_catalog(catalog: dict, region: str) -> dict:
+    """The catalog with the region's on-demand prices; RunValidationError for a region it has no prices for."""
+    regions = catalog.get("regions", {})
+    if region not in regions:
+        raise RunValidationError("region", region, f"a region the catalog has prices for: {', '.join(sorted(regions))} "
+                                 "(add the region's prices to spotrun/catalog.json)")
+    prices = regions[region]["on_demand_usd_per_hour"]
+    out = copy.deepcopy(catalog)
+    out["instances"] = {t: {**spec, "on_demand_usd_per_hour": prices[t]}
+                        for t, spec in catalog["instances"].items() if t in prices}
+    return out
 
 
 @dataclass

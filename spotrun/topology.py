@@ -50,7 +50,7 @@ class Layout:
     def describe(self) -> str:
         where = f"{self.nodes} x {self.instance_type}"
         if self.sharding == "full":
-            return f"{where}, full sharding over {self.world} GPUs"
+            return f"{where}, one GPU" if self.world == 1 else f"{where}, full sharding over {self.world} GPUs"
         return (f"{where}, hybrid sharding: shard groups of {self.group_nodes} node(s) ({self.shard_ranks} GPUs), "
                 f"{self.replicas} replicas")
 

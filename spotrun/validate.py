@@ -32,7 +32,15 @@ from .contract import (
     decode_run,
     parse_run,
 )
-from .planner import Estimate, EstimateRefused, estimate, format_text
+from .planner import (
+    DEFAULT_PRICE_REGION,
+    Estimate,
+    EstimateRefused,
+    estimate,
+    format_text,
+    load_catalog,
+    regional_catalog,
+)
 from .seams import Hyperparameter, StackOutput, stack_name
 from .sources import PLACEHOLDER_BUCKET, read_sources
 
@@ -123,8 +131,10 @@ class Checked:
     not_checked: list[str] = field(default_factory=list)
 
 
-def check_file(path: Path, target: Target | None, *, plan: bool, s3_client: Any = None) -> Checked:
-    """Every layer the CLI can apply to one run file; RunValidationError / EstimateRefused otherwise."""
+def check_file(path: Path, target: Target | None, *, plan: bool, s3_client: Any = None,
+               region: str | None = None) -> Checked:
+    """Every layer the CLI can apply to one run file; RunValidationError / EstimateRefused otherwise.
+    `region`: whose on-demand prices the planner uses (DEFAULT_PRICE_REGION when None, and the output says so)."""
     try:
         size = Path(path).stat().st_size
         if size > MAX_RUN_BYTES:
@@ -147,13 +157,22 @@ def check_file(path: Path, target: Target | None, *, plan: bool, s3_client: Any 
         return out
     sources = read_sources(run, s3_client, offline=True)
     for note in sources.notes:
-        (out.not_checked if note.startswith("not ") else out.checked).append(note)
+        if note.startswith("not "):
+            out.not_checked.append(note.removeprefix("not checked: "))  # printed under "not checked:" already
+        else:
+            out.checked.append(note)
     if run.model.init is None and target is None:
         out.not_checked.append('training: a model.config without model.source or model.init="random" is a shape '
                                "for estimates only; the pipeline refuses to train it")
-    out.estimate = estimate(run, model_config=sources.model_config, data_tokens=sources.tokens)
+    catalog = load_catalog()
+    priced_in = region or DEFAULT_PRICE_REGION
+    catalog = regional_catalog(catalog, priced_in)
+    out.estimate = estimate(run, catalog=catalog, model_config=sources.model_config, data_tokens=sources.tokens)
     pipeline_hyperparameters(run, out.estimate)
     out.checked.append("the planner (fit, MaxRuntime/MaxWait, budget) and the hyperparameters' limits")
+    out.checked.append(f"costs at on-demand list prices in {priced_in} (spotrun catalog as of "
+                       f"{catalog['regions'][priced_in].get('as_of', 'unknown')})"
+                       + ("" if region else "; --region prices another region"))
     return out
 
 
@@ -178,7 +197,9 @@ def stage_target(stage: str, region: str | None, cfn_client: Any = None) -> Targ
 
 def add_target_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stage", help="check against this deployed stage's rules (reads its stack's outputs)")
-    parser.add_argument("--region", help="the stage's region (default: your AWS configuration's)")
+    parser.add_argument("--region", help="the stage's region (default: your AWS configuration's); `estimate` prices "
+                        f"the run in it (default {DEFAULT_PRICE_REGION}; regions without prices in the catalog are "
+                        "refused)")
     parser.add_argument("--bucket", help="offline: the stage's artifact bucket (its ArtifactBucket output)")
     parser.add_argument("--group", help="offline: the stage's model package group (ModelPackageGroupName output)")
 
@@ -213,7 +234,7 @@ def run_command(args: argparse.Namespace, *, plan: bool, cfn_client: Any = None,
     status, docs = EXIT_OK, []
     for path in args.runs:
         try:
-            checked = check_file(path, target, plan=plan, s3_client=s3_client)
+            checked = check_file(path, target, plan=plan, s3_client=s3_client, region=args.region)
             doc = {"status": "ok", **(checked.estimate.to_json() if checked.estimate else {}),
                    "checked": checked.checked, "not_checked": checked.not_checked}
         except (RunValidationError, EstimateRefused) as exc:

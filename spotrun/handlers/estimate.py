@@ -15,7 +15,6 @@ Environment (read here only, in `handler`): see `PipelineSettings.from_env`.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import hashlib
 import json
@@ -24,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..contract import RunSpec, RunValidationError, parse_run
-from ..planner import EstimateRefused, estimate, load_catalog
+from ..planner import EstimateRefused, estimate, load_catalog, regional_catalog
 from ..seams import METHOD_TAG, SHAPE_TAG, Plan, PlanStatus, StopNotice
 from ..sources import resolve
 from ..validate import Target, check_target, pipeline_hyperparameters
@@ -69,19 +68,6 @@ def job_name(settings: PipelineSettings, run_name: str, execution: str) -> str:
     suffix = hashlib.sha256(execution.encode()).hexdigest()[:6]
     room = MAX_JOB_NAME - len(settings.job_prefix) - len(suffix) - 1 - len(FALLBACK_SUFFIX)
     return f"{settings.job_prefix}{run_name[:room].rstrip('-')}-{suffix}"
-
-
-def regional_catalog(catalog: dict, region: str) -> dict:
-    """The catalog with the region's on-demand prices; RunValidationError for a region it has no prices for."""
-    regions = catalog.get("regions", {})
-    if region not in regions:
-        raise RunValidationError("region", region, f"a region the catalog has prices for: {', '.join(sorted(regions))} "
-                                 "(add the region's prices to spotrun/catalog.json)")
-    prices = regions[region]["on_demand_usd_per_hour"]
-    out = copy.deepcopy(catalog)
-    out["instances"] = {t: {**spec, "on_demand_usd_per_hour": prices[t]}
-                        for t, spec in catalog["instances"].items() if t in prices}
-    return out
 
 
 def _channel(name: str, uri: str) -> dict:

@@ -197,3 +197,19 @@ def test_a_source_config_the_planner_cannot_count_names_the_source(tmp_path, cap
     assert main(["estimate", "--format", "json", str(run)]) == 2
     out = json.loads(capsys.readouterr().out)
     assert out["field"] == "model.source" and "model.config.tie_word_embeddings='false'" in out["message"]
+
+
+def test_estimate_prices_in_the_region_it_names_and_refuses_a_region_without_prices(capsys):
+    from spotrun.planner import load_catalog
+
+    example = str(EXAMPLES[0])
+    assert main(["estimate", "--format", "json", example]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    as_of = load_catalog()["regions"]["us-east-1"]["as_of"]
+    assert f"costs at on-demand list prices in us-east-1 (spotrun catalog as of {as_of}); --region prices another " \
+           "region" in doc["checked"]
+    assert not any(n.startswith("not checked") for n in doc["not_checked"])  # the heading is not repeated
+    # The Lambda refuses a stage in a region the catalog has no prices for; the CLI does the same, by name.
+    assert main(["estimate", "--region", "eu-west-1", example]) == EXIT_INVALID
+    assert "region='eu-west-1' is invalid: expected a region the catalog has prices for: us-east-1" in \
+        capsys.readouterr().err
