@@ -5,8 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from safetensors.torch import load_file
 
-from spotrun.local.harness import free_port, start_launcher, write_sagemaker_root
+from spotrun.local.harness import free_port, loss_history, start_launcher, write_sagemaker_root
+from spotrun_trainer.export import MERGED_DIR
 
 BASE_HP = {
     "nproc_per_node": 2, "micro_batch": 2, "max_steps": 24, "log_every": 4, "num_threads": 1,
@@ -18,6 +20,18 @@ BASE_HP = {
 # the merged model exported too.
 LORA_HP = {"method": "lora", "lora.rank": 8, "lora.alpha": 16, "lora.dropout": 0.1, "optim.lr": 1e-2,
            "export.merge_lora": True, "export.dtype": ""}
+# What each method exports, compared tensor by tensor between an interrupted run and its uninterrupted reference.
+EXPORTED = {"full": ("model.safetensors",),
+            "lora": ("adapter_model.safetensors", f"{MERGED_DIR}/model.safetensors")}
+
+
+def assert_same_run(job, reference, method: str = "full") -> None:
+    assert loss_history(job.output) == loss_history(reference.output)  # exact floats, every step
+    for name in EXPORTED[method]:
+        ours, ref = load_file(job.output / name), load_file(reference.output / name)
+        assert ours.keys() == ref.keys()
+        for key in ref:
+            assert ours[key].equal(ref[key]), (name, key)
 
 
 class Job:

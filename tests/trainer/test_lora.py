@@ -12,23 +12,14 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from spotrun.local.harness import kill_tree, loss_history, wait_for_step
+from spotrun.local.harness import loss_history, wait_for_step
 from spotrun_trainer.checkpoint import committed_checkpoints
 from spotrun_trainer.export import EXPORT_METADATA, MERGED_DIR
 
-from .conftest import LORA_HP
+from .conftest import LORA_HP, assert_same_run
 
 pytestmark = pytest.mark.slow
 RANK, ALPHA = LORA_HP["lora.rank"], LORA_HP["lora.alpha"]
-
-
-def assert_same_lora_run(job, reference) -> None:
-    assert loss_history(job.output) == loss_history(reference.output)  # exact floats, every step
-    for name in ("adapter_model.safetensors", f"{MERGED_DIR}/model.safetensors"):
-        ours, ref = load_file(job.output / name), load_file(reference.output / name)
-        assert ours.keys() == ref.keys()
-        for key in ref:
-            assert ours[key].equal(ref[key]), (name, key)
 
 
 def test_lora_trains_the_adapters_only_with_falling_loss(lora_baseline, assets):
@@ -91,20 +82,7 @@ def test_sigterm_during_lora_training_resumes_bitwise(job_factory, lora_baseline
 
     assert job.run() == 0, job.text()[-3000:]
     assert f"start_step={stop_step}" in job.text()
-    assert_same_lora_run(job, lora_baseline)
-
-
-def test_sigkill_of_a_lora_run_then_restart_is_bitwise_identical(job_factory, lora_baseline):
-    job = job_factory("lora-sigkill", **LORA_HP)
-    proc = job.start()
-    assert wait_for_step(proc, job.output, 14)
-    kill_tree(proc)
-    newest = committed_checkpoints(job.ckpt)[0][0]
-    assert 4 <= newest <= 14
-
-    assert job.run() == 0, job.text()[-3000:]
-    assert f"start_step={newest}" in job.text()
-    assert_same_lora_run(job, lora_baseline)
+    assert_same_run(job, lora_baseline, "lora")
 
 
 def test_two_rank_lora_checkpoint_resumes_on_one_rank(job_factory, lora_baseline):

@@ -20,15 +20,9 @@ from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 from spotrun.local.harness import descendants, kill_tree, loss_history, wait_for_step
 from spotrun_trainer.checkpoint import committed_checkpoints
 
+from .conftest import LORA_HP, assert_same_run
+
 pytestmark = pytest.mark.slow
-
-
-def assert_same_run(job, baseline) -> None:
-    assert loss_history(job.output) == loss_history(baseline.output)  # exact floats, every step
-    ours, ref = load_file(job.output / "model.safetensors"), load_file(baseline.output / "model.safetensors")
-    assert ours.keys() == ref.keys()
-    for key in ref:
-        assert ours[key].equal(ref[key]), key
 
 
 def test_sigterm_saves_agreed_step_exits_cleanly_and_resume_is_bitwise_identical(job_factory, baseline):
@@ -78,8 +72,10 @@ def _workers(proc) -> list[int]:
     return found
 
 
-def test_sigkill_of_the_whole_process_tree_then_restart_is_bitwise_identical(job_factory, baseline):
-    job = job_factory("sigkill")
+@pytest.mark.parametrize("method", ["full", "lora"])
+def test_sigkill_of_the_whole_process_tree_then_restart_is_bitwise_identical(job_factory, request, method):
+    reference = request.getfixturevalue("baseline" if method == "full" else "lora_baseline")
+    job = job_factory(f"sigkill-{method}", **(LORA_HP if method == "lora" else {}))
     proc = job.start()
     assert wait_for_step(proc, job.output, 14)
     kill_tree(proc)
@@ -88,7 +84,7 @@ def test_sigkill_of_the_whole_process_tree_then_restart_is_bitwise_identical(job
 
     assert job.run() == 0, job.text()[-3000:]
     assert f"start_step={newest}" in job.text()
-    assert_same_run(job, baseline)
+    assert_same_run(job, reference, method)
 
 
 def test_damaged_newest_checkpoint_falls_back_and_two_rank_checkpoint_resumes_on_one_rank(job_factory, baseline):
