@@ -119,6 +119,7 @@ class Estimate:
     warnings: list[str] = field(default_factory=list)
     hyperparameters: dict[str, str] = field(default_factory=dict)
     utilization_source: str = "catalog default"
+    spot_policy: dict = field(default_factory=dict)  # spotrun/simulate/choose.py: the policy and its odds
 
     def to_json(self) -> dict:
         return asdict(self)

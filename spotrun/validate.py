@@ -42,6 +42,7 @@ from .planner import (
     regional_catalog,
 )
 from .seams import Hyperparameter, StackOutput, stack_name
+from .simulate.choose import policy_text, spot_policy
 from .sources import PLACEHOLDER_BUCKET, read_sources
 
 EXIT_OK, EXIT_INVALID, EXIT_REFUSED = 0, 2, 3
@@ -168,6 +169,7 @@ def check_file(path: Path, target: Target | None, *, plan: bool, s3_client: Any 
     priced_in = region or DEFAULT_PRICE_REGION
     catalog = regional_catalog(catalog, priced_in)
     out.estimate = estimate(run, catalog=catalog, model_config=sources.model_config, data_tokens=sources.tokens)
+    out.estimate.spot_policy = spot_policy(run, out.estimate, catalog)
     pipeline_hyperparameters(run, out.estimate)
     out.checked.append("the planner (fit, MaxRuntime/MaxWait, budget) and the hyperparameters' limits")
     out.checked.append(f"costs at on-demand list prices in {priced_in} (spotrun catalog as of "
@@ -248,6 +250,7 @@ def run_command(args: argparse.Namespace, *, plan: bool, cfn_client: Any = None,
             print(f"== {path}: ok")
             if checked.estimate is not None:
                 print(format_text(checked.estimate))
+                print(policy_text(checked.estimate.spot_policy))
             print("checked: " + "; ".join(checked.checked))
             if checked.not_checked:
                 print("not checked: " + "; ".join(checked.not_checked))

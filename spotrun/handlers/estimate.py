@@ -25,6 +25,7 @@ from typing import Any, Callable
 from ..contract import RunSpec, RunValidationError, parse_run
 from ..planner import EstimateRefused, estimate, load_catalog, regional_catalog
 from ..seams import METHOD_TAG, SHAPE_TAG, Plan, PlanStatus, StopNotice
+from ..simulate.choose import spot_policy
 from ..sources import resolve
 from ..validate import Target, check_target, pipeline_hyperparameters
 from .performance import shape_key
@@ -32,7 +33,7 @@ from .performance import shape_key
 CONTRACT_KEYS = ("parameters", "trainable_parameters", "training_flops", "gpu_hours", "instance_type",
                  "instance_count", "max_runtime_seconds", "max_wait_seconds", "checkpoint_bytes",
                  "notice_upload_gb_per_s", "checkpoint_interval_seconds", "cost_usd", "warnings", "utilization",
-                 "utilization_source")
+                 "utilization_source", "spot_policy")
 MAX_JOB_NAME = 63
 FALLBACK_SUFFIX = "-od"
 RUN_RECORD = "spotrun-run.json"  # what an execution trained, beside its checkpoints: checked on resume_from
@@ -177,6 +178,7 @@ def plan(run_raw: Any, execution: str, settings: PipelineSettings, *, s3_client:
         est = estimate(run, catalog=catalog, model_config=model_config, data_tokens=tokens,
                        recorded_rates=rates, recorded_mfu=measured)
         hyper = pipeline_hyperparameters(run, est)
+        est.spot_policy = spot_policy(run, est, catalog)
     except RunValidationError as exc:
         return {"status": "InvalidRun", "message": str(exc), "field": exc.field}
     except EstimateRefused as exc:

@@ -2,12 +2,13 @@
 every online policy is measured against. numpy, vectorized over traces; the CLI and benchmarks use it, the estimate
 Lambda does not.
 
-Time and work are cut into ticks of `work_s / ticks` seconds. In each tick the run is idle, on spot (only in ticks
-that lie wholly inside a capacity window) or on on-demand. Starting a job (from idle or from the other kind) costs
-one changeover (`SimPlan.changeover_s`: the last job's save before the capacity goes, which foresight makes
-possible, a startup and a restore), billed at the new job's price, and delays progress by that many ticks (rounded
-up). Knowing the trace, no work is ever lost. Cost[mode][progress] is carried forward tick by tick; the answer per
-trace is the least cost at which progress reaches the work by the deadline (or by the trace's horizon without one).
+Time and work are cut into ticks of `work_s / ticks` seconds. In each tick the run is idle, on spot (in the ticks a
+capacity window covers, its ends rounded to the nearest tick) or on on-demand. Starting a job (from idle or from
+the other kind) costs a startup and a restore (and the last job's save before its capacity goes, which foresight
+makes possible, unless it fits the stop notice; the first job has no restore), billed at the new job's price, and
+delays progress by that many ticks (rounded to the nearest tick). Knowing the trace, no work is ever lost.
+Cost[mode][progress] is carried forward tick by tick; the answer per trace is the least cost at which progress
+reaches the work by the deadline (or by the trace's horizon without one).
 """
 
 from __future__ import annotations
@@ -20,33 +21,35 @@ from .engine import SimPlan
 
 
 def availability(traces: list, tick_s: float, ticks: int) -> np.ndarray:
-    """(traces, ticks) booleans: spot is there for the whole tick."""
+    """(traces, ticks) booleans: spot is there for the tick (a window covers the ticks its ends round to)."""
     out = np.zeros((len(traces), ticks), dtype=bool)
     for n, trace in enumerate(traces):
         for a, b in trace:
-            first = math.ceil(a / tick_s)
+            first = round(a / tick_s)
             if first >= ticks:
                 break
-            last = ticks if b == math.inf else min(ticks, math.floor(b / tick_s))
+            last = ticks if b == math.inf else min(ticks, round(b / tick_s))
             if last > first:
                 out[n, first:last] = True
     return out
 
 
-def offline_optimum(plan: SimPlan, traces: list, *, ticks: int = 240, horizon_s: float | None = None) -> np.ndarray:
+def offline_optimum(plan: SimPlan, traces: list, *, ticks: int = 300, horizon_s: float | None = None) -> np.ndarray:
     """Least cost (USD) per trace; inf where the deadline cannot be met."""
     tick = plan.work_s / ticks
     limit = plan.deadline_s if plan.deadline_s is not None else (horizon_s or 4 * plan.work_s)
     steps = int(math.floor(limit / tick + 1e-9))
     avail = availability(traces, tick, steps)
-    o = max(1, math.ceil(plan.changeover_s / tick))
+    # A job's save before its capacity goes is free on spot when it fits the notice; the first job has nothing
+    # to restore.
+    change_s = plan.startup_s + plan.restore_s + (0.0 if plan.notice_ok else plan.save_s)
+    o, o_first = max(1, round(change_s / tick)), max(1, round(plan.startup_s / tick))
     ps, po = plan.spot_usd_per_h * tick / 3600, plan.on_demand_usd_per_h * tick / 3600
-    start_spot = plan.spot_usd_per_h * plan.changeover_s / 3600
-    start_od = plan.on_demand_usd_per_h * plan.changeover_s / 3600
+    start_spot, start_od = plan.spot_usd_per_h * change_s / 3600, plan.on_demand_usd_per_h * change_s / 3600
+    first_spot, first_od = plan.spot_usd_per_h * plan.startup_s / 3600, plan.on_demand_usd_per_h * plan.startup_s / 3600
     n, size = len(traces), ticks + o + 1  # index j holds progress j - o (a fresh job owes its changeover)
     inf = np.inf
     idle = np.full((n, size), inf)
-    idle[:, o] = 0.0
     spot = np.full((n, size), inf)
     od = np.full((n, size), inf)
     done = np.full(n, inf)
@@ -55,6 +58,9 @@ def offline_optimum(plan: SimPlan, traces: list, *, ticks: int = 240, horizon_s:
         enter_spot[:, :size - o] = np.minimum(idle, od)[:, o:] + start_spot
         enter_od = np.full((n, size), inf)
         enter_od[:, :size - o] = np.minimum(idle, spot)[:, o:] + start_od
+        # the first job, from progress 0 (index o), any time
+        enter_spot[:, o - o_first] = np.minimum(enter_spot[:, o - o_first], first_spot)
+        enter_od[:, o - o_first] = np.minimum(enter_od[:, o - o_first], first_od)
         new_idle = np.minimum(np.minimum(idle, spot), od)
         run_spot = np.minimum(spot, enter_spot)
         run_od = np.minimum(od, enter_od)
