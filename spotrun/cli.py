@@ -2,6 +2,7 @@
 
     validate, estimate       check and estimate runs here (spotrun/validate.py)
     local, demo              the pipeline on this machine (spotrun/local/commands.py)
+    simulate                 replay a run's plan over spot traces under each policy (spotrun/simulate/)
     start, status, logs, report, cancel, list
                              a deployed stage's runs (spotrun/remote.py)
 """
@@ -14,6 +15,7 @@ import sys
 from . import validate
 from .local.commands import register as register_local
 from .remote import register as register_remote
+from .simulate.command import register as register_simulate
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -24,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     validate.register(sub)
     register_local(sub)
     register_remote(sub)
+    register_simulate(sub)
     return parser
 
 
