@@ -36,6 +36,10 @@ def register(sub) -> None:
                      "(default ./runs)")
     loc.add_argument("--interrupt-at", action="append", type=_interrupt, default=[], metavar="STEP|SECONDSs",
                      help="interrupt when the run reaches STEP, or SECONDS after the start (e.g. 30s); repeatable")
+    loc.add_argument("--trace", type=Path, help="also interrupt where this availability trace (skypilot-org/"
+                     "spot-traces format) loses capacity, in its running time / --trace-speedup")
+    loc.add_argument("--trace-speedup", type=float, default=3600.0, help="trace seconds per local second "
+                     "(default 3600: a trace hour per second)")
     loc.add_argument("--hard-kill", action="store_true", help="interrupt by SIGKILL of the whole process tree (an "
                      "instance vanishing) instead of SIGTERM (SageMaker's stop notice)")
     loc.add_argument("--nproc", type=int, default=2, help="worker processes (default 2)")
@@ -75,6 +79,19 @@ def _guarded(run) -> int:
         return 1
 
 
+def trace_interrupts(path: Path, speedup: float):
+    """--trace: the trace's losses of capacity as injected interruptions (seconds after the start)."""
+    from ..simulate.traces import interruption_times, read_availability
+    from .pipeline import MAX_RESTARTS, InterruptAt
+
+    if not speedup > 0:
+        raise ValueError(f"--trace-speedup={speedup!r} is invalid: expected a number > 0")
+    rec = read_availability(path)
+    open_end = [(a, b if b < rec.length_s else float("inf")) for a, b in rec.windows]  # the recording just ends
+    times = interruption_times(open_end, MAX_RESTARTS)
+    return tuple(InterruptAt(seconds=round(t / speedup, 3)) for t in times if t / speedup > 0)
+
+
 def local_command(args: argparse.Namespace) -> int:
     from ..report import summary_text
     from .pipeline import LocalOptions, run_local
@@ -82,7 +99,13 @@ def local_command(args: argparse.Namespace) -> int:
     if args.nproc < 1:
         print(f"error: --nproc={args.nproc} is invalid: expected an integer >= 1", file=sys.stderr)
         return 2
-    options = LocalOptions(out=args.out, interrupts=tuple(args.interrupt_at), hard_kill=args.hard_kill,
+    try:
+        replayed = trace_interrupts(args.trace, args.trace_speedup) if args.trace else ()
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    interrupts = (*args.interrupt_at, *replayed)  # the pipeline takes them in this order
+    options = LocalOptions(out=args.out, interrupts=interrupts, hard_kill=args.hard_kill,
                            nproc=args.nproc, overrides=dict(args.overrides), job_name=args.job_name,
                            progress=args.progress)
     quiet = args.format == "json"

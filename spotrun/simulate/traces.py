@@ -204,3 +204,16 @@ def recorded_traces(recordings: list[Recording], n: int, horizon_s: float, seed:
     rng = random.Random(seed)
     return [replay(rec, rng.uniform(0, rec.length_s), horizon_s)
             for rec in (recordings[i % len(recordings)] for i in range(n))]
+
+
+def interruption_times(windows: Windows, limit: int) -> list[float]:
+    """A job's interruptions in its own running time: the capacity it had used by each end of a window (waits
+    for capacity take no running time). At most `limit`."""
+    out: list[float] = []
+    used = 0.0
+    for a, b in windows:
+        if b == INF or len(out) >= limit:
+            break
+        used += b - a
+        out.append(used)
+    return out

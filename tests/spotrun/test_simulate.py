@@ -252,3 +252,17 @@ def test_the_estimate_chooses_the_cheapest_policy_meeting_the_deadline_and_state
     free = spot_policy(run, est, __import__("spotrun.planner").planner.load_catalog(), n=300)
     assert free["confidence"] is None
     assert free["chosen"] == min(free["policies"], key=lambda r: r["mean_usd"])["label"]
+
+
+def test_local_trace_replay_turns_each_loss_of_capacity_into_an_injected_interruption(tmp_path):
+    from spotrun.cli import build_parser
+    from spotrun.local.commands import trace_interrupts
+    from spotrun.local.pipeline import InterruptAt
+
+    path = tmp_path / "trace.json"  # up 2 h, down 1 h, up 1 h, down, up to the end
+    path.write_text(json.dumps({"metadata": {"gap_seconds": 3600}, "data": [1, 1, 0, 1, 0, 1]}))
+    assert trace_interrupts(path, 3600.0) == (InterruptAt(seconds=2.0), InterruptAt(seconds=3.0))
+    args = build_parser().parse_args(["local", "run.json", "--trace", str(path), "--trace-speedup", "1800"])
+    assert trace_interrupts(args.trace, args.trace_speedup)[0] == InterruptAt(seconds=4.0)
+    with pytest.raises(ValueError, match="--trace-speedup"):
+        trace_interrupts(path, 0.0)
