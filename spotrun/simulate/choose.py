@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from . import Summary, compare
 from .engine import INF, SimPlan
+from .policies import DEADLINE_POLICIES
 from .traces import TraceSpec, generated_traces
 
 N_TRACES = 1000
@@ -52,13 +53,17 @@ def horizon_s(plan: SimPlan) -> float:
     return far + 80 * 3600
 
 
-def candidates(plan: SimPlan) -> list[tuple[str, str]]:
-    cks = ("notice", "both") if plan.notice_ok else ("periodic",)
-    out = [("on_demand", cks[0])]
-    for ck in cks:
+def candidates(plan: SimPlan, every_checkpointing: bool = False) -> list[tuple[str, str]]:
+    """(policy, checkpointing) pairs: on-demand, spot and MaxWait fallback with each way of saving; with a
+    deadline, every deadline-aware policy with the plan's own (all of them with `every_checkpointing`)."""
+    cks = ("notice", "periodic", "both") if plan.notice_ok else ("periodic",)
+    own = plan.default_checkpointing() if every_checkpointing else ("notice" if plan.notice_ok else "periodic")
+    out = [("on_demand", own)]
+    for ck in cks if every_checkpointing else cks[:2]:
         out += [("spot", ck), ("maxwait_fallback", ck)]
-        if plan.deadline_s is not None:
-            out += [("uniform_progress", ck), ("deadline_greedy", ck)]
+    if plan.deadline_s is not None:
+        for ck in cks if every_checkpointing else (own,):
+            out += [(p, ck) for p in DEADLINE_POLICIES]
     return out
 
 
