@@ -187,6 +187,21 @@ def test_decide_next_segment(progress_h, now_h, on_demand_now, spot_available, e
                                spot_available=spot_available) == expected
 
 
+@pytest.mark.parametrize("progress_h, now_h, on_demand_now, spot_available, expected", [
+    # 40 h of work by 60 h, saving every 30 min: the slack at the start is 18.3 h, the reserve 0.2 + 1.83 h
+    (10, 20, False, False, "wait"),       # behind the line, but 8.8 h of slack is above the reserve: wait
+    (10, 27, False, False, "on_demand"),  # the slack (1.8 h) fell under the reserve: on-demand
+    (10, 27, True, True, "spot"),         # on-demand, spot back, the slack pays a changeover + hysteresis: return
+    (10, 28, True, True, "on_demand"),    # ... but not once it does not (0.8 h)
+])
+def test_slack_reserve_decides_on_slack_not_on_the_line(progress_h, now_h, on_demand_now, spot_available, expected):
+    from spotrun.simulate.policies import RESERVES
+
+    rule = RESERVES["slack_reserve_10"]
+    assert decide_next_segment(progress_h * H, now_h * H, _plan(), on_demand_now=on_demand_now,
+                               spot_available=spot_available, rule=rule) == expected
+
+
 # ---- traces ----------------------------------------------------------------------------------------------------
 
 
@@ -247,6 +262,7 @@ def test_the_estimate_chooses_the_cheapest_policy_meeting_the_deadline_and_state
     assert chosen["p_deadline"] >= 0.99
     assert all(r["mean_usd"] >= chosen["mean_usd"] for r in rows.values() if r["p_deadline"] >= 0.99)
     assert chosen["mean_usd"] <= rows["on_demand"]["mean_usd"]
+    assert {"uniform_progress (notice)", "slack_reserve_10 (notice)", "maxwait_fallback (periodic)"} <= set(rows)
     text = policy_text(section)
     assert section["chosen"] in text and "P(deadline)" in text
     free = spot_policy(run, est, __import__("spotrun.planner").planner.load_catalog(), n=300)
@@ -266,3 +282,26 @@ def test_local_trace_replay_turns_each_loss_of_capacity_into_an_injected_interru
     assert trace_interrupts(args.trace, args.trace_speedup)[0] == InterruptAt(seconds=4.0)
     with pytest.raises(ValueError, match="--trace-speedup"):
         trace_interrupts(path, 0.0)
+
+
+def test_the_estimate_lambdas_plan_carries_the_chosen_policy_and_its_odds():
+    from moto import mock_aws
+
+    from spotrun.handlers.estimate import PipelineSettings, plan
+
+    settings = PipelineSettings(bucket="art-bucket", job_prefix="spotrun-dev-", model_package_group="g",
+                                poll_seconds=60, project="spotrun", stage="dev", cost_center="ml")
+    run = {"version": 1, "name": "tiny-run",
+           "model": {"init": "random", "config": {"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4}},
+           "data": {"source": "s3://art-bucket/datasets/d1/", "tokens": 1_000_000, "seq_len": 128},
+           "compute": {"instance_type": "ml.g5.xlarge", "deadline_hours": 2}, "budget": {"max_usd": 20}}
+    with mock_aws():
+        import boto3
+
+        s3 = boto3.client("s3", region_name="us-east-1")
+        s3.create_bucket(Bucket="art-bucket")
+        out = plan(run, "exec-1", settings, s3_client=s3)
+    section = out["estimate"]["spot_policy"]
+    assert out["status"] == "ok" and section["deadline_hours"] == 2 and section["traces"] == 1000
+    chosen = next(r for r in section["policies"] if r["label"] == section["chosen"])
+    assert chosen["p_deadline"] >= 0.99 and "deadline" in section["why"]
