@@ -3,15 +3,19 @@
 `plan_from_estimate` turns the planner's estimate into a SimPlan; `spot_policy(run, est, catalog)` simulates
 every candidate policy over `N_TRACES` generated traces (fixed seed) and chooses the cheapest in the mean among
 those meeting `compute.deadline_hours` on at least `CONFIDENCE` of the traces (without a deadline, the cheapest);
-`policy_text` is its report. The traces: the estimate's interruption rate (recorded by the interruption recorder,
-else the catalog's, or checkpoint.interruptions_per_hour), bursts, and droughts (`ESTIMATE_TRACES`).
+`policy_text` is its report; `guard_decision` applies the chosen policy at a decision point from the section as the
+plan carries it (its `sim_plan` and `policy`). The traces: the estimate's interruption rate (recorded by the
+interruption recorder, else the catalog's, or checkpoint.interruptions_per_hour), bursts, and droughts
+(`ESTIMATE_TRACES`).
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 from . import Summary, compare
 from .engine import INF, SimPlan
-from .policies import DEADLINE_POLICIES
+from .policies import DEADLINE_POLICIES, GREEDY, RESERVES, UNIFORM_PROGRESS, decide_next_segment
 from .traces import TraceSpec, generated_traces
 
 N_TRACES = 1000
@@ -95,7 +99,24 @@ def spot_policy(run, est, catalog: dict, *, n: int = N_TRACES, seed: int = SEED)
                              f"{ESTIMATE_TRACES['burst_p']:.0%} in bursts, a {ESTIMATE_TRACES['drought_hours'][0]:g}-"
                              f"{ESTIMATE_TRACES['drought_hours'][1]:g} h drought every "
                              f"{1 / ESTIMATE_TRACES['droughts_per_day']:g} days"),
-            "policies": [_rounded(r) for r in rows]}
+            "policies": [_rounded(r) for r in rows], "policy": best.policy, "checkpointing": best.checkpointing,
+            "sim_plan": dataclasses.asdict(plan)}
+
+
+def guard_decision(section: dict, progress_s: float, now_s: float, *, on_demand_now: bool,
+                   spot_available: bool) -> str:
+    """What the chosen policy does next ("spot", "on_demand" or "wait"), from the estimate's policy section as
+    the plan carries it: the guard's entry to `decide_next_segment`."""
+    plan = SimPlan(**section["sim_plan"])
+    policy, ck = section["policy"], section["checkpointing"]
+    if policy == "on_demand":
+        return "on_demand"
+    if policy in ("spot", "maxwait_fallback") or plan.deadline_s is None:
+        # MaxWait's fallback is the state machine's own (MaxWaitTimeExceeded -> the on-demand job)
+        return "on_demand" if on_demand_now else ("spot" if spot_available else "wait")
+    rule = RESERVES.get(policy) or (GREEDY if policy == "deadline_greedy" else UNIFORM_PROGRESS)
+    return decide_next_segment(progress_s, now_s, plan, on_demand_now=on_demand_now, spot_available=spot_available,
+                               checkpointing=ck, rule=rule)
 
 
 def _rounded(r: Summary) -> dict:

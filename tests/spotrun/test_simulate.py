@@ -265,6 +265,12 @@ def test_the_estimate_chooses_the_cheapest_policy_meeting_the_deadline_and_state
     assert {"uniform_progress (notice)", "slack_reserve_10 (notice)", "maxwait_fallback (periodic)"} <= set(rows)
     text = policy_text(section)
     assert section["chosen"] in text and "P(deadline)" in text
+    from spotrun.simulate.choose import guard_decision
+
+    section = json.loads(json.dumps(section, allow_nan=False))  # as the plan carries it through Step Functions
+    assert guard_decision(section, 0.0, 0.0, on_demand_now=False, spot_available=True) in ("spot", "on_demand")
+    assert guard_decision(section, 0.0, with_deadline.compute.deadline_hours * H, on_demand_now=False,
+                          spot_available=True) == ("spot" if section["policy"] == "spot" else "on_demand")
     free = spot_policy(run, est, __import__("spotrun.planner").planner.load_catalog(), n=300)
     assert free["confidence"] is None
     assert free["chosen"] == min(free["policies"], key=lambda r: r["mean_usd"])["label"]
