@@ -16,12 +16,15 @@ from .engine import SimPlan
 
 
 def study(plan: SimPlan, traces: list, candidates: list[tuple[str, str]], *, optimum: bool = True,
-          source: str = "") -> dict:
-    """Rows per policy, the chosen one and why, the offline optimum's mean/P50/P95 and the seconds it took."""
+          source: str = "", choose_on: list | None = None) -> dict:
+    """Rows per policy, the chosen one and why, the offline optimum's mean/P50/P95 and the seconds it took.
+    `choose_on`: other traces to choose on (the rows are then out of sample), else these."""
     t0 = time.perf_counter()
     rows = compare(plan, traces, candidates)
     seconds = time.perf_counter() - t0
-    best, why = choose(plan, rows)
+    best, why = choose(plan, compare(plan, choose_on, candidates) if choose_on else rows)
+    if choose_on:
+        why += f" ({len(choose_on)} other traces)"
     out = {"traces": len(traces), "source": source, "deadline_hours": None if plan.deadline_s is None else
            plan.deadline_s / 3600, "on_demand_usd_per_h": plan.on_demand_usd_per_h, "work_hours": plan.work_s / 3600,
            "policies": [r.row() for r in rows], "chosen": best.label, "why": why, "simulate_seconds": seconds}
