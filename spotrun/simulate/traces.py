@@ -16,6 +16,8 @@ Sources (stdlib only: the estimate Lambda runs this):
   {"gap_seconds": N}, "data": [...]}`, each value the number of instances available, per that repository's
   README), turned into windows where at least the job's instance count is available; `recorded_traces` replays
   one from N start offsets, wrapping around its end.
+- The interruption recorder's table: `interruption_gaps` (time between a job's consecutive interruptions) and
+  `resampled_traces` (windows drawn from those gaps).
 """
 
 from __future__ import annotations
@@ -216,4 +218,35 @@ def interruption_times(windows: Windows, limit: int) -> list[float]:
             break
         used += b - a
         out.append(used)
+    return out
+
+
+def interruption_gaps(items: list[dict], instance_type: str | None = None) -> list[float]:
+    """Seconds between consecutive interruptions of the same job, from the interruption recorder's items
+    (spotrun/handlers/interruptions.py: pk = job, sk = "INTERRUPTED#<epoch>"), optionally of one instance type."""
+    by_job: dict[str, list[float]] = {}
+    for item in items:
+        if item.get("kind") != "interruption" or (instance_type and item.get("instance_type") != instance_type):
+            continue
+        by_job.setdefault(str(item["pk"]), []).append(float(str(item["sk"]).split("#", 1)[1]))
+    return [b - a for times in by_job.values() for a, b in zip(sorted(times), sorted(times)[1:], strict=False)
+            if b > a]
+
+
+def resampled_traces(gaps: list[float], n: int, horizon_s: float, *, restart_wait_s: float = 600.0,
+                     seed: int = 0) -> list[Windows]:
+    """Traces whose capacity windows are recorded gaps between interruptions, drawn with replacement (each gap
+    less the mean wait for capacity, which follows it as in `generate`)."""
+    if not gaps:
+        raise ValueError("no recorded gaps between interruptions: record more runs, or generate traces from a rate")
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        t, windows = 0.0, []
+        while t < horizon_s:
+            up = max(1.0, rng.choice(gaps) - restart_wait_s)
+            windows.append((t, t + up))
+            t += up + (rng.expovariate(1 / restart_wait_s) if restart_wait_s > 0 else 0.0)
+        windows.append((t, INF))
+        out.append(windows)
     return out

@@ -311,3 +311,23 @@ def test_the_estimate_lambdas_plan_carries_the_chosen_policy_and_its_odds():
     assert out["status"] == "ok" and section["deadline_hours"] == 2 and section["traces"] == 1000
     chosen = next(r for r in section["policies"] if r["label"] == section["chosen"])
     assert chosen["p_deadline"] >= 0.99 and "deadline" in section["why"]
+
+
+def test_the_recorders_interruptions_become_gaps_and_resampled_traces():
+    from spotrun.handlers.interruptions import interruption_item
+    from spotrun.simulate.traces import interruption_gaps, resampled_traces
+
+    def event(job, epoch):  # what the recorder writes for a real SageMaker state-change event
+        return interruption_item({"TrainingJobName": job, "SecondaryStatus": "Interrupted",
+                                  "ResourceConfig": {"InstanceType": "ml.g5.xlarge", "InstanceCount": 1},
+                                  "SecondaryStatusTransitions": [{"Status": "Interrupted", "StartTime": epoch}]},
+                                 "")
+
+    items = [event("a", 1000), event("a", 4600), event("a", 8200), event("b", 50), {"pk": "b", "sk": "USAGE",
+                                                                                    "kind": "usage"}]
+    assert interruption_gaps(items) == [3600.0, 3600.0]
+    assert interruption_gaps(items, "ml.p5.48xlarge") == []
+    (trace,) = resampled_traces([3600.0], 1, 10 * H, restart_wait_s=0.0)
+    assert trace[:2] == [(0.0, 3600.0), (3600.0, 7200.0)] and trace[-1][1] == INF
+    with pytest.raises(ValueError, match="no recorded gaps"):
+        resampled_traces([], 1, H)
