@@ -129,10 +129,11 @@ def policy_text(section: dict) -> str:
         return ""
     lines = [f"spot policy: {section['chosen']} ({section['why']}; {section['traces']} traces, "
              f"{section['trace_source']})",
-             f"  {'policy':<30} {'P50 $':>10} {'P95 $':>10} {'P(deadline)':>11} {'lost h':>7}"]
+             f"  {'policy':<30} {'mean $':>10} {'P50 $':>10} {'P95 $':>10} {'P(deadline)':>11} {'lost h':>7}"]
     for r in section["policies"]:
         met = "-" if r["p_deadline"] is None else f"{r['p_deadline']:.1%}"
         mark = "*" if r["label"] == section["chosen"] else " "
-        lines.append(f"{mark} {r['label']:<30} {r['p50_usd']:>10,.2f} {r['p95_usd']:>10,.2f} {met:>11} "
+        lines.append(f"{mark} {r['label']:<30} {r['mean_usd']:>10,.2f} {r['p50_usd']:>10,.2f} {r['p95_usd']:>10,.2f} "
+                     f"{met:>11} "
                      f"{r['mean_lost_h']:>7.2f}")
     return "\n".join(lines)

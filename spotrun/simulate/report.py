@@ -36,10 +36,12 @@ def study(plan: SimPlan, traces: list, candidates: list[tuple[str, str]], *, opt
         t0 = time.perf_counter()
         cost = offline_optimum(plan, traces, horizon_s=_finite_horizon(plan, rows))
         feasible = cost[np.isfinite(cost)]
-        out["optimum"] = {"mean_usd": float(feasible.mean()) if feasible.size else float("nan"),
-                          "p50_usd": float(np.percentile(feasible, 50)) if feasible.size else float("nan"),
-                          "p95_usd": float(np.percentile(feasible, 95)) if feasible.size else float("nan"),
-                          "p_deadline": None if plan.deadline_s is None else feasible.size / len(traces),
+        if not feasible.size:  # the deadline cannot be met even on-demand from the start
+            feasible = np.array([float("nan")])
+        out["optimum"] = {"mean_usd": float(feasible.mean()), "p50_usd": float(np.percentile(feasible, 50)),
+                          "p95_usd": float(np.percentile(feasible, 95)),
+                          "p_deadline": None if plan.deadline_s is None else
+                          float(np.isfinite(cost).sum()) / len(traces),
                           "seconds": time.perf_counter() - t0}
     return out
 

@@ -331,3 +331,29 @@ def test_the_recorders_interruptions_become_gaps_and_resampled_traces():
     assert trace[:2] == [(0.0, 3600.0), (3600.0, 7200.0)] and trace[-1][1] == INF
     with pytest.raises(ValueError, match="no recorded gaps"):
         resampled_traces([], 1, H)
+
+
+def test_spotrun_simulate_writes_the_table_json_and_plot_for_generated_and_recorded_traces(tmp_path, capsys):
+    from spotrun.cli import main
+    from spotrun.planner import estimate
+
+    run = tmp_path / "run.json"
+    hours = round(1.5 * estimate(parse_run(RUN)).wall_seconds / H, 1)
+    run.write_text(json.dumps({**RUN, "compute": {**RUN["compute"], "deadline_hours": hours}}))
+    assert main(["simulate", str(run), "--n", "50", "--out", str(tmp_path / "gen"), "--band", "15-20%"]) == 0
+    text = capsys.readouterr().out
+    assert "offline optimum (floor)" in text and "chosen: " in text and "Advisor band 15-20%" in text
+    report = json.loads((tmp_path / "gen" / "simulate.json").read_text())
+    assert report["traces"] == 50 and report["optimum"]["mean_usd"] <= min(
+        r["mean_usd"] for r in report["policies"] if r["p_deadline"] == 1.0) * 1.01
+    assert (tmp_path / "gen" / "simulate.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    (traces / "zone-a_v100_1.json").write_text(json.dumps({"metadata": {"gap_seconds": 600},
+                                                          "data": ([1] * 30 + [0] * 12) * 40}))
+    assert main(["simulate", str(run), "--n", "20", "--traces", str(traces), "--out", str(tmp_path / "rec"),
+                 "--no-optimum", "--policy", "uniform_progress", "--policy", "on_demand"]) == 0
+    rec = json.loads((tmp_path / "rec" / "simulate.json").read_text())
+    assert {r["policy"] for r in rec["policies"]} == {"uniform_progress", "on_demand"}
+    assert "1 recorded traces" in rec["source"] and "optimum" not in rec
+    assert main(["simulate", str(run), "--traces", str(tmp_path / "gen")]) == 2  # no trace files there
