@@ -357,3 +357,33 @@ def test_spotrun_simulate_writes_the_table_json_and_plot_for_generated_and_recor
     assert {r["policy"] for r in rec["policies"]} == {"uniform_progress", "on_demand"}
     assert "1 recorded traces" in rec["source"] and "optimum" not in rec
     assert main(["simulate", str(run), "--traces", str(tmp_path / "gen")]) == 2  # no trace files there
+
+
+@pytest.mark.parametrize("policy", ["on_demand", "spot", "maxwait_fallback", "uniform_progress", "deadline_greedy",
+                                    "slack_reserve_10"])
+def test_every_policy_keeps_the_books_on_arbitrary_traces(policy):
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    ups = st.lists(st.tuples(st.floats(1.0, 20 * H), st.floats(0.0, 30 * H)), min_size=0, max_size=12)
+
+    @settings(max_examples=60, deadline=None, derandomize=True)
+    @given(ups=ups, notice=st.booleans(), ck=st.sampled_from(["notice", "periodic", "both"]),
+           deadline=st.one_of(st.none(), st.floats(5 * H, 200 * H)))
+    def check(ups, notice, ck, deadline):
+        t, trace = 0.0, []
+        for up, down in ups:
+            trace.append((t, t + up))
+            t += up + down
+        trace.append((t, INF))
+        plan = _plan(work_s=10 * H, notice_ok=notice, deadline_s=deadline, max_wait_s=INF, max_runtime_s=INF)
+        tally = simulate(plan, [trace], policy, ck)[0]
+        billed = tally.spot_s + tally.od_s
+        assert tally.finished and tally.progress == pytest.approx(plan.work_s)
+        assert billed >= plan.work_s + tally.lost_s - 1e-6  # every second of work, kept or lost, was billed
+        assert tally.t >= billed - 1e-6  # one job at a time
+        assert tally.lost_s >= 0 and tally.interruptions <= len(ups)
+        if policy == "on_demand":
+            assert tally.spot_s == 0 and tally.interruptions == 0
+
+    check()
