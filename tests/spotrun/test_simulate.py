@@ -140,13 +140,22 @@ def test_notice_saves_lose_only_the_step_in_progress_and_periodic_ones_the_work_
     assert failed.lost_s == pytest.approx(2500.0)  # the checkpoint cannot leave within the notice
 
 
-def test_uniform_progress_does_not_flap_between_on_demand_and_spot():
-    # Spot comes back for 20 minutes every 2 hours: a literal Uniform Progress would leave on-demand each time.
-    plan = _plan(deadline_s=50 * H)
-    trace = [(k * 2 * H, k * 2 * H + 1200.0) for k in range(1, 60)] + [(200 * H, INF)]
-    tally = simulate(plan, [[(0.0, 1.0)] + trace], "uniform_progress", "notice")[0]
-    assert tally.finished and tally.t <= plan.deadline_s
-    assert tally.switches <= 6
+def test_hysteresis_keeps_uniform_progress_from_flapping_between_on_demand_and_spot(monkeypatch):
+    # Spot comes back for 20 minutes every 2 hours, checked every 10 minutes on on-demand: a literal Uniform
+    # Progress (no hysteresis) leaves on-demand each time it is ahead and pays a changeover each time.
+    import spotrun.simulate.policies as policies
+
+    plan = _plan(deadline_s=50 * H, od_check_s=600.0)
+    trace = [(0.0, 1.0)] + [(k * 2 * H, k * 2 * H + 1200.0) for k in range(1, 60)] + [(200 * H, INF)]
+
+    def run(hysteresis):
+        monkeypatch.setattr(policies, "HYSTERESIS_CHANGEOVERS", hysteresis)
+        tally = simulate(plan, [trace], "uniform_progress", "notice")[0]
+        assert tally.finished and tally.t <= plan.deadline_s
+        return tally.switches, tally.spot_s / H * plan.spot_usd_per_h + tally.od_s / H * plan.on_demand_usd_per_h
+
+    (switches, cost), (literal_switches, literal_cost) = run(4.0), run(0.0)
+    assert literal_switches > 40 and switches < literal_switches / 3 and cost < literal_cost
 
 
 def test_offline_optimum_is_the_floor_of_every_policy():
