@@ -93,6 +93,9 @@ def spot_policy(run, est, catalog: dict, *, n: int = N_TRACES, seed: int = SEED)
     spec = TraceSpec(interruptions_per_hour=est.interruptions_per_hour, horizon_s=horizon_s(plan), **ESTIMATE_TRACES)
     rows = compare(plan, generated_traces(spec, n, seed), candidates(plan))
     best, why = choose(plan, rows)
+    if not run.compute.spot:
+        alternative = f"; {best.label} would be the choice with spot" if best.policy != "on_demand" else ""
+        best, why = rows[0], f"compute.spot=false: on-demand as the run asks{alternative}"
     return {"chosen": best.label, "why": why, "deadline_hours": run.compute.deadline_hours,
             "confidence": CONFIDENCE if plan.deadline_s is not None else None, "traces": n, "seed": seed,
             "trace_source": (f"generated: {est.interruptions_per_hour:.3g} interruptions per job-hour, "

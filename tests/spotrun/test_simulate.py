@@ -283,6 +283,9 @@ def test_the_estimate_chooses_the_cheapest_policy_meeting_the_deadline_and_state
     free = spot_policy(run, est, __import__("spotrun.planner").planner.load_catalog(), n=300)
     assert free["confidence"] is None
     assert free["chosen"] == min(free["policies"], key=lambda r: r["mean_usd"])["label"]
+    asked = spot_policy(parse_run({**RUN, "compute": {**RUN["compute"], "spot": False}}), est,
+                        __import__("spotrun.planner").planner.load_catalog(), n=50)
+    assert asked["chosen"] == "on_demand" and "compute.spot=false" in asked["why"]
 
 
 def test_local_trace_replay_turns_each_loss_of_capacity_into_an_injected_interruption(tmp_path):
