@@ -28,6 +28,7 @@ class Summary:
     mean_spot_usd: float
     mean_on_demand_usd: float
     p_deadline: float | None
+    p_finished: float
     mean_lost_h: float
     mean_steps_redone: float
     mean_wall_h: float
@@ -60,7 +61,8 @@ def summarize(plan: SimPlan, label: str, policy: str, checkpointing: str, tallie
     return Summary(label=label, policy=policy, checkpointing=checkpointing, mean_usd=sum(totals) / n,
                    p50_usd=quantile(totals, 0.5), p95_usd=quantile(totals, 0.95),
                    mean_spot_usd=sum(s for s, _ in costs) / n, mean_on_demand_usd=sum(o for _, o in costs) / n,
-                   p_deadline=met, mean_lost_h=sum(t.lost_s for t in tallies) / n / 3600,
+                   p_deadline=met, p_finished=sum(1 for t in tallies if t.finished) / n,
+                   mean_lost_h=sum(t.lost_s for t in tallies) / n / 3600,
                    mean_steps_redone=sum(t.lost_s for t in tallies) / n / plan.step_s,
                    mean_wall_h=sum(walls) / n / 3600, p95_wall_h=quantile(walls, 0.95) / 3600,
                    mean_interruptions=sum(t.interruptions for t in tallies) / n, n=n)

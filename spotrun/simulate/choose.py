@@ -73,9 +73,11 @@ def candidates(plan: SimPlan, every_checkpointing: bool = False) -> list[tuple[s
 
 def choose(plan: SimPlan, rows: list[Summary], confidence: float = CONFIDENCE) -> tuple[Summary, str]:
     """(the chosen row, why)."""
-    if plan.deadline_s is None:
-        best = min(rows, key=lambda r: r.mean_usd)
-        return best, f"no deadline: the least expected cost of {len(rows)} policies"
+    if plan.deadline_s is None:  # a run stopped unfinished (at MaxRuntime) costs less and is worth nothing
+        done = [r for r in rows if r.p_finished >= confidence] or [max(rows, key=lambda r: r.p_finished)]
+        best = min(done, key=lambda r: r.mean_usd)
+        return best, (f"no deadline: the least expected cost of the {len(done)} of {len(rows)} policies that "
+                      f"finish on >= {confidence:.0%} of the traces")
     ok = [r for r in rows if r.p_deadline >= confidence]
     if not ok:
         best = max(rows, key=lambda r: (r.p_deadline, -r.mean_usd))

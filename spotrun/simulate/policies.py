@@ -1,7 +1,8 @@
 """The policies compared on the same traces, each a function (plan, trace, checkpointing) -> Tally.
 
 - `on_demand`: on-demand from the start.
-- `spot`: managed spot, restarting whenever capacity returns, never falling back (greedy spot).
+- `spot`: managed spot, restarting whenever capacity returns, never falling back (greedy spot): no MaxWait,
+  but SageMaker's MaxRuntime still stops it (unfinished).
 - `maxwait_fallback`: today's pipeline: managed spot until SageMaker stops it at MaxWait (wall time since the
   job's creation) or MaxRuntime (its training time), then an on-demand job on the same checkpoints.
 - `uniform_progress`: deadline-aware, after Uniform Progress ("Can't Be Late", NSDI 2024): spot while committed

@@ -155,6 +155,7 @@ def test_hysteresis_keeps_uniform_progress_from_flapping_between_on_demand_and_s
         return tally.switches, tally.spot_s / H * plan.spot_usd_per_h + tally.od_s / H * plan.on_demand_usd_per_h
 
     (switches, cost), (literal_switches, literal_cost) = run(4.0), run(0.0)
+    assert literal_cost > simulate(plan, [trace], "on_demand", "notice")[0].od_s / H  # costlier than on-demand
     assert literal_switches > 40 and switches < literal_switches / 3 and cost < literal_cost
 
 
@@ -282,7 +283,8 @@ def test_the_estimate_chooses_the_cheapest_policy_meeting_the_deadline_and_state
                           spot_available=True) == ("spot" if section["policy"] == "spot" else "on_demand")
     free = spot_policy(run, est, __import__("spotrun.planner").planner.load_catalog(), n=300)
     assert free["confidence"] is None
-    assert free["chosen"] == min(free["policies"], key=lambda r: r["mean_usd"])["label"]
+    assert free["chosen"] == min((r for r in free["policies"] if r["p_finished"] >= 0.99),
+                                 key=lambda r: r["mean_usd"])["label"]
     asked = spot_policy(parse_run({**RUN, "compute": {**RUN["compute"], "spot": False}}), est,
                         __import__("spotrun.planner").planner.load_catalog(), n=50)
     assert asked["chosen"] == "on_demand" and "compute.spot=false" in asked["why"]
@@ -399,3 +401,15 @@ def test_every_policy_keeps_the_books_on_arbitrary_traces(policy):
             assert tally.spot_s == 0 and tally.interruptions == 0
 
     check()
+
+
+def test_without_a_deadline_a_policy_stopped_unfinished_at_maxruntime_is_not_chosen():
+    from spotrun.simulate.choose import choose
+
+    plan = _plan(deadline_s=None, max_runtime_s=20 * H, max_wait_s=100 * H)
+    trace = [(0.0, 15 * H), (30 * H, INF)]  # spot's training time reaches MaxRuntime before the work is done
+    rows = compare(plan, [trace], [("spot", "notice"), ("maxwait_fallback", "notice"), ("on_demand", "notice")])
+    by = {r.policy: r for r in rows}
+    assert by["spot"].p_finished == 0.0 and by["spot"].mean_usd < by["maxwait_fallback"].mean_usd
+    best, why = choose(plan, rows)
+    assert best.policy == "maxwait_fallback" and "finish" in why
