@@ -169,8 +169,8 @@ def check_file(path: Path, target: Target | None, *, plan: bool, s3_client: Any 
     priced_in = region or DEFAULT_PRICE_REGION
     catalog = regional_catalog(catalog, priced_in)
     out.estimate = estimate(run, catalog=catalog, model_config=sources.model_config, data_tokens=sources.tokens)
-    out.estimate.spot_policy = spot_policy(run, out.estimate, catalog)
     pipeline_hyperparameters(run, out.estimate)
+    out.estimate.spot_policy = spot_policy(run, out.estimate, catalog)
     out.checked.append("the planner (fit, MaxRuntime/MaxWait, budget) and the hyperparameters' limits")
     out.checked.append(f"costs at on-demand list prices in {priced_in} (spotrun catalog as of "
                        f"{catalog['regions'][priced_in].get('as_of', 'unknown')})"

@@ -25,15 +25,14 @@ from typing import Any, Callable
 from ..contract import RunSpec, RunValidationError, parse_run
 from ..planner import EstimateRefused, estimate, load_catalog, regional_catalog
 from ..seams import METHOD_TAG, SHAPE_TAG, Plan, PlanStatus, StopNotice
-from ..simulate.choose import spot_policy
 from ..sources import resolve
 from ..validate import Target, check_target, pipeline_hyperparameters
 from .performance import shape_key
 
 CONTRACT_KEYS = ("parameters", "trainable_parameters", "training_flops", "gpu_hours", "instance_type",
-                 "instance_count", "max_runtime_seconds", "max_wait_seconds", "checkpoint_bytes",
+                 "instance_count", "max_runtime_seconds", "max_wait_seconds", "checkpoint_bytes", "spot_policy",
                  "notice_upload_gb_per_s", "checkpoint_interval_seconds", "cost_usd", "warnings", "utilization",
-                 "utilization_source", "spot_policy")
+                 "utilization_source")
 MAX_JOB_NAME = 63
 FALLBACK_SUFFIX = "-od"
 RUN_RECORD = "spotrun-run.json"  # what an execution trained, beside its checkpoints: checked on resume_from
@@ -178,6 +177,8 @@ def plan(run_raw: Any, execution: str, settings: PipelineSettings, *, s3_client:
         est = estimate(run, catalog=catalog, model_config=model_config, data_tokens=tokens,
                        recorded_rates=rates, recorded_mfu=measured)
         hyper = pipeline_hyperparameters(run, est)
+        from ..simulate.choose import spot_policy  # the chosen spot policy and its odds (stdlib only)
+
         est.spot_policy = spot_policy(run, est, catalog)
     except RunValidationError as exc:
         return {"status": "InvalidRun", "message": str(exc), "field": exc.field}

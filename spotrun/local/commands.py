@@ -96,16 +96,16 @@ def local_command(args: argparse.Namespace) -> int:
     from ..report import summary_text
     from .pipeline import LocalOptions, run_local
 
-    if args.nproc < 1:
-        print(f"error: --nproc={args.nproc} is invalid: expected an integer >= 1", file=sys.stderr)
-        return 2
-    try:
-        replayed = trace_interrupts(args.trace, args.trace_speedup) if args.trace else ()
+    try:  # --trace: after the --interrupt-at points (the pipeline takes them in order)
+        args.interrupt_at = [*args.interrupt_at, *trace_interrupts(args.trace, args.trace_speedup)] if args.trace \
+            else args.interrupt_at
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    interrupts = (*args.interrupt_at, *replayed)  # the pipeline takes them in this order
-    options = LocalOptions(out=args.out, interrupts=interrupts, hard_kill=args.hard_kill,
+    if args.nproc < 1:
+        print(f"error: --nproc={args.nproc} is invalid: expected an integer >= 1", file=sys.stderr)
+        return 2
+    options = LocalOptions(out=args.out, interrupts=tuple(args.interrupt_at), hard_kill=args.hard_kill,
                            nproc=args.nproc, overrides=dict(args.overrides), job_name=args.job_name,
                            progress=args.progress)
     quiet = args.format == "json"
