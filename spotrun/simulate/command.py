@@ -1,8 +1,9 @@
 """`spotrun simulate RUN.json`: the run's plan replayed over N traces under every policy; table, JSON and PNG.
 
 Traces: generated (the estimate's interruption rate, or `--band`'s Spot Instance Advisor rate, with the estimate's
-bursts and droughts unless `--droughts` says otherwise), or `--traces DIR` of availability files in the
-skypilot-org/spot-traces format. Exit codes as `spotrun estimate` (0 ok, 2 invalid, 3 refused).
+bursts and droughts unless `--droughts` says otherwise), `--traces DIR` of availability files in the
+skypilot-org/spot-traces format, or `--interruptions FILE`: the interruption table's items, resampled. Exit
+codes as `spotrun estimate` (0 ok, 2 invalid, 3 refused).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ def register(sub) -> None:
     sim.add_argument("run", type=Path, help="run JSON file")
     sim.add_argument("--traces", type=Path, help="a directory of availability traces (skypilot-org/spot-traces "
                      "format; every *.json under it); default: generated traces")
+    sim.add_argument("--interruptions", type=Path, help="the interruption table's items (a JSON array, or `aws "
+                     "dynamodb scan --table-name T` output): windows drawn from the gaps between a job's interruptions")
     sim.add_argument("--policy", action="append", choices=sorted(POLICIES), help="only these policies (repeatable)")
     sim.add_argument("--n", type=int, default=1000, help="traces (default 1000)")
     sim.add_argument("--seed", type=int, default=0, help="seed of the generated traces and start offsets")
@@ -38,7 +41,15 @@ def register(sub) -> None:
 
 def traces_for(plan, est, args) -> tuple[list, str]:
     from .choose import ESTIMATE_TRACES, horizon_s
-    from .traces import TraceSpec, advisor_rate, generated_traces, read_availability, recorded_traces
+    from .traces import (
+        TraceSpec,
+        advisor_rate,
+        generated_traces,
+        interruption_gaps,
+        read_availability,
+        recorded_traces,
+        resampled_traces,
+    )
 
     horizon = horizon_s(plan)
     if args.traces:
@@ -49,6 +60,10 @@ def traces_for(plan, est, args) -> tuple[list, str]:
         mean = sum(r.available_fraction for r in recs) / len(recs)
         return (recorded_traces(recs, args.n, horizon, args.seed),
                 f"{len(recs)} recorded traces from random start offsets, {mean:.0%} available on average")
+    if args.interruptions:
+        gaps = interruption_gaps(read_items(args.interruptions))
+        return (resampled_traces(gaps, args.n, horizon, seed=args.seed),
+                f"resampled from {len(gaps)} recorded gaps between interruptions")
     rate = advisor_rate(args.band, est.instance_count) if args.band else est.interruptions_per_hour
     extra = dict(ESTIMATE_TRACES)
     if args.droughts is not None:
@@ -58,6 +73,24 @@ def traces_for(plan, est, args) -> tuple[list, str]:
     band = f"Advisor band {args.band}: " if args.band else ""
     return (generated_traces(spec, args.n, args.seed),
             f"generated: {band}{rate:.3g} interruptions per job-hour, {spec.burst_p:.0%} in bursts, {droughts}")
+
+
+def read_items(path: Path) -> list[dict]:
+    """DynamoDB items from a JSON array or `aws dynamodb scan` output (typed attribute values: {"S": ...})."""
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"--interruptions={path}: expected a JSON array of items or a DynamoDB scan ({exc})") from None
+    items = doc.get("Items", []) if isinstance(doc, dict) else doc
+    if not isinstance(items, list):
+        raise ValueError(f"--interruptions={path}: expected a JSON array of items or a DynamoDB scan")
+
+    def plain(value):
+        if isinstance(value, dict) and len(value) == 1 and next(iter(value)) in ("S", "N", "BOOL"):
+            return next(iter(value.values()))
+        return value
+
+    return [{k: plain(v) for k, v in item.items()} for item in items if isinstance(item, dict)]
 
 
 def simulate_command(args: argparse.Namespace) -> int:

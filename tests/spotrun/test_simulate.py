@@ -413,3 +413,22 @@ def test_without_a_deadline_a_policy_stopped_unfinished_at_maxruntime_is_not_cho
     assert by["spot"].p_finished == 0.0 and by["spot"].mean_usd < by["maxwait_fallback"].mean_usd
     best, why = choose(plan, rows)
     assert best.policy == "maxwait_fallback" and "finish" in why
+
+
+def test_spotrun_simulate_resamples_the_interruption_tables_scan(tmp_path, capsys):
+    from spotrun.cli import main
+
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps(RUN))
+    scan = {"Items": [{"pk": {"S": "job-a"}, "sk": {"S": f"INTERRUPTED#{t}"}, "kind": {"S": "interruption"},
+                       "instance_type": {"S": "ml.g5.xlarge"}} for t in (0, 7200, 10800)]}
+    (tmp_path / "scan.json").write_text(json.dumps(scan))
+    assert main(["simulate", str(run), "--n", "20", "--interruptions", str(tmp_path / "scan.json"), "--no-optimum",
+                 "--out", str(tmp_path / "out"), "--format", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["source"] == "resampled from 2 recorded gaps between interruptions"
+    spot = next(r for r in report["policies"] if r["label"] == "spot (notice)")
+    assert spot["mean_interruptions"] > 1
+    (tmp_path / "empty.json").write_text("[]")
+    assert main(["simulate", str(run), "--interruptions", str(tmp_path / "empty.json"), "--no-optimum",
+                 "--out", str(tmp_path / "out")]) == 2
