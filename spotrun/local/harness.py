@@ -93,8 +93,9 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-def start_launcher(sm_root: Path, log_path: Path) -> subprocess.Popen:
-    env = dict(os.environ)
+def start_launcher(sm_root: Path, log_path: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """The launcher as its own process; `env` adds to this environment (as the job's `Environment` would)."""
+    env = {**os.environ, **(env or {})}
     env["PYTHONPATH"] = os.pathsep.join([str(TRAINER_ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env.setdefault("OMP_NUM_THREADS", "1")
     log = open(log_path, "ab")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -335,3 +336,17 @@ def test_launcher_refuses_an_unknown_model_type_without_starting_torchrun(assets
     failure = (root / "output" / "failure").read_text()
     assert failure.startswith("invalid configuration: model.config.model_type='lama' is invalid")
     assert failure.count("\n") == 1 and len(failure) < 300
+
+
+@pytest.mark.slow
+def test_a_worker_that_cannot_join_the_process_group_names_the_cause(job_factory):
+    """The failure file carries the worker's own error, not torchrun's exit code: here gloo told to bind an
+    interface this host lacks (the job's environment sets GLOO_SOCKET_IFNAME; the launcher leaves it)."""
+    job = job_factory("no-interface")
+    proc = start_launcher(job.root / "sm", job.log, env={"GLOO_SOCKET_IFNAME": "nosuch0"})
+    assert proc.wait(timeout=300) == 1, job.text()[-3000:]
+    failure = job.failure.read_text()
+    assert re.match(r"StartupError: rank [01] of 2 could not join the process group \(master 127\.0\.0\.1:\d+, "
+                    r"GLOO_SOCKET_IFNAME='nosuch0'\): RuntimeError: .*Unable to find address for: nosuch0$",
+                    failure.strip()), failure
+    assert "without a worker error report" not in failure and failure.count("\n") == 1
