@@ -185,3 +185,7 @@ def test_nodes_that_see_the_same_files_agree_and_nodes_that_do_not_are_named(tmp
                               "lacks 3 file(s) another host has (e.g. step-00000004/.metadata, "
                               "step-00000004/__0_0.distcp)."), message
     assert "deleting nothing" in message
+    many = [NodeView(f"h{i}", 2 * i, frozenset({f"step-00000004/__{2 * i}_0.distcp"})) for i in range(16)]
+    message = describe_mismatch(many, tmp_path)
+    assert "host h2 (rank 4) lacks 15 file(s)" in message and "; and 13 more hosts. Every host" in message
+    assert len(f"CheckpointError: {message}") < 1024  # whole in SageMaker's FailureReason

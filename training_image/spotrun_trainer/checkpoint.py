@@ -287,7 +287,9 @@ def describe_mismatch(views: list[NodeView], root: Path) -> str:
     union = frozenset().union(*(v.files for v in views))
     lacking = [(v, sorted(union - v.files)) for v in views if union - v.files]
     parts = [f"host {v.host} (rank {v.rank}) lacks {len(missing)} file(s) another host has "
-             f"(e.g. {', '.join(missing[:2])})" for v, missing in lacking]
+             f"(e.g. {', '.join(missing[:2])})" for v, missing in lacking[:3]]
+    if len(lacking) > 3:  # the failure file holds 1,024 characters: the advice below must fit
+        parts.append(f"and {len(lacking) - 3} more hosts")
     return (f"checkpoint directory {root} differs between hosts: {'; '.join(parts)}. Every host must see every "
             "host's checkpoint files (SageMaker's one checkpoint S3 prefix gives them to each instance at start; a "
             "shared file system does the same). Not resuming and deleting nothing: starting fresh here would prune "
