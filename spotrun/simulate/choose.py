@@ -21,6 +21,8 @@ from .traces import TraceSpec, generated_traces
 N_TRACES = 1000
 SEED = 0
 CONFIDENCE = 0.99
+MIN_TRACES = 100
+INTERRUPTION_BUDGET = 30_000  # about 2 s here for the 10 candidates
 # Assumed when nothing is recorded: 30% of interruptions followed by another within 3 minutes of the restart;
 # a drought (no capacity) every 10 days on average, 6-80 h long (the public traces: stretches without capacity of
 # up to 80 h).
@@ -88,10 +90,18 @@ def choose(plan: SimPlan, rows: list[Summary], confidence: float = CONFIDENCE) -
                   f"{plan.deadline_s / 3600:g} h deadline on >= {confidence:.0%} of the traces")
 
 
+def traces_for_estimate(plan: SimPlan, rate_per_hour: float, n: int = N_TRACES) -> int:
+    """How many traces the estimate simulates: N, fewer (not under MIN_TRACES) for a long run at a high rate, so
+    that about INTERRUPTION_BUDGET interruptions are simulated in all (the Lambda's time goes by them)."""
+    expected = rate_per_hour * 1.3 * (plan.work_s + plan.startup_s) / 3600
+    return max(min(n, MIN_TRACES), min(n, int(INTERRUPTION_BUDGET / max(expected, 1.0))))
+
+
 def spot_policy(run, est, catalog: dict, *, n: int = N_TRACES, seed: int = SEED) -> dict:
     """The estimate's policy section (JSON): chosen policy, why, and every candidate's odds."""
     plan = plan_from_estimate(est, catalog, deadline_hours=run.compute.deadline_hours,
                               spot_discount=run.compute.spot_discount)
+    n = traces_for_estimate(plan, est.interruptions_per_hour, n)
     spec = TraceSpec(interruptions_per_hour=est.interruptions_per_hour, horizon_s=horizon_s(plan), **ESTIMATE_TRACES)
     rows = compare(plan, generated_traces(spec, n, seed), candidates(plan))
     best, why = choose(plan, rows)

@@ -432,3 +432,12 @@ def test_spotrun_simulate_resamples_the_interruption_tables_scan(tmp_path, capsy
     (tmp_path / "empty.json").write_text("[]")
     assert main(["simulate", str(run), "--interruptions", str(tmp_path / "empty.json"), "--no-optimum",
                  "--out", str(tmp_path / "out")]) == 2
+
+
+def test_the_estimate_simulates_fewer_traces_for_a_long_run_at_a_high_rate():
+    from spotrun.simulate.choose import MIN_TRACES, N_TRACES, traces_for_estimate
+
+    assert traces_for_estimate(_plan(work_s=10 * H), 0.1) == N_TRACES
+    fewer = traces_for_estimate(_plan(work_s=100 * H), 1.35)
+    assert MIN_TRACES < fewer < N_TRACES
+    assert traces_for_estimate(_plan(work_s=1000 * H), 1.35) == MIN_TRACES
