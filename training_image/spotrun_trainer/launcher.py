@@ -236,9 +236,22 @@ def _check_model(config: TrainConfig) -> None:
             AutoConfig.from_pretrained(model.path)
         else:
             AutoConfig.for_model(model_type, **raw)
+    except ImportError:
+        raise  # the image is broken, not the configuration: main() reports the underlying error
     except Exception as exc:  # noqa: BLE001 - transformers raises many kinds; each is a configuration error here
         raise ConfigError(f"{'model.path' if model.path else 'model.config'} is invalid: transformers could not "
                           f"build a {model_type} config from it ({_one_line(str(exc), 300)})") from None
+
+
+def import_failure(exc: ImportError) -> str:
+    """The failure file's text for an image whose Python environment cannot import what the trainer needs.
+    transformers wraps the real error ("Could not import module 'LlamaConfig'...") as its cause: name that one."""
+    root: BaseException = exc
+    while root.__cause__ is not None or root.__context__ is not None:
+        root = root.__cause__ or root.__context__
+    wrapper = "" if root is exc else f" (raised as {type(exc).__name__}: {exc})"
+    return _one_line(f"broken image: the trainer's imports fail: {type(root).__name__}: {root}{wrapper}",
+                     FAILURE_REASON_MAX)
 
 
 def _one_line(text: str, limit: int) -> str:
@@ -405,6 +418,10 @@ def main(argv: list[str] | None = None) -> int:
         write_failure(failure_file, f"invalid configuration: {exc}")
         log.error("invalid configuration: %s", exc)
         return 2
+    except ImportError as exc:
+        write_failure(failure_file, import_failure(exc))
+        log.exception("the trainer's imports fail in this image")
+        return 1
     (work / "train_config.json").write_text(plan.config.to_json())
     return run(plan, failure_file=failure_file, outcome_dir=work / "outcome", stop=stop)
 
