@@ -38,7 +38,7 @@ LARGE = {"model_type": "llama", "hidden_size": 1024, "intermediate_size": 4096, 
          "num_attention_heads": 16, "num_key_value_heads": 8, "max_position_embeddings": 512,
          "tie_word_embeddings": False}
 HP = {"nproc_per_node": 2, "micro_batch": 1, "data.seq_len": 128, "max_steps": 50, "log_every": 1,
-      "num_threads": 1, "checkpoint.interval_steps": 2, "checkpoint.keep": 1}
+      "num_threads": 1, "checkpoint.interval_steps": 2, "checkpoint.keep": 2}
 
 
 def _ts(text: str) -> float:
@@ -130,14 +130,14 @@ def main() -> None:
         prepare([assets["corpus"] / "stdlib.jsonl"], str(work / "assets" / "tokenizer"), work / "data")
         models = {"demo": assets["model"]}
         if "large" in args.models:
-            models["large"] = save_model(LARGE, work / "large", vocab_size=1024,
+            models["large"] = save_model(LARGE, work / "models" / "large", vocab_size=1024,
                                          tokenizer_dir=work / "assets" / "tokenizer")
-        results = [measure(image, name, models[name], work / "data", work / name / "run")
-                   for name in args.models.split(",")]
-    text = json.dumps(results, indent=1)
-    print(text)
-    if args.out:
-        args.out.write_text(text + "\n")
+        results = []
+        for name in args.models.split(","):
+            results.append(measure(image, name, models[name], work / "data", work / "runs" / name))
+            print(json.dumps(results[-1]), flush=True)
+            if args.out:
+                args.out.write_text(json.dumps(results, indent=1) + "\n")
 
 
 def _build_image(work: Path) -> str:

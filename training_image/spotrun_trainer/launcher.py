@@ -11,7 +11,8 @@ What it reads (root defaults to /opt/ml; `--sm-root` or SPOTRUN_SM_ROOT point el
 What it writes: model/ (the exported model, by the trainer), output/failure on a real failure.
 
 Exit codes: 0 when training completed, or when a stop signal arrived and every local worker saved and stopped;
-2 for a configuration error, found here before torchrun starts (check_inputs); otherwise torchrun's code, with
+2 for a configuration error, found here before torchrun starts (check_inputs); 1 when the image cannot import
+what the trainer needs (output/failure names the underlying error); otherwise torchrun's code, with
 output/failure explaining it.
 """
 
@@ -247,8 +248,10 @@ def import_failure(exc: ImportError) -> str:
     """The failure file's text for an image whose Python environment cannot import what the trainer needs.
     transformers wraps the real error ("Could not import module 'LlamaConfig'...") as its cause: name that one."""
     root: BaseException = exc
-    while root.__cause__ is not None or root.__context__ is not None:
-        root = root.__cause__ or root.__context__
+    seen = {id(exc)}
+    while (nxt := root.__cause__ or root.__context__) is not None and id(nxt) not in seen:
+        root = nxt
+        seen.add(id(nxt))
     wrapper = "" if root is exc else f" (raised as {type(exc).__name__}: {exc})"
     return _one_line(f"broken image: the trainer's imports fail: {type(root).__name__}: {root}{wrapper}",
                      FAILURE_REASON_MAX)
