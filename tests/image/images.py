@@ -49,9 +49,14 @@ def unavailable() -> str | None:
     if shutil.which("docker") is None:
         return "no docker CLI on PATH (CI installs Debian's docker.io: .ci/dockerd.sh)"
     try:
-        docker("version", "--format", "{{.Server.Version}}", timeout=30)
-    except (DockerError, subprocess.TimeoutExpired) as exc:
-        return f"no Docker daemon answers (DOCKER_HOST={os.environ.get('DOCKER_HOST', 'default')}): {exc}"
+        proc = subprocess.run(["docker", "version", "--format", "{{.Server.Version}}"], capture_output=True,
+                              text=True, timeout=30)
+    except subprocess.TimeoutExpired:
+        proc = None
+    if proc is None or proc.returncode != 0:
+        said = proc.stderr.strip().splitlines()[-1] if proc is not None and proc.stderr.strip() else "no answer"
+        return f"no Docker daemon at DOCKER_HOST={os.environ.get('DOCKER_HOST', '(default)')} ({said}); as root, " \
+               "`eval \"$(.ci/dockerd.sh start)\"` starts one"
     if os.geteuid() != 0:
         return "not root: the stand-in base image is made with debootstrap, which needs root"
     if shutil.which("debootstrap") is None:
