@@ -15,7 +15,7 @@ LOG=$RUN_DIR/dockerd.log
 start() {
   if ! command -v dockerd >/dev/null || ! command -v debootstrap >/dev/null; then
     apt-get update -qq >&2
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends docker.io debootstrap >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends docker.io debootstrap debian-archive-keyring >/dev/null
   fi
   mkdir -p "$RUN_DIR" "$DATA_ROOT"
   if [ -f "$PIDFILE" ] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; then
