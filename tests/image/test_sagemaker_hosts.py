@@ -22,7 +22,7 @@ from .sagemaker_host import Host, exit_code, lay_out, stop
 
 pytestmark = pytest.mark.slow
 
-MAX_STEPS = 40
+MAX_STEPS = 64  # tiny steps (tens of ms): room for `docker stop` to land well before the end
 STOP_AFTER = 8  # a step that is no checkpoint interval's: the stop's own save is what the restart resumes from
 HP = {**BASE_HP, "max_steps": MAX_STEPS, "checkpoint.interval_steps": 16, "log_every": 8}
 
@@ -69,6 +69,7 @@ def _assert_bitwise(reference: Host, first: Host, second: Host, logs: str) -> No
     stopped = loss_records(first.model)
     resumed = loss_records(second.model)
     assert stopped and stopped[-1][0] < MAX_STEPS, "the stop came after the run had finished"
+    REPORT.setdefault("stopped_at_step", []).append(stopped[-1][0])
     assert f"start_step={stopped[-1][0]}" in logs  # resumed from the stop's own save, not an older one
     assert [s for s, _ in stopped + resumed] == list(range(1, MAX_STEPS + 1))  # every step once, in order
     assert stopped + resumed == loss_records(reference.model)  # exact floats
