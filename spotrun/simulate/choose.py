@@ -33,9 +33,11 @@ def plan_from_estimate(est, catalog: dict, *, deadline_hours: float | None = Non
                        spot_discount: float | None = None) -> SimPlan:
     """The simulator's plan for the estimate's layout. The restore (checkpoint download) is taken at the upload
     rate; the step is grad_accum micro-batches."""
+    from ..planner import startup_seconds
     from ..topology import step_seconds
 
     d = catalog["defaults"]
+    startup = startup_seconds(d)  # provisioning, data download and the image pull, at every start
     family = est.instance_type.split(".")[1]
     discount = spot_discount if spot_discount is not None else catalog["families"][family]["spot_discount"]
     per_h = catalog["instances"][est.instance_type]["on_demand_usd_per_hour"] * est.instance_count
@@ -44,7 +46,7 @@ def plan_from_estimate(est, catalog: dict, *, deadline_hours: float | None = Non
     mb = est.seconds_per_micro_batch
     step = est.grad_accum * step_seconds(mb.get("compute", 0.0), mb.get("communication", 0.0),
                                          d["comm_overlap_fraction"])
-    return SimPlan(work_s=max(1.0, est.wall_seconds - d["startup_seconds"]), startup_s=d["startup_seconds"],
+    return SimPlan(work_s=max(1.0, est.wall_seconds - startup), startup_s=startup,
                    restore_s=save, save_s=save, interval_s=float(est.checkpoint_interval_seconds),
                    step_s=max(step, 1e-3), notice_ok=est.checkpoint_policy == "save_on_notice",
                    spot_usd_per_h=per_h * (1 - discount), on_demand_usd_per_h=per_h,
