@@ -44,6 +44,8 @@ def build_local_report(*, run: RunSpec, estimate: Estimate, job_name: str, metri
         "final_loss": metrics["final_loss"],
         "method": run.training.method, "artifact": artifact_kind(run.training.method),
         "data_source": run.data.source or "",
+        "cost_basis": "wall time measured here x catalog on-demand price", "price_region": "local",
+        "price_as_of": "none",
         "price_basis": "wall time measured here x the planned instance's catalog on-demand price (spot: billable "
                        "time scaled by the catalog's spot discount)",
         # The most work one interruption cost here (at the on-demand price), as the AWS report's worst case.

@@ -191,7 +191,8 @@ class Plan:
     max_usd: float
     region: str
     usd_per_hour: float  # on-demand list price of all instances, in `region`
-    price_source: str
+    price_source: str  # prose for messages; never sent as registry metadata (its characters do not fit)
+    price_as_of: str  # the catalog's date for the region's prices
     approval_status: str
     data_source: str
     estimate: dict
@@ -223,8 +224,9 @@ REFUSAL_FIELDS = frozenset({"status", "message", "field", "estimate"})
 GUARD_FIELDS = frozenset(f.name for f in dataclasses.fields(Guard))
 REPORT_FIELDS = frozenset({"run", "job_name", "status", "method", "instance_type", "instance_count", "spot",
                            "region", "billable_seconds", "training_seconds", "interruptions", "spot_savings_pct",
-                           "cost_usd", "price_basis", "cap_usd", "estimated_cost_usd", "final_loss",
-                           "model_data_url", "data_source", "worst_case_lost_usd", "metadata"})
+                           "cost_usd", "price_basis", "cost_basis", "price_region", "price_as_of", "cap_usd",
+                           "estimated_cost_usd", "final_loss", "model_data_url", "data_source",
+                           "worst_case_lost_usd", "metadata"})
 
 
 def plan_path(field: str) -> str:

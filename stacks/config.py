@@ -10,6 +10,8 @@ import re
 import warnings
 from dataclasses import dataclass, field
 
+from spotrun.aws_text import TAG_KEY_MAX, TAG_VALUE_MAX, aws_text_ok
+
 # Patterns of the AWS APIs these values end up in (EC2 ids; SageMaker ModelPackageGroupName).
 SUBNET_ID = re.compile(r"^subnet-[0-9a-f]{8}(?:[0-9a-f]{9})?$")
 SECURITY_GROUP_ID = re.compile(r"^sg-[0-9a-f]{8}(?:[0-9a-f]{9})?$")
@@ -95,6 +97,15 @@ class AccountConfig:
         if not self.notification_emails:
             warnings.warn(f"stage {self.stage}: no notification_emails: failed, cancelled and capped runs and budget "
                           "alerts reach nobody (subscribe to the failures topic yourself)", UserWarning, stacklevel=3)
+        for key, value in {"cost_center": self.cost_center, **{f"extra_tags[{k!r}]": v
+                                                                for k, v in self.extra_tags.items()}}.items():
+            if not isinstance(value, str) or len(value) > TAG_VALUE_MAX or not aws_text_ok(value):
+                raise ValueError(f"{key}={value!r} is invalid: expected a tag value of at most {TAG_VALUE_MAX} "
+                                 "letters, digits, spaces or _.:/=+-@ (it tags every resource and training job)")
+        for key in self.extra_tags:
+            if not 1 <= len(key) <= TAG_KEY_MAX or not aws_text_ok(key):
+                raise ValueError(f"extra_tags key {key!r} is invalid: expected 1-{TAG_KEY_MAX} letters, digits, "
+                                 "spaces or _.:/=+-@")
         if not 1 <= self.checkpoint_retention_days <= 3650:
             raise ValueError(f"checkpoint_retention_days={self.checkpoint_retention_days} is invalid: 1..3650")
 

@@ -28,6 +28,7 @@ import os
 import time
 from typing import Any
 
+from ..aws_text import digest, metadata_value
 from ..seams import (
     CHECKPOINT_AGE_METRIC,
     CHECKPOINT_MANIFEST,
@@ -146,7 +147,8 @@ def _report(plan: dict, guard: dict, describe: dict, spent: float, out: dict) ->
         "instance_type": plan["instance_type"], "instance_count": plan["instance_count"], "spot": spot,
         "region": plan["region"], "billable_seconds": billable, "training_seconds": training,
         "interruptions": out["interruptions"], "spot_savings_pct": round(savings, 2), "cost_usd": round(spent, 2),
-        "price_basis": _basis(plan, True), "cap_usd": plan["max_usd"],
+        "price_basis": _basis(plan, True), "cost_basis": COST_BASIS_BILLED, "price_region": plan["region"],
+        "price_as_of": plan.get("price_as_of", ""), "cap_usd": plan["max_usd"],
         "estimated_cost_usd": plan["estimate"]["cost_usd"], "final_loss": _final_metric(describe,
                                                                                          metric_name("loss")),
         "model_data_url": (describe.get("ModelArtifacts") or {}).get("S3ModelArtifacts", ""),
@@ -159,9 +161,13 @@ def _report(plan: dict, guard: dict, describe: dict, spent: float, out: dict) ->
     return report
 
 
-REGISTRY_METADATA_KEYS = ("run", "method", "artifact", "data_source", "final_loss", "interruptions",
-                          "billable_seconds", "training_seconds", "spot_savings_pct", "cost_usd", "price_basis",
-                          "worst_case_lost_usd")
+# The model package's CustomerMetadataProperties: structured fields only (no prose: `;`, `(`, `)`, `,` break the
+# value pattern; spotrun/aws_text.py). data_source is the run's URI made to fit; data_source_sha256 the exact one.
+REGISTRY_METADATA_KEYS = ("run", "method", "artifact", "data_source", "data_source_sha256", "final_loss",
+                          "interruptions", "billable_seconds", "training_seconds", "spot_savings_pct", "cost_usd",
+                          "cost_basis", "price_region", "price_as_of", "worst_case_lost_usd")
+# How the reported cost is computed, in the pattern's characters.
+COST_BASIS_BILLED = "billable seconds x on-demand price x instance count"
 
 
 def artifact_kind(method: str) -> str:
@@ -169,9 +175,11 @@ def artifact_kind(method: str) -> str:
 
 
 def registry_metadata(report: dict) -> dict[str, str]:
-    """The model package's CustomerMetadataProperties (strings only), from a cost report: the same keys on AWS
-    and in the local registry of `spotrun local`."""
-    return {k: str(report[k]) for k in REGISTRY_METADATA_KEYS}
+    """The model package's CustomerMetadataProperties (1-256 allowed characters each), from a cost report: the
+    same keys on AWS and in the local registry of `spotrun local`."""
+    source = str(report.get("data_source") or "")
+    fields = {**report, "data_source": source, "data_source_sha256": digest(source) if source else None}
+    return {k: metadata_value(fields.get(k)) for k in REGISTRY_METADATA_KEYS}
 
 
 def newest_checkpoint(s3_client: Any, bucket: str, prefix: str) -> float | None:

@@ -22,6 +22,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from ..aws_text import TAG_VALUE_MAX, aws_text_ok
 from ..contract import RunSpec, RunValidationError, parse_run
 from ..planner import EstimateRefused, estimate, load_catalog, regional_catalog
 from ..seams import METHOD_TAG, SHAPE_TAG, Plan, PlanStatus, StopNotice
@@ -68,6 +69,15 @@ def job_name(settings: PipelineSettings, run_name: str, execution: str) -> str:
     suffix = hashlib.sha256(execution.encode()).hexdigest()[:6]
     room = MAX_JOB_NAME - len(settings.job_prefix) - len(suffix) - 1 - len(FALLBACK_SUFFIX)
     return f"{settings.job_prefix}{run_name[:room].rstrip('-')}-{suffix}"
+
+
+def check_execution_name(execution: str) -> None:
+    """The execution's name becomes the `execution` tag of its jobs (what ties a job to its execution): refuse a
+    name Step Functions accepts but a tag value does not (`retrain(2)`), rather than tag a look-alike."""
+    if not execution or len(execution) > TAG_VALUE_MAX or not aws_text_ok(execution):
+        raise RunValidationError("execution", execution, "an execution name of letters, digits and _.:/=+-@ only "
+                                 "(it is the training jobs' `execution` tag, whose pattern allows no other "
+                                 "characters); e.g. retrain-2 instead of retrain(2)")
 
 
 def _channel(name: str, uri: str) -> dict:
@@ -167,6 +177,7 @@ def plan(run_raw: Any, execution: str, settings: PipelineSettings, *, s3_client:
     catalog = catalog or load_catalog()
     shape = None
     try:
+        check_execution_name(execution)
         # The same rules `spotrun validate --stage` applies (spotrun/validate.py).
         run: RunSpec = parse_run(run_raw)
         catalog = deployment_catalog(catalog, settings, run)
@@ -238,6 +249,7 @@ def _ok_plan(run: RunSpec, est: Any, hyper: dict, execution: str, started: str, 
         region=settings.region,
         usd_per_hour=catalog["instances"][est.instance_type]["on_demand_usd_per_hour"] * est.instance_count,
         price_source=f"on-demand list price in {settings.region} (spotrun catalog as of {as_of})",
+        price_as_of=as_of,
         approval_status=run.approval_status, data_source=run.data.source or "",
         estimate={k: est.to_json()[k] for k in CONTRACT_KEYS},
     )

@@ -7,6 +7,7 @@ run the contract allows stays under half of the execution history quota."""
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import re
 
@@ -71,10 +72,15 @@ def settings(synth) -> PipelineSettings:
 def states_for_every_branch(synth) -> list[tuple[str, dict]]:
     """(branch, execution state) pairs made of the real handlers' outputs, one per way a request is sent."""
     out = []
-    for label, compute in (("spot", {}), ("on-demand", {"spot": False, "warm_pool_minutes": 30})):
+    # The on-demand run's data source is longer than a metadata value and has characters the pattern refuses.
+    long_source = f"s3://{BUCKET}/datasets/" + "(v2)é,x;" * 40 + "/"
+    for label, compute, source in (("spot", {}, RUN["data"]["source"]),
+                                   ("on-demand", {"spot": False, "warm_pool_minutes": 30}, long_source)):
         run = copy.deepcopy(RUN)
         run["compute"].update(compute)
-        p = plan(run, f"exec-{label}", settings(synth), started="2026-01-01T00:00:00Z")
+        run["data"]["source"] = source
+        # Execution names as `spotrun start` makes them, and the characters a tag value allows beyond those.
+        p = plan(run, f"exec-{label}_v2.1:a=b+c@d", settings(synth), started="2026-01-01T00:00:00Z")
         assert p["status"] == "ok", p
         guard = {"action": "wait", "job_name": p["job_name"], "spot": p["spot"], "wait_seconds": p["poll_seconds"],
                  "spent_before_usd": 0, "interruptions_before": 0}
@@ -164,7 +170,8 @@ def check_shape(value, shape, where: str, problems: list[str]) -> None:
             problems.append(f"{where}: {len(value)} characters > {meta['max']}")
         if shape.enum and value not in shape.enum:
             problems.append(f"{where}: {value!r} not in {shape.enum}")
-        if "pattern" in meta and not regex.search(meta["pattern"], value):
+        # A full match: `search` finds the empty match of `(...)*` in any string.
+        if "pattern" in meta and not regex.fullmatch(meta["pattern"], value):
             problems.append(f"{where}: {value!r} does not match {meta['pattern']}")
     elif shape.type_name in ("integer", "long") and "max" in meta and value > meta["max"]:
         problems.append(f"{where}: {value} > {meta['max']}")
@@ -282,3 +289,18 @@ def test_the_longest_run_the_contract_allows_stays_under_half_the_history_quota(
     total = polls * per_poll + stops_and_creates + fixed
     assert total < HISTORY_QUOTA / 2, (polls, total)
     assert rendered["TimeoutSeconds"] >= 3 * MAX_RUNTIME_LIMIT_S  # the execution outlives its longest job
+
+
+def test_an_execution_name_that_is_no_tag_value_is_refused_by_name(synth):
+    refused = plan(copy.deepcopy(RUN), "retrain(2)", settings(synth))  # Step Functions accepts this name
+    assert refused["status"] == "InvalidRun" and refused["field"] == "execution"
+    assert "retrain(2)" in refused["message"] and "retrain-2" in refused["message"]
+
+
+def test_registry_metadata_keeps_the_exact_data_source_as_a_digest(synth):
+    done = next(s["guard"] for b, s in states_for_every_branch(synth) if b == "on-demand: register")
+    meta = done["report"]["metadata"]
+    source = done["report"]["data_source"]
+    assert len(source) > 256 and len(meta["data_source"]) == 256 and meta["data_source"].endswith("...")
+    assert meta["data_source_sha256"] == hashlib.sha256(source.encode()).hexdigest()
+    assert meta["price_region"] == "us-east-1" and meta["cost_basis"]
