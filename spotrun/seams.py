@@ -45,6 +45,9 @@ class Hyperparameter(str, Enum):
     LORA_TARGET_MODULES = "lora.target_modules"  # all-linear, or comma-separated module names
     EXPORT_DTYPE = "export.dtype"  # bfloat16 (default) | float32
     EXPORT_MERGE_LORA = "export.merge_lora"  # LoRA: also export the merged model
+    # Seconds after its start at which the trainer saves and exits: the end of one segment of a run (a job whose
+    # MaxRuntime the cost cap sets, spotrun/segments.py), distinct from completion (`run_completed`).
+    SEGMENT_SECONDS = "segment_seconds"
 
 
 # ---- metrics (trainer -> CloudWatch -> dashboard and guard) ----------------------------------------------------

@@ -12,7 +12,8 @@ from spotrun.contract import parse_run
 from spotrun.planner import EstimateRefused, estimate, load_catalog
 
 CATALOG = {
-    "defaults": {"utilization": 0.25, "startup_seconds": 180, "memory_usable_fraction": 0.5,
+    "defaults": {"utilization": 0.25, "startup_seconds": 180, "trainer_restart_seconds": 60,
+                 "memory_usable_fraction": 0.5,
                  "memory_allowance_gb": 0, "compute_bytes": 2, "collective_efficiency": 0.5,
                  "tcp_collective_efficiency": 0.25, "comm_overlap_fraction": 0.8,
                  "max_runtime_factor": 2.0,

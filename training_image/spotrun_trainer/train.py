@@ -130,6 +130,7 @@ class Trainer:
 
     def __init__(self, cfg: TrainConfig, *, local_rank: int, stop: StopFlag):
         self.cfg, self.stop_flag = cfg, stop
+        self._started = time.monotonic()  # the segment's clock (segment_seconds) starts with the trainer
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         self.device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
         if cfg.num_threads:
@@ -197,14 +198,14 @@ class Trainer:
         while self.state.step < self.total_steps:
             step = self.state.step + 1
             log_now = step % self.cfg.log_every == 0 or step == self.total_steps
-            self.agreement.start(stop=self.stop_flag.requested, save_due=self.ckpt.due(step),
-                                 pending=self.ckpt.pending_unfinished())
+            self.agreement.start(stop=self.stop_flag.requested or self._segment_over(),
+                                 save_due=self.ckpt.due(step), pending=self.ckpt.pending_unfinished())
             loss_sum, grad_norm, lr = self.train_step(need_grad_norm=log_now)
             self.losses.add(step, loss_sum)
             agreed = self.agreement.wait()
             self._after_step(agreed, log_now, grad_norm, lr)
             if agreed.stop:
-                return self._stopped("signal", save=True)
+                return self._stopped("segment-end" if self._segment_over() else "signal", save=True)
             self.ckpt.finalize_if_done(agreed.pending_done)
             if agreed.save_due and step < self.total_steps:
                 self.ckpt.save(step, blocking=not self.cfg.checkpoint.async_save)
@@ -284,6 +285,11 @@ class Trainer:
         self._window_t, self._window_tokens = time.perf_counter(), 0
 
     # ---- stopping and the end ------------------------------------------------------------------------------
+
+    def _segment_over(self) -> bool:
+        """The segment's time is up: save and exit like a stop (spotrun/segments.py); the next job continues."""
+        limit = self.cfg.segment_seconds
+        return limit > 0 and time.monotonic() - self._started > limit
 
     def _stopped(self, reason: str, *, save: bool) -> Outcome:
         if save:
