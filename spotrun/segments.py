@@ -34,6 +34,16 @@ SEGMENT_END_MARGIN_S = 60  # the trainer ends its segment this long before the s
 MIN_TRAINING_S = 600  # the shortest sensible segment trains at least this long (and at least its own overhead)
 
 
+SEGMENT_SUFFIX_MAX = len(f"-{MAX_SEGMENTS}od")  # job names: the first job's name + this, at most
+
+
+def segment_job_name(first: str, segment: int, spot: bool) -> str:
+    """The name of segment `segment` (1 = the first job, named by the estimate) of a run: `<first>-<n>[od]`."""
+    if segment == 1:
+        return first
+    return f"{first}-{segment}{'' if spot else 'od'}"
+
+
 def room_seconds(cap_usd: float, spent_usd: float, usd_per_s: float, warm_pool_s: float = 0.0) -> float:
     """Seconds a job may run at on-demand rates before the cap is reached, after its stop and warm pool."""
     return (cap_usd - spent_usd) / usd_per_s - warm_pool_s - STOP_BILL_S

@@ -77,7 +77,11 @@ class SpotrunStack(Stack):
         self.governance = CostGovernance(self, "CostGovernance", props=CostGovernanceProps(
             project=config.project, stage=config.stage, monthly_budget_usd=config.monthly_budget_usd,
             emails=config.notification_emails, state_machine=self.pipeline.state_machine,
-            alarm_topic=self.failures_topic))
+            alarm_topic=self.failures_topic,
+            failure_queues=(self.pipeline.cancel_dlq, self.pipeline.cancel_failures, self.events.dead_letters,
+                            self.events.recorder_failures),
+            functions=(self.pipeline.estimate_fn, self.pipeline.guard_fn, self.pipeline.cancel_fn,
+                       self.events.recorder)))
         # What users need after `cdk deploy`: where to upload, what to start, where to look.
         CfnOutput(self, StackOutput.ARTIFACT_BUCKET.value, value=self.store.bucket.bucket_name,
                   description="upload datasets/<name>/ (shards + index.json) and models/<name>/ (HF model dirs) here")

@@ -25,7 +25,8 @@ from typing import Any, Callable
 from ..aws_text import TAG_VALUE_MAX, aws_text_ok
 from ..contract import RunSpec, RunValidationError, parse_run
 from ..planner import EstimateRefused, estimate, load_catalog, regional_catalog
-from ..seams import METHOD_TAG, SHAPE_TAG, Plan, PlanStatus, StopNotice
+from ..seams import EXECUTION_TAG, METHOD_TAG, SHAPE_TAG, Plan, PlanStatus, StopNotice
+from ..segments import SEGMENT_SUFFIX_MAX, segment_job_name
 from ..sources import resolve
 from ..validate import Target, check_target, pipeline_hyperparameters
 from .performance import shape_key
@@ -33,9 +34,10 @@ from .performance import shape_key
 CONTRACT_KEYS = ("parameters", "trainable_parameters", "training_flops", "gpu_hours", "instance_type",
                  "instance_count", "max_runtime_seconds", "max_wait_seconds", "checkpoint_bytes",
                  "notice_upload_gb_per_s", "checkpoint_interval_seconds", "cost_usd", "warnings", "utilization",
-                 "utilization_source")
+                 "utilization_source", "segments")
 MAX_JOB_NAME = 63
-FALLBACK_SUFFIX = "-od"
+# Every package is registered for review: approval is a separate, permissioned step (UpdateModelPackage).
+REGISTRATION_STATUS = "PendingManualApproval"
 RUN_RECORD = "spotrun-run.json"  # what an execution trained, beside its checkpoints: checked on resume_from
 QUOTA_SERVICE = "sagemaker"
 
@@ -67,7 +69,7 @@ class PipelineSettings:
 
 def job_name(settings: PipelineSettings, run_name: str, execution: str) -> str:
     suffix = hashlib.sha256(execution.encode()).hexdigest()[:6]
-    room = MAX_JOB_NAME - len(settings.job_prefix) - len(suffix) - 1 - len(FALLBACK_SUFFIX)
+    room = MAX_JOB_NAME - len(settings.job_prefix) - len(suffix) - 1 - SEGMENT_SUFFIX_MAX
     return f"{settings.job_prefix}{run_name[:room].rstrip('-')}-{suffix}"
 
 
@@ -206,6 +208,11 @@ def plan(run_raw: Any, execution: str, settings: PipelineSettings, *, s3_client:
 def _ok_plan(run: RunSpec, est: Any, hyper: dict, execution: str, started: str, settings: PipelineSettings,
              catalog: dict, model_config: dict | None, tokens: int | None, data_uri: str, model_uri: str | None,
              s3_client: Any, quotas_client: Any, shape: str | None) -> dict:
+    if run.approval_status != REGISTRATION_STATUS:
+        raise RunValidationError("registry.approval_status", run.approval_status,
+                                 f"{REGISTRATION_STATUS}: the pipeline registers every model for review; approving "
+                                 "it is a separate, permissioned step (aws sagemaker update-model-package "
+                                 "--model-approval-status Approved)")
     if quotas_client is not None:
         check_quota(quotas_client, est.instance_type, est.instance_count, run.compute.spot)
     record = run_record(run, model_config, tokens, est.parameters)
@@ -221,7 +228,7 @@ def _ok_plan(run: RunSpec, est: Any, hyper: dict, execution: str, started: str, 
     channels = [_channel("train", data_uri)] + ([_channel("model", model_uri)] if model_uri else [])
     name = job_name(settings, run.name, execution)
     tags = {"project": settings.project, "stage": settings.stage, "cost-center": settings.cost_center,
-            **run.tags, "run": run.name, "execution": execution, METHOD_TAG: run.training.method}
+            **run.tags, "run": run.name, EXECUTION_TAG: execution, METHOD_TAG: run.training.method}
     if shape:
         tags[SHAPE_TAG] = shape  # with the method, what matches this job's measured MFU to later estimates
     volume_gb = max(100, int(est.checkpoint_bytes * run.checkpoint.keep * 1.5 / 1e9) + 50)
@@ -230,7 +237,7 @@ def _ok_plan(run: RunSpec, est: Any, hyper: dict, execution: str, started: str, 
     upload_gb_per_s = est.upload_gb_per_s_available
     result = Plan(
         status=PlanStatus.OK.value, run_name=run.name, execution=execution, execution_started=started,
-        job_name=name, fallback_job_name=name + FALLBACK_SUFFIX, method=run.training.method,
+        job_name=name, fallback_job_name=segment_job_name(name, 2, spot=False), method=run.training.method,
         spot=run.compute.spot, on_demand_fallback=run.compute.on_demand_fallback,
         instance_type=est.instance_type, instance_count=est.instance_count,
         resource_config_spot=resource_config(est.instance_type, est.instance_count, volume_gb, settings, catalog),
@@ -246,11 +253,16 @@ def _ok_plan(run: RunSpec, est: Any, hyper: dict, execution: str, started: str, 
         checkpoint_upload_seconds=(round(est.checkpoint_bytes / (upload_gb_per_s * 1e9), 1) if upload_gb_per_s
                                    else float(StopNotice.UPLOAD_S)),
         max_usd=run.max_usd,
+        max_runtime_cap_seconds=int(est.segments["longest_seconds"]),
+        max_wait_extra_seconds=est.max_wait_seconds - est.max_runtime_seconds,
+        min_segment_seconds=int(est.segments["min_segment_seconds"]),
+        segment_overhead_seconds=float(est.segments["overhead_seconds"]),
+        warm_pool_seconds=keep_alive,
         region=settings.region,
         usd_per_hour=catalog["instances"][est.instance_type]["on_demand_usd_per_hour"] * est.instance_count,
         price_source=f"on-demand list price in {settings.region} (spotrun catalog as of {as_of})",
         price_as_of=as_of,
-        approval_status=run.approval_status, data_source=run.data.source or "",
+        approval_status=REGISTRATION_STATUS, data_source=run.data.source or "",
         estimate={k: est.to_json()[k] for k in CONTRACT_KEYS},
     )
     return dataclasses.asdict(result)
