@@ -201,6 +201,8 @@ class Plan:
     min_segment_seconds: int  # the run ends at the cap when the room left is shorter than this
     segment_overhead_seconds: float  # one segment restart (spotrun/segments.py)
     warm_pool_seconds: int  # KeepAlivePeriodInSeconds of the on-demand jobs (billed after each one ends)
+    planned_steps: int  # optimizer steps of the whole run, as planned
+    seconds_per_step: float  # planned training seconds per step (interruptions' expected cost included)
     region: str
     usd_per_hour: float  # on-demand list price of all instances, in `region`
     price_source: str  # prose for messages; never sent as registry metadata (its characters do not fit)

@@ -14,8 +14,8 @@ on-demand rates, and SageMaker enforces it (spotrun/segments.py). The guard keep
   MaxRuntime is computed from;
 - while a job runs SageMaker reports no billable time: the bound is the seconds the job spent in billed secondary
   statuses (SecondaryStatusTransitions; not the waits for capacity: Starting, Interrupted, ...) x the on-demand
-  price. If that bound plus a poll and a stop would pass the cap, the guard stops the job (a second line behind
-  MaxRuntime); the job's exact bill then decides whether another segment fits;
+  price. If that bound plus a poll and a stop would pass the cap and the job's own MaxRuntime does not keep it
+  under the cap (a job created with a wrong limit), the guard stops the job: a second line behind MaxRuntime;
 - a job that ended without finishing the run (its segment's time was up, MaxRuntime, the guard's stop) is
   followed by the next segment while the room the cap leaves is at least the shortest sensible segment; spot or
   on-demand for it is decided in one place, `next_capacity` (after MaxWait without spot capacity: on-demand when
@@ -32,6 +32,7 @@ still bills). tests/infra/test_seams.py computes the event count for the longest
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import time
 from typing import Any, Callable
@@ -41,6 +42,7 @@ from ..seams import (
     CHECKPOINT_AGE_METRIC,
     CHECKPOINT_MANIFEST,
     CHECKPOINT_OVERDUE_METRIC,
+    CHECKPOINT_STEP_DIR,
     COMPLETED_METRIC,
     EXECUTION_TAG,
     METRICS_NAMESPACE,
@@ -50,7 +52,14 @@ from ..seams import (
     Hyperparameter,
     metric_name,
 )
-from ..segments import MAX_SEGMENTS, STOP_BILL_S, next_max_runtime, segment_job_name, segment_seconds
+from ..segments import (
+    MAX_SEGMENTS,
+    SEGMENT_END_MARGIN_S,
+    STOP_BILL_S,
+    next_max_runtime,
+    segment_job_name,
+    segment_seconds,
+)
 from .common import emit_metric, to_epoch
 
 STOP_GRACE_S = STOP_BILL_S  # a stopped job bills until the container exits: up to the notice
@@ -137,7 +146,7 @@ def next_capacity(plan: dict, guard: dict, *, no_spot_capacity: bool) -> bool | 
 
 
 def decide(plan: dict, guard: dict, describe: dict, *, now: float, newest_checkpoint: float | None = None,
-           job_tags: dict[str, str] | None = None) -> dict:
+           job_tags: dict[str, str] | None = None, checkpoint_step: int | None = None) -> dict:
     cost, exact = job_cost(plan, describe, now)
     spent = float(guard.get("spent_before_usd", 0.0)) + cost
     rate = usd_per_second(plan)
@@ -162,14 +171,21 @@ def decide(plan: dict, guard: dict, describe: dict, *, now: float, newest_checkp
                                                f"{EXECUTION_TAG} tag is {job_tags.get(EXECUTION_TAG)!r}, this "
                                                f"execution is {plan['execution']!r}")
     if status not in ENDED:
-        if status == "InProgress" and not guard.get("stop_requested") and projected >= plan["max_usd"]:
+        # SageMaker ends the job at its MaxRuntime: when that bound keeps the run under the cap, a stop here
+        # would only cut the segment short. The guard stops a job only when its MaxRuntime does not hold it.
+        limit = float((describe.get("StoppingCondition") or {}).get("MaxRuntimeInSeconds") or math.inf)
+        bounded = float(guard.get("spent_before_usd", 0.0)) + (limit + STOP_GRACE_S + warm_pool_seconds(
+            describe)) * rate <= plan["max_usd"] + 1e-6
+        if status == "InProgress" and not guard.get("stop_requested") and projected >= plan["max_usd"] and \
+                not bounded:
             return act(GuardAction.STOP, stop_requested=True, wait_seconds=plan["poll_seconds"])
         return act(GuardAction.WAIT)
     done = [*guard.get("segments", []), _segment_record(guard, describe, cost, exact)]
     result = dataclasses.replace(result, segments=done)
     if status == "Completed" and _final_metric(describe, COMPLETED_METRIC) is not None:
         return act(GuardAction.COMPLETED, report=_report(plan, guard, describe, spent, out, done))
-    return _after_segment(plan, dict(guard, interruptions=out["interruptions"]), describe, spent, act)
+    guard = dict(guard, interruptions=out["interruptions"], checkpoint_step=checkpoint_step)
+    return _after_segment(plan, guard, describe, spent, act)
 
 
 def _segment_record(guard: dict, describe: dict, cost: float, exact: bool) -> dict:
@@ -210,6 +226,16 @@ def _after_segment(plan: dict, guard: dict, describe: dict, spent: float, act: C
     return _next_segment(plan, guard, spent, bool(spot), act, GuardAction.SEGMENT)
 
 
+def shortest_segment(plan: dict, checkpoint_step: int | None) -> float:
+    """The shortest segment worth starting: the planned minimum, or less when the newest committed checkpoint
+    says the rest of the run is shorter (its steps at the planned pace, +25%, after a restart and before a save)."""
+    if checkpoint_step is None:
+        return plan["min_segment_seconds"]
+    rest = max(0, plan["planned_steps"] - checkpoint_step) * plan["seconds_per_step"] * 1.25
+    finish = plan["segment_overhead_seconds"] + rest + plan["checkpoint_upload_seconds"] + SEGMENT_END_MARGIN_S
+    return min(plan["min_segment_seconds"], finish)
+
+
 def _next_segment(plan: dict, guard: dict, spent: float, spot: bool, act: Callable[..., dict],
                   action: GuardAction) -> dict:
     rate = usd_per_second(plan)
@@ -217,13 +243,13 @@ def _next_segment(plan: dict, guard: dict, spent: float, spot: bool, act: Callab
     max_rt = next_max_runtime(cap_usd=plan["max_usd"], spent_usd=spent, usd_per_s=rate,
                               longest_s=plan["max_runtime_cap_seconds"], warm_pool_s=warm)
     segment = int(guard.get("segment", 1)) + 1
-    if max_rt < plan["min_segment_seconds"]:
+    if max_rt < shortest_segment(plan, guard.get("checkpoint_step")):
         left = max(0.0, plan["max_usd"] - spent)
         return act(GuardAction.OVER_BUDGET, message=(
             f"stopped at the cost cap: ${spent:,.2f} billed (exact, {segment - 1} job(s)) of budget "
             f"${plan['max_usd']:,.2f}; the ${left:,.2f} left allows {max(0, max_rt):,} s at the on-demand rate of "
             f"${plan['usd_per_hour']:,.2f}/h (the bound while a job runs), less than the shortest sensible "
-            f"segment ({plan['min_segment_seconds']:,} s). The newest checkpoint is under "
+            f"segment ({shortest_segment(plan, guard.get('checkpoint_step')):,.0f} s). The newest checkpoint is under "
             f"{plan['checkpoint_s3_uri']}: continue with checkpoint.resume_from={plan['execution']} and a larger "
             "budget.max_usd"))
     if segment > MAX_SEGMENTS:
@@ -291,13 +317,21 @@ def registry_metadata(report: dict) -> dict[str, str]:
 
 def newest_checkpoint(s3_client: Any, bucket: str, prefix: str) -> float | None:
     """LastModified (epoch s) of the newest committed checkpoint's manifest under the prefix: a listing only."""
-    newest = None
+    return committed_checkpoints(s3_client, bucket, prefix)[0]
+
+
+def committed_checkpoints(s3_client: Any, bucket: str, prefix: str) -> tuple[float | None, int | None]:
+    """(LastModified of the newest committed manifest, the highest committed step) under the prefix."""
+    newest, step = None, None
     for page in s3_client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
         for obj in page.get("Contents", []):
             if obj["Key"].endswith("/" + CHECKPOINT_MANIFEST):
                 modified = to_epoch(obj["LastModified"])
                 newest = modified if newest is None else max(newest, modified)
-    return newest
+                found = CHECKPOINT_STEP_DIR.match(obj["Key"].rsplit("/", 2)[-2])
+                if found:
+                    step = max(step or 0, int(found.group(1)))
+    return newest, step
 
 
 def clock() -> float:
@@ -312,8 +346,9 @@ def handler(event: dict, _context: Any) -> dict:
     sagemaker = boto3.client("sagemaker")
     describe = sagemaker.describe_training_job(TrainingJobName=guard["job_name"])
     tags = {t["Key"]: t["Value"] for t in sagemaker.list_tags(ResourceArn=describe["TrainingJobArn"])["Tags"]}
-    newest = newest_checkpoint(boto3.client("s3"), plan["checkpoint_bucket"], plan["checkpoint_prefix"])
-    out = decide(plan, guard, describe, now=clock(), newest_checkpoint=newest, job_tags=tags)
+    newest, step = committed_checkpoints(boto3.client("s3"), plan["checkpoint_bucket"], plan["checkpoint_prefix"])
+    out = decide(plan, guard, describe, now=clock(), newest_checkpoint=newest, job_tags=tags,
+                 checkpoint_step=step)
     namespace = os.environ.get("METRICS_NAMESPACE", METRICS_NAMESPACE)
     dims = {"Stage": os.environ.get("STAGE", ""), "Run": plan["run_name"]}
     emit_metric(namespace, RUN_COST_METRIC, out["cost_usd"], "None", dims)
