@@ -51,6 +51,13 @@ class AccountConfig:
     """Base image for the trainer; None: the SageMaker PyTorch training image of the region."""
     inference_image: str | None = None
     """Serving image recorded in model packages; None: the SageMaker HF LLM (TGI) image of the region."""
+    max_usd_per_run: float = 5000.0
+    """The largest `budget.max_usd` a run of this stage may ask for (the estimate refuses more)."""
+    max_instances_per_run: int = 16
+    """The most instances one run may use (an explicit `compute.instance_count` above it is refused; `auto`
+    chooses within it)."""
+    max_concurrent_runs: int = 4
+    """Executions of this stage's pipeline that may run at once (the estimate of one more is refused)."""
     project: str = "spotrun"
     extra_tags: dict[str, str] = field(default_factory=dict)
 
@@ -106,12 +113,19 @@ class AccountConfig:
             if not 1 <= len(key) <= TAG_KEY_MAX or not aws_text_ok(key):
                 raise ValueError(f"extra_tags key {key!r} is invalid: expected 1-{TAG_KEY_MAX} letters, digits, "
                                  "spaces or _.:/=+-@")
+        if not 0 < self.max_usd_per_run <= 10_000_000:
+            raise ValueError(f"max_usd_per_run={self.max_usd_per_run} is invalid: expected 0 < USD <= 10,000,000")
+        if not 1 <= self.max_instances_per_run <= 64:
+            raise ValueError(f"max_instances_per_run={self.max_instances_per_run} is invalid: expected 1..64")
+        if not 1 <= self.max_concurrent_runs <= 100:
+            raise ValueError(f"max_concurrent_runs={self.max_concurrent_runs} is invalid: expected 1..100")
         if not 1 <= self.checkpoint_retention_days <= 3650:
             raise ValueError(f"checkpoint_retention_days={self.checkpoint_retention_days} is invalid: 1..3650")
 
     def _check_types(self) -> None:
         expected = {"stage": str, "region": str, "cost_center": str, "project": str,
-                    "monthly_budget_usd": (int, float), "checkpoint_retention_days": int, "extra_tags": dict}
+                    "monthly_budget_usd": (int, float), "checkpoint_retention_days": int, "extra_tags": dict,
+                    "max_usd_per_run": (int, float), "max_instances_per_run": int, "max_concurrent_runs": int}
         for name, kind in expected.items():
             value = getattr(self, name)
             if not isinstance(value, kind) or isinstance(value, bool):

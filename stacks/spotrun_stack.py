@@ -70,7 +70,9 @@ class SpotrunStack(Stack):
             project=config.project, stage=config.stage, cost_center=config.cost_center,
             failures_topic=self.failures_topic, interruptions_table_name=self.events.table.table_name,
             metric_definitions=tuple(METRIC_DEFINITIONS), subnet_ids=config.vpc_subnet_ids,
-            security_group_ids=config.security_group_ids, allowed_instance_types=config.allowed_instance_types))
+            security_group_ids=config.security_group_ids, allowed_instance_types=config.allowed_instance_types,
+            max_usd_per_run=config.max_usd_per_run, max_instances_per_run=config.max_instances_per_run,
+            max_concurrent_runs=config.max_concurrent_runs))
         self.pipeline.node.add_dependency(self.model_package_group)
         self.events.table.grant_read_data(self.pipeline.estimate_fn)
         self.failures_topic.grant_publish(self.pipeline.state_machine)

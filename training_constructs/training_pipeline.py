@@ -74,6 +74,12 @@ class TrainingPipelineProps:
     max_poll_seconds: int = 4 * 3600
     allowed_instance_types: tuple[str, ...] = ()
     metrics_namespace: str = "spotrun"
+    max_usd_per_run: float = 0.0
+    """The stage's largest budget.max_usd (0: none); the estimate refuses more."""
+    max_instances_per_run: int = 0
+    """The stage's most instances per run (0: none)."""
+    max_concurrent_runs: int = 0
+    """Executions that may run at once (0: none); the estimate counts the running ones."""
 
     def __post_init__(self) -> None:
         if not self.job_prefix or len(self.job_prefix) > 24:
@@ -145,7 +151,9 @@ class TrainingPipeline(Construct):
             "MAX_POLL_SECONDS": str(props.max_poll_seconds),
             "ALLOWED_INSTANCE_TYPES": ",".join(props.allowed_instance_types),
             "VOLUME_KMS_KEY_ARN": store.key.key_arn,
-            "PROJECT": props.project, "STAGE": props.stage, "COST_CENTER": props.cost_center}
+            "PROJECT": props.project, "STAGE": props.stage, "COST_CENTER": props.cost_center,
+            "MAX_USD_PER_RUN": str(props.max_usd_per_run), "MAX_INSTANCES_PER_RUN": str(props.max_instances_per_run),
+            "MAX_CONCURRENT_RUNS": str(props.max_concurrent_runs)}
         self.estimate_fn = spotrun_function(
             self, "EstimateFn", handler="spotrun.handlers.estimate.handler", timeout_s=60,
             description="spotrun planner: validates the run and decides instance, limits, cadence and cost",
@@ -205,7 +213,8 @@ class TrainingPipeline(Construct):
         estimate = tasks.LambdaInvoke(
             self, "Estimate", lambda_function=self.estimate_fn, payload_response_only=True, result_path="$.plan",
             payload=sfn.TaskInput.from_object({"run.$": "$.run", "execution.$": "$$.Execution.Name",
-                                               "started.$": "$$.Execution.StartTime"}))
+                                               "started.$": "$$.Execution.StartTime",
+                                               "state_machine.$": "$$.StateMachine.Id"}))
         estimate.add_catch(pipeline_error, errors=["States.ALL"], result_path="$.error")
         invalid = notify("NotifyInvalidRun", "spotrun: invalid run", plan_path("message")).next(
             sfn.Fail(self, "InvalidRun", error=PlanStatus.INVALID_RUN.value, cause_path=plan_path("message")))
@@ -300,8 +309,23 @@ class TrainingPipeline(Construct):
         role.add_to_principal_policy(iam.PolicyStatement(
             actions=["iam:PassRole"], resources=[props.execution_role.role_arn],
             conditions={"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}}))
+        self._estimate_reads_executions()
         self._canceller(props, job_arn)
         self._acknowledge(job_arn, package_arn, group_arn)
+
+    def _estimate_reads_executions(self) -> None:
+        """The estimate counts running executions (the stage's concurrency limit) and checks the execution a
+        run resumes from. A policy of its own: on the function's default policy it would form a cycle (the state
+        machine names the function, which would wait for a policy naming the state machine)."""
+        stack = Stack.of(self)
+        executions = stack.format_arn(service="states", resource="execution",
+                                      resource_name=f"{self.state_machine.state_machine_name}:*",
+                                      arn_format=ArnFormat.COLON_RESOURCE_NAME)
+        policy = iam.Policy(self, "EstimateReadsExecutions", roles=[self.estimate_fn.role], statements=[
+            iam.PolicyStatement(actions=["states:ListExecutions"], resources=[self.state_machine.state_machine_arn]),
+            iam.PolicyStatement(actions=["states:DescribeExecution"], resources=[executions])])
+        acknowledge(policy, f"AwsSolutions-IAM5[Resource::{rendered(self, executions)}]",
+                    "reads this state machine's executions only (execution ARNs are not known ahead)")
 
     def _canceller(self, props: TrainingPipelineProps, job_arn: str) -> None:
         """Execution ABORTED / FAILED / TIMED_OUT -> stop its training job (spotrun/handlers/cancel.py)."""

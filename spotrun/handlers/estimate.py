@@ -182,7 +182,7 @@ def check_quota(quotas_client: Any, instance_type: str, count: int, spot: bool) 
 
 def check_stage_limits(run: RunSpec, settings: PipelineSettings, running_executions: int | None) -> None:
     """The stage's maxima (stacks/config.py): the cap per run, instances per run, runs at once."""
-    where = f"the {settings.stage or 'stage'}'s limit in stacks/config.py"
+    where = f"stage {settings.stage or '?'}'s limit in stacks/config.py"
     if settings.max_usd_per_run and run.max_usd > settings.max_usd_per_run:
         raise RunValidationError("budget.max_usd", run.max_usd, f"at most {settings.max_usd_per_run:,.2f} "
                                  f"(max_usd_per_run, {where})")

@@ -58,10 +58,11 @@ class Scenario:
     guard_raises_from: int = 0  # the guard's poll from which every call raises (0: never)
     canceller_raises: bool = False
     stop_throttled: bool = False
+    slowdown: float = 1.0  # the run really needs this many times the estimated training time
 
     @property
     def injected(self) -> bool:
-        return bool(self.guard_raises_from or self.canceller_raises or self.stop_throttled)
+        return bool(self.guard_raises_from or self.canceller_raises or self.stop_throttled or self.slowdown > 1)
 
     def __str__(self) -> str:
         parts = [f"{self.nodes}n", f"cap{self.cap[1]}x{self.cap[0]}", f"int{self.interruptions}"]
@@ -69,7 +70,8 @@ class Scenario:
                                         (f"pool{self.warm_pool_minutes}", self.warm_pool_minutes),
                                         (f"guard-dies@{self.guard_raises_from}", self.guard_raises_from),
                                         ("canceller-dies", self.canceller_raises),
-                                        ("stop-throttled", self.stop_throttled)) if on]
+                                        ("stop-throttled", self.stop_throttled),
+                                        (f"slow{self.slowdown}", self.slowdown > 1)) if on]
         return "-".join(parts)
 
 
@@ -87,11 +89,14 @@ SCENARIOS = [
     # on-demand with a warm pool
     Scenario(spot=False, cap=("on_demand", 1.05), warm_pool_minutes=60),
     Scenario(spot=False, cap=("on_demand", 1.5), warm_pool_minutes=30),
-    # injected failures
+    # injected failures; a run twice as slow as estimated (its spot bill alone would pass the cap)
+    Scenario(cap=("spot", 1.3), slowdown=2.0),
+    Scenario(cap=("spot", 1.3), slowdown=2.0, guard_raises_from=3, canceller_raises=True, stop_throttled=True),
     Scenario(cap=("mid", 1.0), guard_raises_from=4),
-    Scenario(cap=("spot", 1.3), guard_raises_from=40, canceller_raises=True),
+    Scenario(cap=("spot", 1.3), guard_raises_from=12, canceller_raises=True),
+    Scenario(cap=("spot", 1.3), guard_raises_from=3, canceller_raises=True, stop_throttled=True),
     Scenario(nodes=16, cap=("on_demand", 1.5), guard_raises_from=3, canceller_raises=True, stop_throttled=True),
-    Scenario(cap=("mid", 1.0), interruptions=1, guard_raises_from=60, stop_throttled=True),
+    Scenario(cap=("mid", 1.0), interruptions=1, guard_raises_from=10, stop_throttled=True),
 ]
 
 
@@ -207,7 +212,9 @@ def _estimate(driver: Driver, run: dict) -> dict:
     from spotrun.handlers.estimate import PipelineSettings, plan
 
     env = driver.functions[next(k for k in driver.functions if k.startswith("PipelineEstimateFn"))]["env"]
-    p = plan(run, "estimate-only", PipelineSettings.from_env({**env, "AWS_REGION": REGION}))
+    settings = PipelineSettings.from_env({**env, "AWS_REGION": REGION})
+    run = {**run, "budget": {"max_usd": settings.max_usd_per_run}}  # the stage's largest cap
+    p = plan(run, "estimate-only", settings)
     assert p["status"] == "ok", p
     return {**p["estimate"], "checkpoint_interval_seconds": p["checkpoint_interval_seconds"],
             "checkpoint_upload_seconds": p["checkpoint_upload_seconds"], "usd_per_hour": p["usd_per_hour"],
@@ -217,13 +224,14 @@ def _estimate(driver: Driver, run: dict) -> dict:
 def _world(world: World, est: dict, scenario: Scenario) -> None:
     catalog = load_catalog()
     family = est["instance_type"].split(".")[1]
-    world.work_s = est["wall_seconds"] - catalog["defaults"]["startup_seconds"]
+    world.work_s = (est["wall_seconds"] - catalog["defaults"]["startup_seconds"]) * scenario.slowdown
     world.usd_per_instance_hour = est["usd_per_hour"] / est["instance_count"]
     world.spot_discount = catalog["families"][family]["spot_discount"]
     world.checkpoint_interval_s = est["checkpoint_interval_seconds"]
     world.save_s = est["checkpoint_upload_seconds"]
     # The real pace: the planned one without the expected interruptions' share (those are simulated).
-    world.step_s = est["seconds_per_step"] * world.work_s / (world.work_s + est["expected_overhead_seconds"])
+    planned = est["wall_seconds"] - catalog["defaults"]["startup_seconds"]
+    world.step_s = est["seconds_per_step"] * planned / (planned + est["expected_overhead_seconds"]) * scenario.slowdown
     world.no_spot_capacity = scenario.no_spot_capacity
     world.save_on_notice = est["checkpoint_policy"] == "save_on_notice"
     n = scenario.interruptions

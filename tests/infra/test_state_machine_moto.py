@@ -259,19 +259,23 @@ def test_on_demand_run_creates_a_job_without_spot_with_its_warm_pool(aws):
     assert job["CheckpointConfig"]["S3Uri"] == f"s3://{BUCKET}/checkpoints/moto-run/on-demand/"
 
 
-def test_a_run_that_would_pass_its_cap_is_stopped_and_fails_as_over_budget(aws):
+def test_a_run_that_spends_its_cap_ends_at_maxruntime_and_fails_as_over_budget(aws):
+    run = copy.deepcopy(RUN)
+    run["budget"]["max_usd"] = 1.0  # 2,376 s at $1.515/h on-demand: less than the run's longest job (1 h)
+
     def progress(job, poll):
         if poll == 1:
-            _running(job, started_ago_s=16.5 * 3600)  # 16.5 h x $1.515/h on-demand (upper bound) + a poll: $25
-        elif job.training_job_status == "Stopping":  # billed at on-demand rates nearly all the way
-            _finished(job, "Stopped", "Stopped", billable=int(16.4 * 3600))
+            _running(job, started_ago_s=600)
+        else:  # SageMaker ended it at its MaxRuntime (what the cap allows), billed at on-demand rates all along
+            _finished(job, "Stopped", "MaxRuntimeExceeded", billable=job.stopping_condition["MaxRuntimeInSeconds"])
     aws.progress = progress
-    result = aws.execute("capped", RUN)
+    result = aws.execute("capped", run)
     assert result["status"] == "FAILED"
     failure = aws.failure(result)
-    assert failure["error"] == "OverBudget" and "stopped at the cost cap: $24.85 billed" in failure["cause"]
+    assert failure["error"] == "OverBudget" and "stopped at the cost cap: $0.95 billed" in failure["cause"]
     p = aws.plan_of("capped")
-    assert aws.job(p["job_name"]).training_job_status == "Stopped"
+    # The job's MaxRuntime is what $1 buys at $1.515/h on-demand, less the 120 s a stop bills.
+    assert aws.job(p["job_name"]).stopping_condition["MaxRuntimeInSeconds"] == int(1.0 / (1.515 / 3600) - 120)
 
 
 def test_spot_that_never_came_falls_back_to_on_demand_on_the_same_checkpoints(aws):
