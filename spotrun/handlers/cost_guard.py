@@ -310,8 +310,9 @@ def registry_metadata(report: dict) -> dict[str, str]:
     """The model package's CustomerMetadataProperties (1-256 allowed characters each), from a cost report: the
     same keys on AWS and in the local registry of `spotrun local`."""
     source = str(report.get("data_source") or "")
+    segments = report.get("segments")  # the jobs with their bills (AWS), or a count
     fields = {**report, "data_source": source, "data_source_sha256": digest(source) if source else None,
-              "segments": len(report.get("segments") or []) or 1}
+              "segments": (len(segments) if isinstance(segments, list) else segments) or 1}
     return {k: metadata_value(fields.get(k)) for k in REGISTRY_METADATA_KEYS}
 
 

@@ -7,6 +7,7 @@ which checks every request and canned response against the service's published m
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from datetime import datetime, timezone
 
@@ -22,6 +23,7 @@ from spotrun.handlers.estimate import RUN_RECORD, PipelineSettings, job_name, pl
 from spotrun.handlers.interruptions import record, recorded_rates
 from spotrun.planner import load_catalog
 from spotrun.seams import COMPLETED_METRIC, GUARD_FIELDS, PLAN_FIELDS, GuardAction, StopNotice
+from spotrun.segments import MAX_SEGMENTS
 
 SETTINGS = PipelineSettings(bucket="art-bucket", job_prefix="spotrun-dev-", model_package_group="spotrun-models",
                             poll_seconds=60, project="spotrun", stage="dev", cost_center="ml-platform",
@@ -115,9 +117,52 @@ def test_resume_from_is_refused_when_model_or_data_differ_or_nothing_is_there(s3
     assert says in p["message"]
 
 
+@pytest.mark.parametrize("found, says", [
+    (None, "no execution has this name"),
+    (("RUNNING", "tiny-run"), "still running"),
+    (("SUCCEEDED", "other-run"), "this one ran 'other-run'"),
+])
+def test_resume_from_names_only_an_ended_execution_of_the_same_run(s3, found, says):
+    plan(copy.deepcopy(RUN), "exec-1", SETTINGS, s3_client=s3)
+    run = copy.deepcopy(RUN)
+    run["checkpoint"] = {"resume_from": "exec-1"}
+    p = plan(run, "exec-2", SETTINGS, s3_client=s3, execution_status=lambda name: found)
+    assert p["status"] == "InvalidRun" and p["field"] == "checkpoint.resume_from" and says in p["message"], p
+    ended = plan(run, "exec-2", SETTINGS, s3_client=s3, execution_status=lambda name: ("FAILED", "tiny-run"))
+    assert ended["status"] == "ok", ended
+
+
+LIMITED = dataclasses.replace(SETTINGS, max_usd_per_run=15, max_instances_per_run=2, max_concurrent_runs=3)
+
+
+@pytest.mark.parametrize("mutate, running, field, says", [
+    (lambda r: None, 3, None, None),
+    (lambda r: r["budget"].update(max_usd=16), 1, "budget.max_usd", "at most 15.00 (max_usd_per_run"),
+    (lambda r: r["compute"].update(instance_count=3), 1, "compute.instance_count", "at most 2"),
+    (lambda r: None, 4, "run", "at most 3 at once (max_concurrent_runs"),
+])
+def test_the_stage_limits_cap_instances_and_concurrent_runs(mutate, running, field, says):
+    raw = copy.deepcopy(RUN)
+    raw["budget"]["max_usd"] = 15
+    mutate(raw)
+    p = plan(raw, "exec-1", LIMITED, running_executions=running)
+    if field is None:
+        assert p["status"] == "ok" and p["instance_count"] <= 2, p
+    else:
+        assert p["status"] == "InvalidRun" and p["field"] == field and says in p["message"], p
+
+
+def test_registration_is_always_for_review():
+    raw = copy.deepcopy(RUN)
+    raw["registry"] = {"approval_status": "Approved"}
+    p = plan(raw, "exec-1", SETTINGS)
+    assert p["status"] == "InvalidRun" and p["field"] == "registry.approval_status" and "permissioned" in p["message"]
+    assert plan(copy.deepcopy(RUN), "exec-1", SETTINGS)["approval_status"] == "PendingManualApproval"
+
+
 def test_job_names_fit_sagemaker_limits_and_differ_per_execution():
     long = job_name(SETTINGS, "a" * 48, "exec-1")
-    assert len(long + "-od") <= 63
+    assert len(long + f"-{MAX_SEGMENTS}od") <= 63
     assert job_name(SETTINGS, "x", "exec-1") != job_name(SETTINGS, "x", "exec-2")
 
 
