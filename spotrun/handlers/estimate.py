@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 from ..aws_text import TAG_VALUE_MAX, aws_text_ok
 from ..contract import RunSpec, RunValidationError, parse_run
-from ..planner import EstimateRefused, estimate, load_catalog, regional_catalog
+from ..planner import EstimateRefused, estimate, load_catalog, regional_catalog, startup_seconds
 from ..seams import EXECUTION_TAG, METHOD_TAG, SHAPE_TAG, Plan, PlanStatus, StopNotice
 from ..segments import SEGMENT_SUFFIX_MAX, segment_job_name
 from ..sources import resolve
@@ -288,7 +288,7 @@ def _ok_plan(run: RunSpec, est: Any, hyper: dict, execution: str, started: str, 
     volume_gb = max(100, int(est.checkpoint_bytes * run.checkpoint.keep * 1.5 / 1e9) + 50)
     keep_alive = 0 if run.compute.spot else run.compute.warm_pool_minutes * 60
     steps = max(1, math.ceil(est.tokens / (est.global_batch_samples * run.data.seq_len)))
-    startup = catalog["defaults"]["startup_seconds"]
+    startup = startup_seconds(catalog["defaults"])
     as_of = catalog["regions"][settings.region].get("as_of", "unknown date")
     upload_gb_per_s = est.upload_gb_per_s_available
     result = Plan(

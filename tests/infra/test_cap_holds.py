@@ -33,7 +33,7 @@ from moto.stepfunctions.parser.asl.component.state.wait.wait_function.wait_funct
 
 from spotrun.handlers import cancel as cancel_handler
 from spotrun.handlers import cost_guard
-from spotrun.planner import load_catalog
+from spotrun.planner import load_catalog, startup_seconds
 from tests.infra.sagemaker_sim import SimClock, Simulation, World
 from tests.infra.test_state_machine_moto import BUCKET, REGION, Driver, _list_service_quotas
 
@@ -224,13 +224,13 @@ def _estimate(driver: Driver, run: dict) -> dict:
 def _world(world: World, est: dict, scenario: Scenario) -> None:
     catalog = load_catalog()
     family = est["instance_type"].split(".")[1]
-    world.work_s = (est["wall_seconds"] - catalog["defaults"]["startup_seconds"]) * scenario.slowdown
+    world.work_s = (est["wall_seconds"] - startup_seconds(catalog["defaults"])) * scenario.slowdown
     world.usd_per_instance_hour = est["usd_per_hour"] / est["instance_count"]
     world.spot_discount = catalog["families"][family]["spot_discount"]
     world.checkpoint_interval_s = est["checkpoint_interval_seconds"]
     world.save_s = est["checkpoint_upload_seconds"]
     # The real pace: the planned one without the expected interruptions' share (those are simulated).
-    planned = est["wall_seconds"] - catalog["defaults"]["startup_seconds"]
+    planned = est["wall_seconds"] - startup_seconds(catalog["defaults"])
     world.step_s = est["seconds_per_step"] * planned / (planned + est["expected_overhead_seconds"]) * scenario.slowdown
     world.no_spot_capacity = scenario.no_spot_capacity
     world.save_on_notice = est["checkpoint_policy"] == "save_on_notice"
