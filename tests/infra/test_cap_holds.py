@@ -241,7 +241,7 @@ def _world(world: World, est: dict, scenario: Scenario) -> None:
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=str)
 def test_no_run_costs_more_than_its_cap_and_runs_the_cap_can_carry_finish_registered(scenario, synth):
     out = _run(scenario, synth)
-    print(scenario, out, "polls", out.polls)
+    print(scenario, out)  # with -s: what each run cost, in how many jobs and polls
     assert out.cost_usd <= out.cap_usd + 0.01, out
     # A run the cap can carry: 1.3x its estimate at the capacity it runs on (on-demand after a fallback).
     carried = out.cap_usd >= 1.3 * (out.estimate["on_demand" if scenario.no_spot_capacity or not scenario.spot
