@@ -119,6 +119,9 @@ class TrainState:
         self.segments = list(state.get("segments", []))
 
 
+SEGMENT_SKEW_S = 60.0  # how far apart the ranks' segment clocks may be (they start with the job, within seconds)
+
+
 class Trainer:
     """Builds the run from its config, then `run()`: step, agree, log, save decision; at the end, export."""
 
@@ -199,7 +202,9 @@ class Trainer:
             agreed = self.agreement.wait()
             self._after_step(agreed, log_now, grad_norm, lr)
             if agreed.stop:
-                return self._stopped("segment-end" if self._segment_over() else "signal", save=True)
+                if not self.stop_flag.requested and self._segment_over(skew_s=SEGMENT_SKEW_S):
+                    return self._segment_end()
+                return self._stopped("signal", save=True)
             self.ckpt.finalize_if_done(agreed.pending_done)
             if agreed.save_due and step < self.total_steps:
                 self.ckpt.save(step, blocking=not self.cfg.checkpoint.async_save)
@@ -280,10 +285,21 @@ class Trainer:
 
     # ---- stopping and the end ------------------------------------------------------------------------------
 
-    def _segment_over(self) -> bool:
-        """The segment's time is up: save and exit like a stop (spotrun/segments.py); the next job continues."""
+    def _segment_over(self, skew_s: float = 0.0) -> bool:
+        """The segment's time is up (within `skew_s`): save and exit (spotrun/segments.py); the next job goes on.
+        The first rank whose clock passes it stops every rank through the agreement; the others, started within
+        seconds of it, recognise the segment's end by their own clock rather than a peer's stop signal."""
         limit = self.cfg.segment_seconds
-        return limit > 0 and time.monotonic() - self._started > limit
+        return limit > 0 and time.monotonic() - self._started > limit - skew_s
+
+    def _segment_end(self) -> Outcome:
+        self._flush_losses()
+        self.ckpt.save(self.state.step, blocking=True)
+        self.ckpt.close()
+        if self.rank == 0:
+            print(f"run_stopped step={self.state.step} reason=segment-end", flush=True)
+        return Outcome("segment_end", self.state.step, message=f"segment ended at step {self.state.step}; "
+                       f"{self.ckpt.intact_note()}")
 
     def _stopped(self, reason: str, *, save: bool) -> Outcome:
         if save:
