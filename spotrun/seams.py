@@ -225,7 +225,9 @@ class Guard:
     cost_usd: float = 0.0
     projected_usd: float = 0.0
     interruptions: int = 0
-    stop_requested: bool = False
+    stop_requested: bool = False  # the cap asked for the stop: the next segment keeps the capacity it had
+    # The spot policy asked for the stop (progress fell behind it on spot): the next segment is on-demand.
+    switch_requested: bool = False
     checkpoint_age_seconds: float | None = None
     worst_checkpoint_gap_seconds: float = 0.0
     message: str = ""

@@ -60,6 +60,7 @@ from ..segments import (
     segment_job_name,
     segment_seconds,
 )
+from ..simulate.choose import guard_decision
 from .common import emit_metric, to_epoch
 
 STOP_GRACE_S = STOP_BILL_S  # a stopped job bills until the container exits: up to the notice
@@ -133,16 +134,51 @@ def checkpoint_age(describe: dict, newest_checkpoint: float | None, now: float) 
     return None if reference is None else max(0.0, now - reference)
 
 
-def next_capacity(plan: dict, guard: dict, *, no_spot_capacity: bool) -> bool | None:
+def policy_next(plan: dict, *, now: float, checkpoint_step: int | None, on_demand_now: bool,
+                spot_available: bool) -> str | None:
+    """What the estimate's chosen spot policy does next ("spot", "on_demand" or "wait";
+    spotrun/simulate/choose.py: `guard_decision`), or None for a run without a deadline (the policy never
+    switches). Progress is the newest committed checkpoint's step against the plan's total steps, in the
+    simulator's seconds of work; time is the seconds since the execution started."""
+    section = (plan.get("estimate") or {}).get("spot_policy") or {}
+    started = to_epoch(plan.get("execution_started"))
+    if section.get("deadline_hours") is None or not section.get("sim_plan") or started is None:
+        return None
+    done = min(1.0, (checkpoint_step or 0) / max(1, plan["planned_steps"]))
+    return guard_decision(section, done * section["sim_plan"]["work_s"], max(0.0, now - started),
+                          on_demand_now=on_demand_now, spot_available=spot_available)
+
+
+def next_capacity(plan: dict, guard: dict, *, no_spot_capacity: bool, policy: str | None = None) -> bool | None:
     """The one decision point for the next segment's capacity: True spot, False on-demand, None neither.
 
-    An on-demand run stays on-demand; a spot run that found no capacity within MaxWait continues on-demand when
-    it allows a fallback (its budget is checked by the caller, as for every segment)."""
-    if not guard.get("spot", plan["spot"]):
+    An on-demand run stays on-demand; after a stop the cap requested, the capacity the job had (no switch);
+    after a stop the spot policy requested, on-demand; a spot run that found no capacity within MaxWait continues
+    on-demand when it allows a fallback; otherwise the policy's decision at this boundary (`policy_next`: back to
+    spot when ahead, "wait" is spot too: a spot job waits for capacity within its MaxWait), and without one the
+    capacity the run has been on. Its budget is checked by the caller, as for every segment."""
+    if not plan["spot"]:
+        return False
+    if guard.get("stop_requested"):
+        return bool(guard.get("spot", True))
+    if guard.get("switch_requested"):
         return False
     if no_spot_capacity:
         return False if plan["on_demand_fallback"] else None
-    return True
+    if policy is not None:
+        return policy != "on_demand"
+    return bool(guard.get("spot", True))
+
+
+def switch_now(plan: dict, guard: dict, describe: dict, *, now: float, checkpoint_step: int | None) -> bool:
+    """While a spot job runs (or waits for capacity): does the chosen policy move the run to on-demand now
+    (progress fell behind it)? Never for a run that forbids on-demand, nor once a stop was requested."""
+    if not guard.get("spot") or not plan["on_demand_fallback"] or guard.get("stop_requested") or \
+            guard.get("switch_requested") or describe.get("TrainingJobStatus") != "InProgress":
+        return False
+    waiting = describe.get("SecondaryStatus") in UNBILLED_STATUSES
+    return policy_next(plan, now=now, checkpoint_step=checkpoint_step, on_demand_now=False,
+                       spot_available=not waiting) == "on_demand"
 
 
 def decide(plan: dict, guard: dict, describe: dict, *, now: float, newest_checkpoint: float | None = None,
@@ -179,13 +215,20 @@ def decide(plan: dict, guard: dict, describe: dict, *, now: float, newest_checkp
         if status == "InProgress" and not guard.get("stop_requested") and projected >= plan["max_usd"] and \
                 not bounded:
             return act(GuardAction.STOP, stop_requested=True, wait_seconds=plan["poll_seconds"])
+        if switch_now(plan, guard, describe, now=now, checkpoint_step=checkpoint_step):
+            return act(GuardAction.STOP, switch_requested=True, wait_seconds=plan["poll_seconds"],
+                       message=f"{guard['job_name']}: progress fell behind the spot policy's "
+                               f"({(plan.get('estimate') or {}).get('spot_policy', {}).get('chosen')}): stopping "
+                               "it to continue on-demand on the same checkpoints")
         return act(GuardAction.WAIT)
     done = [*guard.get("segments", []), _segment_record(guard, describe, cost, exact)]
     result = dataclasses.replace(result, segments=done)
     if status == "Completed" and _final_metric(describe, COMPLETED_METRIC) is not None:
         return act(GuardAction.COMPLETED, report=_report(plan, guard, describe, spent, out, done))
     guard = dict(guard, interruptions=out["interruptions"], checkpoint_step=checkpoint_step)
-    return _after_segment(plan, guard, describe, spent, act)
+    policy = policy_next(plan, now=now, checkpoint_step=checkpoint_step, on_demand_now=not guard.get("spot"),
+                         spot_available=True)
+    return _after_segment(plan, guard, describe, spent, act, policy)
 
 
 def _segment_record(guard: dict, describe: dict, cost: float, exact: bool) -> dict:
@@ -197,15 +240,17 @@ def _segment_record(guard: dict, describe: dict, cost: float, exact: bool) -> di
             "interruptions": _interruptions(describe)}
 
 
-def _after_segment(plan: dict, guard: dict, describe: dict, spent: float, act: Callable[..., dict]) -> dict:
-    """A job ended without finishing the run: the next segment, or the reason the run ends here."""
+def _after_segment(plan: dict, guard: dict, describe: dict, spent: float, act: Callable[..., dict],
+                   policy: str | None) -> dict:
+    """A job ended without finishing the run: the next segment, or the reason the run ends here. `policy`: the
+    spot policy's decision at this boundary (`policy_next`)."""
     status, secondary = describe.get("TrainingJobStatus"), describe.get("SecondaryStatus")
-    stop_requested = bool(guard.get("stop_requested"))
+    stop_requested = bool(guard.get("stop_requested") or guard.get("switch_requested"))
     no_capacity = secondary == "MaxWaitTimeExceeded" or str(describe.get("FailureReason", "")).startswith(
         "MaxWaitTimeExceeded")
     name = guard["job_name"]
     if no_capacity and not stop_requested:
-        spot = next_capacity(plan, guard, no_spot_capacity=True)
+        spot = next_capacity(plan, guard, no_spot_capacity=True, policy=policy)
         if spot is None:
             return act(GuardAction.FAILED, message=f"{name}: no spot capacity within MaxWait and on-demand "
                                                    "fallback is off (compute.on_demand_fallback)")
@@ -222,7 +267,7 @@ def _after_segment(plan: dict, guard: dict, describe: dict, spent: float, act: C
                                                f"{plan['max_runtime_cap_seconds'] / 3600:,.1f} h (the longest a "
                                                "job of this run may run) without finishing: the estimate was far "
                                                "off; the newest checkpoint stands (checkpoint.resume_from)")
-    spot = next_capacity(plan, guard, no_spot_capacity=False)
+    spot = next_capacity(plan, guard, no_spot_capacity=False, policy=policy)
     return _next_segment(plan, guard, spent, bool(spot), act, GuardAction.SEGMENT)
 
 
@@ -259,7 +304,7 @@ def _next_segment(plan: dict, guard: dict, spent: float, spot: bool, act: Callab
         max_rt, startup_s=plan["segment_overhead_seconds"], save_s=plan["checkpoint_upload_seconds"]))}
     return act(action, job_name=segment_job_name(plan["job_name"], segment, spot), spot=spot, segment=segment,
                spent_before_usd=round(spent, 6), interruptions_before=int(guard["interruptions"]),
-               stop_requested=False, max_runtime_seconds=max_rt,
+               stop_requested=False, switch_requested=False, max_runtime_seconds=max_rt,
                max_wait_seconds=max_rt + plan["max_wait_extra_seconds"] if spot else max_rt,
                hyperparameters=hyper, wait_seconds=plan["poll_seconds"])
 

@@ -23,7 +23,8 @@ from spotrun.handlers.estimate import RUN_RECORD, PipelineSettings, job_name, pl
 from spotrun.handlers.interruptions import record, recorded_rates
 from spotrun.planner import load_catalog
 from spotrun.seams import COMPLETED_METRIC, GUARD_FIELDS, PLAN_FIELDS, GuardAction, StopNotice
-from spotrun.segments import MAX_SEGMENTS
+from spotrun.segments import MAX_SEGMENTS, next_max_runtime, segment_job_name
+from spotrun.simulate.engine import SimPlan
 
 SETTINGS = PipelineSettings(bucket="art-bucket", job_prefix="spotrun-dev-", model_package_group="spotrun-models",
                             poll_seconds=60, project="spotrun", stage="dev", cost_center="ml-platform",
@@ -466,3 +467,70 @@ def test_recorder_is_idempotent_and_feeds_the_interruption_rate():
         # 2 interruptions over 9 h x 2 instances = 18 instance-hours
         assert recorded_rates(table) == {"ml.g5.xlarge": pytest.approx(2 / 18)}
         assert recorded_rates(table, min_hours=100) == {}
+
+
+# The spot policy executed by the guard: a plan whose estimate chose uniform_progress for a 10 h run with a 12 h
+# deadline (the section as the estimate writes it: spotrun/simulate/choose.py).
+SIM_PLAN = dataclasses.asdict(SimPlan(work_s=10 * 3600, startup_s=300, restore_s=60, save_s=60, interval_s=1800,
+                                      step_s=4.6, notice_ok=True, spot_usd_per_h=0.3 * RATE, on_demand_usd_per_h=RATE,
+                                      deadline_s=12 * 3600))
+DEADLINE_PLAN = {**PLAN, "max_usd": 40, "estimate": {**PLAN["estimate"], "spot_policy": {
+    "chosen": "uniform_progress (notice)", "policy": "uniform_progress", "checkpointing": "notice",
+    "deadline_hours": 12, "sim_plan": SIM_PLAN}}}
+
+
+def _step(fraction: float) -> int:
+    return int(fraction * PLAN["planned_steps"])
+
+
+def test_a_spot_job_behind_the_policy_is_stopped_and_the_run_continues_on_demand_on_the_same_checkpoints():
+    behind = _step(0.1)  # 4 h in, 10% committed: the deadline is at risk
+    out = decide(DEADLINE_PLAN, GUARD0, _running(4), now=T0 + 4 * 3600, checkpoint_step=behind, job_tags=OURS)
+    assert out["action"] == "stop" and out["switch_requested"] is True and out["stop_requested"] is False
+    assert "uniform_progress" in out["message"]
+    # Stopped at the guard's request (the trainer saved on SIGTERM): the next segment on-demand, within the cap.
+    stopped = decide(DEADLINE_PLAN, out, _ended("Stopped", 0.3 * 4 * 3600, training=4 * 3600),
+                     now=T0 + 4 * 3600 + 300, checkpoint_step=behind, job_tags=OURS)
+    assert stopped["action"] == "segment" and stopped["spot"] is False and stopped["switch_requested"] is False
+    assert stopped["job_name"] == segment_job_name(PLAN["job_name"], 2, spot=False)
+    assert stopped["max_runtime_seconds"] == next_max_runtime(
+        cap_usd=40, spent_usd=stopped["spent_before_usd"], usd_per_s=RATE / 3600,
+        longest_s=PLAN["max_runtime_cap_seconds"], warm_pool_s=PLAN["warm_pool_seconds"])
+    assert stopped["max_wait_seconds"] == stopped["max_runtime_seconds"]
+    # The same spot job on or ahead of the line keeps running, and waits for capacity while the run can afford it.
+    ahead = _step(0.5)
+    assert decide(DEADLINE_PLAN, GUARD0, _running(4), now=T0 + 4 * 3600, checkpoint_step=ahead)["action"] == "wait"
+    waiting = _running(1, SecondaryStatus="Interrupted")
+    assert decide(DEADLINE_PLAN, GUARD0, waiting, now=T0 + 3600, checkpoint_step=_step(0.09))["action"] == "wait"
+    late = decide(DEADLINE_PLAN, GUARD0, waiting, now=T0 + 4 * 3600, checkpoint_step=_step(0.3))
+    assert late["action"] == "stop" and late["switch_requested"] is True
+
+
+def test_the_run_returns_to_spot_at_a_segment_boundary_only_when_ahead():
+    on_demand = {**GUARD0, "spot": False, "job_name": segment_job_name(PLAN["job_name"], 2, spot=False),
+                 "segment": 2}
+    segment_end = _ended("Completed", 3600, FinalMetricDataList=DONE[:1])
+    back = decide(DEADLINE_PLAN, on_demand, segment_end, now=T0 + 3 * 3600, checkpoint_step=_step(0.6))
+    assert back["action"] == "segment" and back["spot"] is True
+    assert back["max_wait_seconds"] - back["max_runtime_seconds"] == PLAN["max_wait_extra_seconds"]
+    stay = decide(DEADLINE_PLAN, on_demand, segment_end, now=T0 + 6 * 3600, checkpoint_step=_step(0.45))
+    assert stay["action"] == "segment" and stay["spot"] is False
+    # A running on-demand job is never stopped by the policy: it returns to spot only at a boundary.
+    assert decide(DEADLINE_PLAN, on_demand, _running(1), now=T0 + 3 * 3600,
+                  checkpoint_step=_step(0.9))["action"] == "wait"
+
+
+def test_no_switch_without_a_deadline_after_a_stop_the_cap_requested_or_without_on_demand_fallback():
+    behind = _step(0.01)
+    late = T0 + 11 * 3600
+    # No deadline (the estimate's own section for this run): the guard never switches.
+    assert PLAN["estimate"]["spot_policy"]["deadline_hours"] is None
+    assert decide(PLAN, GUARD0, _running(11), now=late, checkpoint_step=behind)["action"] == "wait"
+    # A stop the cap requested: the next segment keeps the capacity it had (spot), however far behind.
+    capped = {**GUARD0, "stop_requested": True}
+    after = decide(DEADLINE_PLAN, capped, _ended("Stopped", 0.3 * 3600, training=3600), now=late,
+                   checkpoint_step=behind)
+    assert after["action"] == "segment" and after["spot"] is True
+    # A run that forbids on-demand stays on spot.
+    no_fallback = {**DEADLINE_PLAN, "on_demand_fallback": False}
+    assert decide(no_fallback, GUARD0, _running(11), now=late, checkpoint_step=behind)["action"] == "wait"
