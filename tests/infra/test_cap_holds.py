@@ -6,7 +6,10 @@ MaxWait without spot capacity (on-demand fallback), warm pools, and injected fai
 some poll on, guard and canceller both raising, StopTrainingJob throttled), each run ends, the canceller does
 what it does when the execution failed, then every job runs on until SageMaker itself ends it. Then:
 - no run has cost more than its cap (what SageMaker billed, warm pools included);
-- every run without an injected failure whose cap is at least 1.3x its estimate finishes and is registered.
+- every run without an injected failure whose cap is at least 1.3x its estimate finishes and is registered;
+- without a deadline the guard never switches spot and on-demand for the spot policy; with one, where spot
+  capacity disappears (none at all, or 30 interruptions each waiting 30 min for capacity), the guard stops the
+  spot job when progress falls behind the estimate's chosen policy and an on-demand job meets the deadline.
 
 The clock is simulated (Wait states and retry intervals advance it), so a 10-hour run takes seconds.
 """
@@ -59,6 +62,7 @@ class Scenario:
     canceller_raises: bool = False
     stop_throttled: bool = False
     slowdown: float = 1.0  # the run really needs this many times the estimated training time
+    deadline_hours: float | None = None  # compute.deadline_hours: the estimate chooses a deadline-aware policy
 
     @property
     def injected(self) -> bool:
@@ -71,7 +75,8 @@ class Scenario:
                                         (f"guard-dies@{self.guard_raises_from}", self.guard_raises_from),
                                         ("canceller-dies", self.canceller_raises),
                                         ("stop-throttled", self.stop_throttled),
-                                        (f"slow{self.slowdown}", self.slowdown > 1)) if on]
+                                        (f"slow{self.slowdown}", self.slowdown > 1),
+                                        (f"deadline{self.deadline_hours}h", self.deadline_hours)) if on]
         return "-".join(parts)
 
 
@@ -98,6 +103,9 @@ SCENARIOS = [
     Scenario(nodes=16, cap=("on_demand", 1.5), guard_raises_from=3, canceller_raises=True, stop_throttled=True),
     Scenario(cap=("mid", 1.0), interruptions=1, guard_raises_from=10, stop_throttled=True),
 ]
+# A deadline whose spot capacity disappears: none at all, or interruptions that each wait 30 min for capacity.
+DEADLINE_SCENARIOS = [Scenario(cap=("on_demand", 1.5), no_spot_capacity=True, deadline_hours=14),
+                      Scenario(cap=("on_demand", 1.5), interruptions=30, deadline_hours=14)]
 
 
 @dataclass
@@ -109,6 +117,9 @@ class Outcome:
     estimate: dict
     jobs: list[str] = field(default_factory=list)
     polls: int = 0
+    switches: int = 0  # the guard's stops for the spot policy (switch_requested)
+    ends: list[str] = field(default_factory=list)  # each job's capacity and how it ended, in order
+    hours: float | None = None  # from the execution's start to the end of the job that completed the run
 
 
 class SimDriver(Driver):
@@ -116,7 +127,7 @@ class SimDriver(Driver):
 
     def __init__(self, synth, sim: Simulation, scenario: Scenario):
         super().__init__(synth)
-        self.sim, self.scenario, self.guard_calls = sim, scenario, 0
+        self.sim, self.scenario, self.guard_calls, self.switches = sim, scenario, 0, 0
 
     def invoke(self, backend, function_name, qualifier, body, headers, response_headers) -> bytes:
         payload = json.loads(body)
@@ -134,7 +145,10 @@ class SimDriver(Driver):
         import importlib
 
         with mock.patch.dict(os.environ, env):
-            return json.dumps(getattr(importlib.import_module(module), attr)(payload, None)).encode()
+            out = getattr(importlib.import_module(module), attr)(payload, None)
+        if "guard" in payload and out.get("switch_requested") and not payload["guard"].get("switch_requested"):
+            self.switches += 1
+        return json.dumps(out).encode()
 
 
 def _run(scenario: Scenario, synth) -> Outcome:
@@ -188,16 +202,21 @@ def _run(scenario: Scenario, synth) -> Outcome:
                     cancel_handler.handler(event, None)
                 except Exception:  # noqa: BLE001 - a throttled stop: Lambda retries, then the on-failure queue
                     pass
+        done = [j.t for j in sim.jobs.values() if j.completed_run and j.ended]
+        ends = [f"{'spot' if j.spot else 'on-demand'}:{j.end_secondary or 'running'}" for j in sim.jobs.values()]
         sim.run_out()
         output = json.loads(desc.get("output") or "{}")
         return Outcome(status=desc["status"], registered=bool(output.get("model_package_arn")),
                        cost_usd=sim.truth_usd(), cap_usd=run["budget"]["max_usd"], estimate=base,
-                       jobs=list(sim.jobs), polls=driver.guard_calls)
+                       jobs=list(sim.jobs), polls=driver.guard_calls, switches=driver.switches, ends=ends,
+                       hours=(done[0] - desc["startDate"].timestamp()) / 3600 if done else None)
 
 
 def _run_json(scenario: Scenario) -> dict:
     compute, tokens = SHAPES[scenario.nodes]
     compute = {**compute, "spot": scenario.spot, "on_demand_fallback": True, "accepted_delay_hours": 2}
+    if scenario.deadline_hours:  # the deadline binds, not MaxWait: the run accepts a long wait for spot
+        compute.update(deadline_hours=scenario.deadline_hours, accepted_delay_hours=scenario.deadline_hours)
     if scenario.warm_pool_minutes:
         compute["warm_pool_minutes"] = scenario.warm_pool_minutes
     return {"version": 1, "name": "sim-run",
@@ -248,3 +267,16 @@ def test_no_run_costs_more_than_its_cap_and_runs_the_cap_can_carry_finish_regist
                                                   else "spot"])
     if not scenario.injected and carried:
         assert out.status == "SUCCEEDED" and out.registered, out
+    assert out.switches == 0, out  # without a deadline the spot policy never switches
+
+
+@pytest.mark.parametrize("scenario", DEADLINE_SCENARIOS, ids=str)
+def test_a_run_with_a_deadline_whose_spot_capacity_goes_switches_to_on_demand_and_meets_it_under_its_cap(
+        scenario, synth):
+    out = _run(scenario, synth)
+    print(scenario, out)
+    assert out.status == "SUCCEEDED" and out.registered, out
+    assert out.switches >= 1 and out.cost_usd <= out.cap_usd + 0.01, out
+    # The guard stopped the spot job (not MaxWait, not MaxRuntime) and an on-demand job finished the run.
+    assert out.ends[0] == "spot:Stopped" and out.ends[-1] == "on-demand:Completed", out
+    assert out.hours is not None and out.hours <= scenario.deadline_hours, out
