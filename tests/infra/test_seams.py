@@ -110,6 +110,21 @@ def states_for_every_branch(synth, rendered: dict) -> list[tuple[str, dict]]:
                         now=T0)
         out.append((f"{label}: failed", {"run": run, "plan": p, "guard": failed,
                                          "error": {"Cause": "an error", "Error": "States.TaskFailed"}}))
+    # A run with a deadline: the spot policy's stop of a spot job waiting for capacity (behind the policy), and the
+    # on-demand segment that follows it on the same checkpoints.
+    run = copy.deepcopy(RUN)
+    run["compute"]["deadline_hours"] = 1
+    p = plan(run, "exec-deadline", settings(synth), started="2026-01-01T00:00:00Z")
+    guard = resolve_parameters(rendered["States"]["InitGuard"]["Parameters"], {"plan": p})
+    waiting = {"TrainingJobStatus": "InProgress", "SecondaryStatus": "Interrupted", "CreationTime": T0,
+               "TrainingStartTime": T0}
+    switch = decide(p, guard, waiting, now=T0 + 3500, checkpoint_step=0)
+    assert switch["action"] == "stop" and switch["switch_requested"], switch
+    out.append(("deadline: the policy's stop", {"run": run, "plan": p, "guard": switch}))
+    switched = decide(p, switch, {"TrainingJobStatus": "Stopped", "SecondaryStatus": "Stopped",
+                                  "BillableTimeInSeconds": 10, "CreationTime": T0}, now=T0 + 3510, checkpoint_step=0)
+    assert switched["action"] == "segment" and switched["spot"] is False, switched
+    out.append(("deadline: on-demand after the policy's stop", {"run": run, "plan": p, "guard": switched}))
     for label, mutate in (("over budget", lambda r: r.update(budget={"max_usd": 0.001})),
                           ("invalid run", lambda r: r.update(name="not a name"))):
         run = copy.deepcopy(RUN)
