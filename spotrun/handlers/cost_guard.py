@@ -19,7 +19,10 @@ on-demand rates, and SageMaker enforces it (spotrun/segments.py). The guard keep
 - a job that ended without finishing the run (its segment's time was up, MaxRuntime, the guard's stop) is
   followed by the next segment while the room the cap leaves is at least the shortest sensible segment; spot or
   on-demand for it is decided in one place, `next_capacity` (after MaxWait without spot capacity: on-demand when
-  the run allows a fallback, never after a stop the guard requested);
+  the run allows a fallback, never after a stop the cap requested);
+- the estimate's chosen spot policy (spotrun/simulate/choose.py: `guard_decision`, pure) is executed here, only
+  mapped to actions: with a deadline, a spot job behind the policy is stopped (`switch_requested`) and the next
+  segment is on-demand; at a segment boundary the run returns to spot when the policy says it is ahead;
 - a job belongs to this execution when its `execution` tag says so (the name is derived, the tag is set at
   creation): a job name an earlier execution used is refused.
 
