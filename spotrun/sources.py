@@ -82,6 +82,28 @@ def _unreadable_here(source: str) -> str | None:
     return None
 
 
+# The config.json fields in which Hugging Face model types keep their longest sequence (llama/qwen2/mistral: the
+# first; gpt2: the second).
+POSITION_FIELDS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
+
+
+def check_seq_len(run: RunSpec, model_config: dict | None) -> None:
+    """data.seq_len within the model's positions: beyond them training fails in every worker (an IndexError of the
+    position embedding, or silently wrong rotary positions)."""
+    config = model_config if model_config is not None else run.model.config
+    if not isinstance(config, dict):
+        return
+    for name in POSITION_FIELDS:
+        limit = config.get(name)
+        if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0:
+            if run.data.seq_len > limit:
+                where = f"model.source's config.json ({run.model.source})" if model_config is not None else \
+                    "model.config"
+                raise RunValidationError("data.seq_len", run.data.seq_len, f"at most the model's {name}={limit} "
+                                         f"({where})")
+            return
+
+
 def read_sources(run: RunSpec, s3_client: Any = None, *, offline: bool = False) -> Sources:
     """The sources' config.json / index.json where the run needs them.
 
@@ -114,6 +136,7 @@ def read_sources(run: RunSpec, s3_client: Any = None, *, offline: bool = False) 
         out.notes.append(f"read data.source's index.json ({run.data.source}): {tokens:,} tokens")
     elif run.data.source is not None:
         out.notes.append("not read: data.source's index.json (data.tokens is given)")
+    check_seq_len(run, out.model_config)
     return out
 
 
