@@ -1,6 +1,7 @@
 """The `spotrun` command (also `python -m spotrun ...`): `spotrun --help` lists every subcommand.
 
     validate, estimate       check and estimate runs here (spotrun/validate.py)
+    prepare, upload-model    data and models into shards / the stage's bucket (spotrun/data_commands.py)
     local, demo              the pipeline on this machine (spotrun/local/commands.py)
     start, status, logs, report, cancel, list
                              a deployed stage's runs (spotrun/remote.py)
@@ -12,6 +13,7 @@ import argparse
 import sys
 
 from . import validate
+from .data_commands import register as register_data
 from .local.commands import register as register_local
 from .remote import register as register_remote
 
@@ -22,6 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"spotrun {_version()}")
     sub = parser.add_subparsers(dest="cmd", required=True)
     validate.register(sub)
+    register_data(sub)
     register_local(sub)
     register_remote(sub)
     return parser
