@@ -110,6 +110,9 @@ def _local_lines(report: dict) -> list[str]:
         f"time lost to them and the restarts {act['lost_seconds']:.1f} s",
     ]
     lines += [_event_line(i, event) for i, event in enumerate(report.get("interruption_log", []), 1)]
+    if act.get("user_stops"):
+        lines.append(f"    stopped by Ctrl-C {act['user_stops']} time(s), resumed with --resume (the time between "
+                     "sessions is not counted)")
     for left in report.get("interruptions_not_injected", []):
         if isinstance(left, dict):
             lines.append(f"      not injected: {left['trigger']} ({left['reason']})")

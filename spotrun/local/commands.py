@@ -76,7 +76,7 @@ def _guarded(run) -> int:
         print(f"error: {exc.code}: {exc.message}", file=sys.stderr)
         return 3
     except LocalStopped as exc:
-        print(f"stopped: {exc}. Resume with: {exc.resume_hint}", file=sys.stderr)
+        print(f"stopped by Ctrl-C {exc}. Resume with: {exc.resume_hint}", file=sys.stderr)
         return 130
     except LocalConfigError as exc:
         print(f"error: InvalidConfiguration: {exc}", file=sys.stderr)

@@ -27,7 +27,7 @@ from ..datasets import PrepareError, prepare_dataset
 from ..planner import Estimate, estimate, load_catalog
 from ..report import build_local_report, write_report
 from ..seams import Hyperparameter
-from ..sources import resolve
+from ..sources import check_seq_len, resolve
 from .harness import free_port, loss_records, write_sagemaker_root
 from .registry import DEFAULT_GROUP, register
 from .supervisor import InterruptAt, Job, LocalConfigError, LocalRunError, LocalStopped, Supervisor
@@ -83,7 +83,14 @@ def load_run(run_path: Path) -> tuple[dict, RunSpec]:
         if section == "model":
             _check_model_dir(path, source)
         raw[section]["source"] = str(path)
-    return raw, parse_run(raw)
+    run = parse_run(raw)
+    if run.model.source is not None:  # before any preparing: the model's positions bound seq_len
+        try:
+            config = json.loads((Path(run.model.source) / "config.json").read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise RunValidationError("model.source", run.model.source, f"a readable config.json ({exc})") from None
+        check_seq_len(run, config)
+    return raw, run
 
 
 def _check_model_dir(path: Path, source: str) -> None:

@@ -266,7 +266,7 @@ class Supervisor:
         proc = self.proc
         at_s = self.now()
         if proc is None:
-            return LocalStopped("stopped before training started", self.resume_hint)
+            return LocalStopped("before the first start of the launcher", self.resume_hint)
         if proc.poll() is None:
             self.emit("[local] Ctrl-C: stopping the job cleanly (the trainer saves a checkpoint; Ctrl-C again "
                       "to kill it)")
@@ -282,5 +282,5 @@ class Supervisor:
         self.timeline["user_stops"].append({"at_s": at_s, "step": records[-1][0] if records else 0,
                                             "checkpoint_step": checkpoint})
         self._save()
-        return LocalStopped(f"stopped at step {records[-1][0] if records else 0}; newest checkpoint: step "
-                            f"{checkpoint} in {self.job.checkpoints}", self.resume_hint)
+        return LocalStopped(f"at step {records[-1][0] if records else 0}; newest checkpoint: step {checkpoint} in "
+                            f"{self.job.checkpoints}", self.resume_hint)

@@ -223,7 +223,8 @@ def test_ctrl_c_stops_cleanly_with_a_checkpoint_and_resume_finishes_the_same_mod
     stdout, stderr = cli.communicate(timeout=300)
     assert cli.returncode == 130, stderr
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr
-    assert f"Resume with: spotrun local --resume {out / 'stopped'}" in stderr.splitlines()[-1]
+    assert stderr.splitlines()[-1].startswith("stopped by Ctrl-C at step ")
+    assert stderr.splitlines()[-1].endswith(f"Resume with: spotrun local --resume {out / 'stopped'}")
     timeline = json.loads((out / "stopped" / "timeline.json").read_text())
     stop = timeline["user_stops"][0]
     assert stop["checkpoint_step"] == stop["step"] >= 3  # the trainer saved where it stopped
@@ -234,4 +235,5 @@ def test_ctrl_c_stops_cleanly_with_a_checkpoint_and_resume_finishes_the_same_mod
     assert rep["actual"]["steps"] == STEPS and rep["actual"]["steps_redone"] == 0
     assert rep["actual"]["user_stops"] == 1 and rep["interruptions"] == 0 and rep["actual"]["starts"] == 2
     assert weights_identical(rep["model_data_url"], runs["reference"]["model_data_url"])
+    assert "stopped by Ctrl-C 1 time(s), resumed with --resume" in (out / "stopped" / "report.txt").read_text()
     assert main(["local", "--resume", "stopped", "--out", str(out)]) == 2  # finished: nothing to resume
