@@ -12,9 +12,9 @@ an interrupted session can be resumed with `spotrun local --resume JOB`):
     not_injected   triggers that never fired, with the reason (the run had finished, or reached its last step)
 
 Seconds are on one clock per job, from the first start; a resumed session continues it (the time between
-sessions is not counted). NOTE: the signal path imports nothing: the checkpoint reader (torch) is imported
-before the clock starts, since an import of torch here took 6-8 s and let the trainer run 8-9 steps past the
-step asked for.
+sessions is not counted). NOTE: the signal path imports nothing: with interruptions asked for, the checkpoint
+reader (torch) is imported before the clock starts, since an import of torch there took 6-8 s and let the
+trainer run 8-9 steps past the step asked for.
 """
 
 from __future__ import annotations
@@ -127,13 +127,9 @@ class Supervisor:
 
     def __init__(self, job: Job, *, triggers: tuple[InterruptAt, ...], hard_kill: bool, progress: str,
                  emit: Callable[[str], None], resume_hint: str):
-        # Imported before the clock starts: the signal path must not import anything slow (see the docstring).
-        from . import trainer_on_path
-
-        trainer_on_path()
-        from spotrun_trainer.checkpoint import committed_checkpoints
-
-        self._committed = committed_checkpoints
+        self._committed = None
+        if triggers:  # before the clock starts: the signal path must not import anything slow (see the docstring)
+            self._checkpoint_reader()
         self.job, self.hard_kill, self.emit, self.resume_hint = job, hard_kill, emit, resume_hint
         self.pending = sorted(triggers, key=InterruptAt.sort_key)
         self.progress = Progress(job.log, mode=progress, emit=emit)
@@ -151,8 +147,20 @@ class Supervisor:
         self.timeline["wall_s"] = self.now()
         (self.job.root / TIMELINE_FILE).write_text(json.dumps(self.timeline, indent=2))
 
+    def _checkpoint_reader(self):
+        if self._committed is None:
+            from . import trainer_on_path
+
+            trainer_on_path()
+            from spotrun_trainer.checkpoint import committed_checkpoints  # imports torch: 6-8 s here
+
+            self._committed = committed_checkpoints
+        return self._committed
+
     def _checkpoint_step(self) -> int:
-        newest = self._committed(self.job.checkpoints)
+        if not self.job.checkpoints.is_dir():
+            return 0
+        newest = self._checkpoint_reader()(self.job.checkpoints)
         return newest[0][0] if newest else 0
 
     def run(self) -> dict:

@@ -175,3 +175,16 @@ def test_the_cli_itself_imports_no_torch():
     code = ("import sys; from spotrun.cli import build_parser; build_parser(); "
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_prepared_chat_is_what_the_trainers_loader_reads_with_the_prompt_masked(tmp_path, chat_jsonl_gz,
+                                                                               chat_tokenizer):
+    from spotrun_trainer.data import TokenShardLoader
+
+    out = tmp_path / "data"
+    assert main(["prepare", str(chat_jsonl_gz), "--tokenizer", str(chat_tokenizer), "--out", str(out)]) == 0
+    loader = TokenShardLoader(out, seq_len=32, micro_batch=2, dp_rank=0, dp_size=1, seed=0)
+    batch = loader.next_inputs()
+    masked = batch["labels"] == -100
+    assert masked.any() and not masked.all()  # prompts masked, answers trained on
+    assert (batch["labels"][~masked] == batch["input_ids"][~masked]).all()
