@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from .harness import kill_tree, loss_records, start_launcher
+from .harness import kill_tree, launchers_running, loss_records, start_launcher
 from .progress import Progress
 
 MAX_RESTARTS = 20
@@ -135,6 +135,9 @@ class Supervisor:
         self.progress = Progress(job.log, mode=progress, emit=emit)
         self.timeline = load_timeline(job.root)
         self.timeline["sessions"] += 1
+        for start in self.timeline["starts"]:  # a session that was killed outright left its last start open
+            start.setdefault("ended_s", self.timeline["wall_s"])
+            start.setdefault("exit_code", None)
         self.t0 = time.monotonic() - self.timeline["wall_s"]
         self.high_water = max((s for s, _ in loss_records(job.output)), default=0)
         self.restart_from = self._checkpoint_step()  # where a start begins, until its first step line
@@ -165,6 +168,10 @@ class Supervisor:
 
     def run(self) -> dict:
         """Until the trainer completes; returns the timeline (with lost_s and wall_s)."""
+        running = launchers_running(self.job.sm)
+        if running:
+            raise LocalRunError(f"job {self.job.root} is still running (launcher pid {', '.join(map(str, running))}): "
+                                "stop it before resuming")
         try:
             while not self._one_start():
                 pass

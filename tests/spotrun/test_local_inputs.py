@@ -9,6 +9,8 @@ import shutil
 import subprocess
 import sys
 
+import pytest
+
 from spotrun.cli import main
 from spotrun.local.pipeline import prepare_if_raw
 from spotrun.local.supervisor import InterruptAt, Job, Supervisor, finish_lost_time
@@ -119,3 +121,18 @@ def test_interrupt_triggers_sort_steps_then_seconds():
     triggers = [InterruptAt.parse(t) for t in ("30", "5s", "4", "2s")]
     assert [str(t) for t in sorted(triggers, key=InterruptAt.sort_key)] == ["step 4", "step 30", "2s", "5s"]
 
+
+
+def test_a_job_whose_launcher_still_runs_is_not_resumed_beside_it(tmp_path):
+    from spotrun.local.supervisor import LocalRunError
+
+    job = Job(root=tmp_path, log=tmp_path / "launcher.log")
+    left = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "-m", "spotrun_trainer.launcher",
+                             "train", "--sm-root", str(job.sm)])
+    try:
+        sup = Supervisor(job, triggers=(), hard_kill=False, progress="none", emit=lambda _: None, resume_hint="")
+        with pytest.raises(LocalRunError, match=f"still running \\(launcher pid {left.pid}\\)"):
+            sup.run()
+    finally:
+        left.kill()
+        left.wait()
