@@ -211,12 +211,17 @@ def upload_dataset(s3: Any, local: Prepared, bucket: str, name: str, *, emit: Ca
     if marker is not None or index_there:
         raise PrepareError(f"{uri} already holds another dataset (prepared from other inputs or another tokenizer): "
                            "choose another --name")
-    t0 = time.monotonic()
+    t0 = last = time.monotonic()
     files = sorted(p for p in local.path.rglob("*") if p.is_file() and p.name not in ("index.json", MARKER))
-    total = 0
-    for path in [*files, local.path / "index.json", local.path / MARKER]:  # index.json, then the marker, last
+    ordered = [*files, local.path / "index.json", local.path / MARKER]  # index.json, then the marker, last
+    total, size = 0, sum(p.stat().st_size for p in ordered)
+    for i, path in enumerate(ordered, 1):
         s3.upload_file(str(path), bucket, prefix + path.relative_to(local.path).as_posix())
         total += path.stat().st_size
+        if time.monotonic() - last >= 5 and i < len(ordered):
+            last = time.monotonic()
+            emit(f"[prepare] uploading: {i}/{len(ordered)} files, {total / 1e6:,.1f} of {size / 1e6:,.1f} MB, "
+                 f"{total / 1e6 / (last - t0):.1f} MB/s")
     seconds = round(time.monotonic() - t0, 3)
     emit(f"[prepare] uploaded {len(files) + 2} files, {total / 1e6:.1f} MB in {seconds:.1f} s "
          f"({total / 1e6 / max(seconds, 1e-3):.1f} MB/s) to {uri}")
