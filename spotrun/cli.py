@@ -5,6 +5,8 @@
     local, demo              the pipeline on this machine (spotrun/local/commands.py)
     start, status, logs, report, cancel, list
                              a deployed stage's runs (spotrun/remote.py)
+    approve, deploy, undeploy
+                             a finished run's model to a SageMaker endpoint (spotrun/deploy.py)
 """
 
 from __future__ import annotations

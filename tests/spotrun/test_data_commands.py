@@ -188,3 +188,20 @@ def test_prepared_chat_is_what_the_trainers_loader_reads_with_the_prompt_masked(
     masked = batch["labels"] == -100
     assert masked.any() and not masked.all()  # prompts masked, answers trained on
     assert (batch["labels"][~masked] == batch["input_ids"][~masked]).all()
+
+
+def test_a_sharded_model_is_checked_through_its_index_and_counts_the_same_parameters(tmp_path, assets):
+    from transformers import AutoModelForCausalLM
+
+    from spotrun.models import check_model_dir
+
+    whole = check_model_dir(assets["model"])
+    model = AutoModelForCausalLM.from_pretrained(assets["model"])  # untied embeddings: every tensor is saved
+    assert whole.parameters == sum(p.numel() for p in model.parameters())
+    sharded = tmp_path / "sharded"
+    model.save_pretrained(sharded, max_shard_size="100KB")
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copyfile(assets["model"] / name, sharded / name)
+    checked = check_model_dir(sharded)
+    assert len(checked.weight_files) > 1 and (sharded / "model.safetensors.index.json").is_file()
+    assert (checked.parameters, checked.tensors) == (whole.parameters, whole.tensors)
