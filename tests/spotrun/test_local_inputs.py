@@ -136,3 +136,19 @@ def test_a_job_whose_launcher_still_runs_is_not_resumed_beside_it(tmp_path):
     finally:
         left.kill()
         left.wait()
+
+
+def test_an_interruption_due_after_the_last_step_is_not_sent_nor_counted(tmp_path):
+    job = Job(root=tmp_path, log=tmp_path / "launcher.log")
+    sup = Supervisor(job, triggers=(InterruptAt(step=12),), hard_kill=False, progress="none", emit=lambda _: None,
+                     resume_hint="")
+    sup.progress.total = 12  # as read from the trainer's run_start line
+    sup.proc = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        assert sup._interrupt(InterruptAt(step=12), 12, 0) is None
+        assert sup.proc.poll() is None  # no signal: the export after the last step goes on
+        assert sup.timeline["not_injected"] == [{"trigger": "step 12",
+                                                 "reason": "training had reached its last step (12) when it came due"}]
+    finally:
+        sup.proc.kill()
+        sup.proc.wait()
