@@ -207,9 +207,17 @@ def test_progress_lines_show_step_total_loss_throughput_eta_and_interruptions(tm
 
 
 @pytest.mark.slow
-def test_ctrl_c_stops_cleanly_with_a_checkpoint_and_resume_finishes_the_same_model(runs):
+def test_ctrl_c_stops_cleanly_with_a_checkpoint_and_resume_finishes_the_same_model(runs, assets):
     out = runs["root"] / "out"
-    argv = [sys.executable, "-m", "spotrun", "local", str(runs["run"]), "--out", str(out), "--job-name", "stopped",
+    # The data prepared by `spotrun prepare` (the user's first step) rather than by the pipeline: the same model.
+    prepared = runs["root"] / "prepared-by-cli"
+    assert main(["prepare", str(assets["corpus"].parent), "--tokenizer", str(assets["model"]), "--out",
+                 str(prepared)]) == 0
+    run = json.loads(runs["run"].read_text())
+    run["data"]["source"] = str(prepared)
+    run_file = runs["root"] / "run-prepared.json"
+    run_file.write_text(json.dumps(run))
+    argv = [sys.executable, "-m", "spotrun", "local", str(run_file), "--out", str(out), "--job-name", "stopped",
             "--progress", "none"]
     for setting in SETTINGS:
         argv += ["--set", setting]
