@@ -55,8 +55,12 @@ def _read_bytes(source: str, name: str, field_path: str, s3_client: Any) -> byte
         with path.open("rb") as fh:
             return fh.read(MAX_SOURCE_JSON_BYTES + 1)
     except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
+        hint = ""
+        if name == "index.json" and Path(source).is_dir():  # raw text: tokenized by `spotrun prepare`
+            hint = (f"; raw text is tokenized into one by `spotrun prepare {source} --tokenizer MODEL_DIR --out DIR` "
+                    "(or `--stage STAGE --name NAME`)")
         raise RunValidationError(field_path, source, f"a directory holding {name} "
-                                 f"({getattr(exc, 'strerror', None) or exc})") from None
+                                 f"({getattr(exc, 'strerror', None) or exc}){hint}") from None
 
 
 def _read_json(source: str, name: str, field_path: str, s3_client: Any) -> dict:

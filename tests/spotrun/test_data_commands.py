@@ -205,3 +205,21 @@ def test_a_sharded_model_is_checked_through_its_index_and_counts_the_same_parame
     checked = check_model_dir(sharded)
     assert len(checked.weight_files) > 1 and (sharded / "model.safetensors.index.json").is_file()
     assert (checked.parameters, checked.tensors) == (whole.parameters, whole.tensors)
+
+
+def test_estimate_on_raw_text_points_to_prepare_and_reads_what_prepare_wrote(capsys, tmp_path, assets):
+    run = {"version": 1, "name": "est", "model": {"source": str(assets["model"])},
+           "data": {"source": str(assets["corpus"].parent), "seq_len": 64},
+           "compute": {"instance_type": "ml.g5.xlarge"}, "budget": {"max_usd": 5}}
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(run))
+    assert main(["estimate", str(path)]) == 2
+    assert f"`spotrun prepare {assets['corpus'].parent} --tokenizer MODEL_DIR --out DIR`" in capsys.readouterr().err
+    assert main(["prepare", str(assets["corpus"].parent), "--tokenizer", str(assets["model"]), "--out",
+                 str(tmp_path / "data")]) == 0
+    run["data"]["source"] = str(tmp_path / "data")
+    path.write_text(json.dumps(run))
+    capsys.readouterr()
+    assert main(["estimate", str(path), "--format", "json"]) == 0
+    tokens = json.loads((tmp_path / "data" / "index.json").read_text())["total_tokens"]
+    assert str(tokens) in capsys.readouterr().out
