@@ -27,7 +27,10 @@ import time
 from .remote import Deployment, RemoteError, deployment, find_execution
 
 ADAPTER_CHANNEL = "adapter"
-ADAPTER_DIR = f"/opt/ml/additional-model-data-sources/{ADAPTER_CHANNEL}"  # SageMaker's path for the channel
+# Where SageMaker puts an additional model data source (API reference: AdditionalModelDataSource, ChannelName);
+# TGI's launcher reads LORA_ADAPTERS entries as `adapter_id=path@revision` (huggingface/text-generation-inference,
+# launcher/src/main.rs).
+ADAPTER_DIR = f"/opt/ml/additional-model-data-sources/{ADAPTER_CHANNEL}"
 DEFAULT_INSTANCE_TYPE = "ml.g5.2xlarge"
 MERGED_DIR = "merged"  # spotrun_trainer/export.py MERGED_DIR: the merged LoRA export inside the model artifact
 _NAME = re.compile(r"[^a-zA-Z0-9-]+")
