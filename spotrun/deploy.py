@@ -27,7 +27,9 @@ import time
 from .remote import Deployment, RemoteError, deployment, find_execution
 
 ADAPTER_CHANNEL = "adapter"
-# Where SageMaker puts an additional model data source (API reference: AdditionalModelDataSource, ChannelName);
+# Where SageMaker puts an additional model data source: /opt/ml/additional-model-data-sources/<ChannelName>/ (the
+# AWS providers' aws_sagemaker_model docs; the API reference names the field only). A Gzip S3Object is a tar.gz
+# SageMaker extracts there (API reference: S3ModelDataSource, CompressionType).
 # TGI's launcher reads LORA_ADAPTERS entries as `adapter_id=path@revision` (huggingface/text-generation-inference,
 # launcher/src/main.rs).
 ADAPTER_DIR = f"/opt/ml/additional-model-data-sources/{ADAPTER_CHANNEL}"
