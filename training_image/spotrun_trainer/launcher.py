@@ -11,10 +11,11 @@ What it reads (root defaults to /opt/ml; `--sm-root` or SPOTRUN_SM_ROOT point el
 What it writes: model/ (the exported model, by the trainer), output/failure on a real failure.
 
 Exit codes: 0 when training completed, or when a stop signal arrived and every local worker saved and stopped;
-2 for a configuration error, found here before torchrun starts (check_inputs, check_network); 3 when training
-stopped although this host got no stop signal (another host's stop stops every host at the same step, with a
-committed checkpoint: the job did not complete, and exiting 0 would make SageMaker report it Completed);
-otherwise torchrun's code, with output/failure explaining it.
+2 for a configuration error, found here before torchrun starts (check_inputs, check_network); 1 when the image
+cannot import what the trainer needs (output/failure names the underlying error); 3 when training stopped
+although this host got no stop signal (another host's stop stops every host at the same step, with a committed
+checkpoint: the job did not complete, and exiting 0 would make SageMaker report it Completed); otherwise
+torchrun's code, with output/failure explaining it.
 
 Multi-host networking: NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME both name resourceconfig.json's
 network_interface_name (unless the job's environment sets them). Without GLOO_SOCKET_IFNAME gloo binds the
@@ -260,9 +261,24 @@ def _check_model(config: TrainConfig) -> None:
             AutoConfig.from_pretrained(model.path)
         else:
             AutoConfig.for_model(model_type, **raw)
+    except ImportError:
+        raise  # the image is broken, not the configuration: main() reports the underlying error
     except Exception as exc:  # noqa: BLE001 - transformers raises many kinds; each is a configuration error here
         raise ConfigError(f"{'model.path' if model.path else 'model.config'} is invalid: transformers could not "
                           f"build a {model_type} config from it ({_one_line(str(exc), 300)})") from None
+
+
+def import_failure(exc: ImportError) -> str:
+    """The failure file's text for an image whose Python environment cannot import what the trainer needs.
+    transformers wraps the real error ("Could not import module 'LlamaConfig'...") as its cause: name that one."""
+    root: BaseException = exc
+    seen = {id(exc)}
+    while (nxt := root.__cause__ or root.__context__) is not None and id(nxt) not in seen:
+        root = nxt
+        seen.add(id(nxt))
+    wrapper = "" if root is exc else f" (raised as {type(exc).__name__}: {exc})"
+    return _one_line(f"broken image: the trainer's imports fail: {type(root).__name__}: {root}{wrapper}",
+                     FAILURE_REASON_MAX)
 
 
 def _one_line(text: str, limit: int) -> str:
@@ -437,6 +453,10 @@ def main(argv: list[str] | None = None) -> int:
         write_failure(failure_file, f"invalid configuration: {exc}")
         log.error("invalid configuration: %s", exc)
         return 2
+    except ImportError as exc:
+        write_failure(failure_file, import_failure(exc))
+        log.exception("the trainer's imports fail in this image")
+        return 1
     (work / "train_config.json").write_text(plan.config.to_json())
     return run(plan, failure_file=failure_file, outcome_dir=work / "outcome", stop=stop)
 
