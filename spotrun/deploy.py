@@ -1,8 +1,8 @@
 """`spotrun approve|deploy|undeploy RUN --stage dev`: a finished run's registered model to a SageMaker endpoint.
 
 Everything is found from the run, never typed: the execution's output names the model package (its ARN) and the
-training job; DescribeTrainingJob gives the role that already reads the run's output and models/ prefixes (the
-training execution role: `RoleArn`), the method and the base model (`model.source` hyperparameter).
+training job; DescribeTrainingJob gives the role (the training execution role: `RoleArn`), the method and the
+base model (`model.source` hyperparameter).
 
     full model  CreateModel from the approved package itself (`ModelPackageName`: the package's serving image,
                 model.tar.gz and environment, as registered)
@@ -13,8 +13,8 @@ training execution role: `RoleArn`), the method and the base model (`model.sourc
                 written when the run set export.merge_lora) instead
 then CreateEndpointConfig (one variant, `--instance-type`, default ml.g5.2xlarge) and CreateEndpoint, all named
 after the run (`<run>-<UTC time>` for the model and config, the run's name for the endpoint). `undeploy` deletes
-the endpoint, its config and its models. NOTE: pulling the AWS-owned serving image needs ECR read access to that
-registry in the role (the training role may lack it: see the README).
+the endpoint, its config and its models. NOTE: the model's role is the run's training role, which writes output/
+but may not read it, nor pull the AWS-owned serving image: a serving role is still to be added to the stack.
 """
 
 from __future__ import annotations

@@ -62,6 +62,9 @@ def build_local_report(*, run: RunSpec, estimate: Estimate, job_name: str, metri
         "method": run.training.method, "artifact": artifact_kind(run.training.method),
         "data_source": run.data.source or "",
         "price_basis": basis,
+        # The registry's structured cost fields (cost_guard.REGISTRY_METADATA_KEYS), as on AWS.
+        "cost_basis": "wall time measured here x catalog on-demand price", "price_region": "local",
+        "price_as_of": "none",
         "priced": priced,
         "estimate": {
             "wall_seconds": round(estimate.wall_seconds, 1), "tokens": estimate.tokens,
@@ -144,6 +147,14 @@ def summary_text(report: dict) -> str:
             f"spot {_money(report['estimated_cost_usd']['spot'])} / on-demand "
             f"{_money(report['estimated_cost_usd']['on_demand'])}",
         ]
+        for seg in report.get("segments") or []:  # the AWS run's jobs, each with its exact bill
+            lines.append(f"  segment {seg['segment']:<8} {seg['job_name']} ({'spot' if seg['spot'] else 'on-demand'}): "
+                         f"{seg['status']}/{seg['secondary_status']}, billable {seg['billable_seconds'] or 0:,} s, "
+                         f"{_money(seg['cost_usd'])}")
+        if "cost_usd_at_rates" in report:
+            rates = report["cost_usd_at_rates"]
+            lines.append(f"  this wall time at the planned instance's rates: spot {_money(rates['spot'])}, "
+                         f"on-demand {_money(rates['on_demand'])}")
     if report.get("final_loss") is not None:
         lines.append(f"  final loss       {report['final_loss']:.4f}")
     if report.get("model_package_arn") or report.get("model_package"):
