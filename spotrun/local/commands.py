@@ -96,7 +96,7 @@ def _guarded(run) -> int:
 def trace_interrupts(path: Path, speedup: float):
     """--trace: the trace's losses of capacity as injected interruptions (seconds after the start)."""
     from ..simulate.traces import interruption_times, read_availability
-    from .pipeline import MAX_RESTARTS, InterruptAt
+    from .supervisor import MAX_RESTARTS, InterruptAt
 
     if not speedup > 0:
         raise ValueError(f"--trace-speedup={speedup!r} is invalid: expected a number > 0")
