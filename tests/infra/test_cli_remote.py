@@ -36,8 +36,20 @@ def stage(aws, synth, tmp_path, monkeypatch):  # noqa: F811 - the moto fixture i
     names = [a["properties"].get("stackName", key) for key, a in manifest["artifacts"].items()
              if a["type"] == "aws:cloudformation:stack"]
     assert names == [stack_name("dev")]  # the name the CLI looks for is the one CDK deploys
+    trust = json.dumps({"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "sts:AssumeRole",
+                                                                "Principal": {"Service": "sagemaker.amazonaws.com"}}]})
+    aws.serving_role_arn = boto3.client("iam", region_name=REGION).create_role(
+        RoleName="serving-role", AssumeRolePolicyDocument=trust)["Role"]["Arn"]
+
+    def resolve(logical: str, attr: str | None) -> str:  # the Driver's resources, and the serving role
+        if logical.startswith("ServingRoleRole") and attr == "Arn":
+            return aws.serving_role_arn
+        return aws.resolve(logical, attr)
+
     values = {StackOutput.STATE_MACHINE_ARN: aws.sm_arn, StackOutput.ARTIFACT_BUCKET: BUCKET,
               StackOutput.MODEL_PACKAGE_GROUP_NAME: GROUP,
+              StackOutput.SERVING_ROLE_ARN: render(synth.template["Outputs"][StackOutput.SERVING_ROLE_ARN]["Value"],
+                                                   resolve),
               # rendered from the synthesized output, as CloudFormation would with the Driver's resources
               StackOutput.ESTIMATE_SETTINGS: render(synth.template["Outputs"][StackOutput.ESTIMATE_SETTINGS]["Value"],
                                                     aws.resolve)}
