@@ -42,7 +42,7 @@ def stage(aws, synth, tmp_path, monkeypatch):  # noqa: F811 - the moto fixture i
         RoleName="serving-role", AssumeRolePolicyDocument=trust)["Role"]["Arn"]
 
     def resolve(logical: str, attr: str | None) -> str:  # the Driver's resources, and the serving role
-        if logical.startswith("ServingRoleRole") and attr == "Arn":
+        if logical.startswith("ServingRole") and attr == "Arn":
             return aws.serving_role_arn
         return aws.resolve(logical, attr)
 
