@@ -189,3 +189,19 @@ def test_commands_name_the_missing_stack(monkeypatch, capsys):
     with mock_aws():
         assert main(["list", "--stage", "prod"]) == 2
     assert f"stack {stack_name('prod')} not readable" in capsys.readouterr().err
+
+
+def test_deploy_names_a_stack_without_a_serving_role(monkeypatch, capsys):
+    from moto import mock_aws
+
+    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
+    with mock_aws():  # a stack deployed by an older spotrun: every output but the serving role
+        outputs = {o.value: {"Value": f"placeholder-{o.value}"} for o in StackOutput
+                   if o is not StackOutput.SERVING_ROLE_ARN}
+        template = {"Resources": {"Topic": {"Type": "AWS::SNS::Topic"}}, "Outputs": outputs}
+        boto3.client("cloudformation", region_name=REGION).create_stack(StackName=stack_name("dev"),
+                                                                        TemplateBody=json.dumps(template))
+        assert main(["deploy", "support-full", "--stage", "dev"]) == 2
+    err = capsys.readouterr().err
+    assert f"stack {stack_name('dev')} has no {StackOutput.SERVING_ROLE_ARN.value} output" in err
+    assert "cdk deploy" in err
