@@ -160,7 +160,6 @@ def test_loader_labels_mask_the_prompt_and_the_model_loss_covers_only_assistant_
     inputs = loader.next_inputs()
     labels, ids = inputs["labels"], inputs["input_ids"]
     assert ((labels == -100) | (labels == ids)).all() and (labels == -100).any() and (labels != -100).any()
-    assert int(inputs["num_items_in_batch"]) == int((labels[:, 1:] != -100).sum())
     model = AutoModelForCausalLM.from_pretrained(assets["model"])
     with torch.no_grad():
         got = model(**{k: torch.from_numpy(v) for k, v in inputs.items()})

@@ -298,8 +298,8 @@ class TokenShardLoader:
 
     def next_inputs(self) -> dict[str, np.ndarray]:
         """The next micro-batch as the model's keyword arguments: input_ids and labels (the same tokens, -100
-        where the loss is masked). With a mask, also num_items_in_batch: the trained tokens (at least 1), so a
-        micro-batch of prompt only gives a loss of 0, not NaN (transformers' loss divides its sum by it)."""
+        where the loss is masked). How the loss is normalised (the step's trained tokens) is the trainer's
+        business: see loss.StepTokens."""
         rows = self._next_rows()
         ids = self._tokens(rows)
         if not self.loss_mask:
@@ -307,10 +307,7 @@ class TokenShardLoader:
         span = self.seq_len
         keep = np.stack([np.ones(span, dtype=bool) if self.masks[s] is None
                          else np.asarray(self.masks[s][i * span : (i + 1) * span], dtype=bool) for s, i in rows])
-        labels = np.where(keep, ids, -100)
-        # The model predicts token t from tokens < t: the first position of a row is never a target.
-        return {"input_ids": ids, "labels": labels,
-                "num_items_in_batch": np.asarray(max(1, int(keep[:, 1:].sum())), dtype=np.int64)}
+        return {"input_ids": ids, "labels": np.where(keep, ids, -100)}
 
     def state_dict(self) -> dict:
         return {"epoch": self.state.epoch, "position": self.state.position, "global_batch": self.global_batch}

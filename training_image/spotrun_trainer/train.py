@@ -41,7 +41,7 @@ from .checkpoint import CheckpointManager, verify_ahead
 from .config import TrainConfig
 from .data import TokenShardLoader
 from .export import export
-from .loss import CausalLMLoss
+from .loss import CausalLMLoss, StepTokens, target_count
 from .memory_check import PeakProbe, predict, report_line
 from .model import build_mesh, build_sharded_model, resolve_param_dtype
 
@@ -147,6 +147,7 @@ class Trainer:
         self.model.train()
         torch.manual_seed(cfg.seed + 1 + self.rank)  # per-rank stream (dropout) after it; saved per rank
         self.loss_fn = CausalLMLoss(self.model, self.perf.loss, self.perf.loss_chunk_tokens)
+        self.step_tokens = StepTokens(dp_ranks=self.world)  # every rank reads its own data: all are DP ranks
 
         o = cfg.optim
         fused = {"fused": True} if self.perf.fused_optimizer == "on" else {}
@@ -175,8 +176,8 @@ class Trainer:
             method=cfg.method, trainable_params=self.built.trainable_params)
         self.mem_probe = PeakProbe(self.model, self.optimizer, self.device, cfg.memory_probe)
         self.agreement = StepAgreement()
-        self.losses = LossHistory(Path(cfg.output_dir) / "loss_history.jsonl", divisor=self.world * cfg.grad_accum,
-                                  rank=self.rank)
+        # Each rank's step loss is its share of the step's token mean times the ranks (see StepTokens).
+        self.losses = LossHistory(Path(cfg.output_dir) / "loss_history.jsonl", divisor=self.world, rank=self.rank)
 
     # ---- the loop ------------------------------------------------------------------------------------------
 
@@ -225,20 +226,30 @@ class Trainer:
             print(f"run_completed step={self.state.step} final_loss={self.state.last_loss:.4f}", flush=True)
         return Outcome("completed", self.state.step)
 
+    def accumulate(self) -> torch.Tensor:
+        """Forward and backward over the step's `grad_accum` micro-batches, each weighted by its trained tokens
+        out of the whole step's (all micro-batches, all ranks: see loss.StepTokens). Returns this rank's share of
+        the step's mean loss times the ranks, on the device. No host sync."""
+        # input_ids and labels (-100 on prompt tokens of chat data: see TokenShardLoader.next_inputs)
+        batches = [self.loader.next_inputs() for _ in range(self.cfg.grad_accum)]
+        self.step_tokens.start(sum(target_count(b["labels"]) for b in batches))
+        batches = [{k: torch.from_numpy(v) for k, v in b.items()} for b in batches]
+        if self.device.type == "cuda":
+            batches = [{k: v.pin_memory().to(self.device, non_blocking=True) for k, v in b.items()} for b in batches]
+        normalizer = self.step_tokens.normalizer()
+        loss_sum = torch.zeros((), device=self.device)
+        for inputs in batches:
+            loss = self.loss_fn(self.model, inputs, normalizer=normalizer)
+            loss.backward()
+            loss_sum += loss.detach()
+        return loss_sum
+
     def train_step(self, *, need_grad_norm: bool) -> tuple[torch.Tensor, torch.Tensor | None, float]:
-        """One optimizer step over `grad_accum` micro-batches: (this rank's summed loss on the device, the grad
+        """One optimizer step over `grad_accum` micro-batches: (this rank's loss share on the device, the grad
         norm when clipping computed it or `need_grad_norm` asked for it, the lr used). No host sync."""
         cfg = self.cfg
-        loss_sum = torch.zeros((), device=self.device)
         self.mem_probe.begin_step()
-        for _ in range(cfg.grad_accum):
-            # input_ids and labels (-100 on prompt tokens of chat data: see TokenShardLoader.next_inputs)
-            inputs = {k: torch.from_numpy(v) for k, v in self.loader.next_inputs().items()}
-            if self.device.type == "cuda":
-                inputs = {k: v.pin_memory().to(self.device, non_blocking=True) for k, v in inputs.items()}
-            loss = self.loss_fn(self.model, inputs)
-            (loss / cfg.grad_accum).backward()
-            loss_sum += loss.detach()
+        loss_sum = self.accumulate()
         params = self.trainable
         grad_norm = None
         if cfg.optim.grad_clip > 0:
