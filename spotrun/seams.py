@@ -45,27 +45,49 @@ class Hyperparameter(str, Enum):
     LORA_TARGET_MODULES = "lora.target_modules"  # all-linear, or comma-separated module names
     EXPORT_DTYPE = "export.dtype"  # bfloat16 (default) | float32
     EXPORT_MERGE_LORA = "export.merge_lora"  # LoRA: also export the merged model
+    EVAL_EVERY_STEPS = "eval.every_steps"
+    EVAL_EVERY_MINUTES = "eval.every_minutes"
+    EVAL_MAX_BATCHES = "eval.max_batches"
+    EVAL_KEEP_BEST = "eval.keep_best"
+    EXPORT_WEIGHTS = "export.weights"  # last | best (the lowest validation loss; needs eval.keep_best)
+
+
+# The training job's channel of prepared validation shards (data.validation); the launcher maps it to
+# data.validation_path. Without it, a train channel holding prepare's `validation/` split is used.
+VALIDATION_CHANNEL = "validation"
 
 
 # ---- metrics (trainer -> CloudWatch -> dashboard and guard) ----------------------------------------------------
 
 METRIC_FIELDS = ("loss", "lr", "grad_norm", "tokens_per_s", "mfu", "mem_gb")
+# The evaluation line `eval step=120 val_loss=2.41 val_ppl=11.1 val_tokens=65536 eval_s=3.2` (its own line: the
+# validation set is evaluated on its own schedule). The dashboard and the gate read val_loss.
+EVAL_LINE_PREFIX = "eval"
+EVAL_METRIC_FIELDS = ("val_loss", "val_ppl", "val_tokens", "eval_s")
 METRIC_PREFIX = "train:"
 _NUMBER = r"([0-9.eE+-]+)"
 
 
 def metric_name(field: str) -> str:
-    """The CloudWatch metric name of one field of the trainer's metric line (`loss` -> `train:loss`)."""
-    if field not in METRIC_FIELDS:
-        raise ValueError(f"metric field {field!r} is unknown: expected one of {', '.join(METRIC_FIELDS)}")
+    """The CloudWatch metric name of one field of the trainer's metric or evaluation line (`loss` ->
+    `train:loss`, `val_loss` -> `train:val_loss`)."""
+    if field not in METRIC_FIELDS + EVAL_METRIC_FIELDS:
+        raise ValueError(f"metric field {field!r} is unknown: expected one of "
+                         f"{', '.join(METRIC_FIELDS + EVAL_METRIC_FIELDS)}")
     return METRIC_PREFIX + field
 
 
 # SageMaker MetricDefinitions: Name + Regex with one capture group, applied to the trainer's log lines
-# `step=120 loss=2.3100 lr=1.9e-05 grad_norm=0.82 tokens_per_s=3150 mfu=0.41 mem_gb=61.2`.
-METRIC_DEFINITIONS: list[dict[str, str]] = [
+# `step=120 loss=2.3100 lr=1.9e-05 grad_norm=0.82 tokens_per_s=3150 mfu=0.41 mem_gb=61.2` (the `\b` keeps
+# `loss` from matching inside `val_loss`: `_` is a word character) and the evaluation lines.
+TRAIN_METRIC_DEFINITIONS: list[dict[str, str]] = [
     {"Name": metric_name(name), "Regex": rf"step=\d+ .*\b{name}={_NUMBER}"} for name in METRIC_FIELDS
 ]
+EVAL_METRIC_DEFINITIONS: list[dict[str, str]] = [
+    {"Name": metric_name(name), "Regex": rf"{EVAL_LINE_PREFIX} step=\d+ .*\b{name}={_NUMBER}"}
+    for name in ("val_loss", "val_ppl")
+]
+METRIC_DEFINITIONS = TRAIN_METRIC_DEFINITIONS + EVAL_METRIC_DEFINITIONS
 
 # Metrics the Lambdas publish (CloudWatch Embedded Metric Format), read by the dashboard and the alarm.
 METRICS_NAMESPACE = "spotrun"

@@ -177,10 +177,14 @@ def test_metric_definitions_are_the_seams_and_match_the_trainers_line(definition
     spot = definition["States"]["CreateSpotTrainingJob"]["Parameters"]
     assert spot["AlgorithmSpecification"]["MetricDefinitions"] == METRIC_DEFINITIONS
     line = trainer_metrics.format_line(7, loss=2.5, lr=1e-4, grad_norm=0.5, tokens_per_s=100, mfu=0.3, mem_gb=1.0)
-    parsed = trainer_metrics.parse_line(line)
+    eval_line = trainer_metrics.format_eval_line(7, val_loss=2.75, val_ppl=15.6, val_tokens=640, eval_s=0.5)
+    parsed = {**trainer_metrics.parse_line(line), **trainer_metrics.parse_eval_line(eval_line)}
     for d in METRIC_DEFINITIONS:
-        value = float(re.search(d["Regex"], line).group(1))
-        assert value == pytest.approx(parsed[d["Name"].removeprefix("train:")], rel=1e-3)
+        name = d["Name"].removeprefix("train:")
+        ours, other = (eval_line, line) if name.startswith("val_") else (line, eval_line)
+        value = float(re.search(d["Regex"], ours).group(1))
+        assert value == pytest.approx(parsed[name], rel=1e-3)
+        assert re.search(d["Regex"], other) is None  # `loss` is not read out of `val_loss`, nor the reverse
 
 
 @pytest.mark.parametrize("state, spot", [("CreateSpotTrainingJob", True), ("CreateOnDemandTrainingJob", False)])

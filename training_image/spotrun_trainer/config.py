@@ -110,6 +110,9 @@ class DataConfig:
     """Directory with `index.json` and token shards written by `prepare`."""
     seq_len: int = 512
     """Tokens per training sample (samples are packed; documents are separated by EOS)."""
+    validation_path: str = ""
+    """Directory of prepared validation shards (the `validation` channel, or the `validation/` directory that
+    `prepare --validation-fraction` writes beside the training shards). Empty: no evaluation."""
 
     def __post_init__(self) -> None:
         _require(bool(self.path), "data.path", self.path, "a directory containing index.json")
@@ -166,6 +169,31 @@ class CheckpointConfig:
         _require(self.keep >= 2, "checkpoint.keep", self.keep, "an integer >= 2")
         _require(self.resume in ("auto", "never"), "checkpoint.resume", self.resume, "auto or never")
         _require(self.notice_seconds > 0, "checkpoint.notice_seconds", self.notice_seconds, "a positive float")
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """Validation loss (see evaluate.py): before the first step (the base model's), on this schedule, at the end.
+
+    Used when data.validation_path is set; the value is the mean next-token loss over every trained token of the
+    validation set (or its first `max_batches` micro-batches), so it is the same after any resume."""
+
+    every_steps: int = 0
+    """Evaluate after every N optimizer steps (0: off)."""
+    every_minutes: float = 0.0
+    """Evaluate at the first log step after this many minutes since the last evaluation (0: off). Time-based
+    evaluations land on different steps in a resumed run: use every_steps where the series must repeat."""
+    max_batches: int = 0
+    """Evaluate on the first N micro-batches (of `micro_batch` samples) of the validation set, whatever the
+    number of ranks; 0: the whole set."""
+    keep_best: bool = False
+    """Keep the checkpoint with the lowest validation loss beside the newest `checkpoint.keep`."""
+
+    def __post_init__(self) -> None:
+        _require_finite(self, "eval.")
+        _require(self.every_steps >= 0, "eval.every_steps", self.every_steps, "an integer >= 0")
+        _require(self.every_minutes >= 0, "eval.every_minutes", self.every_minutes, "a float >= 0")
+        _require(self.max_batches >= 0, "eval.max_batches", self.max_batches, "an integer >= 0")
 
 
 METHODS = ("full", "lora")
@@ -280,6 +308,7 @@ class TrainConfig:
     lora: LoraConfig = field(default_factory=LoraConfig)
     export: ExportConfig = field(default_factory=ExportConfig)
     perf: PerfConfig = field(default_factory=PerfConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
     output_dir: str = ""
     """Where the exported HF model and metrics.json go (SageMaker: /opt/ml/model)."""
     micro_batch: int = 1

@@ -40,6 +40,7 @@ from .agreement import Agreement, LossHistory, StepAgreement
 from .checkpoint import CheckpointManager, verify_ahead
 from .config import TrainConfig
 from .data import TokenShardLoader
+from .evaluate import EvalResult, Evaluator, ValidationSet
 from .export import export
 from .loss import CausalLMLoss, StepTokens, target_count
 from .memory_check import PeakProbe, predict, report_line
@@ -99,6 +100,8 @@ class TrainState:
 
     `segments`: the earlier starts of this run, each as of its last checkpoint ({start_step, end_step, seconds}),
     so that metrics.json spans the whole run across restarts (work redone after a hard kill is not counted twice).
+    `last_eval_step`: the newest step whose validation loss is recorded (-1: none yet; 0 is the base model's);
+    `val`: {"base", "last", "best", "best_step"} validation losses so far.
     """
 
     step: int = 0
@@ -107,6 +110,9 @@ class TrainState:
     segments: list = field(default_factory=list)
     segment_start_step: int = 0
     segment_t0: float = field(default_factory=time.perf_counter)
+    last_eval_step: int = -1
+    val: dict = field(default_factory=dict)
+    eval_seconds: float = 0.0
 
     def start_segment(self) -> None:
         self.segment_start_step, self.segment_t0 = self.step, time.perf_counter()
@@ -117,12 +123,25 @@ class TrainState:
 
     def state_dict(self) -> dict:
         return {"step": self.step, "tokens_seen": self.tokens_seen, "last_loss": self.last_loss,
-                "segments": self.all_segments()}
+                "segments": self.all_segments(), "last_eval_step": self.last_eval_step, "val": dict(self.val),
+                "eval_seconds": self.eval_seconds}
 
     def load_state_dict(self, state: dict) -> None:
         self.step, self.tokens_seen = int(state["step"]), int(state["tokens_seen"])
         self.last_loss = float(state.get("last_loss", float("nan")))
         self.segments = list(state.get("segments", []))
+        self.last_eval_step = int(state.get("last_eval_step", -1))
+        self.val = dict(state.get("val", {}))
+        self.eval_seconds = float(state.get("eval_seconds", 0.0))
+
+    def record_eval(self, result: EvalResult) -> None:
+        self.last_eval_step = result.step
+        self.eval_seconds += result.seconds
+        if result.step == 0:
+            self.val["base"] = result.loss
+        self.val["last"] = result.loss
+        if result.loss < self.val.get("best", math.inf):
+            self.val["best"], self.val["best_step"] = result.loss, result.step
 
 
 class Trainer:
@@ -163,6 +182,12 @@ class Trainer:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lr_lambda(self.total_steps, o.warmup_steps, o.min_lr_ratio))
         self.state = TrainState()
+        self.evaluator = None
+        if cfg.data.validation_path:
+            valset = ValidationSet(Path(cfg.data.validation_path), seq_len=cfg.data.seq_len,
+                                   micro_batch=cfg.micro_batch, dp_rank=self.rank, dp_size=self.world,
+                                   max_batches=cfg.eval.max_batches)
+            self.evaluator = Evaluator(cfg.eval, valset, model=self.model, loss_fn=self.loss_fn, device=self.device)
         self.ckpt = CheckpointManager(cfg.checkpoint, model=self.model, optimizer=self.optimizer,
                                       local_rank=local_rank, verified=verified,
                                       model_options=self.built.checkpoint_options,
@@ -194,6 +219,8 @@ class Trainer:
                   f"method={self.cfg.method} world={self.world} blocks={len(self.built.blocks)} "
                   f"start_step={self.state.step} total_steps={self.total_steps} device={self.device.type} "
                   f"sharding={self.cfg.sharding.mode} mesh={replicas}x{shard}", flush=True)
+        if self._missed_eval() and not self._evaluate():  # the base model's value, or one a stop cut short
+            return self._stopped("signal-during-eval", save=False)  # the checkpoint already holds this step
         self._window_t, self._window_tokens = time.perf_counter(), 0
         while self.state.step < self.total_steps:
             step = self.state.step + 1
@@ -206,6 +233,9 @@ class Trainer:
             self._after_step(agreed, log_now, grad_norm, lr)
             if agreed.stop:
                 return self._stopped("signal", save=True)
+            if self.evaluator and self.evaluator.due(step, total_steps=self.total_steps, log_step=log_now):
+                if not self._evaluate():
+                    return self._stopped("signal-during-eval", save=True)  # the resumed run evaluates it again
             self.ckpt.finalize_if_done(agreed.pending_done)
             if agreed.save_due and step < self.total_steps:
                 self.ckpt.save(step, blocking=not self.cfg.checkpoint.async_save)
@@ -266,6 +296,32 @@ class Trainer:
         self.state.tokens_seen += self.tokens_per_step
         return loss_sum, grad_norm, lr
 
+    # ---- evaluation ----------------------------------------------------------------------------------------
+
+    def _missed_eval(self) -> bool:
+        """At a start: is the value of this step owed (the base model's at step 0, or a scheduled evaluation
+        that a stop cut short)? The same on every rank (it reads the restored state only)."""
+        if self.evaluator is None or self.state.last_eval_step >= self.state.step:
+            return False
+        step = self.state.step
+        every = self.cfg.eval.every_steps
+        return step == 0 or step == self.total_steps or bool(every and step % every == 0)
+
+    def _evaluate(self) -> bool:
+        """Evaluate now and record it (state, history, log line); False when a stop request cut it short."""
+        result = self.evaluator.run(self.state.step, lambda: self.stop_flag.requested)
+        if result is None:
+            return False
+        self.state.record_eval(result)
+        if self.rank == 0:
+            rec = {"step": result.step, "val_loss": result.loss, "val_loss_hex": result.loss.hex(),
+                   "val_tokens": result.tokens}
+            with (Path(self.cfg.output_dir) / "loss_history.jsonl").open("a") as fh:
+                fh.write(json.dumps(rec) + "\n")
+            print(metrics.format_eval_line(result.step, val_loss=result.loss, val_ppl=result.perplexity,
+                                           val_tokens=result.tokens, eval_s=result.seconds), flush=True)
+        return True
+
     def _flush_losses(self) -> None:
         flushed = self.losses.flush()
         if not flushed:
@@ -320,6 +376,9 @@ class Trainer:
             "memory_predicted_bytes": self.predicted.total if self.predicted else None,
             "memory_measured_bytes": self.mem_probe.measured()[0],
             "memory_measured_source": self.mem_probe.measured()[1],
+            "base_val_loss": self.state.val.get("base"), "final_val_loss": self.state.val.get("last"),
+            "best_val_loss": self.state.val.get("best"), "best_val_step": self.state.val.get("best_step"),
+            "eval_seconds": self.state.eval_seconds,
         }
         (Path(self.cfg.output_dir) / "metrics.json").write_text(json.dumps(summary, indent=2))
 
