@@ -40,14 +40,15 @@ def assert_same_run(job, reference, method: str = "full") -> None:
 class Job:
     """One local 'training job': a SageMaker root, its checkpoint dir and its launcher runs."""
 
-    def __init__(self, root: Path, assets: dict, model_key: str = "model", **hp):
+    def __init__(self, root: Path, assets: dict, model_key: str = "model", channels: dict | None = None, **hp):
         self.root = root
         self.ckpt = root / "checkpoints"
         self.log = root / "launcher.log"
         hyper = {**BASE_HP, "master_port": free_port(), **hp}
         hyper = {k: v for k, v in hyper.items() if v != ""}
         write_sagemaker_root(root / "sm", hyperparameters=hyper,
-                             channels={"train": assets["data"], "model": assets[model_key]}, checkpoint_dir=self.ckpt)
+                             channels={"train": assets["data"], "model": assets[model_key], **(channels or {})},
+                             checkpoint_dir=self.ckpt)
 
     @property
     def output(self) -> Path:

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 import math
+import signal
+import time
 
 import numpy as np
 import pytest
 import torch
 
-from spotrun.local.harness import val_history
+from spotrun.local.harness import loss_history, val_history
 from spotrun_trainer.data import read_index
 from spotrun_trainer.metrics import parse_eval_line
 
@@ -52,3 +54,40 @@ def test_validation_loss_is_the_token_mean_over_the_validation_set_before_during
     summary = json.loads((baseline.output / "metrics.json").read_text())
     assert summary["base_val_loss"] == vals[0] and summary["final_val_loss"] == vals[24]
     assert summary["best_val_loss"] == min(vals.values()) and summary["eval_seconds"] > 0
+
+
+def test_sigterm_during_an_evaluation_stops_at_once_and_the_resumed_run_evaluates_that_step(job_factory, baseline,
+                                                                                          assets, tmp_path):
+    # A validation set 10 times the usual (its index lists the same shards again and again): seconds per
+    # evaluation here, so the stop lands inside one and may not wait for it.
+    val = assets["data"] / "validation"
+    big = tmp_path / "big-validation"
+    big.mkdir()
+    index = read_index(val)
+    for shard in index["shards"]:
+        (big / shard["file"]).symlink_to(val / shard["file"])
+    index["shards"] = index["shards"] * 10
+    (big / "index.json").write_text(json.dumps(index))
+    job = job_factory("stop-in-eval", channels={"validation": big})
+    proc = job.start()
+    deadline = time.monotonic() + 300
+    while "eval_start step=8 " not in job.text():
+        assert proc.poll() is None and time.monotonic() < deadline, job.text()[-3000:]
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=120) == 0, job.text()[-3000:]
+    stopped = next(ln for ln in job.text().splitlines() if ln.startswith("eval_stopped step=8 "))
+    done, total = (int(kv.split("=")[1]) for kv in stopped.split()[2:])
+    assert done < total / 2, stopped  # the stop did not wait for the evaluation to finish
+    assert "run_stopped step=8 reason=signal-during-eval" in job.text()
+    assert 8 not in val_history(job.output) and sorted(val_history(job.output)) == [0]
+
+    # The resumed run owes step 8's value and computes it first (a short prefix this time, to keep the test fast),
+    # then trains on exactly as the uninterrupted run did.
+    hp_file = job.root / "sm" / "input" / "config" / "hyperparameters.json"
+    hp_file.write_text(json.dumps({**json.loads(hp_file.read_text()), "eval.max_batches": "4"}))
+    assert job.run() == 0, job.text()[-3000:]
+    assert sorted(val_history(job.output)) == [0, 8, 16, 24]
+    resumed = job.text().split("start_step=8", 1)[1].splitlines()
+    assert next(ln for ln in resumed if ln.startswith(("eval step=", "step="))).startswith("eval step=8 ")
+    assert loss_history(job.output) == loss_history(baseline.output)  # evaluation never touches training

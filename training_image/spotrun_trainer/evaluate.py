@@ -84,6 +84,7 @@ class Evaluator:
         self.cfg, self.valset, self.model, self.loss_fn, self.device = cfg, valset, model, loss_fn, device
         self.group = dist.new_group(backend="gloo")  # the stop agreement during evaluation (every rank creates it)
         self._last_t = time.monotonic()
+        self.batches_done = 0  # of the latest run: all of them, or where a stop cut it short
 
     def due(self, step: int, *, total_steps: int, log_step: bool) -> bool:
         """Evaluate after `step`? On the step schedule and at the end (the same on every rank); on the minutes
@@ -101,6 +102,7 @@ class Evaluator:
         total = torch.zeros((), dtype=torch.float64, device=self.device)
         tokens = 0
         self.model.eval()
+        self.batches_done = 0
         try:
             with torch.no_grad():
                 for batch in self.valset:
@@ -112,6 +114,7 @@ class Evaluator:
                     work.wait()
                     if flag.item():
                         return None
+                    self.batches_done += 1
         finally:
             self.model.train()
         sums = torch.stack([total, torch.tensor(float(tokens), dtype=torch.float64, device=self.device)])

@@ -309,8 +309,13 @@ class Trainer:
 
     def _evaluate(self) -> bool:
         """Evaluate now and record it (state, history, log line); False when a stop request cut it short."""
+        if self.rank == 0:
+            print(f"eval_start step={self.state.step} batches={self.evaluator.valset.batches_per_rank}", flush=True)
         result = self.evaluator.run(self.state.step, lambda: self.stop_flag.requested)
         if result is None:
+            if self.rank == 0:
+                print(f"eval_stopped step={self.state.step} batches_done={self.evaluator.batches_done} "
+                      f"of={self.evaluator.valset.batches_per_rank}", flush=True)
             return False
         self.state.record_eval(result)
         if self.rank == 0:
