@@ -24,9 +24,9 @@ from typing import Any, Callable
 
 from ..contract import RunSpec, RunValidationError, parse_run
 from ..planner import EstimateRefused, estimate, load_catalog, regional_catalog
-from ..seams import METHOD_TAG, SHAPE_TAG, Plan, PlanStatus, StopNotice
+from ..seams import METHOD_TAG, SHAPE_TAG, VALIDATION_CHANNEL, Plan, PlanStatus, StopNotice
 from ..sources import resolve
-from ..validate import Target, check_target, pipeline_hyperparameters
+from ..validate import Target, check_target, pipeline_hyperparameters, validation_uri
 from .performance import shape_key
 
 CONTRACT_KEYS = ("parameters", "trainable_parameters", "training_flops", "gpu_hours", "instance_type",
@@ -208,6 +208,8 @@ def _ok_plan(run: RunSpec, est: Any, hyper: dict, execution: str, started: str, 
         s3_client.put_object(Bucket=settings.bucket, Key=ckpt_prefix + RUN_RECORD,
                              Body=json.dumps(record, indent=1).encode())
     channels = [_channel("train", data_uri)] + ([_channel("model", model_uri)] if model_uri else [])
+    held_out = validation_uri(run, Target(settings.bucket, settings.model_package_group))
+    channels += [_channel(VALIDATION_CHANNEL, held_out)] if held_out else []
     name = job_name(settings, run.name, execution)
     tags = {"project": settings.project, "stage": settings.stage, "cost-center": settings.cost_center,
             **run.tags, "run": run.name, "execution": execution, METHOD_TAG: run.training.method}

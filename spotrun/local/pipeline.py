@@ -28,8 +28,8 @@ from typing import Callable
 from ..contract import RunSpec, RunValidationError, parse_run
 from ..planner import Estimate, estimate, load_catalog
 from ..report import build_local_report, write_report
-from ..seams import Hyperparameter
-from ..sources import resolve
+from ..seams import VALIDATION_CHANNEL, Hyperparameter
+from ..sources import read_sources
 from . import trainer_on_path
 from .harness import free_port, kill_tree, loss_records, start_launcher, write_sagemaker_root
 from .progress import Progress
@@ -110,17 +110,17 @@ def load_run(run_path: Path) -> tuple[dict, RunSpec]:
     if "parameters" in raw["model"]:
         raise RunValidationError("model.parameters", raw["model"]["parameters"], "model.source or model.config "
                                  "for a training run (a bare count only estimates)")
-    for section in ("model", "data"):
-        source = raw[section].get("source")
+    for section, key in (("model", "source"), ("data", "source"), ("data", "validation")):
+        source = raw[section].get(key)
         if source is None:
             continue
         if source.startswith("s3://"):
-            raise RunValidationError(f"{section}.source", source, "a local path for `spotrun local` (runs with "
+            raise RunValidationError(f"{section}.{key}", source, "a local path for `spotrun local` (runs with "
                                      "s3:// sources start on AWS with `spotrun start`)")
         path = (run_path.parent / source).resolve()
         if not path.exists():
-            raise RunValidationError(f"{section}.source", source, f"an existing path (looked at {path})")
-        raw[section]["source"] = str(path)
+            raise RunValidationError(f"{section}.{key}", source, f"an existing path (looked at {path})")
+        raw[section][key] = str(path)
     return raw, parse_run(raw)
 
 
@@ -149,7 +149,8 @@ def prepare_if_raw(raw: dict, cache: Path) -> tuple[dict, str]:
         raise RunValidationError("data.source", raw["data"]["source"], "prepared shards (a directory with "
                                  "index.json), or raw .txt/.jsonl text with a tokenizer in model.source")
     tokenizer_files = [p for p in Path(model_source).iterdir() if p.name.startswith(("tokenizer", "special_tokens"))]
-    data_out = Path(cache) / _fingerprint([source, *tokenizer_files])
+    fraction = raw["data"].get("validation_fraction") or 0.0  # parse_run checks it after the prepare
+    data_out = Path(cache) / (_fingerprint([source, *tokenizer_files]) + (f"-val{fraction!r}" if fraction else ""))
     done = "reused"
     if not (data_out / "index.json").is_file():
         done = "prepared"
@@ -158,7 +159,8 @@ def prepare_if_raw(raw: dict, cache: Path) -> tuple[dict, str]:
 
         shutil.rmtree(data_out, ignore_errors=True)
         try:
-            prepare([source], model_source, data_out, shard_bytes=4 * 1024 * 1024)
+            prepare([source], model_source, data_out, shard_bytes=4 * 1024 * 1024,
+                    validation_fraction=float(fraction) if isinstance(fraction, (int, float)) else 0.0)
         except DataError as exc:
             raise RunValidationError("data.source", raw["data"]["source"], f"text the trainer can read ({exc})") \
                 from None
@@ -190,15 +192,19 @@ def run_local(run_path: Path, options: LocalOptions, *, emit: Callable[[str], No
     if prepared:
         emit(f"[local] raw text {prepared}: shards in {raw['data']['source']}")
     run = parse_run(raw)
-    model_config, tokens = resolve(run)
+    sources = read_sources(run)
+    model_config, tokens = sources.model_config, sources.tokens
     catalog = load_catalog()
-    est = estimate(run, catalog=catalog, model_config=model_config, data_tokens=tokens)  # EstimateRefused stops here
+    est = estimate(run, catalog=catalog, model_config=model_config, data_tokens=tokens,  # EstimateRefused stops here
+                   validation_tokens=sources.validation_tokens)
     emit(f"[local] estimate: {est.instance_count} x {est.instance_type}, {est.wall_seconds / 3600:.2f} h, "
          f"spot ${est.cost_usd['spot']:.2f} / on-demand ${est.cost_usd['on_demand']:.2f} (cap ${run.max_usd:.2f})")
     (root / "run.json").write_text(json.dumps(raw, indent=2))
     (root / "estimate.json").write_text(json.dumps(est.to_json(), indent=2))
 
     channels = {"train": Path(raw["data"]["source"])}
+    if run.data.validation is not None:
+        channels[VALIDATION_CHANNEL] = Path(run.data.validation)
     if raw["model"].get("source"):
         channels["model"] = Path(raw["model"]["source"])
     write_sagemaker_root(job.sm, hyperparameters=hyperparameters(raw, est, options), channels=channels,

@@ -30,7 +30,10 @@ BUCKET = "art-bucket"
 RUN = {"version": 1, "name": "seam-run",
        "model": {"config": {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
                             "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 256}, "init": "random"},
-       "data": {"source": f"s3://{BUCKET}/datasets/d/", "tokens": 1_000_000, "seq_len": 128},
+       "data": {"source": f"s3://{BUCKET}/datasets/d/", "tokens": 1_000_000, "seq_len": 128,
+                "validation": f"s3://{BUCKET}/datasets/d-val/"},  # the `validation` channel goes through the model
+       "eval": {"every_steps": 50, "max_batches": 20, "keep_best": True}, "export": {"from": "best"},
+       "registry": {"gate": {"max_val_loss": 3.0, "min_improvement": 0.05}},
        "compute": {"instance_type": "ml.g5.2xlarge", "on_demand_fallback": True},
        "budget": {"max_usd": 50}, "tags": {"team": "nlp"}}
 T0 = 1_767_225_600.0

@@ -245,9 +245,13 @@ class ExportConfig:
     and trained in float32."""
     merge_lora: bool = False
     """LoRA runs: also write the base with the adapter merged in (a standalone model, `merged/`)."""
+    weights: str = "last"
+    """`last` (the final weights) or `best` (the kept checkpoint with the lowest validation loss: needs
+    eval.keep_best); the choice and both losses go into the export metadata."""
 
     def __post_init__(self) -> None:
         _require(self.dtype in ("bfloat16", "float32"), "export.dtype", self.dtype, "bfloat16 or float32")
+        _require(self.weights in ("last", "best"), "export.weights", self.weights, "last or best")
 
 
 @dataclass(frozen=True)
