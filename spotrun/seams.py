@@ -64,16 +64,22 @@ METRIC_FIELDS = ("loss", "lr", "grad_norm", "tokens_per_s", "mfu", "mem_gb")
 # validation set is evaluated on its own schedule). The dashboard and the gate read val_loss.
 EVAL_LINE_PREFIX = "eval"
 EVAL_METRIC_FIELDS = ("val_loss", "val_ppl", "val_tokens", "eval_s")
+# The trainer's last line, `run_completed step=N final_loss=.. val_loss=.. base_val_loss=..`, carries the
+# exported weights' validation loss (export.weights: last or best) and the base model's: what the registry gate
+# reads from DescribeTrainingJob's FinalMetricDataList. Metric field -> key on that line (and in the export
+# metadata's `evaluation`).
+COMPLETION_LINE_PREFIX = "run_completed"
+COMPLETION_METRICS = {"exported_val_loss": "val_loss", "base_val_loss": "base_val_loss"}
 METRIC_PREFIX = "train:"
 _NUMBER = r"([0-9.eE+-]+)"
 
 
 def metric_name(field: str) -> str:
-    """The CloudWatch metric name of one field of the trainer's metric or evaluation line (`loss` ->
-    `train:loss`, `val_loss` -> `train:val_loss`)."""
-    if field not in METRIC_FIELDS + EVAL_METRIC_FIELDS:
-        raise ValueError(f"metric field {field!r} is unknown: expected one of "
-                         f"{', '.join(METRIC_FIELDS + EVAL_METRIC_FIELDS)}")
+    """The CloudWatch metric name of one field of the trainer's metric, evaluation or completion line (`loss` ->
+    `train:loss`, `val_loss` -> `train:val_loss`, `exported_val_loss` -> `train:exported_val_loss`)."""
+    known = METRIC_FIELDS + EVAL_METRIC_FIELDS + tuple(COMPLETION_METRICS)
+    if field not in known:
+        raise ValueError(f"metric field {field!r} is unknown: expected one of {', '.join(known)}")
     return METRIC_PREFIX + field
 
 
@@ -86,6 +92,9 @@ TRAIN_METRIC_DEFINITIONS: list[dict[str, str]] = [
 EVAL_METRIC_DEFINITIONS: list[dict[str, str]] = [
     {"Name": metric_name(name), "Regex": rf"{EVAL_LINE_PREFIX} step=\d+ .*\b{name}={_NUMBER}"}
     for name in ("val_loss", "val_ppl")
+] + [
+    {"Name": metric_name(name), "Regex": rf"{COMPLETION_LINE_PREFIX} .*\b{key}={_NUMBER}"}
+    for name, key in COMPLETION_METRICS.items()
 ]
 METRIC_DEFINITIONS = TRAIN_METRIC_DEFINITIONS + EVAL_METRIC_DEFINITIONS
 

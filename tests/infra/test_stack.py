@@ -178,13 +178,16 @@ def test_metric_definitions_are_the_seams_and_match_the_trainers_line(definition
     assert spot["AlgorithmSpecification"]["MetricDefinitions"] == METRIC_DEFINITIONS
     line = trainer_metrics.format_line(7, loss=2.5, lr=1e-4, grad_norm=0.5, tokens_per_s=100, mfu=0.3, mem_gb=1.0)
     eval_line = trainer_metrics.format_eval_line(7, val_loss=2.75, val_ppl=15.6, val_tokens=640, eval_s=0.5)
-    parsed = {**trainer_metrics.parse_line(line), **trainer_metrics.parse_eval_line(eval_line)}
+    done = "run_completed step=7 final_loss=2.5000 val_loss=2.61 base_val_loss=3.4"  # as train.py prints it
+    parsed = {**trainer_metrics.parse_line(line), **trainer_metrics.parse_eval_line(eval_line),
+              "exported_val_loss": 2.61, "base_val_loss": 3.4}
     for d in METRIC_DEFINITIONS:
         name = d["Name"].removeprefix("train:")
-        ours, other = (eval_line, line) if name.startswith("val_") else (line, eval_line)
+        ours = eval_line if name.startswith("val_") else done if name in parsed and "_val_" in name else line
         value = float(re.search(d["Regex"], ours).group(1))
         assert value == pytest.approx(parsed[name], rel=1e-3)
-        assert re.search(d["Regex"], other) is None  # `loss` is not read out of `val_loss`, nor the reverse
+        for other in {line, eval_line, done} - {ours}:  # `loss` is not read out of `val_loss`, nor the reverse
+            assert re.search(d["Regex"], other) is None, (name, other)
 
 
 @pytest.mark.parametrize("state, spot", [("CreateSpotTrainingJob", True), ("CreateOnDemandTrainingJob", False)])

@@ -91,3 +91,50 @@ def test_sigterm_during_an_evaluation_stops_at_once_and_the_resumed_run_evaluate
     resumed = job.text().split("start_step=8", 1)[1].splitlines()
     assert next(ln for ln in resumed if ln.startswith(("eval step=", "step="))).startswith("eval step=8 ")
     assert loss_history(job.output) == loss_history(baseline.output)  # evaluation never touches training
+
+
+def test_the_completion_line_carries_the_exported_and_base_validation_loss_for_the_registry_gate(baseline):
+    import re
+
+    from spotrun.seams import COMPLETION_METRICS, metric_name
+    from spotrun.seams import METRIC_DEFINITIONS as DEFINITIONS
+
+    vals = val_history(baseline.output)
+    done = next(ln for ln in baseline.text().splitlines() if ln.startswith("run_completed "))
+    expected = {"exported_val_loss": vals[24], "base_val_loss": vals[0]}  # export.weights=last by default
+    for field in COMPLETION_METRICS:
+        regex = next(d["Regex"] for d in DEFINITIONS if d["Name"] == metric_name(field))
+        assert float(re.search(regex, done).group(1)) == pytest.approx(expected[field], rel=1e-5)
+    meta = json.loads((baseline.output / "spotrun-export.json").read_text())["evaluation"]
+    assert meta["weights"] == "last" and meta["exported_step"] == 24 and meta["val_loss"] == vals[24]
+
+
+@pytest.fixture(scope="module")
+def unrelated_validation(assets, tmp_path_factory):
+    """Validation text unlike the training sentences: its loss falls first, then rises as the model fits them."""
+    from spotrun_trainer.data import prepare
+
+    root = tmp_path_factory.mktemp("unrelated")
+    text = root / "other.jsonl"
+    text.write_text("".join(json.dumps({"text": f"{i} {i * 7 % 13} {i * 3 % 11} zebra quantum {i % 5}"}) + "\n"
+                            for i in range(200)))
+    prepare([text], str(assets["tokenizer"]), root / "val")
+    return root / "val"
+
+
+def test_keep_best_keeps_the_lowest_validation_loss_checkpoint_and_export_best_exports_its_weights(
+        job_factory, unrelated_validation):
+    from spotrun_trainer.checkpoint import committed_checkpoints
+
+    job = job_factory("best", channels={"validation": unrelated_validation},
+                      **{"eval.every_steps": 2, "eval.keep_best": True, "export.weights": "best", "optim.lr": 1e-2})
+    assert job.run() == 0, job.text()[-3000:]
+    vals = val_history(job.output)
+    best = min((s for s in vals if s > 0), key=vals.get)
+    assert 0 < best < 20  # the val loss rose afterwards: the best is older than the newest two checkpoints
+    assert sorted(step for step, _ in committed_checkpoints(job.ckpt)) == [best, 20, 24]
+    meta = json.loads((job.output / "spotrun-export.json").read_text())["evaluation"]
+    assert (meta["weights"], meta["exported_step"], meta["val_loss"]) == ("best", best, vals[best])
+    assert (meta["final_val_loss"], meta["base_val_loss"]) == (vals[24], vals[0])
+    # The exported weights are step `best`'s: their loss on the validation set, computed here, is that step's.
+    assert _offline_val_loss(job.output, unrelated_validation, seq_len=64) == pytest.approx(vals[best], rel=1e-5)

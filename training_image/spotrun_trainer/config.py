@@ -345,6 +345,9 @@ class TrainConfig:
         _require(self.num_threads >= 0, "num_threads", self.num_threads, "an integer >= 0")
         _require(self.method in METHODS, "method", self.method, " or ".join(METHODS))
         _require(bool(self.output_dir), "output_dir", self.output_dir, "a directory path")
+        _require(self.export.weights == "last" or (self.eval.keep_best and bool(self.data.validation_path)),
+                 "export.weights", self.export.weights, "last, or best with eval.keep_best=true and validation data "
+                 "(data.validation_path)")
 
     # ---- serialisation -------------------------------------------------------------------------------------
 

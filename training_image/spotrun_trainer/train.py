@@ -35,6 +35,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from spotrun.seams import COMPLETION_METRICS
+
 from . import metrics
 from .agreement import Agreement, LossHistory, StepAgreement
 from .checkpoint import CheckpointManager, verify_ahead
@@ -140,7 +142,8 @@ class TrainState:
         if result.step == 0:
             self.val["base"] = result.loss
         self.val["last"] = result.loss
-        if result.loss < self.val.get("best", math.inf):
+        # The best of the trained weights (the base model has no checkpoint to keep or export).
+        if result.step > 0 and result.loss < self.val.get("best", math.inf):
             self.val["best"], self.val["best_step"] = result.loss, result.step
 
 
@@ -193,6 +196,10 @@ class Trainer:
                                       model_options=self.built.checkpoint_options,
                                       states={"trainer": self.state, "loader": self.loader,
                                               "scheduler": self.scheduler})
+        if cfg.eval.keep_best:
+            if not self.ckpt.enabled:
+                raise ValueError("eval.keep_best needs checkpoints (checkpoint.dir): the best weights are kept there")
+            self.ckpt.keep_also = lambda: {self.state.val["best_step"]} if "best_step" in self.state.val else set()
         self.peak_flops = _device_peak(self.device)
         self.predicted = predict(
             self.built.hf_config, shard_ranks=cfg.sharding.mesh_shape(self.world)[1], micro_batch=cfg.micro_batch,
@@ -233,11 +240,13 @@ class Trainer:
             self._after_step(agreed, log_now, grad_norm, lr)
             if agreed.stop:
                 return self._stopped("signal", save=True)
+            new_best = False
             if self.evaluator and self.evaluator.due(step, total_steps=self.total_steps, log_step=log_now):
                 if not self._evaluate():
                     return self._stopped("signal-during-eval", save=True)  # the resumed run evaluates it again
+                new_best = self.cfg.eval.keep_best and self.state.val.get("best_step") == step
             self.ckpt.finalize_if_done(agreed.pending_done)
-            if agreed.save_due and step < self.total_steps:
+            if (agreed.save_due or new_best) and step < self.total_steps:  # the best weights get a checkpoint
                 self.ckpt.save(step, blocking=not self.cfg.checkpoint.async_save)
         self._flush_losses()
         segments = self.state.all_segments()
@@ -250,10 +259,13 @@ class Trainer:
             if self.rank == 0:
                 print(f"run_stopped step={self.state.step} reason=signal-before-export", flush=True)
             return Outcome("stopped", self.state.step)
-        export(self.cfg, self.model, self.built, self.loader)
+        evaluation = self._choose_export_weights()
+        export(self.cfg, self.model, self.built, self.loader, evaluation=evaluation)
         if self.rank == 0:
             self._write_summary(segments, restored)
-            print(f"run_completed step={self.state.step} final_loss={self.state.last_loss:.4f}", flush=True)
+            vals = "".join(f" {key}={evaluation[key]:.6g}" for key in COMPLETION_METRICS.values()
+                           if evaluation and evaluation.get(key) is not None)
+            print(f"run_completed step={self.state.step} final_loss={self.state.last_loss:.4f}{vals}", flush=True)
         return Outcome("completed", self.state.step)
 
     def accumulate(self) -> torch.Tensor:
@@ -297,6 +309,21 @@ class Trainer:
         return loss_sum, grad_norm, lr
 
     # ---- evaluation ----------------------------------------------------------------------------------------
+
+    def _choose_export_weights(self) -> dict | None:
+        """export.weights=best: load the kept best checkpoint's weights for the export (the final ones are in
+        the final checkpoint already). Returns the export metadata's `evaluation` (None without validation)."""
+        val = self.state.val
+        if self.evaluator is None or "last" not in val:
+            return None
+        chosen, step, loss = "last", self.state.step, val["last"]
+        if self.cfg.export.weights == "best" and "best_step" in val:
+            chosen, step, loss = "best", val["best_step"], val["best"]
+            if step != self.state.step:
+                self.ckpt.load_model(step)
+        return {"weights": chosen, "exported_step": step, "val_loss": loss, "base_val_loss": val.get("base"),
+                "final_val_loss": val["last"], "best_val_loss": val.get("best"), "best_step": val.get("best_step"),
+                "final_step": self.state.step}
 
     def _missed_eval(self) -> bool:
         """At a start: is the value of this step owed (the base model's at step 0, or a scheduled evaluation
