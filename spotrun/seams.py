@@ -188,6 +188,7 @@ class GuardAction(str, Enum):
     COMPLETED = "completed"  # register the model; `report` is the cost report
     OVER_BUDGET = "over_budget"  # the job stopped at the cap
     FAILED = "failed"  # the job failed or stopped for another reason; `message` says why
+    GATE_FAILED = "gate_failed"  # the job completed but its validation loss fails registry.gate: not registered
 
 
 @dataclasses.dataclass(frozen=True)
@@ -226,6 +227,7 @@ class Plan:
     approval_status: str
     data_source: str
     estimate: dict
+    gate: dict = dataclasses.field(default_factory=dict)  # registry.gate's bounds (spotrun/gate.py); {}: none
 
 
 @dataclasses.dataclass(frozen=True)
@@ -255,7 +257,8 @@ GUARD_FIELDS = frozenset(f.name for f in dataclasses.fields(Guard))
 REPORT_FIELDS = frozenset({"run", "job_name", "status", "method", "instance_type", "instance_count", "spot",
                            "region", "billable_seconds", "training_seconds", "interruptions", "spot_savings_pct",
                            "cost_usd", "price_basis", "cap_usd", "estimated_cost_usd", "final_loss",
-                           "model_data_url", "data_source", "worst_case_lost_usd", "metadata"})
+                           "model_data_url", "data_source", "worst_case_lost_usd", "metadata", "base_val_loss",
+                           "final_val_loss", "gate"})
 
 
 def plan_path(field: str) -> str:

@@ -121,7 +121,11 @@ def read_sources(run: RunSpec, s3_client: Any = None, *, offline: bool = False) 
             if reason:
                 raise _Unreadable(reason)
             index = _read_json(run.data.validation, "index.json", "data.validation", s3_client)
-            out.validation_tokens = int(index["total_tokens"])
+            tokens = index.get("total_tokens")
+            if isinstance(tokens, bool) or not isinstance(tokens, int) or not 0 < tokens <= 10**15:
+                raise RunValidationError("data.validation", run.data.validation,
+                                         "an index.json with a positive total_tokens")
+            out.validation_tokens = tokens
             out.notes.append(f"read data.validation's index.json ({run.data.validation}): "
                              f"{out.validation_tokens:,} tokens")
         except _Unreadable as exc:
@@ -129,9 +133,6 @@ def read_sources(run: RunSpec, s3_client: Any = None, *, offline: bool = False) 
                 raise RunValidationError("data.validation", run.data.validation,
                                          f"prepared shards with a readable index.json ({exc})") from None
             out.notes.append(f"not checked: data.validation ({exc}); its evaluation time is not estimated")
-        except (KeyError, TypeError, ValueError):
-            raise RunValidationError("data.validation", run.data.validation,
-                                     "an index.json with a total_tokens count") from None
     return out
 
 

@@ -28,6 +28,7 @@ import os
 import time
 from typing import Any
 
+from ..gate import check_gate
 from ..seams import (
     CHECKPOINT_AGE_METRIC,
     CHECKPOINT_MANIFEST,
@@ -111,7 +112,11 @@ def decide(plan: dict, guard: dict, describe: dict, *, now: float, newest_checkp
         return act(GuardAction.FAILED, message=f"{guard['job_name']} was created before this execution started: "
                                                "it belongs to an earlier execution of the same name, not to this one")
     if status == "Completed":
-        return act(GuardAction.COMPLETED, report=_report(plan, guard, describe, spent, out))
+        report = _report(plan, guard, describe, spent, out)
+        if not report["gate"]["passed"]:  # kept in S3 and reported, not registered
+            return act(GuardAction.GATE_FAILED, report=report,
+                       message=f"{report['gate']['cause']}; artifact kept at {report['model_data_url']}")
+        return act(GuardAction.COMPLETED, report=report)
     if status == "Stopped" and guard.get("stop_requested"):
         return act(GuardAction.OVER_BUDGET, message=f"stopped at the cost cap: ${spent:.2f} spent of budget "
                                                     f"${plan['max_usd']:.2f} ({_basis(plan, exact)})")
@@ -155,6 +160,11 @@ def _report(plan: dict, guard: dict, describe: dict, spent: float, out: dict) ->
         "worst_case_lost_usd": round(worst_lost, 2),
     }
     report["artifact"] = artifact_kind(plan["method"])
+    # The exported weights' and the base model's validation losses (the trainer's run_completed line).
+    report["base_val_loss"] = _final_metric(describe, metric_name("base_val_loss"))
+    report["final_val_loss"] = _final_metric(describe, metric_name("exported_val_loss"))
+    gate = check_gate(plan.get("gate"), base=report["base_val_loss"], final=report["final_val_loss"])
+    report["gate"] = {"passed": gate.passed, "cause": gate.cause}
     report["metadata"] = registry_metadata(report)
     return report
 
@@ -164,6 +174,9 @@ REGISTRY_METADATA_KEYS = ("run", "method", "artifact", "data_source", "final_los
                           "worst_case_lost_usd")
 
 
+OPTIONAL_METADATA_KEYS = ("base_val_loss", "final_val_loss")  # runs with validation data
+
+
 def artifact_kind(method: str) -> str:
     return "lora-adapter" if method == "lora" else "full-model"
 
@@ -171,7 +184,9 @@ def artifact_kind(method: str) -> str:
 def registry_metadata(report: dict) -> dict[str, str]:
     """The model package's CustomerMetadataProperties (strings only), from a cost report: the same keys on AWS
     and in the local registry of `spotrun local`."""
-    return {k: str(report[k]) for k in REGISTRY_METADATA_KEYS}
+    out = {k: str(report[k]) for k in REGISTRY_METADATA_KEYS}
+    out.update({k: str(report[k]) for k in OPTIONAL_METADATA_KEYS if report.get(k) is not None})
+    return out
 
 
 def newest_checkpoint(s3_client: Any, bucket: str, prefix: str) -> float | None:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..contract import RunSpec, RunValidationError, parse_run
+from ..gate import gate_of
 from ..planner import EstimateRefused, estimate, load_catalog, regional_catalog
 from ..seams import METHOD_TAG, SHAPE_TAG, VALIDATION_CHANNEL, Plan, PlanStatus, StopNotice
 from ..sources import resolve
@@ -241,7 +242,7 @@ def _ok_plan(run: RunSpec, est: Any, hyper: dict, execution: str, started: str, 
         usd_per_hour=catalog["instances"][est.instance_type]["on_demand_usd_per_hour"] * est.instance_count,
         price_source=f"on-demand list price in {settings.region} (spotrun catalog as of {as_of})",
         approval_status=run.approval_status, data_source=run.data.source or "",
-        estimate={k: est.to_json()[k] for k in CONTRACT_KEYS},
+        estimate={k: est.to_json()[k] for k in CONTRACT_KEYS}, gate=gate_of(run),
     )
     return dataclasses.asdict(result)
 

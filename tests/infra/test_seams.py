@@ -92,9 +92,13 @@ def states_for_every_branch(synth) -> list[tuple[str, dict]]:
             out.append((f"{label}: fallback create", {"run": run, "plan": p, "guard": fallback}))
         done = decide(p, guard, {"TrainingJobStatus": "Completed", "BillableTimeInSeconds": 100,
                                  "TrainingTimeInSeconds": 300, "CreationTime": T0,
-                                 "FinalMetricDataList": [{"MetricName": "train:loss", "Value": 1.5}],
+                                 "FinalMetricDataList": [{"MetricName": "train:loss", "Value": 1.5},
+                                                         {"MetricName": "train:base_val_loss", "Value": 3.25},
+                                                         {"MetricName": "train:exported_val_loss",
+                                                          "Value": 1.0625e-05}],
                                  "ModelArtifacts": {"S3ModelArtifacts": f"s3://{BUCKET}/output/j/output/model.tar.gz"}},
                       now=T0 + 500)
+        assert done["action"] == "completed", done  # the gate passed: the package metadata carries both losses
         out.append((f"{label}: register", {"run": run, "plan": p, "guard": done, "registered": {}}))
         failed = decide(p, guard, {"TrainingJobStatus": "Failed", "FailureReason": "boom", "CreationTime": T0},
                         now=T0)
@@ -249,8 +253,11 @@ def test_the_plans_hyperparameters_parse_into_the_trainers_config(synth):
     p = states_for_every_branch(synth)[0][1]["plan"]
     config = TrainConfig.from_hyperparameters(  # with the overrides the launcher adds on SageMaker
         p["hyperparameters"], **{"data.path": "/opt/ml/input/data/train", "output_dir": "/opt/ml/model",
-                                 "checkpoint.dir": "/opt/ml/checkpoints"})
+                                 "checkpoint.dir": "/opt/ml/checkpoints",
+                                 "data.validation_path": "/opt/ml/input/data/validation"})
     assert config.data.seq_len == RUN["data"]["seq_len"]
+    assert (config.eval.every_steps, config.eval.max_batches, config.eval.keep_best) == (50, 20, True)
+    assert config.export.weights == "best"
     assert config.checkpoint.interval_minutes == pytest.approx(p["checkpoint_interval_seconds"] / 60, abs=0.01)
 
 
