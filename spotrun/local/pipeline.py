@@ -26,12 +26,13 @@ from pathlib import Path
 from typing import Callable
 
 from ..contract import RunSpec, RunValidationError, parse_run
+from ..gate import check_gate
 from ..planner import Estimate, estimate, load_catalog
 from ..report import build_local_report, write_report
-from ..seams import VALIDATION_CHANNEL, Hyperparameter
+from ..seams import EXPORT_METADATA, VALIDATION_CHANNEL, Hyperparameter
 from ..sources import read_sources
 from . import trainer_on_path
-from .harness import free_port, kill_tree, loss_records, start_launcher, write_sagemaker_root
+from .harness import free_port, kill_tree, loss_records, start_launcher, val_history, write_sagemaker_root
 from .progress import Progress
 from .registry import DEFAULT_GROUP, register
 
@@ -219,14 +220,24 @@ def run_local(run_path: Path, options: LocalOptions, *, emit: Callable[[str], No
     discount = run.compute.spot_discount if run.compute.spot_discount is not None else \
         catalog["families"][family]["spot_discount"]
     usd_per_hour = catalog["instances"][est.instance_type]["on_demand_usd_per_hour"] * est.instance_count
+    evaluation = json.loads((job.output / EXPORT_METADATA).read_text()).get("evaluation")
     report = build_local_report(run=run, estimate=est, job_name=job_name, metrics=metrics, losses=records,
-                                history=history, usd_per_hour=usd_per_hour, spot_discount=discount)
-    entry = register(out / "registry", run.model_package_group or DEFAULT_GROUP, model_dir=job.output,
-                     description=f"spotrun run {run.name} ({job_name})", approval_status=run.approval_status,
-                     report=report)
-    report["model_data_url"] = str(entry / "model")
-    report["model_package"] = str(entry)
-    paths = write_report(report, records, root)
+                                history=history, usd_per_hour=usd_per_hour, spot_discount=discount,
+                                evaluation=evaluation)
+    report["model_data_url"] = str(job.output)
+    if run.gate is not None:  # the same rule as the state machine's (spotrun/gate.py)
+        gate = check_gate(run.gate, base=report["base_val_loss"], final=report["final_val_loss"])
+        report["gate"] = {"passed": gate.passed, "cause": gate.cause}
+        emit(f"[local] {gate.cause}")
+    if report.get("gate", {}).get("passed", True):
+        entry = register(out / "registry", run.model_package_group or DEFAULT_GROUP, model_dir=job.output,
+                         description=f"spotrun run {run.name} ({job_name})", approval_status=run.approval_status,
+                         report=report)
+        report["model_data_url"] = str(entry / "model")
+        report["model_package"] = str(entry)
+    else:
+        report["status"] = "GateFailed"  # not registered; the model stays in the job's directory
+    paths = write_report(report, records, root, val=val_history(job.output))
     report["files"] = {k: str(v) for k, v in paths.items()}
     (root / "report.json").write_text(json.dumps(report, indent=2))
     return report
