@@ -8,8 +8,10 @@
 3. The same run, uninterrupted.
 4. Whether the two registered models' weights (and the per-step training and validation losses) are bitwise
    identical, the validation loss against the base model's and the registry gate's verdict, and where the plot,
-   the report and the registered models are. The run holds out 10% of the documents (data.validation_fraction)
-   and registers only a model whose validation loss beats the base model's by registry.gate.min_improvement.
+   the report and the registered models are. The run holds out 10% of the documents (data.validation_fraction),
+   evaluates every 16 steps, keeps and exports the checkpoint with the lowest validation loss (eval.keep_best,
+   export.from=best) and registers it only if its validation loss beats the base model's by
+   registry.gate.min_improvement (5%).
 """
 
 from __future__ import annotations
