@@ -138,3 +138,23 @@ def test_keep_best_keeps_the_lowest_validation_loss_checkpoint_and_export_best_e
     assert (meta["final_val_loss"], meta["base_val_loss"]) == (vals[24], vals[0])
     # The exported weights are step `best`'s: their loss on the validation set, computed here, is that step's.
     assert _offline_val_loss(job.output, unrelated_validation, seq_len=64) == pytest.approx(vals[best], rel=1e-5)
+
+
+def test_the_schedule_evaluates_on_steps_at_the_end_and_at_the_first_log_step_after_its_minutes(tmp_path):
+    import torch.distributed as dist
+
+    from spotrun_trainer.config import EvalConfig
+    from spotrun_trainer.evaluate import Evaluator
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
+    try:
+        by_steps = Evaluator(EvalConfig(every_steps=5), None, model=None, loss_fn=None, device=torch.device("cpu"))
+        assert [s for s in range(1, 13) if by_steps.due(s, total_steps=12, log_step=s % 2 == 0)] == [5, 10, 12]
+        by_time = Evaluator(EvalConfig(every_minutes=0.002), None, model=None, loss_fn=None,
+                            device=torch.device("cpu"))
+        assert not by_time.due(1, total_steps=12, log_step=True)  # 0.12 s have not passed yet
+        time.sleep(0.15)
+        assert not by_time.due(2, total_steps=12, log_step=False)  # only at log steps (the ranks agree there)
+        assert by_time.due(3, total_steps=12, log_step=True)
+    finally:
+        dist.destroy_process_group()
