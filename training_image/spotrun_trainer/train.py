@@ -8,6 +8,11 @@ step's agreement, logging and the save decision, then saves a final checkpoint a
 CheckpointManager is handed the stateful objects once (model, optimizer, data loader, LR scheduler and the loop's
 `TrainState`) and restores them all in place on resume.
 
+Each step's loss is token-weighted over the whole step (loss.StepTokens). With validation data the Evaluator
+(evaluate.py) runs before the first step (the base model's value), on its schedule and at the end, between the
+step's agreement and its save, so every value up to a checkpoint is recorded before that checkpoint; an
+evaluation a stop cut short is run first by the resumed job (`TrainState.last_eval_step`).
+
 The hot path (agreement.py): one collective per step beyond FSDP's own and clipping's (stop flag, save due,
 background save finished), started before the step and read after it, on CPU; the loss stays on the device and
 is reduced and read at log steps and saves only. No other host sync per step.
