@@ -104,8 +104,8 @@ def test_a_failure_is_notified_once_by_the_state_machine_not_by_a_rule(synth, de
     for rule in synth.resources("AWS::Events::Rule").values():
         assert all(t["Arn"] != {"Ref": "FailuresTopic8CFD5254"} for t in rule["Properties"]["Targets"])
     notify = [n for n, s in definition["States"].items() if s.get("Resource", "").endswith(":sns:publish")]
-    assert sorted(notify) == ["NotifyCostCap", "NotifyInvalidRun", "NotifyOverBudget", "NotifyPipelineError",
-                              "NotifyTrainingFailed"]
+    assert sorted(notify) == ["NotifyCostCap", "NotifyGateFailed", "NotifyInvalidRun", "NotifyOverBudget",
+                              "NotifyPipelineError", "NotifyTrainingFailed"]
     for name in notify:  # each ends the execution: one email per failure
         assert definition["States"][definition["States"][name]["Next"]]["Type"] == "Fail"
 
@@ -152,7 +152,7 @@ def test_dashboard_shows_runs_interruptions_loss_throughput_and_cost(synth):
     body = json.dumps(dash["Properties"]["DashboardBody"])
     for title in ("Runs", "Spot interruptions", "Training loss", "Throughput", "Run cost"):
         assert title in body
-    assert "train:loss" in body and "RunCostUSD" in body
+    assert "train:loss" in body and "train:val_loss" in body and "RunCostUSD" in body
 
 
 def test_trainer_image_asset_is_built_from_training_image_with_the_sagemaker_base(synth):
