@@ -26,7 +26,7 @@ from ..contract import RunSpec, RunValidationError, parse_run
 from ..gate import gate_of
 from ..planner import EstimateRefused, estimate, load_catalog, regional_catalog
 from ..seams import METHOD_TAG, SHAPE_TAG, VALIDATION_CHANNEL, Plan, PlanStatus, StopNotice
-from ..sources import resolve
+from ..sources import read_sources
 from ..validate import Target, check_target, pipeline_hyperparameters, validation_uri
 from .performance import shape_key
 
@@ -172,11 +172,12 @@ def plan(run_raw: Any, execution: str, settings: PipelineSettings, *, s3_client:
         run: RunSpec = parse_run(run_raw)
         catalog = deployment_catalog(catalog, settings, run)
         data_uri, model_uri = check_target(run, Target(settings.bucket, settings.model_package_group))
-        model_config, tokens = resolve(run, s3_client=s3_client)
+        sources = read_sources(run, s3_client=s3_client)
+        model_config, tokens = sources.model_config, sources.tokens
         shape = shape_key(run.model.config or model_config) if (run.model.config or model_config) else None
         measured = mfu_lookup(shape, run.training.method) if (mfu_lookup and shape) else None
         est = estimate(run, catalog=catalog, model_config=model_config, data_tokens=tokens,
-                       recorded_rates=rates, recorded_mfu=measured)
+                       recorded_rates=rates, recorded_mfu=measured, validation_tokens=sources.validation_tokens)
         hyper = pipeline_hyperparameters(run, est)
     except RunValidationError as exc:
         return {"status": "InvalidRun", "message": str(exc), "field": exc.field}
