@@ -16,7 +16,8 @@ Rules, with the choices made here:
 - Time (spotrun/topology.py): per micro-batch, compute (6 N per token, +2 N with activation checkpointing; LoRA
   4 N + 6 N_adapter) at the data-sheet peak x utilization, and the FSDP
   collectives over the catalog's NVLink/PCIe and EFA bandwidths, hidden behind compute up to a stated fraction.
-  wall = training time + startup (180 s: container pull + data download). Utilization: compute.utilization when
+  wall = training time + startup (`startup_seconds`: the catalog's 180 s for provisioning and data download, plus
+  pulling the trainer image, which every spot restart does again). Utilization: compute.utilization when
   given, else the median MFU measured by earlier completed runs of the same model shape and method on that
   instance type (recorded by handlers/performance.py), else the catalog's 0.25; the estimate says which.
 - Choice: the cheapest layout that fits (spot or on-demand, as the run asks), among those meeting
@@ -197,11 +198,20 @@ def notice_upload_seconds(step_seconds: float) -> float:
     return max(0.0, StopNotice.UPLOAD_S - max(0.0, step_seconds - StopNotice.FINISH_S))
 
 
+def startup_seconds(defaults: dict) -> float:
+    """Seconds from a start (the first, and each spot restart: a new instance pulls the image again) to training:
+    the catalog's startup_seconds (provisioning, data download) plus trainer_image_gb at image_pull_gb_per_s (the
+    catalog cites both). A catalog without an image size adds no pull."""
+    image_gb = defaults.get("trainer_image_gb", 0.0)
+    return defaults["startup_seconds"] + (image_gb / defaults["image_pull_gb_per_s"] if image_gb else 0.0)
+
+
 def _option(run: RunSpec, catalog: dict, itype: str, count: int, train_seconds: float, ckpt_bytes: int,
             instance_rate: float, step_seconds: float = 0.0) -> _Option:
     spec, d = catalog["instances"][itype], catalog["defaults"]
     family = itype.split(".")[1]
-    wall = train_seconds + d["startup_seconds"]
+    startup = startup_seconds(d)
+    wall = train_seconds + startup
     rate = instance_rate * count
     upload = spec["s3_upload_gb_per_s"] * count
     save_cost = ckpt_bytes / (upload * 1e9)
@@ -213,7 +223,7 @@ def _option(run: RunSpec, catalog: dict, itype: str, count: int, train_seconds: 
         interval = _interval(save_cost, rate)
     interruptions = rate * wall / 3600 if run.compute.spot else 0.0
     lost = 0.0 if policy == "save_on_notice" else interval / 2
-    overhead = interruptions * (lost + d["startup_seconds"] + save_cost)
+    overhead = interruptions * (lost + startup + save_cost)
     discount = run.compute.spot_discount if run.compute.spot_discount is not None else \
         catalog["families"][family]["spot_discount"]
     price = spec["on_demand_usd_per_hour"] * count

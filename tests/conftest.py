@@ -1,11 +1,17 @@
-"""Fixtures shared across test packages. Nothing here may reach AWS: fake credentials, moto stands in."""
+"""Fixtures shared across test packages: the tiny assets, one synth of the whole app (the infrastructure tests read
+its template, the image tests build its staged trainer asset). Nothing here may reach AWS: fake credentials, moto
+stands in."""
 
+import json
 import os
+from dataclasses import dataclass
+from pathlib import Path
 
 os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
 os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
 os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
 os.environ["AWS_EC2_METADATA_DISABLED"] = "true"
+os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 
 import pytest  # noqa: E402
 
@@ -27,3 +33,28 @@ def assets(tmp_path_factory) -> dict:
     paths["model-qwen2"] = save_tiny_model("qwen2", root / "model-qwen2", vocab_size=vocab,
                                            tokenizer_dir=paths["tokenizer"])
     return paths
+
+
+@dataclass
+class Synth:
+    outdir: Path
+    template: dict
+    template_path: Path
+
+    def resources(self, cfn_type: str) -> dict[str, dict]:
+        return {k: v for k, v in self.template["Resources"].items() if v["Type"] == cfn_type}
+
+    def one(self, cfn_type: str) -> tuple[str, dict]:
+        found = self.resources(cfn_type)
+        assert len(found) == 1, (cfn_type, list(found))
+        return next(iter(found.items()))
+
+
+@pytest.fixture(scope="session")
+def synth(tmp_path_factory) -> Synth:
+    from app import build_app
+
+    outdir = tmp_path_factory.mktemp("cdk.out")
+    build_app(outdir=str(outdir)).synth()  # raises if cdk-nag reports any unacknowledged finding
+    path = next((outdir / "assembly-dev").glob("*.template.json"))
+    return Synth(outdir=outdir, template=json.loads(path.read_text()), template_path=path)

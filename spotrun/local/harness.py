@@ -29,14 +29,16 @@ def free_port() -> int:
 
 
 def write_sagemaker_root(root: Path, *, hyperparameters: dict, channels: dict[str, Path], checkpoint_dir: Path | None,
-                         hosts: tuple[str, ...] = ("algo-1",), current_host: str = "algo-1") -> Path:
+                         hosts: tuple[str, ...] = ("algo-1",), current_host: str = "algo-1",
+                         network_interface_name: str = "eth0") -> Path:
     """Lay out the files SageMaker gives a training container under `root` (instead of /opt/ml), so the
-    launcher runs locally exactly as in the job. Channels are symlinked; hyperparameter values become strings."""
+    launcher runs locally exactly as in the job. Channels are symlinked; hyperparameter values become strings.
+    `network_interface_name`: SageMaker's is eth0; hosts on loopback (several nodes on one machine) need `lo`."""
     root = Path(root)
     cfg = root / "input" / "config"
     cfg.mkdir(parents=True, exist_ok=True)
     (cfg / "resourceconfig.json").write_text(json.dumps(
-        {"current_host": current_host, "hosts": list(hosts), "network_interface_name": "eth0"}))
+        {"current_host": current_host, "hosts": list(hosts), "network_interface_name": network_interface_name}))
     (cfg / "hyperparameters.json").write_text(json.dumps(
         {k: v if isinstance(v, str) else json.dumps(v) for k, v in hyperparameters.items()}))
     if checkpoint_dir is not None:
@@ -91,8 +93,9 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-def start_launcher(sm_root: Path, log_path: Path) -> subprocess.Popen:
-    env = dict(os.environ)
+def start_launcher(sm_root: Path, log_path: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """The launcher as its own process; `env` adds to this environment (as the job's `Environment` would)."""
+    env = {**os.environ, **(env or {})}
     env["PYTHONPATH"] = os.pathsep.join([str(TRAINER_ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env.setdefault("OMP_NUM_THREADS", "1")
     log = open(log_path, "ab")

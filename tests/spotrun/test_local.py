@@ -155,11 +155,17 @@ def test_the_trainer_image_ships_only_what_runs_in_sagemaker():
         assert "spotrun.local" not in text and "def kill_tree" not in text, path.name
     assert "COPY training_image/spotrun_trainer ./spotrun_trainer" in (TRAINER_ROOT / "Dockerfile").read_text()
     # The image's build context is the repository root (it installs spotrun for the seams): the local pipeline
-    # is excluded from it, in the CDK asset and for a hand-made `docker build`.
+    # is excluded from it, in the CDK asset and for a hand-made `docker build`, so spotrun's package list must be
+    # found in what is there, never listed (a listed package that is absent stops `pip install`). The image
+    # tests (tests/image) build the staged asset and check spotrun.local is not in it.
+    import tomllib
+
     from training_constructs.trainer_image import CONTEXT
 
     assert "spotrun/local" in CONTEXT
     assert "spotrun/local" in (TRAINER_ROOT.parent / ".dockerignore").read_text().splitlines()
+    setuptools = tomllib.loads((TRAINER_ROOT.parent / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert setuptools["packages"] == {"find": {"include": ["spotrun", "spotrun.*"]}}  # found, not a list
 
 
 def test_progress_lines_show_step_total_loss_throughput_eta_and_interruptions(tmp_path):

@@ -166,3 +166,26 @@ def test_all_finite_is_exact_for_nan_inf_and_overflowing_sums(values, finite, dt
     if dtype == "bfloat16" and values and values[0][0] == 3e38:
         tensors = [torch.full((4,), 3e38, dtype=torch.bfloat16)]  # bf16 has fp32's range
     assert checkpoint.all_finite(tensors) is finite
+
+
+def test_nodes_that_see_the_same_files_agree_and_nodes_that_do_not_are_named(tmp_path):
+    from spotrun_trainer.checkpoint import NodeView, describe_mismatch
+
+    for name in ("step-00000004/__0_0.distcp", "step-00000004/__1_0.distcp", "step-00000004/.metadata"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_bytes(b"x")
+    (tmp_path / "other").mkdir()  # not a checkpoint: not compared
+    seen = NodeView.of(tmp_path, rank=0)
+    assert seen.files == {"step-00000004/__0_0.distcp", "step-00000004/__1_0.distcp", "step-00000004/.metadata"}
+    assert describe_mismatch([seen, NodeView("b", 2, seen.files)], tmp_path) == ""
+    only_own = NodeView("b", 2, frozenset({"step-00000004/__2_0.distcp"}))
+    message = describe_mismatch([seen, only_own], tmp_path)
+    assert message.startswith(f"checkpoint directory {tmp_path} differs between hosts: host {seen.host} (rank 0) "
+                              "lacks 1 file(s) another host has (e.g. step-00000004/__2_0.distcp); host b (rank 2) "
+                              "lacks 3 file(s) another host has (e.g. step-00000004/.metadata, "
+                              "step-00000004/__0_0.distcp)."), message
+    assert "deleting nothing" in message
+    many = [NodeView(f"h{i}", 2 * i, frozenset({f"step-00000004/__{2 * i}_0.distcp"})) for i in range(16)]
+    message = describe_mismatch(many, tmp_path)
+    assert "host h2 (rank 4) lacks 15 file(s)" in message and "; and 13 more hosts. Every host" in message
+    assert len(f"CheckpointError: {message}") < 1024  # whole in SageMaker's FailureReason

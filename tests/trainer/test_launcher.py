@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -10,7 +11,15 @@ import pytest
 
 from spotrun.local.harness import start_launcher, write_sagemaker_root
 from spotrun_trainer.config import ConfigError, ShardingConfig, TrainConfig
-from spotrun_trainer.launcher import SageMakerEnv, check_inputs, decide_exit, plan_launch
+from spotrun_trainer.launcher import (
+    PEER_STOPPED_EXIT,
+    SageMakerEnv,
+    check_inputs,
+    check_network,
+    decide_exit,
+    plan_launch,
+)
+from spotrun_trainer.outcome import Outcome
 
 HP = {"micro_batch": "4", "max_steps": "100", "optim.lr": "1e-4", "checkpoint.interval_minutes": "15"}
 
@@ -29,9 +38,10 @@ def sm_root(tmp_path: Path, hosts: list[str], current: str, hp: dict | None = No
     return tmp_path
 
 
-def plan(root: Path, *, gpus=8, efa=("/dev/infiniband/uverbs0",), ofi=True):
+def plan(root: Path, *, gpus=8, efa=("/dev/infiniband/uverbs0",), ofi=True, job_env=None):
     return plan_launch(SageMakerEnv.read(root), gpu_count=gpus, efa_devices=list(efa), ofi_nccl_found=ofi,
-                       config_path=Path("/tmp/w/cfg.json"), outcome_dir=Path("/tmp/w/outcome"), python="python")
+                       config_path=Path("/tmp/w/cfg.json"), outcome_dir=Path("/tmp/w/outcome"), python="python",
+                       job_env=job_env)
 
 
 def expected_cmd(nnodes: int, rank: int, addr: str, nproc: int) -> list[str]:
@@ -57,6 +67,7 @@ def test_two_hosts_second_node(tmp_path):
     p = plan(sm_root(tmp_path, ["algo-2", "algo-1"], "algo-2"))  # hosts are sorted: algo-1 is the master
     assert p.command == expected_cmd(2, 1, "algo-1", 8)
     assert p.env["NCCL_SOCKET_IFNAME"] == "eth1" and p.env["FI_PROVIDER"] == "efa"
+    assert p.env["GLOO_SOCKET_IFNAME"] == "eth1"  # gloo (CPU collectives, the step agreement) on the same interface
     assert p.env["NCCL_DEBUG"] == "INFO" and p.env["NCCL_DEBUG_SUBSYS"] == "INIT,NET"  # the transport NCCL picked
     assert p.config.sharding.nodes == 2 and p.warnings == []
 
@@ -66,9 +77,26 @@ def test_four_hosts_without_efa(tmp_path):
     p = plan(sm_root(tmp_path, ["algo-1", "algo-2", "algo-3", "algo-4"], "algo-3", hp), efa=())
     assert p.command == expected_cmd(4, 2, "algo-1", 8)
     assert p.env == {"SPOTRUN_OUTCOME_DIR": "/tmp/w/outcome", "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "110",
-                     "NCCL_SOCKET_IFNAME": "eth1", "NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET"}
+                     "NCCL_SOCKET_IFNAME": "eth1", "GLOO_SOCKET_IFNAME": "eth1", "NCCL_DEBUG": "INFO",
+                     "NCCL_DEBUG_SUBSYS": "INIT,NET"}
     assert p.config.sharding == ShardingConfig(mode="hybrid", group_nodes=1, nodes=4)
     assert p.config.sharding.mesh_shape(32) == (4, 8) and p.warnings == []
+
+
+def test_socket_interfaces_the_job_environment_sets_are_left_to_it(tmp_path):
+    p = plan(sm_root(tmp_path, ["algo-1", "algo-2"], "algo-2"), job_env={"GLOO_SOCKET_IFNAME": "ens5"})
+    assert p.env["NCCL_SOCKET_IFNAME"] == "eth1" and "GLOO_SOCKET_IFNAME" not in p.env  # the job's own value wins
+
+
+def test_a_missing_network_interface_is_a_configuration_error(tmp_path):
+    sm = SageMakerEnv.read(sm_root(tmp_path, ["algo-1", "algo-2"], "algo-2"))
+    p = plan(tmp_path)
+    check_network(p, sm, interfaces=["lo", "eth1"])
+    with pytest.raises(ConfigError, match=r"^network_interface_name='eth1' in resourceconfig.json is invalid: no "
+                                          r"such network interface on this host \(found \['eth0', 'lo'\]\)"):
+        check_network(p, sm, interfaces=["lo", "eth0"])
+    one_host = tmp_path / "one"
+    check_network(plan(sm_root(one_host, ["algo-1"], "algo-1")), SageMakerEnv.read(one_host), interfaces=["lo"])
 
 
 @pytest.mark.parametrize("hp, replicas_shard", [({"sharding.mode": "full"}, (1, 32)),
@@ -151,9 +179,16 @@ UNREPORTED = ("stopped by signal; 1 of 2 local workers exited before reporting (
               "shutdown timeout): the newest complete checkpoint stands")
 
 
+STOPPED = "stopped at step 7; the newest intact checkpoint is step-00000007 (a restart resumes from it)"
+PEER = ("training did not complete: another host of this job was sent a stop signal, and a stop on any host stops "
+        f"every host at the same step: {STOPPED}")
+
+
 @pytest.mark.parametrize("rc, signalled, outcomes, expected", [
     (0, False, [], (0, "", "")),
+    (0, False, [{"status": "completed"}] * 2, (0, "", "")),
     (1, True, [{"status": "stopped"}, {"status": "stopped"}], (0, "", "")),
+    (0, True, [{"status": "stopped", "message": STOPPED, "signalled": True}] * 2, (0, "", "")),
     (1, True, [{"status": "stopped"}], (0, "", UNREPORTED)),
     # a stop during the final export: the workers finish it and report completion; nothing is missing
     (1, True, [{"status": "completed"}, {"status": "completed"}], (0, "", "")),
@@ -164,8 +199,14 @@ UNREPORTED = ("stopped by signal; 1 of 2 local workers exited before reporting (
      (1, "CUDA out of memory: turn on", "")),
     (1, False, [{"status": "failed"}], (1, "a worker failed", "")),
     (-9, False, [], (1, "torchrun exited with code -9 without a worker error report", "")),
+    # stopped without a signal to this host: a peer's stop; torchrun exits 0, yet the job did not complete
+    (0, False, [{"status": "stopped", "message": STOPPED}] * 2, (PEER_STOPPED_EXIT, PEER, "")),
+    (0, False, [{"status": "stopped", "message": STOPPED, "signalled": True}],
+     (PEER_STOPPED_EXIT, PEER.replace("another host of this job was sent a stop signal", "a worker on this host was "
+                                      "sent a stop signal directly (not through this launcher)"), "")),
 ])
 def test_exit_code_mapping(rc, signalled, outcomes, expected):
+    outcomes = [Outcome.from_dict(o) for o in outcomes]
     assert decide_exit(rc, signalled=signalled, outcomes=outcomes, nproc=2) == expected
 
 
@@ -295,3 +336,17 @@ def test_launcher_refuses_an_unknown_model_type_without_starting_torchrun(assets
     failure = (root / "output" / "failure").read_text()
     assert failure.startswith("invalid configuration: model.config.model_type='lama' is invalid")
     assert failure.count("\n") == 1 and len(failure) < 300
+
+
+@pytest.mark.slow
+def test_a_worker_that_cannot_join_the_process_group_names_the_cause(job_factory):
+    """The failure file carries the worker's own error, not torchrun's exit code: here gloo told to bind an
+    interface this host lacks (the job's environment sets GLOO_SOCKET_IFNAME; the launcher leaves it)."""
+    job = job_factory("no-interface")
+    proc = start_launcher(job.root / "sm", job.log, env={"GLOO_SOCKET_IFNAME": "nosuch0"})
+    assert proc.wait(timeout=300) == 1, job.text()[-3000:]
+    failure = job.failure.read_text()
+    assert re.match(r"StartupError: rank [01] of 2 could not join the process group \(master 127\.0\.0\.1:\d+, "
+                    r"GLOO_SOCKET_IFNAME='nosuch0'\): RuntimeError: .*Unable to find address for: nosuch0$",
+                    failure.strip()), failure
+    assert "without a worker error report" not in failure and failure.count("\n") == 1

@@ -45,7 +45,8 @@ class Cluster:
         hyper = {**BASE_HP, "master_port": free_port(), **hp}
         self.nodes = [write_sagemaker_root(root / f"node{i}", hyperparameters=hyper, checkpoint_dir=self.ckpt,
                                            channels={"train": assets["data"], "model": assets["model"]},
-                                           hosts=hosts, current_host=host) for i, host in enumerate(hosts)]
+                                           hosts=hosts, current_host=host, network_interface_name="lo")
+                      for i, host in enumerate(hosts)]
 
     @property
     def output(self) -> Path:

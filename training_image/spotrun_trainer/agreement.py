@@ -6,9 +6,10 @@
   every step a host sync). A dedicated group because its collectives must not interleave with FSDP's on the
   training group, nor with the background checkpoint's on its own group.
 - `LossHistory`: each step's loss stays on the device; at log steps, before every save and at the end, the
-  pending steps are all-reduced in one collective and read once. Rank 0 appends them to `loss_history.jsonl`
-  (exact floats as hex), the record resume checks compare. Everything up to a checkpoint's step is in the file
-  before that checkpoint is written, so a run killed at any moment resumes with no gap in the history.
+  pending steps are gathered from every rank in one collective, summed in rank order and read once. Rank 0
+  appends them to `loss_history.jsonl` (exact floats as hex), the record resume checks compare. Everything up
+  to a checkpoint's step is in the file before that checkpoint is written, so a run killed at any moment resumes
+  with no gap in the history.
 """
 
 from __future__ import annotations
@@ -54,6 +55,22 @@ class StepAgreement:
         return self.wait().stop
 
 
+def rank_ordered_sum(values: torch.Tensor) -> torch.Tensor:
+    """The element-wise sum of `values` over all ranks, added in rank order on every rank (a collective).
+
+    NOTE: not `all_reduce(SUM)`: with 3 or more ranks gloo's all-reduce splits a tensor into chunks by its length
+    and adds each chunk's contributions in a ring order that depends on the chunk, so one step's summed loss
+    could differ in the last bit depending on how many steps were pending with it (measured with 4 ranks). A
+    resumed run flushes at other moments than an uninterrupted one, so its logged losses must not depend on that.
+    All-gather moves the bytes unchanged; the additions below are the same for any length."""
+    gathered = [torch.empty_like(values) for _ in range(dist.get_world_size())]
+    dist.all_gather(gathered, values.contiguous())
+    total = gathered[0].clone()
+    for part in gathered[1:]:
+        total += part
+    return total
+
+
 class LossHistory:
     """Per-step summed losses kept on the device until read; `flush()` is a collective (every rank calls it)."""
 
@@ -70,9 +87,7 @@ class LossHistory:
         """Reduce the pending steps' losses across ranks, write them (rank 0); (step, mean loss) of each."""
         if not self._steps:
             return []
-        sums = torch.stack(self._sums)
-        dist.all_reduce(sums, op=dist.ReduceOp.SUM)
-        means = [total / self.divisor for total in sums.tolist()]  # the one host sync, at log steps only
+        means = [total / self.divisor for total in rank_ordered_sum(torch.stack(self._sums)).tolist()]
         flushed = list(zip(self._steps, means, strict=True))
         if self.rank == 0:
             with self.path.open("a") as fh:

@@ -39,6 +39,7 @@ import logging
 import os
 import re
 import shutil
+import socket
 import stat
 import time
 from collections.abc import Callable, Mapping
@@ -251,6 +252,50 @@ def verify_ahead(cfg: CheckpointConfig, local_rank: int) -> Future | None:
     future = pool.submit(committed_checkpoints, Path(cfg.dir))
     pool.shutdown(wait=False)  # the thread ends with the hashing
     return future
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """What one node's local rank 0 sees in the checkpoint directory: its host name and every `step-*` entry."""
+
+    host: str
+    rank: int  # the global rank of the node's local rank 0
+    files: frozenset[str]  # "step-00000120/__0_0.distcp", ...; a step-* entry that is not a directory as itself
+
+    @classmethod
+    def of(cls, root: Path, rank: int) -> "NodeView":
+        files: set[str] = set()
+        if Path(root).is_dir():
+            for child in Path(root).iterdir():
+                if not child.name.startswith("step-"):
+                    continue
+                if child.is_dir():
+                    files.update(f"{child.name}/{f.name}" for f in child.iterdir())
+                else:
+                    files.add(child.name)
+        return cls(host=socket.gethostname(), rank=rank, files=frozenset(files))
+
+
+def describe_mismatch(views: list[NodeView], root: Path) -> str:
+    """"" when every node sees the same checkpoint files, else why the run must stop.
+
+    SageMaker copies the one checkpoint S3 prefix, holding every host's files, into every instance at start (and
+    a shared file system shows every node the same files): nodes that see different files are not looking at one
+    checkpoint directory. Then no node can verify a checkpoint whose shards other nodes wrote, a fresh start would
+    follow, and its first save would prune on each node the files of checkpoints complete only in the union."""
+    if len({v.files for v in views}) <= 1:
+        return ""
+    union = frozenset().union(*(v.files for v in views))
+    lacking = [(v, sorted(union - v.files)) for v in views if union - v.files]
+    parts = [f"host {v.host} (rank {v.rank}) lacks {len(missing)} file(s) another host has "
+             f"(e.g. {', '.join(missing[:2])})" for v, missing in lacking[:3]]
+    if len(lacking) > 3:  # the failure file holds 1,024 characters: the advice below must fit
+        parts.append(f"and {len(lacking) - 3} more hosts")
+    return (f"checkpoint directory {root} differs between hosts: {'; '.join(parts)}. Every host must see every "
+            "host's checkpoint files (SageMaker's one checkpoint S3 prefix gives them to each instance at start; a "
+            "shared file system does the same). Not resuming and deleting nothing: starting fresh here would prune "
+            "checkpoints that are complete in the union. Merge the hosts' checkpoint directories (or point every "
+            "host at the same storage) and start again")
 
 
 @dataclass
@@ -499,19 +544,25 @@ class CheckpointManager:
             return None
         verified: dict[int, dict] = {}
         report: list[int] | str | None = None
+        seen: NodeView | None = None
         if self.local_rank == 0:
             try:
                 # NOTE: a CheckpointError raised in verify_ahead's thread is re-raised here by result()
                 verified = dict(self._verified.result() if self._verified else committed_checkpoints(self.root))
                 report = sorted(verified)
+                seen = NodeView.of(self.root, self.rank)
             except CheckpointError as exc:
                 report = str(exc)  # shared below so that every rank stops, not just this node's first
         gathered: list = [None] * self.world_size
-        dist.all_gather_object(gathered, report)
-        errors = [r for r in gathered if isinstance(r, str)]
+        dist.all_gather_object(gathered, (report, seen))
+        errors = [r for r, _ in gathered if isinstance(r, str)]
         if errors:
             raise CheckpointError(errors[0])
-        node_lists = [set(steps) for steps in gathered if steps is not None]
+        # Every rank holds the same gathered views, so every rank raises together.
+        mismatch = describe_mismatch([v for _, v in gathered if v is not None], self.root)
+        if mismatch:
+            raise CheckpointError(mismatch)
+        node_lists = [set(steps) for steps, _ in gathered if steps is not None]
         common = set.intersection(*node_lists) if node_lists else set()
         if not common:
             if self.rank == 0:

@@ -13,8 +13,16 @@ What it reads (root defaults to /opt/ml; `--sm-root` or SPOTRUN_SM_ROOT point el
 What it writes: model/ (the exported model, by the trainer), output/failure on a real failure.
 
 Exit codes: 0 when training completed, or when a stop signal arrived and every local worker saved and stopped;
-2 for a configuration error, found here before torchrun starts (check_inputs); otherwise torchrun's code, with
-output/failure explaining it.
+2 for a configuration error, found here before torchrun starts (check_inputs, check_network); 1 when the image
+cannot import what the trainer needs (output/failure names the underlying error); 3 when training stopped
+although this host got no stop signal (another host's stop stops every host at the same step, with a committed
+checkpoint: the job did not complete, and exiting 0 would make SageMaker report it Completed); otherwise
+torchrun's code, with output/failure explaining it.
+
+Multi-host networking: NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME both name resourceconfig.json's
+network_interface_name (unless the job's environment sets them). Without GLOO_SOCKET_IFNAME gloo binds the
+address the hostname resolves to, and where /etc/hosts does not list the hostname that is 127.0.0.1: every rank
+then advertises loopback to its peers and `connectFullMesh` fails across hosts.
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,6 +46,7 @@ from spotrun.seams import VALIDATION_CHANNEL, StopNotice
 
 from .config import ConfigError, TrainConfig, short_repr
 from .data import INDEX_FILE, VALIDATION_DIR
+from .outcome import OUTCOME_DIR_ENV, Outcome, read_outcomes
 
 log = logging.getLogger("spotrun_trainer.launcher")
 
@@ -44,6 +54,8 @@ MASTER_PORT = 7777  # the SageMaker training toolkit's choice
 DEFAULT_SHUTDOWN_TIMEOUT_S = StopNotice.LAUNCHER_SHUTDOWN_S  # > the ~90 s save budget, < the 120 s notice
 LAUNCHER_KEYS = ("nproc_per_node", "shutdown_timeout", "master_port")
 RDMA_INSTANCE_PREFIXES = ("ml.p4d", "ml.p4de", "ml.p5")
+SOCKET_IFNAME_VARS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")  # both bound to network_interface_name
+PEER_STOPPED_EXIT = 3
 # DescribeTrainingJob's FailureReason holds at most 1,024 characters (botocore's service model, shape
 # FailureReason): the failure file is cut to fit, so the reason SageMaker shows is ours and readable.
 FAILURE_REASON_MAX = 1024
@@ -125,8 +137,11 @@ def _int_hp(hp: dict[str, str], key: str, default: int, minimum: int) -> int:
 
 
 def plan_launch(sm: SageMakerEnv, *, gpu_count: int, efa_devices: list[str], ofi_nccl_found: bool,
-                config_path: Path, outcome_dir: Path, python: str = sys.executable) -> LaunchPlan:
-    """The exact torchrun command and environment for this host (pure: no I/O, no env reads)."""
+                config_path: Path, outcome_dir: Path, python: str = sys.executable,
+                job_env: Mapping[str, str] | None = None) -> LaunchPlan:
+    """The exact torchrun command and environment for this host (pure: no I/O, no env reads). `job_env`: the
+    container's environment (the job's `Environment`); a socket interface it names is left as it is."""
+    job_env = job_env or {}
     hp = dict(sm.hyperparameters)
     nnodes = len(sm.hosts)
     node_rank = sm.hosts.index(sm.current_host)
@@ -159,10 +174,10 @@ def plan_launch(sm: SageMakerEnv, *, gpu_count: int, efa_devices: list[str], ofi
 
     # Single host: loopback needs no name resolution (algo-1 resolves only inside SageMaker).
     master_addr = sm.hosts[0] if nnodes > 1 else "127.0.0.1"
-    env = {"SPOTRUN_OUTCOME_DIR": str(outcome_dir), "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": str(shutdown_timeout)}
+    env = {OUTCOME_DIR_ENV: str(outcome_dir), "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": str(shutdown_timeout)}
     warnings: list[str] = []
     if nnodes > 1:
-        env["NCCL_SOCKET_IFNAME"] = sm.network_interface_name
+        env.update({var: sm.network_interface_name for var in SOCKET_IFNAME_VARS if var not in job_env})
         if gpu_count > 0:
             # The transport NCCL picked, once per communicator: "NET/OFI Selected Provider is efa" or "NET/Socket"
             # (a silent fallback to TCP is the usual cause of "2 nodes no faster than 1").
@@ -216,6 +231,16 @@ def check_inputs(config: TrainConfig, *, world_size: int) -> None:
                           f"{seq_len} tokens and one step needs micro_batch x processes = {needed}")
 
 
+def check_network(plan: LaunchPlan, sm: SageMakerEnv, *, interfaces: list[str] | None) -> None:
+    """The interface the launcher binds NCCL and gloo to exists on this host (`interfaces`: /sys/class/net;
+    None when unknown)."""
+    if interfaces is not None and any(var in plan.env for var in SOCKET_IFNAME_VARS) \
+            and sm.network_interface_name not in interfaces:
+        raise ConfigError(f"network_interface_name={sm.network_interface_name!r} in resourceconfig.json is invalid: "
+                          f"no such network interface on this host (found {sorted(interfaces)}); set "
+                          f"{' and '.join(SOCKET_IFNAME_VARS)} in the job's environment to choose one")
+
+
 def _check_model(config: TrainConfig) -> None:
     from transformers import AutoConfig
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
@@ -251,9 +276,24 @@ def _check_model(config: TrainConfig) -> None:
             AutoConfig.from_pretrained(model.path)
         else:
             AutoConfig.for_model(model_type, **raw)
+    except ImportError:
+        raise  # the image is broken, not the configuration: main() reports the underlying error
     except Exception as exc:  # noqa: BLE001 - transformers raises many kinds; each is a configuration error here
         raise ConfigError(f"{'model.path' if model.path else 'model.config'} is invalid: transformers could not "
                           f"build a {model_type} config from it ({_one_line(str(exc), 300)})") from None
+
+
+def import_failure(exc: ImportError) -> str:
+    """The failure file's text for an image whose Python environment cannot import what the trainer needs.
+    transformers wraps the real error ("Could not import module 'LlamaConfig'...") as its cause: name that one."""
+    root: BaseException = exc
+    seen = {id(exc)}
+    while (nxt := root.__cause__ or root.__context__) is not None and id(nxt) not in seen:
+        root = nxt
+        seen.add(id(nxt))
+    wrapper = "" if root is exc else f" (raised as {type(exc).__name__}: {exc})"
+    return _one_line(f"broken image: the trainer's imports fail: {type(root).__name__}: {root}{wrapper}",
+                     FAILURE_REASON_MAX)
 
 
 def _one_line(text: str, limit: int) -> str:
@@ -261,23 +301,29 @@ def _one_line(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def read_outcomes(outcome_dir: Path) -> list[dict]:
-    return [json.loads(p.read_text()) for p in sorted(Path(outcome_dir).glob("rank*.json"))]
-
-
-def decide_exit(returncode: int, *, signalled: bool, outcomes: list[dict], nproc: int) -> tuple[int, str, str]:
+def decide_exit(returncode: int, *, signalled: bool, outcomes: list[Outcome], nproc: int) -> tuple[int, str, str]:
     """(exit code, failure message or "", warning or ""). A stop signal ends the job cleanly unless a worker
     reported an error: torchrun exits 1 even after every worker saved and stopped, and workers still importing
-    when the signal came die without reporting (their last checkpoint is intact: nothing is lost)."""
+    when the signal came die without reporting (their last checkpoint is intact: nothing is lost).
+
+    A stop this host was not sent (a peer host's, carried by the per-step agreement) is not a success: SageMaker
+    reads exit 0 as Completed, and this host has neither the export nor a reason to show. It exits
+    PEER_STOPPED_EXIT with the failure file naming the stop and the checkpoint a restart resumes from."""
+    failed = [o for o in outcomes if o.status == "failed"]
+    if failed:
+        return returncode or 1, failed[0].message or "a worker failed", ""
+    stopped = [o for o in outcomes if o.status == "stopped"]
+    if stopped and not signalled:
+        who = ("a worker on this host was sent a stop signal directly (not through this launcher)"
+               if any(o.signalled for o in stopped) else "another host of this job was sent a stop signal")
+        return PEER_STOPPED_EXIT, (f"training did not complete: {who}, and a stop on any host stops every host at "
+                                   f"the same step: {stopped[0].message}"), ""
     if returncode == 0:
         return 0, "", ""
-    failed = [o for o in outcomes if o.get("status") == "failed"]
-    if failed:
-        return returncode or 1, failed[0].get("message") or "a worker failed", ""
     if signalled:
         # A worker that had finished (a stop during the export lets it complete) reported as much as one that
         # stopped: either way its part of the run is safe.
-        reported = sum(1 for o in outcomes if o.get("status") in ("stopped", "completed"))
+        reported = sum(1 for o in outcomes if o.status in ("stopped", "completed"))
         if reported == nproc:
             return 0, "", ""
         return 0, "", (f"stopped by signal; {nproc - reported} of {nproc} local workers exited before reporting "
@@ -414,14 +460,27 @@ def main(argv: list[str] | None = None) -> int:
         gpu_count = _gpu_count()
         plan = plan_launch(sm, gpu_count=gpu_count, efa_devices=sorted(glob.glob("/dev/infiniband/uverbs*")),
                            ofi_nccl_found=any(glob.glob(g) for g in OFI_NCCL_GLOBS),
-                           config_path=work / "train_config.json", outcome_dir=work / "outcome")
+                           config_path=work / "train_config.json", outcome_dir=work / "outcome",
+                           job_env=os.environ)
+        check_network(plan, sm, interfaces=_interfaces())
         check_inputs(plan.config, world_size=plan.nnodes * plan.nproc_per_node)
     except ConfigError as exc:
         write_failure(failure_file, f"invalid configuration: {exc}")
         log.error("invalid configuration: %s", exc)
         return 2
+    except ImportError as exc:
+        write_failure(failure_file, import_failure(exc))
+        log.exception("the trainer's imports fail in this image")
+        return 1
     (work / "train_config.json").write_text(plan.config.to_json())
     return run(plan, failure_file=failure_file, outcome_dir=work / "outcome", stop=stop)
+
+
+def _interfaces() -> list[str] | None:
+    try:
+        return os.listdir("/sys/class/net")
+    except OSError:
+        return None  # cannot tell: let NCCL/gloo report it
 
 
 def _gpu_count() -> int:

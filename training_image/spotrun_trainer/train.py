@@ -52,18 +52,12 @@ from .export import export
 from .loss import CausalLMLoss, StepTokens, target_count
 from .memory_check import PeakProbe, predict, report_line
 from .model import build_mesh, build_sharded_model, resolve_param_dtype
+from .outcome import OUTCOME_DIR_ENV, Outcome, write_outcome
 
 log = logging.getLogger("spotrun_trainer")
 
 OOM_HINT = ("CUDA out of memory: turn on model.activation_checkpointing first (recompute blocks in backward), "
             "then lower micro_batch (raise grad_accum to keep the global batch), then use more or larger GPUs")
-
-
-@dataclass
-class Outcome:
-    status: str  # completed | stopped | failed
-    step: int
-    message: str = ""
 
 
 class StopFlag:
@@ -263,7 +257,7 @@ class Trainer:
         if self.agreement.now(stop=self.stop_flag.requested):
             if self.rank == 0:
                 print(f"run_stopped step={self.state.step} reason=signal-before-export", flush=True)
-            return Outcome("stopped", self.state.step)
+            return self._stop_outcome()
         evaluation = self._choose_export_weights()
         export(self.cfg, self.model, self.built, self.loader, evaluation=evaluation)
         if self.rank == 0:
@@ -396,7 +390,11 @@ class Trainer:
         self.ckpt.close()
         if self.rank == 0:
             print(f"run_stopped step={self.state.step} reason={reason}", flush=True)
-        return Outcome("stopped", self.state.step)
+        return self._stop_outcome()
+
+    def _stop_outcome(self) -> Outcome:
+        return Outcome("stopped", self.state.step, message=f"stopped at step {self.state.step}; "
+                       f"{self.ckpt.intact_note()}", signalled=self.stop_flag.requested)
 
     def _write_summary(self, segments: list[dict], restored) -> None:
         # The whole run across restarts: training seconds of every start (up to its last checkpoint), its steps.
@@ -424,11 +422,23 @@ def train(cfg: TrainConfig, *, local_rank: int, stop: StopFlag) -> Outcome:
     return Trainer(cfg, local_rank=local_rank, stop=stop).run()
 
 
-def write_outcome(outcome_dir: str, rank: int, outcome: Outcome) -> None:
-    if not outcome_dir:
-        return
-    Path(outcome_dir).mkdir(parents=True, exist_ok=True)
-    Path(outcome_dir, f"rank{rank}.json").write_text(json.dumps(outcome.__dict__))
+def _join_process_group(local_rank: int) -> None:
+    """init_process_group, inside the error report: a rank that cannot reach its peers (gloo's connectFullMesh, a
+    rendezvous timeout) fails here, and its outcome then names the cause instead of the launcher's bare exit code."""
+    backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+    try:
+        dist.init_process_group(backend)
+    except Exception as exc:
+        where = (f"rank {os.environ.get('RANK', '?')} of {os.environ.get('WORLD_SIZE', '?')} could not join the "
+                 f"process group (master {os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}, "
+                 f"GLOO_SOCKET_IFNAME={os.environ.get('GLOO_SOCKET_IFNAME', '')!r})")
+        raise StartupError(f"{where}: {type(exc).__name__}: {' '.join(str(exc).split())}") from exc
+
+
+class StartupError(RuntimeError):
+    """A worker could not start training (joining the process group); the message names the peer setup."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -441,17 +451,14 @@ def main(argv: list[str] | None = None) -> int:
 
     hf_logging.disable_progress_bar()
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    outcome_dir = os.environ.get("SPOTRUN_OUTCOME_DIR", "")
+    outcome_dir = os.environ.get(OUTCOME_DIR_ENV, "")
     cfg = TrainConfig.from_json_file(args.config)
     Path(cfg.output_dir).mkdir(parents=True, exist_ok=True)
     stop = StopFlag()
     stop.install()
-    backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
-    if torch.cuda.is_available():
-        torch.cuda.set_device(local_rank)
-    dist.init_process_group(backend)
-    rank = dist.get_rank()
+    rank = int(os.environ.get("RANK", "0"))
     try:
+        _join_process_group(local_rank)
         outcome = train(cfg, local_rank=local_rank, stop=stop)
     except torch.OutOfMemoryError as exc:
         log.error("%s (%s)", OOM_HINT, exc)
