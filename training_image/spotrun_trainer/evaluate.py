@@ -5,12 +5,13 @@ the first `max_batches * micro_batch` samples when asked: the same samples whate
 batch b (micro_batch x ranks samples) gives rank r its r-th slice; ranks whose slice runs past the end get rows
 of ignored labels, so every rank runs the same number of forwards (FSDP's all-gathers are collectives).
 
-`Evaluator.run` sums each rank's token losses (float64) and trained-token counts, and all-reduces both once at
-the end: the value is the same after any resume (same weights, same samples) and, within float summation order,
-the same on any number of ranks. Dropout is off (model.eval()) and no random number is drawn, so the training
-RNG streams are untouched. A stop requested during the evaluation is agreed across ranks before each forward
-(a small CPU all-reduce on its own gloo group, overlapping the forward): the evaluation is abandoned at once and
-the caller saves and exits; the resumed run evaluates that step again.
+`Evaluator.run` sums each rank's token losses (float64) and trained-token counts, and sums both over the ranks
+once at the end, in rank order (agreement.rank_ordered_sum): the value is the same after any resume (same
+weights, same samples) and, within float summation order, the same on any number of ranks. Dropout is off
+(model.eval()) and no random number is drawn, so the training RNG streams are untouched. A stop requested
+during the evaluation is agreed across ranks before each forward (a small CPU all-reduce on its own gloo
+group, overlapping the forward): the evaluation is abandoned at once and the caller saves and exits; the
+resumed run evaluates that step again.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from .agreement import rank_ordered_sum
 from .config import EvalConfig
 from .data import DataError, TokenShardLoader
 from .loss import IGNORE_INDEX, CausalLMLoss, target_count
@@ -118,8 +120,7 @@ class Evaluator:
         finally:
             self.model.train()
         sums = torch.stack([total, torch.tensor(float(tokens), dtype=torch.float64, device=self.device)])
-        dist.all_reduce(sums, op=dist.ReduceOp.SUM)  # the one host read of the evaluation
-        loss_sum, count = sums.tolist()
+        loss_sum, count = rank_ordered_sum(sums).tolist()  # the one host read of the evaluation
         self._last_t = time.monotonic()
         return EvalResult(step=step, loss=loss_sum / max(count, 1.0), tokens=int(count),
                           seconds=time.perf_counter() - t0)
