@@ -13,9 +13,10 @@ Each step's loss is token-weighted over the whole step (loss.StepTokens). With v
 step's agreement and its save, so every value up to a checkpoint is recorded before that checkpoint; an
 evaluation a stop cut short is run first by the resumed job (`TrainState.last_eval_step`).
 
-The hot path (agreement.py): one collective per step beyond FSDP's own and clipping's (stop flag, save due,
-background save finished), started before the step and read after it, on CPU; the loss stays on the device and
-is reduced and read at log steps and saves only. No other host sync per step.
+The hot path (agreement.py): two small CPU collectives per step beyond FSDP's own and clipping's: the agreement
+(stop flag, save due, background save finished), started before the step and read after it, and the step's
+trained-token count (loss.StepTokens), started before the first forward and read before it; the loss stays on
+the device and is reduced and read at log steps and saves only. No other host sync per step.
 
 Stop protocol: SIGTERM (SageMaker's stop or spot notice, forwarded by torchrun) only sets a flag; the next step's
 agreement carries it to every rank, so they stop at the same step, save synchronously, write their outcome and
