@@ -29,7 +29,8 @@ EXPORTED = {"full": ("model.safetensors",),
 def assert_same_run(job, reference, method: str = "full") -> None:
     assert loss_history(job.output) == loss_history(reference.output)  # exact floats, every step
     assert val_history(job.output) == val_history(reference.output)  # exact floats, every evaluation
-    assert sorted(val_history(reference.output)) == [0, 8, 16, 24]
+    evaluated = val_history(reference.output)
+    assert 0 in evaluated and max(loss_history(reference.output)) in evaluated  # the base model's, ..., the end
     for name in EXPORTED[method]:
         ours, ref = load_file(job.output / name), load_file(reference.output / name)
         assert ours.keys() == ref.keys()
