@@ -49,7 +49,8 @@ from pathlib import Path
 from .contract import MAX_RUNTIME_LIMIT_S, RunSpec, RunValidationError
 from .memory import MemoryEstimate, ModelDims, checkpoint_bytes, peak_bytes, training_state_bytes
 from .params import lora_parameters, shape_of
-from .seams import Hyperparameter, StopNotice
+from .seams import BytesPerParameter, Hyperparameter, StopNotice
+from .segments import SegmentPlan, plan_segments, segment_seconds
 from .topology import Layout, comm_seconds, divisors_desc, flops_per_token, layouts, step_seconds
 
 CATALOG_PATH = Path(__file__).with_name("catalog.json")
@@ -65,7 +66,21 @@ class EstimateRefused(Exception):
 
 
 def load_catalog(path: Path = CATALOG_PATH) -> dict:
-    return json.loads(Path(path).read_text())
+    catalog = json.loads(Path(path).read_text())
+    check_prices(catalog)
+    return catalog
+
+
+def check_prices(catalog: dict) -> None:
+    """Every price is a finite number > 0: a price of 0 would make every bound zero and disable the cap."""
+    priced = {f"instances.{t}": s.get("on_demand_usd_per_hour") for t, s in catalog.get("instances", {}).items()
+              if "on_demand_usd_per_hour" in s}
+    for region, spec in catalog.get("regions", {}).items():
+        priced.update({f"regions.{region}.{t}": p for t, p in spec.get("on_demand_usd_per_hour", {}).items()})
+    for where, price in priced.items():
+        if isinstance(price, bool) or not isinstance(price, (int, float)) or not math.isfinite(price) or price <= 0:
+            raise ValueError(f"catalog {where}.on_demand_usd_per_hour={price!r} is invalid: expected a price in "
+                             "USD per hour > 0 (a price of 0 would disable the cost cap)")
 
 
 DEFAULT_PRICE_REGION = "us-east-1"  # the CLI's estimate without --region; a stage prices in its own region
@@ -77,6 +92,7 @@ def regional_catalog(catalog: dict, region: str) -> dict:
     if region not in regions:
         raise RunValidationError("region", region, f"a region the catalog has prices for: {', '.join(sorted(regions))} "
                                  "(add the region's prices to spotrun/catalog.json)")
+    check_prices(catalog)
     prices = regions[region]["on_demand_usd_per_hour"]
     out = copy.deepcopy(catalog)
     out["instances"] = {t: {**spec, "on_demand_usd_per_hour": prices[t]}
@@ -121,6 +137,7 @@ class Estimate:
     hyperparameters: dict[str, str] = field(default_factory=dict)
     utilization_source: str = "catalog default"
     evaluation_seconds: float = 0.0  # validation forwards over the run, inside wall_seconds (evaluation_seconds())
+    segments: dict = field(default_factory=dict)  # spotrun.segments.SegmentPlan: how the cap holds
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -524,6 +541,15 @@ def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | 
     if run.data.validation is not None and validation_tokens is None and not run.eval.max_batches:
         warnings.append("data.validation's size is not known here: evaluation time is not in the estimate (give "
                         "eval.max_batches, or a data.validation with a readable index.json)")
+    seg = _segments(run, catalog, best, ckpt_bytes, total, max_runtime)
+    est.segments = seg.to_json()
+    est.max_runtime_seconds = seg.first_max_runtime_seconds or max_runtime
+    if c.max_wait_hours is None:  # MaxWait follows the first segment's MaxRuntime; the user's stands as given
+        est.max_wait_seconds = est.max_runtime_seconds + int(c.accepted_delay_hours * 3600)
+    if seg.fits:
+        chosen_cost = seg.spot_cost_usd
+        cost["spot" if c.spot else "on_demand"] = round(seg.spot_cost_usd, 2)
+    advice.append(seg.line)
     est.hyperparameters = trainer_hyperparameters(run, est)
     if c.spot and best.spot >= 0.9 * best.on_demand:
         advice.append("spot saves under 10% here once interruptions are counted: on-demand (compute.spot=false) "
@@ -534,7 +560,36 @@ def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | 
         raise EstimateRefused("OverBudget", f"estimated ${chosen_cost:.2f} exceeds budget.max_usd={run.max_usd:.2f} "
                               f"({fit.layout.describe()}, {expected_wall / 3600:.1f} h)", est,
                               field="budget.max_usd")
+    if not seg.fits:
+        raise EstimateRefused("OverBudget", f"budget.max_usd={run.max_usd:.2f} cannot carry the run "
+                              f"({fit.layout.describe()}, {expected_wall / 3600:.1f} h, estimated "
+                              f"${chosen_cost:,.2f}): {seg.line}", est, field="budget.max_usd")
     return est
+
+
+def segment_overhead_seconds(catalog: dict, itype: str, count: int, ckpt_bytes: int, parameters: int) -> float:
+    """One segment restart: provisioning, image pull and data (`startup_seconds`), the trainer's start and
+    checkpoint restore (catalog `trainer_restart_seconds`, benchmarks/segment_restart.py), and reading the bf16
+    weights and the checkpoint from S3 (at the conservative upload rate, shared by the nodes)."""
+    d, spec = catalog["defaults"], catalog["instances"][itype]
+    moved = ckpt_bytes + parameters * BytesPerParameter.EXPORT_BF16
+    return startup_seconds(d) + d["trainer_restart_seconds"] + moved / (spec["s3_upload_gb_per_s"] * count * 1e9)
+
+
+def _segments(run: RunSpec, catalog: dict, best: _Option, ckpt_bytes: int, parameters: int,
+              longest_s: int) -> SegmentPlan:
+    """The chain of jobs the cap allows (spotrun/segments.py), from the chosen layout's expected figures."""
+    c, d = run.compute, catalog["defaults"]
+    family = best.instance_type.split(".")[1]
+    discount = c.spot_discount if c.spot_discount is not None else catalog["families"][family]["spot_discount"]
+    usd_per_s = catalog["instances"][best.instance_type]["on_demand_usd_per_hour"] * best.count / 3600
+    return plan_segments(
+        cap_usd=run.max_usd, usd_per_s=usd_per_s, spot_fraction=(1 - discount) if c.spot else 1.0,
+        # A run accepted to stop at SageMaker's 28 days plans that much (compute.accept_max_runtime_stop).
+        run_seconds=min(best.wall + best.overhead, longest_s), startup_s=startup_seconds(d),
+        overhead_s=segment_overhead_seconds(catalog, best.instance_type, best.count, ckpt_bytes, parameters),
+        save_s=ckpt_bytes / (best.upload_available * 1e9), longest_s=longest_s,
+        warm_pool_s=0 if c.spot else c.warm_pool_minutes * 60)
 
 
 def _lora_alternative(run: RunSpec, catalog: dict, model_config: dict | None, data_tokens: int | None,
@@ -570,6 +625,7 @@ def trainer_hyperparameters(run: RunSpec, est: Estimate) -> dict[str, str]:
         # repr: the exact planned seconds / 60 (a rounded "0.00" would read as "off" in the trainer)
         hp.CHECKPOINT_INTERVAL_MINUTES.value: repr(est.checkpoint_interval_seconds / 60),
         hp.CHECKPOINT_KEEP.value: str(run.checkpoint.keep),
+        hp.SEGMENT_SECONDS.value: str(first_segment_seconds(est)),
         **_method_hyperparameters(run),
         **_eval_hyperparameters(run),
     }
@@ -585,6 +641,13 @@ def _eval_hyperparameters(run: RunSpec) -> dict[str, str]:
     if run.export_from != "last":
         out[hp.EXPORT_WEIGHTS.value] = run.export_from
     return out
+
+
+def first_segment_seconds(est: Estimate) -> int:
+    """The first job's trainer budget: save and exit before its MaxRuntime (spotrun/segments.py)."""
+    save_s = est.checkpoint_bytes / (est.upload_gb_per_s_available * 1e9) if est.upload_gb_per_s_available else 0
+    return segment_seconds(est.max_runtime_seconds, startup_s=est.segments.get("overhead_seconds", 0.0),
+                           save_s=save_s)
 
 
 def _method_hyperparameters(run: RunSpec) -> dict[str, str]:
@@ -634,6 +697,7 @@ def format_text(est: Estimate) -> str:
         ("notice upload needed", f"{est.notice_upload_gb_per_s:.3f} GB/s (available "
                                  f"{est.upload_gb_per_s_available:.2f} GB/s)"),
         ("cost", f"spot ${est.cost_usd['spot']:,.2f} / on-demand ${est.cost_usd['on_demand']:,.2f}"),
+        ("cap", est.segments.get("line", "")),
     ]
     width = max(len(k) for k, _ in rows)
     lines = [f"{k.ljust(width)}  {v}" for k, v in rows]

@@ -231,6 +231,9 @@ def run_status(dep: Deployment, execution: dict) -> dict:
     else:
         out["interruptions"] = guard.get("interruptions", 0)
         out["spent_usd"] = guard.get("cost_usd", 0.0)
+    # The run's jobs so far (spotrun/segments.py): the current one and those that ended, with their exact bills.
+    out["segment"] = guard.get("segment", 1)
+    out["segments"] = guard.get("segments") or []
     out["cap_usd"] = plan["max_usd"]
     metrics = latest_metrics(dep.client("logs"), job_name)
     if metrics:

@@ -45,6 +45,8 @@ def build_local_report(*, run: RunSpec, estimate: Estimate, job_name: str, metri
         "final_loss": metrics["final_loss"],
         "method": run.training.method, "artifact": artifact_kind(run.training.method),
         "data_source": run.data.source or "",
+        "cost_basis": "wall time measured here x catalog on-demand price", "price_region": "local",
+        "price_as_of": "none",
         "price_basis": "wall time measured here x the planned instance's catalog on-demand price (spot: billable "
                        "time scaled by the catalog's spot discount)",
         # The most work one interruption cost here (at the on-demand price), as the AWS report's worst case.
@@ -101,6 +103,10 @@ def summary_text(report: dict) -> str:
         f"spot {_money(report['estimated_cost_usd']['spot'])} / on-demand "
         f"{_money(report['estimated_cost_usd']['on_demand'])}",
     ]
+    for seg in report.get("segments") or []:  # the AWS run's jobs, each with its exact bill
+        lines.append(f"  segment {seg['segment']:<8} {seg['job_name']} ({'spot' if seg['spot'] else 'on-demand'}): "
+                     f"{seg['status']}/{seg['secondary_status']}, billable {seg['billable_seconds'] or 0:,} s, "
+                     f"{_money(seg['cost_usd'])}")
     if "cost_usd_at_rates" in report:
         rates = report["cost_usd_at_rates"]
         lines.append(f"  this wall time at the planned instance's rates: spot {_money(rates['spot'])}, "

@@ -51,6 +51,10 @@ class Hyperparameter(str, Enum):
     EVAL_KEEP_BEST = "eval.keep_best"
     EXPORT_WEIGHTS = "export.weights"  # last | best (the lowest validation loss; needs eval.keep_best)
 
+    # Seconds after its start at which the trainer saves and exits: the end of one segment of a run (a job whose
+    # MaxRuntime the cost cap sets, spotrun/segments.py), distinct from completion (`run_completed`).
+    SEGMENT_SECONDS = "segment_seconds"
+
 
 # The training job's channel of prepared validation shards (data.validation); the launcher maps it to
 # data.validation_path. Without it, a train channel holding prepare's `validation/` split is used.
@@ -108,7 +112,8 @@ INTERRUPTIONS_METRIC = "Interruptions"
 # Tags the estimate sets on every training job (a run may not set them): cost allocation and identity, and the
 # shape and method that match a finished job's measured MFU to later estimates (handlers/performance.py).
 SHAPE_TAG, METHOD_TAG = "spotrun:shape", "spotrun:method"
-PIPELINE_TAG_KEYS = ("project", "stage", "cost-center", "run", "execution", METHOD_TAG, SHAPE_TAG)
+EXECUTION_TAG = "execution"  # the execution's name: what makes a job this execution's (guard, canceller)
+PIPELINE_TAG_KEYS = ("project", "stage", "cost-center", "run", EXECUTION_TAG, METHOD_TAG, SHAPE_TAG)
 
 # ---- the deployed stack (stacks/ -> the CLI) -------------------------------------------------------------------
 
@@ -184,7 +189,10 @@ class PlanStatus(str, Enum):
 class GuardAction(str, Enum):
     WAIT = "wait"  # the job runs and the spend stays under the cap until the next poll
     STOP = "stop"  # StopTrainingJob now (the trainer saves on the way out), then keep polling
-    FALLBACK = "fallback"  # spot never came within MaxWait: create the on-demand job on the same checkpoints
+    # The job ended with its exact bill and the run is not done: create the next segment's job (guard.job_name,
+    # guard.spot, guard.max_runtime_seconds, ...) on the same checkpoints (spotrun/segments.py).
+    SEGMENT = "segment"
+    FALLBACK = "fallback"  # spot never came within MaxWait: the next segment on-demand (a SEGMENT with spot off)
     COMPLETED = "completed"  # register the model; `report` is the cost report
     OVER_BUDGET = "over_budget"  # the job stopped at the cap
     FAILED = "failed"  # the job failed or stopped for another reason; `message` says why
@@ -221,9 +229,17 @@ class Plan:
     checkpoint_interval_seconds: float
     checkpoint_upload_seconds: float  # the planned time for one checkpoint to reach S3
     max_usd: float
+    max_runtime_cap_seconds: int  # no job of the run runs longer (the single job's MaxRuntime)
+    max_wait_extra_seconds: int  # a spot job's MaxWait beyond its MaxRuntime (the accepted delay)
+    min_segment_seconds: int  # the run ends at the cap when the room left is shorter than this
+    segment_overhead_seconds: float  # one segment restart (spotrun/segments.py)
+    warm_pool_seconds: int  # KeepAlivePeriodInSeconds of the on-demand jobs (billed after each one ends)
+    planned_steps: int  # optimizer steps of the whole run, as planned
+    seconds_per_step: float  # planned training seconds per step (interruptions' expected cost included)
     region: str
     usd_per_hour: float  # on-demand list price of all instances, in `region`
-    price_source: str
+    price_source: str  # prose for messages; never sent as registry metadata (its characters do not fit)
+    price_as_of: str  # the catalog's date for the region's prices
     approval_status: str
     data_source: str
     estimate: dict
@@ -248,6 +264,13 @@ class Guard:
     worst_checkpoint_gap_seconds: float = 0.0
     message: str = ""
     report: dict | None = None
+    # The current job's segment (1 = the first job) and what its CreateTrainingJob sends; `segments` are the
+    # finished jobs with their exact bills.
+    segment: int = 1
+    max_runtime_seconds: int = 0
+    max_wait_seconds: int = 0
+    hyperparameters: dict | None = None
+    segments: list = dataclasses.field(default_factory=list)
 
 
 PLAN_FIELDS = frozenset(f.name for f in dataclasses.fields(Plan))
@@ -256,9 +279,15 @@ REFUSAL_FIELDS = frozenset({"status", "message", "field", "estimate"})
 GUARD_FIELDS = frozenset(f.name for f in dataclasses.fields(Guard))
 REPORT_FIELDS = frozenset({"run", "job_name", "status", "method", "instance_type", "instance_count", "spot",
                            "region", "billable_seconds", "training_seconds", "interruptions", "spot_savings_pct",
-                           "cost_usd", "price_basis", "cap_usd", "estimated_cost_usd", "final_loss",
-                           "model_data_url", "data_source", "worst_case_lost_usd", "metadata", "base_val_loss",
-                           "final_val_loss", "gate"})
+                           "cost_usd", "price_basis", "cost_basis", "price_region", "price_as_of", "cap_usd",
+                           "estimated_cost_usd", "final_loss", "model_data_url", "data_source",
+                           "worst_case_lost_usd", "segments", "metadata", "base_val_loss", "final_val_loss",
+                           "gate"})
+
+# The trainer's completion line (`run_completed step=N ...`, spotrun_trainer/train.py) as a SageMaker metric: a
+# Completed job whose final metrics carry it finished the run; one without it ended a segment.
+COMPLETED_METRIC = "spotrun:completed_step"
+COMPLETED_METRIC_DEFINITION = {"Name": COMPLETED_METRIC, "Regex": r"run_completed step=(\d+)"}
 
 
 def plan_path(field: str) -> str:

@@ -10,6 +10,8 @@ import re
 import warnings
 from dataclasses import dataclass, field
 
+from spotrun.aws_text import TAG_KEY_MAX, TAG_VALUE_MAX, aws_text_ok
+
 # Patterns of the AWS APIs these values end up in (EC2 ids; SageMaker ModelPackageGroupName).
 SUBNET_ID = re.compile(r"^subnet-[0-9a-f]{8}(?:[0-9a-f]{9})?$")
 SECURITY_GROUP_ID = re.compile(r"^sg-[0-9a-f]{8}(?:[0-9a-f]{9})?$")
@@ -49,6 +51,13 @@ class AccountConfig:
     """Base image for the trainer; None: the SageMaker PyTorch training image of the region."""
     inference_image: str | None = None
     """Serving image recorded in model packages; None: the SageMaker HF LLM (TGI) image of the region."""
+    max_usd_per_run: float = 5000.0
+    """The largest `budget.max_usd` a run of this stage may ask for (the estimate refuses more)."""
+    max_instances_per_run: int = 16
+    """The most instances one run may use (an explicit `compute.instance_count` above it is refused; `auto`
+    chooses within it)."""
+    max_concurrent_runs: int = 4
+    """Executions of this stage's pipeline that may run at once (the estimate of one more is refused)."""
     project: str = "spotrun"
     extra_tags: dict[str, str] = field(default_factory=dict)
 
@@ -95,12 +104,28 @@ class AccountConfig:
         if not self.notification_emails:
             warnings.warn(f"stage {self.stage}: no notification_emails: failed, cancelled and capped runs and budget "
                           "alerts reach nobody (subscribe to the failures topic yourself)", UserWarning, stacklevel=3)
+        for key, value in {"cost_center": self.cost_center, **{f"extra_tags[{k!r}]": v
+                                                                for k, v in self.extra_tags.items()}}.items():
+            if not isinstance(value, str) or len(value) > TAG_VALUE_MAX or not aws_text_ok(value):
+                raise ValueError(f"{key}={value!r} is invalid: expected a tag value of at most {TAG_VALUE_MAX} "
+                                 "letters, digits, spaces or _.:/=+-@ (it tags every resource and training job)")
+        for key in self.extra_tags:
+            if not 1 <= len(key) <= TAG_KEY_MAX or not aws_text_ok(key):
+                raise ValueError(f"extra_tags key {key!r} is invalid: expected 1-{TAG_KEY_MAX} letters, digits, "
+                                 "spaces or _.:/=+-@")
+        if not 0 < self.max_usd_per_run <= 10_000_000:
+            raise ValueError(f"max_usd_per_run={self.max_usd_per_run} is invalid: expected 0 < USD <= 10,000,000")
+        if not 1 <= self.max_instances_per_run <= 64:
+            raise ValueError(f"max_instances_per_run={self.max_instances_per_run} is invalid: expected 1..64")
+        if not 1 <= self.max_concurrent_runs <= 100:
+            raise ValueError(f"max_concurrent_runs={self.max_concurrent_runs} is invalid: expected 1..100")
         if not 1 <= self.checkpoint_retention_days <= 3650:
             raise ValueError(f"checkpoint_retention_days={self.checkpoint_retention_days} is invalid: 1..3650")
 
     def _check_types(self) -> None:
         expected = {"stage": str, "region": str, "cost_center": str, "project": str,
-                    "monthly_budget_usd": (int, float), "checkpoint_retention_days": int, "extra_tags": dict}
+                    "monthly_budget_usd": (int, float), "checkpoint_retention_days": int, "extra_tags": dict,
+                    "max_usd_per_run": (int, float), "max_instances_per_run": int, "max_concurrent_runs": int}
         for name, kind in expected.items():
             value = getattr(self, name)
             if not isinstance(value, kind) or isinstance(value, bool):

@@ -70,14 +70,20 @@ class SpotrunStack(Stack):
             project=config.project, stage=config.stage, cost_center=config.cost_center,
             failures_topic=self.failures_topic, interruptions_table_name=self.events.table.table_name,
             metric_definitions=tuple(METRIC_DEFINITIONS), subnet_ids=config.vpc_subnet_ids,
-            security_group_ids=config.security_group_ids, allowed_instance_types=config.allowed_instance_types))
+            security_group_ids=config.security_group_ids, allowed_instance_types=config.allowed_instance_types,
+            max_usd_per_run=config.max_usd_per_run, max_instances_per_run=config.max_instances_per_run,
+            max_concurrent_runs=config.max_concurrent_runs))
         self.pipeline.node.add_dependency(self.model_package_group)
         self.events.table.grant_read_data(self.pipeline.estimate_fn)
         self.failures_topic.grant_publish(self.pipeline.state_machine)
         self.governance = CostGovernance(self, "CostGovernance", props=CostGovernanceProps(
             project=config.project, stage=config.stage, monthly_budget_usd=config.monthly_budget_usd,
             emails=config.notification_emails, state_machine=self.pipeline.state_machine,
-            alarm_topic=self.failures_topic))
+            alarm_topic=self.failures_topic,
+            failure_queues=(self.pipeline.cancel_dlq, self.pipeline.cancel_failures, self.events.dead_letters,
+                            self.events.recorder_failures),
+            functions=(self.pipeline.estimate_fn, self.pipeline.guard_fn, self.pipeline.cancel_fn,
+                       self.events.recorder)))
         # What users need after `cdk deploy`: where to upload, what to start, where to look.
         CfnOutput(self, StackOutput.ARTIFACT_BUCKET.value, value=self.store.bucket.bucket_name,
                   description="upload datasets/<name>/ (shards + index.json) and models/<name>/ (HF model dirs) here")

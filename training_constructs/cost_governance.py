@@ -1,5 +1,6 @@
-"""CostGovernance: cost-allocation tags, a monthly AWS Budget on the project's tag, the CloudWatch dashboard, and
-the checkpoint-freshness alarm.
+"""CostGovernance: cost-allocation tags, a monthly AWS Budget on the project's tag, the CloudWatch dashboard, the
+checkpoint-freshness alarm, and the alarms that say a part of the pipeline is failing: a message in a dead-letter
+or on-failure queue (an event nobody handled), a Lambda error, a failed execution. All reach the failures topic.
 
 Checkpoint freshness: SageMaker's checkpoint uploader has been seen to stall for hours on large jobs
 (https://github.com/aws/sagemaker-python-sdk/issues/3062, https://github.com/huggingface/transformers/issues/11390).
@@ -19,7 +20,9 @@ from aws_cdk import Duration, Tags
 from aws_cdk import aws_budgets as budgets
 from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_cloudwatch_actions as cw_actions
+from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sns as sns
+from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct, IConstruct
 
@@ -50,6 +53,11 @@ class CostGovernanceProps:
     state_machine: sfn.IStateMachine
     alarm_topic: sns.ITopic | None = None
     metrics_namespace: str = METRICS_NAMESPACE
+    failure_queues: tuple[sqs.IQueue, ...] = ()
+    """Dead-letter and on-failure queues: any message in one is an event that was not handled (default none)."""
+    functions: tuple[lambda_.IFunction, ...] = ()
+    """Functions whose errors alarm (default none): a guard or canceller that raises is a cap that rests on
+    MaxRuntime alone."""
 
     def __post_init__(self) -> None:
         if self.monthly_budget_usd <= 0:
@@ -114,5 +122,27 @@ class CostGovernance(Construct):
             alarm_description="a run's newest committed checkpoint in S3 is older than twice its planned interval plus "
                               "the upload time: the checkpoint uploader may be stalled; an interruption now loses "
                               "that much work")
+        self.failure_alarms = self._failure_alarms(props)
         if props.alarm_topic is not None:
-            self.checkpoint_alarm.add_alarm_action(cw_actions.SnsAction(props.alarm_topic))
+            for alarm in (self.checkpoint_alarm, *self.failure_alarms):
+                alarm.add_alarm_action(cw_actions.SnsAction(props.alarm_topic))
+
+    def _failure_alarms(self, props: CostGovernanceProps) -> list[cw.Alarm]:
+        def at_least_one(id_: str, metric: cw.IMetric, description: str) -> cw.Alarm:
+            return cw.Alarm(self, id_, metric=metric, threshold=1, evaluation_periods=1,
+                            comparison_operator=cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+                            treat_missing_data=cw.TreatMissingData.NOT_BREACHING, alarm_description=description)
+
+        alarms = [at_least_one("ExecutionsFailed", props.state_machine.metric_failed(
+            period=Duration.minutes(5), statistic="Sum"), "a spotrun execution failed (the run's own "
+                                                         "notification says why)")]
+        for i, queue in enumerate(props.failure_queues):
+            alarms.append(at_least_one(f"FailureQueue{i}", queue.metric_approximate_number_of_messages_visible(
+                period=Duration.minutes(5), statistic="Maximum"),
+                "an event reached a dead-letter or on-failure queue: a handler never processed it"))
+        for i, fn in enumerate(props.functions):
+            alarms.append(at_least_one(f"FunctionErrors{i}", fn.metric_errors(period=Duration.minutes(5),
+                                                                              statistic="Sum"),
+                                       "a spotrun Lambda function raised (cost guard, canceller, estimate or "
+                                       "recorder); the cap still holds through each job's MaxRuntime"))
+        return alarms

@@ -1,7 +1,8 @@
 """TrainingExecutionRole: what a SageMaker training job may do, and nothing more.
 
 Reads datasets/ and models/; reads and writes checkpoints/ (SageMaker's checkpoint sync deletes there what the
-trainer deletes locally); writes output/ but cannot delete there (registered model artifacts live there); uses the
+trainer deletes locally); writes output/ but can neither read nor delete there (every registered model's artifact
+lives there: a job has no business reading another run's model); uses the
 bucket's key (and may create grants on it for AWS resources: SageMaker's documented need for a VolumeKmsKeyId,
 https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_ResourceConfig.html); pulls the
 trainer image; writes its CloudWatch logs and metrics; (in a VPC) manages its network interfaces. No AWS-managed
@@ -38,7 +39,10 @@ class TrainingExecutionRole(Construct):
         store.grant_read_prefix(self.role, store.datasets_prefix)
         store.grant_read_prefix(self.role, store.models_prefix)
         store.grant_read_write_prefix(self.role, store.checkpoints_prefix)
-        store.grant_read_write_prefix(self.role, store.output_prefix, delete=False)
+        # Write-only: SageMaker uploads the job's model.tar.gz; nothing under output/ is readable by a job.
+        self.role.add_to_policy(iam.PolicyStatement(actions=["s3:PutObject", "s3:AbortMultipartUpload"],
+                                                    resources=[store.arn_under(store.output_prefix)]))
+        store.key.grant_encrypt(self.role)
         self.role.add_to_policy(iam.PolicyStatement(
             actions=["kms:CreateGrant"], resources=[store.key.key_arn],
             conditions={"Bool": {"kms:GrantIsForAWSResource": "true"}}))
@@ -59,6 +63,10 @@ class TrainingExecutionRole(Construct):
                          "ec2:DescribeNetworkInterfaces", "ec2:DescribeVpcs", "ec2:DescribeDhcpOptions",
                          "ec2:DescribeSubnets", "ec2:DescribeSecurityGroups"], resources=["*"]))
         self.policy = self.role.node.find_child("DefaultPolicy")
+        acknowledge(self.policy,
+                    f"AwsSolutions-IAM5[Resource::{rendered(self, store.arn_under(store.output_prefix))}]",
+                    "SageMaker uploads each job's model artifact under output/<job>/: job names are not known "
+                    "ahead (write only: no read, no delete)")
         acknowledge(self.policy, f"AwsSolutions-IAM5[Resource::{rendered(self, log_group_arn)}]",
                     "SageMaker writes each job's logs to log streams of /aws/sagemaker/TrainingJobs")
         acknowledge(self.policy, "AwsSolutions-IAM5[Resource::*]",

@@ -21,7 +21,7 @@ from constructs import Construct
 
 from spotrun.seams import METRICS_NAMESPACE
 
-from .lambda_code import dead_letter_queue, spotrun_function
+from .lambda_code import dead_letter_queue, on_failure_destination, spotrun_function
 from .nag import acknowledge, rendered
 
 SOURCE, DETAIL_TYPE = "aws.sagemaker", "SageMaker Training Job State Change"
@@ -69,3 +69,5 @@ class InterruptionEvents(Construct):
         for rule in (self.interruption_rule, self.finished_rule):
             rule.add_target(targets.LambdaFunction(self.recorder, retry_attempts=8,
                                                    dead_letter_queue=self.dead_letters))
+        # Invoked asynchronously: a function error after Lambda's retries lands here instead of being dropped.
+        self.recorder_failures = on_failure_destination(self, "RecorderFailures", self.recorder)

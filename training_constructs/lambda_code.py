@@ -10,6 +10,7 @@ from pathlib import Path
 from aws_cdk import Duration
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_lambda_destinations as destinations
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
@@ -45,4 +46,16 @@ def dead_letter_queue(scope: Construct, id_: str) -> sqs.Queue:
     queue = sqs.Queue(scope, id_, encryption=sqs.QueueEncryption.SQS_MANAGED, enforce_ssl=True,
                       retention_period=Duration.days(14))
     acknowledge(queue, "AwsSolutions-SQS3", "this queue is itself the dead-letter queue of an EventBridge target")
+    return queue
+
+
+def on_failure_destination(scope: Construct, id_: str, fn: lambda_.Function) -> sqs.Queue:
+    """For a function invoked asynchronously (an EventBridge target): Lambda retries a failed invocation twice,
+    then sends the event with the error here instead of dropping it. Returns the queue (alarm on it)."""
+    queue = sqs.Queue(scope, id_, encryption=sqs.QueueEncryption.SQS_MANAGED, enforce_ssl=True,
+                      retention_period=Duration.days(14))
+    acknowledge(queue, "AwsSolutions-SQS3", "this queue is itself the on-failure destination of a function's "
+                                            "asynchronous invocations (it keeps the failed events)")
+    fn.configure_async_invoke(on_failure=destinations.SqsDestination(queue), retry_attempts=2,
+                              max_event_age=Duration.hours(6))
     return queue

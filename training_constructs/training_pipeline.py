@@ -36,10 +36,11 @@ from constructs import Construct
 
 from spotrun.contract import MAX_RUNTIME_LIMIT_S
 from spotrun.handlers.cancel import CANCEL_STATUSES
-from spotrun.seams import GuardAction, PlanStatus, guard_path, plan_path
+from spotrun.handlers.estimate import REGISTRATION_STATUS
+from spotrun.seams import COMPLETED_METRIC_DEFINITION, GuardAction, PlanStatus, guard_path, plan_path
 
 from .artifact_store import ArtifactStore
-from .lambda_code import dead_letter_queue, spotrun_function
+from .lambda_code import dead_letter_queue, on_failure_destination, spotrun_function
 from .nag import acknowledge, rendered
 
 CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"
@@ -74,6 +75,12 @@ class TrainingPipelineProps:
     max_poll_seconds: int = 4 * 3600
     allowed_instance_types: tuple[str, ...] = ()
     metrics_namespace: str = "spotrun"
+    max_usd_per_run: float = 0.0
+    """The stage's largest budget.max_usd (0: none); the estimate refuses more."""
+    max_instances_per_run: int = 0
+    """The stage's most instances per run (0: none)."""
+    max_concurrent_runs: int = 0
+    """Executions that may run at once (0: none); the estimate counts the running ones."""
 
     def __post_init__(self) -> None:
         if not self.job_prefix or len(self.job_prefix) > 24:
@@ -89,15 +96,17 @@ def create_training_job_parameters(props: TrainingPipelineProps, *, spot: bool) 
     """The CreateTrainingJob request; values the estimate decides come from $.plan, the rest is fixed here."""
     store = props.store
     params: dict = {
-        # The guard holds the current job's name: the plan's first, the -od name after a fallback.
+        # The guard holds the current segment's job: its name, MaxRuntime (what the cap still allows at on-demand
+        # rates, spotrun/segments.py), MaxWait and hyperparameters (the trainer's segment_seconds).
         "TrainingJobName.$": guard_path("job_name"),
         "RoleArn": props.execution_role.role_arn,
         "AlgorithmSpecification": {
             "TrainingImage": props.image_uri,
             "TrainingInputMode": "FastFile",
-            "MetricDefinitions": [dict(d) for d in props.metric_definitions],
+            # The trainer's metric lines, and its completion line: what tells a finished run from a segment's end.
+            "MetricDefinitions": [dict(d) for d in props.metric_definitions] + [dict(COMPLETED_METRIC_DEFINITION)],
         },
-        "HyperParameters.$": plan_path("hyperparameters"),
+        "HyperParameters.$": guard_path("hyperparameters"),
         "InputDataConfig.$": plan_path("input_data_config"),
         "OutputDataConfig": {"S3OutputPath": f"s3://{store.bucket.bucket_name}/{store.output_prefix}",
                              "KmsKeyId": store.key.key_arn},
@@ -107,10 +116,14 @@ def create_training_job_parameters(props: TrainingPipelineProps, *, spot: bool) 
         # from the same checkpoints, a new execution of the same run JSON does not.
         "CheckpointConfig": {"S3Uri.$": plan_path("checkpoint_s3_uri"), "LocalPath": CHECKPOINT_LOCAL_PATH},
         "EnableManagedSpotTraining": spot,
-        "StoppingCondition": ({"MaxRuntimeInSeconds.$": plan_path("max_runtime_seconds"),
-                               "MaxWaitTimeInSeconds.$": plan_path("max_wait_seconds")} if spot
-                              else {"MaxRuntimeInSeconds.$": plan_path("max_runtime_seconds")}),
+        "StoppingCondition": ({"MaxRuntimeInSeconds.$": guard_path("max_runtime_seconds"),
+                               "MaxWaitTimeInSeconds.$": guard_path("max_wait_seconds")} if spot
+                              else {"MaxRuntimeInSeconds.$": guard_path("max_runtime_seconds")}),
         "RetryStrategy": {"MaximumRetryAttempts": RETRY_ATTEMPTS},
+        # "No inbound or outbound network calls ... except for calls between peers within a training cluster"
+        # (API reference, EnableNetworkIsolation): the container cannot reach S3, the internet or any endpoint;
+        # SageMaker itself moves the channels, checkpoints and the model artifact.
+        "EnableNetworkIsolation": True,
         "EnableInterContainerTrafficEncryption": False,
         "Tags.$": plan_path("tags"),
     }
@@ -139,7 +152,9 @@ class TrainingPipeline(Construct):
             "MAX_POLL_SECONDS": str(props.max_poll_seconds),
             "ALLOWED_INSTANCE_TYPES": ",".join(props.allowed_instance_types),
             "VOLUME_KMS_KEY_ARN": store.key.key_arn,
-            "PROJECT": props.project, "STAGE": props.stage, "COST_CENTER": props.cost_center}
+            "PROJECT": props.project, "STAGE": props.stage, "COST_CENTER": props.cost_center,
+            "MAX_USD_PER_RUN": str(props.max_usd_per_run), "MAX_INSTANCES_PER_RUN": str(props.max_instances_per_run),
+            "MAX_CONCURRENT_RUNS": str(props.max_concurrent_runs)}
         self.estimate_fn = spotrun_function(
             self, "EstimateFn", handler="spotrun.handlers.estimate.handler", timeout_s=60,
             description="spotrun planner: validates the run and decides instance, limits, cadence and cost",
@@ -156,8 +171,8 @@ class TrainingPipeline(Construct):
             self, "CostGuardFn", handler="spotrun.handlers.cost_guard.handler",
             description="spotrun cost guard: describes the job, checkpoint age, spend against the cap at every poll",
             environment={"METRICS_NAMESPACE": props.metrics_namespace, "STAGE": props.stage})
-        self.guard_fn.add_to_role_policy(iam.PolicyStatement(actions=["sagemaker:DescribeTrainingJob"],
-                                                             resources=[job_arn]))
+        self.guard_fn.add_to_role_policy(iam.PolicyStatement(
+            actions=["sagemaker:DescribeTrainingJob", "sagemaker:ListTags"], resources=[job_arn]))
         self.guard_fn.add_to_role_policy(iam.PolicyStatement(
             actions=["s3:ListBucket"], resources=[store.bucket.bucket_arn],
             conditions={"StringLike": {"s3:prefix": [f"{store.checkpoints_prefix}*"]}}))
@@ -170,9 +185,21 @@ class TrainingPipeline(Construct):
                                     message=sfn.TaskInput.from_json_path_at(message_path),
                                     result_path=sfn.JsonPath.DISCARD)
 
-        # Unexpected errors anywhere (API errors, throttling after retries) end here, with the cause.
-        pipeline_error = notify("NotifyPipelineError", "spotrun: pipeline error", "$.error.Cause").next(
+        # Unexpected errors anywhere (API errors, throttling after retries, a guard that keeps failing) end here,
+        # with the cause: the current job is stopped first (its MaxRuntime bounds it if the stop fails too, and
+        # the canceller tries again when the execution has failed).
+        notify_error = notify("NotifyPipelineError", "spotrun: pipeline error", "$.error.Cause").next(
             sfn.Fail(self, "PipelineError", error="PipelineError", cause_path="$.error.Cause"))
+        stop_on_error = tasks.CallAwsService(
+            self, "StopJobOnError", service="sagemaker", action="stopTrainingJob",
+            parameters={"TrainingJobName.$": guard_path("job_name")}, iam_resources=[job_arn],
+            iam_action="sagemaker:StopTrainingJob", result_path=sfn.JsonPath.DISCARD)
+        stop_on_error.add_retry(errors=["States.ALL"], interval=Duration.seconds(5), max_attempts=6,
+                                backoff_rate=2)
+        stop_on_error.add_catch(notify_error, errors=["States.ALL"], result_path="$.stop_error")
+        stop_on_error.next(notify_error)
+        pipeline_error = sfn.Choice(self, "JobToStop").when(
+            sfn.Condition.is_present(guard_path("job_name")), stop_on_error).otherwise(notify_error)
 
         def sdk(name: str, action: str, parameters: dict, resources: list[str], result_path: str,
                 iam_action: str | None = None) -> tasks.CallAwsService:
@@ -187,7 +214,8 @@ class TrainingPipeline(Construct):
         estimate = tasks.LambdaInvoke(
             self, "Estimate", lambda_function=self.estimate_fn, payload_response_only=True, result_path="$.plan",
             payload=sfn.TaskInput.from_object({"run.$": "$.run", "execution.$": "$$.Execution.Name",
-                                               "started.$": "$$.Execution.StartTime"}))
+                                               "started.$": "$$.Execution.StartTime",
+                                               "state_machine.$": "$$.StateMachine.Id"}))
         estimate.add_catch(pipeline_error, errors=["States.ALL"], result_path="$.error")
         invalid = notify("NotifyInvalidRun", "spotrun: invalid run", plan_path("message")).next(
             sfn.Fail(self, "InvalidRun", error=PlanStatus.INVALID_RUN.value, cause_path=plan_path("message")))
@@ -196,7 +224,10 @@ class TrainingPipeline(Construct):
 
         init_guard = sfn.Pass(self, "InitGuard", result_path="$.guard", parameters={
             "action": GuardAction.WAIT.value, "job_name.$": plan_path("job_name"), "spot.$": plan_path("spot"),
-            "wait_seconds.$": plan_path("poll_seconds"), "spent_before_usd": 0, "interruptions_before": 0})
+            "wait_seconds.$": plan_path("poll_seconds"), "spent_before_usd": 0, "interruptions_before": 0,
+            "segment": 1, "max_runtime_seconds.$": plan_path("max_runtime_seconds"),
+            "max_wait_seconds.$": plan_path("max_wait_seconds"),
+            "hyperparameters.$": plan_path("hyperparameters"), "segments": []})
         wait = sfn.Wait(self, "WaitForJob", time=sfn.WaitTime.seconds_path(guard_path("wait_seconds")))
 
         def create(name: str, spot: bool) -> tasks.CallAwsService:
@@ -219,7 +250,8 @@ class TrainingPipeline(Construct):
         stop.add_catch(pipeline_error, errors=["States.ALL"], result_path="$.error")
         register = sdk("CreateModelPackage", "createModelPackage", {
             "ModelPackageGroupName": props.model_package_group_name,
-            "ModelApprovalStatus.$": plan_path("approval_status"),
+            # Registered for review, always: approval is a separate, permissioned step.
+            "ModelApprovalStatus": REGISTRATION_STATUS,
             "ModelPackageDescription.$": f"States.Format('spotrun run {{}} ({{}}, {{}})', {plan_path('run_name')}, "
                                          f"{plan_path('method')}, {guard_path('job_name')})",
             "InferenceSpecification": {
@@ -248,11 +280,13 @@ class TrainingPipeline(Construct):
         def action_is(action: GuardAction) -> sfn.Condition:
             return sfn.Condition.string_equals(guard_path("action"), action.value)
 
+        next_segment = sfn.Choice(self, "NextSegment").when(
+            sfn.Condition.boolean_equals(guard_path("spot"), True), create_spot).otherwise(create_on_demand)
         wait.next(guard).next(
             sfn.Choice(self, "NextAction")
             .when(action_is(GuardAction.WAIT), wait)
             .when(action_is(GuardAction.STOP), stop.next(wait))
-            .when(action_is(GuardAction.FALLBACK), create_on_demand)
+            .when(sfn.Condition.or_(action_is(GuardAction.SEGMENT), action_is(GuardAction.FALLBACK)), next_segment)
             .when(action_is(GuardAction.COMPLETED), register.next(report))
             .when(action_is(GuardAction.OVER_BUDGET), capped)
             .when(action_is(GuardAction.GATE_FAILED), gate_failed)
@@ -264,8 +298,9 @@ class TrainingPipeline(Construct):
             .when(sfn.Condition.string_equals(plan_path("status"), PlanStatus.OVER_BUDGET.value), over_budget)
             .otherwise(init_guard.next(
                 sfn.Choice(self, "SpotOrOnDemand")
-                .when(sfn.Condition.boolean_equals(plan_path("spot"), True), create_spot.next(wait))
+                .when(sfn.Condition.boolean_equals(plan_path("spot"), True), create_spot)
                 .otherwise(create_on_demand))))
+        create_spot.next(wait)
 
         log_group = logs.LogGroup(self, "Logs", retention=logs.RetentionDays.SIX_MONTHS)
         self.state_machine = sfn.StateMachine(
@@ -280,8 +315,23 @@ class TrainingPipeline(Construct):
         role.add_to_principal_policy(iam.PolicyStatement(
             actions=["iam:PassRole"], resources=[props.execution_role.role_arn],
             conditions={"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}}))
+        self._estimate_reads_executions()
         self._canceller(props, job_arn)
         self._acknowledge(job_arn, package_arn, group_arn)
+
+    def _estimate_reads_executions(self) -> None:
+        """The estimate counts running executions (the stage's concurrency limit) and checks the execution a
+        run resumes from. A policy of its own: on the function's default policy it would form a cycle (the state
+        machine names the function, which would wait for a policy naming the state machine)."""
+        stack = Stack.of(self)
+        executions = stack.format_arn(service="states", resource="execution",
+                                      resource_name=f"{self.state_machine.state_machine_name}:*",
+                                      arn_format=ArnFormat.COLON_RESOURCE_NAME)
+        policy = iam.Policy(self, "EstimateReadsExecutions", roles=[self.estimate_fn.role], statements=[
+            iam.PolicyStatement(actions=["states:ListExecutions"], resources=[self.state_machine.state_machine_arn]),
+            iam.PolicyStatement(actions=["states:DescribeExecution"], resources=[executions])])
+        acknowledge(policy, f"AwsSolutions-IAM5[Resource::{rendered(self, executions)}]",
+                    "reads this state machine's executions only (execution ARNs are not known ahead)")
 
     def _canceller(self, props: TrainingPipelineProps, job_arn: str) -> None:
         """Execution ABORTED / FAILED / TIMED_OUT -> stop its training job (spotrun/handlers/cancel.py)."""
@@ -294,7 +344,9 @@ class TrainingPipeline(Construct):
                                       resource_name=f"{self.state_machine.state_machine_name}:*",
                                       arn_format=ArnFormat.COLON_RESOURCE_NAME)
         self.cancel_fn.add_to_role_policy(iam.PolicyStatement(
-            actions=["sagemaker:DescribeTrainingJob", "sagemaker:StopTrainingJob"], resources=[job_arn]))
+            actions=["sagemaker:ListTags", "sagemaker:StopTrainingJob"], resources=[job_arn]))
+        self.cancel_fn.add_to_role_policy(iam.PolicyStatement(actions=["sagemaker:ListTrainingJobs"],
+                                                              resources=["*"]))
         self.cancel_fn.add_to_role_policy(iam.PolicyStatement(actions=["states:DescribeExecution"],
                                                               resources=[executions]))
         props.failures_topic.grant_publish(self.cancel_fn)
@@ -304,9 +356,15 @@ class TrainingPipeline(Construct):
             detail={"stateMachineArn": [self.state_machine.state_machine_arn], "status": list(CANCEL_STATUSES)}))
         self.cancel_rule.add_target(targets.LambdaFunction(self.cancel_fn, retry_attempts=8,
                                                            dead_letter_queue=self.cancel_dlq))
+        # EventBridge invokes it asynchronously: Lambda retries a failed invocation (a throttled stop), then the
+        # event goes to this queue instead of being dropped (the DLQ above only takes undeliverable events).
+        self.cancel_failures = on_failure_destination(self, "CancelFailures", self.cancel_fn)
         policy = self.cancel_fn.role.node.find_child("DefaultPolicy")
         acknowledge(policy, f"AwsSolutions-IAM5[Resource::{rendered(self, job_arn)}]",
                     "stops training jobs of this stage only: every job name starts with the stage's prefix")
+        acknowledge(policy, "AwsSolutions-IAM5[Resource::*]",
+                    "sagemaker:ListTrainingJobs supports no resource scoping; the jobs it stops are checked by "
+                    "name prefix and execution tag and scoped by the statement above")
         acknowledge(policy, f"AwsSolutions-IAM5[Resource::{rendered(self, executions)}]",
                     "reads the input of this state machine's executions only (execution ARNs are not known ahead)")
         acknowledge(policy, "AwsSolutions-IAM5[Action::kms:GenerateDataKey*]",

@@ -1,11 +1,15 @@
-"""Canceller Lambda: an execution that is stopped, fails or times out stops its training job.
+"""Canceller Lambda: an execution that is stopped, fails or times out stops its training jobs.
 
 Step Functions runs no cleanup on StopExecution, and a job created with CallAwsService keeps running (and
-billing, unguarded) after its execution ends. An EventBridge rule on "Step Functions Execution Status Change"
-(ABORTED, FAILED, TIMED_OUT) of the pipeline's state machine invokes this handler. It derives the execution's job
-names the way the estimate does (the run name from the execution's input, the execution's name), and stops each
-one that is still running and was created by this execution (StopTrainingJob: SIGTERM, the trainer saves its
-checkpoint on the way out). A duplicate event finds the job already stopping and does nothing.
+billing, though never past its MaxRuntime, which the cap set) after its execution ends. An EventBridge rule on
+"Step Functions Execution Status Change" (ABORTED, FAILED, TIMED_OUT) of the pipeline's state machine invokes this
+handler asynchronously; Lambda retries a failed invocation and then sends it to the on-failure destination (a
+queue with an alarm), so a throttled StopTrainingJob is retried rather than dropped.
+
+Which jobs: every segment's name starts with the execution's first job name (derived from the run name and the
+execution's name, as the estimate does); of the jobs in progress with that name, the ones whose `execution` tag
+is this execution's are stopped (StopTrainingJob: SIGTERM, the trainer saves its checkpoint on the way out). A
+duplicate event finds them stopping and does nothing.
 Environment (read here, at the entry point): JOB_PREFIX, TOPIC_ARN.
 """
 
@@ -15,45 +19,43 @@ import json
 import os
 from typing import Any
 
-from .common import owned_by_execution, to_epoch
-from .estimate import FALLBACK_SUFFIX, PipelineSettings, job_name
+from ..seams import EXECUTION_TAG
+from .estimate import PipelineSettings, job_name
 
 CANCEL_STATUSES = ("ABORTED", "FAILED", "TIMED_OUT")
 
 
-def jobs_of(detail: dict, job_prefix: str, execution_input: str | None) -> list[str]:
-    """The training job names an execution can have created (spot/first and on-demand fallback)."""
+def first_job_of(detail: dict, job_prefix: str, execution_input: str | None) -> str | None:
+    """The execution's first job name (every later segment's name starts with it), or None without a run name."""
     try:
         run_name = json.loads(execution_input or "{}").get("name")
     except (json.JSONDecodeError, AttributeError):
-        return []
+        return None
     if not isinstance(run_name, str) or not run_name:
-        return []
+        return None
     settings = PipelineSettings(bucket="", job_prefix=job_prefix, model_package_group="", poll_seconds=1,
                                 project="", stage="", cost_center="")
-    first = job_name(settings, run_name, detail["name"])
-    return [first, first + FALLBACK_SUFFIX]
+    return job_name(settings, run_name, detail["name"])
 
 
 def cancel(detail: dict, sagemaker: Any, *, job_prefix: str, execution_input: str | None) -> list[str]:
     """Stop this execution's running jobs; returns the names of the jobs stopped."""
-    from botocore.exceptions import ClientError
-
     if detail.get("status") not in CANCEL_STATUSES:
         return []
-    started = to_epoch(detail.get("startDate"))
+    first = first_job_of(detail, job_prefix, execution_input)
+    if first is None:
+        return []
     stopped = []
-    for name in jobs_of(detail, job_prefix, execution_input):
-        try:
-            describe = sagemaker.describe_training_job(TrainingJobName=name)
-        except ClientError as exc:
-            if exc.response["Error"]["Code"] in ("ValidationException", "ResourceNotFound"):
-                continue  # never created
-            raise
-        if describe.get("TrainingJobStatus") != "InProgress" or not owned_by_execution(describe, started):
-            continue
-        sagemaker.stop_training_job(TrainingJobName=name)
-        stopped.append(name)
+    pages = sagemaker.get_paginator("list_training_jobs").paginate(NameContains=first, StatusEquals="InProgress")
+    for page in pages:
+        for job in page["TrainingJobSummaries"]:
+            if not job["TrainingJobName"].startswith(first):
+                continue
+            tags = {t["Key"]: t["Value"] for t in sagemaker.list_tags(ResourceArn=job["TrainingJobArn"])["Tags"]}
+            if tags.get(EXECUTION_TAG) != detail["name"]:
+                continue  # a job of an earlier execution that had the same name
+            sagemaker.stop_training_job(TrainingJobName=job["TrainingJobName"])
+            stopped.append(job["TrainingJobName"])
     return stopped
 
 

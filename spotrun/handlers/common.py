@@ -1,5 +1,5 @@
-"""Small helpers the Lambda handlers share: timestamps as Step Functions/EventBridge deliver them, job ownership,
-EMF metrics."""
+"""Small helpers the Lambda handlers share: timestamps as Step Functions/EventBridge deliver them, EMF metrics,
+idempotent records."""
 
 from __future__ import annotations
 
@@ -28,22 +28,6 @@ def to_epoch(value: Any) -> float | None:
             parsed = parsed.replace(tzinfo=timezone.utc)
         return parsed.timestamp()
     return None
-
-
-# A job created this long before its execution started is not the execution's (clocks of two AWS services).
-OWNERSHIP_SLACK_S = 60.0
-
-
-def owned_by_execution(describe: dict, execution_started: float | None) -> bool:
-    """Whether a training job was created by the execution that started at `execution_started`.
-
-    Job names are derived from the execution's name, so a name collision is either a retried create of this
-    execution (ours) or an earlier execution that reused the name (not ours): the creation time tells them apart.
-    """
-    created = to_epoch(describe.get("CreationTime"))
-    if execution_started is None or created is None:
-        return True
-    return created >= execution_started - OWNERSHIP_SLACK_S
 
 
 def emit_metric(namespace: str, name: str, value: float, unit: str, dimensions: dict[str, str]) -> str:

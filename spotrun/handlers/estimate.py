@@ -18,14 +18,17 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import os
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from ..aws_text import TAG_VALUE_MAX, aws_text_ok
 from ..contract import RunSpec, RunValidationError, parse_run
 from ..gate import gate_of
-from ..planner import EstimateRefused, estimate, load_catalog, regional_catalog
-from ..seams import METHOD_TAG, SHAPE_TAG, VALIDATION_CHANNEL, Plan, PlanStatus, StopNotice
+from ..planner import EstimateRefused, estimate, load_catalog, regional_catalog, startup_seconds
+from ..seams import EXECUTION_TAG, METHOD_TAG, SHAPE_TAG, VALIDATION_CHANNEL, Plan, PlanStatus, StopNotice
+from ..segments import SEGMENT_SUFFIX_MAX, segment_job_name
 from ..sources import read_sources
 from ..validate import Target, check_target, pipeline_hyperparameters, validation_uri
 from .performance import shape_key
@@ -33,9 +36,11 @@ from .performance import shape_key
 CONTRACT_KEYS = ("parameters", "trainable_parameters", "training_flops", "gpu_hours", "instance_type",
                  "instance_count", "max_runtime_seconds", "max_wait_seconds", "checkpoint_bytes",
                  "notice_upload_gb_per_s", "checkpoint_interval_seconds", "cost_usd", "warnings", "utilization",
-                 "utilization_source")
+                 "utilization_source", "segments", "wall_seconds", "expected_overhead_seconds",
+                 "checkpoint_policy")
 MAX_JOB_NAME = 63
-FALLBACK_SUFFIX = "-od"
+# Every package is registered for review: approval is a separate, permissioned step (UpdateModelPackage).
+REGISTRATION_STATUS = "PendingManualApproval"
 RUN_RECORD = "spotrun-run.json"  # what an execution trained, beside its checkpoints: checked on resume_from
 QUOTA_SERVICE = "sagemaker"
 
@@ -53,6 +58,10 @@ class PipelineSettings:
     max_poll_seconds: int = 4 * 3600
     volume_kms_key_arn: str = ""  # sent only for instance types without local storage
     allowed_instance_types: tuple[str, ...] = ()  # empty: every type of the catalog
+    # The stage's maxima (stacks/config.py); 0: no limit.
+    max_usd_per_run: float = 0.0
+    max_instances_per_run: int = 0
+    max_concurrent_runs: int = 0
 
     @classmethod
     def from_env(cls, env: dict[str, str]) -> "PipelineSettings":
@@ -62,13 +71,25 @@ class PipelineSettings:
                    project=env.get("PROJECT", "spotrun"), stage=env.get("STAGE", ""),
                    cost_center=env.get("COST_CENTER", ""), region=env.get("AWS_REGION", "us-east-1"),
                    max_poll_seconds=int(env.get("MAX_POLL_SECONDS", str(4 * 3600))),
-                   volume_kms_key_arn=env.get("VOLUME_KMS_KEY_ARN", ""), allowed_instance_types=allowed)
+                   volume_kms_key_arn=env.get("VOLUME_KMS_KEY_ARN", ""), allowed_instance_types=allowed,
+                   max_usd_per_run=float(env.get("MAX_USD_PER_RUN", "0")),
+                   max_instances_per_run=int(env.get("MAX_INSTANCES_PER_RUN", "0")),
+                   max_concurrent_runs=int(env.get("MAX_CONCURRENT_RUNS", "0")))
 
 
 def job_name(settings: PipelineSettings, run_name: str, execution: str) -> str:
     suffix = hashlib.sha256(execution.encode()).hexdigest()[:6]
-    room = MAX_JOB_NAME - len(settings.job_prefix) - len(suffix) - 1 - len(FALLBACK_SUFFIX)
+    room = MAX_JOB_NAME - len(settings.job_prefix) - len(suffix) - 1 - SEGMENT_SUFFIX_MAX
     return f"{settings.job_prefix}{run_name[:room].rstrip('-')}-{suffix}"
+
+
+def check_execution_name(execution: str) -> None:
+    """The execution's name becomes the `execution` tag of its jobs (what ties a job to its execution): refuse a
+    name Step Functions accepts but a tag value does not (`retrain(2)`), rather than tag a look-alike."""
+    if not execution or len(execution) > TAG_VALUE_MAX or not aws_text_ok(execution):
+        raise RunValidationError("execution", execution, "an execution name of letters, digits and _.:/=+-@ only "
+                                 "(it is the training jobs' `execution` tag, whose pattern allows no other "
+                                 "characters); e.g. retrain-2 instead of retrain(2)")
 
 
 def _channel(name: str, uri: str) -> dict:
@@ -120,6 +141,21 @@ def _check_resume(record: dict, s3_client: Any, bucket: str, prefix: str, resume
                                      f"{earlier.get(differ[0])!r}, this run has {record[differ[0]]!r}")
 
 
+def check_resumable(run: RunSpec, name: str, found: tuple[str, str | None] | None) -> None:
+    """`checkpoint.resume_from` names an execution of this pipeline, of the same run, that has ended: a running
+    one still writes its checkpoints, and another run's are not this run's."""
+    if found is None:
+        raise RunValidationError("checkpoint.resume_from", name, f"an ended execution of run {run.name} of this "
+                                 "pipeline (no execution has this name)")
+    status, run_name = found
+    if status == "RUNNING":
+        raise RunValidationError("checkpoint.resume_from", name, "an execution that has ended (this one is still "
+                                 "running and writing its checkpoints: stop it first, or wait)")
+    if run_name != run.name:
+        raise RunValidationError("checkpoint.resume_from", name, f"an execution of run {run.name} (this one ran "
+                                 f"{run_name!r})")
+
+
 def check_quota(quotas_client: Any, instance_type: str, count: int, spot: bool) -> None:
     """Refuse a run the account's SageMaker quota cannot hold (Service Quotas; quotas are per instance type)."""
     from botocore.exceptions import ClientError
@@ -145,9 +181,30 @@ def check_quota(quotas_client: Any, instance_type: str, count: int, spot: bool) 
     # NOTE: a quota that is not listed is not refused: Service Quotas lists only quotas that exist in the region.
 
 
+def check_stage_limits(run: RunSpec, settings: PipelineSettings, running_executions: int | None) -> None:
+    """The stage's maxima (stacks/config.py): the cap per run, instances per run, runs at once."""
+    where = f"stage {settings.stage or '?'}'s limit in stacks/config.py"
+    if settings.max_usd_per_run and run.max_usd > settings.max_usd_per_run:
+        raise RunValidationError("budget.max_usd", run.max_usd, f"at most {settings.max_usd_per_run:,.2f} "
+                                 f"(max_usd_per_run, {where})")
+    count = run.compute.instance_count
+    if settings.max_instances_per_run and count is not None and count > settings.max_instances_per_run:
+        raise RunValidationError("compute.instance_count", count, f"at most {settings.max_instances_per_run} "
+                                 f"(max_instances_per_run, {where})")
+    if settings.max_concurrent_runs and running_executions is not None and \
+            running_executions > settings.max_concurrent_runs:
+        raise RunValidationError("run", f"{running_executions} running executions", f"at most "
+                                 f"{settings.max_concurrent_runs} at once (max_concurrent_runs, {where}): start it "
+                                 "when one has ended")
+
+
 def deployment_catalog(catalog: dict, settings: PipelineSettings, run: RunSpec) -> dict:
-    """The catalog as this deployment may use it: the region's prices, the stage's allowed instance types."""
+    """The catalog as this deployment may use it: the region's prices, the stage's allowed instance types, and
+    `auto` counts within the stage's instances per run."""
     regional = regional_catalog(catalog, settings.region)
+    if settings.max_instances_per_run:
+        regional["defaults"]["max_auto_instance_count"] = min(regional["defaults"]["max_auto_instance_count"],
+                                                              settings.max_instances_per_run)
     allowed = settings.allowed_instance_types
     if allowed:
         wanted = run.compute.instance_type
@@ -160,16 +217,24 @@ def deployment_catalog(catalog: dict, settings: PipelineSettings, run: RunSpec) 
 
 def plan(run_raw: Any, execution: str, settings: PipelineSettings, *, s3_client: Any = None,
          rates: dict[str, float] | None = None, catalog: dict | None = None, quotas_client: Any = None,
-         started: str = "", mfu_lookup: Callable[[str, str], dict[str, tuple[float, int]]] | None = None) -> dict:
+         started: str = "", mfu_lookup: Callable[[str, str], dict[str, tuple[float, int]]] | None = None,
+         running_executions: int | None = None,
+         execution_status: Callable[[str], tuple[str, str | None] | None] | None = None) -> dict:
     """The plan for one execution (see the module docstring); clients None skip the checks that need them.
+
+    `running_executions`: executions of the pipeline running now, this one included (the stage's concurrency
+    limit); `execution_status(name)`: (status, run name) of an execution of the pipeline, None if none has it
+    (what `checkpoint.resume_from` may name).
 
     `mfu_lookup(shape, method)`: instance type -> (MFU, runs) measured by earlier runs (performance.py).
     """
     catalog = catalog or load_catalog()
     shape = None
     try:
+        check_execution_name(execution)
         # The same rules `spotrun validate --stage` applies (spotrun/validate.py).
         run: RunSpec = parse_run(run_raw)
+        check_stage_limits(run, settings, running_executions)
         catalog = deployment_catalog(catalog, settings, run)
         data_uri, model_uri = check_target(run, Target(settings.bucket, settings.model_package_group))
         sources = read_sources(run, s3_client=s3_client)
@@ -188,6 +253,8 @@ def plan(run_raw: Any, execution: str, settings: PipelineSettings, *, s3_client:
         return out
 
     try:
+        if run.checkpoint.resume_from is not None and execution_status is not None:
+            check_resumable(run, run.checkpoint.resume_from, execution_status(run.checkpoint.resume_from))
         return _ok_plan(run, est, hyper, execution, started, settings, catalog, model_config, tokens, data_uri,
                         model_uri, s3_client, quotas_client, shape)
     except RunValidationError as exc:
@@ -197,6 +264,11 @@ def plan(run_raw: Any, execution: str, settings: PipelineSettings, *, s3_client:
 def _ok_plan(run: RunSpec, est: Any, hyper: dict, execution: str, started: str, settings: PipelineSettings,
              catalog: dict, model_config: dict | None, tokens: int | None, data_uri: str, model_uri: str | None,
              s3_client: Any, quotas_client: Any, shape: str | None) -> dict:
+    if run.approval_status != REGISTRATION_STATUS:
+        raise RunValidationError("registry.approval_status", run.approval_status,
+                                 f"{REGISTRATION_STATUS}: the pipeline registers every model for review; approving "
+                                 "it is a separate, permissioned step (aws sagemaker update-model-package "
+                                 "--model-approval-status Approved)")
     if quotas_client is not None:
         check_quota(quotas_client, est.instance_type, est.instance_count, run.compute.spot)
     record = run_record(run, model_config, tokens, est.parameters)
@@ -214,16 +286,18 @@ def _ok_plan(run: RunSpec, est: Any, hyper: dict, execution: str, started: str, 
     channels += [_channel(VALIDATION_CHANNEL, held_out)] if held_out else []
     name = job_name(settings, run.name, execution)
     tags = {"project": settings.project, "stage": settings.stage, "cost-center": settings.cost_center,
-            **run.tags, "run": run.name, "execution": execution, METHOD_TAG: run.training.method}
+            **run.tags, "run": run.name, EXECUTION_TAG: execution, METHOD_TAG: run.training.method}
     if shape:
         tags[SHAPE_TAG] = shape  # with the method, what matches this job's measured MFU to later estimates
     volume_gb = max(100, int(est.checkpoint_bytes * run.checkpoint.keep * 1.5 / 1e9) + 50)
     keep_alive = 0 if run.compute.spot else run.compute.warm_pool_minutes * 60
+    steps = max(1, math.ceil(est.tokens / (est.global_batch_samples * run.data.seq_len)))
+    startup = startup_seconds(catalog["defaults"])
     as_of = catalog["regions"][settings.region].get("as_of", "unknown date")
     upload_gb_per_s = est.upload_gb_per_s_available
     result = Plan(
         status=PlanStatus.OK.value, run_name=run.name, execution=execution, execution_started=started,
-        job_name=name, fallback_job_name=name + FALLBACK_SUFFIX, method=run.training.method,
+        job_name=name, fallback_job_name=segment_job_name(name, 2, spot=False), method=run.training.method,
         spot=run.compute.spot, on_demand_fallback=run.compute.on_demand_fallback,
         instance_type=est.instance_type, instance_count=est.instance_count,
         resource_config_spot=resource_config(est.instance_type, est.instance_count, volume_gb, settings, catalog),
@@ -239,10 +313,18 @@ def _ok_plan(run: RunSpec, est: Any, hyper: dict, execution: str, started: str, 
         checkpoint_upload_seconds=(round(est.checkpoint_bytes / (upload_gb_per_s * 1e9), 1) if upload_gb_per_s
                                    else float(StopNotice.UPLOAD_S)),
         max_usd=run.max_usd,
+        max_runtime_cap_seconds=int(est.segments["longest_seconds"]),
+        max_wait_extra_seconds=est.max_wait_seconds - est.max_runtime_seconds,
+        min_segment_seconds=int(est.segments["min_segment_seconds"]),
+        segment_overhead_seconds=float(est.segments["overhead_seconds"]),
+        warm_pool_seconds=keep_alive,
+        planned_steps=steps,
+        seconds_per_step=round((est.wall_seconds + est.expected_overhead_seconds - startup) / steps, 3),
         region=settings.region,
         usd_per_hour=catalog["instances"][est.instance_type]["on_demand_usd_per_hour"] * est.instance_count,
         price_source=f"on-demand list price in {settings.region} (spotrun catalog as of {as_of})",
-        approval_status=run.approval_status, data_source=run.data.source or "",
+        price_as_of=as_of,
+        approval_status=REGISTRATION_STATUS, data_source=run.data.source or "",
         estimate={k: est.to_json()[k] for k in CONTRACT_KEYS}, gate=gate_of(run),
     )
     return dataclasses.asdict(result)
@@ -264,6 +346,44 @@ def handler(event: dict, _context: Any) -> dict:
 
         def mfu_lookup(shape: str, method: str) -> dict[str, tuple[float, int]]:
             return recorded_utilization(table, shape=shape, method=method)
+    state_machine = str(event.get("state_machine") or "")
+    running, status_of = None, None
+    if state_machine:
+        sfn = boto3.client("stepfunctions")
+        running = count_running(sfn, state_machine, settings.max_concurrent_runs + 1)
+
+        def status_of(name: str) -> tuple[str, str | None] | None:
+            return execution_of(sfn, state_machine, name)
     return plan(event.get("run"), str(event.get("execution", "")), settings, rates=rates,
                 s3_client=boto3.client("s3"), quotas_client=boto3.client("service-quotas"),
-                started=str(event.get("started", "")), mfu_lookup=mfu_lookup)
+                started=str(event.get("started", "")), mfu_lookup=mfu_lookup, running_executions=running,
+                execution_status=status_of)
+
+
+def count_running(sfn: Any, state_machine_arn: str, enough: int) -> int:
+    """Running executions of the state machine, counted up to `enough` (the limit + 1 decides)."""
+    count = 0
+    for page in sfn.get_paginator("list_executions").paginate(stateMachineArn=state_machine_arn,
+                                                               statusFilter="RUNNING"):
+        count += len(page["executions"])
+        if count >= enough:
+            break
+    return count
+
+
+def execution_of(sfn: Any, state_machine_arn: str, name: str) -> tuple[str, str | None] | None:
+    """(status, run name of its input) of the state machine's execution `name`; None if there is none."""
+    from botocore.exceptions import ClientError
+
+    arn = state_machine_arn.replace(":stateMachine:", ":execution:", 1) + ":" + name
+    try:
+        desc = sfn.describe_execution(executionArn=arn)
+    except ClientError as exc:
+        if exc.response["Error"]["Code"] in ("ExecutionDoesNotExist", "InvalidArn"):
+            return None
+        raise
+    try:
+        run_name = json.loads(desc.get("input") or "{}").get("name")
+    except (json.JSONDecodeError, AttributeError):
+        run_name = None
+    return desc["status"], run_name

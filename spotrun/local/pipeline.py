@@ -170,6 +170,8 @@ def prepare_if_raw(raw: dict, cache: Path) -> tuple[dict, str]:
 
 def hyperparameters(raw: dict, est: Estimate, options: LocalOptions) -> dict[str, str]:
     hyper = dict(est.hyperparameters)
+    # No cost cap binds a local run: one job, no segments (its MaxRuntime is SageMaker's, not enforced here).
+    hyper.pop(Hyperparameter.SEGMENT_SECONDS.value, None)
     if raw["model"].get("config") is not None:
         hyper[Hyperparameter.MODEL_CONFIG.value] = json.dumps(raw["model"]["config"], separators=(",", ":"))
     hyper.update({"nproc_per_node": str(options.nproc), "master_port": str(free_port()), "num_threads": "1",

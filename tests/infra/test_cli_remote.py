@@ -110,6 +110,7 @@ def test_start_status_logs_cancel_and_list_a_running_run(stage, tmp_path, capsys
     assert st["state"] == "RUNNING" and st["run"] == "moto-run" and st["job_name"] == p["job_name"]
     assert (st["step"], st["total_steps"], st["loss"]) == (20, 40, 2.75)
     assert st["cap_usd"] == 25 and st["spent_usd"] >= 0 and st["interruptions"] == 0
+    assert st["segment"] == 1 and st["segments"] == []  # the first job, none ended yet
     assert cli_json(capsys, "status", "--stage", "dev")[1][0]["execution"] == started["execution"]  # the running one
 
     assert main(["logs", "moto-run", "--stage", "dev"]) == 0
@@ -166,6 +167,7 @@ def test_report_of_a_finished_run_gives_billing_savings_cost_and_the_package(sta
     assert main(["report", started["execution"], "--stage", "dev"]) == 0
     text = cli_output(capsys)
     assert "900.0 s / 3000.0 s" in text and "spot savings 70.0%" in text and rep["model_package_arn"] in text
+    assert f"segment 1        {rep['job_name']} (spot): Completed/Completed, billable 900 s" in text
 
 
 def test_commands_name_the_missing_stack(monkeypatch, capsys):

@@ -7,6 +7,7 @@ run the contract allows stays under half of the execution history quota."""
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import re
 
@@ -19,7 +20,7 @@ from spotrun.contract import MAX_RUNTIME_LIMIT_S
 from spotrun.handlers.cost_guard import decide, next_wait
 from spotrun.handlers.estimate import PipelineSettings, plan
 from spotrun.planner import load_catalog
-from spotrun.seams import GUARD_FIELDS, PLAN_FIELDS, REFUSAL_FIELDS, REPORT_FIELDS
+from spotrun.seams import COMPLETED_METRIC, GUARD_FIELDS, PLAN_FIELDS, REFUSAL_FIELDS, REPORT_FIELDS
 from spotrun_trainer.config import TrainConfig
 from tests.infra.render import render
 
@@ -71,33 +72,43 @@ def settings(synth) -> PipelineSettings:
                             volume_kms_key_arn="arn:aws:kms:us-east-1:123456789012:key/k")
 
 
-def states_for_every_branch(synth) -> list[tuple[str, dict]]:
-    """(branch, execution state) pairs made of the real handlers' outputs, one per way a request is sent."""
+def states_for_every_branch(synth, rendered: dict) -> list[tuple[str, dict]]:
+    """(branch, execution state) pairs made of the real handlers' outputs, one per way a request is sent. The
+    first guard is what the rendered InitGuard state makes of the plan."""
     out = []
-    for label, compute in (("spot", {}), ("on-demand", {"spot": False, "warm_pool_minutes": 30})):
+    # The on-demand run's data source is longer than a metadata value and has characters the pattern refuses.
+    long_source = f"s3://{BUCKET}/datasets/" + "(v2)é,x;" * 40 + "/"
+    done_metrics = [{"MetricName": "train:loss", "Value": 1.5}, {"MetricName": COMPLETED_METRIC, "Value": 10},
+                    {"MetricName": "train:base_val_loss", "Value": 3.25},
+                    {"MetricName": "train:exported_val_loss", "Value": 1.0625e-05}]
+    for label, compute, source in (("spot", {}, RUN["data"]["source"]),
+                                   ("on-demand", {"spot": False, "warm_pool_minutes": 30}, long_source)):
         run = copy.deepcopy(RUN)
         run["compute"].update(compute)
-        p = plan(run, f"exec-{label}", settings(synth), started="2026-01-01T00:00:00Z")
+        run["data"]["source"] = source
+        # Execution names as `spotrun start` makes them, and the characters a tag value allows beyond those.
+        p = plan(run, f"exec-{label}_v2.1:a=b+c@d", settings(synth), started="2026-01-01T00:00:00Z")
         assert p["status"] == "ok", p
-        guard = {"action": "wait", "job_name": p["job_name"], "spot": p["spot"], "wait_seconds": p["poll_seconds"],
-                 "spent_before_usd": 0, "interruptions_before": 0}
+        guard = resolve_parameters(rendered["States"]["InitGuard"]["Parameters"], {"plan": p})
         running = {"TrainingJobStatus": "InProgress", "SecondaryStatus": "Training", "CreationTime": T0,
                    "TrainingStartTime": T0}
         out.append((f"{label}: first create", {"run": run, "plan": p, "guard": guard}))
         out.append((f"{label}: stop", {"run": run, "plan": p, "guard": decide(p, guard, running, now=T0 + 1e6)}))
+        segment_end = decide(p, guard, {"TrainingJobStatus": "Completed", "SecondaryStatus": "Completed",
+                                        "BillableTimeInSeconds": 100, "CreationTime": T0}, now=T0 + 500)
+        assert segment_end["action"] == "segment", segment_end
+        out.append((f"{label}: next segment create", {"run": run, "plan": p, "guard": segment_end}))
         fallback = decide(p, guard, {"TrainingJobStatus": "Stopped", "SecondaryStatus": "MaxWaitTimeExceeded",
                                      "BillableTimeInSeconds": 10, "CreationTime": T0}, now=T0 + 10)
         if label == "spot":
             assert fallback["action"] == "fallback"
             out.append((f"{label}: fallback create", {"run": run, "plan": p, "guard": fallback}))
-        done = decide(p, guard, {"TrainingJobStatus": "Completed", "BillableTimeInSeconds": 100,
-                                 "TrainingTimeInSeconds": 300, "CreationTime": T0,
-                                 "FinalMetricDataList": [{"MetricName": "train:loss", "Value": 1.5},
-                                                         {"MetricName": "train:base_val_loss", "Value": 3.25},
-                                                         {"MetricName": "train:exported_val_loss",
-                                                          "Value": 1.0625e-05}],
-                                 "ModelArtifacts": {"S3ModelArtifacts": f"s3://{BUCKET}/output/j/output/model.tar.gz"}},
-                      now=T0 + 500)
+        done = decide(p, segment_end, {"TrainingJobStatus": "Completed", "BillableTimeInSeconds": 100,
+                                       "TrainingTimeInSeconds": 300, "CreationTime": T0,
+                                       "FinalMetricDataList": done_metrics,
+                                       "ModelArtifacts": {"S3ModelArtifacts": f"s3://{BUCKET}/output/j/output/"
+                                                                              "model.tar.gz"}},
+                      now=T0 + 900)
         assert done["action"] == "completed", done  # the gate passed: the package metadata carries both losses
         out.append((f"{label}: register", {"run": run, "plan": p, "guard": done, "registered": {}}))
         failed = decide(p, guard, {"TrainingJobStatus": "Failed", "FailureReason": "boom", "CreationTime": T0},
@@ -171,7 +182,8 @@ def check_shape(value, shape, where: str, problems: list[str]) -> None:
             problems.append(f"{where}: {len(value)} characters > {meta['max']}")
         if shape.enum and value not in shape.enum:
             problems.append(f"{where}: {value!r} not in {shape.enum}")
-        if "pattern" in meta and not regex.search(meta["pattern"], value):
+        # A full match: `search` finds the empty match of `(...)*` in any string.
+        if "pattern" in meta and not regex.fullmatch(meta["pattern"], value):
             problems.append(f"{where}: {value!r} does not match {meta['pattern']}")
     elif shape.type_name in ("integer", "long") and "max" in meta and value > meta["max"]:
         problems.append(f"{where}: {value} > {meta['max']}")
@@ -211,16 +223,15 @@ def test_every_request_on_every_branch_is_valid_for_the_real_api(synth, rendered
     assert {c[0][1] for c in calls.values()} == {"CreateTrainingJob", "StopTrainingJob", "CreateModelPackage",
                                                  "Publish"}
     checked = set()
-    for branch, state in states_for_every_branch(synth):
+    for branch, state in states_for_every_branch(synth, rendered):
         for name, ((service, action), definition) in calls.items():
             try:
                 params = resolve_parameters(definition["Parameters"], state)
             except (KeyError, TypeError):
                 continue  # this state is not reached on this branch (e.g. register before completion)
-            if name == "CreateSpotTrainingJob" and state["guard"]["job_name"] != state["plan"]["job_name"]:
-                continue  # the spot create always sends the plan's first name
-            if name == "CreateSpotTrainingJob" and not state["plan"]["spot"]:
-                continue
+            if name.startswith("Create") and name.endswith("TrainingJob") and \
+                    (name == "CreateSpotTrainingJob") != bool(state["guard"]["spot"]):
+                continue  # a job is created spot or on-demand as the guard (or the plan, first) says
             model = session.get_service_model(service).operation_model(action)
             report = ParamValidator().validate(params, model.input_shape)
             assert not report.has_errors(), f"{branch} / {name}: {report.generate_report()}"
@@ -238,7 +249,7 @@ def test_every_plan_and_guard_path_exists_in_what_the_handlers_return(synth, ren
     guard_paths = set(re.findall(r"\$\.guard\.(\w+)(?:\.(\w+))?", text))
     assert plan_fields <= PLAN_FIELDS | REFUSAL_FIELDS and {g for g, _ in guard_paths} <= GUARD_FIELDS
     assert {sub for g, sub in guard_paths if g == "report" and sub} <= REPORT_FIELDS
-    states = states_for_every_branch(synth)
+    states = states_for_every_branch(synth, rendered)
     p = states[0][1]["plan"]
     refused = [s["plan"] for b, s in states if b in ("over budget", "invalid run")]
     # The real estimate returns every field the definition reads, in its ok or its refusal form.
@@ -249,8 +260,8 @@ def test_every_plan_and_guard_path_exists_in_what_the_handlers_return(synth, ren
         assert field in done and (not sub or sub in done[field]), (field, sub)
 
 
-def test_the_plans_hyperparameters_parse_into_the_trainers_config(synth):
-    p = states_for_every_branch(synth)[0][1]["plan"]
+def test_the_plans_hyperparameters_parse_into_the_trainers_config(synth, rendered):
+    p = states_for_every_branch(synth, rendered)[0][1]["plan"]
     config = TrainConfig.from_hyperparameters(  # with the overrides the launcher adds on SageMaker
         p["hyperparameters"], **{"data.path": "/opt/ml/input/data/train", "output_dir": "/opt/ml/model",
                                  "checkpoint.dir": "/opt/ml/checkpoints",
@@ -259,6 +270,8 @@ def test_the_plans_hyperparameters_parse_into_the_trainers_config(synth):
     assert (config.eval.every_steps, config.eval.max_batches, config.eval.keep_best) == (50, 20, True)
     assert config.export.weights == "best"
     assert config.checkpoint.interval_minutes == pytest.approx(p["checkpoint_interval_seconds"] / 60, abs=0.01)
+    # The segment's budget: the trainer saves and exits before the job's MaxRuntime.
+    assert 0 < config.segment_seconds < p["max_runtime_seconds"]
 
 
 def _cycle(definition: dict, start: str, back: str) -> list[str]:
@@ -278,7 +291,7 @@ def test_the_longest_run_the_contract_allows_stays_under_half_the_history_quota(
     loop = _cycle(rendered, "WaitForJob", "wait")
     per_poll = sum(EVENTS[rendered["States"][n]["Type"]] for n in loop)
     assert per_poll == 9, loop  # Wait + CostGuard + NextAction
-    p = states_for_every_branch(synth)[0][1]["plan"]
+    p = states_for_every_branch(synth, rendered)[0][1]["plan"]
     p = {**p, "max_usd": 1e9}  # a cap that never shortens the waits: the most polls
     polls = 0
     # MaxWait at the contract's maximum (56 days of spot), then a 28-day on-demand fallback.
@@ -292,3 +305,18 @@ def test_the_longest_run_the_contract_allows_stays_under_half_the_history_quota(
     total = polls * per_poll + stops_and_creates + fixed
     assert total < HISTORY_QUOTA / 2, (polls, total)
     assert rendered["TimeoutSeconds"] >= 3 * MAX_RUNTIME_LIMIT_S  # the execution outlives its longest job
+
+
+def test_an_execution_name_that_is_no_tag_value_is_refused_by_name(synth):
+    refused = plan(copy.deepcopy(RUN), "retrain(2)", settings(synth))  # Step Functions accepts this name
+    assert refused["status"] == "InvalidRun" and refused["field"] == "execution"
+    assert "retrain(2)" in refused["message"] and "retrain-2" in refused["message"]
+
+
+def test_registry_metadata_keeps_the_exact_data_source_as_a_digest(synth, rendered):
+    done = next(s["guard"] for b, s in states_for_every_branch(synth, rendered) if b == "on-demand: register")
+    meta = done["report"]["metadata"]
+    source = done["report"]["data_source"]
+    assert len(source) > 256 and len(meta["data_source"]) == 256 and meta["data_source"].endswith("...")
+    assert meta["data_source_sha256"] == hashlib.sha256(source.encode()).hexdigest()
+    assert meta["price_region"] == "us-east-1" and meta["cost_basis"]

@@ -97,7 +97,37 @@ def test_an_execution_that_ends_early_invokes_the_canceller(synth):
     fn = synth.resources("AWS::Lambda::Function")[target["Arn"]["Fn::GetAtt"][0]]
     assert fn["Properties"]["Handler"] == "spotrun.handlers.cancel.handler"
     actions = {a for s in _statements(synth, "PipelineCancelFnRole") for a in _as_list(s["Action"])}
-    assert {"sagemaker:StopTrainingJob", "sagemaker:DescribeTrainingJob", "states:DescribeExecution"} <= actions
+    assert {"sagemaker:StopTrainingJob", "sagemaker:ListTrainingJobs", "sagemaker:ListTags",
+            "states:DescribeExecution"} <= actions
+
+
+def test_no_function_is_invoked_asynchronously_without_an_on_failure_destination(synth):
+    """Every EventBridge-targeted function (an asynchronous invoke) sends failed events to a queue."""
+    configs = {c["Properties"]["FunctionName"]["Ref"]: c["Properties"]
+               for c in synth.resources("AWS::Lambda::EventInvokeConfig").values()}
+    targeted = {t["Arn"]["Fn::GetAtt"][0] for r in synth.resources("AWS::Events::Rule").values()
+                for t in r["Properties"].get("Targets", []) if "Fn::GetAtt" in t["Arn"]}
+    assert targeted and targeted <= set(configs), targeted - set(configs)
+    for fn in targeted:
+        assert configs[fn]["DestinationConfig"]["OnFailure"]["Destination"]["Fn::GetAtt"][1] == "Arn"
+        assert configs[fn]["MaximumRetryAttempts"] == 2
+
+
+def test_dead_letters_function_errors_and_failed_executions_alarm_to_the_failures_topic(synth):
+    alarms = [a["Properties"] for a in synth.resources("AWS::CloudWatch::Alarm").values()]
+    by_metric: dict[str, list[dict]] = {}
+    for alarm in alarms:
+        by_metric.setdefault(alarm.get("MetricName", ""), []).append(alarm)
+    queues = set(synth.resources("AWS::SQS::Queue"))
+    watched = {d["Value"]["Fn::GetAtt"][0] for a in by_metric["ApproximateNumberOfMessagesVisible"]
+               for d in a["Dimensions"]}
+    assert watched == queues  # every dead-letter and on-failure queue
+    functions = set(synth.resources("AWS::Lambda::Function"))
+    erroring = {d["Value"]["Ref"] for a in by_metric["Errors"] for d in a["Dimensions"]}
+    assert {f for f in functions if not f.startswith("CustomResource") and "LogRetention" not in f} <= erroring
+    assert len(by_metric["ExecutionsFailed"]) == 1
+    for alarm in by_metric["ApproximateNumberOfMessagesVisible"] + by_metric["Errors"] + by_metric["ExecutionsFailed"]:
+        assert alarm["AlarmActions"] == [{"Ref": "FailuresTopic8CFD5254"}] and alarm["Threshold"] == 1
 
 
 def test_checkpoint_freshness_alarm_notifies_the_topic(synth):

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from spotrun.seams import METRIC_DEFINITIONS, StackOutput
+from spotrun.seams import COMPLETED_METRIC_DEFINITION, METRIC_DEFINITIONS, StackOutput
 from spotrun_trainer import metrics as trainer_metrics
 
 BUCKET, LOG_BUCKET, KEY = "ArtifactsBucket88671897", "ArtifactsAccessLogs4D97777C", "ArtifactsKeyA4B22E2B"
@@ -64,13 +64,14 @@ def _suffix(resource) -> str:
     return resource["Fn::Join"][1][-1] if isinstance(resource, dict) else resource
 
 
-def test_training_role_writes_only_checkpoints_and_output_and_cannot_delete_models(synth):
+def test_training_role_writes_only_checkpoints_and_output_and_cannot_read_or_delete_models(synth):
     stmts = statements(synth, "ExecutionRoleDefaultPolicy")
     assert sorted(_suffix(r) for r in _s3_object_resources(stmts, "s3:PutObject")) == ["/checkpoints/*", "/output/*"]
     # Registered model artifacts live under output/: only checkpoints may be deleted (SageMaker's sync does).
     assert sorted(_suffix(r) for r in _s3_object_resources(stmts, "s3:DeleteObject")) == ["/checkpoints/*"]
+    # No job reads another run's registered model: output/ is write-only.
     assert sorted(_suffix(r) for r in _s3_object_resources(stmts, "s3:GetObject")) == [
-        "/checkpoints/*", "/datasets/*", "/models/*", "/output/*"]
+        "/checkpoints/*", "/datasets/*", "/models/*"]
     assert not any(a.startswith("s3:") and "*" in a for s in stmts for a in as_list(s["Action"]))
 
 
@@ -175,7 +176,8 @@ def test_metric_definitions_are_the_seams_and_match_the_trainers_line(definition
     import re
 
     spot = definition["States"]["CreateSpotTrainingJob"]["Parameters"]
-    assert spot["AlgorithmSpecification"]["MetricDefinitions"] == METRIC_DEFINITIONS
+    # The trainer's metric lines, and its completion line (what tells a finished run from a segment's end).
+    assert spot["AlgorithmSpecification"]["MetricDefinitions"] == METRIC_DEFINITIONS + [COMPLETED_METRIC_DEFINITION]
     line = trainer_metrics.format_line(7, loss=2.5, lr=1e-4, grad_norm=0.5, tokens_per_s=100, mfu=0.3, mem_gb=1.0)
     eval_line = trainer_metrics.format_eval_line(7, val_loss=2.75, val_ppl=15.6, val_tokens=640, eval_s=0.5)
     done = "run_completed step=7 final_loss=2.5000 val_loss=2.61 base_val_loss=3.4"  # as train.py prints it
@@ -195,7 +197,10 @@ def test_training_job_parameters(definition, state, spot):
     params = definition["States"][state]["Parameters"]
     assert params["EnableManagedSpotTraining"] is spot
     stopping = params["StoppingCondition"]
-    assert stopping["MaxRuntimeInSeconds.$"] == "$.plan.max_runtime_seconds"
+    # Each segment's limits come from the guard: MaxRuntime is what the cap still allows at on-demand rates.
+    assert stopping["MaxRuntimeInSeconds.$"] == "$.guard.max_runtime_seconds"
+    assert stopping.get("MaxWaitTimeInSeconds.$", "$.guard.max_wait_seconds") == "$.guard.max_wait_seconds"
+    assert params["EnableNetworkIsolation"] is True
     assert ("MaxWaitTimeInSeconds.$" in stopping) is spot
     # Built by the estimate (VolumeKmsKeyId only without local storage; the warm pool only on-demand).
     assert params["ResourceConfig.$"] == ("$.plan.resource_config_spot" if spot else "$.plan.resource_config_on_demand")
@@ -203,7 +208,7 @@ def test_training_job_parameters(definition, state, spot):
     assert params["CheckpointConfig"] == {"S3Uri.$": "$.plan.checkpoint_s3_uri", "LocalPath": "/opt/ml/checkpoints"}
     assert params["RetryStrategy"] == {"MaximumRetryAttempts": 3}
     assert params["AlgorithmSpecification"]["TrainingInputMode"] == "FastFile"
-    assert params["Tags.$"] == "$.plan.tags" and params["HyperParameters.$"] == "$.plan.hyperparameters"
+    assert params["Tags.$"] == "$.plan.tags" and params["HyperParameters.$"] == "$.guard.hyperparameters"
     assert params["OutputDataConfig"]["S3OutputPath"] == "s3://ref-artifactsbucket88671897/output/"
 
 
@@ -212,7 +217,28 @@ def test_a_retried_create_that_finds_its_job_continues_polling(definition, state
     catches = definition["States"][state]["Catch"]
     assert catches[0] == {"ErrorEquals": ["SageMaker.ResourceInUseException"], "ResultPath": None,
                           "Next": "WaitForJob"}
-    assert catches[-1]["ErrorEquals"] == ["States.ALL"] and catches[-1]["Next"] == "NotifyPipelineError"
+    assert catches[-1]["ErrorEquals"] == ["States.ALL"] and catches[-1]["Next"] == "JobToStop"
+
+
+def test_the_error_path_stops_the_job_before_failing(definition):
+    states = definition["States"]
+    choice = states["JobToStop"]
+    assert choice["Choices"] == [{"Variable": "$.guard.job_name", "IsPresent": True, "Next": "StopJobOnError"}]
+    assert choice["Default"] == "NotifyPipelineError"
+    stop = states["StopJobOnError"]
+    assert stop["Resource"].endswith(":sagemaker:stopTrainingJob") and stop["Next"] == "NotifyPipelineError"
+    assert stop["Retry"][0]["MaxAttempts"] >= 5 and stop["Catch"][0]["Next"] == "NotifyPipelineError"
+
+
+def test_every_segment_after_the_first_is_created_by_the_guards_choice_of_capacity(definition):
+    states = definition["States"]
+    choices = {c.get("StringEquals"): c["Next"] for c in states["NextAction"]["Choices"] if "StringEquals" in c}
+    either = [c for c in states["NextAction"]["Choices"] if "Or" in c]
+    assert {c["StringEquals"] for c in either[0]["Or"]} == {"segment", "fallback"} and \
+        either[0]["Next"] == "NextSegment"
+    assert choices["wait"] == "WaitForJob" and choices["completed"] == "CreateModelPackage"
+    assert states["NextSegment"]["Choices"][0]["Variable"] == "$.guard.spot"
+    assert states["CreateModelPackage"]["Parameters"]["ModelApprovalStatus"] == "PendingManualApproval"
 
 
 def test_named_failures_before_anything_is_created(definition):

@@ -30,6 +30,7 @@ from moto.sagemaker.responses import SageMakerResponse
 from moto.servicequotas.responses import ServiceQuotasResponse
 
 from spotrun.handlers import cancel as cancel_handler
+from spotrun.seams import COMPLETED_METRIC
 from tests.infra.render import render
 
 REGION, ACCOUNT = "us-east-1", "123456789012"
@@ -62,7 +63,8 @@ class Driver:
 
     def __init__(self, synth):
         self.synth = synth
-        self.progress: Callable[[object, int], None] = lambda job, poll: None
+        # moto's jobs are Completed at once: by default, as a job that finished the run (its completion metric).
+        self.progress: Callable[[object, int], None] = lambda job, poll: _mark_done(job)
         self.polls: dict[str, int] = {}
         self.payloads: dict[str, list[dict]] = {}
         self.functions: dict[str, dict] = {}
@@ -179,13 +181,28 @@ def _running(job, *, started_ago_s: float = 60) -> None:
     job.training_start_time = dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=started_ago_s)
     job.training_end_time = None
     job.billable_time_in_seconds = None
+    # Billed since it started training (the guard's running bound reads the transitions).
+    job.secondary_status_transitions = [{"Status": "Training", "StartTime": job.training_start_time,
+                                         "StatusMessage": "Training"}]
 
 
-def _finished(job, status: str, secondary: str, *, billable: int, training: int | None = None, **extra) -> None:
+def _finished(job, status: str, secondary: str, *, billable: int, training: int | None = None,
+              run_done: bool = True, **extra) -> None:
+    """The job ended; a Completed job finished the run (the trainer's completion line) unless `run_done` is
+    False (it ended a segment)."""
     job.training_job_status, job.secondary_status = status, secondary
     job.billable_time_in_seconds, job.training_time_in_seconds = billable, training or billable
     for key, value in extra.items():
         setattr(job, key, value)
+    if status == "Completed" and run_done:
+        _mark_done(job)
+
+
+def _mark_done(job) -> None:
+    metrics = [m for m in getattr(job, "final_metric_data_list", None) or [] if m["MetricName"] != COMPLETED_METRIC]
+    if job.training_job_status == "Completed":
+        job.final_metric_data_list = metrics + [{"MetricName": COMPLETED_METRIC, "Value": 100.0,
+                                                 "Timestamp": job.creation_time}]
 
 
 def test_spot_run_polls_completes_and_registers_a_deployable_package(aws):
@@ -242,19 +259,23 @@ def test_on_demand_run_creates_a_job_without_spot_with_its_warm_pool(aws):
     assert job["CheckpointConfig"]["S3Uri"] == f"s3://{BUCKET}/checkpoints/moto-run/on-demand/"
 
 
-def test_a_run_that_would_pass_its_cap_is_stopped_and_fails_as_over_budget(aws):
+def test_a_run_that_spends_its_cap_ends_at_maxruntime_and_fails_as_over_budget(aws):
+    run = copy.deepcopy(RUN)
+    run["budget"]["max_usd"] = 1.0  # 2,376 s at $1.515/h on-demand: less than the run's longest job (1 h)
+
     def progress(job, poll):
         if poll == 1:
-            _running(job, started_ago_s=16.5 * 3600)  # 16.5 h x $1.515/h on-demand (upper bound) + a poll: $25
-        elif job.training_job_status == "Stopping":
-            _finished(job, "Stopped", "Stopped", billable=15 * 3600)
+            _running(job, started_ago_s=600)
+        else:  # SageMaker ended it at its MaxRuntime (what the cap allows), billed at on-demand rates all along
+            _finished(job, "Stopped", "MaxRuntimeExceeded", billable=job.stopping_condition["MaxRuntimeInSeconds"])
     aws.progress = progress
-    result = aws.execute("capped", RUN)
+    result = aws.execute("capped", run)
     assert result["status"] == "FAILED"
     failure = aws.failure(result)
-    assert failure["error"] == "OverBudget" and "stopped at the cost cap" in failure["cause"]
+    assert failure["error"] == "OverBudget" and "stopped at the cost cap: $0.95 billed" in failure["cause"]
     p = aws.plan_of("capped")
-    assert aws.job(p["job_name"]).training_job_status == "Stopped"
+    # The job's MaxRuntime is what $1 buys at $1.515/h on-demand, less the 120 s a stop bills.
+    assert aws.job(p["job_name"]).stopping_condition["MaxRuntimeInSeconds"] == int(1.0 / (1.515 / 3600) - 120)
 
 
 def test_spot_that_never_came_falls_back_to_on_demand_on_the_same_checkpoints(aws):
@@ -262,7 +283,7 @@ def test_spot_that_never_came_falls_back_to_on_demand_on_the_same_checkpoints(aw
     run["compute"]["on_demand_fallback"] = True
 
     def progress(job, poll):
-        if job.training_job_name.endswith("-od"):
+        if job.training_job_name == aws.plan_of("fallback")["fallback_job_name"]:
             _finished(job, "Completed", "Completed", billable=600)
         else:
             _finished(job, "Stopped", "MaxWaitTimeExceeded", billable=120,

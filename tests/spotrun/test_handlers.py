@@ -7,6 +7,7 @@ which checks every request and canned response against the service's published m
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from datetime import datetime, timezone
 
@@ -15,13 +16,14 @@ import pytest
 from botocore.stub import Stubber
 from moto import mock_aws
 
-from spotrun.handlers.cancel import cancel, jobs_of
+from spotrun.handlers.cancel import cancel, first_job_of
 from spotrun.handlers.common import to_epoch
 from spotrun.handlers.cost_guard import STOP_GRACE_S, decide, newest_checkpoint, next_wait
 from spotrun.handlers.estimate import RUN_RECORD, PipelineSettings, job_name, plan
 from spotrun.handlers.interruptions import record, recorded_rates
 from spotrun.planner import load_catalog
-from spotrun.seams import GUARD_FIELDS, PLAN_FIELDS, GuardAction, StopNotice
+from spotrun.seams import COMPLETED_METRIC, GUARD_FIELDS, PLAN_FIELDS, GuardAction, StopNotice
+from spotrun.segments import MAX_SEGMENTS
 
 SETTINGS = PipelineSettings(bucket="art-bucket", job_prefix="spotrun-dev-", model_package_group="spotrun-models",
                             poll_seconds=60, project="spotrun", stage="dev", cost_center="ml-platform",
@@ -115,9 +117,52 @@ def test_resume_from_is_refused_when_model_or_data_differ_or_nothing_is_there(s3
     assert says in p["message"]
 
 
+@pytest.mark.parametrize("found, says", [
+    (None, "no execution has this name"),
+    (("RUNNING", "tiny-run"), "still running"),
+    (("SUCCEEDED", "other-run"), "this one ran 'other-run'"),
+])
+def test_resume_from_names_only_an_ended_execution_of_the_same_run(s3, found, says):
+    plan(copy.deepcopy(RUN), "exec-1", SETTINGS, s3_client=s3)
+    run = copy.deepcopy(RUN)
+    run["checkpoint"] = {"resume_from": "exec-1"}
+    p = plan(run, "exec-2", SETTINGS, s3_client=s3, execution_status=lambda name: found)
+    assert p["status"] == "InvalidRun" and p["field"] == "checkpoint.resume_from" and says in p["message"], p
+    ended = plan(run, "exec-2", SETTINGS, s3_client=s3, execution_status=lambda name: ("FAILED", "tiny-run"))
+    assert ended["status"] == "ok", ended
+
+
+LIMITED = dataclasses.replace(SETTINGS, max_usd_per_run=15, max_instances_per_run=2, max_concurrent_runs=3)
+
+
+@pytest.mark.parametrize("mutate, running, field, says", [
+    (lambda r: None, 3, None, None),
+    (lambda r: r["budget"].update(max_usd=16), 1, "budget.max_usd", "at most 15.00 (max_usd_per_run"),
+    (lambda r: r["compute"].update(instance_count=3), 1, "compute.instance_count", "at most 2"),
+    (lambda r: None, 4, "run", "at most 3 at once (max_concurrent_runs"),
+])
+def test_the_stage_limits_cap_instances_and_concurrent_runs(mutate, running, field, says):
+    raw = copy.deepcopy(RUN)
+    raw["budget"]["max_usd"] = 15
+    mutate(raw)
+    p = plan(raw, "exec-1", LIMITED, running_executions=running)
+    if field is None:
+        assert p["status"] == "ok" and p["instance_count"] <= 2, p
+    else:
+        assert p["status"] == "InvalidRun" and p["field"] == field and says in p["message"], p
+
+
+def test_registration_is_always_for_review():
+    raw = copy.deepcopy(RUN)
+    raw["registry"] = {"approval_status": "Approved"}
+    p = plan(raw, "exec-1", SETTINGS)
+    assert p["status"] == "InvalidRun" and p["field"] == "registry.approval_status" and "permissioned" in p["message"]
+    assert plan(copy.deepcopy(RUN), "exec-1", SETTINGS)["approval_status"] == "PendingManualApproval"
+
+
 def test_job_names_fit_sagemaker_limits_and_differ_per_execution():
     long = job_name(SETTINGS, "a" * 48, "exec-1")
-    assert len(long + "-od") <= 63
+    assert len(long + f"-{MAX_SEGMENTS}od") <= 63
     assert job_name(SETTINGS, "x", "exec-1") != job_name(SETTINGS, "x", "exec-2")
 
 
@@ -179,8 +224,12 @@ def test_runs_that_must_not_start_are_named(mutate, status, field):
 
 PLAN = plan(copy.deepcopy(RUN), "exec-1", SETTINGS, started="2026-01-01T00:00:00Z")
 GUARD0 = {"action": "wait", "job_name": PLAN["job_name"], "spot": True, "wait_seconds": 60, "spent_before_usd": 0,
-          "interruptions_before": 0}
+          "interruptions_before": 0, "segment": 1, "max_runtime_seconds": PLAN["max_runtime_seconds"],
+          "max_wait_seconds": PLAN["max_wait_seconds"], "hyperparameters": PLAN["hyperparameters"],
+          "segments": []}
 RATE = 1.408  # on-demand $/h of one ml.g5.xlarge in us-east-1
+DONE = [{"MetricName": "train:loss", "Value": 1.25}, {"MetricName": COMPLETED_METRIC, "Value": 100}]
+OURS = {"execution": "exec-1"}
 
 
 def _running(hours: float, **extra) -> dict:
@@ -188,22 +237,45 @@ def _running(hours: float, **extra) -> dict:
             "TrainingStartTime": T0, **extra}
 
 
+def _ended(status: str, billable: float, **extra) -> dict:
+    return {"TrainingJobStatus": status, "SecondaryStatus": extra.pop("secondary", status),
+            "BillableTimeInSeconds": billable, "TrainingTimeInSeconds": extra.pop("training", billable),
+            "CreationTime": T0, **extra}
+
+
 def test_guard_output_is_a_guard_and_waits_under_the_cap():
-    out = decide(PLAN, GUARD0, _running(1), now=T0 + 3600)
+    out = decide(PLAN, GUARD0, _running(1), now=T0 + 3600, job_tags=OURS)
     assert set(out) == GUARD_FIELDS and out["action"] == GuardAction.WAIT.value
     # While running the cap is held on an upper bound: elapsed x on-demand price (no spot discount assumed).
     assert out["cost_usd"] == pytest.approx(RATE)
 
 
-def test_guard_stops_when_the_next_poll_would_pass_the_cap():
+def test_the_running_bound_counts_only_billed_statuses_not_the_waits_for_capacity():
+    transitions = [{"Status": "Starting", "StartTime": T0, "EndTime": T0 + 900},
+                   {"Status": "Training", "StartTime": T0 + 900, "EndTime": T0 + 2700},
+                   {"Status": "Interrupted", "StartTime": T0 + 2700, "EndTime": T0 + 6300},
+                   {"Status": "Starting", "StartTime": T0 + 6300, "EndTime": T0 + 7200},
+                   {"Status": "Training", "StartTime": T0 + 7200}]
+    out = decide(PLAN, GUARD0, _running(0, SecondaryStatusTransitions=transitions), now=T0 + 9000)
+    assert out["cost_usd"] == pytest.approx((1800 + 1800) / 3600 * RATE, abs=1e-4)  # not the 9000 s since start
+    assert out["interruptions"] == 1
+
+
+def test_guard_stops_when_the_next_poll_would_pass_the_cap_and_then_reads_the_exact_bill():
     seconds = (20 / RATE - (60 + STOP_GRACE_S) / 3600) * 3600
     assert decide(PLAN, GUARD0, _running(0), now=T0 + seconds - 5)["action"] == "wait"
     out = decide(PLAN, GUARD0, _running(0), now=T0 + seconds + 5)
     assert out["action"] == "stop" and out["stop_requested"] is True
-    stopped = decide(PLAN, out, {"TrainingJobStatus": "Stopped", "BillableTimeInSeconds": seconds + 60,
-                                 "CreationTime": T0}, now=T0 + seconds + 90)
-    assert stopped["action"] == "over_budget" and "cost cap" in stopped["message"]
-    assert "billable seconds x on-demand price" in stopped["message"]
+    # Billed at on-demand all the way: nothing is left for another segment; the message says what was billed.
+    capped = decide(PLAN, out, _ended("Stopped", seconds + 60), now=T0 + seconds + 90)
+    assert capped["action"] == "over_budget"
+    assert f"${(seconds + 60) / 3600 * RATE:,.2f} billed (exact, 1 job(s)) of budget $20.00" in capped["message"]
+    assert "shortest sensible segment" in capped["message"] and "resume_from=exec-1" in capped["message"]
+    # Billed at spot (30% of on-demand): the room the exact bill leaves carries the next segment; a requested
+    # stop is never followed by an on-demand fallback, even when the job ended at MaxWait.
+    spot_bill = 0.3 * seconds
+    later = decide(PLAN, out, _ended("Stopped", spot_bill, secondary="MaxWaitTimeExceeded"), now=T0 + seconds)
+    assert later["action"] == "segment" and later["spot"] is True and later["stop_requested"] is False
 
 
 def test_guard_wait_grows_with_the_job_but_never_past_the_cap():
@@ -214,42 +286,73 @@ def test_guard_wait_grows_with_the_job_but_never_past_the_cap():
     assert next_wait(PLAN, 30 * 24 * 3600, 19) == int(3600 / RATE - STOP_GRACE_S)
 
 
-def test_guard_cost_is_billable_times_on_demand_price_times_count_on_completion():
-    describe = {"TrainingJobStatus": "Completed", "BillableTimeInSeconds": 1000, "TrainingTimeInSeconds": 4000,
-                "CreationTime": T0, "TrainingStartTime": T0,
-                "SecondaryStatusTransitions": [{"Status": "Training"}, {"Status": "Interrupted"},
-                                               {"Status": "Training"}, {"Status": "Interrupted"}],
-                "FinalMetricDataList": [{"MetricName": "train:loss", "Value": 1.25}],
-                "ModelArtifacts": {"S3ModelArtifacts": "s3://art-bucket/output/j/output/model.tar.gz"}}
-    out = decide(PLAN, GUARD0, describe, now=T0 + 5000)
+def test_a_job_that_ends_its_segment_is_followed_by_the_next_with_the_max_runtime_the_cap_allows():
+    billable = 0.3 * 4 * 3600  # a 4 h spot segment at 30%
+    out = decide(PLAN, GUARD0, _ended("Completed", billable, training=4 * 3600, FinalMetricDataList=DONE[:1]),
+                 now=T0 + 5 * 3600, job_tags=OURS)
+    assert out["action"] == "segment" and out["segment"] == 2 and out["job_name"] == PLAN["job_name"] + "-2"
+    spent = billable / 3600 * RATE
+    assert out["spent_before_usd"] == pytest.approx(spent, abs=1e-4)
+    room = (20 - spent) / (RATE / 3600) - StopNotice.NOTICE_S
+    assert out["max_runtime_seconds"] == min(PLAN["max_runtime_cap_seconds"], int(room))
+    assert out["max_wait_seconds"] - out["max_runtime_seconds"] == PLAN["max_wait_extra_seconds"]
+    budget = int(out["hyperparameters"]["segment_seconds"])
+    assert 0 < budget < out["max_runtime_seconds"]
+    assert out["segments"][0]["cost_usd"] == pytest.approx(spent, abs=1e-3) and out["segments"][0]["exact"]
+
+
+def test_only_a_job_that_printed_its_completion_is_registered_with_every_segments_bill():
+    first = decide(PLAN, GUARD0, _ended("Completed", 3000, training=10000), now=T0 + 4 * 3600)
+    describe = _ended("Completed", 1000, training=4000, FinalMetricDataList=DONE,
+                      SecondaryStatusTransitions=[{"Status": "Training"}, {"Status": "Interrupted"},
+                                                  {"Status": "Training"}, {"Status": "Interrupted"}],
+                      ModelArtifacts={"S3ModelArtifacts": "s3://art-bucket/output/j/output/model.tar.gz"})
+    out = decide(PLAN, first, describe, now=T0 + 5000)
     report = out["report"]
     assert out["action"] == "completed"
-    assert report["cost_usd"] == round(1000 / 3600 * RATE, 2)  # billable is already spot-adjusted
-    assert report["spot_savings_pct"] == 75.0  # (1 - 1000/4000) * 100
+    assert report["cost_usd"] == round(4000 / 3600 * RATE, 2)  # billable is already spot-adjusted
+    assert report["spot_savings_pct"] == 71.43  # (1 - 4000/14000) * 100
     assert report["interruptions"] == 2 and report["final_loss"] == 1.25
+    assert [s["job_name"] for s in report["segments"]] == [PLAN["job_name"], PLAN["job_name"] + "-2"]
     assert "on-demand list price in us-east-1" in report["price_basis"]
     meta = report["metadata"]
     assert all(isinstance(v, str) for v in meta.values())
-    assert meta["artifact"] == "full-model" and meta["method"] == "full"
+    assert meta["artifact"] == "full-model" and meta["method"] == "full" and meta["segments"] == "2"
     assert meta["data_source"] == "s3://art-bucket/datasets/d1/" and meta["cost_usd"] == str(report["cost_usd"])
 
 
-def test_guard_falls_back_to_on_demand_and_charges_the_spot_attempt_at_its_billable_time():
-    out = decide(PLAN, GUARD0, {"TrainingJobStatus": "Stopped", "SecondaryStatus": "MaxWaitTimeExceeded",
-                                "BillableTimeInSeconds": 600, "CreationTime": T0,
-                                "SecondaryStatusTransitions": [{"Status": "Interrupted"}]}, now=T0)
+def test_guard_falls_back_to_on_demand_when_the_budget_allows_it():
+    out = decide(PLAN, GUARD0, _ended("Stopped", 600, secondary="MaxWaitTimeExceeded",
+                                      SecondaryStatusTransitions=[{"Status": "Interrupted"}]), now=T0)
     assert out["action"] == "fallback" and out["job_name"] == PLAN["fallback_job_name"] and out["spot"] is False
     assert out["spent_before_usd"] == pytest.approx(600 / 3600 * RATE, abs=1e-4)
+    assert out["max_wait_seconds"] == out["max_runtime_seconds"]  # on-demand: no MaxWait beyond it
     later = decide(PLAN, out, _running(1), now=T0 + 3600)
     assert later["cost_usd"] == pytest.approx(out["spent_before_usd"] + RATE, abs=1e-4)
     assert later["interruptions"] == 1
+    # The budget is checked before the fallback: a spent cap ends the run instead.
+    spent = {**GUARD0, "spent_before_usd": 19.9}
+    assert decide(PLAN, spent, _ended("Stopped", 0, secondary="MaxWaitTimeExceeded"), now=T0)["action"] == \
+        "over_budget"
 
 
-def test_guard_refuses_a_job_an_earlier_execution_created_under_the_same_name():
-    out = decide(PLAN, GUARD0, _running(0, CreationTime=T0 - 86400), now=T0 + 60)
-    assert out["action"] == "failed" and "earlier execution" in out["message"]
-    # A retried create of this execution (created after it started) is ours.
-    assert decide(PLAN, GUARD0, _running(0, CreationTime=T0 + 5), now=T0 + 60)["action"] == "wait"
+def test_a_warm_pool_is_billed_after_its_job_and_counted_before_the_next():
+    raw = copy.deepcopy(RUN)
+    raw["compute"].update(spot=False, warm_pool_minutes=30)
+    raw["budget"]["max_usd"] = 4
+    p = plan(raw, "exec-1", SETTINGS)
+    guard = {**GUARD0, "spot": False, "job_name": p["job_name"], "max_runtime_seconds": p["max_runtime_seconds"]}
+    ended = _ended("Completed", 3600, ResourceConfig={"KeepAlivePeriodInSeconds": 1800})
+    out = decide(p, guard, ended, now=T0 + 7200)
+    assert out["spent_before_usd"] == pytest.approx((3600 + 1800) / 3600 * RATE, abs=1e-4)
+    assert out["action"] == "segment" and out["spot"] is False
+    assert out["max_runtime_seconds"] == int((4 - out["spent_before_usd"]) / (RATE / 3600) - 1800 - 120)
+
+
+def test_guard_refuses_a_job_whose_execution_tag_is_another_executions():
+    out = decide(PLAN, GUARD0, _running(0), now=T0 + 60, job_tags={"execution": "exec-0"})
+    assert out["action"] == "failed" and "'exec-0'" in out["message"] and "'exec-1'" in out["message"]
+    assert decide(PLAN, GUARD0, _running(0), now=T0 + 60, job_tags=OURS)["action"] == "wait"
 
 
 def test_guard_reports_checkpoint_age_and_the_worst_gap_as_lost_work():
@@ -257,8 +360,7 @@ def test_guard_reports_checkpoint_age_and_the_worst_gap_as_lost_work():
     assert out["checkpoint_age_seconds"] == 3600 and out["worst_checkpoint_gap_seconds"] == 3600
     later = decide(PLAN, out, _running(3), now=T0 + 7260, newest_checkpoint=T0 + 7250)
     assert later["checkpoint_age_seconds"] == 10 and later["worst_checkpoint_gap_seconds"] == 3600
-    done = decide(PLAN, later, {"TrainingJobStatus": "Completed", "BillableTimeInSeconds": 7300,
-                                "CreationTime": T0}, now=T0 + 7400)
+    done = decide(PLAN, later, _ended("Completed", 7300, FinalMetricDataList=DONE), now=T0 + 7400)
     assert done["report"]["worst_case_lost_usd"] == round(3600 / 3600 * RATE, 2)
 
 
@@ -271,10 +373,15 @@ def test_newest_checkpoint_is_the_newest_committed_manifest(s3):
     assert newest == pytest.approx(datetime.now(timezone.utc).timestamp(), abs=120)
 
 
-def test_guard_reports_failures_with_the_reason():
-    out = decide(PLAN, GUARD0, {"TrainingJobStatus": "Failed", "FailureReason": "AlgorithmError: OOM",
-                                "CreationTime": T0}, now=T0)
-    assert out["action"] == "failed" and "AlgorithmError: OOM" in out["message"]
+@pytest.mark.parametrize("describe, says", [
+    (_ended("Failed", 60, FailureReason="AlgorithmError: OOM"), "AlgorithmError: OOM"),
+    (_ended("Stopped", 60), "stopped outside the pipeline"),
+    (_ended("Stopped", 600, secondary="MaxRuntimeExceeded"), "ran to its MaxRuntime"),
+])
+def test_guard_ends_the_run_with_the_reason(describe, says):
+    guard = {**GUARD0, "max_runtime_seconds": PLAN["max_runtime_cap_seconds"]}
+    out = decide(PLAN, guard, describe, now=T0)
+    assert out["action"] == "failed" and says in out["message"]
 
 
 def test_stop_grace_is_the_stop_notice():
@@ -289,44 +396,36 @@ def _execution_event(status: str, name: str = "exec-1", start_ms: int = int(T0 *
             "status": status, "startDate": start_ms, "input": json.dumps(RUN)}
 
 
-def test_canceller_stops_the_executions_running_job():
-    first, fallback = jobs_of(_execution_event("ABORTED"), "spotrun-dev-", json.dumps(RUN))
-    assert first == PLAN["job_name"] and fallback == PLAN["fallback_job_name"]
+def _summary(name: str) -> dict:
+    return {"TrainingJobName": name, "TrainingJobArn": f"arn:aws:sagemaker:us-east-1:123456789012:training-job/{name}",
+            "CreationTime": datetime.fromtimestamp(T0, timezone.utc), "TrainingJobStatus": "InProgress"}
+
+
+def test_canceller_stops_the_executions_running_jobs_found_by_their_execution_tag():
+    first = first_job_of(_execution_event("ABORTED"), "spotrun-dev-", json.dumps(RUN))
+    assert first == PLAN["job_name"]
     client = boto3.client("sagemaker", region_name="us-east-1")
     stub = Stubber(client)  # requests and responses checked against SageMaker's service model
-    running = {"TrainingJobName": first,
-               "TrainingJobArn": f"arn:aws:sagemaker:us-east-1:123456789012:training-job/{first}",
-               "ModelArtifacts": {"S3ModelArtifacts": ""}, "TrainingJobStatus": "InProgress",
-               "SecondaryStatus": "Training", "AlgorithmSpecification": {"TrainingInputMode": "FastFile"},
-               "ResourceConfig": {"InstanceType": "ml.g5.xlarge", "InstanceCount": 1, "VolumeSizeInGB": 100},
-               "StoppingCondition": {}, "CreationTime": datetime.fromtimestamp(T0 + 10, timezone.utc)}
-    stub.add_response("describe_training_job", running, {"TrainingJobName": first})
-    stub.add_response("stop_training_job", {}, {"TrainingJobName": first})
-    stub.add_client_error("describe_training_job", "ValidationException", "Requested resource not found",
-                          expected_params={"TrainingJobName": fallback})
+    ours, theirs = first + "-3", first + "-2od"
+    stub.add_response("list_training_jobs", {"TrainingJobSummaries": [_summary(ours), _summary(theirs)]},
+                      {"NameContains": first, "StatusEquals": "InProgress"})
+    stub.add_response("list_tags", {"Tags": [{"Key": "execution", "Value": "exec-1"}]},
+                      {"ResourceArn": _summary(ours)["TrainingJobArn"]})
+    stub.add_response("stop_training_job", {}, {"TrainingJobName": ours})
+    stub.add_response("list_tags", {"Tags": [{"Key": "execution", "Value": "exec-0"}]},
+                      {"ResourceArn": _summary(theirs)["TrainingJobArn"]})
     with stub:
         assert cancel(_execution_event("ABORTED"), client, job_prefix="spotrun-dev-",
-                      execution_input=json.dumps(RUN)) == [first]
+                      execution_input=json.dumps(RUN)) == [ours]
         stub.assert_no_pending_responses()
 
 
-def test_canceller_leaves_jobs_alone_on_success_or_when_not_ours():
+def test_canceller_leaves_jobs_alone_on_success():
     client = boto3.client("sagemaker", region_name="us-east-1")
     with Stubber(client) as stub:  # no request may be made
         assert cancel(_execution_event("SUCCEEDED"), client, job_prefix="spotrun-dev-",
                       execution_input=json.dumps(RUN)) == []
         stub.assert_no_pending_responses()
-    old = {"TrainingJobName": "x", "TrainingJobArn": "arn:aws:sagemaker:us-east-1:123456789012:training-job/x",
-           "ModelArtifacts": {"S3ModelArtifacts": ""}, "TrainingJobStatus": "InProgress",
-           "SecondaryStatus": "Training", "AlgorithmSpecification": {"TrainingInputMode": "FastFile"},
-           "ResourceConfig": {"InstanceType": "ml.g5.xlarge", "InstanceCount": 1, "VolumeSizeInGB": 100},
-           "StoppingCondition": {}, "CreationTime": datetime.fromtimestamp(T0 - 86400, timezone.utc)}
-    stub = Stubber(client)
-    stub.add_response("describe_training_job", old)
-    stub.add_response("describe_training_job", old)
-    with stub:
-        assert cancel(_execution_event("TIMED_OUT"), client, job_prefix="spotrun-dev-",
-                      execution_input=json.dumps(RUN)) == []
 
 
 # ---- recorder ----------------------------------------------------------------------------------------------------

@@ -12,7 +12,8 @@ from spotrun.contract import parse_run
 from spotrun.planner import EstimateRefused, estimate, load_catalog
 
 CATALOG = {
-    "defaults": {"utilization": 0.25, "startup_seconds": 180, "memory_usable_fraction": 0.5,
+    "defaults": {"utilization": 0.25, "startup_seconds": 180, "trainer_restart_seconds": 60,
+                 "memory_usable_fraction": 0.5,
                  "memory_allowance_gb": 0, "compute_bytes": 2, "collective_efficiency": 0.5,
                  "tcp_collective_efficiency": 0.25, "comm_overlap_fraction": 0.8,
                  "max_runtime_factor": 2.0,
@@ -249,3 +250,31 @@ def test_the_notice_budget_is_the_one_the_launcher_and_trainer_keep(monkeypatch)
     est = estimate(run(**lora), catalog=CATALOG)
     assert est.checkpoint_policy == "periodic"
     assert est.notice_upload_gb_per_s == pytest.approx(479_723_520 / 4 / 1e9)
+
+
+@pytest.mark.parametrize("price", [0, -1.0, float("nan"), "1.0", True])
+def test_a_catalog_price_that_is_not_positive_is_refused_at_load(tmp_path, price):
+    import json
+
+    from spotrun.planner import load_catalog as load
+
+    catalog = load()
+    first = next(iter(catalog["regions"]["us-east-1"]["on_demand_usd_per_hour"]))
+    catalog["regions"]["us-east-1"]["on_demand_usd_per_hour"][first] = price
+    path = tmp_path / "catalog.json"
+    path.write_text(json.dumps(catalog))
+    with pytest.raises(ValueError, match=f"regions.us-east-1.{first}.on_demand_usd_per_hour=.*a price of 0 would "
+                                         "disable the cost cap"):
+        load(path)
+
+
+def test_a_cap_between_spot_and_on_demand_plans_segments_and_one_that_carries_nothing_is_refused():
+    est = estimate(run(compute={"instance_type": "ml.a1.small"}, budget={"max_usd": 9}), catalog=CATALOG)
+    seg = est.segments
+    assert seg["fits"] and seg["segments"] > 1 and "segments of" not in seg["line"]
+    assert f"{seg['segments']} segments" in seg["line"] and est.cost_usd["spot"] >= 6.09  # the restarts cost
+    # Each job's MaxRuntime is at most what the cap buys at on-demand rates, less the 120 s a stop bills.
+    assert est.max_runtime_seconds <= 9 / (2.0 / 3600) - 120
+    assert 0 < int(est.hyperparameters["segment_seconds"]) < est.max_runtime_seconds
+    one = estimate(run(compute={"instance_type": "ml.a1.small"}, budget={"max_usd": 100}), catalog=CATALOG)
+    assert one.segments["segments"] == 1 and "one job" in one.segments["line"]

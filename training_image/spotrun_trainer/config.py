@@ -324,6 +324,9 @@ class TrainConfig:
     epochs: float = 1.0
     seed: int = 0
     log_every: int = 10
+    segment_seconds: float = 0.0
+    """Seconds after the trainer's start at which it saves and exits (0: no limit): the end of one segment of a
+    run whose job MaxRuntime the cost cap sets; the next job resumes from the checkpoint (spotrun/segments.py)."""
     num_threads: int = 0
     """torch intra-op threads on CPU (0: leave torch's default). Fixed thread counts keep CPU runs bitwise stable."""
     deterministic: bool = False
@@ -342,6 +345,7 @@ class TrainConfig:
         _require(self.max_steps >= 0, "max_steps", self.max_steps, "an integer >= 0")
         _require(self.epochs > 0, "epochs", self.epochs, "a positive number")
         _require(self.log_every >= 1, "log_every", self.log_every, "an integer >= 1")
+        _require(self.segment_seconds >= 0, "segment_seconds", self.segment_seconds, "a number of seconds >= 0")
         _require(self.num_threads >= 0, "num_threads", self.num_threads, "an integer >= 0")
         _require(self.method in METHODS, "method", self.method, " or ".join(METHODS))
         _require(bool(self.output_dir), "output_dir", self.output_dir, "a directory path")

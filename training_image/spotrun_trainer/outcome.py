@@ -17,7 +17,8 @@ OUTCOME_DIR_ENV = "SPOTRUN_OUTCOME_DIR"
 
 @dataclass(frozen=True)
 class Outcome:
-    status: Literal["completed", "stopped", "failed"]
+    status: Literal["completed", "stopped", "failed", "segment_end"]
+    """segment_end: the segment's time was up (`segment_seconds`): saved and exited cleanly, not completed."""
     step: int
     message: str = ""
     """failed: the cause; stopped: the step and which checkpoint a restart resumes from."""

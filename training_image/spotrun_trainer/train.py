@@ -147,11 +147,15 @@ class TrainState:
             self.val["best"], self.val["best_step"] = result.loss, result.step
 
 
+SEGMENT_SKEW_S = 60.0  # how far apart the ranks' segment clocks may be (they start with the job, within seconds)
+
+
 class Trainer:
     """Builds the run from its config, then `run()`: step, agree, log, save decision; at the end, export."""
 
     def __init__(self, cfg: TrainConfig, *, local_rank: int, stop: StopFlag):
         self.cfg, self.stop_flag = cfg, stop
+        self._started = time.monotonic()  # the segment's clock (segment_seconds) starts with the trainer
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         self.device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
         if cfg.num_threads:
@@ -232,13 +236,15 @@ class Trainer:
         while self.state.step < self.total_steps:
             step = self.state.step + 1
             log_now = step % self.cfg.log_every == 0 or step == self.total_steps
-            self.agreement.start(stop=self.stop_flag.requested, save_due=self.ckpt.due(step),
-                                 pending=self.ckpt.pending_unfinished())
+            self.agreement.start(stop=self.stop_flag.requested or self._segment_over(),
+                                 save_due=self.ckpt.due(step), pending=self.ckpt.pending_unfinished())
             loss_sum, grad_norm, lr = self.train_step(need_grad_norm=log_now)
             self.losses.add(step, loss_sum)
             agreed = self.agreement.wait()
             self._after_step(agreed, log_now, grad_norm, lr)
             if agreed.stop:
+                if not self.stop_flag.requested and self._segment_over(skew_s=SEGMENT_SKEW_S):
+                    return self._segment_end()
                 return self._stopped("signal", save=True)
             new_best = False
             if self.evaluator and self.evaluator.due(step, total_steps=self.total_steps, log_step=log_now):
@@ -383,6 +389,22 @@ class Trainer:
         self._window_t, self._window_tokens = time.perf_counter(), 0
 
     # ---- stopping and the end ------------------------------------------------------------------------------
+
+    def _segment_over(self, skew_s: float = 0.0) -> bool:
+        """The segment's time is up (within `skew_s`): save and exit (spotrun/segments.py); the next job goes on.
+        The first rank whose clock passes it stops every rank through the agreement; the others, started within
+        seconds of it, recognise the segment's end by their own clock rather than a peer's stop signal."""
+        limit = self.cfg.segment_seconds
+        return limit > 0 and time.monotonic() - self._started > limit - skew_s
+
+    def _segment_end(self) -> Outcome:
+        self._flush_losses()
+        self.ckpt.save(self.state.step, blocking=True)
+        self.ckpt.close()
+        if self.rank == 0:
+            print(f"run_stopped step={self.state.step} reason=segment-end", flush=True)
+        return Outcome("segment_end", self.state.step, message=f"segment ended at step {self.state.step}; "
+                       f"{self.ckpt.intact_note()}")
 
     def _stopped(self, reason: str, *, save: bool) -> Outcome:
         if save:
