@@ -1,9 +1,13 @@
 """The `spotrun` command (also `python -m spotrun ...`): `spotrun --help` lists every subcommand.
 
     validate, estimate       check and estimate runs here (spotrun/validate.py)
+    prepare, upload-model    data and models into shards / the stage's bucket (spotrun/data_commands.py)
     local, demo              the pipeline on this machine (spotrun/local/commands.py)
+    simulate                 replay a run's plan over spot traces under each policy (spotrun/simulate/)
     start, status, logs, report, cancel, list
                              a deployed stage's runs (spotrun/remote.py)
+    approve, deploy, undeploy
+                             a finished run's model to a SageMaker endpoint (spotrun/deploy.py)
 """
 
 from __future__ import annotations
@@ -12,8 +16,10 @@ import argparse
 import sys
 
 from . import validate
+from .data_commands import register as register_data
 from .local.commands import register as register_local
 from .remote import register as register_remote
+from .simulate.command import register as register_simulate
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -22,8 +28,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"spotrun {_version()}")
     sub = parser.add_subparsers(dest="cmd", required=True)
     validate.register(sub)
+    register_data(sub)
     register_local(sub)
     register_remote(sub)
+    register_simulate(sub)
     return parser
 
 

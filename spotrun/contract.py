@@ -153,6 +153,7 @@ class ComputeSpec:
     target_hours: float | None  # wall-time goal used to pick instance_count=auto (None: 1 node)
     spot_discount: float | None  # overrides the catalog's
     accept_max_runtime_stop: bool = False  # a run needing > 28 days may start and be stopped at 28 days
+    deadline_hours: float | None = None  # the model is needed this long after the start (spotrun/simulate/)
 
 
 @dataclass(frozen=True)
@@ -453,7 +454,8 @@ def _training(raw: Any) -> TrainingSpec:
 def _compute(raw: Any) -> ComputeSpec:
     obj = _obj(raw, "compute", {"instance_type", "instance_count", "spot", "max_wait_hours",
                                 "accepted_delay_hours", "on_demand_fallback", "warm_pool_minutes", "utilization",
-                                "target_hours", "spot_discount", "accept_max_runtime_stop"})
+                                "target_hours", "spot_discount", "accept_max_runtime_stop",
+                                "deadline_hours"})
     itype = obj.get("instance_type", "auto")
     if itype != "auto":
         _str(itype, "compute.instance_type", re.compile(r"ml\.[a-z0-9]+\.[a-z0-9]+"),
@@ -475,6 +477,8 @@ def _compute(raw: Any) -> ComputeSpec:
         spot_discount=(None if obj.get("spot_discount") is None
                        else _num(obj["spot_discount"], "compute.spot_discount", 0, 0.95)),
         accept_max_runtime_stop=_bool(obj.get("accept_max_runtime_stop", False), "compute.accept_max_runtime_stop"),
+        deadline_hours=(None if obj.get("deadline_hours") is None
+                        else _num(obj["deadline_hours"], "compute.deadline_hours", 0, 28 * 24 * 2, lo_open=True)),
     )
 
 

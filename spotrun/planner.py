@@ -133,6 +133,7 @@ class Estimate:
     memory_per_gpu: dict = field(default_factory=dict)
     seconds_per_micro_batch: dict = field(default_factory=dict)
     advice: list[str] = field(default_factory=list)
+    spot_policy: dict = field(default_factory=dict)  # spotrun/simulate/choose.py: the policy and its odds
     warnings: list[str] = field(default_factory=list)
     hyperparameters: dict[str, str] = field(default_factory=dict)
     utilization_source: str = "catalog default"

@@ -401,3 +401,6 @@ def register(sub) -> None:
     p.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
     common(p)
     p.set_defaults(func=lambda a: _run(list_runs, a))
+    from .deploy import register as register_deploy
+
+    register_deploy(sub, common, _run)

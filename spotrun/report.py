@@ -3,8 +3,10 @@
 One dictionary for both paths. Its cost keys are the cost guard's report (spotrun.handlers.cost_guard):
 run, job_name, status, instance_type, instance_count, spot, billable_seconds, training_seconds, interruptions,
 spot_savings_pct, cost_usd, cap_usd, estimated_cost_usd, final_loss, model_data_url. A local run adds
-`estimate` and `actual` (steps, tokens, wall time, time lost to interruptions and restarts, steps redone) and
-`interruption_log`; its cost prices the wall time measured here at the planned instance's rates.
+`estimate`, `actual` (measured on this machine: steps, tokens, wall, trainer and restart seconds, time lost to
+interruptions, steps redone), `interruption_log` (when each interruption was asked for and really sent) and
+`priced`: this machine's time at the planned instance's catalog rates, which is not a measurement and is labelled
+so in `price_basis` and in the text.
 
 Files (write_report): report.json, report.txt (the readable summary) and loss.png (matplotlib, headless): the
 training loss and, with validation data, the validation loss at each evaluation, each interruption marked.
@@ -24,34 +26,47 @@ def build_local_report(*, run: RunSpec, estimate: Estimate, job_name: str, metri
                        losses: list[tuple[int, float]], history: dict, usd_per_hour: float,
                        spot_discount: float, evaluation: dict | None = None) -> dict:
     """The report of a local run from the planner's estimate, the trainer's metrics.json and loss history, and
-    the timeline of starts and interruptions kept by the local pipeline. `evaluation`: the export metadata's
+    the timeline of starts and interruptions kept by the local pipeline (spotrun/local/supervisor.py).
+
+    `actual` is what was measured on this machine; `priced` (and the cost guard's keys at the top level, which
+    the registry's metadata carries) is this machine's launcher time priced at the planned instance's catalog
+    rates: not measured, and said so in `price_basis` and in the text. `evaluation`: the export metadata's
     (which weights were exported and the validation losses; None without validation data)."""
     training_s = sum(s["ended_s"] - s["started_s"] for s in history["starts"])
     on_demand = training_s / 3600 * usd_per_hour
     spot = on_demand * (1 - spot_discount)
     interruptions = history["interruptions"]
-    return {
-        "run": run.name, "job_name": job_name, "status": "Completed", "local": True,
-        "instance_type": estimate.instance_type, "instance_count": estimate.instance_count, "spot": run.compute.spot,
-        # What SageMaker would report for this wall time: billable time is spot-adjusted.
+    basis = (f"priced, not measured: the {training_s:.1f} s the launcher ran on this machine at "
+             f"{estimate.instance_count} x {estimate.instance_type}'s catalog on-demand price (${usd_per_hour:.4f}/h)"
+             + (f"; spot: billable time scaled by the catalog's {spot_discount:.0%} spot discount" if run.compute.spot
+                else ""))
+    priced = {
+        "basis": basis, "usd_per_hour": usd_per_hour, "spot_discount": spot_discount,
         "billable_seconds": round(training_s * (1 - spot_discount) if run.compute.spot else training_s, 3),
         "training_seconds": round(training_s, 3),
-        "interruptions": len(interruptions),
         "spot_savings_pct": round(spot_discount * 100, 2) if run.compute.spot else 0.0,
         "cost_usd": round(spot if run.compute.spot else on_demand, 6),
         "cost_usd_at_rates": {"spot": round(spot, 6), "on_demand": round(on_demand, 6)},
+        # The most work one interruption cost here (at the on-demand price), as the AWS report's worst case.
+        "worst_case_lost_usd": round(max((i["lost_s"] for i in interruptions), default=0.0) / 3600
+                                     * usd_per_hour, 6),
+    }
+    return {
+        "run": run.name, "job_name": job_name, "status": "Completed", "local": True,
+        "instance_type": estimate.instance_type, "instance_count": estimate.instance_count, "spot": run.compute.spot,
+        **{k: priced[k] for k in ("billable_seconds", "training_seconds", "spot_savings_pct", "cost_usd",
+                                  "cost_usd_at_rates", "worst_case_lost_usd")},
+        "interruptions": len(interruptions),
         "cap_usd": run.max_usd,
         "estimated_cost_usd": estimate.cost_usd,
         "final_loss": metrics["final_loss"],
         "method": run.training.method, "artifact": artifact_kind(run.training.method),
         "data_source": run.data.source or "",
+        "price_basis": basis,
+        # The registry's structured cost fields (cost_guard.REGISTRY_METADATA_KEYS), as on AWS.
         "cost_basis": "wall time measured here x catalog on-demand price", "price_region": "local",
         "price_as_of": "none",
-        "price_basis": "wall time measured here x the planned instance's catalog on-demand price (spot: billable "
-                       "time scaled by the catalog's spot discount)",
-        # The most work one interruption cost here (at the on-demand price), as the AWS report's worst case.
-        "worst_case_lost_usd": round(max((i.get("lost_s", 0.0) for i in interruptions), default=0.0) / 3600
-                                     * usd_per_hour, 6),
+        "priced": priced,
         "estimate": {
             "wall_seconds": round(estimate.wall_seconds, 1), "tokens": estimate.tokens,
             "expected_interruptions": round(estimate.expected_interruptions, 4),
@@ -60,11 +75,14 @@ def build_local_report(*, run: RunSpec, estimate: Estimate, job_name: str, metri
             "checkpoint_interval_seconds": estimate.checkpoint_interval_seconds,
         },
         "actual": {
+            "basis": "measured on this machine",
             "steps": metrics["steps"], "tokens": metrics["tokens"], "wall_seconds": history["wall_s"],
             "trainer_seconds": round(metrics["wall_s"], 3), "starts": len(history["starts"]),
-            "lost_seconds": round(sum(i.get("lost_s", 0.0) for i in interruptions), 3),
+            "restart_seconds": round(sum(s.get("restart_s", 0.0) for s in history["starts"]), 3),
+            "lost_seconds": round(sum(i["lost_s"] for i in interruptions), 3),
             "steps_redone": len(losses) - len({step for step, _ in losses}),
             "tokens_per_s_per_device": round(metrics["tokens_per_s_per_device"], 1),
+            "user_stops": len(history.get("user_stops", [])),
         },
         "interruption_log": interruptions,
         "interruptions_not_injected": history.get("not_injected", []),
@@ -80,37 +98,69 @@ def _money(value) -> str:
     return f"${value:,.4f}" if isinstance(value, (int, float)) else str(value)
 
 
-def summary_text(report: dict) -> str:
-    """A readable summary of a report (local or AWS)."""
-    lines = [f"run {report['run']} ({report['job_name']}): {report['status']}"]
-    if "estimate" in report:
-        est, act = report["estimate"], report["actual"]
-        lines += [
-            f"  steps            {act['steps']} ({act['steps_redone']} redone), {act['tokens']:,} tokens "
-            f"(estimated {est['tokens']:,.0f})",
-            f"  wall time        {act['wall_seconds']:.1f} s here over {act['starts']} start(s); estimate for "
-            f"{report['instance_count']} x {report['instance_type']}: {est['wall_seconds']:.0f} s",
-            f"  interruptions    {report['interruptions']} (estimate {est['expected_interruptions']:.3f}); "
-            f"time lost to them and the restarts {act['lost_seconds']:.1f} s",
-        ]
-        for i, event in enumerate(report.get("interruption_log", []), 1):
-            lines.append(f"    {i}. {event['kind']} at step {event['step']} ({event['trigger']}): resumed from "
-                         f"checkpoint step {event['checkpoint_step']}, {event.get('lost_s', float('nan')):.1f} s lost")
+def _event_line(i: int, event: dict) -> str:
+    late = event.get("late")
+    unit = "s" if event["trigger"].endswith("s") else " steps"
+    sent = (f"sent at step {event['signalled_at_step']}, {event['at_s']:.1f} s into the job ({late:g}{unit} late)"
+            if late is not None else f"sent {event['at_s']:.1f} s into the job")
+    return (f"      {i}. {event['kind']} asked at {event['trigger']}: {sent}; stopped at step {event['step']}, resumed "
+            f"from checkpoint step {event['checkpoint_step']}; {event['lost_s']:.1f} s lost")
+
+
+def _local_lines(report: dict) -> list[str]:
+    est, act, priced = report["estimate"], report["actual"], report["priced"]
+    lines = [
+        "  measured here:",
+        f"    steps            {act['steps']} ({act['steps_redone']} redone), {act['tokens']:,} tokens "
+        f"(estimated {est['tokens']:,.0f})",
+        f"    wall time        {act['wall_seconds']:.1f} s over {act['starts']} start(s); trainer "
+        f"{act['trainer_seconds']:.1f} s; restarts {act.get('restart_seconds', 0.0):.1f} s",
+        f"    interruptions    {report['interruptions']} (estimate {est['expected_interruptions']:.3f}); "
+        f"time lost to them and the restarts {act['lost_seconds']:.1f} s",
+    ]
+    lines += [_event_line(i, event) for i, event in enumerate(report.get("interruption_log", []), 1)]
+    if act.get("user_stops"):
+        lines.append(f"    stopped by Ctrl-C {act['user_stops']} time(s), resumed with --resume (the time between "
+                     "sessions is not counted)")
+    for left in report.get("interruptions_not_injected", []):
+        if isinstance(left, dict):
+            lines.append(f"      not injected: {left['trigger']} ({left['reason']})")
     lines += [
-        f"  billable/training {report['billable_seconds']:.1f} s / {report['training_seconds']:.1f} s"
-        f" (spot savings {report['spot_savings_pct']:.1f}%)",
-        f"  cost             {_money(report['cost_usd'])} of cap {_money(report['cap_usd'])}; estimated "
+        f"  priced, not measured: this machine's {priced['training_seconds']:.1f} s at {report['instance_count']} x "
+        f"{report['instance_type']}'s catalog rates (${priced['usd_per_hour']:.4f}/h on-demand"
+        + (f", spot {priced['spot_discount']:.0%} off)" if report["spot"] else ")") + ":",
+        f"    billable/training {priced['billable_seconds']:.1f} s / {priced['training_seconds']:.1f} s"
+        f" (spot savings {priced['spot_savings_pct']:.1f}%: the catalog's discount)",
+        f"    cost             {_money(priced['cost_usd'])} of cap {_money(report['cap_usd'])}; at the rates: spot "
+        f"{_money(priced['cost_usd_at_rates']['spot'])}, on-demand {_money(priced['cost_usd_at_rates']['on_demand'])}",
+        f"    the estimate     {est['wall_seconds']:.0f} s on {report['instance_count']} x {report['instance_type']}: "
         f"spot {_money(report['estimated_cost_usd']['spot'])} / on-demand "
         f"{_money(report['estimated_cost_usd']['on_demand'])}",
     ]
-    for seg in report.get("segments") or []:  # the AWS run's jobs, each with its exact bill
-        lines.append(f"  segment {seg['segment']:<8} {seg['job_name']} ({'spot' if seg['spot'] else 'on-demand'}): "
-                     f"{seg['status']}/{seg['secondary_status']}, billable {seg['billable_seconds'] or 0:,} s, "
-                     f"{_money(seg['cost_usd'])}")
-    if "cost_usd_at_rates" in report:
-        rates = report["cost_usd_at_rates"]
-        lines.append(f"  this wall time at the planned instance's rates: spot {_money(rates['spot'])}, "
-                     f"on-demand {_money(rates['on_demand'])}")
+    return lines
+
+
+def summary_text(report: dict) -> str:
+    """A readable summary of a report (local or AWS)."""
+    lines = [f"run {report['run']} ({report['job_name']}): {report['status']}"]
+    if "priced" in report and "actual" in report:
+        lines += _local_lines(report)
+    else:
+        lines += [
+            f"  billable/training {report['billable_seconds']:.1f} s / {report['training_seconds']:.1f} s"
+            f" (spot savings {report['spot_savings_pct']:.1f}%)",
+            f"  cost             {_money(report['cost_usd'])} of cap {_money(report['cap_usd'])}; estimated "
+            f"spot {_money(report['estimated_cost_usd']['spot'])} / on-demand "
+            f"{_money(report['estimated_cost_usd']['on_demand'])}",
+        ]
+        for seg in report.get("segments") or []:  # the AWS run's jobs, each with its exact bill
+            lines.append(f"  segment {seg['segment']:<8} {seg['job_name']} ({'spot' if seg['spot'] else 'on-demand'}): "
+                         f"{seg['status']}/{seg['secondary_status']}, billable {seg['billable_seconds'] or 0:,} s, "
+                         f"{_money(seg['cost_usd'])}")
+        if "cost_usd_at_rates" in report:
+            rates = report["cost_usd_at_rates"]
+            lines.append(f"  this wall time at the planned instance's rates: spot {_money(rates['spot'])}, "
+                         f"on-demand {_money(rates['on_demand'])}")
     if report.get("final_loss") is not None:
         lines.append(f"  final loss       {report['final_loss']:.4f}")
     if report.get("final_val_loss") is not None:

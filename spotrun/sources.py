@@ -56,8 +56,12 @@ def _read_bytes(source: str, name: str, field_path: str, s3_client: Any) -> byte
         with path.open("rb") as fh:
             return fh.read(MAX_SOURCE_JSON_BYTES + 1)
     except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
+        hint = ""
+        if name == "index.json" and Path(source).is_dir():  # raw text: tokenized by `spotrun prepare`
+            hint = (f"; raw text is tokenized into one by `spotrun prepare {source} --tokenizer MODEL_DIR --out DIR` "
+                    "(or `--stage STAGE --name NAME`)")
         raise RunValidationError(field_path, source, f"a directory holding {name} "
-                                 f"({getattr(exc, 'strerror', None) or exc})") from None
+                                 f"({getattr(exc, 'strerror', None) or exc}){hint}") from None
 
 
 def _read_json(source: str, name: str, field_path: str, s3_client: Any) -> dict:
@@ -81,6 +85,28 @@ def _unreadable_here(source: str) -> str | None:
     if source.startswith(f"s3://{PLACEHOLDER_BUCKET}/"):
         return f"{source} still names the placeholder bucket {PLACEHOLDER_BUCKET}"
     return None
+
+
+# The config.json fields in which Hugging Face model types keep their longest sequence (llama/qwen2/mistral: the
+# first; gpt2: the second).
+POSITION_FIELDS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
+
+
+def check_seq_len(run: RunSpec, model_config: dict | None) -> None:
+    """data.seq_len within the model's positions: beyond them training fails in every worker (an IndexError of the
+    position embedding, or silently wrong rotary positions)."""
+    config = model_config if model_config is not None else run.model.config
+    if not isinstance(config, dict):
+        return
+    for name in POSITION_FIELDS:
+        limit = config.get(name)
+        if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0:
+            if run.data.seq_len > limit:
+                where = f"model.source's config.json ({run.model.source})" if model_config is not None else \
+                    "model.config"
+                raise RunValidationError("data.seq_len", run.data.seq_len, f"at most the model's {name}={limit} "
+                                         f"({where})")
+            return
 
 
 def read_sources(run: RunSpec, s3_client: Any = None, *, offline: bool = False) -> Sources:
@@ -133,6 +159,7 @@ def read_sources(run: RunSpec, s3_client: Any = None, *, offline: bool = False) 
                 raise RunValidationError("data.validation", run.data.validation,
                                          f"prepared shards with a readable index.json ({exc})") from None
             out.notes.append(f"not checked: data.validation ({exc}); its evaluation time is not estimated")
+    check_seq_len(run, out.model_config)
     return out
 
 

@@ -42,6 +42,7 @@ from .planner import (
     regional_catalog,
 )
 from .seams import Hyperparameter, StackOutput, stack_name
+from .simulate.choose import policy_text, spot_policy
 from .sources import PLACEHOLDER_BUCKET, read_sources
 
 EXIT_OK, EXIT_INVALID, EXIT_REFUSED = 0, 2, 3
@@ -178,6 +179,7 @@ def check_file(path: Path, target: Target | None, *, plan: bool, s3_client: Any 
     out.estimate = estimate(run, catalog=catalog, model_config=sources.model_config, data_tokens=sources.tokens,
                             validation_tokens=sources.validation_tokens)
     pipeline_hyperparameters(run, out.estimate)
+    out.estimate.spot_policy = spot_policy(run, out.estimate, catalog)
     out.checked.append("the planner (fit, MaxRuntime/MaxWait, budget) and the hyperparameters' limits")
     out.checked.append(f"costs at on-demand list prices in {priced_in} (spotrun catalog as of "
                        f"{catalog['regions'][priced_in].get('as_of', 'unknown')})"
@@ -257,6 +259,7 @@ def run_command(args: argparse.Namespace, *, plan: bool, cfn_client: Any = None,
             print(f"== {path}: ok")
             if checked.estimate is not None:
                 print(format_text(checked.estimate))
+                print(policy_text(checked.estimate.spot_policy))
             print("checked: " + "; ".join(checked.checked))
             if checked.not_checked:
                 print("not checked: " + "; ".join(checked.not_checked))

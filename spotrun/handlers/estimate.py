@@ -34,7 +34,7 @@ from ..validate import Target, check_target, pipeline_hyperparameters, validatio
 from .performance import shape_key
 
 CONTRACT_KEYS = ("parameters", "trainable_parameters", "training_flops", "gpu_hours", "instance_type",
-                 "instance_count", "max_runtime_seconds", "max_wait_seconds", "checkpoint_bytes",
+                 "instance_count", "max_runtime_seconds", "max_wait_seconds", "checkpoint_bytes", "spot_policy",
                  "notice_upload_gb_per_s", "checkpoint_interval_seconds", "cost_usd", "warnings", "utilization",
                  "utilization_source", "segments", "wall_seconds", "expected_overhead_seconds",
                  "checkpoint_policy")
@@ -244,6 +244,9 @@ def plan(run_raw: Any, execution: str, settings: PipelineSettings, *, s3_client:
         est = estimate(run, catalog=catalog, model_config=model_config, data_tokens=tokens,
                        recorded_rates=rates, recorded_mfu=measured, validation_tokens=sources.validation_tokens)
         hyper = pipeline_hyperparameters(run, est)
+        from ..simulate.choose import spot_policy  # the chosen spot policy and its odds (stdlib only)
+
+        est.spot_policy = spot_policy(run, est, catalog)
     except RunValidationError as exc:
         return {"status": "InvalidRun", "message": str(exc), "field": exc.field}
     except EstimateRefused as exc:

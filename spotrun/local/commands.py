@@ -1,6 +1,8 @@
 """The `spotrun local` and `spotrun demo` subcommands: arguments and exit codes (logic in pipeline.py, demo.py).
 
-Exit codes: 0 done; 2 invalid run or arguments; 3 refused by the planner (over budget); 1 training failed.
+Exit codes: 0 done; 2 invalid run, arguments or configuration (found before any worker starts, or by the
+launcher); 3 refused by the planner (over budget); 1 training failed; 130 stopped by Ctrl-C (the job saved a
+checkpoint: `spotrun local --resume JOB` continues it).
 """
 
 from __future__ import annotations
@@ -31,11 +33,18 @@ def _setting(text: str) -> tuple[str, str]:
 def register(sub) -> None:
     loc = sub.add_parser("local", help="run a run JSON end to end on this machine (no AWS): estimate, prepare, "
                          "train with injected spot interruptions, register, report")
-    loc.add_argument("run", type=Path, help="run JSON file (local model.source / data.source, relative to it)")
+    loc.add_argument("run", type=Path, nargs="?", help="run JSON file (local model.source / data.source, relative "
+                     "to it); not with --resume")
+    loc.add_argument("--resume", metavar="JOB", help="continue an interrupted or stopped local job (its name under "
+                     "--out, or its directory) on its checkpoints")
     loc.add_argument("--out", type=Path, default=Path("runs"), help="job directories and the local registry "
                      "(default ./runs)")
     loc.add_argument("--interrupt-at", action="append", type=_interrupt, default=[], metavar="STEP|SECONDSs",
                      help="interrupt when the run reaches STEP, or SECONDS after the start (e.g. 30s); repeatable")
+    loc.add_argument("--trace", type=Path, help="also interrupt where this availability trace (skypilot-org/"
+                     "spot-traces format) loses capacity, in its running time / --trace-speedup")
+    loc.add_argument("--trace-speedup", type=float, default=3600.0, help="trace seconds per local second "
+                     "(default 3600: a trace hour per second)")
     loc.add_argument("--hard-kill", action="store_true", help="interrupt by SIGKILL of the whole process tree (an "
                      "instance vanishing) instead of SIGTERM (SageMaker's stop notice)")
     loc.add_argument("--nproc", type=int, default=2, help="worker processes (default 2)")
@@ -60,7 +69,7 @@ def register(sub) -> None:
 def _guarded(run) -> int:
     from ..contract import RunValidationError
     from ..planner import EstimateRefused
-    from .pipeline import LocalRunError
+    from .pipeline import LocalConfigError, LocalRunError, LocalStopped
 
     try:
         return run()
@@ -70,17 +79,48 @@ def _guarded(run) -> int:
     except EstimateRefused as exc:
         print(f"error: {exc.code}: {exc.message}", file=sys.stderr)
         return 3
+    except LocalStopped as exc:
+        print(f"stopped by Ctrl-C {exc}. Resume with: {exc.resume_hint}", file=sys.stderr)
+        return 130
+    except LocalConfigError as exc:
+        print(f"error: InvalidConfiguration: {exc}", file=sys.stderr)
+        return 2
     except LocalRunError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # before training started: nothing to save
+        print("stopped: Ctrl-C before training started; nothing to resume", file=sys.stderr)
+        return 130
+
+
+def trace_interrupts(path: Path, speedup: float):
+    """--trace: the trace's losses of capacity as injected interruptions (seconds after the start)."""
+    from ..simulate.traces import interruption_times, read_availability
+    from .supervisor import MAX_RESTARTS, InterruptAt
+
+    if not speedup > 0:
+        raise ValueError(f"--trace-speedup={speedup!r} is invalid: expected a number > 0")
+    rec = read_availability(path)
+    open_end = [(a, b if b < rec.length_s else float("inf")) for a, b in rec.windows]  # the recording just ends
+    times = interruption_times(open_end, MAX_RESTARTS)
+    return tuple(InterruptAt(seconds=round(t / speedup, 3)) for t in times if t / speedup > 0)
 
 
 def local_command(args: argparse.Namespace) -> int:
     from ..report import summary_text
-    from .pipeline import LocalOptions, run_local
+    from .pipeline import LocalOptions, resume_local, run_local
 
+    try:  # --trace: after the --interrupt-at points (the pipeline takes them in order)
+        args.interrupt_at = [*args.interrupt_at, *trace_interrupts(args.trace, args.trace_speedup)] if args.trace \
+            else args.interrupt_at
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     if args.nproc < 1:
         print(f"error: --nproc={args.nproc} is invalid: expected an integer >= 1", file=sys.stderr)
+        return 2
+    if (args.run is None) == (args.resume is None):
+        print("error: spotrun local needs a run JSON file, or --resume JOB (not both)", file=sys.stderr)
         return 2
     options = LocalOptions(out=args.out, interrupts=tuple(args.interrupt_at), hard_kill=args.hard_kill,
                            nproc=args.nproc, overrides=dict(args.overrides), job_name=args.job_name,
@@ -91,7 +131,8 @@ def local_command(args: argparse.Namespace) -> int:
         print(line, file=sys.stderr if quiet else sys.stdout, flush=True)
 
     def go() -> int:
-        report = run_local(args.run, options, emit=emit)
+        report = resume_local(args.resume, options, emit=emit) if args.resume else \
+            run_local(args.run, options, emit=emit)
         if quiet:
             print(json.dumps(report, indent=2))
         else:

@@ -93,6 +93,22 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+def launchers_running(sm_root: Path) -> list[int]:
+    """Processes still running the launcher on `sm_root` (left behind by a `spotrun local` that was killed)."""
+    wanted = str(Path(sm_root))
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            args = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"spotrun_trainer.launcher" in args and wanted.encode() in args and _alive(int(entry.name)):
+            found.append(int(entry.name))
+    return found
+
+
 def start_launcher(sm_root: Path, log_path: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
     """The launcher as its own process; `env` adds to this environment (as the job's `Environment` would)."""
     env = {**os.environ, **(env or {})}

@@ -1,11 +1,16 @@
-"""`spotrun local`: the run JSON through estimate, prepare, the launcher with a spot interruption and restart,
-the local registry and the report; checked against an uninterrupted run of the same JSON (two real 2-process
-runs, shared by the tests below)."""
+"""`spotrun local`: the run JSON through estimate, prepare, the launcher with spot interruptions and restarts,
+the local registry and the report; checked against an uninterrupted run of the same JSON, and a run stopped by
+Ctrl-C and resumed with `--resume` (real 2-process runs, shared by the tests below)."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import struct
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -31,8 +36,9 @@ def runs(tmp_path_factory, assets) -> dict:
            "budget": {"max_usd": 5}, "registry": {"model_package_group": "local-tests"}}
     path = root / "run.json"
     path.write_text(json.dumps(run))
-    argv = ["local", str(path), "--out", str(root / "out"), "--job-name", "interrupted", "--interrupt-at", "5",
-            "--progress", "lines", "--format", "json"]
+    # Out of order on purpose (they are sorted), and one past the end (reported as not injected).
+    argv = ["local", str(path), "--out", str(root / "out"), "--job-name", "interrupted", "--interrupt-at", "8",
+            "--interrupt-at", "99", "--interrupt-at", "4", "--progress", "lines", "--format", "json"]
     for setting in SETTINGS:
         argv += ["--set", setting]
     code = main(argv)
@@ -40,17 +46,25 @@ def runs(tmp_path_factory, assets) -> dict:
     interrupted = json.loads((root / "out" / "interrupted" / "report.json").read_text())
     reference = run_local(path, LocalOptions(out=root / "out", job_name="reference", progress="none",
                                              overrides=dict(s.split("=") for s in SETTINGS)), emit=lambda _: None)
-    return {"root": root, "interrupted": interrupted, "reference": reference}
+    return {"root": root, "interrupted": interrupted, "reference": reference, "run": path}
 
 
 @pytest.mark.slow
 def test_an_interrupted_local_run_resumes_and_registers_the_same_weights_as_an_uninterrupted_one(runs):
     rep, ref = runs["interrupted"], runs["reference"]
-    assert rep["interruptions"] == 1 and ref["interruptions"] == 0
-    event = rep["interruption_log"][0]
-    assert event["kind"] == "sigterm" and event["checkpoint_step"] == event["step"] >= 5  # saved on the notice
-    assert rep["actual"]["steps"] == STEPS and rep["actual"]["steps_redone"] == 0 and rep["actual"]["starts"] == 2
-    assert rep["actual"]["lost_seconds"] > 0 and event["lost_s"] == rep["actual"]["lost_seconds"]
+    assert rep["interruptions"] == 2 and ref["interruptions"] == 0
+    first, second = rep["interruption_log"]
+    assert (first["trigger"], second["trigger"]) == ("step 4", "step 8")  # sorted
+    for event, asked in ((first, 4), (second, 8)):
+        assert event["kind"] == "sigterm" and event["checkpoint_step"] == event["step"] >= asked  # saved on notice
+        # Sent when training reached the step asked for (the poll is 50 ms; importing torch first cost 8-9 steps).
+        assert asked <= event["signalled_at_step"] <= asked + 2 and event["late"] == event["signalled_at_step"] - asked
+        assert event["lost_s"] > 0
+    assert second["at_s"] > first["at_s"] + first["lost_s"] - 1e-3
+    assert rep["actual"]["steps"] == STEPS and rep["actual"]["steps_redone"] == 0 and rep["actual"]["starts"] == 3
+    assert rep["actual"]["lost_seconds"] == pytest.approx(first["lost_s"] + second["lost_s"], abs=2e-3)
+    assert 0 < rep["actual"]["restart_seconds"] < rep["actual"]["wall_seconds"]
+    assert rep["interruptions_not_injected"] == [{"trigger": "step 99", "reason": "the run finished first"}]
     assert weights_identical(rep["model_data_url"], ref["model_data_url"])
     job = runs["root"] / "out" / "interrupted"
     assert loss_records(job / "sm" / "model") == loss_records(runs["root"] / "out" / "reference" / "sm" / "model")
@@ -62,7 +76,7 @@ def test_an_interrupted_local_run_resumes_and_registers_the_same_weights_as_an_u
 def test_metrics_and_loss_history_cover_the_whole_run_in_readable_and_exact_form(runs):
     output = runs["root"] / "out" / "interrupted" / "sm" / "model"
     metrics = json.loads((output / "metrics.json").read_text())
-    assert metrics["steps"] == STEPS and metrics["starts"] == 2
+    assert metrics["steps"] == STEPS and metrics["starts"] == 3
     segments = metrics["segments"]
     assert segments[0]["start_step"] == 0 and segments[-1]["end_step"] == STEPS
     assert all(a["end_step"] == b["start_step"] for a, b in zip(segments, segments[1:], strict=False))
@@ -82,7 +96,7 @@ def test_the_registry_holds_versioned_packages_with_the_aws_metadata(runs):
     assert (first["ModelPackageVersion"], second["ModelPackageVersion"]) == (1, 2)
     assert first["ModelPackageGroupName"] == "local-tests" and first["ModelApprovalStatus"] == "PendingManualApproval"
     assert set(first["CustomerMetadataProperties"]) == set(REGISTRY_METADATA_KEYS)
-    assert first["CustomerMetadataProperties"]["interruptions"] == "1"
+    assert first["CustomerMetadataProperties"]["interruptions"] == "2"
     assert all(isinstance(v, str) for v in first["CustomerMetadataProperties"].values())
     registered = runs["root"] / "out" / "registry" / "local-tests" / "1" / "model"
     assert {"model.safetensors", "config.json", "tokenizer.json"} <= {p.name for p in registered.iterdir()}
@@ -92,15 +106,26 @@ def test_the_registry_holds_versioned_packages_with_the_aws_metadata(runs):
 def test_the_report_compares_estimate_and_outcome_and_plots_the_interruption(runs):
     rep = runs["interrupted"]
     assert rep["estimate"]["tokens"] > 0 and rep["instance_type"] == "ml.g5.xlarge"
-    assert rep["cost_usd_at_rates"]["spot"] < rep["cost_usd_at_rates"]["on_demand"]
-    assert rep["billable_seconds"] < rep["training_seconds"] and 0 < rep["spot_savings_pct"] < 100
+    # Priced, not measured: this machine's launcher time at the planned instance's catalog rates, labelled.
+    priced = rep["priced"]
+    assert priced["basis"].startswith("priced, not measured") and rep["price_basis"] == priced["basis"]
+    assert priced["training_seconds"] == pytest.approx(sum(
+        s["ended_s"] - s["started_s"] for s in json.loads(
+            (runs["root"] / "out" / "interrupted" / "timeline.json").read_text())["starts"]), abs=2e-3)
+    assert priced["cost_usd_at_rates"]["spot"] < priced["cost_usd_at_rates"]["on_demand"]
+    assert priced["billable_seconds"] < priced["training_seconds"] and 0 < priced["spot_savings_pct"] < 100
+    assert rep["actual"]["basis"] == "measured on this machine"
     png = runs["root"] / "out" / "interrupted" / "loss.png"
     header = png.read_bytes()[:24]
     assert header[:8] == b"\x89PNG\r\n\x1a\n"
     width, height = struct.unpack(">II", header[16:24])
     assert (width, height) == (800, 450)
     summary = (runs["root"] / "out" / "interrupted" / "report.txt").read_text()
-    assert "sigterm at step" in summary and "0 redone" in summary and "spot savings" in summary
+    measured, priced_text = summary.split("  priced, not measured: ")
+    assert "  measured here:" in measured and "0 redone" in measured and "spot savings" not in measured
+    assert "1. sigterm asked at step 4: sent at step 4" in measured and "$" not in measured
+    assert "spot savings" in priced_text and "ml.g5.xlarge's catalog rates" in priced_text
+    assert "not injected: step 99 (the run finished first)" in measured and "nan" not in summary
     assert oct(png.stat().st_mode & 0o777) == "0o644"
 
 
@@ -185,3 +210,44 @@ def test_progress_lines_show_step_total_loss_throughput_eta_and_interruptions(tm
     assert lines[0].startswith("[local] step 5/40  loss 3.5000  tokens/s 800  ETA -  interruptions 0")
     assert lines[1].startswith("[local] step 10/40  loss 2.7500  tokens/s 950  ETA ")
     assert lines[1].endswith("interruptions 1") and "ETA -" not in lines[1]
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_cleanly_with_a_checkpoint_and_resume_finishes_the_same_model(runs, assets):
+    out = runs["root"] / "out"
+    # The data prepared by `spotrun prepare` (the user's first step) rather than by the pipeline: the same model.
+    prepared = runs["root"] / "prepared-by-cli"
+    assert main(["prepare", str(assets["corpus"].parent), "--tokenizer", str(assets["model"]), "--out",
+                 str(prepared)]) == 0
+    run = json.loads(runs["run"].read_text())
+    run["data"]["source"] = str(prepared)
+    run_file = runs["root"] / "run-prepared.json"
+    run_file.write_text(json.dumps(run))
+    argv = [sys.executable, "-m", "spotrun", "local", str(run_file), "--out", str(out), "--job-name", "stopped",
+            "--progress", "none"]
+    for setting in SETTINGS:
+        argv += ["--set", setting]
+    history = out / "stopped" / "sm" / "model" / "loss_history.jsonl"
+    cli = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ), text=True)
+    deadline = time.monotonic() + 300
+    while not (history.is_file() and len(history.read_text().splitlines()) >= 3):
+        assert cli.poll() is None and time.monotonic() < deadline, cli.communicate()
+        time.sleep(0.05)
+    cli.send_signal(signal.SIGINT)  # what Ctrl-C sends the foreground process
+    stdout, stderr = cli.communicate(timeout=300)
+    assert cli.returncode == 130, stderr
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr
+    assert stderr.splitlines()[-1].startswith("stopped by Ctrl-C at step ")
+    assert stderr.splitlines()[-1].endswith(f"Resume with: spotrun local --resume {out / 'stopped'}")
+    timeline = json.loads((out / "stopped" / "timeline.json").read_text())
+    stop = timeline["user_stops"][0]
+    assert stop["checkpoint_step"] == stop["step"] >= 3  # the trainer saved where it stopped
+    assert not (out / "stopped" / "report.json").exists()
+
+    assert main(["local", "--resume", "stopped", "--out", str(out), "--progress", "none", "--format", "json"]) == 0
+    rep = json.loads((out / "stopped" / "report.json").read_text())
+    assert rep["actual"]["steps"] == STEPS and rep["actual"]["steps_redone"] == 0
+    assert rep["actual"]["user_stops"] == 1 and rep["interruptions"] == 0 and rep["actual"]["starts"] == 2
+    assert weights_identical(rep["model_data_url"], runs["reference"]["model_data_url"])
+    assert "stopped by Ctrl-C 1 time(s), resumed with --resume" in (out / "stopped" / "report.txt").read_text()
+    assert main(["local", "--resume", "stopped", "--out", str(out)]) == 2  # finished: nothing to resume

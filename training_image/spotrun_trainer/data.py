@@ -14,12 +14,13 @@ or to the training shards by a stable hash of the document's content (`validatio
 on every run and machine, whatever the order of the files, and no document is in both. index.json then records
 {"validation": {"dir": "validation", "fraction": f, "documents": n}}.
 
-Inputs: .txt (blank-line separated documents), JSONL with a text field (plain text: every token is trained on, as
-before), or JSONL chat records `{"messages": [{"role": ..., "content": ...}, ...]}`: formatted with the tokenizer's
-chat template, and only the assistant messages' tokens are trained on (prompt masking: supervised fine-tuning, not
-continued pre-training). The mask is found by rendering each conversation's prefixes: the tokens an assistant
-message adds after the generation prompt are its own (this needs a template whose prefixes render as prefixes of
-the whole, which the common templates do; one that does not is refused).
+Inputs: .txt (blank-line separated documents), JSONL (also gzip-compressed, .jsonl.gz) or Parquet with a text field
+(plain text: every token is trained on), or chat records (a JSONL line or a Parquet row) `{"messages": [{"role":
+..., "content": ...}, ...]}`: formatted with the tokenizer's chat template, and only the assistant messages' tokens
+are trained on (prompt masking: supervised fine-tuning, not continued pre-training). The mask is found by rendering
+each conversation's prefixes: the tokens an assistant message adds after the generation prompt are its own (this
+needs a template whose prefixes render as prefixes of the whole, which the common templates do; one that does not is
+refused).
 
 The loader memory-maps shards and reads each one front to back (friendly to SageMaker FastFile mode, which
 streams S3 objects sequentially). Samples are `seq_len` tokens packed from one shard; the shard order of an
@@ -30,6 +31,7 @@ one integer: the number of samples consumed in the current epoch.
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import logging
@@ -62,34 +64,92 @@ def validation_share(doc: str | list) -> float:
     return int.from_bytes(digest[:8], "big") / 2**64
 
 
+INPUT_SUFFIXES = (".txt", ".jsonl", ".jsonl.gz", ".parquet")
+
+
+def input_kind(path: Path) -> str | None:
+    """The input format of a file by its name: one of INPUT_SUFFIXES, or None."""
+    return next((s for s in INPUT_SUFFIXES if path.name.endswith(s)), None)
+
+
 def _iter_documents(paths: Iterable[Path], text_field: str) -> Iterator[tuple[str, str | list]]:
-    """(where, text) for plain documents, (where, messages) for chat records."""
+    """(where, text) for plain documents, (where, messages) for chat records; `where` is file:line (row for
+    Parquet). Bytes that are not UTF-8 are named by file and line, not a traceback."""
     for path in paths:
-        if path.suffix == ".jsonl":
-            with path.open(encoding="utf-8") as fh:
-                for lineno, line in enumerate(fh, 1):
-                    if not line.strip():
-                        continue
-                    where = f"{path}:{lineno}"
-                    try:
-                        record = json.loads(line)
-                    except json.JSONDecodeError as exc:
-                        raise DataError(f"{where}: not valid JSON ({exc.msg})") from None
-                    if isinstance(record, dict) and "messages" in record:
-                        yield where, _messages(record["messages"], where)
-                        continue
-                    if not isinstance(record, dict) or not isinstance(record.get(text_field), str):
-                        raise DataError(f"{where}: expected an object with a string field {text_field!r} or a "
-                                        "list of chat messages in 'messages'")
-                    yield where, record[text_field]
-        elif path.suffix == ".txt":
-            text = path.read_text(encoding="utf-8")
+        kind = input_kind(path)
+        if kind == ".parquet":
+            yield from _parquet_records(path, text_field)
+        elif kind in (".jsonl", ".jsonl.gz"):
+            fh = gzip.open(path, "rb") if kind == ".jsonl.gz" else path.open("rb")
+            with fh:
+                try:
+                    for lineno, raw in enumerate(fh, 1):
+                        where = f"{path}:{lineno}"
+                        line = _utf8(raw, where)
+                        if line.strip():
+                            yield where, _record(line, where, text_field)
+                except (OSError, EOFError) as exc:  # gzip: truncated or not gzip at all
+                    raise DataError(f"{path}: not readable as {kind} ({exc})") from None
+        elif kind == ".txt":
+            data = path.read_bytes()
+            text = _utf8(data, str(path))
             # Blank-line separated paragraphs are documents; a file without blank lines is one document.
             for doc in text.split("\n\n"):
                 if doc.strip():
                     yield str(path), doc
         else:
-            raise DataError(f"{path}: unsupported input type {path.suffix!r}: expected .txt or .jsonl")
+            raise DataError(f"{path}: unsupported input type: expected {', '.join(INPUT_SUFFIXES)}")
+
+
+def _utf8(raw: bytes, where: str) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        newline = b"\n"
+        line_start = raw.rfind(newline, 0, exc.start) + 1
+        if ":" not in Path(where).name:  # a whole file: say the line
+            where = f"{where}:{raw.count(newline, 0, exc.start) + 1}"
+        raise DataError(f"{where}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at column {exc.start - line_start + 1});"
+                        " convert the file to UTF-8") from None
+
+
+def _record(line: str, where: str, text_field: str) -> str | list:
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{where}: not valid JSON ({exc.msg})") from None
+    if isinstance(record, dict) and "messages" in record:
+        return _messages(record["messages"], where)
+    if not isinstance(record, dict) or not isinstance(record.get(text_field), str):
+        raise DataError(f"{where}: expected an object with a string field {text_field!r} or a "
+                        "list of chat messages in 'messages'")
+    return record[text_field]
+
+
+def _parquet_records(path: Path, text_field: str) -> Iterator[tuple[str, str | list]]:
+    """Rows of a Parquet file with a string column `text_field` or a `messages` column (list of structs)."""
+    import pyarrow.parquet as pq
+
+    try:
+        pf = pq.ParquetFile(path)
+    except Exception as exc:  # noqa: BLE001 - pyarrow raises ArrowInvalid, OSError, ...
+        raise DataError(f"{path}: not a readable Parquet file ({exc})") from None
+    names = pf.schema_arrow.names
+    column = "messages" if "messages" in names else text_field
+    if column not in names:
+        raise DataError(f"{path}: expected a column {text_field!r} (text) or 'messages' (chat); found "
+                        f"{', '.join(names) or 'none'}")
+    row = 0
+    for batch in pf.iter_batches(columns=[column], batch_size=1024):
+        for value in batch.column(0).to_pylist():
+            row += 1
+            where = f"{path}:row {row}"
+            if column == "messages":
+                yield where, _messages(value, where)
+            elif not isinstance(value, str):
+                raise DataError(f"{where}: column {text_field!r} must be a string, got {type(value).__name__}")
+            else:
+                yield where, value
 
 
 def _messages(raw: object, where: str) -> list[dict]:
@@ -189,13 +249,13 @@ def _input_files(inputs: list[Path]) -> list[Path]:
     for item in inputs:
         item = Path(item)
         if item.is_dir():
-            files.extend(sorted(p for p in item.rglob("*") if p.suffix in (".txt", ".jsonl")))
+            files.extend(sorted(p for p in item.rglob("*") if p.is_file() and input_kind(p)))
         elif item.exists():
             files.append(item)
         else:
             raise DataError(f"input {item} does not exist")
     if not files:
-        raise DataError(f"no .txt or .jsonl files found in {[str(i) for i in inputs]}")
+        raise DataError(f"no {', '.join(INPUT_SUFFIXES)} files found in {[str(i) for i in inputs]}")
     return files
 
 

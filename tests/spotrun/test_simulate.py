@@ -1,0 +1,443 @@
+"""The spot-policy simulator against closed forms (fixed seeds, 1,000 generated traces), hand-made traces, the
+guard's decision function, the recorded-trace reader and the estimate's policy section."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from spotrun.contract import RunValidationError, parse_run
+from spotrun.simulate import compare, simulate
+from spotrun.simulate.engine import INF, SimPlan
+from spotrun.simulate.policies import decide_next_segment
+from spotrun.simulate.traces import (
+    TraceSpec,
+    advisor_rate,
+    generated_traces,
+    read_availability,
+    recorded_traces,
+    windows_from_counts,
+)
+
+H = 3600.0
+
+
+def _plan(**kw) -> SimPlan:
+    base = dict(work_s=40 * H, startup_s=600.0, restore_s=60.0, save_s=60.0, interval_s=1800.0, step_s=10.0,
+                notice_ok=True, spot_usd_per_h=0.35, on_demand_usd_per_h=1.0, max_wait_s=60 * H,
+                max_runtime_s=80 * H, deadline_s=60 * H)
+    if kw.get("deadline_s", 1) is None:  # the closed forms: no SageMaker limits
+        base.update(max_wait_s=INF, max_runtime_s=INF)
+    return SimPlan(**{**base, **kw})
+
+
+# ---- closed forms -------------------------------------------------------------------------------------------
+
+
+def _mod_mean(lam: float, cycle: float) -> float:
+    """E[X mod T] for X ~ Exp(lam): where in its save cycle a Poisson interruption lands."""
+    return 1 / lam - cycle / math.expm1(lam * cycle)
+
+
+def test_time_lost_per_interruption_with_periodic_saves_is_the_closed_form():
+    # Saves block for s every I of work: an interruption loses the wall time since the last completed save.
+    # Closed form E[X mod (I+s)] (memoryless interruptions, each job restarting a fresh cycle); to first order
+    # (I+s)/2: half the interval plus half the save (a save that blocks; one that uploads in the background
+    # would lose I/2 + s).
+    lam, interval, save = 0.5 / H, 1800.0, 120.0
+    plan = _plan(work_s=500 * H, startup_s=0.0, restore_s=0.0, save_s=save, interval_s=interval,
+                 notice_ok=False, deadline_s=None)
+    traces = generated_traces(TraceSpec(lam * H, horizon_s=2000 * H, restart_wait_s=0.0), 1000, seed=1)
+    tallies = simulate(plan, traces, "spot", "periodic")
+    n = sum(t.interruptions for t in tallies)
+    assert n > 100_000
+    measured = sum(t.lost_wall_s for t in tallies) / n
+    assert measured == pytest.approx(_mod_mean(lam, interval + save), rel=0.05)
+    # Work lost (progress, not the save in progress): E[min(X mod T, I)].
+    cycle = interval + save
+    p_in_save = (math.exp(-lam * interval) - math.exp(-lam * cycle)) / -math.expm1(-lam * cycle)
+    in_work = (1 / lam * (1 - math.exp(-lam * interval) * (1 + lam * interval))) / -math.expm1(-lam * cycle)
+    assert sum(t.lost_s for t in tallies) / n == pytest.approx(in_work + interval * p_in_save, rel=0.05)
+
+
+def test_time_lost_at_a_low_rate_is_half_the_interval_plus_half_the_save():
+    lam, interval, save = 0.02 / H, 1800.0, 120.0
+    plan = _plan(work_s=500 * H, startup_s=0.0, restore_s=0.0, save_s=save, interval_s=interval,
+                 notice_ok=False, deadline_s=None)
+    traces = generated_traces(TraceSpec(lam * H, horizon_s=2000 * H, restart_wait_s=0.0), 1000, seed=2)
+    tallies = simulate(plan, traces, "spot", "periodic")
+    n = sum(t.interruptions for t in tallies)
+    assert n > 5000
+    assert sum(t.lost_wall_s for t in tallies) / n == pytest.approx((interval + save) / 2, rel=0.05)
+
+
+def _daly_wall(work: float, interval: float, save: float, restart: float, lam: float) -> float:
+    """Expected wall time with checkpoints every `interval` of work (Daly 2006, exact for Poisson failures with a
+    restart of `restart` after each, failures possible during restarts): the first start, n - 1 save cycles, the
+    last cycle without a save."""
+    n = round(work / interval)
+    per = math.exp(lam * restart) / lam
+    return math.expm1(lam * restart) / lam + (n - 1) * per * math.expm1(lam * (interval + save)) + \
+        per * math.expm1(lam * interval)
+
+
+def test_wall_time_and_the_young_daly_interval_are_reproduced():
+    lam, save, restart, work = 0.1 / H, 180.0, 300.0, 200 * H
+    young = math.sqrt(2 * save / lam)  # sqrt(2 C MTBI) = 3,600 s
+    factors = (0.5, 0.7, 1.0, 1.4, 2.0)
+    traces = generated_traces(TraceSpec(lam * H, horizon_s=2000 * H, restart_wait_s=0.0), 1000, seed=3)
+    walls = []
+    for f in factors:
+        interval = work / round(work / (young * f))
+        plan = _plan(work_s=work, startup_s=restart, restore_s=0.0, save_s=save, interval_s=interval,
+                     notice_ok=False, deadline_s=None)
+        tallies = simulate(plan, traces, "spot", "periodic")
+        walls.append(sum(t.t for t in tallies) / len(tallies))
+        assert walls[-1] == pytest.approx(_daly_wall(work, interval, save, restart, lam), rel=0.05)
+    assert min(range(len(factors)), key=walls.__getitem__) == factors.index(1.0)
+    # The vertex of a parabola through the simulated walls (in log interval) is Young/Daly's interval.
+    xs = [math.log(f) for f in factors]
+    import numpy as np
+
+    a, b, _ = np.polyfit(xs, walls, 2)
+    assert math.exp(-b / (2 * a)) == pytest.approx(1.0, rel=0.05)
+
+
+# ---- policies on hand-made traces ------------------------------------------------------------------------------
+
+
+def test_on_demand_and_uninterrupted_spot_cost_the_work_its_saves_and_one_startup():
+    plan = _plan()
+    billed = plan.startup_s + plan.work_s + (math.ceil(plan.work_s / plan.interval_s) - 1) * plan.save_s
+    od = simulate(plan, [[(0.0, INF)]], "on_demand", "both")[0]
+    sp = simulate(plan, [[(0.0, INF)]], "spot", "both")[0]
+    assert (od.od_s, od.spot_s, od.t) == (pytest.approx(billed), 0.0, pytest.approx(billed))
+    assert (sp.spot_s, sp.od_s, sp.interruptions) == (pytest.approx(billed), 0.0, 0)
+
+
+def test_a_drought_makes_maxwait_miss_the_deadline_and_uniform_progress_meet_it():
+    plan = _plan()  # 40 h of work, 60 h deadline, MaxWait 60 h
+    trace = [(0.0, 5 * H), (70 * H, INF)]  # five hours of spot, then a 65 h drought
+    rows = {r.policy: r for r in compare(plan, [trace], [("maxwait_fallback", "notice"),
+                                                          ("uniform_progress", "notice"),
+                                                          ("on_demand", "notice")])}
+    assert rows["maxwait_fallback"].p_deadline == 0.0
+    assert rows["uniform_progress"].p_deadline == 1.0
+    assert rows["uniform_progress"].mean_usd < rows["on_demand"].mean_usd
+
+
+def test_notice_saves_lose_only_the_step_in_progress_and_periodic_ones_the_work_since_the_last_save():
+    plan = _plan(startup_s=0.0, restore_s=0.0, deadline_s=None)
+    trace = [(0.0, 2500.0), (2600.0, INF)]  # interrupted 2,500 s in: 700 s after the first save (1,800 + 60)
+    notice = simulate(plan, [trace], "spot", "notice")[0]
+    periodic = simulate(plan, [trace], "spot", "periodic")[0]
+    assert notice.lost_s == pytest.approx(2500.0 % plan.step_s)
+    assert periodic.lost_s == pytest.approx(2500.0 - 1860.0)
+    failed = simulate(_plan(startup_s=0.0, restore_s=0.0, deadline_s=None, notice_ok=False), [trace], "spot",
+                      "notice")[0]
+    assert failed.lost_s == pytest.approx(2500.0)  # the checkpoint cannot leave within the notice
+
+
+def test_hysteresis_keeps_uniform_progress_from_flapping_between_on_demand_and_spot(monkeypatch):
+    # Spot comes back for 20 minutes every 2 hours, checked every 10 minutes on on-demand: a literal Uniform
+    # Progress (no hysteresis) leaves on-demand each time it is ahead and pays a changeover each time.
+    import spotrun.simulate.policies as policies
+
+    plan = _plan(deadline_s=50 * H, od_check_s=600.0)
+    trace = [(0.0, 1.0)] + [(k * 2 * H, k * 2 * H + 1200.0) for k in range(1, 60)] + [(200 * H, INF)]
+
+    def run(hysteresis):
+        monkeypatch.setattr(policies, "HYSTERESIS_CHANGEOVERS", hysteresis)
+        tally = simulate(plan, [trace], "uniform_progress", "notice")[0]
+        assert tally.finished and tally.t <= plan.deadline_s
+        return tally.switches, tally.spot_s / H * plan.spot_usd_per_h + tally.od_s / H * plan.on_demand_usd_per_h
+
+    (switches, cost), (literal_switches, literal_cost) = run(4.0), run(0.0)
+    assert literal_cost > simulate(plan, [trace], "on_demand", "notice")[0].od_s / H  # costlier than on-demand
+    assert literal_switches > 40 and switches < literal_switches / 3 and cost < literal_cost
+
+
+def test_offline_optimum_is_the_floor_of_every_policy():
+    pytest.importorskip("numpy")
+    from spotrun.simulate.optimum import offline_optimum
+
+    plan = _plan()
+    traces = generated_traces(TraceSpec(0.1, horizon_s=200 * H, burst_p=0.3, droughts_per_day=0.2), 200, seed=4)
+    floor = offline_optimum(plan, traces)
+    assert (floor < INF).all()
+    # On its grid (300 ticks of work) the floor is within a few percent of the exact optimum on each trace:
+    # below every policy in the mean, and never more than 6% above any one outcome.
+    for policy in ("on_demand", "spot", "maxwait_fallback", "uniform_progress", "deadline_greedy"):
+        tallies = simulate(plan, traces, policy, "notice")
+        pairs = [(best, t.spot_s / H * plan.spot_usd_per_h + t.od_s / H * plan.on_demand_usd_per_h)
+                 for t, best in zip(tallies, floor, strict=True) if t.t <= plan.deadline_s]
+        assert sum(b for b, _ in pairs) <= sum(c for _, c in pairs)
+        assert all(b <= c * 1.06 for b, c in pairs)
+    clear = offline_optimum(plan, [[(0.0, INF)]])[0]
+    assert clear == pytest.approx(plan.spot_usd_per_h * (plan.work_s + plan.startup_s) / H, rel=0.01)
+
+
+# ---- the guard's decision ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("progress_h, now_h, on_demand_now, spot_available, expected", [
+    (10, 10, False, True, "spot"),        # behind the line but spot is there: spot
+    (10, 5, False, False, "wait"),        # ahead, no spot: wait for it
+    (10, 20, False, False, "on_demand"),  # behind, no spot: on-demand
+    (17.5, 25.5, True, True, "on_demand"),  # on-demand, 0.4 h ahead: stays (hysteresis: 4 changeovers)
+    (30, 25, True, True, "spot"),         # on-demand, well ahead, spot back: return to spot
+    (30, 25, True, False, "on_demand"),   # ... but not while spot is gone
+    (5, 50, False, True, "on_demand"),    # slack gone: the safety net
+])
+def test_decide_next_segment(progress_h, now_h, on_demand_now, spot_available, expected):
+    plan = _plan()  # 40 h of work by 60 h: the line asks 2/3 h of work per hour
+    assert decide_next_segment(progress_h * H, now_h * H, plan, on_demand_now=on_demand_now,
+                               spot_available=spot_available) == expected
+
+
+@pytest.mark.parametrize("progress_h, now_h, on_demand_now, spot_available, expected", [
+    # 40 h of work by 60 h, saving every 30 min: the slack at the start is 18.3 h, the reserve 0.2 + 1.83 h
+    (10, 20, False, False, "wait"),       # behind the line, but 8.8 h of slack is above the reserve: wait
+    (10, 27, False, False, "on_demand"),  # the slack (1.8 h) fell under the reserve: on-demand
+    (10, 27, True, True, "spot"),         # on-demand, spot back, the slack pays a changeover + hysteresis: return
+    (10, 28, True, True, "on_demand"),    # ... but not once it does not (0.8 h)
+])
+def test_slack_reserve_decides_on_slack_not_on_the_line(progress_h, now_h, on_demand_now, spot_available, expected):
+    from spotrun.simulate.policies import RESERVES
+
+    rule = RESERVES["slack_reserve_10"]
+    assert decide_next_segment(progress_h * H, now_h * H, _plan(), on_demand_now=on_demand_now,
+                               spot_available=spot_available, rule=rule) == expected
+
+
+# ---- traces ----------------------------------------------------------------------------------------------------
+
+
+def test_spot_traces_files_become_windows_and_replay_wraps_around(tmp_path):
+    path = tmp_path / "us-test-1a_v100_1.json"
+    path.write_text(json.dumps({"metadata": {"gap_seconds": 300}, "data": [1, 1, 0, 0, 1, 2, 0, 1]}))
+    rec = read_availability(path)
+    assert rec.windows == [(0.0, 600.0), (1200.0, 1800.0), (2100.0, 2400.0)]
+    assert rec.available_fraction == pytest.approx(5 / 8)
+    assert windows_from_counts([1, 1, 0, 0, 1, 2, 0, 1], 300, instances=2) == [(1500.0, 1800.0)]
+    (trace,) = recorded_traces([rec], 1, horizon_s=5000.0, seed=0)
+    assert trace[-1][1] == INF and all(b <= a2 for (_, b), (a2, _) in zip(trace, trace[1:], strict=False))
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"data": [1]}))
+    with pytest.raises(ValueError, match="gap_seconds"):
+        read_availability(bad)
+
+
+def test_generated_traces_have_the_rate_bursts_and_droughts_asked_for():
+    spec = TraceSpec(0.5, horizon_s=1000 * H, restart_wait_s=60.0)
+    traces = generated_traces(spec, 200, seed=5)
+    ends = sum(len(t) - 1 for t in traces)
+    assert ends / (200 * 1000) == pytest.approx(0.5, rel=0.05)
+    dry = generated_traces(TraceSpec(0.0, horizon_s=1000 * H, droughts_per_day=0.5), 200, seed=6)
+    gaps = [a2 - b for t in dry for (_, b), (a2, _) in zip(t, t[1:], strict=False)]
+    assert gaps and 6 * H <= min(gaps) and max(gaps) <= 80 * H * 2
+    assert advisor_rate("<5%") == pytest.approx(-math.log(0.975) / 730)
+    with pytest.raises(ValueError, match="band"):
+        advisor_rate("5%")
+
+
+# ---- the estimate ------------------------------------------------------------------------------------------------
+
+
+RUN = {"version": 1, "name": "p", "model": {"parameters": 1_000_000_000},
+       "data": {"tokens": 2_000_000_000, "seq_len": 2048}, "budget": {"max_usd": 1_000_000},
+       "compute": {"instance_type": "ml.g5.xlarge", "on_demand_fallback": True}}
+
+
+def test_deadline_hours_is_optional_and_checked():
+    assert parse_run(RUN).compute.deadline_hours is None
+    assert parse_run({**RUN, "compute": {**RUN["compute"], "deadline_hours": 48}}).compute.deadline_hours == 48
+    with pytest.raises(RunValidationError, match="compute.deadline_hours"):
+        parse_run({**RUN, "compute": {**RUN["compute"], "deadline_hours": -1}})
+
+
+def test_the_estimate_chooses_the_cheapest_policy_meeting_the_deadline_and_states_its_odds():
+    from spotrun.planner import estimate
+    from spotrun.simulate.choose import policy_text, spot_policy
+
+    run = parse_run(RUN)
+    est = estimate(run)
+    hours = est.wall_seconds / H
+    with_deadline = parse_run({**RUN, "compute": {**RUN["compute"], "deadline_hours": round(hours * 1.5, 1)}})
+    section = spot_policy(with_deadline, est, __import__("spotrun.planner").planner.load_catalog(), n=300)
+    rows = {r["label"]: r for r in section["policies"]}
+    chosen = rows[section["chosen"]]
+    assert chosen["p_deadline"] >= 0.99
+    assert all(r["mean_usd"] >= chosen["mean_usd"] for r in rows.values() if r["p_deadline"] >= 0.99)
+    assert chosen["mean_usd"] <= rows["on_demand"]["mean_usd"]
+    assert {"uniform_progress (notice)", "slack_reserve_10 (notice)", "maxwait_fallback (periodic)"} <= set(rows)
+    text = policy_text(section)
+    assert section["chosen"] in text and "P(deadline)" in text
+    from spotrun.simulate.choose import guard_decision
+
+    section = json.loads(json.dumps(section, allow_nan=False))  # as the plan carries it through Step Functions
+    assert guard_decision(section, 0.0, 0.0, on_demand_now=False, spot_available=True) in ("spot", "on_demand")
+    assert guard_decision(section, 0.0, with_deadline.compute.deadline_hours * H, on_demand_now=False,
+                          spot_available=True) == ("spot" if section["policy"] == "spot" else "on_demand")
+    free = spot_policy(run, est, __import__("spotrun.planner").planner.load_catalog(), n=300)
+    assert free["confidence"] is None
+    assert free["chosen"] == min((r for r in free["policies"] if r["p_finished"] >= 0.99),
+                                 key=lambda r: r["mean_usd"])["label"]
+    asked = spot_policy(parse_run({**RUN, "compute": {**RUN["compute"], "spot": False}}), est,
+                        __import__("spotrun.planner").planner.load_catalog(), n=50)
+    assert asked["chosen"] == "on_demand" and "compute.spot=false" in asked["why"]
+
+
+def test_local_trace_replay_turns_each_loss_of_capacity_into_an_injected_interruption(tmp_path):
+    from spotrun.cli import build_parser
+    from spotrun.local.commands import trace_interrupts
+    from spotrun.local.pipeline import InterruptAt
+
+    path = tmp_path / "trace.json"  # up 2 h, down 1 h, up 1 h, down, up to the end
+    path.write_text(json.dumps({"metadata": {"gap_seconds": 3600}, "data": [1, 1, 0, 1, 0, 1]}))
+    assert trace_interrupts(path, 3600.0) == (InterruptAt(seconds=2.0), InterruptAt(seconds=3.0))
+    args = build_parser().parse_args(["local", "run.json", "--trace", str(path), "--trace-speedup", "1800"])
+    assert trace_interrupts(args.trace, args.trace_speedup)[0] == InterruptAt(seconds=4.0)
+    with pytest.raises(ValueError, match="--trace-speedup"):
+        trace_interrupts(path, 0.0)
+
+
+def test_the_estimate_lambdas_plan_carries_the_chosen_policy_and_its_odds():
+    from moto import mock_aws
+
+    from spotrun.handlers.estimate import PipelineSettings, plan
+
+    settings = PipelineSettings(bucket="art-bucket", job_prefix="spotrun-dev-", model_package_group="g",
+                                poll_seconds=60, project="spotrun", stage="dev", cost_center="ml")
+    run = {"version": 1, "name": "tiny-run",
+           "model": {"init": "random", "config": {"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4}},
+           "data": {"source": "s3://art-bucket/datasets/d1/", "tokens": 1_000_000, "seq_len": 128},
+           "compute": {"instance_type": "ml.g5.xlarge", "deadline_hours": 2}, "budget": {"max_usd": 20}}
+    with mock_aws():
+        import boto3
+
+        s3 = boto3.client("s3", region_name="us-east-1")
+        s3.create_bucket(Bucket="art-bucket")
+        out = plan(run, "exec-1", settings, s3_client=s3)
+    section = out["estimate"]["spot_policy"]
+    assert out["status"] == "ok" and section["deadline_hours"] == 2 and section["traces"] == 1000
+    chosen = next(r for r in section["policies"] if r["label"] == section["chosen"])
+    assert chosen["p_deadline"] >= 0.99 and "deadline" in section["why"]
+
+
+def test_the_recorders_interruptions_become_gaps_and_resampled_traces():
+    from spotrun.handlers.interruptions import interruption_item
+    from spotrun.simulate.traces import interruption_gaps, resampled_traces
+
+    def event(job, epoch):  # what the recorder writes for a real SageMaker state-change event
+        return interruption_item({"TrainingJobName": job, "SecondaryStatus": "Interrupted",
+                                  "ResourceConfig": {"InstanceType": "ml.g5.xlarge", "InstanceCount": 1},
+                                  "SecondaryStatusTransitions": [{"Status": "Interrupted", "StartTime": epoch}]},
+                                 "")
+
+    items = [event("a", 1000), event("a", 4600), event("a", 8200), event("b", 50), {"pk": "b", "sk": "USAGE",
+                                                                                    "kind": "usage"}]
+    assert interruption_gaps(items) == [3600.0, 3600.0]
+    assert interruption_gaps(items, "ml.p5.48xlarge") == []
+    (trace,) = resampled_traces([3600.0], 1, 10 * H, restart_wait_s=0.0)
+    assert trace[:2] == [(0.0, 3600.0), (3600.0, 7200.0)] and trace[-1][1] == INF
+    with pytest.raises(ValueError, match="no recorded gaps"):
+        resampled_traces([], 1, H)
+
+
+def test_spotrun_simulate_writes_the_table_json_and_plot_for_generated_and_recorded_traces(tmp_path, capsys):
+    from spotrun.cli import main
+    from spotrun.planner import estimate
+
+    run = tmp_path / "run.json"
+    hours = round(1.5 * estimate(parse_run(RUN)).wall_seconds / H, 1)
+    run.write_text(json.dumps({**RUN, "compute": {**RUN["compute"], "deadline_hours": hours}}))
+    assert main(["simulate", str(run), "--n", "50", "--out", str(tmp_path / "gen"), "--band", "15-20%"]) == 0
+    text = capsys.readouterr().out
+    assert "offline optimum (floor)" in text and "chosen: " in text and "Advisor band 15-20%" in text
+    report = json.loads((tmp_path / "gen" / "simulate.json").read_text())
+    assert report["traces"] == 50 and report["optimum"]["mean_usd"] <= min(
+        r["mean_usd"] for r in report["policies"] if r["p_deadline"] == 1.0) * 1.01
+    assert (tmp_path / "gen" / "simulate.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    (traces / "zone-a_v100_1.json").write_text(json.dumps({"metadata": {"gap_seconds": 600},
+                                                          "data": ([1] * 30 + [0] * 12) * 40}))
+    assert main(["simulate", str(run), "--n", "20", "--traces", str(traces), "--out", str(tmp_path / "rec"),
+                 "--no-optimum", "--policy", "uniform_progress", "--policy", "on_demand"]) == 0
+    rec = json.loads((tmp_path / "rec" / "simulate.json").read_text())
+    assert {r["policy"] for r in rec["policies"]} == {"uniform_progress", "on_demand"}
+    assert "1 recorded traces" in rec["source"] and "optimum" not in rec
+    assert main(["simulate", str(run), "--traces", str(tmp_path / "gen")]) == 2  # no trace files there
+
+
+@pytest.mark.parametrize("policy", ["on_demand", "spot", "maxwait_fallback", "uniform_progress", "deadline_greedy",
+                                    "slack_reserve_10"])
+def test_every_policy_keeps_the_books_on_arbitrary_traces(policy):
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    ups = st.lists(st.tuples(st.floats(1.0, 20 * H), st.floats(0.0, 30 * H)), min_size=0, max_size=12)
+
+    @settings(max_examples=60, deadline=None, derandomize=True)
+    @given(ups=ups, notice=st.booleans(), ck=st.sampled_from(["notice", "periodic", "both"]),
+           deadline=st.one_of(st.none(), st.floats(5 * H, 200 * H)))
+    def check(ups, notice, ck, deadline):
+        t, trace = 0.0, []
+        for up, down in ups:
+            trace.append((t, t + up))
+            t += up + down
+        trace.append((t, INF))
+        plan = _plan(work_s=10 * H, notice_ok=notice, deadline_s=deadline, max_wait_s=INF, max_runtime_s=INF)
+        tally = simulate(plan, [trace], policy, ck)[0]
+        billed = tally.spot_s + tally.od_s
+        assert tally.finished and tally.progress == pytest.approx(plan.work_s)
+        assert billed >= plan.work_s + tally.lost_s - 1e-6  # every second of work, kept or lost, was billed
+        assert tally.t >= billed - 1e-6  # one job at a time
+        assert tally.lost_s >= 0 and tally.interruptions <= len(ups)
+        if policy == "on_demand":
+            assert tally.spot_s == 0 and tally.interruptions == 0
+
+    check()
+
+
+def test_without_a_deadline_a_policy_stopped_unfinished_at_maxruntime_is_not_chosen():
+    from spotrun.simulate.choose import choose
+
+    plan = _plan(deadline_s=None, max_runtime_s=20 * H, max_wait_s=100 * H)
+    trace = [(0.0, 15 * H), (30 * H, INF)]  # spot's training time reaches MaxRuntime before the work is done
+    rows = compare(plan, [trace], [("spot", "notice"), ("maxwait_fallback", "notice"), ("on_demand", "notice")])
+    by = {r.policy: r for r in rows}
+    assert by["spot"].p_finished == 0.0 and by["spot"].mean_usd < by["maxwait_fallback"].mean_usd
+    best, why = choose(plan, rows)
+    assert best.policy == "maxwait_fallback" and "finish" in why
+
+
+def test_spotrun_simulate_resamples_the_interruption_tables_scan(tmp_path, capsys):
+    from spotrun.cli import main
+
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps(RUN))
+    scan = {"Items": [{"pk": {"S": "job-a"}, "sk": {"S": f"INTERRUPTED#{t}"}, "kind": {"S": "interruption"},
+                       "instance_type": {"S": "ml.g5.xlarge"}} for t in (0, 7200, 10800)]}
+    (tmp_path / "scan.json").write_text(json.dumps(scan))
+    assert main(["simulate", str(run), "--n", "20", "--interruptions", str(tmp_path / "scan.json"), "--no-optimum",
+                 "--out", str(tmp_path / "out"), "--format", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["source"] == "resampled from 2 recorded gaps between interruptions"
+    spot = next(r for r in report["policies"] if r["label"] == "spot (notice)")
+    assert spot["mean_interruptions"] > 1
+    (tmp_path / "empty.json").write_text("[]")
+    assert main(["simulate", str(run), "--interruptions", str(tmp_path / "empty.json"), "--no-optimum",
+                 "--out", str(tmp_path / "out")]) == 2
+
+
+def test_the_estimate_simulates_fewer_traces_for_a_long_run_at_a_high_rate():
+    from spotrun.simulate.choose import MIN_TRACES, N_TRACES, traces_for_estimate
+
+    assert traces_for_estimate(_plan(work_s=10 * H), 0.1) == N_TRACES
+    fewer = traces_for_estimate(_plan(work_s=100 * H), 1.35)
+    assert MIN_TRACES < fewer < N_TRACES
+    assert traces_for_estimate(_plan(work_s=1000 * H), 1.35) == MIN_TRACES
