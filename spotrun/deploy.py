@@ -1,8 +1,9 @@
 """`spotrun approve|deploy|undeploy RUN --stage dev`: a finished run's registered model to a SageMaker endpoint.
 
 Everything is found from the run, never typed: the execution's output names the model package (its ARN) and the
-training job; DescribeTrainingJob gives the role (the training execution role: `RoleArn`), the method and the
-base model (`model.source` hyperparameter).
+training job; DescribeTrainingJob gives the method and the base model (`model.source` hyperparameter); the stack's
+`ServingRoleArn` output gives the model's role (training_constructs/serving_role.py: reads output/ and models/,
+pulls the serving image, writes endpoint logs; the training role may not read output/).
 
     full model  CreateModel from the approved package itself (`ModelPackageName`: the package's serving image,
                 model.tar.gz and environment, as registered)
@@ -13,8 +14,7 @@ base model (`model.source` hyperparameter).
                 written when the run set export.merge_lora) instead
 then CreateEndpointConfig (one variant, `--instance-type`, default ml.g5.2xlarge) and CreateEndpoint, all named
 after the run (`<run>-<UTC time>` for the model and config, the run's name for the endpoint). `undeploy` deletes
-the endpoint, its config and its models. NOTE: the model's role is the run's training role, which writes output/
-but may not read it, nor pull the AWS-owned serving image: a serving role is still to be added to the stack.
+the endpoint, its config and its models.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import re
 import time
 
 from .remote import Deployment, RemoteError, deployment, find_execution
+from .seams import StackOutput
 
 ADAPTER_CHANNEL = "adapter"
 # Where SageMaker puts an additional model data source: /opt/ml/additional-model-data-sources/<ChannelName>/ (the
@@ -101,8 +102,18 @@ def _exists(call, **kwargs) -> bool:
         raise
 
 
+def serving_role_arn(dep: Deployment) -> str:
+    """The stack's serving role (the role every endpoint model of the stage runs with)."""
+    key = StackOutput.SERVING_ROLE_ARN.value
+    if key not in dep.outputs:
+        raise RemoteError(f"stack {dep.stack} has no {key} output: it was deployed by an older spotrun; "
+                          "`cdk deploy` this version to deploy models")
+    return dep.outputs[key]
+
+
 def deploy(args: argparse.Namespace) -> dict:
     dep = deployment(args.stage, args.stack, args.region)
+    role_arn = serving_role_arn(dep)
     output, execution = _finished_run(dep, args.run)
     sm = dep.client("sagemaker")
     package = sm.describe_model_package(ModelPackageName=output["model_package_arn"])
@@ -118,7 +129,7 @@ def deploy(args: argparse.Namespace) -> dict:
     name = f"{resource_name(endpoint, 63 - len(stamp) - 1)}-{stamp}"
     tags = [{"Key": "project", "Value": "spotrun"}, {"Key": "run", "Value": output["report"]["run"][:256]},
             {"Key": "stage", "Value": args.stage}]
-    sm.create_model(ModelName=name, ExecutionRoleArn=job["RoleArn"],
+    sm.create_model(ModelName=name, ExecutionRoleArn=role_arn,
                     PrimaryContainer=container_for(package, job, merged=args.merged), Tags=tags)
     sm.create_endpoint_config(EndpointConfigName=name, Tags=tags, ProductionVariants=[{
         "VariantName": "AllTraffic", "ModelName": name, "InstanceType": args.instance_type,

@@ -136,6 +136,8 @@ class StackOutput(str, Enum):
     # The estimate function's environment as JSON: `spotrun start` validates with exactly the stage's settings
     # (job prefix, allowed instance types, tags) before it starts anything.
     ESTIMATE_SETTINGS = "EstimateSettings"
+    # The role `spotrun deploy` gives the endpoint's model (training_constructs/serving_role.py).
+    SERVING_ROLE_ARN = "ServingRoleArn"
 
 
 # ---- stop notice (SageMaker -> launcher -> trainer) ------------------------------------------------------------

@@ -20,6 +20,7 @@ from training_constructs.artifact_store import ArtifactStore, ArtifactStoreProps
 from training_constructs.cost_governance import CostGovernance, CostGovernanceProps
 from training_constructs.execution_role import TrainingExecutionRole, TrainingExecutionRoleProps
 from training_constructs.interruption_events import InterruptionEvents, InterruptionEventsProps
+from training_constructs.serving_role import ServingRole, ServingRoleProps
 from training_constructs.trainer_image import TrainerImage, TrainerImageProps, sagemaker_image, serving_image
 from training_constructs.training_pipeline import TrainingPipeline, TrainingPipelineProps
 
@@ -62,9 +63,12 @@ class SpotrunStack(Stack):
             store=self.store, repository=self.image.repository, in_vpc=bool(config.vpc_subnet_ids)))
         self.events = InterruptionEvents(self, "InterruptionEvents", props=InterruptionEventsProps(
             job_prefix=config.job_prefix, stage=config.stage))
+        inference_image = config.inference_image or serving_image(config.region)
+        self.serving = ServingRole(self, "ServingRole", props=ServingRoleProps(store=self.store,
+                                                                               image_uri=inference_image))
         self.pipeline = TrainingPipeline(self, "Pipeline", props=TrainingPipelineProps(
             store=self.store, execution_role=self.execution.role, image_uri=self.image.image_uri,
-            inference_image_uri=config.inference_image or serving_image(config.region),
+            inference_image_uri=inference_image,
             model_package_group_name=self.model_package_group_name,
             model_package_group_base=config.model_package_group_base, job_prefix=config.job_prefix,
             project=config.project, stage=config.stage, cost_center=config.cost_center,
@@ -94,3 +98,5 @@ class SpotrunStack(Stack):
         CfnOutput(self, StackOutput.MODEL_PACKAGE_GROUP_NAME.value, value=self.model_package_group_name)
         CfnOutput(self, StackOutput.ESTIMATE_SETTINGS.value, value=self.to_json_string(self.pipeline.estimate_settings),
                   description="the estimate function's settings: spotrun start validates with them locally")
+        CfnOutput(self, StackOutput.SERVING_ROLE_ARN.value, value=self.serving.role.role_arn,
+                  description="the role spotrun deploy gives endpoint models (reads output/ and models/)")

@@ -36,8 +36,20 @@ def stage(aws, synth, tmp_path, monkeypatch):  # noqa: F811 - the moto fixture i
     names = [a["properties"].get("stackName", key) for key, a in manifest["artifacts"].items()
              if a["type"] == "aws:cloudformation:stack"]
     assert names == [stack_name("dev")]  # the name the CLI looks for is the one CDK deploys
+    trust = json.dumps({"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "sts:AssumeRole",
+                                                                "Principal": {"Service": "sagemaker.amazonaws.com"}}]})
+    aws.serving_role_arn = boto3.client("iam", region_name=REGION).create_role(
+        RoleName="serving-role", AssumeRolePolicyDocument=trust)["Role"]["Arn"]
+
+    def resolve(logical: str, attr: str | None) -> str:  # the Driver's resources, and the serving role
+        if logical.startswith("ServingRole") and attr == "Arn":
+            return aws.serving_role_arn
+        return aws.resolve(logical, attr)
+
     values = {StackOutput.STATE_MACHINE_ARN: aws.sm_arn, StackOutput.ARTIFACT_BUCKET: BUCKET,
               StackOutput.MODEL_PACKAGE_GROUP_NAME: GROUP,
+              StackOutput.SERVING_ROLE_ARN: render(synth.template["Outputs"][StackOutput.SERVING_ROLE_ARN]["Value"],
+                                                   resolve),
               # rendered from the synthesized output, as CloudFormation would with the Driver's resources
               StackOutput.ESTIMATE_SETTINGS: render(synth.template["Outputs"][StackOutput.ESTIMATE_SETTINGS]["Value"],
                                                     aws.resolve)}
@@ -177,3 +189,19 @@ def test_commands_name_the_missing_stack(monkeypatch, capsys):
     with mock_aws():
         assert main(["list", "--stage", "prod"]) == 2
     assert f"stack {stack_name('prod')} not readable" in capsys.readouterr().err
+
+
+def test_deploy_names_a_stack_without_a_serving_role(monkeypatch, capsys):
+    from moto import mock_aws
+
+    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
+    with mock_aws():  # a stack deployed by an older spotrun: every output but the serving role
+        outputs = {o.value: {"Value": f"placeholder-{o.value}"} for o in StackOutput
+                   if o is not StackOutput.SERVING_ROLE_ARN}
+        template = {"Resources": {"Topic": {"Type": "AWS::SNS::Topic"}}, "Outputs": outputs}
+        boto3.client("cloudformation", region_name=REGION).create_stack(StackName=stack_name("dev"),
+                                                                        TemplateBody=json.dumps(template))
+        assert main(["deploy", "support-full", "--stage", "dev"]) == 2
+    err = capsys.readouterr().err
+    assert f"stack {stack_name('dev')} has no {StackOutput.SERVING_ROLE_ARN.value} output" in err
+    assert "cdk deploy" in err

@@ -139,3 +139,97 @@ def test_checkpoint_freshness_alarm_notifies_the_topic(synth):
     assert alarm["AlarmActions"] == [{"Ref": "FailuresTopic8CFD5254"}]
     _, dash = synth.one("AWS::CloudWatch::Dashboard")
     assert "CheckpointAgeSeconds" in json.dumps(dash["Properties"]["DashboardBody"])
+
+
+# ---- the serving role (spotrun deploy's endpoint models) ---------------------------------------------------------
+
+ARTIFACT_BUCKET, ARTIFACT_KEY = "ArtifactsBucket88671897", "ArtifactsKeyA4B22E2B"
+
+
+def _serving_role(synth) -> tuple[str, list[dict]]:
+    from aws_cdk.assertions import Match, Template
+
+    roles = Template.from_json(synth.template).find_resources("AWS::IAM::Role", {"Properties": {
+        "AssumeRolePolicyDocument": {"Statement": [Match.object_like({
+            "Principal": {"Service": "sagemaker.amazonaws.com"}})]},
+        "Description": Match.string_like_regexp("endpoints")}})
+    (logical, _), = roles.items()
+    policies = [r["Properties"]["PolicyDocument"]["Statement"] for r in synth.resources("AWS::IAM::Policy").values()
+                if {"Ref": logical} in r["Properties"]["Roles"]]
+    return logical, [s for statements in policies for s in statements]
+
+
+def _registered_image(definition) -> str:
+    found = []
+
+    def walk(node):
+        if isinstance(node, dict):
+            found.extend(c["Image"] for c in node.get("InferenceSpecification", {}).get("Containers", []))
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    walk(definition)
+    assert len(set(found)) == 1, found
+    return found[0]
+
+
+def test_serving_role_reads_models_and_cannot_write(synth):
+    _, stmts = _serving_role(synth)
+    assert all(s["Effect"] == "Allow" for s in stmts)
+    s3 = [s for s in stmts if any(a.startswith("s3:") for a in _as_list(s["Action"]))]
+    assert {a for s in s3 for a in _as_list(s["Action"])} == {"s3:GetObject", "s3:ListBucket"}
+    gets = [r for s in s3 if "s3:GetObject" in _as_list(s["Action"]) for r in _as_list(s["Resource"])]
+    prefixes = sorted(r["Fn::Join"][1][1] for r in gets)
+    assert prefixes == ["/models/*", "/output/*"]
+    assert all(r["Fn::Join"][1][0] == {"Fn::GetAtt": [ARTIFACT_BUCKET, "Arn"]} for r in gets)
+    lists = [s for s in s3 if "s3:ListBucket" in _as_list(s["Action"])]
+    assert sorted(p for s in lists for p in s["Condition"]["StringLike"]["s3:prefix"]) == ["models/*", "output/*"]
+    kms = [s for s in stmts if any(a.startswith("kms:") for a in _as_list(s["Action"]))]
+    assert {a for s in kms for a in _as_list(s["Action"])} == {"kms:Decrypt"}
+    assert all(s["Resource"] == {"Fn::GetAtt": [ARTIFACT_KEY, "Arn"]} for s in kms)
+    actions = {a for s in stmts for a in _as_list(s["Action"])}
+    assert {a.split(":")[0] for a in actions} == {"s3", "kms", "ecr", "logs"}
+
+
+def test_serving_role_pulls_only_the_registered_serving_image(synth, definition):
+    _, stmts = _serving_role(synth)
+    image = _registered_image(definition)  # what the model packages record (the AWS-owned TGI image)
+    account, _, _, region, *_ = image.split("/")[0].split(".")
+    repository = image.split("/", 1)[1].split(":")[0].split("@")[0]
+    ecr = [s for s in stmts if any(a.startswith("ecr:") for a in _as_list(s["Action"]))]
+    pull = [s for s in ecr if "ecr:BatchGetImage" in _as_list(s["Action"])]
+    assert len(pull) == 1 and set(_as_list(pull[0]["Action"])) == {
+        "ecr:BatchCheckLayerAvailability", "ecr:GetDownloadUrlForLayer", "ecr:BatchGetImage"}
+    arn = pull[0]["Resource"]["Fn::Join"][1]
+    assert arn == ["arn:", {"Ref": "AWS::Partition"}, f":ecr:{region}:{account}:repository/{repository}"]
+    token = [s for s in ecr if s not in pull]
+    assert [(_as_list(s["Action"]), s["Resource"]) for s in token] == [(["ecr:GetAuthorizationToken"], "*")]
+
+
+def test_serving_role_writes_only_endpoint_logs(synth):
+    _, stmts = _serving_role(synth)
+    logs = [s for s in stmts if any(a.startswith("logs:") for a in _as_list(s["Action"]))]
+    assert len(logs) == 1 and "logs:DeleteLogGroup" not in _as_list(logs[0]["Action"])
+    assert json.dumps(logs[0]["Resource"]).endswith(':log-group:/aws/sagemaker/Endpoints/*"]]}')
+
+
+def test_serving_role_is_the_stack_output_deploy_reads(synth):
+    from aws_cdk.assertions import Template
+
+    from spotrun.seams import StackOutput
+
+    logical, _ = _serving_role(synth)
+    Template.from_json(synth.template).has_output(StackOutput.SERVING_ROLE_ARN.value,
+                                                  {"Value": {"Fn::GetAtt": [logical, "Arn"]}})
+
+
+def test_serving_role_refuses_an_image_outside_ecr():
+    import pytest
+
+    from training_constructs.serving_role import ServingRoleProps
+
+    with pytest.raises(ValueError, match=r"image_uri='ghcr.io/huggingface/text-generation-inference:3' is not an ECR"):
+        ServingRoleProps(store=None, image_uri="ghcr.io/huggingface/text-generation-inference:3")

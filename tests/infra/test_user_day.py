@@ -124,8 +124,9 @@ def test_a_users_day_from_raw_chat_to_a_deployed_endpoint_without_an_arn(stage, 
     assert (variant["InstanceType"], variant["InitialInstanceCount"]) == ("ml.g4dn.xlarge", 1)
     created = sm.describe_model(ModelName=variant["ModelName"])
     assert created["PrimaryContainer"]["ModelPackageName"] == rep["model_package_arn"]
+    # The stack's serving role (its ServingRoleArn output), not the run's training role, which may not read output/.
     job = sm.describe_training_job(TrainingJobName=rep["job_name"])
-    assert created["ExecutionRoleArn"] == job["RoleArn"]
+    assert created["ExecutionRoleArn"] == stage.serving_role_arn != job["RoleArn"]
     assert main(["deploy", "support-full", "--stage", "dev", "--instance-type", "ml.g4dn.xlarge"]) == 2  # it exists
     assert "spotrun undeploy support-full" in capsys.readouterr().err
 
@@ -150,6 +151,8 @@ def test_a_users_day_from_raw_chat_to_a_deployed_endpoint_without_an_arn(stage, 
     adapter = container["AdditionalModelDataSources"][0]
     assert adapter["S3DataSource"]["S3Uri"] == spec["ModelDataUrl"]
     assert container["Environment"]["LORA_ADAPTERS"] == f"{adapter['ChannelName']}={ADAPTER_DIR}"
+    assert sm.describe_model(ModelName=lora_config["ProductionVariants"][0]["ModelName"])["ExecutionRoleArn"] == \
+        stage.serving_role_arn
 
     model = botocore.session.get_session().get_service_model("sagemaker")
     checked = [(name, params) for name, params in requests if name in DEPLOY_CALLS]
