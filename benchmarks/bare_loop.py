@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT / "training_image"))
 
 from spotrun_trainer.data import TokenShardLoader  # noqa: E402
 from spotrun_trainer.launcher import SageMakerEnv, plan_launch  # noqa: E402
-from spotrun_trainer.loss import CausalLMLoss  # noqa: E402
+from spotrun_trainer.loss import CausalLMLoss, StepTokens, target_count  # noqa: E402
 from spotrun_trainer.model import build_mesh, build_sharded_model  # noqa: E402
 from spotrun_trainer.train import lr_lambda  # noqa: E402
 
@@ -61,6 +61,7 @@ def main() -> int:
     model.train()
     torch.manual_seed(cfg.seed + 1 + rank)
     loss_fn = CausalLMLoss(model, perf.loss, perf.loss_chunk_tokens)
+    step_tokens = StepTokens(dp_ranks=world)
     o = cfg.optim
     trainable = [p for p in model.parameters() if p.requires_grad]  # LoRA: the adapters only
     optimizer = torch.optim.AdamW(trainable, lr=o.lr, betas=(o.beta1, o.beta2),
@@ -81,10 +82,13 @@ def main() -> int:
             dist.barrier()
             t0 = time.perf_counter()
         loss_sum = torch.zeros((), device=device)
-        for _ in range(cfg.grad_accum):
-            inputs = {k: torch.from_numpy(v).to(device) for k, v in loader.next_inputs().items()}
-            loss = loss_fn(model, inputs)
-            (loss / cfg.grad_accum).backward()
+        batches = [loader.next_inputs() for _ in range(cfg.grad_accum)]
+        step_tokens.start(sum(target_count(b["labels"]) for b in batches))  # the token-weighted step mean
+        normalizer = step_tokens.normalizer()
+        for batch in batches:
+            loss = loss_fn(model, {k: torch.from_numpy(v).to(device) for k, v in batch.items()},
+                           normalizer=normalizer)
+            loss.backward()
             loss_sum += loss.detach()
         if o.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(trainable, o.grad_clip)
@@ -98,7 +102,7 @@ def main() -> int:
     seconds = time.perf_counter() - t0 if t0 is not None else 0.0
     reduced = torch.stack(sums)
     dist.all_reduce(reduced, op=dist.ReduceOp.SUM)
-    losses = {step: (v / (world * cfg.grad_accum)).hex() for step, v in enumerate(reduced.tolist(), start=1)}
+    losses = {step: (v / world).hex() for step, v in enumerate(reduced.tolist(), start=1)}
     if rank == 0:
         Path(args.out).write_text(json.dumps({"losses": losses, "steps_timed": max(0, total - args.warmup),
                                               "seconds_timed": seconds, "world_size": world}))

@@ -94,6 +94,31 @@ class DataSpec:
     source: str | None  # local path or s3:// URI of prepared token shards (index.json)
     tokens: int | None
     seq_len: int
+    validation: str | None = None  # prepared validation shards: the training job's `validation` channel
+    # Held-out share of the documents, split by a stable hash at prepare time into <prepared data>/validation
+    validation_fraction: float | None = None
+
+    @property
+    def has_validation(self) -> bool:
+        return self.validation is not None or self.validation_fraction is not None
+
+
+@dataclass(frozen=True)
+class EvalSpec:
+    """When the trainer evaluates the validation loss (besides before the first step and at the end)."""
+
+    every_steps: int = 0
+    every_minutes: float = 0.0
+    max_batches: int = 0  # 0: the whole validation set
+    keep_best: bool = False  # keep the lowest-validation-loss checkpoint beside the newest `checkpoint.keep`
+
+
+@dataclass(frozen=True)
+class GateSpec:
+    """registry.gate: a model is registered only when its final validation loss passes every bound given."""
+
+    max_val_loss: float | None = None
+    min_improvement: float | None = None  # relative drop against the base model's: (base - final) / base
 
 
 @dataclass(frozen=True)
@@ -152,6 +177,9 @@ class RunSpec:
     model_package_group: str | None
     approval_status: str
     tags: dict[str, str] = field(default_factory=dict)
+    eval: EvalSpec = field(default_factory=EvalSpec)
+    export_from: str = "last"  # last | best (the kept lowest-validation-loss checkpoint)
+    gate: GateSpec | None = None
 
 
 # ---- decoding: bytes of a run file -> a JSON value whose oddities `parse_run` reports by field ------------------
@@ -349,12 +377,44 @@ def _model(raw: Any) -> ModelSpec:
 
 
 def _data(raw: Any) -> DataSpec:
-    obj = _obj(raw, "data", {"source", "tokens", "seq_len"}, {"seq_len"})
+    obj = _obj(raw, "data", {"source", "tokens", "seq_len", "validation", "validation_fraction"}, {"seq_len"})
     if "source" not in obj and "tokens" not in obj:
         raise RunValidationError("data", raw, "data.tokens, or data.source whose index.json gives the count")
     source = _source(obj["source"], "data.source") if "source" in obj else None
     tokens = _int(obj["tokens"], "data.tokens", 1, 10**15) if "tokens" in obj else None
-    return DataSpec(source, tokens, _int(obj["seq_len"], "data.seq_len", 2, 1 << 20))
+    validation = _source(obj["validation"], "data.validation") if "validation" in obj else None
+    fraction = None
+    if "validation_fraction" in obj:
+        if validation is not None:
+            raise RunValidationError("data.validation_fraction", obj["validation_fraction"], "no fraction with "
+                                     "data.validation (one validation set: a prepared source or a held-out share)")
+        fraction = _num(obj["validation_fraction"], "data.validation_fraction", 0, 0.5, lo_open=True)
+    return DataSpec(source, tokens, _int(obj["seq_len"], "data.seq_len", 2, 1 << 20), validation, fraction)
+
+
+def _eval(raw: Any) -> EvalSpec:
+    obj = _obj(raw, "eval", {"every_steps", "every_minutes", "max_batches", "keep_best"})
+    return EvalSpec(every_steps=_int(obj.get("every_steps", 0), "eval.every_steps", 0, 10**9),
+                    every_minutes=_num(obj.get("every_minutes", 0), "eval.every_minutes", 0, 28 * 24 * 60),
+                    max_batches=_int(obj.get("max_batches", 0), "eval.max_batches", 0, 10**9),
+                    keep_best=_bool(obj.get("keep_best", False), "eval.keep_best"))
+
+
+def _gate(raw: Any) -> GateSpec:
+    obj = _obj(raw, "registry.gate", {"max_val_loss", "min_improvement"})
+    if not obj:
+        raise RunValidationError("registry.gate", raw, "max_val_loss and/or min_improvement")
+    return GateSpec(
+        max_val_loss=(None if "max_val_loss" not in obj
+                      else _num(obj["max_val_loss"], "registry.gate.max_val_loss", 0, 1e6, lo_open=True)),
+        min_improvement=(None if "min_improvement" not in obj
+                         else _num(obj["min_improvement"], "registry.gate.min_improvement", -1, 1)))
+
+
+def _needs_validation(data: DataSpec, field_path: str, value: Any) -> None:
+    if not data.has_validation:
+        raise RunValidationError(field_path, value, "data.validation or data.validation_fraction with it (it "
+                                 "reads the validation loss)")
 
 
 def _lora(raw: Any) -> LoraSpec:
@@ -461,13 +521,13 @@ def parse_run(raw: Any) -> RunSpec:
         raise RunValidationError("run", raw, "a JSON object")
     check_json_tree(raw)
     top = _obj(raw, "", {"version", "name", "model", "data", "training", "compute", "checkpoint", "budget",
-                         "registry", "tags"}, {"version", "name", "model", "data", "budget"})
+                         "registry", "tags", "eval", "export"}, {"version", "name", "model", "data", "budget"})
     if type(top["version"]) is not int or top["version"] != SCHEMA_VERSION:
         raise RunValidationError("version", top["version"], f"the integer {SCHEMA_VERSION} (the only schema version)")
     name = _str(top["name"], "name", _NAME, "1-48 letters, digits and hyphens, starting and ending with a letter "
                 "or digit")
     budget = _obj(top["budget"], "budget", {"max_usd"}, {"max_usd"})
-    registry = _obj(top.get("registry", {}), "registry", {"model_package_group", "approval_status"})
+    registry = _obj(top.get("registry", {}), "registry", {"model_package_group", "approval_status", "gate"})
     group = registry.get("model_package_group")
     if group is not None:
         _str(group, "registry.model_package_group", _REGISTRY_GROUP, "a model package group name (1-63 "
@@ -476,10 +536,26 @@ def parse_run(raw: Any) -> RunSpec:
     if approval not in APPROVAL_STATUSES:
         raise RunValidationError("registry.approval_status", approval, " or ".join(APPROVAL_STATUSES))
     tags = _tags(top.get("tags", {}))
+    data = _data(top["data"])
+    evaluation = _eval(top.get("eval", {}))
+    gate = _gate(registry["gate"]) if "gate" in registry else None
+    if gate is not None:
+        _needs_validation(data, "registry.gate", registry["gate"])
+    if top.get("eval"):
+        _needs_validation(data, "eval", top["eval"])
+    export = _obj(top.get("export", {}), "export", {"from"})
+    export_from = export.get("from", "last")
+    if export_from not in ("last", "best"):
+        raise RunValidationError("export.from", export_from, '"last" (the final weights) or "best" (the lowest '
+                                 "validation loss)")
+    if export_from == "best" and not evaluation.keep_best:
+        raise RunValidationError("export.from", export_from, '"last", or eval.keep_best=true with "best" (the '
+                                 "best checkpoint must be kept to be exported)")
     return RunSpec(
-        version=SCHEMA_VERSION, name=name, model=_model(top["model"]), data=_data(top["data"]),
+        version=SCHEMA_VERSION, name=name, model=_model(top["model"]), data=data,
         training=_training(top.get("training", {})), compute=_compute(top.get("compute", {})),
         checkpoint=_checkpoint(top.get("checkpoint", {})),
         max_usd=_num(budget["max_usd"], "budget.max_usd", 0, 10**9, lo_open=True),
         model_package_group=group, approval_status=approval, tags=tags,
+        eval=evaluation, export_from=export_from, gate=gate,
     )

@@ -121,13 +121,17 @@ class _Forward(logging.Handler):
 
 def prepare_dataset(inputs: list[Path], tokenizer_dir: Path, out: Path | None = None, *, cache: Path | None = None,
                     text_field: str = "text", shard_bytes: int = 256 * 1024 * 1024,
-                    emit: Callable[[str], None] = print, progress_seconds: float = 5.0) -> Prepared:
-    """Shards + index.json of `inputs` at `out` (or at `cache/<key>`), unless it already holds exactly them."""
+                    emit: Callable[[str], None] = print, progress_seconds: float = 5.0,
+                    validation_fraction: float = 0.0) -> Prepared:
+    """Shards + index.json of `inputs` at `out` (or at `cache/<key>`), unless it already holds exactly them.
+    `validation_fraction`: that share of the documents goes to `validation/` (spotrun_trainer.data.prepare)."""
     from .local import trainer_on_path
 
     t0 = time.monotonic()
     files = input_files(inputs)
     key = dataset_key(files, tokenizer_dir, text_field=text_field, shard_bytes=shard_bytes)
+    if validation_fraction:  # another split is another dataset
+        key = hashlib.sha256(f"{key}:validation={validation_fraction!r}".encode()).hexdigest()[:len(key)]
     if (out is None) == (cache is None):
         raise ValueError("prepare_dataset needs exactly one of out and cache")
     out = Path(out) if out is not None else Path(cache) / key
@@ -150,7 +154,7 @@ def prepare_dataset(inputs: list[Path], tokenizer_dir: Path, out: Path | None = 
     level, data_log.level = data_log.level, logging.INFO
     try:
         index = prepare(files, str(tokenizer_dir), staging, shard_bytes=shard_bytes, text_field=text_field,
-                        progress_seconds=progress_seconds)
+                        progress_seconds=progress_seconds, validation_fraction=validation_fraction)
     except DataError as exc:
         raise PrepareError(str(exc)) from None
     finally:

@@ -137,6 +137,7 @@ class Estimate:
     warnings: list[str] = field(default_factory=list)
     hyperparameters: dict[str, str] = field(default_factory=dict)
     utilization_source: str = "catalog default"
+    evaluation_seconds: float = 0.0  # validation forwards over the run, inside wall_seconds (evaluation_seconds())
     segments: dict = field(default_factory=dict)  # spotrun.segments.SegmentPlan: how the cap holds
 
     def to_json(self) -> dict:
@@ -196,6 +197,7 @@ class _Option:
     spot: float
     fit: _Fit | None = None
     train_seconds: float = 0.0
+    eval_seconds: float = 0.0  # inside train_seconds
     compute_s: float = 0.0
     comm_s: float = 0.0
 
@@ -245,6 +247,21 @@ def _option(run: RunSpec, catalog: dict, itype: str, count: int, train_seconds: 
     price = spec["on_demand_usd_per_hour"] * count
     return _Option(itype, count, wall, overhead, interruptions, rate, interval, policy, upload,
                    on_demand=price * wall / 3600, spot=price * (1 - discount) * (wall + overhead) / 3600)
+
+
+def evaluation_seconds(run: RunSpec, *, parameters: int, validation_tokens: float | None, optimizer_steps: float,
+                       train_seconds: float, cluster_flops_per_s: float, micro_batch: int) -> float:
+    """The run's evaluation time: forward passes only (2 FLOPs per parameter per token) over the validation
+    tokens (or the eval.max_batches prefix), before the first step, at the end and on the eval schedule, at the
+    cluster's effective FLOP rate. 0 without validation data; None tokens: not known here (a warning says so)."""
+    if not run.data.has_validation or not validation_tokens or cluster_flops_per_s <= 0:
+        return 0.0
+    e = run.eval
+    if e.max_batches:
+        validation_tokens = min(validation_tokens, e.max_batches * micro_batch * run.data.seq_len)
+    evaluations = 2 + (optimizer_steps // e.every_steps if e.every_steps else 0) + \
+        (train_seconds / 60 // e.every_minutes if e.every_minutes else 0)
+    return evaluations * 2 * parameters * validation_tokens / cluster_flops_per_s
 
 
 def found_usable(spec: dict, defaults: dict) -> float:
@@ -308,6 +325,14 @@ class _Planner:
         micro_batches = self.tokens / (fit.layout.world * tokens_mb)
         return micro_batches * step_seconds(compute, comm, self.d["comm_overlap_fraction"]), compute, comm
 
+    def eval_seconds(self, fit: _Fit, train_seconds: float, validation_tokens: int | None) -> float:
+        spec = self.catalog["instances"][fit.layout.instance_type]
+        steps = self.tokens / (fit.layout.world * self.per_rank * self.run.data.seq_len)
+        rate = fit.layout.world * spec["bf16_tflops_per_gpu"] * 1e12 * self.util(fit.layout.instance_type)
+        return evaluation_seconds(self.run, parameters=self.total, validation_tokens=validation_tokens,
+                                  optimizer_steps=steps, train_seconds=train_seconds, cluster_flops_per_s=rate,
+                                  micro_batch=fit.micro_batch)
+
     def refusal(self) -> tuple[str, str]:
         """(why nothing fits, the run field to change)."""
         d = self.d
@@ -337,8 +362,10 @@ class _Planner:
 
 def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | None = None,
              data_tokens: int | None = None, recorded_rates: dict[str, float] | None = None,
-             recorded_mfu: dict[str, tuple[float, int]] | None = None) -> Estimate:
-    """Estimate a validated run. `model_config`/`data_tokens` come from the run's sources (see sources.py);
+             recorded_mfu: dict[str, tuple[float, int]] | None = None,
+             validation_tokens: int | None = None) -> Estimate:
+    """Estimate a validated run. `model_config`/`data_tokens` (and `validation_tokens`: data.validation's
+    index.json) come from the run's sources (see sources.py);
     `recorded_rates` maps instance type to interruptions per instance-hour measured by the recorder;
     `recorded_mfu` maps instance type to (MFU, runs) measured by earlier runs of this shape and method."""
     catalog = catalog or load_catalog()
@@ -355,6 +382,9 @@ def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | 
                               "point data.source at prepared shards with an index.json)",
                               field="data.source")
     tokens = tokens_per_epoch * run.training.epochs
+    if validation_tokens is None and run.data.validation_fraction:
+        f = run.data.validation_fraction  # the held-out share of the documents, about that share of the tokens
+        validation_tokens = round(tokens_per_epoch * f / (1 - f))
     lora = run.training.method == "lora"
     flops = (4 * total + 6 * trainable) * tokens if lora else 6 * total * tokens
     state = training_state_bytes(total, trainable, run.training.method, d["compute_bytes"])
@@ -396,9 +426,12 @@ def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | 
                 if fit is None:
                     continue
                 train_s, compute_s, comm_s = planner.timing(fit)
+                eval_s = planner.eval_seconds(fit, train_s, validation_tokens)
+                train_s += eval_s
                 step_s = fit.grad_accum * step_seconds(compute_s, comm_s, d["comm_overlap_fraction"])
                 opt = _option(run, catalog, itype, count, train_s, ckpt_bytes, rate, step_s)
-                options.append(replace(opt, fit=fit, train_seconds=train_s, compute_s=compute_s, comm_s=comm_s))
+                options.append(replace(opt, fit=fit, train_seconds=train_s, compute_s=compute_s, comm_s=comm_s,
+                                       eval_seconds=eval_s))
     if not options:
         where = f"compute.instance_type={c.instance_type}: " if c.instance_type != "auto" else ""
         message, field_name = planner.refusal()
@@ -505,6 +538,10 @@ def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | 
     )
     if util_source.startswith("measured"):
         advice.append(f"utilization {util:.2f} ({util_source}) instead of the {d['utilization']:.2f} default")
+    est.evaluation_seconds = best.eval_seconds
+    if run.data.validation is not None and validation_tokens is None and not run.eval.max_batches:
+        warnings.append("data.validation's size is not known here: evaluation time is not in the estimate (give "
+                        "eval.max_batches, or a data.validation with a readable index.json)")
     seg = _segments(run, catalog, best, ckpt_bytes, total, max_runtime)
     est.segments = seg.to_json()
     est.max_runtime_seconds = seg.first_max_runtime_seconds or max_runtime
@@ -591,7 +628,20 @@ def trainer_hyperparameters(run: RunSpec, est: Estimate) -> dict[str, str]:
         hp.CHECKPOINT_KEEP.value: str(run.checkpoint.keep),
         hp.SEGMENT_SECONDS.value: str(first_segment_seconds(est)),
         **_method_hyperparameters(run),
+        **_eval_hyperparameters(run),
     }
+
+
+def _eval_hyperparameters(run: RunSpec) -> dict[str, str]:
+    """The evaluation schedule (spotrun_trainer.config.EvalConfig parses it) and which weights are exported."""
+    if not run.data.has_validation:
+        return {}
+    e, hp = run.eval, Hyperparameter
+    out = {hp.EVAL_EVERY_STEPS.value: str(e.every_steps), hp.EVAL_EVERY_MINUTES.value: repr(float(e.every_minutes)),
+           hp.EVAL_MAX_BATCHES.value: str(e.max_batches), hp.EVAL_KEEP_BEST.value: "true" if e.keep_best else "false"}
+    if run.export_from != "last":
+        out[hp.EXPORT_WEIGHTS.value] = run.export_from
+    return out
 
 
 def first_segment_seconds(est: Estimate) -> int:

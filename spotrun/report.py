@@ -8,8 +8,8 @@ interruptions, steps redone), `interruption_log` (when each interruption was ask
 `priced`: this machine's time at the planned instance's catalog rates, which is not a measurement and is labelled
 so in `price_basis` and in the text.
 
-Files (write_report): report.json, report.txt (the readable summary) and loss.png (matplotlib, headless) with
-each interruption marked.
+Files (write_report): report.json, report.txt (the readable summary) and loss.png (matplotlib, headless): the
+training loss and, with validation data, the validation loss at each evaluation, each interruption marked.
 """
 
 from __future__ import annotations
@@ -24,13 +24,14 @@ from .planner import Estimate
 
 def build_local_report(*, run: RunSpec, estimate: Estimate, job_name: str, metrics: dict,
                        losses: list[tuple[int, float]], history: dict, usd_per_hour: float,
-                       spot_discount: float) -> dict:
+                       spot_discount: float, evaluation: dict | None = None) -> dict:
     """The report of a local run from the planner's estimate, the trainer's metrics.json and loss history, and
     the timeline of starts and interruptions kept by the local pipeline (spotrun/local/supervisor.py).
 
     `actual` is what was measured on this machine; `priced` (and the cost guard's keys at the top level, which
     the registry's metadata carries) is this machine's launcher time priced at the planned instance's catalog
-    rates: not measured, and said so in `price_basis` and in the text."""
+    rates: not measured, and said so in `price_basis` and in the text. `evaluation`: the export metadata's
+    (which weights were exported and the validation losses; None without validation data)."""
     training_s = sum(s["ended_s"] - s["started_s"] for s in history["starts"])
     on_demand = training_s / 3600 * usd_per_hour
     spot = on_demand * (1 - spot_discount)
@@ -85,6 +86,11 @@ def build_local_report(*, run: RunSpec, estimate: Estimate, job_name: str, metri
         },
         "interruption_log": interruptions,
         "interruptions_not_injected": history.get("not_injected", []),
+        # As the AWS report: the base model's and the exported weights' validation loss (the gate's inputs).
+        "base_val_loss": (evaluation or {}).get("base_val_loss"),
+        "final_val_loss": (evaluation or {}).get("val_loss"),
+        "evaluation": evaluation,
+        "estimated_evaluation_seconds": round(estimate.evaluation_seconds, 1),
     }
 
 
@@ -157,13 +163,23 @@ def summary_text(report: dict) -> str:
                          f"on-demand {_money(rates['on_demand'])}")
     if report.get("final_loss") is not None:
         lines.append(f"  final loss       {report['final_loss']:.4f}")
+    if report.get("final_val_loss") is not None:
+        ev = report.get("evaluation") or {}
+        chosen = f" ({ev['weights']} weights, step {ev['exported_step']})" if ev.get("weights") else ""
+        base = report.get("base_val_loss")
+        lines.append(f"  validation loss  {report['final_val_loss']:.4f}{chosen}; base model "
+                     + (f"{base:.4f}" if base is not None else "not measured"))
+    if report.get("gate"):
+        lines.append(f"  registry gate    {report['gate']['cause']}")
     if report.get("model_package_arn") or report.get("model_package"):
         lines.append(f"  model package    {report.get('model_package_arn') or report.get('model_package')}")
     return "\n".join(lines)
 
 
-def plot_loss(losses: list[tuple[int, float]], interruptions: list[dict], path: Path, title: str) -> Path:
-    """loss.png: the per-step loss (the last value of a step that was redone) with each interruption marked."""
+def plot_loss(losses: list[tuple[int, float]], interruptions: list[dict], path: Path, title: str,
+              val: dict[int, float] | None = None) -> Path:
+    """loss.png: the per-step loss (the last value of a step that was redone) and the validation loss at each
+    evaluation (step 0: the base model's), with each interruption marked."""
     import matplotlib
 
     matplotlib.use("Agg")  # headless: no display on servers and CI
@@ -173,6 +189,10 @@ def plot_loss(losses: list[tuple[int, float]], interruptions: list[dict], path: 
     steps = sorted(final)
     fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
     ax.plot(steps, [final[s] for s in steps], color="tab:blue", linewidth=1.5, label="training loss")
+    if val:
+        at = sorted(val)
+        ax.plot(at, [val[s] for s in at], color="tab:orange", marker="o", markersize=4, linewidth=1.5,
+                label="validation loss")
     for i, event in enumerate(interruptions, 1):
         label = f"{event['kind']} at step {event['step']}" if i == 1 or len(interruptions) < 5 else None
         ax.axvline(event["step"], color="tab:red", linestyle="--", linewidth=1.2, label=label)
@@ -189,11 +209,12 @@ def plot_loss(losses: list[tuple[int, float]], interruptions: list[dict], path: 
     return path
 
 
-def write_report(report: dict, losses: list[tuple[int, float]], out_dir: Path) -> dict[str, Path]:
+def write_report(report: dict, losses: list[tuple[int, float]], out_dir: Path,
+                 val: dict[int, float] | None = None) -> dict[str, Path]:
     out_dir = Path(out_dir)
     paths = {"report": out_dir / "report.json", "summary": out_dir / "report.txt", "plot": out_dir / "loss.png"}
     plot_loss(losses, report.get("interruption_log", []), paths["plot"],
-              f"{report['run']}: {report['interruptions']} interruption(s)")
+              f"{report['run']}: {report['interruptions']} interruption(s)", val=val)
     paths["report"].write_text(json.dumps(report, indent=2))
     paths["summary"].write_text(summary_text(report) + "\n")
     for path in paths.values():

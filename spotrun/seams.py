@@ -45,30 +45,62 @@ class Hyperparameter(str, Enum):
     LORA_TARGET_MODULES = "lora.target_modules"  # all-linear, or comma-separated module names
     EXPORT_DTYPE = "export.dtype"  # bfloat16 (default) | float32
     EXPORT_MERGE_LORA = "export.merge_lora"  # LoRA: also export the merged model
+    EVAL_EVERY_STEPS = "eval.every_steps"
+    EVAL_EVERY_MINUTES = "eval.every_minutes"
+    EVAL_MAX_BATCHES = "eval.max_batches"
+    EVAL_KEEP_BEST = "eval.keep_best"
+    EXPORT_WEIGHTS = "export.weights"  # last | best (the lowest validation loss; needs eval.keep_best)
+
     # Seconds after its start at which the trainer saves and exits: the end of one segment of a run (a job whose
     # MaxRuntime the cost cap sets, spotrun/segments.py), distinct from completion (`run_completed`).
     SEGMENT_SECONDS = "segment_seconds"
 
 
+# The training job's channel of prepared validation shards (data.validation); the launcher maps it to
+# data.validation_path. Without it, a train channel holding prepare's `validation/` split is used.
+VALIDATION_CHANNEL = "validation"
+
+
 # ---- metrics (trainer -> CloudWatch -> dashboard and guard) ----------------------------------------------------
 
 METRIC_FIELDS = ("loss", "lr", "grad_norm", "tokens_per_s", "mfu", "mem_gb")
+# The evaluation line `eval step=120 val_loss=2.41 val_ppl=11.1 val_tokens=65536 eval_s=3.2` (its own line: the
+# validation set is evaluated on its own schedule). The dashboard and the gate read val_loss.
+EVAL_LINE_PREFIX = "eval"
+EVAL_METRIC_FIELDS = ("val_loss", "val_ppl", "val_tokens", "eval_s")
+# The trainer's last line, `run_completed step=N final_loss=.. val_loss=.. base_val_loss=..`, carries the
+# exported weights' validation loss (export.weights: last or best) and the base model's: what the registry gate
+# reads from DescribeTrainingJob's FinalMetricDataList. Metric field -> key on that line (and in the export
+# metadata's `evaluation`).
+COMPLETION_LINE_PREFIX = "run_completed"
+COMPLETION_METRICS = {"exported_val_loss": "val_loss", "base_val_loss": "base_val_loss"}
 METRIC_PREFIX = "train:"
 _NUMBER = r"([0-9.eE+-]+)"
 
 
 def metric_name(field: str) -> str:
-    """The CloudWatch metric name of one field of the trainer's metric line (`loss` -> `train:loss`)."""
-    if field not in METRIC_FIELDS:
-        raise ValueError(f"metric field {field!r} is unknown: expected one of {', '.join(METRIC_FIELDS)}")
+    """The CloudWatch metric name of one field of the trainer's metric, evaluation or completion line (`loss` ->
+    `train:loss`, `val_loss` -> `train:val_loss`, `exported_val_loss` -> `train:exported_val_loss`)."""
+    known = METRIC_FIELDS + EVAL_METRIC_FIELDS + tuple(COMPLETION_METRICS)
+    if field not in known:
+        raise ValueError(f"metric field {field!r} is unknown: expected one of {', '.join(known)}")
     return METRIC_PREFIX + field
 
 
 # SageMaker MetricDefinitions: Name + Regex with one capture group, applied to the trainer's log lines
-# `step=120 loss=2.3100 lr=1.9e-05 grad_norm=0.82 tokens_per_s=3150 mfu=0.41 mem_gb=61.2`.
-METRIC_DEFINITIONS: list[dict[str, str]] = [
+# `step=120 loss=2.3100 lr=1.9e-05 grad_norm=0.82 tokens_per_s=3150 mfu=0.41 mem_gb=61.2` (the `\b` keeps
+# `loss` from matching inside `val_loss`: `_` is a word character) and the evaluation lines.
+TRAIN_METRIC_DEFINITIONS: list[dict[str, str]] = [
     {"Name": metric_name(name), "Regex": rf"step=\d+ .*\b{name}={_NUMBER}"} for name in METRIC_FIELDS
 ]
+EVAL_METRIC_DEFINITIONS: list[dict[str, str]] = [
+    {"Name": metric_name(name), "Regex": rf"{EVAL_LINE_PREFIX} step=\d+ .*\b{name}={_NUMBER}"}
+    for name in ("val_loss", "val_ppl")
+] + [
+    {"Name": metric_name(name), "Regex": rf"{COMPLETION_LINE_PREFIX} .*\b{key}={_NUMBER}"}
+    for name, key in COMPLETION_METRICS.items()
+]
+METRIC_DEFINITIONS = TRAIN_METRIC_DEFINITIONS + EVAL_METRIC_DEFINITIONS
 
 # Metrics the Lambdas publish (CloudWatch Embedded Metric Format), read by the dashboard and the alarm.
 METRICS_NAMESPACE = "spotrun"
@@ -166,6 +198,7 @@ class GuardAction(str, Enum):
     COMPLETED = "completed"  # register the model; `report` is the cost report
     OVER_BUDGET = "over_budget"  # the job stopped at the cap
     FAILED = "failed"  # the job failed or stopped for another reason; `message` says why
+    GATE_FAILED = "gate_failed"  # the job completed but its validation loss fails registry.gate: not registered
 
 
 @dataclasses.dataclass(frozen=True)
@@ -212,6 +245,7 @@ class Plan:
     approval_status: str
     data_source: str
     estimate: dict
+    gate: dict = dataclasses.field(default_factory=dict)  # registry.gate's bounds (spotrun/gate.py); {}: none
 
 
 @dataclasses.dataclass(frozen=True)
@@ -251,7 +285,8 @@ REPORT_FIELDS = frozenset({"run", "job_name", "status", "method", "instance_type
                            "region", "billable_seconds", "training_seconds", "interruptions", "spot_savings_pct",
                            "cost_usd", "price_basis", "cost_basis", "price_region", "price_as_of", "cap_usd",
                            "estimated_cost_usd", "final_loss", "model_data_url", "data_source",
-                           "worst_case_lost_usd", "segments", "metadata"})
+                           "worst_case_lost_usd", "segments", "metadata", "base_val_loss", "final_val_loss",
+                           "gate"})
 
 # The trainer's completion line (`run_completed step=N ...`, spotrun_trainer/train.py) as a SageMaker metric: a
 # Completed job whose final metrics carry it finished the run; one without it ended a segment.

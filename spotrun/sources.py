@@ -25,6 +25,7 @@ class Sources:
     model_config: dict | None  # the source's config.json, or None when not read
     tokens: int | None  # index.json's total_tokens, or None when not read
     notes: list[str] = field(default_factory=list)  # what was read, and what was not and why
+    validation_tokens: int | None = None  # data.validation's index.json total_tokens, or None when not read
 
 
 class _Unreadable(Exception):
@@ -140,6 +141,24 @@ def read_sources(run: RunSpec, s3_client: Any = None, *, offline: bool = False) 
         out.notes.append(f"read data.source's index.json ({run.data.source}): {tokens:,} tokens")
     elif run.data.source is not None:
         out.notes.append("not read: data.source's index.json (data.tokens is given)")
+    if run.data.validation is not None and not run.eval.max_batches:  # its size plans the evaluation time
+        reason = _unreadable_here(run.data.validation) if offline else None
+        try:
+            if reason:
+                raise _Unreadable(reason)
+            index = _read_json(run.data.validation, "index.json", "data.validation", s3_client)
+            tokens = index.get("total_tokens")
+            if isinstance(tokens, bool) or not isinstance(tokens, int) or not 0 < tokens <= 10**15:
+                raise RunValidationError("data.validation", run.data.validation,
+                                         "an index.json with a positive total_tokens")
+            out.validation_tokens = tokens
+            out.notes.append(f"read data.validation's index.json ({run.data.validation}): "
+                             f"{out.validation_tokens:,} tokens")
+        except _Unreadable as exc:
+            if not offline:
+                raise RunValidationError("data.validation", run.data.validation,
+                                         f"prepared shards with a readable index.json ({exc})") from None
+            out.notes.append(f"not checked: data.validation ({exc}); its evaluation time is not estimated")
     check_seq_len(run, out.model_config)
     return out
 

@@ -98,6 +98,14 @@ def check_target(run: RunSpec, target: Target) -> tuple[str, str | None]:
     return data_uri, model_uri
 
 
+def validation_uri(run: RunSpec, target: Target) -> str | None:
+    """data.validation as the `validation` channel takes it (under the datasets prefix), or None without it.
+    A validation_fraction split travels inside the train channel (prepare's validation/ directory)."""
+    if run.data.validation is None:
+        return None
+    return _require_under(run.data.validation, target, DATASETS_PREFIX, "data.validation")
+
+
 def check_hyperparameters(hyper: dict[str, str]) -> None:
     """CreateTrainingJob's limits on HyperParameters (botocore's service model): count, key and value lengths."""
     if len(hyper) > HYPERPARAMETERS_MAX:
@@ -168,7 +176,8 @@ def check_file(path: Path, target: Target | None, *, plan: bool, s3_client: Any 
     catalog = load_catalog()
     priced_in = region or DEFAULT_PRICE_REGION
     catalog = regional_catalog(catalog, priced_in)
-    out.estimate = estimate(run, catalog=catalog, model_config=sources.model_config, data_tokens=sources.tokens)
+    out.estimate = estimate(run, catalog=catalog, model_config=sources.model_config, data_tokens=sources.tokens,
+                            validation_tokens=sources.validation_tokens)
     pipeline_hyperparameters(run, out.estimate)
     out.estimate.spot_policy = spot_policy(run, out.estimate, catalog)
     out.checked.append("the planner (fit, MaxRuntime/MaxWait, budget) and the hyperparameters' limits")

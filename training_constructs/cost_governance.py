@@ -102,7 +102,8 @@ class CostGovernance(Construct):
                            "'Maximum', 300)",
                 label="cost", period=Duration.minutes(5))]),
         ], [
-            cw.GraphWidget(title="Training loss", width=8, left=[search(metric_name("loss"), "loss")]),
+            cw.GraphWidget(title="Training loss and validation loss", width=8,
+                           left=[search(metric_name("loss"), "loss"), search(metric_name("val_loss"), "val_loss")]),
             cw.GraphWidget(title="Throughput (tokens/s) and MFU", width=8,
                            left=[search(metric_name("tokens_per_s"), "tokens/s")],
                            right=[search(metric_name("mfu"), "MFU")]),

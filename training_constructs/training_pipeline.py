@@ -11,6 +11,7 @@
               fallback    -> CreateOnDemandTrainingJob (same checkpoint prefix) -> WaitForJob
          (a run with spot=false starts with CreateOnDemandTrainingJob, with a warm pool if asked)
               completed   -> CreateModelPackage (HF LLM serving image, run metadata) -> CostReport (output)
+              gate_failed -> GateFailed (validation loss fails registry.gate; artifact kept, both losses in cause)
               over_budget / failed -> notify SNS -> Fail with the cause
     Execution ABORTED / FAILED / TIMED_OUT -> EventBridge -> Canceller (Lambda): stops the execution's job.
 NOTE: SageMaker calls use CallAwsService (create + Wait + guard polling) rather than the `.sync`
@@ -271,6 +272,10 @@ class TrainingPipeline(Construct):
             sfn.Fail(self, "TrainingFailed", error="TrainingFailed", cause_path=guard_path("message")))
         capped = notify("NotifyCostCap", "spotrun: stopped at the cost cap", guard_path("message")).next(
             sfn.Fail(self, "CostCapReached", error=PlanStatus.OVER_BUDGET.value, cause_path=guard_path("message")))
+        # The job completed, but its validation loss fails registry.gate (spotrun/gate.py): not registered; the
+        # cause names both losses and where the artifact is kept.
+        gate_failed = notify("NotifyGateFailed", "spotrun: model failed the registry gate", guard_path("message")
+                             ).next(sfn.Fail(self, "GateFailed", error="GateFailed", cause_path=guard_path("message")))
 
         def action_is(action: GuardAction) -> sfn.Condition:
             return sfn.Condition.string_equals(guard_path("action"), action.value)
@@ -284,6 +289,7 @@ class TrainingPipeline(Construct):
             .when(sfn.Condition.or_(action_is(GuardAction.SEGMENT), action_is(GuardAction.FALLBACK)), next_segment)
             .when(action_is(GuardAction.COMPLETED), register.next(report))
             .when(action_is(GuardAction.OVER_BUDGET), capped)
+            .when(action_is(GuardAction.GATE_FAILED), gate_failed)
             .otherwise(training_failed))
         create_on_demand.next(wait)
         definition = init.next(estimate).next(

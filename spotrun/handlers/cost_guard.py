@@ -41,6 +41,7 @@ import time
 from typing import Any, Callable
 
 from ..aws_text import digest, metadata_value
+from ..gate import check_gate
 from ..seams import (
     CHECKPOINT_AGE_METRIC,
     CHECKPOINT_MANIFEST,
@@ -227,7 +228,11 @@ def decide(plan: dict, guard: dict, describe: dict, *, now: float, newest_checkp
     done = [*guard.get("segments", []), _segment_record(guard, describe, cost, exact)]
     result = dataclasses.replace(result, segments=done)
     if status == "Completed" and _final_metric(describe, COMPLETED_METRIC) is not None:
-        return act(GuardAction.COMPLETED, report=_report(plan, guard, describe, spent, out, done))
+        report = _report(plan, guard, describe, spent, out, done)
+        if not report["gate"]["passed"]:  # kept in S3 and reported, not registered
+            return act(GuardAction.GATE_FAILED, report=report,
+                       message=f"{report['gate']['cause']}; artifact kept at {report['model_data_url']}")
+        return act(GuardAction.COMPLETED, report=report)
     guard = dict(guard, interruptions=out["interruptions"], checkpoint_step=checkpoint_step)
     policy = policy_next(plan, now=now, checkpoint_step=checkpoint_step, on_demand_now=not guard.get("spot"),
                          spot_available=True)
@@ -336,6 +341,11 @@ def _report(plan: dict, guard: dict, describe: dict, spent: float, out: dict, se
         "segments": segments,
     }
     report["artifact"] = artifact_kind(plan["method"])
+    # The exported weights' and the base model's validation losses (the trainer's run_completed line).
+    report["base_val_loss"] = _final_metric(describe, metric_name("base_val_loss"))
+    report["final_val_loss"] = _final_metric(describe, metric_name("exported_val_loss"))
+    gate = check_gate(plan.get("gate"), base=report["base_val_loss"], final=report["final_val_loss"])
+    report["gate"] = {"passed": gate.passed, "cause": gate.cause}
     report["metadata"] = registry_metadata(report)
     return report
 
@@ -350,6 +360,9 @@ REGISTRY_METADATA_KEYS = ("run", "method", "artifact", "data_source", "data_sour
 COST_BASIS_BILLED = "billable seconds x on-demand price x instance count"
 
 
+OPTIONAL_METADATA_KEYS = ("base_val_loss", "final_val_loss")  # runs with validation data
+
+
 def artifact_kind(method: str) -> str:
     return "lora-adapter" if method == "lora" else "full-model"
 
@@ -361,7 +374,9 @@ def registry_metadata(report: dict) -> dict[str, str]:
     segments = report.get("segments")  # the jobs with their bills (AWS), or a count
     fields = {**report, "data_source": source, "data_source_sha256": digest(source) if source else None,
               "segments": (len(segments) if isinstance(segments, list) else segments) or 1}
-    return {k: metadata_value(fields.get(k)) for k in REGISTRY_METADATA_KEYS}
+    out = {k: metadata_value(fields.get(k)) for k in REGISTRY_METADATA_KEYS}
+    out.update({k: metadata_value(report[k]) for k in OPTIONAL_METADATA_KEYS if report.get(k) is not None})
+    return out
 
 
 def newest_checkpoint(s3_client: Any, bucket: str, prefix: str) -> float | None:

@@ -25,11 +25,12 @@ from typing import Any, Callable
 
 from ..aws_text import TAG_VALUE_MAX, aws_text_ok
 from ..contract import RunSpec, RunValidationError, parse_run
+from ..gate import gate_of
 from ..planner import EstimateRefused, estimate, load_catalog, regional_catalog, startup_seconds
-from ..seams import EXECUTION_TAG, METHOD_TAG, SHAPE_TAG, Plan, PlanStatus, StopNotice
+from ..seams import EXECUTION_TAG, METHOD_TAG, SHAPE_TAG, VALIDATION_CHANNEL, Plan, PlanStatus, StopNotice
 from ..segments import SEGMENT_SUFFIX_MAX, segment_job_name
-from ..sources import resolve
-from ..validate import Target, check_target, pipeline_hyperparameters
+from ..sources import read_sources
+from ..validate import Target, check_target, pipeline_hyperparameters, validation_uri
 from .performance import shape_key
 
 CONTRACT_KEYS = ("parameters", "trainable_parameters", "training_flops", "gpu_hours", "instance_type",
@@ -236,11 +237,12 @@ def plan(run_raw: Any, execution: str, settings: PipelineSettings, *, s3_client:
         check_stage_limits(run, settings, running_executions)
         catalog = deployment_catalog(catalog, settings, run)
         data_uri, model_uri = check_target(run, Target(settings.bucket, settings.model_package_group))
-        model_config, tokens = resolve(run, s3_client=s3_client)
+        sources = read_sources(run, s3_client=s3_client)
+        model_config, tokens = sources.model_config, sources.tokens
         shape = shape_key(run.model.config or model_config) if (run.model.config or model_config) else None
         measured = mfu_lookup(shape, run.training.method) if (mfu_lookup and shape) else None
         est = estimate(run, catalog=catalog, model_config=model_config, data_tokens=tokens,
-                       recorded_rates=rates, recorded_mfu=measured)
+                       recorded_rates=rates, recorded_mfu=measured, validation_tokens=sources.validation_tokens)
         hyper = pipeline_hyperparameters(run, est)
         from ..simulate.choose import spot_policy  # the chosen spot policy and its odds (stdlib only)
 
@@ -283,6 +285,8 @@ def _ok_plan(run: RunSpec, est: Any, hyper: dict, execution: str, started: str, 
         s3_client.put_object(Bucket=settings.bucket, Key=ckpt_prefix + RUN_RECORD,
                              Body=json.dumps(record, indent=1).encode())
     channels = [_channel("train", data_uri)] + ([_channel("model", model_uri)] if model_uri else [])
+    held_out = validation_uri(run, Target(settings.bucket, settings.model_package_group))
+    channels += [_channel(VALIDATION_CHANNEL, held_out)] if held_out else []
     name = job_name(settings, run.name, execution)
     tags = {"project": settings.project, "stage": settings.stage, "cost-center": settings.cost_center,
             **run.tags, "run": run.name, EXECUTION_TAG: execution, METHOD_TAG: run.training.method}
@@ -324,7 +328,7 @@ def _ok_plan(run: RunSpec, est: Any, hyper: dict, execution: str, started: str, 
         price_source=f"on-demand list price in {settings.region} (spotrun catalog as of {as_of})",
         price_as_of=as_of,
         approval_status=REGISTRATION_STATUS, data_source=run.data.source or "",
-        estimate={k: est.to_json()[k] for k in CONTRACT_KEYS},
+        estimate={k: est.to_json()[k] for k in CONTRACT_KEYS}, gate=gate_of(run),
     )
     return dataclasses.asdict(result)
 

@@ -139,7 +139,7 @@ def local_command(args: argparse.Namespace) -> int:
             print(summary_text(report))
             for name, path in report["files"].items():
                 print(f"  {name:<16} {path}")
-        return 0
+        return 4 if report["status"] == "GateFailed" else 0  # trained, but not registered: the gate said no
 
     return _guarded(go)
 
@@ -150,6 +150,6 @@ def demo_command(args: argparse.Namespace) -> int:
     def go() -> int:
         kwargs = {"interrupt_at": args.interrupt_at} if args.interrupt_at else {}
         summary = run_demo(args.out, progress=args.progress, **kwargs)
-        return 0 if summary["weights_bitwise_identical"] else 1
+        return 0 if summary["weights_bitwise_identical"] and summary["gate_passed"] is not False else 1
 
     return _guarded(go)

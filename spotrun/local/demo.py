@@ -6,8 +6,12 @@
 2. The run, with one spot interruption (SIGTERM: the trainer saves on the notice) and an automatic restart on
    the same checkpoint directory, 2 CPU worker processes under the container's launcher.
 3. The same run, uninterrupted.
-4. Whether the two registered models' weights are bitwise identical, and where the plot, the report and the
-   registered models are.
+4. Whether the two registered models' weights (and the per-step training and validation losses) are bitwise
+   identical, the validation loss against the base model's and the registry gate's verdict, and where the plot,
+   the report and the registered models are. The run holds out 10% of the documents (data.validation_fraction),
+   evaluates every 16 steps, keeps and exports the checkpoint with the lowest validation loss (eval.keep_best,
+   export.from=best) and registers it only if its validation loss beats the base model's by
+   registry.gate.min_improvement (5%).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from pathlib import Path
 from typing import Callable
 
 from .examples import save_model, train_tokenizer, write_stdlib_corpus
-from .harness import loss_records
+from .harness import loss_records, val_history
 from .pipeline import InterruptAt, LocalOptions, run_local
 
 DEMO_DIR = Path(__file__).resolve().parents[2] / "examples" / "demo"
@@ -72,8 +76,9 @@ def run_demo(out: Path, *, interrupt_at: InterruptAt = INTERRUPT_AT, progress: s
 
     a, b = Path(interrupted["model_data_url"]), Path(reference["model_data_url"])
     same_weights = weights_identical(a, b)
-    same_losses = dict(loss_records(Path(interrupted["files"]["report"]).parent / "sm" / "model")) == dict(
-        loss_records(Path(reference["files"]["report"]).parent / "sm" / "model"))
+    outputs = [Path(r["files"]["report"]).parent / "sm" / "model" for r in (interrupted, reference)]
+    same_losses = dict(loss_records(outputs[0])) == dict(loss_records(outputs[1]))
+    same_val = val_history(outputs[0]) == val_history(outputs[1]) and bool(val_history(outputs[0]))
     summary = {
         "interruptions": interrupted["interruptions"],
         "steps": interrupted["actual"]["steps"],
@@ -82,11 +87,16 @@ def run_demo(out: Path, *, interrupt_at: InterruptAt = INTERRUPT_AT, progress: s
         "final_loss": interrupted["final_loss"],
         "weights_bitwise_identical": same_weights,
         "losses_bitwise_identical": same_losses,
+        "val_losses_bitwise_identical": same_val,
+        "base_val_loss": interrupted.get("base_val_loss"),
+        "final_val_loss": interrupted.get("final_val_loss"),
+        "gate_passed": (interrupted.get("gate") or {}).get("passed"),
+        "gate": (interrupted.get("gate") or {}).get("cause", "no registry.gate"),
         "plot": interrupted["files"]["plot"],
         "report": interrupted["files"]["report"],
         "summary": interrupted["files"]["summary"],
-        "registered_model": interrupted["model_package"],
-        "uninterrupted_model": reference["model_package"],
+        "registered_model": interrupted.get("model_package"),
+        "uninterrupted_model": reference.get("model_package"),
         "demo_seconds": round(time.monotonic() - t0, 1),
     }
     (out / "demo.json").write_text(json.dumps(summary, indent=2))
@@ -98,6 +108,7 @@ def run_demo(out: Path, *, interrupt_at: InterruptAt = INTERRUPT_AT, progress: s
          f"{summary['steps_redone']} redone")
     emit(f"[demo] registered weights bitwise identical to the uninterrupted run: {'yes' if same_weights else 'NO'}"
          f" (per-step losses identical: {'yes' if same_losses else 'NO'})")
+    emit(f"[demo] validation losses identical too: {'yes' if same_val else 'NO'}; {summary['gate']}")
     emit(f"[demo] loss curve:        {summary['plot']}")
     emit(f"[demo] report:            {summary['report']} (summary {summary['summary']})")
     emit(f"[demo] registered model:  {summary['registered_model']}")

@@ -113,8 +113,10 @@ def save_tiny_model(arch: str, out_dir: Path, *, vocab_size: int, seed: int = 0,
                       tokenizer_dir=tokenizer_dir)
 
 
-def build_example(root: Path, arch: str = "llama", *, documents: int = 400, shard_bytes: int = 16 * 1024) -> dict:
-    """Corpus, tokenizer, model dir and prepared shards under root; returns their paths."""
+def build_example(root: Path, arch: str = "llama", *, documents: int = 400, shard_bytes: int = 16 * 1024,
+                  validation_fraction: float = 0.1) -> dict:
+    """Corpus, tokenizer, model dir and prepared shards under root (with `validation_fraction` of the documents
+    held out in data/validation, which the launcher evaluates on); returns their paths."""
     trainer_on_path()
     from spotrun_trainer.data import prepare
 
@@ -124,5 +126,6 @@ def build_example(root: Path, arch: str = "llama", *, documents: int = 400, shar
     model_dir = save_tiny_model(arch, root / f"model-{arch}", vocab_size=len(tok), tokenizer_dir=root / "tokenizer")
     data_dir = root / "data"
     if not (data_dir / "index.json").exists():
-        prepare([corpus], str(root / "tokenizer"), data_dir, shard_bytes=shard_bytes)
+        prepare([corpus], str(root / "tokenizer"), data_dir, shard_bytes=shard_bytes,
+                validation_fraction=validation_fraction)
     return {"corpus": corpus, "tokenizer": root / "tokenizer", "model": model_dir, "data": data_dir}

@@ -143,6 +143,20 @@ def loss_history(output_dir: Path) -> dict[int, float]:
     return dict(loss_records(output_dir))
 
 
+def val_history(output_dir: Path) -> dict[int, float]:
+    """step -> validation loss (exact floats, from `val_loss_hex`), step 0 the base model's; a step evaluated
+    twice (after a SIGKILL) keeps its last value. Torn lines are skipped."""
+    path = Path(output_dir) / LOSS_FILE
+    out: dict[int, float] = {}
+    for line in path.read_text().splitlines() if path.exists() else []:
+        try:
+            rec = json.loads(line)
+            out[int(rec["step"])] = float.fromhex(rec["val_loss_hex"])
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+            continue
+    return out
+
+
 def wait_for_step(proc: subprocess.Popen, output_dir: Path, step: int, timeout: float = 300) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

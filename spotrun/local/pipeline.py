@@ -24,11 +24,12 @@ from typing import Callable
 
 from ..contract import RunSpec, RunValidationError, parse_run
 from ..datasets import PrepareError, prepare_dataset
+from ..gate import check_gate
 from ..planner import Estimate, estimate, load_catalog
 from ..report import build_local_report, write_report
-from ..seams import Hyperparameter
-from ..sources import check_seq_len, resolve
-from .harness import free_port, loss_records, write_sagemaker_root
+from ..seams import EXPORT_METADATA, VALIDATION_CHANNEL, Hyperparameter
+from ..sources import check_seq_len, read_sources
+from .harness import free_port, loss_records, val_history, write_sagemaker_root
 from .registry import DEFAULT_GROUP, register
 from .supervisor import InterruptAt, Job, LocalConfigError, LocalRunError, LocalStopped, Supervisor
 
@@ -70,19 +71,19 @@ def load_run(run_path: Path) -> tuple[dict, RunSpec]:
     if "parameters" in raw["model"]:
         raise RunValidationError("model.parameters", raw["model"]["parameters"], "model.source or model.config "
                                  "for a training run (a bare count only estimates)")
-    for section in ("model", "data"):
-        source = raw[section].get("source")
+    for section, key in (("model", "source"), ("data", "source"), ("data", "validation")):
+        source = raw[section].get(key)
         if source is None:
             continue
         if source.startswith("s3://"):
-            raise RunValidationError(f"{section}.source", source, "a local path for `spotrun local` (runs with "
+            raise RunValidationError(f"{section}.{key}", source, "a local path for `spotrun local` (runs with "
                                      "s3:// sources start on AWS with `spotrun start`)")
         path = (run_path.parent / source).resolve()
         if not path.exists():
-            raise RunValidationError(f"{section}.source", source, f"an existing path (looked at {path})")
-        if section == "model":
+            raise RunValidationError(f"{section}.{key}", source, f"an existing path (looked at {path})")
+        if (section, key) == ("model", "source"):
             _check_model_dir(path, source)
-        raw[section]["source"] = str(path)
+        raw[section][key] = str(path)
     run = parse_run(raw)
     if run.model.source is not None:  # before any preparing: the model's positions bound seq_len
         try:
@@ -121,8 +122,9 @@ def prepare_if_raw(raw: dict, cache: Path, emit: Callable[[str], None] = print) 
         raise RunValidationError("model.source", raw["model"]["source"], "a model directory with its tokenizer "
                                  "(tokenizer.json or tokenizer_config.json), to prepare the raw text in data.source")
     try:
+        fraction = raw["data"].get("validation_fraction") or 0.0  # parse_run checked it
         prepared = prepare_dataset([source], Path(model_source), cache=cache, shard_bytes=4 * 1024 * 1024,
-                                   emit=emit)
+                                   emit=emit, validation_fraction=float(fraction))
     except PrepareError as exc:
         raise RunValidationError("data.source", raw["data"]["source"], f"text the trainer can read ({exc})") \
             from None
@@ -156,9 +158,10 @@ def hyperparameters(raw: dict, est: Estimate, options: LocalOptions) -> dict[str
 
 def _plan(raw: dict) -> tuple[RunSpec, Estimate, dict]:
     run = parse_run(raw)
-    model_config, tokens = resolve(run)  # seq_len beyond the model's positions is refused here
+    sources = read_sources(run)  # seq_len beyond the model's positions is refused here
     catalog = load_catalog()
-    return run, estimate(run, catalog=catalog, model_config=model_config, data_tokens=tokens), catalog
+    return run, estimate(run, catalog=catalog, model_config=sources.model_config, data_tokens=sources.tokens,
+                         validation_tokens=sources.validation_tokens), catalog
 
 
 def run_local(run_path: Path, options: LocalOptions, *, emit: Callable[[str], None] = print) -> dict:
@@ -185,6 +188,8 @@ def run_local(run_path: Path, options: LocalOptions, *, emit: Callable[[str], No
     (root / "run.json").write_text(json.dumps(raw, indent=2))
     (root / "estimate.json").write_text(json.dumps(est.to_json(), indent=2))
     channels = {"train": Path(raw["data"]["source"])}
+    if run.data.validation is not None:
+        channels[VALIDATION_CHANNEL] = Path(run.data.validation)
     if raw["model"].get("source"):
         channels["model"] = Path(raw["model"]["source"])
     write_sagemaker_root(job.sm, hyperparameters=hyper, channels=channels, checkpoint_dir=job.checkpoints)
@@ -223,14 +228,24 @@ def _train_and_finish(job: Job, job_name: str, out: Path, options: LocalOptions,
     discount = run.compute.spot_discount if run.compute.spot_discount is not None else \
         catalog["families"][family]["spot_discount"]
     usd_per_hour = catalog["instances"][est.instance_type]["on_demand_usd_per_hour"] * est.instance_count
+    evaluation = json.loads((job.output / EXPORT_METADATA).read_text()).get("evaluation")
     report = build_local_report(run=run, estimate=est, job_name=job_name, metrics=metrics, losses=records,
-                                history=history, usd_per_hour=usd_per_hour, spot_discount=discount)
-    entry = register(out / "registry", run.model_package_group or DEFAULT_GROUP, model_dir=job.output,
-                     description=f"spotrun run {run.name} ({job_name})", approval_status=run.approval_status,
-                     report=report)
-    report["model_data_url"] = str(entry / "model")
-    report["model_package"] = str(entry)
-    paths = write_report(report, records, job.root)
+                                history=history, usd_per_hour=usd_per_hour, spot_discount=discount,
+                                evaluation=evaluation)
+    report["model_data_url"] = str(job.output)
+    if run.gate is not None:  # the same rule as the state machine's (spotrun/gate.py)
+        gate = check_gate(run.gate, base=report["base_val_loss"], final=report["final_val_loss"])
+        report["gate"] = {"passed": gate.passed, "cause": gate.cause}
+        emit(f"[local] {gate.cause}")
+    if report.get("gate", {}).get("passed", True):
+        entry = register(out / "registry", run.model_package_group or DEFAULT_GROUP, model_dir=job.output,
+                         description=f"spotrun run {run.name} ({job_name})", approval_status=run.approval_status,
+                         report=report)
+        report["model_data_url"] = str(entry / "model")
+        report["model_package"] = str(entry)
+    else:
+        report["status"] = "GateFailed"  # not registered; the model stays in the job's directory
+    paths = write_report(report, records, job.root, val=val_history(job.output))
     report["files"] = {k: str(v) for k, v in paths.items()}
     (job.root / "report.json").write_text(json.dumps(report, indent=2))
     return report

@@ -31,7 +31,10 @@ BUCKET = "art-bucket"
 RUN = {"version": 1, "name": "seam-run",
        "model": {"config": {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
                             "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 256}, "init": "random"},
-       "data": {"source": f"s3://{BUCKET}/datasets/d/", "tokens": 1_000_000, "seq_len": 128},
+       "data": {"source": f"s3://{BUCKET}/datasets/d/", "tokens": 1_000_000, "seq_len": 128,
+                "validation": f"s3://{BUCKET}/datasets/d-val/"},  # the `validation` channel goes through the model
+       "eval": {"every_steps": 50, "max_batches": 20, "keep_best": True}, "export": {"from": "best"},
+       "registry": {"gate": {"max_val_loss": 3.0, "min_improvement": 0.05}},
        "compute": {"instance_type": "ml.g5.2xlarge", "on_demand_fallback": True},
        "budget": {"max_usd": 50}, "tags": {"team": "nlp"}}
 T0 = 1_767_225_600.0
@@ -75,7 +78,9 @@ def states_for_every_branch(synth, rendered: dict) -> list[tuple[str, dict]]:
     out = []
     # The on-demand run's data source is longer than a metadata value and has characters the pattern refuses.
     long_source = f"s3://{BUCKET}/datasets/" + "(v2)é,x;" * 40 + "/"
-    done_metrics = [{"MetricName": "train:loss", "Value": 1.5}, {"MetricName": COMPLETED_METRIC, "Value": 10}]
+    done_metrics = [{"MetricName": "train:loss", "Value": 1.5}, {"MetricName": COMPLETED_METRIC, "Value": 10},
+                    {"MetricName": "train:base_val_loss", "Value": 3.25},
+                    {"MetricName": "train:exported_val_loss", "Value": 1.0625e-05}]
     for label, compute, source in (("spot", {}, RUN["data"]["source"]),
                                    ("on-demand", {"spot": False, "warm_pool_minutes": 30}, long_source)):
         run = copy.deepcopy(RUN)
@@ -104,7 +109,7 @@ def states_for_every_branch(synth, rendered: dict) -> list[tuple[str, dict]]:
                                        "ModelArtifacts": {"S3ModelArtifacts": f"s3://{BUCKET}/output/j/output/"
                                                                               "model.tar.gz"}},
                       now=T0 + 900)
-        assert done["action"] == "completed", done
+        assert done["action"] == "completed", done  # the gate passed: the package metadata carries both losses
         out.append((f"{label}: register", {"run": run, "plan": p, "guard": done, "registered": {}}))
         failed = decide(p, guard, {"TrainingJobStatus": "Failed", "FailureReason": "boom", "CreationTime": T0},
                         now=T0)
@@ -274,8 +279,11 @@ def test_the_plans_hyperparameters_parse_into_the_trainers_config(synth, rendere
     p = states_for_every_branch(synth, rendered)[0][1]["plan"]
     config = TrainConfig.from_hyperparameters(  # with the overrides the launcher adds on SageMaker
         p["hyperparameters"], **{"data.path": "/opt/ml/input/data/train", "output_dir": "/opt/ml/model",
-                                 "checkpoint.dir": "/opt/ml/checkpoints"})
+                                 "checkpoint.dir": "/opt/ml/checkpoints",
+                                 "data.validation_path": "/opt/ml/input/data/validation"})
     assert config.data.seq_len == RUN["data"]["seq_len"]
+    assert (config.eval.every_steps, config.eval.max_batches, config.eval.keep_best) == (50, 20, True)
+    assert config.export.weights == "best"
     assert config.checkpoint.interval_minutes == pytest.approx(p["checkpoint_interval_seconds"] / 60, abs=0.01)
     # The segment's budget: the trainer saves and exits before the job's MaxRuntime.
     assert 0 < config.segment_seconds < p["max_runtime_seconds"]

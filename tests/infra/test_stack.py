@@ -105,8 +105,8 @@ def test_a_failure_is_notified_once_by_the_state_machine_not_by_a_rule(synth, de
     for rule in synth.resources("AWS::Events::Rule").values():
         assert all(t["Arn"] != {"Ref": "FailuresTopic8CFD5254"} for t in rule["Properties"]["Targets"])
     notify = [n for n, s in definition["States"].items() if s.get("Resource", "").endswith(":sns:publish")]
-    assert sorted(notify) == ["NotifyCostCap", "NotifyInvalidRun", "NotifyOverBudget", "NotifyPipelineError",
-                              "NotifyTrainingFailed"]
+    assert sorted(notify) == ["NotifyCostCap", "NotifyGateFailed", "NotifyInvalidRun", "NotifyOverBudget",
+                              "NotifyPipelineError", "NotifyTrainingFailed"]
     for name in notify:  # each ends the execution: one email per failure
         assert definition["States"][definition["States"][name]["Next"]]["Type"] == "Fail"
 
@@ -153,7 +153,7 @@ def test_dashboard_shows_runs_interruptions_loss_throughput_and_cost(synth):
     body = json.dumps(dash["Properties"]["DashboardBody"])
     for title in ("Runs", "Spot interruptions", "Training loss", "Throughput", "Run cost"):
         assert title in body
-    assert "train:loss" in body and "RunCostUSD" in body
+    assert "train:loss" in body and "train:val_loss" in body and "RunCostUSD" in body
 
 
 def test_trainer_image_asset_is_built_from_training_image_with_the_sagemaker_base(synth):
@@ -179,10 +179,17 @@ def test_metric_definitions_are_the_seams_and_match_the_trainers_line(definition
     # The trainer's metric lines, and its completion line (what tells a finished run from a segment's end).
     assert spot["AlgorithmSpecification"]["MetricDefinitions"] == METRIC_DEFINITIONS + [COMPLETED_METRIC_DEFINITION]
     line = trainer_metrics.format_line(7, loss=2.5, lr=1e-4, grad_norm=0.5, tokens_per_s=100, mfu=0.3, mem_gb=1.0)
-    parsed = trainer_metrics.parse_line(line)
+    eval_line = trainer_metrics.format_eval_line(7, val_loss=2.75, val_ppl=15.6, val_tokens=640, eval_s=0.5)
+    done = "run_completed step=7 final_loss=2.5000 val_loss=2.61 base_val_loss=3.4"  # as train.py prints it
+    parsed = {**trainer_metrics.parse_line(line), **trainer_metrics.parse_eval_line(eval_line),
+              "exported_val_loss": 2.61, "base_val_loss": 3.4}
     for d in METRIC_DEFINITIONS:
-        value = float(re.search(d["Regex"], line).group(1))
-        assert value == pytest.approx(parsed[d["Name"].removeprefix("train:")], rel=1e-3)
+        name = d["Name"].removeprefix("train:")
+        ours = eval_line if name.startswith("val_") else done if name in parsed and "_val_" in name else line
+        value = float(re.search(d["Regex"], ours).group(1))
+        assert value == pytest.approx(parsed[name], rel=1e-3)
+        for other in {line, eval_line, done} - {ours}:  # `loss` is not read out of `val_loss`, nor the reverse
+            assert re.search(d["Regex"], other) is None, (name, other)
 
 
 @pytest.mark.parametrize("state, spot", [("CreateSpotTrainingJob", True), ("CreateOnDemandTrainingJob", False)])

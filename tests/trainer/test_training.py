@@ -108,7 +108,8 @@ def test_exported_model_loads_with_from_pretrained_and_matches_sharded_logits(ba
 def test_metric_lines_match_the_sagemaker_metric_definitions(baseline):
     import re
 
-    from spotrun_trainer.metrics import METRIC_DEFINITIONS, parse_line
+    from spotrun.seams import TRAIN_METRIC_DEFINITIONS as METRIC_DEFINITIONS
+    from spotrun_trainer.metrics import parse_line
 
     lines = [line for line in baseline.text().splitlines() if line.startswith("step=")]
     assert len(lines) == 6  # every 4 steps of 24

@@ -21,6 +21,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True, type=Path, help="output dataset directory")
     p.add_argument("--shard-mb", type=float, default=256, help="target shard size in MB (default 256)")
     p.add_argument("--text-field", default="text", help="JSONL field holding the text (default text)")
+    p.add_argument("--validation-fraction", type=float, default=0.0,
+                   help="share of documents (by a stable hash of each) written to OUT/validation (default 0)")
     launch = sub.add_parser("launch", help="the container entry point (same as the image's ENTRYPOINT)")
     launch.add_argument("rest", nargs=argparse.REMAINDER, help="arguments for the launcher")
     args = parser.parse_args(argv)
@@ -31,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
 
         try:
             index = prepare(args.inputs, args.tokenizer, args.out, shard_bytes=int(args.shard_mb * 1e6),
-                            text_field=args.text_field)
+                            text_field=args.text_field, validation_fraction=args.validation_fraction)
         except DataError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2

@@ -42,7 +42,7 @@ import shutil
 import socket
 import stat
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,6 +55,7 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
+    get_model_state_dict,
     get_state_dict,
     set_model_state_dict,
     set_optimizer_state_dict,
@@ -336,6 +337,9 @@ class CheckpointManager:
         self.model_options = model_options
         self.rank, self.world_size, self.local_rank = dist.get_rank(), dist.get_world_size(), local_rank
         self.committed: list[int] = []
+        # Steps kept beside the newest `keep` (the best validation loss's: eval.keep_best); read at each prune,
+        # after load() restored the states it is derived from.
+        self.keep_also: Callable[[], set[int]] = set
         self._pending: PendingSave | None = None
         use_async = cfg.async_save and self.enabled
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ckpt") if use_async else None
@@ -522,7 +526,8 @@ class CheckpointManager:
     def _prune(self) -> None:
         """Keep the newest `keep` committed checkpoints; delete every other `step-*` entry (older checkpoints,
         torn saves, leftover temporaries). Called only when no save is in flight."""
-        keep = sorted(set(self.committed))[-self.cfg.keep:]
+        newest = sorted(set(self.committed))[-self.cfg.keep:]
+        keep = sorted(set(newest) | (set(self.committed) & set(self.keep_also())))
         self.committed = keep
         if self.local_rank != 0 or not self.root.is_dir():
             return
@@ -607,6 +612,19 @@ class CheckpointManager:
         if self.rank == 0:
             log.info("checkpoint: resumed from step-%08d", step)
         return Restored(step=step, world_size_changed=not same_world)
+
+    def load_model(self, step: int) -> None:
+        """Load only the model weights of committed checkpoint `step` into the model (export of the best one);
+        the optimizer and the small states stay as they are. Every rank calls it."""
+        if step not in self.committed:
+            raise CheckpointError(f"checkpoint step-{step:08d} is not kept (kept: {sorted(self.committed)})")
+        model_sd = get_model_state_dict(self.model, options=self.model_options)
+        try:
+            dcp.load({"model": model_sd}, checkpoint_id=str(step_dir(self.root, step)))
+        except (Exception, CheckpointException) as exc:  # NOTE: CheckpointException is a BaseException
+            raise CheckpointError(f"checkpoint step-{step:08d} could not be loaded for export: "
+                                  f"{describe_failure(exc)}") from None
+        set_model_state_dict(self.model, model_sd, options=self.model_options)
 
     def close(self) -> None:
         self.wait()

@@ -110,6 +110,9 @@ class DataConfig:
     """Directory with `index.json` and token shards written by `prepare`."""
     seq_len: int = 512
     """Tokens per training sample (samples are packed; documents are separated by EOS)."""
+    validation_path: str = ""
+    """Directory of prepared validation shards (the `validation` channel, or the `validation/` directory that
+    `prepare --validation-fraction` writes beside the training shards). Empty: no evaluation."""
 
     def __post_init__(self) -> None:
         _require(bool(self.path), "data.path", self.path, "a directory containing index.json")
@@ -168,6 +171,31 @@ class CheckpointConfig:
         _require(self.notice_seconds > 0, "checkpoint.notice_seconds", self.notice_seconds, "a positive float")
 
 
+@dataclass(frozen=True)
+class EvalConfig:
+    """Validation loss (see evaluate.py): before the first step (the base model's), on this schedule, at the end.
+
+    Used when data.validation_path is set; the value is the mean next-token loss over every trained token of the
+    validation set (or its first `max_batches` micro-batches), so it is the same after any resume."""
+
+    every_steps: int = 0
+    """Evaluate after every N optimizer steps (0: off)."""
+    every_minutes: float = 0.0
+    """Evaluate at the first log step after this many minutes since the last evaluation (0: off). Time-based
+    evaluations land on different steps in a resumed run: use every_steps where the series must repeat."""
+    max_batches: int = 0
+    """Evaluate on the first N micro-batches (of `micro_batch` samples) of the validation set, whatever the
+    number of ranks; 0: the whole set."""
+    keep_best: bool = False
+    """Keep the checkpoint with the lowest validation loss beside the newest `checkpoint.keep`."""
+
+    def __post_init__(self) -> None:
+        _require_finite(self, "eval.")
+        _require(self.every_steps >= 0, "eval.every_steps", self.every_steps, "an integer >= 0")
+        _require(self.every_minutes >= 0, "eval.every_minutes", self.every_minutes, "a float >= 0")
+        _require(self.max_batches >= 0, "eval.max_batches", self.max_batches, "an integer >= 0")
+
+
 METHODS = ("full", "lora")
 _MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
 
@@ -217,9 +245,13 @@ class ExportConfig:
     and trained in float32."""
     merge_lora: bool = False
     """LoRA runs: also write the base with the adapter merged in (a standalone model, `merged/`)."""
+    weights: str = "last"
+    """`last` (the final weights) or `best` (the kept checkpoint with the lowest validation loss: needs
+    eval.keep_best); the choice and both losses go into the export metadata."""
 
     def __post_init__(self) -> None:
         _require(self.dtype in ("bfloat16", "float32"), "export.dtype", self.dtype, "bfloat16 or float32")
+        _require(self.weights in ("last", "best"), "export.weights", self.weights, "last or best")
 
 
 @dataclass(frozen=True)
@@ -280,6 +312,7 @@ class TrainConfig:
     lora: LoraConfig = field(default_factory=LoraConfig)
     export: ExportConfig = field(default_factory=ExportConfig)
     perf: PerfConfig = field(default_factory=PerfConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
     output_dir: str = ""
     """Where the exported HF model and metrics.json go (SageMaker: /opt/ml/model)."""
     micro_batch: int = 1
@@ -316,6 +349,9 @@ class TrainConfig:
         _require(self.num_threads >= 0, "num_threads", self.num_threads, "an integer >= 0")
         _require(self.method in METHODS, "method", self.method, " or ".join(METHODS))
         _require(bool(self.output_dir), "output_dir", self.output_dir, "a directory path")
+        _require(self.export.weights == "last" or (self.eval.keep_best and bool(self.data.validation_path)),
+                 "export.weights", self.export.weights, "last, or best with eval.keep_best=true and validation data "
+                 "(data.validation_path)")
 
     # ---- serialisation -------------------------------------------------------------------------------------
 

@@ -9,6 +9,11 @@ Layout of a prepared dataset directory:
     shard-00000.mask ...  one uint8 per token: 1 where the loss is taken, 0 where it is masked (only for shards
                           that mask something)
 
+With a validation fraction, `prepare` sends each document to `validation/` (the same layout, its own index.json)
+or to the training shards by a stable hash of the document's content (`validation_share`): the split is the same
+on every run and machine, whatever the order of the files, and no document is in both. index.json then records
+{"validation": {"dir": "validation", "fraction": f, "documents": n}}.
+
 Inputs: .txt (blank-line separated documents), JSONL (also gzip-compressed, .jsonl.gz) or Parquet with a text field
 (plain text: every token is trained on), or chat records (a JSONL line or a Parquet row) `{"messages": [{"role":
 ..., "content": ...}, ...]}`: formatted with the tokenizer's chat template, and only the assistant messages' tokens
@@ -27,6 +32,7 @@ one integer: the number of samples consumed in the current epoch.
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import logging
 import time
@@ -47,6 +53,15 @@ class DataError(ValueError):
 
 
 CHAT_ROLES = ("system", "user", "assistant", "tool")
+VALIDATION_DIR = "validation"
+
+
+def validation_share(doc: str | list) -> float:
+    """A document's place in [0, 1) by the SHA-256 of its content (chat records as canonical JSON): documents
+    below the validation fraction are validation data. Depends on nothing but the document."""
+    text = doc if isinstance(doc, str) else json.dumps(doc, sort_keys=True, ensure_ascii=False)
+    digest = hashlib.sha256(text.encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
 
 
 INPUT_SUFFIXES = (".txt", ".jsonl", ".jsonl.gz", ".parquet")
@@ -187,19 +202,49 @@ def load_tokenizer(name: str):
                         f"Hugging Face cache ({type(exc).__name__})") from None
 
 
-def prepare(
-    inputs: list[Path],
-    tokenizer_path: str,
-    out_dir: Path,
-    *,
-    shard_bytes: int = DEFAULT_SHARD_BYTES,
-    text_field: str = "text",
-    progress_seconds: float = 10.0,
-) -> dict:
-    """Tokenize text/JSONL files into sequential shards plus index.json; returns the index. Progress (documents,
-    tokens, rate) is logged every `progress_seconds`."""
-    if shard_bytes < 1024:
-        raise DataError(f"shard_bytes={shard_bytes} is invalid: expected at least 1024")
+class _ShardWriter:
+    """Appends documents' tokens (and loss masks) to `tokens_per_shard`-token shard files in one directory."""
+
+    def __init__(self, out_dir: Path, dtype, tokens_per_shard: int):
+        self.out_dir, self.dtype, self.tokens_per_shard = out_dir, dtype, tokens_per_shard
+        self.shards: list[dict] = []
+        self.buffer: list[int] = []
+        self.mask: list[int] = []  # parallel to buffer: 1 where the loss is taken
+        self.documents = 0
+
+    def add(self, ids: list[int], doc_mask: list[int], eos: int) -> None:
+        self.buffer.extend(ids)
+        self.buffer.append(eos)
+        self.mask.extend(doc_mask)
+        self.mask.append(doc_mask[-1] if doc_mask else 1)  # the EOS ends an assistant's turn: learn to stop
+        self.documents += 1
+        self.flush(final=False)
+
+    @property
+    def tokens(self) -> int:
+        return sum(s["tokens"] for s in self.shards) + len(self.buffer)
+
+    def flush(self, final: bool) -> None:
+        n = self.tokens_per_shard
+        while len(self.buffer) >= n or (final and self.buffer):
+            chunk, self.buffer = self.buffer[:n], self.buffer[n:]
+            chunk_mask, self.mask = self.mask[:n], self.mask[n:]
+            name = f"shard-{len(self.shards):05d}.bin"
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+            np.asarray(chunk, dtype=self.dtype).tofile(self.out_dir / name)
+            self.shards.append({"file": name, "tokens": len(chunk)})
+            if not all(chunk_mask):
+                np.asarray(chunk_mask, dtype=np.uint8).tofile(self.out_dir / name.replace(".bin", ".mask"))
+                self.shards[-1]["mask"] = name.replace(".bin", ".mask")
+
+    def index(self, eos: int, vocab_size: int) -> dict:
+        self.flush(final=True)
+        return {"format": 1, "dtype": np.dtype(self.dtype).name, "eos_token_id": eos,
+                "loss_mask": any("mask" in s for s in self.shards), "vocab_size": vocab_size,
+                "total_tokens": sum(s["tokens"] for s in self.shards), "shards": self.shards}
+
+
+def _input_files(inputs: list[Path]) -> list[Path]:
     files: list[Path] = []
     for item in inputs:
         item = Path(item)
@@ -211,7 +256,27 @@ def prepare(
             raise DataError(f"input {item} does not exist")
     if not files:
         raise DataError(f"no {', '.join(INPUT_SUFFIXES)} files found in {[str(i) for i in inputs]}")
+    return files
 
+
+def prepare(
+    inputs: list[Path],
+    tokenizer_path: str,
+    out_dir: Path,
+    *,
+    shard_bytes: int = DEFAULT_SHARD_BYTES,
+    text_field: str = "text",
+    progress_seconds: float = 10.0,
+    validation_fraction: float = 0.0,
+) -> dict:
+    """Tokenize text/JSONL files into sequential shards plus index.json; returns the index. Progress (documents,
+    tokens, rate) is logged every `progress_seconds`. With `validation_fraction` > 0, the documents whose
+    `validation_share` is below it go to `out_dir/validation/` instead (prompt masks kept)."""
+    if shard_bytes < 1024:
+        raise DataError(f"shard_bytes={shard_bytes} is invalid: expected at least 1024")
+    if not 0 <= validation_fraction < 1:
+        raise DataError(f"validation_fraction={validation_fraction!r} is invalid: expected a number in [0, 1)")
+    files = _input_files(inputs)
     tokenizer = load_tokenizer(tokenizer_path)
     eos = tokenizer.eos_token_id
     if eos is None:
@@ -220,23 +285,10 @@ def prepare(
     tokens_per_shard = max(1, shard_bytes // np.dtype(dtype).itemsize)
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    shards: list[dict] = []
-    buffer: list[int] = []
-    mask: list[int] = []  # parallel to buffer: 1 where the loss is taken
-
-    def flush(final: bool) -> None:
-        while len(buffer) >= tokens_per_shard or (final and buffer):
-            chunk, buffer[:] = buffer[:tokens_per_shard], buffer[tokens_per_shard:]
-            chunk_mask, mask[:] = mask[:tokens_per_shard], mask[tokens_per_shard:]
-            name = f"shard-{len(shards):05d}.bin"
-            np.asarray(chunk, dtype=dtype).tofile(out_dir / name)
-            shards.append({"file": name, "tokens": len(chunk)})
-            if not all(chunk_mask):
-                np.asarray(chunk_mask, dtype=np.uint8).tofile(out_dir / name.replace(".bin", ".mask"))
-                shards[-1]["mask"] = name.replace(".bin", ".mask")
-
+    train = _ShardWriter(out_dir, dtype, tokens_per_shard)
+    held_out = _ShardWriter(out_dir / VALIDATION_DIR, dtype, tokens_per_shard)
     started = last_report = time.monotonic()
-    documents = chats = 0
+    chats = 0
     for where, doc in _iter_documents(files, text_field):
         if isinstance(doc, list):
             if tokenizer.chat_template is None:
@@ -247,33 +299,28 @@ def prepare(
         else:
             ids = tokenizer(doc, add_special_tokens=False)["input_ids"]
             doc_mask = [1] * len(ids)
-        buffer.extend(ids)
-        buffer.append(eos)
-        mask.extend(doc_mask)
-        mask.append(doc_mask[-1] if doc_mask else 1)  # the EOS ends an assistant's turn: learn to stop
-        documents += 1
-        flush(final=False)
+        writer = held_out if validation_fraction and validation_share(doc) < validation_fraction else train
+        writer.add(ids, doc_mask, eos)
         now = time.monotonic()
         if now - last_report >= progress_seconds:
-            tokens = sum(s["tokens"] for s in shards) + len(buffer)
-            log.info("prepare: %d documents (%d chats), %d tokens, %.0f tokens/s, at %s", documents, chats, tokens,
-                     tokens / max(now - started, 1e-9), where)
+            tokens = train.tokens + held_out.tokens
+            log.info("prepare: %d documents (%d chats), %d tokens, %.0f tokens/s, at %s",
+                     train.documents + held_out.documents, chats, tokens, tokens / max(now - started, 1e-9), where)
             last_report = now
-    flush(final=True)
 
-    index = {
-        "format": 1,
-        "dtype": np.dtype(dtype).name,
-        "eos_token_id": eos,
-        "loss_mask": any("mask" in s for s in shards),
-        "vocab_size": len(tokenizer),
-        "total_tokens": sum(s["tokens"] for s in shards),
-        "shards": shards,
-    }
+    index = train.index(eos, len(tokenizer))
+    if validation_fraction:
+        if not held_out.documents or not train.documents:
+            raise DataError(f"validation_fraction={validation_fraction} put {held_out.documents} of "
+                            f"{train.documents + held_out.documents} documents in the validation set: both sets "
+                            "need at least one; use more documents or another fraction")
+        (out_dir / VALIDATION_DIR / INDEX_FILE).write_text(json.dumps(held_out.index(eos, len(tokenizer)), indent=2))
+        index["validation"] = {"dir": VALIDATION_DIR, "fraction": validation_fraction,
+                               "documents": held_out.documents}
     tokenizer.save_pretrained(out_dir / "tokenizer")  # exported beside the trained model
     (out_dir / INDEX_FILE).write_text(json.dumps(index, indent=2))
-    log.info("prepared %d tokens (%d documents, %d chats) in %d shards under %s", index["total_tokens"], documents,
-             chats, len(shards), out_dir)
+    log.info("prepared %d tokens (%d documents, %d chats) in %d shards under %s", index["total_tokens"],
+             train.documents, chats, len(index["shards"]), out_dir)
     return index
 
 
@@ -358,19 +405,19 @@ class TokenShardLoader:
 
     def next_inputs(self) -> dict[str, np.ndarray]:
         """The next micro-batch as the model's keyword arguments: input_ids and labels (the same tokens, -100
-        where the loss is masked). With a mask, also num_items_in_batch: the trained tokens (at least 1), so a
-        micro-batch of prompt only gives a loss of 0, not NaN (transformers' loss divides its sum by it)."""
-        rows = self._next_rows()
+        where the loss is masked). How the loss is normalised (the step's trained tokens) is the trainer's
+        business: see loss.StepTokens."""
+        return self.inputs_for(self._next_rows())
+
+    def inputs_for(self, rows: list[tuple[int, int]]) -> dict[str, np.ndarray]:
+        """The samples `rows` ((shard, sample) pairs) as input_ids and labels (see next_inputs)."""
         ids = self._tokens(rows)
         if not self.loss_mask:
             return {"input_ids": ids, "labels": ids}
         span = self.seq_len
         keep = np.stack([np.ones(span, dtype=bool) if self.masks[s] is None
                          else np.asarray(self.masks[s][i * span : (i + 1) * span], dtype=bool) for s, i in rows])
-        labels = np.where(keep, ids, -100)
-        # The model predicts token t from tokens < t: the first position of a row is never a target.
-        return {"input_ids": ids, "labels": labels,
-                "num_items_in_batch": np.asarray(max(1, int(keep[:, 1:].sum())), dtype=np.int64)}
+        return {"input_ids": ids, "labels": np.where(keep, ids, -100)}
 
     def state_dict(self) -> dict:
         return {"epoch": self.state.epoch, "position": self.state.position, "global_batch": self.global_batch}

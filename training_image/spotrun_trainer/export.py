@@ -5,7 +5,9 @@
                       + tokenizer; with export.merge_lora also merged/ (the base with the adapter merged in, a
                       standalone model in export.dtype)
     every run         spotrun-export.json (EXPORT_METADATA): kind (full | lora_adapter), whether and which base
-                      model it needs, the LoRA settings, the weights' dtype, where each artifact is
+                      model it needs, the LoRA settings, the weights' dtype, where each artifact is, and with
+                      validation data `evaluation`: which weights (export.weights last | best) of which step, their
+                      validation loss, the base model's and the final one
 
 Every rank calls `export` (the weights are gathered from the shards); rank 0 writes.
 """
@@ -41,8 +43,9 @@ def plain_class_name(model: torch.nn.Module) -> str:
     return type(model).__name__
 
 
-def export(cfg: TrainConfig, model, built, loader) -> None:
-    """Write the run's artifacts and metadata into cfg.output_dir (see the module docstring)."""
+def export(cfg: TrainConfig, model, built, loader, *, evaluation: dict | None = None) -> None:
+    """Write the run's artifacts and metadata into cfg.output_dir (see the module docstring). `evaluation`:
+    which weights were exported (last or best, their step) and the validation losses, for the metadata."""
     out = Path(cfg.output_dir)
     dtype = DTYPES[cfg.export.dtype]
     probe = _probe_logits(cfg, model, loader) if cfg.probe_logits_path else None
@@ -66,7 +69,7 @@ def export(cfg: TrainConfig, model, built, loader) -> None:
             built.hf_config.save_pretrained(out)
             _export_tokenizer(cfg, out)
     if rank == 0:
-        write_metadata(cfg, built, out)
+        write_metadata(cfg, built, out, evaluation)
         _readable(out)
         if probe is not None:
             torch.save(probe, cfg.probe_logits_path)
@@ -85,7 +88,7 @@ def _readable(out: Path) -> None:
             path.chmod(0o666 & ~mask)
 
 
-def metadata(cfg: TrainConfig, built) -> dict:
+def metadata(cfg: TrainConfig, built, evaluation: dict | None = None) -> dict:
     """The export metadata as a dict (what `write_metadata` writes)."""
     hf = built.hf_config
     is_lora = cfg.method == "lora"
@@ -104,12 +107,13 @@ def metadata(cfg: TrainConfig, built) -> dict:
                    if is_lora and cfg.export.merge_lora else None),
         "parameters": built.num_params,
         "trainable_parameters": built.trainable_params or built.num_params,
+        "evaluation": evaluation,
     }
 
 
-def write_metadata(cfg: TrainConfig, built, out: Path) -> Path:
+def write_metadata(cfg: TrainConfig, built, out: Path, evaluation: dict | None = None) -> Path:
     path = out / EXPORT_METADATA
-    path.write_text(json.dumps(metadata(cfg, built), indent=2, sort_keys=True) + "\n")
+    path.write_text(json.dumps(metadata(cfg, built, evaluation), indent=2, sort_keys=True) + "\n")
     return path
 
 

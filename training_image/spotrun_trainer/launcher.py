@@ -7,7 +7,9 @@ What it reads (root defaults to /opt/ml; `--sm-root` or SPOTRUN_SM_ROOT point el
     input/config/resourceconfig.json      current_host, hosts (sorted), network_interface_name
     input/config/hyperparameters.json     every value a string; nested trainer fields as `section.field`
     input/config/checkpointconfig.json    LocalPath of the S3-mirrored checkpoint dir (present when configured)
-    input/data/<channel>/                 `train` (token shards) and optional `model` (HF model directory)
+    input/data/<channel>/                 `train` (token shards), optional `validation` (token shards; else the
+                                          train channel's `validation/` split, when prepare wrote one) and
+                                          optional `model` (HF model directory)
 What it writes: model/ (the exported model, by the trainer), output/failure on a real failure.
 
 Exit codes: 0 when training completed, or when a stop signal arrived and every local worker saved and stopped;
@@ -40,9 +42,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from spotrun.seams import StopNotice
+from spotrun.seams import VALIDATION_CHANNEL, StopNotice
 
 from .config import ConfigError, TrainConfig, short_repr
+from .data import INDEX_FILE, VALIDATION_DIR
 from .outcome import OUTCOME_DIR_ENV, Outcome, read_outcomes
 
 log = logging.getLogger("spotrun_trainer.launcher")
@@ -154,6 +157,10 @@ def plan_launch(sm: SageMakerEnv, *, gpu_count: int, efa_devices: list[str], ofi
                           f"hyperparameter: found channels {sorted(sm.channels)}")
     if data_channel is not None:
         overrides["data.path"] = str(data_channel)
+    if VALIDATION_CHANNEL in sm.channels:
+        overrides["data.validation_path"] = str(sm.channels[VALIDATION_CHANNEL])
+    elif data_channel is not None and (data_channel / VALIDATION_DIR / INDEX_FILE).is_file():
+        overrides["data.validation_path"] = str(data_channel / VALIDATION_DIR)  # prepare's validation_fraction
     if "model" in sm.channels:
         overrides["model.path"] = str(sm.channels["model"])
     if sm.checkpoint_local_path:
@@ -209,6 +216,14 @@ def check_inputs(config: TrainConfig, *, world_size: int) -> None:
     except (DataError, OSError) as exc:
         raise ConfigError(f"data.path={config.data.path!r} is invalid: {exc}") from None
     seq_len = config.data.seq_len
+    if config.data.validation_path:
+        try:
+            held_out = read_index(Path(config.data.validation_path))
+        except (DataError, OSError) as exc:
+            raise ConfigError(f"data.validation_path={config.data.validation_path!r} is invalid: {exc}") from None
+        if not any(int(s["tokens"]) >= seq_len for s in held_out["shards"]):
+            raise ConfigError(f"data.validation_path={config.data.validation_path!r} is invalid: it holds no "
+                              f"sample of data.seq_len={seq_len} tokens")
     samples = sum(int(s["tokens"]) // seq_len for s in index["shards"])
     needed = config.micro_batch * world_size
     if samples < needed:

@@ -5,7 +5,10 @@ the tests and benchmarks:
 
     step=120 loss=2.3100 lr=1.9e-05 grad_norm=0.82 tokens_per_s=3150 mfu=0.41 mem_gb=61.2
 
-`mfu` is `na` when the device's peak is unknown (no guess). The field names and the MetricDefinitions' regexes
+`mfu` is `na` when the device's peak is unknown (no guess). Each evaluation (evaluate.py) writes one line of its own:
+
+    eval step=120 val_loss=2.4100 val_ppl=11.13 val_tokens=65536 eval_s=3.2
+ The field names and the MetricDefinitions' regexes
 live in spotrun.seams (installed into the image), which the infrastructure imports too: the regexes and the line
 cannot drift apart.
 """
@@ -14,9 +17,10 @@ from __future__ import annotations
 
 import re
 
-from spotrun.seams import METRIC_DEFINITIONS, METRIC_FIELDS
+from spotrun.seams import EVAL_LINE_PREFIX, EVAL_METRIC_FIELDS, METRIC_DEFINITIONS, METRIC_FIELDS
 
-__all__ = ["METRIC_DEFINITIONS", "METRIC_FIELDS", "format_line", "parse_line", "device_peak_flops", "mfu"]
+__all__ = ["METRIC_DEFINITIONS", "METRIC_FIELDS", "format_line", "parse_line", "format_eval_line",
+           "parse_eval_line", "device_peak_flops", "mfu"]
 
 # bf16 dense peak FLOP/s per device, from the vendors' data sheets (no sparsity).
 DEVICE_PEAK_FLOPS: dict[str, float] = {
@@ -48,6 +52,23 @@ def parse_line(line: str) -> dict | None:
     for name in METRIC_FIELDS:
         out[name] = None if m[name] == "na" else float(m[name])
     return out
+
+
+EVAL_LINE_RE = re.compile(rf"^{EVAL_LINE_PREFIX} step=(?P<step>\d+)"
+                          + "".join(rf" {n}=(?P<{n}>\S+)" for n in EVAL_METRIC_FIELDS) + r"$")
+
+
+def format_eval_line(step: int, *, val_loss: float, val_ppl: float, val_tokens: int, eval_s: float) -> str:
+    return (f"{EVAL_LINE_PREFIX} step={step} val_loss={val_loss:.4f} val_ppl={val_ppl:.4g} val_tokens={val_tokens} "
+            f"eval_s={eval_s:.2f}")
+
+
+def parse_eval_line(line: str) -> dict | None:
+    """The fields of an evaluation line as numbers, or None if the line is not one."""
+    m = EVAL_LINE_RE.match(line.strip())
+    if not m:
+        return None
+    return {"step": int(m["step"]), **{n: float(m[n]) for n in EVAL_METRIC_FIELDS}}
 
 
 def device_peak_flops(device_name: str) -> float | None:

@@ -8,9 +8,15 @@ step's agreement, logging and the save decision, then saves a final checkpoint a
 CheckpointManager is handed the stateful objects once (model, optimizer, data loader, LR scheduler and the loop's
 `TrainState`) and restores them all in place on resume.
 
-The hot path (agreement.py): one collective per step beyond FSDP's own and clipping's (stop flag, save due,
-background save finished), started before the step and read after it, on CPU; the loss stays on the device and
-is reduced and read at log steps and saves only. No other host sync per step.
+Each step's loss is token-weighted over the whole step (loss.StepTokens). With validation data the Evaluator
+(evaluate.py) runs before the first step (the base model's value), on its schedule and at the end, between the
+step's agreement and its save, so every value up to a checkpoint is recorded before that checkpoint; an
+evaluation a stop cut short is run first by the resumed job (`TrainState.last_eval_step`).
+
+The hot path (agreement.py): two small CPU collectives per step beyond FSDP's own and clipping's: the agreement
+(stop flag, save due, background save finished), started before the step and read after it, and the step's
+trained-token count (loss.StepTokens), started before the first forward and read before it; the loss stays on
+the device and is reduced and read at log steps and saves only. No other host sync per step.
 
 Stop protocol: SIGTERM (SageMaker's stop or spot notice, forwarded by torchrun) only sets a flag; the next step's
 agreement carries it to every rank, so they stop at the same step, save synchronously, write their outcome and
@@ -35,13 +41,16 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from spotrun.seams import COMPLETION_METRICS
+
 from . import metrics
 from .agreement import Agreement, LossHistory, StepAgreement
 from .checkpoint import CheckpointManager, verify_ahead
 from .config import TrainConfig
 from .data import TokenShardLoader
+from .evaluate import EvalResult, Evaluator, ValidationSet
 from .export import export
-from .loss import CausalLMLoss
+from .loss import CausalLMLoss, StepTokens, target_count
 from .memory_check import PeakProbe, predict, report_line
 from .model import build_mesh, build_sharded_model, resolve_param_dtype
 from .outcome import OUTCOME_DIR_ENV, Outcome, write_outcome
@@ -93,6 +102,8 @@ class TrainState:
 
     `segments`: the earlier starts of this run, each as of its last checkpoint ({start_step, end_step, seconds}),
     so that metrics.json spans the whole run across restarts (work redone after a hard kill is not counted twice).
+    `last_eval_step`: the newest step whose validation loss is recorded (-1: none yet; 0 is the base model's);
+    `val`: {"base", "last", "best", "best_step"} validation losses so far.
     """
 
     step: int = 0
@@ -101,6 +112,9 @@ class TrainState:
     segments: list = field(default_factory=list)
     segment_start_step: int = 0
     segment_t0: float = field(default_factory=time.perf_counter)
+    last_eval_step: int = -1
+    val: dict = field(default_factory=dict)
+    eval_seconds: float = 0.0
 
     def start_segment(self) -> None:
         self.segment_start_step, self.segment_t0 = self.step, time.perf_counter()
@@ -111,12 +125,26 @@ class TrainState:
 
     def state_dict(self) -> dict:
         return {"step": self.step, "tokens_seen": self.tokens_seen, "last_loss": self.last_loss,
-                "segments": self.all_segments()}
+                "segments": self.all_segments(), "last_eval_step": self.last_eval_step, "val": dict(self.val),
+                "eval_seconds": self.eval_seconds}
 
     def load_state_dict(self, state: dict) -> None:
         self.step, self.tokens_seen = int(state["step"]), int(state["tokens_seen"])
         self.last_loss = float(state.get("last_loss", float("nan")))
         self.segments = list(state.get("segments", []))
+        self.last_eval_step = int(state.get("last_eval_step", -1))
+        self.val = dict(state.get("val", {}))
+        self.eval_seconds = float(state.get("eval_seconds", 0.0))
+
+    def record_eval(self, result: EvalResult) -> None:
+        self.last_eval_step = result.step
+        self.eval_seconds += result.seconds
+        if result.step == 0:
+            self.val["base"] = result.loss
+        self.val["last"] = result.loss
+        # The best of the trained weights (the base model has no checkpoint to keep or export).
+        if result.step > 0 and result.loss < self.val.get("best", math.inf):
+            self.val["best"], self.val["best_step"] = result.loss, result.step
 
 
 SEGMENT_SKEW_S = 60.0  # how far apart the ranks' segment clocks may be (they start with the job, within seconds)
@@ -145,6 +173,7 @@ class Trainer:
         self.model.train()
         torch.manual_seed(cfg.seed + 1 + self.rank)  # per-rank stream (dropout) after it; saved per rank
         self.loss_fn = CausalLMLoss(self.model, self.perf.loss, self.perf.loss_chunk_tokens)
+        self.step_tokens = StepTokens(dp_ranks=self.world)  # every rank reads its own data: all are DP ranks
 
         o = cfg.optim
         fused = {"fused": True} if self.perf.fused_optimizer == "on" else {}
@@ -160,11 +189,21 @@ class Trainer:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lr_lambda(self.total_steps, o.warmup_steps, o.min_lr_ratio))
         self.state = TrainState()
+        self.evaluator = None
+        if cfg.data.validation_path:
+            valset = ValidationSet(Path(cfg.data.validation_path), seq_len=cfg.data.seq_len,
+                                   micro_batch=cfg.micro_batch, dp_rank=self.rank, dp_size=self.world,
+                                   max_batches=cfg.eval.max_batches)
+            self.evaluator = Evaluator(cfg.eval, valset, model=self.model, loss_fn=self.loss_fn, device=self.device)
         self.ckpt = CheckpointManager(cfg.checkpoint, model=self.model, optimizer=self.optimizer,
                                       local_rank=local_rank, verified=verified,
                                       model_options=self.built.checkpoint_options,
                                       states={"trainer": self.state, "loader": self.loader,
                                               "scheduler": self.scheduler})
+        if cfg.eval.keep_best:
+            if not self.ckpt.enabled:
+                raise ValueError("eval.keep_best needs checkpoints (checkpoint.dir): the best weights are kept there")
+            self.ckpt.keep_also = lambda: {self.state.val["best_step"]} if "best_step" in self.state.val else set()
         self.peak_flops = _device_peak(self.device)
         self.predicted = predict(
             self.built.hf_config, shard_ranks=cfg.sharding.mesh_shape(self.world)[1], micro_batch=cfg.micro_batch,
@@ -173,8 +212,8 @@ class Trainer:
             method=cfg.method, trainable_params=self.built.trainable_params)
         self.mem_probe = PeakProbe(self.model, self.optimizer, self.device, cfg.memory_probe)
         self.agreement = StepAgreement()
-        self.losses = LossHistory(Path(cfg.output_dir) / "loss_history.jsonl", divisor=self.world * cfg.grad_accum,
-                                  rank=self.rank)
+        # Each rank's step loss is its share of the step's token mean times the ranks (see StepTokens).
+        self.losses = LossHistory(Path(cfg.output_dir) / "loss_history.jsonl", divisor=self.world, rank=self.rank)
 
     # ---- the loop ------------------------------------------------------------------------------------------
 
@@ -191,6 +230,8 @@ class Trainer:
                   f"method={self.cfg.method} world={self.world} blocks={len(self.built.blocks)} "
                   f"start_step={self.state.step} total_steps={self.total_steps} device={self.device.type} "
                   f"sharding={self.cfg.sharding.mode} mesh={replicas}x{shard}", flush=True)
+        if self._missed_eval() and not self._evaluate():  # the base model's value, or one a stop cut short
+            return self._stopped("signal-during-eval", save=False)  # the checkpoint already holds this step
         self._window_t, self._window_tokens = time.perf_counter(), 0
         while self.state.step < self.total_steps:
             step = self.state.step + 1
@@ -205,8 +246,13 @@ class Trainer:
                 if not self.stop_flag.requested and self._segment_over(skew_s=SEGMENT_SKEW_S):
                     return self._segment_end()
                 return self._stopped("signal", save=True)
+            new_best = False
+            if self.evaluator and self.evaluator.due(step, total_steps=self.total_steps, log_step=log_now):
+                if not self._evaluate():
+                    return self._stopped("signal-during-eval", save=True)  # the resumed run evaluates it again
+                new_best = self.cfg.eval.keep_best and self.state.val.get("best_step") == step
             self.ckpt.finalize_if_done(agreed.pending_done)
-            if agreed.save_due and step < self.total_steps:
+            if (agreed.save_due or new_best) and step < self.total_steps:  # the best weights get a checkpoint
                 self.ckpt.save(step, blocking=not self.cfg.checkpoint.async_save)
         self._flush_losses()
         segments = self.state.all_segments()
@@ -219,26 +265,39 @@ class Trainer:
             if self.rank == 0:
                 print(f"run_stopped step={self.state.step} reason=signal-before-export", flush=True)
             return self._stop_outcome()
-        export(self.cfg, self.model, self.built, self.loader)
+        evaluation = self._choose_export_weights()
+        export(self.cfg, self.model, self.built, self.loader, evaluation=evaluation)
         if self.rank == 0:
             self._write_summary(segments, restored)
-            print(f"run_completed step={self.state.step} final_loss={self.state.last_loss:.4f}", flush=True)
+            vals = "".join(f" {key}={evaluation[key]:.6g}" for key in COMPLETION_METRICS.values()
+                           if evaluation and evaluation.get(key) is not None)
+            print(f"run_completed step={self.state.step} final_loss={self.state.last_loss:.4f}{vals}", flush=True)
         return Outcome("completed", self.state.step)
 
+    def accumulate(self) -> torch.Tensor:
+        """Forward and backward over the step's `grad_accum` micro-batches, each weighted by its trained tokens
+        out of the whole step's (all micro-batches, all ranks: see loss.StepTokens). Returns this rank's share of
+        the step's mean loss times the ranks, on the device. No host sync."""
+        # input_ids and labels (-100 on prompt tokens of chat data: see TokenShardLoader.next_inputs)
+        batches = [self.loader.next_inputs() for _ in range(self.cfg.grad_accum)]
+        self.step_tokens.start(sum(target_count(b["labels"]) for b in batches))
+        batches = [{k: torch.from_numpy(v) for k, v in b.items()} for b in batches]
+        if self.device.type == "cuda":
+            batches = [{k: v.pin_memory().to(self.device, non_blocking=True) for k, v in b.items()} for b in batches]
+        normalizer = self.step_tokens.normalizer()
+        loss_sum = torch.zeros((), device=self.device)
+        for inputs in batches:
+            loss = self.loss_fn(self.model, inputs, normalizer=normalizer)
+            loss.backward()
+            loss_sum += loss.detach()
+        return loss_sum
+
     def train_step(self, *, need_grad_norm: bool) -> tuple[torch.Tensor, torch.Tensor | None, float]:
-        """One optimizer step over `grad_accum` micro-batches: (this rank's summed loss on the device, the grad
+        """One optimizer step over `grad_accum` micro-batches: (this rank's loss share on the device, the grad
         norm when clipping computed it or `need_grad_norm` asked for it, the lr used). No host sync."""
         cfg = self.cfg
-        loss_sum = torch.zeros((), device=self.device)
         self.mem_probe.begin_step()
-        for _ in range(cfg.grad_accum):
-            # input_ids and labels (-100 on prompt tokens of chat data: see TokenShardLoader.next_inputs)
-            inputs = {k: torch.from_numpy(v) for k, v in self.loader.next_inputs().items()}
-            if self.device.type == "cuda":
-                inputs = {k: v.pin_memory().to(self.device, non_blocking=True) for k, v in inputs.items()}
-            loss = self.loss_fn(self.model, inputs)
-            (loss / cfg.grad_accum).backward()
-            loss_sum += loss.detach()
+        loss_sum = self.accumulate()
         params = self.trainable
         grad_norm = None
         if cfg.optim.grad_clip > 0:
@@ -254,6 +313,52 @@ class Trainer:
         self.state.step += 1
         self.state.tokens_seen += self.tokens_per_step
         return loss_sum, grad_norm, lr
+
+    # ---- evaluation ----------------------------------------------------------------------------------------
+
+    def _choose_export_weights(self) -> dict | None:
+        """export.weights=best: load the kept best checkpoint's weights for the export (the final ones are in
+        the final checkpoint already). Returns the export metadata's `evaluation` (None without validation)."""
+        val = self.state.val
+        if self.evaluator is None or "last" not in val:
+            return None
+        chosen, step, loss = "last", self.state.step, val["last"]
+        if self.cfg.export.weights == "best" and "best_step" in val:
+            chosen, step, loss = "best", val["best_step"], val["best"]
+            if step != self.state.step:
+                self.ckpt.load_model(step)
+        return {"weights": chosen, "exported_step": step, "val_loss": loss, "base_val_loss": val.get("base"),
+                "final_val_loss": val["last"], "best_val_loss": val.get("best"), "best_step": val.get("best_step"),
+                "final_step": self.state.step}
+
+    def _missed_eval(self) -> bool:
+        """At a start: is the value of this step owed (the base model's at step 0, or a scheduled evaluation
+        that a stop cut short)? The same on every rank (it reads the restored state only)."""
+        if self.evaluator is None or self.state.last_eval_step >= self.state.step:
+            return False
+        step = self.state.step
+        every = self.cfg.eval.every_steps
+        return step == 0 or step == self.total_steps or bool(every and step % every == 0)
+
+    def _evaluate(self) -> bool:
+        """Evaluate now and record it (state, history, log line); False when a stop request cut it short."""
+        if self.rank == 0:
+            print(f"eval_start step={self.state.step} batches={self.evaluator.valset.batches_per_rank}", flush=True)
+        result = self.evaluator.run(self.state.step, lambda: self.stop_flag.requested)
+        if result is None:
+            if self.rank == 0:
+                print(f"eval_stopped step={self.state.step} batches_done={self.evaluator.batches_done} "
+                      f"of={self.evaluator.valset.batches_per_rank}", flush=True)
+            return False
+        self.state.record_eval(result)
+        if self.rank == 0:
+            rec = {"step": result.step, "val_loss": result.loss, "val_loss_hex": result.loss.hex(),
+                   "val_tokens": result.tokens}
+            with (Path(self.cfg.output_dir) / "loss_history.jsonl").open("a") as fh:
+                fh.write(json.dumps(rec) + "\n")
+            print(metrics.format_eval_line(result.step, val_loss=result.loss, val_ppl=result.perplexity,
+                                           val_tokens=result.tokens, eval_s=result.seconds), flush=True)
+        return True
 
     def _flush_losses(self) -> None:
         flushed = self.losses.flush()
@@ -329,6 +434,9 @@ class Trainer:
             "memory_predicted_bytes": self.predicted.total if self.predicted else None,
             "memory_measured_bytes": self.mem_probe.measured()[0],
             "memory_measured_source": self.mem_probe.measured()[1],
+            "base_val_loss": self.state.val.get("base"), "final_val_loss": self.state.val.get("last"),
+            "best_val_loss": self.state.val.get("best"), "best_val_step": self.state.val.get("best_step"),
+            "eval_seconds": self.state.eval_seconds,
         }
         (Path(self.cfg.output_dir) / "metrics.json").write_text(json.dumps(summary, indent=2))
 
