@@ -71,7 +71,7 @@ class Host:
             if not self.running():
                 raise AssertionError(f"{self.name} exited before step {step}:\n{self.logs()[-3000:]}")
             time.sleep(0.05)
-        raise TimeoutError(f"{self.name}: step {step} not reached in {timeout} s")
+        raise TimeoutError(f"{self.name}: step {step} not reached in {timeout} s:\n{self.logs()[-3000:]}")
 
     def running(self) -> bool:
         return docker("inspect", "--format", "{{.State.Running}}", self.name).strip() == "true"

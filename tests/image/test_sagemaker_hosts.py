@@ -27,16 +27,35 @@ STOP_AFTER = 8  # a step that is no checkpoint interval's: the stop's own save i
 HP = {**BASE_HP, "max_steps": MAX_STEPS, "checkpoint.interval_steps": 16, "log_every": 8}
 
 
-def _scenario(name: str, image: str, tmp_path, assets, hosts: list[str], nproc: int, network: str | None):
-    """Run the job uninterrupted, then stopped + restarted; return (reference hosts, restarted hosts, stopped)."""
+def _scenario(name: str, image: str, tmp_path, assets, hosts: list[str], nproc: int, networks: bool):
+    """Run the job uninterrupted, then stopped + restarted; return (reference hosts, restarted hosts, stopped).
+
+    NOTE: with `networks`, every run gets an internal network of its own. The reference and the first run go at
+    once and both name their hosts algo-1/algo-2: on one network Docker's DNS would answer `algo-1` with either
+    run's container, and a host could join the other run's rendezvous."""
     hp = {**HP, "nproc_per_node": nproc}
     channels = {"train": assets["data"], "model": assets["model"]}
     tag = f"{name}-{os.getpid()}"
 
     def start(run: str, checkpoints_from=()):
+        network = None
+        if networks:
+            network = f"spotrun-test-{tag}-{run}"
+            docker("network", "create", "--internal", network)
+            created.append(network)
         return [Host.start(image, lay_out(tmp_path / run / h, host=h, hosts=hosts, hyperparameters=hp,
                                           channels=channels, checkpoints_from=checkpoints_from),
                            host=h, name=f"{tag}-{run}-{h}", network=network) for h in hosts]
+
+    created: list[str] = []
+    try:
+        return _run_scenario(name, start, hosts)
+    finally:
+        for network in created:
+            docker("network", "rm", network, check=False)
+
+
+def _run_scenario(name: str, start, hosts: list[str]):
 
     started = time.monotonic()
     reference = start("reference")
@@ -81,18 +100,13 @@ def _assert_bitwise(reference: Host, first: Host, second: Host, logs: str) -> No
 
 def test_one_sagemaker_host_stopped_and_restarted_trains_bitwise_as_uninterrupted(trainer_image, tmp_path, assets):
     reference, first, second, logs = _scenario("one-host", trainer_image.tag, tmp_path, assets,
-                                               hosts=["algo-1"], nproc=2, network=None)
+                                               hosts=["algo-1"], nproc=2, networks=False)
     _assert_bitwise(reference[0], first[0], second[0], logs)
 
 
 def test_two_sagemaker_hosts_on_an_internal_network_stop_and_resume_bitwise(trainer_image, tmp_path, assets):
-    network = f"spotrun-test-{os.getpid()}"
-    docker("network", "create", "--internal", network)
-    try:
-        reference, first, second, logs = _scenario("two-hosts", trainer_image.tag, tmp_path, assets,
-                                                   hosts=["algo-1", "algo-2"], nproc=1, network=network)
-    finally:
-        docker("network", "rm", network, check=False)
+    reference, first, second, logs = _scenario("two-hosts", trainer_image.tag, tmp_path, assets,
+                                               hosts=["algo-1", "algo-2"], nproc=1, networks=True)
     # Both hosts saved their shards on the stop: the restart needed the union of their directories.
     for host in first:
         assert any(host.checkpoints.rglob("*.distcp")), host.name
