@@ -46,11 +46,18 @@ def plan_from_estimate(est, catalog: dict, *, deadline_hours: float | None = Non
     mb = est.seconds_per_micro_batch
     step = est.grad_accum * step_seconds(mb.get("compute", 0.0), mb.get("communication", 0.0),
                                          d["comm_overlap_fraction"])
-    return SimPlan(work_s=max(1.0, est.wall_seconds - startup), startup_s=startup,
+    # A cap between the spot and the on-demand estimate makes the run a chain of segments (spotrun/segments.py):
+    # the first job's MaxRuntime is not the run's. The simulator runs the chain as one job of the single-job
+    # MaxRuntime (each segment's MaxWait allowance kept) whose work includes the chain's restarts.
+    seg = est.segments or {}
+    max_runtime = float(seg.get("longest_seconds") or est.max_runtime_seconds)
+    wait_allowance = max(0.0, float(est.max_wait_seconds) - float(est.max_runtime_seconds))
+    chain_s = max(0, int(seg.get("segments") or 1) - 1) * float(seg.get("overhead_seconds") or 0.0)
+    return SimPlan(work_s=max(1.0, est.wall_seconds - startup) + chain_s, startup_s=startup,
                    restore_s=save, save_s=save, interval_s=float(est.checkpoint_interval_seconds),
                    step_s=max(step, 1e-3), notice_ok=est.checkpoint_policy == "save_on_notice",
                    spot_usd_per_h=per_h * (1 - discount), on_demand_usd_per_h=per_h,
-                   max_wait_s=float(est.max_wait_seconds), max_runtime_s=float(est.max_runtime_seconds),
+                   max_wait_s=max_runtime + wait_allowance, max_runtime_s=max_runtime,
                    deadline_s=None if deadline_hours is None else deadline_hours * 3600)
 
 
@@ -75,8 +82,19 @@ def candidates(plan: SimPlan, every_checkpointing: bool = False) -> list[tuple[s
     return out
 
 
-def choose(plan: SimPlan, rows: list[Summary], confidence: float = CONFIDENCE) -> tuple[Summary, str]:
-    """(the chosen row, why)."""
+def choose(plan: SimPlan, rows: list[Summary], confidence: float = CONFIDENCE,
+           cap_usd: float | None = None) -> tuple[Summary, str]:
+    """(the chosen row, why). With a cap, a policy whose P95 cost passes it is no candidate: the cost guard ends
+    such runs at the cap, unfinished (more than 1 - CONFIDENCE of them)."""
+    if cap_usd is not None:
+        within = [r for r in rows if r.p95_usd <= cap_usd]
+        if not within:
+            best = min(rows, key=lambda r: r.p95_usd)
+            return best, (f"no policy stays within the ${cap_usd:,.2f} cap on 95% of the traces: the one with the "
+                          f"lowest P95 cost (${best.p95_usd:,.2f}); the guard ends the run at the cap")
+        if len(within) < len(rows):
+            chosen, why = choose(plan, within, confidence)
+            return chosen, f"{why}; {len(rows) - len(within)} policies left out: P95 cost over the ${cap_usd:,.2f} cap"
     if plan.deadline_s is None:  # a run stopped unfinished (at MaxRuntime) costs less and is worth nothing
         done = [r for r in rows if r.p_finished >= confidence] or [max(rows, key=lambda r: r.p_finished)]
         best = min(done, key=lambda r: r.mean_usd)
@@ -106,7 +124,7 @@ def spot_policy(run, est, catalog: dict, *, n: int = N_TRACES, seed: int = SEED)
     n = traces_for_estimate(plan, est.interruptions_per_hour, n)
     spec = TraceSpec(interruptions_per_hour=est.interruptions_per_hour, horizon_s=horizon_s(plan), **ESTIMATE_TRACES)
     rows = compare(plan, generated_traces(spec, n, seed), candidates(plan))
-    best, why = choose(plan, rows)
+    best, why = choose(plan, rows, cap_usd=run.max_usd)
     if not run.compute.spot:
         alternative = f"; {best.label} would be the choice with spot" if best.policy != "on_demand" else ""
         best, why = rows[0], f"compute.spot=false: on-demand as the run asks{alternative}"

@@ -441,3 +441,26 @@ def test_the_estimate_simulates_fewer_traces_for_a_long_run_at_a_high_rate():
     fewer = traces_for_estimate(_plan(work_s=100 * H), 1.35)
     assert MIN_TRACES < fewer < N_TRACES
     assert traces_for_estimate(_plan(work_s=1000 * H), 1.35) == MIN_TRACES
+
+
+def test_with_a_cap_between_spot_and_on_demand_the_chosen_policy_is_simulated_as_the_segment_chain_within_it():
+    """The README's example: llama3-8b-full with budget.max_usd 200 runs as a chain of segments (its first job's
+    MaxRuntime is not the run's), and no policy whose P95 cost passes the cap is chosen (the guard would end it
+    there unfinished)."""
+    from pathlib import Path
+
+    from spotrun.planner import estimate, load_catalog
+    from spotrun.simulate.choose import spot_policy
+
+    doc = json.loads((Path(__file__).parents[2] / "examples/runs/llama3-8b-full.json").read_text())
+    doc["budget"]["max_usd"] = 200
+    run = parse_run(doc)
+    est = estimate(run)
+    assert est.segments["segments"] > 1 and est.segments["fits"]  # the cap sits between spot and on-demand
+    section = spot_policy(run, est, load_catalog(), n=200)
+    rows = {r["label"]: r for r in section["policies"]}
+    chosen = rows[section["chosen"]]
+    assert chosen["p95_usd"] <= 200 and chosen["p_finished"] >= 0.99
+    assert rows["on_demand"]["p95_usd"] > 200 and "over the $200.00 cap" in section["why"]
+    # the chain's expected bill, as the planner states it, is what the simulator finds for plain spot
+    assert chosen["mean_usd"] == pytest.approx(est.segments["spot_cost_usd"], rel=0.1)
