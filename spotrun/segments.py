@@ -94,10 +94,12 @@ def plan_segments(*, cap_usd: float, usd_per_s: float, spot_fraction: float, run
     while left > 0:
         max_rt = next_max_runtime(cap_usd=cap_usd, spent_usd=spent, usd_per_s=usd_per_s, longest_s=longest_s,
                                   warm_pool_s=warm_pool_s)
-        if max_rt < min_segment or segments >= MAX_SEGMENTS:
+        start = startup_s if segments == 0 else overhead_s
+        # a segment that carries the rest of the run may be shorter than the shortest sensible one
+        rest = int(math.ceil(start + left + save_s + SEGMENT_END_MARGIN_S))
+        if max_rt < min(min_segment, rest) or segments >= MAX_SEGMENTS:
             fits = False
             break
-        start = startup_s if segments == 0 else overhead_s
         segments += 1
         first = first or max_rt
         trained = min(left, segment_seconds(max_rt, startup_s=start, save_s=save_s))
@@ -110,9 +112,10 @@ def plan_segments(*, cap_usd: float, usd_per_s: float, spot_fraction: float, run
     spot_cost = spent if fits else float("inf")
     bound = (run_seconds + STOP_BILL_S + warm_pool_s) * usd_per_s
     if not fits:
-        line = (f"the cap cannot carry the run: at on-demand rates (the bound while a job runs) ${cap_usd:,.2f} "
-                f"allows {segments} segment(s) before the room falls below the shortest sensible segment "
-                f"({min_segment:,} s, ${min_segment * usd_per_s:,.2f})")
+        need = min(min_segment, rest)
+        line = (f"at on-demand rates (the bound while a job runs) ${cap_usd:,.2f} allows {segments} segment(s) "
+                f"before the room left ({max(max_rt, 0):,} s after the {STOP_BILL_S:.0f} s a stop bills) falls "
+                f"below the next segment's {need:,} s (${(need + STOP_BILL_S + warm_pool_s) * usd_per_s:,.2f})")
     elif segments == 1:
         line = (f"the cap holds on on-demand rates while a job runs: one job, MaxRuntime {first / 3600:,.1f} h "
                 f"(${first * usd_per_s:,.2f} at on-demand rates)")

@@ -278,3 +278,23 @@ def test_a_cap_between_spot_and_on_demand_plans_segments_and_one_that_carries_no
     assert 0 < int(est.hyperparameters["segment_seconds"]) < est.max_runtime_seconds
     one = estimate(run(compute={"instance_type": "ml.a1.small"}, budget={"max_usd": 100}), catalog=CATALOG)
     assert one.segments["segments"] == 1 and "one job" in one.segments["line"]
+
+
+def test_a_cap_that_covers_a_short_run_as_one_job_is_not_refused_for_the_shortest_sensible_segment():
+    """A run shorter than the shortest sensible segment fits in one job when the cap covers that job's on-demand
+    bound and the stop's billing; just below, the refusal names the room left and the segment it needed."""
+    from pathlib import Path
+
+    doc = json.loads((Path(__file__).parents[2] / "examples/runs/qwen2-0.5b-full-small.json").read_text())
+    doc["budget"]["max_usd"] = 1e6
+    single = estimate(parse_run(doc))
+    per_s = single.segments["on_demand_bound_usd"] / (single.wall_seconds + 120)  # the bound: the run + a stop
+    room = single.segments["min_segment_seconds"] - 20  # below the shortest sensible segment ...
+    assert room > single.wall_seconds + 120  # ... and above the run with its final save and margin: the case
+    doc["budget"]["max_usd"] = round((room + 120) * per_s + 0.005, 2)
+    est = estimate(parse_run(doc))
+    assert est.segments["segments"] == 1 and est.segments["fits"]
+    doc["budget"]["max_usd"] = round(single.wall_seconds * per_s * 0.8, 2)
+    with pytest.raises(EstimateRefused) as refused:
+        estimate(parse_run(doc))
+    assert "room left" in str(refused.value) and "stop bills" in str(refused.value)
