@@ -115,7 +115,7 @@ class EvalSpec:
 
 @dataclass(frozen=True)
 class GateSpec:
-    """registry.gate: a model is registered only when its final validation loss passes every bound given."""
+    """registry.gate: a model is registered only when its exported weights' validation loss passes every bound given."""
 
     max_val_loss: float | None = None
     min_improvement: float | None = None  # relative drop against the base model's: (base - final) / base

@@ -43,7 +43,7 @@ def check_gate(gate: dict | GateSpec | None, *, base: float | None, final: float
     if not gate:
         return GateResult(True, "no registry.gate")
     base, final = _num(base), _num(final)
-    losses = f"final validation loss {final if final is None else f'{final:.4f}'}, base model's " \
+    losses = f"exported weights' validation loss {final if final is None else f'{final:.4f}'}, base model's " \
              f"{base if base is None else f'{base:.4f}'}"
     failures = []
     if final is None:

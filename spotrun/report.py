@@ -88,7 +88,7 @@ def build_local_report(*, run: RunSpec, estimate: Estimate, job_name: str, metri
         "interruptions_not_injected": history.get("not_injected", []),
         # As the AWS report: the base model's and the exported weights' validation loss (the gate's inputs).
         "base_val_loss": (evaluation or {}).get("base_val_loss"),
-        "final_val_loss": (evaluation or {}).get("val_loss"),
+        "exported_val_loss": (evaluation or {}).get("val_loss"),
         "evaluation": evaluation,
         "estimated_evaluation_seconds": round(estimate.evaluation_seconds, 1),
     }
@@ -163,11 +163,11 @@ def summary_text(report: dict) -> str:
                          f"on-demand {_money(rates['on_demand'])}")
     if report.get("final_loss") is not None:
         lines.append(f"  final loss       {report['final_loss']:.4f}")
-    if report.get("final_val_loss") is not None:
+    if report.get("exported_val_loss") is not None:
         ev = report.get("evaluation") or {}
         chosen = f" ({ev['weights']} weights, step {ev['exported_step']})" if ev.get("weights") else ""
         base = report.get("base_val_loss")
-        lines.append(f"  validation loss  {report['final_val_loss']:.4f}{chosen}; base model "
+        lines.append(f"  validation loss  {report['exported_val_loss']:.4f}{chosen}; base model "
                      + (f"{base:.4f}" if base is not None else "not measured"))
     if report.get("gate"):
         lines.append(f"  registry gate    {report['gate']['cause']}")

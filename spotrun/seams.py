@@ -285,7 +285,7 @@ REPORT_FIELDS = frozenset({"run", "job_name", "status", "method", "instance_type
                            "region", "billable_seconds", "training_seconds", "interruptions", "spot_savings_pct",
                            "cost_usd", "price_basis", "cost_basis", "price_region", "price_as_of", "cap_usd",
                            "estimated_cost_usd", "final_loss", "model_data_url", "data_source",
-                           "worst_case_lost_usd", "segments", "metadata", "base_val_loss", "final_val_loss",
+                           "worst_case_lost_usd", "segments", "metadata", "base_val_loss", "exported_val_loss",
                            "gate"})
 
 # The trainer's completion line (`run_completed step=N ...`, spotrun_trainer/train.py) as a SageMaker metric: a

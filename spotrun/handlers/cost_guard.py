@@ -343,8 +343,8 @@ def _report(plan: dict, guard: dict, describe: dict, spent: float, out: dict, se
     report["artifact"] = artifact_kind(plan["method"])
     # The exported weights' and the base model's validation losses (the trainer's run_completed line).
     report["base_val_loss"] = _final_metric(describe, metric_name("base_val_loss"))
-    report["final_val_loss"] = _final_metric(describe, metric_name("exported_val_loss"))
-    gate = check_gate(plan.get("gate"), base=report["base_val_loss"], final=report["final_val_loss"])
+    report["exported_val_loss"] = _final_metric(describe, metric_name("exported_val_loss"))
+    gate = check_gate(plan.get("gate"), base=report["base_val_loss"], final=report["exported_val_loss"])
     report["gate"] = {"passed": gate.passed, "cause": gate.cause}
     report["metadata"] = registry_metadata(report)
     return report
@@ -360,7 +360,7 @@ REGISTRY_METADATA_KEYS = ("run", "method", "artifact", "data_source", "data_sour
 COST_BASIS_BILLED = "billable seconds x on-demand price x instance count"
 
 
-OPTIONAL_METADATA_KEYS = ("base_val_loss", "final_val_loss")  # runs with validation data
+OPTIONAL_METADATA_KEYS = ("base_val_loss", "exported_val_loss")  # runs with validation data
 
 
 def artifact_kind(method: str) -> str:

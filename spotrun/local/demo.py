@@ -89,7 +89,7 @@ def run_demo(out: Path, *, interrupt_at: InterruptAt = INTERRUPT_AT, progress: s
         "losses_bitwise_identical": same_losses,
         "val_losses_bitwise_identical": same_val,
         "base_val_loss": interrupted.get("base_val_loss"),
-        "final_val_loss": interrupted.get("final_val_loss"),
+        "exported_val_loss": interrupted.get("exported_val_loss"),
         "gate_passed": (interrupted.get("gate") or {}).get("passed"),
         "gate": (interrupted.get("gate") or {}).get("cause", "no registry.gate"),
         "plot": interrupted["files"]["plot"],

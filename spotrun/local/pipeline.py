@@ -234,7 +234,7 @@ def _train_and_finish(job: Job, job_name: str, out: Path, options: LocalOptions,
                                 evaluation=evaluation)
     report["model_data_url"] = str(job.output)
     if run.gate is not None:  # the same rule as the state machine's (spotrun/gate.py)
-        gate = check_gate(run.gate, base=report["base_val_loss"], final=report["final_val_loss"])
+        gate = check_gate(run.gate, base=report["base_val_loss"], final=report["exported_val_loss"])
         report["gate"] = {"passed": gate.passed, "cause": gate.cause}
         emit(f"[local] {gate.cause}")
     if report.get("gate", {}).get("passed", True):

@@ -388,7 +388,7 @@ def test_a_model_that_passes_the_gate_is_registered_with_both_validation_losses(
     assert len(packages) == 1
     meta = aws.sagemaker.describe_model_package(ModelPackageName=packages[0]["ModelPackageArn"])[
         "CustomerMetadataProperties"]
-    assert (meta["base_val_loss"], meta["final_val_loss"]) == ("3.2", "2.25")
+    assert (meta["base_val_loss"], meta["exported_val_loss"]) == ("3.2", "2.25")
 
 
 @pytest.mark.parametrize("base, final, why", [
@@ -406,7 +406,8 @@ def test_a_model_that_fails_the_gate_ends_in_gate_failed_with_both_losses_and_is
     job = aws.sagemaker.describe_training_job(TrainingJobName=aws.plan_of("gate-fail")["job_name"])
     assert failure["error"] == "GateFailed" and why in failure["cause"]
     assert f"base model's {base:.4f}" in failure["cause"]
-    assert (f"final validation loss {final:.4f}" if final else "final validation loss None") in failure["cause"]
+    loss = f"{final:.4f}" if final else "None"
+    assert f"exported weights' validation loss {loss}" in failure["cause"]
     # The artifact stays where SageMaker put it, and the cause says where.
     assert job["ModelArtifacts"]["S3ModelArtifacts"] in failure["cause"]
     assert aws.sagemaker.list_model_packages(ModelPackageGroupName=GROUP)["ModelPackageSummaryList"] == []

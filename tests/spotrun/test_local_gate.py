@@ -26,9 +26,9 @@ def test_a_local_run_that_fails_its_gate_is_reported_and_not_registered(assets, 
     assert code == 4  # trained, refused by the gate
     report = json.loads((tmp_path / "out" / "gated" / "report.json").read_text())
     assert report["status"] == "GateFailed" and report["gate"]["passed"] is False
-    base, final = report["base_val_loss"], report["final_val_loss"]
+    base, final = report["base_val_loss"], report["exported_val_loss"]
     assert final < base  # it did learn, just not 99%
-    assert f"final validation loss {final:.4f}, base model's {base:.4f}" in report["gate"]["cause"]
+    assert f"exported weights' validation loss {final:.4f}, base model's {base:.4f}" in report["gate"]["cause"]
     assert "improvement below min_improvement 99.00%" in report["gate"]["cause"]
     assert versions(tmp_path / "out" / "registry" / "gate-tests") == [] and "model_package" not in report
     summary = (tmp_path / "out" / "gated" / "report.txt").read_text()
