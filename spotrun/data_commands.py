@@ -41,6 +41,8 @@ def register(sub) -> None:
                    "datasets, one directory per content key (default ./prepared)")
     p.add_argument("--text-field", default="text", help="JSONL/Parquet field holding plain text (default text)")
     p.add_argument("--shard-mb", type=float, default=256, help="target shard size in MB (default 256)")
+    p.add_argument("--validation-fraction", type=float, default=0.0, help="this share of the documents (0-0.5, by "
+                   "a stable hash of each) goes to the dataset's validation/ split (default 0: none)")
     _stage_args(p, required_name=True)
     p.set_defaults(func=prepare_command)
 
@@ -111,9 +113,12 @@ def _prepare(args: argparse.Namespace) -> int:
         raise PrepareError("spotrun prepare needs --out DIR (here) or --stage STAGE --name NAME (the stage's "
                            "bucket), not both")
     shard_bytes = int(args.shard_mb * 1e6)
+    split = args.validation_fraction
+    if not 0 <= split <= 0.5:
+        raise PrepareError(f"--validation-fraction={split!r} is invalid: expected a number from 0 to 0.5")
     if args.out is not None:
         done = prepare_dataset(args.inputs, args.tokenizer, args.out, text_field=args.text_field,
-                               shard_bytes=shard_bytes, emit=emit)
+                               shard_bytes=shard_bytes, emit=emit, validation_fraction=split)
         result = {"data_source": str(done.path.resolve()), "key": done.key, "reused": done.reused,
                   "total_tokens": done.index["total_tokens"], "seconds": done.seconds}
         _print(result, args.format, [f"{'already prepared (same inputs and tokenizer)' if done.reused else 'prepared'}"
@@ -123,7 +128,8 @@ def _prepare(args: argparse.Namespace) -> int:
     name = check_name(args.name or "")
     bucket, s3 = _bucket(args)
     uri = dataset_uri(bucket, name)
-    key = dataset_key(input_files(args.inputs), args.tokenizer, text_field=args.text_field, shard_bytes=shard_bytes)
+    key = dataset_key(input_files(args.inputs), args.tokenizer, text_field=args.text_field, shard_bytes=shard_bytes,
+                      validation_fraction=split)
     marker, index_there = remote_marker(s3, bucket, f"datasets/{name}/")
     if marker is not None and marker.get("key") == key and index_there:
         result = {"data_source": uri, "key": key, "reused": True, "uploaded": False,
@@ -132,7 +138,7 @@ def _prepare(args: argparse.Namespace) -> int:
                                      f'data.source: "{uri}"'])
         return 0
     done = prepare_dataset(args.inputs, args.tokenizer, cache=args.work, text_field=args.text_field,
-                           shard_bytes=shard_bytes, emit=emit)
+                           shard_bytes=shard_bytes, emit=emit, validation_fraction=split)
     up = upload_dataset(s3, done, bucket, name, emit=emit)
     result = {"data_source": uri, "key": done.key, "reused": done.reused, "uploaded": up["uploaded"],
               "total_tokens": done.index["total_tokens"], "bytes": up["bytes"]}

@@ -88,10 +88,14 @@ def _hash_file(digest, path: Path) -> None:
             digest.update(chunk)
 
 
-def dataset_key(files: list[Path], tokenizer_dir: Path, *, text_field: str, shard_bytes: int) -> str:
-    """What the shards depend on, as 24 hex digits: the inputs' names and bytes, the tokenizer's files, options."""
-    digest = hashlib.sha256(json.dumps({"version": KEY_VERSION, "text_field": text_field,
-                                        "shard_bytes": shard_bytes}).encode())
+def dataset_key(files: list[Path], tokenizer_dir: Path, *, text_field: str, shard_bytes: int,
+                validation_fraction: float = 0.0) -> str:
+    """What the shards depend on, as 24 hex digits: the inputs' names and bytes, the tokenizer's files, options
+    (a validation split is another dataset)."""
+    options = {"version": KEY_VERSION, "text_field": text_field, "shard_bytes": shard_bytes}
+    if validation_fraction:
+        options["validation_fraction"] = validation_fraction
+    digest = hashlib.sha256(json.dumps(options).encode())
     tokenizer_root = Path(tokenizer_dir)
     for kind, root, paths in (("input", None, files), ("tokenizer", tokenizer_root, tokenizer_files(tokenizer_root))):
         for path in paths:
@@ -129,9 +133,8 @@ def prepare_dataset(inputs: list[Path], tokenizer_dir: Path, out: Path | None = 
 
     t0 = time.monotonic()
     files = input_files(inputs)
-    key = dataset_key(files, tokenizer_dir, text_field=text_field, shard_bytes=shard_bytes)
-    if validation_fraction:  # another split is another dataset
-        key = hashlib.sha256(f"{key}:validation={validation_fraction!r}".encode()).hexdigest()[:len(key)]
+    key = dataset_key(files, tokenizer_dir, text_field=text_field, shard_bytes=shard_bytes,
+                      validation_fraction=validation_fraction)
     if (out is None) == (cache is None):
         raise ValueError("prepare_dataset needs exactly one of out and cache")
     out = Path(out) if out is not None else Path(cache) / key

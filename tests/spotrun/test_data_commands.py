@@ -223,3 +223,22 @@ def test_estimate_on_raw_text_points_to_prepare_and_reads_what_prepare_wrote(cap
     assert main(["estimate", str(path), "--format", "json"]) == 0
     tokens = json.loads((tmp_path / "data" / "index.json").read_text())["total_tokens"]
     assert str(tokens) in capsys.readouterr().out
+
+
+def test_prepare_splits_validation_by_fraction_as_another_dataset(capsys, tmp_path, chat_jsonl_gz, chat_tokenizer):
+    whole, split = tmp_path / "whole", tmp_path / "split"
+    assert main(["prepare", str(chat_jsonl_gz), "--tokenizer", str(chat_tokenizer), "--out", str(whole)]) == 0
+    assert main(["prepare", str(chat_jsonl_gz), "--tokenizer", str(chat_tokenizer), "--out", str(split),
+                 "--validation-fraction", "0.3"]) == 0
+    capsys.readouterr()
+    train, held = (json.loads((p / "index.json").read_text()) for p in (split, split / "validation"))
+    assert held["total_tokens"] > 0 and train["total_tokens"] + held["total_tokens"] == \
+        json.loads((whole / "index.json").read_text())["total_tokens"]
+    assert read_marker_key(split) != read_marker_key(whole)  # another split is another dataset
+    assert main(["prepare", str(chat_jsonl_gz), "--tokenizer", str(chat_tokenizer), "--out", str(tmp_path / "x"),
+                 "--validation-fraction", "0.9"]) == 2
+    assert "--validation-fraction=0.9 is invalid" in capsys.readouterr().err
+
+
+def read_marker_key(path):
+    return json.loads((path / MARKER).read_text())["key"]
