@@ -119,7 +119,7 @@ def simulate_command(args: argparse.Namespace) -> int:
     chosen = candidates(plan)
     if args.policy:
         chosen = [c for c in chosen if c[0] in args.policy] or [(p, plan.default_checkpointing()) for p in args.policy]
-    report = study(plan, traces, chosen, optimum=not args.no_optimum, source=source)
+    report = study(plan, traces, chosen, optimum=not args.no_optimum, source=source, cap_usd=run.max_usd)
     report["run"] = run.name
     report["layout"] = f"{est.instance_count} x {est.instance_type}"
     args.out.mkdir(parents=True, exist_ok=True)
