@@ -8,6 +8,8 @@ import json
 import shutil
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -130,6 +132,11 @@ def test_a_job_whose_launcher_still_runs_is_not_resumed_beside_it(tmp_path):
     left = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "-m", "spotrun_trainer.launcher",
                              "train", "--sm-root", str(job.sm)])
     try:
+        # NOTE: Popen can return before the child's exec shows in /proc/PID/cmdline (seen empty under pytest);
+        # a launcher left behind has long been running, so wait for the command line to be there.
+        deadline = time.monotonic() + 10
+        while not Path(f"/proc/{left.pid}/cmdline").read_bytes() and time.monotonic() < deadline:
+            time.sleep(0.01)
         sup = Supervisor(job, triggers=(), hard_kill=False, progress="none", emit=lambda _: None, resume_hint="")
         with pytest.raises(LocalRunError, match=f"still running \\(launcher pid {left.pid}\\)"):
             sup.run()
