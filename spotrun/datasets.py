@@ -48,25 +48,17 @@ class Prepared:
 
 
 def input_files(inputs: list[Path]) -> list[Path]:
-    """The files to tokenize: the files named, and every supported file under the directories named, sorted."""
+    """The files to tokenize (the trainer's own discovery, which `prepare` uses): its errors as PrepareError."""
     from .local import trainer_on_path
 
     trainer_on_path()
-    from spotrun_trainer.data import INPUT_SUFFIXES, input_kind
+    from spotrun_trainer.data import DataError
+    from spotrun_trainer.data import input_files as discover
 
-    files: list[Path] = []
-    for item in map(Path, inputs):
-        if item.is_dir():
-            files.extend(sorted(p for p in item.rglob("*") if p.is_file() and input_kind(p)))
-        elif item.is_file():
-            if not input_kind(item):
-                raise PrepareError(f"{item}: unsupported input type: expected {', '.join(INPUT_SUFFIXES)}")
-            files.append(item)
-        else:
-            raise PrepareError(f"input {item} does not exist")
-    if not files:
-        raise PrepareError(f"no {', '.join(INPUT_SUFFIXES)} files in {', '.join(map(str, inputs))}")
-    return files
+    try:
+        return discover(inputs)
+    except DataError as exc:
+        raise PrepareError(str(exc)) from None
 
 
 def tokenizer_files(tokenizer_dir: Path) -> list[Path]:

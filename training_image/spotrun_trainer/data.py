@@ -244,18 +244,20 @@ class _ShardWriter:
                 "total_tokens": sum(s["tokens"] for s in self.shards), "shards": self.shards}
 
 
-def _input_files(inputs: list[Path]) -> list[Path]:
+def input_files(inputs: list[Path]) -> list[Path]:
+    """The files to tokenize: the files named, and every supported file under the directories named, sorted."""
     files: list[Path] = []
-    for item in inputs:
-        item = Path(item)
+    for item in map(Path, inputs):
         if item.is_dir():
             files.extend(sorted(p for p in item.rglob("*") if p.is_file() and input_kind(p)))
-        elif item.exists():
+        elif item.is_file():
+            if not input_kind(item):
+                raise DataError(f"{item}: unsupported input type: expected {', '.join(INPUT_SUFFIXES)}")
             files.append(item)
         else:
             raise DataError(f"input {item} does not exist")
     if not files:
-        raise DataError(f"no {', '.join(INPUT_SUFFIXES)} files found in {[str(i) for i in inputs]}")
+        raise DataError(f"no {', '.join(INPUT_SUFFIXES)} files in {', '.join(map(str, inputs))}")
     return files
 
 
@@ -276,7 +278,7 @@ def prepare(
         raise DataError(f"shard_bytes={shard_bytes} is invalid: expected at least 1024")
     if not 0 <= validation_fraction < 1:
         raise DataError(f"validation_fraction={validation_fraction!r} is invalid: expected a number in [0, 1)")
-    files = _input_files(inputs)
+    files = input_files(inputs)
     tokenizer = load_tokenizer(tokenizer_path)
     eos = tokenizer.eos_token_id
     if eos is None:
