@@ -125,6 +125,10 @@ def spot_policy(run, est, catalog: dict, *, n: int = N_TRACES, seed: int = SEED)
     spec = TraceSpec(interruptions_per_hour=est.interruptions_per_hour, horizon_s=horizon_s(plan), **ESTIMATE_TRACES)
     rows = compare(plan, generated_traces(spec, n, seed), candidates(plan))
     best, why = choose(plan, rows, cap_usd=run.max_usd)
+    if plan.deadline_s is not None and not any(r.p_deadline >= CONFIDENCE for r in rows):
+        est.warnings.append(f"compute.deadline_hours={run.compute.deadline_hours:g}: no policy meets it on "
+                            f"{CONFIDENCE:.0%} of the traces (on-demand from the start takes "
+                            f"{rows[0].mean_wall_h:.1f} h); the run would miss it")
     if not run.compute.spot:
         alternative = f"; {best.label} would be the choice with spot" if best.policy != "on_demand" else ""
         best, why = rows[0], f"compute.spot=false: on-demand as the run asks{alternative}"

@@ -464,3 +464,19 @@ def test_with_a_cap_between_spot_and_on_demand_the_chosen_policy_is_simulated_as
     assert rows["on_demand"]["p95_usd"] > 200 and "over the $200.00 cap" in section["why"]
     # the chain's expected bill, as the planner states it, is what the simulator finds for plain spot
     assert chosen["mean_usd"] == pytest.approx(est.segments["spot_cost_usd"], rel=0.1)
+
+
+def test_a_deadline_no_policy_can_meet_is_a_warning_of_the_estimate():
+    from spotrun.planner import estimate, load_catalog
+    from spotrun.simulate.choose import spot_policy
+
+    est = estimate(parse_run(RUN))
+    hours = est.wall_seconds / H
+    run = parse_run({**RUN, "compute": {**RUN["compute"], "deadline_hours": round(hours * 0.5, 2)}})
+    spot_policy(run, est, load_catalog(), n=50)
+    assert any(w.startswith(f"compute.deadline_hours={run.compute.deadline_hours:g}: no policy meets it")
+               for w in est.warnings), est.warnings
+    feasible = estimate(parse_run(RUN))
+    spot_policy(parse_run({**RUN, "compute": {**RUN["compute"], "deadline_hours": round(hours * 2, 1)}}),
+                feasible, load_catalog(), n=50)
+    assert not any("no policy meets it" in w for w in feasible.warnings)
