@@ -7,7 +7,7 @@ an execution name or an execution ARN. What the pipeline decided is read back fr
 Estimate state's plan and the CostGuard's latest decision; the training job from SageMaker; the trainer's
 metric lines from the job's CloudWatch log streams.
 
-`start` validates first, here, with the estimate Lambda's own code (spotrun.handlers.estimate.plan: the same
+`start` validates first, here, with the estimate Lambda's own code (spotrun.deployment.plan: the same
 checks, the same sources in S3, the same refusals), and starts nothing when it refuses.
 `cancel` stops the execution, then the training job: SageMaker sends the trainer SIGTERM, and it saves a
 checkpoint before it stops (StopExecution alone would leave the job running).
@@ -55,7 +55,7 @@ class Deployment:
 
     def estimate_settings(self):
         """The stage's estimate function's settings (its environment, which the stack outputs), in this region."""
-        from .handlers.estimate import PipelineSettings
+        from .deployment import PipelineSettings
 
         key = StackOutput.ESTIMATE_SETTINGS.value
         if key not in self.outputs:
@@ -184,7 +184,7 @@ def latest_metrics(logs, job_name: str) -> dict | None:
 
 
 def start(args: argparse.Namespace) -> dict:
-    from .handlers.estimate import plan
+    from .deployment import plan
 
     dep = deployment(args.stage, args.stack, args.region)
     try:
@@ -206,7 +206,7 @@ def start(args: argparse.Namespace) -> dict:
 
 
 def run_status(dep: Deployment, execution: dict) -> dict:
-    from .handlers.cost_guard import decide
+    from .guard import decide
 
     plan, guard = pipeline_state(dep.client("stepfunctions"), execution["executionArn"])
     out: dict[str, Any] = {"execution": execution["name"], "state": execution["status"],

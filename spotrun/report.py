@@ -1,6 +1,6 @@
 """The run report: what was estimated against what happened, the cost, and the loss curve.
 
-One dictionary for both paths. Its cost keys are the cost guard's report (spotrun.handlers.cost_guard):
+One dictionary for both paths. Its cost keys are the cost guard's report (spotrun.guard):
 run, job_name, status, instance_type, instance_count, spot, billable_seconds, training_seconds, interruptions,
 spot_savings_pct, cost_usd, cap_usd, estimated_cost_usd, final_loss, model_data_url. A local run adds
 `estimate`, `actual` (measured on this machine: steps, tokens, wall, trainer and restart seconds, time lost to
@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 
 from .contract import RunSpec
-from .handlers.cost_guard import artifact_kind
+from .guard import artifact_kind
 from .planner import Estimate
 
 

@@ -110,7 +110,7 @@ CHECKPOINT_OVERDUE_METRIC = "CheckpointOverdue"  # age / (2 x planned interval +
 INTERRUPTIONS_METRIC = "Interruptions"
 
 # Tags the estimate sets on every training job (a run may not set them): cost allocation and identity, and the
-# shape and method that match a finished job's measured MFU to later estimates (handlers/performance.py).
+# shape and method that match a finished job's measured MFU to later estimates (spotrun/measured.py).
 SHAPE_TAG, METHOD_TAG = "spotrun:shape", "spotrun:method"
 EXECUTION_TAG = "execution"  # the execution's name: what makes a job this execution's (guard, canceller)
 PIPELINE_TAG_KEYS = ("project", "stage", "cost-center", "run", EXECUTION_TAG, METHOD_TAG, SHAPE_TAG)

@@ -17,7 +17,7 @@
 NOTE: SageMaker calls use CallAwsService (create + Wait + guard polling) rather than the `.sync`
 integration: SageMakerCreateTrainingJob has no spot/checkpoint fields, polling is the form moto's
 interpreter executes (tests/infra/test_state_machine_moto.py), and the loop is where the cost guard runs. The
-loop's length in history events and the guard's wait schedule are explained in spotrun/handlers/cost_guard.py.
+loop's length in history events and the guard's wait schedule are explained in spotrun/guard.py.
 """
 
 from __future__ import annotations
@@ -35,8 +35,7 @@ from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
 from spotrun.contract import MAX_RUNTIME_LIMIT_S
-from spotrun.handlers.cancel import CANCEL_STATUSES
-from spotrun.handlers.estimate import REGISTRATION_STATUS
+from spotrun.deployment import CANCEL_STATUSES, REGISTRATION_STATUS
 from spotrun.seams import COMPLETED_METRIC_DEFINITION, GuardAction, PlanStatus, guard_path, plan_path
 
 from .artifact_store import ArtifactStore
@@ -143,7 +142,7 @@ class TrainingPipeline(Construct):
         package_arn = stack.format_arn(service="sagemaker", resource="model-package",
                                        resource_name=f"{props.model_package_group_base}-*/*")
 
-        # PipelineSettings.from_env reads these (spotrun/handlers/estimate.py); the stack also outputs them so
+        # PipelineSettings.from_env reads these (spotrun/deployment.py); the stack also outputs them so
         # that `spotrun start` validates with the same settings.
         self.estimate_settings = {
             "BUCKET_NAME": store.bucket.bucket_name, "JOB_PREFIX": props.job_prefix,
@@ -334,7 +333,7 @@ class TrainingPipeline(Construct):
                     "reads this state machine's executions only (execution ARNs are not known ahead)")
 
     def _canceller(self, props: TrainingPipelineProps, job_arn: str) -> None:
-        """Execution ABORTED / FAILED / TIMED_OUT -> stop its training job (spotrun/handlers/cancel.py)."""
+        """Execution ABORTED / FAILED / TIMED_OUT -> stop its training job (spotrun/handlers/cancel.py; spotrun.deployment.cancel)."""
         stack = Stack.of(self)
         self.cancel_fn = spotrun_function(
             self, "CancelFn", handler="spotrun.handlers.cancel.handler",

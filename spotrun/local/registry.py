@@ -16,7 +16,7 @@ import shutil
 import time
 from pathlib import Path
 
-from ..handlers.cost_guard import registry_metadata
+from ..guard import registry_metadata
 
 DEFAULT_GROUP = "spotrun-models"  # the stack's default group (stacks/config.py AccountConfig.model_package_group)
 PACKAGE_FILE = "package.json"

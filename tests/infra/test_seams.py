@@ -17,8 +17,8 @@ import regex  # the service models' patterns use \p{...} classes, which `re` lac
 from botocore.validate import ParamValidator
 
 from spotrun.contract import MAX_RUNTIME_LIMIT_S
-from spotrun.handlers.cost_guard import decide, next_wait
-from spotrun.handlers.estimate import PipelineSettings, plan
+from spotrun.deployment import PipelineSettings, plan
+from spotrun.guard import decide, next_wait
 from spotrun.planner import load_catalog
 from spotrun.seams import COMPLETED_METRIC, GUARD_FIELDS, PLAN_FIELDS, REFUSAL_FIELDS, REPORT_FIELDS
 from spotrun_trainer.config import TrainConfig

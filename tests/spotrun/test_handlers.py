@@ -16,12 +16,12 @@ import pytest
 from botocore.stub import Stubber
 from moto import mock_aws
 
-from spotrun.handlers.cancel import cancel, first_job_of
-from spotrun.handlers.common import to_epoch
-from spotrun.handlers.cost_guard import STOP_GRACE_S, decide, newest_checkpoint, next_wait
-from spotrun.handlers.estimate import RUN_RECORD, PipelineSettings, job_name, plan
-from spotrun.handlers.interruptions import record, recorded_rates
+from spotrun.aws_events import to_epoch
+from spotrun.deployment import PipelineSettings, cancel, first_job_of, job_name, plan
+from spotrun.guard import STOP_GRACE_S, decide, newest_checkpoint, next_wait
+from spotrun.measured import record, recorded_rates
 from spotrun.planner import load_catalog
+from spotrun.preflight import RUN_RECORD
 from spotrun.seams import COMPLETED_METRIC, GUARD_FIELDS, PLAN_FIELDS, GuardAction, StopNotice
 from spotrun.segments import MAX_SEGMENTS, next_max_runtime, segment_job_name
 from spotrun.simulate.engine import SimPlan
@@ -162,9 +162,9 @@ def test_registration_is_always_for_review():
 
 
 def test_job_names_fit_sagemaker_limits_and_differ_per_execution():
-    long = job_name(SETTINGS, "a" * 48, "exec-1")
+    long = job_name(SETTINGS.job_prefix, "a" * 48, "exec-1")
     assert len(long + f"-{MAX_SEGMENTS}od") <= 63
-    assert job_name(SETTINGS, "x", "exec-1") != job_name(SETTINGS, "x", "exec-2")
+    assert job_name(SETTINGS.job_prefix, "x", "exec-1") != job_name(SETTINGS.job_prefix, "x", "exec-2")
 
 
 def test_a_region_without_prices_is_refused_by_name():
