@@ -10,7 +10,8 @@ Besides the planner's rules, this is where the deployment's facts apply: the reg
 the catalog has no prices for is refused), the stage's allowed instance types, the account's SageMaker service
 quota for the chosen type, and the checkpoint prefix: one per execution, `checkpoints/<run>/<execution>/`, or an
 earlier execution's when the run names it in `checkpoint.resume_from` (spotrun/preflight.py holds those checks).
-Also here: the jobs' names (`job_name`, which the canceller derives too) and their ResourceConfig.
+Also here: the jobs' names (`job_name`, which the canceller derives too) and their ResourceConfig. The settings
+(`PipelineSettings`, the estimate function's environment) are defined in spotrun/seams.py.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ import dataclasses
 import hashlib
 import json
 import math
-from dataclasses import dataclass
 from typing import Any, Callable
 
 from .contract import RunSpec, RunValidationError, parse_run
@@ -35,7 +35,18 @@ from .preflight import (
     check_stage_limits,
     run_record,
 )
-from .seams import EXECUTION_TAG, METHOD_TAG, SHAPE_TAG, VALIDATION_CHANNEL, Plan, PlanStatus, StopNotice
+from .seams import (
+    CANCEL_STATUSES,
+    EXECUTION_TAG,
+    METHOD_TAG,
+    REGISTRATION_STATUS,
+    SHAPE_TAG,
+    VALIDATION_CHANNEL,
+    PipelineSettings,
+    Plan,
+    PlanStatus,
+    StopNotice,
+)
 from .segments import SEGMENT_SUFFIX_MAX, segment_job_name
 from .sources import read_sources
 from .validate import Target, check_target, pipeline_hyperparameters, validation_uri
@@ -46,42 +57,6 @@ CONTRACT_KEYS = ("parameters", "trainable_parameters", "training_flops", "gpu_ho
                  "utilization_source", "segments", "wall_seconds", "expected_overhead_seconds",
                  "checkpoint_policy")
 MAX_JOB_NAME = 63
-# Every package is registered for review: approval is a separate, permissioned step (UpdateModelPackage).
-REGISTRATION_STATUS = "PendingManualApproval"
-# The execution statuses whose jobs the canceller stops (the EventBridge rule's pattern matches the same).
-CANCEL_STATUSES = ("ABORTED", "FAILED", "TIMED_OUT")
-
-
-@dataclass(frozen=True)
-class PipelineSettings:
-    bucket: str
-    job_prefix: str
-    model_package_group: str
-    poll_seconds: int
-    project: str
-    stage: str
-    cost_center: str
-    region: str = "us-east-1"
-    max_poll_seconds: int = 4 * 3600
-    volume_kms_key_arn: str = ""  # sent only for instance types without local storage
-    allowed_instance_types: tuple[str, ...] = ()  # empty: every type of the catalog
-    # The stage's maxima (stacks/config.py); 0: no limit.
-    max_usd_per_run: float = 0.0
-    max_instances_per_run: int = 0
-    max_concurrent_runs: int = 0
-
-    @classmethod
-    def from_env(cls, env: dict[str, str]) -> "PipelineSettings":
-        allowed = tuple(t for t in env.get("ALLOWED_INSTANCE_TYPES", "").split(",") if t)
-        return cls(bucket=env["BUCKET_NAME"], job_prefix=env["JOB_PREFIX"],
-                   model_package_group=env["MODEL_PACKAGE_GROUP"], poll_seconds=int(env.get("POLL_SECONDS", "60")),
-                   project=env.get("PROJECT", "spotrun"), stage=env.get("STAGE", ""),
-                   cost_center=env.get("COST_CENTER", ""), region=env.get("AWS_REGION", "us-east-1"),
-                   max_poll_seconds=int(env.get("MAX_POLL_SECONDS", str(4 * 3600))),
-                   volume_kms_key_arn=env.get("VOLUME_KMS_KEY_ARN", ""), allowed_instance_types=allowed,
-                   max_usd_per_run=float(env.get("MAX_USD_PER_RUN", "0")),
-                   max_instances_per_run=int(env.get("MAX_INSTANCES_PER_RUN", "0")),
-                   max_concurrent_runs=int(env.get("MAX_CONCURRENT_RUNS", "0")))
 
 
 def job_name(job_prefix: str, run_name: str, execution: str) -> str:

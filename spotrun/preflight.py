@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .aws_text import TAG_VALUE_MAX, aws_text_ok
 from .contract import RunSpec, RunValidationError
-
-if TYPE_CHECKING:
-    from .deployment import PipelineSettings
+from .seams import PipelineSettings
 
 RUN_RECORD = "spotrun-run.json"  # what an execution trained, beside its checkpoints: checked on resume_from
 QUOTA_SERVICE = "sagemaker"

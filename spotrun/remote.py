@@ -55,7 +55,7 @@ class Deployment:
 
     def estimate_settings(self):
         """The stage's estimate function's settings (its environment, which the stack outputs), in this region."""
-        from .deployment import PipelineSettings
+        from .seams import PipelineSettings
 
         key = StackOutput.ESTIMATE_SETTINGS.value
         if key not in self.outputs:

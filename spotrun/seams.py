@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Mapping
 from enum import Enum
 
 # ---- hyperparameters (planner -> trainer) ----------------------------------------------------------------------
@@ -308,3 +309,107 @@ def guard_path(field: str, *sub: str) -> str:
     if field == "report" and sub and sub[0] not in REPORT_FIELDS:
         raise ValueError(f"report field {sub[0]!r} is unknown: expected one of {', '.join(sorted(REPORT_FIELDS))}")
     return ".".join(("$.guard", field, *sub))
+
+
+# ---- Lambda environments (construct writes, handler reads) -----------------------------------------------------
+
+# Every package is registered for review: approval is a separate, permissioned step (UpdateModelPackage). The
+# estimate puts it in the plan; the state machine's CreateModelPackage sends it.
+REGISTRATION_STATUS = "PendingManualApproval"
+# The execution statuses whose training jobs the canceller stops: its EventBridge rule matches the same.
+CANCEL_STATUSES = ("ABORTED", "FAILED", "TIMED_OUT")
+
+
+def _env_name(f: dataclasses.Field) -> str:
+    return f.metadata.get("env", f.name.upper())
+
+
+def _env_value(cls: type, f: dataclasses.Field, kind: str, text: str) -> object:
+    name = _env_name(f)
+    try:
+        if kind == "int":
+            return int(text)
+        if kind == "float":
+            return float(text)
+    except ValueError:
+        raise ValueError(f"environment variable {name}={text!r} of {cls.__name__} is invalid: expected "
+                         f"{'an integer' if kind == 'int' else 'a number'} ({f.name})") from None
+    if kind.startswith("tuple"):
+        return tuple(t for t in text.split(",") if t)
+    return text
+
+
+class LambdaEnvironment:
+    """A function's environment as a frozen dataclass: the construct writes `to_env()`, the handler (at its entry
+    point, nowhere below) reads `from_env(os.environ)`. A field's variable is its name in capitals unless its
+    metadata names another (`env`); tuples are comma-separated; a field marked `runtime` is set by Lambda itself
+    (AWS_REGION, a reserved variable) and never written."""
+
+    def to_env(self) -> dict[str, str]:
+        out = {}
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            if f.metadata.get("runtime"):
+                continue
+            value = getattr(self, f.name)
+            out[_env_name(f)] = ",".join(value) if isinstance(value, (tuple, list)) else str(value)
+        return out
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]):  # the subclass
+        values = {}
+        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+            name = _env_name(f)
+            if name in env:
+                values[f.name] = _env_value(cls, f, str(f.type), env[name])
+            elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise ValueError(f"environment variable {name} is missing: {cls.__name__} needs it ({f.name}); "
+                                 f"the construct sets it (to_env)")
+        return cls(**values)
+
+
+@dataclasses.dataclass(frozen=True)
+class PipelineSettings(LambdaEnvironment):
+    """The deployment's facts the estimate plans with (spotrun/deployment.py): the estimate function's environment,
+    which the stack also outputs (StackOutput.ESTIMATE_SETTINGS) so that `spotrun start` plans with the same."""
+
+    bucket: str = dataclasses.field(metadata={"env": "BUCKET_NAME"})  # the artifact bucket
+    job_prefix: str  # every training job's name starts with it (IAM scopes the stage's jobs by it)
+    model_package_group: str
+    poll_seconds: int = 60  # the cost guard's shortest wait between polls
+    project: str = "spotrun"  # tags of every job: project, stage, cost-center
+    stage: str = ""
+    cost_center: str = ""
+    region: str = dataclasses.field(default="us-east-1", metadata={"env": "AWS_REGION", "runtime": True})
+    max_poll_seconds: int = 4 * 3600
+    volume_kms_key_arn: str = ""  # sent only for instance types without local storage
+    allowed_instance_types: tuple[str, ...] = ()  # empty: every type of the catalog
+    # The stage's maxima (stacks/config.py); 0: no limit.
+    max_usd_per_run: float = 0.0
+    max_instances_per_run: int = 0
+    max_concurrent_runs: int = 0
+    table_name: str = ""  # the interruptions table (spotrun/measured.py); empty: the catalog's figures only
+
+
+@dataclasses.dataclass(frozen=True)
+class CostGuardEnvironment(LambdaEnvironment):
+    """The cost guard function's environment: where its embedded metrics go."""
+
+    metrics_namespace: str = METRICS_NAMESPACE
+    stage: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class CancelEnvironment(LambdaEnvironment):
+    """The canceller function's environment: which jobs are the stage's, and whom to tell."""
+
+    job_prefix: str
+    topic_arn: str = ""  # empty: stop without notifying
+
+
+@dataclasses.dataclass(frozen=True)
+class RecorderEnvironment(LambdaEnvironment):
+    """The interruption recorder function's environment (spotrun/measured.py's items)."""
+
+    table_name: str
+    metrics_namespace: str = METRICS_NAMESPACE
+    stage: str = ""

@@ -34,9 +34,18 @@ from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
-from spotrun.contract import MAX_RUNTIME_LIMIT_S
-from spotrun.deployment import CANCEL_STATUSES, REGISTRATION_STATUS
-from spotrun.seams import COMPLETED_METRIC_DEFINITION, GuardAction, PlanStatus, guard_path, plan_path
+from spotrun.seams import (
+    CANCEL_STATUSES,
+    COMPLETED_METRIC_DEFINITION,
+    REGISTRATION_STATUS,
+    CancelEnvironment,
+    CostGuardEnvironment,
+    GuardAction,
+    PipelineSettings,
+    PlanStatus,
+    guard_path,
+    plan_path,
+)
 
 from .artifact_store import ArtifactStore
 from .lambda_code import dead_letter_queue, on_failure_destination, spotrun_function
@@ -44,8 +53,8 @@ from .nag import acknowledge, rendered
 
 CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"
 # The longest run the contract allows: MaxWait up to 56 days of spot (contract.compute.max_wait_hours), then an
-# on-demand fallback of MaxRuntime up to 28 days; the execution may not time out before its job ends.
-LONGEST_RUN_S = 2 * MAX_RUNTIME_LIMIT_S + MAX_RUNTIME_LIMIT_S
+# on-demand fallback of MaxRuntime up to 28 days (84 days); the execution may not time out before its job ends
+# (tests/infra/test_seams.py checks the timeout against the contract's MaxRuntime limit).
 EXECUTION_TIMEOUT = Duration.days(90)
 # SageMaker restarts a job that hit an internal error, within MaxWait (spot) or MaxRuntime (API reference,
 # RetryStrategy: 1-30 attempts).
@@ -142,18 +151,16 @@ class TrainingPipeline(Construct):
         package_arn = stack.format_arn(service="sagemaker", resource="model-package",
                                        resource_name=f"{props.model_package_group_base}-*/*")
 
-        # PipelineSettings.from_env reads these (spotrun/deployment.py); the stack also outputs them so
-        # that `spotrun start` validates with the same settings.
-        self.estimate_settings = {
-            "BUCKET_NAME": store.bucket.bucket_name, "JOB_PREFIX": props.job_prefix,
-            "MODEL_PACKAGE_GROUP": props.model_package_group_name,
-            "TABLE_NAME": props.interruptions_table_name, "POLL_SECONDS": str(props.poll_seconds),
-            "MAX_POLL_SECONDS": str(props.max_poll_seconds),
-            "ALLOWED_INSTANCE_TYPES": ",".join(props.allowed_instance_types),
-            "VOLUME_KMS_KEY_ARN": store.key.key_arn,
-            "PROJECT": props.project, "STAGE": props.stage, "COST_CENTER": props.cost_center,
-            "MAX_USD_PER_RUN": str(props.max_usd_per_run), "MAX_INSTANCES_PER_RUN": str(props.max_instances_per_run),
-            "MAX_CONCURRENT_RUNS": str(props.max_concurrent_runs)}
+        # The estimate handler reads these with PipelineSettings.from_env; the stack also outputs them so that
+        # `spotrun start` validates with the same settings.
+        self.estimate_settings = PipelineSettings(
+            bucket=store.bucket.bucket_name, job_prefix=props.job_prefix,
+            model_package_group=props.model_package_group_name, table_name=props.interruptions_table_name,
+            poll_seconds=props.poll_seconds, max_poll_seconds=props.max_poll_seconds,
+            allowed_instance_types=tuple(props.allowed_instance_types), volume_kms_key_arn=store.key.key_arn,
+            project=props.project, stage=props.stage, cost_center=props.cost_center,
+            max_usd_per_run=props.max_usd_per_run, max_instances_per_run=props.max_instances_per_run,
+            max_concurrent_runs=props.max_concurrent_runs).to_env()
         self.estimate_fn = spotrun_function(
             self, "EstimateFn", handler="spotrun.handlers.estimate.handler", timeout_s=60,
             description="spotrun planner: validates the run and decides instance, limits, cadence and cost",
@@ -169,7 +176,7 @@ class TrainingPipeline(Construct):
         self.guard_fn = spotrun_function(
             self, "CostGuardFn", handler="spotrun.handlers.cost_guard.handler",
             description="spotrun cost guard: describes the job, checkpoint age, spend against the cap at every poll",
-            environment={"METRICS_NAMESPACE": props.metrics_namespace, "STAGE": props.stage})
+            environment=CostGuardEnvironment(metrics_namespace=props.metrics_namespace, stage=props.stage).to_env())
         self.guard_fn.add_to_role_policy(iam.PolicyStatement(
             actions=["sagemaker:DescribeTrainingJob", "sagemaker:ListTags"], resources=[job_arn]))
         self.guard_fn.add_to_role_policy(iam.PolicyStatement(
@@ -333,12 +340,13 @@ class TrainingPipeline(Construct):
                     "reads this state machine's executions only (execution ARNs are not known ahead)")
 
     def _canceller(self, props: TrainingPipelineProps, job_arn: str) -> None:
-        """Execution ABORTED / FAILED / TIMED_OUT -> stop its training job (spotrun/handlers/cancel.py; spotrun.deployment.cancel)."""
+        """Execution ABORTED / FAILED / TIMED_OUT -> stop its training job (spotrun.deployment.cancel)."""
         stack = Stack.of(self)
         self.cancel_fn = spotrun_function(
             self, "CancelFn", handler="spotrun.handlers.cancel.handler",
             description="spotrun canceller: an execution that ends early stops its training job",
-            environment={"JOB_PREFIX": props.job_prefix, "TOPIC_ARN": props.failures_topic.topic_arn})
+            environment=CancelEnvironment(job_prefix=props.job_prefix,
+                                          topic_arn=props.failures_topic.topic_arn).to_env())
         executions = stack.format_arn(service="states", resource="execution",
                                       resource_name=f"{self.state_machine.state_machine_name}:*",
                                       arn_format=ArnFormat.COLON_RESOURCE_NAME)

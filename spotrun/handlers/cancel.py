@@ -7,7 +7,7 @@ handler asynchronously; Lambda retries a failed invocation and then sends it to 
 queue with an alarm), so a throttled StopTrainingJob is retried rather than dropped.
 
 Which jobs: the execution's, found by name and `execution` tag (`spotrun.deployment.cancel`).
-Environment (read here, at the entry point): JOB_PREFIX, TOPIC_ARN.
+Environment (read here, at the entry point): spotrun.seams.CancelEnvironment.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import os
 from typing import Any
 
 from ..deployment import cancel
+from ..seams import CancelEnvironment
 
 
 def handler(event: dict, _context: Any) -> dict:
@@ -26,11 +27,11 @@ def handler(event: dict, _context: Any) -> dict:
     if execution_input is None and detail.get("executionArn"):  # EventBridge leaves out large inputs
         execution_input = boto3.client("stepfunctions").describe_execution(
             executionArn=detail["executionArn"]).get("input")
-    stopped = cancel(detail, boto3.client("sagemaker"), job_prefix=os.environ["JOB_PREFIX"],
-                     execution_input=execution_input)
-    if stopped and os.environ.get("TOPIC_ARN"):
+    env = CancelEnvironment.from_env(os.environ)
+    stopped = cancel(detail, boto3.client("sagemaker"), job_prefix=env.job_prefix, execution_input=execution_input)
+    if stopped and env.topic_arn:
         boto3.client("sns").publish(
-            TopicArn=os.environ["TOPIC_ARN"], Subject="spotrun: run cancelled",
+            TopicArn=env.topic_arn, Subject="spotrun: run cancelled",
             Message=f"execution {detail.get('name')} ended {detail.get('status')}: stopped training job(s) "
                     f"{', '.join(stopped)} (the trainer saves a checkpoint on the way out)")
     return {"stopped": stopped}

@@ -3,7 +3,7 @@
 Input: {"plan": <estimate output>, "guard": <this handler's previous output>}. The handler describes the job,
 reads its tags and lists the run's committed checkpoints, asks `spotrun.guard.decide` for the new guard
 (spotrun.seams.Guard) and publishes the run's cost and checkpoint age as CloudWatch embedded metrics.
-Environment (read here only): METRICS_NAMESPACE, STAGE.
+Environment (read here only): spotrun.seams.CostGuardEnvironment.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 from ..aws_events import emit_metric
 from ..guard import checkpoint_overdue, committed_checkpoints, decide
-from ..seams import CHECKPOINT_AGE_METRIC, CHECKPOINT_OVERDUE_METRIC, METRICS_NAMESPACE, RUN_COST_METRIC
+from ..seams import CHECKPOINT_AGE_METRIC, CHECKPOINT_OVERDUE_METRIC, RUN_COST_METRIC, CostGuardEnvironment
 
 
 def clock() -> float:
@@ -32,8 +32,8 @@ def handler(event: dict, _context: Any) -> dict:
     newest, step = committed_checkpoints(boto3.client("s3"), plan["checkpoint_bucket"], plan["checkpoint_prefix"])
     out = decide(plan, guard, describe, now=clock(), newest_checkpoint=newest, job_tags=tags,
                  checkpoint_step=step)
-    namespace = os.environ.get("METRICS_NAMESPACE", METRICS_NAMESPACE)
-    dims = {"Stage": os.environ.get("STAGE", ""), "Run": plan["run_name"]}
+    env = CostGuardEnvironment.from_env(os.environ)
+    namespace, dims = env.metrics_namespace, {"Stage": env.stage, "Run": plan["run_name"]}
     emit_metric(namespace, RUN_COST_METRIC, out["cost_usd"], "None", dims)
     if out["checkpoint_age_seconds"] is not None:
         emit_metric(namespace, CHECKPOINT_AGE_METRIC, out["checkpoint_age_seconds"], "Seconds", dims)

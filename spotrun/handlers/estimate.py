@@ -2,8 +2,9 @@
 
 Input: {"run": <run JSON>, "execution": <execution name>, "started": <execution start time>, "state_machine":
 <its ARN>}. Output: the plan (spotrun.seams.Plan) or the refusal that `spotrun.deployment.plan` returns.
-Environment (read here only): see `PipelineSettings.from_env`; TABLE_NAME, when set, is the interruptions table
-whose records (spotrun/measured.py) give the estimate measured interruption rates and MFU.
+Environment (read here only): spotrun.seams.PipelineSettings (the construct writes it with `to_env`); its
+table_name, when set, is the interruptions table whose records (spotrun/measured.py) give the estimate measured
+interruption rates and MFU.
 """
 
 from __future__ import annotations
@@ -11,20 +12,20 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..deployment import PipelineSettings, plan
+from ..deployment import plan
 from ..measured import recorded_rates, recorded_utilization
 from ..preflight import count_running, execution_of
+from ..seams import PipelineSettings
 
 
 def handler(event: dict, _context: Any) -> dict:
     import boto3
 
     event = event if isinstance(event, dict) else {}  # the state machine passes an object; anything else: no run
-    settings = PipelineSettings.from_env(dict(os.environ))
+    settings = PipelineSettings.from_env(os.environ)
     rates, mfu_lookup = None, None
-    table_name = os.environ.get("TABLE_NAME")
-    if table_name:
-        table = boto3.resource("dynamodb").Table(table_name)
+    if settings.table_name:
+        table = boto3.resource("dynamodb").Table(settings.table_name)
         rates = recorded_rates(table)
 
         def mfu_lookup(shape: str, method: str) -> dict[str, tuple[float, int]]:

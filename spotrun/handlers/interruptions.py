@@ -1,7 +1,7 @@
 """Interruption recorder Lambda: SageMaker Training Job State Change events -> the interruptions table.
 
 The entry point: the items and their keys are spotrun/measured.py's (`record`, `record_performance`).
-Environment (read here, at the entry point): TABLE_NAME, METRICS_NAMESPACE, STAGE.
+Environment (read here, at the entry point): spotrun.seams.RecorderEnvironment.
 """
 
 from __future__ import annotations
@@ -11,14 +11,15 @@ from typing import Any
 
 from ..measured import record, record_performance
 from ..planner import load_catalog
+from ..seams import RecorderEnvironment
 
 
 def handler(event: dict, _context: Any) -> dict:
     import boto3
 
-    table = boto3.resource("dynamodb").Table(os.environ["TABLE_NAME"])
-    outcome = record(event, table, namespace=os.environ.get("METRICS_NAMESPACE", "spotrun"),
-                     stage=os.environ.get("STAGE", ""))
+    env = RecorderEnvironment.from_env(os.environ)
+    table = boto3.resource("dynamodb").Table(env.table_name)
+    outcome = record(event, table, namespace=env.metrics_namespace, stage=env.stage)
     # A Completed job's measured MFU, for later estimates (spotrun/measured.py).
     performance = record_performance(event, table, boto3.client("sagemaker"), load_catalog())
     return {"outcome": outcome, "performance": performance}

@@ -335,3 +335,29 @@ def test_registry_metadata_keeps_the_exact_data_source_as_a_digest(synth, render
     assert len(source) > 256 and len(meta["data_source"]) == 256 and meta["data_source"].endswith("...")
     assert meta["data_source_sha256"] == hashlib.sha256(source.encode()).hexdigest()
     assert meta["price_region"] == "us-east-1" and meta["cost_basis"]
+
+
+def test_every_functions_synthesized_environment_is_what_its_handler_decodes(synth):
+    """The construct writes each function's environment with the seam's `to_env`; the handler reads it back with
+    `from_env` at its entry point: every variable the stack sets decodes, and nothing the handler ignores is set."""
+    from spotrun.seams import CancelEnvironment, CostGuardEnvironment, PipelineSettings, RecorderEnvironment
+    from tests.infra.render import placeholder
+
+    readers = {"spotrun.handlers.estimate.handler": PipelineSettings,
+               "spotrun.handlers.cost_guard.handler": CostGuardEnvironment,
+               "spotrun.handlers.cancel.handler": CancelEnvironment,
+               "spotrun.handlers.interruptions.handler": RecorderEnvironment}
+    seen = set()
+    for fn in synth.resources("AWS::Lambda::Function").values():
+        handler = fn["Properties"].get("Handler", "")
+        if handler not in readers:
+            continue
+        seen.add(handler)
+        env = {k: render(v, placeholder) for k, v in fn["Properties"]["Environment"]["Variables"].items()}
+        assert readers[handler].from_env(env).to_env() == env, handler
+    assert seen == readers.keys()
+    with pytest.raises(ValueError, match=r"POLL_SECONDS='soon' of PipelineSettings is invalid: expected an integer"):
+        PipelineSettings.from_env({"BUCKET_NAME": "b", "JOB_PREFIX": "p-", "MODEL_PACKAGE_GROUP": "g",
+                                   "POLL_SECONDS": "soon"})
+    with pytest.raises(ValueError, match="JOB_PREFIX is missing: CancelEnvironment needs it"):
+        CancelEnvironment.from_env({})
