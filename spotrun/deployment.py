@@ -16,7 +16,6 @@ Also here: the jobs' names (`job_name`, which the canceller derives too) and the
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import math
@@ -178,7 +177,7 @@ def plan(run_raw: Any, execution: str, settings: PipelineSettings, *, s3_client:
 
         est.spot_policy = spot_policy(run, est, catalog)
     except RunValidationError as exc:
-        return {"status": "InvalidRun", "message": str(exc), "field": exc.field}
+        return {"status": PlanStatus.INVALID_RUN.value, "message": str(exc), "field": exc.field}
     except EstimateRefused as exc:
         out = {"status": exc.code, "message": exc.message, "field": exc.field or "run"}
         if exc.estimate is not None:
@@ -229,7 +228,7 @@ def _ok_plan(run: RunSpec, est: Any, hyper: dict, execution: str, started: str, 
     as_of = catalog["regions"][settings.region].get("as_of", "unknown date")
     upload_gb_per_s = est.upload_gb_per_s_available
     result = Plan(
-        status=PlanStatus.OK.value, run_name=run.name, execution=execution, execution_started=started,
+        status=PlanStatus.OK, run_name=run.name, execution=execution, execution_started=started,
         job_name=name, fallback_job_name=segment_job_name(name, 2, spot=False), method=run.training.method,
         spot=run.compute.spot, on_demand_fallback=run.compute.on_demand_fallback,
         instance_type=est.instance_type, instance_count=est.instance_count,
@@ -260,6 +259,6 @@ def _ok_plan(run: RunSpec, est: Any, hyper: dict, execution: str, started: str, 
         approval_status=REGISTRATION_STATUS, data_source=run.data.source or "",
         estimate={k: est.to_json()[k] for k in CONTRACT_KEYS}, gate=gate_of(run),
     )
-    return dataclasses.asdict(result)
+    return result.to_json()
 
 

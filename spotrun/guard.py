@@ -50,6 +50,7 @@ from .seams import (
     Guard,
     GuardAction,
     Hyperparameter,
+    Plan,
     metric_name,
 )
 from .segments import (
@@ -80,8 +81,8 @@ def _final_metric(describe: dict, name: str) -> float | None:
     return None
 
 
-def usd_per_second(plan: dict) -> float:
-    return plan["usd_per_hour"] / 3600
+def usd_per_second(plan: Plan) -> float:
+    return plan.usd_per_hour / 3600
 
 
 def billed_seconds_bound(describe: dict, now: float) -> float:
@@ -109,7 +110,7 @@ def warm_pool_seconds(describe: dict) -> float:
     return max(keep, retained)
 
 
-def job_cost(plan: dict, describe: dict, now: float) -> tuple[float, bool]:
+def job_cost(plan: Plan, describe: dict, now: float) -> tuple[float, bool]:
     """(USD of this job, exact?): billable x on-demand (+ warm pool) once it ended, else the running bound."""
     rate = usd_per_second(plan)
     if describe.get("TrainingJobStatus") in ENDED and describe.get("BillableTimeInSeconds") is not None:
@@ -117,11 +118,11 @@ def job_cost(plan: dict, describe: dict, now: float) -> tuple[float, bool]:
     return (billed_seconds_bound(describe, now) + warm_pool_seconds(describe)) * rate, False
 
 
-def next_wait(plan: dict, job_age_s: float, spent_usd: float) -> int:
+def next_wait(plan: Plan, job_age_s: float, spent_usd: float) -> int:
     """Seconds to the next poll: grows with the job's age, never past the time the cap leaves (see docstring)."""
-    schedule = min(plan["max_poll_seconds"], max(plan["poll_seconds"], POLL_GROWTH * job_age_s))
-    schedule = min(schedule, (plan["max_usd"] - spent_usd) / usd_per_second(plan) - STOP_GRACE_S)
-    return int(max(plan["poll_seconds"], schedule))
+    schedule = min(plan.max_poll_seconds, max(plan.poll_seconds, POLL_GROWTH * job_age_s))
+    schedule = min(schedule, (plan.max_usd - spent_usd) / usd_per_second(plan) - STOP_GRACE_S)
+    return int(max(plan.poll_seconds, schedule))
 
 
 def checkpoint_age(describe: dict, newest_checkpoint: float | None, now: float) -> float | None:
@@ -133,22 +134,22 @@ def checkpoint_age(describe: dict, newest_checkpoint: float | None, now: float) 
     return None if reference is None else max(0.0, now - reference)
 
 
-def policy_next(plan: dict, *, now: float, checkpoint_step: int | None, on_demand_now: bool,
+def policy_next(plan: Plan, *, now: float, checkpoint_step: int | None, on_demand_now: bool,
                 spot_available: bool) -> str | None:
     """What the estimate's chosen spot policy does next ("spot", "on_demand" or "wait";
     spotrun/simulate/choose.py: `guard_decision`), or None for a run without a deadline (the policy never
     switches). Progress is the newest committed checkpoint's step against the plan's total steps, in the
     simulator's seconds of work; time is the seconds since the execution started."""
-    section = (plan.get("estimate") or {}).get("spot_policy") or {}
-    started = to_epoch(plan.get("execution_started"))
+    section = (plan.estimate or {}).get("spot_policy") or {}
+    started = to_epoch(plan.execution_started)
     if section.get("deadline_hours") is None or not section.get("sim_plan") or started is None:
         return None
-    done = min(1.0, (checkpoint_step or 0) / max(1, plan["planned_steps"]))
+    done = min(1.0, (checkpoint_step or 0) / max(1, plan.planned_steps))
     return guard_decision(section, done * section["sim_plan"]["work_s"], max(0.0, now - started),
                           on_demand_now=on_demand_now, spot_available=spot_available)
 
 
-def next_capacity(plan: dict, guard: dict, *, no_spot_capacity: bool, policy: str | None = None) -> bool | None:
+def next_capacity(plan: Plan, guard: Guard, *, no_spot_capacity: bool, policy: str | None = None) -> bool | None:
     """The one decision point for the next segment's capacity: True spot, False on-demand, None neither.
 
     An on-demand run stays on-demand; after a stop the cap requested, the capacity the job had (no switch);
@@ -156,190 +157,193 @@ def next_capacity(plan: dict, guard: dict, *, no_spot_capacity: bool, policy: st
     on-demand when it allows a fallback; otherwise the policy's decision at this boundary (`policy_next`: back to
     spot when ahead, "wait" is spot too: a spot job waits for capacity within its MaxWait), and without one the
     capacity the run has been on. Its budget is checked by the caller, as for every segment."""
-    if not plan["spot"]:
+    if not plan.spot:
         return False
-    if guard.get("stop_requested"):
-        return bool(guard.get("spot", True))
-    if guard.get("switch_requested"):
+    if guard.stop_requested:
+        return bool(guard.spot)
+    if guard.switch_requested:
         return False
     if no_spot_capacity:
-        return False if plan["on_demand_fallback"] else None
+        return False if plan.on_demand_fallback else None
     if policy is not None:
         return policy != "on_demand"
-    return bool(guard.get("spot", True))
+    return bool(guard.spot)
 
 
-def switch_now(plan: dict, guard: dict, describe: dict, *, now: float, checkpoint_step: int | None) -> bool:
+def switch_now(plan: Plan, guard: Guard, describe: dict, *, now: float, checkpoint_step: int | None) -> bool:
     """While a spot job runs (or waits for capacity): does the chosen policy move the run to on-demand now
     (progress fell behind it)? Never for a run that forbids on-demand, nor once a stop was requested."""
-    if not guard.get("spot") or not plan["on_demand_fallback"] or guard.get("stop_requested") or \
-            guard.get("switch_requested") or describe.get("TrainingJobStatus") != "InProgress":
+    if not guard.spot or not plan.on_demand_fallback or guard.stop_requested or \
+            guard.switch_requested or describe.get("TrainingJobStatus") != "InProgress":
         return False
     waiting = describe.get("SecondaryStatus") in UNBILLED_STATUSES
     return policy_next(plan, now=now, checkpoint_step=checkpoint_step, on_demand_now=False,
                        spot_available=not waiting) == "on_demand"
 
 
-def decide(plan: dict, guard: dict, describe: dict, *, now: float, newest_checkpoint: float | None = None,
-           job_tags: dict[str, str] | None = None, checkpoint_step: int | None = None) -> dict:
+def decide(plan: Plan, guard: Guard, describe: dict, *, now: float, newest_checkpoint: float | None = None,
+           job_tags: dict[str, str] | None = None, checkpoint_step: int | None = None) -> Guard:
+    """The new guard after one poll of the guard's job (`describe`: DescribeTrainingJob's answer; `job_tags`: its
+    tags; `newest_checkpoint`, `checkpoint_step`: the newest committed checkpoint's time and step)."""
     cost, exact = job_cost(plan, describe, now)
-    spent = float(guard.get("spent_before_usd", 0.0)) + cost
+    spent = float(guard.spent_before_usd) + cost
     rate = usd_per_second(plan)
-    projected = spent + (plan["poll_seconds"] + STOP_GRACE_S) * rate
+    projected = spent + (plan.poll_seconds + STOP_GRACE_S) * rate
     status = describe.get("TrainingJobStatus")
     age = checkpoint_age(describe, newest_checkpoint, now)
-    worst_gap = max(float(guard.get("worst_checkpoint_gap_seconds") or 0.0), age or 0.0)
+    worst_gap = max(float(guard.worst_checkpoint_gap_seconds or 0.0), age or 0.0)
     created = to_epoch(describe.get("CreationTime")) or now
-    base = {f.name: guard[f.name] for f in dataclasses.fields(Guard) if f.name in guard}
-    out = {**base, "cost_usd": round(spent, 4), "projected_usd": round(projected, 4),
-           "interruptions": int(guard.get("interruptions_before", 0)) + _interruptions(describe),
-           "checkpoint_age_seconds": None if age is None else round(age, 1),
-           "worst_checkpoint_gap_seconds": round(worst_gap, 1), "report": None, "message": "",
-           "wait_seconds": next_wait(plan, now - created, spent)}
-    result = Guard(**out)
+    result = dataclasses.replace(
+        guard, cost_usd=round(spent, 4), projected_usd=round(projected, 4),
+        interruptions=int(guard.interruptions_before) + _interruptions(describe),
+        checkpoint_age_seconds=None if age is None else round(age, 1),
+        worst_checkpoint_gap_seconds=round(worst_gap, 1), report=None, message="",
+        wait_seconds=next_wait(plan, now - created, spent))
 
-    def act(action: GuardAction, **changes: Any) -> dict:
-        return dataclasses.asdict(dataclasses.replace(result, action=action.value, **changes))
+    def act(action: GuardAction, **changes: Any) -> Guard:
+        return dataclasses.replace(result, action=action, **changes)
 
-    if job_tags is not None and job_tags.get(EXECUTION_TAG) != plan["execution"]:
-        return act(GuardAction.FAILED, message=f"{guard['job_name']} is not this execution's job: its "
+    if job_tags is not None and job_tags.get(EXECUTION_TAG) != plan.execution:
+        return act(GuardAction.FAILED, message=f"{guard.job_name} is not this execution's job: its "
                                                f"{EXECUTION_TAG} tag is {job_tags.get(EXECUTION_TAG)!r}, this "
-                                               f"execution is {plan['execution']!r}")
+                                               f"execution is {plan.execution!r}")
     if status not in ENDED:
         # SageMaker ends the job at its MaxRuntime: when that bound keeps the run under the cap, a stop here
         # would only cut the segment short. The guard stops a job only when its MaxRuntime does not hold it.
         limit = float((describe.get("StoppingCondition") or {}).get("MaxRuntimeInSeconds") or math.inf)
-        bounded = float(guard.get("spent_before_usd", 0.0)) + (limit + STOP_GRACE_S + warm_pool_seconds(
-            describe)) * rate <= plan["max_usd"] + 1e-6
-        if status == "InProgress" and not guard.get("stop_requested") and projected >= plan["max_usd"] and \
+        bounded = float(guard.spent_before_usd) + (limit + STOP_GRACE_S + warm_pool_seconds(
+            describe)) * rate <= plan.max_usd + 1e-6
+        if status == "InProgress" and not guard.stop_requested and projected >= plan.max_usd and \
                 not bounded:
-            return act(GuardAction.STOP, stop_requested=True, wait_seconds=plan["poll_seconds"])
+            return act(GuardAction.STOP, stop_requested=True, wait_seconds=plan.poll_seconds)
         if switch_now(plan, guard, describe, now=now, checkpoint_step=checkpoint_step):
-            return act(GuardAction.STOP, switch_requested=True, wait_seconds=plan["poll_seconds"],
-                       message=f"{guard['job_name']}: progress fell behind the spot policy's "
-                               f"({(plan.get('estimate') or {}).get('spot_policy', {}).get('chosen')}): stopping "
+            return act(GuardAction.STOP, switch_requested=True, wait_seconds=plan.poll_seconds,
+                       message=f"{guard.job_name}: progress fell behind the spot policy's "
+                               f"({(plan.estimate or {}).get('spot_policy', {}).get('chosen')}): stopping "
                                "it to continue on-demand on the same checkpoints")
         return act(GuardAction.WAIT)
-    done = [*guard.get("segments", []), _segment_record(guard, describe, cost, exact)]
+    done = [*guard.segments, _segment_record(guard, describe, cost, exact)]
     result = dataclasses.replace(result, segments=done)
     if status == "Completed" and _final_metric(describe, COMPLETED_METRIC) is not None:
-        report = _report(plan, guard, describe, spent, out, done)
+        report = _report(plan, result, describe, spent)
         if not report["gate"]["passed"]:  # kept in S3 and reported, not registered
             return act(GuardAction.GATE_FAILED, report=report,
                        message=f"{report['gate']['cause']}; artifact kept at {report['model_data_url']}")
         return act(GuardAction.COMPLETED, report=report)
-    guard = dict(guard, interruptions=out["interruptions"], checkpoint_step=checkpoint_step)
-    policy = policy_next(plan, now=now, checkpoint_step=checkpoint_step, on_demand_now=not guard.get("spot"),
+    policy = policy_next(plan, now=now, checkpoint_step=checkpoint_step, on_demand_now=not guard.spot,
                          spot_available=True)
-    return _after_segment(plan, guard, describe, spent, act, policy)
+    return _after_segment(plan, dataclasses.replace(guard, interruptions=result.interruptions), describe, spent,
+                          act, policy, checkpoint_step)
 
 
-def _segment_record(guard: dict, describe: dict, cost: float, exact: bool) -> dict:
-    return {"segment": int(guard.get("segment", 1)), "job_name": guard["job_name"],
-            "spot": bool(guard.get("spot")), "status": describe.get("TrainingJobStatus"),
+def _segment_record(guard: Guard, describe: dict, cost: float, exact: bool) -> dict:
+    return {"segment": int(guard.segment), "job_name": guard.job_name,
+            "spot": bool(guard.spot), "status": describe.get("TrainingJobStatus"),
             "secondary_status": describe.get("SecondaryStatus"),
             "billable_seconds": describe.get("BillableTimeInSeconds"),
             "training_seconds": describe.get("TrainingTimeInSeconds"), "cost_usd": round(cost, 4), "exact": exact,
             "interruptions": _interruptions(describe)}
 
 
-def _after_segment(plan: dict, guard: dict, describe: dict, spent: float, act: Callable[..., dict],
-                   policy: str | None) -> dict:
+def _after_segment(plan: Plan, guard: Guard, describe: dict, spent: float, act: Callable[..., Guard],
+                   policy: str | None, checkpoint_step: int | None) -> Guard:
     """A job ended without finishing the run: the next segment, or the reason the run ends here. `policy`: the
     spot policy's decision at this boundary (`policy_next`)."""
     status, secondary = describe.get("TrainingJobStatus"), describe.get("SecondaryStatus")
-    stop_requested = bool(guard.get("stop_requested") or guard.get("switch_requested"))
+    stop_requested = bool(guard.stop_requested or guard.switch_requested)
     no_capacity = secondary == "MaxWaitTimeExceeded" or str(describe.get("FailureReason", "")).startswith(
         "MaxWaitTimeExceeded")
-    name = guard["job_name"]
+    name = guard.job_name
     if no_capacity and not stop_requested:
         spot = next_capacity(plan, guard, no_spot_capacity=True, policy=policy)
         if spot is None:
             return act(GuardAction.FAILED, message=f"{name}: no spot capacity within MaxWait and on-demand "
                                                    "fallback is off (compute.on_demand_fallback)")
-        return _next_segment(plan, guard, spent, spot, act, GuardAction.FALLBACK)
+        return _next_segment(plan, guard, spent, spot, act, GuardAction.FALLBACK, checkpoint_step)
     if status == "Failed":
         return act(GuardAction.FAILED, message=f"{name}: {describe.get('FailureReason') or 'training job failed'}")
     if status == "Stopped" and not stop_requested and secondary not in ("MaxRuntimeExceeded",
                                                                         "MaxWaitTimeExceeded"):
         return act(GuardAction.FAILED, message=f"{name} was stopped outside the pipeline (StopTrainingJob by "
                                                "someone else): the run ends with its newest checkpoint")
-    if secondary == "MaxRuntimeExceeded" and int(guard.get("max_runtime_seconds") or 0) >= \
-            plan["max_runtime_cap_seconds"]:
+    if secondary == "MaxRuntimeExceeded" and int(guard.max_runtime_seconds or 0) >= \
+            plan.max_runtime_cap_seconds:
         return act(GuardAction.FAILED, message=f"{name} ran to its MaxRuntime of "
-                                               f"{plan['max_runtime_cap_seconds'] / 3600:,.1f} h (the longest a "
+                                               f"{plan.max_runtime_cap_seconds / 3600:,.1f} h (the longest a "
                                                "job of this run may run) without finishing: the estimate was far "
                                                "off; the newest checkpoint stands (checkpoint.resume_from)")
     spot = next_capacity(plan, guard, no_spot_capacity=False, policy=policy)
-    return _next_segment(plan, guard, spent, bool(spot), act, GuardAction.SEGMENT)
+    return _next_segment(plan, guard, spent, bool(spot), act, GuardAction.SEGMENT, checkpoint_step)
 
 
-def shortest_segment(plan: dict, checkpoint_step: int | None) -> float:
+def shortest_segment(plan: Plan, checkpoint_step: int | None) -> float:
     """The shortest segment worth starting: the planned minimum, or less when the newest committed checkpoint
     says the rest of the run is shorter (its steps at the planned pace, +25%, after a restart and before a save)."""
     if checkpoint_step is None:
-        return plan["min_segment_seconds"]
-    rest = max(0, plan["planned_steps"] - checkpoint_step) * plan["seconds_per_step"] * 1.25
-    finish = plan["segment_overhead_seconds"] + rest + plan["checkpoint_upload_seconds"] + SEGMENT_END_MARGIN_S
-    return min(plan["min_segment_seconds"], finish)
+        return plan.min_segment_seconds
+    rest = max(0, plan.planned_steps - checkpoint_step) * plan.seconds_per_step * 1.25
+    finish = plan.segment_overhead_seconds + rest + plan.checkpoint_upload_seconds + SEGMENT_END_MARGIN_S
+    return min(plan.min_segment_seconds, finish)
 
 
-def _next_segment(plan: dict, guard: dict, spent: float, spot: bool, act: Callable[..., dict],
-                  action: GuardAction) -> dict:
+def _next_segment(plan: Plan, guard: Guard, spent: float, spot: bool, act: Callable[..., Guard],
+                  action: GuardAction, checkpoint_step: int | None) -> Guard:
     rate = usd_per_second(plan)
-    warm = 0 if spot else plan["warm_pool_seconds"]
-    max_rt = next_max_runtime(cap_usd=plan["max_usd"], spent_usd=spent, usd_per_s=rate,
-                              longest_s=plan["max_runtime_cap_seconds"], warm_pool_s=warm)
-    segment = int(guard.get("segment", 1)) + 1
-    if max_rt < shortest_segment(plan, guard.get("checkpoint_step")):
-        left = max(0.0, plan["max_usd"] - spent)
+    warm = 0 if spot else plan.warm_pool_seconds
+    max_rt = next_max_runtime(cap_usd=plan.max_usd, spent_usd=spent, usd_per_s=rate,
+                              longest_s=plan.max_runtime_cap_seconds, warm_pool_s=warm)
+    segment = int(guard.segment) + 1
+    if max_rt < shortest_segment(plan, checkpoint_step):
+        left = max(0.0, plan.max_usd - spent)
         return act(GuardAction.OVER_BUDGET, message=(
             f"stopped at the cost cap: ${spent:,.2f} billed (exact, {segment - 1} job(s)) of budget "
-            f"${plan['max_usd']:,.2f}; the ${left:,.2f} left allows {max(0, max_rt):,} s at the on-demand rate of "
-            f"${plan['usd_per_hour']:,.2f}/h (the bound while a job runs), less than the shortest sensible "
-            f"segment ({shortest_segment(plan, guard.get('checkpoint_step')):,.0f} s). The newest checkpoint is under "
-            f"{plan['checkpoint_s3_uri']}: continue with checkpoint.resume_from={plan['execution']} and a larger "
+            f"${plan.max_usd:,.2f}; the ${left:,.2f} left allows {max(0, max_rt):,} s at the on-demand rate of "
+            f"${plan.usd_per_hour:,.2f}/h (the bound while a job runs), less than the shortest sensible "
+            f"segment ({shortest_segment(plan, checkpoint_step):,.0f} s). The newest checkpoint is under "
+            f"{plan.checkpoint_s3_uri}: continue with checkpoint.resume_from={plan.execution} and a larger "
             "budget.max_usd"))
     if segment > MAX_SEGMENTS:
         return act(GuardAction.FAILED, message=f"the run needed more than {MAX_SEGMENTS} jobs (segments): each "
                                                "restart costs more than it trains; raise budget.max_usd")
-    hyper = {**plan["hyperparameters"], Hyperparameter.SEGMENT_SECONDS.value: str(segment_seconds(
-        max_rt, startup_s=plan["segment_overhead_seconds"], save_s=plan["checkpoint_upload_seconds"]))}
-    return act(action, job_name=segment_job_name(plan["job_name"], segment, spot), spot=spot, segment=segment,
-               spent_before_usd=round(spent, 6), interruptions_before=int(guard["interruptions"]),
+    hyper = {**plan.hyperparameters, Hyperparameter.SEGMENT_SECONDS.value: str(segment_seconds(
+        max_rt, startup_s=plan.segment_overhead_seconds, save_s=plan.checkpoint_upload_seconds))}
+    return act(action, job_name=segment_job_name(plan.job_name, segment, spot), spot=spot, segment=segment,
+               spent_before_usd=round(spent, 6), interruptions_before=int(guard.interruptions),
                stop_requested=False, switch_requested=False, max_runtime_seconds=max_rt,
-               max_wait_seconds=max_rt + plan["max_wait_extra_seconds"] if spot else max_rt,
-               hyperparameters=hyper, wait_seconds=plan["poll_seconds"])
+               max_wait_seconds=max_rt + plan.max_wait_extra_seconds if spot else max_rt,
+               hyperparameters=hyper, wait_seconds=plan.poll_seconds)
 
 
-def _report(plan: dict, guard: dict, describe: dict, spent: float, out: dict, segments: list[dict]) -> dict:
+def _report(plan: Plan, guard: Guard, describe: dict, spent: float) -> dict:
+    """The cost report of a completed run (`guard`: the poll's new guard, its `segments` every finished job)."""
+    segments = guard.segments
     billable = sum(float(s["billable_seconds"] or 0.0) for s in segments)
     training = sum(float(s["training_seconds"] or s["billable_seconds"] or 0.0) for s in segments)
     spot_billable = sum(float(s["billable_seconds"] or 0.0) for s in segments if s["spot"])
     spot_training = sum(float(s["training_seconds"] or s["billable_seconds"] or 0.0) for s in segments if s["spot"])
     savings = (1 - spot_billable / spot_training) * 100 if spot_training > 0 else 0.0
-    worst_lost = out["worst_checkpoint_gap_seconds"] * plan["usd_per_hour"] / 3600
+    worst_lost = guard.worst_checkpoint_gap_seconds * plan.usd_per_hour / 3600
     report = {
-        "run": plan["run_name"], "job_name": guard["job_name"], "status": "Completed", "method": plan["method"],
-        "instance_type": plan["instance_type"], "instance_count": plan["instance_count"],
-        "spot": any(s["spot"] for s in segments), "region": plan["region"], "billable_seconds": billable,
-        "training_seconds": training, "interruptions": out["interruptions"],
+        "run": plan.run_name, "job_name": guard.job_name, "status": "Completed", "method": plan.method,
+        "instance_type": plan.instance_type, "instance_count": plan.instance_count,
+        "spot": any(s["spot"] for s in segments), "region": plan.region, "billable_seconds": billable,
+        "training_seconds": training, "interruptions": guard.interruptions,
         "spot_savings_pct": round(savings, 2), "cost_usd": round(spent, 2),
-        "price_basis": f"{COST_BASIS_BILLED}; {plan.get('price_source', 'catalog price')}",
-        "cost_basis": COST_BASIS_BILLED, "price_region": plan["region"], "price_as_of": plan.get("price_as_of", ""),
-        "cap_usd": plan["max_usd"], "estimated_cost_usd": plan["estimate"]["cost_usd"],
+        "price_basis": f"{COST_BASIS_BILLED}; {plan.price_source}",
+        "cost_basis": COST_BASIS_BILLED, "price_region": plan.region, "price_as_of": plan.price_as_of,
+        "cap_usd": plan.max_usd, "estimated_cost_usd": plan.estimate["cost_usd"],
         "final_loss": _final_metric(describe, metric_name("loss")),
         "model_data_url": (describe.get("ModelArtifacts") or {}).get("S3ModelArtifacts", ""),
-        "data_source": plan.get("data_source", ""),
+        "data_source": plan.data_source,
         # An interruption at the worst moment seen would have repeated this much work (at the on-demand price).
         "worst_case_lost_usd": round(worst_lost, 2),
         "segments": segments,
     }
-    report["artifact"] = artifact_kind(plan["method"])
+    report["artifact"] = artifact_kind(plan.method)
     # The exported weights' and the base model's validation losses (the trainer's run_completed line).
     report["base_val_loss"] = _final_metric(describe, metric_name("base_val_loss"))
     report["exported_val_loss"] = _final_metric(describe, metric_name("exported_val_loss"))
-    gate = check_gate(plan.get("gate"), base=report["base_val_loss"], final=report["exported_val_loss"])
+    gate = check_gate(plan.gate, base=report["base_val_loss"], final=report["exported_val_loss"])
     report["gate"] = {"passed": gate.passed, "cause": gate.cause}
     report["metadata"] = registry_metadata(report)
     return report
@@ -393,6 +397,6 @@ def committed_checkpoints(s3_client: Any, bucket: str, prefix: str) -> tuple[flo
     return newest, step
 
 
-def checkpoint_overdue(plan: dict, age_s: float) -> float:
+def checkpoint_overdue(plan: Plan, age_s: float) -> float:
     """The checkpoint age against what the plan allows: 2 x the planned interval + one upload (alarm at >= 1)."""
-    return round(age_s / (2 * plan["checkpoint_interval_seconds"] + plan["checkpoint_upload_seconds"]), 3)
+    return round(age_s / (2 * plan.checkpoint_interval_seconds + plan.checkpoint_upload_seconds), 3)

@@ -207,34 +207,39 @@ def start(args: argparse.Namespace) -> dict:
 
 def run_status(dep: Deployment, execution: dict) -> dict:
     from .guard import decide
+    from .seams import Guard, GuardAction, Plan
 
-    plan, guard = pipeline_state(dep.client("stepfunctions"), execution["executionArn"])
+    plan_json, guard_json = pipeline_state(dep.client("stepfunctions"), execution["executionArn"])
     out: dict[str, Any] = {"execution": execution["name"], "state": execution["status"],
-                           "started": str(execution["startDate"]), "run": (plan or {}).get("run_name")}
+                           "started": str(execution["startDate"]), "run": (plan_json or {}).get("run_name")}
     if execution.get("stopDate"):
         out["stopped"] = str(execution["stopDate"])
     if execution.get("error"):
         out["error"], out["cause"] = execution["error"], execution.get("cause", "")
-    if not plan or plan.get("status") not in (None, "ok"):
-        if plan:
-            out["refused"] = {"status": plan["status"], "message": plan.get("message", "")}
+    if not plan_json or plan_json.get("status") not in (None, "ok"):
+        if plan_json:
+            out["refused"] = {"status": plan_json["status"], "message": plan_json.get("message", "")}
         return out
-    guard = guard or {"job_name": plan["job_name"], "spot": plan["spot"]}
-    job_name = guard.get("job_name") or plan["job_name"]
+    plan = Plan.from_json(plan_json, "plan")
+    # Before the first poll: the guard the state machine's InitGuard starts with.
+    guard = Guard.from_json(guard_json, "guard") if guard_json else Guard(
+        action=GuardAction.WAIT, job_name=plan.job_name, spot=plan.spot, wait_seconds=plan.poll_seconds,
+        spent_before_usd=0.0, interruptions_before=0)
+    job_name = guard.job_name or plan.job_name
     out["job_name"] = job_name
     job = training_job(dep.client("sagemaker"), job_name)
     if job is not None:
         out["job_status"], out["secondary_status"] = job["TrainingJobStatus"], job.get("SecondaryStatus")
         spend = decide(plan, guard, job, now=time.time())  # the cost guard's arithmetic, on the job as it is now
-        out["interruptions"] = spend["interruptions"]
-        out["spent_usd"] = spend["cost_usd"]
+        out["interruptions"] = spend.interruptions
+        out["spent_usd"] = spend.cost_usd
     else:
-        out["interruptions"] = guard.get("interruptions", 0)
-        out["spent_usd"] = guard.get("cost_usd", 0.0)
+        out["interruptions"] = guard.interruptions
+        out["spent_usd"] = guard.cost_usd
     # The run's jobs so far (spotrun/segments.py): the current one and those that ended, with their exact bills.
-    out["segment"] = guard.get("segment", 1)
-    out["segments"] = guard.get("segments") or []
-    out["cap_usd"] = plan["max_usd"]
+    out["segment"] = guard.segment
+    out["segments"] = guard.segments
+    out["cap_usd"] = plan.max_usd
     metrics = latest_metrics(dep.client("logs"), job_name)
     if metrics:
         out.update(step=metrics["step"], total_steps=metrics.get("total_steps"), loss=metrics["loss"])

@@ -7,7 +7,11 @@ The planner and the Lambda handlers (spotrun/), the CDK constructs (training_con
 - `METRIC_FIELDS`, `METRIC_DEFINITIONS`, `metric_name`: the metric line the trainer prints, the regexes
   SageMaker's MetricDefinitions apply to it, and the names the dashboard and the guard read.
 - `PlanStatus`, `GuardAction`, `Plan`, `Guard`: what the estimate and the cost guard return, and the state
-  machine reads through `$.plan.<field>` / `$.guard.<field>` (`plan_path`, `guard_path` refuse unknown fields).
+  machine reads through `$.plan.<field>` / `$.guard.<field>` (`plan_path`, `guard_path` refuse unknown fields);
+  the cost guard decodes them at its entry (`from_json`, a named error for a malformed one).
+- `PipelineSettings`, `CostGuardEnvironment`, `CancelEnvironment`, `RecorderEnvironment`: each Lambda function's
+  environment, written by the constructs (`to_env`) and read by the handlers (`from_env`); `REGISTRATION_STATUS`,
+  `CANCEL_STATUSES`: what the estimate and the canceller decide that the state machine and its rules repeat.
 - `StopNotice`: the stop-notice timings (SageMaker's SIGTERM-to-SIGKILL window and how it is spent).
 - `BytesPerParameter`: training state and checkpoint sizes per parameter.
 - `CHECKPOINT_MANIFEST`, `CHECKPOINT_STEP_DIR`: the committed-checkpoint layout the guard lists in S3.
@@ -202,11 +206,63 @@ class GuardAction(str, Enum):
     GATE_FAILED = "gate_failed"  # the job completed but its validation loss fails registry.gate: not registered
 
 
+class _StateJson:
+    """What the state machine carries between states as JSON, decoded at a handler's entry (`from_json`: a clear
+    error for a malformed one) and encoded on the way out (`to_json`: enums as their values)."""
+
+    def to_json(self) -> dict:
+        return {k: v.value if isinstance(v, Enum) else v for k, v in dataclasses.asdict(self).items()}  # type: ignore
+
+    @classmethod
+    def from_json(cls, obj: object, what: str = ""):  # the subclass
+        what = what or cls.__name__.lower()
+        fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        if not isinstance(obj, dict):
+            raise ValueError(f"{what}={_short(obj)} is invalid: expected an object with the fields of "
+                             f"spotrun.seams.{cls.__name__}")
+        unknown = sorted(set(obj) - set(fields))
+        missing = sorted(n for n, f in fields.items() if n not in obj and f.default is dataclasses.MISSING
+                         and f.default_factory is dataclasses.MISSING)
+        if unknown or missing:
+            raise ValueError(f"{what} is invalid: expected the fields of spotrun.seams.{cls.__name__}"
+                             + (f"; missing: {', '.join(missing)}" if missing else "")
+                             + (f"; unknown: {', '.join(unknown)}" if unknown else ""))
+        return cls(**{n: _state_value(cls, what, n, str(fields[n].type), v) for n, v in obj.items()})
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+_JSON_KINDS = {"str": (str,), "int": (int,), "float": (int, float), "bool": (bool,), "dict": (dict,),
+               "list": (list,)}
+
+
+def _state_value(cls: type, what: str, name: str, kind: str, value: object) -> object:
+    optional = kind.endswith(" | None")
+    kind = kind.removesuffix(" | None")
+    if value is None and optional:
+        return None
+    enum = {"PlanStatus": PlanStatus, "GuardAction": GuardAction}.get(kind)
+    if enum is not None:
+        try:
+            return enum(value)
+        except ValueError:
+            raise ValueError(f"{what}.{name}={_short(value)} is invalid: expected one of "
+                             f"{', '.join(m.value for m in enum)}") from None
+    types = _JSON_KINDS.get(kind)
+    if types is not None and (not isinstance(value, types) or (isinstance(value, bool) and bool not in types)):
+        raise ValueError(f"{what}.{name}={_short(value)} is invalid: expected {kind}"
+                         + (" or null" if optional else "") + f" (spotrun.seams.{cls.__name__})")
+    return value
+
+
 @dataclasses.dataclass(frozen=True)
-class Plan:
+class Plan(_StateJson):
     """The estimate's output when status is ok: every value the state machine puts into a request."""
 
-    status: str
+    status: PlanStatus
     run_name: str
     execution: str
     execution_started: str  # ISO-8601, from $$.Execution.StartTime: a job created before it is not ours
@@ -250,10 +306,10 @@ class Plan:
 
 
 @dataclasses.dataclass(frozen=True)
-class Guard:
+class Guard(_StateJson):
     """The cost guard's state, carried from poll to poll and read by the state machine."""
 
-    action: str
+    action: GuardAction
     job_name: str
     spot: bool
     wait_seconds: int

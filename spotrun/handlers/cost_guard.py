@@ -1,6 +1,7 @@
 """Cost guard Lambda: runs at every poll of the training job (the entry point; spotrun/guard.py decides).
 
-Input: {"plan": <estimate output>, "guard": <this handler's previous output>}. The handler describes the job,
+Input: {"plan": <estimate output>, "guard": <this handler's previous output>}, decoded here into spotrun.seams.Plan
+and Guard (a malformed one is refused with the field named). The handler describes the job,
 reads its tags and lists the run's committed checkpoints, asks `spotrun.guard.decide` for the new guard
 (spotrun.seams.Guard) and publishes the run's cost and checkpoint age as CloudWatch embedded metrics.
 Environment (read here only): spotrun.seams.CostGuardEnvironment.
@@ -14,7 +15,15 @@ from typing import Any
 
 from ..aws_events import emit_metric
 from ..guard import checkpoint_overdue, committed_checkpoints, decide
-from ..seams import CHECKPOINT_AGE_METRIC, CHECKPOINT_OVERDUE_METRIC, RUN_COST_METRIC, CostGuardEnvironment
+from ..seams import (
+    CHECKPOINT_AGE_METRIC,
+    CHECKPOINT_OVERDUE_METRIC,
+    RUN_COST_METRIC,
+    CostGuardEnvironment,
+    Guard,
+    Plan,
+    PlanStatus,
+)
 
 
 def clock() -> float:
@@ -25,18 +34,22 @@ def clock() -> float:
 def handler(event: dict, _context: Any) -> dict:
     import boto3
 
-    plan, guard = event["plan"], event["guard"]
+    event = event if isinstance(event, dict) else {}
+    plan, guard = Plan.from_json(event.get("plan"), "plan"), Guard.from_json(event.get("guard"), "guard")
+    if plan.status is not PlanStatus.OK:
+        raise ValueError(f"plan.status={plan.status.value!r} is invalid: the cost guard polls the job of an "
+                         f"{PlanStatus.OK.value!r} plan only")
+    env = CostGuardEnvironment.from_env(os.environ)
     sagemaker = boto3.client("sagemaker")
-    describe = sagemaker.describe_training_job(TrainingJobName=guard["job_name"])
+    describe = sagemaker.describe_training_job(TrainingJobName=guard.job_name)
     tags = {t["Key"]: t["Value"] for t in sagemaker.list_tags(ResourceArn=describe["TrainingJobArn"])["Tags"]}
-    newest, step = committed_checkpoints(boto3.client("s3"), plan["checkpoint_bucket"], plan["checkpoint_prefix"])
+    newest, step = committed_checkpoints(boto3.client("s3"), plan.checkpoint_bucket, plan.checkpoint_prefix)
     out = decide(plan, guard, describe, now=clock(), newest_checkpoint=newest, job_tags=tags,
                  checkpoint_step=step)
-    env = CostGuardEnvironment.from_env(os.environ)
-    namespace, dims = env.metrics_namespace, {"Stage": env.stage, "Run": plan["run_name"]}
-    emit_metric(namespace, RUN_COST_METRIC, out["cost_usd"], "None", dims)
-    if out["checkpoint_age_seconds"] is not None:
-        emit_metric(namespace, CHECKPOINT_AGE_METRIC, out["checkpoint_age_seconds"], "Seconds", dims)
-        emit_metric(namespace, CHECKPOINT_OVERDUE_METRIC, checkpoint_overdue(plan, out["checkpoint_age_seconds"]),
-                    "None", {"Stage": dims["Stage"]})
-    return out
+    dims = {"Stage": env.stage, "Run": plan.run_name}
+    emit_metric(env.metrics_namespace, RUN_COST_METRIC, out.cost_usd, "None", dims)
+    if out.checkpoint_age_seconds is not None:
+        emit_metric(env.metrics_namespace, CHECKPOINT_AGE_METRIC, out.checkpoint_age_seconds, "Seconds", dims)
+        emit_metric(env.metrics_namespace, CHECKPOINT_OVERDUE_METRIC,
+                    checkpoint_overdue(plan, out.checkpoint_age_seconds), "None", {"Stage": env.stage})
+    return out.to_json()

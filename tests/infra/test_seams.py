@@ -16,13 +16,24 @@ import pytest
 import regex  # the service models' patterns use \p{...} classes, which `re` lacks
 from botocore.validate import ParamValidator
 
+from spotrun import guard as guard_rules
 from spotrun.contract import MAX_RUNTIME_LIMIT_S
 from spotrun.deployment import PipelineSettings, plan
-from spotrun.guard import decide, next_wait
 from spotrun.planner import load_catalog
-from spotrun.seams import COMPLETED_METRIC, GUARD_FIELDS, PLAN_FIELDS, REFUSAL_FIELDS, REPORT_FIELDS
+from spotrun.seams import COMPLETED_METRIC, GUARD_FIELDS, PLAN_FIELDS, REFUSAL_FIELDS, REPORT_FIELDS, Guard, Plan
 from spotrun_trainer.config import TrainConfig
 from tests.infra.render import render
+
+
+def decide(plan: dict, guard: dict, describe: dict, **kwargs) -> dict:
+    """The cost guard's rule on the JSON the state machine carries, as its handler calls it: decoded at entry
+    (spotrun.seams.Plan, Guard), encoded on return."""
+    return guard_rules.decide(Plan.from_json(plan), Guard.from_json(guard), describe, **kwargs).to_json()
+
+
+def next_wait(plan: dict, job_age_s: float, spent_usd: float) -> int:
+    return guard_rules.next_wait(Plan.from_json(plan), job_age_s, spent_usd)
+
 
 HISTORY_QUOTA = 25_000  # events per Standard execution (Step Functions quotas)
 # Events each state adds to the history (Step Functions history event types per state type).
