@@ -119,12 +119,12 @@ def _tags(raw: Any, path: str) -> dict[str, str]:
 
 
 MLFLOW_URI = ("an http(s):// URL of an MLflow tracking server, or the ARN of a SageMaker AI MLflow tracking server "
-              "(arn:aws:sagemaker:REGION:ACCOUNT:mlflow-tracking-server/NAME)")
+              f"(arn:aws:sagemaker:REGION:ACCOUNT:mlflow-tracking-server/NAME), at most {MLFLOW_URI_MAX:,} characters")
 
 
 def _mlflow_uri(raw: Any, path: str) -> str:
     if not isinstance(raw, str) or not raw or len(raw) > MLFLOW_URI_MAX:
-        raise RunValidationError(path, raw, f"{MLFLOW_URI}, at most {MLFLOW_URI_MAX:,} characters")
+        raise RunValidationError(path, raw, MLFLOW_URI)
     if raw.startswith("arn:"):
         name = raw.partition(":mlflow-tracking-server/")[2]
         if not (re.fullmatch(MLFLOW_TRACKING_SERVER_ARN, raw) and re.fullmatch(MLFLOW_TRACKING_SERVER_NAME, name)):
@@ -159,8 +159,8 @@ class ModelSpec:
     """`model`: pretrained weights (`source`), a shape trained from random weights (`config` with `init`), or a
     bare count for estimates (`parameters`)."""
 
-    source: str | None = spec("Local path or s3:// URI of an HF model directory: the pretrained weights to "
-                              "fine-tune (its config.json gives the exact parameter count).",
+    source: str | None = spec("An HF model directory: the pretrained weights to fine-tune (its config.json gives "
+                              "the exact parameter count).",
                               default=None, decode=_source, accepted=SOURCE)
     config: dict | None = spec("An inline HF config: the shape to train with init \"random\"; beside source, a copy "
                                "of its config.json used when the source cannot be read (offline estimates). Alone, "
@@ -168,8 +168,8 @@ class ModelSpec:
                                default=None, decode=_hf_config, accepted=HF_CONFIG)
     parameters: int | None = spec("A bare parameter count, alone in model: estimates only.", default=None,
                                   lo=1, hi=10**14)
-    init: Init | None = spec('"pretrained": weights from source; "random": weights initialised from training.seed, '
-                             "shape from config (an explicit choice). Given a source, it is pretrained.",
+    init: Init | None = spec("The weights to start from: an explicit choice for a shape given as config; with a "
+                             "source, pretrained.",
                              default=None, accepted='"pretrained" (weights from model.source) or "random" '
                              "(weights initialised from training.seed, shape from model.config)")
 
@@ -213,7 +213,7 @@ class ModelSpec:
 class DataSpec:
     """`data`: the prepared token shards (`spotrun prepare` writes them) and how samples are cut."""
 
-    source: str | None = spec("Local path or s3:// URI of prepared token shards (their index.json gives the token "
+    source: str | None = spec("The prepared token shards (`spotrun prepare`; their index.json gives the token "
                               "count).", default=None, decode=_source, accepted=SOURCE)
     tokens: int | None = spec("Training tokens per epoch (default: read from the shards' index.json).",
                               default=None, lo=1, hi=10**15)
@@ -357,9 +357,9 @@ class CheckpointSpec:
 class TrackingSpec:
     """`tracking`: experiment tracking (SageMaker AI's managed MLflow, or any MLflow tracking server)."""
 
-    mlflow_uri: str | None = spec("The MLflow tracking server the trainer logs this run to: an http(s) URL, or a "
-                                  "SageMaker AI MLflow tracking server's ARN (reached through the sagemaker-mlflow "
-                                  "plugin). Not given: nothing is tracked.", default=None, decode=_mlflow_uri,
+    mlflow_uri: str | None = spec("The MLflow tracking server the trainer logs this run to (a SageMaker AI server "
+                                  "is reached by its ARN through the sagemaker-mlflow plugin). Not given: nothing "
+                                  "is tracked.", default=None, decode=_mlflow_uri,
                                   accepted=MLFLOW_URI)
 
 

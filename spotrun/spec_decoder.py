@@ -10,8 +10,9 @@ string "auto" for None), or a `decode` function for the values no metadata descr
 decodes each field by its type (nested dataclasses recursively; JSON null is "not given" for an Optional field),
 builds the dataclass and then calls its `_across(raw, path)`: the rules across fields, the only hand-written
 checks, which may return a normalised copy. A class whose object is a tagged union (which fields are given
-decides what the others mean) says so in a static `_given(raw, path)`, called before any value is decoded. Every error is a `RunValidationError`
-(`field=value is invalid: expected ...`). `reference(cls)` lists every leaf field with the same texts.
+decides what the others mean) says so in a static `_given(raw, path)`, called before any value is decoded.
+Every error is a `RunValidationError` (`field=value is invalid: expected ...`). `reference(cls)` lists every leaf
+field with the same texts.
 """
 
 from __future__ import annotations
@@ -206,7 +207,10 @@ def reference(cls: type, prefix: str = "") -> list[tuple[str, str, str, str]]:
             rows.extend(reference(rule.kind, path + "."))
         else:
             rows.append((path, rule.accepted, _default_text(rule), rule.doc))
-    return rows
+    order: dict[str, int] = {}  # the fields of one JSON object together (`at` may place them apart)
+    for path, *_ in rows:
+        order.setdefault(path[len(prefix):].split(".")[0], len(order))
+    return sorted(rows, key=lambda row: order[row[0][len(prefix):].split(".")[0]])
 
 
 def markdown_table(rows: list[tuple[str, str, str, str]]) -> str:
