@@ -4,7 +4,8 @@ A run JSON is what users write and what a Step Functions execution receives. Eac
 with its documentation and what it accepts (`spec(...)`, see spotrun/spec_decoder.py); the decoder, the errors and
 the README's field reference (`python -m spotrun.contract --readme README.md` rewrites it; a test compares) all
 come from that declaration. Hand-written code is left for values no range or pattern describes (sources, tags,
-LoRA targets, HF configs, tracking URIs) and for the rules across fields (each class's `_across`).
+LoRA targets, HF configs, tracking URIs: spotrun/contract_values.py) and for the rules across fields (each
+class's `_given` and `_across`).
 
 Every error is one line that names the field (as a dotted path), the bad value (shortened) and what is accepted:
 `decode_run` (bytes of a run file) and `parse_run` (a decoded value, e.g. a Lambda event) raise
@@ -16,14 +17,12 @@ anything starts. See examples/runs/ for complete files.
 from __future__ import annotations
 
 import json
-import re
 import sys
 from dataclasses import dataclass, replace
 from typing import Any, Literal, get_args
-from urllib.parse import urlsplit
 
-from .aws_text import MAX_TAGS, TAG_KEY_MAX, TAG_VALUE_MAX, aws_text_ok
-from .seams import PIPELINE_TAG_KEYS
+from . import contract_values as values
+from .contract_values import MAX_RUN_TAGS, RESERVED_TAG_KEYS  # noqa: F401 - re-exported
 from .spec_decoder import decode, markdown_table, reference, spec
 from .strict_json import (  # noqa: F401 - re-exported: the contract's public names
     MAX_DEPTH,
@@ -41,9 +40,7 @@ SCHEMA_VERSION = 1
 # NOTE: every pattern is used with fullmatch: `re.match(r"...$")` accepts a trailing newline.
 _NAME = r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,47}"  # SageMaker job names allow 63; prefix/suffixes are added
 _REGISTRY_GROUP = r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}"  # CreateModelPackageGroup's EntityName
-_S3_URI = re.compile(r"s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9](/[^\x00-\x1f\x7f]*)?")
 _EXECUTION_NAME = r"[A-Za-z0-9_-]{1,80}"  # Step Functions execution names, as the console makes them
-_MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 Approval = Literal["PendingManualApproval", "Approved", "Rejected"]
 Method = Literal["full", "lora"]
 Init = Literal["pretrained", "random"]
@@ -52,97 +49,7 @@ MAX_RUNTIME_LIMIT_S = 28 * 24 * 3600  # StoppingCondition.MaxRuntimeInSeconds: "
 HYPERPARAMETER_VALUE_MAX = 2500  # CreateTrainingJob: HyperParameters values <= 2,500 characters (botocore model)
 HYPERPARAMETER_KEY_MAX = 256
 HYPERPARAMETERS_MAX = 100
-# Tags the pipeline sets on every training job itself; a run may not override them.
-RESERVED_TAG_KEYS = PIPELINE_TAG_KEYS
-MAX_RUN_TAGS = MAX_TAGS - len(RESERVED_TAG_KEYS)  # CreateTrainingJob: TagList max 50
-# SageMaker's CreateMlflowTrackingServer (botocore's service model): TrackingServerArn's pattern and its name's
-# (TrackingServerName); TrackingServerArn and TrackingServerUrl are at most 2,048 characters.
-MLFLOW_TRACKING_SERVER_ARN = r"arn:aws[a-z\-]*:sagemaker:[a-z0-9\-]*:[0-9]{12}:mlflow-tracking-server/.*"
-MLFLOW_TRACKING_SERVER_NAME = r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,255}"
-MLFLOW_URI_MAX = 2048
 DAYS_28_H = 28 * 24
-
-# ---- values no range or pattern describes ----------------------------------------------------------------------
-
-SOURCE = "a local path or an s3://bucket/prefix URI"
-
-
-def _source(raw: Any, path: str) -> str:
-    if not isinstance(raw, str) or not raw:
-        raise RunValidationError(path, raw, SOURCE)
-    if len(raw) > 1024 or any(ord(c) < 32 or ord(c) == 127 for c in raw):
-        raise RunValidationError(path, raw, "a path or URI of at most 1,024 characters without control characters")
-    if raw.startswith("s3://") and not _S3_URI.fullmatch(raw):
-        raise RunValidationError(path, raw, "an s3://bucket/prefix URI with a valid bucket name")
-    return raw
-
-
-HF_CONFIG = "an HF config object with a string model_type"
-
-
-def _hf_config(raw: Any, path: str) -> dict:
-    if not isinstance(raw, dict) or not isinstance(raw.get("model_type"), str):
-        raise RunValidationError(path, raw, HF_CONFIG)
-    return raw
-
-
-TARGETS = '"all-linear" or a list of 1-64 module names (e.g. ["q_proj"])'
-
-
-def _targets(raw: Any, path: str) -> str | tuple[str, ...]:
-    if raw == "all-linear":
-        return raw
-    if (not isinstance(raw, list) or not 0 < len(raw) <= 64
-            or not all(isinstance(t, str) and _MODULE_NAME.fullmatch(t) for t in raw)):
-        raise RunValidationError(path, raw, TARGETS)
-    return tuple(raw)
-
-
-TAGS = (f"an object of at most {MAX_RUN_TAGS} string tags (SageMaker allows {MAX_TAGS}; the pipeline sets "
-        f"{', '.join(RESERVED_TAG_KEYS)})")
-
-
-def _tags(raw: Any, path: str) -> dict[str, str]:
-    if not isinstance(raw, dict) or len(raw) > MAX_RUN_TAGS:
-        raise RunValidationError(path, raw, TAGS)
-    for key, value in raw.items():
-        where = join(path, key)
-        if not 1 <= len(key) <= TAG_KEY_MAX or not aws_text_ok(key) or key.lower().startswith("aws:"):
-            raise RunValidationError(where, value, "a tag key of 1-128 letters, digits, spaces or _.:/=+-@, not "
-                                     "starting with aws:")
-        if key.lower() in RESERVED_TAG_KEYS:
-            raise RunValidationError(where, value, f"a key other than {', '.join(RESERVED_TAG_KEYS)} (the "
-                                     "pipeline sets these on every training job)")
-        if not isinstance(value, str) or len(value) > TAG_VALUE_MAX or not aws_text_ok(value):
-            raise RunValidationError(where, value, "a tag value of at most 256 letters, digits, spaces or _.:/=+-@")
-    return dict(raw)
-
-
-MLFLOW_URI = ("an http(s):// URL of an MLflow tracking server, or the ARN of a SageMaker AI MLflow tracking server "
-              f"(arn:aws:sagemaker:REGION:ACCOUNT:mlflow-tracking-server/NAME), at most {MLFLOW_URI_MAX:,} characters")
-
-
-def _mlflow_uri(raw: Any, path: str) -> str:
-    if not isinstance(raw, str) or not raw or len(raw) > MLFLOW_URI_MAX:
-        raise RunValidationError(path, raw, MLFLOW_URI)
-    if raw.startswith("arn:"):
-        name = raw.partition(":mlflow-tracking-server/")[2]
-        if not (re.fullmatch(MLFLOW_TRACKING_SERVER_ARN, raw) and re.fullmatch(MLFLOW_TRACKING_SERVER_NAME, name)):
-            raise RunValidationError(path, raw, "the ARN of a SageMaker AI MLflow tracking server: arn:aws:sagemaker:"
-                                     "REGION:ACCOUNT:mlflow-tracking-server/NAME (NAME: 1-256 letters, digits and "
-                                     "hyphens, starting and ending with a letter or digit)")
-        return raw
-    try:
-        url = urlsplit(raw)
-        ok = url.scheme in ("http", "https") and bool(url.hostname) and (url.port is None or url.port > 0)
-    except ValueError:  # a malformed IPv6 host or port
-        ok = False
-    if not ok or any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in raw):
-        raise RunValidationError(path, raw, MLFLOW_URI)
-    if "@" in url.netloc:
-        raise RunValidationError(path, raw, "a URL without user:password@ (a run's hyperparameters are visible "
-                                 "in DescribeTrainingJob; give the tracking server's credentials another way)")
-    return raw
 
 
 def _needs_validation(data: DataSpec, field_path: str, value: Any) -> None:
@@ -161,11 +68,11 @@ class ModelSpec:
 
     source: str | None = spec("An HF model directory: the pretrained weights to fine-tune (its config.json gives "
                               "the exact parameter count).",
-                              default=None, decode=_source, accepted=SOURCE)
+                              default=None, decode=values.source, accepted=values.SOURCE)
     config: dict | None = spec("An inline HF config: the shape to train with init \"random\"; beside source, a copy "
                                "of its config.json used when the source cannot be read (offline estimates). Alone, "
                                "a shape for estimates only (the pipeline asks for init).",
-                               default=None, decode=_hf_config, accepted=HF_CONFIG)
+                               default=None, decode=values.hf_config, accepted=values.HF_CONFIG)
     parameters: int | None = spec("A bare parameter count, alone in model: estimates only.", default=None,
                                   lo=1, hi=10**14)
     init: Init | None = spec("The weights to start from: an explicit choice for a shape given as config; with a "
@@ -214,12 +121,12 @@ class DataSpec:
     """`data`: the prepared token shards (`spotrun prepare` writes them) and how samples are cut."""
 
     source: str | None = spec("The prepared token shards (`spotrun prepare`; their index.json gives the token "
-                              "count).", default=None, decode=_source, accepted=SOURCE)
+                              "count).", default=None, decode=values.source, accepted=values.SOURCE)
     tokens: int | None = spec("Training tokens per epoch (default: read from the shards' index.json).",
                               default=None, lo=1, hi=10**15)
     seq_len: int = spec("Tokens per training sample (documents are packed, separated by EOS).", lo=2, hi=1 << 20)
     validation: str | None = spec("Prepared validation shards: the training job's `validation` channel.",
-                                  default=None, decode=_source, accepted=SOURCE)
+                                  default=None, decode=values.source, accepted=values.SOURCE)
     validation_fraction: float | None = spec("Held-out share of the documents, split by a stable hash at prepare "
                                              "time into <prepared data>/validation (instead of validation).",
                                              default=None, lo=0, hi=0.5, lo_open=True)
@@ -276,8 +183,8 @@ class LoraSpec:
     rank: int = spec("Adapter rank r: a targeted (in, out) linear layer gains r * (in + out) parameters.",
                      lo=1, hi=4096)
     target_modules: tuple[str, ...] | str = spec("The linear layers that get adapters: every one of the blocks, or "
-                                                 "these module names.", default="all-linear", decode=_targets,
-                                                 accepted=TARGETS)
+                                                 "these module names.", default="all-linear",
+                                                 decode=values.lora_targets, accepted=values.TARGETS)
     alpha: float = spec("Scaling numerator: the adapter's output is multiplied by alpha / rank.", default=16.0,
                         lo=0, hi=65536, lo_open=True)
     dropout: float = spec("Dropout on the adapter's input.", default=0.0, lo=0, hi=0.9)
@@ -359,8 +266,8 @@ class TrackingSpec:
 
     mlflow_uri: str | None = spec("The MLflow tracking server the trainer logs this run to (a SageMaker AI server "
                                   "is reached by its ARN through the sagemaker-mlflow plugin). Not given: nothing "
-                                  "is tracked.", default=None, decode=_mlflow_uri,
-                                  accepted=MLFLOW_URI)
+                                  "is tracked.", default=None, decode=values.mlflow_uri,
+                                  accepted=values.MLFLOW_URI)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -384,7 +291,7 @@ class RunSpec:
     approval_status: Approval = spec("The registered model package's approval status.",
                                      default="PendingManualApproval", at="registry.approval_status")
     tags: dict[str, str] = spec("Tags on every training job of the run (SageMaker's tag pattern).",
-                                default_factory=dict, decode=_tags, accepted=TAGS)
+                                default_factory=dict, decode=values.tags, accepted=values.TAGS)
     eval: EvalSpec = spec("When to evaluate.", default_factory=EvalSpec)
     export_from: Literal["last", "best"] = spec("Which weights are exported: the final ones, or the kept best "
                                                 "checkpoint's (needs eval.keep_best).", default="last",

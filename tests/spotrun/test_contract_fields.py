@@ -13,15 +13,8 @@ from typing import Literal
 import botocore.session
 import pytest
 
-from spotrun.contract import (
-    MLFLOW_TRACKING_SERVER_ARN,
-    MLFLOW_TRACKING_SERVER_NAME,
-    MLFLOW_URI_MAX,
-    RunSpec,
-    RunValidationError,
-    parse_run,
-    with_reference,
-)
+from spotrun.contract import RunSpec, RunValidationError, parse_run, with_reference
+from spotrun.contract_values import MLFLOW_TRACKING_SERVER_ARN, MLFLOW_TRACKING_SERVER_NAME, MLFLOW_URI_MAX
 from spotrun.spec_decoder import decode, reference, spec
 
 ROOT = Path(__file__).resolve().parents[2]
