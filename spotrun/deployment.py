@@ -1,16 +1,17 @@
 """The deployment's side of planning: one execution's plan, as the estimate Lambda returns it and `spotrun start`
 checks it before starting anything (spotrun/handlers/estimate.py is the Lambda's entry point).
 
-`plan()` takes a run (raw JSON), the execution's name and the deployment's `PipelineSettings`, and returns a
-plan (spotrun.seams.Plan). A run that must not start returns status InvalidRun or OverBudget with the reason (the
-state machine turns them into named failures before anything is created); otherwise status "ok" with every value
-CreateTrainingJob needs.
+`plan()` takes a run (raw JSON), the execution's name and the deployment's `PipelineSettings`, and returns the
+plan as the state machine carries it (`spotrun.seams.Plan.to_json()`; `Plan.from_json` decodes it). A run that
+must not start returns status InvalidRun or OverBudget with the reason (the state machine turns them into named
+failures before anything is created); otherwise status "ok" with every value CreateTrainingJob needs.
 
 Besides the planner's rules, this is where the deployment's facts apply: the region's on-demand prices (a region
 the catalog has no prices for is refused), the stage's allowed instance types, the account's SageMaker service
 quota for the chosen type, and the checkpoint prefix: one per execution, `checkpoints/<run>/<execution>/`, or an
 earlier execution's when the run names it in `checkpoint.resume_from` (spotrun/preflight.py holds those checks).
-Also here: the jobs' names (`job_name`, which the canceller derives too) and their ResourceConfig. The settings
+Also here: the jobs' names (`job_name`), their ResourceConfig, and the canceller's rule (`cancel`: which jobs
+are an ended execution's). The settings
 (`PipelineSettings`, the estimate function's environment) are defined in spotrun/seams.py.
 """
 

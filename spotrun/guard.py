@@ -6,7 +6,7 @@ it returns the new guard (spotrun.seams.Guard), whose `action` is a seams.GuardA
 same arithmetic on a job as it is now; the cost report's registry metadata (`registry_metadata`) is the same on
 AWS and in the local registry of `spotrun local`.
 
-What holds the cap is not this Lambda: every job's MaxRuntimeInSeconds is what the cap still allows at
+What holds the cap is not the guard: every job's MaxRuntimeInSeconds is what the cap still allows at
 on-demand rates, and SageMaker enforces it (spotrun/segments.py). The guard keeps the books and chains segments:
 
 - a finished job costs BillableTimeInSeconds x on-demand price x instance count (BillableTimeInSeconds is already
