@@ -11,8 +11,8 @@ the catalog has no prices for is refused), the stage's allowed instance types, t
 quota for the chosen type, and the checkpoint prefix: one per execution, `checkpoints/<run>/<execution>/`, or an
 earlier execution's when the run names it in `checkpoint.resume_from` (spotrun/preflight.py holds those checks).
 Also here: the jobs' names (`job_name`), their ResourceConfig, and the canceller's rule (`cancel`: which jobs
-are an ended execution's). The settings
-(`PipelineSettings`, the estimate function's environment) are defined in spotrun/seams.py.
+are an ended execution's). The settings (`PipelineSettings`, the estimate function's environment) are defined
+in spotrun/seams.py.
 """
 
 from __future__ import annotations
