@@ -132,17 +132,39 @@ def create_training_job_parameters(props: TrainingPipelineProps, *, spot: bool) 
     return params
 
 
+@dataclass(frozen=True)
+class _Arns:
+    """The stage's SageMaker resources the pipeline's policies are scoped to."""
+
+    job: str
+    group: str
+    package: str
+
+    @classmethod
+    def of(cls, stack: Stack, props: TrainingPipelineProps) -> _Arns:
+        return cls(
+            job=stack.format_arn(service="sagemaker", resource="training-job", resource_name=f"{props.job_prefix}*"),
+            group=stack.format_arn(service="sagemaker", resource="model-package-group",
+                                   resource_name=f"{props.model_package_group_base}-*"),
+            package=stack.format_arn(service="sagemaker", resource="model-package",
+                                     resource_name=f"{props.model_package_group_base}-*/*"))
+
+
 class TrainingPipeline(Construct):
+    """The functions (estimate, cost guard, canceller), the state machine's definition and its role."""
+
     def __init__(self, scope: Construct, id_: str, *, props: TrainingPipelineProps) -> None:
         super().__init__(scope, id_)
-        stack = Stack.of(self)
-        store = props.store
-        job_arn = stack.format_arn(service="sagemaker", resource="training-job", resource_name=f"{props.job_prefix}*")
-        group_arn = stack.format_arn(service="sagemaker", resource="model-package-group",
-                                     resource_name=f"{props.model_package_group_base}-*")
-        package_arn = stack.format_arn(service="sagemaker", resource="model-package",
-                                       resource_name=f"{props.model_package_group_base}-*/*")
+        arns = _Arns.of(Stack.of(self), props)
+        self._functions(props, arns.job)
+        self._state_machine(props, self._definition(props, arns), arns)
+        self._estimate_reads_executions()
+        self._canceller(props, arns.job)
+        self._acknowledge(arns.job, arns.package, arns.group)
 
+    def _functions(self, props: TrainingPipelineProps, job_arn: str) -> None:
+        """The estimate and the cost guard, with what each reads."""
+        store = props.store
         # PipelineSettings.from_env reads these (spotrun/handlers/estimate.py); the stack also outputs them so
         # that `spotrun start` validates with the same settings.
         self.estimate_settings = {
@@ -180,15 +202,25 @@ class TrainingPipeline(Construct):
                     f"AwsSolutions-IAM5[Resource::{rendered(self, job_arn)}]",
                     "describes training jobs of this stage only: every job name starts with the stage's prefix")
 
-        def notify(name: str, subject: str, message_path: str) -> tasks.SnsPublish:
-            return tasks.SnsPublish(self, name, topic=props.failures_topic, subject=subject,
-                                    message=sfn.TaskInput.from_json_path_at(message_path),
-                                    result_path=sfn.JsonPath.DISCARD)
+    def _notify(self, props: TrainingPipelineProps, name: str, subject: str, message_path: str) -> tasks.SnsPublish:
+        return tasks.SnsPublish(self, name, topic=props.failures_topic, subject=subject,
+                                message=sfn.TaskInput.from_json_path_at(message_path),
+                                result_path=sfn.JsonPath.DISCARD)
 
-        # Unexpected errors anywhere (API errors, throttling after retries, a guard that keeps failing) end here,
-        # with the cause: the current job is stopped first (its MaxRuntime bounds it if the stop fails too, and
-        # the canceller tries again when the execution has failed).
-        notify_error = notify("NotifyPipelineError", "spotrun: pipeline error", "$.error.Cause").next(
+    def _sdk(self, name: str, action: str, parameters: dict, resources: list[str], result_path: str,
+             iam_action: str | None = None) -> tasks.CallAwsService:
+        """A SageMaker API call, retried on throttling and internal errors."""
+        task = tasks.CallAwsService(self, name, service="sagemaker", action=action, parameters=parameters,
+                                    iam_resources=resources, result_path=result_path, iam_action=iam_action)
+        task.add_retry(errors=["SageMaker.ThrottlingException", "SageMaker.SageMakerException"],
+                       interval=Duration.seconds(5), max_attempts=3, backoff_rate=2)
+        return task
+
+    def _pipeline_error(self, props: TrainingPipelineProps, job_arn: str) -> sfn.Choice:
+        """Unexpected errors anywhere (API errors, throttling after retries, a guard that keeps failing) end here,
+        with the cause: the current job is stopped first (its MaxRuntime bounds it if the stop fails too, and the
+        canceller tries again when the execution has failed)."""
+        notify_error = self._notify(props, "NotifyPipelineError", "spotrun: pipeline error", "$.error.Cause").next(
             sfn.Fail(self, "PipelineError", error="PipelineError", cause_path="$.error.Cause"))
         stop_on_error = tasks.CallAwsService(
             self, "StopJobOnError", service="sagemaker", action="stopTrainingJob",
@@ -198,18 +230,18 @@ class TrainingPipeline(Construct):
                                 backoff_rate=2)
         stop_on_error.add_catch(notify_error, errors=["States.ALL"], result_path="$.stop_error")
         stop_on_error.next(notify_error)
-        pipeline_error = sfn.Choice(self, "JobToStop").when(
+        return sfn.Choice(self, "JobToStop").when(
             sfn.Condition.is_present(guard_path("job_name")), stop_on_error).otherwise(notify_error)
 
-        def sdk(name: str, action: str, parameters: dict, resources: list[str], result_path: str,
-                iam_action: str | None = None) -> tasks.CallAwsService:
-            task = tasks.CallAwsService(self, name, service="sagemaker", action=action, parameters=parameters,
-                                        iam_resources=resources, result_path=result_path,
-                                        iam_action=iam_action)
-            task.add_retry(errors=["SageMaker.ThrottlingException", "SageMaker.SageMakerException"],
-                           interval=Duration.seconds(5), max_attempts=3, backoff_rate=2)
-            return task
+    def _definition(self, props: TrainingPipelineProps, arns: _Arns) -> sfn.IChainable:
+        """Init -> Estimate -> the first job -> the guarded polling loop -> registration or a named failure."""
+        job_arn = arns.job
+        pipeline_error = self._pipeline_error(props, job_arn)
 
+        def notify(name: str, subject: str, message_path: str) -> tasks.SnsPublish:
+            return self._notify(props, name, subject, message_path)
+
+        sdk = self._sdk
         init = sfn.Pass(self, "Init", parameters={"run.$": "$"})
         estimate = tasks.LambdaInvoke(
             self, "Estimate", lambda_function=self.estimate_fn, payload_response_only=True, result_path="$.plan",
@@ -248,26 +280,7 @@ class TrainingPipeline(Construct):
         stop = sdk("StopTrainingJob", "stopTrainingJob", {"TrainingJobName.$": guard_path("job_name")}, [job_arn],
                    sfn.JsonPath.DISCARD, iam_action="sagemaker:StopTrainingJob")
         stop.add_catch(pipeline_error, errors=["States.ALL"], result_path="$.error")
-        register = sdk("CreateModelPackage", "createModelPackage", {
-            "ModelPackageGroupName": props.model_package_group_name,
-            # Registered for review, always: approval is a separate, permissioned step.
-            "ModelApprovalStatus": REGISTRATION_STATUS,
-            "ModelPackageDescription.$": f"States.Format('spotrun run {{}} ({{}}, {{}})', {plan_path('run_name')}, "
-                                         f"{plan_path('method')}, {guard_path('job_name')})",
-            "InferenceSpecification": {
-                # The HF LLM (TGI) serving image reads the trainer's safetensors directory, which SageMaker
-                # extracts from model.tar.gz into /opt/ml/model.
-                "Containers": [{"Image": props.inference_image_uri,
-                                "ModelDataUrl.$": guard_path("report", "model_data_url"),
-                                "Environment": {"HF_MODEL_ID": "/opt/ml/model"}}],
-                "SupportedContentTypes": ["application/json"],
-                "SupportedResponseMIMETypes": ["application/json"],
-            },
-            "CustomerMetadataProperties.$": guard_path("report", "metadata"),
-        }, [group_arn, package_arn], "$.registered", iam_action="sagemaker:CreateModelPackage")
-        register.add_catch(pipeline_error, errors=["States.ALL"], result_path="$.error")
-        report = sfn.Pass(self, "CostReport", parameters={
-            "report.$": guard_path("report"), "model_package_arn.$": "$.registered.ModelPackageArn"})
+        register, report = self._registration(props, arns, pipeline_error)
         training_failed = notify("NotifyTrainingFailed", "spotrun: training failed", guard_path("message")).next(
             sfn.Fail(self, "TrainingFailed", error="TrainingFailed", cause_path=guard_path("message")))
         capped = notify("NotifyCostCap", "spotrun: stopped at the cost cap", guard_path("message")).next(
@@ -301,7 +314,36 @@ class TrainingPipeline(Construct):
                 .when(sfn.Condition.boolean_equals(plan_path("spot"), True), create_spot)
                 .otherwise(create_on_demand))))
         create_spot.next(wait)
+        return definition
 
+    def _registration(self, props: TrainingPipelineProps, arns: _Arns,
+                      pipeline_error: sfn.IChainable) -> tuple[tasks.CallAwsService, sfn.Pass]:
+        """The completed job's model package (for review, always) and the run's cost report."""
+        register = self._sdk("CreateModelPackage", "createModelPackage", {
+            "ModelPackageGroupName": props.model_package_group_name,
+            # Registered for review, always: approval is a separate, permissioned step.
+            "ModelApprovalStatus": REGISTRATION_STATUS,
+            "ModelPackageDescription.$": f"States.Format('spotrun run {{}} ({{}}, {{}})', {plan_path('run_name')}, "
+                                         f"{plan_path('method')}, {guard_path('job_name')})",
+            "InferenceSpecification": {
+                # The HF LLM (TGI) serving image reads the trainer's safetensors directory, which SageMaker
+                # extracts from model.tar.gz into /opt/ml/model.
+                "Containers": [{"Image": props.inference_image_uri,
+                                "ModelDataUrl.$": guard_path("report", "model_data_url"),
+                                "Environment": {"HF_MODEL_ID": "/opt/ml/model"}}],
+                "SupportedContentTypes": ["application/json"],
+                "SupportedResponseMIMETypes": ["application/json"],
+            },
+            "CustomerMetadataProperties.$": guard_path("report", "metadata"),
+        }, [arns.group, arns.package], "$.registered", iam_action="sagemaker:CreateModelPackage")
+        register.add_catch(pipeline_error, errors=["States.ALL"], result_path="$.error")
+        report = sfn.Pass(self, "CostReport", parameters={
+            "report.$": guard_path("report"), "model_package_arn.$": "$.registered.ModelPackageArn"})
+        return register, report
+
+    def _state_machine(self, props: TrainingPipelineProps, definition: sfn.IChainable, arns: _Arns) -> None:
+        """The state machine, its logs and what its role may do beyond what its tasks grant."""
+        job_arn, group_arn, package_arn = arns.job, arns.group, arns.package
         log_group = logs.LogGroup(self, "Logs", retention=logs.RetentionDays.SIX_MONTHS)
         self.state_machine = sfn.StateMachine(
             self, "StateMachine", definition_body=sfn.DefinitionBody.from_chainable(definition),
@@ -315,9 +357,6 @@ class TrainingPipeline(Construct):
         role.add_to_principal_policy(iam.PolicyStatement(
             actions=["iam:PassRole"], resources=[props.execution_role.role_arn],
             conditions={"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}}))
-        self._estimate_reads_executions()
-        self._canceller(props, job_arn)
-        self._acknowledge(job_arn, package_arn, group_arn)
 
     def _estimate_reads_executions(self) -> None:
         """The estimate counts running executions (the stage's concurrency limit) and checks the execution a
