@@ -43,6 +43,7 @@ DEFAULT_SHARD_BYTES = 256 * 1024 * 1024
 MIN_RUNTIME_S = 600  # a preparation job the cap cannot carry for 10 minutes is refused
 STOP_BILL_S = 120  # what a stop at MaxRuntime still bills (as for training jobs)
 MAX_TOKENIZER_FILES = 200
+FINISH_PREPARED, FINISH_FAILED = "prepared", "failed"  # the finish step's status (the state machine branches on it)
 
 
 class PreparationRefused(ValueError):
@@ -311,7 +312,7 @@ def finish(s3: Any, sagemaker: Any, preparation: dict) -> dict:
                     instance_count=prep.instance_count)
     if status != "Completed":
         reason = describe.get("FailureReason") or describe.get("ExitMessage") or status
-        return {"status": "failed", "prepared": dataclasses.asdict(done),
+        return {"status": FINISH_FAILED, "prepared": dataclasses.asdict(done),
                 "message": f"preparing {prep.raw_source} failed: processing job {prep.job_name} ended {status}: "
                            f"{reason} (${cost:.4f} billed)"}
     parts: dict[str, dict] = {}
@@ -324,7 +325,7 @@ def finish(s3: Any, sagemaker: Any, preparation: dict) -> dict:
     try:
         merged, validation = merge_parts(parts, held_out)
     except ValueError as exc:
-        return {"status": "failed", "prepared": dataclasses.asdict(done),
+        return {"status": FINISH_FAILED, "prepared": dataclasses.asdict(done),
                 "message": f"preparing {prep.raw_source}: {exc} (processing job {prep.job_name}, ${cost:.4f})"}
     source = f"{prep.prefix}{PARTS_DIR}/{min(parts)}/tokenizer/"
     for o in _list(s3, prep.bucket, source):  # beside the data, as `spotrun prepare` leaves it: exported with the model
@@ -338,7 +339,7 @@ def finish(s3: Any, sagemaker: Any, preparation: dict) -> dict:
     s3.put_object(Bucket=prep.bucket, Key=prep.prefix + MARKER, Body=json.dumps({  # last: complete from here on
         "key": prep.key, "raw_source": prep.raw_source, "total_tokens": merged["total_tokens"],
         "parts": merged["parts"], "job_name": prep.job_name, "cost_usd": cost, "seconds": seconds}).encode())
-    return {"status": "prepared", "prepared": dataclasses.asdict(done), "message": ""}
+    return {"status": FINISH_PREPARED, "prepared": dataclasses.asdict(done), "message": ""}
 
 
 # ---- the estimate's step ------------------------------------------------------------------------------------
@@ -396,3 +397,46 @@ def resolve(run: Any, s3: Any, *, bucket: str, settings: PreparationSettings, ca
         files=len(raw), settings=settings, usd_per_hour=rate, runtime_s=runtime_s,
         name=job_name(job_prefix, key, execution), volume_kms_key_arn=volume_kms_key_arn, tags=tags,
         text_field="text", validation_fraction=fraction, poll_seconds=poll_seconds)
+
+
+PREPARATION_FIELDS = frozenset(f.name for f in dataclasses.fields(Preparation))
+PREPARED_FIELDS = frozenset(f.name for f in dataclasses.fields(Prepared))
+
+
+def preparation_path(field: str, *sub: str) -> str:
+    """`$.plan.preparation.<field>` (the estimate's Prepare output) for the state machine; refuses unknown fields."""
+    if field not in PREPARATION_FIELDS:
+        raise ValueError(f"preparation field {field!r} is unknown: expected one of "
+                         f"{', '.join(sorted(PREPARATION_FIELDS))}")
+    return ".".join(("$.plan.preparation", field, *sub))
+
+
+def plan_step(run: Any, s3: Any, *, pipeline: Any, settings: PreparationSettings, catalog: dict, execution: str,
+              prepared: dict | None) -> tuple[Any, Prepared | None, dict | None]:
+    """The estimate's preparation step: (the run to plan, its Prepared or None, or the estimate's whole output
+    instead of a plan: status Prepare with the job, or a refusal). The run to plan trains on the prepared shards
+    with the cap less what the preparation cost (the cap itself stays the plan's `max_usd`)."""
+    from .seams import EXECUTION_TAG, PlanStatus
+
+    tags = {"project": pipeline.project, "stage": pipeline.stage, "cost-center": pipeline.cost_center, **run.tags,
+            "run": run.name, EXECUTION_TAG: execution}
+    try:
+        outcome = resolve(run, s3, bucket=pipeline.bucket, settings=settings, catalog=catalog,
+                          region=pipeline.region, execution=execution, job_prefix=pipeline.job_prefix,
+                          volume_kms_key_arn=pipeline.volume_kms_key_arn, poll_seconds=pipeline.poll_seconds,
+                          tags=[{"Key": k, "Value": v} for k, v in sorted(tags.items())], prepared=prepared)
+    except PreparationRefused as exc:
+        status = PlanStatus.OVER_BUDGET if exc.over_budget else PlanStatus.INVALID_RUN
+        return run, None, {"status": status.value, "message": str(exc), "field": exc.field}
+    if outcome is None:
+        return run, None, None
+    if isinstance(outcome, Preparation):
+        return run, None, {
+            "status": PlanStatus.PREPARE.value, "field": "data.source", "preparation": dataclasses.asdict(outcome),
+            "message": f"data.source={run.data.source!r} is raw text ({outcome.files} file(s)): preparing it with "
+                       f"{outcome.instance_count} x {outcome.instance_type} (processing job {outcome.job_name}, "
+                       f"MaxRuntime {outcome.max_runtime_seconds} s, at most "
+                       f"${outcome.usd_per_hour * outcome.max_runtime_seconds / 3600:.2f}) into {outcome.output_uri}"}
+    trained = dataclasses.replace(run, max_usd=round(run.max_usd - outcome.cost_usd, 4),
+                                  data=dataclasses.replace(run.data, source=outcome.data_source))
+    return trained, outcome, None

@@ -37,6 +37,7 @@ from constructs import Construct
 from spotrun.contract import MAX_RUNTIME_LIMIT_S
 from spotrun.handlers.cancel import CANCEL_STATUSES
 from spotrun.handlers.estimate import REGISTRATION_STATUS
+from spotrun.preparation import FINISH_FAILED, PREPARED_PREFIX, PreparationSettings, preparation_path
 from spotrun.seams import COMPLETED_METRIC_DEFINITION, GuardAction, PlanStatus, guard_path, plan_path
 
 from .artifact_store import ArtifactStore
@@ -81,6 +82,8 @@ class TrainingPipelineProps:
     """The stage's most instances per run (0: none)."""
     max_concurrent_runs: int = 0
     """Executions that may run at once (0: none); the estimate counts the running ones."""
+    preparation: PreparationSettings = PreparationSettings()
+    """The CPU instances that prepare a raw data.source (a SageMaker Processing job running the trainer image)."""
 
     def __post_init__(self) -> None:
         if not self.job_prefix or len(self.job_prefix) > 24:
@@ -139,11 +142,14 @@ class _Arns:
     job: str
     group: str
     package: str
+    processing: str
 
     @classmethod
     def of(cls, stack: Stack, props: TrainingPipelineProps) -> _Arns:
         return cls(
             job=stack.format_arn(service="sagemaker", resource="training-job", resource_name=f"{props.job_prefix}*"),
+            processing=stack.format_arn(service="sagemaker", resource="processing-job",
+                                        resource_name=f"{props.job_prefix}*"),
             group=stack.format_arn(service="sagemaker", resource="model-package-group",
                                    resource_name=f"{props.model_package_group_base}-*"),
             package=stack.format_arn(service="sagemaker", resource="model-package",
@@ -157,10 +163,11 @@ class TrainingPipeline(Construct):
         super().__init__(scope, id_)
         arns = _Arns.of(Stack.of(self), props)
         self._functions(props, arns.job)
+        self._preparation_functions(props, arns.processing)
         self._state_machine(props, self._definition(props, arns), arns)
         self._estimate_reads_executions()
         self._canceller(props, arns.job)
-        self._acknowledge(arns.job, arns.package, arns.group)
+        self._acknowledge(arns.job, arns.package, arns.group, arns.processing)
 
     def _functions(self, props: TrainingPipelineProps, job_arn: str) -> None:
         """The estimate and the cost guard, with what each reads."""
@@ -176,7 +183,7 @@ class TrainingPipeline(Construct):
             "VOLUME_KMS_KEY_ARN": store.key.key_arn,
             "PROJECT": props.project, "STAGE": props.stage, "COST_CENTER": props.cost_center,
             "MAX_USD_PER_RUN": str(props.max_usd_per_run), "MAX_INSTANCES_PER_RUN": str(props.max_instances_per_run),
-            "MAX_CONCURRENT_RUNS": str(props.max_concurrent_runs)}
+            "MAX_CONCURRENT_RUNS": str(props.max_concurrent_runs), **props.preparation.to_env()}
         self.estimate_fn = spotrun_function(
             self, "EstimateFn", handler="spotrun.handlers.estimate.handler", timeout_s=60,
             description="spotrun planner: validates the run and decides instance, limits, cadence and cost",
@@ -208,10 +215,11 @@ class TrainingPipeline(Construct):
                                 result_path=sfn.JsonPath.DISCARD)
 
     def _sdk(self, name: str, action: str, parameters: dict, resources: list[str], result_path: str,
-             iam_action: str | None = None) -> tasks.CallAwsService:
+             iam_action: str | None = None, result_selector: dict | None = None) -> tasks.CallAwsService:
         """A SageMaker API call, retried on throttling and internal errors."""
         task = tasks.CallAwsService(self, name, service="sagemaker", action=action, parameters=parameters,
-                                    iam_resources=resources, result_path=result_path, iam_action=iam_action)
+                                    iam_resources=resources, result_path=result_path, iam_action=iam_action,
+                                    result_selector=result_selector)
         task.add_retry(errors=["SageMaker.ThrottlingException", "SageMaker.SageMakerException"],
                        interval=Duration.seconds(5), max_attempts=3, backoff_rate=2)
         return task
@@ -243,12 +251,7 @@ class TrainingPipeline(Construct):
 
         sdk = self._sdk
         init = sfn.Pass(self, "Init", parameters={"run.$": "$"})
-        estimate = tasks.LambdaInvoke(
-            self, "Estimate", lambda_function=self.estimate_fn, payload_response_only=True, result_path="$.plan",
-            payload=sfn.TaskInput.from_object({"run.$": "$.run", "execution.$": "$$.Execution.Name",
-                                               "started.$": "$$.Execution.StartTime",
-                                               "state_machine.$": "$$.StateMachine.Id"}))
-        estimate.add_catch(pipeline_error, errors=["States.ALL"], result_path="$.error")
+        estimate = self._estimate("Estimate", pipeline_error)
         invalid = notify("NotifyInvalidRun", "spotrun: invalid run", plan_path("message")).next(
             sfn.Fail(self, "InvalidRun", error=PlanStatus.INVALID_RUN.value, cause_path=plan_path("message")))
         over_budget = notify("NotifyOverBudget", "spotrun: over budget", plan_path("message")).next(
@@ -256,7 +259,9 @@ class TrainingPipeline(Construct):
 
         init_guard = sfn.Pass(self, "InitGuard", result_path="$.guard", parameters={
             "action": GuardAction.WAIT.value, "job_name.$": plan_path("job_name"), "spot.$": plan_path("spot"),
-            "wait_seconds.$": plan_path("poll_seconds"), "spent_before_usd": 0, "interruptions_before": 0,
+            # What the run's preparation job billed (0 without one): the first segment's room is the cap less it.
+            "wait_seconds.$": plan_path("poll_seconds"), "spent_before_usd.$": plan_path("spent_before_usd"),
+            "interruptions_before": 0,
             "segment": 1, "max_runtime_seconds.$": plan_path("max_runtime_seconds"),
             "max_wait_seconds.$": plan_path("max_wait_seconds"),
             "hyperparameters.$": plan_path("hyperparameters"), "segments": []})
@@ -305,8 +310,11 @@ class TrainingPipeline(Construct):
             .when(action_is(GuardAction.GATE_FAILED), gate_failed)
             .otherwise(training_failed))
         create_on_demand.next(wait)
+        estimate_ok = sfn.Choice(self, "EstimateOk")
+        preparation = self._preparation(props, arns, pipeline_error, estimate_ok)
         definition = init.next(estimate).next(
-            sfn.Choice(self, "EstimateOk")
+            estimate_ok
+            .when(sfn.Condition.string_equals(plan_path("status"), PlanStatus.PREPARE.value), preparation)
             .when(sfn.Condition.string_equals(plan_path("status"), PlanStatus.INVALID_RUN.value), invalid)
             .when(sfn.Condition.string_equals(plan_path("status"), PlanStatus.OVER_BUDGET.value), over_budget)
             .otherwise(init_guard.next(
@@ -315,6 +323,94 @@ class TrainingPipeline(Construct):
                 .otherwise(create_on_demand))))
         create_spot.next(wait)
         return definition
+
+    def _estimate(self, name: str, pipeline_error: sfn.IChainable, **extra: str) -> tasks.LambdaInvoke:
+        """The estimate, on the run and the execution (and, after a preparation, what it made)."""
+        estimate = tasks.LambdaInvoke(
+            self, name, lambda_function=self.estimate_fn, payload_response_only=True, result_path="$.plan",
+            payload=sfn.TaskInput.from_object({"run.$": "$.run", "execution.$": "$$.Execution.Name",
+                                               "started.$": "$$.Execution.StartTime",
+                                               "state_machine.$": "$$.StateMachine.Id", **extra}))
+        estimate.add_catch(pipeline_error, errors=["States.ALL"], result_path="$.error")
+        return estimate
+
+    def _preparation_functions(self, props: TrainingPipelineProps, processing_arn: str) -> None:
+        """The preparation's finish step (merges the parts' indexes), and what the processing job may write."""
+        store = props.store
+        self.prepare_fn = spotrun_function(
+            self, "PrepareFn", handler="spotrun.handlers.prepare.handler", timeout_s=300,
+            description="spotrun preparation: merges the processing job's parts into the dataset's index.json",
+            environment={"BUCKET_NAME": store.bucket.bucket_name})
+        self.prepare_fn.add_to_role_policy(iam.PolicyStatement(actions=["sagemaker:DescribeProcessingJob"],
+                                                               resources=[processing_arn]))
+        # The parts (read), the merged index.json, tokenizer/ and the marker (written; nothing deleted).
+        store.grant_read_write_prefix(self.prepare_fn, PREPARED_PREFIX, delete=False)
+        acknowledge(self.prepare_fn.role.node.find_child("DefaultPolicy"),
+                    f"AwsSolutions-IAM5[Resource::{rendered(self, processing_arn)}]",
+                    "describes preparation jobs of this stage only: every job name starts with the stage's prefix")
+        # The processing job runs as the execution role: it reads datasets/, models/ and the tokenizer manifest
+        # under checkpoints/ already; it also uploads its parts under datasets/_prepared/ and writes its logs.
+        logs_arn = Stack.of(self).format_arn(service="logs", resource="log-group",
+                                             resource_name="/aws/sagemaker/ProcessingJobs*",
+                                             arn_format=ArnFormat.COLON_RESOURCE_NAME)
+        policy = iam.Policy(self, "PreparationJobWrites", roles=[props.execution_role], statements=[
+            iam.PolicyStatement(actions=["s3:PutObject", "s3:AbortMultipartUpload"],
+                                resources=[store.arn_under(PREPARED_PREFIX)]),
+            iam.PolicyStatement(actions=["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents",
+                                         "logs:DescribeLogStreams"], resources=[logs_arn])])
+        acknowledge(policy, f"AwsSolutions-IAM5[Resource::{rendered(self, store.arn_under(PREPARED_PREFIX))}]",
+                    "SageMaker Processing uploads each instance's part under datasets/_prepared/<content key>/: keys "
+                    "are not known ahead (write only, no delete)")
+        acknowledge(policy, f"AwsSolutions-IAM5[Resource::{rendered(self, logs_arn)}]",
+                    "SageMaker writes each processing job's logs to log streams of /aws/sagemaker/ProcessingJobs")
+
+    def _preparation(self, props: TrainingPipelineProps, arns: _Arns, pipeline_error: sfn.IChainable,
+                     estimate_ok: sfn.Choice) -> sfn.IChainable:
+        """Raw data.source: the Processing job the estimate planned -> poll -> finish (merge, cost) -> the estimate
+        again on the prepared shards (-> EstimateOk), or PreparationFailed with the job's reason."""
+        network: dict = {"EnableNetworkIsolation": True, "EnableInterContainerTrafficEncryption": False}
+        if props.subnet_ids:
+            network["VpcConfig"] = {"Subnets": list(props.subnet_ids),
+                                    "SecurityGroupIds": list(props.security_group_ids)}
+        create = self._sdk("CreatePreparationJob", "createProcessingJob", {
+            "ProcessingJobName.$": preparation_path("job_name"),
+            "RoleArn": props.execution_role.role_arn,
+            # The trainer image's own prepare (python -m spotrun_trainer prepare --sagemaker-processing).
+            "AppSpecification": {"ImageUri": props.image_uri, "ContainerEntrypoint.$": preparation_path("entrypoint")},
+            "ProcessingResources.$": preparation_path("processing_resources"),
+            "StoppingCondition.$": preparation_path("stopping_condition"),
+            "ProcessingInputs.$": preparation_path("processing_inputs"),
+            "ProcessingOutputConfig": {"Outputs.$": preparation_path("processing_outputs"),
+                                       "KmsKeyId": props.store.key.key_arn},
+            "NetworkConfig": network,
+            "Tags.$": preparation_path("tags"),
+        }, [arns.processing], sfn.JsonPath.DISCARD, iam_action="sagemaker:CreateProcessingJob")
+        wait = sfn.Wait(self, "WaitForPreparation", time=sfn.WaitTime.seconds_path(preparation_path("poll_seconds")))
+        create.add_catch(wait, errors=["SageMaker.ResourceInUseException"], result_path=sfn.JsonPath.DISCARD)
+        create.add_catch(pipeline_error, errors=["States.ALL"], result_path="$.error")
+        describe = self._sdk("DescribePreparationJob", "describeProcessingJob",
+                             {"ProcessingJobName.$": preparation_path("job_name")}, [arns.processing],
+                             "$.preparation_job", iam_action="sagemaker:DescribeProcessingJob",
+                             result_selector={"ProcessingJobStatus.$": "$.ProcessingJobStatus"})
+        describe.add_catch(pipeline_error, errors=["States.ALL"], result_path="$.error")
+        finish = tasks.LambdaInvoke(
+            self, "FinishPreparation", lambda_function=self.prepare_fn, payload_response_only=True,
+            result_path="$.prepared", payload=sfn.TaskInput.from_object({"preparation.$": "$.plan.preparation"}))
+        finish.add_retry(errors=["States.TaskFailed"], interval=Duration.seconds(10), max_attempts=3, backoff_rate=2)
+        finish.add_catch(pipeline_error, errors=["States.ALL"], result_path="$.error")
+        failed = self._notify(props, "NotifyPreparationFailed", "spotrun: preparation failed", "$.prepared.message"
+                              ).next(sfn.Fail(self, "PreparationFailed", error="PreparationFailed",
+                                              cause_path="$.prepared.message"))
+        again = self._estimate("EstimatePrepared", pipeline_error, **{"prepared.$": "$.prepared.prepared"})
+        ended = [sfn.Condition.string_equals("$.preparation_job.ProcessingJobStatus", s)
+                 for s in ("Completed", "Failed", "Stopped")]
+        wait.next(describe).next(sfn.Choice(self, "PreparationEnded").when(sfn.Condition.or_(*ended), finish)
+                                 .otherwise(wait))
+        finish.next(sfn.Choice(self, "PreparedOk")
+                    .when(sfn.Condition.string_equals("$.prepared.status", FINISH_FAILED), failed)
+                    .otherwise(again))
+        again.next(estimate_ok)
+        return create.next(wait)
 
     def _registration(self, props: TrainingPipelineProps, arns: _Arns,
                       pipeline_error: sfn.IChainable) -> tuple[tasks.CallAwsService, sfn.Pass]:
@@ -338,7 +434,8 @@ class TrainingPipeline(Construct):
         }, [arns.group, arns.package], "$.registered", iam_action="sagemaker:CreateModelPackage")
         register.add_catch(pipeline_error, errors=["States.ALL"], result_path="$.error")
         report = sfn.Pass(self, "CostReport", parameters={
-            "report.$": guard_path("report"), "model_package_arn.$": "$.registered.ModelPackageArn"})
+            "report.$": guard_path("report"), "model_package_arn.$": "$.registered.ModelPackageArn",
+            "preparation.$": plan_path("preparation")})  # the raw data's preparation job and its cost ({}: none)
         return register, report
 
     def _state_machine(self, props: TrainingPipelineProps, definition: sfn.IChainable, arns: _Arns) -> None:
@@ -353,7 +450,7 @@ class TrainingPipeline(Construct):
         # The SDK integrations tag jobs and packages at creation and pass the execution role to SageMaker.
         # KMS: the execution role uses the artifact key (OutputDataConfig, VolumeKmsKeyId), not this role.
         role.add_to_principal_policy(iam.PolicyStatement(actions=["sagemaker:AddTags"],
-                                                         resources=[job_arn, package_arn, group_arn]))
+                                                         resources=[job_arn, package_arn, group_arn, arns.processing]))
         role.add_to_principal_policy(iam.PolicyStatement(
             actions=["iam:PassRole"], resources=[props.execution_role.role_arn],
             conditions={"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}}))
@@ -409,15 +506,17 @@ class TrainingPipeline(Construct):
         acknowledge(policy, "AwsSolutions-IAM5[Action::kms:GenerateDataKey*]",
                     "publishing to the KMS-encrypted failures topic needs data keys of that key only")
 
-    def _acknowledge(self, job_arn: str, package_arn: str, group_arn: str) -> None:
+    def _acknowledge(self, job_arn: str, package_arn: str, group_arn: str, processing_arn: str) -> None:
         policy = self.state_machine.role.node.find_child("DefaultPolicy")
+        acknowledge(policy, f"AwsSolutions-IAM5[Resource::{rendered(self, processing_arn)}]",
+                    "preparation (processing) jobs of this stage only: every job name starts with the stage's prefix")
         acknowledge(policy, f"AwsSolutions-IAM5[Resource::{rendered(self, group_arn)}]",
                     "this stack's model package group: its name ends in a suffix unique to the stack instance")
         acknowledge(policy, f"AwsSolutions-IAM5[Resource::{rendered(self, job_arn)}]",
                     "training jobs of this stage only: every job name starts with the stage's prefix")
         acknowledge(policy, f"AwsSolutions-IAM5[Resource::{rendered(self, package_arn)}]",
                     "model package versions of this stack's group; version ARNs are not known in advance")
-        for fn in (self.estimate_fn, self.guard_fn):
+        for fn in (self.estimate_fn, self.guard_fn, self.prepare_fn):
             acknowledge(policy, f"AwsSolutions-IAM5[Resource::{rendered(self, fn.function_arn)}:*]",
                         "LambdaInvoke grants the function's versions and aliases alongside the function")
         acknowledge(policy, "AwsSolutions-IAM5[Resource::*]",
