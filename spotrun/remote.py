@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .seams import StackOutput, stack_name
+from .preparation import PreparationSettings
+from .seams import PlanStatus, StackOutput, stack_name
 
 TRAINING_LOG_GROUP = "/aws/sagemaker/TrainingJobs"  # SageMaker's log group; streams are <job name>/algo-N-...
 _STAMP = re.compile(r"^\d{8}-\d{6}$")
@@ -193,11 +194,16 @@ def start(args: argparse.Namespace) -> dict:
         raise RemoteError(f"run={str(args.run)!r} is invalid: expected a readable run JSON file ({exc})") from None
     name = args.execution_name or execution_name(str(raw.get("name", "")), time.time())
     settings = dep.estimate_settings()
-    checked = plan(raw, name, settings, s3_client=dep.client("s3"))  # the estimate Lambda's checks, run here
-    if checked["status"] != "ok":
+    # The estimate Lambda's checks, run here; raw text under datasets/ is answered Prepare (spotrun/preparation.py).
+    preparation = PreparationSettings.from_env(json.loads(dep.outputs[StackOutput.ESTIMATE_SETTINGS.value]))
+    checked = plan(raw, name, settings, s3_client=dep.client("s3"), preparation=preparation)
+    if checked["status"] not in (PlanStatus.OK.value, PlanStatus.PREPARE.value):
         return {"error": checked["status"], "message": checked["message"], "started": False}
     arn = dep.client("stepfunctions").start_execution(stateMachineArn=dep.state_machine_arn, name=name,
                                                       input=json.dumps(raw))["executionArn"]
+    if checked["status"] == PlanStatus.PREPARE.value:  # planned after the preparation job, in the pipeline
+        return {"started": True, "run": raw.get("name"), "execution": name, "execution_arn": arn,
+                "preparation": checked["message"]}
     est = checked["estimate"]
     return {"started": True, "run": checked["run_name"], "execution": name, "execution_arn": arn,
             "job_name": checked["job_name"],
