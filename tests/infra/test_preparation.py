@@ -26,6 +26,8 @@ from moto.sagemaker.responses import SageMakerResponse
 from moto.servicequotas.responses import ServiceQuotasResponse
 
 from spotrun.preparation import PREPARED_PREFIX, PreparationSettings
+from spotrun.remote import pipeline_state
+from spotrun.report import summary_text
 from tests.infra.processing_sim import RecordedRequests, run_processing_job
 from tests.infra.test_seams import check_shape
 from tests.infra.test_state_machine_moto import (
@@ -134,6 +136,11 @@ def test_raw_text_is_prepared_by_a_processing_job_then_trained_and_its_cost_coun
     output = json.loads(result["output"])
     assert output["preparation"]["cost_usd"] == prep["cost_usd"]
     assert output["report"]["cost_usd"] >= prep["cost_usd"]
+    # `spotrun status` reads the plan made on the prepared shards; `spotrun report` prints the preparation.
+    assert pipeline_state(aws.sfn, result["executionArn"])[0]["preparation"] == prep
+    text = summary_text({**output["report"], "preparation": output["preparation"]})
+    assert (f"preparation      {name} (2 x ml.m5.xlarge): 600 s, ${prep['cost_usd']:.4f} (in the cost above), "
+            f"{prep['tokens']:,} tokens") in text
 
     # The same inputs and tokenizer: reused, no second job, nothing spent on it.
     again = aws.execute("raw-2", RAW_RUN)
