@@ -440,3 +440,26 @@ def plan_step(run: Any, s3: Any, *, pipeline: Any, settings: PreparationSettings
     trained = dataclasses.replace(run, max_usd=round(run.max_usd - outcome.cost_usd, 4),
                                   data=dataclasses.replace(run.data, source=outcome.data_source))
     return trained, outcome, None
+
+
+def stop_preparation(sagemaker: Any, *, job_prefix: str, execution: str) -> list[str]:
+    """The canceller's part: the execution's preparation job, if still running, is stopped (an aborted execution's
+    job would otherwise bill on to its MaxRuntime). Its name ends with the execution's hash (`job_name`) and its
+    `execution` tag names the execution."""
+    from .seams import EXECUTION_TAG
+
+    suffix = "-" + hashlib.sha256(execution.encode()).hexdigest()[:6]
+    stopped = []
+    pages = sagemaker.get_paginator("list_processing_jobs").paginate(NameContains=f"{job_prefix}prep-",
+                                                                     StatusEquals="InProgress")
+    for page in pages:
+        for job in page["ProcessingJobSummaries"]:
+            name = job["ProcessingJobName"]
+            if not name.startswith(f"{job_prefix}prep-") or not name.endswith(suffix):
+                continue
+            tags = {t["Key"]: t["Value"] for t in sagemaker.list_tags(ResourceArn=job["ProcessingJobArn"])["Tags"]}
+            if tags.get(EXECUTION_TAG) != execution:
+                continue
+            sagemaker.stop_processing_job(ProcessingJobName=name)
+            stopped.append(name)
+    return stopped

@@ -166,7 +166,7 @@ class TrainingPipeline(Construct):
         self._preparation_functions(props, arns.processing)
         self._state_machine(props, self._definition(props, arns), arns)
         self._estimate_reads_executions()
-        self._canceller(props, arns.job)
+        self._canceller(props, arns.job, arns.processing)
         self._acknowledge(arns.job, arns.package, arns.group, arns.processing)
 
     def _functions(self, props: TrainingPipelineProps, job_arn: str) -> None:
@@ -469,8 +469,8 @@ class TrainingPipeline(Construct):
         acknowledge(policy, f"AwsSolutions-IAM5[Resource::{rendered(self, executions)}]",
                     "reads this state machine's executions only (execution ARNs are not known ahead)")
 
-    def _canceller(self, props: TrainingPipelineProps, job_arn: str) -> None:
-        """Execution ABORTED / FAILED / TIMED_OUT -> stop its training job (spotrun/handlers/cancel.py)."""
+    def _canceller(self, props: TrainingPipelineProps, job_arn: str, processing_arn: str) -> None:
+        """Execution ABORTED / FAILED / TIMED_OUT -> stop its jobs (spotrun/handlers/cancel.py)."""
         stack = Stack.of(self)
         self.cancel_fn = spotrun_function(
             self, "CancelFn", handler="spotrun.handlers.cancel.handler",
@@ -481,8 +481,10 @@ class TrainingPipeline(Construct):
                                       arn_format=ArnFormat.COLON_RESOURCE_NAME)
         self.cancel_fn.add_to_role_policy(iam.PolicyStatement(
             actions=["sagemaker:ListTags", "sagemaker:StopTrainingJob"], resources=[job_arn]))
-        self.cancel_fn.add_to_role_policy(iam.PolicyStatement(actions=["sagemaker:ListTrainingJobs"],
-                                                              resources=["*"]))
+        self.cancel_fn.add_to_role_policy(iam.PolicyStatement(
+            actions=["sagemaker:ListTrainingJobs", "sagemaker:ListProcessingJobs"], resources=["*"]))
+        self.cancel_fn.add_to_role_policy(iam.PolicyStatement(  # the execution's preparation job
+            actions=["sagemaker:ListTags", "sagemaker:StopProcessingJob"], resources=[processing_arn]))
         self.cancel_fn.add_to_role_policy(iam.PolicyStatement(actions=["states:DescribeExecution"],
                                                               resources=[executions]))
         props.failures_topic.grant_publish(self.cancel_fn)
@@ -499,8 +501,10 @@ class TrainingPipeline(Construct):
         acknowledge(policy, f"AwsSolutions-IAM5[Resource::{rendered(self, job_arn)}]",
                     "stops training jobs of this stage only: every job name starts with the stage's prefix")
         acknowledge(policy, "AwsSolutions-IAM5[Resource::*]",
-                    "sagemaker:ListTrainingJobs supports no resource scoping; the jobs it stops are checked by "
-                    "name prefix and execution tag and scoped by the statement above")
+                    "sagemaker:ListTrainingJobs and ListProcessingJobs support no resource scoping; the jobs it "
+                    "stops are checked by name and execution tag and scoped by the statements above")
+        acknowledge(policy, f"AwsSolutions-IAM5[Resource::{rendered(self, processing_arn)}]",
+                    "stops preparation jobs of this stage only: every job name starts with the stage's prefix")
         acknowledge(policy, f"AwsSolutions-IAM5[Resource::{rendered(self, executions)}]",
                     "reads the input of this state machine's executions only (execution ARNs are not known ahead)")
         acknowledge(policy, "AwsSolutions-IAM5[Action::kms:GenerateDataKey*]",

@@ -96,6 +96,7 @@ class RecordedRequests:
 
     def __init__(self):
         self.requests: dict[str, dict] = {}
+        self.keep_running = False  # True: the created job stays InProgress (moto's would be Completed at once)
 
     def wrap(self, original):
         recorder = self
@@ -103,5 +104,9 @@ class RecordedRequests:
         def create_processing_job(response_self):
             request = json.loads(response_self.body)
             recorder.requests[request["ProcessingJobName"]] = request
-            return original(response_self)
+            response = original(response_self)
+            if recorder.keep_running:
+                job = response_self.sagemaker_backend.processing_jobs[request["ProcessingJobName"]]
+                job.processing_job_status = "InProgress"
+            return response
         return create_processing_job

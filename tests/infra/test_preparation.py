@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import time
 from pathlib import Path
 from unittest import mock
 
@@ -25,6 +27,7 @@ from moto.sagemaker.models import sagemaker_backends
 from moto.sagemaker.responses import SageMakerResponse
 from moto.servicequotas.responses import ServiceQuotasResponse
 
+from spotrun.handlers import cancel as cancel_handler
 from spotrun.preparation import PREPARED_PREFIX, PreparationSettings
 from spotrun.remote import pipeline_state
 from spotrun.report import summary_text
@@ -174,3 +177,24 @@ def test_a_cap_that_cannot_carry_the_preparation_is_refused_before_any_job(prep_
     assert failure["error"] == "OverBudget" and "preparation" in failure["cause"]
     assert aws.recorded.requests == {}
     assert boto3.client("sagemaker", region_name=REGION).list_processing_jobs()["ProcessingJobSummaries"] == []
+
+
+def test_stopping_the_execution_during_its_preparation_stops_the_processing_job(prep_aws):
+    aws = prep_aws
+    aws.recorded.keep_running = True  # the job runs on: the state machine polls it
+    arn = aws.start("raw-aborted", RAW_RUN)
+    deadline = time.monotonic() + 60
+    while not aws.recorded.requests and time.monotonic() < deadline:
+        time.sleep(0.2)
+    (name,) = aws.recorded.requests
+    aws.sfn.stop_execution(executionArn=arn)
+    desc = aws.wait(arn)
+    assert desc["status"] == "ABORTED"
+    event = {"source": "aws.states", "detail-type": "Step Functions Execution Status Change",
+             "detail": {"executionArn": arn, "stateMachineArn": aws.sm_arn, "name": "raw-aborted",
+                        "status": "ABORTED", "input": json.dumps(RAW_RUN)}}
+    env = aws.functions[next(k for k in aws.functions if k.startswith("PipelineCancelFn"))]["env"]
+    with mock.patch.dict(os.environ, {**env, "AWS_REGION": REGION}):
+        assert cancel_handler.handler(event, None) == {"stopped": [name]}
+        assert cancel_handler.handler(event, None) == {"stopped": []}  # a duplicate delivery does nothing
+    assert sagemaker_backends[ACCOUNT][REGION].processing_jobs[name].processing_job_status == "Stopped"
