@@ -43,6 +43,8 @@ DEFAULT_SHARD_BYTES = 256 * 1024 * 1024
 MIN_RUNTIME_S = 600  # a preparation job the cap cannot carry for 10 minutes is refused
 STOP_BILL_S = 120  # what a stop at MaxRuntime still bills (as for training jobs)
 MAX_TOKENIZER_FILES = 200
+VOLUME_PER_RAW_BYTE = 3.0  # the raw share + its shards and masks (<= 2 bytes of token ids and 1 of mask per token)
+MAX_VOLUME_GB = 16384  # CreateProcessingJob's VolumeSizeInGB
 FINISH_PREPARED, FINISH_FAILED = "prepared", "failed"  # the finish step's status (the state machine branches on it)
 
 
@@ -208,15 +210,22 @@ def is_complete(s3: Any, bucket: str, prefix: str, key: str) -> dict | None:
     return marker if isinstance(marker, dict) and marker.get("key") == key else None
 
 
+def volume_gb(settings: PreparationSettings, raw_bytes: int, count: int) -> int:
+    """Each instance's EBS volume: its share of the raw files (File mode downloads them) and its part (token ids
+    take about as many bytes as the text, plus masks), with room; at least the stage's size."""
+    share = raw_bytes / max(1, count)
+    return min(MAX_VOLUME_GB, max(settings.volume_gb, math.ceil(share * VOLUME_PER_RAW_BYTE / 1e9) + 10))
+
+
 def processing_request(*, key: str, raw_uri: str, tokenizer_manifest_uri: str, bucket: str, files: int,
                        settings: PreparationSettings, usd_per_hour: float, runtime_s: int, name: str,
                        volume_kms_key_arn: str, tags: list, text_field: str, validation_fraction: float,
-                       poll_seconds: int) -> Preparation:
+                       poll_seconds: int, raw_bytes: int = 0) -> Preparation:
     """The estimate's half of CreateProcessingJob; fewer instances than files never start empty."""
     count = max(1, min(settings.instance_count, files))
     prefix = f"{PREPARED_PREFIX}{key}/"
     cluster: dict = {"InstanceCount": count, "InstanceType": settings.instance_type,
-                     "VolumeSizeInGB": settings.volume_gb}
+                     "VolumeSizeInGB": volume_gb(settings, raw_bytes, count)}
     if volume_kms_key_arn:
         cluster["VolumeKmsKeyId"] = volume_kms_key_arn
     inputs = [
@@ -394,7 +403,8 @@ def resolve(run: Any, s3: Any, *, bucket: str, settings: PreparationSettings, ca
     s3.put_object(Bucket=bucket, Key=manifest_key, Body=tokenizer_manifest(model, tokenizer))
     return processing_request(
         key=key, raw_uri=source, tokenizer_manifest_uri=f"s3://{bucket}/{manifest_key}", bucket=bucket,
-        files=len(raw), settings=settings, usd_per_hour=rate, runtime_s=runtime_s,
+        files=len(raw), raw_bytes=sum(o["size"] for o in raw), settings=settings, usd_per_hour=rate,
+        runtime_s=runtime_s,
         name=job_name(job_prefix, key, execution), volume_kms_key_arn=volume_kms_key_arn, tags=tags,
         text_field="text", validation_fraction=fraction, poll_seconds=poll_seconds)
 

@@ -17,6 +17,7 @@ from spotrun.preparation import (
     processing_rate,
     raw_objects,
     tokenizer_objects,
+    volume_gb,
 )
 
 BUCKET = "art"
@@ -94,3 +95,10 @@ def test_merging_refuses_parts_from_different_tokenizers_and_names_every_shard_f
         merge_parts({"algo-1": part, "algo-2": {**part, "dtype": "uint32"}})
     with pytest.raises(ValueError, match="produced nothing"):
         merge_parts({})
+
+
+def test_each_instances_volume_holds_its_share_of_the_raw_files_and_its_part():
+    settings = PreparationSettings()
+    assert volume_gb(settings, 10 * 10**9, 2) == 100  # 5 GB each: the stage's 100 GB
+    assert volume_gb(settings, 400 * 10**9, 2) == 610  # 200 GB each, x3 (+10): the text, its ids and masks
+    assert volume_gb(settings, 10**16, 1) == 16384  # CreateProcessingJob's largest volume
