@@ -102,3 +102,14 @@ def test_each_instances_volume_holds_its_share_of_the_raw_files_and_its_part():
     assert volume_gb(settings, 10 * 10**9, 2) == 100  # 5 GB each: the stage's 100 GB
     assert volume_gb(settings, 400 * 10**9, 2) == 610  # 200 GB each, x3 (+10): the text, its ids and masks
     assert volume_gb(settings, 10**16, 1) == 16384  # CreateProcessingJob's largest volume
+
+
+def test_reading_raw_text_as_prepared_shards_says_the_pipeline_prepares_it(s3):
+    from spotrun.contract import RunValidationError, parse_run
+    from spotrun.sources import read_sources
+
+    run = parse_run({"version": 1, "name": "r", "model": {"source": f"s3://{BUCKET}/models/m/"},
+                     "data": {"source": f"s3://{BUCKET}/datasets/raw/", "seq_len": 64}, "budget": {"max_usd": 5}})
+    with pytest.raises(RunValidationError) as refused:
+        read_sources(run, s3_client=s3)
+    assert refused.value.field == "data.source" and "prepared by the pipeline itself" in str(refused.value)
