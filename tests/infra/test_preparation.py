@@ -41,6 +41,7 @@ from tests.infra.test_state_machine_moto import (
     REGION,
     RUN,
     Driver,
+    _finished,
     _list_service_quotas,
     _stop_training_job,
 )
@@ -198,3 +199,24 @@ def test_stopping_the_execution_during_its_preparation_stops_the_processing_job(
         assert cancel_handler.handler(event, None) == {"stopped": [name]}
         assert cancel_handler.handler(event, None) == {"stopped": []}  # a duplicate delivery does nothing
     assert sagemaker_backends[ACCOUNT][REGION].processing_jobs[name].processing_job_status == "Stopped"
+
+
+def test_the_preparations_bill_comes_out_of_the_cap_the_training_jobs_maxruntime_is_set_from(prep_aws):
+    aws = prep_aws
+    run = copy.deepcopy(RAW_RUN)
+    run["budget"] = {"max_usd": 1.0}
+
+    def progress(job, poll):  # SageMaker ends the job at its MaxRuntime, billed at on-demand rates all along
+        _finished(job, "Stopped", "MaxRuntimeExceeded", billable=job.stopping_condition["MaxRuntimeInSeconds"])
+    aws.progress = progress
+    result = aws.execute("raw-capped", run)
+    failure = aws.failure(result)
+    p = aws.plan_of("raw-capped")
+    prep = p["preparation"]["cost_usd"]
+    assert prep == pytest.approx(BILLED_S * _processing_rate() * 2 / 3600, abs=1e-4)
+    # What $1 less the preparation buys at $1.515/h on-demand, less the 120 s a stop bills.
+    max_runtime = aws.job(p["job_name"]).stopping_condition["MaxRuntimeInSeconds"]
+    assert max_runtime == int((1.0 - prep) / (1.515 / 3600) - 120)
+    billed = prep + max_runtime * 1.515 / 3600
+    assert billed <= 1.0 and failure["error"] == "OverBudget"
+    assert f"${billed:.2f} billed" in failure["cause"]
