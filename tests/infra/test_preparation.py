@@ -220,3 +220,28 @@ def test_the_preparations_bill_comes_out_of_the_cap_the_training_jobs_maxruntime
     billed = prep + max_runtime * 1.515 / 3600
     assert billed <= 1.0 and failure["error"] == "OverBudget"
     assert f"${billed:.2f} billed" in failure["cause"]
+
+
+def test_the_processing_job_may_only_add_its_parts_and_logs_and_the_finish_step_only_touch_prepared_data(synth):
+    from aws_cdk.assertions import Match, Template
+
+    template = Template.from_json(synth.template)
+    bucket_arn = {"Fn::GetAtt": ["ArtifactsBucket88671897", "Arn"]}
+    # The execution role (the job's) gains write-only access under datasets/_prepared/ and the processing logs.
+    template.has_resource_properties("AWS::IAM::Policy", {
+        "Roles": [{"Ref": "ExecutionRoleCDF74862"}],
+        "PolicyDocument": {"Statement": [
+            {"Action": ["s3:AbortMultipartUpload", "s3:PutObject"], "Effect": "Allow",
+             "Resource": {"Fn::Join": ["", [bucket_arn, f"/{PREPARED_PREFIX}*"]]}},
+            Match.object_like({"Resource": {"Fn::Join": ["", Match.array_with([
+                Match.string_like_regexp(":log-group:/aws/sagemaker/ProcessingJobs\\*$")])]}})]}})
+    # The finish function reads and writes datasets/_prepared/ only (no delete), and describes processing jobs.
+    policies = template.find_resources("AWS::IAM::Policy", {"Properties": {
+        "Roles": [{"Ref": Match.string_like_regexp("^PipelinePrepareFnRole")}]}})
+    statements = [s for p in policies.values() for s in p["Properties"]["PolicyDocument"]["Statement"]]
+    s3_resources = json.dumps([s["Resource"] for s in statements if any(a.startswith("s3:") for a in
+                                                                        ([s["Action"]] if isinstance(s["Action"], str)
+                                                                         else s["Action"]))])
+    assert "/datasets/_prepared/*" in s3_resources and "/datasets/*" not in s3_resources
+    assert not any("s3:DeleteObject" in json.dumps(s["Action"]) for s in statements)
+    assert any(s["Action"] == "sagemaker:DescribeProcessingJob" for s in statements)
