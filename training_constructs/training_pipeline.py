@@ -37,12 +37,13 @@ from constructs import Construct
 from spotrun.contract import MAX_RUNTIME_LIMIT_S
 from spotrun.handlers.cancel import CANCEL_STATUSES
 from spotrun.handlers.estimate import REGISTRATION_STATUS
-from spotrun.preparation import FINISH_FAILED, PREPARED_PREFIX, PreparationSettings, preparation_path
+from spotrun.preparation import PreparationSettings
 from spotrun.seams import COMPLETED_METRIC_DEFINITION, GuardAction, PlanStatus, guard_path, plan_path
 
 from .artifact_store import ArtifactStore
 from .lambda_code import dead_letter_queue, on_failure_destination, spotrun_function
 from .nag import acknowledge, rendered
+from .preparation_step import preparation_functions, preparation_states
 
 CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"
 # The longest run the contract allows: MaxWait up to 56 days of spot (contract.compute.max_wait_hours), then an
@@ -163,7 +164,7 @@ class TrainingPipeline(Construct):
         super().__init__(scope, id_)
         arns = _Arns.of(Stack.of(self), props)
         self._functions(props, arns.job)
-        self._preparation_functions(props, arns.processing)
+        self.prepare_fn = preparation_functions(self, props, arns.processing)
         self._state_machine(props, self._definition(props, arns), arns)
         self._estimate_reads_executions()
         self._canceller(props, arns.job, arns.processing)
@@ -209,12 +210,14 @@ class TrainingPipeline(Construct):
                     f"AwsSolutions-IAM5[Resource::{rendered(self, job_arn)}]",
                     "describes training jobs of this stage only: every job name starts with the stage's prefix")
 
-    def _notify(self, props: TrainingPipelineProps, name: str, subject: str, message_path: str) -> tasks.SnsPublish:
+    def failure_notice(self, props: TrainingPipelineProps, name: str, subject: str,
+                       message_path: str) -> tasks.SnsPublish:
+        """SNS to the failures topic with the message at `message_path` (each failure ends the execution)."""
         return tasks.SnsPublish(self, name, topic=props.failures_topic, subject=subject,
                                 message=sfn.TaskInput.from_json_path_at(message_path),
                                 result_path=sfn.JsonPath.DISCARD)
 
-    def _sdk(self, name: str, action: str, parameters: dict, resources: list[str], result_path: str,
+    def sagemaker_call(self, name: str, action: str, parameters: dict, resources: list[str], result_path: str,
              iam_action: str | None = None, result_selector: dict | None = None) -> tasks.CallAwsService:
         """A SageMaker API call, retried on throttling and internal errors."""
         task = tasks.CallAwsService(self, name, service="sagemaker", action=action, parameters=parameters,
@@ -228,7 +231,8 @@ class TrainingPipeline(Construct):
         """Unexpected errors anywhere (API errors, throttling after retries, a guard that keeps failing) end here,
         with the cause: the current job is stopped first (its MaxRuntime bounds it if the stop fails too, and the
         canceller tries again when the execution has failed)."""
-        notify_error = self._notify(props, "NotifyPipelineError", "spotrun: pipeline error", "$.error.Cause").next(
+        notify_error = self.failure_notice(props, "NotifyPipelineError", "spotrun: pipeline error",
+                                           "$.error.Cause").next(
             sfn.Fail(self, "PipelineError", error="PipelineError", cause_path="$.error.Cause"))
         stop_on_error = tasks.CallAwsService(
             self, "StopJobOnError", service="sagemaker", action="stopTrainingJob",
@@ -247,11 +251,11 @@ class TrainingPipeline(Construct):
         pipeline_error = self._pipeline_error(props, job_arn)
 
         def notify(name: str, subject: str, message_path: str) -> tasks.SnsPublish:
-            return self._notify(props, name, subject, message_path)
+            return self.failure_notice(props, name, subject, message_path)
 
-        sdk = self._sdk
+        sdk = self.sagemaker_call
         init = sfn.Pass(self, "Init", parameters={"run.$": "$"})
-        estimate = self._estimate("Estimate", pipeline_error)
+        estimate = self.estimate_task("Estimate", pipeline_error)
         invalid = notify("NotifyInvalidRun", "spotrun: invalid run", plan_path("message")).next(
             sfn.Fail(self, "InvalidRun", error=PlanStatus.INVALID_RUN.value, cause_path=plan_path("message")))
         over_budget = notify("NotifyOverBudget", "spotrun: over budget", plan_path("message")).next(
@@ -311,7 +315,7 @@ class TrainingPipeline(Construct):
             .otherwise(training_failed))
         create_on_demand.next(wait)
         estimate_ok = sfn.Choice(self, "EstimateOk")
-        preparation = self._preparation(props, arns, pipeline_error, estimate_ok)
+        preparation = preparation_states(self, props, arns.processing, pipeline_error, estimate_ok)
         definition = init.next(estimate).next(
             estimate_ok
             .when(sfn.Condition.string_equals(plan_path("status"), PlanStatus.PREPARE.value), preparation)
@@ -324,7 +328,7 @@ class TrainingPipeline(Construct):
         create_spot.next(wait)
         return definition
 
-    def _estimate(self, name: str, pipeline_error: sfn.IChainable, **extra: str) -> tasks.LambdaInvoke:
+    def estimate_task(self, name: str, pipeline_error: sfn.IChainable, **extra: str) -> tasks.LambdaInvoke:
         """The estimate, on the run and the execution (and, after a preparation, what it made)."""
         estimate = tasks.LambdaInvoke(
             self, name, lambda_function=self.estimate_fn, payload_response_only=True, result_path="$.plan",
@@ -334,88 +338,10 @@ class TrainingPipeline(Construct):
         estimate.add_catch(pipeline_error, errors=["States.ALL"], result_path="$.error")
         return estimate
 
-    def _preparation_functions(self, props: TrainingPipelineProps, processing_arn: str) -> None:
-        """The preparation's finish step (merges the parts' indexes), and what the processing job may write."""
-        store = props.store
-        self.prepare_fn = spotrun_function(
-            self, "PrepareFn", handler="spotrun.handlers.prepare.handler", timeout_s=300,
-            description="spotrun preparation: merges the processing job's parts into the dataset's index.json",
-            environment={"BUCKET_NAME": store.bucket.bucket_name})
-        self.prepare_fn.add_to_role_policy(iam.PolicyStatement(actions=["sagemaker:DescribeProcessingJob"],
-                                                               resources=[processing_arn]))
-        # The parts (read), the merged index.json, tokenizer/ and the marker (written; nothing deleted).
-        store.grant_read_write_prefix(self.prepare_fn, PREPARED_PREFIX, delete=False)
-        acknowledge(self.prepare_fn.role.node.find_child("DefaultPolicy"),
-                    f"AwsSolutions-IAM5[Resource::{rendered(self, processing_arn)}]",
-                    "describes preparation jobs of this stage only: every job name starts with the stage's prefix")
-        # The processing job runs as the execution role: it reads datasets/, models/ and the tokenizer manifest
-        # under checkpoints/ already; it also uploads its parts under datasets/_prepared/ and writes its logs.
-        logs_arn = Stack.of(self).format_arn(service="logs", resource="log-group",
-                                             resource_name="/aws/sagemaker/ProcessingJobs*",
-                                             arn_format=ArnFormat.COLON_RESOURCE_NAME)
-        policy = iam.Policy(self, "PreparationJobWrites", roles=[props.execution_role], statements=[
-            iam.PolicyStatement(actions=["s3:PutObject", "s3:AbortMultipartUpload"],
-                                resources=[store.arn_under(PREPARED_PREFIX)]),
-            iam.PolicyStatement(actions=["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents",
-                                         "logs:DescribeLogStreams"], resources=[logs_arn])])
-        acknowledge(policy, f"AwsSolutions-IAM5[Resource::{rendered(self, store.arn_under(PREPARED_PREFIX))}]",
-                    "SageMaker Processing uploads each instance's part under datasets/_prepared/<content key>/: keys "
-                    "are not known ahead (write only, no delete)")
-        acknowledge(policy, f"AwsSolutions-IAM5[Resource::{rendered(self, logs_arn)}]",
-                    "SageMaker writes each processing job's logs to log streams of /aws/sagemaker/ProcessingJobs")
-
-    def _preparation(self, props: TrainingPipelineProps, arns: _Arns, pipeline_error: sfn.IChainable,
-                     estimate_ok: sfn.Choice) -> sfn.IChainable:
-        """Raw data.source: the Processing job the estimate planned -> poll -> finish (merge, cost) -> the estimate
-        again on the prepared shards (-> EstimateOk), or PreparationFailed with the job's reason."""
-        network: dict = {"EnableNetworkIsolation": True, "EnableInterContainerTrafficEncryption": False}
-        if props.subnet_ids:
-            network["VpcConfig"] = {"Subnets": list(props.subnet_ids),
-                                    "SecurityGroupIds": list(props.security_group_ids)}
-        create = self._sdk("CreatePreparationJob", "createProcessingJob", {
-            "ProcessingJobName.$": preparation_path("job_name"),
-            "RoleArn": props.execution_role.role_arn,
-            # The trainer image's own prepare (python -m spotrun_trainer prepare --sagemaker-processing).
-            "AppSpecification": {"ImageUri": props.image_uri, "ContainerEntrypoint.$": preparation_path("entrypoint")},
-            "ProcessingResources.$": preparation_path("processing_resources"),
-            "StoppingCondition.$": preparation_path("stopping_condition"),
-            "ProcessingInputs.$": preparation_path("processing_inputs"),
-            "ProcessingOutputConfig": {"Outputs.$": preparation_path("processing_outputs"),
-                                       "KmsKeyId": props.store.key.key_arn},
-            "NetworkConfig": network,
-            "Tags.$": preparation_path("tags"),
-        }, [arns.processing], sfn.JsonPath.DISCARD, iam_action="sagemaker:CreateProcessingJob")
-        wait = sfn.Wait(self, "WaitForPreparation", time=sfn.WaitTime.seconds_path(preparation_path("poll_seconds")))
-        create.add_catch(wait, errors=["SageMaker.ResourceInUseException"], result_path=sfn.JsonPath.DISCARD)
-        create.add_catch(pipeline_error, errors=["States.ALL"], result_path="$.error")
-        describe = self._sdk("DescribePreparationJob", "describeProcessingJob",
-                             {"ProcessingJobName.$": preparation_path("job_name")}, [arns.processing],
-                             "$.preparation_job", iam_action="sagemaker:DescribeProcessingJob",
-                             result_selector={"ProcessingJobStatus.$": "$.ProcessingJobStatus"})
-        describe.add_catch(pipeline_error, errors=["States.ALL"], result_path="$.error")
-        finish = tasks.LambdaInvoke(
-            self, "FinishPreparation", lambda_function=self.prepare_fn, payload_response_only=True,
-            result_path="$.prepared", payload=sfn.TaskInput.from_object({"preparation.$": "$.plan.preparation"}))
-        finish.add_retry(errors=["States.TaskFailed"], interval=Duration.seconds(10), max_attempts=3, backoff_rate=2)
-        finish.add_catch(pipeline_error, errors=["States.ALL"], result_path="$.error")
-        failed = self._notify(props, "NotifyPreparationFailed", "spotrun: preparation failed", "$.prepared.message"
-                              ).next(sfn.Fail(self, "PreparationFailed", error="PreparationFailed",
-                                              cause_path="$.prepared.message"))
-        again = self._estimate("EstimatePrepared", pipeline_error, **{"prepared.$": "$.prepared.prepared"})
-        ended = [sfn.Condition.string_equals("$.preparation_job.ProcessingJobStatus", s)
-                 for s in ("Completed", "Failed", "Stopped")]
-        wait.next(describe).next(sfn.Choice(self, "PreparationEnded").when(sfn.Condition.or_(*ended), finish)
-                                 .otherwise(wait))
-        finish.next(sfn.Choice(self, "PreparedOk")
-                    .when(sfn.Condition.string_equals("$.prepared.status", FINISH_FAILED), failed)
-                    .otherwise(again))
-        again.next(estimate_ok)
-        return create.next(wait)
-
     def _registration(self, props: TrainingPipelineProps, arns: _Arns,
                       pipeline_error: sfn.IChainable) -> tuple[tasks.CallAwsService, sfn.Pass]:
         """The completed job's model package (for review, always) and the run's cost report."""
-        register = self._sdk("CreateModelPackage", "createModelPackage", {
+        register = self.sagemaker_call("CreateModelPackage", "createModelPackage", {
             "ModelPackageGroupName": props.model_package_group_name,
             # Registered for review, always: approval is a separate, permissioned step.
             "ModelApprovalStatus": REGISTRATION_STATUS,
