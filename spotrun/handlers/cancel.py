@@ -20,7 +20,7 @@ import json
 import os
 from typing import Any
 
-from ..preparation import stop_preparation
+from ..preparation_finish import stop_preparation
 from ..seams import EXECUTION_TAG
 from .estimate import PipelineSettings, job_name
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..preparation import finish
+from ..preparation_finish import finish
 
 
 def handler(event: dict, _context: Any) -> dict:

@@ -154,7 +154,8 @@ def preparing_states(synth) -> list[tuple[str, dict]]:
     branch in moto)."""
     from moto import mock_aws
 
-    from spotrun.preparation import PreparationSettings, finish
+    from spotrun.preparation import PreparationSettings
+    from spotrun.preparation_finish import finish
 
     fn = next(r for k, r in synth.resources("AWS::Lambda::Function").items() if k.startswith("PipelineEstimateFn"))
     run = copy.deepcopy(RUN)

@@ -13,12 +13,12 @@ from spotrun.preparation import (
     PreparationSettings,
     content_key,
     max_runtime,
-    merge_parts,
     processing_rate,
     raw_objects,
     tokenizer_objects,
     volume_gb,
 )
+from spotrun.preparation_finish import merge_parts
 
 BUCKET = "art"
 

@@ -20,7 +20,8 @@ import pyarrow.parquet as pq
 from moto import mock_aws
 
 from spotrun.local.harness import loss_history, val_history
-from spotrun.preparation import MARKER, PARTS_DIR, Preparation, finish
+from spotrun.preparation import MARKER, PARTS_DIR, Preparation
+from spotrun.preparation_finish import finish
 from spotrun_trainer.data import prepare, read_index
 
 from .conftest import Job
