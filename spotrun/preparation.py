@@ -45,6 +45,9 @@ STOP_BILL_S = 120  # what a stop at MaxRuntime still bills (as for training jobs
 MAX_TOKENIZER_FILES = 200
 VOLUME_PER_RAW_BYTE = 3.0  # the raw share + its shards and masks (<= 2 bytes of token ids and 1 of mask per token)
 MAX_VOLUME_GB = 16384  # CreateProcessingJob's VolumeSizeInGB
+# The poll loop (Wait, DescribePreparationJob, Choice: 9 history events) runs at most this many times over the
+# job's MaxRuntime: 2,700 events of the execution's 25,000 (Step Functions quotas), the rest left to training.
+MAX_PREPARATION_POLLS = 300
 FINISH_PREPARED, FINISH_FAILED = "prepared", "failed"  # the finish step's status (the state machine branches on it)
 
 
@@ -191,6 +194,13 @@ def max_runtime(settings: PreparationSettings, cap_usd: float, usd_per_hour: flo
     return min(settings.max_runtime_seconds, allowed)
 
 
+def preparation_poll_seconds(runtime_s: int, stage_poll_seconds: int, stage_max_poll_seconds: int) -> int:
+    """Seconds between the state machine's looks at the job: the stage's poll, or longer for a long MaxRuntime so
+    the loop never takes more than MAX_PREPARATION_POLLS turns; never longer than the stage's longest poll."""
+    return min(max(stage_poll_seconds, stage_max_poll_seconds),
+               max(stage_poll_seconds, math.ceil(runtime_s / MAX_PREPARATION_POLLS)))
+
+
 def job_name(job_prefix: str, key: str, execution: str) -> str:
     suffix = hashlib.sha256(execution.encode()).hexdigest()[:6]
     return f"{job_prefix}prep-{key[:12]}-{suffix}"[:63]
@@ -268,7 +278,7 @@ def _has_index(s3: Any, uri: str) -> bool:
 
 def resolve(run: Any, s3: Any, *, bucket: str, settings: PreparationSettings, catalog: dict, region: str,
             execution: str, job_prefix: str, volume_kms_key_arn: str, tags: list, poll_seconds: int,
-            prepared: dict | None = None) -> Prepared | Preparation | None:
+            max_poll_seconds: int, prepared: dict | None = None) -> Prepared | Preparation | None:
     """For a run whose data.source is raw text in the stage's bucket: the complete prepared output to train on
     (Prepared; reused, or just made by this execution's job, `prepared`), or the job to make it (Preparation).
     None when there is nothing to prepare (prepared shards, data.tokens given, no S3 client)."""
@@ -311,9 +321,9 @@ def resolve(run: Any, s3: Any, *, bucket: str, settings: PreparationSettings, ca
     return processing_request(
         key=key, raw_uri=source, tokenizer_manifest_uri=f"s3://{bucket}/{manifest_key}", bucket=bucket,
         files=len(raw), raw_bytes=sum(o["size"] for o in raw), settings=settings, usd_per_hour=rate,
-        runtime_s=runtime_s,
-        name=job_name(job_prefix, key, execution), volume_kms_key_arn=volume_kms_key_arn, tags=tags,
-        text_field="text", validation_fraction=fraction, poll_seconds=poll_seconds)
+        runtime_s=runtime_s, name=job_name(job_prefix, key, execution), volume_kms_key_arn=volume_kms_key_arn,
+        tags=tags, text_field="text", validation_fraction=fraction,
+        poll_seconds=preparation_poll_seconds(runtime_s, poll_seconds, max_poll_seconds))
 
 
 PREPARATION_FIELDS = frozenset(f.name for f in dataclasses.fields(Preparation))
@@ -341,6 +351,7 @@ def plan_step(run: Any, s3: Any, *, pipeline: Any, settings: PreparationSettings
         outcome = resolve(run, s3, bucket=pipeline.bucket, settings=settings, catalog=catalog,
                           region=pipeline.region, execution=execution, job_prefix=pipeline.job_prefix,
                           volume_kms_key_arn=pipeline.volume_kms_key_arn, poll_seconds=pipeline.poll_seconds,
+                          max_poll_seconds=pipeline.max_poll_seconds,
                           tags=[{"Key": k, "Value": v} for k, v in sorted(tags.items())], prepared=prepared)
     except PreparationRefused as exc:
         status = PlanStatus.OVER_BUDGET if exc.over_budget else PlanStatus.INVALID_RUN

@@ -113,3 +113,12 @@ def test_reading_raw_text_as_prepared_shards_says_the_pipeline_prepares_it(s3):
     with pytest.raises(RunValidationError) as refused:
         read_sources(run, s3_client=s3)
     assert refused.value.field == "data.source" and "prepared by the pipeline itself" in str(refused.value)
+
+
+def test_the_poll_loop_takes_at_most_300_turns_of_the_executions_history_whatever_the_maxruntime():
+    from spotrun.preparation import MAX_PREPARATION_POLLS, preparation_poll_seconds
+
+    assert preparation_poll_seconds(3600, 60, 4 * 3600) == 60  # a short job: the stage's poll
+    for runtime in (24 * 3600, 777_600):  # the default and CreateProcessingJob's longest MaxRuntime
+        assert runtime / preparation_poll_seconds(runtime, 60, 4 * 3600) <= MAX_PREPARATION_POLLS == 300
+    assert preparation_poll_seconds(777_600, 60, 600) == 600  # never past the stage's longest poll
