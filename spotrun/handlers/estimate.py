@@ -246,6 +246,8 @@ def plan(run_raw: Any, execution: str, settings: PipelineSettings, *, s3_client:
             run, done, instead = plan_step(run, s3_client, pipeline=settings, settings=preparation, catalog=catalog,
                                            execution=execution, prepared=prepared)
             if instead is not None:
+                if instead["status"] == PlanStatus.PREPARE.value:
+                    check_before_preparing(run, quotas_client, execution_status)
                 return instead
             data_uri = done.data_source if done else data_uri
         sources = read_sources(run, s3_client=s3_client)
@@ -278,14 +280,28 @@ def plan(run_raw: Any, execution: str, settings: PipelineSettings, *, s3_client:
         return {"status": PlanStatus.INVALID_RUN.value, "message": str(exc), "field": exc.field}
 
 
-def _ok_plan(run: RunSpec, est: Any, hyper: dict, execution: str, started: str, settings: PipelineSettings,
-             catalog: dict, model_config: dict | None, tokens: int | None, data_uri: str, model_uri: str | None,
-             s3_client: Any, quotas_client: Any, shape: str | None) -> dict:
+def check_approval_status(run: RunSpec) -> None:
     if run.approval_status != REGISTRATION_STATUS:
         raise RunValidationError("registry.approval_status", run.approval_status,
                                  f"{REGISTRATION_STATUS}: the pipeline registers every model for review; approving "
                                  "it is a separate, permissioned step (aws sagemaker update-model-package "
                                  "--model-approval-status Approved)")
+
+
+def check_before_preparing(run: RunSpec, quotas_client: Any, execution_status: Any) -> None:
+    """What would refuse the run after its preparation and does not depend on the tokens: checked before its
+    preparation job bills anything (the quota only for an explicit instance type)."""
+    check_approval_status(run)
+    if run.checkpoint.resume_from is not None and execution_status is not None:
+        check_resumable(run, run.checkpoint.resume_from, execution_status(run.checkpoint.resume_from))
+    if quotas_client is not None and run.compute.instance_type != "auto":
+        check_quota(quotas_client, run.compute.instance_type, run.compute.instance_count or 1, run.compute.spot)
+
+
+def _ok_plan(run: RunSpec, est: Any, hyper: dict, execution: str, started: str, settings: PipelineSettings,
+             catalog: dict, model_config: dict | None, tokens: int | None, data_uri: str, model_uri: str | None,
+             s3_client: Any, quotas_client: Any, shape: str | None) -> dict:
+    check_approval_status(run)
     if quotas_client is not None:
         check_quota(quotas_client, est.instance_type, est.instance_count, run.compute.spot)
     record = run_record(run, model_config, tokens, est.parameters)

@@ -245,3 +245,11 @@ def test_the_processing_job_may_only_add_its_parts_and_logs_and_the_finish_step_
     assert "/datasets/_prepared/*" in s3_resources and "/datasets/*" not in s3_resources
     assert not any("s3:DeleteObject" in json.dumps(s["Action"]) for s in statements)
     assert any(s["Action"] == "sagemaker:DescribeProcessingJob" for s in statements)
+
+
+def test_a_run_its_quota_cannot_hold_is_refused_before_its_preparation_bills_anything(prep_aws):
+    QUOTAS[0]["Value"] = 0.0  # ml.g5.2xlarge for spot training: none
+    result = prep_aws.execute("raw-no-quota", RAW_RUN)
+    failure = prep_aws.failure(result)
+    assert failure["error"] == "InvalidRun" and "ml.g5.2xlarge for spot training job usage" in failure["cause"]
+    assert prep_aws.recorded.requests == {}
