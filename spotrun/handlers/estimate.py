@@ -3,7 +3,9 @@
 Input: {"run": <run JSON>, "execution": <execution name>, "started": <execution start time>}. Output: a plan
 (spotrun.seams.Plan) the state machine reads. A run that must not start returns status InvalidRun or OverBudget
 with the reason (the state machine turns them into named failures before anything is created); otherwise status
-"ok" with every value CreateTrainingJob needs.
+"ok" with every value CreateTrainingJob needs. A run whose data.source is raw text under datasets/ is answered
+"Prepare" with the preparation job (spotrun/preparation.py), and planned when the state machine calls again with
+what the job made (`prepared`: the prepared shards, and its bill, spent before the first job).
 
 Besides the planner's rules, this is where the deployment's facts apply: the region's on-demand prices (a region
 the catalog has no prices for is refused), the stage's allowed instance types, the account's SageMaker service
