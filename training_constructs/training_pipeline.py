@@ -247,13 +247,11 @@ class TrainingPipeline(Construct):
 
     def _definition(self, props: TrainingPipelineProps, arns: _Arns) -> sfn.IChainable:
         """Init -> Estimate -> the first job -> the guarded polling loop -> registration or a named failure."""
-        job_arn = arns.job
-        pipeline_error = self._pipeline_error(props, job_arn)
+        pipeline_error = self._pipeline_error(props, arns.job)
 
         def notify(name: str, subject: str, message_path: str) -> tasks.SnsPublish:
             return self.failure_notice(props, name, subject, message_path)
 
-        sdk = self.sagemaker_call
         init = sfn.Pass(self, "Init", parameters={"run.$": "$"})
         estimate = self.estimate_task("Estimate", pipeline_error)
         invalid = notify("NotifyInvalidRun", "spotrun: invalid run", plan_path("message")).next(
@@ -269,6 +267,39 @@ class TrainingPipeline(Construct):
             "segment": 1, "max_runtime_seconds.$": plan_path("max_runtime_seconds"),
             "max_wait_seconds.$": plan_path("max_wait_seconds"),
             "hyperparameters.$": plan_path("hyperparameters"), "segments": []})
+        create_spot, create_on_demand = self._training_loop(props, arns, pipeline_error)
+        estimate_ok = sfn.Choice(self, "EstimateOk")
+        preparation = preparation_states(self, props, arns.processing, pipeline_error, estimate_ok)
+        definition = init.next(estimate).next(
+            estimate_ok
+            .when(sfn.Condition.string_equals(plan_path("status"), PlanStatus.PREPARE.value), preparation)
+            .when(sfn.Condition.string_equals(plan_path("status"), PlanStatus.INVALID_RUN.value), invalid)
+            .when(sfn.Condition.string_equals(plan_path("status"), PlanStatus.OVER_BUDGET.value), over_budget)
+            .otherwise(init_guard.next(
+                sfn.Choice(self, "SpotOrOnDemand")
+                .when(sfn.Condition.boolean_equals(plan_path("spot"), True), create_spot)
+                .otherwise(create_on_demand))))
+        return definition
+
+    def estimate_task(self, name: str, pipeline_error: sfn.IChainable, **extra: str) -> tasks.LambdaInvoke:
+        """The estimate, on the run and the execution (and, after a preparation, what it made)."""
+        estimate = tasks.LambdaInvoke(
+            self, name, lambda_function=self.estimate_fn, payload_response_only=True, result_path="$.plan",
+            payload=sfn.TaskInput.from_object({"run.$": "$.run", "execution.$": "$$.Execution.Name",
+                                               "started.$": "$$.Execution.StartTime",
+                                               "state_machine.$": "$$.StateMachine.Id", **extra}))
+        estimate.add_catch(pipeline_error, errors=["States.ALL"], result_path="$.error")
+        return estimate
+
+    def _training_loop(self, props: TrainingPipelineProps, arns: _Arns,
+                       pipeline_error: sfn.IChainable) -> tuple[tasks.CallAwsService, tasks.CallAwsService]:
+        """The jobs (spot, on-demand) -> WaitForJob -> CostGuard -> its action: wait, stop, the next segment,
+        registration or a named failure. Returns the two creates the first job starts with."""
+        job_arn, sdk = arns.job, self.sagemaker_call
+
+        def notify(name: str, subject: str, message_path: str) -> tasks.SnsPublish:
+            return self.failure_notice(props, name, subject, message_path)
+
         wait = sfn.Wait(self, "WaitForJob", time=sfn.WaitTime.seconds_path(guard_path("wait_seconds")))
 
         def create(name: str, spot: bool) -> tasks.CallAwsService:
@@ -314,29 +345,8 @@ class TrainingPipeline(Construct):
             .when(action_is(GuardAction.GATE_FAILED), gate_failed)
             .otherwise(training_failed))
         create_on_demand.next(wait)
-        estimate_ok = sfn.Choice(self, "EstimateOk")
-        preparation = preparation_states(self, props, arns.processing, pipeline_error, estimate_ok)
-        definition = init.next(estimate).next(
-            estimate_ok
-            .when(sfn.Condition.string_equals(plan_path("status"), PlanStatus.PREPARE.value), preparation)
-            .when(sfn.Condition.string_equals(plan_path("status"), PlanStatus.INVALID_RUN.value), invalid)
-            .when(sfn.Condition.string_equals(plan_path("status"), PlanStatus.OVER_BUDGET.value), over_budget)
-            .otherwise(init_guard.next(
-                sfn.Choice(self, "SpotOrOnDemand")
-                .when(sfn.Condition.boolean_equals(plan_path("spot"), True), create_spot)
-                .otherwise(create_on_demand))))
         create_spot.next(wait)
-        return definition
-
-    def estimate_task(self, name: str, pipeline_error: sfn.IChainable, **extra: str) -> tasks.LambdaInvoke:
-        """The estimate, on the run and the execution (and, after a preparation, what it made)."""
-        estimate = tasks.LambdaInvoke(
-            self, name, lambda_function=self.estimate_fn, payload_response_only=True, result_path="$.plan",
-            payload=sfn.TaskInput.from_object({"run.$": "$.run", "execution.$": "$$.Execution.Name",
-                                               "started.$": "$$.Execution.StartTime",
-                                               "state_machine.$": "$$.StateMachine.Id", **extra}))
-        estimate.add_catch(pipeline_error, errors=["States.ALL"], result_path="$.error")
-        return estimate
+        return create_spot, create_on_demand
 
     def _registration(self, props: TrainingPipelineProps, arns: _Arns,
                       pipeline_error: sfn.IChainable) -> tuple[tasks.CallAwsService, sfn.Pass]:
