@@ -46,6 +46,8 @@ from tests.infra.test_state_machine_moto import (
     _stop_training_job,
 )
 
+pytestmark = pytest.mark.slow  # synthesizes the app and runs the trainer's prepare
+
 RAW_RUN = {**RUN, "name": "raw-run", "model": {"source": f"s3://{BUCKET}/models/tok/"},
            "data": {"source": f"s3://{BUCKET}/datasets/raw-chat/", "seq_len": 64, "validation_fraction": 0.1}}
 BILLED_S = 600.0  # the simulated processing job's time, per instance

@@ -17,6 +17,7 @@ import boto3
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from moto import mock_aws
 
 from spotrun.local.harness import loss_history, val_history
@@ -25,6 +26,8 @@ from spotrun.preparation_finish import finish
 from spotrun_trainer.data import prepare, read_index
 
 from .conftest import Job
+
+pytestmark = pytest.mark.slow  # starts torchrun
 
 BUCKET = "spotrun-artifacts-test"
 PREFIX = "datasets/_prepared/0123456789abcdef01234567/"
