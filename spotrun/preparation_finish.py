@@ -78,7 +78,7 @@ def finish(s3: Any, sagemaker: Any, preparation: dict) -> dict:
                     cost_usd=cost, seconds=seconds, job_name=prep.job_name, instance_type=prep.instance_type,
                     instance_count=prep.instance_count)
     if status != "Completed":
-        reason = describe.get("FailureReason") or describe.get("ExitMessage") or status
+        reason = "; ".join(r for r in (describe.get("FailureReason"), describe.get("ExitMessage")) if r) or status
         return {"status": FINISH_FAILED, "prepared": dataclasses.asdict(done),
                 "message": f"preparing {prep.raw_source} failed: processing job {prep.job_name} ended {status}: "
                            f"{reason} (${cost:.4f} billed)"}

@@ -7,7 +7,8 @@ moto records a processing job as Completed the moment it is created and keeps no
 - S3Prefix inputs: the objects under the prefix, each instance 1/N of them with ShardedByS3Key (by key, in turn),
   all with FullyReplicated; ManifestFile inputs: the manifest's prefix + each listed key; both at LocalPath
   (under the instance's /opt/ml), keeping the key relative to the prefix;
-- the ContainerEntrypoint, run with SPOTRUN_SM_ROOT at that /opt/ml (what the image's /opt/ml is);
+- the ContainerEntrypoint, run with SPOTRUN_SM_ROOT at that /opt/ml (what the image's /opt/ml is); a failed
+  container's /opt/ml/output/message becomes ExitMessage (its first 1 KB);
 - each output's LocalPath uploaded to its S3Uri at the end (EndOfJob), every instance to the same prefix;
 - billing: ProcessingStartTime to ProcessingEndTime, `billed_s` of simulated time, per instance.
 """
@@ -74,8 +75,11 @@ def run_processing_job(s3, job, request: dict, workdir: Path, *, billed_s: float
         result = subprocess.run(command, env={**os.environ, "SPOTRUN_SM_ROOT": str(root)}, capture_output=True,
                                 text=True, timeout=300)
         outs.append(result.stdout + result.stderr)
-        if result.returncode != 0:
-            failure = f"AlgorithmError: {host}: exit {result.returncode}: {result.stderr.strip()[-500:]}"
+        if result.returncode != 0:  # SageMaker's reason names the exit code; the container's own is ExitMessage
+            failure = f"AlgorithmError: ClientError: exit code {result.returncode}"
+            message = root / "output" / "message"
+            if message.is_file():
+                job.exit_message = message.read_bytes()[:1024].decode()
             continue
         for output in request["ProcessingOutputConfig"]["Outputs"]:
             local = _local(root, output["S3Output"]["LocalPath"])

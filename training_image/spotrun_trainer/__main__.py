@@ -57,12 +57,16 @@ def _processing(args: argparse.Namespace, root: Path) -> int:
     from .data import DataError
     from .processing import ProcessingPaths, prepare_part
 
+    paths = None
     try:
         paths = ProcessingPaths.under(root)
         index = prepare_part(paths, shard_bytes=int(args.shard_mb * 1e6), text_field=args.text_field,
                              validation_fraction=args.validation_fraction)
     except DataError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        if paths is not None:  # the job's ExitMessage: the file and line, not only an exit code
+            paths.message.parent.mkdir(parents=True, exist_ok=True)
+            paths.message.write_bytes(f"{paths.host}: {exc}".encode()[:1024])
         return 2
     tokens = index["total_tokens"] if index else 0
     print(f"prepared part {paths.host}: {tokens} tokens in {len(index['shards']) if index else 0} shards")

@@ -4,7 +4,9 @@ The pipeline's preparation step (spotrun/preparation.py) runs `python -m spotrun
 --sagemaker-processing` on N CPU instances. SageMaker gives each instance its share of the raw objects
 (ShardedByS3Key) under `input/<data>/` and the tokenizer files (FullyReplicated) under `input/<tokenizer>/`, and
 uploads what the instance writes under `output/` to one S3 prefix (the documented paths: /opt/ml/processing/...,
-and /opt/ml/config/resourceconfig.json for the host). Every instance writes its part to `output/parts/<host>/`
+and /opt/ml/config/resourceconfig.json for the host). A failure's reason goes to /opt/ml/output/message, which
+DescribeProcessingJob returns as ExitMessage (SageMaker "Save and Access Metadata Information About Your
+Processing Job"). Every instance writes its part to `output/parts/<host>/`
 (a complete prepared dataset of its files: shards, index.json, tokenizer/, validation/), so no two instances write
 the same key; the pipeline's finish step merges the parts' indexes into the dataset's index.json.
 
@@ -31,6 +33,7 @@ class ProcessingPaths:
     tokenizer: Path  # the tokenizer files of model.source
     output: Path  # uploaded to the dataset's prefix at the end of the job
     host: str  # this instance's name (resourceconfig.json's current_host)
+    message: Path  # its first 1 KB becomes DescribeProcessingJob's ExitMessage (why a job failed)
 
     @classmethod
     def under(cls, root: Path) -> ProcessingPaths:
@@ -46,7 +49,7 @@ class ProcessingPaths:
         processing = root / "processing"
         return cls(data=processing / "input" / PROCESSING_DATA_INPUT,
                    tokenizer=processing / "input" / PROCESSING_TOKENIZER_INPUT,
-                   output=processing / PROCESSING_OUTPUT, host=host)
+                   output=processing / PROCESSING_OUTPUT, host=host, message=root / "output" / "message")
 
 
 def prepare_part(paths: ProcessingPaths, *, shard_bytes: int, text_field: str,
