@@ -15,7 +15,7 @@ from typing import Any
 
 from .aws_text import TAG_VALUE_MAX, aws_text_ok
 from .contract import RunSpec, RunValidationError
-from .seams import PipelineSettings
+from .seams import REGISTRATION_STATUS, PipelineSettings
 
 RUN_RECORD = "spotrun-run.json"  # what an execution trained, beside its checkpoints: checked on resume_from
 QUOTA_SERVICE = "sagemaker"
@@ -54,6 +54,24 @@ def check_resume(record: dict, s3_client: Any, bucket: str, prefix: str, resume_
             raise RunValidationError("checkpoint.resume_from", resume_from,
                                      f"an execution trained on the same {what}: {differ[0]} was "
                                      f"{earlier.get(differ[0])!r}, this run has {record[differ[0]]!r}")
+
+
+def check_approval_status(run: RunSpec) -> None:
+    if run.approval_status != REGISTRATION_STATUS:
+        raise RunValidationError("registry.approval_status", run.approval_status,
+                                 f"{REGISTRATION_STATUS}: the pipeline registers every model for review; approving "
+                                 "it is a separate, permissioned step (aws sagemaker update-model-package "
+                                 "--model-approval-status Approved)")
+
+
+def check_before_preparing(run: RunSpec, quotas_client: Any, execution_status: Any) -> None:
+    """What would refuse the run after its preparation and does not depend on the tokens: checked before its
+    preparation job bills anything (the quota only for an explicit instance type)."""
+    check_approval_status(run)
+    if run.checkpoint.resume_from is not None and execution_status is not None:
+        check_resumable(run, run.checkpoint.resume_from, execution_status(run.checkpoint.resume_from))
+    if quotas_client is not None and run.compute.instance_type != "auto":
+        check_quota(quotas_client, run.compute.instance_type, run.compute.instance_count or 1, run.compute.spot)
 
 
 def check_resumable(run: RunSpec, name: str, found: tuple[str, str | None] | None) -> None:

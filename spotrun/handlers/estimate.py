@@ -1,10 +1,11 @@
 """Estimate Lambda: the first state of the training pipeline (the entry point; spotrun/deployment.py plans).
 
 Input: {"run": <run JSON>, "execution": <execution name>, "started": <execution start time>, "state_machine":
-<its ARN>}. Output: the plan (spotrun.seams.Plan) or the refusal that `spotrun.deployment.plan` returns.
+<its ARN>, "prepared": <what the preparation job made, on the call after a Prepare answer>}. Output: the plan
+(spotrun.seams.Plan) or the answer that `spotrun.deployment.plan` returns instead (a refusal, or Prepare).
 Environment (read here only): spotrun.seams.PipelineSettings (the construct writes it with `to_env`); its
 table_name, when set, is the interruptions table whose records (spotrun/measured.py) give the estimate measured
-interruption rates and MFU.
+interruption rates and MFU; spotrun.preparation.PreparationSettings (the stage's preparation instances).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 from ..deployment import plan
 from ..measured import recorded_rates, recorded_utilization
 from ..preflight import count_running, execution_of
+from ..preparation import PreparationSettings
 from ..seams import PipelineSettings
 
 
@@ -41,4 +43,5 @@ def handler(event: dict, _context: Any) -> dict:
     return plan(event.get("run"), str(event.get("execution", "")), settings, rates=rates,
                 s3_client=boto3.client("s3"), quotas_client=boto3.client("service-quotas"),
                 started=str(event.get("started", "")), mfu_lookup=mfu_lookup, running_executions=running,
-                execution_status=status_of)
+                execution_status=status_of, preparation=PreparationSettings.from_env(dict(os.environ)),
+                prepared=event.get("prepared") if isinstance(event.get("prepared"), dict) else None)
