@@ -1,5 +1,5 @@
 """A bare FSDP2 training loop on the trainer's own model, data, optimizer and schedule: the reference the trainer's
-step is measured against (step overhead, benchmarks/step_bench.py) and checked against (bitwise the same
+step is measured against (step overhead, benchmarks/perf_bench.py) and checked against (bitwise the same
 per-step losses on CPU, tests/trainer/test_lean_step.py).
 
     python -m torch.distributed.run --nproc_per_node 2 benchmarks/bare_loop.py --sm-root SM --out bare.json

@@ -150,7 +150,7 @@ def test_merged_export_equals_base_plus_scaled_adapter_product_in_bf16(lora_base
 def test_export_metadata_file_is_the_one_the_registry_step_reads():
     from spotrun import seams
 
-    assert EXPORT_METADATA == seams.EXPORT_METADATA  # the image does not ship spotrun/: one spelling, checked
+    assert EXPORT_METADATA == seams.EXPORT_METADATA  # the trainer's name (export.py) is the seam's: one spelling
 
 
 def test_lora_on_a_bf16_base_with_activation_checkpointing_trains_fp32_adapters(job_factory, lora_baseline):
