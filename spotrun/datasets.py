@@ -49,9 +49,6 @@ class Prepared:
 
 def input_files(inputs: list[Path]) -> list[Path]:
     """The files to tokenize (the trainer's own discovery, which `prepare` uses): its errors as PrepareError."""
-    from .local import trainer_on_path
-
-    trainer_on_path()
     from spotrun_trainer.data import DataError
     from spotrun_trainer.data import input_files as discover
 
@@ -121,8 +118,6 @@ def prepare_dataset(inputs: list[Path], tokenizer_dir: Path, out: Path | None = 
                     validation_fraction: float = 0.0) -> Prepared:
     """Shards + index.json of `inputs` at `out` (or at `cache/<key>`), unless it already holds exactly them.
     `validation_fraction`: that share of the documents goes to `validation/` (spotrun_trainer.data.prepare)."""
-    from .local import trainer_on_path
-
     t0 = time.monotonic()
     files = input_files(inputs)
     key = dataset_key(files, tokenizer_dir, text_field=text_field, shard_bytes=shard_bytes,
@@ -137,7 +132,6 @@ def prepare_dataset(inputs: list[Path], tokenizer_dir: Path, out: Path | None = 
     if out.exists() and any(out.iterdir()):
         raise PrepareError(f"{out} already holds other files (another dataset, or other inputs or tokenizer): choose "
                            "another output or remove it")
-    trainer_on_path()
     from spotrun_trainer.data import DataError, prepare
 
     staging = out.parent / f".{out.name}.{os.getpid()}.tmp"

@@ -11,8 +11,9 @@ import traceback
 import pytest
 from torch.distributed.checkpoint.api import CheckpointException
 
+from spotrun.seams import CHECKPOINT_MANIFEST as MANIFEST
 from spotrun_trainer import checkpoint
-from spotrun_trainer.checkpoint import MANIFEST, CheckpointError, committed_checkpoints, describe_failure, verify
+from spotrun_trainer.checkpoint import CheckpointError, committed_checkpoints, describe_failure, verify
 
 # Reading /proc/self/mem at offset 0 (an unmapped address) fails with EIO: a real I/O error from the kernel,
 # which a test running as root can provoke (permission bits do not stop root).
