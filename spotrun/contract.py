@@ -17,7 +17,7 @@ import unicodedata
 from dataclasses import dataclass, field
 from typing import Any
 
-from .seams import PIPELINE_TAG_KEYS
+from .seams import METHODS, PIPELINE_TAG_KEYS
 
 SCHEMA_VERSION = 1
 # NOTE: every pattern is used with fullmatch: `re.match(r"...$")` accepts a trailing newline.
@@ -25,7 +25,6 @@ _NAME = re.compile(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,47}")  # SageMaker job names a
 _REGISTRY_GROUP = re.compile(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}")  # CreateModelPackageGroup's EntityName
 _S3_URI = re.compile(r"s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9](/[^\x00-\x1f\x7f]*)?")
 APPROVAL_STATUSES = ("PendingManualApproval", "Approved", "Rejected")
-METHODS = ("full", "lora")
 INITS = ("pretrained", "random")
 MAX_RUNTIME_LIMIT_S = 28 * 24 * 3600  # StoppingCondition.MaxRuntimeInSeconds: "The maximum value is 28 days"
 _EXECUTION_NAME = re.compile(r"^[A-Za-z0-9_-]{1,80}$")  # Step Functions execution names, as the console makes them
