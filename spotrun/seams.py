@@ -260,6 +260,7 @@ class DatasetIndex:
     TOTAL_TOKENS = "total_tokens"
     SHARDS = "shards"
 
+
 # ---- plan and guard (handlers -> state machine) ----------------------------------------------------------------
 
 

@@ -108,12 +108,14 @@ def test_metric_lines_match_the_sagemaker_metric_definitions(baseline):
     import re
 
     from spotrun.seams import TRAIN_METRIC_DEFINITIONS as METRIC_DEFINITIONS
-    from spotrun.seams import parse_metric_line
+    from spotrun.seams import parse_metric_line, run_start_total_steps
 
     lines = [line for line in baseline.text().splitlines() if line.startswith("step=")]
     assert len(lines) == 6  # every 4 steps of 24
     parsed = parse_metric_line(lines[-1])
     assert parsed["step"] == 24
+    # The run's length as `spotrun status` and local progress read it from the trainer's own run_start line.
+    assert [n for n in map(run_start_total_steps, baseline.text().splitlines()) if n is not None] == [24]
     for definition in METRIC_DEFINITIONS:
         match = re.search(definition["Regex"], lines[-1])
         name = definition["Name"].split(":")[1]
