@@ -62,9 +62,10 @@ def installed(tmp_path_factory) -> Path:
     (root / "src").mkdir()
     shutil.copy(REPO / "pyproject.toml", root / "src" / "pyproject.toml")
     shutil.copytree(REPO / "spotrun", root / "src" / "spotrun", ignore=shutil.ignore_patterns("__pycache__"))
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps",
-                    "--no-build-isolation", "--target", str(root / "site"), str(root / "src")],
-                   check=True, capture_output=True, timeout=300)
+    res = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                          "--no-deps", "--no-build-isolation", "--target", str(root / "site"), str(root / "src")],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
     (root / "drive.py").write_text(DRIVER)
     return root
 
