@@ -23,14 +23,11 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "training_image"))
-
-from spotrun_trainer.data import TokenShardLoader  # noqa: E402
-from spotrun_trainer.launcher import SageMakerEnv, plan_launch  # noqa: E402
-from spotrun_trainer.loss import CausalLMLoss, StepTokens, target_count  # noqa: E402
-from spotrun_trainer.model import build_mesh, build_sharded_model  # noqa: E402
-from spotrun_trainer.train import lr_lambda  # noqa: E402
+from spotrun_trainer.data import TokenShardLoader
+from spotrun_trainer.launcher import SageMakerEnv, plan_launch
+from spotrun_trainer.loss import CausalLMLoss, StepTokens, target_count
+from spotrun_trainer.model import build_mesh, build_sharded_model
+from spotrun_trainer.train import lr_lambda
 
 
 def main() -> int:

@@ -7,9 +7,9 @@ import json
 import pytest
 from aws_cdk.assertions import Capture, Match
 
+from spotrun import seams
 from spotrun.preparation import PREPARED_PREFIX
 from spotrun.seams import COMPLETED_METRIC_DEFINITION, METRIC_DEFINITIONS, StackOutput
-from spotrun_trainer import metrics as trainer_metrics
 from tests.infra.statements import actions, as_list, role_statements
 
 BUCKET, LOG_BUCKET, KEY = "ArtifactsBucket88671897", "ArtifactsAccessLogs4D97777C", "ArtifactsKeyA4B22E2B"
@@ -181,10 +181,10 @@ def test_metric_definitions_are_the_seams_and_match_the_trainers_line(definition
     spot = definition["States"]["CreateSpotTrainingJob"]["Parameters"]
     # The trainer's metric lines, and its completion line (what tells a finished run from a segment's end).
     assert spot["AlgorithmSpecification"]["MetricDefinitions"] == METRIC_DEFINITIONS + [COMPLETED_METRIC_DEFINITION]
-    line = trainer_metrics.format_line(7, loss=2.5, lr=1e-4, grad_norm=0.5, tokens_per_s=100, mfu=0.3, mem_gb=1.0)
-    eval_line = trainer_metrics.format_eval_line(7, val_loss=2.75, val_ppl=15.6, val_tokens=640, eval_s=0.5)
+    line = seams.format_metric_line(7, loss=2.5, lr=1e-4, grad_norm=0.5, tokens_per_s=100, mfu=0.3, mem_gb=1.0)
+    eval_line = seams.format_eval_line(7, val_loss=2.75, val_ppl=15.6, val_tokens=640, eval_s=0.5)
     done = "run_completed step=7 final_loss=2.5000 val_loss=2.61 base_val_loss=3.4"  # as train.py prints it
-    parsed = {**trainer_metrics.parse_line(line), **trainer_metrics.parse_eval_line(eval_line),
+    parsed = {**seams.parse_metric_line(line), **seams.parse_eval_line(eval_line),
               "exported_val_loss": 2.61, "base_val_loss": 3.4}
     for d in METRIC_DEFINITIONS:
         name = d["Name"].removeprefix("train:")
