@@ -55,8 +55,7 @@ from .preparation_step import preparation_functions, preparation_states
 
 CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"
 # The longest run the contract allows: MaxWait up to 56 days of spot (contract.compute.max_wait_hours), then an
-# on-demand fallback of MaxRuntime up to 28 days (84 days); the execution may not time out before its job ends
-# (tests/infra/test_seams.py checks the timeout against the contract's MaxRuntime limit).
+# on-demand fallback of MaxRuntime up to 28 days (84 days); the execution may not time out before its job ends.
 EXECUTION_TIMEOUT = Duration.days(90)
 # SageMaker restarts a job that hit an internal error, within MaxWait (spot) or MaxRuntime (API reference,
 # RetryStrategy: 1-30 attempts).

@@ -23,7 +23,17 @@ from spotrun.guard import STOP_GRACE_S, newest_checkpoint
 from spotrun.measured import record, recorded_rates
 from spotrun.planner import load_catalog
 from spotrun.preflight import RUN_RECORD
-from spotrun.seams import COMPLETED_METRIC, GUARD_FIELDS, PLAN_FIELDS, Guard, GuardAction, Plan, PlanStatus, StopNotice
+from spotrun.seams import (
+    COMPLETED_METRIC,
+    GUARD_FIELDS,
+    PLAN_FIELDS,
+    Guard,
+    GuardAction,
+    Plan,
+    PlanStatus,
+    StopNotice,
+    checkpoint_manifest_key,
+)
 from spotrun.segments import MAX_SEGMENTS, next_max_runtime, segment_job_name
 from spotrun.simulate.engine import SimPlan
 
@@ -381,7 +391,7 @@ def test_newest_checkpoint_is_the_newest_committed_manifest(s3):
     prefix = "checkpoints/tiny-run/exec-1/"
     s3.put_object(Bucket="art-bucket", Key=prefix + "step-00000010/__0_0.distcp", Body=b"x")
     assert newest_checkpoint(s3, "art-bucket", prefix) is None  # shards without a manifest do not count
-    s3.put_object(Bucket="art-bucket", Key=prefix + "step-00000010/manifest.json", Body=b"{}")
+    s3.put_object(Bucket="art-bucket", Key=prefix + checkpoint_manifest_key(10), Body=b"{}")
     newest = newest_checkpoint(s3, "art-bucket", prefix)
     assert newest == pytest.approx(datetime.now(timezone.utc).timestamp(), abs=120)
 
