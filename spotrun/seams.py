@@ -50,6 +50,10 @@ class Hyperparameter(str, Enum):
     EVAL_MAX_BATCHES = "eval.max_batches"
     EVAL_KEEP_BEST = "eval.keep_best"
     EXPORT_WEIGHTS = "export.weights"  # last | best (the lowest validation loss; needs eval.keep_best)
+    # Experiment tracking (spotrun_trainer/tracking.py): the MLflow tracking server (an http(s) URL or a SageMaker AI
+    # MLflow tracking server ARN) and the experiment; absent, the trainer imports no MLflow and calls no server.
+    TRACKING_MLFLOW_URI = "tracking.mlflow_uri"
+    TRACKING_EXPERIMENT = "tracking.experiment"
 
     # Seconds after its start at which the trainer saves and exits: the end of one segment of a run (a job whose
     # MaxRuntime the cost cap sets, spotrun/segments.py), distinct from completion (`run_completed`).
