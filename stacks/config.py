@@ -19,6 +19,9 @@ GROUP_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9])*$")
 GROUP_SUFFIX_LEN = 9  # "-" + 8 characters of the stack's id: a redeploy after destroy gets a fresh group
 MAX_GROUP_NAME = 63
 MAX_JOB_PREFIX = 24  # job names are <= 63: prefix + run name + execution hash + the fallback's "-od"
+# SageMaker's TrackingServerArn and TrackingServerName patterns (botocore's service model, CreateMlflowTrackingServer).
+MLFLOW_TRACKING_SERVER_ARN = re.compile(r"arn:aws[a-z\-]*:sagemaker:[a-z0-9\-]*:[0-9]{12}:mlflow-tracking-server/"
+                                        r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,255}")
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,10 @@ class AccountConfig:
     chooses within it)."""
     max_concurrent_runs: int = 4
     """Executions of this stage's pipeline that may run at once (the estimate of one more is refused)."""
+    mlflow_tracking_server_arns: tuple[str, ...] = ()
+    """SageMaker AI MLflow tracking servers the training jobs may log to (a run's `tracking.mlflow_uri`): the
+    training role gets the sagemaker-mlflow actions the trainer's tracker calls, on these servers only. Empty: no
+    MLflow permission at all."""
     project: str = "spotrun"
     extra_tags: dict[str, str] = field(default_factory=dict)
 
@@ -119,6 +126,10 @@ class AccountConfig:
             raise ValueError(f"max_instances_per_run={self.max_instances_per_run} is invalid: expected 1..64")
         if not 1 <= self.max_concurrent_runs <= 100:
             raise ValueError(f"max_concurrent_runs={self.max_concurrent_runs} is invalid: expected 1..100")
+        for arn in self.mlflow_tracking_server_arns:
+            if not MLFLOW_TRACKING_SERVER_ARN.fullmatch(arn):
+                raise ValueError(f"mlflow_tracking_server_arns: {arn!r} is invalid: expected the ARN of a SageMaker AI "
+                                 "MLflow tracking server, arn:aws:sagemaker:REGION:ACCOUNT:mlflow-tracking-server/NAME")
         if not 1 <= self.checkpoint_retention_days <= 3650:
             raise ValueError(f"checkpoint_retention_days={self.checkpoint_retention_days} is invalid: 1..3650")
 
@@ -134,7 +145,8 @@ class AccountConfig:
             value = getattr(self, name)
             if value is not None and not isinstance(value, str):
                 raise ValueError(f"{name}={value!r} is invalid: expected a string or None")
-        for name in ("notification_emails", "vpc_subnet_ids", "security_group_ids", "allowed_instance_types"):
+        for name in ("notification_emails", "vpc_subnet_ids", "security_group_ids", "allowed_instance_types",
+                     "mlflow_tracking_server_arns"):
             value = getattr(self, name)
             if not isinstance(value, tuple) or not all(isinstance(v, str) for v in value):
                 raise ValueError(f"{name}={value!r} is invalid: expected a tuple of strings")

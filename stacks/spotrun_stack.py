@@ -60,7 +60,8 @@ class SpotrunStack(Stack):
         self.image = TrainerImage(self, "TrainerImage", props=TrainerImageProps(
             base_image=config.trainer_base_image or sagemaker_image(config.region)))
         self.execution = TrainingExecutionRole(self, "ExecutionRole", props=TrainingExecutionRoleProps(
-            store=self.store, repository=self.image.repository, in_vpc=bool(config.vpc_subnet_ids)))
+            store=self.store, repository=self.image.repository, in_vpc=bool(config.vpc_subnet_ids),
+            mlflow_tracking_server_arns=config.mlflow_tracking_server_arns))
         self.events = InterruptionEvents(self, "InterruptionEvents", props=InterruptionEventsProps(
             job_prefix=config.job_prefix, stage=config.stage))
         inference_image = config.inference_image or serving_image(config.region)
