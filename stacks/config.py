@@ -61,10 +61,10 @@ class AccountConfig:
     chooses within it)."""
     max_concurrent_runs: int = 4
     """Executions of this stage's pipeline that may run at once (the estimate of one more is refused)."""
-    mlflow_tracking_server_arns: tuple[str, ...] = ()
-    """SageMaker AI MLflow tracking servers the training jobs may log to (a run's `tracking.mlflow_uri`): the
-    training role gets the sagemaker-mlflow actions the trainer's tracker calls, on these servers only. Empty: no
-    MLflow permission at all."""
+    mlflow_tracking_servers: tuple[str, ...] = ()
+    """The MLflow tracking servers runs of this stage may log to (a run's `tracking.mlflow_uri`): SageMaker AI MLflow
+    tracking server ARNs (the training role gets the sagemaker-mlflow actions the trainer's tracker calls, on
+    these servers only) and/or https URLs. Empty: no tracking, no MLflow permission."""
     project: str = "spotrun"
     extra_tags: dict[str, str] = field(default_factory=dict)
 
@@ -126,10 +126,11 @@ class AccountConfig:
             raise ValueError(f"max_instances_per_run={self.max_instances_per_run} is invalid: expected 1..64")
         if not 1 <= self.max_concurrent_runs <= 100:
             raise ValueError(f"max_concurrent_runs={self.max_concurrent_runs} is invalid: expected 1..100")
-        for arn in self.mlflow_tracking_server_arns:
-            if not MLFLOW_TRACKING_SERVER_ARN.fullmatch(arn):
-                raise ValueError(f"mlflow_tracking_server_arns: {arn!r} is invalid: expected the ARN of a SageMaker AI "
-                                 "MLflow tracking server, arn:aws:sagemaker:REGION:ACCOUNT:mlflow-tracking-server/NAME")
+        for server in self.mlflow_tracking_servers:
+            if not (MLFLOW_TRACKING_SERVER_ARN.fullmatch(server) or re.fullmatch(r"https?://[^\s/@]+(/\S*)?", server)):
+                raise ValueError(f"mlflow_tracking_servers: {server!r} is invalid: expected the ARN of a SageMaker AI "
+                                 "MLflow tracking server (arn:aws:sagemaker:REGION:ACCOUNT:mlflow-tracking-server/"
+                                 "NAME) or an http(s) URL without credentials")
         if not 1 <= self.checkpoint_retention_days <= 3650:
             raise ValueError(f"checkpoint_retention_days={self.checkpoint_retention_days} is invalid: 1..3650")
 
@@ -146,7 +147,7 @@ class AccountConfig:
             if value is not None and not isinstance(value, str):
                 raise ValueError(f"{name}={value!r} is invalid: expected a string or None")
         for name in ("notification_emails", "vpc_subnet_ids", "security_group_ids", "allowed_instance_types",
-                     "mlflow_tracking_server_arns"):
+                     "mlflow_tracking_servers"):
             value = getattr(self, name)
             if not isinstance(value, tuple) or not all(isinstance(v, str) for v in value):
                 raise ValueError(f"{name}={value!r} is invalid: expected a tuple of strings")
@@ -155,6 +156,11 @@ class AccountConfig:
     def job_prefix(self) -> str:
         """Training job names start with this; the interruption rules match on it."""
         return f"{self.project}-{self.stage}-"
+
+    @property
+    def mlflow_tracking_server_arns(self) -> tuple[str, ...]:
+        """The SageMaker AI MLflow tracking servers among `mlflow_tracking_servers` (the training role's resources)."""
+        return tuple(s for s in self.mlflow_tracking_servers if s.startswith("arn:"))
 
     @property
     def model_package_group_base(self) -> str:

@@ -55,12 +55,14 @@ def test_a_stage_without_tracking_servers_grants_no_mlflow_permission(tmp_path):
     assert "sagemaker-mlflow" not in json.dumps(template.to_json())
 
 
-def test_a_stage_refuses_a_tracking_server_that_is_not_an_arn():
+def test_a_stages_tracking_servers_are_arns_or_urls_and_only_the_arns_get_permissions():
     base = dict(stage="dev", account="123456789012", region="us-east-1", cost_center="ml", monthly_budget_usd=100.0,
                 notification_emails=("a@example.com",))
-    assert AccountConfig(**base, mlflow_tracking_server_arns=SERVERS).mlflow_tracking_server_arns == SERVERS
-    with pytest.raises(ValueError, match=r"mlflow_tracking_server_arns: 'https://mlflow.example.com' is invalid: "
-                                         r"expected the ARN of a SageMaker AI MLflow tracking server"):
-        AccountConfig(**base, mlflow_tracking_server_arns=("https://mlflow.example.com",))
-    with pytest.raises(ValueError, match=r"mlflow_tracking_server_arns=\['x'\] is invalid: expected a tuple"):
-        AccountConfig(**base, mlflow_tracking_server_arns=["x"])
+    stage = AccountConfig(**base, mlflow_tracking_servers=(*SERVERS, "https://mlflow.example.com"))
+    assert stage.mlflow_tracking_server_arns == SERVERS
+    for bad in ("arn:aws:sagemaker:us-east-1:123456789012:model/x", "https://user:pw@mlflow.example.com", "mlflow"):
+        with pytest.raises(ValueError, match=rf"mlflow_tracking_servers: '{bad}' is invalid: expected the ARN of a "
+                                             r"SageMaker AI MLflow tracking server \(arn:aws:sagemaker:"):
+            AccountConfig(**base, mlflow_tracking_servers=(bad,))
+    with pytest.raises(ValueError, match=r"mlflow_tracking_servers=\['x'\] is invalid: expected a tuple"):
+        AccountConfig(**base, mlflow_tracking_servers=["x"])
