@@ -14,8 +14,9 @@ What is logged (all by rank 0; names are this module's constants):
   (peak memory), at evaluations `val_loss` and `val_ppl` (step 0: the base model), at the end `summary.<key>` for
   every number of metrics.json;
 - interruptions: `resumed_from_step` at the step each restart resumed from, the tags `spotrun.starts` (starts so
-  far) and `spotrun.stop` (the step and reason of the latest stop); the run ends FINISHED at completion and stays
-  RUNNING across stops (the next start continues it).
+  far), `spotrun.start.<n>` (the n-th earlier start's steps and training seconds, as of its last checkpoint) and
+  `spotrun.stop` (the step and reason of the latest stop); the run ends FINISHED at completion and stays RUNNING
+  across stops (the next start continues it).
 
 **One MLflow run per training run.** The checkpoint's train state (`TrainState.tracking`) keeps a key made at the
 first start and the MLflow run id once the server gave it; a resumed job or the next segment reopens that run (by
@@ -63,6 +64,7 @@ SUMMARY_PREFIX = "summary."
 # Tags: the run's key from the checkpoint (finds the run when its id was not saved yet), starts, the latest stop,
 # and the hyperparameters that changed at a later start (prefix + the step it started from).
 KEY_TAG, STARTS_TAG, STOP_TAG = "spotrun.key", "spotrun.starts", "spotrun.stop"
+START_TAG = "spotrun.start."  # + n: the n-th earlier start's steps and seconds (as of its last checkpoint)
 CHANGED_PARAMS_TAG = "spotrun.params_from_step."
 # TrainState.tracking's keys (saved in the checkpoint manifest's train state).
 STATE_KEY, STATE_RUN_ID = "key", "run_id"
@@ -81,8 +83,9 @@ STOP_CLOSE_SHARE = 1 / 3
 class NullTracker:
     """No tracking: every call does nothing (ranks other than 0, and runs that name no tracking server)."""
 
-    def begin(self, ids: dict, *, step: int, starts: int) -> None:
-        """At each start, after the checkpoint restored `ids` (TrainState.tracking, mutated in place)."""
+    def begin(self, ids: dict, *, step: int, segments: list[dict]) -> None:
+        """At each start, after the checkpoint restored `ids` (TrainState.tracking, mutated in place) and the
+        earlier starts' `segments` ({start_step, end_step, seconds} as of their last checkpoint)."""
 
     def losses(self, flushed: Iterable[tuple[int, float]]) -> None:
         """Every step's loss as the trainer read it (its loss_history.jsonl lines)."""
@@ -148,10 +151,11 @@ class MlflowTracker(NullTracker):
 
     # ---- the training thread's side: never blocks, never raises --------------------------------------------
 
-    def begin(self, ids: dict, *, step: int, starts: int) -> None:
+    def begin(self, ids: dict, *, step: int, segments: list[dict]) -> None:
         ids.setdefault(STATE_KEY, uuid.uuid4().hex)
         self._ids, self._start_step = ids, step
-        self._put(("tags", {STARTS_TAG: str(starts)}))
+        earlier = {f"{START_TAG}{n}": json.dumps(seg, sort_keys=True) for n, seg in enumerate(segments, 1)}
+        self._put(("tags", {STARTS_TAG: str(len(segments) + 1), **earlier}))
         if step > 0:
             self._metrics(step, {RESUMED_FROM_STEP: float(step)})
         self._thread = threading.Thread(target=self._run, name="spotrun-mlflow", daemon=True)

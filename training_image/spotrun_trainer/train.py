@@ -232,7 +232,7 @@ class Trainer:
         # notice is better spent exiting than running a step.
         if self.agreement.now(stop=self.stop_flag.requested):
             return self._stopped("signal-before-first-step", save=False)
-        self.tracker.begin(self.state.tracking, step=self.state.step, starts=len(self.state.segments) + 1)
+        self.tracker.begin(self.state.tracking, step=self.state.step, segments=self.state.segments)
         if self.rank == 0:
             replicas, shard = self.cfg.sharding.mesh_shape(self.world)
             print(f"run_start params={self.built.num_params} trainable={self.built.trainable_params} "
