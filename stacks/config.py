@@ -11,6 +11,8 @@ import warnings
 from dataclasses import dataclass, field
 
 from spotrun.aws_text import TAG_KEY_MAX, TAG_VALUE_MAX, aws_text_ok
+from spotrun.contract_values import mlflow_uri
+from spotrun.strict_json import RunValidationError
 
 # Patterns of the AWS APIs these values end up in (EC2 ids; SageMaker ModelPackageGroupName).
 SUBNET_ID = re.compile(r"^subnet-[0-9a-f]{8}(?:[0-9a-f]{9})?$")
@@ -19,9 +21,6 @@ GROUP_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9])*$")
 GROUP_SUFFIX_LEN = 9  # "-" + 8 characters of the stack's id: a redeploy after destroy gets a fresh group
 MAX_GROUP_NAME = 63
 MAX_JOB_PREFIX = 24  # job names are <= 63: prefix + run name + execution hash + the fallback's "-od"
-# SageMaker's TrackingServerArn and TrackingServerName patterns (botocore's service model, CreateMlflowTrackingServer).
-MLFLOW_TRACKING_SERVER_ARN = re.compile(r"arn:aws[a-z\-]*:sagemaker:[a-z0-9\-]*:[0-9]{12}:mlflow-tracking-server/"
-                                        r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,255}")
 
 
 @dataclass(frozen=True)
@@ -127,10 +126,10 @@ class AccountConfig:
         if not 1 <= self.max_concurrent_runs <= 100:
             raise ValueError(f"max_concurrent_runs={self.max_concurrent_runs} is invalid: expected 1..100")
         for server in self.mlflow_tracking_servers:
-            if not (MLFLOW_TRACKING_SERVER_ARN.fullmatch(server) or re.fullmatch(r"https?://[^\s/@]+(/\S*)?", server)):
-                raise ValueError(f"mlflow_tracking_servers: {server!r} is invalid: expected the ARN of a SageMaker AI "
-                                 "MLflow tracking server (arn:aws:sagemaker:REGION:ACCOUNT:mlflow-tracking-server/"
-                                 "NAME) or an http(s) URL without credentials")
+            try:  # the run contract's own check of tracking.mlflow_uri: a stage lists what a run may name
+                mlflow_uri(server, "mlflow_tracking_servers")
+            except RunValidationError as exc:
+                raise ValueError(str(exc)) from None
         if not 1 <= self.checkpoint_retention_days <= 3650:
             raise ValueError(f"checkpoint_retention_days={self.checkpoint_retention_days} is invalid: 1..3650")
 

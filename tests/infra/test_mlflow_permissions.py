@@ -5,6 +5,7 @@ cdk-nag finds nothing to acknowledge in them."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from aws_cdk import App, Stack, Validations
@@ -60,9 +61,11 @@ def test_a_stages_tracking_servers_are_arns_or_urls_and_only_the_arns_get_permis
                 notification_emails=("a@example.com",))
     stage = AccountConfig(**base, mlflow_tracking_servers=(*SERVERS, "https://mlflow.example.com"))
     assert stage.mlflow_tracking_server_arns == SERVERS
-    for bad in ("arn:aws:sagemaker:us-east-1:123456789012:model/x", "https://user:pw@mlflow.example.com", "mlflow"):
-        with pytest.raises(ValueError, match=rf"mlflow_tracking_servers: '{bad}' is invalid: expected the ARN of a "
-                                             r"SageMaker AI MLflow tracking server \(arn:aws:sagemaker:"):
+    for bad, says in (("arn:aws:sagemaker:us-east-1:123456789012:model/x", "expected the ARN of a SageMaker AI MLflow"),
+                      ("https://user:pw@mlflow.example.com", "expected a URL without user:password@"),
+                      ("mlflow", "expected an http(s):// URL of an MLflow tracking server, or the ARN")):
+        expected = f"mlflow_tracking_servers='{bad}' is invalid: {says}"
+        with pytest.raises(ValueError, match="^" + re.escape(expected)):
             AccountConfig(**base, mlflow_tracking_servers=(bad,))
     with pytest.raises(ValueError, match=r"mlflow_tracking_servers=\['x'\] is invalid: expected a tuple"):
         AccountConfig(**base, mlflow_tracking_servers=["x"])
