@@ -253,6 +253,9 @@ class Plan:
     data_source: str
     estimate: dict
     gate: dict = dataclasses.field(default_factory=dict)  # registry.gate's bounds (spotrun/gate.py); {}: none
+    # CreateTrainingJob's EnableNetworkIsolation: on, unless the run names a tracking server (one the stage lists),
+    # which the trainer must reach (spotrun_trainer/tracking.py).
+    network_isolation: bool = True
     # Raw data.source prepared by this execution's Processing job or reused (spotrun.preparation.Prepared as a
     # dict; {}: the source was prepared already); its cost is spent before the first training job.
     preparation: dict = dataclasses.field(default_factory=dict)

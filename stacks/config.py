@@ -137,6 +137,9 @@ class AccountConfig:
                 mlflow_uri(server, "mlflow_tracking_servers")
             except RunValidationError as exc:
                 raise ValueError(str(exc)) from None
+            if "," in server:
+                raise ValueError(f"mlflow_tracking_servers: {server!r} is invalid: expected no comma (the estimate "
+                                 "function's environment lists the servers comma-separated)")
         if not 1 <= self.checkpoint_retention_days <= 3650:
             raise ValueError(f"checkpoint_retention_days={self.checkpoint_retention_days} is invalid: 1..3650")
         self._check_preparation(catalog)

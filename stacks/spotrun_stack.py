@@ -78,7 +78,7 @@ class SpotrunStack(Stack):
             metric_definitions=tuple(METRIC_DEFINITIONS), subnet_ids=config.vpc_subnet_ids,
             security_group_ids=config.security_group_ids, allowed_instance_types=config.allowed_instance_types,
             max_usd_per_run=config.max_usd_per_run, max_instances_per_run=config.max_instances_per_run,
-            max_concurrent_runs=config.max_concurrent_runs,
+            max_concurrent_runs=config.max_concurrent_runs, mlflow_tracking_servers=config.mlflow_tracking_servers,
             preparation=PreparationSettings(instance_type=config.prepare_instance_type,
                                             instance_count=config.prepare_instance_count,
                                             max_runtime_seconds=int(config.prepare_max_hours * 3600))))
