@@ -41,14 +41,13 @@ from .planner import (
     load_catalog,
     regional_catalog,
 )
-from .seams import Hyperparameter, StackOutput, stack_name
+from .seams import METHODS, Hyperparameter, StackOutput, stack_name
 from .simulate.choose import policy_text, spot_policy
 from .sources import PLACEHOLDER_BUCKET, read_sources
 
 EXIT_OK, EXIT_INVALID, EXIT_REFUSED = 0, 2, 3
 EXIT_CODES_HELP = ("exit codes: 0 every run passed; 2 invalid input (the message names the field); 3 refused by "
                    "the planner (over budget, does not fit, needs more than SageMaker's 28-day MaxRuntime, ...)")
-PIPELINE_METHODS = ("full", "lora")  # what the trainer image runs
 DATASETS_PREFIX, MODELS_PREFIX = "datasets/", "models/"  # the training role reads only these (ArtifactStore)
 # A hyperparameter that carries a run field is reported as that field.
 _HYPERPARAMETER_FIELDS = {Hyperparameter.MODEL_CONFIG.value: "model.config", Hyperparameter.LR.value: "training.lr",
@@ -64,7 +63,7 @@ class Target:
 
     def describe(self) -> str:
         return (f"the stage's rules (sources under s3://{self.bucket}/{DATASETS_PREFIX} and {MODELS_PREFIX}, "
-                f"model package group {self.model_package_group}, methods {'/'.join(PIPELINE_METHODS)}, weights "
+                f"model package group {self.model_package_group}, methods {'/'.join(METHODS)}, weights "
                 "to train)")
 
 
@@ -88,8 +87,8 @@ def check_target(run: RunSpec, target: Target) -> tuple[str, str | None]:
     if run.model.init is None:
         raise RunValidationError("model.init", None, '"random" to train the inline model.config from random weights '
                                  "(an explicit choice), or a model.source holding pretrained weights to fine-tune")
-    if run.training.method not in PIPELINE_METHODS:
-        raise RunValidationError("training.method", run.training.method, " or ".join(PIPELINE_METHODS))
+    if run.training.method not in METHODS:
+        raise RunValidationError("training.method", run.training.method, " or ".join(METHODS))
     if run.model_package_group not in (None, target.model_package_group):
         raise RunValidationError("registry.model_package_group", run.model_package_group,
                                  f"{target.model_package_group} (this stack's group) or nothing")

@@ -16,12 +16,11 @@ import urllib.request
 
 import pytest
 
-from spotrun.local.harness import TRAINER_ROOT, free_port, kill_tree, loss_history, val_history, wait_for_step
-from spotrun.seams import Hyperparameter
+from spotrun.local.harness import free_port, kill_tree, loss_history, val_history, wait_for_step
+from spotrun.seams import Hyperparameter, parse_metric_line
 from spotrun_trainer import tracking
 from spotrun_trainer.checkpoint import committed_checkpoints
 from spotrun_trainer.config import ConfigError, TrackingConfig, TrainConfig
-from spotrun_trainer.metrics import parse_line
 
 from .conftest import BASE_HP
 
@@ -99,7 +98,7 @@ def _history(client, run_id: str, key: str) -> dict[int, float]:
 
 def _metric_lines(text: str) -> dict[int, dict]:
     """step -> the fields of the trainer's metric line (the last start's, when a step was run twice)."""
-    return {parsed["step"]: parsed for parsed in map(parse_line, text.splitlines()) if parsed}
+    return {parsed["step"]: parsed for parsed in map(parse_metric_line, text.splitlines()) if parsed}
 
 
 def test_tracked_run_across_a_sigterm_and_a_sigkill_restart_matches_the_trainers_history(job_factory, client,
@@ -237,8 +236,7 @@ assert not [m for m in sys.modules if m.split(".")[0] in ("mlflow", "sagemaker_m
 assert not events, events
 print("ok")
 """
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TRAINER_ROOT), os.environ.get("PYTHONPATH", "")])}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-3000:]
 
 
