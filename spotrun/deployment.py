@@ -277,6 +277,7 @@ def _ok_plan(run: RunSpec, est: Any, hyper: dict, execution: str, started: str, 
         price_as_of=as_of,
         approval_status=REGISTRATION_STATUS, data_source=run.data.source or "",
         estimate={k: est.to_json()[k] for k in CONTRACT_KEYS}, gate=gate_of(run),
+        network_isolation=not run.tracking.mlflow_uri,
     )
     return result.to_json()
 

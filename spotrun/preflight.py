@@ -115,7 +115,8 @@ def check_quota(quotas_client: Any, instance_type: str, count: int, spot: bool) 
 
 
 def check_stage_limits(run: RunSpec, settings: PipelineSettings, running_executions: int | None) -> None:
-    """The stage's maxima (stacks/config.py): the cap per run, instances per run, runs at once."""
+    """The stage's maxima (stacks/config.py): the cap per run, instances per run, runs at once; and the tracking
+    servers a run may name."""
     where = f"stage {settings.stage or '?'}'s limit in stacks/config.py"
     if settings.max_usd_per_run and run.max_usd > settings.max_usd_per_run:
         raise RunValidationError("budget.max_usd", run.max_usd, f"at most {settings.max_usd_per_run:,.2f} "
@@ -124,6 +125,11 @@ def check_stage_limits(run: RunSpec, settings: PipelineSettings, running_executi
     if settings.max_instances_per_run and count is not None and count > settings.max_instances_per_run:
         raise RunValidationError("compute.instance_count", count, f"at most {settings.max_instances_per_run} "
                                  f"(max_instances_per_run, {where})")
+    uri = run.tracking.mlflow_uri
+    if uri and uri not in settings.mlflow_tracking_servers:  # a job that tracks runs without network isolation
+        listed = ", ".join(settings.mlflow_tracking_servers) or "none"
+        raise RunValidationError("tracking.mlflow_uri", uri, f"one of the stage's tracking servers: {listed} "
+                                 f"(mlflow_tracking_servers, {where})")
     if settings.max_concurrent_runs and running_executions is not None and \
             running_executions > settings.max_concurrent_runs:
         raise RunValidationError("run", f"{running_executions} running executions", f"at most "

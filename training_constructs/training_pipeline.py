@@ -90,6 +90,8 @@ class TrainingPipelineProps:
     """The stage's most instances per run (0: none)."""
     max_concurrent_runs: int = 0
     """Executions that may run at once (0: none); the estimate counts the running ones."""
+    mlflow_tracking_servers: tuple[str, ...] = ()
+    """The MLflow tracking servers a run may name (the estimate refuses others); empty: none."""
     preparation: PreparationSettings = PreparationSettings()
     """The CPU instances that prepare a raw data.source (a SageMaker Processing job running the trainer image)."""
 
@@ -133,8 +135,9 @@ def create_training_job_parameters(props: TrainingPipelineProps, *, spot: bool) 
         "RetryStrategy": {"MaximumRetryAttempts": RETRY_ATTEMPTS},
         # "No inbound or outbound network calls ... except for calls between peers within a training cluster"
         # (API reference, EnableNetworkIsolation): the container cannot reach S3, the internet or any endpoint;
-        # SageMaker itself moves the channels, checkpoints and the model artifact.
-        "EnableNetworkIsolation": True,
+        # SageMaker itself moves the channels, checkpoints and the model artifact. Off only for a run that names
+        # one of the stage's MLflow tracking servers (the estimate refuses any other), which the trainer must reach.
+        "EnableNetworkIsolation.$": plan_path("network_isolation"),
         "EnableInterContainerTrafficEncryption": False,
         "Tags.$": plan_path("tags"),
     }
@@ -189,7 +192,8 @@ class TrainingPipeline(Construct):
             allowed_instance_types=tuple(props.allowed_instance_types), volume_kms_key_arn=store.key.key_arn,
             project=props.project, stage=props.stage, cost_center=props.cost_center,
             max_usd_per_run=props.max_usd_per_run, max_instances_per_run=props.max_instances_per_run,
-            max_concurrent_runs=props.max_concurrent_runs).to_env(), **props.preparation.to_env()}
+            max_concurrent_runs=props.max_concurrent_runs,
+            mlflow_tracking_servers=tuple(props.mlflow_tracking_servers)).to_env(), **props.preparation.to_env()}
         self.estimate_fn = spotrun_function(
             self, "EstimateFn", handler="spotrun.handlers.estimate.handler", timeout_s=60,
             description="spotrun planner: validates the run and decides instance, limits, cadence and cost",
