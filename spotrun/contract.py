@@ -17,7 +17,8 @@ import unicodedata
 from dataclasses import dataclass, field
 from typing import Any
 
-from .seams import PIPELINE_TAG_KEYS
+from .refusal import Refusal
+from .seams import PIPELINE_TAG_KEYS, PlanStatus
 
 SCHEMA_VERSION = 1
 # NOTE: every pattern is used with fullmatch: `re.match(r"...$")` accepts a trailing newline.
@@ -71,14 +72,13 @@ def join(path: str, key: Any) -> str:
     return f"{path}.{_key(key)}" if path else _key(key)
 
 
-class RunValidationError(ValueError):
-    """The run JSON is invalid; `.field` is the dotted path of the offending field."""
+class RunValidationError(Refusal, ValueError):
+    """The run JSON is invalid (status InvalidRun); `.field` is the dotted path of the offending field."""
 
     def __init__(self, field_path: str, value: Any, accepted: str):
         field_path = field_path if len(field_path) <= 200 else field_path[:197] + "..."
         message = f"{field_path}={show(value)} is invalid: expected {accepted}"
-        super().__init__(" ".join(message.splitlines()))
-        self.field = field_path
+        super().__init__(PlanStatus.INVALID_RUN.value, " ".join(message.splitlines()), field=field_path)
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,7 @@ from pathlib import Path
 from .contract import MAX_RUNTIME_LIMIT_S, RunSpec, RunValidationError
 from .memory import MemoryEstimate, ModelDims, checkpoint_bytes, peak_bytes, training_state_bytes
 from .params import lora_parameters, shape_of
+from .refusal import Refusal
 from .seams import BytesPerParameter, Hyperparameter, StopNotice
 from .segments import SegmentPlan, plan_segments, segment_seconds
 from .topology import Layout, comm_seconds, divisors_desc, flops_per_token, layouts, step_seconds
@@ -56,13 +57,13 @@ from .topology import Layout, comm_seconds, divisors_desc, flops_per_token, layo
 CATALOG_PATH = Path(__file__).with_name("catalog.json")
 
 
-class EstimateRefused(Exception):
-    """The run must not start. `code` is the state machine's named failure: InvalidRun or OverBudget; `field`
-    the run field to change."""
+class EstimateRefused(Refusal):
+    """The planner refuses the run (spotrun.refusal.Refusal). `code` is its status, the state machine's named
+    failure: InvalidRun or OverBudget; `field` the run field to change."""
 
     def __init__(self, code: str, message: str, estimate: Estimate | None = None, field: str | None = None):
-        super().__init__(message)
-        self.code, self.message, self.estimate, self.field = code, message, estimate, field
+        super().__init__(code, message, field=field, estimate=estimate)
+        self.code = self.status
 
 
 def load_catalog(path: Path = CATALOG_PATH) -> dict:

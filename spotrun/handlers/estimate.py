@@ -26,7 +26,8 @@ from typing import Any, Callable
 from ..aws_text import TAG_VALUE_MAX, aws_text_ok
 from ..contract import RunSpec, RunValidationError, parse_run
 from ..gate import gate_of
-from ..planner import EstimateRefused, estimate, load_catalog, regional_catalog, startup_seconds
+from ..planner import estimate, load_catalog, regional_catalog, startup_seconds
+from ..refusal import Refusal
 from ..seams import EXECUTION_TAG, METHOD_TAG, SHAPE_TAG, VALIDATION_CHANNEL, Plan, PlanStatus, StopNotice
 from ..segments import SEGMENT_SUFFIX_MAX, segment_job_name
 from ..sources import read_sources
@@ -247,21 +248,16 @@ def plan(run_raw: Any, execution: str, settings: PipelineSettings, *, s3_client:
         from ..simulate.choose import spot_policy  # the chosen spot policy and its odds (stdlib only)
 
         est.spot_policy = spot_policy(run, est, catalog)
-    except RunValidationError as exc:
-        return {"status": "InvalidRun", "message": str(exc), "field": exc.field}
-    except EstimateRefused as exc:
-        out = {"status": exc.code, "message": exc.message, "field": exc.field or "run"}
-        if exc.estimate is not None:
-            out["estimate"] = {k: exc.estimate.to_json()[k] for k in CONTRACT_KEYS}
-        return out
+    except Refusal as exc:  # the contract, the stage's rules, the sources or the planner
+        return exc.result(CONTRACT_KEYS)
 
     try:
         if run.checkpoint.resume_from is not None and execution_status is not None:
             check_resumable(run, run.checkpoint.resume_from, execution_status(run.checkpoint.resume_from))
         return _ok_plan(run, est, hyper, execution, started, settings, catalog, model_config, tokens, data_uri,
                         model_uri, s3_client, quotas_client, shape)
-    except RunValidationError as exc:
-        return {"status": PlanStatus.INVALID_RUN.value, "message": str(exc), "field": exc.field}
+    except Refusal as exc:
+        return exc.result(CONTRACT_KEYS)
 
 
 def _ok_plan(run: RunSpec, est: Any, hyper: dict, execution: str, started: str, settings: PipelineSettings,

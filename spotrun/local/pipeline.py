@@ -27,6 +27,7 @@ from ..datasets import PrepareError, prepare_dataset
 from ..gate import check_gate
 from ..planner import Estimate, estimate, load_catalog
 from ..report import build_local_report, write_report
+from ..runfile import SOURCE_FIELDS, load_run_file
 from ..seams import EXPORT_METADATA, VALIDATION_CHANNEL, Hyperparameter
 from ..sources import check_seq_len, read_sources
 from .harness import free_port, loss_records, val_history, write_sagemaker_root
@@ -56,35 +57,28 @@ class LocalOptions:
 
 
 def load_run(run_path: Path) -> tuple[dict, RunSpec]:
-    """The run JSON with its local sources made absolute (relative to the run file), and its validated spec."""
-    run_path = Path(run_path)
-    try:
-        raw = json.loads(run_path.read_text())
-    except OSError as exc:
-        raise RunValidationError("run", str(run_path), f"a readable run JSON file ({exc.strerror})") from None
-    except json.JSONDecodeError as exc:
-        raise RunValidationError("run", str(run_path), f"valid JSON ({exc.msg} at line {exc.lineno})") from None
-    parse_run(raw)  # the contract first: its errors name the field
-    if "source" not in raw["data"]:
+    """The run JSON (spotrun.runfile.load_run_file: strict, its local sources absolute, relative ones read from
+    the run file's directory) and its validated spec, with what a local training run needs on top."""
+    loaded = load_run_file(run_path)
+    raw, run = loaded.raw, loaded.run
+    if run.data.source is None:
         raise RunValidationError("data.source", None, "a local path of raw .txt/.jsonl text or prepared shards "
                                  "(`spotrun local` trains on real data; data.tokens alone only estimates)")
-    if "parameters" in raw["model"]:
-        raise RunValidationError("model.parameters", raw["model"]["parameters"], "model.source or model.config "
+    if run.model.parameters is not None:
+        raise RunValidationError("model.parameters", run.model.parameters, "model.source or model.config "
                                  "for a training run (a bare count only estimates)")
-    for section, key in (("model", "source"), ("data", "source"), ("data", "validation")):
-        source = raw[section].get(key)
+    for section, key in SOURCE_FIELDS:
+        source, written = raw[section].get(key), loaded.written[section].get(key)
         if source is None:
             continue
         if source.startswith("s3://"):
             raise RunValidationError(f"{section}.{key}", source, "a local path for `spotrun local` (runs with "
                                      "s3:// sources start on AWS with `spotrun start`)")
-        path = (run_path.parent / source).resolve()
+        path = Path(source)
         if not path.exists():
-            raise RunValidationError(f"{section}.{key}", source, f"an existing path (looked at {path})")
+            raise RunValidationError(f"{section}.{key}", written, f"an existing path (looked at {path})")
         if (section, key) == ("model", "source"):
-            _check_model_dir(path, source)
-        raw[section][key] = str(path)
-    run = parse_run(raw)
+            _check_model_dir(path, written)
     if run.model.source is not None:  # before any preparing: the model's positions bound seq_len
         try:
             config = json.loads((Path(run.model.source) / "config.json").read_text())

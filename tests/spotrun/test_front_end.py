@@ -1,0 +1,118 @@
+"""One front end: every command reads a run file with spotrun.runfile.load_run_file (a duplicated key is refused by
+each, by field), relative sources are read relative to the run file, and every command exits by the one table of
+spotrun/exits.py (printed by --help, the README's table the same), with JSON errors under --format json."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from moto import mock_aws
+
+from spotrun.cli import main
+from spotrun.exits import MEANING, Exit
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "runs" / "qwen2-0.5b-full-small.json"
+
+
+def _twice_budget(tmp_path: Path) -> Path:
+    """A valid run file but for a second "budget" key (json.loads would keep the last one silently)."""
+    text = json.dumps(json.loads(EXAMPLE.read_text()))
+    path = tmp_path / "twice.json"
+    path.write_text(text[:-1] + ', "budget": {"max_usd": 100000}}')
+    return path
+
+
+@pytest.mark.parametrize("argv", [
+    ["validate"], ["estimate"], ["simulate", "--n", "1"], ["start", "--stage", "dev"], ["local", "--progress", "none"],
+])
+def test_every_command_refuses_a_duplicated_key_by_field(argv, tmp_path, capsys, monkeypatch):
+    path = _twice_budget(tmp_path)
+    monkeypatch.chdir(tmp_path)  # simulate/local outputs, if any were written, land here
+    with mock_aws():  # no stack exists: `start` must refuse the file before it looks for one
+        code = main([argv[0], str(path), *argv[1:], "--format", "json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == Exit.INVALID == 2, doc
+    assert doc["error"] == "InvalidRun" and doc["field"] == "budget", doc
+    assert "each key once" in doc["message"]
+    assert not (tmp_path / "runs").exists()  # local made no job directory
+
+
+def test_start_reads_the_run_file_before_the_stack_in_text_too(tmp_path, capsys):
+    with mock_aws():
+        assert main(["start", str(_twice_budget(tmp_path)), "--stage", "dev"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: InvalidRun: budget=") and "stack" not in err
+
+
+def test_relative_sources_are_read_relative_to_the_run_file_not_the_cwd(tmp_path, assets, capsys, monkeypatch):
+    runs = tmp_path / "runs"
+    shutil.copytree(assets["model"], runs / "model")
+    shutil.copytree(assets["data"], runs / "data")
+    run = {"version": 1, "name": "relative", "model": {"source": "model"},
+           "data": {"source": "data", "seq_len": 64}, "compute": {"instance_type": "ml.g5.xlarge"},
+           "budget": {"max_usd": 5}}
+    (runs / "run.json").write_text(json.dumps(run))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # neither model/ nor data/ here
+    assert main(["estimate", "--format", "json", str(runs / "run.json")]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    tokens = json.loads((runs / "data" / "index.json").read_text())["total_tokens"]
+    assert f"read model.source's config.json ({runs / 'model'})" in doc["checked"]
+    assert f"read data.source's index.json ({runs / 'data'}): {tokens:,} tokens" in doc["checked"]
+    run["data"]["source"] = "missing"
+    (runs / "run.json").write_text(json.dumps(run))
+    assert main(["estimate", "--format", "json", str(runs / "run.json")]) == 2
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["field"] == "data.source" and "/runs/missing' is invalid" in doc["message"]  # absolute
+
+
+def _example_with(tmp_path: Path, section: str, **values) -> Path:
+    raw = json.loads(EXAMPLE.read_text())
+    raw[section] = {**raw.get(section, {}), **values}
+    path = tmp_path / f"{section}.json"
+    path.write_text(json.dumps(raw))
+    return path
+
+
+def test_validate_refuses_an_instance_type_the_catalog_does_not_have(tmp_path, capsys):
+    path = _example_with(tmp_path, "compute", instance_type="ml.zz9.xlarge")
+    assert main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "InvalidRun: compute.instance_type='ml.zz9.xlarge' is invalid: expected auto or an instance type of " \
+           "spotrun's catalog: " in err and "ml.g5.xlarge" in err
+    assert main(["estimate", "--format", "json", str(path)]) == 2
+    assert json.loads(capsys.readouterr().out)["field"] == "compute.instance_type"
+
+
+def test_an_invalid_run_the_planner_finds_exits_2_and_over_budget_3(tmp_path, capsys):
+    warm = _example_with(tmp_path, "compute", warm_pool_minutes=5)  # spot with a warm pool: the planner refuses
+    assert main(["estimate", "--format", "json", str(warm)]) == 2
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["error"] == "InvalidRun" and doc["field"] == "compute.warm_pool_minutes"
+    poor = _example_with(tmp_path, "budget", max_usd=0.01)
+    assert main(["estimate", "--format", "json", str(poor)]) == 3
+    assert json.loads(capsys.readouterr().out)["error"] == "OverBudget"
+
+
+def test_argument_errors_are_json_under_format_json(tmp_path, capsys):
+    assert main(["validate", "--format", "json", "--bucket", "b", str(EXAMPLE)]) == 2
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["field"] == "--bucket" and "--group too" in doc["message"]
+    assert main(["local", "--format", "json"]) == 2
+    assert json.loads(capsys.readouterr().out)["error"] == "InvalidArguments"
+
+
+def test_help_prints_the_one_exit_code_table_and_the_readme_agrees(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for code, meaning in MEANING.items():
+        assert f"{int(code)} {meaning}" in text
+    rows = re.findall(r"^\| (\d+) +\| (.+?) +\|$", (ROOT / "README.md").read_text(), re.MULTILINE)
+    assert {int(code): meaning for code, meaning in rows} == {int(c): m for c, m in MEANING.items()}
