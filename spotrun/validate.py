@@ -37,9 +37,13 @@ _HYPERPARAMETER_FIELDS = {Hyperparameter.MODEL_CONFIG.value: "model.config", Hyp
                           Hyperparameter.EPOCHS.value: "training.epochs"}
 
 
+THIS_MACHINE = ""  # Target.bucket of `spotrun local`: its sources are paths on this machine, not S3 URIs
+
+
 @dataclass(frozen=True)
 class Target:
-    """The deployment a run is meant for: the stack's artifact bucket and model package group."""
+    """The deployment a run is meant for: the stack's artifact bucket and model package group (bucket
+    THIS_MACHINE: `spotrun local`, whose sources are local paths)."""
 
     bucket: str
     model_package_group: str
@@ -51,6 +55,11 @@ class Target:
 
 
 def _require_under(uri: str | None, target: Target, prefix: str, field_path: str) -> str:
+    if target.bucket == THIS_MACHINE:  # spotrun.local.pipeline.load_run checked that the path exists
+        if not uri or uri.startswith("s3://"):
+            raise RunValidationError(field_path, uri, "a local path for `spotrun local` (runs with s3:// sources "
+                                     "start on AWS with `spotrun start`)")
+        return uri
     wanted = f"s3://{target.bucket}/{prefix}"
     if not uri or not uri.startswith(wanted):
         hint = ""

@@ -38,7 +38,7 @@ CONTRACT_KEYS = ("parameters", "trainable_parameters", "training_flops", "gpu_ho
                  "instance_count", "max_runtime_seconds", "max_wait_seconds", "checkpoint_bytes", "spot_policy",
                  "notice_upload_gb_per_s", "checkpoint_interval_seconds", "cost_usd", "warnings", "utilization",
                  "utilization_source", "segments", "wall_seconds", "expected_overhead_seconds",
-                 "checkpoint_policy")
+                 "checkpoint_policy", "tokens", "expected_interruptions", "evaluation_seconds")  # the report's
 MAX_JOB_NAME = 63
 # Every package is registered for review: approval is a separate, permissioned step (UpdateModelPackage).
 REGISTRATION_STATUS = "PendingManualApproval"

@@ -116,3 +116,43 @@ def test_help_prints_the_one_exit_code_table_and_the_readme_agrees(capsys):
         assert f"{int(code)} {meaning}" in text
     rows = re.findall(r"^\| (\d+) +\| (.+?) +\|$", (ROOT / "README.md").read_text(), re.MULTILINE)
     assert {int(code): meaning for code, meaning in rows} == {int(c): m for c, m in MEANING.items()}
+
+
+def _local_run(tmp_path: Path, assets, **model) -> dict:
+    return {"version": 1, "name": "through-plan", "model": {"source": str(assets["model"]), **model},
+            "data": {"source": str(assets["data"]), "seq_len": 64}, "compute": {"instance_type": "ml.g5.xlarge"},
+            "budget": {"max_usd": 5}}
+
+
+def test_local_sends_the_plans_hyperparameters_not_an_inline_config_of_a_pretrained_model(tmp_path, assets):
+    from spotrun.local.pipeline import LocalOptions, channels_of, hyperparameters, plan_local
+    from spotrun.seams import Hyperparameter
+
+    config = json.loads((assets["model"] / "config.json").read_text())
+    planned = plan_local(_local_run(tmp_path, assets, config=config))  # a pretrained model with an inline copy
+    hyper = hyperparameters(planned, LocalOptions(out=tmp_path, overrides={"max_steps": "3"}))
+    assert Hyperparameter.MODEL_CONFIG.value not in hyper  # its config comes with its weights, as on AWS
+    assert Hyperparameter.SEGMENT_SECONDS.value not in hyper and hyper["max_steps"] == "3"
+    assert hyper[Hyperparameter.SEQ_LEN.value] == "64" and hyper["nproc_per_node"] == "2"
+    assert channels_of(planned) == {"train": assets["data"], "model": assets["model"]}
+
+
+def _local_refusal(capsys, tmp_path: Path, raw: dict) -> dict:
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(raw))
+    code = main(["local", str(path), "--out", str(tmp_path / "out"), "--progress", "none", "--format", "json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 2 and doc["error"] == "InvalidRun", doc
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())  # no job directory
+    return doc
+
+
+def test_local_applies_the_hyperparameter_limits_and_the_pipelines_rules(tmp_path, assets, capsys):
+    config = {"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "n_positions": 128,
+              "notes": "x" * 3000}  # an inline config over CreateTrainingJob's 2,500-character value limit
+    raw = {**_local_run(tmp_path, assets), "model": {"init": "random", "config": config}}
+    doc = _local_refusal(capsys, tmp_path, raw)
+    assert doc["field"] == "model.config" and "at most 2,500 characters" in doc["message"]
+    raw = {**_local_run(tmp_path, assets), "registry": {"approval_status": "Approved"}}
+    doc = _local_refusal(capsys, tmp_path, raw)  # the pipeline registers every model for review
+    assert doc["field"] == "registry.approval_status"
