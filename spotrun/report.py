@@ -22,6 +22,8 @@ from pathlib import Path
 
 from .gate import check_gate
 
+_NO_GATE = check_gate(None, base=None, final=None).cause
+
 
 def artifact_kind(method: str) -> str:
     return "lora-adapter" if method == "lora" else "full-model"
@@ -195,7 +197,7 @@ def summary_text(report: dict) -> str:
         base = report.get("base_val_loss")
         lines.append(f"  validation loss  {report['exported_val_loss']:.4f}{chosen}; base model "
                      + (f"{base:.4f}" if base is not None else "not measured"))
-    if report.get("gate"):
+    if report.get("gate") and report["gate"]["cause"] != _NO_GATE:  # a run without registry.gate says nothing
         lines.append(f"  registry gate    {report['gate']['cause']}")
     if report.get("model_package_arn") or report.get("model_package"):
         lines.append(f"  model package    {report.get('model_package_arn') or report.get('model_package')}")

@@ -156,3 +156,39 @@ def test_local_applies_the_hyperparameter_limits_and_the_pipelines_rules(tmp_pat
     raw = {**_local_run(tmp_path, assets), "registry": {"approval_status": "Approved"}}
     doc = _local_refusal(capsys, tmp_path, raw)  # the pipeline registers every model for review
     assert doc["field"] == "registry.approval_status"
+
+
+def test_the_local_and_the_aws_report_come_from_one_builder(tmp_path, assets):
+    from spotrun.handlers.cost_guard import _report, registry_metadata
+    from spotrun.local.pipeline import plan_local
+    from spotrun.report import build_local_report, summary_text
+
+    raw = _local_run(tmp_path, assets)
+    raw["registry"] = {"gate": {"max_val_loss": 2.5}}
+    raw["data"]["validation"] = str(assets["data"])
+    planned = plan_local(raw)
+    local = build_local_report(
+        plan=planned, spot=True, job_name="j", metrics={"final_loss": 2.0, "steps": 3, "tokens": 192, "wall_s": 9.0,
+                                                        "tokens_per_s_per_device": 10.0},
+        losses=[(1, 2.2), (2, 2.1), (3, 2.0)], history={"starts": [{"started_s": 0.0, "ended_s": 10.0}],
+                                                       "interruptions": [], "wall_s": 10.0},
+        spot_discount=0.7, model_data_url="out/model", evaluation={"base_val_loss": 3.0, "val_loss": 2.4})
+    describe = {"FinalMetricDataList": [{"MetricName": "train:loss", "Value": 2.0},
+                                        {"MetricName": "train:base_val_loss", "Value": 3.0},
+                                        {"MetricName": "train:exported_val_loss", "Value": 2.4}],
+                "ModelArtifacts": {"S3ModelArtifacts": "s3://b/output/model.tar.gz"}}
+    segment = {"segment": 1, "job_name": "j", "spot": True, "status": "Completed", "secondary_status": "Completed",
+               "billable_seconds": 3, "training_seconds": 10, "cost_usd": 0.01, "exact": True, "interruptions": 0}
+    remote = _report(planned, {"job_name": "j"}, describe, 0.01, {"interruptions": 0,
+                                                                  "worst_checkpoint_gap_seconds": 0.0}, [segment])
+    shared = ("run", "job_name", "status", "method", "instance_type", "instance_count", "spot", "billable_seconds",
+              "training_seconds", "interruptions", "spot_savings_pct", "cost_usd", "price_basis", "cost_basis",
+              "price_region", "price_as_of", "cap_usd", "estimated_cost_usd", "final_loss", "model_data_url",
+              "data_source", "worst_case_lost_usd", "artifact", "base_val_loss", "exported_val_loss", "gate")
+    assert set(shared) <= local.keys() and set(shared) <= remote.keys()
+    for key in ("run", "method", "instance_type", "instance_count", "cap_usd", "estimated_cost_usd", "final_loss",
+                "data_source", "artifact", "base_val_loss", "exported_val_loss", "gate"):
+        assert local[key] == remote[key], key
+    assert local["gate"]["passed"] and "registry gate passed" in local["gate"]["cause"]
+    assert registry_metadata(local).keys() == registry_metadata(remote).keys()
+    assert "registry gate passed" in summary_text(local) and "registry gate passed" in summary_text(remote)
