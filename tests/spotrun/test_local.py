@@ -251,3 +251,30 @@ def test_ctrl_c_stops_cleanly_with_a_checkpoint_and_resume_finishes_the_same_mod
     assert weights_identical(rep["model_data_url"], runs["reference"]["model_data_url"])
     assert "stopped by Ctrl-C 1 time(s), resumed with --resume" in (out / "stopped" / "report.txt").read_text()
     assert main(["local", "--resume", "stopped", "--out", str(out)]) == 2  # finished: nothing to resume
+
+
+@pytest.mark.slow
+def test_a_hard_kill_redoes_the_steps_after_the_last_checkpoint_and_registers_the_same_weights(runs):
+    """`--hard-kill`: SIGKILL of the whole process tree, no notice, so nothing is saved at the kill; the restart
+    resumes from the last committed interval checkpoint and redoes the steps after it, with the same losses."""
+    out = runs["root"] / "out"
+    argv = ["local", str(runs["run"]), "--out", str(out), "--job-name", "killed", "--hard-kill", "--interrupt-at",
+            "6", "--progress", "none", "--format", "json"]
+    for setting in SETTINGS:
+        argv += ["--set", setting]
+    assert main(argv) == 0
+    rep = json.loads((out / "killed" / "report.json").read_text())
+    (event,) = rep["interruption_log"]
+    assert event["kind"] == "hard-kill" and event["signalled_at_step"] >= 6
+    # checkpoint.interval_steps=4: the restart began at the last multiple of 4 that was committed before the kill.
+    assert event["checkpoint_step"] % 4 == 0 and event["checkpoint_step"] <= event["step"]
+    records = loss_records(out / "killed" / "sm" / "model")
+    redone = [step for step, _ in records if [s for s, _ in records].count(step) > 1]
+    assert rep["actual"]["steps_redone"] == len(redone) // 2 == event["step"] - event["checkpoint_step"]
+    by_step: dict[int, set[float]] = {}
+    for step, loss in records:
+        by_step.setdefault(step, set()).add(loss)
+    assert all(len(losses) == 1 for losses in by_step.values())  # a redone step has bitwise its first loss
+    assert sorted(by_step) == [s for s, _ in loss_records(out / "reference" / "sm" / "model")]
+    assert rep["actual"]["steps"] == STEPS and rep["interruptions"] == 1 and event["lost_s"] > 0
+    assert weights_identical(rep["model_data_url"], runs["reference"]["model_data_url"])
