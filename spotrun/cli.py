@@ -28,7 +28,7 @@ from .simulate.command import register as register_simulate
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="spotrun", description="spotrun: plan and run spot fine-tunes",
-                                     epilog=EXIT_CODES_HELP)
+                                     epilog=EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"spotrun {_version()}")
     sub = parser.add_subparsers(dest="cmd", required=True)
     validate_command.register(sub)

@@ -34,7 +34,8 @@ MEANING = {
     Exit.GATE_FAILED: "trained but refused by registry.gate (not registered)",
     Exit.STOPPED: "stopped by Ctrl-C (`spotrun local --resume JOB` continues on its checkpoints)",
 }
-HELP = "exit codes: " + "; ".join(f"{int(code)} {text}" for code, text in MEANING.items())
+HELP = "exit codes:\n" + "\n".join(f"  {int(code):<4} {text}" for code, text in MEANING.items())
+"""The table as `--help` prints it (an epilog under argparse.RawDescriptionHelpFormatter)."""
 
 
 def for_status(status: str) -> Exit:

@@ -162,10 +162,11 @@ def register(sub: Any) -> None:
     """Add the `validate` and `estimate` subcommands to the CLI's subparsers."""
     val = sub.add_parser("validate", help="check run file(s) against every rule the pipeline applies",
                          description="Check run file(s): the contract, SageMaker's limits, the catalog's instance "
-                         "types and, with --stage or --bucket/--group, the stage's rules.", epilog=EXIT_CODES_HELP)
+                         "types and, with --stage or --bucket/--group, the stage's rules.", epilog=EXIT_CODES_HELP,
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
     est = sub.add_parser("estimate", help="estimate instance, time limits, checkpoint cadence and cost of run(s)",
                          description="Validate run file(s) as `validate` does, read their sources and plan them.",
-                         epilog=EXIT_CODES_HELP)
+                         epilog=EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     for parser, plan in ((val, False), (est, True)):
         parser.add_argument("runs", nargs="+", type=Path, help="run JSON file(s); relative local sources are read "
                             "relative to each file")
