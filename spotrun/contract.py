@@ -121,7 +121,9 @@ class DataSpec:
     """`data`: the prepared token shards (`spotrun prepare` writes them) and how samples are cut."""
 
     source: str | None = spec("The prepared token shards (`spotrun prepare`; their index.json gives the token "
-                              "count).", default=None, decode=values.source, accepted=values.SOURCE)
+                              "count), or raw text under the stage's datasets/ (.txt, .jsonl, .jsonl.gz, .parquet), "
+                              "which the pipeline prepares first.", default=None, decode=values.source,
+                              accepted=values.SOURCE)
     tokens: int | None = spec("Training tokens per epoch (default: read from the shards' index.json).",
                               default=None, lo=1, hi=10**15)
     seq_len: int = spec("Tokens per training sample (documents are packed, separated by EOS).", lo=2, hi=1 << 20)

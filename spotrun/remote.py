@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .seams import StackOutput, stack_name
+from .preparation import PreparationSettings
+from .seams import PlanStatus, StackOutput, stack_name
 
 TRAINING_LOG_GROUP = "/aws/sagemaker/TrainingJobs"  # SageMaker's log group; streams are <job name>/algo-N-...
 _STAMP = re.compile(r"^\d{8}-\d{6}$")
@@ -106,23 +107,30 @@ def find_execution(sfn, state_machine_arn: str, ref: str) -> dict:
     return sfn.describe_execution(executionArn=chosen["executionArn"])
 
 
+ESTIMATE_STATES = ("Estimate", "EstimatePrepared")  # the latter: on the prepared shards (spotrun/preparation.py)
+
+
 def pipeline_state(sfn, execution_arn: str) -> tuple[dict | None, dict | None]:
-    """(the Estimate state's plan, the CostGuard's latest decision) from the execution's history."""
-    plan = guard = None
+    """(the estimate's latest plan: EstimatePrepared's after a preparation, else Estimate's; the CostGuard's
+    latest decision) from the execution's history: the newest by event id, whatever order the history comes in
+    (asked newest first; moto's ignores reverseOrder)."""
+    newest: dict[str, tuple[int, dict]] = {}
     pages = sfn.get_paginator("get_execution_history").paginate(executionArn=execution_arn, reverseOrder=True)
     for page in pages:
         for event in page["events"]:
             details = event.get("stateExitedEventDetails") or {}
-            if details.get("name") not in ("Estimate", "CostGuard", "InitGuard") or "output" not in details:
+            name = details.get("name")
+            if name not in (*ESTIMATE_STATES, "CostGuard", "InitGuard") or "output" not in details:
                 continue
-            output = json.loads(details["output"])
-            if guard is None and details["name"] in ("CostGuard", "InitGuard"):
-                guard = output.get("guard")
-            if plan is None and details["name"] == "Estimate":
-                plan = output.get("plan")
-        if plan is not None and guard is not None:
-            break
-    return plan, guard
+            kind, key = ("plan", "plan") if name in ESTIMATE_STATES else ("guard", "guard")
+            if kind not in newest or event["id"] > newest[kind][0]:
+                value = json.loads(details["output"]).get(key)
+                if value is not None:
+                    newest[kind] = (event["id"], value)
+        events = page["events"]
+        if len(newest) == 2 and events and events[0]["id"] > events[-1]["id"]:
+            break  # newest first, and both found: the rest is older
+    return newest.get("plan", (0, None))[1], newest.get("guard", (0, None))[1]
 
 
 def training_job(sm, name: str | None) -> dict | None:
@@ -193,12 +201,17 @@ def start(args: argparse.Namespace) -> dict:
     dep = deployment(args.stage, args.stack, args.region)
     name = args.execution_name or execution_name(loaded.run.name, time.time())
     settings = dep.estimate_settings()
-    checked = plan(raw, name, settings, s3_client=dep.client("s3"))  # the estimate Lambda's checks, run here
-    if checked["status"] != "ok":
+    # The estimate Lambda's checks, run here; raw text under datasets/ is answered Prepare (spotrun/preparation.py).
+    preparation = PreparationSettings.from_env(json.loads(dep.outputs[StackOutput.ESTIMATE_SETTINGS.value]))
+    checked = plan(raw, name, settings, s3_client=dep.client("s3"), preparation=preparation)
+    if checked["status"] not in (PlanStatus.OK.value, PlanStatus.PREPARE.value):
         return {"error": checked["status"], "message": checked["message"], "field": checked.get("field"),
                 "started": False}
     arn = dep.client("stepfunctions").start_execution(stateMachineArn=dep.state_machine_arn, name=name,
                                                       input=json.dumps(raw))["executionArn"]
+    if checked["status"] == PlanStatus.PREPARE.value:  # planned after the preparation job, in the pipeline
+        return {"started": True, "run": raw.get("name"), "execution": name, "execution_arn": arn,
+                "preparation": checked["message"]}
     est = checked["estimate"]
     return {"started": True, "run": checked["run_name"], "execution": name, "execution_arn": arn,
             "job_name": checked["job_name"],
@@ -216,6 +229,9 @@ def run_status(dep: Deployment, execution: dict) -> dict:
         out["stopped"] = str(execution["stopDate"])
     if execution.get("error"):
         out["error"], out["cause"] = execution["error"], execution.get("cause", "")
+    if plan and plan.get("status") == PlanStatus.PREPARE.value:  # the preparation job runs; planned after it
+        out["preparing"] = plan.get("message", "")
+        return out
     if not plan or plan.get("status") not in (None, "ok"):
         if plan:
             out["refused"] = {"status": plan["status"], "message": plan.get("message", "")}
@@ -260,7 +276,7 @@ def report(args: argparse.Namespace) -> dict:
     if execution["status"] == "SUCCEEDED":
         output = json.loads(execution["output"])
         return {**output["report"], "model_package_arn": output.get("model_package_arn"),
-                "execution": execution["name"]}
+                "execution": execution["name"], "preparation": output.get("preparation") or None}
     return {"status": execution["status"], **run_status(dep, execution)}  # running, failed or cancelled so far
 
 

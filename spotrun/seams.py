@@ -186,6 +186,9 @@ class PlanStatus(str, Enum):
     OK = "ok"
     INVALID_RUN = "InvalidRun"
     OVER_BUDGET = "OverBudget"
+    # data.source is raw text: prepare it first (spotrun/preparation.py: `preparation` holds the job), then estimate
+    # again on the prepared shards.
+    PREPARE = "Prepare"
 
 
 class GuardAction(str, Enum):
@@ -246,6 +249,10 @@ class Plan:
     data_source: str
     estimate: dict
     gate: dict = dataclasses.field(default_factory=dict)  # registry.gate's bounds (spotrun/gate.py); {}: none
+    # Raw data.source prepared by this execution's Processing job or reused (spotrun.preparation.Prepared as a
+    # dict; {}: the source was prepared already); its cost is spent before the first training job.
+    preparation: dict = dataclasses.field(default_factory=dict)
+    spent_before_usd: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)

@@ -46,8 +46,10 @@ def _read_bytes(source: str, name: str, field_path: str, s3_client: Any) -> byte
         except ClientError as exc:
             code = exc.response.get("Error", {}).get("Code", "")
             if code in ("NoSuchKey", "NoSuchBucket", "404"):  # read, and found missing: the source is wrong
+                hint = ("; raw text under the stage's datasets/ is prepared by the pipeline itself (`spotrun "
+                        "start` accepts it; estimating it here needs data.tokens)") if name == "index.json" else ""
                 raise RunValidationError(field_path, source, f"a model or data directory holding {name} "
-                                         f"(s3://{bucket}/{key}: {code})") from None
+                                         f"(s3://{bucket}/{key}: {code}){hint}") from None
             raise _Unreadable(f"s3://{bucket}/{key} could not be read: {code or type(exc).__name__}") from None
         except BotoCoreError as exc:  # no credentials, no network: not checked
             raise _Unreadable(f"s3://{bucket}/{key} could not be read: {type(exc).__name__}") from None

@@ -58,6 +58,13 @@ class AccountConfig:
     chooses within it)."""
     max_concurrent_runs: int = 4
     """Executions of this stage's pipeline that may run at once (the estimate of one more is refused)."""
+    prepare_instance_type: str = "ml.m5.xlarge"
+    """CPU instance type of the preparation job that tokenizes a raw `data.source` (SageMaker Processing); must be
+    priced in spotrun/catalog.json's `processing_usd_per_hour` for the region."""
+    prepare_instance_count: int = 2
+    """Instances the raw files are sharded across (ShardedByS3Key; fewer when there are fewer files)."""
+    prepare_max_hours: float = 24.0
+    """The preparation job's MaxRuntime (it is also never more than the run's cap buys at the processing rate)."""
     project: str = "spotrun"
     extra_tags: dict[str, str] = field(default_factory=dict)
 
@@ -121,6 +128,22 @@ class AccountConfig:
             raise ValueError(f"max_concurrent_runs={self.max_concurrent_runs} is invalid: expected 1..100")
         if not 1 <= self.checkpoint_retention_days <= 3650:
             raise ValueError(f"checkpoint_retention_days={self.checkpoint_retention_days} is invalid: 1..3650")
+        self._check_preparation(catalog)
+
+    def _check_preparation(self, catalog: dict) -> None:
+        priced = catalog["regions"][self.region].get("processing_usd_per_hour", {})
+        if self.prepare_instance_type not in priced:
+            raise ValueError(f"prepare_instance_type={self.prepare_instance_type!r} has no processing price in "
+                             f"{self.region}: expected one of {', '.join(sorted(priced)) or 'none'} (spotrun/"
+                             "catalog.json processing_usd_per_hour)")
+        if isinstance(self.prepare_instance_count, bool) or not isinstance(self.prepare_instance_count, int) or \
+                not 1 <= self.prepare_instance_count <= 100:
+            raise ValueError(f"prepare_instance_count={self.prepare_instance_count!r} is invalid: expected 1..100 "
+                             "(CreateProcessingJob's InstanceCount)")
+        if isinstance(self.prepare_max_hours, bool) or not isinstance(self.prepare_max_hours, (int, float)) or \
+                not 0.25 <= self.prepare_max_hours <= 216:
+            raise ValueError(f"prepare_max_hours={self.prepare_max_hours!r} is invalid: expected 0.25..216 hours "
+                             "(CreateProcessingJob's MaxRuntimeInSeconds is at most 777,600 s)")
 
     def _check_types(self) -> None:
         expected = {"stage": str, "region": str, "cost_center": str, "project": str,

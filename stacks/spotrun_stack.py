@@ -15,6 +15,7 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subs
 from constructs import Construct
 
+from spotrun.preparation import PreparationSettings
 from spotrun.seams import METRIC_DEFINITIONS, StackOutput
 from training_constructs.artifact_store import ArtifactStore, ArtifactStoreProps
 from training_constructs.cost_governance import CostGovernance, CostGovernanceProps
@@ -76,7 +77,10 @@ class SpotrunStack(Stack):
             metric_definitions=tuple(METRIC_DEFINITIONS), subnet_ids=config.vpc_subnet_ids,
             security_group_ids=config.security_group_ids, allowed_instance_types=config.allowed_instance_types,
             max_usd_per_run=config.max_usd_per_run, max_instances_per_run=config.max_instances_per_run,
-            max_concurrent_runs=config.max_concurrent_runs))
+            max_concurrent_runs=config.max_concurrent_runs,
+            preparation=PreparationSettings(instance_type=config.prepare_instance_type,
+                                            instance_count=config.prepare_instance_count,
+                                            max_runtime_seconds=int(config.prepare_max_hours * 3600))))
         self.pipeline.node.add_dependency(self.model_package_group)
         self.events.table.grant_read_data(self.pipeline.estimate_fn)
         self.failures_topic.grant_publish(self.pipeline.state_machine)
@@ -87,7 +91,7 @@ class SpotrunStack(Stack):
             failure_queues=(self.pipeline.cancel_dlq, self.pipeline.cancel_failures, self.events.dead_letters,
                             self.events.recorder_failures),
             functions=(self.pipeline.estimate_fn, self.pipeline.guard_fn, self.pipeline.cancel_fn,
-                       self.events.recorder)))
+                       self.events.recorder, self.pipeline.prepare_fn)))
         # What users need after `cdk deploy`: where to upload, what to start, where to look.
         CfnOutput(self, StackOutput.ARTIFACT_BUCKET.value, value=self.store.bucket.bucket_name,
                   description="upload datasets/<name>/ (shards + index.json) and models/<name>/ (HF model dirs) here")

@@ -37,11 +37,13 @@ from constructs import Construct
 from spotrun.contract import MAX_RUNTIME_LIMIT_S
 from spotrun.handlers.cancel import CANCEL_STATUSES
 from spotrun.handlers.estimate import REGISTRATION_STATUS
+from spotrun.preparation import PreparationSettings
 from spotrun.seams import COMPLETED_METRIC_DEFINITION, GuardAction, PlanStatus, guard_path, plan_path
 
 from .artifact_store import ArtifactStore
 from .lambda_code import dead_letter_queue, on_failure_destination, spotrun_function
 from .nag import acknowledge, rendered
+from .preparation_step import preparation_functions, preparation_states
 
 CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"
 # The longest run the contract allows: MaxWait up to 56 days of spot (contract.compute.max_wait_hours), then an
@@ -81,6 +83,8 @@ class TrainingPipelineProps:
     """The stage's most instances per run (0: none)."""
     max_concurrent_runs: int = 0
     """Executions that may run at once (0: none); the estimate counts the running ones."""
+    preparation: PreparationSettings = PreparationSettings()
+    """The CPU instances that prepare a raw data.source (a SageMaker Processing job running the trainer image)."""
 
     def __post_init__(self) -> None:
         if not self.job_prefix or len(self.job_prefix) > 24:
@@ -132,17 +136,43 @@ def create_training_job_parameters(props: TrainingPipelineProps, *, spot: bool) 
     return params
 
 
+@dataclass(frozen=True)
+class _Arns:
+    """The stage's SageMaker resources the pipeline's policies are scoped to."""
+
+    job: str
+    group: str
+    package: str
+    processing: str
+
+    @classmethod
+    def of(cls, stack: Stack, props: TrainingPipelineProps) -> _Arns:
+        return cls(
+            job=stack.format_arn(service="sagemaker", resource="training-job", resource_name=f"{props.job_prefix}*"),
+            processing=stack.format_arn(service="sagemaker", resource="processing-job",
+                                        resource_name=f"{props.job_prefix}*"),
+            group=stack.format_arn(service="sagemaker", resource="model-package-group",
+                                   resource_name=f"{props.model_package_group_base}-*"),
+            package=stack.format_arn(service="sagemaker", resource="model-package",
+                                     resource_name=f"{props.model_package_group_base}-*/*"))
+
+
 class TrainingPipeline(Construct):
+    """The functions (estimate, cost guard, canceller), the state machine's definition and its role."""
+
     def __init__(self, scope: Construct, id_: str, *, props: TrainingPipelineProps) -> None:
         super().__init__(scope, id_)
-        stack = Stack.of(self)
-        store = props.store
-        job_arn = stack.format_arn(service="sagemaker", resource="training-job", resource_name=f"{props.job_prefix}*")
-        group_arn = stack.format_arn(service="sagemaker", resource="model-package-group",
-                                     resource_name=f"{props.model_package_group_base}-*")
-        package_arn = stack.format_arn(service="sagemaker", resource="model-package",
-                                       resource_name=f"{props.model_package_group_base}-*/*")
+        arns = _Arns.of(Stack.of(self), props)
+        self._functions(props, arns.job)
+        self.prepare_fn = preparation_functions(self, props, arns.processing)
+        self._state_machine(props, self._definition(props, arns), arns)
+        self._estimate_reads_executions()
+        self._canceller(props, arns.job, arns.processing)
+        self._acknowledge(arns.job, arns.package, arns.group, arns.processing)
 
+    def _functions(self, props: TrainingPipelineProps, job_arn: str) -> None:
+        """The estimate and the cost guard, with what each reads."""
+        store = props.store
         # PipelineSettings.from_env reads these (spotrun/handlers/estimate.py); the stack also outputs them so
         # that `spotrun start` validates with the same settings.
         self.estimate_settings = {
@@ -154,7 +184,7 @@ class TrainingPipeline(Construct):
             "VOLUME_KMS_KEY_ARN": store.key.key_arn,
             "PROJECT": props.project, "STAGE": props.stage, "COST_CENTER": props.cost_center,
             "MAX_USD_PER_RUN": str(props.max_usd_per_run), "MAX_INSTANCES_PER_RUN": str(props.max_instances_per_run),
-            "MAX_CONCURRENT_RUNS": str(props.max_concurrent_runs)}
+            "MAX_CONCURRENT_RUNS": str(props.max_concurrent_runs), **props.preparation.to_env()}
         self.estimate_fn = spotrun_function(
             self, "EstimateFn", handler="spotrun.handlers.estimate.handler", timeout_s=60,
             description="spotrun planner: validates the run and decides instance, limits, cadence and cost",
@@ -180,15 +210,29 @@ class TrainingPipeline(Construct):
                     f"AwsSolutions-IAM5[Resource::{rendered(self, job_arn)}]",
                     "describes training jobs of this stage only: every job name starts with the stage's prefix")
 
-        def notify(name: str, subject: str, message_path: str) -> tasks.SnsPublish:
-            return tasks.SnsPublish(self, name, topic=props.failures_topic, subject=subject,
-                                    message=sfn.TaskInput.from_json_path_at(message_path),
-                                    result_path=sfn.JsonPath.DISCARD)
+    def failure_notice(self, props: TrainingPipelineProps, name: str, subject: str,
+                       message_path: str) -> tasks.SnsPublish:
+        """SNS to the failures topic with the message at `message_path` (each failure ends the execution)."""
+        return tasks.SnsPublish(self, name, topic=props.failures_topic, subject=subject,
+                                message=sfn.TaskInput.from_json_path_at(message_path),
+                                result_path=sfn.JsonPath.DISCARD)
 
-        # Unexpected errors anywhere (API errors, throttling after retries, a guard that keeps failing) end here,
-        # with the cause: the current job is stopped first (its MaxRuntime bounds it if the stop fails too, and
-        # the canceller tries again when the execution has failed).
-        notify_error = notify("NotifyPipelineError", "spotrun: pipeline error", "$.error.Cause").next(
+    def sagemaker_call(self, name: str, action: str, parameters: dict, resources: list[str], result_path: str,
+             iam_action: str | None = None, result_selector: dict | None = None) -> tasks.CallAwsService:
+        """A SageMaker API call, retried on throttling and internal errors."""
+        task = tasks.CallAwsService(self, name, service="sagemaker", action=action, parameters=parameters,
+                                    iam_resources=resources, result_path=result_path, iam_action=iam_action,
+                                    result_selector=result_selector)
+        task.add_retry(errors=["SageMaker.ThrottlingException", "SageMaker.SageMakerException"],
+                       interval=Duration.seconds(5), max_attempts=3, backoff_rate=2)
+        return task
+
+    def _pipeline_error(self, props: TrainingPipelineProps, job_arn: str) -> sfn.Choice:
+        """Unexpected errors anywhere (API errors, throttling after retries, a guard that keeps failing) end here,
+        with the cause: the current job is stopped first (its MaxRuntime bounds it if the stop fails too, and the
+        canceller tries again when the execution has failed)."""
+        notify_error = self.failure_notice(props, "NotifyPipelineError", "spotrun: pipeline error",
+                                           "$.error.Cause").next(
             sfn.Fail(self, "PipelineError", error="PipelineError", cause_path="$.error.Cause"))
         stop_on_error = tasks.CallAwsService(
             self, "StopJobOnError", service="sagemaker", action="stopTrainingJob",
@@ -198,25 +242,18 @@ class TrainingPipeline(Construct):
                                 backoff_rate=2)
         stop_on_error.add_catch(notify_error, errors=["States.ALL"], result_path="$.stop_error")
         stop_on_error.next(notify_error)
-        pipeline_error = sfn.Choice(self, "JobToStop").when(
+        return sfn.Choice(self, "JobToStop").when(
             sfn.Condition.is_present(guard_path("job_name")), stop_on_error).otherwise(notify_error)
 
-        def sdk(name: str, action: str, parameters: dict, resources: list[str], result_path: str,
-                iam_action: str | None = None) -> tasks.CallAwsService:
-            task = tasks.CallAwsService(self, name, service="sagemaker", action=action, parameters=parameters,
-                                        iam_resources=resources, result_path=result_path,
-                                        iam_action=iam_action)
-            task.add_retry(errors=["SageMaker.ThrottlingException", "SageMaker.SageMakerException"],
-                           interval=Duration.seconds(5), max_attempts=3, backoff_rate=2)
-            return task
+    def _definition(self, props: TrainingPipelineProps, arns: _Arns) -> sfn.IChainable:
+        """Init -> Estimate -> the first job -> the guarded polling loop -> registration or a named failure."""
+        pipeline_error = self._pipeline_error(props, arns.job)
+
+        def notify(name: str, subject: str, message_path: str) -> tasks.SnsPublish:
+            return self.failure_notice(props, name, subject, message_path)
 
         init = sfn.Pass(self, "Init", parameters={"run.$": "$"})
-        estimate = tasks.LambdaInvoke(
-            self, "Estimate", lambda_function=self.estimate_fn, payload_response_only=True, result_path="$.plan",
-            payload=sfn.TaskInput.from_object({"run.$": "$.run", "execution.$": "$$.Execution.Name",
-                                               "started.$": "$$.Execution.StartTime",
-                                               "state_machine.$": "$$.StateMachine.Id"}))
-        estimate.add_catch(pipeline_error, errors=["States.ALL"], result_path="$.error")
+        estimate = self.estimate_task("Estimate", pipeline_error)
         invalid = notify("NotifyInvalidRun", "spotrun: invalid run", plan_path("message")).next(
             sfn.Fail(self, "InvalidRun", error=PlanStatus.INVALID_RUN.value, cause_path=plan_path("message")))
         over_budget = notify("NotifyOverBudget", "spotrun: over budget", plan_path("message")).next(
@@ -224,10 +261,45 @@ class TrainingPipeline(Construct):
 
         init_guard = sfn.Pass(self, "InitGuard", result_path="$.guard", parameters={
             "action": GuardAction.WAIT.value, "job_name.$": plan_path("job_name"), "spot.$": plan_path("spot"),
-            "wait_seconds.$": plan_path("poll_seconds"), "spent_before_usd": 0, "interruptions_before": 0,
+            # What the run's preparation job billed (0 without one): the first segment's room is the cap less it.
+            "wait_seconds.$": plan_path("poll_seconds"), "spent_before_usd.$": plan_path("spent_before_usd"),
+            "interruptions_before": 0,
             "segment": 1, "max_runtime_seconds.$": plan_path("max_runtime_seconds"),
             "max_wait_seconds.$": plan_path("max_wait_seconds"),
             "hyperparameters.$": plan_path("hyperparameters"), "segments": []})
+        create_spot, create_on_demand = self._training_loop(props, arns, pipeline_error)
+        estimate_ok = sfn.Choice(self, "EstimateOk")
+        preparation = preparation_states(self, props, arns.processing, pipeline_error, estimate_ok)
+        definition = init.next(estimate).next(
+            estimate_ok
+            .when(sfn.Condition.string_equals(plan_path("status"), PlanStatus.PREPARE.value), preparation)
+            .when(sfn.Condition.string_equals(plan_path("status"), PlanStatus.INVALID_RUN.value), invalid)
+            .when(sfn.Condition.string_equals(plan_path("status"), PlanStatus.OVER_BUDGET.value), over_budget)
+            .otherwise(init_guard.next(
+                sfn.Choice(self, "SpotOrOnDemand")
+                .when(sfn.Condition.boolean_equals(plan_path("spot"), True), create_spot)
+                .otherwise(create_on_demand))))
+        return definition
+
+    def estimate_task(self, name: str, pipeline_error: sfn.IChainable, **extra: str) -> tasks.LambdaInvoke:
+        """The estimate, on the run and the execution (and, after a preparation, what it made)."""
+        estimate = tasks.LambdaInvoke(
+            self, name, lambda_function=self.estimate_fn, payload_response_only=True, result_path="$.plan",
+            payload=sfn.TaskInput.from_object({"run.$": "$.run", "execution.$": "$$.Execution.Name",
+                                               "started.$": "$$.Execution.StartTime",
+                                               "state_machine.$": "$$.StateMachine.Id", **extra}))
+        estimate.add_catch(pipeline_error, errors=["States.ALL"], result_path="$.error")
+        return estimate
+
+    def _training_loop(self, props: TrainingPipelineProps, arns: _Arns,
+                       pipeline_error: sfn.IChainable) -> tuple[tasks.CallAwsService, tasks.CallAwsService]:
+        """The jobs (spot, on-demand) -> WaitForJob -> CostGuard -> its action: wait, stop, the next segment,
+        registration or a named failure. Returns the two creates the first job starts with."""
+        job_arn, sdk = arns.job, self.sagemaker_call
+
+        def notify(name: str, subject: str, message_path: str) -> tasks.SnsPublish:
+            return self.failure_notice(props, name, subject, message_path)
+
         wait = sfn.Wait(self, "WaitForJob", time=sfn.WaitTime.seconds_path(guard_path("wait_seconds")))
 
         def create(name: str, spot: bool) -> tasks.CallAwsService:
@@ -248,26 +320,7 @@ class TrainingPipeline(Construct):
         stop = sdk("StopTrainingJob", "stopTrainingJob", {"TrainingJobName.$": guard_path("job_name")}, [job_arn],
                    sfn.JsonPath.DISCARD, iam_action="sagemaker:StopTrainingJob")
         stop.add_catch(pipeline_error, errors=["States.ALL"], result_path="$.error")
-        register = sdk("CreateModelPackage", "createModelPackage", {
-            "ModelPackageGroupName": props.model_package_group_name,
-            # Registered for review, always: approval is a separate, permissioned step.
-            "ModelApprovalStatus": REGISTRATION_STATUS,
-            "ModelPackageDescription.$": f"States.Format('spotrun run {{}} ({{}}, {{}})', {plan_path('run_name')}, "
-                                         f"{plan_path('method')}, {guard_path('job_name')})",
-            "InferenceSpecification": {
-                # The HF LLM (TGI) serving image reads the trainer's safetensors directory, which SageMaker
-                # extracts from model.tar.gz into /opt/ml/model.
-                "Containers": [{"Image": props.inference_image_uri,
-                                "ModelDataUrl.$": guard_path("report", "model_data_url"),
-                                "Environment": {"HF_MODEL_ID": "/opt/ml/model"}}],
-                "SupportedContentTypes": ["application/json"],
-                "SupportedResponseMIMETypes": ["application/json"],
-            },
-            "CustomerMetadataProperties.$": guard_path("report", "metadata"),
-        }, [group_arn, package_arn], "$.registered", iam_action="sagemaker:CreateModelPackage")
-        register.add_catch(pipeline_error, errors=["States.ALL"], result_path="$.error")
-        report = sfn.Pass(self, "CostReport", parameters={
-            "report.$": guard_path("report"), "model_package_arn.$": "$.registered.ModelPackageArn"})
+        register, report = self._registration(props, arns, pipeline_error)
         training_failed = notify("NotifyTrainingFailed", "spotrun: training failed", guard_path("message")).next(
             sfn.Fail(self, "TrainingFailed", error="TrainingFailed", cause_path=guard_path("message")))
         capped = notify("NotifyCostCap", "spotrun: stopped at the cost cap", guard_path("message")).next(
@@ -292,16 +345,38 @@ class TrainingPipeline(Construct):
             .when(action_is(GuardAction.GATE_FAILED), gate_failed)
             .otherwise(training_failed))
         create_on_demand.next(wait)
-        definition = init.next(estimate).next(
-            sfn.Choice(self, "EstimateOk")
-            .when(sfn.Condition.string_equals(plan_path("status"), PlanStatus.INVALID_RUN.value), invalid)
-            .when(sfn.Condition.string_equals(plan_path("status"), PlanStatus.OVER_BUDGET.value), over_budget)
-            .otherwise(init_guard.next(
-                sfn.Choice(self, "SpotOrOnDemand")
-                .when(sfn.Condition.boolean_equals(plan_path("spot"), True), create_spot)
-                .otherwise(create_on_demand))))
         create_spot.next(wait)
+        return create_spot, create_on_demand
 
+    def _registration(self, props: TrainingPipelineProps, arns: _Arns,
+                      pipeline_error: sfn.IChainable) -> tuple[tasks.CallAwsService, sfn.Pass]:
+        """The completed job's model package (for review, always) and the run's cost report."""
+        register = self.sagemaker_call("CreateModelPackage", "createModelPackage", {
+            "ModelPackageGroupName": props.model_package_group_name,
+            # Registered for review, always: approval is a separate, permissioned step.
+            "ModelApprovalStatus": REGISTRATION_STATUS,
+            "ModelPackageDescription.$": f"States.Format('spotrun run {{}} ({{}}, {{}})', {plan_path('run_name')}, "
+                                         f"{plan_path('method')}, {guard_path('job_name')})",
+            "InferenceSpecification": {
+                # The HF LLM (TGI) serving image reads the trainer's safetensors directory, which SageMaker
+                # extracts from model.tar.gz into /opt/ml/model.
+                "Containers": [{"Image": props.inference_image_uri,
+                                "ModelDataUrl.$": guard_path("report", "model_data_url"),
+                                "Environment": {"HF_MODEL_ID": "/opt/ml/model"}}],
+                "SupportedContentTypes": ["application/json"],
+                "SupportedResponseMIMETypes": ["application/json"],
+            },
+            "CustomerMetadataProperties.$": guard_path("report", "metadata"),
+        }, [arns.group, arns.package], "$.registered", iam_action="sagemaker:CreateModelPackage")
+        register.add_catch(pipeline_error, errors=["States.ALL"], result_path="$.error")
+        report = sfn.Pass(self, "CostReport", parameters={
+            "report.$": guard_path("report"), "model_package_arn.$": "$.registered.ModelPackageArn",
+            "preparation.$": plan_path("preparation")})  # the raw data's preparation job and its cost ({}: none)
+        return register, report
+
+    def _state_machine(self, props: TrainingPipelineProps, definition: sfn.IChainable, arns: _Arns) -> None:
+        """The state machine, its logs and what its role may do beyond what its tasks grant."""
+        job_arn, group_arn, package_arn = arns.job, arns.group, arns.package
         log_group = logs.LogGroup(self, "Logs", retention=logs.RetentionDays.SIX_MONTHS)
         self.state_machine = sfn.StateMachine(
             self, "StateMachine", definition_body=sfn.DefinitionBody.from_chainable(definition),
@@ -311,13 +386,10 @@ class TrainingPipeline(Construct):
         # The SDK integrations tag jobs and packages at creation and pass the execution role to SageMaker.
         # KMS: the execution role uses the artifact key (OutputDataConfig, VolumeKmsKeyId), not this role.
         role.add_to_principal_policy(iam.PolicyStatement(actions=["sagemaker:AddTags"],
-                                                         resources=[job_arn, package_arn, group_arn]))
+                                                         resources=[job_arn, package_arn, group_arn, arns.processing]))
         role.add_to_principal_policy(iam.PolicyStatement(
             actions=["iam:PassRole"], resources=[props.execution_role.role_arn],
             conditions={"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}}))
-        self._estimate_reads_executions()
-        self._canceller(props, job_arn)
-        self._acknowledge(job_arn, package_arn, group_arn)
 
     def _estimate_reads_executions(self) -> None:
         """The estimate counts running executions (the stage's concurrency limit) and checks the execution a
@@ -333,8 +405,8 @@ class TrainingPipeline(Construct):
         acknowledge(policy, f"AwsSolutions-IAM5[Resource::{rendered(self, executions)}]",
                     "reads this state machine's executions only (execution ARNs are not known ahead)")
 
-    def _canceller(self, props: TrainingPipelineProps, job_arn: str) -> None:
-        """Execution ABORTED / FAILED / TIMED_OUT -> stop its training job (spotrun/handlers/cancel.py)."""
+    def _canceller(self, props: TrainingPipelineProps, job_arn: str, processing_arn: str) -> None:
+        """Execution ABORTED / FAILED / TIMED_OUT -> stop its jobs (spotrun/handlers/cancel.py)."""
         stack = Stack.of(self)
         self.cancel_fn = spotrun_function(
             self, "CancelFn", handler="spotrun.handlers.cancel.handler",
@@ -345,8 +417,10 @@ class TrainingPipeline(Construct):
                                       arn_format=ArnFormat.COLON_RESOURCE_NAME)
         self.cancel_fn.add_to_role_policy(iam.PolicyStatement(
             actions=["sagemaker:ListTags", "sagemaker:StopTrainingJob"], resources=[job_arn]))
-        self.cancel_fn.add_to_role_policy(iam.PolicyStatement(actions=["sagemaker:ListTrainingJobs"],
-                                                              resources=["*"]))
+        self.cancel_fn.add_to_role_policy(iam.PolicyStatement(
+            actions=["sagemaker:ListTrainingJobs", "sagemaker:ListProcessingJobs"], resources=["*"]))
+        self.cancel_fn.add_to_role_policy(iam.PolicyStatement(  # the execution's preparation job
+            actions=["sagemaker:ListTags", "sagemaker:StopProcessingJob"], resources=[processing_arn]))
         self.cancel_fn.add_to_role_policy(iam.PolicyStatement(actions=["states:DescribeExecution"],
                                                               resources=[executions]))
         props.failures_topic.grant_publish(self.cancel_fn)
@@ -363,22 +437,26 @@ class TrainingPipeline(Construct):
         acknowledge(policy, f"AwsSolutions-IAM5[Resource::{rendered(self, job_arn)}]",
                     "stops training jobs of this stage only: every job name starts with the stage's prefix")
         acknowledge(policy, "AwsSolutions-IAM5[Resource::*]",
-                    "sagemaker:ListTrainingJobs supports no resource scoping; the jobs it stops are checked by "
-                    "name prefix and execution tag and scoped by the statement above")
+                    "sagemaker:ListTrainingJobs and ListProcessingJobs support no resource scoping; the jobs it "
+                    "stops are checked by name and execution tag and scoped by the statements above")
+        acknowledge(policy, f"AwsSolutions-IAM5[Resource::{rendered(self, processing_arn)}]",
+                    "stops preparation jobs of this stage only: every job name starts with the stage's prefix")
         acknowledge(policy, f"AwsSolutions-IAM5[Resource::{rendered(self, executions)}]",
                     "reads the input of this state machine's executions only (execution ARNs are not known ahead)")
         acknowledge(policy, "AwsSolutions-IAM5[Action::kms:GenerateDataKey*]",
                     "publishing to the KMS-encrypted failures topic needs data keys of that key only")
 
-    def _acknowledge(self, job_arn: str, package_arn: str, group_arn: str) -> None:
+    def _acknowledge(self, job_arn: str, package_arn: str, group_arn: str, processing_arn: str) -> None:
         policy = self.state_machine.role.node.find_child("DefaultPolicy")
+        acknowledge(policy, f"AwsSolutions-IAM5[Resource::{rendered(self, processing_arn)}]",
+                    "preparation (processing) jobs of this stage only: every job name starts with the stage's prefix")
         acknowledge(policy, f"AwsSolutions-IAM5[Resource::{rendered(self, group_arn)}]",
                     "this stack's model package group: its name ends in a suffix unique to the stack instance")
         acknowledge(policy, f"AwsSolutions-IAM5[Resource::{rendered(self, job_arn)}]",
                     "training jobs of this stage only: every job name starts with the stage's prefix")
         acknowledge(policy, f"AwsSolutions-IAM5[Resource::{rendered(self, package_arn)}]",
                     "model package versions of this stack's group; version ARNs are not known in advance")
-        for fn in (self.estimate_fn, self.guard_fn):
+        for fn in (self.estimate_fn, self.guard_fn, self.prepare_fn):
             acknowledge(policy, f"AwsSolutions-IAM5[Resource::{rendered(self, fn.function_arn)}:*]",
                         "LambdaInvoke grants the function's versions and aliases alongside the function")
         acknowledge(policy, "AwsSolutions-IAM5[Resource::*]",

@@ -1,4 +1,5 @@
-"""Canceller Lambda: an execution that is stopped, fails or times out stops its training jobs.
+"""Canceller Lambda: an execution that is stopped, fails or times out stops its training jobs (and its preparation
+job, spotrun/preparation.py `stop_preparation`).
 
 Step Functions runs no cleanup on StopExecution, and a job created with CallAwsService keeps running (and
 billing, though never past its MaxRuntime, which the cap set) after its execution ends. An EventBridge rule on
@@ -19,6 +20,7 @@ import json
 import os
 from typing import Any
 
+from ..preparation_finish import stop_preparation
 from ..seams import EXECUTION_TAG
 from .estimate import PipelineSettings, job_name
 
@@ -67,11 +69,13 @@ def handler(event: dict, _context: Any) -> dict:
     if execution_input is None and detail.get("executionArn"):  # EventBridge leaves out large inputs
         execution_input = boto3.client("stepfunctions").describe_execution(
             executionArn=detail["executionArn"]).get("input")
-    stopped = cancel(detail, boto3.client("sagemaker"), job_prefix=os.environ["JOB_PREFIX"],
-                     execution_input=execution_input)
+    sagemaker = boto3.client("sagemaker")
+    stopped = cancel(detail, sagemaker, job_prefix=os.environ["JOB_PREFIX"], execution_input=execution_input)
+    if detail.get("status") in CANCEL_STATUSES and detail.get("name"):  # and its raw data's preparation job
+        stopped += stop_preparation(sagemaker, job_prefix=os.environ["JOB_PREFIX"], execution=detail["name"])
     if stopped and os.environ.get("TOPIC_ARN"):
         boto3.client("sns").publish(
             TopicArn=os.environ["TOPIC_ARN"], Subject="spotrun: run cancelled",
-            Message=f"execution {detail.get('name')} ended {detail.get('status')}: stopped training job(s) "
-                    f"{', '.join(stopped)} (the trainer saves a checkpoint on the way out)")
+            Message=f"execution {detail.get('name')} ended {detail.get('status')}: stopped job(s) "
+                    f"{', '.join(stopped)} (a training job's trainer saves a checkpoint on the way out)")
     return {"stopped": stopped}

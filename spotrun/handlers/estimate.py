@@ -3,7 +3,9 @@
 Input: {"run": <run JSON>, "execution": <execution name>, "started": <execution start time>}. Output: a plan
 (spotrun.seams.Plan) the state machine reads. A run that must not start returns status InvalidRun or OverBudget
 with the reason (the state machine turns them into named failures before anything is created); otherwise status
-"ok" with every value CreateTrainingJob needs.
+"ok" with every value CreateTrainingJob needs. A run whose data.source is raw text under datasets/ is answered
+"Prepare" with the preparation job (spotrun/preparation.py), and planned when the state machine calls again with
+what the job made (`prepared`: the prepared shards, and its bill, spent before the first job).
 
 Besides the planner's rules, this is where the deployment's facts apply: the region's on-demand prices (a region
 the catalog has no prices for is refused), the stage's allowed instance types, the account's SageMaker service
@@ -27,6 +29,7 @@ from ..aws_text import TAG_VALUE_MAX, aws_text_ok
 from ..contract import RunSpec, RunValidationError, parse_run
 from ..gate import gate_of
 from ..planner import estimate, load_catalog, regional_catalog, startup_seconds
+from ..preparation import PreparationSettings, plan_step
 from ..refusal import Refusal
 from ..seams import EXECUTION_TAG, METHOD_TAG, SHAPE_TAG, VALIDATION_CHANNEL, Plan, PlanStatus, StopNotice
 from ..segments import SEGMENT_SUFFIX_MAX, segment_job_name
@@ -220,7 +223,8 @@ def plan(run_raw: Any, execution: str, settings: PipelineSettings, *, s3_client:
          rates: dict[str, float] | None = None, catalog: dict | None = None, quotas_client: Any = None,
          started: str = "", mfu_lookup: Callable[[str, str], dict[str, tuple[float, int]]] | None = None,
          running_executions: int | None = None,
-         execution_status: Callable[[str], tuple[str, str | None] | None] | None = None) -> dict:
+         execution_status: Callable[[str], tuple[str, str | None] | None] | None = None,
+         preparation: PreparationSettings | None = None, prepared: dict | None = None) -> dict:
     """The plan for one execution (see the module docstring); clients None skip the checks that need them.
 
     `running_executions`: executions of the pipeline running now, this one included (the stage's concurrency
@@ -228,6 +232,8 @@ def plan(run_raw: Any, execution: str, settings: PipelineSettings, *, s3_client:
     (what `checkpoint.resume_from` may name).
 
     `mfu_lookup(shape, method)`: instance type -> (MFU, runs) measured by earlier runs (performance.py).
+    `preparation`: the stage's preparation settings (None: raw data.source is not prepared here, as in the CLI);
+    `prepared`: what this execution's preparation job made (the finish step's output; spotrun/preparation.py).
     """
     catalog = catalog or load_catalog()
     shape = None
@@ -238,6 +244,15 @@ def plan(run_raw: Any, execution: str, settings: PipelineSettings, *, s3_client:
         check_stage_limits(run, settings, running_executions)
         catalog = deployment_catalog(catalog, settings, run)
         data_uri, model_uri = check_target(run, Target(settings.bucket, settings.model_package_group))
+        cap, done = run.max_usd, None
+        if preparation is not None:  # raw text under datasets/: prepared first (spotrun/preparation.py)
+            run, done, instead = plan_step(run, s3_client, pipeline=settings, settings=preparation, catalog=catalog,
+                                           execution=execution, prepared=prepared)
+            if instead is not None:
+                if instead["status"] == PlanStatus.PREPARE.value:
+                    check_before_preparing(run, quotas_client, execution_status)
+                return instead
+            data_uri = done.data_source if done else data_uri
         sources = read_sources(run, s3_client=s3_client)
         model_config, tokens = sources.model_config, sources.tokens
         shape = shape_key(run.model.config or model_config) if (run.model.config or model_config) else None
@@ -254,20 +269,37 @@ def plan(run_raw: Any, execution: str, settings: PipelineSettings, *, s3_client:
     try:
         if run.checkpoint.resume_from is not None and execution_status is not None:
             check_resumable(run, run.checkpoint.resume_from, execution_status(run.checkpoint.resume_from))
-        return _ok_plan(run, est, hyper, execution, started, settings, catalog, model_config, tokens, data_uri,
-                        model_uri, s3_client, quotas_client, shape)
+        out = _ok_plan(run, est, hyper, execution, started, settings, catalog, model_config, tokens, data_uri,
+                       model_uri, s3_client, quotas_client, shape)
+        if done is not None:  # the cap is the run's; the preparation's cost is spent before the first job
+            out.update(max_usd=cap, spent_before_usd=done.cost_usd, preparation=dataclasses.asdict(done))
+        return out
     except Refusal as exc:
         return exc.result(CONTRACT_KEYS)
 
 
-def _ok_plan(run: RunSpec, est: Any, hyper: dict, execution: str, started: str, settings: PipelineSettings,
-             catalog: dict, model_config: dict | None, tokens: int | None, data_uri: str, model_uri: str | None,
-             s3_client: Any, quotas_client: Any, shape: str | None) -> dict:
+def check_approval_status(run: RunSpec) -> None:
     if run.approval_status != REGISTRATION_STATUS:
         raise RunValidationError("registry.approval_status", run.approval_status,
                                  f"{REGISTRATION_STATUS}: the pipeline registers every model for review; approving "
                                  "it is a separate, permissioned step (aws sagemaker update-model-package "
                                  "--model-approval-status Approved)")
+
+
+def check_before_preparing(run: RunSpec, quotas_client: Any, execution_status: Any) -> None:
+    """What would refuse the run after its preparation and does not depend on the tokens: checked before its
+    preparation job bills anything (the quota only for an explicit instance type)."""
+    check_approval_status(run)
+    if run.checkpoint.resume_from is not None and execution_status is not None:
+        check_resumable(run, run.checkpoint.resume_from, execution_status(run.checkpoint.resume_from))
+    if quotas_client is not None and run.compute.instance_type != "auto":
+        check_quota(quotas_client, run.compute.instance_type, run.compute.instance_count or 1, run.compute.spot)
+
+
+def _ok_plan(run: RunSpec, est: Any, hyper: dict, execution: str, started: str, settings: PipelineSettings,
+             catalog: dict, model_config: dict | None, tokens: int | None, data_uri: str, model_uri: str | None,
+             s3_client: Any, quotas_client: Any, shape: str | None) -> dict:
+    check_approval_status(run)
     if quotas_client is not None:
         check_quota(quotas_client, est.instance_type, est.instance_count, run.compute.spot)
     record = run_record(run, model_config, tokens, est.parameters)
@@ -356,7 +388,8 @@ def handler(event: dict, _context: Any) -> dict:
     return plan(event.get("run"), str(event.get("execution", "")), settings, rates=rates,
                 s3_client=boto3.client("s3"), quotas_client=boto3.client("service-quotas"),
                 started=str(event.get("started", "")), mfu_lookup=mfu_lookup, running_executions=running,
-                execution_status=status_of)
+                execution_status=status_of, preparation=PreparationSettings.from_env(dict(os.environ)),
+                prepared=event.get("prepared") if isinstance(event.get("prepared"), dict) else None)
 
 
 def count_running(sfn: Any, state_machine_arn: str, enough: int) -> int:

@@ -158,6 +158,23 @@ def test_start_refuses_an_invalid_run_before_anything_starts(stage, tmp_path, ca
     assert stage.sfn.list_executions(stateMachineArn=stage.sm_arn)["executions"] == []
 
 
+def test_start_accepts_raw_text_which_the_pipeline_prepares_first(stage, tmp_path, capsys):
+    stage.s3.put_object(Bucket=BUCKET, Key="datasets/raw/a.jsonl", Body=b'{"text": "hello"}\n')
+    stage.s3.put_object(Bucket=BUCKET, Key="models/tiny/tokenizer.json", Body=b"{}")
+    raw = write_run(tmp_path, name="raw-run", data={"source": f"s3://{BUCKET}/datasets/raw/", "seq_len": 128})
+    code, started = cli_json(capsys, "start", raw, "--stage", "dev")
+    assert code == 0 and started["started"] is True
+    assert "preparing it with 1 x ml.m5.xlarge" in started["preparation"]  # one file: one instance
+    # moto's processing job "completes" having written nothing (tests/infra/test_preparation.py runs it for real):
+    # the finish step refuses an empty output by name, and nothing is trained.
+    done = wait_until(stage.sfn, started["execution_arn"], lambda d: d["status"] != "RUNNING", timeout=90)
+    history = stage.sfn.get_execution_history(executionArn=started["execution_arn"])["events"]
+    failed = [e for e in history if e["type"] == "ExecutionFailed"][0]["executionFailedEventDetails"]
+    assert done["status"] == "FAILED" and failed["error"] == "PreparationFailed"
+    assert "no part wrote an index.json" in failed["cause"]
+    assert stage.sagemaker.list_training_jobs()["TrainingJobSummaries"] == []
+
+
 def test_report_of_a_finished_run_gives_billing_savings_cost_and_the_package(stage, tmp_path, capsys):
     def progress(job, poll):  # interrupted once, then completed: billable 900 s of 3,000 s training
         job.secondary_status_transitions = [{"Status": "Training", "StartTime": job.creation_time},

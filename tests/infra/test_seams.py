@@ -137,7 +137,44 @@ def states_for_every_branch(synth, rendered: dict) -> list[tuple[str, dict]]:
         refused = plan(run, "exec-refused", settings(synth))
         assert refused["status"] in ("OverBudget", "InvalidRun"), refused
         out.append((label, {"run": run, "plan": refused}))
+    out += preparing_states(synth)
     return out
+
+
+class _FailedProcessing:
+    def describe_processing_job(self, ProcessingJobName):  # noqa: N803 - boto3's keyword
+        return {"ProcessingJobName": ProcessingJobName, "ProcessingJobStatus": "Failed",
+                "FailureReason": "AlgorithmError: x.jsonl:2: not valid JSON", "ProcessingStartTime": T0,
+                "ProcessingEndTime": T0 + 300}
+
+
+def preparing_states(synth) -> list[tuple[str, dict]]:
+    """Raw text under datasets/ (in moto S3): the estimate's Prepare answer, which the preparation job's requests
+    are built from, and the finish step's answer for a failed job (tests/infra/test_preparation.py runs that
+    branch in moto)."""
+    from moto import mock_aws
+
+    from spotrun.preparation import PreparationSettings
+    from spotrun.preparation_finish import finish
+
+    fn = next(r for k, r in synth.resources("AWS::Lambda::Function").items() if k.startswith("PipelineEstimateFn"))
+    run = copy.deepcopy(RUN)
+    run["model"] = {"source": f"s3://{BUCKET}/models/m/"}
+    run["data"] = {"source": f"s3://{BUCKET}/datasets/raw/", "seq_len": 128, "validation_fraction": 0.1}
+    with mock_aws():
+        import boto3
+
+        s3 = boto3.client("s3", region_name="us-east-1")
+        s3.create_bucket(Bucket=BUCKET)
+        for key in ("datasets/raw/a.jsonl", "datasets/raw/b.jsonl.gz", "datasets/raw/c.parquet",
+                    "models/m/config.json", "models/m/tokenizer.json", "models/m/model.safetensors"):
+            s3.put_object(Bucket=BUCKET, Key=key, Body=b"{}")
+        p = plan(run, "exec-prep", settings(synth), s3_client=s3,
+                 preparation=PreparationSettings.from_env(fn["Properties"]["Environment"]["Variables"]))
+        assert p["status"] == "Prepare", p
+        failed = finish(s3, _FailedProcessing(), p["preparation"])
+    assert failed["status"] == "failed", failed
+    return [("prepare", {"run": run, "plan": p}), ("prepare: failed", {"run": run, "plan": p, "prepared": failed})]
 
 
 def lookup(state: dict, path: str):
@@ -236,7 +273,7 @@ def test_every_request_on_every_branch_is_valid_for_the_real_api(synth, rendered
     session = botocore.session.get_session()
     calls = {name: (_service_call(s), s) for name, s in rendered["States"].items() if _service_call(s)}
     assert {c[0][1] for c in calls.values()} == {"CreateTrainingJob", "StopTrainingJob", "CreateModelPackage",
-                                                 "Publish"}
+                                                 "Publish", "CreateProcessingJob", "DescribeProcessingJob"}
     checked = set()
     for branch, state in states_for_every_branch(synth, rendered):
         for name, ((service, action), definition) in calls.items():

@@ -106,7 +106,7 @@ def test_a_failure_is_notified_once_by_the_state_machine_not_by_a_rule(synth, de
         assert all(t["Arn"] != {"Ref": "FailuresTopic8CFD5254"} for t in rule["Properties"]["Targets"])
     notify = [n for n, s in definition["States"].items() if s.get("Resource", "").endswith(":sns:publish")]
     assert sorted(notify) == ["NotifyCostCap", "NotifyGateFailed", "NotifyInvalidRun", "NotifyOverBudget",
-                              "NotifyPipelineError", "NotifyTrainingFailed"]
+                              "NotifyPipelineError", "NotifyPreparationFailed", "NotifyTrainingFailed"]
     for name in notify:  # each ends the execution: one email per failure
         assert definition["States"][definition["States"][name]["Next"]]["Type"] == "Fail"
 
@@ -244,7 +244,10 @@ def test_every_segment_after_the_first_is_created_by_the_guards_choice_of_capaci
 def test_named_failures_before_anything_is_created(definition):
     choice = definition["States"]["EstimateOk"]
     targets = {c["StringEquals"]: c["Next"] for c in choice["Choices"]}
-    assert targets == {"InvalidRun": "NotifyInvalidRun", "OverBudget": "NotifyOverBudget"}
+    # Prepare: raw data.source is prepared first (a processing job; the estimate runs again after it).
+    assert targets == {"InvalidRun": "NotifyInvalidRun", "OverBudget": "NotifyOverBudget",
+                       "Prepare": "CreatePreparationJob"}
+    assert definition["States"]["EstimatePrepared"]["Next"] == "EstimateOk"
     assert definition["States"]["InvalidRun"] == {"Type": "Fail", "Error": "InvalidRun", "CausePath": "$.plan.message"}
     assert definition["States"]["OverBudget"]["Error"] == "OverBudget"
     assert choice["Default"] == "InitGuard"

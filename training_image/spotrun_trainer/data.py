@@ -42,6 +42,8 @@ from pathlib import Path
 
 import numpy as np
 
+from spotrun.preparation import RAW_SUFFIXES
+
 log = logging.getLogger(__name__)
 
 INDEX_FILE = "index.json"
@@ -64,7 +66,7 @@ def validation_share(doc: str | list) -> float:
     return int.from_bytes(digest[:8], "big") / 2**64
 
 
-INPUT_SUFFIXES = (".txt", ".jsonl", ".jsonl.gz", ".parquet")
+INPUT_SUFFIXES = RAW_SUFFIXES  # the raw formats, defined once for the pipeline and the trainer
 
 
 def input_kind(path: Path) -> str | None:

@@ -1,0 +1,108 @@
+"""The pipeline's preparation step, built into the TrainingPipeline construct (same scope, same IDs).
+
+Raw `data.source` (spotrun/preparation.py): the estimate answers Prepare -> CreatePreparationJob (a SageMaker
+Processing job running the trainer image's `prepare --sagemaker-processing` on the stage's CPU instances) ->
+WaitForPreparation / DescribePreparationJob until it ends -> FinishPreparation (Lambda: the job's bill, the parts'
+indexes merged) -> EstimatePrepared on the prepared shards -> EstimateOk; or PreparationFailed with the reason.
+The same poll pattern as the training job (CallAwsService + Wait + Describe): moto's interpreter runs no `.sync`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from aws_cdk import ArnFormat, Duration, Stack
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_stepfunctions as sfn
+from aws_cdk import aws_stepfunctions_tasks as tasks
+
+from spotrun.preparation import FINISH_FAILED, PREPARED_PREFIX, preparation_path
+
+from .lambda_code import spotrun_function
+from .nag import acknowledge, rendered
+
+if TYPE_CHECKING:
+    from .training_pipeline import TrainingPipeline, TrainingPipelineProps
+
+
+def preparation_functions(pipeline: TrainingPipeline, props: TrainingPipelineProps,
+                          processing_arn: str) -> lambda_.Function:
+    """The preparation's finish step (merges the parts' indexes), and what the processing job may write."""
+    store = props.store
+    prepare_fn = spotrun_function(
+        pipeline, "PrepareFn", handler="spotrun.handlers.prepare.handler", timeout_s=300,
+        description="spotrun preparation: merges the processing job's parts into the dataset's index.json",
+        environment={"BUCKET_NAME": store.bucket.bucket_name})
+    prepare_fn.add_to_role_policy(iam.PolicyStatement(actions=["sagemaker:DescribeProcessingJob"],
+                                                      resources=[processing_arn]))
+    # The parts (read), the merged index.json, tokenizer/ and the marker (written; nothing deleted).
+    store.grant_read_write_prefix(prepare_fn, PREPARED_PREFIX, delete=False)
+    acknowledge(prepare_fn.role.node.find_child("DefaultPolicy"),
+                f"AwsSolutions-IAM5[Resource::{rendered(pipeline, processing_arn)}]",
+                "describes preparation jobs of this stage only: every job name starts with the stage's prefix")
+    # The processing job runs as the execution role: it reads datasets/, models/ and the tokenizer manifest
+    # under checkpoints/ already; it also uploads its parts under datasets/_prepared/ and writes its logs.
+    logs_arn = Stack.of(pipeline).format_arn(service="logs", resource="log-group",
+                                             resource_name="/aws/sagemaker/ProcessingJobs*",
+                                             arn_format=ArnFormat.COLON_RESOURCE_NAME)
+    policy = iam.Policy(pipeline, "PreparationJobWrites", roles=[props.execution_role], statements=[
+        iam.PolicyStatement(actions=["s3:PutObject", "s3:AbortMultipartUpload"],
+                            resources=[store.arn_under(PREPARED_PREFIX)]),
+        iam.PolicyStatement(actions=["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents",
+                                     "logs:DescribeLogStreams"], resources=[logs_arn])])
+    acknowledge(policy, f"AwsSolutions-IAM5[Resource::{rendered(pipeline, store.arn_under(PREPARED_PREFIX))}]",
+                "SageMaker Processing uploads each instance's part under datasets/_prepared/<content key>/: keys "
+                "are not known ahead (write only, no delete)")
+    acknowledge(policy, f"AwsSolutions-IAM5[Resource::{rendered(pipeline, logs_arn)}]",
+                "SageMaker writes each processing job's logs to log streams of /aws/sagemaker/ProcessingJobs")
+    return prepare_fn
+
+
+def preparation_states(pipeline: TrainingPipeline, props: TrainingPipelineProps, processing_arn: str,
+                       pipeline_error: sfn.IChainable, estimate_ok: sfn.Choice) -> sfn.IChainable:
+    """Raw data.source: the Processing job the estimate planned -> poll -> finish (merge, cost) -> the estimate
+    again on the prepared shards (-> EstimateOk), or PreparationFailed with the job's reason."""
+    network: dict = {"EnableNetworkIsolation": True, "EnableInterContainerTrafficEncryption": False}
+    if props.subnet_ids:
+        network["VpcConfig"] = {"Subnets": list(props.subnet_ids),
+                                "SecurityGroupIds": list(props.security_group_ids)}
+    create = pipeline.sagemaker_call("CreatePreparationJob", "createProcessingJob", {
+        "ProcessingJobName.$": preparation_path("job_name"),
+        "RoleArn": props.execution_role.role_arn,
+        # The trainer image's own prepare (python -m spotrun_trainer prepare --sagemaker-processing).
+        "AppSpecification": {"ImageUri": props.image_uri, "ContainerEntrypoint.$": preparation_path("entrypoint")},
+        "ProcessingResources.$": preparation_path("processing_resources"),
+        "StoppingCondition.$": preparation_path("stopping_condition"),
+        "ProcessingInputs.$": preparation_path("processing_inputs"),
+        "ProcessingOutputConfig": {"Outputs.$": preparation_path("processing_outputs"),
+                                   "KmsKeyId": props.store.key.key_arn},
+        "NetworkConfig": network,
+        "Tags.$": preparation_path("tags"),
+    }, [processing_arn], sfn.JsonPath.DISCARD, iam_action="sagemaker:CreateProcessingJob")
+    wait = sfn.Wait(pipeline, "WaitForPreparation", time=sfn.WaitTime.seconds_path(preparation_path("poll_seconds")))
+    create.add_catch(wait, errors=["SageMaker.ResourceInUseException"], result_path=sfn.JsonPath.DISCARD)
+    create.add_catch(pipeline_error, errors=["States.ALL"], result_path="$.error")
+    describe = pipeline.sagemaker_call("DescribePreparationJob", "describeProcessingJob",
+                                       {"ProcessingJobName.$": preparation_path("job_name")}, [processing_arn],
+                                       "$.preparation_job", iam_action="sagemaker:DescribeProcessingJob",
+                                       result_selector={"ProcessingJobStatus.$": "$.ProcessingJobStatus"})
+    describe.add_catch(pipeline_error, errors=["States.ALL"], result_path="$.error")
+    finish = tasks.LambdaInvoke(
+        pipeline, "FinishPreparation", lambda_function=pipeline.prepare_fn, payload_response_only=True,
+        result_path="$.prepared", payload=sfn.TaskInput.from_object({"preparation.$": "$.plan.preparation"}))
+    finish.add_retry(errors=["States.TaskFailed"], interval=Duration.seconds(10), max_attempts=3, backoff_rate=2)
+    finish.add_catch(pipeline_error, errors=["States.ALL"], result_path="$.error")
+    failed = pipeline.failure_notice(props, "NotifyPreparationFailed", "spotrun: preparation failed",
+                                     "$.prepared.message").next(
+        sfn.Fail(pipeline, "PreparationFailed", error="PreparationFailed", cause_path="$.prepared.message"))
+    again = pipeline.estimate_task("EstimatePrepared", pipeline_error, **{"prepared.$": "$.prepared.prepared"})
+    ended = [sfn.Condition.string_equals("$.preparation_job.ProcessingJobStatus", s)
+             for s in ("Completed", "Failed", "Stopped")]
+    wait.next(describe).next(sfn.Choice(pipeline, "PreparationEnded").when(sfn.Condition.or_(*ended), finish)
+                             .otherwise(wait))
+    finish.next(sfn.Choice(pipeline, "PreparedOk")
+                .when(sfn.Condition.string_equals("$.prepared.status", FINISH_FAILED), failed)
+                .otherwise(again))
+    again.next(estimate_ok)
+    return create.next(wait)
