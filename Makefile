@@ -3,7 +3,6 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
-export PYTHONPATH := $(CURDIR):$(CURDIR)/training_image
 
 # TORCH_CPU=1 installs torch's CPU-only build first (from PyTorch's CPU index), so a Linux machine without a
 # GPU does not pull the multi-GB CUDA build for the demo and the tests: `make venv TORCH_CPU=1`. Unset (the
@@ -14,12 +13,15 @@ TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
 .PHONY: venv node test demo synth torture torture-lora bench-checkpoint bench-throughput clean
 
-$(VENV)/.installed: requirements.txt requirements-dev.txt training_image/requirements.txt pyproject.toml
+# Both packages are installed (editable): `spotrun` (pyproject.toml) and the trainer `spotrun_trainer`
+# (training_image/pyproject.toml), which `spotrun local`/`prepare`, the tests and the benchmarks import.
+$(VENV)/.installed: requirements.txt requirements-dev.txt training_image/requirements.txt pyproject.toml \
+		training_image/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(if $(TORCH_CPU),$(BIN)/pip install --quiet --disable-pip-version-check --index-url $(TORCH_CPU_INDEX) \
 		"$$(grep '^torch==' training_image/requirements.txt)")
 	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements-dev.txt
-	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps -e .
+	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps -e . -e training_image
 	touch $@
 
 node_modules/.installed: package.json package-lock.json

@@ -1,5 +1,5 @@
 """A bare FSDP2 training loop on the trainer's own model, data, optimizer and schedule: the reference the trainer's
-step is measured against (step overhead, benchmarks/step_bench.py) and checked against (bitwise the same
+step is measured against (step overhead, benchmarks/perf_bench.py) and checked against (bitwise the same
 per-step losses on CPU, tests/trainer/test_lean_step.py).
 
     python -m torch.distributed.run --nproc_per_node 2 benchmarks/bare_loop.py --sm-root SM --out bare.json
@@ -23,14 +23,11 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "training_image"))
-
-from spotrun_trainer.data import TokenShardLoader  # noqa: E402
-from spotrun_trainer.launcher import SageMakerEnv, plan_launch  # noqa: E402
-from spotrun_trainer.loss import CausalLMLoss, StepTokens, target_count  # noqa: E402
-from spotrun_trainer.model import build_mesh, build_sharded_model  # noqa: E402
-from spotrun_trainer.train import lr_lambda  # noqa: E402
+from spotrun_trainer.data import TokenShardLoader
+from spotrun_trainer.launcher import SageMakerEnv, plan_launch
+from spotrun_trainer.loss import CausalLMLoss, StepTokens, target_count
+from spotrun_trainer.model import build_mesh, build_sharded_model
+from spotrun_trainer.train import lr_lambda
 
 
 def main() -> int:

@@ -27,9 +27,6 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "training_image"))
-
 
 def measure_saves(model, opt, directory: Path, model_options) -> dict:
     """Async (first and steady state, with the memcpy limit), sync and load timings of the CheckpointManager."""
@@ -213,7 +210,7 @@ def dd_bandwidth(directory: Path, nbytes: int) -> float:
 def measure(*, hidden: int, layers: int, nproc: int, directory: Path, lora_rank: int = 0) -> dict:
     """Run the worker under torchrun; its results plus the disk's dd bandwidth for the same bytes."""
     directory.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT / "training_image")}
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master_port",
            str(_free_port()), __file__, "--worker", "--hidden", str(hidden), "--layers", str(layers),
            "--dir", str(directory), "--lora-rank", str(lora_rank)]

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -29,13 +28,13 @@ import tempfile
 import time
 from pathlib import Path
 
+import checkpoint_bench  # a sibling script: this directory is the script's first sys.path entry
+from throughput import PRESETS, synthetic_shards
+
+from spotrun.local.harness import free_port, kill_tree, start_launcher, write_sagemaker_root
+from spotrun.seams import parse_metric_line
+
 ROOT = Path(__file__).resolve().parent
-sys.path[:0] = [str(ROOT), str(ROOT.parent), str(ROOT.parent / "training_image")]
-
-import checkpoint_bench  # noqa: E402
-from throughput import PRESETS, synthetic_shards  # noqa: E402
-
-from spotrun.local.harness import free_port, kill_tree, start_launcher, write_sagemaker_root  # noqa: E402
 
 RESUME_MODEL = {"model_type": "llama", "hidden_size": 640, "intermediate_size": 1920, "num_hidden_layers": 10,
                 "num_attention_heads": 8, "vocab_size": 32000, "max_position_embeddings": 256,
@@ -56,7 +55,7 @@ def step_overhead(work: Path, steps: int, trials: int) -> dict:
     log_every = hp["log_every"]
     tokens_per_step = preset["micro_batch"] * 2 * preset["seq_len"]
     trainer_s, bare_s, trainer_steady_s, bare_steady_s = [], [], [], []
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT.parent / "training_image")}
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
     for trial in range(trials):
         sm = _sm_root(work, f"overhead-{trial}", hp, data, None)
         log = work / f"overhead-{trial}.log"
@@ -66,8 +65,7 @@ def step_overhead(work: Path, steps: int, trials: int) -> dict:
         # the first step and the ranks' start skew) per step.
         trainer_s.append(json.loads((sm / "model" / "metrics.json").read_text())["wall_s"] / steps)
         # Steady state: the metric lines' windows after the first (tokens_per_s is the whole job's, per window).
-        rates = {int(m.group(1)): float(m.group(2))
-                 for m in re.finditer(r"^step=(\d+) .*?tokens_per_s=([0-9.]+)", log.read_text(), re.M)}
+        rates = {m["step"]: m["tokens_per_s"] for m in map(parse_metric_line, log.read_text().splitlines()) if m}
         windows = range(2 * log_every, steps + 1, log_every)
         trainer_steady_s.append(sum(log_every * tokens_per_step / rates[s] for s in windows)
                                 / (log_every * len(windows)))

@@ -12,7 +12,7 @@ per parameter, its checkpoint and the save's staging copy fit this 24 GB machine
 Results are printed and written as JSON (--out). Needs Docker (as the image tests: .ci/dockerd.sh start) and an
 image built from the synthesized asset (default: built here as tests/image builds it, on the stand-in base).
 
-    python benchmarks/restart_cost.py --out restart_cost.json
+    python -m benchmarks.restart_cost --out restart_cost.json   # from the repository root (it uses tests.image)
 """
 
 from __future__ import annotations
@@ -20,19 +20,17 @@ from __future__ import annotations
 import argparse
 import json
 import subprocess
-import sys
 import tempfile
 import time
 from datetime import datetime
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "training_image")]
+from spotrun.local.demo import build_assets
+from spotrun.local.examples import save_model
+from tests.image.images import build_trainer, docker, standin_base
+from tests.image.sagemaker_host import Host, lay_out, stop
 
-from spotrun.local.demo import build_assets  # noqa: E402
-from spotrun.local.examples import save_model  # noqa: E402
-from tests.image.images import build_trainer, docker, standin_base  # noqa: E402
-from tests.image.sagemaker_host import Host, lay_out, stop  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 LARGE = {"model_type": "llama", "hidden_size": 1024, "intermediate_size": 4096, "num_hidden_layers": 24,
          "num_attention_heads": 16, "num_key_value_heads": 8, "max_position_embeddings": 512,

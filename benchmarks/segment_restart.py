@@ -18,16 +18,12 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "training_image")]
-
-from spotrun.local.examples import build_example  # noqa: E402
-from spotrun.local.harness import free_port, start_launcher, write_sagemaker_root  # noqa: E402
+from spotrun.local.examples import build_example
+from spotrun.local.harness import free_port, start_launcher, write_sagemaker_root
 
 HP = {"nproc_per_node": 2, "micro_batch": 2, "max_steps": 8, "log_every": 4, "num_threads": 1, "seed": 3,
       "data.seq_len": 64, "checkpoint.interval_steps": 4, "checkpoint.keep": 2}

@@ -26,11 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "training_image")]
-
-from spotrun.local.harness import free_port, start_launcher, write_sagemaker_root  # noqa: E402
-from spotrun_trainer.metrics import parse_line  # noqa: E402
+from spotrun.local.harness import free_port, start_launcher, write_sagemaker_root
+from spotrun.seams import parse_metric_line
 
 _LLAMA3 = {"model_type": "llama", "num_key_value_heads": 8, "vocab_size": 128256, "max_position_embeddings": 8192,
            "rope_theta": 500000.0}
@@ -115,7 +112,7 @@ def run_variant(preset: dict, micro: int, steps: int, overrides: dict, work: Pat
     if rc != 0:
         raise RuntimeError(text[-4000:])
     metrics = json.loads((sm / "model" / "metrics.json").read_text())
-    windows = [w for w in map(parse_line, text.splitlines()) if w]
+    windows = [w for w in map(parse_metric_line, text.splitlines()) if w]
     steady = windows[1:] or windows  # the first window includes compilation/allocation warm-up
     world = metrics["world_size"]
     mfus = [w["mfu"] for w in steady if w["mfu"] is not None]

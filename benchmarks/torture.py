@@ -26,13 +26,10 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "training_image")]
+from safetensors.torch import load_file
 
-from safetensors.torch import load_file  # noqa: E402
-
-from spotrun.local.examples import build_example  # noqa: E402
-from spotrun.local.harness import (  # noqa: E402
+from spotrun.local.examples import build_example
+from spotrun.local.harness import (
     free_port,
     kill_tree,
     loss_history,
@@ -40,7 +37,8 @@ from spotrun.local.harness import (  # noqa: E402
     wait_for_step,
     write_sagemaker_root,
 )
-from spotrun_trainer.checkpoint import step_dir, verify  # noqa: E402
+from spotrun.seams import CHECKPOINT_MANIFEST, CHECKPOINT_STEP_PREFIX
+from spotrun_trainer.checkpoint import step_dir, verify
 
 HP = {"nproc_per_node": 2, "micro_batch": 2, "max_steps": 16, "log_every": 4, "num_threads": 1,
       "deterministic": True, "seed": 5, "optim.lr": 3e-3, "data.seq_len": 64, "checkpoint.interval_steps": 2,
@@ -124,7 +122,7 @@ def main() -> int:
                 unclean_stops += int(not clean)
                 events.append(f"SIGTERM@{when}{'' if clean else f'(UNCLEAN rc={rc})'}")
         # Before restarting: which checkpoints are complete right now (independently of the trainer's choice)?
-        complete_now = {int(p.name.split("-")[1]) for p in (root / "checkpoints").glob("step-*")
+        complete_now = {int(p.name.split("-")[1]) for p in (root / "checkpoints").glob(CHECKPOINT_STEP_PREFIX + "*")
                         if verify(p)[0] is not None} if (root / "checkpoints").exists() else set()
         before = log.read_text(errors="replace") if log.exists() else ""
         while True:
@@ -138,7 +136,7 @@ def main() -> int:
         starts = [int(m) for m in re.findall(r"start_step=(\d+)", after)]
         resumed = starts[0] if starts else -1
         torn = resumed > 0 and resumed not in complete_now and not (step_dir(root / "checkpoints", resumed)
-                                                                     / "manifest.json").exists()
+                                                                     / CHECKPOINT_MANIFEST).exists()
         losses = loss_history(sm / "model")
         diverged = resumed > 0 and losses.get(resumed + 1) != ref_losses.get(resumed + 1)
         torn_loaded += int(torn or diverged)

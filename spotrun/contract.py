@@ -23,6 +23,7 @@ from typing import Any, Literal, get_args
 
 from . import contract_values as values
 from .contract_values import MAX_RUN_TAGS, RESERVED_TAG_KEYS  # noqa: F401 - re-exported
+from .seams import METHODS
 from .spec_decoder import decode, markdown_table, reference, spec
 from .strict_json import (  # noqa: F401 - re-exported: the contract's public names
     MAX_DEPTH,
@@ -42,9 +43,9 @@ _NAME = r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,47}"  # SageMaker job names allow 63; pre
 _REGISTRY_GROUP = r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}"  # CreateModelPackageGroup's EntityName
 _EXECUTION_NAME = r"[A-Za-z0-9_-]{1,80}"  # Step Functions execution names, as the console makes them
 Approval = Literal["PendingManualApproval", "Approved", "Rejected"]
-Method = Literal["full", "lora"]
+Method = Literal[METHODS]  # seams.METHODS: what the trainer's config accepts
 Init = Literal["pretrained", "random"]
-APPROVAL_STATUSES, METHODS, INITS = get_args(Approval), get_args(Method), get_args(Init)
+APPROVAL_STATUSES, INITS = get_args(Approval), get_args(Init)
 MAX_RUNTIME_LIMIT_S = 28 * 24 * 3600  # StoppingCondition.MaxRuntimeInSeconds: "The maximum value is 28 days"
 HYPERPARAMETER_VALUE_MAX = 2500  # CreateTrainingJob: HyperParameters values <= 2,500 characters (botocore model)
 HYPERPARAMETER_KEY_MAX = 256

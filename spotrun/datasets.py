@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from .seams import DatasetIndex
+
 MARKER = "spotrun-prepare.json"
 KEY_VERSION = 1  # bump when the shard format or the tokenizing changes meaning
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".h5", ".msgpack", ".onnx", ".ckpt")
@@ -49,9 +51,6 @@ class Prepared:
 
 def input_files(inputs: list[Path]) -> list[Path]:
     """The files to tokenize (the trainer's own discovery, which `prepare` uses): its errors as PrepareError."""
-    from .local import trainer_on_path
-
-    trainer_on_path()
     from spotrun_trainer.data import DataError
     from spotrun_trainer.data import input_files as discover
 
@@ -121,8 +120,6 @@ def prepare_dataset(inputs: list[Path], tokenizer_dir: Path, out: Path | None = 
                     validation_fraction: float = 0.0) -> Prepared:
     """Shards + index.json of `inputs` at `out` (or at `cache/<key>`), unless it already holds exactly them.
     `validation_fraction`: that share of the documents goes to `validation/` (spotrun_trainer.data.prepare)."""
-    from .local import trainer_on_path
-
     t0 = time.monotonic()
     files = input_files(inputs)
     key = dataset_key(files, tokenizer_dir, text_field=text_field, shard_bytes=shard_bytes,
@@ -131,13 +128,12 @@ def prepare_dataset(inputs: list[Path], tokenizer_dir: Path, out: Path | None = 
         raise ValueError("prepare_dataset needs exactly one of out and cache")
     out = Path(out) if out is not None else Path(cache) / key
     marker = read_marker(out)
-    if marker is not None and marker.get("key") == key and (out / "index.json").is_file():
-        index = json.loads((out / "index.json").read_text())
+    if marker is not None and marker.get("key") == key and (out / DatasetIndex.FILE).is_file():
+        index = json.loads((out / DatasetIndex.FILE).read_text())
         return Prepared(out, key, index, reused=True, seconds=round(time.monotonic() - t0, 3))
     if out.exists() and any(out.iterdir()):
         raise PrepareError(f"{out} already holds other files (another dataset, or other inputs or tokenizer): choose "
                            "another output or remove it")
-    trainer_on_path()
     from spotrun_trainer.data import DataError, prepare
 
     staging = out.parent / f".{out.name}.{os.getpid()}.tmp"
@@ -155,17 +151,19 @@ def prepare_dataset(inputs: list[Path], tokenizer_dir: Path, out: Path | None = 
     finally:
         data_log.removeHandler(handler)
         data_log.setLevel(level)
-        if not (staging / "index.json").is_file():
+        if not (staging / DatasetIndex.FILE).is_file():
             shutil.rmtree(staging, ignore_errors=True)
     seconds = round(time.monotonic() - t0, 3)
     (staging / MARKER).write_text(json.dumps({
         "key": key, "inputs": [str(f) for f in files], "tokenizer": str(tokenizer_dir), "text_field": text_field,
-        "shard_bytes": shard_bytes, "total_tokens": index["total_tokens"], "seconds": seconds}, indent=2) + "\n")
+        "shard_bytes": shard_bytes, "total_tokens": index[DatasetIndex.TOTAL_TOKENS], "seconds": seconds},
+        indent=2) + "\n")
     if out.exists():
         out.rmdir()  # empty (checked above)
     staging.rename(out)
-    emit(f"[prepare] {index['total_tokens']:,} tokens in {len(index['shards'])} shard(s) in {seconds:.1f} s "
-         f"({index['total_tokens'] / max(seconds, 1e-3):,.0f} tokens/s): {out}")
+    tokens = index[DatasetIndex.TOTAL_TOKENS]
+    emit(f"[prepare] {tokens:,} tokens in {len(index[DatasetIndex.SHARDS])} shard(s) in {seconds:.1f} s "
+         f"({tokens / max(seconds, 1e-3):,.0f} tokens/s): {out}")
     return Prepared(out, key, index, reused=False, seconds=seconds)
 
 
@@ -193,7 +191,7 @@ def remote_marker(s3: Any, bucket: str, prefix: str) -> tuple[dict | None, bool]
             raise
 
     body = get(MARKER)
-    index_there = s3.list_objects_v2(Bucket=bucket, Prefix=prefix + "index.json").get("KeyCount", 0) > 0
+    index_there = s3.list_objects_v2(Bucket=bucket, Prefix=prefix + DatasetIndex.FILE).get("KeyCount", 0) > 0
     try:
         return (json.loads(body) if body else None), index_there
     except json.JSONDecodeError:
@@ -211,8 +209,8 @@ def upload_dataset(s3: Any, local: Prepared, bucket: str, name: str, *, emit: Ca
         raise PrepareError(f"{uri} already holds another dataset (prepared from other inputs or another tokenizer): "
                            "choose another --name")
     t0 = last = time.monotonic()
-    files = sorted(p for p in local.path.rglob("*") if p.is_file() and p.name not in ("index.json", MARKER))
-    ordered = [*files, local.path / "index.json", local.path / MARKER]  # index.json, then the marker, last
+    files = sorted(p for p in local.path.rglob("*") if p.is_file() and p.name not in (DatasetIndex.FILE, MARKER))
+    ordered = [*files, local.path / DatasetIndex.FILE, local.path / MARKER]  # index.json, then the marker, last
     total, size = 0, sum(p.stat().st_size for p in ordered)
     for i, path in enumerate(ordered, 1):
         s3.upload_file(str(path), bucket, prefix + path.relative_to(local.path).as_posix())

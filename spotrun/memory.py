@@ -2,7 +2,8 @@
 
 Stdlib only: the planner (and its Lambda) and the trainer image import the same functions. The trainer logs this
 prediction beside its measured peak (GPU: `torch.cuda.max_memory_allocated`; CPU: torch's FSDPMemTracker), and
-tests/trainer/test_memory_model.py holds the prediction to a stated error on the CPU test models.
+tests/trainer/test_topology.py (test_memory_model_predicts_the_measured_peak) holds the prediction to a stated
+error on the CPU test models.
 
 Bytes per parameter (spotrun.seams.BytesPerParameter) are those of the trainer's precision scheme
 (spotrun_trainer.model): FSDP2 keeps the sharded

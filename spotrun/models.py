@@ -121,9 +121,6 @@ def check_model_dir(path: Path) -> CheckedModel:
     if not {"tokenizer.json", "tokenizer_config.json"} & set(tokenizer):
         raise ModelDirError(f"{root}: no tokenizer (tokenizer.json or tokenizer_config.json): the run's raw text and "
                             "the exported model need it")
-    from .local import trainer_on_path
-
-    trainer_on_path()
     from spotrun_trainer.data import DataError, load_tokenizer
 
     try:

@@ -1,6 +1,10 @@
 """The pre-launch estimate: instance type, node count, sharding, batch layout, time limits, checkpoint cadence and
 cost, or a refusal.
 
+This module owns `estimate` (count the work, choose among the options, set the limits, build the Estimate, hold
+the budget) and its refusal; spotrun/planner_options.py fits, times and prices each layout; spotrun/planner_outputs.py
+turns an Estimate into the trainer's hyperparameters and text; spotrun/catalog.py loads the prices.
+
 Rules, with the choices made here:
 
 - Layouts: every catalog instance type (or the one given) x 1..max_auto_instance_count nodes (or the count given)
@@ -39,22 +43,38 @@ Rules, with the choices made here:
 
 from __future__ import annotations
 
-import copy
-import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
 
-from .contract import MAX_RUNTIME_LIMIT_S, RunSpec, RunValidationError
-from .memory import MemoryEstimate, ModelDims, checkpoint_bytes, peak_bytes, training_state_bytes
+from .catalog import CATALOG_PATH, DEFAULT_PRICE_REGION, check_prices, load_catalog, regional_catalog
+from .contract import MAX_RUNTIME_LIMIT_S, LoraSpec, RunSpec, RunValidationError
+from .memory import ModelDims, checkpoint_bytes, training_state_bytes
 from .params import lora_parameters, shape_of
+from .planner_options import (
+    LayoutPlanner,
+    Option,
+    checkpoint_advice,
+    evaluation_seconds,
+    notice_upload_seconds,
+    price_advice,
+    segment_overhead_seconds,
+    segment_plan,
+    startup_seconds,
+)
+from .planner_outputs import first_segment_seconds, format_text, trainer_hyperparameters
 from .refusal import Refusal
-from .seams import BytesPerParameter, Hyperparameter, StopNotice
-from .segments import SegmentPlan, plan_segments, segment_seconds
-from .topology import Layout, comm_seconds, divisors_desc, flops_per_token, layouts, step_seconds
+from .seams import StopNotice
+from .segments import SegmentPlan
+from .topology import layouts
 
-CATALOG_PATH = Path(__file__).with_name("catalog.json")
+# The planner's names, wherever they are defined (spotrun/catalog.py, planner_options.py, planner_outputs.py).
+__all__ = [
+    "CATALOG_PATH", "DEFAULT_PRICE_REGION", "Estimate", "EstimateRefused", "check_prices", "count_parameters",
+    "estimate", "evaluation_seconds", "first_segment_seconds", "format_text", "load_catalog",
+    "notice_upload_seconds", "regional_catalog", "segment_overhead_seconds", "startup_seconds",
+    "trainer_hyperparameters",
+]
 
 
 class EstimateRefused(Refusal):
@@ -64,41 +84,6 @@ class EstimateRefused(Refusal):
     def __init__(self, code: str, message: str, estimate: Estimate | None = None, field: str | None = None):
         super().__init__(code, message, field=field, estimate=estimate)
         self.code = self.status
-
-
-def load_catalog(path: Path = CATALOG_PATH) -> dict:
-    catalog = json.loads(Path(path).read_text())
-    check_prices(catalog)
-    return catalog
-
-
-def check_prices(catalog: dict) -> None:
-    """Every price is a finite number > 0: a price of 0 would make every bound zero and disable the cap."""
-    priced = {f"instances.{t}": s.get("on_demand_usd_per_hour") for t, s in catalog.get("instances", {}).items()
-              if "on_demand_usd_per_hour" in s}
-    for region, spec in catalog.get("regions", {}).items():
-        priced.update({f"regions.{region}.{t}": p for t, p in spec.get("on_demand_usd_per_hour", {}).items()})
-    for where, price in priced.items():
-        if isinstance(price, bool) or not isinstance(price, (int, float)) or not math.isfinite(price) or price <= 0:
-            raise ValueError(f"catalog {where}.on_demand_usd_per_hour={price!r} is invalid: expected a price in "
-                             "USD per hour > 0 (a price of 0 would disable the cost cap)")
-
-
-DEFAULT_PRICE_REGION = "us-east-1"  # the CLI's estimate without --region; a stage prices in its own region
-
-
-def regional_catalog(catalog: dict, region: str) -> dict:
-    """The catalog with the region's on-demand prices; RunValidationError for a region it has no prices for."""
-    regions = catalog.get("regions", {})
-    if region not in regions:
-        raise RunValidationError("region", region, f"a region the catalog has prices for: {', '.join(sorted(regions))} "
-                                 "(add the region's prices to spotrun/catalog.json)")
-    check_prices(catalog)
-    prices = regions[region]["on_demand_usd_per_hour"]
-    out = copy.deepcopy(catalog)
-    out["instances"] = {t: {**spec, "on_demand_usd_per_hour": prices[t]}
-                        for t, spec in catalog["instances"].items() if t in prices}
-    return out
 
 
 @dataclass
@@ -172,193 +157,17 @@ def count_parameters(run: RunSpec, model_config: dict | None) -> tuple[int, int]
 
 
 @dataclass(frozen=True)
-class _Fit:
-    """A layout whose peak fits, with the batch layout chosen for it."""
+class _Work:
+    """What the run asks for, counted before any layout: parameters, tokens, FLOPs and bytes."""
 
-    layout: Layout
-    micro_batch: int
-    grad_accum: int
-    activation_checkpointing: bool
-    memory: MemoryEstimate
-    usable: float
-
-
-@dataclass(frozen=True)
-class _Option:
-    instance_type: str
-    count: int
-    wall: float
-    overhead: float
-    interruptions: float
-    rate: float
-    interval: float
-    policy: str
-    upload_available: float
-    on_demand: float
-    spot: float
-    fit: _Fit | None = None
-    train_seconds: float = 0.0
-    eval_seconds: float = 0.0  # inside train_seconds
-    compute_s: float = 0.0
-    comm_s: float = 0.0
-
-
-def _interval(save_cost_s: float, rate_per_hour: float) -> float:
-    if rate_per_hour <= 0:
-        return 6 * 3600.0
-    mtbi = 3600.0 / rate_per_hour
-    return min(6 * 3600.0, max(300.0, math.sqrt(2 * save_cost_s * mtbi)))
-
-
-def notice_upload_seconds(step_seconds: float) -> float:
-    """What the stop notice leaves for the upload (seams.StopNotice: the budget the launcher and trainer keep).
-    The ranks stop only between optimizer steps, so a step longer than the finishing budget eats into the
-    upload's."""
-    return max(0.0, StopNotice.UPLOAD_S - max(0.0, step_seconds - StopNotice.FINISH_S))
-
-
-def startup_seconds(defaults: dict) -> float:
-    """Seconds from a start (the first, and each spot restart: a new instance pulls the image again) to training:
-    the catalog's startup_seconds (provisioning, data download) plus trainer_image_gb at image_pull_gb_per_s (the
-    catalog cites both). A catalog without an image size adds no pull."""
-    image_gb = defaults.get("trainer_image_gb", 0.0)
-    return defaults["startup_seconds"] + (image_gb / defaults["image_pull_gb_per_s"] if image_gb else 0.0)
-
-
-def _option(run: RunSpec, catalog: dict, itype: str, count: int, train_seconds: float, ckpt_bytes: int,
-            instance_rate: float, step_seconds: float = 0.0) -> _Option:
-    spec, d = catalog["instances"][itype], catalog["defaults"]
-    family = itype.split(".")[1]
-    startup = startup_seconds(d)
-    wall = train_seconds + startup
-    rate = instance_rate * count
-    upload = spec["s3_upload_gb_per_s"] * count
-    save_cost = ckpt_bytes / (upload * 1e9)
-    budget = notice_upload_seconds(step_seconds)
-    policy = "save_on_notice" if budget > 0 and ckpt_bytes / budget / 1e9 <= upload else "periodic"
-    if run.checkpoint.interval_minutes is not None:
-        interval = max(1.0, round(run.checkpoint.interval_minutes * 60))
-    else:
-        interval = _interval(save_cost, rate)
-    interruptions = rate * wall / 3600 if run.compute.spot else 0.0
-    lost = 0.0 if policy == "save_on_notice" else interval / 2
-    overhead = interruptions * (lost + startup + save_cost)
-    discount = run.compute.spot_discount if run.compute.spot_discount is not None else \
-        catalog["families"][family]["spot_discount"]
-    price = spec["on_demand_usd_per_hour"] * count
-    return _Option(itype, count, wall, overhead, interruptions, rate, interval, policy, upload,
-                   on_demand=price * wall / 3600, spot=price * (1 - discount) * (wall + overhead) / 3600)
-
-
-def evaluation_seconds(run: RunSpec, *, parameters: int, validation_tokens: float | None, optimizer_steps: float,
-                       train_seconds: float, cluster_flops_per_s: float, micro_batch: int) -> float:
-    """The run's evaluation time: forward passes only (2 FLOPs per parameter per token) over the validation
-    tokens (or the eval.max_batches prefix), before the first step, at the end and on the eval schedule, at the
-    cluster's effective FLOP rate. 0 without validation data; None tokens: not known here (a warning says so)."""
-    if not run.data.has_validation or not validation_tokens or cluster_flops_per_s <= 0:
-        return 0.0
-    e = run.eval
-    if e.max_batches:
-        validation_tokens = min(validation_tokens, e.max_batches * micro_batch * run.data.seq_len)
-    evaluations = 2 + (optimizer_steps // e.every_steps if e.every_steps else 0) + \
-        (train_seconds / 60 // e.every_minutes if e.every_minutes else 0)
-    return evaluations * 2 * parameters * validation_tokens / cluster_flops_per_s
-
-
-def found_usable(spec: dict, defaults: dict) -> float:
-    """Bytes per GPU the peak may reach: the usable fraction of its memory minus the allowance."""
-    return spec["gpu_memory_gb"] * 1e9 * defaults["memory_usable_fraction"] - defaults["memory_allowance_gb"] * 1e9
-
-
-class _Planner:
-    """Fits and times layouts for one run (the pieces of `estimate` that depend on the layout)."""
-
-    def __init__(self, run: RunSpec, catalog: dict, dims: ModelDims | None, total: int, trainable: int,
-                 tokens: float, util: Callable[[str], float]):
-        self.run, self.catalog, self.d = run, catalog, catalog["defaults"]
-        self.dims, self.total, self.trainable, self.tokens, self.util = dims, total, trainable, tokens, util
-        self.method = run.training.method
-        self.per_rank = run.training.micro_batch * run.training.grad_accum
-        self.largest: tuple[Layout, MemoryEstimate, float] | None = None  # for the refusal
-        self._fits: dict[tuple[str, int], _Fit | None] = {}
-
-    def _memory(self, layout: Layout, micro_batch: int, ac: bool) -> MemoryEstimate:
-        if self.dims is None:  # model.parameters only: the state is all that can be counted
-            state = training_state_bytes(self.total, self.trainable, self.method, self.d["compute_bytes"])
-            return MemoryEstimate(state=-(-state // layout.shard_ranks), gathered=0, activations=0, logits=0)
-        return peak_bytes(self.dims, method=self.method, trainable_params=self.trainable,
-                          shard_ranks=layout.shard_ranks, micro_batch=micro_batch, seq_len=self.run.data.seq_len,
-                          activation_checkpointing=ac, compute_bytes=self.d["compute_bytes"], prefetch_units=1)
-
-    def fit(self, layout: Layout) -> _Fit | None:
-        # The peak depends on the layout only through the shard group's size.
-        key = (layout.instance_type, layout.shard_ranks)
-        if key not in self._fits:
-            self._fits[key] = self._fit(layout)
-        found, smallest = self._fits[key]
-        if found is not None:
-            return replace(found, layout=layout)
-        spec = self.catalog["instances"][layout.instance_type]
-        if self.largest is None or layout.world * spec["gpu_memory_gb"] > self.largest[0].world * \
-                self.catalog["instances"][self.largest[0].instance_type]["gpu_memory_gb"]:
-            self.largest = (layout, smallest, found_usable(spec, self.d))
-        return None
-
-    def _fit(self, layout: Layout) -> tuple[_Fit | None, MemoryEstimate]:
-        """(the fit, or None and the smallest peak tried: micro_batch 1, activation checkpointing if modelled)."""
-        usable = found_usable(self.catalog["instances"][layout.instance_type], self.d)
-        last = None
-        for ac in ((False,) if self.dims is None else (False, True)):
-            for mb in divisors_desc(self.per_rank):
-                last = self._memory(layout, mb, ac)
-                if last.total <= usable:
-                    return _Fit(layout, mb, self.per_rank // mb, ac, last, usable), last
-        return None, last
-
-    def timing(self, fit: _Fit) -> tuple[float, float, float]:
-        """(training seconds, compute and communication seconds of one micro-batch)."""
-        spec = self.catalog["instances"][fit.layout.instance_type]
-        tokens_mb = fit.micro_batch * self.run.data.seq_len
-        flops = flops_per_token(self.total, self.trainable, self.method, fit.activation_checkpointing) * tokens_mb
-        compute = flops / (spec["bf16_tflops_per_gpu"] * 1e12 * self.util(fit.layout.instance_type))
-        comm = comm_seconds(fit.layout, spec, self.d, total_params=self.total, trainable_params=self.trainable,
-                            compute_bytes=self.d["compute_bytes"])
-        micro_batches = self.tokens / (fit.layout.world * tokens_mb)
-        return micro_batches * step_seconds(compute, comm, self.d["comm_overlap_fraction"]), compute, comm
-
-    def eval_seconds(self, fit: _Fit, train_seconds: float, validation_tokens: int | None) -> float:
-        spec = self.catalog["instances"][fit.layout.instance_type]
-        steps = self.tokens / (fit.layout.world * self.per_rank * self.run.data.seq_len)
-        rate = fit.layout.world * spec["bf16_tflops_per_gpu"] * 1e12 * self.util(fit.layout.instance_type)
-        return evaluation_seconds(self.run, parameters=self.total, validation_tokens=validation_tokens,
-                                  optimizer_steps=steps, train_seconds=train_seconds, cluster_flops_per_s=rate,
-                                  micro_batch=fit.micro_batch)
-
-    def refusal(self) -> tuple[str, str]:
-        """(why nothing fits, the run field to change)."""
-        d = self.d
-        if self.largest is None:
-            return "no layout could be tried", "compute.instance_type"
-        layout, mem, usable = self.largest
-        spec = self.catalog["instances"][layout.instance_type]
-        text = (f"the model fits no layout tried: the largest, {layout.describe()}, needs {mem.describe()} per GPU "
-                f"at micro_batch 1{' with activation checkpointing' if self.dims else ''}, over the "
-                f"{usable / 1e9:.1f} GB usable of {spec['gpu_memory_gb']} GB ({d['memory_usable_fraction']:.0%} "
-                f"minus a {d['memory_allowance_gb']} GB allowance)")
-        rest = mem.total - mem.state
-        if rest >= usable:
-            return text + "; activations, logits and one gathered unit alone exceed it: shorten data.seq_len", \
-                "data.seq_len"
-        state = training_state_bytes(self.total, self.trainable, self.method, self.d["compute_bytes"])
-        gpus = math.ceil(state / (usable - rest))
-        hint = "" if self.method == "lora" else "; or training.method=lora"
-        if not spec.get("efa"):
-            return (text + f"; {layout.instance_type} has no EFA, so nodes cannot share its training state: its "
-                    f"{state / 1e9:,.0f} GB need {gpus} GPUs of this size in one shard group; choose an EFA "
-                    f"instance type (or auto){hint}"), "compute.instance_type"
-        nodes = math.ceil(gpus / spec["gpus"])
-        return (text + f"; its {state / 1e9:,.0f} GB of training state would need {nodes} nodes of "
-                f"{layout.instance_type} sharded (set compute.instance_count){hint}"), "compute.instance_count"
+    total: int
+    trainable: int
+    tokens: float
+    validation_tokens: int | None
+    flops: float
+    state: int
+    ckpt_bytes: int
+    dims: ModelDims | None  # None: model.parameters only, no shape to model activations with
 
 
 def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | None = None,
@@ -368,9 +177,61 @@ def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | 
     """Estimate a validated run. `model_config`/`data_tokens` (and `validation_tokens`: data.validation's
     index.json) come from the run's sources (see sources.py);
     `recorded_rates` maps instance type to interruptions per instance-hour measured by the recorder;
-    `recorded_mfu` maps instance type to (MFU, runs) measured by earlier runs of this shape and method."""
+    `recorded_mfu` maps instance type to (MFU, runs) measured by earlier runs of this shape and method.
+
+    The steps: count the work; enumerate the layouts that fit (planner_options.LayoutPlanner); choose the cheapest
+    (meeting compute.target_hours); set the time limits; write the advice; build the Estimate; hold the budget."""
     catalog = catalog or load_catalog()
     d = catalog["defaults"]
+    work = _count_work(run, d, model_config, data_tokens, validation_tokens)
+    utilization = _utilization(run, d, recorded_mfu)
+    planner = LayoutPlanner(run, catalog, work.dims, work.total, work.trainable, work.tokens,
+                            lambda itype: utilization(itype)[0])
+    candidates, counts = _candidates(run, catalog)
+    options = planner.options(candidates, counts, work.ckpt_bytes, work.validation_tokens, recorded_rates)
+    if not options:
+        where = f"compute.instance_type={run.compute.instance_type}: " if run.compute.instance_type != "auto" else ""
+        message, field_name = planner.refusal()
+        raise EstimateRefused("InvalidRun", where + message, field=field_name)
+
+    best, warnings = _choose(run, options)
+    max_runtime, runtime_warnings = _limits(run, d, best)
+    warnings += _layout_warnings(run, catalog, planner, options, best, work.dims) + runtime_warnings
+    advice, price_warnings = price_advice(run, best)
+    warnings += price_warnings
+    advice += checkpoint_advice(catalog, best, work.ckpt_bytes)
+    util, util_source = utilization(best.instance_type)
+    if util_source.startswith("measured"):
+        advice.append(f"utilization {util:.2f} ({util_source}) instead of the {d['utilization']:.2f} default")
+    if run.data.validation is not None and work.validation_tokens is None and not run.eval.max_batches:
+        warnings.append("data.validation's size is not known here: evaluation time is not in the estimate (give "
+                        "eval.max_batches, or a data.validation with a readable index.json)")
+    seg = segment_plan(run, catalog, best, work.ckpt_bytes, work.total, max_runtime)
+    advice.append(seg.line)
+    if run.compute.spot and best.spot >= 0.9 * best.on_demand:
+        advice.append("spot saves under 10% here once interruptions are counted: on-demand (compute.spot=false) "
+                      "costs about the same without the interruptions")
+
+    est = _build(run, catalog, work, best, planner.per_rank, (util, util_source), max_runtime, seg, advice,
+                 warnings)
+    chosen_cost = seg.spot_cost_usd if seg.fits else best.spot if run.compute.spot else best.on_demand
+    if chosen_cost > run.max_usd:
+        if run.training.method != "lora":
+            advice.append(_lora_alternative(run, catalog, model_config, data_tokens, recorded_rates))
+        raise EstimateRefused("OverBudget", f"estimated ${chosen_cost:.2f} exceeds budget.max_usd={run.max_usd:.2f} "
+                              f"({best.fit.layout.describe()}, {(best.wall + best.overhead) / 3600:.1f} h)", est,
+                              field="budget.max_usd")
+    if not seg.fits:
+        raise EstimateRefused("OverBudget", f"budget.max_usd={run.max_usd:.2f} cannot carry the run "
+                              f"({best.fit.layout.describe()}, {(best.wall + best.overhead) / 3600:.1f} h, estimated "
+                              f"${chosen_cost:,.2f}): {seg.line}", est, field="budget.max_usd")
+    return est
+
+
+def _count_work(run: RunSpec, defaults: dict, model_config: dict | None, data_tokens: int | None,
+                validation_tokens: int | None) -> _Work:
+    """The run's size (refusing a spot run with a warm pool, a model it cannot count, data without a token
+    count); validation tokens from data.validation_fraction when the validation set's size is not given."""
     c = run.compute
     if c.spot and c.warm_pool_minutes:
         raise EstimateRefused("InvalidRun", "compute.warm_pool_minutes with compute.spot=true: SageMaker managed "
@@ -386,24 +247,34 @@ def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | 
     if validation_tokens is None and run.data.validation_fraction:
         f = run.data.validation_fraction  # the held-out share of the documents, about that share of the tokens
         validation_tokens = round(tokens_per_epoch * f / (1 - f))
-    lora = run.training.method == "lora"
-    flops = (4 * total + 6 * trainable) * tokens if lora else 6 * total * tokens
-    state = training_state_bytes(total, trainable, run.training.method, d["compute_bytes"])
-    ckpt_bytes = checkpoint_bytes(total, trainable, run.training.method)
+    method = run.training.method
+    flops = (4 * total + 6 * trainable) * tokens if method == "lora" else 6 * total * tokens
+    config = run.model.config or model_config
+    dims = ModelDims.from_config(config) if config is not None and run.model.parameters is None else None
+    return _Work(total, trainable, tokens, validation_tokens, flops,
+                 state=training_state_bytes(total, trainable, method, defaults["compute_bytes"]),
+                 ckpt_bytes=checkpoint_bytes(total, trainable, method), dims=dims)
 
+
+def _utilization(run: RunSpec, defaults: dict,
+                 recorded_mfu: dict[str, tuple[float, int]] | None) -> Callable[[str], tuple[float, str]]:
+    """instance type -> (utilization, where it came from): compute.utilization, else the median MFU recorded
+    for this model shape and method on that type, else the catalog default."""
     def utilization(itype: str) -> tuple[float, str]:
-        if c.utilization:
-            return c.utilization, "compute.utilization"
+        if run.compute.utilization:
+            return run.compute.utilization, "compute.utilization"
         mfu, runs = (recorded_mfu or {}).get(itype, (0.0, 0))
         if 0 < mfu <= 1:
             return mfu, (f"measured: the median MFU of {runs} earlier {run.training.method} run(s) of this model "
                          f"shape on {itype}")
-        return d["utilization"], "catalog default"
+        return defaults["utilization"], "catalog default"
 
-    config = run.model.config or model_config
-    dims = ModelDims.from_config(config) if config is not None and run.model.parameters is None else None
-    planner = _Planner(run, catalog, dims, total, trainable, tokens, lambda itype: utilization(itype)[0])
+    return utilization
 
+
+def _candidates(run: RunSpec, catalog: dict) -> tuple[list[str], Iterable[int]]:
+    """(instance types, node counts) to try: the run's, or every catalog type x 1..max_auto_instance_count."""
+    c = run.compute
     if c.instance_type != "auto":
         if c.instance_type not in catalog["instances"]:
             raise EstimateRefused("InvalidRun", f"compute.instance_type={c.instance_type!r} is not in the catalog: "
@@ -412,33 +283,15 @@ def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | 
         candidates = [c.instance_type]
     else:
         candidates = list(catalog["instances"])
-    counts = [c.instance_count] if c.instance_count is not None else range(1, d["max_auto_instance_count"] + 1)
+    counts = [c.instance_count] if c.instance_count is not None else \
+        range(1, catalog["defaults"]["max_auto_instance_count"] + 1)
+    return candidates, counts
 
-    options: list[_Option] = []
-    for itype in candidates:
-        spec = catalog["instances"][itype]
-        family = itype.split(".")[1]
-        rate = (c.spot and (run.checkpoint.interruptions_per_hour if run.checkpoint.interruptions_per_hour
-                            is not None else (recorded_rates or {}).get(
-                                itype, catalog["families"][family]["interruptions_per_instance_hour"]))) or 0.0
-        for count in counts:
-            for layout in layouts(itype, spec, count):
-                fit = planner.fit(layout)
-                if fit is None:
-                    continue
-                train_s, compute_s, comm_s = planner.timing(fit)
-                eval_s = planner.eval_seconds(fit, train_s, validation_tokens)
-                train_s += eval_s
-                step_s = fit.grad_accum * step_seconds(compute_s, comm_s, d["comm_overlap_fraction"])
-                opt = _option(run, catalog, itype, count, train_s, ckpt_bytes, rate, step_s)
-                options.append(replace(opt, fit=fit, train_seconds=train_s, compute_s=compute_s, comm_s=comm_s,
-                                       eval_seconds=eval_s))
-    if not options:
-        where = f"compute.instance_type={c.instance_type}: " if c.instance_type != "auto" else ""
-        message, field_name = planner.refusal()
-        raise EstimateRefused("InvalidRun", where + message, field=field_name)
 
-    warnings, advice = [], []
+def _choose(run: RunSpec, options: list[Option]) -> tuple[Option, list[str]]:
+    """(the cheapest option, spot or on-demand as the run asks, among those meeting compute.target_hours, or the
+    fastest when none does; the warning that says so)."""
+    c, warnings = run.compute, []
     price_of = (lambda o: o.spot) if c.spot else (lambda o: o.on_demand)
     pool = options
     if c.target_hours:
@@ -448,11 +301,13 @@ def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | 
             pool = [fastest]
             warnings.append(f"compute.target_hours={c.target_hours}: no layout finishes in time; the fastest, "
                             f"{fastest.fit.layout.describe()}, takes {(fastest.wall + fastest.overhead) / 3600:.1f} h")
-    best = min(pool, key=lambda o: (price_of(o), o.wall))
-    fit = best.fit
-    gpu_seconds = best.train_seconds * fit.layout.world
-    util, util_source = utilization(best.instance_type)
+    return min(pool, key=lambda o: (price_of(o), o.wall)), warnings
 
+
+def _limits(run: RunSpec, defaults: dict, best: Option) -> tuple[int, list[str]]:
+    """(MaxRuntime before segmenting, the warnings about SageMaker's 28 days). Refuses a run that needs more than
+    28 days unless compute.accept_max_runtime_stop, and a MaxWait below MaxRuntime."""
+    c, d = run.compute, defaults
     expected_wall = best.wall + best.overhead
     if expected_wall > MAX_RUNTIME_LIMIT_S and not c.accept_max_runtime_stop:
         raise EstimateRefused("InvalidRun", f"the run needs about {expected_wall / 86400:,.1f} days on {best.count} x "
@@ -462,15 +317,25 @@ def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | 
                               field="compute.accept_max_runtime_stop")
     max_runtime = int(min(MAX_RUNTIME_LIMIT_S, max(d["min_max_runtime_seconds"],
                                                    math.ceil(d["max_runtime_factor"] * expected_wall))))
-    if c.max_wait_hours is not None:
-        max_wait = int(c.max_wait_hours * 3600)
-        if c.spot and max_wait < max_runtime:
-            raise EstimateRefused("InvalidRun", f"compute.max_wait_hours={c.max_wait_hours}: MaxWait ({max_wait} s) "
-                                  f"< MaxRuntime ({max_runtime} s); SageMaker requires MaxWait >= MaxRuntime",
-                                  field="compute.max_wait_hours")
-    else:
-        max_wait = max_runtime + int(c.accepted_delay_hours * 3600)
+    if c.max_wait_hours is not None and c.spot and int(c.max_wait_hours * 3600) < max_runtime:
+        raise EstimateRefused("InvalidRun", f"compute.max_wait_hours={c.max_wait_hours}: MaxWait "
+                              f"({int(c.max_wait_hours * 3600)} s) < MaxRuntime ({max_runtime} s); SageMaker requires "
+                              "MaxWait >= MaxRuntime", field="compute.max_wait_hours")
+    warnings = []
+    if expected_wall > MAX_RUNTIME_LIMIT_S:
+        warnings.append(f"the run needs about {expected_wall / 86400:,.1f} days: SageMaker stops it at 28 days "
+                        f"(about {MAX_RUNTIME_LIMIT_S / expected_wall:.0%} of the training; accepted by "
+                        "compute.accept_max_runtime_stop)")
+    elif d["max_runtime_factor"] * expected_wall > MAX_RUNTIME_LIMIT_S:
+        warnings.append(f"MaxRuntime is capped at SageMaker's 28 days: {MAX_RUNTIME_LIMIT_S / expected_wall:.2f}x "
+                        f"the expected {expected_wall / 86400:,.1f} days instead of {d['max_runtime_factor']}x")
+    return max_runtime, warnings
 
+
+def _layout_warnings(run: RunSpec, catalog: dict, planner: LayoutPlanner, options: list[Option], best: Option,
+                     dims: ModelDims | None) -> list[str]:
+    """What the memory check could not count, and nodes the run asked for that the model does not need."""
+    c, warnings = run.compute, []
     if dims is None:
         warnings.append("model.parameters only: activations, logits and gathered units are not in the memory check "
                         "(give model.config or model.source for a plan that counts them)")
@@ -480,118 +345,43 @@ def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | 
                                                                catalog["instances"][best.instance_type], 1)):
             warnings.append(f"compute.instance_count={c.instance_count}: the model fits one {best.instance_type}; "
                             "the extra nodes add speed and cost, not capacity it needs")
-    if expected_wall > MAX_RUNTIME_LIMIT_S:
-        warnings.append(f"the run needs about {expected_wall / 86400:,.1f} days: SageMaker stops it at 28 days "
-                        f"(about {MAX_RUNTIME_LIMIT_S / expected_wall:.0%} of the training; accepted by "
-                        "compute.accept_max_runtime_stop)")
-    elif d["max_runtime_factor"] * expected_wall > MAX_RUNTIME_LIMIT_S:
-        warnings.append(f"MaxRuntime is capped at SageMaker's 28 days: {MAX_RUNTIME_LIMIT_S / expected_wall:.2f}x "
-                        f"the expected {expected_wall / 86400:,.1f} days instead of {d['max_runtime_factor']}x")
-    cost = {"on_demand": round(best.on_demand, 2), "spot": round(best.spot, 2)}
-    chosen_cost = best.spot if c.spot else best.on_demand
-    if c.spot:
-        advice.append(f"managed spot on {fit.layout.describe()}: ${best.spot:.2f} expected "
-                      f"(on-demand ${best.on_demand:.2f}), {best.interruptions:.2f} interruptions expected")
-        if c.on_demand_fallback and best.on_demand > run.max_usd:
-            warnings.append(f"an on-demand fallback would cost ${best.on_demand:.2f} > budget ${run.max_usd:.2f}; "
-                            "the cost guard stops it at the cap")
-    else:
-        advice.append(f"on-demand on {fit.layout.describe()}: ${best.on_demand:.2f}; managed spot would "
-                      f"be about ${best.spot:.2f}")
-    step_s = fit.grad_accum * step_seconds(best.compute_s, best.comm_s, d["comm_overlap_fraction"])
-    budget = notice_upload_seconds(step_s)
-    one_node = catalog["instances"][best.instance_type]["s3_upload_gb_per_s"]
-    if best.policy == "save_on_notice" and best.count > 1 and ckpt_bytes / 1e9 / budget > one_node:
-        advice.append(f"the {ckpt_bytes / 1e9:.1f} GB checkpoint leaves within the stop notice ({budget:.0f} s for "
-                      f"the upload after a {step_s:.0f} s step) only because {best.count} nodes upload their shards "
-                      f"in parallel ({best.upload_available:.2f} GB/s for {ckpt_bytes / 1e9 / budget:.2f} needed); "
-                      f"periodic saves every {best.interval / 60:.0f} min stay as insurance")
-    if best.policy == "periodic":
-        advice.append(f"a {ckpt_bytes / 1e9:.1f} GB checkpoint cannot leave within the stop notice ({budget:.0f} s "
-                      f"left for the upload after a {step_s:.0f} s step) at {best.upload_available:.2f} GB/s: "
-                      f"saving every {best.interval / 60:.0f} min instead "
-                      f"(Young/Daly: sqrt(2 x {ckpt_bytes / (best.upload_available * 1e9):.0f} s save x "
-                      f"{(3600 / best.rate) / 3600 if best.rate else float('inf'):.1f} h between interruptions))")
-    if best.comm_s > d["comm_overlap_fraction"] * best.compute_s:
-        exposed = step_seconds(best.compute_s, best.comm_s, d["comm_overlap_fraction"]) - best.compute_s
-        advice.append(f"communication is not fully hidden: {best.comm_s:.2f} s of collectives per micro-batch "
-                      f"against {best.compute_s:.2f} s of compute ({exposed:.2f} s exposed) on "
-                      f"{fit.layout.describe()}")
+    return warnings
 
+
+def _build(run: RunSpec, catalog: dict, work: _Work, best: Option, per_rank: int, utilization: tuple[float, str],
+           max_runtime: int, seg: SegmentPlan, advice: list[str], warnings: list[str]) -> Estimate:
+    """The Estimate of the chosen option: MaxRuntime is the first segment's, MaxWait follows it unless the run
+    gives one, the cost is the segment chain's when the cap carries it, and the trainer's hyperparameters."""
+    c, d, fit = run.compute, catalog["defaults"], best.fit
+    cost = {"on_demand": round(best.on_demand, 2), "spot": round(best.spot, 2)}
+    if seg.fits:
+        cost["spot" if c.spot else "on_demand"] = round(seg.spot_cost_usd, 2)
+    max_runtime = seg.first_max_runtime_seconds or max_runtime
+    # MaxWait follows the first segment's MaxRuntime; the user's stands as given
+    max_wait = int(c.max_wait_hours * 3600) if c.max_wait_hours is not None else \
+        max_runtime + int(c.accepted_delay_hours * 3600)
     est = Estimate(
-        parameters=total, trainable_parameters=trainable, tokens=tokens, training_flops=flops,
-        training_state_bytes=state, gpu_hours=gpu_seconds / 3600, instance_type=best.instance_type,
-        instance_count=best.count, utilization=util, wall_seconds=best.wall,
-        expected_interruptions=best.interruptions, expected_overhead_seconds=best.overhead,
-        max_runtime_seconds=max_runtime, max_wait_seconds=max_wait, checkpoint_bytes=ckpt_bytes,
-        notice_upload_gb_per_s=ckpt_bytes / StopNotice.UPLOAD_S / 1e9,
+        parameters=work.total, trainable_parameters=work.trainable, tokens=work.tokens, training_flops=work.flops,
+        training_state_bytes=work.state, gpu_hours=best.train_seconds * fit.layout.world / 3600,
+        instance_type=best.instance_type, instance_count=best.count, utilization=utilization[0],
+        wall_seconds=best.wall, expected_interruptions=best.interruptions,
+        expected_overhead_seconds=best.overhead, max_runtime_seconds=max_runtime, max_wait_seconds=max_wait,
+        checkpoint_bytes=work.ckpt_bytes, notice_upload_gb_per_s=work.ckpt_bytes / StopNotice.UPLOAD_S / 1e9,
         upload_gb_per_s_available=best.upload_available, checkpoint_policy=best.policy,
         checkpoint_interval_seconds=max(1, round(best.interval)), interruptions_per_hour=best.rate,
         cost_usd=cost, spot=c.spot, sharding=fit.layout.sharding, shard_group_nodes=fit.layout.group_nodes,
         micro_batch=fit.micro_batch, grad_accum=fit.grad_accum, activation_checkpointing=fit.activation_checkpointing,
-        global_batch_samples=fit.layout.world * planner.per_rank,
+        global_batch_samples=fit.layout.world * per_rank,
         memory_per_gpu={"state": fit.memory.state, "gathered": fit.memory.gathered,
                         "activations": fit.memory.activations, "logits": fit.memory.logits,
                         "total": fit.memory.total, "usable": int(fit.usable),
                         "allowance": int(d["memory_allowance_gb"] * 1e9)},
         seconds_per_micro_batch={"compute": best.compute_s, "communication": best.comm_s},
-        advice=advice, warnings=warnings, utilization_source=util_source,
+        advice=advice, warnings=warnings, utilization_source=utilization[1],
+        evaluation_seconds=best.eval_seconds, segments=seg.to_json(),
     )
-    if util_source.startswith("measured"):
-        advice.append(f"utilization {util:.2f} ({util_source}) instead of the {d['utilization']:.2f} default")
-    est.evaluation_seconds = best.eval_seconds
-    if run.data.validation is not None and validation_tokens is None and not run.eval.max_batches:
-        warnings.append("data.validation's size is not known here: evaluation time is not in the estimate (give "
-                        "eval.max_batches, or a data.validation with a readable index.json)")
-    seg = _segments(run, catalog, best, ckpt_bytes, total, max_runtime)
-    est.segments = seg.to_json()
-    est.max_runtime_seconds = seg.first_max_runtime_seconds or max_runtime
-    if c.max_wait_hours is None:  # MaxWait follows the first segment's MaxRuntime; the user's stands as given
-        est.max_wait_seconds = est.max_runtime_seconds + int(c.accepted_delay_hours * 3600)
-    if seg.fits:
-        chosen_cost = seg.spot_cost_usd
-        cost["spot" if c.spot else "on_demand"] = round(seg.spot_cost_usd, 2)
-    advice.append(seg.line)
     est.hyperparameters = trainer_hyperparameters(run, est)
-    if c.spot and best.spot >= 0.9 * best.on_demand:
-        advice.append("spot saves under 10% here once interruptions are counted: on-demand (compute.spot=false) "
-                      "costs about the same without the interruptions")
-    if chosen_cost > run.max_usd:
-        if not lora:
-            advice.append(_lora_alternative(run, catalog, model_config, data_tokens, recorded_rates))
-        raise EstimateRefused("OverBudget", f"estimated ${chosen_cost:.2f} exceeds budget.max_usd={run.max_usd:.2f} "
-                              f"({fit.layout.describe()}, {expected_wall / 3600:.1f} h)", est,
-                              field="budget.max_usd")
-    if not seg.fits:
-        raise EstimateRefused("OverBudget", f"budget.max_usd={run.max_usd:.2f} cannot carry the run "
-                              f"({fit.layout.describe()}, {expected_wall / 3600:.1f} h, estimated "
-                              f"${chosen_cost:,.2f}): {seg.line}", est, field="budget.max_usd")
     return est
-
-
-def segment_overhead_seconds(catalog: dict, itype: str, count: int, ckpt_bytes: int, parameters: int) -> float:
-    """One segment restart: provisioning, image pull and data (`startup_seconds`), the trainer's start and
-    checkpoint restore (catalog `trainer_restart_seconds`, benchmarks/segment_restart.py), and reading the bf16
-    weights and the checkpoint from S3 (at the conservative upload rate, shared by the nodes)."""
-    d, spec = catalog["defaults"], catalog["instances"][itype]
-    moved = ckpt_bytes + parameters * BytesPerParameter.EXPORT_BF16
-    return startup_seconds(d) + d["trainer_restart_seconds"] + moved / (spec["s3_upload_gb_per_s"] * count * 1e9)
-
-
-def _segments(run: RunSpec, catalog: dict, best: _Option, ckpt_bytes: int, parameters: int,
-              longest_s: int) -> SegmentPlan:
-    """The chain of jobs the cap allows (spotrun/segments.py), from the chosen layout's expected figures."""
-    c, d = run.compute, catalog["defaults"]
-    family = best.instance_type.split(".")[1]
-    discount = c.spot_discount if c.spot_discount is not None else catalog["families"][family]["spot_discount"]
-    usd_per_s = catalog["instances"][best.instance_type]["on_demand_usd_per_hour"] * best.count / 3600
-    return plan_segments(
-        cap_usd=run.max_usd, usd_per_s=usd_per_s, spot_fraction=(1 - discount) if c.spot else 1.0,
-        # A run accepted to stop at SageMaker's 28 days plans that much (compute.accept_max_runtime_stop).
-        run_seconds=min(best.wall + best.overhead, longest_s), startup_s=startup_seconds(d),
-        overhead_s=segment_overhead_seconds(catalog, best.instance_type, best.count, ckpt_bytes, parameters),
-        save_s=ckpt_bytes / (best.upload_available * 1e9), longest_s=longest_s,
-        warm_pool_s=0 if c.spot else c.warm_pool_minutes * 60)
 
 
 def _lora_alternative(run: RunSpec, catalog: dict, model_config: dict | None, data_tokens: int | None,
@@ -601,8 +391,6 @@ def _lora_alternative(run: RunSpec, catalog: dict, model_config: dict | None, da
                "and costs less")
     if run.model.parameters is not None:
         return generic
-    from .contract import LoraSpec
-
     lora_run = replace(run, training=replace(run.training, method="lora", lora=LoraSpec(16, "all-linear")),
                        max_usd=float("inf"))
     try:
@@ -613,95 +401,3 @@ def _lora_alternative(run: RunSpec, catalog: dict, model_config: dict | None, da
     key = "spot" if run.compute.spot else "on_demand"
     return (f"LoRA (training.method=lora, rank 16, all-linear) would train {alt.trainable_parameters:,} "
             f"parameters on {alt.instance_count} x {alt.instance_type} for about ${alt.cost_usd[key]:.2f}")
-
-
-def trainer_hyperparameters(run: RunSpec, est: Estimate) -> dict[str, str]:
-    """The SageMaker hyperparameters (all strings) the trainer image reads (see spotrun_trainer.config)."""
-    t, hp = run.training, Hyperparameter
-    return {
-        hp.MICRO_BATCH.value: str(est.micro_batch), hp.GRAD_ACCUM.value: str(est.grad_accum),
-        hp.EPOCHS.value: str(t.epochs), hp.SEED.value: str(t.seed), hp.LR.value: str(t.lr),
-        hp.SEQ_LEN.value: str(run.data.seq_len),
-        hp.SHARDING_MODE.value: est.sharding, hp.SHARDING_GROUP_NODES.value: str(est.shard_group_nodes),
-        hp.ACTIVATION_CHECKPOINTING.value: "true" if est.activation_checkpointing else "false",
-        # repr: the exact planned seconds / 60 (a rounded "0.00" would read as "off" in the trainer)
-        hp.CHECKPOINT_INTERVAL_MINUTES.value: repr(est.checkpoint_interval_seconds / 60),
-        hp.CHECKPOINT_KEEP.value: str(run.checkpoint.keep),
-        hp.SEGMENT_SECONDS.value: str(first_segment_seconds(est)),
-        **_method_hyperparameters(run),
-        **_eval_hyperparameters(run),
-    }
-
-
-def _eval_hyperparameters(run: RunSpec) -> dict[str, str]:
-    """The evaluation schedule (spotrun_trainer.config.EvalConfig parses it) and which weights are exported."""
-    if not run.data.has_validation:
-        return {}
-    e, hp = run.eval, Hyperparameter
-    out = {hp.EVAL_EVERY_STEPS.value: str(e.every_steps), hp.EVAL_EVERY_MINUTES.value: repr(float(e.every_minutes)),
-           hp.EVAL_MAX_BATCHES.value: str(e.max_batches), hp.EVAL_KEEP_BEST.value: "true" if e.keep_best else "false"}
-    if run.export_from != "last":
-        out[hp.EXPORT_WEIGHTS.value] = run.export_from
-    return out
-
-
-def first_segment_seconds(est: Estimate) -> int:
-    """The first job's trainer budget: save and exit before its MaxRuntime (spotrun/segments.py)."""
-    save_s = est.checkpoint_bytes / (est.upload_gb_per_s_available * 1e9) if est.upload_gb_per_s_available else 0
-    return segment_seconds(est.max_runtime_seconds, startup_s=est.segments.get("overhead_seconds", 0.0),
-                           save_s=save_s)
-
-
-def _method_hyperparameters(run: RunSpec) -> dict[str, str]:
-    """The training method and, for LoRA, its settings (spotrun_trainer.config.LoraConfig parses them)."""
-    out = {Hyperparameter.METHOD.value: run.training.method}
-    if run.model.source:
-        out[Hyperparameter.MODEL_SOURCE.value] = run.model.source
-    lora = run.training.lora
-    if run.training.method == "lora" and lora is not None:
-        targets = lora.target_modules
-        out.update({
-            Hyperparameter.LORA_RANK.value: str(lora.rank),
-            Hyperparameter.LORA_ALPHA.value: repr(float(lora.alpha)),
-            Hyperparameter.LORA_DROPOUT.value: repr(float(lora.dropout)),
-            Hyperparameter.LORA_TARGET_MODULES.value: targets if isinstance(targets, str) else ",".join(targets),
-        })
-    return out
-
-
-def _memory_text(m: dict) -> str:
-    if not m:
-        return "not modelled"
-    gb = 1e9
-    return (f"{m['total'] / gb:.1f} GB of {m['usable'] / gb:.1f} GB usable (state {m['state'] / gb:.1f}, gathered "
-            f"{m['gathered'] / gb:.1f}, activations {m['activations'] / gb:.1f}, logits {m['logits'] / gb:.1f}; "
-            f"+{m['allowance'] / gb:.1f} GB allowance)")
-
-
-def format_text(est: Estimate) -> str:
-    rows = [
-        ("parameters", f"{est.parameters:,}"), ("trainable parameters", f"{est.trainable_parameters:,}"),
-        ("tokens", f"{est.tokens:,.0f}"), ("training FLOPs", f"{est.training_flops:.3e}"),
-        ("training state", f"{est.training_state_bytes / 1e9:,.1f} GB"),
-        ("GPU-hours", f"{est.gpu_hours:,.2f} at utilization {est.utilization:.2f} ({est.utilization_source})"),
-        ("instances", f"{est.instance_count} x {est.instance_type}"),
-        ("sharding", f"{est.sharding}" + (f" (shard groups of {est.shard_group_nodes} node(s))"
-                                          if est.sharding == "hybrid" else "")),
-        ("batch", f"micro_batch {est.micro_batch} x grad_accum {est.grad_accum} per GPU, "
-                  f"{est.global_batch_samples} samples per step, activation checkpointing "
-                  f"{'on' if est.activation_checkpointing else 'off'}"),
-        ("memory per GPU", _memory_text(est.memory_per_gpu)),
-        ("wall time", f"{est.wall_seconds / 3600:,.2f} h (+{est.expected_overhead_seconds / 3600:.2f} h expected "
-                      f"from {est.expected_interruptions:.2f} interruptions)"),
-        ("MaxRuntime / MaxWait", f"{est.max_runtime_seconds:,} s / {est.max_wait_seconds:,} s"),
-        ("checkpoint", f"{est.checkpoint_bytes / 1e9:,.2f} GB, {est.checkpoint_policy}, every "
-                       f"{est.checkpoint_interval_seconds / 60:.1f} min"),
-        ("notice upload needed", f"{est.notice_upload_gb_per_s:.3f} GB/s (available "
-                                 f"{est.upload_gb_per_s_available:.2f} GB/s)"),
-        ("cost", f"spot ${est.cost_usd['spot']:,.2f} / on-demand ${est.cost_usd['on_demand']:,.2f}"),
-        ("cap", est.segments.get("line", "")),
-    ]
-    width = max(len(k) for k, _ in rows)
-    lines = [f"{k.ljust(width)}  {v}" for k, v in rows]
-    lines += [f"advice: {a}" for a in est.advice] + [f"warning: {w}" for w in est.warnings]
-    return "\n".join(lines)

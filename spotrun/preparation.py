@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .datasets import MARKER, WEIGHT_SUFFIXES  # the marker `spotrun prepare` writes last; what is not a tokenizer
+from .seams import DatasetIndex
 
 PREPARED_PREFIX = "datasets/_prepared/"  # not a dataset name (those start with a letter or digit)
 PARTS_DIR = "parts"
@@ -273,7 +274,7 @@ def tokenizer_manifest(model_uri: str, tokenizer: list[dict]) -> bytes:
 
 def _has_index(s3: Any, uri: str) -> bool:
     bucket, prefix = _split(uri)
-    return s3.list_objects_v2(Bucket=bucket, Prefix=prefix + "index.json").get("KeyCount", 0) > 0
+    return s3.list_objects_v2(Bucket=bucket, Prefix=prefix + DatasetIndex.FILE).get("KeyCount", 0) > 0
 
 
 def resolve(run: Any, s3: Any, *, bucket: str, settings: PreparationSettings, catalog: dict, region: str,

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from .preparation import PreparationSettings
-from .seams import PlanStatus, StackOutput, stack_name
+from .seams import PlanStatus, StackOutput, parse_metric_line, run_start_total_steps, stack_name
 
 TRAINING_LOG_GROUP = "/aws/sagemaker/TrainingJobs"  # SageMaker's log group; streams are <job name>/algo-N-...
 _STAMP = re.compile(r"^\d{8}-\d{6}$")
@@ -169,19 +169,14 @@ def stream_events(logs, stream: str, token: str | None = None) -> tuple[list[dic
 
 def latest_metrics(logs, job_name: str) -> dict | None:
     """The trainer's newest metric line (step, loss, ...) over the job's streams, and total_steps if logged."""
-    from .local import trainer_on_path
-
-    trainer_on_path()
-    from spotrun_trainer.metrics import parse_line  # the line's one definition (pure Python, no torch)
-
     newest, total = None, None
     for stream in log_streams(logs, job_name):
         events, _ = stream_events(logs, stream)
         for event in events:
             message = event["message"]
-            if message.startswith("run_start ") and "total_steps=" in message:
-                total = int(message.split("total_steps=")[1].split()[0])
-            parsed = parse_line(message)
+            started = run_start_total_steps(message)
+            total = total if started is None else started
+            parsed = parse_metric_line(message)
             if parsed and (newest is None or parsed["step"] >= newest["step"]):
                 newest = parsed
     if newest is not None and total is not None:

@@ -3,14 +3,20 @@
 The planner and the Lambda handlers (spotrun/), the CDK constructs (training_constructs/) and the trainer image
 (training_image/, which installs this module) all import these names instead of spelling strings:
 
-- `Hyperparameter`: the SageMaker hyperparameter names the planner sends and the trainer parses.
-- `METRIC_FIELDS`, `METRIC_DEFINITIONS`, `metric_name`: the metric line the trainer prints, the regexes
-  SageMaker's MetricDefinitions apply to it, and the names the dashboard and the guard read.
+- `Hyperparameter`: the SageMaker hyperparameter names the planner sends and the trainer parses (each one a
+  `TrainConfig` field path of spotrun_trainer/config.py). `Method`: the training methods.
+- `METRIC_FIELDS`, `format_metric_line`/`parse_metric_line`, `format_eval_line`/`parse_eval_line`,
+  `run_start_total_steps`, `METRIC_DEFINITIONS`, `metric_name`: the lines the trainer prints, their one parser
+  (`spotrun status`, local progress, tests), the regexes SageMaker's MetricDefinitions apply to them, and the
+  names the dashboard and the guard read.
 - `PlanStatus`, `GuardAction`, `Plan`, `Guard`: what the estimate and the cost guard return, and the state
   machine reads through `$.plan.<field>` / `$.guard.<field>` (`plan_path`, `guard_path` refuse unknown fields).
 - `StopNotice`: the stop-notice timings (SageMaker's SIGTERM-to-SIGKILL window and how it is spent).
 - `BytesPerParameter`: training state and checkpoint sizes per parameter.
-- `CHECKPOINT_MANIFEST`, `CHECKPOINT_STEP_DIR`: the committed-checkpoint layout the guard lists in S3.
+- `CHECKPOINT_MANIFEST`, `CHECKPOINT_STEP_DIR`, `checkpoint_step_dir`, `checkpoint_manifest_key`: the
+  committed-checkpoint layout the trainer writes and the guard lists in S3. `EXPORT_METADATA`: the file beside an
+  exported model.
+- `DatasetIndex`: the prepared dataset's index.json (`prepare` writes it; the trainer and the estimate read it).
 """
 
 from __future__ import annotations
@@ -38,13 +44,11 @@ class Hyperparameter(str, Enum):
     SHARDING_GROUP_NODES = "sharding.group_nodes"
     ACTIVATION_CHECKPOINTING = "model.activation_checkpointing"
     MODEL_SOURCE = "model.source"  # recorded in the export metadata: the base an adapter needs
-    METHOD = "method"  # full | lora
+    METHOD = "method"  # a Method
     LORA_RANK = "lora.rank"
     LORA_ALPHA = "lora.alpha"
     LORA_DROPOUT = "lora.dropout"
     LORA_TARGET_MODULES = "lora.target_modules"  # all-linear, or comma-separated module names
-    EXPORT_DTYPE = "export.dtype"  # bfloat16 (default) | float32
-    EXPORT_MERGE_LORA = "export.merge_lora"  # LoRA: also export the merged model
     EVAL_EVERY_STEPS = "eval.every_steps"
     EVAL_EVERY_MINUTES = "eval.every_minutes"
     EVAL_MAX_BATCHES = "eval.max_batches"
@@ -55,6 +59,15 @@ class Hyperparameter(str, Enum):
     # MaxRuntime the cost cap sets, spotrun/segments.py), distinct from completion (`run_completed`).
     SEGMENT_SECONDS = "segment_seconds"
 
+
+class Method(str, Enum):
+    """What a run trains (`training.method` of the run, the `method` hyperparameter, the trainer's config)."""
+
+    FULL = "full"  # every parameter
+    LORA = "lora"  # adapters on a frozen base (the registered artifact is the adapter)
+
+
+METHODS = tuple(m.value for m in Method)
 
 # The training job's channel of prepared validation shards (data.validation); the launcher maps it to
 # data.validation_path. Without it, a train channel holding prepare's `validation/` split is used.
@@ -76,6 +89,50 @@ COMPLETION_LINE_PREFIX = "run_completed"
 COMPLETION_METRICS = {"exported_val_loss": "val_loss", "base_val_loss": "base_val_loss"}
 METRIC_PREFIX = "train:"
 _NUMBER = r"([0-9.eE+-]+)"
+# The trainer's first line of each start, `run_start params=.. ... start_step=N total_steps=M device=..`: the run's
+# length, which `spotrun status` and local progress show beside the step.
+RUN_START_PREFIX = "run_start"
+_METRIC_LINE = re.compile(r"^step=(?P<step>\d+)" + "".join(rf" {n}=(?P<{n}>\S+)" for n in METRIC_FIELDS) + r"$")
+_EVAL_LINE = re.compile(rf"^{EVAL_LINE_PREFIX} step=(?P<step>\d+)"
+                        + "".join(rf" {n}=(?P<{n}>\S+)" for n in EVAL_METRIC_FIELDS) + r"$")
+_TOTAL_STEPS = re.compile(rf"^{RUN_START_PREFIX} .*\btotal_steps=(\d+)\b")
+
+
+def format_metric_line(step: int, *, loss: float, lr: float, grad_norm: float, tokens_per_s: float,
+                       mfu: float | None, mem_gb: float) -> str:
+    """The trainer's metric line, `step=120 loss=2.3100 lr=1.900e-05 grad_norm=0.8200 tokens_per_s=3150 mfu=0.410
+    mem_gb=61.20` (`mfu=na` when the device's peak is unknown)."""
+    mfu_text = "na" if mfu is None else f"{mfu:.3f}"
+    return (f"step={step} loss={loss:.4f} lr={lr:.3e} grad_norm={grad_norm:.4f} "
+            f"tokens_per_s={tokens_per_s:.0f} mfu={mfu_text} mem_gb={mem_gb:.2f}")
+
+
+def parse_metric_line(line: str) -> dict | None:
+    """The fields of a metric line as numbers (`step` an int, mfu None when `na`), or None if the line is not one."""
+    m = _METRIC_LINE.match(line.strip())
+    if not m:
+        return None
+    return {"step": int(m["step"]), **{n: None if m[n] == "na" else float(m[n]) for n in METRIC_FIELDS}}
+
+
+def format_eval_line(step: int, *, val_loss: float, val_ppl: float, val_tokens: int, eval_s: float) -> str:
+    """The trainer's evaluation line, `eval step=120 val_loss=2.4100 val_ppl=11.13 val_tokens=65536 eval_s=3.20`."""
+    return (f"{EVAL_LINE_PREFIX} step={step} val_loss={val_loss:.4f} val_ppl={val_ppl:.4g} val_tokens={val_tokens} "
+            f"eval_s={eval_s:.2f}")
+
+
+def parse_eval_line(line: str) -> dict | None:
+    """The fields of an evaluation line as numbers, or None if the line is not one."""
+    m = _EVAL_LINE.match(line.strip())
+    if not m:
+        return None
+    return {"step": int(m["step"]), **{n: float(m[n]) for n in EVAL_METRIC_FIELDS}}
+
+
+def run_start_total_steps(line: str) -> int | None:
+    """The run's total_steps from the trainer's `run_start` line, or None if the line is not one."""
+    m = _TOTAL_STEPS.match(line.strip())
+    return int(m[1]) if m else None
 
 
 def metric_name(field: str) -> str:
@@ -148,7 +205,7 @@ class StopNotice:
 
     NOTICE_S = 120  # SageMaker: SIGTERM, then 120 s before the container is killed
     UPLOAD_S = 90  # what a save on notice may take to leave the machine
-    FINISH_S = 30  # finishing the current step and shutting down
+    FINISH_S = 30  # finishing the current step and shutting down (what a save on notice must leave)
     LAUNCHER_SHUTDOWN_S = 110  # torchrun's --shutdown-timeout: > the save budget, < the notice
 
 
@@ -165,9 +222,7 @@ class BytesPerParameter:
     # DCP adds a ~1.6 KB header per saved tensor chunk and its .metadata (tests/trainer/test_planned_bytes.py)
     CHECKPOINT_FULL = 12  # fp32 param 4 + Adam moments 8
     CHECKPOINT_LORA = 12  # per adapter parameter: fp32 4 + Adam moments 8
-    FROZEN_BASE_BF16 = 2  # LoRA: the frozen base weights in bf16
     EXPORT_BF16 = 2
-    EXPORT_FP32 = 4
 
 
 # ---- checkpoint layout (trainer writes, guard lists) -----------------------------------------------------------
@@ -176,8 +231,35 @@ class BytesPerParameter:
 # reads it): kind full | lora_adapter, whether and which base model it needs, LoRA settings, weights dtype.
 EXPORT_METADATA = "spotrun-export.json"
 
+# Under the checkpoint directory (mirrored to one S3 prefix): `step-00000120/` per save, its `manifest.json`
+# written last (spotrun_trainer/checkpoint.py: the commit protocol); the guard dates the newest manifest in S3.
 CHECKPOINT_MANIFEST = "manifest.json"
-CHECKPOINT_STEP_DIR = re.compile(r"^step-(\d{8})$")
+CHECKPOINT_STEP_PREFIX = "step-"
+CHECKPOINT_STEP_DIR = re.compile(rf"^{CHECKPOINT_STEP_PREFIX}(\d{{8}})$")  # group 1: the step
+
+
+def checkpoint_step_dir(step: int) -> str:
+    """The directory name of step N's checkpoint (`step-00000120`); CHECKPOINT_STEP_DIR matches it."""
+    return f"{CHECKPOINT_STEP_PREFIX}{step:08d}"
+
+
+def checkpoint_manifest_key(step: int) -> str:
+    """Step N's manifest relative to the checkpoint directory (or S3 prefix): `step-00000120/manifest.json`."""
+    return f"{checkpoint_step_dir(step)}/{CHECKPOINT_MANIFEST}"
+
+
+# ---- prepared datasets (prepare writes; the trainer, `spotrun prepare`/`upload` and the estimate read) --------
+
+
+class DatasetIndex:
+    """The prepared dataset's index (spotrun_trainer/data.py writes and reads it; its docstring has the layout):
+    the file name, the format version, and the keys read outside the trainer."""
+
+    FILE = "index.json"
+    FORMAT = 1
+    TOTAL_TOKENS = "total_tokens"
+    SHARDS = "shards"
+
 
 # ---- plan and guard (handlers -> state machine) ----------------------------------------------------------------
 

@@ -27,10 +27,9 @@ from .contract import (
     RunValidationError,
 )
 from .planner import Estimate
-from .seams import Hyperparameter
+from .seams import METHODS, Hyperparameter
 from .sources import PLACEHOLDER_BUCKET
 
-PIPELINE_METHODS = ("full", "lora")  # what the trainer image runs
 DATASETS_PREFIX, MODELS_PREFIX = "datasets/", "models/"  # the training role reads only these (ArtifactStore)
 # A hyperparameter that carries a run field is reported as that field.
 _HYPERPARAMETER_FIELDS = {Hyperparameter.MODEL_CONFIG.value: "model.config", Hyperparameter.LR.value: "training.lr",
@@ -50,7 +49,7 @@ class Target:
 
     def describe(self) -> str:
         return (f"the stage's rules (sources under s3://{self.bucket}/{DATASETS_PREFIX} and {MODELS_PREFIX}, "
-                f"model package group {self.model_package_group}, methods {'/'.join(PIPELINE_METHODS)}, weights "
+                f"model package group {self.model_package_group}, methods {'/'.join(METHODS)}, weights "
                 "to train)")
 
 
@@ -87,8 +86,8 @@ def check_target(run: RunSpec, target: Target) -> tuple[str, str | None]:
     if run.model.init is None:
         raise RunValidationError("model.init", None, '"random" to train the inline model.config from random weights '
                                  "(an explicit choice), or a model.source holding pretrained weights to fine-tune")
-    if run.training.method not in PIPELINE_METHODS:
-        raise RunValidationError("training.method", run.training.method, " or ".join(PIPELINE_METHODS))
+    if run.training.method not in METHODS:
+        raise RunValidationError("training.method", run.training.method, " or ".join(METHODS))
     if run.model_package_group not in (None, target.model_package_group):
         raise RunValidationError("registry.model_package_group", run.model_package_group,
                                  f"{target.model_package_group} (this stack's group) or nothing")

@@ -1,7 +1,7 @@
 """ArtifactStore: the run bucket (datasets/, models/, checkpoints/<run>/<execution>/, output/<job>/) and its KMS key.
 
 Stateful: the key and both buckets are retained when the stack is deleted, and their logical IDs are pinned
-(tests/infra/test_logical_ids.py) so that a refactor cannot replace them.
+(tests/infra/test_gates.py, test_stateful_resources_keep_their_logical_ids) so that a refactor cannot replace them.
 """
 
 from __future__ import annotations

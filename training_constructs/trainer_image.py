@@ -20,7 +20,7 @@ DOCKERFILE = "training_image/Dockerfile"
 # Only these go into the build context (the root .dockerignore says the same for `docker build` by hand).
 # spotrun/local (the laptop pipeline, demo and example builders) never runs in SageMaker: kept out of the image.
 CONTEXT = ["*", "!pyproject.toml", "!spotrun", "!spotrun/**", "!training_image", "!training_image/**",
-           "spotrun/local", "**/__pycache__", "**/*.pyc", "*.egg-info"]
+           "spotrun/local", "**/__pycache__", "**/*.pyc", "**/*.egg-info"]
 # Newest PyTorch training DLC in the pinned sagemaker-core's offline catalog.
 DLC_VERSIONS = {"training": ("2.10", "py313")}
 # HF LLM (TGI) serving image: it serves a Hugging Face safetensors directory from /opt/ml/model.

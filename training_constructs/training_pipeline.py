@@ -34,7 +34,6 @@ from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
-from spotrun.contract import MAX_RUNTIME_LIMIT_S
 from spotrun.handlers.cancel import CANCEL_STATUSES
 from spotrun.handlers.estimate import REGISTRATION_STATUS
 from spotrun.preparation import PreparationSettings
@@ -47,8 +46,7 @@ from .preparation_step import preparation_functions, preparation_states
 
 CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"
 # The longest run the contract allows: MaxWait up to 56 days of spot (contract.compute.max_wait_hours), then an
-# on-demand fallback of MaxRuntime up to 28 days; the execution may not time out before its job ends.
-LONGEST_RUN_S = 2 * MAX_RUNTIME_LIMIT_S + MAX_RUNTIME_LIMIT_S
+# on-demand fallback of MaxRuntime up to 28 days (84 days); the execution may not time out before its job ends.
 EXECUTION_TIMEOUT = Duration.days(90)
 # SageMaker restarts a job that hit an internal error, within MaxWait (spot) or MaxRuntime (API reference,
 # RetryStrategy: 1-30 attempts).

@@ -6,19 +6,7 @@
     registry.py   a directory of versioned model packages with the AWS path's metadata
     demo.py       `make demo`: the shipped example run, interrupted and uninterrupted, weights compared
 
-None of this is in the trainer image: the image ships only what runs inside SageMaker (training_image/).
-The trainer package is imported from the checkout's training_image/ directory (see `trainer_on_path`).
+None of this is in the trainer image: the image ships only what runs inside SageMaker (training_image/). The
+trainer package (`spotrun_trainer`, training_image/pyproject.toml) is installed beside this one: `make venv`
+installs both.
 """
-
-from __future__ import annotations
-
-import sys
-from pathlib import Path
-
-TRAINER_ROOT = Path(__file__).resolve().parents[2] / "training_image"
-
-
-def trainer_on_path() -> None:
-    """Make `spotrun_trainer` importable from the checkout (it is the image's package, not installed here)."""
-    if str(TRAINER_ROOT) not in sys.path:
-        sys.path.insert(0, str(TRAINER_ROOT))

@@ -13,8 +13,6 @@ import random
 import sysconfig
 from pathlib import Path
 
-from . import trainer_on_path
-
 ARCHITECTURES = {
     "llama": {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
               "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 256,
@@ -117,7 +115,6 @@ def build_example(root: Path, arch: str = "llama", *, documents: int = 400, shar
                   validation_fraction: float = 0.1) -> dict:
     """Corpus, tokenizer, model dir and prepared shards under root (with `validation_fraction` of the documents
     held out in data/validation, which the launcher evaluates on); returns their paths."""
-    trainer_on_path()
     from spotrun_trainer.data import prepare
 
     root = Path(root)

@@ -17,8 +17,6 @@ import sys
 import time
 from pathlib import Path
 
-from . import TRAINER_ROOT
-
 LOSS_FILE = "loss_history.jsonl"
 
 
@@ -112,7 +110,6 @@ def launchers_running(sm_root: Path) -> list[int]:
 def start_launcher(sm_root: Path, log_path: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
     """The launcher as its own process; `env` adds to this environment (as the job's `Environment` would)."""
     env = {**os.environ, **(env or {})}
-    env["PYTHONPATH"] = os.pathsep.join([str(TRAINER_ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env.setdefault("OMP_NUM_THREADS", "1")
     log = open(log_path, "ab")
     return subprocess.Popen([sys.executable, "-m", "spotrun_trainer.launcher", "train", "--sm-root", str(sm_root)],

@@ -1,7 +1,8 @@
 """Progress of a local run: step/total, loss, tokens/s, ETA and interruptions so far.
 
 A progress bar (tqdm) on a terminal, plain lines otherwise (CI, logs). The numbers come from the trainer's own
-output: `run_start ... total_steps=N` and its metric lines in the launcher log, the step from loss_history.jsonl.
+output: `run_start ... total_steps=N` and its metric lines in the launcher log (parsed by spotrun.seams), the step
+from loss_history.jsonl.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from collections import deque
 from pathlib import Path
 from typing import Callable
 
-from . import trainer_on_path
+from ..seams import parse_metric_line, run_start_total_steps
 
 
 class Progress:
@@ -32,9 +33,6 @@ class Progress:
 
     def _read_log(self) -> bool:
         """New metric lines since the last call: True when one arrived."""
-        trainer_on_path()
-        from spotrun_trainer.metrics import parse_line
-
         if not self.log.is_file():
             return False
         with self.log.open("rb") as fh:
@@ -44,9 +42,9 @@ class Progress:
         self.offset += cut
         fresh = False
         for line in chunk[:cut].decode(errors="replace").splitlines():
-            if line.startswith("run_start ") and "total_steps=" in line:
-                self.total = int(line.split("total_steps=")[1].split()[0])
-            parsed = parse_line(line)
+            started = run_start_total_steps(line)
+            self.total = self.total if started is None else started
+            parsed = parse_metric_line(line)
             if parsed:
                 self.loss, self.tokens_per_s, fresh = parsed["loss"], parsed["tokens_per_s"], True
         return fresh

@@ -18,7 +18,9 @@ from pathlib import Path
 
 from ..handlers.cost_guard import registry_metadata
 
-DEFAULT_GROUP = "spotrun-models"  # the stack's default group (stacks/config.py AccountConfig.model_package_group)
+# The local group when the run gives no registry.model_package_group (a stage registers into its own,
+# <project>-<stage>-models by default: stacks/config.py AccountConfig.model_package_group_base).
+DEFAULT_GROUP = "spotrun-models"
 PACKAGE_FILE = "package.json"
 
 

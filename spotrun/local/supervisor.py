@@ -152,9 +152,6 @@ class Supervisor:
 
     def _checkpoint_reader(self):
         if self._committed is None:
-            from . import trainer_on_path
-
-            trainer_on_path()
             from spotrun_trainer.checkpoint import committed_checkpoints  # imports torch: 6-8 s here
 
             self._committed = committed_checkpoints

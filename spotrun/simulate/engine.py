@@ -21,7 +21,6 @@ import math
 from dataclasses import dataclass
 
 INF = math.inf
-CHECKPOINTING = ("notice", "periodic", "both")
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ import datetime as dt
 import math
 from dataclasses import dataclass, field
 
-from spotrun.seams import COMPLETED_METRIC, Hyperparameter
+from spotrun.seams import COMPLETED_METRIC, Hyperparameter, checkpoint_manifest_key
 
 BILLED = ("Downloading", "Training", "Uploading", "Stopping")
 
@@ -74,7 +74,7 @@ class World:
             bucket, _, prefix = self.checkpoint_uri.removeprefix("s3://").partition("/")
             step = int(work_s / self.step_s)
             boto3.client("s3", region_name="us-east-1").put_object(
-                Bucket=bucket, Key=f"{prefix}step-{step:08d}/manifest.json", Body=b"{}")
+                Bucket=bucket, Key=prefix + checkpoint_manifest_key(step), Body=b"{}")
 
 
 def _ts(epoch: float) -> dt.datetime:

@@ -14,7 +14,7 @@ import pytest
 from spotrun.cli import main
 from spotrun.remote import TRAINING_LOG_GROUP
 from spotrun.seams import StackOutput, stack_name
-from spotrun_trainer.metrics import format_line
+from spotrun.seams import format_metric_line as format_line
 from tests.infra.render import render
 from tests.infra.test_state_machine_moto import (  # noqa: F401 - `aws` is the moto fixture
     BUCKET,

@@ -32,6 +32,7 @@ from spotrun.preparation import PREPARED_PREFIX, PreparationSettings
 from spotrun.remote import pipeline_state
 from spotrun.report import summary_text
 from tests.infra.processing_sim import RecordedRequests, run_processing_job
+from tests.infra.statements import as_list
 from tests.infra.test_seams import check_shape
 from tests.infra.test_state_machine_moto import (
     ACCOUNT,
@@ -224,10 +225,9 @@ def test_the_preparations_bill_comes_out_of_the_cap_the_training_jobs_maxruntime
     assert f"${billed:.2f} billed" in failure["cause"]
 
 
-def test_the_processing_job_may_only_add_its_parts_and_logs_and_the_finish_step_only_touch_prepared_data(synth):
-    from aws_cdk.assertions import Match, Template
+def test_the_processing_job_may_only_add_its_parts_and_logs_and_the_finish_step_only_touch_prepared_data(template):
+    from aws_cdk.assertions import Match
 
-    template = Template.from_json(synth.template)
     bucket_arn = {"Fn::GetAtt": ["ArtifactsBucket88671897", "Arn"]}
     # The execution role (the job's) gains write-only access under datasets/_prepared/ and the processing logs.
     template.has_resource_properties("AWS::IAM::Policy", {
@@ -242,8 +242,7 @@ def test_the_processing_job_may_only_add_its_parts_and_logs_and_the_finish_step_
         "Roles": [{"Ref": Match.string_like_regexp("^PipelinePrepareFnRole")}]}})
     statements = [s for p in policies.values() for s in p["Properties"]["PolicyDocument"]["Statement"]]
     s3_resources = json.dumps([s["Resource"] for s in statements if any(a.startswith("s3:") for a in
-                                                                        ([s["Action"]] if isinstance(s["Action"], str)
-                                                                         else s["Action"]))])
+                                                                        as_list(s["Action"]))])
     assert "/datasets/_prepared/*" in s3_resources and "/datasets/*" not in s3_resources
     assert not any("s3:DeleteObject" in json.dumps(s["Action"]) for s in statements)
     assert any(s["Action"] == "sagemaker:DescribeProcessingJob" for s in statements)

@@ -5,105 +5,106 @@ from __future__ import annotations
 import json
 
 import pytest
+from aws_cdk.assertions import Capture, Match
 
+from spotrun import seams
+from spotrun.preparation import PREPARED_PREFIX
 from spotrun.seams import COMPLETED_METRIC_DEFINITION, METRIC_DEFINITIONS, StackOutput
-from spotrun_trainer import metrics as trainer_metrics
+from tests.infra.statements import actions, as_list, role_statements
 
 BUCKET, LOG_BUCKET, KEY = "ArtifactsBucket88671897", "ArtifactsAccessLogs4D97777C", "ArtifactsKeyA4B22E2B"
+EXECUTION_ROLE, TOPIC = "ExecutionRoleCDF74862", "FailuresTopic8CFD5254"
 
 
-def statements(synth, policy_prefix: str) -> list[dict]:
-    out = []
-    for lid, res in synth.resources("AWS::IAM::Policy").items():
-        if lid.startswith(policy_prefix):
-            out.extend(res["Properties"]["PolicyDocument"]["Statement"])
-    return out
+def test_bucket_policy_denies_requests_without_tls(template):
+    template.has_resource_properties("AWS::S3::BucketPolicy", {
+        "Bucket": {"Ref": BUCKET},
+        "PolicyDocument": {"Statement": Match.array_with([Match.object_like({
+            "Effect": "Deny", "Action": "s3:*",
+            "Condition": Match.exact({"Bool": {"aws:SecureTransport": "false"}})})])},
+    })
 
 
-def as_list(x):
-    return x if isinstance(x, list) else [x]
+def test_bucket_is_kms_encrypted_versioned_private_logged_and_retained(template):
+    found = template.find_resources("AWS::S3::Bucket", {
+        "DeletionPolicy": "Retain", "UpdateReplacePolicy": "Retain",
+        "Properties": {
+            "BucketEncryption": {"ServerSideEncryptionConfiguration": [{"ServerSideEncryptionByDefault": Match.exact(
+                {"SSEAlgorithm": "aws:kms", "KMSMasterKeyID": {"Fn::GetAtt": [KEY, "Arn"]}})}]},
+            "VersioningConfiguration": Match.exact({"Status": "Enabled"}),
+            "PublicAccessBlockConfiguration": {k: True for k in (
+                "BlockPublicAcls", "BlockPublicPolicy", "IgnorePublicAcls", "RestrictPublicBuckets")},
+            "LoggingConfiguration": {"DestinationBucketName": {"Ref": LOG_BUCKET}},
+        }})
+    assert list(found) == [BUCKET]
+    assert KEY in template.find_resources("AWS::KMS::Key", {"Properties": {"EnableKeyRotation": True}})
 
 
-def test_bucket_policy_denies_requests_without_tls(synth):
-    policy = next(r for r in synth.resources("AWS::S3::BucketPolicy").values()
-                  if r["Properties"]["Bucket"] == {"Ref": BUCKET})
-    deny = [s for s in policy["Properties"]["PolicyDocument"]["Statement"] if s["Effect"] == "Deny"]
-    assert any(s["Condition"] == {"Bool": {"aws:SecureTransport": "false"}} and s["Action"] == "s3:*" for s in deny)
-
-
-def test_bucket_is_kms_encrypted_versioned_private_logged_and_retained(synth):
-    bucket = synth.template["Resources"][BUCKET]
-    props = bucket["Properties"]
-    sse = props["BucketEncryption"]["ServerSideEncryptionConfiguration"][0]["ServerSideEncryptionByDefault"]
-    assert sse == {"SSEAlgorithm": "aws:kms", "KMSMasterKeyID": {"Fn::GetAtt": [KEY, "Arn"]}}
-    assert props["VersioningConfiguration"] == {"Status": "Enabled"}
-    assert all(props["PublicAccessBlockConfiguration"][k] for k in
-               ("BlockPublicAcls", "BlockPublicPolicy", "IgnorePublicAcls", "RestrictPublicBuckets"))
-    assert props["LoggingConfiguration"]["DestinationBucketName"] == {"Ref": LOG_BUCKET}
-    assert bucket["DeletionPolicy"] == bucket["UpdateReplacePolicy"] == "Retain"
-    assert synth.template["Resources"][KEY]["Properties"]["EnableKeyRotation"] is True
-
-
-def test_lifecycle_aborts_multipart_expires_noncurrent_versions_and_old_checkpoints(synth):
-    rules = {r["Id"]: r for r in synth.template["Resources"][BUCKET]["Properties"]["LifecycleConfiguration"]["Rules"]}
-    assert rules["abort-incomplete-multipart"]["AbortIncompleteMultipartUpload"] == {"DaysAfterInitiation": 1}
-    assert rules["expire-noncurrent"]["NoncurrentVersionExpiration"] == {"NoncurrentDays": 7}
-    assert rules["expire-checkpoints"]["Prefix"] == "checkpoints/"
-    assert rules["expire-checkpoints"]["ExpirationInDays"] == 30
+@pytest.mark.parametrize("rule", [
+    {"Id": "abort-incomplete-multipart", "AbortIncompleteMultipartUpload": Match.exact({"DaysAfterInitiation": 1})},
+    {"Id": "expire-noncurrent", "NoncurrentVersionExpiration": Match.exact({"NoncurrentDays": 7})},
+    {"Id": "expire-checkpoints", "Prefix": "checkpoints/", "ExpirationInDays": 30},
+])
+def test_lifecycle_aborts_multipart_expires_noncurrent_versions_and_old_checkpoints(template, rule):
+    found = template.find_resources("AWS::S3::Bucket", {"Properties": {"LifecycleConfiguration": {
+        "Rules": Match.array_with([Match.object_like(rule)])}}})
+    assert list(found) == [BUCKET]
 
 
 def _s3_object_resources(stmts, action):
-    out = []
-    for s in stmts:
-        if s["Effect"] == "Allow" and action in as_list(s["Action"]):
-            out.extend(as_list(s["Resource"]))
-    return out
+    return [r for s in stmts if s["Effect"] == "Allow" and action in as_list(s["Action"])
+            for r in as_list(s["Resource"])]
 
 
 def _suffix(resource) -> str:
     return resource["Fn::Join"][1][-1] if isinstance(resource, dict) else resource
 
 
-def test_training_role_writes_only_checkpoints_and_output_and_cannot_read_or_delete_models(synth):
-    stmts = statements(synth, "ExecutionRoleDefaultPolicy")
-    assert sorted(_suffix(r) for r in _s3_object_resources(stmts, "s3:PutObject")) == ["/checkpoints/*", "/output/*"]
+def test_training_role_writes_only_checkpoints_and_output_and_cannot_read_or_delete_models(template):
+    stmts = role_statements(template, EXECUTION_ROLE)  # every policy on the role, the preparation job's included
+    # The preparation (a Processing job under the same role) adds its parts under datasets/_prepared/ only.
+    assert sorted(_suffix(r) for r in _s3_object_resources(stmts, "s3:PutObject")) == [
+        "/checkpoints/*", f"/{PREPARED_PREFIX}*", "/output/*"]
     # Registered model artifacts live under output/: only checkpoints may be deleted (SageMaker's sync does).
     assert sorted(_suffix(r) for r in _s3_object_resources(stmts, "s3:DeleteObject")) == ["/checkpoints/*"]
     # No job reads another run's registered model: output/ is write-only.
     assert sorted(_suffix(r) for r in _s3_object_resources(stmts, "s3:GetObject")) == [
         "/checkpoints/*", "/datasets/*", "/models/*"]
-    assert not any(a.startswith("s3:") and "*" in a for s in stmts for a in as_list(s["Action"]))
+    assert not any(a.startswith("s3:") and "*" in a for a in actions(stmts))
 
 
-def test_training_role_has_no_managed_policies_and_trusts_only_sagemaker(synth):
-    role = synth.template["Resources"]["ExecutionRoleCDF74862"]["Properties"]
-    assert "ManagedPolicyArns" not in role
-    principals = [s["Principal"] for s in role["AssumeRolePolicyDocument"]["Statement"]]
-    assert principals == [{"Service": "sagemaker.amazonaws.com"}]
-    stmts = statements(synth, "ExecutionRoleDefaultPolicy")
-    metrics = [s for s in stmts if "cloudwatch:PutMetricData" in as_list(s["Action"])]
-    assert metrics and metrics[0]["Condition"] == {"StringLike": {"cloudwatch:namespace": "/aws/sagemaker/*"}}
+def test_training_role_has_no_managed_policies_and_trusts_only_sagemaker(template):
+    found = template.find_resources("AWS::IAM::Role", {"Properties": {
+        "ManagedPolicyArns": Match.absent(),
+        "AssumeRolePolicyDocument": {"Statement": [Match.object_like({
+            "Principal": Match.exact({"Service": "sagemaker.amazonaws.com"})})]}}})
+    assert EXECUTION_ROLE in found
+    puts = [s for s in role_statements(template, EXECUTION_ROLE) if "cloudwatch:PutMetricData" in as_list(s["Action"])]
+    namespace = {"StringLike": {"cloudwatch:namespace": "/aws/sagemaker/*"}}
+    assert puts and all(s.get("Condition") == namespace for s in puts)
 
 
-def test_no_lambda_uses_an_aws_managed_policy(synth):
-    for lid, role in synth.resources("AWS::IAM::Role").items():
-        assert "ManagedPolicyArns" not in role["Properties"], lid
+def test_no_lambda_uses_an_aws_managed_policy(template):
+    assert template.find_resources("AWS::IAM::Role", {"Properties": {"ManagedPolicyArns": Match.any_value()}}) == {}
 
 
-def test_interruption_rule_matches_only_this_stages_interrupted_jobs(synth):
-    rules = [r["Properties"]["EventPattern"] for r in synth.resources("AWS::Events::Rule").values()]
-    interrupted = [p for p in rules if p["detail"].get("SecondaryStatus") == ["Interrupted"]]
+def test_interruption_rule_matches_only_this_stages_interrupted_jobs(template):
+    prefix = Match.exact([{"prefix": "spotrun-dev-"}])
+    interrupted = template.find_resources("AWS::Events::Rule", {"Properties": {"EventPattern": {
+        "detail": {"SecondaryStatus": Match.exact(["Interrupted"])}}}})
     assert len(interrupted) == 1
-    assert interrupted[0]["source"] == ["aws.sagemaker"]
-    assert interrupted[0]["detail-type"] == ["SageMaker Training Job State Change"]
-    assert interrupted[0]["detail"]["TrainingJobName"] == [{"prefix": "spotrun-dev-"}]
-    assert all(p["detail"]["TrainingJobName"] == [{"prefix": "spotrun-dev-"}] for p in rules
-               if p["source"] == ["aws.sagemaker"])
+    template.has_resource_properties("AWS::Events::Rule", {"EventPattern": {
+        "source": Match.exact(["aws.sagemaker"]), "detail-type": Match.exact(["SageMaker Training Job State Change"]),
+        "detail": {"SecondaryStatus": Match.exact(["Interrupted"]), "TrainingJobName": prefix}}})
+    sagemaker = template.find_resources("AWS::Events::Rule", {"Properties": {"EventPattern": {
+        "source": Match.exact(["aws.sagemaker"])}}})
+    assert sagemaker == template.find_resources("AWS::Events::Rule", {"Properties": {"EventPattern": {
+        "source": Match.exact(["aws.sagemaker"]), "detail": {"TrainingJobName": prefix}}}})
 
 
-def test_a_failure_is_notified_once_by_the_state_machine_not_by_a_rule(synth, definition):
-    for rule in synth.resources("AWS::Events::Rule").values():
-        assert all(t["Arn"] != {"Ref": "FailuresTopic8CFD5254"} for t in rule["Properties"]["Targets"])
+def test_a_failure_is_notified_once_by_the_state_machine_not_by_a_rule(template, definition):
+    assert template.find_resources("AWS::Events::Rule", {"Properties": {"Targets": Match.array_with([
+        Match.object_like({"Arn": {"Ref": TOPIC}})])}}) == {}
     notify = [n for n, s in definition["States"].items() if s.get("Resource", "").endswith(":sns:publish")]
     assert sorted(notify) == ["NotifyCostCap", "NotifyGateFailed", "NotifyInvalidRun", "NotifyOverBudget",
                               "NotifyPipelineError", "NotifyPreparationFailed", "NotifyTrainingFailed"]
@@ -111,20 +112,20 @@ def test_a_failure_is_notified_once_by_the_state_machine_not_by_a_rule(synth, de
         assert definition["States"][definition["States"][name]["Next"]]["Type"] == "Fail"
 
 
-def test_interruptions_table_has_point_in_time_recovery_and_is_retained(synth):
-    lid, table = synth.one("AWS::DynamoDB::GlobalTable")
-    assert table["Properties"]["Replicas"][0]["PointInTimeRecoverySpecification"] == {
-        "PointInTimeRecoveryEnabled": True}
-    assert table["DeletionPolicy"] == "Retain"
+def test_interruptions_table_has_point_in_time_recovery_and_is_retained(template):
+    template.resource_count_is("AWS::DynamoDB::GlobalTable", 1)
+    template.has_resource("AWS::DynamoDB::GlobalTable", {"DeletionPolicy": "Retain", "Properties": {"Replicas": [
+        Match.object_like({"PointInTimeRecoverySpecification": Match.exact({"PointInTimeRecoveryEnabled": True})})]}})
 
 
-def test_budget_is_monthly_on_the_project_tag_with_actual_and_forecast_alerts(synth):
-    _, budget = synth.one("AWS::Budgets::Budget")
-    data = budget["Properties"]["Budget"]
-    assert data["TimeUnit"] == "MONTHLY" and data["BudgetType"] == "COST"
-    assert data["CostFilters"] == {"TagKeyValue": ["user:project$spotrun"]}
-    kinds = {n["Notification"]["NotificationType"] for n in budget["Properties"]["NotificationsWithSubscribers"]}
-    assert kinds == {"ACTUAL", "FORECASTED"}
+def test_budget_is_monthly_on_the_project_tag_with_actual_and_forecast_alerts(template):
+    template.resource_count_is("AWS::Budgets::Budget", 1)
+    notifications = Capture()
+    template.has_resource_properties("AWS::Budgets::Budget", {
+        "Budget": {"TimeUnit": "MONTHLY", "BudgetType": "COST",
+                   "CostFilters": Match.exact({"TagKeyValue": ["user:project$spotrun"]})},
+        "NotificationsWithSubscribers": notifications})
+    assert {n["Notification"]["NotificationType"] for n in notifications.as_array()} == {"ACTUAL", "FORECASTED"}
 
 
 def test_cost_allocation_tags_are_on_every_taggable_resource(synth):
@@ -148,12 +149,14 @@ def test_cost_allocation_tags_are_on_every_taggable_resource(synth):
     assert {"AWS::S3::Bucket", "AWS::Lambda::Function", "AWS::StepFunctions::StateMachine"} <= set(checked)
 
 
-def test_dashboard_shows_runs_interruptions_loss_throughput_and_cost(synth):
-    _, dash = synth.one("AWS::CloudWatch::Dashboard")
-    body = json.dumps(dash["Properties"]["DashboardBody"])
+def test_dashboard_shows_runs_interruptions_loss_throughput_and_cost(template):
+    template.resource_count_is("AWS::CloudWatch::Dashboard", 1)
+    body = Capture()
+    template.has_resource_properties("AWS::CloudWatch::Dashboard", {"DashboardBody": body})
+    text = json.dumps(body.as_object())
     for title in ("Runs", "Spot interruptions", "Training loss", "Throughput", "Run cost"):
-        assert title in body
-    assert "train:loss" in body and "train:val_loss" in body and "RunCostUSD" in body
+        assert title in text
+    assert "train:loss" in text and "train:val_loss" in text and "RunCostUSD" in text
 
 
 def test_trainer_image_asset_is_built_from_training_image_with_the_sagemaker_base(synth):
@@ -178,10 +181,10 @@ def test_metric_definitions_are_the_seams_and_match_the_trainers_line(definition
     spot = definition["States"]["CreateSpotTrainingJob"]["Parameters"]
     # The trainer's metric lines, and its completion line (what tells a finished run from a segment's end).
     assert spot["AlgorithmSpecification"]["MetricDefinitions"] == METRIC_DEFINITIONS + [COMPLETED_METRIC_DEFINITION]
-    line = trainer_metrics.format_line(7, loss=2.5, lr=1e-4, grad_norm=0.5, tokens_per_s=100, mfu=0.3, mem_gb=1.0)
-    eval_line = trainer_metrics.format_eval_line(7, val_loss=2.75, val_ppl=15.6, val_tokens=640, eval_s=0.5)
+    line = seams.format_metric_line(7, loss=2.5, lr=1e-4, grad_norm=0.5, tokens_per_s=100, mfu=0.3, mem_gb=1.0)
+    eval_line = seams.format_eval_line(7, val_loss=2.75, val_ppl=15.6, val_tokens=640, eval_s=0.5)
     done = "run_completed step=7 final_loss=2.5000 val_loss=2.61 base_val_loss=3.4"  # as train.py prints it
-    parsed = {**trainer_metrics.parse_line(line), **trainer_metrics.parse_eval_line(eval_line),
+    parsed = {**seams.parse_metric_line(line), **seams.parse_eval_line(eval_line),
               "exported_val_loss": 2.61, "base_val_loss": 3.4}
     for d in METRIC_DEFINITIONS:
         name = d["Name"].removeprefix("train:")
@@ -258,24 +261,25 @@ def test_named_failures_before_anything_is_created(definition):
     assert spot_or_not["Default"] == "CreateOnDemandTrainingJob"
 
 
-def test_outputs_tell_users_where_to_upload_and_what_to_start(synth):
-    outputs = synth.template["Outputs"]
-    assert outputs["ArtifactBucket"]["Value"] == {"Ref": BUCKET}
-    assert outputs["StateMachineArn"]["Value"] == {"Ref": "PipelineStateMachine1814BD05"}
+def test_outputs_tell_users_where_to_upload_and_what_to_start(template):
+    template.has_output("ArtifactBucket", {"Value": {"Ref": BUCKET}})
+    template.has_output("StateMachineArn", {"Value": {"Ref": "PipelineStateMachine1814BD05"}})
     # <base>-<8 characters of the stack id>: a redeploy after destroy, or another stage, gets its own group
-    group = outputs["ModelPackageGroupName"]["Value"]["Fn::Join"]
-    assert group[0] == "-" and group[1][0] == "spotrun-dev-models"
-    assert "AWS::StackId" in json.dumps(group[1][1])
-    assert {"FailuresTopicArn", "DashboardName"} <= outputs.keys()
+    stack_part = Capture()
+    template.has_output("ModelPackageGroupName", {"Value": {"Fn::Join": ["-", ["spotrun-dev-models", stack_part]]}})
+    assert "AWS::StackId" in json.dumps(stack_part.as_object())
+    for name in ("FailuresTopicArn", "DashboardName"):
+        template.has_output(name, {})
 
 
-def test_estimate_settings_output_renders_to_the_estimate_functions_environment(synth):
+def test_estimate_settings_output_renders_to_the_estimate_functions_environment(template):
     """`spotrun start` validates with this output: it must be exactly what the estimate Lambda reads."""
     from spotrun.handlers.estimate import PipelineSettings
     from tests.infra.render import placeholder, render
 
-    value = synth.template["Outputs"][StackOutput.ESTIMATE_SETTINGS]["Value"]
-    fn = next(r for k, r in synth.resources("AWS::Lambda::Function").items() if k.startswith("PipelineEstimateFn"))
+    value = template.find_outputs(StackOutput.ESTIMATE_SETTINGS)[StackOutput.ESTIMATE_SETTINGS]["Value"]
+    fn = next(r for k, r in template.find_resources("AWS::Lambda::Function").items()
+              if k.startswith("PipelineEstimateFn"))
     env = {k: render(v, placeholder) for k, v in fn["Properties"]["Environment"]["Variables"].items()}
     settings = json.loads(render(value, placeholder))
     assert settings == env

@@ -31,9 +31,6 @@ def _paths(obj, prefix=()):
             yield from _paths(value, prefix + (key,))
 
 
-ALL_PATHS = [p for p in _paths(VALID) if p]
-
-
 def _set(obj, path, value):
     target = obj
     for key in path[:-1]:

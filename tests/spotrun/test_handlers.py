@@ -22,7 +22,14 @@ from spotrun.handlers.cost_guard import STOP_GRACE_S, decide, newest_checkpoint,
 from spotrun.handlers.estimate import RUN_RECORD, PipelineSettings, job_name, plan
 from spotrun.handlers.interruptions import record, recorded_rates
 from spotrun.planner import load_catalog
-from spotrun.seams import COMPLETED_METRIC, GUARD_FIELDS, PLAN_FIELDS, GuardAction, StopNotice
+from spotrun.seams import (
+    COMPLETED_METRIC,
+    GUARD_FIELDS,
+    PLAN_FIELDS,
+    GuardAction,
+    StopNotice,
+    checkpoint_manifest_key,
+)
 from spotrun.segments import MAX_SEGMENTS, next_max_runtime, segment_job_name
 from spotrun.simulate.engine import SimPlan
 
@@ -369,7 +376,7 @@ def test_newest_checkpoint_is_the_newest_committed_manifest(s3):
     prefix = "checkpoints/tiny-run/exec-1/"
     s3.put_object(Bucket="art-bucket", Key=prefix + "step-00000010/__0_0.distcp", Body=b"x")
     assert newest_checkpoint(s3, "art-bucket", prefix) is None  # shards without a manifest do not count
-    s3.put_object(Bucket="art-bucket", Key=prefix + "step-00000010/manifest.json", Body=b"{}")
+    s3.put_object(Bucket="art-bucket", Key=prefix + checkpoint_manifest_key(10), Body=b"{}")
     newest = newest_checkpoint(s3, "art-bucket", prefix)
     assert newest == pytest.approx(datetime.now(timezone.utc).timestamp(), abs=120)
 

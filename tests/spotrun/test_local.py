@@ -11,6 +11,7 @@ import struct
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -170,15 +171,14 @@ def test_registry_versions_count_up_per_group(tmp_path):
 
 
 def test_the_trainer_image_ships_only_what_runs_in_sagemaker():
-    from spotrun.local import TRAINER_ROOT
-
-    package = TRAINER_ROOT / "spotrun_trainer"
+    trainer_root = Path(__file__).resolve().parents[2] / "training_image"
+    package = trainer_root / "spotrun_trainer"
     shipped = {p.name for p in package.glob("*.py")}
     assert not shipped & {"demo.py", "examples.py", "localrun.py"}
     for path in package.glob("*.py"):
         text = path.read_text()
         assert "spotrun.local" not in text and "def kill_tree" not in text, path.name
-    assert "COPY training_image/spotrun_trainer ./spotrun_trainer" in (TRAINER_ROOT / "Dockerfile").read_text()
+    assert "COPY training_image/spotrun_trainer ./spotrun_trainer" in (trainer_root / "Dockerfile").read_text()
     # The image's build context is the repository root (it installs spotrun for the seams): the local pipeline
     # is excluded from it, in the CDK asset and for a hand-made `docker build`, so spotrun's package list must be
     # found in what is there, never listed (a listed package that is absent stops `pip install`). The image
@@ -188,14 +188,14 @@ def test_the_trainer_image_ships_only_what_runs_in_sagemaker():
     from training_constructs.trainer_image import CONTEXT
 
     assert "spotrun/local" in CONTEXT
-    assert "spotrun/local" in (TRAINER_ROOT.parent / ".dockerignore").read_text().splitlines()
-    setuptools = tomllib.loads((TRAINER_ROOT.parent / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert "spotrun/local" in (trainer_root.parent / ".dockerignore").read_text().splitlines()
+    setuptools = tomllib.loads((trainer_root.parent / "pyproject.toml").read_text())["tool"]["setuptools"]
     assert setuptools["packages"] == {"find": {"include": ["spotrun", "spotrun.*"]}}  # found, not a list
 
 
 def test_progress_lines_show_step_total_loss_throughput_eta_and_interruptions(tmp_path):
     from spotrun.local.progress import Progress
-    from spotrun_trainer.metrics import format_line
+    from spotrun.seams import format_metric_line as format_line
 
     log = tmp_path / "launcher.log"
     lines: list[str] = []

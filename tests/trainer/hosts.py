@@ -25,8 +25,6 @@ import sys
 import time
 from pathlib import Path
 
-from spotrun.local import TRAINER_ROOT
-
 NAMES = ("algo-1", "algo-2")
 NETNS_ETC = Path("/etc/netns")
 # Inside each host's namespaces: hostname, then the mounts, then the launcher as PID 1 (exec).
@@ -90,8 +88,7 @@ class Hosts:
     def start(self, host: int, sm_root: Path, checkpoint_dir: Path, log: Path,
               env: dict[str, str] | None = None) -> subprocess.Popen:
         """The launcher of host `host` (0: algo-1), PID 1 in its namespaces, output appended to `log`."""
-        full_env = {**os.environ, **(env or {}), "OMP_NUM_THREADS": "1",
-                    "PYTHONPATH": os.pathsep.join([str(TRAINER_ROOT), os.environ.get("PYTHONPATH", "")])}
+        full_env = {**os.environ, **(env or {}), "OMP_NUM_THREADS": "1"}
         (Path(sm_root) / "checkpoints").mkdir(exist_ok=True)  # the mount point
         cmd = ["ip", "netns", "exec", self.netns[host], "unshare", "--mount", "--uts", "--pid", "--fork",
                "--kill-child", "--mount-proc", "sh", "-c", ENTRY, "sh", self.hostnames[host], str(sm_root),

@@ -11,8 +11,9 @@ import traceback
 import pytest
 from torch.distributed.checkpoint.api import CheckpointException
 
+from spotrun.seams import CHECKPOINT_MANIFEST as MANIFEST
 from spotrun_trainer import checkpoint
-from spotrun_trainer.checkpoint import MANIFEST, CheckpointError, committed_checkpoints, describe_failure, verify
+from spotrun_trainer.checkpoint import CheckpointError, committed_checkpoints, describe_failure, verify
 
 # Reading /proc/self/mem at offset 0 (an unmapped address) fails with EIO: a real I/O error from the kernel,
 # which a test running as root can provoke (permission bits do not stop root).
@@ -70,6 +71,27 @@ def test_leftover_temporary_directory_is_ignored(ckpt):
     shutil.copytree(newest(ckpt), torn)
     (torn / MANIFEST).unlink()
     assert [s for s, _ in committed_checkpoints(ckpt)] == [24, 20]
+
+
+def test_the_cost_guard_lists_the_trainers_newest_committed_step_in_s3(ckpt):
+    """The guard's S3 listing against what the trainer wrote, mirrored as SageMaker mirrors the directory: the
+    highest committed step is the trainer's newest verified one, and a torn save (no manifest yet) is not."""
+    import boto3
+    from moto import mock_aws
+
+    from spotrun.handlers.cost_guard import committed_checkpoints as listed
+
+    torn = ckpt / "step-00000032"
+    shutil.copytree(newest(ckpt), torn)
+    (torn / MANIFEST).unlink()
+    with mock_aws():
+        s3 = boto3.client("s3", region_name="us-east-1")
+        s3.create_bucket(Bucket="art-bucket")
+        prefix = "checkpoints/run/exec-1/"
+        for path in sorted(p for p in ckpt.rglob("*") if p.is_file()):
+            s3.put_object(Bucket="art-bucket", Key=prefix + path.relative_to(ckpt).as_posix(), Body=path.read_bytes())
+        newest_at, step = listed(s3, "art-bucket", prefix)
+    assert step == committed_checkpoints(ckpt)[0][0] == 24 and newest_at is not None
 
 
 def test_manifest_step_must_match_its_directory(ckpt):

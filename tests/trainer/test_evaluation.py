@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from spotrun.local.harness import loss_history, val_history
+from spotrun.seams import parse_eval_line
 from spotrun_trainer.data import read_index
-from spotrun_trainer.metrics import parse_eval_line
 
 pytestmark = pytest.mark.slow
 

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from spotrun.local import TRAINER_ROOT
 from spotrun.local.harness import free_port, loss_history
 
 pytestmark = pytest.mark.slow
@@ -20,9 +19,7 @@ BARE_LOOP = Path(__file__).resolve().parents[2] / "benchmarks" / "bare_loop.py"
 
 def test_trainer_losses_are_bitwise_those_of_a_bare_fsdp2_loop(baseline, tmp_path):
     out = tmp_path / "bare.json"
-    # The caller's PYTHONPATH stays behind the trainer's: a worktree's spotrun package, not an installed one.
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TRAINER_ROOT), os.environ.get("PYTHONPATH", "")]),
-           "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
     res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
                           str(free_port()), str(BARE_LOOP), "--sm-root", str(baseline.root / "sm"), "--out",
                           str(out)], env=env, capture_output=True, text=True, timeout=600)

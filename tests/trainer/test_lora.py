@@ -13,8 +13,9 @@ import torch
 from safetensors.torch import load_file
 
 from spotrun.local.harness import loss_history, wait_for_step
+from spotrun.seams import EXPORT_METADATA
 from spotrun_trainer.checkpoint import committed_checkpoints
-from spotrun_trainer.export import EXPORT_METADATA, MERGED_DIR
+from spotrun_trainer.export import MERGED_DIR
 
 from .conftest import LORA_HP, assert_same_run
 
@@ -145,12 +146,6 @@ def test_merged_export_equals_base_plus_scaled_adapter_product_in_bf16(lora_base
             expected = weight.to(torch.bfloat16)
         assert merged[key].dtype == torch.bfloat16
         torch.testing.assert_close(merged[key], expected, rtol=0, atol=0, msg=key)
-
-
-def test_export_metadata_file_is_the_one_the_registry_step_reads():
-    from spotrun import seams
-
-    assert EXPORT_METADATA == seams.EXPORT_METADATA  # the image does not ship spotrun/: one spelling, checked
 
 
 def test_lora_on_a_bf16_base_with_activation_checkpointing_trains_fp32_adapters(job_factory, lora_baseline):

@@ -4,25 +4,21 @@ model shape it names (parameter count from the model built on the meta device)."
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from spotrun.local import TRAINER_ROOT
+from benchmarks.throughput import EXPECTED_PARAMS
 
-THROUGHPUT = Path(__file__).resolve().parents[2] / "benchmarks" / "throughput.py"
-sys.path.insert(0, str(THROUGHPUT.parent))
-from throughput import EXPECTED_PARAMS  # noqa: E402
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("preset", sorted(EXPECTED_PARAMS))
 def test_gpu_preset_dry_run_builds_the_named_model_shape(preset):
-    res = subprocess.run([sys.executable, str(THROUGHPUT), "--preset", preset, "--dry-run"],
-                         env={**os.environ, "PYTHONPATH": str(TRAINER_ROOT)}, capture_output=True,
-                         text=True, timeout=300)
+    res = subprocess.run([sys.executable, "-m", "benchmarks.throughput", "--preset", preset, "--dry-run"],
+                         cwd=REPO, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     plan = json.loads(res.stdout.strip().splitlines()[-1])
     assert plan["parameters"] == pytest.approx(EXPECTED_PARAMS[preset], rel=0.01)

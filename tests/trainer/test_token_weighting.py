@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from spotrun.local import TRAINER_ROOT
 from spotrun.local.harness import free_port
 from spotrun_trainer.data import TokenShardLoader, prepare
 
@@ -74,8 +73,7 @@ def test_step_loss_and_gradients_are_the_token_mean_over_all_micro_batches_and_r
            "num_threads": 1, "deterministic": True, "optim": {"grad_clip": 0.0}}
     (tmp_path / "cfg.json").write_text(json.dumps(cfg))
     (tmp_path / "out").mkdir()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TRAINER_ROOT), os.environ.get("PYTHONPATH", "")]),
-           "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
     res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(RANKS),
                           "--master_port", str(free_port()), str(PROBE), str(tmp_path / "cfg.json"),
                           str(tmp_path / "probe.pt")], env=env, capture_output=True, text=True, timeout=600)

@@ -26,7 +26,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from spotrun.local import TRAINER_ROOT
 from spotrun.local.harness import free_port, loss_history, start_launcher, wait_for_step, write_sagemaker_root
 
 from .conftest import BASE_HP
@@ -145,8 +144,7 @@ def test_a_four_rank_checkpoint_loads_bitwise_into_two_ranks(topology, assets, t
     dcp_to_torch_save(str(step_dir(topology["saved"], stop)), str(offline))
     saved = torch.load(offline, weights_only=False)
 
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TRAINER_ROOT), os.environ.get("PYTHONPATH", "")]),
-           "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
     out = tmp_path / "loaded.pt"
     res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
                           str(free_port()), str(PROBE), str(assets["model"]), str(ckpt), str(out),

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from spotrun.local import TRAINER_ROOT
 from spotrun.local.harness import free_port, loss_history
 
 pytestmark = pytest.mark.slow
@@ -19,7 +18,7 @@ PROBE = Path(__file__).with_name("sharding_probe.py")
 
 
 def _torchrun(script: Path, *args: str, nproc: int = 2) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(TRAINER_ROOT), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
     return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
                            "--master_port", str(free_port()), str(script), *args],
                           env=env, capture_output=True, text=True, timeout=300)
@@ -74,7 +73,7 @@ def test_gpt2_shaped_model_trains_with_falling_loss_and_exports_bf16_by_default(
     from safetensors.torch import load_file
 
     from spotrun.params import shape_of
-    from spotrun_trainer.export import EXPORT_METADATA
+    from spotrun.seams import EXPORT_METADATA
 
     job = job_factory("gpt2", model_key="model-gpt2", max_steps=16,
                       **{"checkpoint.interval_steps": 0, "export.dtype": ""})  # "": the default
@@ -109,12 +108,14 @@ def test_metric_lines_match_the_sagemaker_metric_definitions(baseline):
     import re
 
     from spotrun.seams import TRAIN_METRIC_DEFINITIONS as METRIC_DEFINITIONS
-    from spotrun_trainer.metrics import parse_line
+    from spotrun.seams import parse_metric_line, run_start_total_steps
 
     lines = [line for line in baseline.text().splitlines() if line.startswith("step=")]
     assert len(lines) == 6  # every 4 steps of 24
-    parsed = parse_line(lines[-1])
+    parsed = parse_metric_line(lines[-1])
     assert parsed["step"] == 24
+    # The run's length as `spotrun status` and local progress read it from the trainer's own run_start line.
+    assert [n for n in map(run_start_total_steps, baseline.text().splitlines()) if n is not None] == [24]
     for definition in METRIC_DEFINITIONS:
         match = re.search(definition["Regex"], lines[-1])
         name = definition["Name"].split(":")[1]

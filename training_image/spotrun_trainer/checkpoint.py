@@ -1,6 +1,7 @@
 """CheckpointManager: sharded DCP saves with a manifest commit protocol that survives S3 mirroring.
 
-Layout under the checkpoint dir (SageMaker mirrors it to one S3 prefix shared by every instance):
+Layout under the checkpoint dir (SageMaker mirrors it to one S3 prefix shared by every instance; the names are
+spotrun.seams' CHECKPOINT_STEP_DIR / checkpoint_step_dir and CHECKPOINT_MANIFEST, which the cost guard lists too):
 
     step-00000120/__0_0.distcp, __1_0.distcp, ...   one file per rank (global rank in the name: unique across
     step-00000120/.metadata                          instances), plus DCP's metadata from rank 0
@@ -37,7 +38,6 @@ import hashlib
 import json
 import logging
 import os
-import re
 import shutil
 import socket
 import stat
@@ -62,16 +62,19 @@ from torch.distributed.checkpoint.state_dict import (
 )
 from torch.distributed.tensor import DTensor
 
+from spotrun.seams import (
+    CHECKPOINT_MANIFEST,
+    CHECKPOINT_STEP_DIR,
+    CHECKPOINT_STEP_PREFIX,
+    StopNotice,
+    checkpoint_step_dir,
+)
+
 from .config import CheckpointConfig
 
 log = logging.getLogger(__name__)
 
-MANIFEST = "manifest.json"
 FORMAT = 2  # 2: the stateful objects' state by name under "train_state" (1 kept the loop's dict flat)
-_STEP_DIR = re.compile(r"^step-(\d{8})$")
-# Time left after the save for the last step and the shutdown, inside the stop notice (SageMaker sends SIGTERM
-# and allows 120 s: StopTrainingJob API reference).
-SHUTDOWN_MARGIN_S = 30.0
 
 
 class CheckpointError(RuntimeError):
@@ -80,7 +83,7 @@ class CheckpointError(RuntimeError):
 
 
 def step_dir(root: Path, step: int) -> Path:
-    return Path(root) / f"step-{step:08d}"
+    return Path(root) / checkpoint_step_dir(step)
 
 
 def _sha256(path: Path) -> str:
@@ -136,7 +139,7 @@ def verify(directory: Path) -> tuple[dict | None, str]:
     """(manifest, "") when the checkpoint is complete and undamaged, else (None, the reason).
 
     Raises CheckpointError when it cannot be read (permission or I/O error): that is not evidence of damage."""
-    m = _STEP_DIR.match(directory.name)
+    m = CHECKPOINT_STEP_DIR.match(directory.name)
     if not m:
         return None, "not a step-NNNNNNNN directory"
     try:
@@ -160,7 +163,7 @@ def _regular_file(path: Path) -> bool:
 
 
 def _verify(directory: Path, step: int) -> tuple[dict | None, str]:
-    path = directory / MANIFEST
+    path = directory / CHECKPOINT_MANIFEST
     if not _regular_file(path):
         return None, "no manifest (the save did not finish)"
     try:
@@ -201,7 +204,7 @@ def committed_checkpoints(root: Path) -> list[tuple[int, dict]]:
         raise CheckpointError(f"checkpoint directory {root} cannot be read ({exc.strerror or exc})") from exc
     found = []
     for child in children:
-        if not _STEP_DIR.match(child.name) and not child.is_dir():
+        if not CHECKPOINT_STEP_DIR.match(child.name) and not child.is_dir():
             continue  # a step-named entry goes to verify(), which tells missing from unreadable
         try:
             manifest, reason = verify(child)
@@ -267,7 +270,7 @@ class NodeView:
         files: set[str] = set()
         if Path(root).is_dir():
             for child in Path(root).iterdir():
-                if not child.name.startswith("step-"):
+                if not child.name.startswith(CHECKPOINT_STEP_PREFIX):
                     continue
                 if child.is_dir():
                     files.update(f"{child.name}/{f.name}" for f in child.iterdir())
@@ -488,13 +491,13 @@ class CheckpointManager:
         if self.rank == 0:
             manifest = {"format": FORMAT, "step": step, "world_size": self.world_size,
                         "train_state": save.states, "files": all_files}
-            tmp = directory / (MANIFEST + ".tmp")
+            tmp = directory / (CHECKPOINT_MANIFEST + ".tmp")
             try:
                 with tmp.open("w") as fh:
                     json.dump(manifest, fh, indent=1)
                     fh.flush()
                     os.fsync(fh.fileno())
-                os.replace(tmp, directory / MANIFEST)
+                os.replace(tmp, directory / CHECKPOINT_MANIFEST)
                 _fsync_dir(directory)
             except OSError as exc:  # e.g. the disk filled up after the shards: the others must not wait forever
                 error = describe_failure(exc)
@@ -517,7 +520,7 @@ class CheckpointManager:
         self._prune()
 
     def _warn_if_notice_too_short(self, total_bytes: int, save_s: float) -> None:
-        budget = self.cfg.notice_seconds - SHUTDOWN_MARGIN_S
+        budget = self.cfg.notice_seconds - StopNotice.FINISH_S  # the last step and the shutdown need the rest
         if save_s > budget:
             log.warning("checkpoint: a save takes %.1fs for %.2f GB but the stop notice leaves %.0fs: an emergency "
                         "save will not fit; shorten the periodic interval (work since the last periodic save is "
@@ -533,7 +536,7 @@ class CheckpointManager:
             return
         names = {step_dir(self.root, s).name for s in keep}
         for child in self.root.iterdir():
-            if child.name.startswith("step-") and child.name not in names:
+            if child.name.startswith(CHECKPOINT_STEP_PREFIX) and child.name not in names:
                 shutil.rmtree(child, ignore_errors=True) if child.is_dir() else child.unlink(missing_ok=True)
 
     # ---- loading -----------------------------------------------------------------------------------------
@@ -569,7 +572,7 @@ class CheckpointManager:
                 log.info("checkpoint: none found under %s; starting fresh", self.root)
             return None
         step = max(common)
-        manifest = verified.get(step) or json.loads((step_dir(self.root, step) / MANIFEST).read_text())
+        manifest = verified.get(step) or json.loads((step_dir(self.root, step) / CHECKPOINT_MANIFEST).read_text())
         saved_world = manifest["world_size"]
         same_world = saved_world == self.world_size
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, get_type_hints
 
-from spotrun.seams import StopNotice
+from spotrun.seams import METHODS, Method, StopNotice
 
 
 class ConfigError(ValueError):
@@ -196,7 +196,6 @@ class EvalConfig:
         _require(self.max_batches >= 0, "eval.max_batches", self.max_batches, "an integer >= 0")
 
 
-METHODS = ("full", "lora")
 _MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
 
 
@@ -307,7 +306,7 @@ class TrainConfig:
     optim: OptimConfig = field(default_factory=OptimConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     sharding: ShardingConfig = field(default_factory=ShardingConfig)
-    method: str = "full"
+    method: str = Method.FULL.value
     """`full` (every parameter trains) or `lora` (the base is frozen; adapters train: see `lora`)."""
     lora: LoraConfig = field(default_factory=LoraConfig)
     export: ExportConfig = field(default_factory=ExportConfig)

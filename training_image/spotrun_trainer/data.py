@@ -1,6 +1,7 @@
 """Token shards: `prepare` writes them, `TokenShardLoader` reads them back.
 
-Layout of a prepared dataset directory:
+Layout of a prepared dataset directory (the index's name, format and the keys read outside the trainer are
+spotrun.seams.DatasetIndex):
     tokenizer/            the tokenizer used, copied into the exported model at the end
     index.json            {"format": 1, "dtype": "uint16"|"uint32", "eos_token_id": int, "loss_mask": bool,
                            "total_tokens": int, "shards": [{"file": "shard-00000.bin", "tokens": int,
@@ -43,10 +44,10 @@ from pathlib import Path
 import numpy as np
 
 from spotrun.preparation import RAW_SUFFIXES
+from spotrun.seams import DatasetIndex
 
 log = logging.getLogger(__name__)
 
-INDEX_FILE = "index.json"
 DEFAULT_SHARD_BYTES = 256 * 1024 * 1024
 
 
@@ -241,9 +242,9 @@ class _ShardWriter:
 
     def index(self, eos: int, vocab_size: int) -> dict:
         self.flush(final=True)
-        return {"format": 1, "dtype": np.dtype(self.dtype).name, "eos_token_id": eos,
+        return {"format": DatasetIndex.FORMAT, "dtype": np.dtype(self.dtype).name, "eos_token_id": eos,
                 "loss_mask": any("mask" in s for s in self.shards), "vocab_size": vocab_size,
-                "total_tokens": sum(s["tokens"] for s in self.shards), "shards": self.shards}
+                DatasetIndex.TOTAL_TOKENS: sum(s["tokens"] for s in self.shards), DatasetIndex.SHARDS: self.shards}
 
 
 def input_files(inputs: list[Path]) -> list[Path]:
@@ -318,25 +319,26 @@ def prepare(
             raise DataError(f"validation_fraction={validation_fraction} put {held_out.documents} of "
                             f"{train.documents + held_out.documents} documents in the validation set: both sets "
                             "need at least one; use more documents or another fraction")
-        (out_dir / VALIDATION_DIR / INDEX_FILE).write_text(json.dumps(held_out.index(eos, len(tokenizer)), indent=2))
+        held_out_index = held_out.index(eos, len(tokenizer))
+        (out_dir / VALIDATION_DIR / DatasetIndex.FILE).write_text(json.dumps(held_out_index, indent=2))
         index["validation"] = {"dir": VALIDATION_DIR, "fraction": validation_fraction,
                                "documents": held_out.documents}
     tokenizer.save_pretrained(out_dir / "tokenizer")  # exported beside the trained model
-    (out_dir / INDEX_FILE).write_text(json.dumps(index, indent=2))
-    log.info("prepared %d tokens (%d documents, %d chats) in %d shards under %s", index["total_tokens"],
-             train.documents, chats, len(index["shards"]), out_dir)
+    (out_dir / DatasetIndex.FILE).write_text(json.dumps(index, indent=2))
+    log.info("prepared %d tokens (%d documents, %d chats) in %d shards under %s", index[DatasetIndex.TOTAL_TOKENS],
+             train.documents, chats, len(index[DatasetIndex.SHARDS]), out_dir)
     return index
 
 
 def read_index(data_dir: Path) -> dict:
-    path = Path(data_dir) / INDEX_FILE
+    path = Path(data_dir) / DatasetIndex.FILE
     if not path.is_file():
         raise DataError(f"{path} not found: run `python -m spotrun_trainer prepare` to create the dataset")
     try:
         index = json.loads(path.read_text())
-        if index.get("format") != 1 or index.get("dtype") not in ("uint16", "uint32"):
+        if index.get("format") != DatasetIndex.FORMAT or index.get("dtype") not in ("uint16", "uint32"):
             raise DataError(f"{path}: unsupported format/dtype {index.get('format')!r}/{index.get('dtype')!r}")
-        for shard in index["shards"]:
+        for shard in index[DatasetIndex.SHARDS]:
             size = (Path(data_dir) / shard["file"]).stat().st_size
             if size != shard["tokens"] * np.dtype(index["dtype"]).itemsize:
                 raise DataError(f"{shard['file']}: {size} bytes on disk, index says {shard['tokens']} tokens")
@@ -361,9 +363,10 @@ class TokenShardLoader:
     def __init__(self, data_dir: Path, *, seq_len: int, micro_batch: int, dp_rank: int, dp_size: int, seed: int):
         self.index = read_index(data_dir)
         dtype = np.dtype(self.index["dtype"])
-        self.shards = [np.memmap(Path(data_dir) / s["file"], dtype=dtype, mode="r") for s in self.index["shards"]]
+        self.shards = [np.memmap(Path(data_dir) / s["file"], dtype=dtype, mode="r")
+                       for s in self.index[DatasetIndex.SHARDS]]
         self.masks = [np.memmap(Path(data_dir) / s["mask"], dtype=np.uint8, mode="r") if "mask" in s else None
-                      for s in self.index["shards"]]
+                      for s in self.index[DatasetIndex.SHARDS]]
         self.loss_mask = bool(self.index.get("loss_mask", False))
         self.samples_per_shard = [len(s) // seq_len for s in self.shards]
         self.samples_per_epoch = sum(self.samples_per_shard)

@@ -4,10 +4,10 @@
     LoRA run          adapter_config.json + adapter_model.safetensors (fp32; `PeftModel.from_pretrained(base, dir)`)
                       + tokenizer; with export.merge_lora also merged/ (the base with the adapter merged in, a
                       standalone model in export.dtype)
-    every run         spotrun-export.json (EXPORT_METADATA): kind (full | lora_adapter), whether and which base
-                      model it needs, the LoRA settings, the weights' dtype, where each artifact is, and with
-                      validation data `evaluation`: which weights (export.weights last | best) of which step, their
-                      validation loss, the base model's and the final one
+    every run         spotrun-export.json (spotrun.seams.EXPORT_METADATA): kind (full | lora_adapter), whether
+                      and which base model it needs, the LoRA settings, the weights' dtype, where each artifact
+                      is, and with validation data `evaluation`: which weights (export.weights last | best) of
+                      which step, their validation loss, the base model's and the final one
 
 Every rank calls `export` (the weights are gathered from the shards); rank 0 writes.
 """
@@ -24,12 +24,13 @@ import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.fsdp import FSDPModule
 
+from spotrun.seams import EXPORT_METADATA, Method
+
 from . import lora
 from .config import TrainConfig
 
 log = logging.getLogger(__name__)
 
-EXPORT_METADATA = "spotrun-export.json"
 METADATA_FORMAT = 1
 MERGED_DIR = "merged"
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
@@ -50,7 +51,7 @@ def export(cfg: TrainConfig, model, built, loader, *, evaluation: dict | None = 
     dtype = DTYPES[cfg.export.dtype]
     probe = _probe_logits(cfg, model, loader) if cfg.probe_logits_path else None
     rank = dist.get_rank()
-    if cfg.method == "lora":
+    if cfg.method == Method.LORA:
         lora.export_adapter(model, out)
         merged = lora.merged_model(model, built.hf_config, dtype) if cfg.export.merge_lora else None
         if rank == 0:
@@ -91,7 +92,7 @@ def _readable(out: Path) -> None:
 def metadata(cfg: TrainConfig, built, evaluation: dict | None = None) -> dict:
     """The export metadata as a dict (what `write_metadata` writes)."""
     hf = built.hf_config
-    is_lora = cfg.method == "lora"
+    is_lora = cfg.method == Method.LORA
     return {
         "format": METADATA_FORMAT,
         "kind": "lora_adapter" if is_lora else "full",

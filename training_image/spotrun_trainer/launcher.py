@@ -42,10 +42,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from spotrun.seams import VALIDATION_CHANNEL, StopNotice
+from spotrun.seams import VALIDATION_CHANNEL, DatasetIndex, StopNotice
 
 from .config import ConfigError, TrainConfig, short_repr
-from .data import INDEX_FILE, VALIDATION_DIR
+from .data import VALIDATION_DIR
 from .outcome import OUTCOME_DIR_ENV, Outcome, read_outcomes
 
 log = logging.getLogger("spotrun_trainer.launcher")
@@ -159,7 +159,7 @@ def plan_launch(sm: SageMakerEnv, *, gpu_count: int, efa_devices: list[str], ofi
         overrides["data.path"] = str(data_channel)
     if VALIDATION_CHANNEL in sm.channels:
         overrides["data.validation_path"] = str(sm.channels[VALIDATION_CHANNEL])
-    elif data_channel is not None and (data_channel / VALIDATION_DIR / INDEX_FILE).is_file():
+    elif data_channel is not None and (data_channel / VALIDATION_DIR / DatasetIndex.FILE).is_file():
         overrides["data.validation_path"] = str(data_channel / VALIDATION_DIR)  # prepare's validation_fraction
     if "model" in sm.channels:
         overrides["model.path"] = str(sm.channels["model"])
@@ -221,10 +221,10 @@ def check_inputs(config: TrainConfig, *, world_size: int) -> None:
             held_out = read_index(Path(config.data.validation_path))
         except (DataError, OSError) as exc:
             raise ConfigError(f"data.validation_path={config.data.validation_path!r} is invalid: {exc}") from None
-        if not any(int(s["tokens"]) >= seq_len for s in held_out["shards"]):
+        if not any(int(s["tokens"]) >= seq_len for s in held_out[DatasetIndex.SHARDS]):
             raise ConfigError(f"data.validation_path={config.data.validation_path!r} is invalid: it holds no "
                               f"sample of data.seq_len={seq_len} tokens")
-    samples = sum(int(s["tokens"]) // seq_len for s in index["shards"])
+    samples = sum(int(s["tokens"]) // seq_len for s in index[DatasetIndex.SHARDS])
     needed = config.micro_batch * world_size
     if samples < needed:
         raise ConfigError(f"data.seq_len={seq_len} is invalid for this dataset: it holds {samples} samples of "

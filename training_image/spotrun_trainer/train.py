@@ -41,7 +41,14 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from spotrun.seams import COMPLETION_METRICS
+from spotrun.seams import (
+    COMPLETION_LINE_PREFIX,
+    COMPLETION_METRICS,
+    RUN_START_PREFIX,
+    Method,
+    format_eval_line,
+    format_metric_line,
+)
 
 from . import metrics
 from .agreement import Agreement, LossHistory, StepAgreement
@@ -168,7 +175,7 @@ class Trainer:
 
         torch.manual_seed(cfg.seed)  # the same init stream on every rank before sharding
         self.built = build_sharded_model(cfg.model, mesh=mesh, device=self.device, seed=cfg.seed, perf=self.perf,
-                                         lora=cfg.lora if cfg.method == "lora" else None)
+                                         lora=cfg.lora if cfg.method == Method.LORA else None)
         self.model = self.built.model
         self.model.train()
         torch.manual_seed(cfg.seed + 1 + self.rank)  # per-rank stream (dropout) after it; saved per rank
@@ -226,7 +233,7 @@ class Trainer:
             return self._stopped("signal-before-first-step", save=False)
         if self.rank == 0:
             replicas, shard = self.cfg.sharding.mesh_shape(self.world)
-            print(f"run_start params={self.built.num_params} trainable={self.built.trainable_params} "
+            print(f"{RUN_START_PREFIX} params={self.built.num_params} trainable={self.built.trainable_params} "
                   f"method={self.cfg.method} world={self.world} blocks={len(self.built.blocks)} "
                   f"start_step={self.state.step} total_steps={self.total_steps} device={self.device.type} "
                   f"sharding={self.cfg.sharding.mode} mesh={replicas}x{shard}", flush=True)
@@ -271,7 +278,8 @@ class Trainer:
             self._write_summary(segments, restored)
             vals = "".join(f" {key}={evaluation[key]:.6g}" for key in COMPLETION_METRICS.values()
                            if evaluation and evaluation.get(key) is not None)
-            print(f"run_completed step={self.state.step} final_loss={self.state.last_loss:.4f}{vals}", flush=True)
+            print(f"{COMPLETION_LINE_PREFIX} step={self.state.step} final_loss={self.state.last_loss:.4f}{vals}",
+                  flush=True)
         return Outcome("completed", self.state.step)
 
     def accumulate(self) -> torch.Tensor:
@@ -356,8 +364,8 @@ class Trainer:
                    "val_tokens": result.tokens}
             with (Path(self.cfg.output_dir) / "loss_history.jsonl").open("a") as fh:
                 fh.write(json.dumps(rec) + "\n")
-            print(metrics.format_eval_line(result.step, val_loss=result.loss, val_ppl=result.perplexity,
-                                           val_tokens=result.tokens, eval_s=result.seconds), flush=True)
+            print(format_eval_line(result.step, val_loss=result.loss, val_ppl=result.perplexity,
+                                   val_tokens=result.tokens, eval_s=result.seconds), flush=True)
         return True
 
     def _flush_losses(self) -> None:
@@ -381,11 +389,11 @@ class Trainer:
             grad_norm = grad_norm.full_tensor()  # a collective: every rank, at log steps only
         if self.rank == 0:
             tps = self._window_tokens / max(time.perf_counter() - self._window_t, 1e-9)
-            print(metrics.format_line(self.state.step, loss=self.state.last_loss, lr=lr,
-                                      grad_norm=float(grad_norm), tokens_per_s=tps,
-                                      mfu=metrics.mfu(self.built.num_params, tps / self.world, self.peak_flops,
-                                                      self.built.trainable_params),
-                                      mem_gb=_peak_mem_gb(self.device)), flush=True)
+            print(format_metric_line(self.state.step, loss=self.state.last_loss, lr=lr,
+                                     grad_norm=float(grad_norm), tokens_per_s=tps,
+                                     mfu=metrics.mfu(self.built.num_params, tps / self.world, self.peak_flops,
+                                                     self.built.trainable_params),
+                                     mem_gb=_peak_mem_gb(self.device)), flush=True)
         self._window_t, self._window_tokens = time.perf_counter(), 0
 
     # ---- stopping and the end ------------------------------------------------------------------------------
