@@ -29,7 +29,17 @@ def trainer_hyperparameters(run: RunSpec, est: Estimate) -> dict[str, str]:
         hp.SEGMENT_SECONDS.value: str(first_segment_seconds(est)),
         **_method_hyperparameters(run),
         **_eval_hyperparameters(run),
+        **_tracking_hyperparameters(run),
     }
+
+
+def _tracking_hyperparameters(run: RunSpec) -> dict[str, str]:
+    """The MLflow tracking server and experiment (spotrun_trainer.config.TrackingConfig parses them); none when the
+    run names no server, and then the trainer imports no MLflow and opens no socket."""
+    if not run.tracking.mlflow_uri:
+        return {}
+    return {Hyperparameter.TRACKING_MLFLOW_URI.value: run.tracking.mlflow_uri,
+            Hyperparameter.TRACKING_EXPERIMENT.value: run.name}
 
 
 def _eval_hyperparameters(run: RunSpec) -> dict[str, str]:

@@ -54,6 +54,10 @@ class Hyperparameter(str, Enum):
     EVAL_MAX_BATCHES = "eval.max_batches"
     EVAL_KEEP_BEST = "eval.keep_best"
     EXPORT_WEIGHTS = "export.weights"  # last | best (the lowest validation loss; needs eval.keep_best)
+    # Experiment tracking (spotrun_trainer/tracking.py): the MLflow tracking server (an http(s) URL or a SageMaker AI
+    # MLflow tracking server ARN) and the experiment; absent, the trainer imports no MLflow and calls no server.
+    TRACKING_MLFLOW_URI = "tracking.mlflow_uri"
+    TRACKING_EXPERIMENT = "tracking.experiment"
 
     # Seconds after its start at which the trainer saves and exits: the end of one segment of a run (a job whose
     # MaxRuntime the cost cap sets, spotrun/segments.py), distinct from completion (`run_completed`).
@@ -331,6 +335,9 @@ class Plan:
     data_source: str
     estimate: dict
     gate: dict = dataclasses.field(default_factory=dict)  # registry.gate's bounds (spotrun/gate.py); {}: none
+    # CreateTrainingJob's EnableNetworkIsolation: on, unless the run names a tracking server (one the stage lists),
+    # which the trainer must reach (spotrun_trainer/tracking.py).
+    network_isolation: bool = True
     # Raw data.source prepared by this execution's Processing job or reused (spotrun.preparation.Prepared as a
     # dict; {}: the source was prepared already); its cost is spent before the first training job.
     preparation: dict = dataclasses.field(default_factory=dict)

@@ -11,6 +11,8 @@ import warnings
 from dataclasses import dataclass, field
 
 from spotrun.aws_text import TAG_KEY_MAX, TAG_VALUE_MAX, aws_text_ok
+from spotrun.contract_values import mlflow_uri
+from spotrun.strict_json import RunValidationError
 
 # Patterns of the AWS APIs these values end up in (EC2 ids; SageMaker ModelPackageGroupName).
 SUBNET_ID = re.compile(r"^subnet-[0-9a-f]{8}(?:[0-9a-f]{9})?$")
@@ -58,6 +60,10 @@ class AccountConfig:
     chooses within it)."""
     max_concurrent_runs: int = 4
     """Executions of this stage's pipeline that may run at once (the estimate of one more is refused)."""
+    mlflow_tracking_servers: tuple[str, ...] = ()
+    """The MLflow tracking servers runs of this stage may log to (a run's `tracking.mlflow_uri`): SageMaker AI MLflow
+    tracking server ARNs (the training role gets the sagemaker-mlflow actions the trainer's tracker calls, on
+    these servers only) and/or https URLs. Empty: no tracking, no MLflow permission."""
     prepare_instance_type: str = "ml.m5.xlarge"
     """CPU instance type of the preparation job that tokenizes a raw `data.source` (SageMaker Processing); must be
     priced in spotrun/catalog.json's `processing_usd_per_hour` for the region."""
@@ -126,6 +132,14 @@ class AccountConfig:
             raise ValueError(f"max_instances_per_run={self.max_instances_per_run} is invalid: expected 1..64")
         if not 1 <= self.max_concurrent_runs <= 100:
             raise ValueError(f"max_concurrent_runs={self.max_concurrent_runs} is invalid: expected 1..100")
+        for server in self.mlflow_tracking_servers:
+            try:  # the run contract's own check of tracking.mlflow_uri: a stage lists what a run may name
+                mlflow_uri(server, "mlflow_tracking_servers")
+            except RunValidationError as exc:
+                raise ValueError(str(exc)) from None
+            if "," in server:
+                raise ValueError(f"mlflow_tracking_servers: {server!r} is invalid: expected no comma (the estimate "
+                                 "function's environment lists the servers comma-separated)")
         if not 1 <= self.checkpoint_retention_days <= 3650:
             raise ValueError(f"checkpoint_retention_days={self.checkpoint_retention_days} is invalid: 1..3650")
         self._check_preparation(catalog)
@@ -157,7 +171,8 @@ class AccountConfig:
             value = getattr(self, name)
             if value is not None and not isinstance(value, str):
                 raise ValueError(f"{name}={value!r} is invalid: expected a string or None")
-        for name in ("notification_emails", "vpc_subnet_ids", "security_group_ids", "allowed_instance_types"):
+        for name in ("notification_emails", "vpc_subnet_ids", "security_group_ids", "allowed_instance_types",
+                     "mlflow_tracking_servers"):
             value = getattr(self, name)
             if not isinstance(value, tuple) or not all(isinstance(v, str) for v in value):
                 raise ValueError(f"{name}={value!r} is invalid: expected a tuple of strings")
@@ -166,6 +181,11 @@ class AccountConfig:
     def job_prefix(self) -> str:
         """Training job names start with this; the interruption rules match on it."""
         return f"{self.project}-{self.stage}-"
+
+    @property
+    def mlflow_tracking_server_arns(self) -> tuple[str, ...]:
+        """The SageMaker AI MLflow tracking servers among `mlflow_tracking_servers` (the training role's resources)."""
+        return tuple(s for s in self.mlflow_tracking_servers if s.startswith("arn:"))
 
     @property
     def model_package_group_base(self) -> str:

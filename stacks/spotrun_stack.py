@@ -61,7 +61,8 @@ class SpotrunStack(Stack):
         self.image = TrainerImage(self, "TrainerImage", props=TrainerImageProps(
             base_image=config.trainer_base_image or sagemaker_image(config.region)))
         self.execution = TrainingExecutionRole(self, "ExecutionRole", props=TrainingExecutionRoleProps(
-            store=self.store, repository=self.image.repository, in_vpc=bool(config.vpc_subnet_ids)))
+            store=self.store, repository=self.image.repository, in_vpc=bool(config.vpc_subnet_ids),
+            mlflow_tracking_server_arns=config.mlflow_tracking_server_arns))
         self.events = InterruptionEvents(self, "InterruptionEvents", props=InterruptionEventsProps(
             job_prefix=config.job_prefix, stage=config.stage))
         inference_image = config.inference_image or serving_image(config.region)
@@ -77,7 +78,7 @@ class SpotrunStack(Stack):
             metric_definitions=tuple(METRIC_DEFINITIONS), subnet_ids=config.vpc_subnet_ids,
             security_group_ids=config.security_group_ids, allowed_instance_types=config.allowed_instance_types,
             max_usd_per_run=config.max_usd_per_run, max_instances_per_run=config.max_instances_per_run,
-            max_concurrent_runs=config.max_concurrent_runs,
+            max_concurrent_runs=config.max_concurrent_runs, mlflow_tracking_servers=config.mlflow_tracking_servers,
             preparation=PreparationSettings(instance_type=config.prepare_instance_type,
                                             instance_count=config.prepare_instance_count,
                                             max_runtime_seconds=int(config.prepare_max_hours * 3600))))

@@ -5,8 +5,9 @@ trainer deletes locally); writes output/ but can neither read nor delete there (
 lives there: a job has no business reading another run's model); uses the
 bucket's key (and may create grants on it for AWS resources: SageMaker's documented need for a VolumeKmsKeyId,
 https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_ResourceConfig.html); pulls the
-trainer image; writes its CloudWatch logs and metrics; (in a VPC) manages its network interfaces. No AWS-managed
-full-access policy.
+trainer image; writes its CloudWatch logs and metrics; (in a VPC) manages its network interfaces; logs to the stage's
+SageMaker AI MLflow tracking servers, when it names any (the sagemaker-mlflow actions the trainer's tracker calls,
+spotrun_trainer/tracking.py, on those servers only). No AWS-managed full-access policy.
 """
 
 from __future__ import annotations
@@ -27,6 +28,17 @@ class TrainingExecutionRoleProps:
     store: ArtifactStore
     repository: ecr.IRepository
     in_vpc: bool = False
+    mlflow_tracking_server_arns: tuple[str, ...] = ()
+    """The SageMaker AI MLflow tracking servers training jobs may log to (stacks/config.py); empty: none."""
+
+
+# What spotrun_trainer/tracking.py calls on a tracking server (MlflowClient: get_experiment_by_name,
+# create_experiment, search_runs, create_run, get_run, update_run, set_terminated, get_metric_history, log_batch),
+# as the IAM actions of "Amazon SageMaker with MLflow" (Service Authorization Reference, service prefix
+# sagemaker-mlflow; every one of them takes the mlflow-tracking-server resource type).
+MLFLOW_TRACKER_ACTIONS = tuple(f"sagemaker-mlflow:{a}" for a in (
+    "GetExperimentByName", "CreateExperiment", "SearchRuns", "CreateRun", "GetRun", "UpdateRun", "GetMetricHistory",
+    "LogBatch"))
 
 
 class TrainingExecutionRole(Construct):
@@ -62,6 +74,9 @@ class TrainingExecutionRole(Construct):
                          "ec2:DeleteNetworkInterface", "ec2:DeleteNetworkInterfacePermission",
                          "ec2:DescribeNetworkInterfaces", "ec2:DescribeVpcs", "ec2:DescribeDhcpOptions",
                          "ec2:DescribeSubnets", "ec2:DescribeSecurityGroups"], resources=["*"]))
+        if props.mlflow_tracking_server_arns:
+            self.role.add_to_policy(iam.PolicyStatement(actions=list(MLFLOW_TRACKER_ACTIONS),
+                                                        resources=list(props.mlflow_tracking_server_arns)))
         self.policy = self.role.node.find_child("DefaultPolicy")
         acknowledge(self.policy,
                     f"AwsSolutions-IAM5[Resource::{rendered(self, store.arn_under(store.output_prefix))}]",

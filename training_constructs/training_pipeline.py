@@ -81,6 +81,8 @@ class TrainingPipelineProps:
     """The stage's most instances per run (0: none)."""
     max_concurrent_runs: int = 0
     """Executions that may run at once (0: none); the estimate counts the running ones."""
+    mlflow_tracking_servers: tuple[str, ...] = ()
+    """The MLflow tracking servers a run may name (the estimate refuses others); empty: none."""
     preparation: PreparationSettings = PreparationSettings()
     """The CPU instances that prepare a raw data.source (a SageMaker Processing job running the trainer image)."""
 
@@ -124,8 +126,9 @@ def create_training_job_parameters(props: TrainingPipelineProps, *, spot: bool) 
         "RetryStrategy": {"MaximumRetryAttempts": RETRY_ATTEMPTS},
         # "No inbound or outbound network calls ... except for calls between peers within a training cluster"
         # (API reference, EnableNetworkIsolation): the container cannot reach S3, the internet or any endpoint;
-        # SageMaker itself moves the channels, checkpoints and the model artifact.
-        "EnableNetworkIsolation": True,
+        # SageMaker itself moves the channels, checkpoints and the model artifact. Off only for a run that names
+        # one of the stage's MLflow tracking servers (the estimate refuses any other), which the trainer must reach.
+        "EnableNetworkIsolation.$": plan_path("network_isolation"),
         "EnableInterContainerTrafficEncryption": False,
         "Tags.$": plan_path("tags"),
     }
@@ -182,7 +185,8 @@ class TrainingPipeline(Construct):
             "VOLUME_KMS_KEY_ARN": store.key.key_arn,
             "PROJECT": props.project, "STAGE": props.stage, "COST_CENTER": props.cost_center,
             "MAX_USD_PER_RUN": str(props.max_usd_per_run), "MAX_INSTANCES_PER_RUN": str(props.max_instances_per_run),
-            "MAX_CONCURRENT_RUNS": str(props.max_concurrent_runs), **props.preparation.to_env()}
+            "MAX_CONCURRENT_RUNS": str(props.max_concurrent_runs),
+            "MLFLOW_TRACKING_SERVERS": ",".join(props.mlflow_tracking_servers), **props.preparation.to_env()}
         self.estimate_fn = spotrun_function(
             self, "EstimateFn", handler="spotrun.handlers.estimate.handler", timeout_s=60,
             description="spotrun planner: validates the run and decides instance, limits, cadence and cost",

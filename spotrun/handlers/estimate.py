@@ -66,6 +66,8 @@ class PipelineSettings:
     max_usd_per_run: float = 0.0
     max_instances_per_run: int = 0
     max_concurrent_runs: int = 0
+    # The MLflow tracking servers a run's tracking.mlflow_uri may name (stacks/config.py); empty: none.
+    mlflow_tracking_servers: tuple[str, ...] = ()
 
     @classmethod
     def from_env(cls, env: dict[str, str]) -> "PipelineSettings":
@@ -78,7 +80,8 @@ class PipelineSettings:
                    volume_kms_key_arn=env.get("VOLUME_KMS_KEY_ARN", ""), allowed_instance_types=allowed,
                    max_usd_per_run=float(env.get("MAX_USD_PER_RUN", "0")),
                    max_instances_per_run=int(env.get("MAX_INSTANCES_PER_RUN", "0")),
-                   max_concurrent_runs=int(env.get("MAX_CONCURRENT_RUNS", "0")))
+                   max_concurrent_runs=int(env.get("MAX_CONCURRENT_RUNS", "0")),
+                   mlflow_tracking_servers=tuple(s for s in env.get("MLFLOW_TRACKING_SERVERS", "").split(",") if s))
 
 
 def job_name(settings: PipelineSettings, run_name: str, execution: str) -> str:
@@ -186,7 +189,8 @@ def check_quota(quotas_client: Any, instance_type: str, count: int, spot: bool) 
 
 
 def check_stage_limits(run: RunSpec, settings: PipelineSettings, running_executions: int | None) -> None:
-    """The stage's maxima (stacks/config.py): the cap per run, instances per run, runs at once."""
+    """The stage's maxima (stacks/config.py): the cap per run, instances per run, runs at once; and the tracking
+    servers a run may name."""
     where = f"stage {settings.stage or '?'}'s limit in stacks/config.py"
     if settings.max_usd_per_run and run.max_usd > settings.max_usd_per_run:
         raise RunValidationError("budget.max_usd", run.max_usd, f"at most {settings.max_usd_per_run:,.2f} "
@@ -195,6 +199,11 @@ def check_stage_limits(run: RunSpec, settings: PipelineSettings, running_executi
     if settings.max_instances_per_run and count is not None and count > settings.max_instances_per_run:
         raise RunValidationError("compute.instance_count", count, f"at most {settings.max_instances_per_run} "
                                  f"(max_instances_per_run, {where})")
+    uri = run.tracking.mlflow_uri
+    if uri and uri not in settings.mlflow_tracking_servers:  # a job that tracks runs without network isolation
+        listed = ", ".join(settings.mlflow_tracking_servers) or "none"
+        raise RunValidationError("tracking.mlflow_uri", uri, f"one of the stage's tracking servers: {listed} "
+                                 f"(mlflow_tracking_servers, {where})")
     if settings.max_concurrent_runs and running_executions is not None and \
             running_executions > settings.max_concurrent_runs:
         raise RunValidationError("run", f"{running_executions} running executions", f"at most "
@@ -357,6 +366,7 @@ def _ok_plan(run: RunSpec, est: Any, hyper: dict, execution: str, started: str, 
         price_as_of=as_of,
         approval_status=REGISTRATION_STATUS, data_source=run.data.source or "",
         estimate={k: est.to_json()[k] for k in CONTRACT_KEYS}, gate=gate_of(run),
+        network_isolation=not run.tracking.mlflow_uri,
     )
     return dataclasses.asdict(result)
 

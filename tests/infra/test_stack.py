@@ -203,7 +203,7 @@ def test_training_job_parameters(definition, state, spot):
     # Each segment's limits come from the guard: MaxRuntime is what the cap still allows at on-demand rates.
     assert stopping["MaxRuntimeInSeconds.$"] == "$.guard.max_runtime_seconds"
     assert stopping.get("MaxWaitTimeInSeconds.$", "$.guard.max_wait_seconds") == "$.guard.max_wait_seconds"
-    assert params["EnableNetworkIsolation"] is True
+    assert params["EnableNetworkIsolation.$"] == "$.plan.network_isolation"  # off only for a listed tracking server
     assert ("MaxWaitTimeInSeconds.$" in stopping) is spot
     # Built by the estimate (VolumeKmsKeyId only without local storage; the warm pool only on-demand).
     assert params["ResourceConfig.$"] == ("$.plan.resource_config_spot" if spot else "$.plan.resource_config_on_demand")

@@ -220,6 +220,7 @@ def test_spot_run_polls_completes_and_registers_a_deployable_package(aws):
     p = aws.plan_of("good")
     job = aws.sagemaker.describe_training_job(TrainingJobName=p["job_name"])
     assert job["EnableManagedSpotTraining"] is True
+    assert job["EnableNetworkIsolation"] is True and p["network_isolation"] is True  # no tracking server named
     assert job["CheckpointConfig"] == {"S3Uri": f"s3://{BUCKET}/checkpoints/moto-run/good/",
                                        "LocalPath": "/opt/ml/checkpoints"}
     assert "VolumeKmsKeyId" not in job["ResourceConfig"]  # g5: local NVMe
@@ -341,6 +342,8 @@ def test_stopping_the_execution_stops_its_training_job(aws):
     (lambda r: r.update(budget={"max_usd": 0.01}), "OverBudget"),
     (lambda r: r["data"].update(source="s3://somewhere-else/datasets/x/"), "InvalidRun"),
     (lambda r: r["checkpoint"].update(resume_from="no-such-execution"), "InvalidRun"),
+    # The synthesized stage lists no MLflow tracking server: a run naming one would train without network isolation.
+    (lambda r: r.update(tracking={"mlflow_uri": "https://mlflow.example.com"}), "InvalidRun"),
 ])
 def test_refused_runs_fail_by_name_before_any_job_is_created(aws, mutate, error):
     run = copy.deepcopy(RUN)

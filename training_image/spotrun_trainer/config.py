@@ -196,6 +196,41 @@ class EvalConfig:
         _require(self.max_batches >= 0, "eval.max_batches", self.max_batches, "an integer >= 0")
 
 
+@dataclass(frozen=True)
+class TrackingConfig:
+    """Experiment tracking with MLflow (tracking.py): rank 0 logs the run when `mlflow_uri` is set; empty, nothing
+    is imported and nothing reaches the network."""
+
+    mlflow_uri: str = ""
+    """An http(s) URL of an MLflow tracking server, or a SageMaker AI MLflow tracking server's ARN (the
+    sagemaker-mlflow plugin signs its requests with the job's role). Empty: no tracking."""
+    experiment: str = "spotrun"
+    """MLflow experiment the run is logged under (created when missing); the planner sends the run's name."""
+    run_name: str = ""
+    """MLflow run name (empty: MLflow's generated one)."""
+    instance_type: str = ""
+    """Filled by the launcher (resourceconfig.json): logged as a parameter."""
+    instance_count: int = 1
+    """Filled by the launcher (the job's hosts): logged as a parameter."""
+    params: dict = field(default_factory=dict)
+    """Filled by the launcher: the job's hyperparameters as SageMaker passed them, logged as parameters."""
+    timeout_seconds: float = 5.0
+    """Per request to the tracking server (no retries inside a request: the tracker retries on its own thread)."""
+    close_seconds: float = 10.0
+    """How long the end of a job waits for queued records to reach the server; a stop signal waits at most a
+    third of it (the notice belongs to the checkpoint)."""
+
+    def __post_init__(self) -> None:
+        _require_finite(self, "tracking.")
+        uri = self.mlflow_uri
+        _require(not uri or uri.startswith(("http://", "https://", "arn:")), "tracking.mlflow_uri", uri,
+                 "an http(s):// URL or a SageMaker AI MLflow tracking server ARN")
+        _require(bool(self.experiment), "tracking.experiment", self.experiment, "a non-empty experiment name")
+        _require(self.instance_count >= 1, "tracking.instance_count", self.instance_count, "an integer >= 1")
+        _require(self.timeout_seconds > 0, "tracking.timeout_seconds", self.timeout_seconds, "a positive number")
+        _require(self.close_seconds >= 0, "tracking.close_seconds", self.close_seconds, "a number >= 0")
+
+
 _MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
 
 
@@ -312,6 +347,7 @@ class TrainConfig:
     export: ExportConfig = field(default_factory=ExportConfig)
     perf: PerfConfig = field(default_factory=PerfConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
     output_dir: str = ""
     """Where the exported HF model and metrics.json go (SageMaker: /opt/ml/model)."""
     micro_batch: int = 1

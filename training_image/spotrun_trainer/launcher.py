@@ -42,7 +42,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from spotrun.seams import VALIDATION_CHANNEL, DatasetIndex, StopNotice
+from spotrun.seams import VALIDATION_CHANNEL, DatasetIndex, Hyperparameter, StopNotice
 
 from .config import ConfigError, TrainConfig, short_repr
 from .data import VALIDATION_DIR
@@ -165,6 +165,9 @@ def plan_launch(sm: SageMakerEnv, *, gpu_count: int, efa_devices: list[str], ofi
         overrides["model.path"] = str(sm.channels["model"])
     if sm.checkpoint_local_path:
         overrides["checkpoint.dir"] = sm.checkpoint_local_path
+    if trainer_hp.get(Hyperparameter.TRACKING_MLFLOW_URI.value):  # what the tracker logs as the run's parameters
+        overrides.update({"tracking.instance_type": sm.instance_type, "tracking.instance_count": str(nnodes),
+                          "tracking.params": dict(hp)})
     config = TrainConfig.from_hyperparameters(trainer_hp, **overrides)
     save_budget = config.checkpoint.notice_seconds - StopNotice.FINISH_S
     if not save_budget < shutdown_timeout <= config.checkpoint.notice_seconds:

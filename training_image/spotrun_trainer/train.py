@@ -61,6 +61,7 @@ from .loss import CausalLMLoss, StepTokens, target_count
 from .memory_check import PeakProbe, predict, report_line
 from .model import build_mesh, build_sharded_model, resolve_param_dtype
 from .outcome import OUTCOME_DIR_ENV, Outcome, write_outcome
+from .tracking import make_tracker
 
 log = logging.getLogger("spotrun_trainer")
 
@@ -111,6 +112,8 @@ class TrainState:
     so that metrics.json spans the whole run across restarts (work redone after a hard kill is not counted twice).
     `last_eval_step`: the newest step whose validation loss is recorded (-1: none yet; 0 is the base model's);
     `val`: {"base", "last", "best", "best_step"} validation losses so far.
+    `tracking`: the MLflow run this training run logs to (tracking.py: its key and run id), so a resumed job or the
+    next segment continues it.
     """
 
     step: int = 0
@@ -122,6 +125,7 @@ class TrainState:
     last_eval_step: int = -1
     val: dict = field(default_factory=dict)
     eval_seconds: float = 0.0
+    tracking: dict = field(default_factory=dict)
 
     def start_segment(self) -> None:
         self.segment_start_step, self.segment_t0 = self.step, time.perf_counter()
@@ -133,7 +137,7 @@ class TrainState:
     def state_dict(self) -> dict:
         return {"step": self.step, "tokens_seen": self.tokens_seen, "last_loss": self.last_loss,
                 "segments": self.all_segments(), "last_eval_step": self.last_eval_step, "val": dict(self.val),
-                "eval_seconds": self.eval_seconds}
+                "eval_seconds": self.eval_seconds, "tracking": dict(self.tracking)}
 
     def load_state_dict(self, state: dict) -> None:
         self.step, self.tokens_seen = int(state["step"]), int(state["tokens_seen"])
@@ -142,6 +146,7 @@ class TrainState:
         self.last_eval_step = int(state.get("last_eval_step", -1))
         self.val = dict(state.get("val", {}))
         self.eval_seconds = float(state.get("eval_seconds", 0.0))
+        self.tracking = dict(state.get("tracking", {}))
 
     def record_eval(self, result: EvalResult) -> None:
         self.last_eval_step = result.step
@@ -196,6 +201,9 @@ class Trainer:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lr_lambda(self.total_steps, o.warmup_steps, o.min_lr_ratio))
         self.state = TrainState()
+        self.tracker = make_tracker(cfg.tracking, rank=self.rank, params={
+            "method": cfg.method, "world_size": self.world, "parameters": self.built.num_params,
+            "trainable_parameters": self.built.trainable_params, "total_steps": self.total_steps})
         self.evaluator = None
         if cfg.data.validation_path:
             valset = ValidationSet(Path(cfg.data.validation_path), seq_len=cfg.data.seq_len,
@@ -231,6 +239,7 @@ class Trainer:
         # notice is better spent exiting than running a step.
         if self.agreement.now(stop=self.stop_flag.requested):
             return self._stopped("signal-before-first-step", save=False)
+        self.tracker.begin(self.state.tracking, step=self.state.step, segments=self.state.segments)
         if self.rank == 0:
             replicas, shard = self.cfg.sharding.mesh_shape(self.world)
             print(f"{RUN_START_PREFIX} params={self.built.num_params} trainable={self.built.trainable_params} "
@@ -271,6 +280,7 @@ class Trainer:
         if self.agreement.now(stop=self.stop_flag.requested):
             if self.rank == 0:
                 print(f"run_stopped step={self.state.step} reason=signal-before-export", flush=True)
+            self.tracker.close(step=self.state.step, reason="signal-before-export", completed=False, signalled=True)
             return self._stop_outcome()
         evaluation = self._choose_export_weights()
         export(self.cfg, self.model, self.built, self.loader, evaluation=evaluation)
@@ -280,6 +290,7 @@ class Trainer:
                            if evaluation and evaluation.get(key) is not None)
             print(f"{COMPLETION_LINE_PREFIX} step={self.state.step} final_loss={self.state.last_loss:.4f}{vals}",
                   flush=True)
+        self.tracker.close(step=self.state.step, reason="completed", completed=True)
         return Outcome("completed", self.state.step)
 
     def accumulate(self) -> torch.Tensor:
@@ -366,6 +377,7 @@ class Trainer:
                 fh.write(json.dumps(rec) + "\n")
             print(format_eval_line(result.step, val_loss=result.loss, val_ppl=result.perplexity,
                                    val_tokens=result.tokens, eval_s=result.seconds), flush=True)
+            self.tracker.evaluation(result.step, val_loss=result.loss, val_ppl=result.perplexity)
         return True
 
     def _flush_losses(self) -> None:
@@ -373,6 +385,7 @@ class Trainer:
         if not flushed:
             return
         self.state.last_loss = flushed[-1][1]
+        self.tracker.losses(flushed)
         bad = next(((step, loss) for step, loss in flushed if not math.isfinite(loss)), None)
         if bad is not None:  # the same reduced values on every rank: all stop together, before any save
             raise self.ckpt.diverged(f"the loss is {bad[1]} at step {bad[0]}")
@@ -389,11 +402,11 @@ class Trainer:
             grad_norm = grad_norm.full_tensor()  # a collective: every rank, at log steps only
         if self.rank == 0:
             tps = self._window_tokens / max(time.perf_counter() - self._window_t, 1e-9)
-            print(format_metric_line(self.state.step, loss=self.state.last_loss, lr=lr,
-                                     grad_norm=float(grad_norm), tokens_per_s=tps,
-                                     mfu=metrics.mfu(self.built.num_params, tps / self.world, self.peak_flops,
-                                                     self.built.trainable_params),
-                                     mem_gb=_peak_mem_gb(self.device)), flush=True)
+            values = {"lr": lr, "grad_norm": float(grad_norm), "tokens_per_s": tps,
+                      "mfu": metrics.mfu(self.built.num_params, tps / self.world, self.peak_flops,
+                                         self.built.trainable_params), "mem_gb": _peak_mem_gb(self.device)}
+            print(format_metric_line(self.state.step, loss=self.state.last_loss, **values), flush=True)
+            self.tracker.step_metrics(self.state.step, {**values, "tokens_per_s_per_device": tps / self.world})
         self._window_t, self._window_tokens = time.perf_counter(), 0
 
     # ---- stopping and the end ------------------------------------------------------------------------------
@@ -411,6 +424,7 @@ class Trainer:
         self.ckpt.close()
         if self.rank == 0:
             print(f"run_stopped step={self.state.step} reason=segment-end", flush=True)
+        self.tracker.close(step=self.state.step, reason="segment-end", completed=False)
         return Outcome("segment_end", self.state.step, message=f"segment ended at step {self.state.step}; "
                        f"{self.ckpt.intact_note()}")
 
@@ -421,6 +435,7 @@ class Trainer:
         self.ckpt.close()
         if self.rank == 0:
             print(f"run_stopped step={self.state.step} reason={reason}", flush=True)
+        self.tracker.close(step=self.state.step, reason=reason, completed=False, signalled=self.stop_flag.requested)
         return self._stop_outcome()
 
     def _stop_outcome(self) -> Outcome:
@@ -447,6 +462,7 @@ class Trainer:
             "eval_seconds": self.state.eval_seconds,
         }
         (Path(self.cfg.output_dir) / "metrics.json").write_text(json.dumps(summary, indent=2))
+        self.tracker.summary(self.state.step, summary)
 
 
 def train(cfg: TrainConfig, *, local_rank: int, stop: StopFlag) -> Outcome:
