@@ -148,10 +148,12 @@ def check_one_step(data_dir: Path, hyper: dict[str, str], nproc: int) -> None:
 
 def local_settings(run: RunSpec) -> PipelineSettings:
     """The deployment a local run is planned for: this machine (sources are local paths), the run's model package
-    group or the local registry's default, the catalog's prices in its default region, no stage limits."""
+    group or the local registry's default, the catalog's prices in its default region, no stage limits, and the
+    run's own tracking server (no stage lists servers here: the user's loopback server is theirs to name)."""
+    servers = (run.tracking.mlflow_uri,) if run.tracking.mlflow_uri else ()
     return PipelineSettings(bucket=THIS_MACHINE, job_prefix="", model_package_group=run.model_package_group or
                             DEFAULT_GROUP, poll_seconds=60, project="spotrun", stage="local", cost_center="",
-                            region=DEFAULT_PRICE_REGION)
+                            region=DEFAULT_PRICE_REGION, mlflow_tracking_servers=servers)
 
 
 def plan_local(raw: dict) -> dict:

@@ -192,3 +192,12 @@ def test_the_local_and_the_aws_report_come_from_one_builder(tmp_path, assets):
     assert local["gate"]["passed"] and "registry gate passed" in local["gate"]["cause"]
     assert registry_metadata(local).keys() == registry_metadata(remote).keys()
     assert "registry gate passed" in summary_text(local) and "registry gate passed" in summary_text(remote)
+
+
+def test_a_local_run_may_name_its_own_tracking_server(tmp_path, assets):
+    from spotrun.local.pipeline import LocalOptions, hyperparameters, plan_local
+    from spotrun.seams import Hyperparameter
+
+    raw = {**_local_run(tmp_path, assets), "tracking": {"mlflow_uri": "http://127.0.0.1:5931"}}
+    hyper = hyperparameters(plan_local(raw), LocalOptions(out=tmp_path))  # no stage lists servers on this machine
+    assert hyper[Hyperparameter.TRACKING_MLFLOW_URI.value] == "http://127.0.0.1:5931"
