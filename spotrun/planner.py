@@ -23,7 +23,7 @@ Rules, with the choices made here:
   wall = training time + startup (`startup_seconds`: the catalog's 180 s for provisioning and data download, plus
   pulling the trainer image, which every spot restart does again). Utilization: compute.utilization when
   given, else the median MFU measured by earlier completed runs of the same model shape and method on that
-  instance type (recorded by handlers/performance.py), else the catalog's 0.25; the estimate says which.
+  instance type (recorded by spotrun/measured.py), else the catalog's 0.25; the estimate says which.
 - Choice: the cheapest layout that fits (spot or on-demand, as the run asks), among those meeting
   compute.target_hours when given (the fastest, with a warning, when none does). A model that fits nothing is
   refused naming the largest layout tried and what it would need.

@@ -60,7 +60,7 @@ def merge_parts(parts: dict[str, dict], held_out_parts: dict[str, dict] | None =
 def job_cost(describe: dict, usd_per_hour: float) -> tuple[float, float]:
     """(USD, seconds) of a processing job: its instances' time from ProcessingStartTime to ProcessingEndTime at
     the processing rate (per second, all instances)."""
-    from .handlers.common import to_epoch
+    from .aws_events import to_epoch
 
     start, end = to_epoch(describe.get("ProcessingStartTime")), to_epoch(describe.get("ProcessingEndTime"))
     seconds = max(0.0, (end or start or 0.0) - (start or end or 0.0))

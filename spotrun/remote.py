@@ -8,7 +8,7 @@ Estimate state's plan and the CostGuard's latest decision; the training job from
 metric lines from the job's CloudWatch log streams.
 
 `start` reads the run file first (spotrun.runfile.load_run_file, before any AWS call), then validates it, here,
-with the estimate Lambda's own code (spotrun.handlers.estimate.plan: the same
+with the estimate Lambda's own code (spotrun.deployment.plan: the same
 checks, the same sources in S3, the same refusals), and starts nothing when it refuses.
 `cancel` stops the execution, then the training job: SageMaker sends the trainer SIGTERM, and it saves a
 checkpoint before it stops (StopExecution alone would leave the job running).
@@ -57,7 +57,7 @@ class Deployment:
 
     def estimate_settings(self):
         """The stage's estimate function's settings (its environment, which the stack outputs), in this region."""
-        from .handlers.estimate import PipelineSettings
+        from .seams import PipelineSettings
 
         key = StackOutput.ESTIMATE_SETTINGS.value
         if key not in self.outputs:
@@ -188,7 +188,7 @@ def latest_metrics(logs, job_name: str) -> dict | None:
 
 
 def start(args: argparse.Namespace) -> dict:
-    from .handlers.estimate import plan
+    from .deployment import plan
     from .runfile import load_run_file
 
     loaded = load_run_file(args.run)  # the run file first: a bad one fails here, before any AWS call
@@ -215,38 +215,43 @@ def start(args: argparse.Namespace) -> dict:
 
 
 def run_status(dep: Deployment, execution: dict) -> dict:
-    from .handlers.cost_guard import decide
+    from .guard import decide
+    from .seams import Guard, GuardAction, Plan
 
-    plan, guard = pipeline_state(dep.client("stepfunctions"), execution["executionArn"])
+    plan_json, guard_json = pipeline_state(dep.client("stepfunctions"), execution["executionArn"])
     out: dict[str, Any] = {"execution": execution["name"], "state": execution["status"],
-                           "started": str(execution["startDate"]), "run": (plan or {}).get("run_name")}
+                           "started": str(execution["startDate"]), "run": (plan_json or {}).get("run_name")}
     if execution.get("stopDate"):
         out["stopped"] = str(execution["stopDate"])
     if execution.get("error"):
         out["error"], out["cause"] = execution["error"], execution.get("cause", "")
-    if plan and plan.get("status") == PlanStatus.PREPARE.value:  # the preparation job runs; planned after it
-        out["preparing"] = plan.get("message", "")
+    if plan_json and plan_json.get("status") == PlanStatus.PREPARE.value:  # the preparation job runs; planned after
+        out["preparing"] = plan_json.get("message", "")
         return out
-    if not plan or plan.get("status") not in (None, "ok"):
-        if plan:
-            out["refused"] = {"status": plan["status"], "message": plan.get("message", "")}
+    if not plan_json or plan_json.get("status") not in (None, "ok"):
+        if plan_json:
+            out["refused"] = {"status": plan_json["status"], "message": plan_json.get("message", "")}
         return out
-    guard = guard or {"job_name": plan["job_name"], "spot": plan["spot"]}
-    job_name = guard.get("job_name") or plan["job_name"]
+    plan = Plan.from_json(plan_json, "plan")
+    # Before the first poll: the guard the state machine's InitGuard starts with.
+    guard = Guard.from_json(guard_json, "guard") if guard_json else Guard(
+        action=GuardAction.WAIT, job_name=plan.job_name, spot=plan.spot, wait_seconds=plan.poll_seconds,
+        spent_before_usd=plan.spent_before_usd, interruptions_before=0)
+    job_name = guard.job_name or plan.job_name
     out["job_name"] = job_name
     job = training_job(dep.client("sagemaker"), job_name)
     if job is not None:
         out["job_status"], out["secondary_status"] = job["TrainingJobStatus"], job.get("SecondaryStatus")
         spend = decide(plan, guard, job, now=time.time())  # the cost guard's arithmetic, on the job as it is now
-        out["interruptions"] = spend["interruptions"]
-        out["spent_usd"] = spend["cost_usd"]
+        out["interruptions"] = spend.interruptions
+        out["spent_usd"] = spend.cost_usd
     else:
-        out["interruptions"] = guard.get("interruptions", 0)
-        out["spent_usd"] = guard.get("cost_usd", 0.0)
+        out["interruptions"] = guard.interruptions
+        out["spent_usd"] = guard.cost_usd
     # The run's jobs so far (spotrun/segments.py): the current one and those that ended, with their exact bills.
-    out["segment"] = guard.get("segment", 1)
-    out["segments"] = guard.get("segments") or []
-    out["cap_usd"] = plan["max_usd"]
+    out["segment"] = guard.segment
+    out["segments"] = guard.segments
+    out["cap_usd"] = plan.max_usd
     metrics = latest_metrics(dep.client("logs"), job_name)
     if metrics:
         out.update(step=metrics["step"], total_steps=metrics.get("total_steps"), loss=metrics["loss"])

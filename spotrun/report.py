@@ -21,6 +21,7 @@ import json
 from pathlib import Path
 
 from .gate import check_gate
+from .seams import Plan
 
 _NO_GATE = check_gate(None, base=None, final=None).cause
 
@@ -29,33 +30,33 @@ def artifact_kind(method: str) -> str:
     return "lora-adapter" if method == "lora" else "full-model"
 
 
-def run_report(plan: dict, *, job_name: str, spot: bool, billable_seconds: float, training_seconds: float,
+def run_report(plan: Plan, *, job_name: str, spot: bool, billable_seconds: float, training_seconds: float,
                interruptions: int, spot_savings_pct: float, cost_usd: float, price_basis: str, cost_basis: str,
                price_region: str, price_as_of: str, final_loss: float | None, model_data_url: str,
                worst_case_lost_usd: float, base_val_loss: float | None, exported_val_loss: float | None) -> dict:
-    """The report both paths make, from the run's plan (spotrun.seams.Plan as the estimate Lambda returns it) and
+    """The report both paths make, from the run's plan (spotrun.seams.Plan, as spotrun.deployment.plan made it) and
     what the run came to: the keys the registry's metadata and `summary_text` read, and the gate's verdict
     (spotrun/gate.py on the exported weights' and the base model's validation losses)."""
     report = {
-        "run": plan["run_name"], "job_name": job_name, "status": "Completed", "method": plan["method"],
-        "instance_type": plan["instance_type"], "instance_count": plan["instance_count"], "spot": spot,
+        "run": plan.run_name, "job_name": job_name, "status": "Completed", "method": plan.method,
+        "instance_type": plan.instance_type, "instance_count": plan.instance_count, "spot": spot,
         "billable_seconds": billable_seconds, "training_seconds": training_seconds, "interruptions": interruptions,
         "spot_savings_pct": spot_savings_pct, "cost_usd": cost_usd,
         "price_basis": price_basis, "cost_basis": cost_basis, "price_region": price_region,
-        "price_as_of": price_as_of, "cap_usd": plan["max_usd"], "estimated_cost_usd": plan["estimate"]["cost_usd"],
-        "final_loss": final_loss, "model_data_url": model_data_url, "data_source": plan.get("data_source", ""),
+        "price_as_of": price_as_of, "cap_usd": plan.max_usd, "estimated_cost_usd": plan.estimate["cost_usd"],
+        "final_loss": final_loss, "model_data_url": model_data_url, "data_source": plan.data_source,
         # An interruption at the worst moment seen would have repeated this much work (at the on-demand price).
         "worst_case_lost_usd": worst_case_lost_usd,
-        "artifact": artifact_kind(plan["method"]),
+        "artifact": artifact_kind(plan.method),
         # The exported weights' and the base model's validation losses (the trainer's run_completed line).
         "base_val_loss": base_val_loss, "exported_val_loss": exported_val_loss,
     }
-    gate = check_gate(plan.get("gate"), base=base_val_loss, final=exported_val_loss)
+    gate = check_gate(plan.gate, base=base_val_loss, final=exported_val_loss)
     report["gate"] = {"passed": gate.passed, "cause": gate.cause}
     return report
 
 
-def build_local_report(*, plan: dict, spot: bool, job_name: str, metrics: dict, losses: list[tuple[int, float]],
+def build_local_report(*, plan: Plan, spot: bool, job_name: str, metrics: dict, losses: list[tuple[int, float]],
                        history: dict, spot_discount: float, model_data_url: str,
                        evaluation: dict | None = None) -> dict:
     """The report of a local run (`run_report` with this machine's figures) from its plan (spotrun.local.pipeline:
@@ -66,13 +67,13 @@ def build_local_report(*, plan: dict, spot: bool, job_name: str, metrics: dict, 
     registry's metadata carries) is this machine's launcher time priced at the planned instance's catalog rates
     (the plan's `usd_per_hour`): not measured, and said so in `price_basis` and in the text. `evaluation`: the
     export metadata's (which weights were exported and the validation losses; None without validation data)."""
-    usd_per_hour = plan["usd_per_hour"]
+    usd_per_hour = plan.usd_per_hour
     training_s = sum(s["ended_s"] - s["started_s"] for s in history["starts"])
     on_demand = training_s / 3600 * usd_per_hour
     spot_usd = on_demand * (1 - spot_discount)
     interruptions = history["interruptions"]
     basis = (f"priced, not measured: the {training_s:.1f} s the launcher ran on this machine at "
-             f"{plan['instance_count']} x {plan['instance_type']}'s catalog on-demand price (${usd_per_hour:.4f}/h)"
+             f"{plan.instance_count} x {plan.instance_type}'s catalog on-demand price (${usd_per_hour:.4f}/h)"
              + (f"; spot: billable time scaled by the catalog's {spot_discount:.0%} spot discount" if spot else ""))
     priced = {
         "basis": basis, "usd_per_hour": usd_per_hour, "spot_discount": spot_discount,
@@ -94,7 +95,7 @@ def build_local_report(*, plan: dict, spot: bool, job_name: str, metrics: dict, 
         final_loss=metrics["final_loss"], model_data_url=model_data_url,
         worst_case_lost_usd=priced["worst_case_lost_usd"], base_val_loss=(evaluation or {}).get("base_val_loss"),
         exported_val_loss=(evaluation or {}).get("val_loss"))
-    est = plan["estimate"]
+    est = plan.estimate
     report.update({
         "local": True, "cost_usd_at_rates": priced["cost_usd_at_rates"], "priced": priced,
         "estimate": {
@@ -185,13 +186,6 @@ def summary_text(report: dict) -> str:
             lines.append(f"  segment {seg['segment']:<8} {seg['job_name']} ({'spot' if seg['spot'] else 'on-demand'}): "
                          f"{seg['status']}/{seg['secondary_status']}, billable {seg['billable_seconds'] or 0:,} s, "
                          f"{_money(seg['cost_usd'])}")
-        prep = report.get("preparation")  # raw text prepared by the pipeline (spotrun/preparation.py)
-        if prep:
-            lines.append(f"  preparation      reused {prep['data_source']} (same inputs and tokenizer), $0" if
-                         prep["reused"] else
-                         f"  preparation      {prep['job_name']} ({prep['instance_count']} x {prep['instance_type']}):"
-                         f" {prep['seconds']:,.0f} s, {_money(prep['cost_usd'])} (in the cost above), "
-                         f"{prep['tokens']:,} tokens")
         if "cost_usd_at_rates" in report:
             rates = report["cost_usd_at_rates"]
             lines.append(f"  this wall time at the planned instance's rates: spot {_money(rates['spot'])}, "

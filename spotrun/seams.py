@@ -10,7 +10,11 @@ The planner and the Lambda handlers (spotrun/), the CDK constructs (training_con
   (`spotrun status`, local progress, tests), the regexes SageMaker's MetricDefinitions apply to them, and the
   names the dashboard and the guard read.
 - `PlanStatus`, `GuardAction`, `Plan`, `Guard`: what the estimate and the cost guard return, and the state
-  machine reads through `$.plan.<field>` / `$.guard.<field>` (`plan_path`, `guard_path` refuse unknown fields).
+  machine reads through `$.plan.<field>` / `$.guard.<field>` (`plan_path`, `guard_path` refuse unknown fields);
+  the cost guard decodes them at its entry (`from_json`, a named error for a malformed one).
+- `PipelineSettings`, `CostGuardEnvironment`, `CancelEnvironment`, `RecorderEnvironment`: each Lambda function's
+  environment, written by the constructs (`to_env`) and read by the handlers (`from_env`); `REGISTRATION_STATUS`,
+  `CANCEL_STATUSES`: what the estimate and the canceller decide that the state machine and its rules repeat.
 - `StopNotice`: the stop-notice timings (SageMaker's SIGTERM-to-SIGKILL window and how it is spent).
 - `BytesPerParameter`: training state and checkpoint sizes per parameter.
 - `CHECKPOINT_MANIFEST`, `CHECKPOINT_STEP_DIR`, `checkpoint_step_dir`, `checkpoint_manifest_key`: the
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Mapping
 from enum import Enum
 
 # ---- hyperparameters (planner -> trainer) ----------------------------------------------------------------------
@@ -171,7 +176,7 @@ CHECKPOINT_OVERDUE_METRIC = "CheckpointOverdue"  # age / (2 x planned interval +
 INTERRUPTIONS_METRIC = "Interruptions"
 
 # Tags the estimate sets on every training job (a run may not set them): cost allocation and identity, and the
-# shape and method that match a finished job's measured MFU to later estimates (handlers/performance.py).
+# shape and method that match a finished job's measured MFU to later estimates (spotrun/measured.py).
 SHAPE_TAG, METHOD_TAG = "spotrun:shape", "spotrun:method"
 EXECUTION_TAG = "execution"  # the execution's name: what makes a job this execution's (guard, canceller)
 PIPELINE_TAG_KEYS = ("project", "stage", "cost-center", "run", EXECUTION_TAG, METHOD_TAG, SHAPE_TAG)
@@ -290,11 +295,63 @@ class GuardAction(str, Enum):
     GATE_FAILED = "gate_failed"  # the job completed but its validation loss fails registry.gate: not registered
 
 
+class _StateJson:
+    """What the state machine carries between states as JSON, decoded at a handler's entry (`from_json`: a clear
+    error for a malformed one) and encoded on the way out (`to_json`: enums as their values)."""
+
+    def to_json(self) -> dict:
+        return {k: v.value if isinstance(v, Enum) else v for k, v in dataclasses.asdict(self).items()}  # type: ignore
+
+    @classmethod
+    def from_json(cls, obj: object, what: str = ""):  # the subclass
+        what = what or cls.__name__.lower()
+        fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        if not isinstance(obj, dict):
+            raise ValueError(f"{what}={_short(obj)} is invalid: expected an object with the fields of "
+                             f"spotrun.seams.{cls.__name__}")
+        unknown = sorted(set(obj) - set(fields))
+        missing = sorted(n for n, f in fields.items() if n not in obj and f.default is dataclasses.MISSING
+                         and f.default_factory is dataclasses.MISSING)
+        if unknown or missing:
+            raise ValueError(f"{what} is invalid: expected the fields of spotrun.seams.{cls.__name__}"
+                             + (f"; missing: {', '.join(missing)}" if missing else "")
+                             + (f"; unknown: {', '.join(unknown)}" if unknown else ""))
+        return cls(**{n: _state_value(cls, what, n, str(fields[n].type), v) for n, v in obj.items()})
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+_JSON_KINDS = {"str": (str,), "int": (int,), "float": (int, float), "bool": (bool,), "dict": (dict,),
+               "list": (list,)}
+
+
+def _state_value(cls: type, what: str, name: str, kind: str, value: object) -> object:
+    optional = kind.endswith(" | None")
+    kind = kind.removesuffix(" | None")
+    if value is None and optional:
+        return None
+    enum = {"PlanStatus": PlanStatus, "GuardAction": GuardAction}.get(kind)
+    if enum is not None:
+        try:
+            return enum(value)
+        except ValueError:
+            raise ValueError(f"{what}.{name}={_short(value)} is invalid: expected one of "
+                             f"{', '.join(m.value for m in enum)}") from None
+    types = _JSON_KINDS.get(kind)
+    if types is not None and (not isinstance(value, types) or (isinstance(value, bool) and bool not in types)):
+        raise ValueError(f"{what}.{name}={_short(value)} is invalid: expected {kind}"
+                         + (" or null" if optional else "") + f" (spotrun.seams.{cls.__name__})")
+    return value
+
+
 @dataclasses.dataclass(frozen=True)
-class Plan:
+class Plan(_StateJson):
     """The estimate's output when status is ok: every value the state machine puts into a request."""
 
-    status: str
+    status: PlanStatus
     run_name: str
     execution: str
     execution_started: str  # ISO-8601, from $$.Execution.StartTime: a job created before it is not ours
@@ -345,10 +402,10 @@ class Plan:
 
 
 @dataclasses.dataclass(frozen=True)
-class Guard:
+class Guard(_StateJson):
     """The cost guard's state, carried from poll to poll and read by the state machine."""
 
-    action: str
+    action: GuardAction
     job_name: str
     spot: bool
     wait_seconds: int
@@ -404,3 +461,116 @@ def guard_path(field: str, *sub: str) -> str:
     if field == "report" and sub and sub[0] not in REPORT_FIELDS:
         raise ValueError(f"report field {sub[0]!r} is unknown: expected one of {', '.join(sorted(REPORT_FIELDS))}")
     return ".".join(("$.guard", field, *sub))
+
+
+# ---- Lambda environments (construct writes, handler reads) -----------------------------------------------------
+
+# Every package is registered for review: approval is a separate, permissioned step (UpdateModelPackage). The
+# estimate puts it in the plan; the state machine's CreateModelPackage sends it.
+REGISTRATION_STATUS = "PendingManualApproval"
+# The execution statuses whose training jobs the canceller stops: its EventBridge rule matches the same.
+CANCEL_STATUSES = ("ABORTED", "FAILED", "TIMED_OUT")
+
+
+def _env_name(f: dataclasses.Field) -> str:
+    return f.metadata.get("env", f.name.upper())
+
+
+def _env_value(cls: type, f: dataclasses.Field, kind: str, text: str) -> object:
+    name = _env_name(f)
+    try:
+        if kind == "int":
+            return int(text)
+        if kind == "float":
+            return float(text)
+    except ValueError:
+        raise ValueError(f"environment variable {name}={text!r} of {cls.__name__} is invalid: expected "
+                         f"{'an integer' if kind == 'int' else 'a number'} ({f.name})") from None
+    if kind.startswith("tuple"):
+        return tuple(t for t in text.split(",") if t)
+    return text
+
+
+class LambdaEnvironment:
+    """A function's environment as a frozen dataclass: the construct writes `to_env()`, the handler (at its entry
+    point, nowhere below) reads `from_env(os.environ)`. A field's variable is its name in capitals unless its
+    metadata names another (`env`); tuples are comma-separated; a field marked `runtime` is set by Lambda itself
+    (AWS_REGION, a reserved variable) and never written."""
+
+    def to_env(self) -> dict[str, str]:
+        out = {}
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            if f.metadata.get("runtime"):
+                continue
+            value = getattr(self, f.name)
+            out[_env_name(f)] = ",".join(value) if isinstance(value, (tuple, list)) else str(value)
+        return out
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]):  # the subclass
+        values = {}
+        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+            name = _env_name(f)
+            if name in env:
+                values[f.name] = _env_value(cls, f, str(f.type), env[name])
+            elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise ValueError(f"environment variable {name} is missing: {cls.__name__} needs it ({f.name}); "
+                                 f"the construct sets it (to_env)")
+        return cls(**values)
+
+
+@dataclasses.dataclass(frozen=True)
+class PipelineSettings(LambdaEnvironment):
+    """The deployment's facts the estimate plans with (spotrun/deployment.py): the estimate function's environment,
+    which the stack also outputs (StackOutput.ESTIMATE_SETTINGS) so that `spotrun start` plans with the same."""
+
+    bucket: str = dataclasses.field(metadata={"env": "BUCKET_NAME"})  # the artifact bucket
+    job_prefix: str  # every training job's name starts with it (IAM scopes the stage's jobs by it)
+    model_package_group: str
+    poll_seconds: int = 60  # the cost guard's shortest wait between polls
+    project: str = "spotrun"  # tags of every job: project, stage, cost-center
+    stage: str = ""
+    cost_center: str = ""
+    region: str = dataclasses.field(default="us-east-1", metadata={"env": "AWS_REGION", "runtime": True})
+    max_poll_seconds: int = 4 * 3600
+    volume_kms_key_arn: str = ""  # sent only for instance types without local storage
+    allowed_instance_types: tuple[str, ...] = ()  # empty: every type of the catalog
+    # The stage's maxima (stacks/config.py); 0: no limit.
+    max_usd_per_run: float = 0.0
+    max_instances_per_run: int = 0
+    max_concurrent_runs: int = 0
+    # The MLflow tracking servers a run's tracking.mlflow_uri may name (stacks/config.py); empty: none.
+    mlflow_tracking_servers: tuple[str, ...] = ()
+    table_name: str = ""  # the interruptions table (spotrun/measured.py); empty: the catalog's figures only
+
+
+@dataclasses.dataclass(frozen=True)
+class CostGuardEnvironment(LambdaEnvironment):
+    """The cost guard function's environment: where its embedded metrics go."""
+
+    metrics_namespace: str = METRICS_NAMESPACE
+    stage: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class CancelEnvironment(LambdaEnvironment):
+    """The canceller function's environment: which jobs are the stage's, and whom to tell."""
+
+    job_prefix: str
+    topic_arn: str = ""  # empty: stop without notifying
+
+
+@dataclasses.dataclass(frozen=True)
+class RecorderEnvironment(LambdaEnvironment):
+    """The interruption recorder function's environment (spotrun/measured.py's items)."""
+
+    table_name: str
+    metrics_namespace: str = METRICS_NAMESPACE
+    stage: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class PrepareEnvironment(LambdaEnvironment):
+    """The preparation finish function's environment: the only bucket it writes to."""
+
+    bucket: str = dataclasses.field(metadata={"env": "BUCKET_NAME"})

@@ -19,7 +19,7 @@ from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
-from spotrun.seams import METRICS_NAMESPACE
+from spotrun.seams import METRICS_NAMESPACE, RecorderEnvironment
 
 from .lambda_code import dead_letter_queue, on_failure_destination, spotrun_function
 from .nag import acknowledge, rendered
@@ -47,8 +47,8 @@ class InterruptionEvents(Construct):
         self.recorder = spotrun_function(
             self, "Recorder", handler="spotrun.handlers.interruptions.handler",
             description="records spot interruptions and instance-hours of spotrun training jobs",
-            environment={"TABLE_NAME": self.table.table_name, "METRICS_NAMESPACE": props.metrics_namespace,
-                         "STAGE": props.stage})
+            environment=RecorderEnvironment(table_name=self.table.table_name, metrics_namespace=props.metrics_namespace,
+                                            stage=props.stage).to_env())
         self.table.grant(self.recorder, "dynamodb:PutItem")  # conditional puts are all it does
         self.dead_letters = dead_letter_queue(self, "RecorderDlq")
         job_arn = Stack.of(self).format_arn(service="sagemaker", resource="training-job",

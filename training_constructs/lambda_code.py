@@ -1,6 +1,7 @@
 """The Lambda code asset: the `spotrun` package alone (stdlib + boto3, which the Python runtime provides).
 
-The handlers are the same modules the CLI and tests use: no copies.
+The handlers (spotrun/handlers/) are thin entry points over the library the CLI and tests use (spotrun/deployment.py,
+guard.py, measured.py, ...): the same modules, no copies.
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 
 from spotrun.preparation import FINISH_FAILED, PREPARED_PREFIX, preparation_path
+from spotrun.seams import PrepareEnvironment
 
 from .lambda_code import spotrun_function
 from .nag import acknowledge, rendered
@@ -33,7 +34,7 @@ def preparation_functions(pipeline: TrainingPipeline, props: TrainingPipelinePro
     prepare_fn = spotrun_function(
         pipeline, "PrepareFn", handler="spotrun.handlers.prepare.handler", timeout_s=300,
         description="spotrun preparation: merges the processing job's parts into the dataset's index.json",
-        environment={"BUCKET_NAME": store.bucket.bucket_name})
+        environment=PrepareEnvironment(bucket=store.bucket.bucket_name).to_env())
     prepare_fn.add_to_role_policy(iam.PolicyStatement(actions=["sagemaker:DescribeProcessingJob"],
                                                       resources=[processing_arn]))
     # The parts (read), the merged index.json, tokenizer/ and the marker (written; nothing deleted).

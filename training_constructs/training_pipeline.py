@@ -17,7 +17,7 @@
 NOTE: SageMaker calls use CallAwsService (create + Wait + guard polling) rather than the `.sync`
 integration: SageMakerCreateTrainingJob has no spot/checkpoint fields, polling is the form moto's
 interpreter executes (tests/infra/test_state_machine_moto.py), and the loop is where the cost guard runs. The
-loop's length in history events and the guard's wait schedule are explained in spotrun/handlers/cost_guard.py.
+loop's length in history events and the guard's wait schedule are explained in spotrun/guard.py.
 """
 
 from __future__ import annotations
@@ -34,10 +34,19 @@ from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
-from spotrun.handlers.cancel import CANCEL_STATUSES
-from spotrun.handlers.estimate import REGISTRATION_STATUS
 from spotrun.preparation import PreparationSettings
-from spotrun.seams import COMPLETED_METRIC_DEFINITION, GuardAction, PlanStatus, guard_path, plan_path
+from spotrun.seams import (
+    CANCEL_STATUSES,
+    COMPLETED_METRIC_DEFINITION,
+    REGISTRATION_STATUS,
+    CancelEnvironment,
+    CostGuardEnvironment,
+    GuardAction,
+    PipelineSettings,
+    PlanStatus,
+    guard_path,
+    plan_path,
+)
 
 from .artifact_store import ArtifactStore
 from .lambda_code import dead_letter_queue, on_failure_destination, spotrun_function
@@ -174,19 +183,17 @@ class TrainingPipeline(Construct):
     def _functions(self, props: TrainingPipelineProps, job_arn: str) -> None:
         """The estimate and the cost guard, with what each reads."""
         store = props.store
-        # PipelineSettings.from_env reads these (spotrun/handlers/estimate.py); the stack also outputs them so
-        # that `spotrun start` validates with the same settings.
-        self.estimate_settings = {
-            "BUCKET_NAME": store.bucket.bucket_name, "JOB_PREFIX": props.job_prefix,
-            "MODEL_PACKAGE_GROUP": props.model_package_group_name,
-            "TABLE_NAME": props.interruptions_table_name, "POLL_SECONDS": str(props.poll_seconds),
-            "MAX_POLL_SECONDS": str(props.max_poll_seconds),
-            "ALLOWED_INSTANCE_TYPES": ",".join(props.allowed_instance_types),
-            "VOLUME_KMS_KEY_ARN": store.key.key_arn,
-            "PROJECT": props.project, "STAGE": props.stage, "COST_CENTER": props.cost_center,
-            "MAX_USD_PER_RUN": str(props.max_usd_per_run), "MAX_INSTANCES_PER_RUN": str(props.max_instances_per_run),
-            "MAX_CONCURRENT_RUNS": str(props.max_concurrent_runs),
-            "MLFLOW_TRACKING_SERVERS": ",".join(props.mlflow_tracking_servers), **props.preparation.to_env()}
+        # The estimate handler reads these with PipelineSettings.from_env and PreparationSettings.from_env; the
+        # stack also outputs them so that `spotrun start` validates with the same settings.
+        self.estimate_settings = {**PipelineSettings(
+            bucket=store.bucket.bucket_name, job_prefix=props.job_prefix,
+            model_package_group=props.model_package_group_name, table_name=props.interruptions_table_name,
+            poll_seconds=props.poll_seconds, max_poll_seconds=props.max_poll_seconds,
+            allowed_instance_types=tuple(props.allowed_instance_types), volume_kms_key_arn=store.key.key_arn,
+            project=props.project, stage=props.stage, cost_center=props.cost_center,
+            max_usd_per_run=props.max_usd_per_run, max_instances_per_run=props.max_instances_per_run,
+            max_concurrent_runs=props.max_concurrent_runs,
+            mlflow_tracking_servers=tuple(props.mlflow_tracking_servers)).to_env(), **props.preparation.to_env()}
         self.estimate_fn = spotrun_function(
             self, "EstimateFn", handler="spotrun.handlers.estimate.handler", timeout_s=60,
             description="spotrun planner: validates the run and decides instance, limits, cadence and cost",
@@ -202,7 +209,7 @@ class TrainingPipeline(Construct):
         self.guard_fn = spotrun_function(
             self, "CostGuardFn", handler="spotrun.handlers.cost_guard.handler",
             description="spotrun cost guard: describes the job, checkpoint age, spend against the cap at every poll",
-            environment={"METRICS_NAMESPACE": props.metrics_namespace, "STAGE": props.stage})
+            environment=CostGuardEnvironment(metrics_namespace=props.metrics_namespace, stage=props.stage).to_env())
         self.guard_fn.add_to_role_policy(iam.PolicyStatement(
             actions=["sagemaker:DescribeTrainingJob", "sagemaker:ListTags"], resources=[job_arn]))
         self.guard_fn.add_to_role_policy(iam.PolicyStatement(
@@ -408,12 +415,14 @@ class TrainingPipeline(Construct):
                     "reads this state machine's executions only (execution ARNs are not known ahead)")
 
     def _canceller(self, props: TrainingPipelineProps, job_arn: str, processing_arn: str) -> None:
-        """Execution ABORTED / FAILED / TIMED_OUT -> stop its jobs (spotrun/handlers/cancel.py)."""
+        """Execution ABORTED / FAILED / TIMED_OUT -> stop its jobs (spotrun.deployment.cancel, and the preparation
+        job: spotrun/handlers/cancel.py)."""
         stack = Stack.of(self)
         self.cancel_fn = spotrun_function(
             self, "CancelFn", handler="spotrun.handlers.cancel.handler",
             description="spotrun canceller: an execution that ends early stops its training job",
-            environment={"JOB_PREFIX": props.job_prefix, "TOPIC_ARN": props.failures_topic.topic_arn})
+            environment=CancelEnvironment(job_prefix=props.job_prefix,
+                                          topic_arn=props.failures_topic.topic_arn).to_env())
         executions = stack.format_arn(service="states", resource="execution",
                                       resource_name=f"{self.state_machine.state_machine_name}:*",
                                       arn_format=ArnFormat.COLON_RESOURCE_NAME)

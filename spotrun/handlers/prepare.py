@@ -12,12 +12,13 @@ import os
 from typing import Any
 
 from ..preparation_finish import finish
+from ..seams import PrepareEnvironment
 
 
 def handler(event: dict, _context: Any) -> dict:
     import boto3
 
-    bucket = os.environ["BUCKET_NAME"]  # the stage's artifact bucket: the only one this step writes to
+    bucket = PrepareEnvironment.from_env(os.environ).bucket  # the stage's artifact bucket: the only one it writes to
     preparation = event["preparation"]
     if preparation.get("bucket") != bucket:
         raise ValueError(f"preparation.bucket={preparation.get('bucket')!r} is invalid: expected the stage's "

@@ -27,12 +27,12 @@ from typing import Callable
 
 from ..contract import RunSpec, RunValidationError, parse_run
 from ..datasets import PrepareError, prepare_dataset
-from ..handlers.estimate import PipelineSettings, plan
+from ..deployment import plan
 from ..planner import DEFAULT_PRICE_REGION, load_catalog
 from ..refusal import Refusal
 from ..report import build_local_report, write_report
 from ..runfile import SOURCE_FIELDS, load_run_file
-from ..seams import EXPORT_METADATA, Hyperparameter, PlanStatus
+from ..seams import EXPORT_METADATA, Hyperparameter, PipelineSettings, Plan, PlanStatus
 from ..sources import check_seq_len
 from ..validate import THIS_MACHINE
 from .harness import free_port, loss_records, val_history, write_sagemaker_root
@@ -156,18 +156,18 @@ def local_settings(run: RunSpec) -> PipelineSettings:
                             region=DEFAULT_PRICE_REGION, mlflow_tracking_servers=servers)
 
 
-def plan_local(raw: dict) -> dict:
+def plan_local(raw: dict) -> Plan:
     """The plan of a local run: the estimate Lambda's own function (the contract, the pipeline's rules, the sources,
     the planner, the hyperparameters and their limits) with local settings; a Refusal when it refuses the run."""
     planned = plan(raw, LOCAL_EXECUTION, local_settings(parse_run(raw)))
     if planned["status"] != PlanStatus.OK.value:
         raise Refusal(planned["status"], planned["message"], field=planned.get("field"))
-    return planned
+    return Plan.from_json(planned)
 
 
-def hyperparameters(planned: dict, options: LocalOptions) -> dict[str, str]:
+def hyperparameters(planned: Plan, options: LocalOptions) -> dict[str, str]:
     """The plan's hyperparameters (as the AWS path sends them), plus what only a local run needs."""
-    hyper = dict(planned["hyperparameters"])
+    hyper = dict(planned.hyperparameters)
     # No cost cap binds a local run: one job, no segments (its MaxRuntime is SageMaker's, not enforced here).
     hyper.pop(Hyperparameter.SEGMENT_SECONDS.value, None)
     hyper.update({"nproc_per_node": str(options.nproc), "master_port": str(free_port()), "num_threads": "1",
@@ -176,9 +176,9 @@ def hyperparameters(planned: dict, options: LocalOptions) -> dict[str, str]:
     return hyper
 
 
-def channels_of(planned: dict) -> dict[str, Path]:
+def channels_of(planned: Plan) -> dict[str, Path]:
     """The plan's input channels as local directories (a local plan's channel URIs are paths)."""
-    return {c["ChannelName"]: Path(c["DataSource"]["S3DataSource"]["S3Uri"]) for c in planned["input_data_config"]}
+    return {c["ChannelName"]: Path(c["DataSource"]["S3DataSource"]["S3Uri"]) for c in planned.input_data_config}
 
 
 def run_local(run_path: Path, options: LocalOptions, *, emit: Callable[[str], None] = print) -> dict:
@@ -196,16 +196,16 @@ def run_local(run_path: Path, options: LocalOptions, *, emit: Callable[[str], No
     if prepared:
         emit(f"[local] raw text {prepared}: shards in {raw['data']['source']}")
     planned = plan_local(raw)  # InvalidRun / OverBudget stop here
-    est = planned["estimate"]
-    emit(f"[local] estimate: {planned['instance_count']} x {planned['instance_type']}, "
+    est = planned.estimate
+    emit(f"[local] estimate: {planned.instance_count} x {planned.instance_type}, "
          f"{est['wall_seconds'] / 3600:.2f} h, spot ${est['cost_usd']['spot']:.2f} / on-demand "
-         f"${est['cost_usd']['on_demand']:.2f} (cap ${planned['max_usd']:.2f})")
+         f"${est['cost_usd']['on_demand']:.2f} (cap ${planned.max_usd:.2f})")
     hyper = hyperparameters(planned, options)
     check_one_step(Path(raw["data"]["source"]), hyper, options.nproc)
     job = Job(root=root, log=root / "launcher.log")
     root.mkdir(parents=True)
     (root / "run.json").write_text(json.dumps(raw, indent=2))
-    (root / PLAN_FILE).write_text(json.dumps(planned, indent=2))
+    (root / PLAN_FILE).write_text(json.dumps(planned.to_json(), indent=2))
     (root / "estimate.json").write_text(json.dumps(est, indent=2))
     write_sagemaker_root(job.sm, hyperparameters=hyper, channels=channels_of(planned), checkpoint_dir=job.checkpoints)
     emit(f"[local] job {root} (launcher log {job.log})")
@@ -235,13 +235,13 @@ def _train_and_finish(job: Job, job_name: str, out: Path, options: LocalOptions,
     raw = json.loads((job.root / "run.json").read_text())
     run = parse_run(raw)
     planned_at = job.root / PLAN_FILE  # what the job was started with (a job of an older spotrun: planned again)
-    planned = json.loads(planned_at.read_text()) if planned_at.is_file() else plan_local(raw)
+    planned = Plan.from_json(json.loads(planned_at.read_text())) if planned_at.is_file() else plan_local(raw)
     hint = f"spotrun local --resume {job.root}"
     history = Supervisor(job, triggers=options.interrupts, hard_kill=options.hard_kill, progress=options.progress,
                          emit=emit, resume_hint=hint).run()
     metrics = json.loads((job.output / "metrics.json").read_text())
     records = loss_records(job.output)
-    family = planned["instance_type"].split(".")[1]
+    family = planned.instance_type.split(".")[1]
     discount = run.compute.spot_discount if run.compute.spot_discount is not None else \
         load_catalog()["families"][family]["spot_discount"]
     evaluation = json.loads((job.output / EXPORT_METADATA).read_text()).get("evaluation")

@@ -223,7 +223,7 @@ def interruption_times(windows: Windows, limit: int) -> list[float]:
 
 def interruption_gaps(items: list[dict], instance_type: str | None = None) -> list[float]:
     """Seconds between consecutive interruptions of the same job, from the interruption recorder's items
-    (spotrun/handlers/interruptions.py: pk = job, sk = "INTERRUPTED#<epoch>"), optionally of one instance type."""
+    (spotrun/measured.py: pk = job, sk = "INTERRUPTED#<epoch>"), optionally of one instance type."""
     by_job: dict[str, list[float]] = {}
     for item in items:
         if item.get("kind") != "interruption" or (instance_type and item.get("instance_type") != instance_type):

@@ -228,7 +228,7 @@ def _run_json(scenario: Scenario) -> dict:
 
 def _estimate(driver: Driver, run: dict) -> dict:
     """The estimate the pipeline makes of this run without a binding cap (what the caps are multiples of)."""
-    from spotrun.handlers.estimate import PipelineSettings, plan
+    from spotrun.deployment import PipelineSettings, plan
 
     env = driver.functions[next(k for k in driver.functions if k.startswith("PipelineEstimateFn"))]["env"]
     settings = PipelineSettings.from_env({**env, "AWS_REGION": REGION})

@@ -13,7 +13,7 @@ from botocore.stub import Stubber
 from moto import mock_aws
 
 from spotrun.cli import build_parser
-from spotrun.handlers.estimate import PipelineSettings, plan
+from spotrun.deployment import PipelineSettings, plan
 from spotrun.sources import PLACEHOLDER_BUCKET
 from spotrun.validate_command import run_command
 from tests.infra.render import placeholder, render

@@ -16,13 +16,24 @@ import pytest
 import regex  # the service models' patterns use \p{...} classes, which `re` lacks
 from botocore.validate import ParamValidator
 
+from spotrun import guard as guard_rules
 from spotrun.contract import MAX_RUNTIME_LIMIT_S
-from spotrun.handlers.cost_guard import decide, next_wait
-from spotrun.handlers.estimate import PipelineSettings, plan
+from spotrun.deployment import PipelineSettings, plan
 from spotrun.planner import load_catalog
-from spotrun.seams import COMPLETED_METRIC, GUARD_FIELDS, PLAN_FIELDS, REFUSAL_FIELDS, REPORT_FIELDS
+from spotrun.seams import COMPLETED_METRIC, GUARD_FIELDS, PLAN_FIELDS, REFUSAL_FIELDS, REPORT_FIELDS, Guard, Plan
 from spotrun_trainer.config import TrainConfig
 from tests.infra.render import render
+
+
+def decide(plan: dict, guard: dict, describe: dict, **kwargs) -> dict:
+    """The cost guard's rule on the JSON the state machine carries, as its handler calls it: decoded at entry
+    (spotrun.seams.Plan, Guard), encoded on return."""
+    return guard_rules.decide(Plan.from_json(plan), Guard.from_json(guard), describe, **kwargs).to_json()
+
+
+def next_wait(plan: dict, job_age_s: float, spent_usd: float) -> int:
+    return guard_rules.next_wait(Plan.from_json(plan), job_age_s, spent_usd)
+
 
 HISTORY_QUOTA = 25_000  # events per Standard execution (Step Functions quotas)
 # Events each state adds to the history (Step Functions history event types per state type).
@@ -372,3 +383,37 @@ def test_registry_metadata_keeps_the_exact_data_source_as_a_digest(synth, render
     assert len(source) > 256 and len(meta["data_source"]) == 256 and meta["data_source"].endswith("...")
     assert meta["data_source_sha256"] == hashlib.sha256(source.encode()).hexdigest()
     assert meta["price_region"] == "us-east-1" and meta["cost_basis"]
+
+
+def test_every_functions_synthesized_environment_is_what_its_handler_decodes(synth):
+    """The construct writes each function's environment with the seam's `to_env`; the handler reads it back with
+    `from_env` at its entry point: every variable the stack sets decodes, and nothing the handler ignores is set."""
+    from spotrun.preparation import PreparationSettings
+    from spotrun.seams import (
+        CancelEnvironment,
+        CostGuardEnvironment,
+        PipelineSettings,
+        PrepareEnvironment,
+        RecorderEnvironment,
+    )
+    from tests.infra.render import placeholder
+
+    readers = {"spotrun.handlers.estimate.handler": (PipelineSettings, PreparationSettings),
+               "spotrun.handlers.cost_guard.handler": (CostGuardEnvironment,),
+               "spotrun.handlers.cancel.handler": (CancelEnvironment,),
+               "spotrun.handlers.interruptions.handler": (RecorderEnvironment,),
+               "spotrun.handlers.prepare.handler": (PrepareEnvironment,)}
+    seen = set()
+    for fn in synth.resources("AWS::Lambda::Function").values():
+        handler = fn["Properties"].get("Handler", "")
+        if handler not in readers:
+            continue
+        seen.add(handler)
+        env = {k: render(v, placeholder) for k, v in fn["Properties"]["Environment"]["Variables"].items()}
+        assert {k: v for reader in readers[handler] for k, v in reader.from_env(env).to_env().items()} == env, handler
+    assert seen == readers.keys()
+    with pytest.raises(ValueError, match=r"POLL_SECONDS='soon' of PipelineSettings is invalid: expected an integer"):
+        PipelineSettings.from_env({"BUCKET_NAME": "b", "JOB_PREFIX": "p-", "MODEL_PACKAGE_GROUP": "g",
+                                   "POLL_SECONDS": "soon"})
+    with pytest.raises(ValueError, match="JOB_PREFIX is missing: CancelEnvironment needs it"):
+        CancelEnvironment.from_env({})

@@ -274,7 +274,7 @@ def test_outputs_tell_users_where_to_upload_and_what_to_start(template):
 
 def test_estimate_settings_output_renders_to_the_estimate_functions_environment(template):
     """`spotrun start` validates with this output: it must be exactly what the estimate Lambda reads."""
-    from spotrun.handlers.estimate import PipelineSettings
+    from spotrun.deployment import PipelineSettings
     from tests.infra.render import placeholder, render
 
     value = template.find_outputs(StackOutput.ESTIMATE_SETTINGS)[StackOutput.ESTIMATE_SETTINGS]["Value"]

@@ -8,7 +8,7 @@ import copy
 import pytest
 
 from spotrun.contract import RunValidationError, parse_run
-from spotrun.handlers.estimate import PipelineSettings, plan
+from spotrun.deployment import PipelineSettings, plan
 from spotrun.planner import estimate
 from spotrun.seams import VALIDATION_CHANNEL, Hyperparameter
 

@@ -159,9 +159,10 @@ def test_local_applies_the_hyperparameter_limits_and_the_pipelines_rules(tmp_pat
 
 
 def test_the_local_and_the_aws_report_come_from_one_builder(tmp_path, assets):
-    from spotrun.handlers.cost_guard import _report, registry_metadata
+    from spotrun.guard import _report, registry_metadata
     from spotrun.local.pipeline import plan_local
     from spotrun.report import build_local_report, summary_text
+    from spotrun.seams import Guard, GuardAction
 
     raw = _local_run(tmp_path, assets)
     raw["registry"] = {"gate": {"max_val_loss": 2.5}}
@@ -179,8 +180,9 @@ def test_the_local_and_the_aws_report_come_from_one_builder(tmp_path, assets):
                 "ModelArtifacts": {"S3ModelArtifacts": "s3://b/output/model.tar.gz"}}
     segment = {"segment": 1, "job_name": "j", "spot": True, "status": "Completed", "secondary_status": "Completed",
                "billable_seconds": 3, "training_seconds": 10, "cost_usd": 0.01, "exact": True, "interruptions": 0}
-    remote = _report(planned, {"job_name": "j"}, describe, 0.01, {"interruptions": 0,
-                                                                  "worst_checkpoint_gap_seconds": 0.0}, [segment])
+    guard = Guard(action=GuardAction.COMPLETED, job_name="j", spot=True, wait_seconds=60, spent_before_usd=0.0,
+                  interruptions_before=0, segments=[segment])
+    remote = _report(planned, guard, describe, 0.01)
     shared = ("run", "job_name", "status", "method", "instance_type", "instance_count", "spot", "billable_seconds",
               "training_seconds", "interruptions", "spot_savings_pct", "cost_usd", "price_basis", "cost_basis",
               "price_region", "price_as_of", "cap_usd", "estimated_cost_usd", "final_loss", "model_data_url",

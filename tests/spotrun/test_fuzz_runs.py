@@ -26,7 +26,7 @@ from moto import mock_aws
 
 from spotrun.cli import build_parser, main
 from spotrun.contract import join
-from spotrun.handlers.estimate import PipelineSettings, plan
+from spotrun.deployment import PipelineSettings, plan
 from spotrun.validate_command import run_command
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -16,22 +16,37 @@ import pytest
 from botocore.stub import Stubber
 from moto import mock_aws
 
-from spotrun.handlers.cancel import cancel, first_job_of
-from spotrun.handlers.common import to_epoch
-from spotrun.handlers.cost_guard import STOP_GRACE_S, decide, newest_checkpoint, next_wait
-from spotrun.handlers.estimate import RUN_RECORD, PipelineSettings, job_name, plan
-from spotrun.handlers.interruptions import record, recorded_rates
+from spotrun import guard as guard_rules
+from spotrun.aws_events import to_epoch
+from spotrun.deployment import PipelineSettings, cancel, first_job_of, job_name, plan
+from spotrun.guard import STOP_GRACE_S, newest_checkpoint
+from spotrun.measured import record, recorded_rates
 from spotrun.planner import load_catalog
+from spotrun.preflight import RUN_RECORD
 from spotrun.seams import (
     COMPLETED_METRIC,
     GUARD_FIELDS,
     PLAN_FIELDS,
+    Guard,
     GuardAction,
+    Plan,
+    PlanStatus,
     StopNotice,
     checkpoint_manifest_key,
 )
 from spotrun.segments import MAX_SEGMENTS, next_max_runtime, segment_job_name
 from spotrun.simulate.engine import SimPlan
+
+
+def decide(plan: dict, guard: dict, describe: dict, **kwargs) -> dict:
+    """The cost guard's rule on the JSON the state machine carries, as its handler calls it: decoded at entry
+    (spotrun.seams.Plan, Guard), encoded on return."""
+    return guard_rules.decide(Plan.from_json(plan), Guard.from_json(guard), describe, **kwargs).to_json()
+
+
+def next_wait(plan: dict, job_age_s: float, spent_usd: float) -> int:
+    return guard_rules.next_wait(Plan.from_json(plan), job_age_s, spent_usd)
+
 
 SETTINGS = PipelineSettings(bucket="art-bucket", job_prefix="spotrun-dev-", model_package_group="spotrun-models",
                             poll_seconds=60, project="spotrun", stage="dev", cost_center="ml-platform",
@@ -169,9 +184,9 @@ def test_registration_is_always_for_review():
 
 
 def test_job_names_fit_sagemaker_limits_and_differ_per_execution():
-    long = job_name(SETTINGS, "a" * 48, "exec-1")
+    long = job_name(SETTINGS.job_prefix, "a" * 48, "exec-1")
     assert len(long + f"-{MAX_SEGMENTS}od") <= 63
-    assert job_name(SETTINGS, "x", "exec-1") != job_name(SETTINGS, "x", "exec-2")
+    assert job_name(SETTINGS.job_prefix, "x", "exec-1") != job_name(SETTINGS.job_prefix, "x", "exec-2")
 
 
 def test_a_region_without_prices_is_refused_by_name():
@@ -541,3 +556,25 @@ def test_no_switch_without_a_deadline_after_a_stop_the_cap_requested_or_without_
     # A run that forbids on-demand stays on spot.
     no_fallback = {**DEADLINE_PLAN, "on_demand_fallback": False}
     assert decide(no_fallback, GUARD0, _running(11), now=late, checkpoint_step=behind)["action"] == "wait"
+
+
+def test_the_cost_guard_decodes_plan_and_guard_at_entry_and_names_what_is_malformed():
+    from spotrun.handlers import cost_guard as cost_guard_handler
+
+    assert Plan.from_json(PLAN).to_json() == PLAN and Plan.from_json(PLAN).status is PlanStatus.OK
+    assert Guard.from_json(GUARD0).action is GuardAction.WAIT
+    without_name = {k: v for k, v in PLAN.items() if k != "job_name"}
+    with pytest.raises(ValueError, match=r"^plan is invalid: expected the fields of spotrun.seams.Plan; "
+                                         r"missing: job_name; unknown: jobname$"):
+        Plan.from_json({**without_name, "jobname": "x"}, "plan")
+    with pytest.raises(ValueError, match=r"^guard.action='pause' is invalid: expected one of wait, stop, segment"):
+        Guard.from_json({**GUARD0, "action": "pause"}, "guard")
+    with pytest.raises(ValueError, match=r"^plan.max_usd='20' is invalid: expected float"):
+        Plan.from_json({**PLAN, "max_usd": "20"}, "plan")
+    with pytest.raises(ValueError, match=r"^guard.spot=1 is invalid: expected bool"):
+        Guard.from_json({**GUARD0, "spot": 1}, "guard")
+    # The handler refuses before it calls anything: a state machine passing a refusal or no plan is a bug.
+    with pytest.raises(ValueError, match=r"^plan=\[\] is invalid: expected an object with the fields of "):
+        cost_guard_handler.handler({"plan": [], "guard": GUARD0}, None)
+    with pytest.raises(ValueError, match=r"^plan.status='InvalidRun' is invalid: the cost guard polls"):
+        cost_guard_handler.handler({"plan": {**PLAN, "status": "InvalidRun"}, "guard": GUARD0}, None)

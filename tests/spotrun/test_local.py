@@ -17,7 +17,7 @@ import pytest
 
 from spotrun.cli import main
 from spotrun.contract import RunValidationError
-from spotrun.handlers.cost_guard import REGISTRY_METADATA_KEYS
+from spotrun.guard import REGISTRY_METADATA_KEYS
 from spotrun.local.demo import weights_identical
 from spotrun.local.harness import loss_records
 from spotrun.local.pipeline import InterruptAt, LocalOptions, load_run, run_local

@@ -12,8 +12,8 @@ import pytest
 from botocore.stub import Stubber
 from moto import mock_aws
 
-from spotrun.handlers.estimate import PipelineSettings, plan
-from spotrun.handlers.performance import (
+from spotrun.deployment import PipelineSettings, plan
+from spotrun.measured import (
     METHOD_TAG,
     SHAPE_TAG,
     record_performance,

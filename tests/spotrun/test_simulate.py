@@ -307,7 +307,7 @@ def test_local_trace_replay_turns_each_loss_of_capacity_into_an_injected_interru
 def test_the_estimate_lambdas_plan_carries_the_chosen_policy_and_its_odds():
     from moto import mock_aws
 
-    from spotrun.handlers.estimate import PipelineSettings, plan
+    from spotrun.deployment import PipelineSettings, plan
 
     settings = PipelineSettings(bucket="art-bucket", job_prefix="spotrun-dev-", model_package_group="g",
                                 poll_seconds=60, project="spotrun", stage="dev", cost_center="ml")
@@ -328,7 +328,7 @@ def test_the_estimate_lambdas_plan_carries_the_chosen_policy_and_its_odds():
 
 
 def test_the_recorders_interruptions_become_gaps_and_resampled_traces():
-    from spotrun.handlers.interruptions import interruption_item
+    from spotrun.measured import interruption_item
     from spotrun.simulate.traces import interruption_gaps, resampled_traces
 
     def event(job, epoch):  # what the recorder writes for a real SageMaker state-change event

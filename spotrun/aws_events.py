@@ -1,4 +1,4 @@
-"""Small helpers the Lambda handlers share: timestamps as Step Functions/EventBridge deliver them, EMF metrics,
+"""Small helpers for what AWS delivers and keeps: timestamps as Step Functions/EventBridge deliver them, EMF metrics,
 idempotent records."""
 
 from __future__ import annotations
