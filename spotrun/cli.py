@@ -1,6 +1,6 @@
 """The `spotrun` command (also `python -m spotrun ...`): `spotrun --help` lists every subcommand.
 
-    validate, estimate       check and estimate runs here (spotrun/validate.py)
+    validate, estimate       check and estimate runs here (spotrun/validate_command.py)
     prepare, upload-model    data and models into shards / the stage's bucket (spotrun/data_commands.py)
     local, demo              the pipeline on this machine (spotrun/local/commands.py)
     simulate                 replay a run's plan over spot traces under each policy (spotrun/simulate/)
@@ -8,6 +8,9 @@
                              a deployed stage's runs (spotrun/remote.py)
     approve, deploy, undeploy
                              a finished run's model to a SageMaker endpoint (spotrun/deploy.py)
+
+Every command reads a run file with spotrun.runfile.load_run_file and exits with a code of the one table in
+spotrun/exits.py, which `spotrun --help` prints.
 """
 
 from __future__ import annotations
@@ -15,8 +18,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import validate
+from . import validate_command
 from .data_commands import register as register_data
+from .exits import HELP as EXIT_CODES_HELP
 from .local.commands import register as register_local
 from .remote import register as register_remote
 from .simulate.command import register as register_simulate
@@ -24,10 +28,10 @@ from .simulate.command import register as register_simulate
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="spotrun", description="spotrun: plan and run spot fine-tunes",
-                                     epilog=validate.EXIT_CODES_HELP)
+                                     epilog=EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"spotrun {_version()}")
     sub = parser.add_subparsers(dest="cmd", required=True)
-    validate.register(sub)
+    validate_command.register(sub)
     register_data(sub)
     register_local(sub)
     register_remote(sub)

@@ -61,24 +61,31 @@ def _print(result: dict, fmt: str, lines: list[str]) -> None:
 
 
 def _guard(fn, args) -> int:
+    """Run a command; its exit code from spotrun/exits.py. With `--format json` an error is one JSON document on
+    stdout (as the result is), else one line on stderr."""
     from botocore.exceptions import BotoCoreError, ClientError
 
     from .datasets import PrepareError
+    from .exits import Exit, fail
     from .models import ModelDirError
     from .remote import RemoteError
 
+    fmt = getattr(args, "format", "text")
     try:
         return fn(args)
     except (PrepareError, ModelDirError, RemoteError) as exc:
+        if fmt == "json":
+            return fail(fmt, Exit.INVALID, "InvalidInput", str(exc))
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return int(Exit.INVALID)
     except (ClientError, BotoCoreError) as exc:
-        print(f"error: AWS: {exc}", file=sys.stderr)
-        return 1
+        return fail(fmt, Exit.FAILED, "AWS", str(exc))
     except KeyboardInterrupt:
-        print("stopped: Ctrl-C (nothing half-written is left looking complete; run the command again)",
-              file=sys.stderr)
-        return 130
+        message = "Ctrl-C (nothing half-written is left looking complete; run the command again)"
+        if fmt == "json":
+            return fail(fmt, Exit.STOPPED, "Stopped", message)
+        print(f"stopped: {message}", file=sys.stderr)
+        return int(Exit.STOPPED)
 
 
 def _bucket(args) -> tuple[str, object]:

@@ -29,7 +29,7 @@ from typing import Any, Callable
 from .contract import RunSpec, RunValidationError, parse_run
 from .gate import gate_of
 from .measured import shape_key
-from .planner import EstimateRefused, estimate, load_catalog, regional_catalog, startup_seconds
+from .planner import estimate, load_catalog, regional_catalog, startup_seconds
 from .preflight import (
     RUN_RECORD,
     check_approval_status,
@@ -42,6 +42,7 @@ from .preflight import (
     run_record,
 )
 from .preparation import PreparationSettings, plan_step
+from .refusal import Refusal
 from .seams import (
     CANCEL_STATUSES,
     EXECUTION_TAG,
@@ -62,7 +63,7 @@ CONTRACT_KEYS = ("parameters", "trainable_parameters", "training_flops", "gpu_ho
                  "instance_count", "max_runtime_seconds", "max_wait_seconds", "checkpoint_bytes", "spot_policy",
                  "notice_upload_gb_per_s", "checkpoint_interval_seconds", "cost_usd", "warnings", "utilization",
                  "utilization_source", "segments", "wall_seconds", "expected_overhead_seconds",
-                 "checkpoint_policy")
+                 "checkpoint_policy", "tokens", "expected_interruptions", "evaluation_seconds")  # the report's
 MAX_JOB_NAME = 63
 
 
@@ -196,13 +197,8 @@ def plan(run_raw: Any, execution: str, settings: PipelineSettings, *, s3_client:
         from .simulate.choose import spot_policy  # the chosen spot policy and its odds (stdlib only)
 
         est.spot_policy = spot_policy(run, est, catalog)
-    except RunValidationError as exc:
-        return {"status": PlanStatus.INVALID_RUN.value, "message": str(exc), "field": exc.field}
-    except EstimateRefused as exc:
-        out = {"status": exc.code, "message": exc.message, "field": exc.field or "run"}
-        if exc.estimate is not None:
-            out["estimate"] = {k: exc.estimate.to_json()[k] for k in CONTRACT_KEYS}
-        return out
+    except Refusal as exc:  # the contract, the stage's rules, the sources or the planner
+        return exc.result(CONTRACT_KEYS)
 
     try:
         if run.checkpoint.resume_from is not None and execution_status is not None:
@@ -212,8 +208,8 @@ def plan(run_raw: Any, execution: str, settings: PipelineSettings, *, s3_client:
         if done is not None:  # the cap is the run's; the preparation's cost is spent before the first job
             out.update(max_usd=cap, spent_before_usd=done.cost_usd, preparation=dataclasses.asdict(done))
         return out
-    except RunValidationError as exc:
-        return {"status": PlanStatus.INVALID_RUN.value, "message": str(exc), "field": exc.field}
+    except Refusal as exc:
+        return exc.result(CONTRACT_KEYS)
 
 
 def _ok_plan(run: RunSpec, est: Any, hyper: dict, execution: str, started: str, settings: PipelineSettings,

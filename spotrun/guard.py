@@ -41,7 +41,7 @@ from typing import Any, Callable
 
 from .aws_events import to_epoch
 from .aws_text import digest, metadata_value
-from .gate import check_gate
+from .report import run_report
 from .seams import (
     CHECKPOINT_MANIFEST,
     CHECKPOINT_STEP_DIR,
@@ -323,28 +323,16 @@ def _report(plan: Plan, guard: Guard, describe: dict, spent: float) -> dict:
     spot_training = sum(float(s["training_seconds"] or s["billable_seconds"] or 0.0) for s in segments if s["spot"])
     savings = (1 - spot_billable / spot_training) * 100 if spot_training > 0 else 0.0
     worst_lost = guard.worst_checkpoint_gap_seconds * plan.usd_per_hour / 3600
-    report = {
-        "run": plan.run_name, "job_name": guard.job_name, "status": "Completed", "method": plan.method,
-        "instance_type": plan.instance_type, "instance_count": plan.instance_count,
-        "spot": any(s["spot"] for s in segments), "region": plan.region, "billable_seconds": billable,
-        "training_seconds": training, "interruptions": guard.interruptions,
-        "spot_savings_pct": round(savings, 2), "cost_usd": round(spent, 2),
-        "price_basis": f"{COST_BASIS_BILLED}; {plan.price_source}",
-        "cost_basis": COST_BASIS_BILLED, "price_region": plan.region, "price_as_of": plan.price_as_of,
-        "cap_usd": plan.max_usd, "estimated_cost_usd": plan.estimate["cost_usd"],
-        "final_loss": _final_metric(describe, metric_name("loss")),
-        "model_data_url": (describe.get("ModelArtifacts") or {}).get("S3ModelArtifacts", ""),
-        "data_source": plan.data_source,
-        # An interruption at the worst moment seen would have repeated this much work (at the on-demand price).
-        "worst_case_lost_usd": round(worst_lost, 2),
-        "segments": segments,
-    }
-    report["artifact"] = artifact_kind(plan.method)
-    # The exported weights' and the base model's validation losses (the trainer's run_completed line).
-    report["base_val_loss"] = _final_metric(describe, metric_name("base_val_loss"))
-    report["exported_val_loss"] = _final_metric(describe, metric_name("exported_val_loss"))
-    gate = check_gate(plan.gate, base=report["base_val_loss"], final=report["exported_val_loss"])
-    report["gate"] = {"passed": gate.passed, "cause": gate.cause}
+    report = run_report(  # the one report builder (spotrun/report.py), as the local pipeline's
+        plan, job_name=guard.job_name, spot=any(s["spot"] for s in segments), billable_seconds=billable,
+        training_seconds=training, interruptions=guard.interruptions, spot_savings_pct=round(savings, 2),
+        cost_usd=round(spent, 2), price_basis=f"{COST_BASIS_BILLED}; {plan.price_source}",
+        cost_basis=COST_BASIS_BILLED, price_region=plan.region, price_as_of=plan.price_as_of,
+        final_loss=_final_metric(describe, metric_name("loss")),
+        model_data_url=(describe.get("ModelArtifacts") or {}).get("S3ModelArtifacts", ""),
+        worst_case_lost_usd=round(worst_lost, 2), base_val_loss=_final_metric(describe, metric_name("base_val_loss")),
+        exported_val_loss=_final_metric(describe, metric_name("exported_val_loss")))
+    report.update(region=plan.region, segments=segments)
     report["metadata"] = registry_metadata(report)
     return report
 
@@ -360,10 +348,6 @@ COST_BASIS_BILLED = "billable seconds x on-demand price x instance count"
 
 
 OPTIONAL_METADATA_KEYS = ("base_val_loss", "exported_val_loss")  # runs with validation data
-
-
-def artifact_kind(method: str) -> str:
-    return "lora-adapter" if method == "lora" else "full-model"
 
 
 def registry_metadata(report: dict) -> dict[str, str]:

@@ -63,6 +63,7 @@ from .planner_options import (
     startup_seconds,
 )
 from .planner_outputs import first_segment_seconds, format_text, trainer_hyperparameters
+from .refusal import Refusal
 from .seams import StopNotice
 from .segments import SegmentPlan
 from .topology import layouts
@@ -76,13 +77,13 @@ __all__ = [
 ]
 
 
-class EstimateRefused(Exception):
-    """The run must not start. `code` is the state machine's named failure: InvalidRun or OverBudget; `field`
-    the run field to change."""
+class EstimateRefused(Refusal):
+    """The planner refuses the run (spotrun.refusal.Refusal). `code` is its status, the state machine's named
+    failure: InvalidRun or OverBudget; `field` the run field to change."""
 
     def __init__(self, code: str, message: str, estimate: Estimate | None = None, field: str | None = None):
-        super().__init__(message)
-        self.code, self.message, self.estimate, self.field = code, message, estimate, field
+        super().__init__(code, message, field=field, estimate=estimate)
+        self.code = self.status
 
 
 @dataclass

@@ -7,7 +7,8 @@ an execution name or an execution ARN. What the pipeline decided is read back fr
 Estimate state's plan and the CostGuard's latest decision; the training job from SageMaker; the trainer's
 metric lines from the job's CloudWatch log streams.
 
-`start` validates first, here, with the estimate Lambda's own code (spotrun.deployment.plan: the same
+`start` reads the run file first (spotrun.runfile.load_run_file, before any AWS call), then validates it, here,
+with the estimate Lambda's own code (spotrun.deployment.plan: the same
 checks, the same sources in S3, the same refusals), and starts nothing when it refuses.
 `cancel` stops the execution, then the training job: SageMaker sends the trainer SIGTERM, and it saves a
 checkpoint before it stops (StopExecution alone would leave the job running).
@@ -188,19 +189,19 @@ def latest_metrics(logs, job_name: str) -> dict | None:
 
 def start(args: argparse.Namespace) -> dict:
     from .deployment import plan
+    from .runfile import load_run_file
 
+    loaded = load_run_file(args.run)  # the run file first: a bad one fails here, before any AWS call
+    raw = loaded.raw
     dep = deployment(args.stage, args.stack, args.region)
-    try:
-        raw = json.loads(Path(args.run).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise RemoteError(f"run={str(args.run)!r} is invalid: expected a readable run JSON file ({exc})") from None
-    name = args.execution_name or execution_name(str(raw.get("name", "")), time.time())
+    name = args.execution_name or execution_name(loaded.run.name, time.time())
     settings = dep.estimate_settings()
     # The estimate Lambda's checks, run here; raw text under datasets/ is answered Prepare (spotrun/preparation.py).
     preparation = PreparationSettings.from_env(json.loads(dep.outputs[StackOutput.ESTIMATE_SETTINGS.value]))
     checked = plan(raw, name, settings, s3_client=dep.client("s3"), preparation=preparation)
     if checked["status"] not in (PlanStatus.OK.value, PlanStatus.PREPARE.value):
-        return {"error": checked["status"], "message": checked["message"], "started": False}
+        return {"error": checked["status"], "message": checked["message"], "field": checked.get("field"),
+                "started": False}
     arn = dep.client("stepfunctions").start_execution(stateMachineArn=dep.state_machine_arn, name=name,
                                                       input=json.dumps(raw))["executionArn"]
     if checked["status"] == PlanStatus.PREPARE.value:  # planned after the preparation job, in the pipeline
@@ -357,27 +358,42 @@ def _table(rows: list[dict]) -> str:
 
 
 def _run(fn, args: argparse.Namespace) -> int:
+    """Run a remote command; its exit code from spotrun/exits.py. With `--format json` an error is one JSON
+    document on stdout (as a refused `start` is), else one line on stderr."""
     from botocore.exceptions import BotoCoreError, ClientError
 
+    from .exits import Exit, for_status
+    from .refusal import Refusal
+
+    fmt = getattr(args, "format", "text")
     try:
         result = fn(args)
+    except Refusal as exc:  # the run file (spotrun.runfile.load_run_file)
+        return _error(fmt, for_status(exc.status), exc.status, exc.message, exc.field)
     except RemoteError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return _error(fmt, Exit.INVALID, "RemoteError", str(exc))
     except (ClientError, BotoCoreError) as exc:
-        print(f"error: AWS: {exc}", file=sys.stderr)
-        return 1
+        return _error(fmt, Exit.FAILED, "AWS", str(exc))
     if isinstance(result, int):
         return result
-    if getattr(args, "format", "text") == "json":
+    if fmt == "json":
         print(json.dumps(result, indent=2, default=str))
     elif fn is list_runs:
         print(_table(result))
     else:
         print(_text(result))
     if isinstance(result, dict) and result.get("error"):
-        return 3 if result["error"] == "OverBudget" else 2
-    return 0
+        return int(for_status(result["error"]))
+    return int(Exit.OK)
+
+
+def _error(fmt: str, code: int, error: str, message: str, field: str | None = None) -> int:
+    from .exits import fail
+
+    if fmt == "json":
+        return fail(fmt, code, error, message, field)
+    print(f"error: {message}" if error == "RemoteError" else f"error: {error}: {message}", file=sys.stderr)
+    return int(code)
 
 
 def register(sub) -> None:

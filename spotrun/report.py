@@ -1,8 +1,11 @@
 """The run report: what was estimated against what happened, the cost, and the loss curve.
 
-One dictionary for both paths. Its cost keys are the cost guard's report (spotrun.guard):
-run, job_name, status, instance_type, instance_count, spot, billable_seconds, training_seconds, interruptions,
-spot_savings_pct, cost_usd, cap_usd, estimated_cost_usd, final_loss, model_data_url. A local run adds
+One builder for both paths (`run_report`, from the run's plan: the cost guard's report on AWS, spotrun.handlers.
+cost_guard, and `build_local_report` here): run, job_name, status, method, instance_type, instance_count, spot,
+billable_seconds, training_seconds, interruptions, spot_savings_pct, cost_usd, price_basis, cost_basis,
+price_region, price_as_of, cap_usd, estimated_cost_usd, final_loss, model_data_url, data_source,
+worst_case_lost_usd, artifact, base_val_loss, exported_val_loss, gate. The AWS report adds region, segments and
+metadata; a local run adds
 `estimate`, `actual` (measured on this machine: steps, tokens, wall, trainer and restart seconds, time lost to
 interruptions, steps redone), `interruption_log` (when each interruption was asked for and really sent) and
 `priced`: this machine's time at the planned instance's catalog rates, which is not a measurement and is labelled
@@ -17,62 +20,90 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .contract import RunSpec
-from .guard import artifact_kind
-from .planner import Estimate
+from .gate import check_gate
+from .seams import Plan
+
+_NO_GATE = check_gate(None, base=None, final=None).cause
 
 
-def build_local_report(*, run: RunSpec, estimate: Estimate, job_name: str, metrics: dict,
-                       losses: list[tuple[int, float]], history: dict, usd_per_hour: float,
-                       spot_discount: float, evaluation: dict | None = None) -> dict:
-    """The report of a local run from the planner's estimate, the trainer's metrics.json and loss history, and
-    the timeline of starts and interruptions kept by the local pipeline (spotrun/local/supervisor.py).
+def artifact_kind(method: str) -> str:
+    return "lora-adapter" if method == "lora" else "full-model"
 
-    `actual` is what was measured on this machine; `priced` (and the cost guard's keys at the top level, which
-    the registry's metadata carries) is this machine's launcher time priced at the planned instance's catalog
-    rates: not measured, and said so in `price_basis` and in the text. `evaluation`: the export metadata's
-    (which weights were exported and the validation losses; None without validation data)."""
+
+def run_report(plan: Plan, *, job_name: str, spot: bool, billable_seconds: float, training_seconds: float,
+               interruptions: int, spot_savings_pct: float, cost_usd: float, price_basis: str, cost_basis: str,
+               price_region: str, price_as_of: str, final_loss: float | None, model_data_url: str,
+               worst_case_lost_usd: float, base_val_loss: float | None, exported_val_loss: float | None) -> dict:
+    """The report both paths make, from the run's plan (spotrun.seams.Plan, as spotrun.deployment.plan made it) and
+    what the run came to: the keys the registry's metadata and `summary_text` read, and the gate's verdict
+    (spotrun/gate.py on the exported weights' and the base model's validation losses)."""
+    report = {
+        "run": plan.run_name, "job_name": job_name, "status": "Completed", "method": plan.method,
+        "instance_type": plan.instance_type, "instance_count": plan.instance_count, "spot": spot,
+        "billable_seconds": billable_seconds, "training_seconds": training_seconds, "interruptions": interruptions,
+        "spot_savings_pct": spot_savings_pct, "cost_usd": cost_usd,
+        "price_basis": price_basis, "cost_basis": cost_basis, "price_region": price_region,
+        "price_as_of": price_as_of, "cap_usd": plan.max_usd, "estimated_cost_usd": plan.estimate["cost_usd"],
+        "final_loss": final_loss, "model_data_url": model_data_url, "data_source": plan.data_source,
+        # An interruption at the worst moment seen would have repeated this much work (at the on-demand price).
+        "worst_case_lost_usd": worst_case_lost_usd,
+        "artifact": artifact_kind(plan.method),
+        # The exported weights' and the base model's validation losses (the trainer's run_completed line).
+        "base_val_loss": base_val_loss, "exported_val_loss": exported_val_loss,
+    }
+    gate = check_gate(plan.gate, base=base_val_loss, final=exported_val_loss)
+    report["gate"] = {"passed": gate.passed, "cause": gate.cause}
+    return report
+
+
+def build_local_report(*, plan: Plan, spot: bool, job_name: str, metrics: dict, losses: list[tuple[int, float]],
+                       history: dict, spot_discount: float, model_data_url: str,
+                       evaluation: dict | None = None) -> dict:
+    """The report of a local run (`run_report` with this machine's figures) from its plan (spotrun.local.pipeline:
+    the estimate Lambda's plan with local settings), the trainer's metrics.json and loss history, and the
+    timeline of starts and interruptions kept by the local pipeline (spotrun/local/supervisor.py).
+
+    `actual` is what was measured on this machine; `priced` (and the cost keys at the top level, which the
+    registry's metadata carries) is this machine's launcher time priced at the planned instance's catalog rates
+    (the plan's `usd_per_hour`): not measured, and said so in `price_basis` and in the text. `evaluation`: the
+    export metadata's (which weights were exported and the validation losses; None without validation data)."""
+    usd_per_hour = plan.usd_per_hour
     training_s = sum(s["ended_s"] - s["started_s"] for s in history["starts"])
     on_demand = training_s / 3600 * usd_per_hour
-    spot = on_demand * (1 - spot_discount)
+    spot_usd = on_demand * (1 - spot_discount)
     interruptions = history["interruptions"]
     basis = (f"priced, not measured: the {training_s:.1f} s the launcher ran on this machine at "
-             f"{estimate.instance_count} x {estimate.instance_type}'s catalog on-demand price (${usd_per_hour:.4f}/h)"
-             + (f"; spot: billable time scaled by the catalog's {spot_discount:.0%} spot discount" if run.compute.spot
-                else ""))
+             f"{plan.instance_count} x {plan.instance_type}'s catalog on-demand price (${usd_per_hour:.4f}/h)"
+             + (f"; spot: billable time scaled by the catalog's {spot_discount:.0%} spot discount" if spot else ""))
     priced = {
         "basis": basis, "usd_per_hour": usd_per_hour, "spot_discount": spot_discount,
-        "billable_seconds": round(training_s * (1 - spot_discount) if run.compute.spot else training_s, 3),
+        "billable_seconds": round(training_s * (1 - spot_discount) if spot else training_s, 3),
         "training_seconds": round(training_s, 3),
-        "spot_savings_pct": round(spot_discount * 100, 2) if run.compute.spot else 0.0,
-        "cost_usd": round(spot if run.compute.spot else on_demand, 6),
-        "cost_usd_at_rates": {"spot": round(spot, 6), "on_demand": round(on_demand, 6)},
+        "spot_savings_pct": round(spot_discount * 100, 2) if spot else 0.0,
+        "cost_usd": round(spot_usd if spot else on_demand, 6),
+        "cost_usd_at_rates": {"spot": round(spot_usd, 6), "on_demand": round(on_demand, 6)},
         # The most work one interruption cost here (at the on-demand price), as the AWS report's worst case.
         "worst_case_lost_usd": round(max((i["lost_s"] for i in interruptions), default=0.0) / 3600
                                      * usd_per_hour, 6),
     }
-    return {
-        "run": run.name, "job_name": job_name, "status": "Completed", "local": True,
-        "instance_type": estimate.instance_type, "instance_count": estimate.instance_count, "spot": run.compute.spot,
-        **{k: priced[k] for k in ("billable_seconds", "training_seconds", "spot_savings_pct", "cost_usd",
-                                  "cost_usd_at_rates", "worst_case_lost_usd")},
-        "interruptions": len(interruptions),
-        "cap_usd": run.max_usd,
-        "estimated_cost_usd": estimate.cost_usd,
-        "final_loss": metrics["final_loss"],
-        "method": run.training.method, "artifact": artifact_kind(run.training.method),
-        "data_source": run.data.source or "",
-        "price_basis": basis,
+    report = run_report(
+        plan, job_name=job_name, spot=spot, billable_seconds=priced["billable_seconds"],
+        training_seconds=priced["training_seconds"], interruptions=len(interruptions),
+        spot_savings_pct=priced["spot_savings_pct"], cost_usd=priced["cost_usd"], price_basis=basis,
         # The registry's structured cost fields (cost_guard.REGISTRY_METADATA_KEYS), as on AWS.
-        "cost_basis": "wall time measured here x catalog on-demand price", "price_region": "local",
-        "price_as_of": "none",
-        "priced": priced,
+        cost_basis="wall time measured here x catalog on-demand price", price_region="local", price_as_of="none",
+        final_loss=metrics["final_loss"], model_data_url=model_data_url,
+        worst_case_lost_usd=priced["worst_case_lost_usd"], base_val_loss=(evaluation or {}).get("base_val_loss"),
+        exported_val_loss=(evaluation or {}).get("val_loss"))
+    est = plan.estimate
+    report.update({
+        "local": True, "cost_usd_at_rates": priced["cost_usd_at_rates"], "priced": priced,
         "estimate": {
-            "wall_seconds": round(estimate.wall_seconds, 1), "tokens": estimate.tokens,
-            "expected_interruptions": round(estimate.expected_interruptions, 4),
-            "expected_overhead_seconds": round(estimate.expected_overhead_seconds, 1),
-            "checkpoint_policy": estimate.checkpoint_policy,
-            "checkpoint_interval_seconds": estimate.checkpoint_interval_seconds,
+            "wall_seconds": round(est["wall_seconds"], 1), "tokens": est["tokens"],
+            "expected_interruptions": round(est["expected_interruptions"], 4),
+            "expected_overhead_seconds": round(est["expected_overhead_seconds"], 1),
+            "checkpoint_policy": est["checkpoint_policy"],
+            "checkpoint_interval_seconds": est["checkpoint_interval_seconds"],
         },
         "actual": {
             "basis": "measured on this machine",
@@ -86,12 +117,10 @@ def build_local_report(*, run: RunSpec, estimate: Estimate, job_name: str, metri
         },
         "interruption_log": interruptions,
         "interruptions_not_injected": history.get("not_injected", []),
-        # As the AWS report: the base model's and the exported weights' validation loss (the gate's inputs).
-        "base_val_loss": (evaluation or {}).get("base_val_loss"),
-        "exported_val_loss": (evaluation or {}).get("val_loss"),
         "evaluation": evaluation,
-        "estimated_evaluation_seconds": round(estimate.evaluation_seconds, 1),
-    }
+        "estimated_evaluation_seconds": round(est["evaluation_seconds"], 1),
+    })
+    return report
 
 
 def _money(value) -> str:
@@ -157,13 +186,6 @@ def summary_text(report: dict) -> str:
             lines.append(f"  segment {seg['segment']:<8} {seg['job_name']} ({'spot' if seg['spot'] else 'on-demand'}): "
                          f"{seg['status']}/{seg['secondary_status']}, billable {seg['billable_seconds'] or 0:,} s, "
                          f"{_money(seg['cost_usd'])}")
-        prep = report.get("preparation")  # raw text prepared by the pipeline (spotrun/preparation.py)
-        if prep:
-            lines.append(f"  preparation      reused {prep['data_source']} (same inputs and tokenizer), $0" if
-                         prep["reused"] else
-                         f"  preparation      {prep['job_name']} ({prep['instance_count']} x {prep['instance_type']}):"
-                         f" {prep['seconds']:,.0f} s, {_money(prep['cost_usd'])} (in the cost above), "
-                         f"{prep['tokens']:,} tokens")
         if "cost_usd_at_rates" in report:
             rates = report["cost_usd_at_rates"]
             lines.append(f"  this wall time at the planned instance's rates: spot {_money(rates['spot'])}, "
@@ -176,7 +198,7 @@ def summary_text(report: dict) -> str:
         base = report.get("base_val_loss")
         lines.append(f"  validation loss  {report['exported_val_loss']:.4f}{chosen}; base model "
                      + (f"{base:.4f}" if base is not None else "not measured"))
-    if report.get("gate"):
+    if report.get("gate") and report["gate"]["cause"] != _NO_GATE:  # a run without registry.gate says nothing
         lines.append(f"  registry gate    {report['gate']['cause']}")
     if report.get("model_package_arn") or report.get("model_package"):
         lines.append(f"  model package    {report.get('model_package_arn') or report.get('model_package')}")

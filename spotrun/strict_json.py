@@ -14,6 +14,9 @@ import re
 import reprlib
 from typing import Any
 
+from .refusal import Refusal
+from .seams import PlanStatus
+
 MAX_RUN_BYTES = 256 * 1024  # a run is a Step Functions execution input: at most 256 KiB
 MAX_DEPTH = 16  # HF configs nest 2-3 levels; deeper input is refused before anything recurses into it
 MAX_STRING = 4096  # no field of a run needs more (S3 URIs are <= 1,024)
@@ -48,14 +51,14 @@ def join(path: str, key: Any) -> str:
     return f"{path}.{_key(key)}" if path else _key(key)
 
 
-class RunValidationError(ValueError):
-    """The run JSON is invalid; `.field` is the dotted path of the offending field."""
+class RunValidationError(Refusal, ValueError):
+    """The run JSON is invalid (a Refusal with status InvalidRun); `.field` is the dotted path of the offending
+    field."""
 
     def __init__(self, field_path: str, value: Any, accepted: str):
         field_path = field_path if len(field_path) <= 200 else field_path[:197] + "..."
         message = f"{field_path}={show(value)} is invalid: expected {accepted}"
-        super().__init__(" ".join(message.splitlines()))
-        self.field = field_path
+        super().__init__(PlanStatus.INVALID_RUN.value, " ".join(message.splitlines()), field=field_path)
 
 
 # ---- decoding: bytes of a run file -> a JSON value whose oddities are reported by field -----------------

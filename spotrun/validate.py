@@ -1,4 +1,5 @@
-"""One set of rules for every run, two front ends: the estimate Lambda and `spotrun validate` / `estimate`.
+"""One set of rules for every run, two front ends: the estimate Lambda and `spotrun validate` / `estimate`
+(spotrun/validate_command.py, the CLI half).
 
 The layers, in the order both apply them:
 
@@ -10,53 +11,38 @@ The layers, in the order both apply them:
    (`pipeline_hyperparameters`, within CreateTrainingJob's limits).
 
 The CLI knows the target when told the stage (`--stage`: the stack's outputs) or offline (`--bucket`, `--group`);
-without one it says that layer 2 was not checked. Exit codes: 0 ok, 2 invalid input, 3 refused by the planner.
+without one it says that layer 2 was not checked. Exit codes: spotrun/exits.py.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from dataclasses import dataclass
 
 from .contract import (
     HYPERPARAMETER_KEY_MAX,
     HYPERPARAMETER_VALUE_MAX,
     HYPERPARAMETERS_MAX,
-    MAX_RUN_BYTES,
     RunSpec,
     RunValidationError,
-    decode_run,
-    parse_run,
 )
-from .planner import (
-    DEFAULT_PRICE_REGION,
-    Estimate,
-    EstimateRefused,
-    estimate,
-    format_text,
-    load_catalog,
-    regional_catalog,
-)
-from .seams import METHODS, Hyperparameter, StackOutput, stack_name
-from .simulate.choose import policy_text, spot_policy
-from .sources import PLACEHOLDER_BUCKET, read_sources
+from .planner import Estimate
+from .seams import METHODS, Hyperparameter
+from .sources import PLACEHOLDER_BUCKET
 
-EXIT_OK, EXIT_INVALID, EXIT_REFUSED = 0, 2, 3
-EXIT_CODES_HELP = ("exit codes: 0 every run passed; 2 invalid input (the message names the field); 3 refused by "
-                   "the planner (over budget, does not fit, needs more than SageMaker's 28-day MaxRuntime, ...)")
 DATASETS_PREFIX, MODELS_PREFIX = "datasets/", "models/"  # the training role reads only these (ArtifactStore)
 # A hyperparameter that carries a run field is reported as that field.
 _HYPERPARAMETER_FIELDS = {Hyperparameter.MODEL_CONFIG.value: "model.config", Hyperparameter.LR.value: "training.lr",
                           Hyperparameter.EPOCHS.value: "training.epochs"}
 
 
+THIS_MACHINE = ""  # Target.bucket of `spotrun local`: its sources are paths on this machine, not S3 URIs
+
+
 @dataclass(frozen=True)
 class Target:
-    """The deployment a run is meant for: the stack's artifact bucket and model package group."""
+    """The deployment a run is meant for: the stack's artifact bucket and model package group (bucket
+    THIS_MACHINE: `spotrun local`, whose sources are local paths)."""
 
     bucket: str
     model_package_group: str
@@ -68,6 +54,11 @@ class Target:
 
 
 def _require_under(uri: str | None, target: Target, prefix: str, field_path: str) -> str:
+    if target.bucket == THIS_MACHINE:  # spotrun.local.pipeline.load_run checked that the path exists
+        if not uri or uri.startswith("s3://"):
+            raise RunValidationError(field_path, uri, "a local path for `spotrun local` (runs with s3:// sources "
+                                     "start on AWS with `spotrun start`)")
+        return uri
     wanted = f"s3://{target.bucket}/{prefix}"
     if not uri or not uri.startswith(wanted):
         hint = ""
@@ -76,6 +67,14 @@ def _require_under(uri: str | None, target: Target, prefix: str, field_path: str
         raise RunValidationError(field_path, uri, f"an S3 URI under {wanted} (the training role reads only there)"
                                  + hint)
     return uri if uri.endswith("/") else uri + "/"
+
+
+def check_catalog(run: RunSpec, catalog: dict) -> None:
+    """compute.instance_type is `auto` or a type of spotrun's catalog (the planner knows no other)."""
+    wanted = run.compute.instance_type
+    if wanted != "auto" and wanted not in catalog["instances"]:
+        raise RunValidationError("compute.instance_type", wanted, "auto or an instance type of spotrun's catalog: "
+                                 + ", ".join(sorted(catalog["instances"])))
 
 
 def check_target(run: RunSpec, target: Target) -> tuple[str, str | None]:
@@ -124,159 +123,3 @@ def pipeline_hyperparameters(run: RunSpec, est: Estimate) -> dict[str, str]:
         hyper[Hyperparameter.MODEL_CONFIG.value] = json.dumps(run.model.config, separators=(",", ":"))
     check_hyperparameters(hyper)
     return hyper
-
-
-# ---- the CLI front end ----------------------------------------------------------------------------------------
-
-
-@dataclass
-class Checked:
-    """What one run file came to: the estimate (or None), and plainly what was checked and what was not."""
-
-    run: RunSpec
-    estimate: Estimate | None
-    checked: list[str] = field(default_factory=list)
-    not_checked: list[str] = field(default_factory=list)
-
-
-def check_file(path: Path, target: Target | None, *, plan: bool, s3_client: Any = None,
-               region: str | None = None) -> Checked:
-    """Every layer the CLI can apply to one run file; RunValidationError / EstimateRefused otherwise.
-    `region`: whose on-demand prices the planner uses (DEFAULT_PRICE_REGION when None, and the output says so)."""
-    try:
-        size = Path(path).stat().st_size
-        if size > MAX_RUN_BYTES:
-            raise RunValidationError("run", str(path), f"a file of at most {MAX_RUN_BYTES:,} bytes (Step Functions' "
-                                     f"input limit); this one has {size:,}")
-        data = Path(path).read_bytes()
-    except (OSError, ValueError) as exc:
-        raise RunValidationError("run", str(path), f"a readable file ({getattr(exc, 'strerror', None) or exc})"
-                                 ) from None
-    run = parse_run(decode_run(data, str(path)))
-    out = Checked(run, None, checked=["the run contract and SageMaker's limits on it"])
-    if target is not None:
-        check_target(run, target)
-        out.checked.append(target.describe())
-    else:
-        out.not_checked.append("the stage's rules (sources under its bucket's datasets/ and models/, its model "
-                               "package group): give --stage, or --bucket and --group")
-    if not plan:
-        out.not_checked.append("the sources' config.json / index.json and the planner: run `spotrun estimate`")
-        return out
-    sources = read_sources(run, s3_client, offline=True)
-    for note in sources.notes:
-        if note.startswith("not "):
-            out.not_checked.append(note.removeprefix("not checked: "))  # printed under "not checked:" already
-        else:
-            out.checked.append(note)
-    if run.model.init is None and target is None:
-        out.not_checked.append('training: a model.config without model.source or model.init="random" is a shape '
-                               "for estimates only; the pipeline refuses to train it")
-    catalog = load_catalog()
-    priced_in = region or DEFAULT_PRICE_REGION
-    catalog = regional_catalog(catalog, priced_in)
-    out.estimate = estimate(run, catalog=catalog, model_config=sources.model_config, data_tokens=sources.tokens,
-                            validation_tokens=sources.validation_tokens)
-    pipeline_hyperparameters(run, out.estimate)
-    out.estimate.spot_policy = spot_policy(run, out.estimate, catalog)
-    out.checked.append("the planner (fit, MaxRuntime/MaxWait, budget) and the hyperparameters' limits")
-    out.checked.append(f"costs at on-demand list prices in {priced_in} (spotrun catalog as of "
-                       f"{catalog['regions'][priced_in].get('as_of', 'unknown')})"
-                       + ("" if region else "; --region prices another region"))
-    return out
-
-
-def stage_target(stage: str, region: str | None, cfn_client: Any = None) -> Target:
-    """The stage's bucket and group from its CloudFormation stack's outputs (stacks/spotrun_stack.py)."""
-    import boto3
-    from botocore.exceptions import BotoCoreError, ClientError
-
-    stack = stack_name(stage)
-    try:
-        client = cfn_client or boto3.client("cloudformation", region_name=region)
-        outputs = client.describe_stacks(StackName=stack)["Stacks"][0].get("Outputs", [])
-    except (ClientError, BotoCoreError) as exc:
-        raise RunValidationError("--stage", stage, f"a deployed stage whose stack {stack} can be read "
-                                 f"({type(exc).__name__}); offline, give --bucket and --group") from None
-    values = {o["OutputKey"]: o["OutputValue"] for o in outputs}
-    bucket, group = StackOutput.ARTIFACT_BUCKET.value, StackOutput.MODEL_PACKAGE_GROUP_NAME.value
-    if bucket not in values or group not in values:
-        raise RunValidationError("--stage", stage, f"a stack {stack} with {bucket} and {group} outputs")
-    return Target(values[bucket], values[group])
-
-
-def add_target_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--stage", help="check against this deployed stage's rules (reads its stack's outputs)")
-    parser.add_argument("--region", help="the stage's region (default: your AWS configuration's); `estimate` prices "
-                        f"the run in it (default {DEFAULT_PRICE_REGION}; regions without prices in the catalog are "
-                        "refused)")
-    parser.add_argument("--bucket", help="offline: the stage's artifact bucket (its ArtifactBucket output)")
-    parser.add_argument("--group", help="offline: the stage's model package group (ModelPackageGroupName output)")
-
-
-def target_from_args(args: argparse.Namespace, cfn_client: Any = None) -> Target | None:
-    if bool(args.bucket) != bool(args.group):
-        given, missing = ("--bucket", "--group") if args.bucket else ("--group", "--bucket")
-        raise RunValidationError(given, args.bucket or args.group, f"{missing} too (offline flags go together)")
-    if args.bucket:
-        return Target(args.bucket, args.group)
-    if args.stage:
-        return stage_target(args.stage, args.region, cfn_client)
-    return None
-
-
-def _error(exc: Exception) -> tuple[dict, int]:
-    if isinstance(exc, EstimateRefused):
-        out = {"error": exc.code, "field": exc.field or "run", "message": exc.message}
-        if exc.estimate is not None:
-            out["estimate"] = exc.estimate.to_json()
-        return out, EXIT_REFUSED
-    return {"error": "InvalidRun", "field": exc.field, "message": str(exc)}, EXIT_INVALID
-
-
-def run_command(args: argparse.Namespace, *, plan: bool, cfn_client: Any = None, s3_client: Any = None) -> int:
-    """`spotrun validate` (plan=False) and `spotrun estimate` (plan=True) over args.runs; returns the exit code."""
-    try:
-        target = target_from_args(args, cfn_client)
-    except RunValidationError as exc:
-        print(f"spotrun: {exc}", file=sys.stderr)
-        return EXIT_INVALID
-    status, docs = EXIT_OK, []
-    for path in args.runs:
-        try:
-            checked = check_file(path, target, plan=plan, s3_client=s3_client, region=args.region)
-            doc = {"status": "ok", **(checked.estimate.to_json() if checked.estimate else {}),
-                   "checked": checked.checked, "not_checked": checked.not_checked}
-        except (RunValidationError, EstimateRefused) as exc:
-            doc, code = _error(exc)
-            status = max(status, code)
-            if args.format != "json":
-                field_note = f"{doc['field']}: " if isinstance(exc, EstimateRefused) else ""
-                print(f"{path}: {doc['error']}: {field_note}{doc['message']}", file=sys.stderr)
-        docs.append({"file": str(path), **doc})
-        if args.format != "json" and "error" not in doc:
-            print(f"== {path}: ok")
-            if checked.estimate is not None:
-                print(format_text(checked.estimate))
-                print(policy_text(checked.estimate.spot_policy))
-            print("checked: " + "; ".join(checked.checked))
-            if checked.not_checked:
-                print("not checked: " + "; ".join(checked.not_checked))
-    if args.format == "json":
-        print(json.dumps(docs[0] if len(docs) == 1 else docs, indent=2))
-    return status
-
-
-def register(sub: Any) -> None:
-    """Add the `validate` and `estimate` subcommands to the CLI's subparsers."""
-    val = sub.add_parser("validate", help="check run file(s) against every rule the pipeline applies",
-                         description="Check run file(s): the contract, SageMaker's limits and, with --stage or "
-                         "--bucket/--group, the stage's rules. " + EXIT_CODES_HELP, epilog=EXIT_CODES_HELP)
-    est = sub.add_parser("estimate", help="estimate instance, time limits, checkpoint cadence and cost of run(s)",
-                         description="Validate run file(s) as `validate` does, read their sources and plan them. "
-                         + EXIT_CODES_HELP, epilog=EXIT_CODES_HELP)
-    for parser, plan in ((val, False), (est, True)):
-        parser.add_argument("runs", nargs="+", type=Path, help="run JSON file(s)")
-        parser.add_argument("--format", choices=["text", "json"], default="text", help="text (default) or JSON")
-        add_target_arguments(parser)
-        parser.set_defaults(func=lambda args, plan=plan: run_command(args, plan=plan))

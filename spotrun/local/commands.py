@@ -1,8 +1,9 @@
 """The `spotrun local` and `spotrun demo` subcommands: arguments and exit codes (logic in pipeline.py, demo.py).
 
-Exit codes: 0 done; 2 invalid run, arguments or configuration (found before any worker starts, or by the
-launcher); 3 refused by the planner (over budget); 1 training failed; 130 stopped by Ctrl-C (the job saved a
-checkpoint: `spotrun local --resume JOB` continues it).
+Exit codes (spotrun/exits.py): 0 done; 2 invalid run, arguments or configuration (found before any worker starts,
+or by the launcher); 3 refused by the planner (over budget); 1 training failed; 4 trained but refused by
+registry.gate; 130 stopped by Ctrl-C (the job saved a checkpoint: `spotrun local --resume JOB` continues it).
+With `--format json` an error is one JSON document on stdout, as the report is.
 """
 
 from __future__ import annotations
@@ -66,31 +67,38 @@ def register(sub) -> None:
     demo.set_defaults(func=demo_command)
 
 
-def _guarded(run) -> int:
-    from ..contract import RunValidationError
-    from ..planner import EstimateRefused
+def _guarded(run, fmt: str = "text") -> int:
+    """Run a command; every way it can end is one exit code of spotrun/exits.py and one line on stderr (or, with
+    `--format json`, one JSON document on stdout)."""
+    from ..exits import Exit, for_status
+    from ..refusal import Refusal
     from .pipeline import LocalConfigError, LocalRunError, LocalStopped
 
     try:
         return run()
-    except RunValidationError as exc:
-        print(f"error: InvalidRun: {exc}", file=sys.stderr)
-        return 2
-    except EstimateRefused as exc:
-        print(f"error: {exc.code}: {exc.message}", file=sys.stderr)
-        return 3
+    except Refusal as exc:  # the contract, the sources or the planner
+        return _end(fmt, for_status(exc.status), exc.status, exc.message, f"error: {exc.status}: {exc.message}",
+                    exc.field)
     except LocalStopped as exc:
-        print(f"stopped by Ctrl-C {exc}. Resume with: {exc.resume_hint}", file=sys.stderr)
-        return 130
+        line = f"stopped by Ctrl-C {exc}. Resume with: {exc.resume_hint}"
+        return _end(fmt, Exit.STOPPED, "Stopped", line, line)
     except LocalConfigError as exc:
-        print(f"error: InvalidConfiguration: {exc}", file=sys.stderr)
-        return 2
+        return _end(fmt, Exit.INVALID, "InvalidConfiguration", str(exc), f"error: InvalidConfiguration: {exc}")
     except LocalRunError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return _end(fmt, Exit.FAILED, "TrainingFailed", str(exc), f"error: {exc}")
     except KeyboardInterrupt:  # before training started: nothing to save
-        print("stopped: Ctrl-C before training started; nothing to resume", file=sys.stderr)
-        return 130
+        message = "Ctrl-C before training started; nothing to resume"
+        return _end(fmt, Exit.STOPPED, "Stopped", message, f"stopped: {message}")
+
+
+def _end(fmt: str, code, error: str, message: str, line: str, field: str | None = None) -> int:
+    """The JSON error document on stdout (`--format json`), or the line on stderr; returns the exit code."""
+    from ..exits import fail
+
+    if fmt == "json":
+        return fail(fmt, code, error, message, field)
+    print(line, file=sys.stderr)
+    return int(code)
 
 
 def trace_interrupts(path: Path, speedup: float):
@@ -107,6 +115,7 @@ def trace_interrupts(path: Path, speedup: float):
 
 
 def local_command(args: argparse.Namespace) -> int:
+    from ..exits import Exit
     from ..report import summary_text
     from .pipeline import LocalOptions, resume_local, run_local
 
@@ -114,14 +123,11 @@ def local_command(args: argparse.Namespace) -> int:
         args.interrupt_at = [*args.interrupt_at, *trace_interrupts(args.trace, args.trace_speedup)] if args.trace \
             else args.interrupt_at
     except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return _bad_argument(args.format, str(exc), "--trace")
     if args.nproc < 1:
-        print(f"error: --nproc={args.nproc} is invalid: expected an integer >= 1", file=sys.stderr)
-        return 2
+        return _bad_argument(args.format, f"--nproc={args.nproc} is invalid: expected an integer >= 1", "--nproc")
     if (args.run is None) == (args.resume is None):
-        print("error: spotrun local needs a run JSON file, or --resume JOB (not both)", file=sys.stderr)
-        return 2
+        return _bad_argument(args.format, "spotrun local needs a run JSON file, or --resume JOB (not both)", "run")
     options = LocalOptions(out=args.out, interrupts=tuple(args.interrupt_at), hard_kill=args.hard_kill,
                            nproc=args.nproc, overrides=dict(args.overrides), job_name=args.job_name,
                            progress=args.progress)
@@ -139,17 +145,26 @@ def local_command(args: argparse.Namespace) -> int:
             print(summary_text(report))
             for name, path in report["files"].items():
                 print(f"  {name:<16} {path}")
-        return 4 if report["status"] == "GateFailed" else 0  # trained, but not registered: the gate said no
+        # trained, but not registered: the gate said no
+        return int(Exit.GATE_FAILED if report["status"] == "GateFailed" else Exit.OK)
 
-    return _guarded(go)
+    return _guarded(go, args.format)
+
+
+def _bad_argument(fmt: str, message: str, field: str) -> int:
+    from ..exits import Exit
+
+    return _end(fmt, Exit.INVALID, "InvalidArguments", message, f"error: {message}", field)
 
 
 def demo_command(args: argparse.Namespace) -> int:
+    from ..exits import Exit
     from .demo import run_demo
 
     def go() -> int:
         kwargs = {"interrupt_at": args.interrupt_at} if args.interrupt_at else {}
         summary = run_demo(args.out, progress=args.progress, **kwargs)
-        return 0 if summary["weights_bitwise_identical"] and summary["gate_passed"] is not False else 1
+        return int(Exit.OK if summary["weights_bitwise_identical"] and summary["gate_passed"] is not False
+                   else Exit.FAILED)
 
     return _guarded(go)

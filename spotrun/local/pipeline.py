@@ -6,12 +6,15 @@
     SageMaker-shaped root, interrupted as asked and restarted like managed spot (supervisor.py) -> registration
     in a local model registry -> the report (measured here vs priced at the planned instance's rates).
 
-Every input problem is a RunValidationError before the job directory exists or any worker starts.
+The run file is read by spotrun.runfile.load_run_file (as every command reads it: relative paths in it are read
+relative to the run file), and planned by the estimate Lambda's own function (`plan_local`: the pipeline's rules,
+the sources, the planner, the hyperparameters' limits) with local settings: sources on this machine, no stage
+limits. Every input problem is a Refusal before the job directory exists or any worker starts.
 `spotrun local --resume JOB` (`resume_local`) continues a job stopped by Ctrl-C or by a failure on its own
-checkpoints, hyperparameters and clock. Relative paths in the run JSON are read relative to the run file. The
-hyperparameters are the ones the AWS path passes (the planner's), plus what only a local run needs: process
-count, port, fixed threads and deterministic kernels (so that an interrupted and an uninterrupted run can be
-compared bit for bit).
+checkpoints, hyperparameters, plan and clock. The hyperparameters are the plan's (those the AWS path sends),
+without the segment length (no cap binds a local job), plus what only a local run needs: process count, port,
+fixed threads and deterministic kernels (so that an interrupted and an uninterrupted run can be compared bit for
+bit).
 """
 
 from __future__ import annotations
@@ -24,14 +27,20 @@ from typing import Callable
 
 from ..contract import RunSpec, RunValidationError, parse_run
 from ..datasets import PrepareError, prepare_dataset
-from ..gate import check_gate
-from ..planner import Estimate, estimate, load_catalog
+from ..deployment import plan
+from ..planner import DEFAULT_PRICE_REGION, load_catalog
+from ..refusal import Refusal
 from ..report import build_local_report, write_report
-from ..seams import EXPORT_METADATA, VALIDATION_CHANNEL, Hyperparameter
-from ..sources import check_seq_len, read_sources
+from ..runfile import SOURCE_FIELDS, load_run_file
+from ..seams import EXPORT_METADATA, Hyperparameter, PipelineSettings, Plan, PlanStatus
+from ..sources import check_seq_len
+from ..validate import THIS_MACHINE
 from .harness import free_port, loss_records, val_history, write_sagemaker_root
 from .registry import DEFAULT_GROUP, register
 from .supervisor import InterruptAt, Job, LocalConfigError, LocalRunError, LocalStopped, Supervisor
+
+LOCAL_EXECUTION = "local"  # the execution name a local plan is made for (its job names and tags are not used)
+PLAN_FILE = "plan.json"  # the job's plan, beside run.json: what --resume continues with
 
 __all__ = ["InterruptAt", "LocalConfigError", "LocalOptions", "LocalRunError", "LocalStopped", "load_run",
            "resume_local", "run_local"]
@@ -56,35 +65,28 @@ class LocalOptions:
 
 
 def load_run(run_path: Path) -> tuple[dict, RunSpec]:
-    """The run JSON with its local sources made absolute (relative to the run file), and its validated spec."""
-    run_path = Path(run_path)
-    try:
-        raw = json.loads(run_path.read_text())
-    except OSError as exc:
-        raise RunValidationError("run", str(run_path), f"a readable run JSON file ({exc.strerror})") from None
-    except json.JSONDecodeError as exc:
-        raise RunValidationError("run", str(run_path), f"valid JSON ({exc.msg} at line {exc.lineno})") from None
-    parse_run(raw)  # the contract first: its errors name the field
-    if "source" not in raw["data"]:
+    """The run JSON (spotrun.runfile.load_run_file: strict, its local sources absolute, relative ones read from
+    the run file's directory) and its validated spec, with what a local training run needs on top."""
+    loaded = load_run_file(run_path)
+    raw, run = loaded.raw, loaded.run
+    if run.data.source is None:
         raise RunValidationError("data.source", None, "a local path of raw .txt/.jsonl text or prepared shards "
                                  "(`spotrun local` trains on real data; data.tokens alone only estimates)")
-    if "parameters" in raw["model"]:
-        raise RunValidationError("model.parameters", raw["model"]["parameters"], "model.source or model.config "
+    if run.model.parameters is not None:
+        raise RunValidationError("model.parameters", run.model.parameters, "model.source or model.config "
                                  "for a training run (a bare count only estimates)")
-    for section, key in (("model", "source"), ("data", "source"), ("data", "validation")):
-        source = raw[section].get(key)
+    for section, key in SOURCE_FIELDS:
+        source, written = raw[section].get(key), loaded.written[section].get(key)
         if source is None:
             continue
         if source.startswith("s3://"):
             raise RunValidationError(f"{section}.{key}", source, "a local path for `spotrun local` (runs with "
                                      "s3:// sources start on AWS with `spotrun start`)")
-        path = (run_path.parent / source).resolve()
+        path = Path(source)
         if not path.exists():
-            raise RunValidationError(f"{section}.{key}", source, f"an existing path (looked at {path})")
+            raise RunValidationError(f"{section}.{key}", written, f"an existing path (looked at {path})")
         if (section, key) == ("model", "source"):
-            _check_model_dir(path, source)
-        raw[section][key] = str(path)
-    run = parse_run(raw)
+            _check_model_dir(path, written)
     if run.model.source is not None:  # before any preparing: the model's positions bound seq_len
         try:
             config = json.loads((Path(run.model.source) / "config.json").read_text())
@@ -144,30 +146,45 @@ def check_one_step(data_dir: Path, hyper: dict[str, str], nproc: int) -> None:
                                  "data.seq_len")
 
 
-def hyperparameters(raw: dict, est: Estimate, options: LocalOptions) -> dict[str, str]:
-    hyper = dict(est.hyperparameters)
+def local_settings(run: RunSpec) -> PipelineSettings:
+    """The deployment a local run is planned for: this machine (sources are local paths), the run's model package
+    group or the local registry's default, the catalog's prices in its default region, no stage limits, and the
+    run's own tracking server (no stage lists servers here: the user's loopback server is theirs to name)."""
+    servers = (run.tracking.mlflow_uri,) if run.tracking.mlflow_uri else ()
+    return PipelineSettings(bucket=THIS_MACHINE, job_prefix="", model_package_group=run.model_package_group or
+                            DEFAULT_GROUP, poll_seconds=60, project="spotrun", stage="local", cost_center="",
+                            region=DEFAULT_PRICE_REGION, mlflow_tracking_servers=servers)
+
+
+def plan_local(raw: dict) -> Plan:
+    """The plan of a local run: the estimate Lambda's own function (the contract, the pipeline's rules, the sources,
+    the planner, the hyperparameters and their limits) with local settings; a Refusal when it refuses the run."""
+    planned = plan(raw, LOCAL_EXECUTION, local_settings(parse_run(raw)))
+    if planned["status"] != PlanStatus.OK.value:
+        raise Refusal(planned["status"], planned["message"], field=planned.get("field"))
+    return Plan.from_json(planned)
+
+
+def hyperparameters(planned: Plan, options: LocalOptions) -> dict[str, str]:
+    """The plan's hyperparameters (as the AWS path sends them), plus what only a local run needs."""
+    hyper = dict(planned.hyperparameters)
     # No cost cap binds a local run: one job, no segments (its MaxRuntime is SageMaker's, not enforced here).
     hyper.pop(Hyperparameter.SEGMENT_SECONDS.value, None)
-    if raw["model"].get("config") is not None:
-        hyper[Hyperparameter.MODEL_CONFIG.value] = json.dumps(raw["model"]["config"], separators=(",", ":"))
     hyper.update({"nproc_per_node": str(options.nproc), "master_port": str(free_port()), "num_threads": "1",
                   "deterministic": "true", "log_every": "5"})
     hyper.update({k: str(v) for k, v in options.overrides.items()})
     return hyper
 
 
-def _plan(raw: dict) -> tuple[RunSpec, Estimate, dict]:
-    run = parse_run(raw)
-    sources = read_sources(run)  # seq_len beyond the model's positions is refused here
-    catalog = load_catalog()
-    return run, estimate(run, catalog=catalog, model_config=sources.model_config, data_tokens=sources.tokens,
-                         validation_tokens=sources.validation_tokens), catalog
+def channels_of(planned: Plan) -> dict[str, Path]:
+    """The plan's input channels as local directories (a local plan's channel URIs are paths)."""
+    return {c["ChannelName"]: Path(c["DataSource"]["S3DataSource"]["S3Uri"]) for c in planned.input_data_config}
 
 
 def run_local(run_path: Path, options: LocalOptions, *, emit: Callable[[str], None] = print) -> dict:
     """Run the pipeline; returns the report (also written as report.json/.txt and loss.png in the job dir).
 
-    Every input problem is found before the job directory exists or any worker starts (RunValidationError)."""
+    Every input problem is found before the job directory exists or any worker starts (a Refusal)."""
     raw, run = load_run(run_path)
     out = Path(options.out).resolve()
     job_name = options.job_name or f"{run.name}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -178,21 +195,19 @@ def run_local(run_path: Path, options: LocalOptions, *, emit: Callable[[str], No
     raw, prepared = prepare_if_raw(raw, out / "prepared", emit)
     if prepared:
         emit(f"[local] raw text {prepared}: shards in {raw['data']['source']}")
-    run, est, _ = _plan(raw)  # EstimateRefused stops here
-    emit(f"[local] estimate: {est.instance_count} x {est.instance_type}, {est.wall_seconds / 3600:.2f} h, "
-         f"spot ${est.cost_usd['spot']:.2f} / on-demand ${est.cost_usd['on_demand']:.2f} (cap ${run.max_usd:.2f})")
-    hyper = hyperparameters(raw, est, options)
+    planned = plan_local(raw)  # InvalidRun / OverBudget stop here
+    est = planned.estimate
+    emit(f"[local] estimate: {planned.instance_count} x {planned.instance_type}, "
+         f"{est['wall_seconds'] / 3600:.2f} h, spot ${est['cost_usd']['spot']:.2f} / on-demand "
+         f"${est['cost_usd']['on_demand']:.2f} (cap ${planned.max_usd:.2f})")
+    hyper = hyperparameters(planned, options)
     check_one_step(Path(raw["data"]["source"]), hyper, options.nproc)
     job = Job(root=root, log=root / "launcher.log")
     root.mkdir(parents=True)
     (root / "run.json").write_text(json.dumps(raw, indent=2))
-    (root / "estimate.json").write_text(json.dumps(est.to_json(), indent=2))
-    channels = {"train": Path(raw["data"]["source"])}
-    if run.data.validation is not None:
-        channels[VALIDATION_CHANNEL] = Path(run.data.validation)
-    if raw["model"].get("source"):
-        channels["model"] = Path(raw["model"]["source"])
-    write_sagemaker_root(job.sm, hyperparameters=hyper, channels=channels, checkpoint_dir=job.checkpoints)
+    (root / PLAN_FILE).write_text(json.dumps(planned.to_json(), indent=2))
+    (root / "estimate.json").write_text(json.dumps(est, indent=2))
+    write_sagemaker_root(job.sm, hyperparameters=hyper, channels=channels_of(planned), checkpoint_dir=job.checkpoints)
     emit(f"[local] job {root} (launcher log {job.log})")
     return _train_and_finish(job, job_name, out, options, emit)
 
@@ -218,26 +233,25 @@ def resume_local(job_ref: str, options: LocalOptions, *, emit: Callable[[str], N
 def _train_and_finish(job: Job, job_name: str, out: Path, options: LocalOptions,
                       emit: Callable[[str], None]) -> dict:
     raw = json.loads((job.root / "run.json").read_text())
-    run, est, catalog = _plan(raw)
+    run = parse_run(raw)
+    planned_at = job.root / PLAN_FILE  # what the job was started with (a job of an older spotrun: planned again)
+    planned = Plan.from_json(json.loads(planned_at.read_text())) if planned_at.is_file() else plan_local(raw)
     hint = f"spotrun local --resume {job.root}"
     history = Supervisor(job, triggers=options.interrupts, hard_kill=options.hard_kill, progress=options.progress,
                          emit=emit, resume_hint=hint).run()
     metrics = json.loads((job.output / "metrics.json").read_text())
     records = loss_records(job.output)
-    family = est.instance_type.split(".")[1]
+    family = planned.instance_type.split(".")[1]
     discount = run.compute.spot_discount if run.compute.spot_discount is not None else \
-        catalog["families"][family]["spot_discount"]
-    usd_per_hour = catalog["instances"][est.instance_type]["on_demand_usd_per_hour"] * est.instance_count
+        load_catalog()["families"][family]["spot_discount"]
     evaluation = json.loads((job.output / EXPORT_METADATA).read_text()).get("evaluation")
-    report = build_local_report(run=run, estimate=est, job_name=job_name, metrics=metrics, losses=records,
-                                history=history, usd_per_hour=usd_per_hour, spot_discount=discount,
-                                evaluation=evaluation)
-    report["model_data_url"] = str(job.output)
-    if run.gate is not None:  # the same rule as the state machine's (spotrun/gate.py)
-        gate = check_gate(run.gate, base=report["base_val_loss"], final=report["exported_val_loss"])
-        report["gate"] = {"passed": gate.passed, "cause": gate.cause}
-        emit(f"[local] {gate.cause}")
-    if report.get("gate", {}).get("passed", True):
+    # The gate is the state machine's rule (spotrun/gate.py), applied by the one report builder.
+    report = build_local_report(plan=planned, spot=run.compute.spot, job_name=job_name, metrics=metrics,
+                                losses=records, history=history, spot_discount=discount, evaluation=evaluation,
+                                model_data_url=str(job.output))
+    if run.gate is not None:
+        emit(f"[local] {report['gate']['cause']}")
+    if report["gate"]["passed"]:
         entry = register(out / "registry", run.model_package_group or DEFAULT_GROUP, model_dir=job.output,
                          description=f"spotrun run {run.name} ({job_name})", approval_status=run.approval_status,
                          report=report)

@@ -3,14 +3,13 @@
 Traces: generated (the estimate's interruption rate, or `--band`'s Spot Instance Advisor rate, with the estimate's
 bursts and droughts unless `--droughts` says otherwise), `--traces DIR` of availability files in the
 skypilot-org/spot-traces format, or `--interruptions FILE`: the interruption table's items, resampled. Exit
-codes as `spotrun estimate` (0 ok, 2 invalid, 3 refused).
+codes: spotrun/exits.py, as `spotrun estimate`.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 from .policies import POLICIES
@@ -94,28 +93,27 @@ def read_items(path: Path) -> list[dict]:
 
 
 def simulate_command(args: argparse.Namespace) -> int:
-    from ..contract import RunValidationError
-    from ..planner import EstimateRefused, load_catalog, regional_catalog
-    from ..validate import check_file
+    from ..exits import Exit, fail, for_status
+    from ..planner import load_catalog, regional_catalog
+    from ..refusal import Refusal
+    from ..validate_command import check_file
     from .choose import candidates, plan_from_estimate
     from .report import plot, study, table_text
 
     if args.n < 1:
-        print(f"error: --n={args.n} is invalid: expected an integer >= 1", file=sys.stderr)
-        return 2
+        return fail(args.format, Exit.INVALID, "InvalidArguments", f"--n={args.n} is invalid: expected an integer "
+                    ">= 1", "--n")
     try:
-        checked = check_file(args.run, None, plan=True, region=args.region)
+        checked = check_file(args.run, None, plan=True, region=args.region)  # spotrun.runfile.load_run_file
         est, run = checked.estimate, checked.run
         catalog = regional_catalog(load_catalog(), args.region or "us-east-1")
         plan = plan_from_estimate(est, catalog, deadline_hours=run.compute.deadline_hours,
                                   spot_discount=run.compute.spot_discount)
         traces, source = traces_for(plan, est, args)
-    except (RunValidationError, ValueError) as exc:
-        print(f"error: InvalidRun: {exc}", file=sys.stderr)
-        return 2
-    except EstimateRefused as exc:
-        print(f"error: {exc.code}: {exc.message}", file=sys.stderr)
-        return 3
+    except Refusal as exc:
+        return fail(args.format, for_status(exc.status), exc.status, exc.message, exc.field)
+    except ValueError as exc:  # the traces or interruptions given
+        return fail(args.format, Exit.INVALID, "InvalidRun", str(exc))
     chosen = candidates(plan)
     if args.policy:
         chosen = [c for c in chosen if c[0] in args.policy] or [(p, plan.default_checkpointing()) for p in args.policy]

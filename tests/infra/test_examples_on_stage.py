@@ -15,7 +15,7 @@ from moto import mock_aws
 from spotrun.cli import build_parser
 from spotrun.deployment import PipelineSettings, plan
 from spotrun.sources import PLACEHOLDER_BUCKET
-from spotrun.validate import run_command
+from spotrun.validate_command import run_command
 from tests.infra.render import placeholder, render
 
 ROOT = Path(__file__).resolve().parents[2]

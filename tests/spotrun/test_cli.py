@@ -13,8 +13,12 @@ from moto import mock_aws
 
 from spotrun.cli import main
 from spotrun.contract import RunValidationError, parse_run
+from spotrun.exits import Exit
 from spotrun.sources import read_sources, resolve
-from spotrun.validate import EXIT_INVALID, EXIT_REFUSED, Target, stage_target
+from spotrun.validate import Target
+from spotrun.validate_command import stage_target
+
+EXIT_INVALID, EXIT_REFUSED = Exit.INVALID, Exit.REFUSED
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples" / "runs").glob("*.json"))
