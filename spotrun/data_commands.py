@@ -17,7 +17,7 @@ import json
 import sys
 from pathlib import Path
 
-from .seams import StackOutput
+from .seams import DatasetIndex, StackOutput
 
 
 def _stage_args(p, *, required_name: bool) -> None:
@@ -127,7 +127,7 @@ def _prepare(args: argparse.Namespace) -> int:
         done = prepare_dataset(args.inputs, args.tokenizer, args.out, text_field=args.text_field,
                                shard_bytes=shard_bytes, emit=emit, validation_fraction=split)
         result = {"data_source": str(done.path.resolve()), "key": done.key, "reused": done.reused,
-                  "total_tokens": done.index["total_tokens"], "seconds": done.seconds}
+                  "total_tokens": done.index[DatasetIndex.TOTAL_TOKENS], "seconds": done.seconds}
         _print(result, args.format, [f"{'already prepared (same inputs and tokenizer)' if done.reused else 'prepared'}"
                                      f": {done.index['total_tokens']:,} tokens",
                                      f'data.source: "{result["data_source"]}"'])
@@ -148,7 +148,7 @@ def _prepare(args: argparse.Namespace) -> int:
                            shard_bytes=shard_bytes, emit=emit, validation_fraction=split)
     up = upload_dataset(s3, done, bucket, name, emit=emit)
     result = {"data_source": uri, "key": done.key, "reused": done.reused, "uploaded": up["uploaded"],
-              "total_tokens": done.index["total_tokens"], "bytes": up["bytes"]}
+              "total_tokens": done.index[DatasetIndex.TOTAL_TOKENS], "bytes": up["bytes"]}
     _print(result, args.format, [f"{done.index['total_tokens']:,} tokens in {uri}", f'data.source: "{uri}"'])
     return 0
 

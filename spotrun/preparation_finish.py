@@ -16,6 +16,7 @@ import json
 from typing import Any
 
 from .preparation import FINISH_FAILED, FINISH_PREPARED, MARKER, PARTS_DIR, Preparation, Prepared, list_objects
+from .seams import DatasetIndex
 
 
 def merge_parts(parts: dict[str, dict], held_out_parts: dict[str, dict] | None = None) -> tuple[dict, dict | None]:
@@ -48,11 +49,12 @@ def merge_parts(parts: dict[str, dict], held_out_parts: dict[str, dict] | None =
                          for s in held_out_parts[host]["shards"]]
     common = {k: first[k] for k in ("format", "dtype", "eos_token_id", "vocab_size") if k in first}
     merged = {**common, "loss_mask": any("mask" in s for s in shards),
-              "total_tokens": sum(s["tokens"] for s in shards), "shards": shards, "parts": sorted(parts)}
+              DatasetIndex.TOTAL_TOKENS: sum(s["tokens"] for s in shards), DatasetIndex.SHARDS: shards,
+              "parts": sorted(parts)}
     validation = None
     if held_out:
         validation = {**common, "loss_mask": any("mask" in s for s in held_out),
-                      "total_tokens": sum(s["tokens"] for s in held_out), "shards": held_out}
+                      DatasetIndex.TOTAL_TOKENS: sum(s["tokens"] for s in held_out), DatasetIndex.SHARDS: held_out}
         merged["validation"] = {"dir": "validation", "fraction": fraction, "documents": documents}
     return merged, validation
 
@@ -86,8 +88,8 @@ def finish(s3: Any, sagemaker: Any, preparation: dict) -> dict:
     held_out: dict[str, dict] = {}
     for o in list_objects(s3, prep.bucket, f"{prep.prefix}{PARTS_DIR}/"):
         host, _, name = o["Key"][len(f"{prep.prefix}{PARTS_DIR}/"):].partition("/")
-        if name in ("index.json", "validation/index.json"):
-            found = parts if name == "index.json" else held_out
+        if name in (DatasetIndex.FILE, f"validation/{DatasetIndex.FILE}"):
+            found = parts if name == DatasetIndex.FILE else held_out
             found[host] = json.loads(s3.get_object(Bucket=prep.bucket, Key=o["Key"])["Body"].read())
     try:
         merged, validation = merge_parts(parts, held_out)
@@ -102,7 +104,7 @@ def finish(s3: Any, sagemaker: Any, preparation: dict) -> dict:
         s3.put_object(Bucket=prep.bucket, Key=f"{prep.prefix}validation/index.json",
                       Body=json.dumps(validation, indent=1).encode())
     s3.put_object(Bucket=prep.bucket, Key=f"{prep.prefix}index.json", Body=json.dumps(merged, indent=1).encode())
-    done = dataclasses.replace(done, tokens=merged["total_tokens"])
+    done = dataclasses.replace(done, tokens=merged[DatasetIndex.TOTAL_TOKENS])
     s3.put_object(Bucket=prep.bucket, Key=prep.prefix + MARKER, Body=json.dumps({  # last: complete from here on
         "key": prep.key, "raw_source": prep.raw_source, "total_tokens": merged["total_tokens"],
         "parts": merged["parts"], "job_name": prep.job_name, "cost_usd": cost, "seconds": seconds}).encode())

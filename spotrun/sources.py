@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .contract import RunSpec, RunValidationError, check_json_tree
+from .seams import DatasetIndex
 
 PLACEHOLDER_BUCKET = "your-artifact-bucket"  # the examples' bucket: README step 7 replaces it
 MAX_SOURCE_JSON_BYTES = 1 << 20  # config.json and index.json are a few KB
@@ -47,7 +48,7 @@ def _read_bytes(source: str, name: str, field_path: str, s3_client: Any) -> byte
             code = exc.response.get("Error", {}).get("Code", "")
             if code in ("NoSuchKey", "NoSuchBucket", "404"):  # read, and found missing: the source is wrong
                 hint = ("; raw text under the stage's datasets/ is prepared by the pipeline itself (`spotrun "
-                        "start` accepts it; estimating it here needs data.tokens)") if name == "index.json" else ""
+                        "start` accepts it; estimating it here needs data.tokens)") if name == DatasetIndex.FILE else ""
                 raise RunValidationError(field_path, source, f"a model or data directory holding {name} "
                                          f"(s3://{bucket}/{key}: {code}){hint}") from None
             raise _Unreadable(f"s3://{bucket}/{key} could not be read: {code or type(exc).__name__}") from None
@@ -59,7 +60,7 @@ def _read_bytes(source: str, name: str, field_path: str, s3_client: Any) -> byte
             return fh.read(MAX_SOURCE_JSON_BYTES + 1)
     except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
         hint = ""
-        if name == "index.json" and Path(source).is_dir():  # raw text: tokenized by `spotrun prepare`
+        if name == DatasetIndex.FILE and Path(source).is_dir():  # raw text: tokenized by `spotrun prepare`
             hint = (f"; raw text is tokenized into one by `spotrun prepare {source} --tokenizer MODEL_DIR --out DIR` "
                     "(or `--stage STAGE --name NAME`)")
         raise RunValidationError(field_path, source, f"a directory holding {name} "
@@ -132,11 +133,11 @@ def read_sources(run: RunSpec, s3_client: Any = None, *, offline: bool = False) 
             out.notes.append(f"not checked: model.source ({exc}); planned with the inline model.config")
     if run.data.tokens is None and run.data.source is not None:
         try:
-            index = _read_json(run.data.source, "index.json", "data.source", s3_client)
+            index = _read_json(run.data.source, DatasetIndex.FILE, "data.source", s3_client)
         except _Unreadable as exc:
             raise RunValidationError("data.source", run.data.source, "prepared shards with a readable index.json, "
                                      f"or data.tokens ({exc})") from None
-        tokens = index.get("total_tokens")
+        tokens = index.get(DatasetIndex.TOTAL_TOKENS)
         if isinstance(tokens, bool) or not isinstance(tokens, int) or not 0 < tokens <= 10**15:
             raise RunValidationError("data.source", run.data.source, "an index.json with a positive total_tokens")
         out.tokens = tokens
@@ -148,8 +149,8 @@ def read_sources(run: RunSpec, s3_client: Any = None, *, offline: bool = False) 
         try:
             if reason:
                 raise _Unreadable(reason)
-            index = _read_json(run.data.validation, "index.json", "data.validation", s3_client)
-            tokens = index.get("total_tokens")
+            index = _read_json(run.data.validation, DatasetIndex.FILE, "data.validation", s3_client)
+            tokens = index.get(DatasetIndex.TOTAL_TOKENS)
             if isinstance(tokens, bool) or not isinstance(tokens, int) or not 0 < tokens <= 10**15:
                 raise RunValidationError("data.validation", run.data.validation,
                                          "an index.json with a positive total_tokens")

@@ -13,6 +13,8 @@ import random
 import sysconfig
 from pathlib import Path
 
+from ..seams import DatasetIndex
+
 ARCHITECTURES = {
     "llama": {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
               "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 256,
@@ -122,7 +124,7 @@ def build_example(root: Path, arch: str = "llama", *, documents: int = 400, shar
     tok = train_tokenizer(corpus, root / "tokenizer")
     model_dir = save_tiny_model(arch, root / f"model-{arch}", vocab_size=len(tok), tokenizer_dir=root / "tokenizer")
     data_dir = root / "data"
-    if not (data_dir / "index.json").exists():
+    if not (data_dir / DatasetIndex.FILE).exists():
         prepare([corpus], str(root / "tokenizer"), data_dir, shard_bytes=shard_bytes,
                 validation_fraction=validation_fraction)
     return {"corpus": corpus, "tokenizer": root / "tokenizer", "model": model_dir, "data": data_dir}

@@ -32,7 +32,7 @@ from ..planner import DEFAULT_PRICE_REGION, load_catalog
 from ..refusal import Refusal
 from ..report import build_local_report, write_report
 from ..runfile import SOURCE_FIELDS, load_run_file
-from ..seams import EXPORT_METADATA, Hyperparameter, PipelineSettings, Plan, PlanStatus
+from ..seams import EXPORT_METADATA, DatasetIndex, Hyperparameter, PipelineSettings, Plan, PlanStatus
 from ..sources import check_seq_len
 from ..validate import THIS_MACHINE
 from .harness import free_port, loss_records, val_history, write_sagemaker_root
@@ -114,7 +114,7 @@ def prepare_if_raw(raw: dict, cache: Path, emit: Callable[[str], None] = print) 
     Shards go to `cache/<key>/` (spotrun.datasets: the inputs' bytes, every tokenizer file of model.source,
     chat_template.jinja included): a second run on the same text and tokenizer reuses them."""
     source = Path(raw["data"]["source"])
-    if (source / "index.json").is_file():
+    if (source / DatasetIndex.FILE).is_file():
         return raw, ""
     model_source = raw["model"].get("source")
     if not model_source:
@@ -135,7 +135,7 @@ def prepare_if_raw(raw: dict, cache: Path, emit: Callable[[str], None] = print) 
 
 def check_one_step(data_dir: Path, hyper: dict[str, str], nproc: int) -> None:
     """The dataset holds at least one step of samples (the launcher checks it too, after its start-up)."""
-    index = json.loads((Path(data_dir) / "index.json").read_text())
+    index = json.loads((Path(data_dir) / DatasetIndex.FILE).read_text())
     seq_len = int(hyper[Hyperparameter.SEQ_LEN.value])
     micro_batch = int(hyper.get(Hyperparameter.MICRO_BATCH.value, "1"))
     samples = sum(int(s["tokens"]) // seq_len for s in index["shards"])
