@@ -186,6 +186,13 @@ def summary_text(report: dict) -> str:
             lines.append(f"  segment {seg['segment']:<8} {seg['job_name']} ({'spot' if seg['spot'] else 'on-demand'}): "
                          f"{seg['status']}/{seg['secondary_status']}, billable {seg['billable_seconds'] or 0:,} s, "
                          f"{_money(seg['cost_usd'])}")
+        prep = report.get("preparation")  # raw text prepared by the pipeline (spotrun/preparation.py)
+        if prep:
+            lines.append(f"  preparation      reused {prep['data_source']} (same inputs and tokenizer), $0" if
+                         prep["reused"] else
+                         f"  preparation      {prep['job_name']} ({prep['instance_count']} x {prep['instance_type']}):"
+                         f" {prep['seconds']:,.0f} s, {_money(prep['cost_usd'])} (in the cost above), "
+                         f"{prep['tokens']:,} tokens")
         if "cost_usd_at_rates" in report:
             rates = report["cost_usd_at_rates"]
             lines.append(f"  this wall time at the planned instance's rates: spot {_money(rates['spot'])}, "
