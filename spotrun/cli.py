@@ -21,6 +21,7 @@ import sys
 from . import validate_command
 from .data_commands import register as register_data
 from .exits import HELP as EXIT_CODES_HELP
+from .exits import Exit
 from .local.commands import register as register_local
 from .remote import register as register_remote
 from .simulate.command import register as register_simulate
@@ -48,9 +49,32 @@ def _version() -> str:
         return "(not installed: run from a checkout)"
 
 
+# What a command imports only when it runs, and where each comes from: a missing one is a setup problem, said in
+# one line (an install of the CLI alone has none of them; `make venv` installs them all).
+OPTIONAL_MODULES = {"spotrun_trainer": "the trainer package: pip install -e training_image (make venv does)",
+                    "torch": "training_image/requirements.txt (make venv installs it)",
+                    "transformers": "training_image/requirements.txt (make venv installs it)",
+                    "tokenizers": "training_image/requirements.txt (make venv installs it)",
+                    "pyarrow": "training_image/requirements.txt (make venv installs it)",
+                    "matplotlib": "requirements-dev.txt (make venv installs it)"}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except ModuleNotFoundError as exc:
+        top = (exc.name or "").partition(".")[0]
+        if top not in OPTIONAL_MODULES:
+            raise
+        print(f"error: spotrun {args.cmd} needs {top}, which is not installed: {OPTIONAL_MODULES[top]}",
+              file=sys.stderr)
+        return Exit.FAILED
+    except BrokenPipeError:  # the reader (`| head`) closed the pipe: not an error of the command
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes
+        return 0
 
 
 if __name__ == "__main__":

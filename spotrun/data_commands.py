@@ -118,7 +118,7 @@ def _prepare(args: argparse.Namespace) -> int:
         (lambda line: print(line, flush=True))
     if (args.out is None) == (args.stage is None):
         raise PrepareError("spotrun prepare needs --out DIR (here) or --stage STAGE --name NAME (the stage's "
-                           "bucket), not both")
+                           f"bucket), {'not both' if args.out is not None else 'and got neither'}")
     shard_bytes = int(args.shard_mb * 1e6)
     split = args.validation_fraction
     if not 0 <= split <= 0.5:

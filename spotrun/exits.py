@@ -28,7 +28,7 @@ class Exit(IntEnum):
 
 MEANING = {
     Exit.OK: "done (every run passed)",
-    Exit.FAILED: "failed (training failed, or an AWS error)",
+    Exit.FAILED: "failed (training failed, an AWS error, or a package the command needs is not installed)",
     Exit.INVALID: "invalid input (InvalidRun: the run, an argument or the configuration; the message names the field)",
     Exit.REFUSED: "refused by the planner: over budget (OverBudget: the cap cannot carry the run)",
     Exit.GATE_FAILED: "trained but refused by registry.gate (not registered)",

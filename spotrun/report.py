@@ -206,7 +206,7 @@ def summary_text(report: dict) -> str:
         lines.append(f"  validation loss  {report['exported_val_loss']:.4f}{chosen}; base model "
                      + (f"{base:.4f}" if base is not None else "not measured"))
     if report.get("gate") and report["gate"]["cause"] != _NO_GATE:  # a run without registry.gate says nothing
-        lines.append(f"  registry gate    {report['gate']['cause']}")
+        lines.append(f"  {report['gate']['cause']}")  # the cause begins "registry gate passed|failed"
     if report.get("model_package_arn") or report.get("model_package"):
         lines.append(f"  model package    {report.get('model_package_arn') or report.get('model_package')}")
     return "\n".join(lines)

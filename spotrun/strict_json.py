@@ -105,7 +105,8 @@ def decode_run(data: bytes, name: str = "run") -> Any:
         return json.loads(text, object_pairs_hook=_pairs,
                           parse_int=lambda s: int(s) if len(s) <= 40 else _BigNumber(s))
     except json.JSONDecodeError as exc:
-        raise RunValidationError("run", name, f"valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
+        problem = exc.msg.removesuffix(" at")  # json's "Unterminated string starting at" + " at line ..."
+        raise RunValidationError("run", name, f"valid JSON ({problem} at line {exc.lineno} column {exc.colno})"
                                  ) from None
     except RecursionError:
         raise RunValidationError("run", name, f"JSON nested at most {MAX_DEPTH} levels deep") from None

@@ -19,6 +19,7 @@ bit).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import time
 from dataclasses import dataclass, field
@@ -185,6 +186,8 @@ def run_local(run_path: Path, options: LocalOptions, *, emit: Callable[[str], No
     """Run the pipeline; returns the report (also written as report.json/.txt and loss.png in the job dir).
 
     Every input problem is found before the job directory exists or any worker starts (a Refusal)."""
+    if importlib.util.find_spec("spotrun_trainer") is None:  # the workers run it: said before any job directory
+        raise ModuleNotFoundError("No module named 'spotrun_trainer'", name="spotrun_trainer")
     raw, run = load_run(run_path)
     out = Path(options.out).resolve()
     job_name = options.job_name or f"{run.name}-{time.strftime('%Y%m%d-%H%M%S')}"

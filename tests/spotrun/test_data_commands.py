@@ -88,7 +88,7 @@ def test_invalid_input_is_named_by_file_and_line_and_leaves_nothing_that_looks_c
     out = tmp_path / "data"
     assert main(["prepare", str(raw), "--tokenizer", str(assets["tokenizer"]), "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == f"error: {raw / 'a.jsonl'}:3: not valid JSON (Expecting value)"
+    assert err == f"error: {raw / 'a.jsonl'}:3: not valid JSON (Expecting value at column 10)"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["raw"]  # no output, no staging directory left
     assert main(["prepare", str(raw), "--tokenizer", str(assets["tokenizer"])]) == 2
     assert "--out DIR (here) or --stage STAGE --name NAME" in capsys.readouterr().err

@@ -21,7 +21,9 @@ import importlib.abc, json, sys, time
 class Refuse(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path, target=None):
         if name.partition(".")[0] in ("spotrun_trainer", "training_constructs", "stacks", "app", "tests"):
-            raise ImportError(f"{name} is not part of the installed spotrun package")
+            # what Python raises for a module that is not installed
+            raise ModuleNotFoundError(f"No module named {name!r} (not part of the installed spotrun package)",
+                                      name=name)
 
 sys.meta_path.insert(0, Refuse())
 import spotrun
@@ -105,3 +107,20 @@ def test_status_reads_the_trainers_metric_lines_from_a_non_editable_install(inst
     metrics = json.loads(next(line for line in res.stdout.splitlines() if line.startswith("metrics "))[8:])
     assert metrics == {"step": 20, "loss": 2.75, "lr": 1e-4, "grad_norm": 0.4, "tokens_per_s": 950.0, "mfu": None,
                        "mem_gb": 2.0, "total_steps": 40}
+
+
+def test_a_command_needing_the_trainer_says_so_in_one_line_from_an_install_without_it(installed):
+    """`prepare` and `local` run the trainer package, which an install of the CLI alone lacks: one line naming
+    what to install, exit 1 (spotrun.exits: failed), no traceback, and no local job directory left behind."""
+    (installed / "raw").mkdir(exist_ok=True)
+    (installed / "raw" / "a.jsonl").write_text('{"text": "hello"}\n')
+    run = installed / "local-run.json"
+    shutil.copy(REPO / "examples" / "runs" / "qwen2-0.5b-full-small.json", run)
+    for args in (("prepare", str(installed / "raw"), "--tokenizer", str(installed), "--out", str(installed / "d")),
+                 ("local", str(run), "--out", str(installed / "runs"))):
+        res = _spotrun(installed, *args)
+        assert res.returncode == 1 and "Traceback" not in res.stderr, (args, res.stderr[-3000:])
+        assert res.stderr.strip().splitlines()[-1] == (
+            f"error: spotrun {args[0]} needs spotrun_trainer, which is not installed: the trainer package: "
+            "pip install -e training_image (make venv does)"), res.stderr
+    assert not (installed / "runs").exists() and not (installed / "d").exists()

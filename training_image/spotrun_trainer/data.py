@@ -120,7 +120,7 @@ def _record(line: str, where: str, text_field: str) -> str | list:
     try:
         record = json.loads(line)
     except json.JSONDecodeError as exc:
-        raise DataError(f"{where}: not valid JSON ({exc.msg})") from None
+        raise DataError(f"{where}: not valid JSON ({exc.msg.removesuffix(' at')} at column {exc.colno})") from None
     if isinstance(record, dict) and "messages" in record:
         return _messages(record["messages"], where)
     if not isinstance(record, dict) or not isinstance(record.get(text_field), str):
