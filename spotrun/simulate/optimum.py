@@ -1,74 +1,211 @@
-"""The offline optimum: the cheapest way through each trace knowing it in advance (dynamic programming), the floor
-every online policy is measured against. numpy, vectorized over traces; the CLI and benchmarks use it, the estimate
-Lambda does not.
+"""The exact offline optimum: the least a run can cost on one trace, knowing the trace in advance, under the
+engine's cost model (spotrun/simulate/engine.py); the floor every online policy is measured against. Stdlib only.
 
-Time and work are cut into ticks of `work_s / ticks` seconds. In each tick the run is idle, on spot (in the ticks a
-capacity window covers, its ends rounded to the nearest tick) or on on-demand. Starting a job (from idle or from
-the other kind) costs a startup and a restore (and the last job's save before its capacity goes, which foresight
-makes possible, unless it fits the stop notice; the first job has no restore), billed at the new job's price, and
-delays progress by that many ticks (rounded to the nearest tick). Knowing the trace, no work is ever lost.
-Cost[mode][progress] is carried forward tick by tick; the answer per trace is the least cost at which progress
-reaches the work by the deadline (or by the trace's horizon without one).
+`exact_optimum(plan, trace) -> float | None`: USD, or None when the deadline cannot be met.
+
+The model is the engine's with saves on the notice (`segment` with checkpointing "notice"): each job bills its
+startup, a restore once anything is saved, its work; an interruption saves on the notice for free and loses the
+step in progress; a stop the schedule chooses bills one save (SIGTERM) before the next job may start. Work counts
+in whole steps (`step_s`), as the engine's saves do. MaxWait and MaxRuntime, SageMaker's limits on a policy's
+jobs, do not bind the optimum. For a plan whose checkpoint cannot leave within the notice (`notice_ok` false) the
+same model is a relaxation (free notice saves, no periodic save time): a floor, not an exact optimum.
+
+Knowing the trace, an optimal schedule (each claim checked against an exhaustive search of the engine's own
+schedules in tests/spotrun/test_optimum.py):
+- runs a spot job from a window's start (or later, to bill only whole steps) to the window's end or the finish:
+  stopping spot early only adds a save and a restart, and spot is the cheaper market at the same speed;
+- runs on-demand either to the finish, or as a block that stops one save before a window opens; the block may
+  start any time after the last job ended, so the work it does is a range (0 .. the gap's capacity).
+The dynamic program goes window by window. Its state, idle after a job, is a family of (progress, cost) points
+`cost = intercept + on-demand price x progress` over a range of whole steps (a block's range of work keeps that
+form, a spot job shifts it), kept only where nothing has at least as much progress for at most the cost.
+
+Bounds (for any plan: the horizon is the deadline, without one the trace's last window): windows shorter than
+a startup are skipped (no job gains a step in them); per window the work is O(F log F) for the F families kept
+(every family may still reach a later window by on-demand), and F is capped at `MAX_FAMILIES`: past the cap the
+families of one window merge into their lower envelope with the lowest intercept over the union of their ranges
+(a relaxation: still a floor) and `Optimum.exact` says so. Time O(windows x MAX_FAMILIES log MAX_FAMILIES),
+memory O(MAX_FAMILIES).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
-import numpy as np
+from .engine import INF, SimPlan
 
-from .engine import SimPlan
+MAX_FAMILIES = 4096
+_EPS = 1e-9
 
 
-def availability(traces: list, tick_s: float, ticks: int) -> np.ndarray:
-    """(traces, ticks) booleans: spot is there for the tick (a window covers the ticks its ends round to)."""
-    out = np.zeros((len(traces), ticks), dtype=bool)
-    for n, trace in enumerate(traces):
-        for a, b in trace:
-            first = round(a / tick_s)
-            if first >= ticks:
-                break
-            last = ticks if b == math.inf else min(ticks, round(b / tick_s))
-            if last > first:
-                out[n, first:last] = True
+@dataclass(frozen=True)
+class Family:
+    """Idle from `t` with progress k x step for k in [lo, hi], at cost intercept + po x k x step (po per second)."""
+
+    t: float
+    lo: int
+    hi: int
+    intercept: float
+
+
+@dataclass(frozen=True)
+class Optimum:
+    """One trace's optimum: `usd` (None: the deadline cannot be met), whether it is exact (see the module's
+    docstring), and the windows and families it went through (its work)."""
+
+    usd: float | None
+    exact: bool
+    windows: int
+    families: int
+
+
+def exact_optimum(plan: SimPlan, trace: list) -> float | None:
+    """The least cost (USD) of finishing `plan.work_s` by the deadline on this trace, or None if no schedule
+    can (on-demand from the start misses it)."""
+    return solve(plan, trace).usd
+
+
+def optimum_costs(plan: SimPlan, traces: list) -> list[float | None]:
+    return [exact_optimum(plan, trace) for trace in traces]
+
+
+def _whole_steps(seconds: float, step: float) -> int:
+    """Whole steps in `seconds` of work, as the engine saves them (done - fmod(done, step))."""
+    if seconds <= 0:
+        return 0
+    return int(round((seconds - math.fmod(seconds, step)) / step))
+
+
+class _Solver:
+    def __init__(self, plan: SimPlan):
+        self.plan = plan
+        self.step = plan.step_s
+        self.ps, self.po = plan.spot_usd_per_h / 3600, plan.on_demand_usd_per_h / 3600
+        self.deadline = plan.deadline_s if plan.deadline_s is not None else INF
+        self.best = INF
+        self.exact = True
+
+    def overhead(self, k: int) -> float:
+        """A job's time before its first step: startup, and the restore once anything is saved."""
+        return self.plan.startup_s + (self.plan.restore_s if k > 0 else 0.0)
+
+    def on_demand_finish(self, f: Family) -> None:
+        """On-demand from f's idle time to the finish: the cost is the same at every point of the family, the
+        deadline needs the most progress."""
+        o = self.overhead(f.lo)
+        if f.t + o + self.plan.work_s - f.hi * self.step <= self.deadline + _EPS:
+            self.best = min(self.best, f.intercept + self.po * (o + self.plan.work_s))
+
+    def entering(self, families: list[Family], a: float) -> list[tuple[int, int, float]]:
+        """What can start a spot job at `a`: each family as it is (it waited), and the range an on-demand block
+        adds above it (a block that stops one save before `a`)."""
+        s, top = self.plan.save_s, self.last_unfinished_k()
+        out = []
+        for f in families:
+            out.append((f.lo, f.hi, f.intercept))
+            o = self.overhead(f.lo)
+            room = _whole_steps(a - s - o - f.t, self.step)
+            hi = min(f.hi + room, top)
+            if room > 0 and hi > f.hi:
+                out.append((f.hi + 1, hi, f.intercept + self.po * (o + s)))
+        return out
+
+    def last_unfinished_k(self) -> int:
+        """The most whole steps short of the work (more is the finish)."""
+        k = math.ceil(self.plan.work_s / self.step - _EPS) - 1
+        return max(k, 0)
+
+    def spot_window(self, pieces: list[tuple[int, int, float]], a: float, b: float) -> list[Family]:
+        """A spot job from `a` to the window's end or the finish, from every piece; the families idle at b."""
+        out = []
+        for lo, hi, icpt in pieces:
+            if lo == 0:  # the first job: nothing to restore
+                self.spot_piece(0, 0, icpt, a, b, out)
+                lo += 1
+            if lo <= hi:
+                self.spot_piece(lo, hi, icpt, a, b, out)
+        return out
+
+    def spot_piece(self, lo: int, hi: int, icpt: float, a: float, b: float, out: list[Family]) -> None:
+        o, step, work = self.overhead(lo), self.step, self.plan.work_s
+        fits = min(b, self.deadline) - a - o  # work that finishes inside the window and the deadline
+        k_fin = lo if fits == INF else max(lo, math.ceil((work - fits) / step - _EPS))
+        if k_fin <= hi:  # cost linear in k: icpt + po k step + ps (o + W - k step)
+            for k in (k_fin, hi):
+                self.best = min(self.best, icpt + self.po * k * step + self.ps * (o + work - k * step))
+        top = min(hi, k_fin - 1)
+        if b >= self.deadline or top < lo:  # nothing left unfinished that could still finish
+            return
+        gain = _whole_steps(b - a - o, step)
+        if gain > 0:
+            out.append(Family(b, lo + gain, top + gain, icpt + self.ps * (o + gain * step) - self.po * gain * step))
+
+    def pareto(self, pieces: list[tuple[int, int, float]]) -> list[tuple[int, int, float]]:
+        """The lower envelope of the pieces, then only points no other point has more progress for at most the
+        cost of. Pieces are (lo, hi, intercept) over whole steps."""
+        envelope = _envelope(pieces)
+        kept, floor = [], INF
+        for lo, hi, icpt in reversed(envelope):  # from the most progress down
+            # keep k where icpt + po k step < floor
+            limit = hi if floor == INF else min(hi, math.ceil((floor - icpt) / (self.po * self.step) - _EPS) - 1)
+            if limit >= lo:
+                kept.append((lo, limit, icpt))
+                floor = min(floor, icpt + self.po * lo * self.step)
+        return kept[::-1]
+
+
+def _envelope(pieces: list[tuple[int, int, float]]) -> list[tuple[int, int, float]]:
+    """For each k covered, the least intercept; as disjoint (lo, hi, intercept) sorted by lo."""
+    if not pieces:
+        return []
+    cuts = sorted({p[0] for p in pieces} | {p[1] + 1 for p in pieces})
+    by_lo = sorted(pieces)
+    out: list[tuple[int, int, float]] = []
+    active: list[tuple[int, int, float]] = []
+    i = 0
+    for lo, nxt in zip(cuts, cuts[1:], strict=False):
+        while i < len(by_lo) and by_lo[i][0] <= lo:
+            active.append(by_lo[i])
+            i += 1
+        active = [p for p in active if p[1] >= lo]
+        if not active:
+            continue
+        icpt = min(p[2] for p in active)
+        if out and out[-1][1] == lo - 1 and out[-1][2] == icpt:
+            out[-1] = (out[-1][0], nxt - 1, icpt)
+        else:
+            out.append((lo, nxt - 1, icpt))
     return out
 
 
-def offline_optimum(plan: SimPlan, traces: list, *, ticks: int = 300, horizon_s: float | None = None) -> np.ndarray:
-    """Least cost (USD) per trace; inf where the deadline cannot be met."""
-    tick = plan.work_s / ticks
-    limit = plan.deadline_s if plan.deadline_s is not None else (horizon_s or 4 * plan.work_s)
-    steps = int(math.floor(limit / tick + 1e-9))
-    avail = availability(traces, tick, steps)
-    # A job's save before its capacity goes is free on spot when it fits the notice; the first job has nothing
-    # to restore.
-    change_s = plan.startup_s + plan.restore_s + (0.0 if plan.notice_ok else plan.save_s)
-    o, o_first = max(1, round(change_s / tick)), max(1, round(plan.startup_s / tick))
-    ps, po = plan.spot_usd_per_h * tick / 3600, plan.on_demand_usd_per_h * tick / 3600
-    start_spot, start_od = plan.spot_usd_per_h * change_s / 3600, plan.on_demand_usd_per_h * change_s / 3600
-    first_spot, first_od = plan.spot_usd_per_h * plan.startup_s / 3600, plan.on_demand_usd_per_h * plan.startup_s / 3600
-    n, size = len(traces), ticks + o + 1  # index j holds progress j - o (a fresh job owes its changeover)
-    inf = np.inf
-    idle = np.full((n, size), inf)
-    spot = np.full((n, size), inf)
-    od = np.full((n, size), inf)
-    done = np.full(n, inf)
-    for t in range(steps):
-        enter_spot = np.full((n, size), inf)
-        enter_spot[:, :size - o] = np.minimum(idle, od)[:, o:] + start_spot
-        enter_od = np.full((n, size), inf)
-        enter_od[:, :size - o] = np.minimum(idle, spot)[:, o:] + start_od
-        # the first job, from progress 0 (index o), any time
-        enter_spot[:, o - o_first] = np.minimum(enter_spot[:, o - o_first], first_spot)
-        enter_od[:, o - o_first] = np.minimum(enter_od[:, o - o_first], first_od)
-        new_idle = np.minimum(np.minimum(idle, spot), od)
-        run_spot = np.minimum(spot, enter_spot)
-        run_od = np.minimum(od, enter_od)
-        spot = np.full((n, size), inf)
-        spot[:, 1:] = run_spot[:, :-1] + ps
-        spot[~avail[:, t]] = inf
-        od = np.full((n, size), inf)
-        od[:, 1:] = run_od[:, :-1] + po
-        idle = new_idle
-        done = np.minimum(done, np.minimum(spot[:, -1], od[:, -1]))
-    return done
+def solve(plan: SimPlan, trace: list) -> Optimum:
+    """The dynamic program (the module's docstring); `trace` is sorted disjoint windows [(start, end), ...]."""
+    sv = _Solver(plan)
+    families = [Family(0.0, 0, 0, 0.0)]
+    sv.on_demand_finish(families[0])
+    windows = 0
+    for a, b in trace:
+        if a >= sv.deadline or a >= b:
+            break
+        if b - a <= plan.startup_s:  # no job gains a step here
+            continue
+        windows += 1
+        pieces = sv.pareto(sv.entering(families, a))
+        new = sv.spot_window(pieces, a, b)
+        if new:
+            merged = [Family(b, lo, hi, icpt) for lo, hi, icpt in sv.pareto([(f.lo, f.hi, f.intercept) for f in new])]
+            for f in merged:
+                sv.on_demand_finish(f)
+            families.extend(merged)
+        if len(families) > MAX_FAMILIES:
+            families = _relax(families, sv)
+    return Optimum(None if sv.best == INF else sv.best, sv.exact, windows, len(families))
+
+
+def _relax(families: list[Family], sv: _Solver) -> list[Family]:
+    """Past the cap: one family at the earliest idle time over the whole range, at the lowest intercept (a
+    relaxation: every point it replaces is at least as dear, later and no further)."""
+    sv.exact = False
+    return [Family(min(f.t for f in families), min(f.lo for f in families), max(f.hi for f in families),
+                   min(f.intercept for f in families))]
