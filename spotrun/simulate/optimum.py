@@ -1,63 +1,55 @@
 """The exact offline optimum: the least a run can cost on one trace, knowing the trace in advance, under the
 engine's cost model (spotrun/simulate/engine.py); the floor every online policy is measured against. Stdlib only.
 
-`exact_optimum(plan, trace) -> float | None`: USD, or None when the deadline cannot be met.
+`exact_optimum(plan, trace) -> float | None`: USD, or None when the deadline cannot be met; `solve` says more.
 
-The model is the engine's with saves on the notice (`segment` with checkpointing "notice"): each job bills its
-startup, a restore once anything is saved, its work; an interruption saves on the notice for free and loses the
-step in progress; a stop the schedule chooses bills one save (SIGTERM) before the next job may start. Work counts
-in whole steps (`step_s`), as the engine's saves do. MaxWait and MaxRuntime, SageMaker's limits on a policy's
-jobs, do not bind the optimum. For a plan whose checkpoint cannot leave within the notice (`notice_ok` false) the
-same model is a relaxation (free notice saves, no periodic save time): a floor, not an exact optimum.
+The model is the engine's with saves on the notice (`segment`, checkpointing "notice"): each job bills its
+startup, a restore once anything is saved, its work; an interruption saves on the notice unbilled; a stop the
+schedule chooses bills one save (SIGTERM) before the next job may start. Each start is billed once. Work is
+continuous: the engine's loss of the step in progress at an interruption (at most `step_s`, none when a window's
+edges fall on step boundaries) is not charged. MaxWait and MaxRuntime, SageMaker's limits on a policy's jobs, do
+not bind the optimum. For a plan whose checkpoint cannot leave within the notice (`notice_ok` false) the same
+model is a relaxation (free notice saves, no periodic save time): a floor, not the exact optimum.
 
 Knowing the trace, an optimal schedule (each claim checked against an exhaustive search of the engine's own
-schedules in tests/spotrun/test_optimum.py):
-- runs a spot job from a window's start (or later, to bill only whole steps) to the window's end or the finish:
-  stopping spot early only adds a save and a restart, and spot is the cheaper market at the same speed;
-- runs on-demand either to the finish, or as a block that stops one save before a window opens; the block may
-  start any time after the last job ended, so the work it does is a range (0 .. the gap's capacity).
-The dynamic program goes window by window. Its state, idle after a job, is a family of (progress, cost) points
-`cost = intercept + on-demand price x progress` over a range of whole steps (a block's range of work keeps that
-form, a spot job shifts it), kept only where nothing has at least as much progress for at most the cost.
+schedules in tests/spotrun/test_optimum.py) runs spot from a window's start to its end or the finish (stopping
+spot early only adds a save and a restart), and on-demand either to the finish or as a block that stops one save
+before a window opens; a block may start any time, so the work it does is a range.
 
-Bounds (for any plan: the horizon is the deadline, without one the trace's last window): windows shorter than
-a startup are skipped (no job gains a step in them); per window the work is O(F log F) for the F families kept
-(every family may still reach a later window by on-demand), and F is capped at `MAX_FAMILIES`: past the cap the
-families of one window merge into their lower envelope with the lowest intercept over the union of their ranges
-(a relaxation: still a floor) and `Optimum.exact` says so. Time O(windows x MAX_FAMILIES log MAX_FAMILIES),
-memory O(MAX_FAMILIES).
+The dynamic program goes event by event (window starts and ends, in time order). A state is the slack used so
+far, sigma = time - work done (waits, startups, restores, saves), and the cost paid; sigma <= deadline - work is
+what meeting the deadline needs. Two sets of states are kept, each only where no state has less slack used for
+at most the cost (a Pareto frontier): idle, and on-demand running. Every frontier is a list of pieces
+(sigma_lo, sigma_hi, J) of states with cost J - po x sigma (po: the on-demand price per second): waiting, a
+block's range of start times and a spot job each map a piece to a piece.
+
+Bounds (for any plan: the horizon is the deadline; without one, the trace's last window): windows no longer
+than a startup are skipped (no job gains work in them); each event costs O(P log P) for P pieces, P is capped
+at `MAX_PIECES` per frontier: past the cap the dearest pieces merge into one with the least slack and cost of
+any of them (a relaxation: still a floor) and `Optimum.exact` is false. Time O(windows x MAX_PIECES log
+MAX_PIECES), memory O(MAX_PIECES).
 """
 
 from __future__ import annotations
 
-import math
+import heapq
 from dataclasses import dataclass
 
 from .engine import INF, SimPlan
 
-MAX_FAMILIES = 4096
-_EPS = 1e-9
-
-
-@dataclass(frozen=True)
-class Family:
-    """Idle from `t` with progress k x step for k in [lo, hi], at cost intercept + po x k x step (po per second)."""
-
-    t: float
-    lo: int
-    hi: int
-    intercept: float
+MAX_PIECES = 512
+Piece = tuple[float, float, float]  # (sigma_lo, sigma_hi, J): cost J - po sigma
 
 
 @dataclass(frozen=True)
 class Optimum:
-    """One trace's optimum: `usd` (None: the deadline cannot be met), whether it is exact (see the module's
-    docstring), and the windows and families it went through (its work)."""
+    """One trace's optimum: `usd` (None: the deadline cannot be met), whether it is exact (the module's
+    docstring), the windows it went through and the most pieces a frontier held."""
 
     usd: float | None
     exact: bool
     windows: int
-    families: int
+    pieces: int
 
 
 def exact_optimum(plan: SimPlan, trace: list) -> float | None:
@@ -66,146 +58,148 @@ def exact_optimum(plan: SimPlan, trace: list) -> float | None:
     return solve(plan, trace).usd
 
 
-def optimum_costs(plan: SimPlan, traces: list) -> list[float | None]:
-    return [exact_optimum(plan, trace) for trace in traces]
+def pareto(pieces: list[Piece], po: float) -> list[Piece]:
+    """The states of the pieces that no other state beats on both slack and cost, as disjoint pieces sorted by
+    sigma: a sweep over the pieces' ends with a heap of the open ones (least J first) and the least cost of
+    everything to the left (`left`)."""
+    if not pieces:
+        return []
+    cuts = sorted({p[0] for p in pieces} | {p[1] for p in pieces})
+    by_lo = sorted(pieces)
+    heap: list[tuple[float, float]] = []  # (J, sigma_hi)
+    out: list[Piece] = []
+    left, i = INF, 0
+    for n, c in enumerate(cuts):
+        while i < len(by_lo) and by_lo[i][0] <= c:
+            heapq.heappush(heap, (by_lo[i][2], by_lo[i][1]))
+            i += 1
+        while heap and heap[0][1] < c:
+            heapq.heappop(heap)
+        if not heap:
+            continue
+        at_c = heap[0][0] - po * c
+        if at_c < left:
+            _append(out, (c, c, heap[0][0]))
+            left = at_c
+        nxt = cuts[n + 1] if n + 1 < len(cuts) else None
+        while heap and heap[0][1] <= c:  # pieces ending here do not reach the next cut
+            heapq.heappop(heap)
+        if nxt is None or not heap:
+            continue
+        j = heap[0][0]
+        start = max(c, (j - left) / po) if left < INF else c
+        if start < nxt:
+            _append(out, (start, nxt, j))
+            left = min(left, j - po * nxt)
+    return out
 
 
-def _whole_steps(seconds: float, step: float) -> int:
-    """Whole steps in `seconds` of work, as the engine saves them (done - fmod(done, step))."""
-    if seconds <= 0:
-        return 0
-    return int(round((seconds - math.fmod(seconds, step)) / step))
+def _append(out: list[Piece], piece: Piece) -> None:
+    if out and out[-1][2] == piece[2] and out[-1][1] >= piece[0]:
+        out[-1] = (out[-1][0], max(out[-1][1], piece[1]), piece[2])
+    else:
+        out.append(piece)
 
 
 class _Solver:
     def __init__(self, plan: SimPlan):
         self.plan = plan
-        self.step = plan.step_s
         self.ps, self.po = plan.spot_usd_per_h / 3600, plan.on_demand_usd_per_h / 3600
         self.deadline = plan.deadline_s if plan.deadline_s is not None else INF
-        self.best = INF
+        self.slack = self.deadline - plan.work_s  # the most slack a schedule that meets the deadline uses
+        self.restart = plan.startup_s + plan.restore_s  # a job's time before its first step, once saved
+        self.best = self.po * (plan.startup_s + plan.work_s) if self.slack >= plan.startup_s else INF
+        self.idle: list[Piece] = []
+        self.run: list[Piece] = []
+        self.tau = 0.0
         self.exact = True
+        self.most = 0
 
-    def overhead(self, k: int) -> float:
-        """A job's time before its first step: startup, and the restore once anything is saved."""
-        return self.plan.startup_s + (self.plan.restore_s if k > 0 else 0.0)
+    def advance(self, to: float) -> None:
+        """From tau to `to`: idle states wait; on-demand jobs run on; any idle state (and the fresh one: nothing
+        done yet) may start one at any time in between (J + po (overhead + dt) over sigma + overhead .. + dt)."""
+        dt, po = to - self.tau, self.po
+        run = [(lo, hi, j + po * dt) for lo, hi, j in self.run]
+        run += [(lo + self.restart, hi + self.restart + dt, j + po * (self.restart + dt)) for lo, hi, j in self.idle]
+        c = self.plan.startup_s
+        if self.tau + c <= self.slack:
+            run.append((self.tau + c, self.tau + c + dt, po * (self.tau + c + dt)))
+        self.idle = [(lo + dt, hi + dt, j + po * dt) for lo, hi, j in self.idle]
+        self.tau = to
+        self.idle = self.keep(self.idle, self.restart)
+        self.run = self.keep(run, 0.0)
 
-    def on_demand_finish(self, f: Family) -> None:
-        """On-demand from f's idle time to the finish: the cost is the same at every point of the family, the
-        deadline needs the most progress."""
-        o = self.overhead(f.lo)
-        if f.t + o + self.plan.work_s - f.hi * self.step <= self.deadline + _EPS:
-            self.best = min(self.best, f.intercept + self.po * (o + self.plan.work_s))
-
-    def entering(self, families: list[Family], a: float) -> list[tuple[int, int, float]]:
-        """What can start a spot job at `a`: each family as it is (it waited), and the range an on-demand block
-        adds above it (a block that stops one save before `a`)."""
-        s, top = self.plan.save_s, self.last_unfinished_k()
-        out = []
-        for f in families:
-            out.append((f.lo, f.hi, f.intercept))
-            o = self.overhead(f.lo)
-            room = _whole_steps(a - s - o - f.t, self.step)
-            hi = min(f.hi + room, top)
-            if room > 0 and hi > f.hi:
-                out.append((f.hi + 1, hi, f.intercept + self.po * (o + s)))
-        return out
-
-    def last_unfinished_k(self) -> int:
-        """The most whole steps short of the work (more is the finish)."""
-        k = math.ceil(self.plan.work_s / self.step - _EPS) - 1
-        return max(k, 0)
-
-    def spot_window(self, pieces: list[tuple[int, int, float]], a: float, b: float) -> list[Family]:
-        """A spot job from `a` to the window's end or the finish, from every piece; the families idle at b."""
-        out = []
-        for lo, hi, icpt in pieces:
-            if lo == 0:  # the first job: nothing to restore
-                self.spot_piece(0, 0, icpt, a, b, out)
-                lo += 1
+    def keep(self, pieces: list[Piece], overhead: float) -> list[Piece]:
+        """The frontier of the pieces, less the states that cannot meet the deadline or beat the best found.
+        From a state the rest costs at least the remaining work (and `overhead`) at the spot price:
+        J - po sigma + ps (overhead + W - tau + sigma)."""
+        base, m, out = self.ps * (overhead + self.plan.work_s - self.tau), self.po - self.ps, []
+        for lo, hi, j in pareto(pieces, self.po):
+            hi = min(hi, self.slack)
+            if m > 0:
+                lo = max(lo, (j + base - self.best) / m)
+            elif j + base - m * hi >= self.best:
+                continue
             if lo <= hi:
-                self.spot_piece(lo, hi, icpt, a, b, out)
+                out.append((lo, hi, j))
+        if len(out) > MAX_PIECES:
+            out = self.relax(out)
+        self.most = max(self.most, len(out))
         return out
 
-    def spot_piece(self, lo: int, hi: int, icpt: float, a: float, b: float, out: list[Family]) -> None:
-        o, step, work = self.overhead(lo), self.step, self.plan.work_s
-        fits = min(b, self.deadline) - a - o  # work that finishes inside the window and the deadline
-        k_fin = lo if fits == INF else max(lo, math.ceil((work - fits) / step - _EPS))
-        if k_fin <= hi:  # cost linear in k: icpt + po k step + ps (o + W - k step)
-            for k in (k_fin, hi):
-                self.best = min(self.best, icpt + self.po * k * step + self.ps * (o + work - k * step))
-        top = min(hi, k_fin - 1)
-        if b >= self.deadline or top < lo:  # nothing left unfinished that could still finish
-            return
-        gain = _whole_steps(b - a - o, step)
-        if gain > 0:
-            out.append(Family(b, lo + gain, top + gain, icpt + self.ps * (o + gain * step) - self.po * gain * step))
+    def relax(self, pieces: list[Piece]) -> list[Piece]:
+        """Past the cap: the cheapest pieces stay; the rest become one with the least slack and J of any of them
+        (every state it replaces is at least as dear with at least as much slack: still a floor)."""
+        self.exact = False
+        pieces = sorted(pieces, key=lambda p: p[2])
+        rest = pieces[MAX_PIECES - 1:]
+        merged = (min(p[0] for p in rest), max(p[1] for p in rest), rest[0][2])
+        return sorted(pieces[:MAX_PIECES - 1] + [merged])
 
-    def pareto(self, pieces: list[tuple[int, int, float]]) -> list[tuple[int, int, float]]:
-        """The lower envelope of the pieces, then only points no other point has more progress for at most the
-        cost of. Pieces are (lo, hi, intercept) over whole steps."""
-        envelope = _envelope(pieces)
-        kept, floor = [], INF
-        for lo, hi, icpt in reversed(envelope):  # from the most progress down
-            # keep k where icpt + po k step < floor
-            limit = hi if floor == INF else min(hi, math.ceil((floor - icpt) / (self.po * self.step) - _EPS) - 1)
-            if limit >= lo:
-                kept.append((lo, limit, icpt))
-                floor = min(floor, icpt + self.po * lo * self.step)
-        return kept[::-1]
+    def window(self, a: float, b: float) -> list[Piece]:
+        """Spot from `a` for every state that can start there: finish inside the window and the deadline, or
+        be idle at `b` (returned)."""
+        s, po = self.plan.save_s, self.po
+        entering = [(p, self.restart) for p in self.idle]
+        entering += [((lo + s, hi + s, j + po * s), self.restart) for lo, hi, j in self.run]  # stopped at a - s
+        if a + self.plan.startup_s <= self.slack:
+            entering.append(((a, a, po * a), self.plan.startup_s))  # the first job: nothing to restore
+        out = []
+        for (lo, hi, j), o in entering:
+            self.finish_on_spot(lo, hi, j, o, a, b)
+            limit = min(b, self.deadline) - o - self.plan.work_s  # the most slack that finishes here
+            if b < self.deadline and b - a > o and max(lo, limit) <= hi:
+                out.append((max(lo, limit) + o, hi + o, j + self.ps * (b - a) + po * o))
+        return out
 
+    def finish_on_spot(self, lo: float, hi: float, j: float, o: float, a: float, b: float) -> None:
+        """Cost J - po sigma + ps (o + W - (a - sigma)) for sigma up to where the finish fits; linear in sigma."""
+        top = min(hi, min(b, self.deadline) - o - self.plan.work_s)
+        for sigma in (lo, top) if lo <= top else ():
+            self.best = min(self.best, j - self.po * sigma + self.ps * (o + self.plan.work_s - a + sigma))
 
-def _envelope(pieces: list[tuple[int, int, float]]) -> list[tuple[int, int, float]]:
-    """For each k covered, the least intercept; as disjoint (lo, hi, intercept) sorted by lo."""
-    if not pieces:
-        return []
-    cuts = sorted({p[0] for p in pieces} | {p[1] + 1 for p in pieces})
-    by_lo = sorted(pieces)
-    out: list[tuple[int, int, float]] = []
-    active: list[tuple[int, int, float]] = []
-    i = 0
-    for lo, nxt in zip(cuts, cuts[1:], strict=False):
-        while i < len(by_lo) and by_lo[i][0] <= lo:
-            active.append(by_lo[i])
-            i += 1
-        active = [p for p in active if p[1] >= lo]
-        if not active:
-            continue
-        icpt = min(p[2] for p in active)
-        if out and out[-1][1] == lo - 1 and out[-1][2] == icpt:
-            out[-1] = (out[-1][0], nxt - 1, icpt)
-        else:
-            out.append((lo, nxt - 1, icpt))
-    return out
+    def finish_on_demand(self, pieces: list[Piece]) -> None:
+        """On-demand from idle to the finish, started at once: J + po (overhead + W - tau) where it fits."""
+        for lo, _, j in pieces:
+            if lo + self.restart <= self.slack:
+                self.best = min(self.best, j + self.po * (self.restart + self.plan.work_s - self.tau))
 
 
 def solve(plan: SimPlan, trace: list) -> Optimum:
-    """The dynamic program (the module's docstring); `trace` is sorted disjoint windows [(start, end), ...]."""
+    """The dynamic program (the module's docstring); `trace`: sorted disjoint windows [(start, end), ...]."""
     sv = _Solver(plan)
-    families = [Family(0.0, 0, 0, 0.0)]
-    sv.on_demand_finish(families[0])
     windows = 0
     for a, b in trace:
         if a >= sv.deadline or a >= b:
             break
-        if b - a <= plan.startup_s:  # no job gains a step here
+        if b - a <= plan.startup_s:  # no job gains work here
             continue
         windows += 1
-        pieces = sv.pareto(sv.entering(families, a))
-        new = sv.spot_window(pieces, a, b)
-        if new:
-            merged = [Family(b, lo, hi, icpt) for lo, hi, icpt in sv.pareto([(f.lo, f.hi, f.intercept) for f in new])]
-            for f in merged:
-                sv.on_demand_finish(f)
-            families.extend(merged)
-        if len(families) > MAX_FAMILIES:
-            families = _relax(families, sv)
-    return Optimum(None if sv.best == INF else sv.best, sv.exact, windows, len(families))
-
-
-def _relax(families: list[Family], sv: _Solver) -> list[Family]:
-    """Past the cap: one family at the earliest idle time over the whole range, at the lowest intercept (a
-    relaxation: every point it replaces is at least as dear, later and no further)."""
-    sv.exact = False
-    return [Family(min(f.t for f in families), min(f.lo for f in families), max(f.hi for f in families),
-                   min(f.intercept for f in families))]
+        sv.advance(max(a, sv.tau))
+        arrived = sv.window(a, b)
+        if b >= sv.deadline or b == INF:
+            break
+        sv.advance(b)
+        sv.idle = sv.keep(sv.idle + arrived, sv.restart)
+        sv.finish_on_demand(sv.idle)
+    return Optimum(None if sv.best == INF else sv.best, sv.exact, windows, sv.most)
