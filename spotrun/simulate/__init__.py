@@ -47,6 +47,8 @@ def quantile(sorted_values: list[float], q: float) -> float:
     pos = q * (len(sorted_values) - 1)
     lo = int(pos)
     hi = min(lo + 1, len(sorted_values) - 1)
+    if sorted_values[hi] == sorted_values[lo]:  # also two infinite walls (a run that never finishes)
+        return sorted_values[lo]
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
 
 

@@ -23,7 +23,8 @@ at most the cost (a Pareto frontier): idle, and on-demand running. Every frontie
 (sigma_lo, sigma_hi, J) of states with cost J - po x sigma (po: the on-demand price per second): waiting, a
 block's range of start times and a spot job each map a piece to a piece.
 
-Bounds (for any plan: the horizon is the deadline; without one, the trace's last window): windows no longer
+Bounds (for any plan: the horizon is the deadline; without one, the trace's last window, and where that one
+stays open the answer is one spot job in it, the least any schedule costs): windows no longer
 than a startup are skipped (no job gains work in them); each event costs O(P log P) for P pieces, P is capped
 at `MAX_PIECES` per frontier: past the cap the dearest pieces merge into one with the least slack and cost of
 any of them (a relaxation: still a floor) and `Optimum.exact` is false. Time O(windows x MAX_PIECES log
@@ -188,6 +189,9 @@ class _Solver:
 def solve(plan: SimPlan, trace: list) -> Optimum:
     """The dynamic program (the module's docstring); `trace`: sorted disjoint windows [(start, end), ...]."""
     sv = _Solver(plan)
+    if plan.deadline_s is None and any(b == INF > a for a, b in trace):
+        # no deadline and capacity that stays: one spot job in it, the least any schedule can cost
+        return Optimum(min(sv.ps, sv.po) * (plan.startup_s + plan.work_s), True, 0, 0)
     windows = 0
     for a, b in trace:
         if a >= sv.deadline or a >= b:
