@@ -440,7 +440,19 @@ def test_the_estimate_simulates_fewer_traces_for_a_long_run_at_a_high_rate():
     assert traces_for_estimate(_plan(work_s=10 * H), 0.1) == N_TRACES
     fewer = traces_for_estimate(_plan(work_s=100 * H), 1.35)
     assert MIN_TRACES < fewer < N_TRACES
-    assert traces_for_estimate(_plan(work_s=1000 * H), 1.35) == MIN_TRACES
+    assert 1 <= traces_for_estimate(_plan(work_s=1000 * H), 1.35) < MIN_TRACES
+
+
+@pytest.mark.parametrize("work_days, rate", [(28, 10.0), (60, 10.0), (28, 0.0), (1, 10.0)])
+def test_the_estimates_simulation_is_bounded_for_any_run_the_contract_accepts(work_days, rate):
+    """The Lambda's time goes by the windows generated and replayed: at most about WINDOW_BUDGET (one trace of
+    the longest run at the contract's highest rate, 10 per hour, fits), whatever the run's length."""
+    from spotrun.simulate.choose import ESTIMATE_TRACES, WINDOW_BUDGET, horizon_s, traces_for_estimate
+
+    plan = _plan(work_s=work_days * 24 * H, deadline_s=None, max_wait_s=28 * 24 * H, max_runtime_s=28 * 24 * H)
+    n = traces_for_estimate(plan, rate)
+    traces = generated_traces(TraceSpec(rate, horizon_s(plan), **ESTIMATE_TRACES), n, seed=0)
+    assert sum(len(t) for t in traces) <= 1.2 * WINDOW_BUDGET
 
 
 def test_with_a_cap_between_spot_and_on_demand_the_chosen_policy_is_simulated_as_the_segment_chain_within_it():
