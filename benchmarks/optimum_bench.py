@@ -67,7 +67,8 @@ def table(directory: Path, every_h: float, deadlines: list[float]) -> list[str]:
                 "", "| policy | P(deadline) | mean / on-demand | mean / optimum |", "|---|---|---|---|"]
         for r in rows:
             mark = " (chosen)" if r.label == chosen.label else ""
-            out.append(f"| {r.label}{mark} | {r.p_deadline:.1%} | {r.mean_usd / od:.3f} | {r.mean_usd / opt - 1:+.1%} |")
+            out.append(f"| {r.label}{mark} | {r.p_deadline:.1%} | {r.mean_usd / od:.3f} | "
+                       f"{r.mean_usd / opt - 1:+.1%} |")
         out.append("")
         print("\n".join(out[-len(rows) - 5:]), flush=True)
     return out

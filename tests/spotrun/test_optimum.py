@@ -151,7 +151,8 @@ def test_the_work_is_bounded_on_a_28_day_run_a_one_second_trace_and_a_thousand_w
 
 
 @pytest.mark.parametrize("doc, message", [
-    ({"metadata": {"gap_seconds": 1e-6}, "data": [1, 0]}, "gap_seconds=1e-06 is invalid: expected a number of seconds from 1 to 86400"),
+    ({"metadata": {"gap_seconds": 1e-6}, "data": [1, 0]},
+     "gap_seconds=1e-06 is invalid: expected a number of seconds from 1 to 86400"),
     ({"metadata": {"gap_seconds": 1e308}, "data": [1, 0]}, "gap_seconds=1e+308 is invalid"),
     ({"metadata": {"gap_seconds": "600"}, "data": [1, 0]}, "gap_seconds='600' is invalid"),
     ({"metadata": {"gap_seconds": 600}, "data": []}, "data is invalid: expected a list of 1 to"),
