@@ -12,10 +12,10 @@ import pytest
 from botocore.stub import Stubber
 from moto import mock_aws
 
-from spotrun.cli import build_parser
-from spotrun.deployment import PipelineSettings, plan
-from spotrun.sources import PLACEHOLDER_BUCKET
-from spotrun.validate_command import run_command
+from spotrun.cli.estimate import run_command
+from spotrun.cli.main import build_parser
+from spotrun.pipeline.plan import PipelineSettings, plan
+from spotrun.planner.sources import PLACEHOLDER_BUCKET
 from tests.infra.render import placeholder, render
 
 ROOT = Path(__file__).resolve().parents[2]

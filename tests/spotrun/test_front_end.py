@@ -1,6 +1,6 @@
-"""One front end: every command reads a run file with spotrun.runfile.load_run_file (a duplicated key is refused by
-each, by field), relative sources are read relative to the run file, and every command exits by the one table of
-spotrun/exits.py (printed by --help, the README's table the same), with JSON errors under --format json."""
+"""One front end: every command reads a run file with spotrun.contract.runfile.load_run_file (a duplicated key is
+refused by each, by field), relative sources are read relative to the run file, and every command exits by the one
+table of spotrun/cli/exits.py (printed by --help, the README's table the same), with JSON errors under --format json."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from moto import mock_aws
 
-from spotrun.cli import main
-from spotrun.exits import MEANING, Exit
+from spotrun.cli.exits import MEANING, Exit
+from spotrun.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "runs" / "qwen2-0.5b-full-small.json"
@@ -159,9 +159,9 @@ def test_local_applies_the_hyperparameter_limits_and_the_pipelines_rules(tmp_pat
 
 
 def test_the_local_and_the_aws_report_come_from_one_builder(tmp_path, assets):
-    from spotrun.guard import _report, registry_metadata
     from spotrun.local.pipeline import plan_local
-    from spotrun.report import build_local_report, summary_text
+    from spotrun.pipeline.guard import _report, registry_metadata
+    from spotrun.pipeline.report import build_local_report, summary_text
     from spotrun.seams import Guard, GuardAction
 
     raw = _local_run(tmp_path, assets)
