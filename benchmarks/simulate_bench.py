@@ -1,4 +1,4 @@
-"""The spot-policy simulator's acceptance figures; prints the README's Markdown tables.
+"""The spot-policy simulator's acceptance figures; prints the Markdown tables of docs/spot-policy.md.
 
     python benchmarks/simulate_bench.py [--n 1000] [--spot-traces DIR]
 

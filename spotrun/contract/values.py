@@ -1,6 +1,7 @@
 """The run contract's values that no range or pattern describes: sources, HF configs, LoRA targets, tags and
 MLflow tracking URIs. Each is a `decode` function for `spec(...)` (value, dotted path) -> the decoded value, or a
-RunValidationError naming the path; its `accepted` text (the constant beside it) is the error's and the README's."""
+RunValidationError naming the path; its `accepted` text (the constant beside it) is the error's and the docs'
+(docs/run-fields.md)."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ from typing import Any
 from ..contract.spec import RunSpec, RunValidationError, check_json_tree
 from ..seams import DatasetIndex
 
-PLACEHOLDER_BUCKET = "your-artifact-bucket"  # the examples' bucket: README step 7 replaces it
+PLACEHOLDER_BUCKET = "your-artifact-bucket"  # the examples' bucket: docs/deploying.md step 7 replaces it
 MAX_SOURCE_JSON_BYTES = 1 << 20  # config.json and index.json are a few KB
 
 

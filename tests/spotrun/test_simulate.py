@@ -444,9 +444,9 @@ def test_the_estimate_simulates_fewer_traces_for_a_long_run_at_a_high_rate():
 
 
 def test_with_a_cap_between_spot_and_on_demand_the_chosen_policy_is_simulated_as_the_segment_chain_within_it():
-    """The README's example: llama3-8b-full with budget.max_usd 200 runs as a chain of segments (its first job's
-    MaxRuntime is not the run's), and no policy whose P95 cost passes the cap is chosen (the guard would end it
-    there unfinished)."""
+    """The spot-policy page's example: llama3-8b-full with budget.max_usd 200 runs as a chain of segments (its
+    first job's MaxRuntime is not the run's), and no policy whose P95 cost passes the cap is chosen (the guard would
+    end it there unfinished)."""
     from pathlib import Path
 
     from spotrun.planner.estimate import estimate, load_catalog
