@@ -259,14 +259,14 @@ def test_deadline_hours_is_optional_and_checked():
 
 
 def test_the_estimate_chooses_the_cheapest_policy_meeting_the_deadline_and_states_its_odds():
-    from spotrun.planner.estimate import estimate
+    from spotrun.planner.estimate import estimate, load_catalog
     from spotrun.policy.choose import policy_text, spot_policy
 
     run = parse_run(RUN)
     est = estimate(run)
     hours = est.wall_seconds / H
     with_deadline = parse_run({**RUN, "compute": {**RUN["compute"], "deadline_hours": round(hours * 1.5, 1)}})
-    section = spot_policy(with_deadline, est, __import__("spotrun.planner.estimate").planner.load_catalog(), n=300)
+    section = spot_policy(with_deadline, est, load_catalog(), n=300)
     rows = {r["label"]: r for r in section["policies"]}
     chosen = rows[section["chosen"]]
     assert chosen["p_deadline"] >= 0.99
@@ -281,12 +281,12 @@ def test_the_estimate_chooses_the_cheapest_policy_meeting_the_deadline_and_state
     assert guard_decision(section, 0.0, 0.0, on_demand_now=False, spot_available=True) in ("spot", "on_demand")
     assert guard_decision(section, 0.0, with_deadline.compute.deadline_hours * H, on_demand_now=False,
                           spot_available=True) == ("spot" if section["policy"] == "spot" else "on_demand")
-    free = spot_policy(run, est, __import__("spotrun.planner.estimate").planner.load_catalog(), n=300)
+    free = spot_policy(run, est, load_catalog(), n=300)
     assert free["confidence"] is None
     assert free["chosen"] == min((r for r in free["policies"] if r["p_finished"] >= 0.99),
                                  key=lambda r: r["mean_usd"])["label"]
     asked = spot_policy(parse_run({**RUN, "compute": {**RUN["compute"], "spot": False}}), est,
-                        __import__("spotrun.planner.estimate").planner.load_catalog(), n=50)
+                        load_catalog(), n=50)
     assert asked["chosen"] == "on_demand" and "compute.spot=false" in asked["why"]
 
 
