@@ -39,7 +39,9 @@ from .values import MAX_RUN_TAGS, RESERVED_TAG_KEYS  # noqa: F401 - re-exported
 
 SCHEMA_VERSION = 1
 # NOTE: every pattern is used with fullmatch: `re.match(r"...$")` accepts a trailing newline.
-_NAME = r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,47}"  # SageMaker job names allow 63; prefix/suffixes are added
+# SageMaker job names allow 63; prefix/suffixes are added. The lookahead bounds the whole name: `(-*x){0,47}`
+# alone admits any number of hyphens (a name padded to 80+ characters).
+_NAME = r"(?=[a-zA-Z0-9-]{1,48}\Z)[a-zA-Z0-9](-*[a-zA-Z0-9]){0,47}"
 _REGISTRY_GROUP = r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}"  # CreateModelPackageGroup's EntityName
 _EXECUTION_NAME = r"[A-Za-z0-9_-]{1,80}"  # Step Functions execution names, as the console makes them
 Approval = Literal["PendingManualApproval", "Approved", "Rejected"]
