@@ -18,11 +18,11 @@ import argparse
 import time
 from pathlib import Path
 
-from spotrun.simulate import compare
-from spotrun.simulate.choose import candidates, choose, horizon_s
-from spotrun.simulate.engine import SimPlan
-from spotrun.simulate.optimum import solve
-from spotrun.simulate.traces import read_availability, replay
+from spotrun.policy import compare
+from spotrun.policy.choose import candidates, choose, horizon_s
+from spotrun.policy.engine import SimPlan
+from spotrun.policy.optimum import solve
+from spotrun.policy.traces import read_availability, replay
 
 H = 3600.0
 

@@ -16,12 +16,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from spotrun.planner import load_catalog, regional_catalog
-from spotrun.refusal import Refusal
-from spotrun.simulate.choose import ESTIMATE_TRACES, candidates, horizon_s, plan_from_estimate
-from spotrun.simulate.report import study
-from spotrun.simulate.traces import TraceSpec, generated_traces
-from spotrun.validate_command import check_file
+from spotrun.cli.estimate import check_file
+from spotrun.contract.refusal import Refusal
+from spotrun.planner.catalog import load_catalog, regional_catalog
+from spotrun.policy.choose import ESTIMATE_TRACES, candidates, horizon_s, plan_from_estimate
+from spotrun.policy.report import study
+from spotrun.policy.traces import TraceSpec, generated_traces
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((ROOT / "examples/runs").glob("*.json")) + [ROOT / "examples/demo/run.json"]

@@ -1,4 +1,4 @@
-"""The exact offline optimum (spotrun/simulate/optimum.py) against an exhaustive search of the engine's own
+"""The exact offline optimum (spotrun/policy/optimum.py) against an exhaustive search of the engine's own
 schedules, against every policy on random traces, and its bounds."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spotrun.simulate import simulate
-from spotrun.simulate.engine import INF, SimPlan, Tally, segment
-from spotrun.simulate.optimum import MAX_PIECES, exact_optimum, solve
-from spotrun.simulate.policies import POLICIES, cost_usd
+from spotrun.policy import simulate
+from spotrun.policy.engine import INF, SimPlan, Tally, segment
+from spotrun.policy.optimum import MAX_PIECES, exact_optimum, solve
+from spotrun.policy.policies import POLICIES, cost_usd
 
 H = 3600.0
 Q = 60.0  # the brute force's grid: every time below is a multiple of it
@@ -161,7 +161,7 @@ def test_the_work_is_bounded_on_a_28_day_run_a_one_second_trace_and_a_thousand_w
     ({"metadata": {"gap_seconds": 600}, "data": [0, 0, 0]}, "no capacity at all"),
 ])
 def test_bad_traces_are_refused_in_one_line(tmp_path, doc, message):
-    from spotrun.simulate.traces import read_availability
+    from spotrun.policy.traces import read_availability
 
     path = tmp_path / "t.json"
     path.write_text(json.dumps(doc))
@@ -171,7 +171,7 @@ def test_bad_traces_are_refused_in_one_line(tmp_path, doc, message):
 
 
 def test_a_replay_never_reads_the_end_of_a_recording_as_capacity(tmp_path):
-    from spotrun.simulate.traces import read_availability, replay
+    from spotrun.policy.traces import read_availability, replay
 
     path = tmp_path / "t.json"
     path.write_text(json.dumps({"metadata": {"gap_seconds": 600}, "data": [0, 1, 1, 0]}))  # 40 min, 20 of spot
