@@ -191,7 +191,7 @@ def test_a_replay_never_reads_the_end_of_a_recording_as_capacity(tmp_path):
     (["--traces", "TRACES"], "no capacity at all"),
 ])
 def test_spotrun_simulate_refuses_bad_input_in_one_line_without_a_traceback(tmp_path, capsys, args, message):
-    from spotrun.cli import main
+    from spotrun.cli.main import main
 
     run = tmp_path / "run.json"
     run.write_text(json.dumps({"version": 1, "name": "p", "model": {"parameters": 1_000_000_000},
