@@ -239,6 +239,9 @@ class BytesPerParameter:
 # The trainer's export metadata beside the exported model (spotrun_trainer/export.py writes it; the registry step
 # reads it): kind full | lora_adapter, whether and which base model it needs, LoRA settings, weights dtype.
 EXPORT_METADATA = "spotrun-export.json"
+# Greedy sample generations from fixed validation prompts, base vs fine-tuned, beside the exported model
+# (spotrun_trainer/samples.py writes it; the report and the registry's metadata point at it).
+SAMPLES_FILE = "samples.json"
 
 # Under the checkpoint directory (mirrored to one S3 prefix): `step-00000120/` per save, its `manifest.json`
 # written last (spotrun_trainer/checkpoint.py: the commit protocol); the guard dates the newest manifest in S3.

@@ -35,7 +35,7 @@ from ..pipeline.report import build_local_report, write_report
 from ..pipeline.validate import THIS_MACHINE
 from ..planner.estimate import DEFAULT_PRICE_REGION, load_catalog
 from ..planner.sources import check_seq_len
-from ..seams import EXPORT_METADATA, DatasetIndex, Hyperparameter, PipelineSettings, Plan, PlanStatus
+from ..seams import EXPORT_METADATA, SAMPLES_FILE, DatasetIndex, Hyperparameter, PipelineSettings, Plan, PlanStatus
 from .harness import free_port, loss_records, val_history, write_sagemaker_root
 from .registry import DEFAULT_GROUP, register
 from .supervisor import InterruptAt, Job, LocalConfigError, LocalRunError, LocalStopped, Supervisor
@@ -248,9 +248,12 @@ def _train_and_finish(job: Job, job_name: str, out: Path, options: LocalOptions,
     discount = run.compute.spot_discount if run.compute.spot_discount is not None else \
         load_catalog()["families"][family]["spot_discount"]
     evaluation = json.loads((job.output / EXPORT_METADATA).read_text()).get("evaluation")
+    samples_at = job.output / SAMPLES_FILE  # the trainer writes it with validation data (spotrun_trainer/samples.py)
+    samples = json.loads(samples_at.read_text()) if samples_at.is_file() else None
     # The gate is the state machine's rule (spotrun/pipeline/gate.py), applied by the one report builder.
     report = build_local_report(plan=planned, spot=run.compute.spot, job_name=job_name, metrics=metrics,
                                 losses=records, history=history, spot_discount=discount, evaluation=evaluation,
+                                samples=samples,
                                 model_data_url=str(job.output))
     if run.gate is not None:
         emit(f"[local] {report['gate']['cause']}")

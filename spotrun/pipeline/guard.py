@@ -349,7 +349,8 @@ REGISTRY_METADATA_KEYS = ("run", "method", "artifact", "data_source", "data_sour
 COST_BASIS_BILLED = "billable seconds x on-demand price x instance count"
 
 
-OPTIONAL_METADATA_KEYS = ("base_val_loss", "exported_val_loss")  # runs with validation data
+# Runs with validation data; samples_file: the sample generations' file inside the package's ModelDataUrl.
+OPTIONAL_METADATA_KEYS = ("base_val_loss", "exported_val_loss", "samples_file")
 
 
 def registry_metadata(report: dict) -> dict[str, str]:

@@ -4,15 +4,17 @@ One builder for both paths (`run_report`, from the run's plan: the cost guard's 
 cost_guard, and `build_local_report` here): run, job_name, status, method, instance_type, instance_count, spot,
 billable_seconds, training_seconds, interruptions, spot_savings_pct, cost_usd, price_basis, cost_basis,
 price_region, price_as_of, cap_usd, estimated_cost_usd, final_loss, model_data_url, data_source,
-worst_case_lost_usd, artifact, base_val_loss, exported_val_loss, gate. The AWS report adds region, segments and
-metadata; a local run adds
+worst_case_lost_usd, artifact, base_val_loss, exported_val_loss, gate and, with validation data, samples_file (the
+trainer's sample generations in the model artifact, spotrun.seams.SAMPLES_FILE). The AWS report adds region,
+segments and metadata; a local run adds `samples` (that file's generations, base vs fine-tuned),
 `estimate`, `actual` (measured on this machine: steps, tokens, wall, trainer and restart seconds, time lost to
 interruptions, steps redone), `interruption_log` (when each interruption was asked for and really sent) and
 `priced`: this machine's time at the planned instance's catalog rates, which is not a measurement and is labelled
 so in `price_basis` and in the text.
 
 Files (write_report): report.json, report.txt (the readable summary) and loss.png (matplotlib, headless): the
-training loss and, with validation data, the validation loss at each evaluation, each interruption marked.
+training loss and, with validation data, the validation loss at each evaluation and the best checkpoint, each
+interruption marked.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..seams import Plan
+from ..seams import SAMPLES_FILE, Plan
 from .gate import check_gate
 
 _NO_GATE = check_gate(None, base=None, final=None).cause
@@ -50,6 +52,8 @@ def run_report(plan: Plan, *, job_name: str, spot: bool, billable_seconds: float
         "artifact": artifact_kind(plan.method),
         # The exported weights' and the base model's validation losses (the trainer's run_completed line).
         "base_val_loss": base_val_loss, "exported_val_loss": exported_val_loss,
+        # The trainer writes its sample generations beside the model whenever it has validation data.
+        "samples_file": SAMPLES_FILE if exported_val_loss is not None else None,
     }
     gate = check_gate(plan.gate, base=base_val_loss, final=exported_val_loss)
     report["gate"] = {"passed": gate.passed, "cause": gate.cause}
@@ -58,7 +62,7 @@ def run_report(plan: Plan, *, job_name: str, spot: bool, billable_seconds: float
 
 def build_local_report(*, plan: Plan, spot: bool, job_name: str, metrics: dict, losses: list[tuple[int, float]],
                        history: dict, spot_discount: float, model_data_url: str,
-                       evaluation: dict | None = None) -> dict:
+                       evaluation: dict | None = None, samples: dict | None = None) -> dict:
     """The report of a local run (`run_report` with this machine's figures) from its plan (spotrun.local.pipeline:
     the estimate Lambda's plan with local settings), the trainer's metrics.json and loss history, and the
     timeline of starts and interruptions kept by the local pipeline (spotrun/local/supervisor.py).
@@ -66,7 +70,8 @@ def build_local_report(*, plan: Plan, spot: bool, job_name: str, metrics: dict, 
     `actual` is what was measured on this machine; `priced` (and the cost keys at the top level, which the
     registry's metadata carries) is this machine's launcher time priced at the planned instance's catalog rates
     (the plan's `usd_per_hour`): not measured, and said so in `price_basis` and in the text. `evaluation`: the
-    export metadata's (which weights were exported and the validation losses; None without validation data)."""
+    export metadata's (which weights were exported and the validation losses; None without validation data);
+    `samples`: the trainer's samples.json (spotrun_trainer/samples.py), None without one."""
     usd_per_hour = plan.usd_per_hour
     training_s = sum(s["ended_s"] - s["started_s"] for s in history["starts"])
     on_demand = training_s / 3600 * usd_per_hour
@@ -118,6 +123,7 @@ def build_local_report(*, plan: Plan, spot: bool, job_name: str, metrics: dict, 
         "interruption_log": interruptions,
         "interruptions_not_injected": history.get("not_injected", []),
         "evaluation": evaluation,
+        "samples": samples,
         "estimated_evaluation_seconds": round(est["evaluation_seconds"], 1),
     })
     return report
@@ -205,6 +211,7 @@ def summary_text(report: dict) -> str:
         base = report.get("base_val_loss")
         lines.append(f"  validation loss  {report['exported_val_loss']:.4f}{chosen}; base model "
                      + (f"{base:.4f}" if base is not None else "not measured"))
+    lines += _sample_lines(report)
     if report.get("gate") and report["gate"]["cause"] != _NO_GATE:  # a run without registry.gate says nothing
         lines.append(f"  {report['gate']['cause']}")  # the cause begins "registry gate passed|failed"
     if report.get("model_package_arn") or report.get("model_package"):
@@ -212,10 +219,31 @@ def summary_text(report: dict) -> str:
     return "\n".join(lines)
 
 
+def _sample_lines(report: dict) -> list[str]:
+    """The sample generations (a local run's report holds them; the AWS report points at the artifact's file)."""
+    doc = report.get("samples")
+    if not doc:
+        return ([f"  samples          {report['samples_file']} in the model artifact: base vs fine-tuned "
+                 "generations"] if report.get("samples_file") else [])
+    lines = [f"  samples          greedy, {doc['new_tokens']} new tokens after each validation sample's first "
+             f"{doc['prompt_tokens']} (base: {'the base model' if doc['base'] else 'none, built from a config'})"]
+    for i, sample in enumerate(doc["samples"], 1):
+        lines += [f"    {i}. prompt     {_shown(sample, 'prompt')}",
+                  f"       base       {_shown(sample, 'base')}",
+                  f"       fine-tuned {_shown(sample, 'tuned')}"]
+    return lines
+
+
+def _shown(sample: dict, key: str) -> str:
+    """The text (quoted, escapes visible), or the token ids without a tokenizer."""
+    return repr(sample[key]) if sample[key] is not None else str(sample[f"{key}_ids"])
+
+
 def plot_loss(losses: list[tuple[int, float]], interruptions: list[dict], path: Path, title: str,
-              val: dict[int, float] | None = None) -> Path:
+              val: dict[int, float] | None = None, best_step: int | None = None) -> Path:
     """loss.png: the per-step loss (the last value of a step that was redone) and the validation loss at each
-    evaluation (step 0: the base model's), with each interruption marked."""
+    evaluation (step 0: the base model's), with each interruption and the best checkpoint (`best_step`, the
+    lowest validation loss of the trained weights) marked."""
     import matplotlib
 
     matplotlib.use("Agg")  # headless: no display on servers and CI
@@ -229,6 +257,9 @@ def plot_loss(losses: list[tuple[int, float]], interruptions: list[dict], path: 
         at = sorted(val)
         ax.plot(at, [val[s] for s in at], color="tab:orange", marker="o", markersize=4, linewidth=1.5,
                 label="validation loss")
+    if val and best_step in val:
+        ax.plot([best_step], [val[best_step]], linestyle="none", marker="*", markersize=14, color="tab:green",
+                markeredgecolor="black", zorder=5, label=f"best checkpoint (step {best_step})")
     for i, event in enumerate(interruptions, 1):
         label = f"{event['kind']} at step {event['step']}" if i == 1 or len(interruptions) < 5 else None
         ax.axvline(event["step"], color="tab:red", linestyle="--", linewidth=1.2, label=label)
@@ -250,7 +281,8 @@ def write_report(report: dict, losses: list[tuple[int, float]], out_dir: Path,
     out_dir = Path(out_dir)
     paths = {"report": out_dir / "report.json", "summary": out_dir / "report.txt", "plot": out_dir / "loss.png"}
     plot_loss(losses, report.get("interruption_log", []), paths["plot"],
-              f"{report['run']}: {report['interruptions']} interruption(s)", val=val)
+              f"{report['run']}: {report['interruptions']} interruption(s)", val=val,
+              best_step=(report.get("evaluation") or {}).get("best_step"))
     paths["report"].write_text(json.dumps(report, indent=2))
     paths["summary"].write_text(summary_text(report) + "\n")
     for path in paths.values():

@@ -9,6 +9,7 @@ import pytest
 
 from spotrun.cli.main import main
 from spotrun.local.registry import versions
+from spotrun.seams import SAMPLES_FILE
 
 pytestmark = pytest.mark.slow
 
@@ -33,3 +34,11 @@ def test_a_local_run_that_fails_its_gate_is_reported_and_not_registered(assets, 
     assert versions(tmp_path / "out" / "registry" / "gate-tests") == [] and "model_package" not in report
     summary = (tmp_path / "out" / "gated" / "report.txt").read_text()
     assert "validation loss" in summary and "registry gate failed" in summary
+    # What a user reads beside the loss: the trainer's sample generations, in the report and its text.
+    samples = json.loads((tmp_path / "out" / "gated" / "sm" / "model" / SAMPLES_FILE).read_text())
+    assert report["samples"] == samples and report["samples_file"] == SAMPLES_FILE
+    assert len(samples["samples"]) == 3 and samples["base"] == "model.path"
+    for i, sample in enumerate(samples["samples"], 1):
+        assert len(sample["tuned_ids"]) == len(sample["base_ids"]) == samples["new_tokens"]
+        assert f"{i}. prompt     {sample['prompt']!r}" in summary
+        assert f"fine-tuned {sample['tuned']!r}" in summary and f"base       {sample['base']!r}" in summary

@@ -189,12 +189,23 @@ class EvalConfig:
     number of ranks; 0: the whole set."""
     keep_best: bool = False
     """Keep the checkpoint with the lowest validation loss beside the newest `checkpoint.keep`."""
+    samples: int = 3
+    """After the export, greedy generations from the first N validation samples' prefixes, base model vs the
+    exported one, in samples.json beside the model (samples.py); 0: none."""
+    sample_prompt_tokens: int = 16
+    """The prompt: each sample's first N tokens (at most data.seq_len)."""
+    sample_new_tokens: int = 24
+    """Tokens generated after each prompt (greedy, always exactly N)."""
 
     def __post_init__(self) -> None:
         _require_finite(self, "eval.")
         _require(self.every_steps >= 0, "eval.every_steps", self.every_steps, "an integer >= 0")
         _require(self.every_minutes >= 0, "eval.every_minutes", self.every_minutes, "a float >= 0")
         _require(self.max_batches >= 0, "eval.max_batches", self.max_batches, "an integer >= 0")
+        _require(self.samples >= 0, "eval.samples", self.samples, "an integer >= 0")
+        _require(self.sample_prompt_tokens >= 1, "eval.sample_prompt_tokens", self.sample_prompt_tokens,
+                 "an integer >= 1")
+        _require(self.sample_new_tokens >= 1, "eval.sample_new_tokens", self.sample_new_tokens, "an integer >= 1")
 
 
 @dataclass(frozen=True)

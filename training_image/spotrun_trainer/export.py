@@ -8,6 +8,7 @@
                       and which base model it needs, the LoRA settings, the weights' dtype, where each artifact
                       is, and with validation data `evaluation`: which weights (export.weights last | best) of
                       which step, their validation loss, the base model's and the final one
+    with validation   samples.json (samples.py): greedy generations from fixed validation prompts, base vs tuned
 
 Every rank calls `export` (the weights are gathered from the shards); rank 0 writes.
 """
@@ -26,7 +27,7 @@ from torch.distributed.fsdp import FSDPModule
 
 from spotrun.seams import EXPORT_METADATA, Method
 
-from . import lora
+from . import lora, samples
 from .config import TrainConfig
 
 log = logging.getLogger(__name__)
@@ -74,6 +75,7 @@ def export(cfg: TrainConfig, model, built, loader, *, evaluation: dict | None = 
         _readable(out)
         if probe is not None:
             torch.save(probe, cfg.probe_logits_path)
+        samples.write_samples(cfg, out)  # from the files just written, as a user loads them
     dist.barrier()
 
 

@@ -1,0 +1,50 @@
+"""samples.json beside the exported model: greedy generations from the first validation samples' prefixes, base
+vs fine-tuned, equal to a plain argmax loop written here over the raw validation shard and the exported files."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from spotrun.seams import SAMPLES_FILE
+from spotrun_trainer.config import EvalConfig
+from spotrun_trainer.data import read_index
+
+pytestmark = pytest.mark.slow
+
+SEQ_LEN = 64  # conftest.BASE_HP's data.seq_len
+
+
+def _argmax_continuation(model_dir, prompt: list[int], new: int) -> list[int]:
+    """Greedy decoding by hand: the whole sequence through the model each step, the highest logit appended."""
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    ids = list(prompt)
+    with torch.no_grad():
+        for _ in range(new):
+            ids.append(int(model(input_ids=torch.tensor([ids])).logits[0, -1].argmax()))
+    return ids[len(prompt):]
+
+
+def test_samples_are_greedy_generations_of_the_base_and_the_exported_model_from_the_first_validation_prefixes(
+        baseline, assets):
+    doc = json.loads((baseline.output / SAMPLES_FILE).read_text())
+    defaults = EvalConfig()
+    assert (len(doc["samples"]), doc["prompt_tokens"], doc["new_tokens"]) == (
+        defaults.samples, defaults.sample_prompt_tokens, defaults.sample_new_tokens)
+    val = assets["data"] / "validation"
+    index = read_index(val)
+    first = index["shards"][0]
+    tokens = np.fromfile(val / first["file"], dtype=index["dtype"]).astype(np.int64)
+    tok = AutoTokenizer.from_pretrained(baseline.output)
+    for i, sample in enumerate(doc["samples"]):
+        prompt = [int(t) for t in tokens[i * SEQ_LEN : i * SEQ_LEN + doc["prompt_tokens"]]]
+        assert sample["prompt_ids"] == prompt
+        assert sample["base_ids"] == _argmax_continuation(assets["model"], prompt, doc["new_tokens"])
+        assert sample["tuned_ids"] == _argmax_continuation(baseline.output, prompt, doc["new_tokens"])
+        assert sample["tuned"] == tok.decode(sample["tuned_ids"])
+    # Training changed what the model says on at least one prompt (else the comparison shows nothing).
+    assert any(s["base_ids"] != s["tuned_ids"] for s in doc["samples"])
