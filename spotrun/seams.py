@@ -398,6 +398,10 @@ class Plan(_StateJson):
     # CreateTrainingJob's EnableNetworkIsolation: on, unless the run names a tracking server (one the stage lists),
     # which the trainer must reach (spotrun_trainer/tracking.py).
     network_isolation: bool = True
+    # CreateTrainingJob's MlflowConfig {MlflowResourceArn, MlflowExperimentName, MlflowRunName} for a run naming a
+    # SageMaker AI MLflow tracking server by ARN (spotrun/planner/outputs.py mlflow_config); {}: none, the field is
+    # not sent (the state machine's untracked create).
+    mlflow_config: dict = dataclasses.field(default_factory=dict)
     # Raw data.source prepared by this execution's Processing job or reused (spotrun.pipeline.preparation.Prepared as a
     # dict; {}: the source was prepared already); its cost is spent before the first training job.
     preparation: dict = dataclasses.field(default_factory=dict)

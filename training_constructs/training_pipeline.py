@@ -22,6 +22,7 @@ loop's length in history events and the guard's wait schedule are explained in s
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from aws_cdk import ArnFormat, Duration, Stack
@@ -105,8 +106,9 @@ class TrainingPipelineProps:
                              "expected 1 <= poll_seconds <= max_poll_seconds")
 
 
-def create_training_job_parameters(props: TrainingPipelineProps, *, spot: bool) -> dict:
-    """The CreateTrainingJob request; values the estimate decides come from $.plan, the rest is fixed here."""
+def create_training_job_parameters(props: TrainingPipelineProps, *, spot: bool, tracked: bool = False) -> dict:
+    """The CreateTrainingJob request; values the estimate decides come from $.plan, the rest is fixed here.
+    `tracked`: with the plan's MlflowConfig (a run naming a SageMaker AI MLflow tracking server by ARN)."""
     store = props.store
     params: dict = {
         # The guard holds the current segment's job: its name, MaxRuntime (what the cap still allows at on-demand
@@ -141,6 +143,8 @@ def create_training_job_parameters(props: TrainingPipelineProps, *, spot: bool) 
         "EnableInterContainerTrafficEncryption": False,
         "Tags.$": plan_path("tags"),
     }
+    if tracked:  # SageMaker's own MLflow integration: the job is a run of the server's experiment
+        params["MlflowConfig.$"] = plan_path("mlflow_config")
     if props.subnet_ids:
         params["VpcConfig"] = {"Subnets": list(props.subnet_ids), "SecurityGroupIds": list(props.security_group_ids)}
     return params
@@ -276,7 +280,7 @@ class TrainingPipeline(Construct):
             "segment": 1, "max_runtime_seconds.$": plan_path("max_runtime_seconds"),
             "max_wait_seconds.$": plan_path("max_wait_seconds"),
             "hyperparameters.$": plan_path("hyperparameters"), "segments": []})
-        create_spot, create_on_demand = self._training_loop(props, arns, pipeline_error)
+        choose_create = self._training_loop(props, arns, pipeline_error)
         estimate_ok = sfn.Choice(self, "EstimateOk")
         preparation = preparation_states(self, props, arns.processing, pipeline_error, estimate_ok)
         definition = init.next(estimate).next(
@@ -284,10 +288,7 @@ class TrainingPipeline(Construct):
             .when(sfn.Condition.string_equals(plan_path("status"), PlanStatus.PREPARE.value), preparation)
             .when(sfn.Condition.string_equals(plan_path("status"), PlanStatus.INVALID_RUN.value), invalid)
             .when(sfn.Condition.string_equals(plan_path("status"), PlanStatus.OVER_BUDGET.value), over_budget)
-            .otherwise(init_guard.next(
-                sfn.Choice(self, "SpotOrOnDemand")
-                .when(sfn.Condition.boolean_equals(plan_path("spot"), True), create_spot)
-                .otherwise(create_on_demand))))
+            .otherwise(init_guard.next(choose_create("SpotOrOnDemand", plan_path("spot")))))
         return definition
 
     def estimate_task(self, name: str, pipeline_error: sfn.IChainable, **extra: str) -> tasks.LambdaInvoke:
@@ -301,9 +302,10 @@ class TrainingPipeline(Construct):
         return estimate
 
     def _training_loop(self, props: TrainingPipelineProps, arns: _Arns,
-                       pipeline_error: sfn.IChainable) -> tuple[tasks.CallAwsService, tasks.CallAwsService]:
-        """The jobs (spot, on-demand) -> WaitForJob -> CostGuard -> its action: wait, stop, the next segment,
-        registration or a named failure. Returns the two creates the first job starts with."""
+                       pipeline_error: sfn.IChainable) -> Callable[[str, str], sfn.Choice]:
+        """The jobs (spot, on-demand; each with or without MlflowConfig) -> WaitForJob -> CostGuard -> its action:
+        wait, stop, the next segment, registration or a named failure. Returns what makes a Choice between the
+        creates (the first job's from the plan, a later segment's from the guard)."""
         job_arn, sdk = arns.job, self.sagemaker_call
 
         def notify(name: str, subject: str, message_path: str) -> tasks.SnsPublish:
@@ -311,9 +313,9 @@ class TrainingPipeline(Construct):
 
         wait = sfn.Wait(self, "WaitForJob", time=sfn.WaitTime.seconds_path(guard_path("wait_seconds")))
 
-        def create(name: str, spot: bool) -> tasks.CallAwsService:
-            task = sdk(name, "createTrainingJob", create_training_job_parameters(props, spot=spot), [job_arn],
-                       sfn.JsonPath.DISCARD, iam_action="sagemaker:CreateTrainingJob")
+        def create(name: str, spot: bool, tracked: bool = False) -> tasks.CallAwsService:
+            task = sdk(name, "createTrainingJob", create_training_job_parameters(props, spot=spot, tracked=tracked),
+                       [job_arn], sfn.JsonPath.DISCARD, iam_action="sagemaker:CreateTrainingJob")
             # A retried create whose first call went through: the job exists; the guard checks it is ours.
             task.add_catch(wait, errors=["SageMaker.ResourceInUseException"], result_path=sfn.JsonPath.DISCARD)
             task.add_catch(pipeline_error, errors=["States.ALL"], result_path="$.error")
@@ -321,6 +323,16 @@ class TrainingPipeline(Construct):
 
         create_spot = create("CreateSpotTrainingJob", True)
         create_on_demand = create("CreateOnDemandTrainingJob", False)
+        create_spot_tracked = create("CreateSpotTrainingJobTracked", True, tracked=True)
+        create_on_demand_tracked = create("CreateOnDemandTrainingJobTracked", False, tracked=True)
+        # MlflowConfig is sent only when the plan has one (a null or {} MlflowConfig is not a valid request).
+        tracked = sfn.Condition.is_present(plan_path("mlflow_config") + ".MlflowResourceArn")
+
+        def choose_create(name: str, spot_path: str) -> sfn.Choice:
+            spot = sfn.Condition.boolean_equals(spot_path, True)
+            return (sfn.Choice(self, name)
+                    .when(sfn.Condition.and_(spot, tracked), create_spot_tracked).when(spot, create_spot)
+                    .when(tracked, create_on_demand_tracked).otherwise(create_on_demand))
         guard = tasks.LambdaInvoke(
             self, "CostGuard", lambda_function=self.guard_fn, payload_response_only=True, result_path="$.guard",
             payload=sfn.TaskInput.from_object({"plan.$": "$.plan", "guard.$": "$.guard"}))
@@ -342,8 +354,7 @@ class TrainingPipeline(Construct):
         def action_is(action: GuardAction) -> sfn.Condition:
             return sfn.Condition.string_equals(guard_path("action"), action.value)
 
-        next_segment = sfn.Choice(self, "NextSegment").when(
-            sfn.Condition.boolean_equals(guard_path("spot"), True), create_spot).otherwise(create_on_demand)
+        next_segment = choose_create("NextSegment", guard_path("spot"))
         wait.next(guard).next(
             sfn.Choice(self, "NextAction")
             .when(action_is(GuardAction.WAIT), wait)
@@ -353,9 +364,9 @@ class TrainingPipeline(Construct):
             .when(action_is(GuardAction.OVER_BUDGET), capped)
             .when(action_is(GuardAction.GATE_FAILED), gate_failed)
             .otherwise(training_failed))
-        create_on_demand.next(wait)
-        create_spot.next(wait)
-        return create_spot, create_on_demand
+        for task in (create_spot, create_on_demand, create_spot_tracked, create_on_demand_tracked):
+            task.next(wait)
+        return choose_create
 
     def _registration(self, props: TrainingPipelineProps, arns: _Arns,
                       pipeline_error: sfn.IChainable) -> tuple[tasks.CallAwsService, sfn.Pass]:

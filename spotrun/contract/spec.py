@@ -273,6 +273,11 @@ class TrackingSpec:
                                   "is reached by its ARN through the sagemaker-mlflow plugin). Not given: nothing "
                                   "is tracked.", default=None, decode=values.mlflow_uri,
                                   accepted=values.MLFLOW_URI)
+    experiment: str | None = spec("The MLflow experiment the run is logged in (created when missing); with a "
+                                  "SageMaker AI server's ARN also CreateTrainingJob's MlflowConfig "
+                                  "MlflowExperimentName. Not given: the run's name.", default=None,
+                                  pattern=r"[A-Za-z0-9][A-Za-z0-9_\-. ]{0,199}",
+                                  accepted="1-200 letters, digits, spaces, _ - or ., starting with a letter or digit")
 
 
 @dataclass(frozen=True, kw_only=True)

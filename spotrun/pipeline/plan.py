@@ -30,6 +30,7 @@ from ..contract.refusal import Refusal
 from ..contract.spec import RunSpec, RunValidationError, parse_run
 from ..planner.estimate import estimate, load_catalog, regional_catalog, startup_seconds
 from ..planner.measured import shape_key
+from ..planner.outputs import mlflow_config
 from ..planner.sources import read_sources
 from ..seams import (
     CANCEL_STATUSES,
@@ -273,7 +274,7 @@ def _ok_plan(run: RunSpec, est: Any, hyper: dict, execution: str, started: str, 
         price_as_of=as_of,
         approval_status=REGISTRATION_STATUS, data_source=run.data.source or "",
         estimate={k: est.to_json()[k] for k in CONTRACT_KEYS}, gate=gate_of(run),
-        network_isolation=not run.tracking.mlflow_uri,
+        network_isolation=not run.tracking.mlflow_uri, mlflow_config=mlflow_config(run, execution),
     )
     return result.to_json()
 

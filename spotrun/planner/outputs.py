@@ -39,7 +39,18 @@ def _tracking_hyperparameters(run: RunSpec) -> dict[str, str]:
     if not run.tracking.mlflow_uri:
         return {}
     return {Hyperparameter.TRACKING_MLFLOW_URI.value: run.tracking.mlflow_uri,
-            Hyperparameter.TRACKING_EXPERIMENT.value: run.name}
+            Hyperparameter.TRACKING_EXPERIMENT.value: run.tracking.experiment or run.name}
+
+
+def mlflow_config(run: RunSpec, execution: str) -> dict[str, str]:
+    """CreateTrainingJob's MlflowConfig for a run naming a SageMaker AI MLflow tracking server by ARN: SageMaker
+    then shows the job in that server's experiment (`tracking.experiment`, default the run's name) as a run named
+    after the execution. {} for a plain MLflow URL or no server (only the container's logger, tracking.py)."""
+    uri = run.tracking.mlflow_uri
+    if not uri or not uri.startswith("arn:"):
+        return {}
+    return {"MlflowResourceArn": uri, "MlflowExperimentName": run.tracking.experiment or run.name,
+            "MlflowRunName": execution}
 
 
 def _eval_hyperparameters(run: RunSpec) -> dict[str, str]:

@@ -49,6 +49,7 @@ RUN = {"version": 1, "name": "seam-run",
        "compute": {"instance_type": "ml.g5.2xlarge", "on_demand_fallback": True},
        "budget": {"max_usd": 50}, "tags": {"team": "nlp"}}
 T0 = 1_767_225_600.0
+MLFLOW_ARN = "arn:aws:sagemaker:us-east-1:123456789012:mlflow-tracking-server/ml-team"
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +81,8 @@ def settings(synth) -> PipelineSettings:
     return PipelineSettings(bucket=BUCKET, job_prefix=env["JOB_PREFIX"], model_package_group="g",
                             poll_seconds=int(env["POLL_SECONDS"]), project=env["PROJECT"], stage=env["STAGE"],
                             cost_center=env["COST_CENTER"], max_poll_seconds=int(env["MAX_POLL_SECONDS"]),
-                            volume_kms_key_arn="arn:aws:kms:us-east-1:123456789012:key/k")
+                            volume_kms_key_arn="arn:aws:kms:us-east-1:123456789012:key/k",
+                            mlflow_tracking_servers=(MLFLOW_ARN,))
 
 
 def states_for_every_branch(synth, rendered: dict) -> list[tuple[str, dict]]:
@@ -92,10 +94,15 @@ def states_for_every_branch(synth, rendered: dict) -> list[tuple[str, dict]]:
     done_metrics = [{"MetricName": "train:loss", "Value": 1.5}, {"MetricName": COMPLETED_METRIC, "Value": 10},
                     {"MetricName": "train:base_val_loss", "Value": 3.25},
                     {"MetricName": "train:exported_val_loss", "Value": 1.0625e-05}]
-    for label, compute, source in (("spot", {}, RUN["data"]["source"]),
-                                   ("on-demand", {"spot": False, "warm_pool_minutes": 30}, long_source)):
+    tracked = {"tracking": {"mlflow_uri": MLFLOW_ARN, "experiment": "support bot v2"}}
+    for label, compute, source, extra in (
+            ("spot", {}, RUN["data"]["source"], {}),
+            ("on-demand", {"spot": False, "warm_pool_minutes": 30}, long_source, {}),
+            ("tracked spot", {}, RUN["data"]["source"], tracked),  # SageMaker's MLflow: MlflowConfig sent
+            ("tracked on-demand", {"spot": False}, RUN["data"]["source"], tracked)):
         run = copy.deepcopy(RUN)
         run["compute"].update(compute)
+        run.update(extra)
         run["data"]["source"] = source
         # Execution names as `spotrun start` makes them, and the characters a tag value allows beyond those.
         p = plan(run, f"exec-{label}_v2.1:a=b+c@d", settings(synth), started="2026-01-01T00:00:00Z")
@@ -111,7 +118,7 @@ def states_for_every_branch(synth, rendered: dict) -> list[tuple[str, dict]]:
         out.append((f"{label}: next segment create", {"run": run, "plan": p, "guard": segment_end}))
         fallback = decide(p, guard, {"TrainingJobStatus": "Stopped", "SecondaryStatus": "MaxWaitTimeExceeded",
                                      "BillableTimeInSeconds": 10, "CreationTime": T0}, now=T0 + 10)
-        if label == "spot":
+        if label.endswith("spot"):
             assert fallback["action"] == "fallback"
             out.append((f"{label}: fallback create", {"run": run, "plan": p, "guard": fallback}))
         done = decide(p, segment_end, {"TrainingJobStatus": "Completed", "BillableTimeInSeconds": 100,
@@ -292,9 +299,10 @@ def test_every_request_on_every_branch_is_valid_for_the_real_api(synth, rendered
                 params = resolve_parameters(definition["Parameters"], state)
             except (KeyError, TypeError):
                 continue  # this state is not reached on this branch (e.g. register before completion)
-            if name.startswith("Create") and name.endswith("TrainingJob") and \
-                    (name == "CreateSpotTrainingJob") != bool(state["guard"]["spot"]):
-                continue  # a job is created spot or on-demand as the guard (or the plan, first) says
+            if name.startswith("Create") and "TrainingJob" in name and (
+                    name.startswith("CreateSpot") != bool(state["guard"]["spot"])
+                    or name.endswith("Tracked") != bool(state["plan"].get("mlflow_config"))):
+                continue  # spot or on-demand as the guard (or the plan, first) says; MlflowConfig as the plan says
             model = session.get_service_model(service).operation_model(action)
             report = ParamValidator().validate(params, model.input_shape)
             assert not report.has_errors(), f"{branch} / {name}: {report.generate_report()}"
@@ -417,3 +425,21 @@ def test_every_functions_synthesized_environment_is_what_its_handler_decodes(syn
                                    "POLL_SECONDS": "soon"})
     with pytest.raises(ValueError, match="JOB_PREFIX is missing: CancelEnvironment needs it"):
         CancelEnvironment.from_env({})
+
+
+def test_a_run_naming_a_sagemaker_mlflow_server_sends_mlflow_config_and_others_send_none(synth, rendered):
+    """SageMaker's own MLflow integration: the tracked creates carry the plan's MlflowConfig (valid for botocore's
+    model, checked above on every branch), the untracked ones carry no MlflowConfig key at all."""
+    states = dict(states_for_every_branch(synth, rendered))
+    for branch, name in (("tracked spot: first create", "CreateSpotTrainingJobTracked"),
+                         ("tracked on-demand: first create", "CreateOnDemandTrainingJobTracked")):
+        state = states[branch]
+        params = resolve_parameters(rendered["States"][name]["Parameters"], state)
+        assert params["MlflowConfig"] == {"MlflowResourceArn": MLFLOW_ARN, "MlflowExperimentName": "support bot v2",
+                                          "MlflowRunName": state["plan"]["execution"]}
+        # The container's own logger writes to the same experiment (spotrun_trainer/tracking.py).
+        assert state["plan"]["hyperparameters"]["tracking.experiment"] == "support bot v2"
+    for name in ("CreateSpotTrainingJob", "CreateOnDemandTrainingJob"):
+        assert "MlflowConfig" not in rendered["States"][name]["Parameters"]
+        assert not any(k.startswith("MlflowConfig") for k in rendered["States"][name]["Parameters"])
+    assert states["spot: first create"]["plan"]["mlflow_config"] == {}

@@ -240,7 +240,7 @@ def test_every_segment_after_the_first_is_created_by_the_guards_choice_of_capaci
     assert {c["StringEquals"] for c in either[0]["Or"]} == {"segment", "fallback"} and \
         either[0]["Next"] == "NextSegment"
     assert choices["wait"] == "WaitForJob" and choices["completed"] == "CreateModelPackage"
-    assert states["NextSegment"]["Choices"][0]["Variable"] == "$.guard.spot"
+    assert states["NextSegment"]["Choices"] == _create_choices("$.guard.spot")
     assert states["CreateModelPackage"]["Parameters"]["ModelApprovalStatus"] == "PendingManualApproval"
 
 
@@ -256,9 +256,17 @@ def test_named_failures_before_anything_is_created(definition):
     assert choice["Default"] == "InitGuard"
     assert definition["States"]["InitGuard"]["Next"] == "SpotOrOnDemand"
     spot_or_not = definition["States"]["SpotOrOnDemand"]
-    assert spot_or_not["Choices"] == [{"Variable": "$.plan.spot", "BooleanEquals": True,
-                                       "Next": "CreateSpotTrainingJob"}]
+    assert spot_or_not["Choices"] == _create_choices("$.plan.spot")
     assert spot_or_not["Default"] == "CreateOnDemandTrainingJob"
+
+
+def _create_choices(spot_path: str) -> list[dict]:
+    """Spot or on-demand as `spot_path` says; the creates with MlflowConfig only when the plan has one."""
+    spot = {"Variable": spot_path, "BooleanEquals": True}
+    tracked = {"Variable": "$.plan.mlflow_config.MlflowResourceArn", "IsPresent": True}
+    return [{"And": [spot, tracked], "Next": "CreateSpotTrainingJobTracked"},
+            {**spot, "Next": "CreateSpotTrainingJob"},
+            {**tracked, "Next": "CreateOnDemandTrainingJobTracked"}]
 
 
 def test_outputs_tell_users_where_to_upload_and_what_to_start(template):

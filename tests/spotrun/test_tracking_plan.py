@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import copy
 
-from spotrun.contract.spec import parse_run
+import pytest
+
+from spotrun.contract.spec import RunValidationError, parse_run
 from spotrun.planner.estimate import estimate
+from spotrun.planner.outputs import mlflow_config
 from spotrun.seams import Hyperparameter
 
 SERVER = "arn:aws:sagemaker:us-east-1:123456789012:mlflow-tracking-server/ml-team"
@@ -79,3 +82,25 @@ def test_the_stages_tracking_servers_reach_the_estimate_function(synth):
     assert env["MLFLOW_TRACKING_SERVERS"] == ""  # the shipped stage lists none
     env["MLFLOW_TRACKING_SERVERS"] = f"{SERVER},https://mlflow.example.com"
     assert PipelineSettings.from_env(env).mlflow_tracking_servers == (SERVER, "https://mlflow.example.com")
+
+
+def test_only_a_sagemaker_server_by_arn_gets_mlflow_config_with_the_named_experiment():
+    run = copy.deepcopy(RUN)
+    run["tracking"]["experiment"] = "support bot v2"
+    spec = parse_run(run)
+    assert mlflow_config(spec, "exec-1") == {"MlflowResourceArn": SERVER, "MlflowExperimentName": "support bot v2",
+                                             "MlflowRunName": "exec-1"}
+    assert estimate(spec).hyperparameters[Hyperparameter.TRACKING_EXPERIMENT.value] == "support bot v2"
+    run["tracking"]["mlflow_uri"] = "https://mlflow.example.com"  # any MLflow server: the container's logger only
+    assert mlflow_config(parse_run(run), "exec-1") == {}
+    del run["tracking"]
+    assert mlflow_config(parse_run(run), "exec-1") == {}
+
+
+def test_a_bad_experiment_name_is_refused_by_field():
+    run = copy.deepcopy(RUN)
+    run["tracking"]["experiment"] = "x;" * 3
+    with pytest.raises(RunValidationError) as err:
+        parse_run(run)
+    assert "tracking.experiment" in str(err.value) and "1-200 letters" in str(err.value)
+    assert "\n" not in str(err.value)
