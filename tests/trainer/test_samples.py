@@ -48,3 +48,21 @@ def test_samples_are_greedy_generations_of_the_base_and_the_exported_model_from_
         assert sample["tuned"] == tok.decode(sample["tuned_ids"])
     # Training changed what the model says on at least one prompt (else the comparison shows nothing).
     assert any(s["base_ids"] != s["tuned_ids"] for s in doc["samples"])
+
+
+
+def test_a_lora_run_generates_from_the_base_with_its_exported_adapter(lora_baseline, baseline, assets):
+    """The adapter path: the base's generations are the full run's (same base model, same prompts); the
+    fine-tuned ones equal an argmax loop over PEFT's own loading of the exported adapter onto the base."""
+    from peft import PeftModel
+
+    lora, full = (json.loads((job.output / SAMPLES_FILE).read_text()) for job in (lora_baseline, baseline))
+    assert [s["base_ids"] for s in lora["samples"]] == [s["base_ids"] for s in full["samples"]]
+    base = AutoModelForCausalLM.from_pretrained(assets["model"], dtype=torch.float32)
+    tuned = PeftModel.from_pretrained(base, lora_baseline.output).eval()
+    sample = lora["samples"][0]
+    ids = list(sample["prompt_ids"])
+    with torch.no_grad():
+        for _ in range(lora["new_tokens"]):
+            ids.append(int(tuned(input_ids=torch.tensor([ids])).logits[0, -1].argmax()))
+    assert sample["tuned_ids"] == ids[len(sample["prompt_ids"]):]
