@@ -56,6 +56,7 @@ from .seams import (
     StopNotice,
 )
 from .segments import SEGMENT_SUFFIX_MAX, segment_job_name
+from .simulate.decision import starts_on_spot
 from .sources import read_sources
 from .validate import Target, check_target, pipeline_hyperparameters, validation_uri
 
@@ -196,7 +197,8 @@ def plan(run_raw: Any, execution: str, settings: PipelineSettings, *, s3_client:
         hyper = pipeline_hyperparameters(run, est)
         from .simulate.choose import spot_policy  # the chosen spot policy and its odds (stdlib only)
 
-        est.spot_policy = spot_policy(run, est, catalog)
+        est.spot_policy = spot_policy(run, est, catalog, poll_s=settings.poll_seconds,
+                                      max_poll_s=max(settings.poll_seconds, settings.max_poll_seconds))
     except Refusal as exc:  # the contract, the stage's rules, the sources or the planner
         return exc.result(CONTRACT_KEYS)
 
@@ -245,7 +247,9 @@ def _ok_plan(run: RunSpec, est: Any, hyper: dict, execution: str, started: str, 
     result = Plan(
         status=PlanStatus.OK, run_name=run.name, execution=execution, execution_started=started,
         job_name=name, fallback_job_name=segment_job_name(name, 2, spot=False), method=run.training.method,
-        spot=run.compute.spot, on_demand_fallback=run.compute.on_demand_fallback,
+        # the first job's market: the chosen policy's first decision (spotrun/simulate/decision.py)
+        spot=run.compute.spot and (not est.spot_policy or starts_on_spot(est.spot_policy)),
+        on_demand_fallback=run.compute.on_demand_fallback,
         instance_type=est.instance_type, instance_count=est.instance_count,
         resource_config_spot=resource_config(est.instance_type, est.instance_count, volume_gb, settings, catalog),
         resource_config_on_demand=resource_config(est.instance_type, est.instance_count, volume_gb, settings,

@@ -2,19 +2,24 @@
 
 A policy is a pure function `Rule(plan, checkpointing, Observation) -> Decision` (stdlib only: the guard Lambda
 imports it). The cost guard (spotrun/guard.py) calls `decide` at every poll of the training job and at a job's
-end; the simulator (spotrun/simulate/execute.py) calls the SAME `decide` at the SAME decision points, with the
+end; the simulator (spotrun/simulate/execution.py) calls the SAME `decide` at the SAME decision points, with the
 same view of the run:
 
 - `Observation` is all a decision may read: seconds since the execution started, the committed progress (the
   newest committed checkpoint's step x the planned step time: it lags the work by up to a checkpoint interval and
-  a save), the current job's market and status (running / waiting for capacity / no job: it ended), the job's
-  age (MaxWait counts from its creation), what was billed so far, and whether the last job ended at MaxWait
-  without capacity. Spot availability is NOT observable while no spot job exists: on on-demand, "is spot there?"
-  is answered only by starting a spot job (`Action.TO_SPOT`) and seeing it run or wait.
+  a save), the seconds the job has trained since that commit (its status transitions and the checkpoint's
+  LastModified: with saves on the notice, a stop keeps that work too), the current job's market and status
+  (running / waiting for capacity / no job: it ended), the job's age (MaxWait counts from its creation), what
+  was billed so far, and whether the last job ended at MaxWait without capacity. Spot availability is NOT
+  observable while no spot job exists: on on-demand, "is spot there?" is answered only by starting a spot job
+  (`Action.TO_SPOT`) and seeing it run or wait.
 - `Decision` is an `Action` and `recheck_s`, the longest the policy may go unasked. The guard's next poll is
   `poll_wait(...)`: its own schedule (5% of the job's age, between the plan's poll_seconds and max_poll_seconds)
-  cut to `recheck_s` (never below poll_seconds). A policy that needs a decision at a given time asks for it
-  here; the history quota's cost of its polls (9 events each) is the policy's cost to justify.
+  cut to the time left to the recheck (never below poll_seconds). A policy that needs a decision at a given time
+  asks for it here; the history quota's cost of its polls (9 events each) is the policy's cost to justify.
+- When the guard asks (`ask_again`): at a job's end, at the first poll that sees the job's status changed since
+  the last decision (running <-> waiting for capacity), and at the first poll at or after the recheck time. In
+  between, the last decision stands (KEEP): a policy must not depend on being asked more often than that.
 - The constants: the estimate's `SimPlan` (work, startup, restore, save, interval, prices, deadline, MaxWait,
   the guard's poll bounds) and the chosen checkpointing, from the policy section the plan carries.
 
@@ -25,9 +30,9 @@ Actions, and what the guard does for each:
 - `START_SPOT` / `START_ON_DEMAND`: with no job (the last one ended: a segment's end, MaxWait, a stop), the next
   job's market. Waiting for spot without a job is `START_SPOT`: a spot job that finds no capacity waits in
   SageMaker's Starting status, unbilled, exactly as waiting would; the policy sees it as `status=WAITING`.
-Rules the guard keeps over any policy (the run's contract, not a policy's choice): a run with spot off is
-on-demand, a run without on-demand fallback never goes on-demand, and a stop the cost cap asked for keeps the
-market it had.
+The run's contract comes over any policy, in `decide` itself: a run without on-demand fallback
+(`SimPlan.on_demand_fallback`) never goes on-demand (a policy's move there is KEEP, or `END` after MaxWait
+without capacity). The guard alone keeps the cost cap's rules (a stop the cap asked for keeps the market it had).
 
 Adding a policy: write a `Rule`, register it in `RULES` under its name; the estimate's candidates are the names in
 `RULES` (spotrun/simulate/choose.py), so a policy the guard cannot execute cannot be offered.
@@ -35,6 +40,8 @@ Adding a policy: write a `Rule`, register it in `RULES` under its name; the esti
 
 from __future__ import annotations
 
+import bisect
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -65,6 +72,7 @@ class Action(str, Enum):
     TO_SPOT = "to_spot"
     START_SPOT = "start_spot"
     START_ON_DEMAND = "start_on_demand"
+    END = "end"  # no job and none allowed: the run ends unfinished (MaxWait without capacity, no fallback)
 
 
 @dataclass(frozen=True)
@@ -84,6 +92,9 @@ class Observation:
     """Exact bills of the ended jobs plus the running job's bound."""
     max_wait_exceeded: bool = False
     """With status NONE: the job ended at MaxWait without spot capacity."""
+    training_s: float = 0.0
+    """Seconds the current job has been training (SecondaryStatus Training) since the newest commit, or since it
+    entered Training if later; 0 when it is not training. Work a save on the notice would keep."""
 
 
 @dataclass(frozen=True)
@@ -96,11 +107,57 @@ class Decision:
 Rule = Callable[[SimPlan, str, Observation], Decision]
 
 
+@functools.lru_cache(maxsize=16)
+def poll_grid(poll_s: float, max_poll_s: float) -> tuple[float, ...]:
+    """The guard's poll ages (seconds since the job's creation) while they grow: each wait 5% of the age, between
+    poll_s and max_poll_s; past the last, every max_poll_s."""
+    ages, age = [0.0], 0.0
+    while POLL_GROWTH * age < max_poll_s:
+        age += float(int(max(poll_s, POLL_GROWTH * age)))
+        ages.append(age)
+    return tuple(ages)
+
+
+def grid_at_or_after(age_s: float, poll_s: float, max_poll_s: float) -> tuple[float, int]:
+    """(the first grid age >= age_s, its index)."""
+    grid = poll_grid(poll_s, max_poll_s)
+    if age_s <= grid[-1]:
+        i = bisect.bisect_left(grid, age_s - 1e-9)
+        return grid[i], i
+    k = math.ceil((age_s - grid[-1]) / max_poll_s - 1e-9)
+    return grid[-1] + k * max_poll_s, len(grid) - 1 + k
+
+
 def poll_wait(job_age_s: float, recheck_s: float, *, poll_s: float, max_poll_s: float) -> float:
-    """Seconds to the next poll: 5% of the job's age between poll_s and max_poll_s, cut to the policy's recheck
-    (never below poll_s). The guard also cuts it to the time the cost cap leaves (spotrun/guard.py)."""
-    schedule = min(max_poll_s, max(poll_s, POLL_GROWTH * job_age_s))
-    return float(int(max(poll_s, min(schedule, recheck_s))))
+    """Seconds to the next poll: the next age on the guard's grid (`poll_grid`) at least poll_s away, or the
+    policy's recheck if sooner (never below poll_s). The guard also cuts it to the time the cost cap leaves
+    (spotrun/guard.py)."""
+    grid, _ = grid_at_or_after(job_age_s + poll_s, poll_s, max_poll_s)
+    return min(grid - job_age_s, _recheck_wait(recheck_s, poll_s))
+
+
+def _recheck_wait(recheck_s: float, poll_s: float) -> float:
+    """Whole seconds to the recheck (a Wait state's seconds), at least poll_s."""
+    return INF if recheck_s == INF else float(max(poll_s, math.ceil(recheck_s - 1e-9)))
+
+
+def first_poll_at(created: float, last_poll: float, target: float, recheck_at: float, *, poll_s: float,
+                  max_poll_s: float) -> tuple[float, int]:
+    """(the first poll at or after `target` <= recheck_at, the polls up to it) after the poll at `last_poll`,
+    `poll_wait`'s sequence in one step (the simulator's)."""
+    age = last_poll - created
+    first, i0 = grid_at_or_after(age + poll_s, poll_s, max_poll_s)
+    at, i = grid_at_or_after(max(age + poll_s, target - created), poll_s, max_poll_s)
+    cut = last_poll + _recheck_wait(recheck_at - last_poll, poll_s)
+    if cut < created + at:  # the recheck's poll comes first
+        _, j = grid_at_or_after(cut - created, poll_s, max_poll_s)
+        return cut, max(1, j - i0 + 1)
+    return created + at, i - i0 + 1
+
+
+def ask_again(status: JobStatus, asked_status: JobStatus, now_s: float, recheck_at_s: float) -> bool:
+    """Whether the guard asks the policy at this poll (see the module docstring)."""
+    return status is JobStatus.NONE or status is not asked_status or now_s >= recheck_at_s - 1e-6
 
 
 # ---- the deadline arithmetic every deadline-aware rule shares -------------------------------------------------
@@ -122,9 +179,17 @@ def od_finish_s(plan: SimPlan, ck: str, progress: float) -> float:
     return plan.startup_s + plan.restore_s + remaining + saves * plan.save_s
 
 
+def progress_s(plan: SimPlan, ck: str, obs: Observation) -> float:
+    """The work a stop now would keep: the committed work, plus what the job trained since when it saves on the
+    notice (less one save: the time may include a periodic save's)."""
+    if plan.notice_ok and ck != "periodic":
+        return min(plan.work_s, obs.committed_s + max(0.0, obs.training_s - plan.save_s))
+    return obs.committed_s
+
+
 def slack_s(plan: SimPlan, ck: str, obs: Observation) -> float:
     """Deadline minus when an on-demand job started now would finish."""
-    return plan.deadline_s - obs.elapsed_s - od_finish_s(plan, ck, obs.committed_s)
+    return plan.deadline_s - obs.elapsed_s - od_finish_s(plan, ck, progress_s(plan, ck, obs))
 
 
 def line_target_s(plan: SimPlan) -> float:
@@ -170,15 +235,17 @@ class DeadlineRule:
         return INF
 
     def back_to_spot(self, plan: SimPlan, ck: str, obs: Observation) -> bool:
+        """On on-demand: return to spot (blind: a spot job finds out whether there is capacity)? Only when, after
+        the changeover, the run is still the hysteresis short of the point where it would come back to on-demand
+        (otherwise a spot job without capacity flaps back at once, a changeover each way)."""
         if self.kind == "greedy":
             return False
         hysteresis = HYSTERESIS_CHANGEOVERS * plan.changeover_s
-        ahead = Observation(obs.elapsed_s + plan.changeover_s, obs.committed_s, obs.market, obs.status)
-        affordable = slack_s(plan, ck, ahead) > risk_s(plan, ck) + hysteresis
-        if self.kind == "line":
-            return affordable and obs.committed_s - plan.work_s * min(
-                1.0, obs.elapsed_s / line_target_s(plan)) >= hysteresis
-        return affordable
+        ahead = Observation(obs.elapsed_s + plan.changeover_s, obs.committed_s, obs.market, obs.status,
+                            training_s=obs.training_s)
+        if slack_s(plan, ck, ahead) <= risk_s(plan, ck) + hysteresis:
+            return False
+        return ahead.elapsed_s + hysteresis <= self.on_demand_at(plan, ck, progress_s(plan, ck, obs))
 
     def __call__(self, plan: SimPlan, ck: str, obs: Observation) -> Decision:
         if plan.deadline_s is None:
@@ -189,7 +256,7 @@ class DeadlineRule:
                 return _to(Market.SPOT, obs, _half(slack - risk))
             return _to(Market.ON_DEMAND, obs, OD_RECHECK_S if self.kind != "greedy" else INF)
         if obs.status is JobStatus.WAITING:
-            od_at = min(self.on_demand_at(plan, ck, obs.committed_s), obs.elapsed_s + slack - risk)
+            od_at = min(self.on_demand_at(plan, ck, progress_s(plan, ck, obs)), obs.elapsed_s + slack - risk)
             if obs.elapsed_s >= od_at:
                 return _to(Market.ON_DEMAND, obs, OD_RECHECK_S)
             return Decision(Action.KEEP, _half(od_at - obs.elapsed_s) + plan.poll_s)
@@ -202,13 +269,9 @@ def on_demand_rule(plan: SimPlan, ck: str, obs: Observation) -> Decision:
     return _to(Market.ON_DEMAND, obs)
 
 
-def spot_rule(plan: SimPlan, ck: str, obs: Observation) -> Decision:
-    """Spot only: a job that ended at MaxWait is followed by another spot job (the run waits on)."""
-    return _to(Market.SPOT, obs)
-
-
 def maxwait_fallback_rule(plan: SimPlan, ck: str, obs: Observation) -> Decision:
-    """Spot until a job ends at MaxWait without capacity, then on-demand to the end."""
+    """Spot until a job ends at MaxWait without capacity, then on-demand to the end. (Spot without a fallback is
+    this rule on a run without `on_demand_fallback`: every spot job has a MaxWait.)"""
     if obs.max_wait_exceeded or obs.market is Market.ON_DEMAND:
         return _to(Market.ON_DEMAND, obs)
     return _to(Market.SPOT, obs)
@@ -217,7 +280,7 @@ def maxwait_fallback_rule(plan: SimPlan, ck: str, obs: Observation) -> Decision:
 UNIFORM_PROGRESS = DeadlineRule("line")
 GREEDY = DeadlineRule("greedy")
 RULES: dict[str, Rule] = {
-    "on_demand": on_demand_rule, "spot": spot_rule, "maxwait_fallback": maxwait_fallback_rule,
+    "on_demand": on_demand_rule, "maxwait_fallback": maxwait_fallback_rule,
     "uniform_progress": UNIFORM_PROGRESS, "deadline_greedy": GREEDY,
     "slack_reserve_5": DeadlineRule("reserve", 0.05), "slack_reserve_10": DeadlineRule("reserve", 0.10),
     "slack_reserve_25": DeadlineRule("reserve", 0.25),
@@ -226,10 +289,23 @@ DEADLINE_RULES = ("uniform_progress", "deadline_greedy", "slack_reserve_5", "sla
 
 
 def decide(policy: str, plan: SimPlan, checkpointing: str, obs: Observation) -> Decision:
-    """The named policy's decision; ValueError naming the policy when it is not one of RULES."""
+    """The named policy's decision under the run's contract (see the module docstring); ValueError naming the
+    policy when it is not one of RULES."""
     if policy not in RULES:
         raise ValueError(f"policy={policy!r} is invalid: expected one of {', '.join(RULES)}")
-    return RULES[policy](plan, checkpointing, obs)
+    decision = RULES[policy](plan, checkpointing, obs)
+    if plan.on_demand_fallback or decision.action not in (Action.TO_ON_DEMAND, Action.START_ON_DEMAND):
+        return decision
+    if obs.status is not JobStatus.NONE:
+        return Decision(Action.KEEP, decision.recheck_s)
+    return Decision(Action.END if obs.max_wait_exceeded else Action.START_SPOT, decision.recheck_s)
+
+
+def starts_on_spot(section: dict) -> bool:
+    """The first job's market: the policy's decision before anything ran (the plan's `spot`; the simulator's
+    first job)."""
+    first = decide_from_section(section, Observation(0.0, 0.0, Market.SPOT, JobStatus.NONE))
+    return first.action is Action.START_SPOT
 
 
 def decide_from_section(section: dict, obs: Observation) -> Decision:

@@ -54,6 +54,8 @@ class SimPlan:
     """The cost guard's shortest wait between polls (PipelineSettings.poll_seconds)."""
     max_poll_s: float = 4 * 3600.0
     """The cost guard's longest wait between polls (PipelineSettings.max_poll_seconds)."""
+    on_demand_fallback: bool = True
+    """The run may go on-demand (compute.on_demand_fallback); without it, a spot job's MaxWait ends the run."""
 
     def __post_init__(self):
         for name in ("work_s", "interval_s", "step_s", "spot_usd_per_h", "on_demand_usd_per_h", "od_check_s",
