@@ -415,8 +415,14 @@ class Guard(_StateJson):
     projected_usd: float = 0.0
     interruptions: int = 0
     stop_requested: bool = False  # the cap asked for the stop: the next segment keeps the capacity it had
-    # The spot policy asked for the stop (progress fell behind it on spot): the next segment is on-demand.
+    # The spot policy asked for the stop (spotrun/simulate/decision.py: TO_ON_DEMAND or TO_SPOT): the next
+    # segment is on spot when `switch_to_spot`, else on-demand.
     switch_requested: bool = False
+    switch_to_spot: bool = False
+    # When the guard asks the spot policy again (decision.ask_again): the job status it last decided on
+    # (decision.JobStatus) and the recheck time it asked for, in seconds since the execution started (None: never).
+    policy_status: str = "none"
+    policy_recheck_at: float | None = None
     checkpoint_age_seconds: float | None = None
     worst_checkpoint_gap_seconds: float = 0.0
     message: str = ""
