@@ -306,7 +306,7 @@ def test_guard_wait_grows_with_the_job_but_never_past_the_cap():
     ages = [0]  # the polls of a job: each waits 5% of the job's age (at least poll_seconds)
     while ages[-1] < 3 * 3600:
         ages.append(ages[-1] + next_wait(PLAN, ages[-1], 0))
-    assert all(b - a == max(60, int(0.05 * a)) for a, b in zip(ages, ages[1:]))
+    assert all(b - a == max(60, int(0.05 * a)) for a, b in zip(ages, ages[1:], strict=False))
     # A poll off that grid (a policy's recheck) is followed by the next poll on it, at least poll_seconds away.
     assert next_wait(PLAN, ages[-1] + 1, 0) + ages[-1] + 1 == ages[-1] + next_wait(PLAN, ages[-1], 0)
     rich, month = {**PLAN, "max_usd": 1e6}, 30 * 24 * 3600
