@@ -3,7 +3,7 @@
 `replay_windows` runs each (policy, trace) window as an execution of the synthesized state machine in moto's
 interpreter (the estimate, cost guard and canceller handlers deciding; tests/infra/test_cap_holds.py's driver)
 against a SageMaker whose spot capacity is the trace (tests/infra/trace_sim.py), and predicts the same window with
-the estimate's simulator (spotrun/simulate/execution.py: `execute`) from the plan's own policy section. The
+the estimate's simulator (spotrun/policy/execution.py: `execute`) from the plan's own policy section. The
 estimate's policy section is computed once (its simulation of 1,000 traces is not what is replayed) and its
 `policy` set to the window's. Used by tests/infra/test_replay.py and benchmarks/replay_bench.py.
 """
@@ -29,15 +29,15 @@ from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
 from moto.stepfunctions.parser.asl.component.state.wait.wait_function.wait_function import WaitFunction
 
 from spotrun.handlers import cost_guard
-from spotrun.simulate import choose
-from spotrun.simulate.decision import poll_wait
-from spotrun.simulate.engine import SimPlan
-from spotrun.simulate.execution import execute
-from spotrun.simulate.policies import cost_usd
+from spotrun.policy import choose
+from spotrun.policy.decision import poll_wait
+from spotrun.policy.engine import SimPlan
+from spotrun.policy.execution import execute
+from spotrun.policy.policies import cost_usd
 from tests.infra.sagemaker_sim import SimClock, World
 from tests.infra.test_cap_holds import Scenario, SimDriver, _run_json
 from tests.infra.test_state_machine_moto import _list_service_quotas
-from tests.infra.trace_sim import Trainer, TraceSimulation
+from tests.infra.trace_sim import TraceSimulation, Trainer
 
 
 @dataclass
@@ -83,6 +83,16 @@ class ReplayDriver(SimDriver):
         return super().invoke(backend, function_name, qualifier, body, headers, response_headers)
 
 
+    def as_lambda(self, backend, *args) -> bytes:
+        """moto's LambdaSimpleBackend.invoke, replaced: the real handler runs."""
+        return self.invoke(backend, *args)
+
+
+def _naive_utc(epoch: float) -> dt.datetime:
+    """moto's S3 LastModified clock (naive UTC), on the simulated clock."""
+    return dt.datetime.fromtimestamp(epoch, dt.timezone.utc).replace(tzinfo=None)
+
+
 class _Section:
     """The estimate's policy section, simulated once, with the window's policy."""
 
@@ -123,10 +133,10 @@ def replay_windows(synth, windows: list[Window], *, deadline_hours: float = 14.0
             mock.patch.object(SageMakerModelBackend, "create_training_job", create), \
             mock.patch.object(SageMakerResponse, "stop_training_job", stop, create=True), \
             mock.patch.object(ServiceQuotasResponse, "list_service_quotas", _list_service_quotas, create=True), \
-            mock.patch.object(WaitFunction, "_wait_interval", lambda self, env, wait_seconds: clock.advance(wait_seconds)), \
+            mock.patch.object(WaitFunction, "_wait_interval",
+                              lambda self, env, wait_seconds: clock.advance(wait_seconds)), \
             mock.patch.object(retrier_decl, "time", SimTime), \
-            mock.patch.object(s3_models, "utcnow", lambda: dt.datetime.fromtimestamp(clock(), dt.timezone.utc)
-                              .replace(tzinfo=None)), \
+            mock.patch.object(s3_models, "utcnow", lambda: _naive_utc(clock())), \
             mock.patch.object(choose, "spot_policy", section), \
             mock.patch.object(cost_guard, "clock", clock):
         driver = None
@@ -138,7 +148,7 @@ def replay_windows(synth, windows: list[Window], *, deadline_hours: float = 14.0
                 driver.setup()
             driver.sim = sim
             section.policy = window.policy
-            with mock.patch.object(LambdaSimpleBackend, "invoke", lambda backend, *a: driver.invoke(backend, *a)):
+            with mock.patch.object(LambdaSimpleBackend, "invoke", driver.as_lambda):
                 out.append(_one(driver, sim, world, section, window, scenario, f"w{k}-{time.time_ns() % 10**8}"))
     return out
 

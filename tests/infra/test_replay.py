@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from spotrun.simulate.choose import ESTIMATE_TRACES
-from spotrun.simulate.traces import TraceSpec, generated_traces
+from spotrun.policy.traces import TraceSpec, generated_traces
 from tests.infra.replay import Window, replay_windows
 
 pytestmark = pytest.mark.slow
