@@ -29,6 +29,7 @@ from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
 from moto.stepfunctions.parser.asl.component.state.wait.wait_function.wait_function import WaitFunction
 
 from spotrun.handlers import cost_guard
+from spotrun.pipeline.plan import PipelineSettings, plan
 from spotrun.policy import choose
 from spotrun.policy.decision import poll_wait
 from spotrun.policy.engine import SimPlan
@@ -179,8 +180,6 @@ def _one(driver, sim, world: World, section: _Section, window: Window, scenario:
 
 def _plan_of(driver, run: dict) -> tuple[dict, dict]:
     """The estimate the pipeline makes of this run (the stage's settings, as the Lambda has them)."""
-    from spotrun.deployment import PipelineSettings, plan
-
     env = driver.functions[next(k for k in driver.functions if k.startswith("PipelineEstimateFn"))]["env"]
     settings = PipelineSettings.from_env({**env, "AWS_REGION": "us-east-1", "POLL_SECONDS": "900",
                                           "MAX_POLL_SECONDS": "14400"})
