@@ -163,12 +163,18 @@ def ask_again(status: JobStatus, asked_status: JobStatus, now_s: float, recheck_
 # ---- the deadline arithmetic every deadline-aware rule shares -------------------------------------------------
 
 
+def switch_s(plan: SimPlan) -> float:
+    """What a change of market costs as the guard executes it: the changeover (a save, a startup, a restore) and
+    two polls (the stop is noticed at a poll, the next job's status at the next)."""
+    return plan.changeover_s + 2 * plan.poll_s
+
+
 def risk_s(plan: SimPlan, ck: str) -> float:
-    """What one more interruption or switch can cost in slack: a restart, a save, the work since the last
-    commit, and one poll of the guard's (the earliest it can act on what it sees)."""
+    """What one more interruption or switch can cost in slack: a switch as the guard executes it, and the work
+    since the last commit."""
     at_risk = plan.step_s if plan.notice_ok and ck != "periodic" else \
         min(periodic_interval(plan, ck) + plan.save_s, plan.work_s)
-    return plan.changeover_s + at_risk + plan.poll_s
+    return switch_s(plan) + at_risk
 
 
 def od_finish_s(plan: SimPlan, ck: str, progress: float) -> float:
@@ -193,7 +199,7 @@ def slack_s(plan: SimPlan, ck: str, obs: Observation) -> float:
 
 
 def line_target_s(plan: SimPlan) -> float:
-    return max(plan.deadline_s - RESERVE_CHANGEOVERS * plan.changeover_s, plan.deadline_s / 2)
+    return max(plan.deadline_s - RESERVE_CHANGEOVERS * switch_s(plan), plan.deadline_s / 2)
 
 
 def _half(seconds: float) -> float:
@@ -240,8 +246,8 @@ class DeadlineRule:
         (otherwise a spot job without capacity flaps back at once, a changeover each way)."""
         if self.kind == "greedy":
             return False
-        hysteresis = HYSTERESIS_CHANGEOVERS * plan.changeover_s
-        ahead = Observation(obs.elapsed_s + plan.changeover_s, obs.committed_s, obs.market, obs.status,
+        hysteresis = HYSTERESIS_CHANGEOVERS * switch_s(plan)
+        ahead = Observation(obs.elapsed_s + switch_s(plan), obs.committed_s, obs.market, obs.status,
                             training_s=obs.training_s)
         if slack_s(plan, ck, ahead) <= risk_s(plan, ck) + hysteresis:
             return False

@@ -84,9 +84,10 @@ class ReplayDriver(SimDriver):
         return super().invoke(backend, function_name, qualifier, body, headers, response_headers)
 
 
-    def as_lambda(self, backend, *args) -> bytes:
-        """moto's LambdaSimpleBackend.invoke, replaced: the real handler runs."""
-        return self.invoke(backend, *args)
+    def as_lambda(self, *args) -> bytes:
+        """moto's LambdaSimpleBackend.invoke (function name, qualifier, body, headers, response headers),
+        replaced as a bound method: the real handler runs."""
+        return self.invoke(None, *args)
 
 
 def _naive_utc(epoch: float) -> dt.datetime:
