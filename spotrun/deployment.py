@@ -56,7 +56,7 @@ from .seams import (
     StopNotice,
 )
 from .segments import SEGMENT_SUFFIX_MAX, segment_job_name
-from .sources import read_sources
+from .sources import read_sources, with_split
 from .validate import Target, check_target, pipeline_hyperparameters, validation_uri
 
 CONTRACT_KEYS = ("parameters", "trainable_parameters", "training_flops", "gpu_hours", "instance_type",
@@ -188,6 +188,7 @@ def plan(run_raw: Any, execution: str, settings: PipelineSettings, *, s3_client:
                 return instead
             data_uri = done.data_source if done else data_uri
         sources = read_sources(run, s3_client=s3_client)
+        run = with_split(run, sources)  # the validation split the prepared data holds, when the run names none
         model_config, tokens = sources.model_config, sources.tokens
         shape = shape_key(run.model.config or model_config) if (run.model.config or model_config) else None
         measured = mfu_lookup(shape, run.training.method) if (mfu_lookup and shape) else None

@@ -24,7 +24,7 @@ from .refusal import Refusal
 from .runfile import load_run_file
 from .seams import StackOutput, stack_name
 from .simulate.choose import policy_text, spot_policy
-from .sources import read_sources
+from .sources import read_sources, with_split
 from .validate import Target, check_catalog, check_target, pipeline_hyperparameters
 
 
@@ -53,9 +53,13 @@ def check_file(path: Path, target: Target | None, *, plan: bool, s3_client: Any 
         out.not_checked.append("the stage's rules (sources under its bucket's datasets/ and models/, its model "
                                "package group): give --stage, or --bucket and --group")
     if not plan:
+        if run.validation_needed_by and not run.data.has_validation:
+            out.not_checked.append(f"whether data.source holds the validation split {run.validation_needed_by} "
+                                   "reads (its index.json)")
         out.not_checked.append("the sources' config.json / index.json and the planner: run `spotrun estimate`")
         return out
     sources = read_sources(run, s3_client, offline=True)
+    run = with_split(run, sources)  # the validation split the prepared data holds, when the run names none
     for note in sources.notes:
         if note.startswith("not "):
             out.not_checked.append(note.removeprefix("not checked: "))  # printed under "not checked:" already
