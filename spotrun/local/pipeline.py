@@ -117,12 +117,6 @@ def prepare_if_raw(raw: dict, cache: Path, emit: Callable[[str], None] = print) 
     source = Path(raw["data"]["source"])
     if (source / DatasetIndex.FILE).is_file():
         return raw, ""
-    run = parse_run(raw)
-    needed_by = run.validation_needed_by
-    if needed_by and not run.data.has_validation:  # refused before any tokenizing (the sources would refuse after)
-        raise RunValidationError(needed_by, "no validation data", f"data.validation_fraction (e.g. 0.1: that share "
-                                 f"of the documents of raw data.source is held out when it is prepared) or "
-                                 f"data.validation: {needed_by} reads a validation loss")
     model_source = raw["model"].get("source")
     if not model_source:
         raise RunValidationError("data.source", raw["data"]["source"], "prepared shards (a directory with "
@@ -138,6 +132,16 @@ def prepare_if_raw(raw: dict, cache: Path, emit: Callable[[str], None] = print) 
         raise RunValidationError("data.source", raw["data"]["source"], f"text the trainer can read ({exc})") \
             from None
     return {**raw, "data": {**raw["data"], "source": str(prepared.path)}}, "reused" if prepared.reused else "prepared"
+
+
+def check_raw_split(run: RunSpec) -> None:
+    """Raw text for a run that reads a validation loss is split when it is prepared: without a fraction it would
+    be prepared without one, and refused by the sources only after the tokenizing."""
+    needed_by = run.validation_needed_by
+    if needed_by and not run.data.has_validation and not (Path(run.data.source) / DatasetIndex.FILE).is_file():
+        raise RunValidationError(needed_by, "no validation data", f"data.validation_fraction (e.g. 0.1: that share "
+                                 "of the documents of raw data.source is held out when it is prepared) or "
+                                 f"data.validation: {needed_by} reads a validation loss")
 
 
 def check_one_step(data_dir: Path, hyper: dict[str, str], nproc: int) -> None:
@@ -201,6 +205,7 @@ def run_local(run_path: Path, options: LocalOptions, *, emit: Callable[[str], No
     if root.exists():
         raise LocalRunError(f"job directory {root} exists: continue it with `spotrun local --resume {job_name} --out "
                             f"{options.out}`, or choose another --job-name")
+    check_raw_split(run)
     raw, prepared = prepare_if_raw(raw, out / "prepared", emit)
     if prepared:
         emit(f"[local] raw text {prepared}: shards in {raw['data']['source']}")
