@@ -252,3 +252,32 @@ def test_a_set_typo_is_refused_without_leaving_a_job_directory(tmp_path, capsys,
                  "checkpoint.intervl_steps=3")
     assert err.startswith("error: InvalidConfiguration: invalid configuration:") and "intervl_steps" in err, err
     assert "no job directory was made" in err
+
+
+# ---- exports that load anywhere ----------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_registered_lora_adapter_and_merged_model_load_elsewhere_once_the_job_is_gone(tmp_path, assets, datasets):
+    import torch
+    from peft import AutoPeftModelForCausalLM
+    from transformers import AutoModelForCausalLM
+
+    from spotrun.local.pipeline import LocalOptions, run_local
+
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(_run(str(assets["model"]), str(datasets["no-split"]),
+                                    training={"method": "lora", "lora": {"rank": 4}})))
+    report = run_local(path, LocalOptions(out=tmp_path / "out", job_name="lora", progress="none", overrides={
+        "max_steps": "4", "export.merge_lora": "true"}), emit=lambda line: None)
+    elsewhere = tmp_path / "elsewhere"
+    shutil.copytree(report["model_package"], elsewhere)
+    shutil.rmtree(tmp_path / "out")  # the job directory (and its input/data/model link) is gone
+    adapter = elsewhere / "model"
+    base = json.loads((adapter / "adapter_config.json").read_text())["base_model_name_or_path"]
+    assert base == str(assets["model"])  # the run's model.source, as the run file named it (made absolute)
+    prompt = torch.tensor([[1, 2, 3]])
+    for model in (AutoPeftModelForCausalLM.from_pretrained(adapter),  # the base found from adapter_config.json
+                  AutoModelForCausalLM.from_pretrained(adapter / "merged")):
+        generated = model.eval().generate(prompt, max_new_tokens=3, do_sample=False)
+        assert generated.shape == (1, 6)
