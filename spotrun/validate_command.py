@@ -21,6 +21,7 @@ from .exits import HELP as EXIT_CODES_HELP
 from .exits import Exit, fail, for_status
 from .planner import DEFAULT_PRICE_REGION, Estimate, estimate, format_text, load_catalog, regional_catalog
 from .refusal import Refusal
+from .remote import stage_region
 from .runfile import load_run_file
 from .seams import StackOutput, stack_name
 from .simulate.choose import policy_text, spot_policy
@@ -88,7 +89,7 @@ def stage_target(stage: str, region: str | None, cfn_client: Any = None) -> Targ
 
     stack = stack_name(stage)
     try:
-        client = cfn_client or boto3.client("cloudformation", region_name=region)
+        client = cfn_client or boto3.client("cloudformation", region_name=region or stage_region(stage))
         outputs = client.describe_stacks(StackName=stack)["Stacks"][0].get("Outputs", [])
     except (ClientError, BotoCoreError) as exc:
         raise RunValidationError("--stage", stage, f"a deployed stage whose stack {stack} can be read "
@@ -102,9 +103,9 @@ def stage_target(stage: str, region: str | None, cfn_client: Any = None) -> Targ
 
 def add_target_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stage", help="check against this deployed stage's rules (reads its stack's outputs)")
-    parser.add_argument("--region", help="the stage's region (default: your AWS configuration's); `estimate` prices "
-                        f"the run in it (default {DEFAULT_PRICE_REGION}; regions without prices in the catalog are "
-                        "refused)")
+    parser.add_argument("--region", help="the stage's region (default: with --stage, stacks/config.py's; else your "
+                        "AWS configuration's); `estimate` prices the run in it (default "
+                        f"{DEFAULT_PRICE_REGION}; regions without prices in the catalog are refused)")
     parser.add_argument("--bucket", help="offline: the stage's artifact bucket (its ArtifactBucket output)")
     parser.add_argument("--group", help="offline: the stage's model package group (ModelPackageGroupName output)")
 
@@ -143,9 +144,10 @@ def run_command(args: argparse.Namespace, *, plan: bool, cfn_client: Any = None,
     except Refusal as exc:
         return fail(args.format, Exit.INVALID, exc.status, exc.message, exc.field)
     status, docs = Exit.OK, []
+    region = args.region or stage_region(args.stage)  # with --stage, its prices
     for path in args.runs:
         try:
-            checked = check_file(path, target, plan=plan, s3_client=s3_client, region=args.region)
+            checked = check_file(path, target, plan=plan, s3_client=s3_client, region=region)
         except Refusal as exc:
             result = exc.result()
             doc = {"error": result.pop("status"), **result}

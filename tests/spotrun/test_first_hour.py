@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import boto3
@@ -270,6 +273,7 @@ def test_a_registered_lora_adapter_and_merged_model_load_elsewhere_once_the_job_
                                     training={"method": "lora", "lora": {"rank": 4}})))
     report = run_local(path, LocalOptions(out=tmp_path / "out", job_name="lora", progress="none", overrides={
         "max_steps": "4", "export.merge_lora": "true"}), emit=lambda line: None)
+    assert list((tmp_path / "out" / "lora" / "sm" / "tmp").iterdir()) == []  # the launcher removed its files
     elsewhere = tmp_path / "elsewhere"
     shutil.copytree(report["model_package"], elsewhere)
     shutil.rmtree(tmp_path / "out")  # the job directory (and its input/data/model link) is gone
@@ -281,3 +285,44 @@ def test_a_registered_lora_adapter_and_merged_model_load_elsewhere_once_the_job_
                   AutoModelForCausalLM.from_pretrained(adapter / "merged")):
         generated = model.eval().generate(prompt, max_new_tokens=3, do_sample=False)
         assert generated.shape == (1, 6)
+
+
+def test_the_launcher_removes_its_temporary_directory_however_it_ends(tmp_path):
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    (tmp_path / "sm" / "input" / "config").mkdir(parents=True)  # no resourceconfig.json: a configuration error
+    done = subprocess.run([sys.executable, "-m", "spotrun_trainer.launcher", "train", "--sm-root",
+                           str(tmp_path / "sm")], env={**os.environ, "TMPDIR": str(scratch)}, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 2 and "resourceconfig.json not found" in done.stderr
+    assert list(scratch.iterdir()) == []
+
+
+# ---- the stage's region ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("configured", [None, "eu-west-1"])
+def test_remote_commands_find_the_stage_in_its_own_region(monkeypatch, capsys, tmp_path, configured):
+    from stacks.config import ENVIRONMENTS
+
+    for name in ("AWS_DEFAULT_REGION", "AWS_REGION"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    if configured:  # the user's AWS configuration names another region: the stage's wins
+        monkeypatch.setenv("AWS_DEFAULT_REGION", configured)
+    region = next(env.region for env in ENVIRONMENTS if env.stage == "dev")
+    with mock_aws():
+        sfn = boto3.client("stepfunctions", region_name=region)
+        arn = sfn.create_state_machine(name="pipeline", roleArn="arn:aws:iam::123456789012:role/sfn", definition=
+                                       json.dumps({"StartAt": "A", "States": {"A": {"Type": "Pass", "End": True}}})
+                                       )["stateMachineArn"]
+        sfn.start_execution(stateMachineArn=arn, name="first-hour-20260101-000000", input="{}")
+        boto3.client("cloudformation", region_name=region).create_stack(StackName="dev-Spotrun", TemplateBody=
+                                                                         json.dumps({"Resources": {"Topic": {
+                                                                             "Type": "AWS::SNS::Topic"}},
+                                                                             "Outputs": {"StateMachineArn": {
+                                                                                 "Value": arn}}}))
+        assert main(["list", "--stage", "dev", "--format", "json"]) == 0
+        assert [e["execution"] for e in json.loads(capsys.readouterr().out)] == ["first-hour-20260101-000000"]
+        assert main(["list", "--stage", "nowhere", "--format", "json"]) != 0  # not in stacks/config.py
+        assert "nowhere" in capsys.readouterr().out
