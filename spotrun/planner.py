@@ -47,7 +47,7 @@ import math
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field, replace
 
-from .catalog import CATALOG_PATH, DEFAULT_PRICE_REGION, check_prices, load_catalog, regional_catalog
+from .catalog import CATALOG_PATH, DEFAULT_PRICE_REGION, check_prices, load_catalog, regional_catalog, usd
 from .contract import MAX_RUNTIME_LIMIT_S, LoraSpec, RunSpec, RunValidationError
 from .memory import ModelDims, checkpoint_bytes, training_state_bytes
 from .params import lora_parameters, shape_of
@@ -219,13 +219,13 @@ def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | 
     if chosen_cost > run.max_usd:
         if run.training.method != "lora":
             advice.append(_lora_alternative(run, catalog, model_config, data_tokens, recorded_rates))
-        raise EstimateRefused("OverBudget", f"estimated ${chosen_cost:.2f} exceeds budget.max_usd={run.max_usd:.2f} "
+        raise EstimateRefused("OverBudget", f"estimated {usd(chosen_cost)} exceeds budget.max_usd={usd(run.max_usd)} "
                               f"({best.fit.layout.describe()}, {(best.wall + best.overhead) / 3600:.1f} h)", est,
                               field="budget.max_usd")
     if not seg.fits:
-        raise EstimateRefused("OverBudget", f"budget.max_usd={run.max_usd:.2f} cannot carry the run "
+        raise EstimateRefused("OverBudget", f"budget.max_usd={usd(run.max_usd)} cannot carry the run "
                               f"({best.fit.layout.describe()}, {(best.wall + best.overhead) / 3600:.1f} h, estimated "
-                              f"${chosen_cost:,.2f}): {seg.line}", est, field="budget.max_usd")
+                              f"{usd(chosen_cost)}): {seg.line}", est, field="budget.max_usd")
     return est
 
 

@@ -14,6 +14,7 @@ import json
 from typing import Any
 
 from .aws_text import TAG_VALUE_MAX, aws_text_ok
+from .catalog import usd
 from .contract import RunSpec, RunValidationError
 from .seams import REGISTRATION_STATUS, PipelineSettings
 
@@ -119,7 +120,7 @@ def check_stage_limits(run: RunSpec, settings: PipelineSettings, running_executi
     servers a run may name."""
     where = f"stage {settings.stage or '?'}'s limit in stacks/config.py"
     if settings.max_usd_per_run and run.max_usd > settings.max_usd_per_run:
-        raise RunValidationError("budget.max_usd", run.max_usd, f"at most {settings.max_usd_per_run:,.2f} "
+        raise RunValidationError("budget.max_usd", run.max_usd, f"at most {usd(settings.max_usd_per_run)} "
                                  f"(max_usd_per_run, {where})")
     count = run.compute.instance_count
     if settings.max_instances_per_run and count is not None and count > settings.max_instances_per_run:

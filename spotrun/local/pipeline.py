@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from ..catalog import usd
 from ..contract import RunSpec, RunValidationError, parse_run
 from ..datasets import PrepareError, prepare_dataset
 from ..deployment import plan
@@ -212,8 +213,8 @@ def run_local(run_path: Path, options: LocalOptions, *, emit: Callable[[str], No
     planned = plan_local(raw)  # InvalidRun / OverBudget stop here
     est = planned.estimate
     emit(f"[local] estimate: {planned.instance_count} x {planned.instance_type}, "
-         f"{est['wall_seconds'] / 3600:.2f} h, spot ${est['cost_usd']['spot']:.2f} / on-demand "
-         f"${est['cost_usd']['on_demand']:.2f} (cap ${planned.max_usd:.2f})")
+         f"{est['wall_seconds'] / 3600:.2f} h, spot {usd(est['cost_usd']['spot'])} / on-demand "
+         f"{usd(est['cost_usd']['on_demand'])} (cap {usd(planned.max_usd)})")
     hyper = hyperparameters(planned, options)
     check_one_step(Path(raw["data"]["source"]), hyper, options.nproc)
     job = Job(root=root, log=root / "launcher.log")

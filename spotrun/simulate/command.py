@@ -19,7 +19,10 @@ from .traces import ADVISOR_BANDS
 def register(sub) -> None:
     sim = sub.add_parser("simulate", help="replay the run's plan over spot traces under each policy: cost, "
                          "P(deadline), work lost; table and PNG")
+    from ..validate_command import add_prepared_argument  # as the command's other imports: the CLI's, not the Lambda's
+
     sim.add_argument("run", type=Path, help="run JSON file")
+    add_prepared_argument(sim)
     sim.add_argument("--traces", type=Path, help="a directory of availability traces (skypilot-org/spot-traces "
                      "format; every *.json under it); default: generated traces")
     sim.add_argument("--interruptions", type=Path, help="the interruption table's items (a JSON array, or `aws "
@@ -104,7 +107,8 @@ def simulate_command(args: argparse.Namespace) -> int:
         return fail(args.format, Exit.INVALID, "InvalidArguments", f"--n={args.n} is invalid: expected an integer "
                     ">= 1", "--n")
     try:
-        checked = check_file(args.run, None, plan=True, region=args.region)  # spotrun.runfile.load_run_file
+        checked = check_file(args.run, None, plan=True, region=args.region,  # spotrun.runfile.load_run_file
+                             prepared=args.prepared)
         est, run = checked.estimate, checked.run
         catalog = regional_catalog(load_catalog(), args.region or "us-east-1")
         plan = plan_from_estimate(est, catalog, deadline_hours=run.compute.deadline_hours,
