@@ -326,3 +326,49 @@ def test_remote_commands_find_the_stage_in_its_own_region(monkeypatch, capsys, t
         assert [e["execution"] for e in json.loads(capsys.readouterr().out)] == ["first-hour-20260101-000000"]
         assert main(["list", "--stage", "nowhere", "--format", "json"]) != 0  # not in stacks/config.py
         assert "nowhere" in capsys.readouterr().out
+
+
+# ---- the small breaks --------------------------------------------------------------------------------------------
+
+
+def test_estimate_and_simulate_work_on_a_demo_style_run_file_with_raw_text(tmp_path, capsys, assets):
+    demo = tmp_path / "demo-output"  # as `spotrun demo` leaves it: run.json beside assets/ with relative sources
+    (demo / "assets").mkdir(parents=True)
+    (demo / "assets" / "corpus").symlink_to(assets["corpus"].parent, target_is_directory=True)
+    (demo / "assets" / "model").symlink_to(assets["model"], target_is_directory=True)
+    run = _run("assets/model", "assets/corpus", registry=GATE)
+    run["data"]["validation_fraction"] = 0.1
+    (demo / "run.json").write_text(json.dumps(run))
+    assert main(["estimate", "--format", "json", str(demo / "run.json")]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    note = next(line for line in doc["checked"] if line.startswith("raw data.source"))
+    assert note.startswith(f"raw data.source prepared as shards in {demo / 'prepared'}")
+    assert Hyperparameter.EVAL_EVERY_STEPS.value in doc["hyperparameters"]  # the split prepared, evaluated on
+    assert main(["estimate", "--format", "json", str(demo / "run.json")]) == 0  # the shards are reused
+    assert any(line.startswith("raw data.source reused") for line in json.loads(capsys.readouterr().out)["checked"])
+    assert main(["simulate", str(demo / "run.json"), "--n", "20", "--no-optimum", "--format", "json",
+                 "--out", str(tmp_path / "sim")]) == 0
+    assert json.loads(capsys.readouterr().out)["traces"] == 20
+
+
+def test_a_cap_of_a_tenth_of_a_cent_is_printed_as_such(tmp_path, capsys):
+    run = copy.deepcopy(TOKENS_RUN)
+    run["budget"]["max_usd"] = 0.001
+    code, doc = _estimate(tmp_path, capsys, run)
+    assert (code, doc["error"]) == (3, "OverBudget"), doc
+    assert "budget.max_usd=$0.001" in doc["message"] and "$0.00 " not in doc["message"]
+
+
+def test_the_plot_marks_the_step_the_signal_was_sent_the_step_saved_and_the_best_checkpoint():
+    from spotrun.report import loss_figure
+
+    losses = [(s, 3.0 - s / 40) for s in range(1, 41)]
+    event = {"kind": "sigterm", "signalled_at_step": 30, "step": 32, "checkpoint_step": 32}
+    evaluation = {"weights": "best", "exported_step": 16, "best_step": 16, "best_val_loss": 2.5}
+    fig = loss_figure(losses, [event], "demo", val={0: 3.1, 16: 2.5, 32: 2.6}, evaluation=evaluation)
+    ax = fig.axes[0]
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "sigterm sent at step 30, saved step 32" in labels
+    assert "best checkpoint: step 16, validation loss 2.5000 (exported)" in labels
+    signal_line = next(line for line in ax.get_lines() if line.get_label().startswith("sigterm"))
+    assert list(signal_line.get_xdata()) == [30, 30]
