@@ -372,3 +372,24 @@ def test_the_plot_marks_the_step_the_signal_was_sent_the_step_saved_and_the_best
     assert "best checkpoint: step 16, validation loss 2.5000 (exported)" in labels
     signal_line = next(line for line in ax.get_lines() if line.get_label().startswith("sigterm"))
     assert list(signal_line.get_xdata()) == [30, 30]
+
+
+def test_after_a_resume_the_eta_counts_only_the_steps_of_this_attempt(tmp_path, monkeypatch):
+    from spotrun.local import progress as progress_module
+    from spotrun.local.progress import Progress
+
+    clock = {"now": 0.0}
+    monkeypatch.setattr(progress_module.time, "monotonic", lambda: clock["now"])
+    log = tmp_path / "launcher.log"
+    log.write_text("run_start params=1 start_step=25 total_steps=80 device=cpu\n")
+    progress = Progress(log, mode="none")
+    progress.start_attempt()  # `--resume` from the checkpoint at step 25
+    progress.update(25, interruptions=0, measured=False)  # the start-up: no trainer line yet
+    for t, step in ((100.0, 26), (101.0, 27), (102.0, 28)):  # 100 s of start-up, then 1 s per step
+        clock["now"] = t
+        progress.update(step, interruptions=0)
+    assert progress.eta_s() == pytest.approx(52.0)  # 52 steps left at 1 s each, not (102 s / 3 steps) x 52
+    clock["now"] = 500.0  # an interruption: the next attempt starts again from its checkpoint
+    progress.start_attempt()
+    progress.update(28, interruptions=1, measured=False)
+    assert progress.eta_s() is None  # no rate of this attempt yet: "ETA -" rather than a guess
