@@ -45,7 +45,7 @@ from pathlib import Path
 
 import numpy as np
 
-from spotrun.preparation import RAW_SUFFIXES
+from spotrun.pipeline.preparation import RAW_SUFFIXES
 from spotrun.seams import DatasetIndex, directory_tokenizer_identity
 
 log = logging.getLogger(__name__)
