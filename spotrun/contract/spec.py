@@ -57,7 +57,7 @@ DAYS_28_H = 28 * 24
 
 def _needs_validation(data: DataSpec, field_path: str, value: Any) -> None:
     """Without data.source nothing can hold a validation split: the run must name its validation set. With one,
-    the sources' check (spotrun/sources.py `check_validation`) decides, on the prepared data's index.json."""
+    the sources' check (spotrun/planner/sources.py `check_validation`) decides, on the prepared data's index.json."""
     if not data.has_validation and data.source is None:
         raise RunValidationError(field_path, value, "data.validation or data.validation_fraction with it (it "
                                  "reads the validation loss)")
