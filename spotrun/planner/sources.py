@@ -5,6 +5,11 @@ to the datasets/ and models/ prefixes). The pipeline reads strictly: a source it
 the training job could not read it either. The CLI may plan offline: a source it cannot read (no credentials,
 the examples' placeholder bucket) is reported as not checked, and the run's inline copies (`model.config`,
 `data.tokens`) are used instead when it has them.
+
+The sources are checked against the run and each other before anything is paid for (docs/checks-before-paying.md):
+the validation split the prepared data holds (`check_validation`: used when the run names none, refused when the
+run asks for another or reads a validation loss without any), the tokenizer the shards were made with against
+the model's (`check_tokenizer`), and data.seq_len within the model's positions (`check_seq_len`).
 """
 
 from __future__ import annotations
