@@ -1,10 +1,11 @@
 """The spot-policy simulator: replay a plan against capacity traces under each policy, summarize the outcomes.
 
 Modules: traces.py (generated and recorded traces), engine.py (what one job costs and achieves), policies.py (the
-online policies and the guard's decision function), optimum.py (the offline optimum by dynamic programming;
-numpy, for the CLI and benchmarks only), choose.py (the estimate's choice and its text), command.py
-(`spotrun simulate`). Everything the estimate Lambda imports is stdlib only: the Lambda's code asset is the
-`spotrun` package alone and the Python runtime carries no numpy.
+online policies and the guard's decision function), optimum.py (the exact offline optimum by dynamic
+programming), choose.py (the estimate's choice and its text), report.py (a study: table, JSON, PNG);
+`spotrun simulate` is spotrun/cli/simulate.py. Everything here is stdlib only (matplotlib for the PNG, imported
+where it is drawn): the estimate Lambda's code asset is the `spotrun` package alone and its runtime carries no
+numpy.
 """
 
 from __future__ import annotations
@@ -47,6 +48,8 @@ def quantile(sorted_values: list[float], q: float) -> float:
     pos = q * (len(sorted_values) - 1)
     lo = int(pos)
     hi = min(lo + 1, len(sorted_values) - 1)
+    if sorted_values[hi] == sorted_values[lo]:  # also two infinite walls (a run that never finishes)
+        return sorted_values[lo]
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
 
 
