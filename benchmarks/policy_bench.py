@@ -6,12 +6,12 @@ The issue's setting (#26): every one-node trace of github.com/skypilot-org/spot-
 (`availability/1-node/*/*.json` under DIR; not in this repository), 40 h of work, a 0.2 h changeover (a 600 s
 startup, a 60 s restore and a 60 s save), spot at 0.35 of on-demand, saves on the notice, a job started every
 `--every-h` hours of each trace (while the deadline fits in the recording), deadlines 48, 60 and 80 h. Each policy
-runs as the state machine executes it (spotrun/simulate/execution.py: the guard's polls, what it sees).
+runs as the state machine executes it (spotrun/policy/execution.py: the guard's polls, what it sees).
 
 Choose and report on different windows: the traces in sorted path order alternate between the choose set (even
 positions) and the held-out set (odd positions). Policy parameters were picked on the choose set only.
 
-The exact optimum (spotrun/simulate/optimum.py) takes about a second per window: it runs on every
+The exact optimum (spotrun/policy/optimum.py) takes about a second per window: it runs on every
 `--optimum-every`-th window, and the gap to it is each policy's mean on those same windows over the optimum's,
 on the windows where the solver reports its answer exact (past its cap it returns a floor; the count is printed).
 """
@@ -21,11 +21,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from spotrun.simulate.decision import DEADLINE_RULES
-from spotrun.simulate.engine import SimPlan
-from spotrun.simulate.execution import execute
-from spotrun.simulate.optimum import solve
-from spotrun.simulate.traces import read_availability, replay
+from spotrun.policy.decision import DEADLINE_RULES
+from spotrun.policy.engine import SimPlan
+from spotrun.policy.execution import execute
+from spotrun.policy.optimum import solve
+from spotrun.policy.traces import read_availability, replay
 
 DEADLINES_H = (48, 60, 80)
 WORK_H = 40.0

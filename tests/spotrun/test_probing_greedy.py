@@ -1,4 +1,4 @@
-"""probing_greedy (spotrun/simulate/decision.py): safe wherever on-demand could make the deadline, pure, and the
+"""probing_greedy (spotrun/policy/decision.py): safe wherever on-demand could make the deadline, pure, and the
 probe it adds over greedy pays on a trace where spot comes back after greedy committed to on-demand."""
 
 import math
@@ -7,10 +7,10 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spotrun.simulate.decision import RULES, JobStatus, Market, Observation, ProbingGreedy, decide
-from spotrun.simulate.engine import SimPlan
-from spotrun.simulate.execution import execute
-from spotrun.simulate.traces import TraceSpec, generated_traces
+from spotrun.policy.decision import RULES, JobStatus, Market, Observation, ProbingGreedy, decide
+from spotrun.policy.engine import SimPlan
+from spotrun.policy.execution import execute
+from spotrun.policy.traces import TraceSpec, generated_traces
 
 H = 3600.0
 
