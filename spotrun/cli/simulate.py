@@ -10,10 +10,44 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import sys
+import time
 from pathlib import Path
 
 from ..policy.decision import RULES
 from ..policy.traces import ADVISOR_BANDS
+
+N_RANGE = (1, 100_000)  # 100,000 traces of every candidate is minutes and ~1 GB here; more is a mistake
+PROGRESS_AFTER_S = 2.0
+
+
+class Progress:
+    """A one-line progress indicator on stderr, shown only once a step has taken PROGRESS_AFTER_S."""
+
+    def __init__(self, stream=None):
+        self.stream = stream or sys.stderr
+        self.t0 = time.perf_counter()
+        self.shown = False
+
+    def __call__(self, what: str, done: int, total: int) -> None:
+        if time.perf_counter() - self.t0 < PROGRESS_AFTER_S or (done % 50 and done != total):
+            return
+        self.shown = True
+        self.stream.write(f"\r{what}: {done:,}/{total:,} traces" + ("\n" if done == total else ""))
+        self.stream.flush()
+
+
+def finite(value):
+    """The report with non-finite floats (a run that never finishes has an infinite wall time) as null: strict
+    JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [finite(v) for v in value]
+    return value
 
 
 def register(sub) -> None:
@@ -26,7 +60,7 @@ def register(sub) -> None:
                      "dynamodb scan --table-name T` output): windows drawn from the gaps between a job's interruptions")
     sim.add_argument("--policy", action="append", choices=sorted(RULES),
                      help="only these policies (repeatable; each as the cost guard executes it)")
-    sim.add_argument("--n", type=int, default=1000, help="traces (default 1000)")
+    sim.add_argument("--n", type=int, default=1000, help=f"traces, {N_RANGE[0]} to {N_RANGE[1]:,} (default 1000)")
     sim.add_argument("--seed", type=int, default=0, help="seed of the generated traces and start offsets")
     sim.add_argument("--band", choices=list(ADVISOR_BANDS), help="interruptions at this Spot Instance Advisor band "
                      "instead of the estimate's rate")
@@ -34,7 +68,7 @@ def register(sub) -> None:
     sim.add_argument("--region", help="price in this region (default us-east-1)")
     sim.add_argument("--out", type=Path, default=Path("simulate-output"), help="where simulate.json, simulate.txt "
                      "and simulate.png go (default ./simulate-output)")
-    sim.add_argument("--no-optimum", action="store_true", help="skip the offline optimum (numpy)")
+    sim.add_argument("--no-optimum", action="store_true", help="skip the exact offline optimum")
     sim.add_argument("--format", choices=["text", "json"], default="text")
     sim.set_defaults(func=simulate_command)
 
@@ -101,9 +135,9 @@ def simulate_command(args: argparse.Namespace) -> int:
     from .estimate import check_file
     from .exits import Exit, fail, for_status
 
-    if args.n < 1:
+    if not N_RANGE[0] <= args.n <= N_RANGE[1]:
         return fail(args.format, Exit.INVALID, "InvalidArguments", f"--n={args.n} is invalid: expected an integer "
-                    ">= 1", "--n")
+                    f"from {N_RANGE[0]} to {N_RANGE[1]:,}", "--n")
     try:
         checked = check_file(args.run, None, plan=True, region=args.region)  # spotrun.contract.runfile.load_run_file
         est, run = checked.estimate, checked.run
@@ -119,18 +153,19 @@ def simulate_command(args: argparse.Namespace) -> int:
     chosen = candidates(plan)
     if args.policy:
         chosen = [c for c in chosen if c[0] in args.policy] or [(p, plan.default_checkpointing()) for p in args.policy]
-    report = study(plan, traces, chosen, optimum=not args.no_optimum, source=source, cap_usd=run.max_usd)
+    report = study(plan, traces, chosen, optimum=not args.no_optimum, source=source, cap_usd=run.max_usd,
+                   progress=Progress())
     report["run"] = run.name
     report["layout"] = f"{est.instance_count} x {est.instance_type}"
     args.out.mkdir(parents=True, exist_ok=True)
     files = {"report": args.out / "simulate.json", "summary": args.out / "simulate.txt",
              "plot": args.out / "simulate.png"}
     text = f"{run.name} on {report['layout']}: " + table_text(report)
-    files["report"].write_text(json.dumps(report, indent=2))
+    files["report"].write_text(json.dumps(finite(report), indent=2))
     files["summary"].write_text(text + "\n")
     plot(report, files["plot"], f"{run.name}: {report['layout']}, {report['traces']} traces")
     if args.format == "json":
-        print(json.dumps(report, indent=2))
+        print(json.dumps(finite(report), indent=2))
     else:
         print(text)
         for name, path in files.items():

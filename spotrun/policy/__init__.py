@@ -3,10 +3,11 @@
 Modules: traces.py (generated and recorded traces), engine.py (what one job costs and achieves), policies.py (the
 online policies as continuous-time simulations), decision.py (the one decision function the cost guard executes
 and the simulator replays), execution.py (a trace run as the state machine runs it: the guard's polls, what it sees,
-what it can do; the estimate's odds come from here), optimum.py (the offline optimum by dynamic programming;
-numpy, for the CLI and benchmarks only), choose.py (the estimate's choice and its text), command.py
-(`spotrun simulate`). Everything the estimate Lambda imports is stdlib only: the Lambda's code asset is the
-`spotrun` package alone and the Python runtime carries no numpy.
+what it can do; the estimate's odds come from here), optimum.py (the exact offline optimum by dynamic
+programming), choose.py (the estimate's choice and its text), report.py (a study: table, JSON, PNG);
+`spotrun simulate` is spotrun/cli/simulate.py. Everything here is stdlib only (matplotlib for the PNG, imported
+where it is drawn): the estimate Lambda's code asset is the `spotrun` package alone and its runtime carries no
+numpy.
 """
 
 from __future__ import annotations
@@ -51,6 +52,8 @@ def quantile(sorted_values: list[float], q: float) -> float:
     pos = q * (len(sorted_values) - 1)
     lo = int(pos)
     hi = min(lo + 1, len(sorted_values) - 1)
+    if sorted_values[hi] == sorted_values[lo]:  # also two infinite walls (a run that never finishes)
+        return sorted_values[lo]
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
 
 

@@ -23,7 +23,9 @@ N_TRACES = 1000
 SEED = 0
 CONFIDENCE = 0.99
 MIN_TRACES = 100
-INTERRUPTION_BUDGET = 30_000  # about 2 s here for the 10 candidates
+WINDOW_BUDGET = 100_000  # capacity windows generated over all traces: about 2 s here for the 10 candidates
+HORIZON_CAP_S = 96 * 24 * 3600.0  # the longest deadline (56 days) and 3 x a 28-day run fit; 10 interruptions/h
+# (the contract's most) x 1.3 over it is ~30,000 windows: one trace of the longest run stays inside the budget
 # Assumed when nothing is recorded: 30% of interruptions followed by another within 3 minutes of the restart;
 # a drought (no capacity) every 10 days on average, 6-80 h long (the public traces: stretches without capacity of
 # up to 80 h).
@@ -67,10 +69,11 @@ def plan_from_estimate(est, catalog: dict, *, deadline_hours: float | None = Non
 
 
 def horizon_s(plan: SimPlan) -> float:
-    """How far traces are drawn: past the deadline, MaxWait plus the work, and three times the work."""
+    """How far traces are drawn: past the deadline, MaxWait plus the work, and three times the work (at most
+    HORIZON_CAP_S: what a run the contract accepts can use)."""
     far = max(plan.deadline_s or 0.0, (plan.max_wait_s if plan.max_wait_s < INF else 0.0) + plan.work_s,
               3 * plan.work_s)
-    return far + 80 * 3600
+    return min(far + 80 * 3600, HORIZON_CAP_S)
 
 
 def candidates(plan: SimPlan, every_checkpointing: bool = False) -> list[tuple[str, str]]:
@@ -116,11 +119,17 @@ def choose(plan: SimPlan, rows: list[Summary], confidence: float = CONFIDENCE,
                   f"{plan.deadline_s / 3600:g} h deadline on >= {confidence:.0%} of the traces")
 
 
+def windows_per_trace(plan: SimPlan, rate_per_hour: float) -> float:
+    """Capacity windows a generated trace holds on average: interruptions (1.3 x the rate with bursts) and
+    droughts over the horizon."""
+    hours = horizon_s(plan) / 3600
+    return rate_per_hour * 1.3 * hours + ESTIMATE_TRACES["droughts_per_day"] * hours / 24 + 1
+
+
 def traces_for_estimate(plan: SimPlan, rate_per_hour: float, n: int = N_TRACES) -> int:
-    """How many traces the estimate simulates: N, fewer (not under MIN_TRACES) for a long run at a high rate, so
-    that about INTERRUPTION_BUDGET interruptions are simulated in all (the Lambda's time goes by them)."""
-    expected = rate_per_hour * 1.3 * (plan.work_s + plan.startup_s) / 3600
-    return max(min(n, MIN_TRACES), min(n, int(INTERRUPTION_BUDGET / max(expected, 1.0))))
+    """How many traces the estimate simulates: N, fewer for a long run at a high rate, so that about
+    WINDOW_BUDGET windows are generated and replayed in all (the Lambda's time goes by them); at least one."""
+    return max(1, min(n, int(WINDOW_BUDGET / windows_per_trace(plan, rate_per_hour))))
 
 
 def spot_policy(run, est, catalog: dict, *, n: int = N_TRACES, seed: int = SEED, poll_s: float = 60.0,

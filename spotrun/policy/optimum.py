@@ -1,5 +1,5 @@
 """The exact offline optimum: the least a run can cost on one trace, knowing the trace in advance, under the
-engine's cost model (spotrun/simulate/engine.py); the floor every online policy is measured against. Stdlib only.
+engine's cost model (spotrun/policy/engine.py); the floor every online policy is measured against. Stdlib only.
 
 `exact_optimum(plan, trace) -> float | None`: USD, or None when the deadline cannot be met; `solve` says more.
 
@@ -23,10 +23,11 @@ at most the cost (a Pareto frontier): idle, and on-demand running. Every frontie
 (sigma_lo, sigma_hi, J) of states with cost J - po x sigma (po: the on-demand price per second): waiting, a
 block's range of start times and a spot job each map a piece to a piece.
 
-Bounds (for any plan: the horizon is the deadline; without one, the trace's last window): windows no longer
+Bounds (for any plan: the horizon is the deadline; without one, the trace's last window, and where that one
+stays open the answer is one spot job in it, the least any schedule costs): windows no longer
 than a startup are skipped (no job gains work in them); each event costs O(P log P) for P pieces, P is capped
-at `MAX_PIECES` per frontier: past the cap the dearest pieces merge into one with the least slack and cost of
-any of them (a relaxation: still a floor) and `Optimum.exact` is false. Time O(windows x MAX_PIECES log
+at `MAX_PIECES` per frontier: past the cap the neighbouring pieces whose costs differ least merge, at the
+lesser cost (a relaxation: still a floor) and `Optimum.exact` is false. Time O(windows x MAX_PIECES log
 MAX_PIECES), memory O(MAX_PIECES).
 """
 
@@ -148,13 +149,20 @@ class _Solver:
         return out
 
     def relax(self, pieces: list[Piece]) -> list[Piece]:
-        """Past the cap: the cheapest pieces stay; the rest become one with the least slack and J of any of them
-        (every state it replaces is at least as dear with at least as much slack: still a floor)."""
+        """Past the cap: neighbours in slack whose J differ least merge, each pair into one piece over both
+        ranges at the lesser J (every state it replaces is at least as dear: still a floor, too low by at most
+        the J difference over the merged range)."""
         self.exact = False
-        pieces = sorted(pieces, key=lambda p: p[2])
-        rest = pieces[MAX_PIECES - 1:]
-        merged = (min(p[0] for p in rest), max(p[1] for p in rest), rest[0][2])
-        return sorted(pieces[:MAX_PIECES - 1] + [merged])
+        merges = len(pieces) - MAX_PIECES
+        gaps = sorted(range(len(pieces) - 1), key=lambda n: abs(pieces[n + 1][2] - pieces[n][2]))[:merges]
+        joined, out = set(gaps), []
+        for n, piece in enumerate(pieces):
+            if n - 1 in joined:
+                lo, hi, j = out[-1]
+                out[-1] = (lo, max(hi, piece[1]), min(j, piece[2]))
+            else:
+                out.append(piece)
+        return out
 
     def window(self, a: float, b: float) -> list[Piece]:
         """Spot from `a` for every state that can start there: finish inside the window and the deadline, or
@@ -188,6 +196,9 @@ class _Solver:
 def solve(plan: SimPlan, trace: list) -> Optimum:
     """The dynamic program (the module's docstring); `trace`: sorted disjoint windows [(start, end), ...]."""
     sv = _Solver(plan)
+    if plan.deadline_s is None and any(b == INF > a for a, b in trace):
+        # no deadline and capacity that stays: one spot job in it, the least any schedule can cost
+        return Optimum(min(sv.ps, sv.po) * (plan.startup_s + plan.work_s), True, 0, 0)
     windows = 0
     for a, b in trace:
         if a >= sv.deadline or a >= b:

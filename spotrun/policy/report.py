@@ -2,12 +2,13 @@
 
 `study` runs it (the CLI's `spotrun simulate` and benchmarks/simulate_bench.py); `table_text` is the table;
 `plot` draws cost against the probability of meeting the deadline, one point per policy, with the exact
-offline optimum (spotrun/simulate/optimum.py) as the floor (matplotlib, headless).
+offline optimum (spotrun/policy/optimum.py) as the floor (matplotlib, headless).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from . import compare, quantile
@@ -17,9 +18,11 @@ from .optimum import solve
 
 
 def study(plan: SimPlan, traces: list, candidates: list[tuple[str, str]], *, optimum: bool = True,
-          source: str = "", choose_on: list | None = None, cap_usd: float | None = None) -> dict:
+          source: str = "", choose_on: list | None = None, cap_usd: float | None = None,
+          progress: Callable[[str, int, int], None] | None = None) -> dict:
     """Rows per policy, the chosen one and why, the offline optimum's mean/P50/P95 and the seconds it took.
-    `choose_on`: other traces to choose on (the rows are then out of sample), else these."""
+    `choose_on`: other traces to choose on (the rows are then out of sample), else these. `progress(what, done,
+    total)` is called as the optimum goes through the traces."""
     t0 = time.perf_counter()
     rows = compare(plan, traces, candidates)
     seconds = time.perf_counter() - t0
@@ -30,15 +33,19 @@ def study(plan: SimPlan, traces: list, candidates: list[tuple[str, str]], *, opt
            plan.deadline_s / 3600, "on_demand_usd_per_h": plan.on_demand_usd_per_h, "work_hours": plan.work_s / 3600,
            "policies": [r.row() for r in rows], "chosen": best.label, "why": why, "simulate_seconds": seconds}
     if optimum:
-        out["optimum"] = optimum_summary(plan, traces)
+        out["optimum"] = optimum_summary(plan, traces, progress)
     return out
 
 
-def optimum_summary(plan: SimPlan, traces: list) -> dict:
+def optimum_summary(plan: SimPlan, traces: list, progress: Callable[[str, int, int], None] | None = None) -> dict:
     """The exact optimum over the traces: mean/P50/P95 over those where the deadline can be met, how many can,
-    and whether every one was exact (spotrun/simulate/optimum.py)."""
+    and whether every one was exact (spotrun/policy/optimum.py)."""
     t0 = time.perf_counter()
-    results = [solve(plan, trace) for trace in traces]
+    results = []
+    for n, trace in enumerate(traces, 1):
+        results.append(solve(plan, trace))
+        if progress:
+            progress("exact optimum", n, len(traces))
     feasible = sorted(r.usd for r in results if r.usd is not None)
     return {"mean_usd": sum(feasible) / len(feasible) if feasible else float("nan"),
             "p50_usd": quantile(feasible, 0.5), "p95_usd": quantile(feasible, 0.95),

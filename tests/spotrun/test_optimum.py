@@ -1,19 +1,21 @@
-"""The exact offline optimum (spotrun/simulate/optimum.py) against an exhaustive search of the engine's own
+"""The exact offline optimum (spotrun/policy/optimum.py) against an exhaustive search of the engine's own
 schedules, against every policy on random traces, and its bounds."""
 
 from __future__ import annotations
 
 import functools
+import json
 import random
+import re
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spotrun.simulate import simulate
-from spotrun.simulate.engine import INF, SimPlan, Tally, segment
-from spotrun.simulate.optimum import MAX_PIECES, exact_optimum, solve
-from spotrun.simulate.policies import POLICIES, cost_usd
+from spotrun.policy import simulate
+from spotrun.policy.engine import INF, SimPlan, Tally, segment
+from spotrun.policy.optimum import MAX_PIECES, exact_optimum, solve
+from spotrun.policy.policies import POLICIES, cost_usd
 
 H = 3600.0
 Q = 60.0  # the brute force's grid: every time below is a multiple of it
@@ -133,13 +135,71 @@ def test_the_work_is_bounded_on_a_28_day_run_a_one_second_trace_and_a_thousand_w
         t += up + rng.randint(1, 60)
     result = solve(plan, flicker + [(INF, INF)])
     assert result.windows == 0 and result.usd == pytest.approx((plan.work_s + plan.startup_s) / H)
-    # 200 windows of 10-20 min, 1-30 min apart: the frontier reaches the cap, merges, and says it is a floor
+    # 100 windows of 10-20 min, 1-30 min apart: the frontier reaches the cap, merges, and says it is a floor
     many, t = [], 0.0
-    for _ in range(200):
+    for _ in range(100):
         t += rng.uniform(60, 1800)
         up = rng.uniform(600, 1200)
         many.append((t, t + up))
         t += up
     result = solve(plan, many + [(INF, INF)])
-    assert result.windows == 200 and result.pieces <= MAX_PIECES and not result.exact
+    assert result.windows == 100 and result.pieces <= MAX_PIECES and not result.exact
     assert 0 < result.usd <= (plan.work_s + plan.startup_s) / H
+
+
+# ---- trace input and `spotrun simulate`'s bounds -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("doc, message", [
+    ({"metadata": {"gap_seconds": 1e-6}, "data": [1, 0]},
+     "gap_seconds=1e-06 is invalid: expected a number of seconds from 1 to 86400"),
+    ({"metadata": {"gap_seconds": 1e308}, "data": [1, 0]}, "gap_seconds=1e+308 is invalid"),
+    ({"metadata": {"gap_seconds": "600"}, "data": [1, 0]}, "gap_seconds='600' is invalid"),
+    ({"metadata": {"gap_seconds": 600}, "data": []}, "data is invalid: expected a list of 1 to"),
+    ({"metadata": {"gap_seconds": 600}, "data": [1, -1]}, "data has -1: expected finite counts"),
+    ({"metadata": {"gap_seconds": 600}, "data": [1, float("nan")]}, "data has nan: expected finite counts"),
+    ({"metadata": {"gap_seconds": 600}, "data": [0, 0, 0]}, "no capacity at all"),
+])
+def test_bad_traces_are_refused_in_one_line(tmp_path, doc, message):
+    from spotrun.policy.traces import read_availability
+
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match=re.escape(message)) as err:
+        read_availability(path)
+    assert "\n" not in str(err.value)
+
+
+def test_a_replay_never_reads_the_end_of_a_recording_as_capacity(tmp_path):
+    from spotrun.policy.traces import read_availability, replay
+
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"metadata": {"gap_seconds": 600}, "data": [0, 1, 1, 0]}))  # 40 min, 20 of spot
+    rec = read_availability(path)
+    trace = replay(rec, 0.0, 3 * H)  # a window far longer than the recording: it repeats, then nothing
+    assert trace[:2] == [(600.0, 1800.0), (3000.0, 4200.0)] and trace[-1] == (INF, INF)
+    assert all(b < INF for a, b in trace[:-1])
+    plan = SimPlan(work_s=10 * H, startup_s=60.0, restore_s=0.0, save_s=0.0, interval_s=1800.0, step_s=10.0,
+                   notice_ok=True, spot_usd_per_h=0.35, on_demand_usd_per_h=1.0)
+    spot = simulate(plan, [trace], "spot", "notice")[0]
+    assert not spot.finished  # 10 h of work in 3 h of replayed recording: spot alone cannot finish
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--n", "100000000"], "--n=100000000 is invalid: expected an integer from 1 to 100,000"),
+    (["--n", "0"], "--n=0 is invalid"),
+    (["--traces", "TRACES"], "no capacity at all"),
+])
+def test_spotrun_simulate_refuses_bad_input_in_one_line_without_a_traceback(tmp_path, capsys, args, message):
+    from spotrun.cli.main import main
+
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps({"version": 1, "name": "p", "model": {"parameters": 1_000_000_000},
+                               "data": {"tokens": 200_000_000, "seq_len": 2048}, "budget": {"max_usd": 1_000_000},
+                               "compute": {"instance_type": "ml.g5.xlarge"}}))
+    (tmp_path / "traces").mkdir()
+    (tmp_path / "traces" / "z.json").write_text(json.dumps({"metadata": {"gap_seconds": 600}, "data": [0] * 50}))
+    args = [str(tmp_path / "traces") if a == "TRACES" else a for a in args]
+    assert main(["simulate", str(run), "--out", str(tmp_path / "out"), *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
