@@ -271,6 +271,47 @@ class DeadlineRule:
         return _to(Market.SPOT, obs, _half(slack - risk) + plan.poll_s)
 
 
+@dataclass(frozen=True)
+class ProbingGreedy:
+    """Greedy with a reserve and blind probes (chosen on public traces: docs/spot-policy.md, "Policies compared").
+
+    Spot while it runs; without capacity, wait until the slack is down to the safety net's risk plus `reserve`
+    changeovers, then on-demand. Unlike greedy, on-demand is not for good: after `stint_s` on an on-demand job,
+    while the slack would still hold the risk plus `keep` changeovers after one more changeover, stop it and try
+    spot (blind: the guard cannot see spot capacity from an on-demand job). A spot job that finds no capacity is
+    below the reserve, so it goes back to on-demand at its first poll: a failed probe costs one changeover of
+    slack and an on-demand restart, and the reserve bounds how many the run can try. Deterministic."""
+
+    reserve: float
+    """Changeovers of slack above the risk kept when the run moves to on-demand."""
+    stint_s: float
+    """Seconds on an on-demand job before it probes spot."""
+    keep: float = 1.0
+    """Changeovers of slack above the risk a probe must leave."""
+
+    def __call__(self, plan: SimPlan, ck: str, obs: Observation) -> Decision:
+        if plan.deadline_s is None:
+            return _to(Market.SPOT, obs)
+        slack, risk, change = slack_s(plan, ck, obs), risk_s(plan, ck), plan.changeover_s
+        if slack <= risk or obs.max_wait_exceeded:
+            return _to(Market.ON_DEMAND, obs)
+        can_probe = slack - change > risk + self.keep * change
+        if obs.status is JobStatus.NONE:  # a job ended (a segment, a stop for a probe): spot if a probe fits
+            return Decision(Action.START_SPOT, plan.poll_s) if can_probe else Decision(Action.START_ON_DEMAND)
+        if obs.market is Market.ON_DEMAND:
+            if not can_probe:
+                return Decision(Action.KEEP)
+            if obs.job_age_s >= self.stint_s:
+                return Decision(Action.TO_SPOT, plan.poll_s)
+            return Decision(Action.KEEP, self.stint_s - obs.job_age_s)
+        floor = risk + self.reserve * change
+        if obs.status is JobStatus.WAITING:
+            if slack <= floor:
+                return Decision(Action.TO_ON_DEMAND)
+            return Decision(Action.KEEP, _half(slack - floor) + plan.poll_s)
+        return Decision(Action.KEEP, _half(slack - risk) + plan.poll_s)
+
+
 def on_demand_rule(plan: SimPlan, ck: str, obs: Observation) -> Decision:
     return _to(Market.ON_DEMAND, obs)
 
@@ -290,8 +331,12 @@ RULES: dict[str, Rule] = {
     "uniform_progress": UNIFORM_PROGRESS, "deadline_greedy": GREEDY,
     "slack_reserve_5": DeadlineRule("reserve", 0.05), "slack_reserve_10": DeadlineRule("reserve", 0.10),
     "slack_reserve_25": DeadlineRule("reserve", 0.25),
+    # chosen on the choose-set windows of the public traces (benchmarks/policy_bench.py): 6 changeovers of
+    # reserve, a probe after 6 h on on-demand
+    "probing_greedy": ProbingGreedy(reserve=6.0, stint_s=6 * 3600.0),
 }
-DEADLINE_RULES = ("uniform_progress", "deadline_greedy", "slack_reserve_5", "slack_reserve_10", "slack_reserve_25")
+DEADLINE_RULES = ("uniform_progress", "deadline_greedy", "slack_reserve_5", "slack_reserve_10", "slack_reserve_25",
+                  "probing_greedy")
 
 
 def decide(policy: str, plan: SimPlan, checkpointing: str, obs: Observation) -> Decision:

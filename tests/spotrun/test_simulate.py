@@ -442,7 +442,7 @@ def test_the_estimate_simulates_fewer_traces_for_a_long_run_at_a_high_rate():
 def test_the_estimates_simulation_is_bounded_for_any_run_the_contract_accepts(work_days, rate):
     """The Lambda's time goes by the windows generated and replayed: at most about WINDOW_BUDGET (one trace of
     the longest run at the contract's highest rate, 10 per hour, fits), whatever the run's length."""
-    from spotrun.simulate.choose import ESTIMATE_TRACES, WINDOW_BUDGET, horizon_s, traces_for_estimate
+    from spotrun.policy.choose import ESTIMATE_TRACES, WINDOW_BUDGET, horizon_s, traces_for_estimate
 
     plan = _plan(work_s=work_days * 24 * H, deadline_s=None, max_wait_s=28 * 24 * H, max_runtime_s=28 * 24 * H)
     n = traces_for_estimate(plan, rate)
