@@ -52,6 +52,7 @@ from spotrun.seams import (
 
 from . import metrics
 from .agreement import Agreement, LossHistory, StepAgreement
+from .best import BestWeights
 from .checkpoint import CheckpointManager, verify_ahead
 from .config import TrainConfig
 from .data import TokenShardLoader
@@ -219,6 +220,8 @@ class Trainer:
             if not self.ckpt.enabled:
                 raise ValueError("eval.keep_best needs checkpoints (checkpoint.dir): the best weights are kept there")
             self.ckpt.keep_also = lambda: {self.state.val["best_step"]} if "best_step" in self.state.val else set()
+        # export.weights=best: the best step's weights, kept in memory when this job found them (see best.py)
+        self.best = BestWeights(self.model, self.built.checkpoint_options)
         self.peak_flops = _device_peak(self.device)
         self.predicted = predict(
             self.built.hf_config, shard_ranks=cfg.sharding.mesh_shape(self.world)[1], micro_batch=cfg.micro_batch,
@@ -267,6 +270,8 @@ class Trainer:
                 if not self._evaluate():
                     return self._stopped("signal-during-eval", save=True)  # the resumed run evaluates it again
                 new_best = self.cfg.eval.keep_best and self.state.val.get("best_step") == step
+                if new_best and self.cfg.export.weights == "best":
+                    self.best.capture(step)
             self.ckpt.finalize_if_done(agreed.pending_done)
             if (agreed.save_due or new_best) and step < self.total_steps:  # the best weights get a checkpoint
                 self.ckpt.save(step, blocking=not self.cfg.checkpoint.async_save)
@@ -336,8 +341,10 @@ class Trainer:
     # ---- evaluation ----------------------------------------------------------------------------------------
 
     def _choose_export_weights(self) -> dict | None:
-        """export.weights=best: load the kept best checkpoint's weights for the export (the final ones are in
-        the final checkpoint already). Returns the export metadata's `evaluation` (None without validation)."""
+        """export.weights=best: put the best step's weights into the model for the export (the final ones are
+        in the final checkpoint already): from memory when this job found them, else from their checkpoint, which
+        was in the checkpoint prefix when this job started (best.py says why a checkpoint of this job cannot be
+        read back). Returns the export metadata's `evaluation` (None without validation)."""
         val = self.state.val
         if self.evaluator is None or "last" not in val:
             return None
@@ -345,7 +352,10 @@ class Trainer:
         if self.cfg.export.weights == "best" and "best_step" in val:
             chosen, step, loss = "best", val["best_step"], val["best"]
             if step != self.state.step:
-                self.ckpt.load_model(step)
+                if self.best.step == step:
+                    self.best.restore()
+                else:
+                    self.ckpt.load_model(step)
         return {"weights": chosen, "exported_step": step, "val_loss": loss, "base_val_loss": val.get("base"),
                 "final_val_loss": val["last"], "best_val_loss": val.get("best"), "best_step": val.get("best_step"),
                 "final_step": self.state.step}
