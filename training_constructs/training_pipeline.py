@@ -17,7 +17,7 @@
 NOTE: SageMaker calls use CallAwsService (create + Wait + guard polling) rather than the `.sync`
 integration: SageMakerCreateTrainingJob has no spot/checkpoint fields, polling is the form moto's
 interpreter executes (tests/infra/test_state_machine_moto.py), and the loop is where the cost guard runs. The
-loop's length in history events and the guard's wait schedule are explained in spotrun/guard.py.
+loop's length in history events and the guard's wait schedule are explained in spotrun/pipeline/guard.py.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
-from spotrun.preparation import PreparationSettings
+from spotrun.pipeline.preparation import PreparationSettings
 from spotrun.seams import (
     CANCEL_STATUSES,
     COMPLETED_METRIC_DEFINITION,
@@ -110,7 +110,7 @@ def create_training_job_parameters(props: TrainingPipelineProps, *, spot: bool) 
     store = props.store
     params: dict = {
         # The guard holds the current segment's job: its name, MaxRuntime (what the cap still allows at on-demand
-        # rates, spotrun/segments.py), MaxWait and hyperparameters (the trainer's segment_seconds).
+        # rates, spotrun/pipeline/segments.py), MaxWait and hyperparameters (the trainer's segment_seconds).
         "TrainingJobName.$": guard_path("job_name"),
         "RoleArn": props.execution_role.role_arn,
         "AlgorithmSpecification": {
@@ -334,7 +334,7 @@ class TrainingPipeline(Construct):
             sfn.Fail(self, "TrainingFailed", error="TrainingFailed", cause_path=guard_path("message")))
         capped = notify("NotifyCostCap", "spotrun: stopped at the cost cap", guard_path("message")).next(
             sfn.Fail(self, "CostCapReached", error=PlanStatus.OVER_BUDGET.value, cause_path=guard_path("message")))
-        # The job completed, but its validation loss fails registry.gate (spotrun/gate.py): not registered; the
+        # The job completed, but its validation loss fails registry.gate (spotrun/pipeline/gate.py): not registered; the
         # cause names both losses and where the artifact is kept.
         gate_failed = notify("NotifyGateFailed", "spotrun: model failed the registry gate", guard_path("message")
                              ).next(sfn.Fail(self, "GateFailed", error="GateFailed", cause_path=guard_path("message")))
@@ -415,7 +415,7 @@ class TrainingPipeline(Construct):
                     "reads this state machine's executions only (execution ARNs are not known ahead)")
 
     def _canceller(self, props: TrainingPipelineProps, job_arn: str, processing_arn: str) -> None:
-        """Execution ABORTED / FAILED / TIMED_OUT -> stop its jobs (spotrun.deployment.cancel, and the preparation
+        """Execution ABORTED / FAILED / TIMED_OUT -> stop its jobs (spotrun.pipeline.plan.cancel, and the preparation
         job: spotrun/handlers/cancel.py)."""
         stack = Stack.of(self)
         self.cancel_fn = spotrun_function(

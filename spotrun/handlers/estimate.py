@@ -1,11 +1,11 @@
-"""Estimate Lambda: the first state of the training pipeline (the entry point; spotrun/deployment.py plans).
+"""Estimate Lambda: the first state of the training pipeline (the entry point; spotrun/pipeline/plan.py plans).
 
 Input: {"run": <run JSON>, "execution": <execution name>, "started": <execution start time>, "state_machine":
 <its ARN>, "prepared": <what the preparation job made, on the call after a Prepare answer>}. Output: the plan
-(spotrun.seams.Plan) or the answer that `spotrun.deployment.plan` returns instead (a refusal, or Prepare).
+(spotrun.seams.Plan) or the answer that `spotrun.pipeline.plan.plan` returns instead (a refusal, or Prepare).
 Environment (read here only): spotrun.seams.PipelineSettings (the construct writes it with `to_env`); its
-table_name, when set, is the interruptions table whose records (spotrun/measured.py) give the estimate measured
-interruption rates and MFU; spotrun.preparation.PreparationSettings (the stage's preparation instances).
+table_name, when set, is the interruptions table whose records (spotrun/planner/measured.py) give the estimate measured
+interruption rates and MFU; spotrun.pipeline.preparation.PreparationSettings (the stage's preparation instances).
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..deployment import plan
-from ..measured import recorded_rates, recorded_utilization
-from ..preflight import count_running, execution_of
-from ..preparation import PreparationSettings
+from ..pipeline.plan import plan
+from ..pipeline.preflight import count_running, execution_of
+from ..pipeline.preparation import PreparationSettings
+from ..planner.measured import recorded_rates, recorded_utilization
 from ..seams import PipelineSettings
 
 

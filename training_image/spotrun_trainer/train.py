@@ -35,8 +35,10 @@ import resource
 import signal
 import sys
 import time
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NoReturn
 
 import torch
 import torch.distributed as dist
@@ -216,9 +218,7 @@ class Trainer:
                                       model_options=self.built.checkpoint_options,
                                       states={"trainer": self.state, "loader": self.loader,
                                               "scheduler": self.scheduler})
-        if cfg.eval.keep_best:
-            if not self.ckpt.enabled:
-                raise ValueError("eval.keep_best needs checkpoints (checkpoint.dir): the best weights are kept there")
+        if cfg.eval.keep_best:  # with checkpoints: TrainConfig's rule
             self.ckpt.keep_also = lambda: {self.state.val["best_step"]} if "best_step" in self.state.val else set()
         # export.weights=best: the best step's weights, kept in memory when this job found them (see best.py)
         self.best = BestWeights(self.model, self.built.checkpoint_options)
@@ -422,8 +422,8 @@ class Trainer:
     # ---- stopping and the end ------------------------------------------------------------------------------
 
     def _segment_over(self, skew_s: float = 0.0) -> bool:
-        """The segment's time is up (within `skew_s`): save and exit (spotrun/segments.py); the next job goes on.
-        The first rank whose clock passes it stops every rank through the agreement; the others, started within
+        """The segment's time is up (within `skew_s`): save and exit (spotrun/pipeline/segments.py); the next job goes
+        on. The first rank whose clock passes it stops every rank through the agreement; the others, started within
         seconds of it, recognise the segment's end by their own clock rather than a peer's stop signal."""
         limit = self.cfg.segment_seconds
         return limit > 0 and time.monotonic() - self._started > limit - skew_s
@@ -520,14 +520,30 @@ def main(argv: list[str] | None = None) -> int:
     except torch.OutOfMemoryError as exc:
         log.error("%s (%s)", OOM_HINT, exc)
         write_outcome(outcome_dir, rank, Outcome("failed", -1, OOM_HINT))
+        _exit_after_failure()
+    except (KeyboardInterrupt, SystemExit):
         raise
     except BaseException as exc:  # NOTE: not just Exception: DCP's CheckpointException is a BaseException
-        if not isinstance(exc, (KeyboardInterrupt, SystemExit)):
-            write_outcome(outcome_dir, rank, Outcome("failed", -1, f"{type(exc).__name__}: {exc}"))
-        raise
+        write_outcome(outcome_dir, rank, Outcome("failed", -1, f"{type(exc).__name__}: {exc}"))
+        _exit_after_failure()
     write_outcome(outcome_dir, rank, outcome)
     dist.destroy_process_group()
     return 0
+
+
+def _exit_after_failure() -> NoReturn:
+    """Print the failure and exit 1 at once, without the interpreter's teardown (called inside an `except`).
+
+    NOTE: after a failure the process group cannot be destroyed safely (a peer still inside a collective makes
+    destroy_process_group wait: pytorch/torchtitan#1342), and left to the interpreter's teardown, gloo's threads
+    release their work after the interpreter is gone: the process aborts ("terminate called without an active
+    exception", SIGABRT: pytorch/pytorch#190489, #179291), and a stop signal arriving during the teardown finds
+    the default handler back and kills it (-15). Its outcome is written; nothing else of it needs finishing."""
+    traceback.print_exc()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(1)
 
 
 if __name__ == "__main__":

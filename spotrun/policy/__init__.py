@@ -1,0 +1,88 @@
+"""The spot-policy simulator: replay a plan against capacity traces under each policy, summarize the outcomes.
+
+Modules: traces.py (generated and recorded traces), engine.py (what one job costs and achieves), policies.py (the
+online policies and the guard's decision function), optimum.py (the exact offline optimum by dynamic
+programming), choose.py (the estimate's choice and its text), report.py (a study: table, JSON, PNG);
+`spotrun simulate` is spotrun/cli/simulate.py. Everything here is stdlib only (matplotlib for the PNG, imported
+where it is drawn): the estimate Lambda's code asset is the `spotrun` package alone and its runtime carries no
+numpy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .engine import SimPlan, Tally
+from .policies import POLICIES, cost_usd, describe
+
+
+@dataclass(frozen=True)
+class Summary:
+    """One policy over a set of traces."""
+
+    label: str
+    policy: str
+    checkpointing: str
+    mean_usd: float
+    p50_usd: float
+    p95_usd: float
+    mean_spot_usd: float
+    mean_on_demand_usd: float
+    p_deadline: float | None
+    p_finished: float
+    mean_lost_h: float
+    mean_steps_redone: float
+    mean_wall_h: float
+    p95_wall_h: float
+    mean_interruptions: float
+    n: int
+
+    def row(self) -> dict:
+        return dict(self.__dict__)
+
+
+def quantile(sorted_values: list[float], q: float) -> float:
+    """The q-quantile by linear interpolation between closest ranks (numpy's default)."""
+    if not sorted_values:
+        return float("nan")
+    pos = q * (len(sorted_values) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    if sorted_values[hi] == sorted_values[lo]:  # also two infinite walls (a run that never finishes)
+        return sorted_values[lo]
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+def summarize(plan: SimPlan, label: str, policy: str, checkpointing: str, tallies: list[Tally],
+              costs: list[tuple[float, float]] | None = None) -> Summary:
+    costs = costs or [cost_usd(plan, t) for t in tallies]
+    totals = sorted(s + o for s, o in costs)
+    walls = sorted(t.t for t in tallies)
+    n = len(tallies)
+    met = None if plan.deadline_s is None else \
+        sum(1 for t in tallies if t.finished and t.t <= plan.deadline_s + 1e-6) / n
+    return Summary(label=label, policy=policy, checkpointing=checkpointing, mean_usd=sum(totals) / n,
+                   p50_usd=quantile(totals, 0.5), p95_usd=quantile(totals, 0.95),
+                   mean_spot_usd=sum(s for s, _ in costs) / n, mean_on_demand_usd=sum(o for _, o in costs) / n,
+                   p_deadline=met, p_finished=sum(1 for t in tallies if t.finished) / n,
+                   mean_lost_h=sum(t.lost_s for t in tallies) / n / 3600,
+                   mean_steps_redone=sum(t.lost_s for t in tallies) / n / plan.step_s,
+                   mean_wall_h=sum(walls) / n / 3600, p95_wall_h=quantile(walls, 0.95) / 3600,
+                   mean_interruptions=sum(t.interruptions for t in tallies) / n, n=n)
+
+
+def simulate(plan: SimPlan, traces: list, policy: str, checkpointing: str | None = None) -> list[Tally]:
+    """One policy over every trace (one Tally each)."""
+    if policy not in POLICIES:
+        raise ValueError(f"policy={policy!r} is invalid: expected one of {', '.join(POLICIES)}")
+    ck = checkpointing or plan.default_checkpointing()
+    fn = POLICIES[policy]
+    return [fn(plan, trace, ck) for trace in traces]
+
+
+def compare(plan: SimPlan, traces: list, candidates: list[tuple[str, str]]) -> list[Summary]:
+    """Every (policy, checkpointing) candidate over the same traces."""
+    return [summarize(plan, describe(p, c), p, c, simulate(plan, traces, p, c)) for p, c in candidates]
+
+
+__all__ = ["SimPlan", "Summary", "compare", "simulate", "summarize", "quantile"]

@@ -1,0 +1,117 @@
+"""A simulation study: every policy and the offline optimum over one set of traces, as a table, JSON and a PNG.
+
+`study` runs it (the CLI's `spotrun simulate` and benchmarks/simulate_bench.py); `table_text` is the table;
+`plot` draws cost against the probability of meeting the deadline, one point per policy, with the exact
+offline optimum (spotrun/policy/optimum.py) as the floor (matplotlib, headless).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from . import compare, quantile
+from .choose import choose
+from .engine import SimPlan
+from .optimum import solve
+
+
+def study(plan: SimPlan, traces: list, candidates: list[tuple[str, str]], *, optimum: bool = True,
+          source: str = "", choose_on: list | None = None, cap_usd: float | None = None,
+          progress: Callable[[str, int, int], None] | None = None) -> dict:
+    """Rows per policy, the chosen one and why, the offline optimum's mean/P50/P95 and the seconds it took.
+    `choose_on`: other traces to choose on (the rows are then out of sample), else these. `progress(what, done,
+    total)` is called as the optimum goes through the traces."""
+    t0 = time.perf_counter()
+    rows = compare(plan, traces, candidates)
+    seconds = time.perf_counter() - t0
+    best, why = choose(plan, compare(plan, choose_on, candidates) if choose_on else rows, cap_usd=cap_usd)
+    if choose_on:
+        why += f" ({len(choose_on)} other traces)"
+    out = {"traces": len(traces), "source": source, "deadline_hours": None if plan.deadline_s is None else
+           plan.deadline_s / 3600, "on_demand_usd_per_h": plan.on_demand_usd_per_h, "work_hours": plan.work_s / 3600,
+           "policies": [r.row() for r in rows], "chosen": best.label, "why": why, "simulate_seconds": seconds}
+    if optimum:
+        out["optimum"] = optimum_summary(plan, traces, progress)
+    return out
+
+
+def optimum_summary(plan: SimPlan, traces: list, progress: Callable[[str, int, int], None] | None = None) -> dict:
+    """The exact optimum over the traces: mean/P50/P95 over those where the deadline can be met, how many can,
+    and whether every one was exact (spotrun/policy/optimum.py)."""
+    t0 = time.perf_counter()
+    results = []
+    for n, trace in enumerate(traces, 1):
+        results.append(solve(plan, trace))
+        if progress:
+            progress("exact optimum", n, len(traces))
+    feasible = sorted(r.usd for r in results if r.usd is not None)
+    return {"mean_usd": sum(feasible) / len(feasible) if feasible else float("nan"),
+            "p50_usd": quantile(feasible, 0.5), "p95_usd": quantile(feasible, 0.95),
+            "p_deadline": None if plan.deadline_s is None else len(feasible) / len(traces),
+            "exact": all(r.exact for r in results), "seconds": time.perf_counter() - t0}
+
+
+def relative(report: dict, label: str) -> dict:
+    """A row's mean cost against on-demand from the start and against the optimum."""
+    rows = {r["label"]: r for r in report["policies"]}
+    row, od = rows[label], rows.get("on_demand")
+    out = {"of_on_demand": row["mean_usd"] / od["mean_usd"] if od else None}
+    if "optimum" in report:
+        out["over_optimum"] = row["mean_usd"] / report["optimum"]["mean_usd"] - 1
+    return out
+
+
+def table_text(report: dict) -> str:
+    head = (f"{report['traces']} traces ({report['source']}); {report['work_hours']:.1f} h of work; deadline "
+            + (f"{report['deadline_hours']:g} h" if report["deadline_hours"] else "none"))
+    odds = "P(deadline)" if report["deadline_hours"] else "P(finished)"  # without a deadline: does it finish
+    lines = [head, f"  {'policy':<28} {'mean $':>11} {'P50 $':>11} {'P95 $':>11} {odds:>11} "
+             f"{'lost h':>7} {'wall h':>7} {'interr.':>7} {'vs OD':>6} {'vs opt':>7}"]
+    for r in report["policies"]:
+        rel = relative(report, r["label"])
+        met = f"{r['p_finished'] if r['p_deadline'] is None else r['p_deadline']:.1%}"
+        opt = f"{rel['over_optimum']:+.1%}" if "over_optimum" in rel else "-"
+        lines.append(f"{'*' if r['label'] == report['chosen'] else ' '} {r['label']:<28} {r['mean_usd']:>11,.2f} "
+                     f"{r['p50_usd']:>11,.2f} {r['p95_usd']:>11,.2f} {met:>11} {r['mean_lost_h']:>7.2f} "
+                     f"{r['mean_wall_h']:>7.1f} {r['mean_interruptions']:>7.2f} {rel['of_on_demand']:>6.2f} "
+                     f"{opt:>7}")
+    if "optimum" in report:
+        o = report["optimum"]
+        met = "-" if o["p_deadline"] is None else f"{o['p_deadline']:.1%}"
+        name = "exact optimum" if o.get("exact", True) else "optimum (a floor)"
+        lines.append(f"  {name:<28} {o['mean_usd']:>11,.2f} {o['p50_usd']:>11,.2f} "
+                     f"{o['p95_usd']:>11,.2f} {met:>11}")
+    lines.append(f"chosen: {report['chosen']}: {report['why']}")
+    return "\n".join(lines)
+
+
+def plot(report: dict, path: Path, title: str) -> Path:
+    """Mean cost against P(deadline met), one point per policy; the optimum's cost as the frontier."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # headless: no display on servers and CI
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(10, 5), dpi=100)
+    markers = "osv^<>pPhX"
+    for i, r in enumerate(report["policies"]):
+        x = r["p_deadline"] if r["p_deadline"] is not None else r["p_finished"]
+        chosen = r["label"] == report["chosen"]
+        ax.scatter([x], [r["mean_usd"]], s=160 if chosen else 45, marker="*" if chosen else markers[i % 10],
+                   zorder=3, label=r["label"] + (" (chosen)" if chosen else ""))
+    if "optimum" in report:
+        o = report["optimum"]
+        x = o["p_deadline"] if o["p_deadline"] is not None else o.get("p_finished", 1.0)
+        ax.axhline(o["mean_usd"], color="black", linestyle="--", linewidth=1, label="exact offline optimum")
+        ax.scatter([x], [o["mean_usd"]], color="black", marker="D", zorder=3, label="offline optimum's odds")
+    ax.set_xlabel("P(deadline met)" if report["deadline_hours"] else "P(finished) (no deadline)")
+    ax.set_ylabel("mean cost (USD)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
