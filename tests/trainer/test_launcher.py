@@ -17,6 +17,7 @@ from spotrun_trainer.launcher import (
     check_inputs,
     check_network,
     decide_exit,
+    interface_routing_to,
     plan_launch,
 )
 from spotrun_trainer.outcome import Outcome
@@ -88,15 +89,41 @@ def test_socket_interfaces_the_job_environment_sets_are_left_to_it(tmp_path):
     assert p.env["NCCL_SOCKET_IFNAME"] == "eth1" and "GLOO_SOCKET_IFNAME" not in p.env  # the job's own value wins
 
 
-def test_a_missing_network_interface_is_a_configuration_error(tmp_path):
+def test_a_missing_network_interface_without_a_route_to_the_master_is_a_configuration_error(tmp_path):
     sm = SageMakerEnv.read(sm_root(tmp_path, ["algo-1", "algo-2"], "algo-2"))
     p = plan(tmp_path)
-    check_network(p, sm, interfaces=["lo", "eth1"])
+    assert check_network(p, sm, interfaces=["lo", "eth1"]) == p
     with pytest.raises(ConfigError, match=r"^network_interface_name='eth1' in resourceconfig.json is invalid: no "
-                                          r"such network interface on this host \(found \['eth0', 'lo'\]\)"):
-        check_network(p, sm, interfaces=["lo", "eth0"])
+                                          r"such network interface on this host \(found \['eth0', 'lo'\]\) and no "
+                                          r"route to the master host 'algo-1'"):
+        check_network(p, sm, interfaces=["lo", "eth0"], route_interface=lambda host: None)
+    with pytest.raises(ConfigError, match="no route to the master host 'algo-1'"):  # a route by a vanished one
+        check_network(p, sm, interfaces=["lo", "eth0"], route_interface=lambda host: "eth7")
     one_host = tmp_path / "one"
-    check_network(plan(sm_root(one_host, ["algo-1"], "algo-1")), SageMakerEnv.read(one_host), interfaces=["lo"])
+    p1 = plan(sm_root(one_host, ["algo-1"], "algo-1"))
+    assert check_network(p1, SageMakerEnv.read(one_host), interfaces=["lo"]) == p1
+
+
+def test_a_missing_network_interface_falls_back_to_the_one_routing_to_the_master(tmp_path, caplog):
+    """SageMaker local mode (sagemaker-train) names `ethwe`; its containers have Docker's eth0."""
+    sm = SageMakerEnv.read(sm_root(tmp_path, ["algo-1", "algo-2"], "algo-2"))
+    asked = []
+    p = check_network(plan(tmp_path), sm, interfaces=["lo", "eth0"],
+                      route_interface=lambda host: asked.append(host) or "eth0")
+    assert asked == ["algo-1"]
+    assert p.env["NCCL_SOCKET_IFNAME"] == p.env["GLOO_SOCKET_IFNAME"] == "eth0"
+    assert p.command == plan(tmp_path).command
+    assert "network_interface_name='eth1' in resourceconfig.json does not exist on this host" in caplog.text
+    assert "bound to eth0, the interface the route to the master host algo-1 leaves by" in caplog.text
+    # A variable the job's environment sets stays the job's: only the launcher's own binding falls back.
+    own = check_network(plan(tmp_path, job_env={"GLOO_SOCKET_IFNAME": "ens5"}), sm, interfaces=["lo", "eth0"],
+                        route_interface=lambda host: "eth0")
+    assert own.env["NCCL_SOCKET_IFNAME"] == "eth0" and "GLOO_SOCKET_IFNAME" not in own.env
+
+
+def test_the_interface_routing_to_a_host_is_the_kernels_choice():
+    assert interface_routing_to("localhost") == "lo"  # the kernel routes loopback addresses through lo
+    assert interface_routing_to("no-such-host.invalid") is None  # RFC 6761: never resolves
 
 
 @pytest.mark.parametrize("hp, replicas_shard", [({"sharding.mode": "full"}, (1, 32)),
