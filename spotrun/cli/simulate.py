@@ -15,8 +15,9 @@ import sys
 import time
 from pathlib import Path
 
-from ..policy.policies import POLICIES
+from ..policy.decision import RULES
 from ..policy.traces import ADVISOR_BANDS
+from .estimate import add_prepared_argument
 
 N_RANGE = (1, 100_000)  # 100,000 traces of every candidate is minutes and ~1 GB here; more is a mistake
 PROGRESS_AFTER_S = 2.0
@@ -54,11 +55,13 @@ def register(sub) -> None:
     sim = sub.add_parser("simulate", help="replay the run's plan over spot traces under each policy: cost, "
                          "P(deadline), work lost; table and PNG")
     sim.add_argument("run", type=Path, help="run JSON file")
+    add_prepared_argument(sim)
     sim.add_argument("--traces", type=Path, help="a directory of availability traces (skypilot-org/spot-traces "
                      "format; every *.json under it); default: generated traces")
     sim.add_argument("--interruptions", type=Path, help="the interruption table's items (a JSON array, or `aws "
                      "dynamodb scan --table-name T` output): windows drawn from the gaps between a job's interruptions")
-    sim.add_argument("--policy", action="append", choices=sorted(POLICIES), help="only these policies (repeatable)")
+    sim.add_argument("--policy", action="append", choices=sorted(RULES),
+                     help="only these policies (repeatable; each as the cost guard executes it)")
     sim.add_argument("--n", type=int, default=1000, help=f"traces, {N_RANGE[0]} to {N_RANGE[1]:,} (default 1000)")
     sim.add_argument("--seed", type=int, default=0, help="seed of the generated traces and start offsets")
     sim.add_argument("--band", choices=list(ADVISOR_BANDS), help="interruptions at this Spot Instance Advisor band "
@@ -138,11 +141,13 @@ def simulate_command(args: argparse.Namespace) -> int:
         return fail(args.format, Exit.INVALID, "InvalidArguments", f"--n={args.n} is invalid: expected an integer "
                     f"from {N_RANGE[0]} to {N_RANGE[1]:,}", "--n")
     try:
-        checked = check_file(args.run, None, plan=True, region=args.region)  # spotrun.contract.runfile.load_run_file
+        checked = check_file(args.run, None, plan=True, region=args.region,  # spotrun.contract.runfile's loader
+                             prepared=args.prepared)
         est, run = checked.estimate, checked.run
         catalog = regional_catalog(load_catalog(), args.region or "us-east-1")
         plan = plan_from_estimate(est, catalog, deadline_hours=run.compute.deadline_hours,
-                                  spot_discount=run.compute.spot_discount)
+                                  spot_discount=run.compute.spot_discount,
+                                  on_demand_fallback=run.compute.on_demand_fallback or not run.compute.spot)
         traces, source = traces_for(plan, est, args)
     except Refusal as exc:
         return fail(args.format, for_status(exc.status), exc.status, exc.message, exc.field)

@@ -1,17 +1,13 @@
-"""The report's sample generations and best-checkpoint marker: the text shows each prompt with the base and the
-fine-tuned continuation, the registry's metadata points at the artifact's samples file within AWS's limits, and
-the plot marks the best checkpoint only where it was evaluated."""
+"""The report's sample generations: the text shows each prompt with the base and the fine-tuned continuation, and
+the registry's metadata points at the artifact's samples file within AWS's limits."""
 
 from __future__ import annotations
 
-import io
-
 import botocore.session
-import matplotlib.image
 import regex
 
 from spotrun.pipeline.guard import registry_metadata
-from spotrun.pipeline.report import plot_loss, summary_text
+from spotrun.pipeline.report import summary_text
 from spotrun.seams import SAMPLES_FILE
 
 SAMPLES = {"format": 1, "prompt_tokens": 4, "new_tokens": 3, "base": "model.path",
@@ -44,15 +40,3 @@ def test_the_registry_metadata_points_at_the_samples_within_create_model_package
         assert regex.fullmatch(pattern, key) and regex.fullmatch(pattern, value), (key, value)
     assert "samples_file" not in registry_metadata({**REPORT, "samples_file": None, "data_source": "s3://b/d"})
 
-
-def _pixels(tmp_path, name: str, best_step: int | None):
-    path = plot_loss([(1, 3.0), (2, 2.5), (3, 2.2), (4, 2.4)], [], tmp_path / name, "t",
-                     val={0: 3.1, 2: 2.6, 4: 2.7}, best_step=best_step)
-    return matplotlib.image.imread(io.BytesIO(path.read_bytes()), format="png")
-
-
-def test_the_plot_marks_the_best_checkpoint_only_at_an_evaluated_step(tmp_path):
-    plain = _pixels(tmp_path, "plain.png", None)
-    marked = _pixels(tmp_path, "marked.png", 2)
-    assert (plain != marked).any()
-    assert (_pixels(tmp_path, "elsewhere.png", 3) == plain).all()  # step 3 was not evaluated: nothing to mark
