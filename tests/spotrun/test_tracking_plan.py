@@ -30,6 +30,7 @@ def test_the_tracking_server_and_experiment_are_hyperparameters_the_trainer_pars
     assert hp[Hyperparameter.TRACKING_EXPERIMENT.value] == "tiny-tracked"  # the run's executions, side by side
     cfg = TrainConfig.from_hyperparameters(hp, **{"data.path": "/opt/ml/input/data/train",
                                                   "output_dir": "/opt/ml/model",
+                                                  "checkpoint.dir": "/opt/ml/checkpoints",  # as the launcher sets
                                                   "model.config": '{"model_type": "llama"}'})
     assert (cfg.tracking.mlflow_uri, cfg.tracking.experiment) == (SERVER, "tiny-tracked")
 
