@@ -18,7 +18,8 @@ on-demand rates, and SageMaker enforces it (spotrun/segments.py). The guard keep
   price. If that bound plus a poll and a stop would pass the cap and the job's own MaxRuntime does not keep it
   under the cap (a job created with a wrong limit), the guard stops the job: a second line behind MaxRuntime;
 - a job that ended without finishing the run (its segment's time was up, MaxRuntime, the guard's stop) is
-  followed by the next segment while the room the cap leaves is at least the shortest sensible segment; spot or
+  followed by the next segment while the chain from the newest committed checkpoint still finishes under the cap
+  at the expected bill (`_next_segment`, spotrun/segments.py `plan_chain`); spot or
   on-demand for it is decided in one place, `next_capacity` (after MaxWait without spot capacity: on-demand when
   the run allows a fallback, never after a stop the cap requested);
 - the estimate's chosen spot policy (spotrun/simulate/choose.py: `guard_decision`, pure) is executed here, only
@@ -55,11 +56,14 @@ from .seams import (
 )
 from .segments import (
     MAX_SEGMENTS,
-    SEGMENT_END_MARGIN_S,
     STOP_BILL_S,
+    ChainCosts,
+    chain_refusal,
     next_max_runtime,
+    plan_chain,
     segment_job_name,
     segment_seconds,
+    smallest_cap,
 )
 from .simulate.choose import guard_decision
 
@@ -276,35 +280,42 @@ def _after_segment(plan: Plan, guard: Guard, describe: dict, spent: float, act: 
     return _next_segment(plan, guard, spent, bool(spot), act, GuardAction.SEGMENT, checkpoint_step)
 
 
-def shortest_segment(plan: Plan, checkpoint_step: int | None) -> float:
-    """The shortest segment worth starting: the planned minimum, or less when the newest committed checkpoint
-    says the rest of the run is shorter (its steps at the planned pace, +25%, after a restart and before a save)."""
-    if checkpoint_step is None:
-        return plan.min_segment_seconds
-    rest = max(0, plan.planned_steps - checkpoint_step) * plan.seconds_per_step * 1.25
-    finish = plan.segment_overhead_seconds + rest + plan.checkpoint_upload_seconds + SEGMENT_END_MARGIN_S
-    return min(plan.min_segment_seconds, finish)
+def chain_costs(plan: Plan) -> ChainCosts:
+    """The plan's figures for the chain of the segments still to come (spotrun/segments.py)."""
+    return ChainCosts(usd_per_s=usd_per_second(plan), spot_fraction=plan.spot_fraction,
+                      startup_s=plan.segment_overhead_seconds, restart_s=plan.segment_overhead_seconds,
+                      save_s=plan.checkpoint_upload_seconds, longest_s=plan.max_runtime_cap_seconds,
+                      step_s=plan.seconds_per_step, warm_pool_s=plan.warm_pool_seconds)
+
+
+def work_left(plan: Plan, checkpoint_step: int | None) -> float:
+    """Training seconds still to do from the newest committed checkpoint (all of it without one), at the planned
+    pace (its expected interruptions included); at least a step (or a second): a job ended without completing."""
+    steps = max(1, plan.planned_steps - (checkpoint_step or 0))
+    return max(1.0, steps * plan.seconds_per_step)
 
 
 def _next_segment(plan: Plan, guard: Guard, spent: float, spot: bool, act: Callable[..., Guard],
                   action: GuardAction, checkpoint_step: int | None) -> Guard:
+    """The next segment when the chain from the newest checkpoint still finishes under the cap at the expected
+    bill (its MaxRuntime: what the cap leaves at on-demand rates); otherwise the run ends at the cap, saying why."""
     rate = usd_per_second(plan)
     warm = 0 if spot else plan.warm_pool_seconds
     max_rt = next_max_runtime(cap_usd=plan.max_usd, spent_usd=spent, usd_per_s=rate,
                               longest_s=plan.max_runtime_cap_seconds, warm_pool_s=warm)
     segment = int(guard.segment) + 1
-    if max_rt < shortest_segment(plan, checkpoint_step):
-        left = max(0.0, plan.max_usd - spent)
+    costs, left = chain_costs(plan), work_left(plan, checkpoint_step)
+    chain = plan_chain(cap_usd=plan.max_usd, spent_usd=spent, work_s=left, costs=costs, first=False, spot=spot)
+    if not chain.fits or segment > MAX_SEGMENTS:
+        why = chain_refusal(chain, plan.max_usd, smallest_cap(spent_usd=spent, work_s=left, costs=costs,
+                                                              first=False, spot=spot), costs) if not chain.fits \
+            else f"the run would need more than {MAX_SEGMENTS} jobs (segments)"
         return act(GuardAction.OVER_BUDGET, message=(
             f"stopped at the cost cap: ${spent:,.2f} billed (exact, {segment - 1} job(s)) of budget "
-            f"${plan.max_usd:,.2f}; the ${left:,.2f} left allows {max(0, max_rt):,} s at the on-demand rate of "
-            f"${plan.usd_per_hour:,.2f}/h (the bound while a job runs), less than the shortest sensible "
-            f"segment ({shortest_segment(plan, checkpoint_step):,.0f} s). The newest checkpoint is under "
+            f"${plan.max_usd:,.2f}, {max(0.0, plan.max_usd - spent):,.2f} left, {left:,.0f} s of training to go "
+            f"from step {checkpoint_step or 0} of {plan.planned_steps}: {why}. The newest checkpoint is under "
             f"{plan.checkpoint_s3_uri}: continue with checkpoint.resume_from={plan.execution} and a larger "
             "budget.max_usd"))
-    if segment > MAX_SEGMENTS:
-        return act(GuardAction.FAILED, message=f"the run needed more than {MAX_SEGMENTS} jobs (segments): each "
-                                               "restart costs more than it trains; raise budget.max_usd")
     hyper = {**plan.hyperparameters, Hyperparameter.SEGMENT_SECONDS.value: str(segment_seconds(
         max_rt, startup_s=plan.segment_overhead_seconds, save_s=plan.checkpoint_upload_seconds))}
     return act(action, job_name=segment_job_name(plan.job_name, segment, spot), spot=spot, segment=segment,

@@ -399,6 +399,9 @@ class Plan(_StateJson):
     # dict; {}: the source was prepared already); its cost is spent before the first training job.
     preparation: dict = dataclasses.field(default_factory=dict)
     spent_before_usd: float = 0.0
+    # A spot job's expected bill as a share of on-demand (1 - the spot discount): the guard plans the chain of the
+    # segments still to come with it (spotrun/segments.py); the cap itself is held at on-demand rates.
+    spot_fraction: float = 1.0
 
 
 @dataclasses.dataclass(frozen=True)
