@@ -31,7 +31,9 @@ on-demand rates, and SageMaker enforces it (spotrun/segments.py). The guard keep
 Polling, and the history quota: a Standard execution fails at 25,000 history events. The loop is Wait -> CostGuard
 -> Choice (9 events), and the guard picks the next wait: 5% of the job's age, between `poll_seconds` and
 `max_poll_seconds`, and never longer than the time left before the cap would be reached (minus the 120 s a stop
-still bills). tests/infra/test_seams.py computes the event count for the longest run the contract allows.
+still bills). tests/infra/test_seams.py computes the event count of one segment of the longest job the contract
+allows; the guard counts its execution's events (`history_events`) and sends a segment that might not fit in
+what is left to a fresh execution (`continue`, spotrun/continuation.py).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from typing import Any, Callable
 
 from .aws_events import to_epoch
 from .aws_text import digest, metadata_value
+from .continuation import EVENTS_PER_CREATE, EVENTS_PER_POLL, EVENTS_PER_STOP, continuation_name, must_continue
 from .report import run_report
 from .seams import (
     CHECKPOINT_MANIFEST,
@@ -202,7 +205,8 @@ def decide(plan: Plan, guard: Guard, describe: dict, *, now: float, newest_check
         interruptions=int(guard.interruptions_before) + _interruptions(describe),
         checkpoint_age_seconds=None if age is None else round(age, 1),
         worst_checkpoint_gap_seconds=round(worst_gap, 1), report=None, message="",
-        wait_seconds=next_wait(plan, now - created, spent))
+        wait_seconds=next_wait(plan, now - created, spent),
+        history_events=int(guard.history_events) + EVENTS_PER_POLL)  # the poll that called the guard
 
     def act(action: GuardAction, **changes: Any) -> Guard:
         return dataclasses.replace(result, action=action, **changes)
@@ -219,9 +223,11 @@ def decide(plan: Plan, guard: Guard, describe: dict, *, now: float, newest_check
             describe)) * rate <= plan.max_usd + 1e-6
         if status == "InProgress" and not guard.stop_requested and projected >= plan.max_usd and \
                 not bounded:
-            return act(GuardAction.STOP, stop_requested=True, wait_seconds=plan.poll_seconds)
+            return act(GuardAction.STOP, stop_requested=True, wait_seconds=plan.poll_seconds,
+                       history_events=result.history_events + EVENTS_PER_STOP)
         if switch_now(plan, guard, describe, now=now, checkpoint_step=checkpoint_step):
             return act(GuardAction.STOP, switch_requested=True, wait_seconds=plan.poll_seconds,
+                       history_events=result.history_events + EVENTS_PER_STOP,
                        message=f"{guard.job_name}: progress fell behind the spot policy's "
                                f"({(plan.estimate or {}).get('spot_policy', {}).get('chosen')}): stopping "
                                "it to continue on-demand on the same checkpoints")
@@ -236,7 +242,8 @@ def decide(plan: Plan, guard: Guard, describe: dict, *, now: float, newest_check
         return act(GuardAction.COMPLETED, report=report)
     policy = policy_next(plan, now=now, checkpoint_step=checkpoint_step, on_demand_now=not guard.spot,
                          spot_available=True)
-    return _after_segment(plan, dataclasses.replace(guard, interruptions=result.interruptions), describe, spent,
+    return _after_segment(plan, dataclasses.replace(guard, interruptions=result.interruptions,
+                                                    history_events=result.history_events), describe, spent,
                           act, policy, checkpoint_step)
 
 
@@ -290,9 +297,12 @@ def chain_costs(plan: Plan) -> ChainCosts:
 
 def work_left(plan: Plan, checkpoint_step: int | None) -> float:
     """Training seconds still to do from the newest committed checkpoint (all of it without one), at the planned
-    pace (its expected interruptions included); at least a step (or a second): a job ended without completing."""
+    pace without further interruptions: the guard stops a run only when even an uninterrupted finish cannot fit
+    (the interruptions so far are in the bills already). At least a step (or a second): the job ended without
+    completing."""
     steps = max(1, plan.planned_steps - (checkpoint_step or 0))
-    return max(1.0, steps * plan.seconds_per_step)
+    interruptions = float((plan.estimate or {}).get("expected_overhead_seconds") or 0.0) / max(1, plan.planned_steps)
+    return max(1.0, steps * max(plan.seconds_per_step - interruptions, 0.0))
 
 
 def _next_segment(plan: Plan, guard: Guard, spent: float, spot: bool, act: Callable[..., Guard],
@@ -318,11 +328,14 @@ def _next_segment(plan: Plan, guard: Guard, spent: float, spot: bool, act: Calla
             "budget.max_usd"))
     hyper = {**plan.hyperparameters, Hyperparameter.SEGMENT_SECONDS.value: str(segment_seconds(
         max_rt, startup_s=plan.segment_overhead_seconds, save_s=plan.checkpoint_upload_seconds))}
-    return act(action, job_name=segment_job_name(plan.job_name, segment, spot), spot=spot, segment=segment,
-               spent_before_usd=round(spent, 6), interruptions_before=int(guard.interruptions),
-               stop_requested=False, switch_requested=False, max_runtime_seconds=max_rt,
-               max_wait_seconds=max_rt + plan.max_wait_extra_seconds if spot else max_rt,
-               hyperparameters=hyper, wait_seconds=plan.poll_seconds)
+    fresh = must_continue(int(guard.history_events))  # the next segment in a fresh execution's history
+    return act(GuardAction.CONTINUE if fresh else action, job_name=segment_job_name(plan.job_name, segment, spot),
+               spot=spot, segment=segment, spent_before_usd=round(spent, 6),
+               interruptions_before=int(guard.interruptions), stop_requested=False, switch_requested=False,
+               max_runtime_seconds=max_rt, max_wait_seconds=max_rt + plan.max_wait_extra_seconds if spot else max_rt,
+               hyperparameters=hyper, wait_seconds=plan.poll_seconds,
+               history_events=int(guard.history_events) + (0 if fresh else EVENTS_PER_CREATE),
+               next_execution=continuation_name(plan.execution, segment) if fresh else "")
 
 
 def _report(plan: Plan, guard: Guard, describe: dict, spent: float) -> dict:

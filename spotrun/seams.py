@@ -289,6 +289,9 @@ class GuardAction(str, Enum):
     # guard.spot, guard.max_runtime_seconds, ...) on the same checkpoints (spotrun/segments.py).
     SEGMENT = "segment"
     FALLBACK = "fallback"  # spot never came within MaxWait: the next segment on-demand (a SEGMENT with spot off)
+    # The next segment (as SEGMENT) in a fresh execution of the state machine, named guard.next_execution: this
+    # one's history might not hold it (spotrun/continuation.py).
+    CONTINUE = "continue"
     COMPLETED = "completed"  # register the model; `report` is the cost report
     OVER_BUDGET = "over_budget"  # the job stopped at the cap
     FAILED = "failed"  # the job failed or stopped for another reason; `message` says why
@@ -431,6 +434,10 @@ class Guard(_StateJson):
     max_wait_seconds: int = 0
     hyperparameters: dict | None = None
     segments: list = dataclasses.field(default_factory=list)
+    # History events this execution has used so far, counted by the guard (spotrun/continuation.py), and the
+    # execution that continues the run when the action is CONTINUE.
+    history_events: int = 0
+    next_execution: str = ""
 
 
 PLAN_FIELDS = frozenset(f.name for f in dataclasses.fields(Plan))
