@@ -144,12 +144,13 @@ def smallest_cap(*, spent_usd: float, work_s: float, costs: ChainCosts, first: b
     return high_c / 100
 
 
-def chain_refusal(chain: Chain, cap_usd: float, smallest: float, costs: ChainCosts) -> str:
-    """Why no chain fits, with the numbers."""
+def chain_refusal(chain: Chain, cap_usd: float, smallest: float, costs: ChainCosts,
+                  basis: str = "the expected (spot) bill") -> str:
+    """Why no chain fits, with the numbers (`basis`: what the chain's bills were taken at)."""
     return (f"no chain of jobs fits ${cap_usd:,.2f}: while a job runs its bill is bounded at on-demand rates "
             f"(${costs.usd_per_s * 3600:,.2f}/h), so each job may run only what the cap leaves at those rates, "
             f"less the {STOP_BILL_S:.0f} s a stop bills; after {chain.segments} job(s) and {chain.reached:.0%} of the "
-            f"training at the expected (spot) bill with the P95 interruptions, the room left ({chain.room_left_s:,} s) is under the "
+            f"training at {basis}, the room left ({chain.room_left_s:,} s) is under the "
             f"{chain.needed_s:,} s the next job needs (its start, one step or the rest, its save and a "
             f"{SEGMENT_END_MARGIN_S} s margin); the smallest cap whose chain finishes is ${smallest:,.2f}")
 
@@ -205,7 +206,8 @@ def plan_segments(*, cap_usd: float, usd_per_s: float, spot_fraction: float, run
     overhead_fraction = max(0.0, billed - run_seconds) / run_seconds if chain.fits else 0.0
     first = chain.first_max_runtime_seconds
     if not chain.fits:
-        line = chain_refusal(chain, cap_usd, smallest, costs)
+        line = chain_refusal(chain, cap_usd, smallest, costs, "the expected (spot) bill with the interruptions' "
+                             "95th percentile")
     elif chain.segments == 1:
         line = (f"the cap holds on on-demand rates while a job runs: one job, MaxRuntime {first / 3600:,.1f} h "
                 f"(${first * usd_per_s:,.2f} at on-demand rates)")

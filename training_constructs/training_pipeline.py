@@ -386,7 +386,8 @@ class TrainingPipeline(Construct):
                                                       "plan.$": "$.plan", "guard.$": "$.guard"}}},
             "ResultPath": None})
         continued = sfn.Pass(self, "ContinuedInNewExecution", parameters={
-            "continued_as.$": guard_path("next_execution"), "segment.$": guard_path("segment")})
+            "continued_as.$": guard_path("next_execution"), "segment.$": guard_path("segment"),
+            "history_events.$": guard_path("history_events")})  # the guard's count of this execution's events
         # A retried StartExecution whose first call went through: the successor runs.
         start.add_catch(continued, errors=["StepFunctions.ExecutionAlreadyExistsException"])
         start.add_catch(pipeline_error, errors=["States.ALL"], result_path="$.error")

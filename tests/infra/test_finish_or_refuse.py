@@ -98,3 +98,24 @@ def test_a_run_is_refused_with_the_cap_that_fits_or_finishes_under_its_cap_with_
         assert out.cost_usd <= cap + 0.01, (interruptions, out)
         if interruptions <= carried:
             assert out.action == GuardAction.COMPLETED, (interruptions, cap, out)
+
+
+def test_the_longest_chain_the_stage_accepts_at_its_maximum_cap_stays_inside_each_executions_history():
+    """Llama 3 8B on 16 x g6e.48xlarge at the stage's $5,000 cap (stacks/config.py max_usd_per_run), 2.85e9 tokens:
+    about the most segments the estimate accepts at that cap (more tokens are refused). Replayed with the cost
+    guard counting each execution's history events (the count is an upper bound of moto's: test_cap_holds), with
+    0 and 5 interruptions: each execution stays under Step Functions' 25,000 events (a run that would not is
+    continued in a fresh execution, test_cap_holds's fresh-executions scenarios); `print` gives events used /
+    25,000, the first execution counted with its generous 3,000 events before the first poll."""
+    from spotrun.continuation import HISTORY_QUOTA
+
+    raw = _run("8B", 2_850_000_000, "ml.g6e.48xlarge", 16, 5000.0)
+    p = plan(raw, "longest", SETTINGS)
+    assert p["status"] == "ok" and p["estimate"]["segments"]["segments"] >= 6, p
+    for interruptions in (0, 5):
+        out = replay(copy.deepcopy(p), _world(p, interruptions), T0)
+        assert out.action == GuardAction.COMPLETED and out.cost_usd <= 5000.0, out
+        used = max(out.history_events) / HISTORY_QUOTA
+        print(f"longest chain, {interruptions} interruptions: {out.jobs} jobs in {out.executions} execution(s), "
+              f"the fullest history {max(out.history_events):,} events = {used:.1%} of {HISTORY_QUOTA:,}")
+        assert max(out.history_events) < HISTORY_QUOTA
