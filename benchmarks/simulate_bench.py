@@ -1,4 +1,4 @@
-"""The spot-policy simulator's acceptance figures; prints the README's Markdown tables.
+"""The spot-policy simulator's acceptance figures; prints the Markdown tables of docs/spot-policy.md.
 
     python benchmarks/simulate_bench.py [--n 1000] [--spot-traces DIR]
 
@@ -23,13 +23,13 @@ import math
 import time
 from pathlib import Path
 
-from spotrun.contract import parse_run
-from spotrun.planner import estimate, load_catalog
-from spotrun.plans import LLAMA_31_8B, LLAMA_31_70B
-from spotrun.simulate.choose import ESTIMATE_TRACES, candidates, horizon_s, plan_from_estimate, spot_policy
-from spotrun.simulate.engine import SimPlan
-from spotrun.simulate.report import relative, study
-from spotrun.simulate.traces import (
+from spotrun.contract.spec import parse_run
+from spotrun.planner.estimate import estimate, load_catalog
+from spotrun.planner.plans import LLAMA_31_8B, LLAMA_31_70B
+from spotrun.policy.choose import ESTIMATE_TRACES, candidates, horizon_s, plan_from_estimate, spot_policy
+from spotrun.policy.engine import SimPlan
+from spotrun.policy.report import relative, study
+from spotrun.policy.traces import (
     ADVISOR_BANDS,
     TraceSpec,
     advisor_rate,

@@ -65,7 +65,7 @@ class Hyperparameter(str, Enum):
     TRACKING_EXPERIMENT = "tracking.experiment"
 
     # Seconds after its start at which the trainer saves and exits: the end of one segment of a run (a job whose
-    # MaxRuntime the cost cap sets, spotrun/segments.py), distinct from completion (`run_completed`).
+    # MaxRuntime the cost cap sets, spotrun/pipeline/segments.py), distinct from completion (`run_completed`).
     SEGMENT_SECONDS = "segment_seconds"
 
 
@@ -176,7 +176,7 @@ CHECKPOINT_OVERDUE_METRIC = "CheckpointOverdue"  # age / (2 x planned interval +
 INTERRUPTIONS_METRIC = "Interruptions"
 
 # Tags the estimate sets on every training job (a run may not set them): cost allocation and identity, and the
-# shape and method that match a finished job's measured MFU to later estimates (spotrun/measured.py).
+# shape and method that match a finished job's measured MFU to later estimates (spotrun/planner/measured.py).
 SHAPE_TAG, METHOD_TAG = "spotrun:shape", "spotrun:method"
 EXECUTION_TAG = "execution"  # the execution's name: what makes a job this execution's (guard, canceller)
 PIPELINE_TAG_KEYS = ("project", "stage", "cost-center", "run", EXECUTION_TAG, METHOD_TAG, SHAPE_TAG)
@@ -277,8 +277,8 @@ class PlanStatus(str, Enum):
     OK = "ok"
     INVALID_RUN = "InvalidRun"
     OVER_BUDGET = "OverBudget"
-    # data.source is raw text: prepare it first (spotrun/preparation.py: `preparation` holds the job), then estimate
-    # again on the prepared shards.
+    # data.source is raw text: prepare it first (spotrun/pipeline/preparation.py: `preparation` holds the job), then
+    # estimate again on the prepared shards.
     PREPARE = "Prepare"
 
 
@@ -286,7 +286,7 @@ class GuardAction(str, Enum):
     WAIT = "wait"  # the job runs and the spend stays under the cap until the next poll
     STOP = "stop"  # StopTrainingJob now (the trainer saves on the way out), then keep polling
     # The job ended with its exact bill and the run is not done: create the next segment's job (guard.job_name,
-    # guard.spot, guard.max_runtime_seconds, ...) on the same checkpoints (spotrun/segments.py).
+    # guard.spot, guard.max_runtime_seconds, ...) on the same checkpoints (spotrun/pipeline/segments.py).
     SEGMENT = "segment"
     FALLBACK = "fallback"  # spot never came within MaxWait: the next segment on-demand (a SEGMENT with spot off)
     # The next segment (as SEGMENT) in a fresh execution of the state machine, named guard.next_execution: this
@@ -383,7 +383,7 @@ class Plan(_StateJson):
     max_runtime_cap_seconds: int  # no job of the run runs longer (the single job's MaxRuntime)
     max_wait_extra_seconds: int  # a spot job's MaxWait beyond its MaxRuntime (the accepted delay)
     min_segment_seconds: int  # the run ends at the cap when the room left is shorter than this
-    segment_overhead_seconds: float  # one segment restart (spotrun/segments.py)
+    segment_overhead_seconds: float  # one segment restart (spotrun/pipeline/segments.py)
     warm_pool_seconds: int  # KeepAlivePeriodInSeconds of the on-demand jobs (billed after each one ends)
     planned_steps: int  # optimizer steps of the whole run, as planned
     seconds_per_step: float  # planned training seconds per step (interruptions' expected cost included)
@@ -394,11 +394,11 @@ class Plan(_StateJson):
     approval_status: str
     data_source: str
     estimate: dict
-    gate: dict = dataclasses.field(default_factory=dict)  # registry.gate's bounds (spotrun/gate.py); {}: none
+    gate: dict = dataclasses.field(default_factory=dict)  # registry.gate's bounds (spotrun/pipeline/gate.py); {}: none
     # CreateTrainingJob's EnableNetworkIsolation: on, unless the run names a tracking server (one the stage lists),
     # which the trainer must reach (spotrun_trainer/tracking.py).
     network_isolation: bool = True
-    # Raw data.source prepared by this execution's Processing job or reused (spotrun.preparation.Prepared as a
+    # Raw data.source prepared by this execution's Processing job or reused (spotrun.pipeline.preparation.Prepared as a
     # dict; {}: the source was prepared already); its cost is spent before the first training job.
     preparation: dict = dataclasses.field(default_factory=dict)
     spent_before_usd: float = 0.0
@@ -531,7 +531,7 @@ class LambdaEnvironment:
 
 @dataclasses.dataclass(frozen=True)
 class PipelineSettings(LambdaEnvironment):
-    """The deployment's facts the estimate plans with (spotrun/deployment.py): the estimate function's environment,
+    """The deployment's facts the estimate plans with (spotrun/pipeline/plan.py): the estimate function's environment,
     which the stack also outputs (StackOutput.ESTIMATE_SETTINGS) so that `spotrun start` plans with the same."""
 
     bucket: str = dataclasses.field(metadata={"env": "BUCKET_NAME"})  # the artifact bucket
@@ -551,7 +551,7 @@ class PipelineSettings(LambdaEnvironment):
     max_concurrent_runs: int = 0
     # The MLflow tracking servers a run's tracking.mlflow_uri may name (stacks/config.py); empty: none.
     mlflow_tracking_servers: tuple[str, ...] = ()
-    table_name: str = ""  # the interruptions table (spotrun/measured.py); empty: the catalog's figures only
+    table_name: str = ""  # the interruptions table (spotrun/planner/measured.py); empty: the catalog's figures only
 
 
 @dataclasses.dataclass(frozen=True)
@@ -572,7 +572,7 @@ class CancelEnvironment(LambdaEnvironment):
 
 @dataclasses.dataclass(frozen=True)
 class RecorderEnvironment(LambdaEnvironment):
-    """The interruption recorder function's environment (spotrun/measured.py's items)."""
+    """The interruption recorder function's environment (spotrun/planner/measured.py's items)."""
 
     table_name: str
     metrics_namespace: str = METRICS_NAMESPACE

@@ -10,9 +10,9 @@ import re
 import warnings
 from dataclasses import dataclass, field
 
-from spotrun.aws_text import TAG_KEY_MAX, TAG_VALUE_MAX, aws_text_ok
-from spotrun.contract_values import mlflow_uri
-from spotrun.strict_json import RunValidationError
+from spotrun.contract.aws_text import TAG_KEY_MAX, TAG_VALUE_MAX, aws_text_ok
+from spotrun.contract.strict_json import RunValidationError
+from spotrun.contract.values import mlflow_uri
 
 # Patterns of the AWS APIs these values end up in (EC2 ids; SageMaker ModelPackageGroupName).
 SUBNET_ID = re.compile(r"^subnet-[0-9a-f]{8}(?:[0-9a-f]{9})?$")
@@ -32,7 +32,7 @@ class AccountConfig:
     account: str | None
     """12-digit account id; None synthesizes environment-agnostic (fine for synth/tests, not for deploy)."""
     region: str
-    """Must be a region spotrun/catalog.json has SageMaker prices for (the estimate prices runs there)."""
+    """Must be a region spotrun/planner/catalog.json has SageMaker prices for (the estimate prices runs there)."""
     cost_center: str
     """Value of the cost-center cost-allocation tag on every resource and training job."""
     monthly_budget_usd: float
@@ -66,7 +66,7 @@ class AccountConfig:
     these servers only) and/or https URLs. Empty: no tracking, no MLflow permission."""
     prepare_instance_type: str = "ml.m5.xlarge"
     """CPU instance type of the preparation job that tokenizes a raw `data.source` (SageMaker Processing); must be
-    priced in spotrun/catalog.json's `processing_usd_per_hour` for the region."""
+    priced in spotrun/planner/catalog.json's `processing_usd_per_hour` for the region."""
     prepare_instance_count: int = 2
     """Instances the raw files are sharded across (ShardedByS3Key; fewer when there are fewer files)."""
     prepare_max_hours: float = 24.0
@@ -89,12 +89,12 @@ class AccountConfig:
             raise ValueError(f"region={self.region!r} is invalid: expected a region such as us-east-1")
         catalog = _catalog()
         if self.region not in catalog["regions"]:
-            raise ValueError(f"region={self.region!r} has no SageMaker prices in spotrun/catalog.json: expected one "
-                             f"of {', '.join(sorted(catalog['regions']))} (add the region's prices there)")
+            raise ValueError(f"region={self.region!r} has no SageMaker prices in spotrun/planner/catalog.json: "
+                             f"expected one of {', '.join(sorted(catalog['regions']))} (add the region's prices there)")
         for itype in self.allowed_instance_types:
             if itype not in catalog["regions"][self.region]["on_demand_usd_per_hour"]:
                 raise ValueError(f"allowed_instance_types: {itype!r} is not priced in {self.region}: expected types "
-                                 f"of spotrun/catalog.json such as ml.g5.xlarge")
+                                 f"of spotrun/planner/catalog.json such as ml.g5.xlarge")
         if self.monthly_budget_usd <= 0:
             raise ValueError(f"monthly_budget_usd={self.monthly_budget_usd} is invalid: expected a positive amount")
         if bool(self.vpc_subnet_ids) != bool(self.security_group_ids):
@@ -197,7 +197,7 @@ class AccountConfig:
 
 
 def _catalog() -> dict:
-    from spotrun.planner import load_catalog
+    from spotrun.planner.estimate import load_catalog
 
     return load_catalog()
 

@@ -1,6 +1,6 @@
 """The Lambda code asset: the `spotrun` package alone (stdlib + boto3, which the Python runtime provides).
 
-The handlers (spotrun/handlers/) are thin entry points over the library the CLI and tests use (spotrun/deployment.py,
+The handlers (spotrun/handlers/) are thin entry points over the library the CLI and tests use (spotrun/pipeline/plan.py,
 guard.py, measured.py, ...): the same modules, no copies.
 """
 

@@ -1,6 +1,6 @@
 """The pipeline's preparation step, built into the TrainingPipeline construct (same scope, same IDs).
 
-Raw `data.source` (spotrun/preparation.py): the estimate answers Prepare -> CreatePreparationJob (a SageMaker
+Raw `data.source` (spotrun/pipeline/preparation.py): the estimate answers Prepare -> CreatePreparationJob (a SageMaker
 Processing job running the trainer image's `prepare --sagemaker-processing` on the stage's CPU instances) ->
 WaitForPreparation / DescribePreparationJob until it ends -> FinishPreparation (Lambda: the job's bill, the parts'
 indexes merged) -> EstimatePrepared on the prepared shards -> EstimateOk; or PreparationFailed with the reason.
@@ -17,7 +17,7 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 
-from spotrun.preparation import FINISH_FAILED, PREPARED_PREFIX, preparation_path
+from spotrun.pipeline.preparation import FINISH_FAILED, PREPARED_PREFIX, preparation_path
 from spotrun.seams import PrepareEnvironment
 
 from .lambda_code import spotrun_function

@@ -11,7 +11,7 @@
               fallback    -> CreateOnDemandTrainingJob (same checkpoint prefix) -> WaitForJob
          (a run with spot=false starts with CreateOnDemandTrainingJob, with a warm pool if asked)
               continue    -> StartExecution of this state machine with the run, plan and guard (the history is
-                             nearly full: spotrun/continuation.py) -> ContinuedInNewExecution (output)
+                             nearly full: spotrun/pipeline/continuation.py) -> ContinuedInNewExecution (output)
               completed   -> CreateModelPackage (HF LLM serving image, run metadata) -> CostReport (output)
               gate_failed -> GateFailed (validation loss fails registry.gate; artifact kept, both losses in cause)
               over_budget / failed -> notify SNS -> Fail with the cause
@@ -20,7 +20,7 @@
 NOTE: SageMaker calls use CallAwsService (create + Wait + guard polling) rather than the `.sync`
 integration: SageMakerCreateTrainingJob has no spot/checkpoint fields, polling is the form moto's
 interpreter executes (tests/infra/test_state_machine_moto.py), and the loop is where the cost guard runs. The
-loop's length in history events and the guard's wait schedule are explained in spotrun/guard.py.
+loop's length in history events and the guard's wait schedule are explained in spotrun/pipeline/guard.py.
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
-from spotrun.continuation import FIRST_EXECUTION_EVENTS
-from spotrun.preparation import PreparationSettings
+from spotrun.pipeline.continuation import FIRST_EXECUTION_EVENTS
+from spotrun.pipeline.preparation import PreparationSettings
 from spotrun.seams import (
     CANCEL_STATUSES,
     COMPLETED_METRIC_DEFINITION,
@@ -114,7 +114,7 @@ def create_training_job_parameters(props: TrainingPipelineProps, *, spot: bool) 
     store = props.store
     params: dict = {
         # The guard holds the current segment's job: its name, MaxRuntime (what the cap still allows at on-demand
-        # rates, spotrun/segments.py), MaxWait and hyperparameters (the trainer's segment_seconds).
+        # rates, spotrun/pipeline/segments.py), MaxWait and hyperparameters (the trainer's segment_seconds).
         "TrainingJobName.$": guard_path("job_name"),
         "RoleArn": props.execution_role.role_arn,
         "AlgorithmSpecification": {
@@ -293,7 +293,7 @@ class TrainingPipeline(Construct):
                 sfn.Choice(self, "SpotOrOnDemand")
                 .when(sfn.Condition.boolean_equals(plan_path("spot"), True), create_spot)
                 .otherwise(create_on_demand))))
-        # A run continued from a full history (spotrun/continuation.py): proven, then its next segment.
+        # A run continued from a full history (spotrun/pipeline/continuation.py): proven, then its next segment.
         resume = self.estimate_task("ContinueRun", pipeline_error, result_path="$", payload={
             "continuation.$": "$.continuation", "execution.$": "$$.Execution.Name",
             "state_machine.$": "$$.StateMachine.Id"})
@@ -351,7 +351,7 @@ class TrainingPipeline(Construct):
             sfn.Fail(self, "TrainingFailed", error="TrainingFailed", cause_path=guard_path("message")))
         capped = notify("NotifyCostCap", "spotrun: stopped at the cost cap", guard_path("message")).next(
             sfn.Fail(self, "CostCapReached", error=PlanStatus.OVER_BUDGET.value, cause_path=guard_path("message")))
-        # The job completed, but its validation loss fails registry.gate (spotrun/gate.py): not registered; the
+        # The job completed, but its validation loss fails registry.gate (spotrun/pipeline/gate.py): not registered; the
         # cause names both losses and where the artifact is kept.
         gate_failed = notify("NotifyGateFailed", "spotrun: model failed the registry gate", guard_path("message")
                              ).next(sfn.Fail(self, "GateFailed", error="GateFailed", cause_path=guard_path("message")))
@@ -377,8 +377,9 @@ class TrainingPipeline(Construct):
 
     def _continue_in_new_execution(self, pipeline_error: sfn.IChainable) -> sfn.CustomState:
         """StartExecution of this state machine with the run, the plan and the guard (its next job), then this
-        execution succeeds naming its successor (spotrun/continuation.py). A CustomState: the role's grant on the
-        state machine's own ARN is a separate policy (`_state_machine`), which a task's grant would make a cycle."""
+        execution succeeds naming its successor (spotrun/pipeline/continuation.py). A CustomState: the role's grant
+        on the state machine's own ARN is a separate policy (`_state_machine`), which a task's grant would make a
+        cycle."""
         start = sfn.CustomState(self, "ContinueInNewExecution", state_json={
             "Type": "Task", "Resource": f"arn:{Stack.of(self).partition}:states:::states:startExecution",
             "Parameters": {"StateMachineArn.$": "$$.StateMachine.Id", "Name.$": guard_path("next_execution"),
@@ -436,7 +437,7 @@ class TrainingPipeline(Construct):
         role.add_to_principal_policy(iam.PolicyStatement(
             actions=["iam:PassRole"], resources=[props.execution_role.role_arn],
             conditions={"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}}))
-        # A run continues in a fresh execution of this state machine (spotrun/continuation.py). A policy of its
+        # A run continues in a fresh execution of this state machine (spotrun/pipeline/continuation.py). A policy of its
         # own: on the role's default policy the state machine's ARN would form a cycle.
         iam.Policy(self, "ContinuesItself", roles=[role], statements=[iam.PolicyStatement(
             actions=["states:StartExecution"], resources=[self.state_machine.state_machine_arn])])
@@ -451,14 +452,14 @@ class TrainingPipeline(Construct):
                                       arn_format=ArnFormat.COLON_RESOURCE_NAME)
         policy = iam.Policy(self, "EstimateReadsExecutions", roles=[self.estimate_fn.role], statements=[
             iam.PolicyStatement(actions=["states:ListExecutions"], resources=[self.state_machine.state_machine_arn]),
-            # GetExecutionHistory: a continued run's proof that its parent started it (spotrun/continuation.py)
+            # GetExecutionHistory: a continued run's proof that its parent started it (spotrun/pipeline/continuation.py)
             iam.PolicyStatement(actions=["states:DescribeExecution", "states:GetExecutionHistory"],
                                 resources=[executions])])
         acknowledge(policy, f"AwsSolutions-IAM5[Resource::{rendered(self, executions)}]",
                     "reads this state machine's executions only (execution ARNs are not known ahead)")
 
     def _canceller(self, props: TrainingPipelineProps, job_arn: str, processing_arn: str) -> None:
-        """Execution ABORTED / FAILED / TIMED_OUT -> stop its jobs (spotrun.deployment.cancel, and the preparation
+        """Execution ABORTED / FAILED / TIMED_OUT -> stop its jobs (spotrun.pipeline.plan.cancel, and the preparation
         job: spotrun/handlers/cancel.py)."""
         stack = Stack.of(self)
         self.cancel_fn = spotrun_function(

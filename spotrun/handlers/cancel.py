@@ -1,5 +1,5 @@
 """Canceller Lambda: an execution that is stopped, fails or times out stops its training jobs (and its preparation
-job, spotrun/preparation.py `stop_preparation`).
+job, spotrun/pipeline/preparation.py `stop_preparation`).
 
 Step Functions runs no cleanup on StopExecution, and a job created with CallAwsService keeps running (and
 billing, though never past its MaxRuntime, which the cap set) after its execution ends. An EventBridge rule on
@@ -7,8 +7,9 @@ billing, though never past its MaxRuntime, which the cap set) after its executio
 handler asynchronously; Lambda retries a failed invocation and then sends it to the on-failure destination (a
 queue with an alarm), so a throttled StopTrainingJob is retried rather than dropped.
 
-Which jobs: the execution's, found by name and `execution` tag (`spotrun.deployment.cancel`); an execution that
-continues a run (spotrun/continuation.py) stops the run's jobs once its parent is proven to have started it.
+Which jobs: the execution's, found by name and `execution` tag (`spotrun.pipeline.plan.cancel`); an execution
+that continues a run (spotrun/pipeline/continuation.py) stops the run's jobs once its parent is proven to have
+started it.
 Environment (read here, at the entry point): spotrun.seams.CancelEnvironment.
 """
 
@@ -17,9 +18,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..continuation import continued_run
-from ..deployment import cancel
-from ..preparation_finish import stop_preparation
+from ..pipeline.continuation import continued_run
+from ..pipeline.plan import cancel
+from ..pipeline.preparation_finish import stop_preparation
 from ..seams import CANCEL_STATUSES, CancelEnvironment
 
 

@@ -1,8 +1,8 @@
-"""Cost guard Lambda: runs at every poll of the training job (the entry point; spotrun/guard.py decides).
+"""Cost guard Lambda: runs at every poll of the training job (the entry point; spotrun/pipeline/guard.py decides).
 
 Input: {"plan": <estimate output>, "guard": <this handler's previous output>}, decoded here into spotrun.seams.Plan
 and Guard (a malformed one is refused with the field named). The handler describes the job,
-reads its tags and lists the run's committed checkpoints, asks `spotrun.guard.decide` for the new guard
+reads its tags and lists the run's committed checkpoints, asks `spotrun.pipeline.guard.decide` for the new guard
 (spotrun.seams.Guard) and publishes the run's cost and checkpoint age as CloudWatch embedded metrics.
 Environment (read here only): spotrun.seams.CostGuardEnvironment.
 """
@@ -13,8 +13,8 @@ import os
 import time
 from typing import Any
 
-from ..aws_events import emit_metric
-from ..guard import checkpoint_overdue, committed_checkpoints, decide
+from ..pipeline.aws_events import emit_metric
+from ..pipeline.guard import checkpoint_overdue, committed_checkpoints, decide
 from ..seams import (
     CHECKPOINT_AGE_METRIC,
     CHECKPOINT_OVERDUE_METRIC,

@@ -1,13 +1,13 @@
-"""Estimate Lambda: the first state of the training pipeline (the entry point; spotrun/deployment.py plans).
+"""Estimate Lambda: the first state of the training pipeline (the entry point; spotrun/pipeline/plan.py plans).
 
 Input: {"run": <run JSON>, "execution": <execution name>, "started": <execution start time>, "state_machine":
 <its ARN>, "prepared": <what the preparation job made, on the call after a Prepare answer>}. Output: the plan
-(spotrun.seams.Plan) or the answer that `spotrun.deployment.plan` returns instead (a refusal, or Prepare).
+(spotrun.seams.Plan) or the answer that `spotrun.pipeline.plan.plan` returns instead (a refusal, or Prepare).
 Input of a continued execution's first step: {"continuation": ..., "execution", "state_machine"}; output: the
-proven {run, plan, guard} it resumes with, or {"plan": <an InvalidRun refusal>} (spotrun/continuation.py).
+proven {run, plan, guard} it resumes with, or {"plan": <an InvalidRun refusal>} (spotrun/pipeline/continuation.py).
 Environment (read here only): spotrun.seams.PipelineSettings (the construct writes it with `to_env`); its
-table_name, when set, is the interruptions table whose records (spotrun/measured.py) give the estimate measured
-interruption rates and MFU; spotrun.preparation.PreparationSettings (the stage's preparation instances).
+table_name, when set, is the interruptions table whose records (spotrun/planner/measured.py) give the estimate measured
+interruption rates and MFU; spotrun.pipeline.preparation.PreparationSettings (the stage's preparation instances).
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..continuation import NotAContinuation, carried
-from ..deployment import plan
-from ..measured import recorded_rates, recorded_utilization
-from ..preflight import count_running, execution_of
-from ..preparation import PreparationSettings
+from ..pipeline.continuation import NotAContinuation, carried
+from ..pipeline.plan import plan
+from ..pipeline.preflight import count_running, execution_of
+from ..pipeline.preparation import PreparationSettings
+from ..planner.measured import recorded_rates, recorded_utilization
 from ..seams import PipelineSettings, PlanStatus
 
 
@@ -27,7 +27,7 @@ def handler(event: dict, _context: Any) -> dict:
     import boto3
 
     event = event if isinstance(event, dict) else {}  # the state machine passes an object; anything else: no run
-    if "continuation" in event:  # a run continued from a full execution history (spotrun/continuation.py)
+    if "continuation" in event:  # a run continued from a full execution history (spotrun/pipeline/continuation.py)
         try:
             return carried(boto3.client("stepfunctions"), str(event.get("state_machine", "")),
                            str(event.get("execution", "")), event["continuation"])

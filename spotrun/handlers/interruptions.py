@@ -1,6 +1,6 @@
 """Interruption recorder Lambda: SageMaker Training Job State Change events -> the interruptions table.
 
-The entry point: the items and their keys are spotrun/measured.py's (`record`, `record_performance`).
+The entry point: the items and their keys are spotrun/planner/measured.py's (`record`, `record_performance`).
 Environment (read here, at the entry point): spotrun.seams.RecorderEnvironment.
 """
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..measured import record, record_performance
-from ..planner import load_catalog
+from ..planner.estimate import load_catalog
+from ..planner.measured import record, record_performance
 from ..seams import RecorderEnvironment
 
 
@@ -20,6 +20,6 @@ def handler(event: dict, _context: Any) -> dict:
     env = RecorderEnvironment.from_env(os.environ)
     table = boto3.resource("dynamodb").Table(env.table_name)
     outcome = record(event, table, namespace=env.metrics_namespace, stage=env.stage)
-    # A Completed job's measured MFU, for later estimates (spotrun/measured.py).
+    # A Completed job's measured MFU, for later estimates (spotrun/planner/measured.py).
     performance = record_performance(event, table, boto3.client("sagemaker"), load_catalog())
     return {"outcome": outcome, "performance": performance}

@@ -1,9 +1,9 @@
 """Preparation finish Lambda: after the pipeline's Processing job ended, its outcome, cost and merged index.
 
 Input: {"preparation": <the estimate's Prepare output's `preparation`>}. Output: {"status": "prepared" | "failed",
-"message", "prepared": spotrun.preparation.Prepared}: on success the parts' indexes are merged into the dataset's
-index.json (the marker last), and the estimate runs again with `prepared` (its cost counts against the cap).
-The work is `spotrun.preparation.finish`; this entry point only makes the clients.
+"message", "prepared": spotrun.pipeline.preparation.Prepared}: on success the parts' indexes are merged into the
+dataset's index.json (the marker last), and the estimate runs again with `prepared` (its cost counts against the cap).
+The work is `spotrun.pipeline.preparation.finish`; this entry point only makes the clients.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..preparation_finish import finish
+from ..pipeline.preparation_finish import finish
 from ..seams import PrepareEnvironment
 
 

@@ -1,12 +1,12 @@
 """`spotrun local RUN.json`: the run JSON through the pipeline's stages on this machine, without AWS.
 
     validate (the run contract, the model directory, seq_len within the model's positions) -> prepare the data
-    when data.source is raw text (spotrun.datasets: content-addressed, so unchanged text and tokenizer are reused)
+    when data.source is raw text (spotrun.cli.datasets: content-addressed, so unchanged text and tokenizer are reused)
     -> estimate (the planner) -> one step of data for the planned batch -> the container's launcher on a local
     SageMaker-shaped root, interrupted as asked and restarted like managed spot (supervisor.py) -> registration
     in a local model registry -> the report (measured here vs priced at the planned instance's rates).
 
-The run file is read by spotrun.runfile.load_run_file (as every command reads it: relative paths in it are read
+The run file is read by spotrun.contract.runfile.load_run_file (as every command reads it: relative paths in it are read
 relative to the run file), and planned by the estimate Lambda's own function (`plan_local`: the pipeline's rules,
 the sources, the planner, the hyperparameters' limits) with local settings: sources on this machine, no stage
 limits. Every input problem is a Refusal before the job directory exists or any worker starts.
@@ -26,16 +26,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ..contract import RunSpec, RunValidationError, parse_run
-from ..datasets import PrepareError, prepare_dataset
-from ..deployment import plan
-from ..planner import DEFAULT_PRICE_REGION, load_catalog
-from ..refusal import Refusal
-from ..report import build_local_report, write_report
-from ..runfile import SOURCE_FIELDS, load_run_file
+from ..cli.datasets import PrepareError, prepare_dataset
+from ..contract.refusal import Refusal
+from ..contract.runfile import SOURCE_FIELDS, load_run_file
+from ..contract.spec import RunSpec, RunValidationError, parse_run
+from ..pipeline.plan import plan
+from ..pipeline.report import build_local_report, write_report
+from ..pipeline.validate import THIS_MACHINE
+from ..planner.estimate import DEFAULT_PRICE_REGION, load_catalog
+from ..planner.sources import check_seq_len
 from ..seams import EXPORT_METADATA, DatasetIndex, Hyperparameter, PipelineSettings, Plan, PlanStatus
-from ..sources import check_seq_len
-from ..validate import THIS_MACHINE
 from .harness import free_port, loss_records, val_history, write_sagemaker_root
 from .registry import DEFAULT_GROUP, register
 from .supervisor import InterruptAt, Job, LocalConfigError, LocalRunError, LocalStopped, Supervisor
@@ -66,7 +66,7 @@ class LocalOptions:
 
 
 def load_run(run_path: Path) -> tuple[dict, RunSpec]:
-    """The run JSON (spotrun.runfile.load_run_file: strict, its local sources absolute, relative ones read from
+    """The run JSON (spotrun.contract.runfile.load_run_file: strict, its local sources absolute, relative ones read from
     the run file's directory) and its validated spec, with what a local training run needs on top."""
     loaded = load_run_file(run_path)
     raw, run = loaded.raw, loaded.run
@@ -112,7 +112,7 @@ def prepare_if_raw(raw: dict, cache: Path, emit: Callable[[str], None] = print) 
     """Tokenize data.source into shards when it is raw text (no index.json); returns the run and what was done
     ("" for prepared shards, "prepared", or "reused").
 
-    Shards go to `cache/<key>/` (spotrun.datasets: the inputs' bytes, every tokenizer file of model.source,
+    Shards go to `cache/<key>/` (spotrun.cli.datasets: the inputs' bytes, every tokenizer file of model.source,
     chat_template.jinja included): a second run on the same text and tokenizer reuses them."""
     source = Path(raw["data"]["source"])
     if (source / DatasetIndex.FILE).is_file():
@@ -248,7 +248,7 @@ def _train_and_finish(job: Job, job_name: str, out: Path, options: LocalOptions,
     discount = run.compute.spot_discount if run.compute.spot_discount is not None else \
         load_catalog()["families"][family]["spot_discount"]
     evaluation = json.loads((job.output / EXPORT_METADATA).read_text()).get("evaluation")
-    # The gate is the state machine's rule (spotrun/gate.py), applied by the one report builder.
+    # The gate is the state machine's rule (spotrun/pipeline/gate.py), applied by the one report builder.
     report = build_local_report(plan=planned, spot=run.compute.spot, job_name=job_name, metrics=metrics,
                                 losses=records, history=history, spot_discount=discount, evaluation=evaluation,
                                 model_data_url=str(job.output))

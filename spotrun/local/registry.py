@@ -16,7 +16,7 @@ import shutil
 import time
 from pathlib import Path
 
-from ..guard import registry_metadata
+from ..pipeline.guard import registry_metadata
 
 # The local group when the run gives no registry.model_package_group (a stage registers into its own,
 # <project>-<stage>-models by default: stacks/config.py AccountConfig.model_package_group_base).

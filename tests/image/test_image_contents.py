@@ -28,12 +28,12 @@ def test_the_image_installs_spotrun_without_its_local_pipeline(trainer_image):
 
 
 def test_the_image_runs_the_preparation_job_as_sagemaker_processing_starts_it(trainer_image, assets, tmp_path):
-    """The ContainerEntrypoint the estimate plans (spotrun.preparation), in the built image, with SageMaker
+    """The ContainerEntrypoint the estimate plans (spotrun.pipeline.preparation), in the built image, with SageMaker
     Processing's /opt/ml (config/resourceconfig.json, processing/input/{data,tokenizer}) and no network."""
     import json
     import shutil
 
-    from spotrun.preparation import PreparationSettings, processing_request
+    from spotrun.pipeline.preparation import PreparationSettings, processing_request
 
     root = tmp_path / "ml"
     (root / "config").mkdir(parents=True)

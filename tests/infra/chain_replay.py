@@ -13,8 +13,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
-from spotrun.continuation import CONTINUED_EXECUTION_EVENTS, FIRST_EXECUTION_EVENTS
-from spotrun.guard import decide
+from spotrun.pipeline.continuation import CONTINUED_EXECUTION_EVENTS, FIRST_EXECUTION_EVENTS
+from spotrun.pipeline.guard import decide
 from spotrun.seams import EXECUTION_TAG, Guard, GuardAction, Plan
 from tests.infra.sagemaker_sim import SimJob, World, _ts
 

@@ -34,11 +34,11 @@ from moto.servicequotas.responses import ServiceQuotasResponse
 from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
 from moto.stepfunctions.parser.asl.component.state.wait.wait_function.wait_function import WaitFunction
 
-from spotrun import continuation
 from spotrun.handlers import cancel as cancel_handler
 from spotrun.handlers import cost_guard
-from spotrun.planner import load_catalog, startup_seconds
-from spotrun.segments import interruptions_p95
+from spotrun.pipeline import continuation
+from spotrun.pipeline.segments import interruptions_p95
+from spotrun.planner.estimate import load_catalog, startup_seconds
 from tests.infra.sagemaker_sim import SimClock, Simulation, World
 from tests.infra.test_state_machine_moto import BUCKET, REGION, Driver, _list_service_quotas, start_execution_as_aws
 
@@ -256,7 +256,7 @@ def _run_json(scenario: Scenario) -> dict:
 
 def _estimate(driver: Driver, run: dict) -> dict:
     """The estimate the pipeline makes of this run without a binding cap (what the caps are multiples of)."""
-    from spotrun.deployment import PipelineSettings, plan
+    from spotrun.pipeline.plan import PipelineSettings, plan
 
     env = driver.functions[next(k for k in driver.functions if k.startswith("PipelineEstimateFn"))]["env"]
     settings = PipelineSettings.from_env({**env, "AWS_REGION": REGION})

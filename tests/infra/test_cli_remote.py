@@ -11,8 +11,8 @@ import time
 import boto3
 import pytest
 
-from spotrun.cli import main
-from spotrun.remote import TRAINING_LOG_GROUP
+from spotrun.cli.main import main
+from spotrun.cli.remote import TRAINING_LOG_GROUP
 from spotrun.seams import StackOutput, stack_name
 from spotrun.seams import format_metric_line as format_line
 from tests.infra.render import render

@@ -18,10 +18,10 @@ import re
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from spotrun.deployment import plan
-from spotrun.planner import load_catalog, startup_seconds
+from spotrun.pipeline.plan import plan
+from spotrun.pipeline.segments import interruptions_p95
+from spotrun.planner.estimate import load_catalog, startup_seconds
 from spotrun.seams import GuardAction, PipelineSettings
-from spotrun.segments import interruptions_p95
 from tests.infra.chain_replay import replay
 from tests.infra.sagemaker_sim import World
 
@@ -107,7 +107,7 @@ def test_the_longest_chain_the_stage_accepts_at_its_maximum_cap_stays_inside_eac
     0 and 5 interruptions: each execution stays under Step Functions' 25,000 events (a run that would not is
     continued in a fresh execution, test_cap_holds's fresh-executions scenarios); `print` gives events used /
     25,000, the first execution counted with its generous 3,000 events before the first poll."""
-    from spotrun.continuation import HISTORY_QUOTA
+    from spotrun.pipeline.continuation import HISTORY_QUOTA
 
     raw = _run("8B", 2_850_000_000, "ml.g6e.48xlarge", 16, 5000.0)
     p = plan(raw, "longest", SETTINGS)

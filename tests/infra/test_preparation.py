@@ -27,10 +27,10 @@ from moto.sagemaker.models import sagemaker_backends
 from moto.sagemaker.responses import SageMakerResponse
 from moto.servicequotas.responses import ServiceQuotasResponse
 
+from spotrun.cli.remote import pipeline_state
 from spotrun.handlers import cancel as cancel_handler
-from spotrun.preparation import PREPARED_PREFIX, STOP_BILL_S, PreparationSettings
-from spotrun.remote import pipeline_state
-from spotrun.report import summary_text
+from spotrun.pipeline.preparation import PREPARED_PREFIX, STOP_BILL_S, PreparationSettings
+from spotrun.pipeline.report import summary_text
 from tests.infra.processing_sim import RecordedRequests, run_processing_job
 from tests.infra.statements import as_list
 from tests.infra.test_seams import check_shape

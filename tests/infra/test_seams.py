@@ -16,10 +16,10 @@ import pytest
 import regex  # the service models' patterns use \p{...} classes, which `re` lacks
 from botocore.validate import ParamValidator
 
-from spotrun import guard as guard_rules
-from spotrun.contract import MAX_RUNTIME_LIMIT_S
-from spotrun.deployment import PipelineSettings, plan
-from spotrun.planner import load_catalog
+from spotrun.contract.spec import MAX_RUNTIME_LIMIT_S
+from spotrun.pipeline import guard as guard_rules
+from spotrun.pipeline.plan import PipelineSettings, plan
+from spotrun.planner.estimate import load_catalog
 from spotrun.seams import COMPLETED_METRIC, GUARD_FIELDS, PLAN_FIELDS, REFUSAL_FIELDS, REPORT_FIELDS, Guard, Plan
 from spotrun_trainer.config import TrainConfig
 from tests.infra.render import render
@@ -165,8 +165,8 @@ def preparing_states(synth) -> list[tuple[str, dict]]:
     branch in moto)."""
     from moto import mock_aws
 
-    from spotrun.preparation import PreparationSettings
-    from spotrun.preparation_finish import finish
+    from spotrun.pipeline.preparation import PreparationSettings
+    from spotrun.pipeline.preparation_finish import finish
 
     fn = next(r for k, r in synth.resources("AWS::Lambda::Function").items() if k.startswith("PipelineEstimateFn"))
     run = copy.deepcopy(RUN)
@@ -388,7 +388,7 @@ def test_registry_metadata_keeps_the_exact_data_source_as_a_digest(synth, render
 def test_every_functions_synthesized_environment_is_what_its_handler_decodes(synth):
     """The construct writes each function's environment with the seam's `to_env`; the handler reads it back with
     `from_env` at its entry point: every variable the stack sets decodes, and nothing the handler ignores is set."""
-    from spotrun.preparation import PreparationSettings
+    from spotrun.pipeline.preparation import PreparationSettings
     from spotrun.seams import (
         CancelEnvironment,
         CostGuardEnvironment,

@@ -8,7 +8,7 @@ import pytest
 from aws_cdk.assertions import Capture, Match
 
 from spotrun import seams
-from spotrun.preparation import PREPARED_PREFIX
+from spotrun.pipeline.preparation import PREPARED_PREFIX
 from spotrun.seams import COMPLETED_METRIC_DEFINITION, METRIC_DEFINITIONS, StackOutput
 from tests.infra.statements import actions, as_list, role_statements
 
@@ -274,7 +274,7 @@ def test_outputs_tell_users_where_to_upload_and_what_to_start(template):
 
 def test_estimate_settings_output_renders_to_the_estimate_functions_environment(template):
     """`spotrun start` validates with this output: it must be exactly what the estimate Lambda reads."""
-    from spotrun.deployment import PipelineSettings
+    from spotrun.pipeline.plan import PipelineSettings
     from tests.infra.render import placeholder, render
 
     value = template.find_outputs(StackOutput.ESTIMATE_SETTINGS)[StackOutput.ESTIMATE_SETTINGS]["Value"]

@@ -15,8 +15,8 @@ import botocore.session
 import pytest
 import regex  # the service models' patterns use \p{...} classes, which `re` lacks
 
-from spotrun.cli import main
-from spotrun.deploy import ADAPTER_DIR
+from spotrun.cli.deploy import ADAPTER_DIR
+from spotrun.cli.main import main
 from tests.infra.test_cli_remote import cli_json, stage, wait_until  # noqa: F401 - `stage` is a fixture
 from tests.infra.test_state_machine_moto import BUCKET, REGION, _finished, aws  # noqa: F401 - `aws` is a fixture
 

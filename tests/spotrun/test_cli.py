@@ -11,12 +11,12 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from spotrun.cli import main
-from spotrun.contract import RunValidationError, parse_run
-from spotrun.exits import Exit
-from spotrun.sources import read_sources, resolve
-from spotrun.validate import Target
-from spotrun.validate_command import stage_target
+from spotrun.cli.estimate import stage_target
+from spotrun.cli.exits import Exit
+from spotrun.cli.main import main
+from spotrun.contract.spec import RunValidationError, parse_run
+from spotrun.pipeline.validate import Target
+from spotrun.planner.sources import read_sources, resolve
 
 EXIT_INVALID, EXIT_REFUSED = Exit.INVALID, Exit.REFUSED
 
@@ -204,7 +204,7 @@ def test_a_source_config_the_planner_cannot_count_names_the_source(tmp_path, cap
 
 
 def test_estimate_prices_in_the_region_it_names_and_refuses_a_region_without_prices(capsys):
-    from spotrun.planner import load_catalog
+    from spotrun.planner.estimate import load_catalog
 
     example = str(EXAMPLES[0])
     assert main(["estimate", "--format", "json", example]) == 0

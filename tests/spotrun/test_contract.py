@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from spotrun.contract import RunValidationError, decode_run, parse_run
-from spotrun.planner import EstimateRefused, estimate
+from spotrun.contract.spec import RunValidationError, decode_run, parse_run
+from spotrun.planner.estimate import EstimateRefused, estimate
 
 EXAMPLES = sorted(Path(__file__).resolve().parents[2].joinpath("examples", "runs").glob("*.json"))
 VALID = json.loads(EXAMPLES[0].read_text())

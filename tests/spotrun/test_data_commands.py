@@ -13,8 +13,8 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from spotrun.cli import main
-from spotrun.datasets import MARKER, prepare_dataset, upload_dataset
+from spotrun.cli.datasets import MARKER, prepare_dataset, upload_dataset
+from spotrun.cli.main import main
 from spotrun.seams import StackOutput, stack_name
 
 BUCKET, REGION = "spotrun-dev-artifacts", "us-east-1"
@@ -172,7 +172,7 @@ def test_upload_model_refuses_an_incomplete_directory_and_uploads_nothing(capsys
 
 
 def test_the_cli_itself_imports_no_torch():
-    code = ("import sys; from spotrun.cli import build_parser; build_parser(); "
+    code = ("import sys; from spotrun.cli.main import build_parser; build_parser(); "
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
 
@@ -193,7 +193,7 @@ def test_prepared_chat_is_what_the_trainers_loader_reads_with_the_prompt_masked(
 def test_a_sharded_model_is_checked_through_its_index_and_counts_the_same_parameters(tmp_path, assets):
     from transformers import AutoModelForCausalLM
 
-    from spotrun.models import check_model_dir
+    from spotrun.cli.models import check_model_dir
 
     whole = check_model_dir(assets["model"])
     model = AutoModelForCausalLM.from_pretrained(assets["model"])  # untied embeddings: every tensor is saved

@@ -7,9 +7,9 @@ import copy
 
 import pytest
 
-from spotrun.contract import RunValidationError, parse_run
-from spotrun.deployment import PipelineSettings, plan
-from spotrun.planner import estimate
+from spotrun.contract.spec import RunValidationError, parse_run
+from spotrun.pipeline.plan import PipelineSettings, plan
+from spotrun.planner.estimate import estimate
 from spotrun.seams import VALIDATION_CHANNEL, Hyperparameter
 
 SETTINGS = PipelineSettings(bucket="art-bucket", job_prefix="spotrun-dev-", model_package_group="spotrun-models",

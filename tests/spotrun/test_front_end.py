@@ -1,6 +1,7 @@
-"""One front end: every command reads a run file with spotrun.runfile.load_run_file (a duplicated key is refused by
-each, by field), relative sources are read relative to the run file, and every command exits by the one table of
-spotrun/exits.py (printed by --help, the README's table the same), with JSON errors under --format json."""
+"""One front end: every command reads a run file with spotrun.contract.runfile.load_run_file (a duplicated key is
+refused by each, by field), relative sources are read relative to the run file, and every command exits by the one
+table of spotrun/cli/exits.py (printed by --help, docs/cli.md's table the same), with JSON errors under
+--format json."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from pathlib import Path
 import pytest
 from moto import mock_aws
 
-from spotrun.cli import main
-from spotrun.exits import MEANING, Exit
+from spotrun.cli.exits import MEANING, Exit
+from spotrun.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "runs" / "qwen2-0.5b-full-small.json"
@@ -108,13 +109,13 @@ def test_argument_errors_are_json_under_format_json(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["error"] == "InvalidArguments"
 
 
-def test_help_prints_the_one_exit_code_table_and_the_readme_agrees(capsys):
+def test_help_prints_the_one_exit_code_table_and_the_docs_agree(capsys):
     with pytest.raises(SystemExit):
         main(["--help"])
     text = " ".join(capsys.readouterr().out.split())
     for code, meaning in MEANING.items():
         assert f"{int(code)} {meaning}" in text
-    rows = re.findall(r"^\| (\d+) +\| (.+?) +\|$", (ROOT / "README.md").read_text(), re.MULTILINE)
+    rows = re.findall(r"^\| (\d+) +\| (.+?) +\|$", (ROOT / "docs" / "cli.md").read_text(), re.MULTILINE)
     assert {int(code): meaning for code, meaning in rows} == {int(c): m for c, m in MEANING.items()}
 
 
@@ -159,9 +160,9 @@ def test_local_applies_the_hyperparameter_limits_and_the_pipelines_rules(tmp_pat
 
 
 def test_the_local_and_the_aws_report_come_from_one_builder(tmp_path, assets):
-    from spotrun.guard import _report, registry_metadata
     from spotrun.local.pipeline import plan_local
-    from spotrun.report import build_local_report, summary_text
+    from spotrun.pipeline.guard import _report, registry_metadata
+    from spotrun.pipeline.report import build_local_report, summary_text
     from spotrun.seams import Guard, GuardAction
 
     raw = _local_run(tmp_path, assets)

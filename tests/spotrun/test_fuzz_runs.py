@@ -24,10 +24,10 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from spotrun.cli import build_parser, main
-from spotrun.contract import join
-from spotrun.deployment import PipelineSettings, plan
-from spotrun.validate_command import run_command
+from spotrun.cli.estimate import run_command
+from spotrun.cli.main import build_parser, main
+from spotrun.contract.spec import join
+from spotrun.pipeline.plan import PipelineSettings, plan
 
 ROOT = Path(__file__).resolve().parents[2]
 BUCKET, GROUP = "art-bucket", "spotrun-models"

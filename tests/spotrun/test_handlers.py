@@ -16,13 +16,15 @@ import pytest
 from botocore.stub import Stubber
 from moto import mock_aws
 
-from spotrun import guard as guard_rules
-from spotrun.aws_events import to_epoch
-from spotrun.deployment import PipelineSettings, cancel, first_job_of, job_name, plan
-from spotrun.guard import STOP_GRACE_S, newest_checkpoint
-from spotrun.measured import record, recorded_rates
-from spotrun.planner import load_catalog
-from spotrun.preflight import RUN_RECORD
+from spotrun.pipeline import guard as guard_rules
+from spotrun.pipeline.aws_events import to_epoch
+from spotrun.pipeline.guard import STOP_GRACE_S, newest_checkpoint
+from spotrun.pipeline.plan import PipelineSettings, cancel, first_job_of, job_name, plan
+from spotrun.pipeline.preflight import RUN_RECORD
+from spotrun.pipeline.segments import MAX_SEGMENTS, next_max_runtime, segment_job_name
+from spotrun.planner.estimate import load_catalog
+from spotrun.planner.measured import record, recorded_rates
+from spotrun.policy.engine import SimPlan
 from spotrun.seams import (
     COMPLETED_METRIC,
     GUARD_FIELDS,
@@ -34,8 +36,6 @@ from spotrun.seams import (
     StopNotice,
     checkpoint_manifest_key,
 )
-from spotrun.segments import MAX_SEGMENTS, next_max_runtime, segment_job_name
-from spotrun.simulate.engine import SimPlan
 
 
 def decide(plan: dict, guard: dict, describe: dict, **kwargs) -> dict:
@@ -492,7 +492,7 @@ def test_recorder_is_idempotent_and_feeds_the_interruption_rate():
 
 
 # The spot policy executed by the guard: a plan whose estimate chose uniform_progress for a 10 h run with a 12 h
-# deadline (the section as the estimate writes it: spotrun/simulate/choose.py).
+# deadline (the section as the estimate writes it: spotrun/policy/choose.py).
 SIM_PLAN = dataclasses.asdict(SimPlan(work_s=10 * 3600, startup_s=300, restore_s=60, save_s=60, interval_s=1800,
                                       step_s=4.6, notice_ok=True, spot_usd_per_h=0.3 * RATE, on_demand_usd_per_h=RATE,
                                       deadline_s=12 * 3600))

@@ -13,7 +13,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from spotrun.deployment import PipelineSettings, plan
+from spotrun.pipeline.plan import PipelineSettings, plan
 from spotrun.seams import DatasetIndex, Hyperparameter
 from spotrun_trainer.config import TrainConfig
 

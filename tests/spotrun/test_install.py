@@ -27,7 +27,7 @@ class Refuse(importlib.abc.MetaPathFinder):
 
 sys.meta_path.insert(0, Refuse())
 import spotrun
-from spotrun.cli import build_parser, main
+from spotrun.cli.main import build_parser, main
 
 print("package", spotrun.__file__)
 if sys.argv[1] == "--every-help":
@@ -41,7 +41,7 @@ elif sys.argv[1] == "--status-metrics":
     import boto3
     from moto import mock_aws
 
-    from spotrun.remote import TRAINING_LOG_GROUP, latest_metrics
+    from spotrun.cli.remote import TRAINING_LOG_GROUP, latest_metrics
 
     with mock_aws():
         logs = boto3.client("logs", region_name="us-east-1")
@@ -111,7 +111,7 @@ def test_status_reads_the_trainers_metric_lines_from_a_non_editable_install(inst
 
 def test_a_command_needing_the_trainer_says_so_in_one_line_from_an_install_without_it(installed):
     """`prepare` and `local` run the trainer package, which an install of the CLI alone lacks: one line naming
-    what to install, exit 1 (spotrun.exits: failed), no traceback, and no local job directory left behind."""
+    what to install, exit 1 (spotrun.cli.exits: failed), no traceback, and no local job directory left behind."""
     (installed / "raw").mkdir(exist_ok=True)
     (installed / "raw" / "a.jsonl").write_text('{"text": "hello"}\n')
     run = installed / "local-run.json"

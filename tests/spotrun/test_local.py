@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from spotrun.cli import main
-from spotrun.contract import RunValidationError
-from spotrun.guard import REGISTRY_METADATA_KEYS
+from spotrun.cli.main import main
+from spotrun.contract.spec import RunValidationError
 from spotrun.local.demo import weights_identical
 from spotrun.local.harness import loss_records
 from spotrun.local.pipeline import InterruptAt, LocalOptions, load_run, run_local
 from spotrun.local.registry import describe, register, versions
+from spotrun.pipeline.guard import REGISTRY_METADATA_KEYS
 
 STEPS = 12
 SETTINGS = [f"max_steps={STEPS}", "checkpoint.interval_steps=4", "micro_batch=2", "log_every=2"]

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from spotrun.cli import main
+from spotrun.cli.main import main
 from spotrun.local.registry import versions
 
 pytestmark = pytest.mark.slow

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from spotrun.cli import main
+from spotrun.cli.main import main
 from spotrun.local.pipeline import prepare_if_raw
 from spotrun.local.supervisor import InterruptAt, Job, Supervisor, finish_lost_time
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from spotrun.deployment import PipelineSettings, plan
+from spotrun.pipeline.plan import PipelineSettings, plan
 from spotrun.seams import Hyperparameter
 
 SETTINGS = PipelineSettings(bucket="art-bucket", job_prefix="spotrun-dev-", model_package_group="spotrun-models",

@@ -1,6 +1,7 @@
-"""The memory and time model (spotrun/memory.py, spotrun/topology.py) and the plans it gives on the shipped catalog.
+"""The memory and time model (spotrun/planner/memory.py, spotrun/planner/topology.py) and the plans it gives on the
+shipped catalog.
 
-The README's table of plans is printed by `python -m spotrun.plans` from the same runs as PLAN_RUNS here.
+The planner page's table of plans is printed by `python -m spotrun.planner.plans` from the same runs as PLAN_RUNS here.
 """
 
 from __future__ import annotations
@@ -10,18 +11,18 @@ import math
 
 import pytest
 
-from spotrun.cli import main as cli_main
-from spotrun.contract import parse_run
-from spotrun.memory import (
+from spotrun.cli.main import main as cli_main
+from spotrun.contract.spec import parse_run
+from spotrun.planner.estimate import EstimateRefused, estimate, load_catalog
+from spotrun.planner.memory import (
     CHECKPOINT_BYTES_FULL,
     STATE_BYTES_FULL,
     ModelDims,
     block_activation_bytes_per_token,
     peak_bytes,
 )
-from spotrun.planner import EstimateRefused, estimate, load_catalog
-from spotrun.plans import LLAMA_31_8B, LLAMA_31_70B, PLAN_RUNS, plan_run
-from spotrun.topology import Layout, comm_seconds, layouts
+from spotrun.planner.plans import LLAMA_31_8B, LLAMA_31_70B, PLAN_RUNS, plan_run
+from spotrun.planner.topology import Layout, comm_seconds, layouts
 
 TINY = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
         "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 256, "tie_word_embeddings": False}

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from spotrun.contract import RunValidationError
-from spotrun.params import lora_parameters, shape_of
+from spotrun.contract.spec import RunValidationError
+from spotrun.planner.params import lora_parameters, shape_of
 
 LLAMA2_7B = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
              "num_attention_heads": 32, "vocab_size": 32000}

@@ -12,15 +12,15 @@ import pytest
 from botocore.stub import Stubber
 from moto import mock_aws
 
-from spotrun.deployment import PipelineSettings, plan
-from spotrun.measured import (
+from spotrun.pipeline.plan import PipelineSettings, plan
+from spotrun.planner.estimate import load_catalog
+from spotrun.planner.measured import (
     METHOD_TAG,
     SHAPE_TAG,
     record_performance,
     recorded_utilization,
     shape_key,
 )
-from spotrun.planner import load_catalog
 
 SETTINGS = PipelineSettings(bucket="art-bucket", job_prefix="spotrun-dev-", model_package_group="spotrun-models",
                             poll_seconds=60, project="spotrun", stage="dev", cost_center="ml-platform")

@@ -8,8 +8,8 @@ import math
 
 import pytest
 
-from spotrun.contract import parse_run
-from spotrun.planner import EstimateRefused, estimate, load_catalog
+from spotrun.contract.spec import parse_run
+from spotrun.planner.estimate import EstimateRefused, estimate, load_catalog
 
 CATALOG = {
     "defaults": {"utilization": 0.25, "startup_seconds": 180, "trainer_restart_seconds": 60,
@@ -256,7 +256,7 @@ def test_the_notice_budget_is_the_one_the_launcher_and_trainer_keep(monkeypatch)
 def test_a_catalog_price_that_is_not_positive_is_refused_at_load(tmp_path, price):
     import json
 
-    from spotrun.planner import load_catalog as load
+    from spotrun.planner.estimate import load_catalog as load
 
     catalog = load()
     first = next(iter(catalog["regions"]["us-east-1"]["on_demand_usd_per_hour"]))

@@ -1,5 +1,5 @@
-"""The preparation step's rules (spotrun/preparation.py) on S3 listings in moto: what the content key covers, the
-tokenizer files the job downloads, the MaxRuntime the cap allows, and the merge refusing parts that disagree."""
+"""The preparation step's rules (spotrun/pipeline/preparation.py) on S3 listings in moto: what the content key covers,
+the tokenizer files the job downloads, the MaxRuntime the cap allows, and the merge refusing parts that disagree."""
 
 from __future__ import annotations
 
@@ -7,8 +7,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from spotrun.planner import load_catalog
-from spotrun.preparation import (
+from spotrun.pipeline.preparation import (
     PreparationRefused,
     PreparationSettings,
     content_key,
@@ -18,7 +17,8 @@ from spotrun.preparation import (
     tokenizer_objects,
     volume_gb,
 )
-from spotrun.preparation_finish import merge_parts
+from spotrun.pipeline.preparation_finish import merge_parts
+from spotrun.planner.estimate import load_catalog
 
 BUCKET = "art"
 
@@ -105,8 +105,8 @@ def test_each_instances_volume_holds_its_share_of_the_raw_files_and_its_part():
 
 
 def test_reading_raw_text_as_prepared_shards_says_the_pipeline_prepares_it(s3):
-    from spotrun.contract import RunValidationError, parse_run
-    from spotrun.sources import read_sources
+    from spotrun.contract.spec import RunValidationError, parse_run
+    from spotrun.planner.sources import read_sources
 
     run = parse_run({"version": 1, "name": "r", "model": {"source": f"s3://{BUCKET}/models/m/"},
                      "data": {"source": f"s3://{BUCKET}/datasets/raw/", "seq_len": 64}, "budget": {"max_usd": 5}})
@@ -116,7 +116,7 @@ def test_reading_raw_text_as_prepared_shards_says_the_pipeline_prepares_it(s3):
 
 
 def test_the_poll_loop_takes_at_most_300_turns_of_the_executions_history_whatever_the_maxruntime():
-    from spotrun.preparation import MAX_PREPARATION_POLLS, preparation_poll_seconds
+    from spotrun.pipeline.preparation import MAX_PREPARATION_POLLS, preparation_poll_seconds
 
     assert preparation_poll_seconds(3600, 60, 4 * 3600) == 60  # a short job: the stage's poll
     for runtime in (24 * 3600, 777_600):  # the default and CreateProcessingJob's longest MaxRuntime

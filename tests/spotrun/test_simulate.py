@@ -8,11 +8,11 @@ import math
 
 import pytest
 
-from spotrun.contract import RunValidationError, parse_run
-from spotrun.simulate import compare, simulate
-from spotrun.simulate.engine import INF, SimPlan
-from spotrun.simulate.policies import decide_next_segment
-from spotrun.simulate.traces import (
+from spotrun.contract.spec import RunValidationError, parse_run
+from spotrun.policy import compare, simulate
+from spotrun.policy.engine import INF, SimPlan
+from spotrun.policy.policies import decide_next_segment
+from spotrun.policy.traces import (
     TraceSpec,
     advisor_rate,
     generated_traces,
@@ -143,7 +143,7 @@ def test_notice_saves_lose_only_the_step_in_progress_and_periodic_ones_the_work_
 def test_hysteresis_keeps_uniform_progress_from_flapping_between_on_demand_and_spot(monkeypatch):
     # Spot comes back for 20 minutes every 2 hours, checked every 10 minutes on on-demand: a literal Uniform
     # Progress (no hysteresis) leaves on-demand each time it is ahead and pays a changeover each time.
-    import spotrun.simulate.policies as policies
+    import spotrun.policy.policies as policies
 
     plan = _plan(deadline_s=50 * H, od_check_s=600.0)
     trace = [(0.0, 1.0)] + [(k * 2 * H, k * 2 * H + 1200.0) for k in range(1, 60)] + [(200 * H, INF)]
@@ -161,7 +161,7 @@ def test_hysteresis_keeps_uniform_progress_from_flapping_between_on_demand_and_s
 
 def test_offline_optimum_is_the_floor_of_every_policy():
     pytest.importorskip("numpy")
-    from spotrun.simulate.optimum import offline_optimum
+    from spotrun.policy.optimum import offline_optimum
 
     plan = _plan()
     traces = generated_traces(TraceSpec(0.1, horizon_s=200 * H, burst_p=0.3, droughts_per_day=0.2), 200, seed=4)
@@ -205,7 +205,7 @@ def test_decide_next_segment(progress_h, now_h, on_demand_now, spot_available, e
     (10, 28, True, True, "on_demand"),    # ... but not once it does not (0.8 h)
 ])
 def test_slack_reserve_decides_on_slack_not_on_the_line(progress_h, now_h, on_demand_now, spot_available, expected):
-    from spotrun.simulate.policies import RESERVES
+    from spotrun.policy.policies import RESERVES
 
     rule = RESERVES["slack_reserve_10"]
     assert decide_next_segment(progress_h * H, now_h * H, _plan(), on_demand_now=on_demand_now,
@@ -259,14 +259,14 @@ def test_deadline_hours_is_optional_and_checked():
 
 
 def test_the_estimate_chooses_the_cheapest_policy_meeting_the_deadline_and_states_its_odds():
-    from spotrun.planner import estimate
-    from spotrun.simulate.choose import policy_text, spot_policy
+    from spotrun.planner.estimate import estimate, load_catalog
+    from spotrun.policy.choose import policy_text, spot_policy
 
     run = parse_run(RUN)
     est = estimate(run)
     hours = est.wall_seconds / H
     with_deadline = parse_run({**RUN, "compute": {**RUN["compute"], "deadline_hours": round(hours * 1.5, 1)}})
-    section = spot_policy(with_deadline, est, __import__("spotrun.planner").planner.load_catalog(), n=300)
+    section = spot_policy(with_deadline, est, load_catalog(), n=300)
     rows = {r["label"]: r for r in section["policies"]}
     chosen = rows[section["chosen"]]
     assert chosen["p_deadline"] >= 0.99
@@ -275,24 +275,24 @@ def test_the_estimate_chooses_the_cheapest_policy_meeting_the_deadline_and_state
     assert {"uniform_progress (notice)", "slack_reserve_10 (notice)", "maxwait_fallback (periodic)"} <= set(rows)
     text = policy_text(section)
     assert section["chosen"] in text and "P(deadline)" in text
-    from spotrun.simulate.choose import guard_decision
+    from spotrun.policy.choose import guard_decision
 
     section = json.loads(json.dumps(section, allow_nan=False))  # as the plan carries it through Step Functions
     assert guard_decision(section, 0.0, 0.0, on_demand_now=False, spot_available=True) in ("spot", "on_demand")
     assert guard_decision(section, 0.0, with_deadline.compute.deadline_hours * H, on_demand_now=False,
                           spot_available=True) == ("spot" if section["policy"] == "spot" else "on_demand")
-    free = spot_policy(run, est, __import__("spotrun.planner").planner.load_catalog(), n=300)
+    free = spot_policy(run, est, load_catalog(), n=300)
     assert free["confidence"] is None
     assert free["chosen"] == min((r for r in free["policies"] if r["p_finished"] >= 0.99),
                                  key=lambda r: r["mean_usd"])["label"]
     asked = spot_policy(parse_run({**RUN, "compute": {**RUN["compute"], "spot": False}}), est,
-                        __import__("spotrun.planner").planner.load_catalog(), n=50)
+                        load_catalog(), n=50)
     assert asked["chosen"] == "on_demand" and "compute.spot=false" in asked["why"]
 
 
 def test_local_trace_replay_turns_each_loss_of_capacity_into_an_injected_interruption(tmp_path):
-    from spotrun.cli import build_parser
-    from spotrun.local.commands import trace_interrupts
+    from spotrun.cli.local import trace_interrupts
+    from spotrun.cli.main import build_parser
     from spotrun.local.pipeline import InterruptAt
 
     path = tmp_path / "trace.json"  # up 2 h, down 1 h, up 1 h, down, up to the end
@@ -307,7 +307,7 @@ def test_local_trace_replay_turns_each_loss_of_capacity_into_an_injected_interru
 def test_the_estimate_lambdas_plan_carries_the_chosen_policy_and_its_odds():
     from moto import mock_aws
 
-    from spotrun.deployment import PipelineSettings, plan
+    from spotrun.pipeline.plan import PipelineSettings, plan
 
     settings = PipelineSettings(bucket="art-bucket", job_prefix="spotrun-dev-", model_package_group="g",
                                 poll_seconds=60, project="spotrun", stage="dev", cost_center="ml")
@@ -328,8 +328,8 @@ def test_the_estimate_lambdas_plan_carries_the_chosen_policy_and_its_odds():
 
 
 def test_the_recorders_interruptions_become_gaps_and_resampled_traces():
-    from spotrun.measured import interruption_item
-    from spotrun.simulate.traces import interruption_gaps, resampled_traces
+    from spotrun.planner.measured import interruption_item
+    from spotrun.policy.traces import interruption_gaps, resampled_traces
 
     def event(job, epoch):  # what the recorder writes for a real SageMaker state-change event
         return interruption_item({"TrainingJobName": job, "SecondaryStatus": "Interrupted",
@@ -348,8 +348,8 @@ def test_the_recorders_interruptions_become_gaps_and_resampled_traces():
 
 
 def test_spotrun_simulate_writes_the_table_json_and_plot_for_generated_and_recorded_traces(tmp_path, capsys):
-    from spotrun.cli import main
-    from spotrun.planner import estimate
+    from spotrun.cli.main import main
+    from spotrun.planner.estimate import estimate
 
     run = tmp_path / "run.json"
     hours = round(1.5 * estimate(parse_run(RUN)).wall_seconds / H, 1)
@@ -404,7 +404,7 @@ def test_every_policy_keeps_the_books_on_arbitrary_traces(policy):
 
 
 def test_without_a_deadline_a_policy_stopped_unfinished_at_maxruntime_is_not_chosen():
-    from spotrun.simulate.choose import choose
+    from spotrun.policy.choose import choose
 
     plan = _plan(deadline_s=None, max_runtime_s=20 * H, max_wait_s=100 * H)
     trace = [(0.0, 15 * H), (30 * H, INF)]  # spot's training time reaches MaxRuntime before the work is done
@@ -416,7 +416,7 @@ def test_without_a_deadline_a_policy_stopped_unfinished_at_maxruntime_is_not_cho
 
 
 def test_spotrun_simulate_resamples_the_interruption_tables_scan(tmp_path, capsys):
-    from spotrun.cli import main
+    from spotrun.cli.main import main
 
     run = tmp_path / "run.json"
     run.write_text(json.dumps(RUN))
@@ -435,7 +435,7 @@ def test_spotrun_simulate_resamples_the_interruption_tables_scan(tmp_path, capsy
 
 
 def test_the_estimate_simulates_fewer_traces_for_a_long_run_at_a_high_rate():
-    from spotrun.simulate.choose import MIN_TRACES, N_TRACES, traces_for_estimate
+    from spotrun.policy.choose import MIN_TRACES, N_TRACES, traces_for_estimate
 
     assert traces_for_estimate(_plan(work_s=10 * H), 0.1) == N_TRACES
     fewer = traces_for_estimate(_plan(work_s=100 * H), 1.35)
@@ -444,13 +444,13 @@ def test_the_estimate_simulates_fewer_traces_for_a_long_run_at_a_high_rate():
 
 
 def test_with_a_cap_between_spot_and_on_demand_the_chosen_policy_is_simulated_as_the_segment_chain_within_it():
-    """The README's example: llama3-8b-full with budget.max_usd 200 runs as a chain of segments (its first job's
-    MaxRuntime is not the run's), and no policy whose P95 cost passes the cap is chosen (the guard would end it
-    there unfinished)."""
+    """The spot-policy page's example: llama3-8b-full with budget.max_usd 200 runs as a chain of segments (its
+    first job's MaxRuntime is not the run's), and no policy whose P95 cost passes the cap is chosen (the guard would
+    end it there unfinished)."""
     from pathlib import Path
 
-    from spotrun.planner import estimate, load_catalog
-    from spotrun.simulate.choose import spot_policy
+    from spotrun.planner.estimate import estimate, load_catalog
+    from spotrun.policy.choose import spot_policy
 
     doc = json.loads((Path(__file__).parents[2] / "examples/runs/llama3-8b-full.json").read_text())
     doc["budget"]["max_usd"] = 200
@@ -467,8 +467,8 @@ def test_with_a_cap_between_spot_and_on_demand_the_chosen_policy_is_simulated_as
 
 
 def test_a_deadline_no_policy_can_meet_is_a_warning_of_the_estimate():
-    from spotrun.planner import estimate, load_catalog
-    from spotrun.simulate.choose import spot_policy
+    from spotrun.planner.estimate import estimate, load_catalog
+    from spotrun.policy.choose import spot_policy
 
     est = estimate(parse_run(RUN))
     hours = est.wall_seconds / H

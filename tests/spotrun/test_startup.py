@@ -1,5 +1,5 @@
 """Every start pulls the trainer image: its size is part of the estimate's startup, on the first start and on each
-spot restart (spotrun.planner.startup_seconds; sizes and rate cited in spotrun/catalog.json)."""
+spot restart (spotrun.planner.estimate.startup_seconds; sizes and rate cited in spotrun/planner/catalog.json)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import copy
 
 import pytest
 
-from spotrun.contract import parse_run
-from spotrun.planner import estimate, load_catalog
+from spotrun.contract.spec import parse_run
+from spotrun.planner.estimate import estimate, load_catalog
 
 RUN = {"version": 1, "name": "startup", "model": {"parameters": 1_000_000_000},
        "data": {"tokens": 100_000_000, "seq_len": 2048}, "budget": {"max_usd": 1000},

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import copy
 
-from spotrun.contract import parse_run
-from spotrun.planner import estimate
+from spotrun.contract.spec import parse_run
+from spotrun.planner.estimate import estimate
 from spotrun.seams import Hyperparameter
 
 SERVER = "arn:aws:sagemaker:us-east-1:123456789012:mlflow-tracking-server/ml-team"
@@ -41,14 +41,14 @@ def test_a_run_naming_no_server_sends_no_tracking_hyperparameter():
 # ---- the stage: which servers a run may name, and the job's network --------------------------------------------
 
 def _settings(**changes):
-    from spotrun.deployment import PipelineSettings
+    from spotrun.pipeline.plan import PipelineSettings
 
     return PipelineSettings(bucket="art-bucket", job_prefix="spotrun-dev-", model_package_group="spotrun-models",
                             poll_seconds=60, project="spotrun", stage="dev", cost_center="ml-platform", **changes)
 
 
 def test_a_run_tracking_to_a_server_the_stage_lists_trains_without_network_isolation():
-    from spotrun.deployment import plan
+    from spotrun.pipeline.plan import plan
 
     listed = plan(RUN, "exec-1", _settings(mlflow_tracking_servers=(SERVER, "https://mlflow.example.com")))
     assert listed["status"] == "ok", listed
@@ -60,7 +60,7 @@ def test_a_run_tracking_to_a_server_the_stage_lists_trains_without_network_isola
 
 
 def test_a_tracking_server_the_stage_does_not_list_is_refused_by_field():
-    from spotrun.deployment import plan
+    from spotrun.pipeline.plan import plan
 
     for settings, listed in ((_settings(), "none"), (_settings(mlflow_tracking_servers=("https://mlflow.example.com",)),
                                                      "https://mlflow.example.com")):
@@ -71,7 +71,7 @@ def test_a_tracking_server_the_stage_does_not_list_is_refused_by_field():
 
 def test_the_stages_tracking_servers_reach_the_estimate_function(synth):
     """The synthesized estimate function's environment, read back by the handler's own settings parser."""
-    from spotrun.deployment import PipelineSettings
+    from spotrun.pipeline.plan import PipelineSettings
 
     function = next(r for lid, r in synth.resources("AWS::Lambda::Function").items()
                     if lid.startswith("PipelineEstimate"))

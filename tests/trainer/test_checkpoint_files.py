@@ -79,7 +79,7 @@ def test_the_cost_guard_lists_the_trainers_newest_committed_step_in_s3(ckpt):
     import boto3
     from moto import mock_aws
 
-    from spotrun.guard import committed_checkpoints as listed
+    from spotrun.pipeline.guard import committed_checkpoints as listed
 
     torn = ckpt / "step-00000032"
     shutil.copytree(newest(ckpt), torn)

@@ -24,7 +24,7 @@ RANK, ALPHA = LORA_HP["lora.rank"], LORA_HP["lora.alpha"]
 
 
 def test_lora_trains_the_adapters_only_with_falling_loss(lora_baseline, assets):
-    from spotrun.params import lora_parameters, shape_of
+    from spotrun.planner.params import lora_parameters, shape_of
 
     losses = loss_history(lora_baseline.output)
     assert sorted(losses) == list(range(1, 25))

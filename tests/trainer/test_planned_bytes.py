@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from spotrun.contract import parse_run
-from spotrun.planner import estimate
+from spotrun.contract.spec import parse_run
+from spotrun.planner.estimate import estimate
 from spotrun_trainer.checkpoint import committed_checkpoints
 
 from .conftest import LORA_HP

@@ -1,7 +1,8 @@
 """The pipeline's preparation job for real on this machine: `python -m spotrun_trainer prepare --sagemaker-processing`
 on two SageMaker Processing "instances" (each its own /opt/ml with resourceconfig.json and half of the raw files, as
 ShardedByS3Key gives them), their outputs uploaded to one prefix (moto S3), the finish step's merge
-(spotrun.preparation.finish), and the trainer's launcher training on the merged dataset with its validation split."""
+(spotrun.pipeline.preparation.finish), and the trainer's launcher training on the merged dataset with its validation
+split."""
 
 from __future__ import annotations
 
@@ -21,8 +22,8 @@ import pytest
 from moto import mock_aws
 
 from spotrun.local.harness import loss_history, val_history
-from spotrun.preparation import MARKER, PARTS_DIR, Preparation
-from spotrun.preparation_finish import finish
+from spotrun.pipeline.preparation import MARKER, PARTS_DIR, Preparation
+from spotrun.pipeline.preparation_finish import finish
 from spotrun_trainer.data import prepare, read_index
 
 from .conftest import Job

@@ -72,7 +72,7 @@ def test_llama_trains_with_falling_loss(baseline):
 def test_gpt2_shaped_model_trains_with_falling_loss_and_exports_bf16_by_default(job_factory):
     from safetensors.torch import load_file
 
-    from spotrun.params import shape_of
+    from spotrun.planner.params import shape_of
     from spotrun.seams import EXPORT_METADATA
 
     job = job_factory("gpt2", model_key="model-gpt2", max_steps=16,

@@ -74,7 +74,8 @@ SHARDING_MODES = ("full", "hybrid")
 
 @dataclass(frozen=True)
 class ShardingConfig:
-    """How FSDP2 spreads the training state over the ranks; the planner chooses (spotrun/memory.py models both)."""
+    """How FSDP2 spreads the training state over the ranks; the planner chooses (spotrun/planner/memory.py models
+    both)."""
 
     mode: str = "full"
     """`full`: every parameter sharded over all ranks of all nodes (1-D mesh): the least memory per GPU, but every
@@ -361,7 +362,8 @@ class TrainConfig:
     log_every: int = 10
     segment_seconds: float = 0.0
     """Seconds after the trainer's start at which it saves and exits (0: no limit): the end of one segment of a
-    run whose job MaxRuntime the cost cap sets; the next job resumes from the checkpoint (spotrun/segments.py)."""
+    run whose job MaxRuntime the cost cap sets; the next job resumes from the checkpoint
+    (spotrun/pipeline/segments.py)."""
     num_threads: int = 0
     """torch intra-op threads on CPU (0: leave torch's default). Fixed thread counts keep CPU runs bitwise stable."""
     deterministic: bool = False

@@ -43,7 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
-from spotrun.preparation import RAW_SUFFIXES
+from spotrun.pipeline.preparation import RAW_SUFFIXES
 from spotrun.seams import DatasetIndex
 
 log = logging.getLogger(__name__)

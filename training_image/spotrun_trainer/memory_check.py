@@ -1,4 +1,4 @@
-"""The planner's memory model (spotrun.memory) against this rank's measured peak, logged side by side.
+"""The planner's memory model (spotrun.planner.memory) against this rank's measured peak, logged side by side.
 
 Measured: on GPU `torch.cuda.max_memory_allocated` (the caching allocator's figure for tensors). On CPU torch keeps
 no allocator statistics, so with `memory_probe` on, one step runs under torch's own FSDPMemTracker
@@ -22,7 +22,7 @@ def predict(hf_config, *, shard_ranks: int, micro_batch: int, seq_len: int, acti
             trainable_params: int | None = None):
     """The memory model's MemoryEstimate for this rank, or None when it has none for this model."""
     try:
-        from spotrun.memory import ModelDims, peak_bytes
+        from spotrun.planner.memory import ModelDims, peak_bytes
     except ImportError:  # NOTE: the image must install the spotrun package beside the trainer
         log.warning("memory model: the spotrun package is not installed in this image: no prediction to log")
         return None

@@ -1,6 +1,6 @@
 """`prepare` as a SageMaker Processing job: this instance's share of the raw files into its own part.
 
-The pipeline's preparation step (spotrun/preparation.py) runs `python -m spotrun_trainer prepare
+The pipeline's preparation step (spotrun/pipeline/preparation.py) runs `python -m spotrun_trainer prepare
 --sagemaker-processing` on N CPU instances. SageMaker gives each instance its share of the raw objects
 (ShardedByS3Key) under `input/<data>/` and the tokenizer files (FullyReplicated) under `input/<tokenizer>/`, and
 uploads what the instance writes under `output/` to one S3 prefix (the documented paths: /opt/ml/processing/...,
@@ -20,7 +20,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from spotrun.preparation import PARTS_DIR, PROCESSING_DATA_INPUT, PROCESSING_OUTPUT, PROCESSING_TOKENIZER_INPUT
+from spotrun.pipeline.preparation import PARTS_DIR, PROCESSING_DATA_INPUT, PROCESSING_OUTPUT, PROCESSING_TOKENIZER_INPUT
 
 from .data import DataError, input_files, input_kind, prepare
 

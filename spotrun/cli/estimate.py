@@ -1,0 +1,175 @@
+"""`spotrun validate` and `spotrun estimate`: the CLI half of the one set of rules (spotrun/pipeline/validate.py).
+
+`check_file` applies, to one run file read by `spotrun.contract.runfile.load_run_file`, every layer the CLI can: the
+contract with SageMaker's limits and the catalog's instance types; the stage's rules when the target is known
+(`--stage`: its stack's outputs; offline `--bucket` and `--group`); with `plan`, the sources' config.json /
+index.json (offline: a source it cannot read is said to be not checked) and the planner. It says plainly what it
+checked and what it did not. Exit codes: spotrun/cli/exits.py (a refusal's code follows its status).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..contract.refusal import Refusal
+from ..contract.runfile import load_run_file
+from ..contract.spec import RunSpec, RunValidationError
+from ..pipeline.validate import Target, check_catalog, check_target, pipeline_hyperparameters
+from ..planner.estimate import DEFAULT_PRICE_REGION, Estimate, estimate, format_text, load_catalog, regional_catalog
+from ..planner.sources import read_sources
+from ..policy.choose import policy_text, spot_policy
+from ..seams import StackOutput, stack_name
+from .exits import HELP as EXIT_CODES_HELP
+from .exits import Exit, fail, for_status
+
+
+@dataclass
+class Checked:
+    """What one run file came to: the estimate (or None), and plainly what was checked and what was not."""
+
+    run: RunSpec
+    estimate: Estimate | None
+    checked: list[str] = field(default_factory=list)
+    not_checked: list[str] = field(default_factory=list)
+
+
+def check_file(path: Path, target: Target | None, *, plan: bool, s3_client: Any = None,
+               region: str | None = None) -> Checked:
+    """Every layer the CLI can apply to one run file; a Refusal (RunValidationError, EstimateRefused) otherwise.
+    `region`: whose on-demand prices the planner uses (DEFAULT_PRICE_REGION when None, and the output says so)."""
+    run = load_run_file(path).run
+    catalog = load_catalog()
+    check_catalog(run, catalog)
+    out = Checked(run, None, checked=["the run contract and SageMaker's limits on it"])
+    if target is not None:
+        check_target(run, target)
+        out.checked.append(target.describe())
+    else:
+        out.not_checked.append("the stage's rules (sources under its bucket's datasets/ and models/, its model "
+                               "package group): give --stage, or --bucket and --group")
+    if not plan:
+        out.not_checked.append("the sources' config.json / index.json and the planner: run `spotrun estimate`")
+        return out
+    sources = read_sources(run, s3_client, offline=True)
+    for note in sources.notes:
+        if note.startswith("not "):
+            out.not_checked.append(note.removeprefix("not checked: "))  # printed under "not checked:" already
+        else:
+            out.checked.append(note)
+    if run.model.init is None and target is None:
+        out.not_checked.append('training: a model.config without model.source or model.init="random" is a shape '
+                               "for estimates only; the pipeline refuses to train it")
+    priced_in = region or DEFAULT_PRICE_REGION
+    catalog = regional_catalog(catalog, priced_in)
+    out.estimate = estimate(run, catalog=catalog, model_config=sources.model_config, data_tokens=sources.tokens,
+                            validation_tokens=sources.validation_tokens)
+    pipeline_hyperparameters(run, out.estimate)
+    out.estimate.spot_policy = spot_policy(run, out.estimate, catalog)
+    out.checked.append("the planner (fit, MaxRuntime/MaxWait, budget) and the hyperparameters' limits")
+    out.checked.append(f"costs at on-demand list prices in {priced_in} (spotrun catalog as of "
+                       f"{catalog['regions'][priced_in].get('as_of', 'unknown')})"
+                       + ("" if region else "; --region prices another region"))
+    return out
+
+
+def stage_target(stage: str, region: str | None, cfn_client: Any = None) -> Target:
+    """The stage's bucket and group from its CloudFormation stack's outputs (stacks/spotrun_stack.py)."""
+    import boto3
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    stack = stack_name(stage)
+    try:
+        client = cfn_client or boto3.client("cloudformation", region_name=region)
+        outputs = client.describe_stacks(StackName=stack)["Stacks"][0].get("Outputs", [])
+    except (ClientError, BotoCoreError) as exc:
+        raise RunValidationError("--stage", stage, f"a deployed stage whose stack {stack} can be read "
+                                 f"({type(exc).__name__}); offline, give --bucket and --group") from None
+    values = {o["OutputKey"]: o["OutputValue"] for o in outputs}
+    bucket, group = StackOutput.ARTIFACT_BUCKET.value, StackOutput.MODEL_PACKAGE_GROUP_NAME.value
+    if bucket not in values or group not in values:
+        raise RunValidationError("--stage", stage, f"a stack {stack} with {bucket} and {group} outputs")
+    return Target(values[bucket], values[group])
+
+
+def add_target_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--stage", help="check against this deployed stage's rules (reads its stack's outputs)")
+    parser.add_argument("--region", help="the stage's region (default: your AWS configuration's); `estimate` prices "
+                        f"the run in it (default {DEFAULT_PRICE_REGION}; regions without prices in the catalog are "
+                        "refused)")
+    parser.add_argument("--bucket", help="offline: the stage's artifact bucket (its ArtifactBucket output)")
+    parser.add_argument("--group", help="offline: the stage's model package group (ModelPackageGroupName output)")
+
+
+def target_from_args(args: argparse.Namespace, cfn_client: Any = None) -> Target | None:
+    if bool(args.bucket) != bool(args.group):
+        given, missing = ("--bucket", "--group") if args.bucket else ("--group", "--bucket")
+        raise RunValidationError(given, args.bucket or args.group, f"{missing} too (offline flags go together)")
+    if args.bucket:
+        return Target(args.bucket, args.group)
+    if args.stage:
+        return stage_target(args.stage, args.region, cfn_client)
+    return None
+
+
+def _ok_doc(checked: Checked) -> dict:
+    return {"status": "ok", **(checked.estimate.to_json() if checked.estimate else {}),
+            "checked": checked.checked, "not_checked": checked.not_checked}
+
+
+def _print_ok(path: Path, checked: Checked) -> None:
+    print(f"== {path}: ok")
+    if checked.estimate is not None:
+        print(format_text(checked.estimate))
+        print(policy_text(checked.estimate.spot_policy))
+    print("checked: " + "; ".join(checked.checked))
+    if checked.not_checked:
+        print("not checked: " + "; ".join(checked.not_checked))
+
+
+def run_command(args: argparse.Namespace, *, plan: bool, cfn_client: Any = None, s3_client: Any = None) -> int:
+    """`spotrun validate` (plan=False) and `spotrun estimate` (plan=True) over args.runs; returns the exit code
+    (the highest of the files')."""
+    try:
+        target = target_from_args(args, cfn_client)
+    except Refusal as exc:
+        return fail(args.format, Exit.INVALID, exc.status, exc.message, exc.field)
+    status, docs = Exit.OK, []
+    for path in args.runs:
+        try:
+            checked = check_file(path, target, plan=plan, s3_client=s3_client, region=args.region)
+        except Refusal as exc:
+            result = exc.result()
+            doc = {"error": result.pop("status"), **result}
+            status = max(status, for_status(exc.status))
+            if args.format != "json":
+                print(f"{path}: {exc.line()}", file=sys.stderr)
+        else:
+            doc = _ok_doc(checked)
+            if args.format != "json":
+                _print_ok(path, checked)
+        docs.append({"file": str(path), **doc})
+    if args.format == "json":
+        print(json.dumps(docs[0] if len(docs) == 1 else docs, indent=2))
+    return int(status)
+
+
+def register(sub: Any) -> None:
+    """Add the `validate` and `estimate` subcommands to the CLI's subparsers."""
+    val = sub.add_parser("validate", help="check run file(s) against every rule the pipeline applies",
+                         description="Check run file(s): the contract, SageMaker's limits, the catalog's instance "
+                         "types and, with --stage or --bucket/--group, the stage's rules.", epilog=EXIT_CODES_HELP,
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    est = sub.add_parser("estimate", help="estimate instance, time limits, checkpoint cadence and cost of run(s)",
+                         description="Validate run file(s) as `validate` does, read their sources and plan them.",
+                         epilog=EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    for parser, plan in ((val, False), (est, True)):
+        parser.add_argument("runs", nargs="+", type=Path, help="run JSON file(s); relative local sources are read "
+                            "relative to each file")
+        parser.add_argument("--format", choices=["text", "json"], default="text", help="text (default) or JSON")
+        add_target_arguments(parser)
+        parser.set_defaults(func=lambda args, plan=plan: run_command(args, plan=plan))

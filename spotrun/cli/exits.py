@@ -1,0 +1,61 @@
+"""The exit codes of every `spotrun` command: one table, printed by `spotrun --help` (docs/cli.md).
+
+A refusal's code follows its status (spotrun.contract.refusal.Refusal, the state machine's named failures): InvalidRun
+is 2 wherever it was found (the contract, the stage's rules, the sources or the planner's facts: an instance type the
+catalog does not have, a run no instance fits, one longer than SageMaker's 28-day MaxRuntime), OverBudget is 3.
+Each command uses the codes that can happen to it (validate: 0, 2; estimate and start: 0, 2, 3, and 1 for an AWS
+error; local: all of them).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from enum import IntEnum
+from typing import Any
+
+from ..seams import PlanStatus
+
+
+class Exit(IntEnum):
+    OK = 0
+    FAILED = 1
+    INVALID = 2
+    REFUSED = 3
+    GATE_FAILED = 4
+    STOPPED = 130
+
+
+MEANING = {
+    Exit.OK: "done (every run passed)",
+    Exit.FAILED: "failed (training failed, an AWS error, or a package the command needs is not installed)",
+    Exit.INVALID: "invalid input (InvalidRun: the run, an argument or the configuration; the message names the field)",
+    Exit.REFUSED: "refused by the planner: over budget (OverBudget: the cap cannot carry the run)",
+    Exit.GATE_FAILED: "trained but refused by registry.gate (not registered)",
+    Exit.STOPPED: "stopped by Ctrl-C (`spotrun local --resume JOB` continues on its checkpoints)",
+}
+HELP = "exit codes:\n" + "\n".join(f"  {int(code):<4} {text}" for code, text in MEANING.items())
+"""The table as `--help` prints it (an epilog under argparse.RawDescriptionHelpFormatter)."""
+
+
+def for_status(status: str) -> Exit:
+    """The exit code of a plan's status (PlanStatus value)."""
+    return {PlanStatus.OK.value: Exit.OK, PlanStatus.OVER_BUDGET.value: Exit.REFUSED}.get(str(status), Exit.INVALID)
+
+
+def error_doc(error: str, message: str, field: str | None = None) -> dict:
+    """The JSON error document every command prints with `--format json`."""
+    doc: dict[str, Any] = {"error": error, "message": message}
+    if field is not None:
+        doc["field"] = field
+    return doc
+
+
+def fail(fmt: str, code: Exit, error: str, message: str, field: str | None = None) -> int:
+    """Report an error the way the command's --format asks: one JSON document on stdout (json), or one line
+    `error: <error>: <message>` on stderr (text); returns the exit code."""
+    if fmt == "json":
+        print(json.dumps(error_doc(error, message, field), indent=2))
+    else:
+        print(f"error: {error}: {message}", file=sys.stderr)
+    return int(code)

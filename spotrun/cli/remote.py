@@ -1,0 +1,455 @@
+"""`spotrun start|status|logs|report|cancel|list`: a deployed stage's runs from the shell.
+
+Each command finds the stage's state machine in its CloudFormation stack's outputs (stacks/spotrun_stack.py:
+StateMachineArn, ArtifactBucket, ModelPackageGroupName); nothing is copied by hand. A run is an execution of
+that state machine named `<run name>-<UTC time>`; RUN on the command line is a run name (its newest execution),
+an execution name or an execution ARN. What the pipeline decided is read back from the execution's history: the
+Estimate state's plan and the CostGuard's latest decision; the training job from SageMaker; the trainer's
+metric lines from the job's CloudWatch log streams.
+
+`start` reads the run file first (spotrun.contract.runfile.load_run_file, before any AWS call), then validates it, here,
+with the estimate Lambda's own code (spotrun.pipeline.plan.plan: the same
+checks, the same sources in S3, the same refusals), and starts nothing when it refuses.
+`cancel` stops the execution, then the training job: SageMaker sends the trainer SIGTERM, and it saves a
+checkpoint before it stops (StopExecution alone would leave the job running).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..pipeline.preparation import PreparationSettings
+from ..seams import PlanStatus, StackOutput, parse_metric_line, run_start_total_steps, stack_name
+
+TRAINING_LOG_GROUP = "/aws/sagemaker/TrainingJobs"  # SageMaker's log group; streams are <job name>/algo-N-...
+_STAMP = re.compile(r"^\d{8}-\d{6}$")
+
+
+class RemoteError(Exception):
+    """A command cannot proceed; the message says what is missing and what to do."""
+
+
+def execution_name(run_name: str, now: float) -> str:
+    return f"{run_name}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime(now))}"  # <= 48 + 16 of the 80 allowed
+
+
+@dataclass
+class Deployment:
+    stack: str
+    outputs: dict[str, str]
+    region: str | None
+
+    def client(self, service: str):
+        import boto3
+
+        return boto3.client(service, region_name=self.region)
+
+    @property
+    def state_machine_arn(self) -> str:
+        return self.outputs[StackOutput.STATE_MACHINE_ARN.value]
+
+    def estimate_settings(self):
+        """The stage's estimate function's settings (its environment, which the stack outputs), in this region."""
+        from ..seams import PipelineSettings
+
+        key = StackOutput.ESTIMATE_SETTINGS.value
+        if key not in self.outputs:
+            raise RemoteError(f"stack {self.stack} has no {key} output: it was deployed by an older spotrun; "
+                              "`cdk deploy` this version to start runs from the CLI")
+        env = json.loads(self.outputs[key])
+        return PipelineSettings.from_env({**env, "AWS_REGION": self.client("stepfunctions").meta.region_name})
+
+
+def deployment(stage: str, stack: str | None = None, region: str | None = None) -> Deployment:
+    import boto3
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    name = stack or stack_name(stage)
+    try:
+        found = boto3.client("cloudformation", region_name=region).describe_stacks(StackName=name)["Stacks"]
+    except (ClientError, BotoCoreError) as exc:
+        raise RemoteError(f"stack {name} not readable ({exc}): deploy the stage (cdk deploy '{stage}/*'), or pass "
+                          "--stack / --region") from None
+    outputs = {o["OutputKey"]: o["OutputValue"] for o in found[0].get("Outputs", [])}
+    if StackOutput.STATE_MACHINE_ARN.value not in outputs:
+        raise RemoteError(f"stack {name} has no {StackOutput.STATE_MACHINE_ARN.value} output: is it a spotrun stack?")
+    return Deployment(stack=name, outputs=outputs, region=region)
+
+
+# ---- executions ----------------------------------------------------------------------------------------------
+
+
+def executions(sfn, state_machine_arn: str) -> list[dict]:
+    """Every execution, newest first."""
+    found = []
+    for page in sfn.get_paginator("list_executions").paginate(stateMachineArn=state_machine_arn):
+        found.extend(page["executions"])
+    return sorted(found, key=lambda e: e["startDate"], reverse=True)
+
+
+def find_execution(sfn, state_machine_arn: str, ref: str) -> dict:
+    """The execution a RUN argument means: an ARN, an execution name, or a run name (its newest execution)."""
+    if ref.startswith("arn:"):
+        return latest_of_run(sfn, sfn.describe_execution(executionArn=ref))
+    every = executions(sfn, state_machine_arn)
+    exact = [e for e in every if e["name"] == ref]
+    of_run = [e for e in every if e["name"].startswith(ref + "-") and _STAMP.match(e["name"][len(ref) + 1:])]
+    chosen = (exact or of_run or [None])[0]
+    if chosen is None:
+        raise RemoteError(f"no execution of run {ref!r} on {state_machine_arn}: `spotrun list` shows them")
+    return latest_of_run(sfn, sfn.describe_execution(executionArn=chosen["executionArn"]))
+
+
+def latest_of_run(sfn, execution: dict) -> dict:
+    """The execution that runs (or ran) the run now: an execution that continued its run in a fresh one
+    (spotrun/pipeline/continuation.py) names it in its output (`continued_as`)."""
+    while execution["status"] == "SUCCEEDED":
+        successor = json.loads(execution.get("output") or "{}").get("continued_as")
+        if not successor:
+            break
+        arn = execution["executionArn"].rsplit(":", 1)[0] + ":" + successor
+        execution = sfn.describe_execution(executionArn=arn)
+    return execution
+
+
+# The latter: on the prepared shards (spotrun/pipeline/preparation.py); ContinueRun: a continued run's carried plan.
+ESTIMATE_STATES = ("Estimate", "EstimatePrepared", "ContinueRun")
+
+
+def pipeline_state(sfn, execution_arn: str) -> tuple[dict | None, dict | None]:
+    """(the estimate's latest plan: EstimatePrepared's after a preparation, else Estimate's; the CostGuard's
+    latest decision) from the execution's history: the newest by event id, whatever order the history comes in
+    (asked newest first; moto's ignores reverseOrder)."""
+    newest: dict[str, tuple[int, dict]] = {}
+    pages = sfn.get_paginator("get_execution_history").paginate(executionArn=execution_arn, reverseOrder=True)
+    for page in pages:
+        for event in page["events"]:
+            details = event.get("stateExitedEventDetails") or {}
+            name = details.get("name")
+            if name not in (*ESTIMATE_STATES, "CostGuard", "InitGuard") or "output" not in details:
+                continue
+            output = json.loads(details["output"])
+            kinds = ("plan", "guard") if name == "ContinueRun" else \
+                ("plan",) if name in ESTIMATE_STATES else ("guard",)
+            for kind in kinds:
+                value = output.get(kind)
+                if value is not None and (kind not in newest or event["id"] > newest[kind][0]):
+                    newest[kind] = (event["id"], value)
+        events = page["events"]
+        if len(newest) == 2 and events and events[0]["id"] > events[-1]["id"]:
+            break  # newest first, and both found: the rest is older
+    return newest.get("plan", (0, None))[1], newest.get("guard", (0, None))[1]
+
+
+def training_job(sm, name: str | None) -> dict | None:
+    from botocore.exceptions import ClientError
+
+    if not name:
+        return None
+    try:
+        return sm.describe_training_job(TrainingJobName=name)
+    except ClientError:
+        return None  # not created yet (or the plan refused the run)
+
+
+def log_streams(logs, job_name: str) -> list[str]:
+    from botocore.exceptions import ClientError
+
+    try:
+        pages = logs.get_paginator("describe_log_streams").paginate(logGroupName=TRAINING_LOG_GROUP,
+                                                                    logStreamNamePrefix=job_name)
+        return [s["logStreamName"] for page in pages for s in page["logStreams"]]
+    except ClientError:
+        return []  # no log group yet: no job has logged in this account and region
+
+
+def stream_events(logs, stream: str, token: str | None = None) -> tuple[list[dict], str | None]:
+    """New events of one stream after `token` (oldest first) and the token to continue from."""
+    events = []
+    while True:
+        kwargs = {"nextToken": token} if token else {"startFromHead": True}
+        page = logs.get_log_events(logGroupName=TRAINING_LOG_GROUP, logStreamName=stream, **kwargs)
+        events.extend(page["events"])
+        if not page["events"] or page.get("nextForwardToken") in (None, token):
+            return events, page.get("nextForwardToken") or token
+        token = page["nextForwardToken"]
+
+
+def latest_metrics(logs, job_name: str) -> dict | None:
+    """The trainer's newest metric line (step, loss, ...) over the job's streams, and total_steps if logged."""
+    newest, total = None, None
+    for stream in log_streams(logs, job_name):
+        events, _ = stream_events(logs, stream)
+        for event in events:
+            message = event["message"]
+            started = run_start_total_steps(message)
+            total = total if started is None else started
+            parsed = parse_metric_line(message)
+            if parsed and (newest is None or parsed["step"] >= newest["step"]):
+                newest = parsed
+    if newest is not None and total is not None:
+        newest["total_steps"] = total
+    return newest
+
+
+# ---- commands ------------------------------------------------------------------------------------------------
+
+
+def start(args: argparse.Namespace) -> dict:
+    from ..contract.runfile import load_run_file
+    from ..pipeline.plan import plan
+
+    loaded = load_run_file(args.run)  # the run file first: a bad one fails here, before any AWS call
+    raw = loaded.raw
+    dep = deployment(args.stage, args.stack, args.region)
+    name = args.execution_name or execution_name(loaded.run.name, time.time())
+    settings = dep.estimate_settings()
+    # The estimate Lambda's checks, run here; raw text under datasets/ is answered Prepare
+    # (spotrun/pipeline/preparation.py).
+    preparation = PreparationSettings.from_env(json.loads(dep.outputs[StackOutput.ESTIMATE_SETTINGS.value]))
+    checked = plan(raw, name, settings, s3_client=dep.client("s3"), preparation=preparation)
+    if checked["status"] not in (PlanStatus.OK.value, PlanStatus.PREPARE.value):
+        return {"error": checked["status"], "message": checked["message"], "field": checked.get("field"),
+                "started": False}
+    arn = dep.client("stepfunctions").start_execution(stateMachineArn=dep.state_machine_arn, name=name,
+                                                      input=json.dumps(raw))["executionArn"]
+    if checked["status"] == PlanStatus.PREPARE.value:  # planned after the preparation job, in the pipeline
+        return {"started": True, "run": raw.get("name"), "execution": name, "execution_arn": arn,
+                "preparation": checked["message"]}
+    est = checked["estimate"]
+    return {"started": True, "run": checked["run_name"], "execution": name, "execution_arn": arn,
+            "job_name": checked["job_name"],
+            "instance": f"{est['instance_count']} x {est['instance_type']}", "estimated_cost_usd": est["cost_usd"],
+            "cap_usd": checked["max_usd"]}
+
+
+def run_status(dep: Deployment, execution: dict) -> dict:
+    from ..pipeline.guard import decide
+    from ..seams import Guard, GuardAction, Plan
+
+    plan_json, guard_json = pipeline_state(dep.client("stepfunctions"), execution["executionArn"])
+    out: dict[str, Any] = {"execution": execution["name"], "state": execution["status"],
+                           "started": str(execution["startDate"]), "run": (plan_json or {}).get("run_name")}
+    if execution.get("stopDate"):
+        out["stopped"] = str(execution["stopDate"])
+    if execution.get("error"):
+        out["error"], out["cause"] = execution["error"], execution.get("cause", "")
+    if plan_json and plan_json.get("status") == PlanStatus.PREPARE.value:  # the preparation job runs; planned after
+        out["preparing"] = plan_json.get("message", "")
+        return out
+    if not plan_json or plan_json.get("status") not in (None, "ok"):
+        if plan_json:
+            out["refused"] = {"status": plan_json["status"], "message": plan_json.get("message", "")}
+        return out
+    plan = Plan.from_json(plan_json, "plan")
+    # Before the first poll: the guard the state machine's InitGuard starts with.
+    guard = Guard.from_json(guard_json, "guard") if guard_json else Guard(
+        action=GuardAction.WAIT, job_name=plan.job_name, spot=plan.spot, wait_seconds=plan.poll_seconds,
+        spent_before_usd=plan.spent_before_usd, interruptions_before=0)
+    job_name = guard.job_name or plan.job_name
+    out["job_name"] = job_name
+    job = training_job(dep.client("sagemaker"), job_name)
+    if job is not None:
+        out["job_status"], out["secondary_status"] = job["TrainingJobStatus"], job.get("SecondaryStatus")
+        spend = decide(plan, guard, job, now=time.time())  # the cost guard's arithmetic, on the job as it is now
+        out["interruptions"] = spend.interruptions
+        out["spent_usd"] = spend.cost_usd
+    else:
+        out["interruptions"] = guard.interruptions
+        out["spent_usd"] = guard.cost_usd
+    # The run's jobs so far (spotrun/pipeline/segments.py): the current one and those that ended, with their exact
+    # bills.
+    out["segment"] = guard.segment
+    out["segments"] = guard.segments
+    out["cap_usd"] = plan.max_usd
+    metrics = latest_metrics(dep.client("logs"), job_name)
+    if metrics:
+        out.update(step=metrics["step"], total_steps=metrics.get("total_steps"), loss=metrics["loss"])
+    return out
+
+
+def status(args: argparse.Namespace) -> list[dict]:
+    dep = deployment(args.stage, args.stack, args.region)
+    sfn = dep.client("stepfunctions")
+    if args.run:
+        chosen = [find_execution(sfn, dep.state_machine_arn, args.run)]
+    else:
+        every = executions(sfn, dep.state_machine_arn)
+        chosen = [e for e in every if e["status"] == "RUNNING"] or every[:1]
+        chosen = [sfn.describe_execution(executionArn=e["executionArn"]) for e in chosen]
+    return [run_status(dep, e) for e in chosen]
+
+
+def report(args: argparse.Namespace) -> dict:
+    dep = deployment(args.stage, args.stack, args.region)
+    execution = find_execution(dep.client("stepfunctions"), dep.state_machine_arn, args.run)
+    if execution["status"] == "SUCCEEDED":
+        output = json.loads(execution["output"])
+        return {**output["report"], "model_package_arn": output.get("model_package_arn"),
+                "execution": execution["name"], "preparation": output.get("preparation") or None}
+    return {"status": execution["status"], **run_status(dep, execution)}  # running, failed or cancelled so far
+
+
+def cancel(args: argparse.Namespace) -> dict:
+    dep = deployment(args.stage, args.stack, args.region)
+    sfn = dep.client("stepfunctions")
+    execution = find_execution(sfn, dep.state_machine_arn, args.run)
+    if execution["status"] != "RUNNING":
+        raise RemoteError(f"execution {execution['name']} is {execution['status']}: nothing to cancel")
+    plan, guard = pipeline_state(sfn, execution["executionArn"])
+    # The execution first: stopped after the job, its next poll would report the stop as a training failure.
+    sfn.stop_execution(executionArn=execution["executionArn"], error="Cancelled",
+                       cause="cancelled with spotrun cancel")
+    out = {"execution": execution["name"], "execution_stopped": True, "job_stopped": False}
+    job_name = (guard or {}).get("job_name") or (plan or {}).get("job_name")
+    sm = dep.client("sagemaker")
+    job = training_job(sm, job_name)
+    if job is not None and job["TrainingJobStatus"] == "InProgress":
+        sm.stop_training_job(TrainingJobName=job_name)  # SIGTERM to the trainer: it saves, then stops
+        out["job_stopped"] = True
+    out["job_name"] = job_name
+    return out
+
+
+def list_runs(args: argparse.Namespace) -> list[dict]:
+    dep = deployment(args.stage, args.stack, args.region)
+    return [{"execution": e["name"], "state": e["status"], "started": str(e["startDate"]),
+             "stopped": str(e["stopDate"]) if e.get("stopDate") else None}
+            for e in executions(dep.client("stepfunctions"), dep.state_machine_arn)[:args.limit]]
+
+
+def logs(args: argparse.Namespace) -> int:
+    dep = deployment(args.stage, args.stack, args.region)
+    sfn, sm, cw = dep.client("stepfunctions"), dep.client("sagemaker"), dep.client("logs")
+    execution = find_execution(sfn, dep.state_machine_arn, args.run)
+    plan, guard = pipeline_state(sfn, execution["executionArn"])
+    if not plan or plan.get("status") != "ok":
+        raise RemoteError(f"execution {execution['name']} started no training job (its plan: "
+                          f"{(plan or {}).get('message', 'not made yet')})")
+    prefix = plan["job_name"]  # also the prefix of the on-demand fallback job (<name>-od)
+    tokens: dict[str, str | None] = {}
+    while True:
+        streams = log_streams(cw, prefix)
+        for stream in streams:
+            events, tokens[stream] = stream_events(cw, stream, tokens.get(stream))
+            for event in events:
+                print(f"{stream}  {event['message']}" if len(streams) > 1 else event["message"], flush=True)
+        if not args.follow:
+            return 0
+        job = training_job(sm, (guard or {}).get("job_name") or prefix)
+        running = sfn.describe_execution(executionArn=execution["executionArn"])["status"] == "RUNNING"
+        if not running and (job is None or job["TrainingJobStatus"] != "InProgress"):
+            return 0
+        time.sleep(args.poll_seconds)
+        plan, guard = pipeline_state(sfn, execution["executionArn"])
+
+
+# ---- argument parsing and printing ---------------------------------------------------------------------------
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, list):
+        return "\n\n".join(_text(v) for v in value)
+    if isinstance(value, dict) and "billable_seconds" in value and "estimated_cost_usd" in value:
+        from ..pipeline.report import summary_text
+
+        return summary_text(value)
+    return "\n".join(f"{k:<18} {v}" for k, v in value.items() if v is not None)
+
+
+def _table(rows: list[dict]) -> str:
+    if not rows:
+        return "no executions"
+    keys = list(rows[0])
+    widths = {k: max(len(k), *(len(str(r[k])) for r in rows)) for k in keys}
+    lines = ["  ".join(k.ljust(widths[k]) for k in keys)]
+    lines += ["  ".join(str(r[k]).ljust(widths[k]) for k in keys) for r in rows]
+    return "\n".join(lines)
+
+
+def _run(fn, args: argparse.Namespace) -> int:
+    """Run a remote command; its exit code from spotrun/cli/exits.py. With `--format json` an error is one JSON
+    document on stdout (as a refused `start` is), else one line on stderr."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from ..contract.refusal import Refusal
+    from .exits import Exit, for_status
+
+    fmt = getattr(args, "format", "text")
+    try:
+        result = fn(args)
+    except Refusal as exc:  # the run file (spotrun.contract.runfile.load_run_file)
+        return _error(fmt, for_status(exc.status), exc.status, exc.message, exc.field)
+    except RemoteError as exc:
+        return _error(fmt, Exit.INVALID, "RemoteError", str(exc))
+    except (ClientError, BotoCoreError) as exc:
+        return _error(fmt, Exit.FAILED, "AWS", str(exc))
+    if isinstance(result, int):
+        return result
+    if fmt == "json":
+        print(json.dumps(result, indent=2, default=str))
+    elif fn is list_runs:
+        print(_table(result))
+    else:
+        print(_text(result))
+    if isinstance(result, dict) and result.get("error"):
+        return int(for_status(result["error"]))
+    return int(Exit.OK)
+
+
+def _error(fmt: str, code: int, error: str, message: str, field: str | None = None) -> int:
+    from .exits import fail
+
+    if fmt == "json":
+        return fail(fmt, code, error, message, field)
+    print(f"error: {message}" if error == "RemoteError" else f"error: {error}: {message}", file=sys.stderr)
+    return int(code)
+
+
+def register(sub) -> None:
+    def common(p, *, fmt: bool = True):
+        p.add_argument("--stage", default="dev", help="the deployed stage (stacks/config.py; default dev)")
+        p.add_argument("--stack", help="CloudFormation stack name (default <stage>-Spotrun)")
+        p.add_argument("--region", help="AWS region (default: the AWS configuration's)")
+        if fmt:
+            p.add_argument("--format", choices=["text", "json"], default="text",
+                           help="text (default) or one JSON document")
+
+    p = sub.add_parser("start", help="validate a run JSON here, then start it on the stage's state machine")
+    p.add_argument("run", type=Path, help="run JSON file (s3:// sources under the stack's bucket)")
+    p.add_argument("--execution-name", help="execution name (default <run name>-<UTC time>)")
+    common(p)
+    p.set_defaults(func=lambda a: _run(start, a))
+    p = sub.add_parser("status", help="state, step, loss, interruptions and spend vs cap of a run (default: the "
+                       "running ones)")
+    p.add_argument("run", nargs="?", help="run name, execution name or ARN")
+    common(p)
+    p.set_defaults(func=lambda a: _run(status, a))
+    p = sub.add_parser("logs", help="the training job's CloudWatch log streams")
+    p.add_argument("run", help="run name, execution name or ARN")
+    p.add_argument("--follow", "-f", action="store_true", help="keep printing until the run ends")
+    p.add_argument("--poll-seconds", type=float, default=10.0, help=argparse.SUPPRESS)
+    common(p, fmt=False)
+    p.set_defaults(func=lambda a: _run(logs, a))
+    p = sub.add_parser("report", help="billable vs training seconds, savings, cost, interruptions, model package")
+    p.add_argument("run", help="run name, execution name or ARN")
+    common(p)
+    p.set_defaults(func=lambda a: _run(report, a))
+    p = sub.add_parser("cancel", help="stop a run: the execution, then the training job (the trainer saves first)")
+    p.add_argument("run", help="run name, execution name or ARN")
+    common(p)
+    p.set_defaults(func=lambda a: _run(cancel, a))
+    p = sub.add_parser("list", help="the stage's runs (executions), newest first")
+    p.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
+    common(p)
+    p.set_defaults(func=lambda a: _run(list_runs, a))
+    from .deploy import register as register_deploy
+
+    register_deploy(sub, common, _run)

@@ -1,0 +1,136 @@
+"""`spotrun simulate RUN.json`: the run's plan replayed over N traces under every policy; table, JSON and PNG.
+
+Traces: generated (the estimate's interruption rate, or `--band`'s Spot Instance Advisor rate, with the estimate's
+bursts and droughts unless `--droughts` says otherwise), `--traces DIR` of availability files in the
+skypilot-org/spot-traces format, or `--interruptions FILE`: the interruption table's items, resampled. Exit
+codes: spotrun/cli/exits.py, as `spotrun estimate`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from ..policy.policies import POLICIES
+from ..policy.traces import ADVISOR_BANDS
+
+
+def register(sub) -> None:
+    sim = sub.add_parser("simulate", help="replay the run's plan over spot traces under each policy: cost, "
+                         "P(deadline), work lost; table and PNG")
+    sim.add_argument("run", type=Path, help="run JSON file")
+    sim.add_argument("--traces", type=Path, help="a directory of availability traces (skypilot-org/spot-traces "
+                     "format; every *.json under it); default: generated traces")
+    sim.add_argument("--interruptions", type=Path, help="the interruption table's items (a JSON array, or `aws "
+                     "dynamodb scan --table-name T` output): windows drawn from the gaps between a job's interruptions")
+    sim.add_argument("--policy", action="append", choices=sorted(POLICIES), help="only these policies (repeatable)")
+    sim.add_argument("--n", type=int, default=1000, help="traces (default 1000)")
+    sim.add_argument("--seed", type=int, default=0, help="seed of the generated traces and start offsets")
+    sim.add_argument("--band", choices=list(ADVISOR_BANDS), help="interruptions at this Spot Instance Advisor band "
+                     "instead of the estimate's rate")
+    sim.add_argument("--droughts", type=float, help="droughts per day in generated traces (default 0.1)")
+    sim.add_argument("--region", help="price in this region (default us-east-1)")
+    sim.add_argument("--out", type=Path, default=Path("simulate-output"), help="where simulate.json, simulate.txt "
+                     "and simulate.png go (default ./simulate-output)")
+    sim.add_argument("--no-optimum", action="store_true", help="skip the offline optimum (numpy)")
+    sim.add_argument("--format", choices=["text", "json"], default="text")
+    sim.set_defaults(func=simulate_command)
+
+
+def traces_for(plan, est, args) -> tuple[list, str]:
+    from ..policy.choose import ESTIMATE_TRACES, horizon_s
+    from ..policy.traces import (
+        TraceSpec,
+        advisor_rate,
+        generated_traces,
+        interruption_gaps,
+        read_availability,
+        recorded_traces,
+        resampled_traces,
+    )
+
+    horizon = horizon_s(plan)
+    if args.traces:
+        files = sorted(Path(args.traces).rglob("*.json"))
+        if not files:
+            raise ValueError(f"--traces={args.traces}: no *.json trace files under it")
+        recs = [read_availability(f, est.instance_count) for f in files]
+        mean = sum(r.available_fraction for r in recs) / len(recs)
+        return (recorded_traces(recs, args.n, horizon, args.seed),
+                f"{len(recs)} recorded traces from random start offsets, {mean:.0%} available on average")
+    if args.interruptions:
+        gaps = interruption_gaps(read_items(args.interruptions))
+        return (resampled_traces(gaps, args.n, horizon, seed=args.seed),
+                f"resampled from {len(gaps)} recorded gaps between interruptions")
+    rate = advisor_rate(args.band, est.instance_count) if args.band else est.interruptions_per_hour
+    extra = dict(ESTIMATE_TRACES)
+    if args.droughts is not None:
+        extra["droughts_per_day"] = args.droughts
+    spec = TraceSpec(interruptions_per_hour=rate, horizon_s=horizon, **extra)
+    droughts = f"a drought every {1 / spec.droughts_per_day:g} days" if spec.droughts_per_day else "no droughts"
+    band = f"Advisor band {args.band}: " if args.band else ""
+    return (generated_traces(spec, args.n, args.seed),
+            f"generated: {band}{rate:.3g} interruptions per job-hour, {spec.burst_p:.0%} in bursts, {droughts}")
+
+
+def read_items(path: Path) -> list[dict]:
+    """DynamoDB items from a JSON array or `aws dynamodb scan` output (typed attribute values: {"S": ...})."""
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"--interruptions={path}: expected a JSON array of items or a DynamoDB scan ({exc})") from None
+    items = doc.get("Items", []) if isinstance(doc, dict) else doc
+    if not isinstance(items, list):
+        raise ValueError(f"--interruptions={path}: expected a JSON array of items or a DynamoDB scan")
+
+    def plain(value):
+        if isinstance(value, dict) and len(value) == 1 and next(iter(value)) in ("S", "N", "BOOL"):
+            return next(iter(value.values()))
+        return value
+
+    return [{k: plain(v) for k, v in item.items()} for item in items if isinstance(item, dict)]
+
+
+def simulate_command(args: argparse.Namespace) -> int:
+    from ..contract.refusal import Refusal
+    from ..planner.estimate import load_catalog, regional_catalog
+    from ..policy.choose import candidates, plan_from_estimate
+    from ..policy.report import plot, study, table_text
+    from .estimate import check_file
+    from .exits import Exit, fail, for_status
+
+    if args.n < 1:
+        return fail(args.format, Exit.INVALID, "InvalidArguments", f"--n={args.n} is invalid: expected an integer "
+                    ">= 1", "--n")
+    try:
+        checked = check_file(args.run, None, plan=True, region=args.region)  # spotrun.contract.runfile.load_run_file
+        est, run = checked.estimate, checked.run
+        catalog = regional_catalog(load_catalog(), args.region or "us-east-1")
+        plan = plan_from_estimate(est, catalog, deadline_hours=run.compute.deadline_hours,
+                                  spot_discount=run.compute.spot_discount)
+        traces, source = traces_for(plan, est, args)
+    except Refusal as exc:
+        return fail(args.format, for_status(exc.status), exc.status, exc.message, exc.field)
+    except ValueError as exc:  # the traces or interruptions given
+        return fail(args.format, Exit.INVALID, "InvalidRun", str(exc))
+    chosen = candidates(plan)
+    if args.policy:
+        chosen = [c for c in chosen if c[0] in args.policy] or [(p, plan.default_checkpointing()) for p in args.policy]
+    report = study(plan, traces, chosen, optimum=not args.no_optimum, source=source, cap_usd=run.max_usd)
+    report["run"] = run.name
+    report["layout"] = f"{est.instance_count} x {est.instance_type}"
+    args.out.mkdir(parents=True, exist_ok=True)
+    files = {"report": args.out / "simulate.json", "summary": args.out / "simulate.txt",
+             "plot": args.out / "simulate.png"}
+    text = f"{run.name} on {report['layout']}: " + table_text(report)
+    files["report"].write_text(json.dumps(report, indent=2))
+    files["summary"].write_text(text + "\n")
+    plot(report, files["plot"], f"{run.name}: {report['layout']}, {report['traces']} traces")
+    if args.format == "json":
+        print(json.dumps(report, indent=2))
+    else:
+        print(text)
+        for name, path in files.items():
+            print(f"  {name:<16} {path}")
+    return 0

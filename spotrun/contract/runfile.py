@@ -1,0 +1,69 @@
+"""The one loader of run files: every command that reads a run JSON (validate, estimate, simulate, start, local,
+demo) reads it with `load_run_file`.
+
+In order: the file's size (at most 256 KiB, Step Functions' input limit, checked before reading it), the strict
+decoder (spotrun.contract.spec.decode_run: a UTF-8 BOM is dropped, UTF-16/32 and non-UTF-8 bytes are refused, duplicate
+keys and huge integers are kept to be refused by field), the contract (parse_run), then local sources made
+absolute: a relative `model.source`, `data.source` or `data.validation` is read relative to the run file's
+directory, wherever the command runs from. s3:// URIs are left as they are. Every problem is a RunValidationError
+naming the field (`run` for the file itself).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .spec import MAX_RUN_BYTES, RunSpec, RunValidationError, decode_run, parse_run
+
+SOURCE_FIELDS = (("model", "source"), ("data", "source"), ("data", "validation"))
+
+
+@dataclass(frozen=True)
+class RunFile:
+    path: Path
+    """The run file as given."""
+    raw: dict
+    """The decoded run JSON with local sources made absolute (what a pipeline is given)."""
+    run: RunSpec
+    """The validated run (of `raw`)."""
+    written: dict
+    """The decoded run JSON as written (relative sources relative): what errors about a source quote."""
+
+
+def read_run_bytes(path: Path) -> bytes:
+    """The file's bytes, refused by size before reading (a 10 MB file is not read whole)."""
+    try:
+        size = Path(path).stat().st_size
+        if size > MAX_RUN_BYTES:
+            raise RunValidationError("run", str(path), f"a file of at most {MAX_RUN_BYTES:,} bytes (Step Functions' "
+                                     f"input limit); this one has {size:,}")
+        return Path(path).read_bytes()
+    except (OSError, ValueError) as exc:
+        if isinstance(exc, RunValidationError):
+            raise
+        raise RunValidationError("run", str(path), f"a readable file ({getattr(exc, 'strerror', None) or exc})"
+                                 ) from None
+
+
+def resolve_sources(raw: dict, base: Path) -> dict:
+    """A copy of a parsed run's JSON with each local source (not s3://) absolute, relative ones read from `base`."""
+    out = {**raw}
+    for section, key in SOURCE_FIELDS:
+        source: Any = (raw.get(section) or {}).get(key)
+        if isinstance(source, str) and source and not source.startswith("s3://"):
+            try:
+                out[section] = {**out[section], key: str((base / source).resolve())}
+            except (OSError, ValueError) as exc:  # a NUL in the path, a name too long for the system
+                raise RunValidationError(f"{section}.{key}", source, f"a path ({exc})") from None
+    return out
+
+
+def load_run_file(path: Path | str) -> RunFile:
+    """The run file decoded strictly, checked against the contract, with its local sources absolute."""
+    path = Path(path)
+    raw = decode_run(read_run_bytes(path), str(path))
+    parse_run(raw)  # the contract first, on the values as written: its errors name the field and that value
+    resolved = resolve_sources(raw, path.parent)
+    return RunFile(path=path, raw=resolved, run=parse_run(resolved), written=raw)

@@ -1,0 +1,154 @@
+"""Bytes of a run file to a JSON value, and the one error of the run contract.
+
+`decode_run` decodes strictly (UTF-8 with an optional BOM, at most 256 KiB) and keeps what `json` would hide for
+`check_json_tree` to report by field: a key given twice, an integer too long to convert. Every error is a
+`RunValidationError`: one line `field=value is invalid: expected ...` (the trainer's ConfigError format) naming the
+dotted field path, the value shortened by `show`, and what is accepted.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import reprlib
+from typing import Any
+
+from ..seams import PlanStatus
+from .refusal import Refusal
+
+MAX_RUN_BYTES = 256 * 1024  # a run is a Step Functions execution input: at most 256 KiB
+MAX_DEPTH = 16  # HF configs nest 2-3 levels; deeper input is refused before anything recurses into it
+MAX_STRING = 4096  # no field of a run needs more (S3 URIs are <= 1,024)
+MAX_INT = 10**18  # integers beyond this are refused (a planner figure must stay a finite float)
+
+_shorten = reprlib.Repr()
+_shorten.maxstring, _shorten.maxother, _shorten.maxlong, _shorten.maxlevel = 60, 60, 40, 2
+_shorten.maxdict = _shorten.maxlist = 4
+
+
+def show(value: Any) -> str:
+    """A short, one-line repr of any value (bounded depth, no huge-int conversion, newlines escaped)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
+        return f"<an integer of about {int(value.bit_length() * 0.30103)} digits>"
+    if isinstance(value, _BigNumber):
+        return f"<a number of {len(value.text)} digits>"
+    try:
+        text = _shorten.repr(value)
+    except Exception:  # noqa: BLE001 - a value whose repr fails must still give a message
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _key(key: Any) -> str:
+    """A key as it appears in a field path: itself when plain, else a shortened repr (one line)."""
+    if isinstance(key, str) and re.fullmatch(r"[A-Za-z0-9_\-]{1,40}", key):
+        return key
+    return show(key)
+
+
+def join(path: str, key: Any) -> str:
+    return f"{path}.{_key(key)}" if path else _key(key)
+
+
+class RunValidationError(Refusal, ValueError):
+    """The run JSON is invalid (a Refusal with status InvalidRun); `.field` is the dotted path of the offending
+    field."""
+
+    def __init__(self, field_path: str, value: Any, accepted: str):
+        field_path = field_path if len(field_path) <= 200 else field_path[:197] + "..."
+        message = f"{field_path}={show(value)} is invalid: expected {accepted}"
+        super().__init__(PlanStatus.INVALID_RUN.value, " ".join(message.splitlines()), field=field_path)
+
+
+# ---- decoding: bytes of a run file -> a JSON value whose oddities are reported by field -----------------
+
+
+class _BigNumber:
+    """An integer literal too long to convert (Python refuses > 4,300 digits); reported by field."""
+
+    def __init__(self, text: str):
+        self.text = text
+
+
+class _DuplicateKeys(dict):
+    """An object in which a key appeared more than once (json keeps the last silently); reported by field."""
+
+    duplicate: str = ""
+
+
+def _pairs(pairs: list[tuple[str, Any]]) -> dict:
+    out = _DuplicateKeys()
+    for key, value in pairs:
+        if key in out and not out.duplicate:
+            out.duplicate = key
+        out[key] = value
+    return out if out.duplicate else dict(out)
+
+
+def decode_run(data: bytes, name: str = "run") -> Any:
+    """The JSON value of a run file's bytes (UTF-8, at most 256 KiB), or RunValidationError naming `run`."""
+    if len(data) > MAX_RUN_BYTES:
+        raise RunValidationError("run", name, f"a file of at most {MAX_RUN_BYTES:,} bytes (Step Functions' input "
+                                 f"limit); this one has {len(data):,}")
+    for bom, encoding in ((b"\xff\xfe\x00\x00", "UTF-32"), (b"\x00\x00\xfe\xff", "UTF-32"),
+                          (b"\xff\xfe", "UTF-16"), (b"\xfe\xff", "UTF-16")):
+        if data.startswith(bom):
+            raise RunValidationError("run", name, f"UTF-8 text (this file is {encoding}: save it as UTF-8)")
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise RunValidationError("run", name, f"UTF-8 text (byte {exc.start} is not UTF-8)") from None
+    try:
+        return json.loads(text, object_pairs_hook=_pairs,
+                          parse_int=lambda s: int(s) if len(s) <= 40 else _BigNumber(s))
+    except json.JSONDecodeError as exc:
+        problem = exc.msg.removesuffix(" at")  # json's "Unterminated string starting at" + " at line ..."
+        raise RunValidationError("run", name, f"valid JSON ({problem} at line {exc.lineno} column {exc.colno})"
+                                 ) from None
+    except RecursionError:
+        raise RunValidationError("run", name, f"JSON nested at most {MAX_DEPTH} levels deep") from None
+
+
+def check_json_tree(raw: Any, root: str = "") -> None:
+    """Refuse, by field, what no field accepts: deep nesting, duplicate or non-string keys, non-finite or huge
+    numbers, huge or non-UTF-8 strings, non-JSON values. Iterative: safe for any depth."""
+    stack = [(raw, root, 0)]
+    while stack:
+        obj, path, depth = stack.pop()
+        where = path or "run"
+        if depth > MAX_DEPTH:
+            raise RunValidationError(where, "...", f"JSON nested at most {MAX_DEPTH} levels deep")
+        if isinstance(obj, dict):
+            if isinstance(obj, _DuplicateKeys):
+                raise RunValidationError(join(path, obj.duplicate), obj[obj.duplicate],
+                                         "each key once in an object (this key appears more than once)")
+            for key, value in obj.items():
+                if not isinstance(key, str):
+                    raise RunValidationError(join(path, key), value, "string keys")
+                if len(key) > 256:
+                    raise RunValidationError(join(path, key), value, "a field name of at most 256 characters")
+                stack.append((value, join(path, key), depth + 1))
+        elif isinstance(obj, list):
+            if len(obj) > 1000:
+                raise RunValidationError(where, obj, "a list of at most 1,000 items")
+            stack.extend((value, f"{path}[{i}]", depth + 1) for i, value in enumerate(obj))
+        elif isinstance(obj, float):
+            if not math.isfinite(obj):
+                raise RunValidationError(where, obj, "a finite number (NaN and Infinity are not JSON numbers)")
+        elif isinstance(obj, _BigNumber) or (isinstance(obj, int) and not isinstance(obj, bool)
+                                             and abs(obj) > MAX_INT):
+            raise RunValidationError(where, obj, f"a number of at most {MAX_INT:.0e}")
+        elif isinstance(obj, str):
+            if len(obj) > MAX_STRING:
+                raise RunValidationError(where, obj, f"a string of at most {MAX_STRING:,} characters "
+                                         f"(this one has {len(obj):,})")
+            try:
+                obj.encode("utf-8")
+            except UnicodeEncodeError:
+                raise RunValidationError(where, obj, "text without lone surrogate escapes (\\ud800-\\udfff)"
+                                         ) from None
+        elif obj is not None and not isinstance(obj, (bool, int)):
+            raise RunValidationError(where, obj, "a JSON value (object, list, string, number, true/false, null)")

@@ -1,0 +1,412 @@
+"""The cost guard's rules: what the state machine does next at every poll of the training job, and the bills.
+
+The Lambda (spotrun/handlers/cost_guard.py) describes the job, reads its tags and lists the run's committed
+checkpoints (one Lambda task per poll keeps the loop at a few history events); `decide` here is the pure rule:
+it returns the new guard (spotrun.seams.Guard), whose `action` is a seams.GuardAction. `spotrun status` runs the
+same arithmetic on a job as it is now; the cost report's registry metadata (`registry_metadata`) is the same on
+AWS and in the local registry of `spotrun local`.
+
+What holds the cap is not the guard: every job's MaxRuntimeInSeconds is what the cap still allows at
+on-demand rates, and SageMaker enforces it (spotrun/pipeline/segments.py). The guard keeps the books and chains
+segments:
+
+- a finished job costs BillableTimeInSeconds x on-demand price x instance count (BillableTimeInSeconds is already
+  the spot-adjusted time: SageMaker's savings are `1 - billable / training`), plus its warm pool's keep-alive at
+  on-demand rates (a warm pool bills after the job ends); this is exact, and it is what the next segment's
+  MaxRuntime is computed from;
+- while a job runs SageMaker reports no billable time: the bound is the seconds the job spent in billed secondary
+  statuses (SecondaryStatusTransitions; not the waits for capacity: Starting, Interrupted, ...) x the on-demand
+  price. If that bound plus a poll and a stop would pass the cap and the job's own MaxRuntime does not keep it
+  under the cap (a job created with a wrong limit), the guard stops the job: a second line behind MaxRuntime;
+- a job that ended without finishing the run (its segment's time was up, MaxRuntime, the guard's stop) is
+  followed by the next segment while the chain from the newest committed checkpoint still finishes under the cap
+  at the expected bill (`_next_segment`, spotrun/pipeline/segments.py `plan_chain`); spot or
+  on-demand for it is decided in one place, `next_capacity` (after MaxWait without spot capacity: on-demand when
+  the run allows a fallback, never after a stop the cap requested);
+- the estimate's chosen spot policy (spotrun/policy/choose.py: `guard_decision`, pure) is executed here, only
+  mapped to actions: with a deadline, a spot job behind the policy is stopped (`switch_requested`) and the next
+  segment is on-demand; at a segment boundary the run returns to spot when the policy says it is ahead;
+- a job belongs to this execution when its `execution` tag says so (the name is derived, the tag is set at
+  creation): a job name an earlier execution used is refused.
+
+Polling, and the history quota: a Standard execution fails at 25,000 history events. The loop is Wait -> CostGuard
+-> Choice (9 events), and the guard picks the next wait: 5% of the job's age, between `poll_seconds` and
+`max_poll_seconds`, and never longer than the time left before the cap would be reached (minus the 120 s a stop
+still bills). tests/infra/test_seams.py computes the event count of one segment of the longest job the contract
+allows; the guard counts its execution's events (`history_events`) and sends a segment that might not fit in
+what is left to a fresh execution (`continue`, spotrun/pipeline/continuation.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Callable
+
+from ..contract.aws_text import digest, metadata_value
+from ..policy.choose import guard_decision
+from ..seams import (
+    CHECKPOINT_MANIFEST,
+    CHECKPOINT_STEP_DIR,
+    COMPLETED_METRIC,
+    EXECUTION_TAG,
+    Guard,
+    GuardAction,
+    Hyperparameter,
+    Plan,
+    metric_name,
+)
+from .aws_events import to_epoch
+from .continuation import EVENTS_PER_CREATE, EVENTS_PER_POLL, EVENTS_PER_STOP, continuation_name, must_continue
+from .report import run_report
+from .segments import (
+    MAX_SEGMENTS,
+    STOP_BILL_S,
+    ChainCosts,
+    chain_refusal,
+    next_max_runtime,
+    plan_chain,
+    segment_job_name,
+    segment_seconds,
+    smallest_cap,
+)
+
+STOP_GRACE_S = STOP_BILL_S  # a stopped job bills until the container exits: up to the notice
+POLL_GROWTH = 0.05  # the next wait as a fraction of the job's age
+# Secondary statuses in which SageMaker has no instances billing for the job: waiting for (spot) capacity.
+UNBILLED_STATUSES = frozenset({"Starting", "LaunchingMLInstances", "Pending", "Interrupted"})
+ENDED = ("Completed", "Stopped", "Failed")
+
+
+def _interruptions(describe: dict) -> int:
+    return sum(1 for t in describe.get("SecondaryStatusTransitions") or [] if t.get("Status") == "Interrupted")
+
+
+def _final_metric(describe: dict, name: str) -> float | None:
+    for metric in describe.get("FinalMetricDataList") or []:
+        if metric.get("MetricName") == name:
+            return float(metric["Value"])
+    return None
+
+
+def usd_per_second(plan: Plan) -> float:
+    return plan.usd_per_hour / 3600
+
+
+def billed_seconds_bound(describe: dict, now: float) -> float:
+    """Seconds the job has billed at most so far: its time in billed secondary statuses (the transitions' own
+    clock); without transitions, the seconds since TrainingStartTime."""
+    transitions = describe.get("SecondaryStatusTransitions") or []
+    if transitions:
+        total = 0.0
+        for t in transitions:
+            start = to_epoch(t.get("StartTime"))
+            if t.get("Status") in UNBILLED_STATUSES or start is None:
+                continue
+            total += max(0.0, (to_epoch(t.get("EndTime")) or now) - start)
+        return total
+    start = to_epoch(describe.get("TrainingStartTime"))
+    if start is None:
+        return 0.0
+    return max(0.0, (to_epoch(describe.get("TrainingEndTime")) or now) - start)
+
+
+def warm_pool_seconds(describe: dict) -> float:
+    """What a job's warm pool bills after it ends: the keep-alive (or what SageMaker reports, if more)."""
+    keep = float((describe.get("ResourceConfig") or {}).get("KeepAlivePeriodInSeconds") or 0)
+    retained = float((describe.get("WarmPoolStatus") or {}).get("ResourceRetainedBillableTimeInSeconds") or 0)
+    return max(keep, retained)
+
+
+def job_cost(plan: Plan, describe: dict, now: float) -> tuple[float, bool]:
+    """(USD of this job, exact?): billable x on-demand (+ warm pool) once it ended, else the running bound."""
+    rate = usd_per_second(plan)
+    if describe.get("TrainingJobStatus") in ENDED and describe.get("BillableTimeInSeconds") is not None:
+        return (float(describe["BillableTimeInSeconds"]) + warm_pool_seconds(describe)) * rate, True
+    return (billed_seconds_bound(describe, now) + warm_pool_seconds(describe)) * rate, False
+
+
+def next_wait(plan: Plan, job_age_s: float, spent_usd: float) -> int:
+    """Seconds to the next poll: grows with the job's age, never past the time the cap leaves (see docstring)."""
+    schedule = min(plan.max_poll_seconds, max(plan.poll_seconds, POLL_GROWTH * job_age_s))
+    schedule = min(schedule, (plan.max_usd - spent_usd) / usd_per_second(plan) - STOP_GRACE_S)
+    return int(max(plan.poll_seconds, schedule))
+
+
+def checkpoint_age(describe: dict, newest_checkpoint: float | None, now: float) -> float | None:
+    """Seconds since the newest committed checkpoint reached S3 (since training started when none has)."""
+    if describe.get("TrainingJobStatus") != "InProgress" or describe.get("SecondaryStatus") != "Training":
+        return None
+    start = to_epoch(describe.get("TrainingStartTime"))
+    reference = newest_checkpoint if newest_checkpoint is not None else start
+    return None if reference is None else max(0.0, now - reference)
+
+
+def policy_next(plan: Plan, *, now: float, checkpoint_step: int | None, on_demand_now: bool,
+                spot_available: bool) -> str | None:
+    """What the estimate's chosen spot policy does next ("spot", "on_demand" or "wait";
+    spotrun/policy/choose.py: `guard_decision`), or None for a run without a deadline (the policy never
+    switches). Progress is the newest committed checkpoint's step against the plan's total steps, in the
+    simulator's seconds of work; time is the seconds since the execution started."""
+    section = (plan.estimate or {}).get("spot_policy") or {}
+    started = to_epoch(plan.execution_started)
+    if section.get("deadline_hours") is None or not section.get("sim_plan") or started is None:
+        return None
+    done = min(1.0, (checkpoint_step or 0) / max(1, plan.planned_steps))
+    return guard_decision(section, done * section["sim_plan"]["work_s"], max(0.0, now - started),
+                          on_demand_now=on_demand_now, spot_available=spot_available)
+
+
+def next_capacity(plan: Plan, guard: Guard, *, no_spot_capacity: bool, policy: str | None = None) -> bool | None:
+    """The one decision point for the next segment's capacity: True spot, False on-demand, None neither.
+
+    An on-demand run stays on-demand; after a stop the cap requested, the capacity the job had (no switch);
+    after a stop the spot policy requested, on-demand; a spot run that found no capacity within MaxWait continues
+    on-demand when it allows a fallback; otherwise the policy's decision at this boundary (`policy_next`: back to
+    spot when ahead, "wait" is spot too: a spot job waits for capacity within its MaxWait), and without one the
+    capacity the run has been on. Its budget is checked by the caller, as for every segment."""
+    if not plan.spot:
+        return False
+    if guard.stop_requested:
+        return bool(guard.spot)
+    if guard.switch_requested:
+        return False
+    if no_spot_capacity:
+        return False if plan.on_demand_fallback else None
+    if policy is not None:
+        return policy != "on_demand"
+    return bool(guard.spot)
+
+
+def switch_now(plan: Plan, guard: Guard, describe: dict, *, now: float, checkpoint_step: int | None) -> bool:
+    """While a spot job runs (or waits for capacity): does the chosen policy move the run to on-demand now
+    (progress fell behind it)? Never for a run that forbids on-demand, nor once a stop was requested."""
+    if not guard.spot or not plan.on_demand_fallback or guard.stop_requested or \
+            guard.switch_requested or describe.get("TrainingJobStatus") != "InProgress":
+        return False
+    waiting = describe.get("SecondaryStatus") in UNBILLED_STATUSES
+    return policy_next(plan, now=now, checkpoint_step=checkpoint_step, on_demand_now=False,
+                       spot_available=not waiting) == "on_demand"
+
+
+def decide(plan: Plan, guard: Guard, describe: dict, *, now: float, newest_checkpoint: float | None = None,
+           job_tags: dict[str, str] | None = None, checkpoint_step: int | None = None) -> Guard:
+    """The new guard after one poll of the guard's job (`describe`: DescribeTrainingJob's answer; `job_tags`: its
+    tags; `newest_checkpoint`, `checkpoint_step`: the newest committed checkpoint's time and step)."""
+    cost, exact = job_cost(plan, describe, now)
+    spent = float(guard.spent_before_usd) + cost
+    rate = usd_per_second(plan)
+    projected = spent + (plan.poll_seconds + STOP_GRACE_S) * rate
+    status = describe.get("TrainingJobStatus")
+    age = checkpoint_age(describe, newest_checkpoint, now)
+    worst_gap = max(float(guard.worst_checkpoint_gap_seconds or 0.0), age or 0.0)
+    created = to_epoch(describe.get("CreationTime")) or now
+    result = dataclasses.replace(
+        guard, cost_usd=round(spent, 4), projected_usd=round(projected, 4),
+        interruptions=int(guard.interruptions_before) + _interruptions(describe),
+        checkpoint_age_seconds=None if age is None else round(age, 1),
+        worst_checkpoint_gap_seconds=round(worst_gap, 1), report=None, message="",
+        wait_seconds=next_wait(plan, now - created, spent),
+        history_events=int(guard.history_events) + EVENTS_PER_POLL)  # the poll that called the guard
+
+    def act(action: GuardAction, **changes: Any) -> Guard:
+        return dataclasses.replace(result, action=action, **changes)
+
+    if job_tags is not None and job_tags.get(EXECUTION_TAG) != plan.execution:
+        return act(GuardAction.FAILED, message=f"{guard.job_name} is not this execution's job: its "
+                                               f"{EXECUTION_TAG} tag is {job_tags.get(EXECUTION_TAG)!r}, this "
+                                               f"execution is {plan.execution!r}")
+    if status not in ENDED:
+        # SageMaker ends the job at its MaxRuntime: when that bound keeps the run under the cap, a stop here
+        # would only cut the segment short. The guard stops a job only when its MaxRuntime does not hold it.
+        limit = float((describe.get("StoppingCondition") or {}).get("MaxRuntimeInSeconds") or math.inf)
+        bounded = float(guard.spent_before_usd) + (limit + STOP_GRACE_S + warm_pool_seconds(
+            describe)) * rate <= plan.max_usd + 1e-6
+        if status == "InProgress" and not guard.stop_requested and projected >= plan.max_usd and \
+                not bounded:
+            return act(GuardAction.STOP, stop_requested=True, wait_seconds=plan.poll_seconds,
+                       history_events=result.history_events + EVENTS_PER_STOP)
+        if switch_now(plan, guard, describe, now=now, checkpoint_step=checkpoint_step):
+            return act(GuardAction.STOP, switch_requested=True, wait_seconds=plan.poll_seconds,
+                       history_events=result.history_events + EVENTS_PER_STOP,
+                       message=f"{guard.job_name}: progress fell behind the spot policy's "
+                               f"({(plan.estimate or {}).get('spot_policy', {}).get('chosen')}): stopping "
+                               "it to continue on-demand on the same checkpoints")
+        return act(GuardAction.WAIT)
+    done = [*guard.segments, _segment_record(guard, describe, cost, exact)]
+    result = dataclasses.replace(result, segments=done)
+    if status == "Completed" and _final_metric(describe, COMPLETED_METRIC) is not None:
+        report = _report(plan, result, describe, spent)
+        if not report["gate"]["passed"]:  # kept in S3 and reported, not registered
+            return act(GuardAction.GATE_FAILED, report=report,
+                       message=f"{report['gate']['cause']}; artifact kept at {report['model_data_url']}")
+        return act(GuardAction.COMPLETED, report=report)
+    policy = policy_next(plan, now=now, checkpoint_step=checkpoint_step, on_demand_now=not guard.spot,
+                         spot_available=True)
+    return _after_segment(plan, dataclasses.replace(guard, interruptions=result.interruptions,
+                                                    history_events=result.history_events), describe, spent,
+                          act, policy, checkpoint_step)
+
+
+def _segment_record(guard: Guard, describe: dict, cost: float, exact: bool) -> dict:
+    return {"segment": int(guard.segment), "job_name": guard.job_name,
+            "spot": bool(guard.spot), "status": describe.get("TrainingJobStatus"),
+            "secondary_status": describe.get("SecondaryStatus"),
+            "billable_seconds": describe.get("BillableTimeInSeconds"),
+            "training_seconds": describe.get("TrainingTimeInSeconds"), "cost_usd": round(cost, 4), "exact": exact,
+            "interruptions": _interruptions(describe)}
+
+
+def _after_segment(plan: Plan, guard: Guard, describe: dict, spent: float, act: Callable[..., Guard],
+                   policy: str | None, checkpoint_step: int | None) -> Guard:
+    """A job ended without finishing the run: the next segment, or the reason the run ends here. `policy`: the
+    spot policy's decision at this boundary (`policy_next`)."""
+    status, secondary = describe.get("TrainingJobStatus"), describe.get("SecondaryStatus")
+    stop_requested = bool(guard.stop_requested or guard.switch_requested)
+    no_capacity = secondary == "MaxWaitTimeExceeded" or str(describe.get("FailureReason", "")).startswith(
+        "MaxWaitTimeExceeded")
+    name = guard.job_name
+    if no_capacity and not stop_requested:
+        spot = next_capacity(plan, guard, no_spot_capacity=True, policy=policy)
+        if spot is None:
+            return act(GuardAction.FAILED, message=f"{name}: no spot capacity within MaxWait and on-demand "
+                                                   "fallback is off (compute.on_demand_fallback)")
+        return _next_segment(plan, guard, spent, spot, act, GuardAction.FALLBACK, checkpoint_step)
+    if status == "Failed":
+        return act(GuardAction.FAILED, message=f"{name}: {describe.get('FailureReason') or 'training job failed'}")
+    if status == "Stopped" and not stop_requested and secondary not in ("MaxRuntimeExceeded",
+                                                                        "MaxWaitTimeExceeded"):
+        return act(GuardAction.FAILED, message=f"{name} was stopped outside the pipeline (StopTrainingJob by "
+                                               "someone else): the run ends with its newest checkpoint")
+    if secondary == "MaxRuntimeExceeded" and int(guard.max_runtime_seconds or 0) >= \
+            plan.max_runtime_cap_seconds:
+        return act(GuardAction.FAILED, message=f"{name} ran to its MaxRuntime of "
+                                               f"{plan.max_runtime_cap_seconds / 3600:,.1f} h (the longest a "
+                                               "job of this run may run) without finishing: the estimate was far "
+                                               "off; the newest checkpoint stands (checkpoint.resume_from)")
+    spot = next_capacity(plan, guard, no_spot_capacity=False, policy=policy)
+    return _next_segment(plan, guard, spent, bool(spot), act, GuardAction.SEGMENT, checkpoint_step)
+
+
+def chain_costs(plan: Plan) -> ChainCosts:
+    """The plan's figures for the chain of the segments still to come (spotrun/pipeline/segments.py)."""
+    return ChainCosts(usd_per_s=usd_per_second(plan), spot_fraction=plan.spot_fraction,
+                      startup_s=plan.segment_overhead_seconds, restart_s=plan.segment_overhead_seconds,
+                      save_s=plan.checkpoint_upload_seconds, longest_s=plan.max_runtime_cap_seconds,
+                      step_s=plan.seconds_per_step, warm_pool_s=plan.warm_pool_seconds)
+
+
+def work_left(plan: Plan, checkpoint_step: int | None) -> float:
+    """Training seconds still to do from the newest committed checkpoint (all of it without one), at the planned
+    pace without further interruptions: the guard stops a run only when even an uninterrupted finish cannot fit
+    (the interruptions so far are in the bills already). At least a step (or a second): the job ended without
+    completing."""
+    steps = max(1, plan.planned_steps - (checkpoint_step or 0))
+    interruptions = float((plan.estimate or {}).get("expected_overhead_seconds") or 0.0) / max(1, plan.planned_steps)
+    return max(1.0, steps * max(plan.seconds_per_step - interruptions, 0.0))
+
+
+def _next_segment(plan: Plan, guard: Guard, spent: float, spot: bool, act: Callable[..., Guard],
+                  action: GuardAction, checkpoint_step: int | None) -> Guard:
+    """The next segment when the chain from the newest checkpoint still finishes under the cap at the expected
+    bill (its MaxRuntime: what the cap leaves at on-demand rates); otherwise the run ends at the cap, saying why."""
+    rate = usd_per_second(plan)
+    warm = 0 if spot else plan.warm_pool_seconds
+    max_rt = next_max_runtime(cap_usd=plan.max_usd, spent_usd=spent, usd_per_s=rate,
+                              longest_s=plan.max_runtime_cap_seconds, warm_pool_s=warm)
+    segment = int(guard.segment) + 1
+    costs, left = chain_costs(plan), work_left(plan, checkpoint_step)
+    chain = plan_chain(cap_usd=plan.max_usd, spent_usd=spent, work_s=left, costs=costs, first=False, spot=spot)
+    if not chain.fits or segment > MAX_SEGMENTS:
+        why = chain_refusal(chain, plan.max_usd, smallest_cap(spent_usd=spent, work_s=left, costs=costs,
+                                                              first=False, spot=spot), costs) if not chain.fits \
+            else f"the run would need more than {MAX_SEGMENTS} jobs (segments)"
+        return act(GuardAction.OVER_BUDGET, message=(
+            f"stopped at the cost cap: ${spent:,.2f} billed (exact, {segment - 1} job(s)) of budget "
+            f"${plan.max_usd:,.2f}, {max(0.0, plan.max_usd - spent):,.2f} left, {left:,.0f} s of training to go "
+            f"from step {checkpoint_step or 0} of {plan.planned_steps}: {why}. The newest checkpoint is under "
+            f"{plan.checkpoint_s3_uri}: continue with checkpoint.resume_from={plan.execution} and a larger "
+            "budget.max_usd"))
+    hyper = {**plan.hyperparameters, Hyperparameter.SEGMENT_SECONDS.value: str(segment_seconds(
+        max_rt, startup_s=plan.segment_overhead_seconds, save_s=plan.checkpoint_upload_seconds))}
+    fresh = must_continue(int(guard.history_events))  # the next segment in a fresh execution's history
+    return act(GuardAction.CONTINUE if fresh else action, job_name=segment_job_name(plan.job_name, segment, spot),
+               spot=spot, segment=segment, spent_before_usd=round(spent, 6),
+               interruptions_before=int(guard.interruptions), stop_requested=False, switch_requested=False,
+               max_runtime_seconds=max_rt, max_wait_seconds=max_rt + plan.max_wait_extra_seconds if spot else max_rt,
+               hyperparameters=hyper, wait_seconds=plan.poll_seconds,
+               history_events=int(guard.history_events) + (0 if fresh else EVENTS_PER_CREATE),
+               next_execution=continuation_name(plan.execution, segment) if fresh else "")
+
+
+def _report(plan: Plan, guard: Guard, describe: dict, spent: float) -> dict:
+    """The cost report of a completed run (`guard`: the poll's new guard, its `segments` every finished job)."""
+    segments = guard.segments
+    billable = sum(float(s["billable_seconds"] or 0.0) for s in segments)
+    training = sum(float(s["training_seconds"] or s["billable_seconds"] or 0.0) for s in segments)
+    spot_billable = sum(float(s["billable_seconds"] or 0.0) for s in segments if s["spot"])
+    spot_training = sum(float(s["training_seconds"] or s["billable_seconds"] or 0.0) for s in segments if s["spot"])
+    savings = (1 - spot_billable / spot_training) * 100 if spot_training > 0 else 0.0
+    worst_lost = guard.worst_checkpoint_gap_seconds * plan.usd_per_hour / 3600
+    report = run_report(  # the one report builder (spotrun/pipeline/report.py), as the local pipeline's
+        plan, job_name=guard.job_name, spot=any(s["spot"] for s in segments), billable_seconds=billable,
+        training_seconds=training, interruptions=guard.interruptions, spot_savings_pct=round(savings, 2),
+        cost_usd=round(spent, 2), price_basis=f"{COST_BASIS_BILLED}; {plan.price_source}",
+        cost_basis=COST_BASIS_BILLED, price_region=plan.region, price_as_of=plan.price_as_of,
+        final_loss=_final_metric(describe, metric_name("loss")),
+        model_data_url=(describe.get("ModelArtifacts") or {}).get("S3ModelArtifacts", ""),
+        worst_case_lost_usd=round(worst_lost, 2), base_val_loss=_final_metric(describe, metric_name("base_val_loss")),
+        exported_val_loss=_final_metric(describe, metric_name("exported_val_loss")))
+    report.update(region=plan.region, segments=segments)
+    report["metadata"] = registry_metadata(report)
+    return report
+
+
+# The model package's CustomerMetadataProperties: structured fields only (no prose: `;`, `(`, `)`, `,` break the
+# value pattern; spotrun/contract/aws_text.py). data_source is the run's URI made to fit; data_source_sha256 the exact
+# one.
+REGISTRY_METADATA_KEYS = ("run", "method", "artifact", "data_source", "data_source_sha256", "final_loss",
+                          "interruptions", "segments", "billable_seconds", "training_seconds", "spot_savings_pct",
+                          "cost_usd",
+                          "cost_basis", "price_region", "price_as_of", "worst_case_lost_usd")
+# How the reported cost is computed, in the pattern's characters.
+COST_BASIS_BILLED = "billable seconds x on-demand price x instance count"
+
+
+OPTIONAL_METADATA_KEYS = ("base_val_loss", "exported_val_loss")  # runs with validation data
+
+
+def registry_metadata(report: dict) -> dict[str, str]:
+    """The model package's CustomerMetadataProperties (1-256 allowed characters each), from a cost report: the
+    same keys on AWS and in the local registry of `spotrun local`."""
+    source = str(report.get("data_source") or "")
+    segments = report.get("segments")  # the jobs with their bills (AWS), or a count
+    fields = {**report, "data_source": source, "data_source_sha256": digest(source) if source else None,
+              "segments": (len(segments) if isinstance(segments, list) else segments) or 1}
+    out = {k: metadata_value(fields.get(k)) for k in REGISTRY_METADATA_KEYS}
+    out.update({k: metadata_value(report[k]) for k in OPTIONAL_METADATA_KEYS if report.get(k) is not None})
+    return out
+
+
+def newest_checkpoint(s3_client: Any, bucket: str, prefix: str) -> float | None:
+    """LastModified (epoch s) of the newest committed checkpoint's manifest under the prefix: a listing only."""
+    return committed_checkpoints(s3_client, bucket, prefix)[0]
+
+
+def committed_checkpoints(s3_client: Any, bucket: str, prefix: str) -> tuple[float | None, int | None]:
+    """(LastModified of the newest committed manifest, the highest committed step) under the prefix."""
+    newest, step = None, None
+    for page in s3_client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        for obj in page.get("Contents", []):
+            if obj["Key"].endswith("/" + CHECKPOINT_MANIFEST):
+                modified = to_epoch(obj["LastModified"])
+                newest = modified if newest is None else max(newest, modified)
+                found = CHECKPOINT_STEP_DIR.match(obj["Key"].rsplit("/", 2)[-2])
+                if found:
+                    step = max(step or 0, int(found.group(1)))
+    return newest, step
+
+
+def checkpoint_overdue(plan: Plan, age_s: float) -> float:
+    """The checkpoint age against what the plan allows: 2 x the planned interval + one upload (alarm at >= 1)."""
+    return round(age_s / (2 * plan.checkpoint_interval_seconds + plan.checkpoint_upload_seconds), 3)

@@ -1,0 +1,166 @@
+"""The estimate's refusals that need the deployment: what must hold before an execution creates anything.
+
+The execution's name (it becomes a tag), the stage's maxima (stacks/config.py), the account's SageMaker service
+quota (Service Quotas), and `checkpoint.resume_from`: the execution it names exists in this pipeline, ran the
+same run and has ended (Step Functions), and trained the same model shape on the same data, as that execution
+recorded in `spotrun-run.json` beside its checkpoints (`run_record`). Each refusal is a RunValidationError
+naming the field. Clients are passed in; nothing here reads the environment.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from ..contract.aws_text import TAG_VALUE_MAX, aws_text_ok
+from ..contract.spec import RunSpec, RunValidationError
+from ..seams import REGISTRATION_STATUS, PipelineSettings
+
+RUN_RECORD = "spotrun-run.json"  # what an execution trained, beside its checkpoints: checked on resume_from
+QUOTA_SERVICE = "sagemaker"
+
+
+def check_execution_name(execution: str) -> None:
+    """The execution's name becomes the `execution` tag of its jobs (what ties a job to its execution): refuse a
+    name Step Functions accepts but a tag value does not (`retrain(2)`), rather than tag a look-alike."""
+    if not execution or len(execution) > TAG_VALUE_MAX or not aws_text_ok(execution):
+        raise RunValidationError("execution", execution, "an execution name of letters, digits and _.:/=+-@ only "
+                                 "(it is the training jobs' `execution` tag, whose pattern allows no other "
+                                 "characters); e.g. retrain-2 instead of retrain(2)")
+
+
+def run_record(run: RunSpec, model_config: dict | None, tokens: int | None, parameters: int) -> dict:
+    """What makes checkpoints resumable by a later execution: the model's shape and the data."""
+    shape = json.dumps(model_config or run.model.config or {}, sort_keys=True, separators=(",", ":"))
+    return {"run": run.name, "method": run.training.method, "parameters": parameters,
+            "model_shape_sha256": hashlib.sha256(shape.encode()).hexdigest(),
+            "data_source": run.data.source, "data_tokens": tokens or run.data.tokens, "seq_len": run.data.seq_len}
+
+
+def check_resume(record: dict, s3_client: Any, bucket: str, prefix: str, resume_from: str) -> None:
+    from botocore.exceptions import ClientError
+
+    try:
+        earlier = json.loads(s3_client.get_object(Bucket=bucket, Key=prefix + RUN_RECORD)["Body"].read())
+    except ClientError:
+        raise RunValidationError("checkpoint.resume_from", resume_from,
+                                 f"an earlier execution of run {record['run']} (nothing recorded under "
+                                 f"s3://{bucket}/{prefix})") from None
+    for what, keys in (("model shape", ("method", "parameters", "model_shape_sha256")),
+                       ("data", ("data_source", "data_tokens", "seq_len"))):
+        differ = [k for k in keys if earlier.get(k) != record[k]]
+        if differ:
+            raise RunValidationError("checkpoint.resume_from", resume_from,
+                                     f"an execution trained on the same {what}: {differ[0]} was "
+                                     f"{earlier.get(differ[0])!r}, this run has {record[differ[0]]!r}")
+
+
+def check_approval_status(run: RunSpec) -> None:
+    if run.approval_status != REGISTRATION_STATUS:
+        raise RunValidationError("registry.approval_status", run.approval_status,
+                                 f"{REGISTRATION_STATUS}: the pipeline registers every model for review; approving "
+                                 "it is a separate, permissioned step (aws sagemaker update-model-package "
+                                 "--model-approval-status Approved)")
+
+
+def check_before_preparing(run: RunSpec, quotas_client: Any, execution_status: Any) -> None:
+    """What would refuse the run after its preparation and does not depend on the tokens: checked before its
+    preparation job bills anything (the quota only for an explicit instance type)."""
+    check_approval_status(run)
+    if run.checkpoint.resume_from is not None and execution_status is not None:
+        check_resumable(run, run.checkpoint.resume_from, execution_status(run.checkpoint.resume_from))
+    if quotas_client is not None and run.compute.instance_type != "auto":
+        check_quota(quotas_client, run.compute.instance_type, run.compute.instance_count or 1, run.compute.spot)
+
+
+def check_resumable(run: RunSpec, name: str, found: tuple[str, str | None] | None) -> None:
+    """`checkpoint.resume_from` names an execution of this pipeline, of the same run, that has ended: a running
+    one still writes its checkpoints, and another run's are not this run's."""
+    if found is None:
+        raise RunValidationError("checkpoint.resume_from", name, f"an ended execution of run {run.name} of this "
+                                 "pipeline (no execution has this name)")
+    status, run_name = found
+    if status == "RUNNING":
+        raise RunValidationError("checkpoint.resume_from", name, "an execution that has ended (this one is still "
+                                 "running and writing its checkpoints: stop it first, or wait)")
+    if run_name != run.name:
+        raise RunValidationError("checkpoint.resume_from", name, f"an execution of run {run.name} (this one ran "
+                                 f"{run_name!r})")
+
+
+def check_quota(quotas_client: Any, instance_type: str, count: int, spot: bool) -> None:
+    """Refuse a run the account's SageMaker quota cannot hold (Service Quotas; quotas are per instance type)."""
+    from botocore.exceptions import ClientError
+
+    name = f"{instance_type} for {'spot ' if spot else ''}training job usage"
+    try:
+        pages = list(quotas_client.get_paginator("list_service_quotas").paginate(ServiceCode=QUOTA_SERVICE))
+    except ClientError as exc:
+        if exc.response["Error"]["Code"] == "NoSuchResourceException":
+            return  # Service Quotas has no SageMaker quotas in this region: nothing to check against
+        raise
+    for page in pages:
+        for quota in page.get("Quotas", []):
+            if quota.get("QuotaName") == name:
+                if quota.get("Value", 0) < count:
+                    raise RunValidationError(
+                        "compute.instance_type", instance_type,
+                        f"a type with quota for {count} instance(s): the account's SageMaker quota "
+                        f"\"{name}\" ({quota.get('QuotaCode')}) is {quota.get('Value', 0):g}; raise it in the "
+                        f"Service Quotas console or with `aws service-quotas request-service-quota-increase "
+                        f"--service-code sagemaker --quota-code {quota.get('QuotaCode')} --desired-value {count}`")
+                return
+    # NOTE: a quota that is not listed is not refused: Service Quotas lists only quotas that exist in the region.
+
+
+def check_stage_limits(run: RunSpec, settings: PipelineSettings, running_executions: int | None) -> None:
+    """The stage's maxima (stacks/config.py): the cap per run, instances per run, runs at once; and the tracking
+    servers a run may name."""
+    where = f"stage {settings.stage or '?'}'s limit in stacks/config.py"
+    if settings.max_usd_per_run and run.max_usd > settings.max_usd_per_run:
+        raise RunValidationError("budget.max_usd", run.max_usd, f"at most {settings.max_usd_per_run:,.2f} "
+                                 f"(max_usd_per_run, {where})")
+    count = run.compute.instance_count
+    if settings.max_instances_per_run and count is not None and count > settings.max_instances_per_run:
+        raise RunValidationError("compute.instance_count", count, f"at most {settings.max_instances_per_run} "
+                                 f"(max_instances_per_run, {where})")
+    uri = run.tracking.mlflow_uri
+    if uri and uri not in settings.mlflow_tracking_servers:  # a job that tracks runs without network isolation
+        listed = ", ".join(settings.mlflow_tracking_servers) or "none"
+        raise RunValidationError("tracking.mlflow_uri", uri, f"one of the stage's tracking servers: {listed} "
+                                 f"(mlflow_tracking_servers, {where})")
+    if settings.max_concurrent_runs and running_executions is not None and \
+            running_executions > settings.max_concurrent_runs:
+        raise RunValidationError("run", f"{running_executions} running executions", f"at most "
+                                 f"{settings.max_concurrent_runs} at once (max_concurrent_runs, {where}): start it "
+                                 "when one has ended")
+
+
+def count_running(sfn: Any, state_machine_arn: str, enough: int) -> int:
+    """Running executions of the state machine, counted up to `enough` (the limit + 1 decides)."""
+    count = 0
+    for page in sfn.get_paginator("list_executions").paginate(stateMachineArn=state_machine_arn,
+                                                               statusFilter="RUNNING"):
+        count += len(page["executions"])
+        if count >= enough:
+            break
+    return count
+
+
+def execution_of(sfn: Any, state_machine_arn: str, name: str) -> tuple[str, str | None] | None:
+    """(status, run name of its input) of the state machine's execution `name`; None if there is none."""
+    from botocore.exceptions import ClientError
+
+    arn = state_machine_arn.replace(":stateMachine:", ":execution:", 1) + ":" + name
+    try:
+        desc = sfn.describe_execution(executionArn=arn)
+    except ClientError as exc:
+        if exc.response["Error"]["Code"] in ("ExecutionDoesNotExist", "InvalidArn"):
+            return None
+        raise
+    try:
+        run_name = json.loads(desc.get("input") or "{}").get("name")
+    except (json.JSONDecodeError, AttributeError):
+        run_name = None
+    return desc["status"], run_name

@@ -1,0 +1,258 @@
+"""The run report: what was estimated against what happened, the cost, and the loss curve.
+
+One builder for both paths (`run_report`, from the run's plan: the cost guard's report on AWS, spotrun.handlers.
+cost_guard, and `build_local_report` here): run, job_name, status, method, instance_type, instance_count, spot,
+billable_seconds, training_seconds, interruptions, spot_savings_pct, cost_usd, price_basis, cost_basis,
+price_region, price_as_of, cap_usd, estimated_cost_usd, final_loss, model_data_url, data_source,
+worst_case_lost_usd, artifact, base_val_loss, exported_val_loss, gate. The AWS report adds region, segments and
+metadata; a local run adds
+`estimate`, `actual` (measured on this machine: steps, tokens, wall, trainer and restart seconds, time lost to
+interruptions, steps redone), `interruption_log` (when each interruption was asked for and really sent) and
+`priced`: this machine's time at the planned instance's catalog rates, which is not a measurement and is labelled
+so in `price_basis` and in the text.
+
+Files (write_report): report.json, report.txt (the readable summary) and loss.png (matplotlib, headless): the
+training loss and, with validation data, the validation loss at each evaluation, each interruption marked.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..seams import Plan
+from .gate import check_gate
+
+_NO_GATE = check_gate(None, base=None, final=None).cause
+
+
+def artifact_kind(method: str) -> str:
+    return "lora-adapter" if method == "lora" else "full-model"
+
+
+def run_report(plan: Plan, *, job_name: str, spot: bool, billable_seconds: float, training_seconds: float,
+               interruptions: int, spot_savings_pct: float, cost_usd: float, price_basis: str, cost_basis: str,
+               price_region: str, price_as_of: str, final_loss: float | None, model_data_url: str,
+               worst_case_lost_usd: float, base_val_loss: float | None, exported_val_loss: float | None) -> dict:
+    """The report both paths make, from the run's plan (spotrun.seams.Plan, as spotrun.pipeline.plan.plan made it) and
+    what the run came to: the keys the registry's metadata and `summary_text` read, and the gate's verdict
+    (spotrun/pipeline/gate.py on the exported weights' and the base model's validation losses)."""
+    report = {
+        "run": plan.run_name, "job_name": job_name, "status": "Completed", "method": plan.method,
+        "instance_type": plan.instance_type, "instance_count": plan.instance_count, "spot": spot,
+        "billable_seconds": billable_seconds, "training_seconds": training_seconds, "interruptions": interruptions,
+        "spot_savings_pct": spot_savings_pct, "cost_usd": cost_usd,
+        "price_basis": price_basis, "cost_basis": cost_basis, "price_region": price_region,
+        "price_as_of": price_as_of, "cap_usd": plan.max_usd, "estimated_cost_usd": plan.estimate["cost_usd"],
+        "final_loss": final_loss, "model_data_url": model_data_url, "data_source": plan.data_source,
+        # An interruption at the worst moment seen would have repeated this much work (at the on-demand price).
+        "worst_case_lost_usd": worst_case_lost_usd,
+        "artifact": artifact_kind(plan.method),
+        # The exported weights' and the base model's validation losses (the trainer's run_completed line).
+        "base_val_loss": base_val_loss, "exported_val_loss": exported_val_loss,
+    }
+    gate = check_gate(plan.gate, base=base_val_loss, final=exported_val_loss)
+    report["gate"] = {"passed": gate.passed, "cause": gate.cause}
+    return report
+
+
+def build_local_report(*, plan: Plan, spot: bool, job_name: str, metrics: dict, losses: list[tuple[int, float]],
+                       history: dict, spot_discount: float, model_data_url: str,
+                       evaluation: dict | None = None) -> dict:
+    """The report of a local run (`run_report` with this machine's figures) from its plan (spotrun.local.pipeline:
+    the estimate Lambda's plan with local settings), the trainer's metrics.json and loss history, and the
+    timeline of starts and interruptions kept by the local pipeline (spotrun/local/supervisor.py).
+
+    `actual` is what was measured on this machine; `priced` (and the cost keys at the top level, which the
+    registry's metadata carries) is this machine's launcher time priced at the planned instance's catalog rates
+    (the plan's `usd_per_hour`): not measured, and said so in `price_basis` and in the text. `evaluation`: the
+    export metadata's (which weights were exported and the validation losses; None without validation data)."""
+    usd_per_hour = plan.usd_per_hour
+    training_s = sum(s["ended_s"] - s["started_s"] for s in history["starts"])
+    on_demand = training_s / 3600 * usd_per_hour
+    spot_usd = on_demand * (1 - spot_discount)
+    interruptions = history["interruptions"]
+    basis = (f"priced, not measured: the {training_s:.1f} s the launcher ran on this machine at "
+             f"{plan.instance_count} x {plan.instance_type}'s catalog on-demand price (${usd_per_hour:.4f}/h)"
+             + (f"; spot: billable time scaled by the catalog's {spot_discount:.0%} spot discount" if spot else ""))
+    priced = {
+        "basis": basis, "usd_per_hour": usd_per_hour, "spot_discount": spot_discount,
+        "billable_seconds": round(training_s * (1 - spot_discount) if spot else training_s, 3),
+        "training_seconds": round(training_s, 3),
+        "spot_savings_pct": round(spot_discount * 100, 2) if spot else 0.0,
+        "cost_usd": round(spot_usd if spot else on_demand, 6),
+        "cost_usd_at_rates": {"spot": round(spot_usd, 6), "on_demand": round(on_demand, 6)},
+        # The most work one interruption cost here (at the on-demand price), as the AWS report's worst case.
+        "worst_case_lost_usd": round(max((i["lost_s"] for i in interruptions), default=0.0) / 3600
+                                     * usd_per_hour, 6),
+    }
+    report = run_report(
+        plan, job_name=job_name, spot=spot, billable_seconds=priced["billable_seconds"],
+        training_seconds=priced["training_seconds"], interruptions=len(interruptions),
+        spot_savings_pct=priced["spot_savings_pct"], cost_usd=priced["cost_usd"], price_basis=basis,
+        # The registry's structured cost fields (cost_guard.REGISTRY_METADATA_KEYS), as on AWS.
+        cost_basis="wall time measured here x catalog on-demand price", price_region="local", price_as_of="none",
+        final_loss=metrics["final_loss"], model_data_url=model_data_url,
+        worst_case_lost_usd=priced["worst_case_lost_usd"], base_val_loss=(evaluation or {}).get("base_val_loss"),
+        exported_val_loss=(evaluation or {}).get("val_loss"))
+    est = plan.estimate
+    report.update({
+        "local": True, "cost_usd_at_rates": priced["cost_usd_at_rates"], "priced": priced,
+        "estimate": {
+            "wall_seconds": round(est["wall_seconds"], 1), "tokens": est["tokens"],
+            "expected_interruptions": round(est["expected_interruptions"], 4),
+            "expected_overhead_seconds": round(est["expected_overhead_seconds"], 1),
+            "checkpoint_policy": est["checkpoint_policy"],
+            "checkpoint_interval_seconds": est["checkpoint_interval_seconds"],
+        },
+        "actual": {
+            "basis": "measured on this machine",
+            "steps": metrics["steps"], "tokens": metrics["tokens"], "wall_seconds": history["wall_s"],
+            "trainer_seconds": round(metrics["wall_s"], 3), "starts": len(history["starts"]),
+            "restart_seconds": round(sum(s.get("restart_s", 0.0) for s in history["starts"]), 3),
+            "lost_seconds": round(sum(i["lost_s"] for i in interruptions), 3),
+            "steps_redone": len(losses) - len({step for step, _ in losses}),
+            "tokens_per_s_per_device": round(metrics["tokens_per_s_per_device"], 1),
+            "user_stops": len(history.get("user_stops", [])),
+        },
+        "interruption_log": interruptions,
+        "interruptions_not_injected": history.get("not_injected", []),
+        "evaluation": evaluation,
+        "estimated_evaluation_seconds": round(est["evaluation_seconds"], 1),
+    })
+    return report
+
+
+def _money(value) -> str:
+    return f"${value:,.4f}" if isinstance(value, (int, float)) else str(value)
+
+
+def _event_line(i: int, event: dict) -> str:
+    late = event.get("late")
+    unit = "s" if event["trigger"].endswith("s") else " steps"
+    sent = (f"sent at step {event['signalled_at_step']}, {event['at_s']:.1f} s into the job ({late:g}{unit} late)"
+            if late is not None else f"sent {event['at_s']:.1f} s into the job")
+    return (f"      {i}. {event['kind']} asked at {event['trigger']}: {sent}; stopped at step {event['step']}, resumed "
+            f"from checkpoint step {event['checkpoint_step']}; {event['lost_s']:.1f} s lost")
+
+
+def _local_lines(report: dict) -> list[str]:
+    est, act, priced = report["estimate"], report["actual"], report["priced"]
+    lines = [
+        "  measured here:",
+        f"    steps            {act['steps']} ({act['steps_redone']} redone), {act['tokens']:,} tokens "
+        f"(estimated {est['tokens']:,.0f})",
+        f"    wall time        {act['wall_seconds']:.1f} s over {act['starts']} start(s); trainer "
+        f"{act['trainer_seconds']:.1f} s; restarts {act.get('restart_seconds', 0.0):.1f} s",
+        f"    interruptions    {report['interruptions']} (estimate {est['expected_interruptions']:.3f}); "
+        f"time lost to them and the restarts {act['lost_seconds']:.1f} s",
+    ]
+    lines += [_event_line(i, event) for i, event in enumerate(report.get("interruption_log", []), 1)]
+    if act.get("user_stops"):
+        lines.append(f"    stopped by Ctrl-C {act['user_stops']} time(s), resumed with --resume (the time between "
+                     "sessions is not counted)")
+    for left in report.get("interruptions_not_injected", []):
+        if isinstance(left, dict):
+            lines.append(f"      not injected: {left['trigger']} ({left['reason']})")
+    lines += [
+        f"  priced, not measured: this machine's {priced['training_seconds']:.1f} s at {report['instance_count']} x "
+        f"{report['instance_type']}'s catalog rates (${priced['usd_per_hour']:.4f}/h on-demand"
+        + (f", spot {priced['spot_discount']:.0%} off)" if report["spot"] else ")") + ":",
+        f"    billable/training {priced['billable_seconds']:.1f} s / {priced['training_seconds']:.1f} s"
+        f" (spot savings {priced['spot_savings_pct']:.1f}%: the catalog's discount)",
+        f"    cost             {_money(priced['cost_usd'])} of cap {_money(report['cap_usd'])}; at the rates: spot "
+        f"{_money(priced['cost_usd_at_rates']['spot'])}, on-demand {_money(priced['cost_usd_at_rates']['on_demand'])}",
+        f"    the estimate     {est['wall_seconds']:.0f} s on {report['instance_count']} x {report['instance_type']}: "
+        f"spot {_money(report['estimated_cost_usd']['spot'])} / on-demand "
+        f"{_money(report['estimated_cost_usd']['on_demand'])}",
+    ]
+    return lines
+
+
+def summary_text(report: dict) -> str:
+    """A readable summary of a report (local or AWS)."""
+    lines = [f"run {report['run']} ({report['job_name']}): {report['status']}"]
+    if "priced" in report and "actual" in report:
+        lines += _local_lines(report)
+    else:
+        lines += [
+            f"  billable/training {report['billable_seconds']:.1f} s / {report['training_seconds']:.1f} s"
+            f" (spot savings {report['spot_savings_pct']:.1f}%)",
+            f"  cost             {_money(report['cost_usd'])} of cap {_money(report['cap_usd'])}; estimated "
+            f"spot {_money(report['estimated_cost_usd']['spot'])} / on-demand "
+            f"{_money(report['estimated_cost_usd']['on_demand'])}",
+        ]
+        for seg in report.get("segments") or []:  # the AWS run's jobs, each with its exact bill
+            lines.append(f"  segment {seg['segment']:<8} {seg['job_name']} ({'spot' if seg['spot'] else 'on-demand'}): "
+                         f"{seg['status']}/{seg['secondary_status']}, billable {seg['billable_seconds'] or 0:,} s, "
+                         f"{_money(seg['cost_usd'])}")
+        prep = report.get("preparation")  # raw text prepared by the pipeline (spotrun/pipeline/preparation.py)
+        if prep:
+            lines.append(f"  preparation      reused {prep['data_source']} (same inputs and tokenizer), $0" if
+                         prep["reused"] else
+                         f"  preparation      {prep['job_name']} ({prep['instance_count']} x {prep['instance_type']}):"
+                         f" {prep['seconds']:,.0f} s, {_money(prep['cost_usd'])} (in the cost above), "
+                         f"{prep['tokens']:,} tokens")
+        if "cost_usd_at_rates" in report:
+            rates = report["cost_usd_at_rates"]
+            lines.append(f"  this wall time at the planned instance's rates: spot {_money(rates['spot'])}, "
+                         f"on-demand {_money(rates['on_demand'])}")
+    if report.get("final_loss") is not None:
+        lines.append(f"  final loss       {report['final_loss']:.4f}")
+    if report.get("exported_val_loss") is not None:
+        ev = report.get("evaluation") or {}
+        chosen = f" ({ev['weights']} weights, step {ev['exported_step']})" if ev.get("weights") else ""
+        base = report.get("base_val_loss")
+        lines.append(f"  validation loss  {report['exported_val_loss']:.4f}{chosen}; base model "
+                     + (f"{base:.4f}" if base is not None else "not measured"))
+    if report.get("gate") and report["gate"]["cause"] != _NO_GATE:  # a run without registry.gate says nothing
+        lines.append(f"  {report['gate']['cause']}")  # the cause begins "registry gate passed|failed"
+    if report.get("model_package_arn") or report.get("model_package"):
+        lines.append(f"  model package    {report.get('model_package_arn') or report.get('model_package')}")
+    return "\n".join(lines)
+
+
+def plot_loss(losses: list[tuple[int, float]], interruptions: list[dict], path: Path, title: str,
+              val: dict[int, float] | None = None) -> Path:
+    """loss.png: the per-step loss (the last value of a step that was redone) and the validation loss at each
+    evaluation (step 0: the base model's), with each interruption marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # headless: no display on servers and CI
+    import matplotlib.pyplot as plt
+
+    final = dict(losses)
+    steps = sorted(final)
+    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
+    ax.plot(steps, [final[s] for s in steps], color="tab:blue", linewidth=1.5, label="training loss")
+    if val:
+        at = sorted(val)
+        ax.plot(at, [val[s] for s in at], color="tab:orange", marker="o", markersize=4, linewidth=1.5,
+                label="validation loss")
+    for i, event in enumerate(interruptions, 1):
+        label = f"{event['kind']} at step {event['step']}" if i == 1 or len(interruptions) < 5 else None
+        ax.axvline(event["step"], color="tab:red", linestyle="--", linewidth=1.2, label=label)
+        if event["checkpoint_step"] < event["step"]:  # steps after the newest checkpoint were run again
+            ax.axvspan(event["checkpoint_step"], event["step"], color="tab:red", alpha=0.12)
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper right")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def write_report(report: dict, losses: list[tuple[int, float]], out_dir: Path,
+                 val: dict[int, float] | None = None) -> dict[str, Path]:
+    out_dir = Path(out_dir)
+    paths = {"report": out_dir / "report.json", "summary": out_dir / "report.txt", "plot": out_dir / "loss.png"}
+    plot_loss(losses, report.get("interruption_log", []), paths["plot"],
+              f"{report['run']}: {report['interruptions']} interruption(s)", val=val)
+    paths["report"].write_text(json.dumps(report, indent=2))
+    paths["summary"].write_text(summary_text(report) + "\n")
+    for path in paths.values():
+        path.chmod(0o644)
+    return paths

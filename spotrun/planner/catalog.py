@@ -1,0 +1,52 @@
+"""The instance catalog (spotrun/planner/catalog.json): loading it, checking its prices, and pricing it in a region.
+
+The planner, the simulator, the stage's config and the Lambda handlers read the catalog through these functions;
+the file itself cites where each figure comes from.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from pathlib import Path
+
+from ..contract.spec import RunValidationError
+
+CATALOG_PATH = Path(__file__).with_name("catalog.json")
+
+
+def load_catalog(path: Path = CATALOG_PATH) -> dict:
+    """The catalog at `path` (the shipped one by default), its prices checked."""
+    catalog = json.loads(Path(path).read_text())
+    check_prices(catalog)
+    return catalog
+
+
+def check_prices(catalog: dict) -> None:
+    """Every price is a finite number > 0: a price of 0 would make every bound zero and disable the cap."""
+    priced = {f"instances.{t}": s.get("on_demand_usd_per_hour") for t, s in catalog.get("instances", {}).items()
+              if "on_demand_usd_per_hour" in s}
+    for region, spec in catalog.get("regions", {}).items():
+        priced.update({f"regions.{region}.{t}": p for t, p in spec.get("on_demand_usd_per_hour", {}).items()})
+    for where, price in priced.items():
+        if isinstance(price, bool) or not isinstance(price, (int, float)) or not math.isfinite(price) or price <= 0:
+            raise ValueError(f"catalog {where}.on_demand_usd_per_hour={price!r} is invalid: expected a price in "
+                             "USD per hour > 0 (a price of 0 would disable the cost cap)")
+
+
+DEFAULT_PRICE_REGION = "us-east-1"  # the CLI's estimate without --region; a stage prices in its own region
+
+
+def regional_catalog(catalog: dict, region: str) -> dict:
+    """The catalog with the region's on-demand prices; RunValidationError for a region it has no prices for."""
+    regions = catalog.get("regions", {})
+    if region not in regions:
+        raise RunValidationError("region", region, f"a region the catalog has prices for: {', '.join(sorted(regions))} "
+                                 "(add the region's prices to spotrun/planner/catalog.json)")
+    check_prices(catalog)
+    prices = regions[region]["on_demand_usd_per_hour"]
+    out = copy.deepcopy(catalog)
+    out["instances"] = {t: {**spec, "on_demand_usd_per_hour": prices[t]}
+                        for t, spec in catalog["instances"].items() if t in prices}
+    return out

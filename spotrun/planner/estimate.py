@@ -1,0 +1,403 @@
+"""The pre-launch estimate: instance type, node count, sharding, batch layout, time limits, checkpoint cadence and
+cost, or a refusal.
+
+This module owns `estimate` (count the work, choose among the options, set the limits, build the Estimate, hold
+the budget) and its refusal; spotrun/planner/options.py fits, times and prices each layout; spotrun/planner/outputs.py
+turns an Estimate into the trainer's hyperparameters and text; spotrun/planner/catalog.py loads the prices.
+
+Rules, with the choices made here:
+
+- Layouts: every catalog instance type (or the one given) x 1..max_auto_instance_count nodes (or the count given)
+  x every sharding of those nodes (spotrun/planner/topology.py: full over all GPUs, or hybrid shard groups of whole
+  nodes; cross-node shard groups only on EFA nodes).
+- Memory (spotrun/planner/memory.py, the same model the trainer logs beside its measured peak): per GPU, sharded
+  training state + the gathered FSDP unit(s) + activations + logits must stay under gpu_memory * memory_usable_fraction
+  minus memory_allowance_gb (CUDA context, NCCL buffers). For each layout the planner keeps the run's samples per
+  rank and optimizer step (training.micro_batch * training.grad_accum) and picks the largest micro-batch dividing
+  it that fits, first without and then with activation checkpointing; grad_accum makes up the rest. These, the
+  sharding and activation checkpointing go to the trainer as hyperparameters. A run given only
+  model.parameters has no shape: its activations are not modelled (a warning says so).
+- Time (spotrun/planner/topology.py): per micro-batch, compute (6 N per token, +2 N with activation checkpointing; LoRA
+  4 N + 6 N_adapter) at the data-sheet peak x utilization, and the FSDP
+  collectives over the catalog's NVLink/PCIe and EFA bandwidths, hidden behind compute up to a stated fraction.
+  wall = training time + startup (`startup_seconds`: the catalog's 180 s for provisioning and data download, plus
+  pulling the trainer image, which every spot restart does again). Utilization: compute.utilization when
+  given, else the median MFU measured by earlier completed runs of the same model shape and method on that
+  instance type (recorded by spotrun/planner/measured.py), else the catalog's 0.25; the estimate says which.
+- Choice: the cheapest layout that fits (spot or on-demand, as the run asks), among those meeting
+  compute.target_hours when given (the fastest, with a warning, when none does). A model that fits nothing is
+  refused naming the largest layout tried and what it would need.
+- Checkpoint bytes (spotrun/planner/memory.py): 12/param full (fp32 weights + Adam moments), 12/adapter param LoRA. The
+  notice leaves 90 s to upload: needed rate = bytes / 90 s; if the nodes' S3 upload rate covers it, save on notice
+  (and periodically as insurance), else save on a schedule. Save cost C = bytes / upload rate; Young/Daly interval
+  sqrt(2·C·MTBI), clamped to [5 min, 6 h], MTBI from the job's interruption rate (nodes × per-instance rate;
+  recorded or catalog).
+- Spot: expected interruptions λ·wall, each costing the lost work (interval/2 on a schedule, ~0 on notice)
+  plus a restart (startup + checkpoint download). Spot cost = price·(1 − discount)·nodes·(wall + overhead).
+- MaxRuntime = 2 × the expected spot wall time (at least 1 h, at most SageMaker's 28 days); a run expected to
+  need more than 28 days is refused unless `compute.accept_max_runtime_stop` accepts the stop at 28 days.
+  MaxWait = MaxRuntime + the accepted delay (or the user's, refused when below MaxRuntime).
+- The checkpoint interval reaches the trainer as it is planned: whole seconds, at least 1 (a tiny
+  `interval_minutes` never rounds to 0, which the trainer reads as "off").
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field, replace
+
+from ..contract.refusal import Refusal
+from ..contract.spec import MAX_RUNTIME_LIMIT_S, LoraSpec, RunSpec, RunValidationError
+from ..pipeline.segments import SegmentPlan
+from ..seams import StopNotice
+from .catalog import CATALOG_PATH, DEFAULT_PRICE_REGION, check_prices, load_catalog, regional_catalog
+from .memory import ModelDims, checkpoint_bytes, training_state_bytes
+from .options import (
+    LayoutPlanner,
+    Option,
+    checkpoint_advice,
+    evaluation_seconds,
+    notice_upload_seconds,
+    price_advice,
+    segment_overhead_seconds,
+    segment_plan,
+    startup_seconds,
+)
+from .outputs import first_segment_seconds, format_text, trainer_hyperparameters
+from .params import lora_parameters, shape_of
+from .topology import layouts
+
+# The planner's names, wherever they are defined (spotrun/planner/catalog.py, options.py, outputs.py).
+__all__ = [
+    "CATALOG_PATH", "DEFAULT_PRICE_REGION", "Estimate", "EstimateRefused", "check_prices", "count_parameters",
+    "estimate", "evaluation_seconds", "first_segment_seconds", "format_text", "load_catalog",
+    "notice_upload_seconds", "regional_catalog", "segment_overhead_seconds", "startup_seconds",
+    "trainer_hyperparameters",
+]
+
+
+class EstimateRefused(Refusal):
+    """The planner refuses the run (spotrun.contract.refusal.Refusal). `code` is its status, the state machine's named
+    failure: InvalidRun or OverBudget; `field` the run field to change."""
+
+    def __init__(self, code: str, message: str, estimate: Estimate | None = None, field: str | None = None):
+        super().__init__(code, message, field=field, estimate=estimate)
+        self.code = self.status
+
+
+@dataclass
+class Estimate:
+    parameters: int
+    trainable_parameters: int
+    tokens: float
+    training_flops: float
+    training_state_bytes: int
+    gpu_hours: float
+    instance_type: str
+    instance_count: int
+    utilization: float
+    wall_seconds: float
+    expected_interruptions: float
+    expected_overhead_seconds: float
+    max_runtime_seconds: int
+    max_wait_seconds: int
+    checkpoint_bytes: int
+    notice_upload_gb_per_s: float
+    upload_gb_per_s_available: float
+    checkpoint_policy: str
+    checkpoint_interval_seconds: int
+    interruptions_per_hour: float
+    cost_usd: dict
+    spot: bool
+    sharding: str = "full"
+    shard_group_nodes: int = 1
+    micro_batch: int = 1
+    grad_accum: int = 1
+    activation_checkpointing: bool = False
+    global_batch_samples: int = 1
+    memory_per_gpu: dict = field(default_factory=dict)
+    seconds_per_micro_batch: dict = field(default_factory=dict)
+    advice: list[str] = field(default_factory=list)
+    spot_policy: dict = field(default_factory=dict)  # spotrun/policy/choose.py: the policy and its odds
+    warnings: list[str] = field(default_factory=list)
+    hyperparameters: dict[str, str] = field(default_factory=dict)
+    utilization_source: str = "catalog default"
+    evaluation_seconds: float = 0.0  # validation forwards over the run, inside wall_seconds (evaluation_seconds())
+    segments: dict = field(default_factory=dict)  # spotrun.pipeline.segments.SegmentPlan: how the cap holds
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def count_parameters(run: RunSpec, model_config: dict | None) -> tuple[int, int]:
+    """(total parameters, trainable parameters)."""
+    config = model_config or run.model.config  # the source's own config.json wins over an inline copy
+    if run.model.parameters is not None:
+        if run.training.method == "lora":
+            raise EstimateRefused("InvalidRun", "training.method=lora needs the model's shape: give model.config or "
+                                  "model.source instead of model.parameters",
+                                  field="training.method")
+        return run.model.parameters, run.model.parameters
+    if config is None:
+        raise EstimateRefused("InvalidRun", f"model.source={run.model.source!r}: its config.json could not be read",
+                              field="model.source")
+    try:
+        shape = shape_of(config)
+    except RunValidationError as exc:
+        if model_config is None:
+            raise
+        # The shape came from the source's config.json: the field to fix is the source, not an inline config.
+        raise RunValidationError("model.source", run.model.source, f"a model whose config.json the planner can "
+                                 f"count ({exc})") from None
+    total = shape.total
+    if run.training.method == "lora":
+        return total, lora_parameters(shape, run.training.lora.rank, run.training.lora.target_modules)
+    return total, total
+
+
+@dataclass(frozen=True)
+class _Work:
+    """What the run asks for, counted before any layout: parameters, tokens, FLOPs and bytes."""
+
+    total: int
+    trainable: int
+    tokens: float
+    validation_tokens: int | None
+    flops: float
+    state: int
+    ckpt_bytes: int
+    dims: ModelDims | None  # None: model.parameters only, no shape to model activations with
+
+
+def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | None = None,
+             data_tokens: int | None = None, recorded_rates: dict[str, float] | None = None,
+             recorded_mfu: dict[str, tuple[float, int]] | None = None,
+             validation_tokens: int | None = None) -> Estimate:
+    """Estimate a validated run. `model_config`/`data_tokens` (and `validation_tokens`: data.validation's
+    index.json) come from the run's sources (see sources.py);
+    `recorded_rates` maps instance type to interruptions per instance-hour measured by the recorder;
+    `recorded_mfu` maps instance type to (MFU, runs) measured by earlier runs of this shape and method.
+
+    The steps: count the work; enumerate the layouts that fit (options.LayoutPlanner); choose the cheapest
+    (meeting compute.target_hours); set the time limits; write the advice; build the Estimate; hold the budget."""
+    catalog = catalog or load_catalog()
+    d = catalog["defaults"]
+    work = _count_work(run, d, model_config, data_tokens, validation_tokens)
+    utilization = _utilization(run, d, recorded_mfu)
+    planner = LayoutPlanner(run, catalog, work.dims, work.total, work.trainable, work.tokens,
+                            lambda itype: utilization(itype)[0])
+    candidates, counts = _candidates(run, catalog)
+    options = planner.options(candidates, counts, work.ckpt_bytes, work.validation_tokens, recorded_rates)
+    if not options:
+        where = f"compute.instance_type={run.compute.instance_type}: " if run.compute.instance_type != "auto" else ""
+        message, field_name = planner.refusal()
+        raise EstimateRefused("InvalidRun", where + message, field=field_name)
+
+    best, warnings = _choose(run, options)
+    max_runtime, runtime_warnings = _limits(run, d, best)
+    warnings += _layout_warnings(run, catalog, planner, options, best, work.dims) + runtime_warnings
+    advice, price_warnings = price_advice(run, best)
+    warnings += price_warnings
+    advice += checkpoint_advice(catalog, best, work.ckpt_bytes)
+    util, util_source = utilization(best.instance_type)
+    if util_source.startswith("measured"):
+        advice.append(f"utilization {util:.2f} ({util_source}) instead of the {d['utilization']:.2f} default")
+    if run.data.validation is not None and work.validation_tokens is None and not run.eval.max_batches:
+        warnings.append("data.validation's size is not known here: evaluation time is not in the estimate (give "
+                        "eval.max_batches, or a data.validation with a readable index.json)")
+    seg = segment_plan(run, catalog, best, work.ckpt_bytes, work.total, max_runtime)
+    advice.append(seg.line)
+    if run.compute.spot and best.spot >= 0.9 * best.on_demand:
+        advice.append("spot saves under 10% here once interruptions are counted: on-demand (compute.spot=false) "
+                      "costs about the same without the interruptions")
+
+    est = _build(run, catalog, work, best, planner.per_rank, (util, util_source), max_runtime, seg, advice,
+                 warnings)
+    chosen_cost = seg.spot_cost_usd if seg.fits else best.spot if run.compute.spot else best.on_demand
+    if chosen_cost > run.max_usd:
+        if run.training.method != "lora":
+            advice.append(_lora_alternative(run, catalog, model_config, data_tokens, recorded_rates))
+        raise EstimateRefused("OverBudget", f"estimated ${chosen_cost:.2f} exceeds budget.max_usd={run.max_usd:.2f} "
+                              f"({best.fit.layout.describe()}, {(best.wall + best.overhead) / 3600:.1f} h)", est,
+                              field="budget.max_usd")
+    if not seg.fits:
+        raise EstimateRefused("OverBudget", f"budget.max_usd={run.max_usd:.2f} cannot carry the run "
+                              f"({best.fit.layout.describe()}, {(best.wall + best.overhead) / 3600:.1f} h, estimated "
+                              f"${chosen_cost:,.2f}): {seg.line}", est, field="budget.max_usd")
+    return est
+
+
+def _count_work(run: RunSpec, defaults: dict, model_config: dict | None, data_tokens: int | None,
+                validation_tokens: int | None) -> _Work:
+    """The run's size (refusing a spot run with a warm pool, a model it cannot count, data without a token
+    count); validation tokens from data.validation_fraction when the validation set's size is not given."""
+    c = run.compute
+    if c.spot and c.warm_pool_minutes:
+        raise EstimateRefused("InvalidRun", "compute.warm_pool_minutes with compute.spot=true: SageMaker managed "
+                              "warm pools cannot be used with spot instances; set one of them off",
+                              field="compute.warm_pool_minutes")
+    total, trainable = count_parameters(run, model_config)
+    tokens_per_epoch = run.data.tokens if run.data.tokens is not None else data_tokens
+    if not tokens_per_epoch:
+        raise EstimateRefused("InvalidRun", f"data.source={run.data.source!r}: no token count (give data.tokens, or "
+                              "point data.source at prepared shards with an index.json)",
+                              field="data.source")
+    tokens = tokens_per_epoch * run.training.epochs
+    if validation_tokens is None and run.data.validation_fraction:
+        f = run.data.validation_fraction  # the held-out share of the documents, about that share of the tokens
+        validation_tokens = round(tokens_per_epoch * f / (1 - f))
+    method = run.training.method
+    flops = (4 * total + 6 * trainable) * tokens if method == "lora" else 6 * total * tokens
+    config = run.model.config or model_config
+    dims = ModelDims.from_config(config) if config is not None and run.model.parameters is None else None
+    return _Work(total, trainable, tokens, validation_tokens, flops,
+                 state=training_state_bytes(total, trainable, method, defaults["compute_bytes"]),
+                 ckpt_bytes=checkpoint_bytes(total, trainable, method), dims=dims)
+
+
+def _utilization(run: RunSpec, defaults: dict,
+                 recorded_mfu: dict[str, tuple[float, int]] | None) -> Callable[[str], tuple[float, str]]:
+    """instance type -> (utilization, where it came from): compute.utilization, else the median MFU recorded
+    for this model shape and method on that type, else the catalog default."""
+    def utilization(itype: str) -> tuple[float, str]:
+        if run.compute.utilization:
+            return run.compute.utilization, "compute.utilization"
+        mfu, runs = (recorded_mfu or {}).get(itype, (0.0, 0))
+        if 0 < mfu <= 1:
+            return mfu, (f"measured: the median MFU of {runs} earlier {run.training.method} run(s) of this model "
+                         f"shape on {itype}")
+        return defaults["utilization"], "catalog default"
+
+    return utilization
+
+
+def _candidates(run: RunSpec, catalog: dict) -> tuple[list[str], Iterable[int]]:
+    """(instance types, node counts) to try: the run's, or every catalog type x 1..max_auto_instance_count."""
+    c = run.compute
+    if c.instance_type != "auto":
+        if c.instance_type not in catalog["instances"]:
+            raise EstimateRefused("InvalidRun", f"compute.instance_type={c.instance_type!r} is not in the catalog: "
+                                  f"accepted {', '.join(sorted(catalog['instances']))} or auto",
+                                  field="compute.instance_type")
+        candidates = [c.instance_type]
+    else:
+        candidates = list(catalog["instances"])
+    counts = [c.instance_count] if c.instance_count is not None else \
+        range(1, catalog["defaults"]["max_auto_instance_count"] + 1)
+    return candidates, counts
+
+
+def _choose(run: RunSpec, options: list[Option]) -> tuple[Option, list[str]]:
+    """(the cheapest option, spot or on-demand as the run asks, among those meeting compute.target_hours, or the
+    fastest when none does; the warning that says so)."""
+    c, warnings = run.compute, []
+    price_of = (lambda o: o.spot) if c.spot else (lambda o: o.on_demand)
+    pool = options
+    if c.target_hours:
+        pool = [o for o in options if o.wall + o.overhead <= c.target_hours * 3600]
+        if not pool:
+            fastest = min(options, key=lambda o: (o.wall + o.overhead, price_of(o)))
+            pool = [fastest]
+            warnings.append(f"compute.target_hours={c.target_hours}: no layout finishes in time; the fastest, "
+                            f"{fastest.fit.layout.describe()}, takes {(fastest.wall + fastest.overhead) / 3600:.1f} h")
+    return min(pool, key=lambda o: (price_of(o), o.wall)), warnings
+
+
+def _limits(run: RunSpec, defaults: dict, best: Option) -> tuple[int, list[str]]:
+    """(MaxRuntime before segmenting, the warnings about SageMaker's 28 days). Refuses a run that needs more than
+    28 days unless compute.accept_max_runtime_stop, and a MaxWait below MaxRuntime."""
+    c, d = run.compute, defaults
+    expected_wall = best.wall + best.overhead
+    if expected_wall > MAX_RUNTIME_LIMIT_S and not c.accept_max_runtime_stop:
+        raise EstimateRefused("InvalidRun", f"the run needs about {expected_wall / 86400:,.1f} days on {best.count} x "
+                              f"{best.instance_type}, and SageMaker stops a job after 28 days (MaxRuntime): raise "
+                              "compute.instance_count or compute.target_hours, train fewer tokens, or set "
+                              "compute.accept_max_runtime_stop=true to stop at 28 days with the last checkpoint",
+                              field="compute.accept_max_runtime_stop")
+    max_runtime = int(min(MAX_RUNTIME_LIMIT_S, max(d["min_max_runtime_seconds"],
+                                                   math.ceil(d["max_runtime_factor"] * expected_wall))))
+    if c.max_wait_hours is not None and c.spot and int(c.max_wait_hours * 3600) < max_runtime:
+        raise EstimateRefused("InvalidRun", f"compute.max_wait_hours={c.max_wait_hours}: MaxWait "
+                              f"({int(c.max_wait_hours * 3600)} s) < MaxRuntime ({max_runtime} s); SageMaker requires "
+                              "MaxWait >= MaxRuntime", field="compute.max_wait_hours")
+    warnings = []
+    if expected_wall > MAX_RUNTIME_LIMIT_S:
+        warnings.append(f"the run needs about {expected_wall / 86400:,.1f} days: SageMaker stops it at 28 days "
+                        f"(about {MAX_RUNTIME_LIMIT_S / expected_wall:.0%} of the training; accepted by "
+                        "compute.accept_max_runtime_stop)")
+    elif d["max_runtime_factor"] * expected_wall > MAX_RUNTIME_LIMIT_S:
+        warnings.append(f"MaxRuntime is capped at SageMaker's 28 days: {MAX_RUNTIME_LIMIT_S / expected_wall:.2f}x "
+                        f"the expected {expected_wall / 86400:,.1f} days instead of {d['max_runtime_factor']}x")
+    return max_runtime, warnings
+
+
+def _layout_warnings(run: RunSpec, catalog: dict, planner: LayoutPlanner, options: list[Option], best: Option,
+                     dims: ModelDims | None) -> list[str]:
+    """What the memory check could not count, and nodes the run asked for that the model does not need."""
+    c, warnings = run.compute, []
+    if dims is None:
+        warnings.append("model.parameters only: activations, logits and gathered units are not in the memory check "
+                        "(give model.config or model.source for a plan that counts them)")
+    if c.instance_count and c.instance_count > 1 and not c.target_hours:
+        smaller = [o for o in options if o.count < c.instance_count]
+        if not smaller and any(planner.fit(lay) for lay in layouts(best.instance_type,
+                                                               catalog["instances"][best.instance_type], 1)):
+            warnings.append(f"compute.instance_count={c.instance_count}: the model fits one {best.instance_type}; "
+                            "the extra nodes add speed and cost, not capacity it needs")
+    return warnings
+
+
+def _build(run: RunSpec, catalog: dict, work: _Work, best: Option, per_rank: int, utilization: tuple[float, str],
+           max_runtime: int, seg: SegmentPlan, advice: list[str], warnings: list[str]) -> Estimate:
+    """The Estimate of the chosen option: MaxRuntime is the first segment's, MaxWait follows it unless the run
+    gives one, the cost is the segment chain's when the cap carries it, and the trainer's hyperparameters."""
+    c, d, fit = run.compute, catalog["defaults"], best.fit
+    cost = {"on_demand": round(best.on_demand, 2), "spot": round(best.spot, 2)}
+    if seg.fits:
+        cost["spot" if c.spot else "on_demand"] = round(seg.spot_cost_usd, 2)
+    max_runtime = seg.first_max_runtime_seconds or max_runtime
+    # MaxWait follows the first segment's MaxRuntime; the user's stands as given
+    max_wait = int(c.max_wait_hours * 3600) if c.max_wait_hours is not None else \
+        max_runtime + int(c.accepted_delay_hours * 3600)
+    est = Estimate(
+        parameters=work.total, trainable_parameters=work.trainable, tokens=work.tokens, training_flops=work.flops,
+        training_state_bytes=work.state, gpu_hours=best.train_seconds * fit.layout.world / 3600,
+        instance_type=best.instance_type, instance_count=best.count, utilization=utilization[0],
+        wall_seconds=best.wall, expected_interruptions=best.interruptions,
+        expected_overhead_seconds=best.overhead, max_runtime_seconds=max_runtime, max_wait_seconds=max_wait,
+        checkpoint_bytes=work.ckpt_bytes, notice_upload_gb_per_s=work.ckpt_bytes / StopNotice.UPLOAD_S / 1e9,
+        upload_gb_per_s_available=best.upload_available, checkpoint_policy=best.policy,
+        checkpoint_interval_seconds=max(1, round(best.interval)), interruptions_per_hour=best.rate,
+        cost_usd=cost, spot=c.spot, sharding=fit.layout.sharding, shard_group_nodes=fit.layout.group_nodes,
+        micro_batch=fit.micro_batch, grad_accum=fit.grad_accum, activation_checkpointing=fit.activation_checkpointing,
+        global_batch_samples=fit.layout.world * per_rank,
+        memory_per_gpu={"state": fit.memory.state, "gathered": fit.memory.gathered,
+                        "activations": fit.memory.activations, "logits": fit.memory.logits,
+                        "total": fit.memory.total, "usable": int(fit.usable),
+                        "allowance": int(d["memory_allowance_gb"] * 1e9)},
+        seconds_per_micro_batch={"compute": best.compute_s, "communication": best.comm_s},
+        advice=advice, warnings=warnings, utilization_source=utilization[1],
+        evaluation_seconds=best.eval_seconds, segments=seg.to_json(),
+    )
+    est.hyperparameters = trainer_hyperparameters(run, est)
+    return est
+
+
+def _lora_alternative(run: RunSpec, catalog: dict, model_config: dict | None, data_tokens: int | None,
+                      recorded_rates: dict[str, float] | None) -> str:
+    """Advice for a full fine-tune over budget: what LoRA (rank 16, all linear layers) would cost."""
+    generic = ("a LoRA fine-tune (training.method=lora) trains and checkpoints a small fraction of the parameters "
+               "and costs less")
+    if run.model.parameters is not None:
+        return generic
+    lora_run = replace(run, training=replace(run.training, method="lora", lora=LoraSpec(16, "all-linear")),
+                       max_usd=float("inf"))
+    try:
+        alt = estimate(lora_run, catalog=catalog, model_config=model_config, data_tokens=data_tokens,
+                       recorded_rates=recorded_rates)
+    except EstimateRefused:
+        return generic
+    key = "spot" if run.compute.spot else "on_demand"
+    return (f"LoRA (training.method=lora, rank 16, all-linear) would train {alt.trainable_parameters:,} "
+            f"parameters on {alt.instance_count} x {alt.instance_type} for about ${alt.cost_usd[key]:.2f}")

@@ -1,0 +1,116 @@
+"""What an estimate becomes: the SageMaker hyperparameters the trainer image reads (names from
+spotrun.seams.Hyperparameter, parsed by spotrun_trainer.config) and the text `spotrun estimate` prints.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..contract.spec import RunSpec
+from ..pipeline.segments import segment_seconds
+from ..seams import Hyperparameter
+
+if TYPE_CHECKING:
+    from .estimate import Estimate
+
+
+def trainer_hyperparameters(run: RunSpec, est: Estimate) -> dict[str, str]:
+    """The SageMaker hyperparameters (all strings) the trainer image reads (see spotrun_trainer.config)."""
+    t, hp = run.training, Hyperparameter
+    return {
+        hp.MICRO_BATCH.value: str(est.micro_batch), hp.GRAD_ACCUM.value: str(est.grad_accum),
+        hp.EPOCHS.value: str(t.epochs), hp.SEED.value: str(t.seed), hp.LR.value: str(t.lr),
+        hp.SEQ_LEN.value: str(run.data.seq_len),
+        hp.SHARDING_MODE.value: est.sharding, hp.SHARDING_GROUP_NODES.value: str(est.shard_group_nodes),
+        hp.ACTIVATION_CHECKPOINTING.value: "true" if est.activation_checkpointing else "false",
+        # repr: the exact planned seconds / 60 (a rounded "0.00" would read as "off" in the trainer)
+        hp.CHECKPOINT_INTERVAL_MINUTES.value: repr(est.checkpoint_interval_seconds / 60),
+        hp.CHECKPOINT_KEEP.value: str(run.checkpoint.keep),
+        hp.SEGMENT_SECONDS.value: str(first_segment_seconds(est)),
+        **_method_hyperparameters(run),
+        **_eval_hyperparameters(run),
+        **_tracking_hyperparameters(run),
+    }
+
+
+def _tracking_hyperparameters(run: RunSpec) -> dict[str, str]:
+    """The MLflow tracking server and experiment (spotrun_trainer.config.TrackingConfig parses them); none when the
+    run names no server, and then the trainer imports no MLflow and opens no socket."""
+    if not run.tracking.mlflow_uri:
+        return {}
+    return {Hyperparameter.TRACKING_MLFLOW_URI.value: run.tracking.mlflow_uri,
+            Hyperparameter.TRACKING_EXPERIMENT.value: run.name}
+
+
+def _eval_hyperparameters(run: RunSpec) -> dict[str, str]:
+    """The evaluation schedule (spotrun_trainer.config.EvalConfig parses it) and which weights are exported."""
+    if not run.data.has_validation:
+        return {}
+    e, hp = run.eval, Hyperparameter
+    out = {hp.EVAL_EVERY_STEPS.value: str(e.every_steps), hp.EVAL_EVERY_MINUTES.value: repr(float(e.every_minutes)),
+           hp.EVAL_MAX_BATCHES.value: str(e.max_batches), hp.EVAL_KEEP_BEST.value: "true" if e.keep_best else "false"}
+    if run.export_from != "last":
+        out[hp.EXPORT_WEIGHTS.value] = run.export_from
+    return out
+
+
+def first_segment_seconds(est: Estimate) -> int:
+    """The first job's trainer budget: save and exit before its MaxRuntime (spotrun/pipeline/segments.py)."""
+    save_s = est.checkpoint_bytes / (est.upload_gb_per_s_available * 1e9) if est.upload_gb_per_s_available else 0
+    return segment_seconds(est.max_runtime_seconds, startup_s=est.segments.get("overhead_seconds", 0.0),
+                           save_s=save_s)
+
+
+def _method_hyperparameters(run: RunSpec) -> dict[str, str]:
+    """The training method and, for LoRA, its settings (spotrun_trainer.config.LoraConfig parses them)."""
+    out = {Hyperparameter.METHOD.value: run.training.method}
+    if run.model.source:
+        out[Hyperparameter.MODEL_SOURCE.value] = run.model.source
+    lora = run.training.lora
+    if run.training.method == "lora" and lora is not None:
+        targets = lora.target_modules
+        out.update({
+            Hyperparameter.LORA_RANK.value: str(lora.rank),
+            Hyperparameter.LORA_ALPHA.value: repr(float(lora.alpha)),
+            Hyperparameter.LORA_DROPOUT.value: repr(float(lora.dropout)),
+            Hyperparameter.LORA_TARGET_MODULES.value: targets if isinstance(targets, str) else ",".join(targets),
+        })
+    return out
+
+
+def _memory_text(m: dict) -> str:
+    if not m:
+        return "not modelled"
+    gb = 1e9
+    return (f"{m['total'] / gb:.1f} GB of {m['usable'] / gb:.1f} GB usable (state {m['state'] / gb:.1f}, gathered "
+            f"{m['gathered'] / gb:.1f}, activations {m['activations'] / gb:.1f}, logits {m['logits'] / gb:.1f}; "
+            f"+{m['allowance'] / gb:.1f} GB allowance)")
+
+
+def format_text(est: Estimate) -> str:
+    rows = [
+        ("parameters", f"{est.parameters:,}"), ("trainable parameters", f"{est.trainable_parameters:,}"),
+        ("tokens", f"{est.tokens:,.0f}"), ("training FLOPs", f"{est.training_flops:.3e}"),
+        ("training state", f"{est.training_state_bytes / 1e9:,.1f} GB"),
+        ("GPU-hours", f"{est.gpu_hours:,.2f} at utilization {est.utilization:.2f} ({est.utilization_source})"),
+        ("instances", f"{est.instance_count} x {est.instance_type}"),
+        ("sharding", f"{est.sharding}" + (f" (shard groups of {est.shard_group_nodes} node(s))"
+                                          if est.sharding == "hybrid" else "")),
+        ("batch", f"micro_batch {est.micro_batch} x grad_accum {est.grad_accum} per GPU, "
+                  f"{est.global_batch_samples} samples per step, activation checkpointing "
+                  f"{'on' if est.activation_checkpointing else 'off'}"),
+        ("memory per GPU", _memory_text(est.memory_per_gpu)),
+        ("wall time", f"{est.wall_seconds / 3600:,.2f} h (+{est.expected_overhead_seconds / 3600:.2f} h expected "
+                      f"from {est.expected_interruptions:.2f} interruptions)"),
+        ("MaxRuntime / MaxWait", f"{est.max_runtime_seconds:,} s / {est.max_wait_seconds:,} s"),
+        ("checkpoint", f"{est.checkpoint_bytes / 1e9:,.2f} GB, {est.checkpoint_policy}, every "
+                       f"{est.checkpoint_interval_seconds / 60:.1f} min"),
+        ("notice upload needed", f"{est.notice_upload_gb_per_s:.3f} GB/s (available "
+                                 f"{est.upload_gb_per_s_available:.2f} GB/s)"),
+        ("cost", f"spot ${est.cost_usd['spot']:,.2f} / on-demand ${est.cost_usd['on_demand']:,.2f}"),
+        ("cap", est.segments.get("line", "")),
+    ]
+    width = max(len(k) for k, _ in rows)
+    lines = [f"{k.ljust(width)}  {v}" for k, v in rows]
+    lines += [f"advice: {a}" for a in est.advice] + [f"warning: {w}" for w in est.warnings]
+    return "\n".join(lines)

@@ -1,0 +1,179 @@
+"""The estimate's spot policy: simulate the planned layout over N traces and choose, with the odds stated.
+
+`plan_from_estimate` turns the planner's estimate into a SimPlan; `spot_policy(run, est, catalog)` simulates
+every candidate policy over `N_TRACES` generated traces (fixed seed) and chooses the cheapest in the mean among
+those meeting `compute.deadline_hours` on at least `CONFIDENCE` of the traces (without a deadline, the cheapest);
+`policy_text` is its report; `guard_decision` applies the chosen policy at a decision point from the section as the
+plan carries it (its `sim_plan` and `policy`). The traces: the estimate's interruption rate (recorded by the
+interruption recorder, else the catalog's, or checkpoint.interruptions_per_hour), bursts, and droughts
+(`ESTIMATE_TRACES`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from . import Summary, compare
+from .engine import INF, SimPlan
+from .policies import DEADLINE_POLICIES, GREEDY, RESERVES, UNIFORM_PROGRESS, decide_next_segment
+from .traces import TraceSpec, generated_traces
+
+N_TRACES = 1000
+SEED = 0
+CONFIDENCE = 0.99
+MIN_TRACES = 100
+INTERRUPTION_BUDGET = 30_000  # about 2 s here for the 10 candidates
+# Assumed when nothing is recorded: 30% of interruptions followed by another within 3 minutes of the restart;
+# a drought (no capacity) every 10 days on average, 6-80 h long (the public traces: stretches without capacity of
+# up to 80 h).
+ESTIMATE_TRACES = {"burst_p": 0.3, "droughts_per_day": 0.1, "drought_hours": (6.0, 80.0), "restart_wait_s": 600.0}
+
+
+def plan_from_estimate(est, catalog: dict, *, deadline_hours: float | None = None,
+                       spot_discount: float | None = None) -> SimPlan:
+    """The simulator's plan for the estimate's layout. The restore (checkpoint download) is taken at the upload
+    rate; the step is grad_accum micro-batches."""
+    from ..planner.estimate import startup_seconds
+    from ..planner.topology import step_seconds
+
+    d = catalog["defaults"]
+    startup = startup_seconds(d)  # provisioning, data download and the image pull, at every start
+    family = est.instance_type.split(".")[1]
+    discount = spot_discount if spot_discount is not None else catalog["families"][family]["spot_discount"]
+    per_h = catalog["instances"][est.instance_type]["on_demand_usd_per_hour"] * est.instance_count
+    rate = est.upload_gb_per_s_available * 1e9
+    save = est.checkpoint_bytes / rate if rate > 0 else 0.0
+    mb = est.seconds_per_micro_batch
+    step = est.grad_accum * step_seconds(mb.get("compute", 0.0), mb.get("communication", 0.0),
+                                         d["comm_overlap_fraction"])
+    # A cap between the spot and the on-demand estimate makes the run a chain of segments
+    # (spotrun/pipeline/segments.py): the first job's MaxRuntime is not the run's. The simulator runs the chain as one
+    # job of the single-job
+    # MaxRuntime (each segment's MaxWait allowance kept) whose work includes the chain's restarts.
+    seg = est.segments or {}
+    max_runtime = float(seg.get("longest_seconds") or est.max_runtime_seconds)
+    wait_allowance = max(0.0, float(est.max_wait_seconds) - float(est.max_runtime_seconds))
+    chain_s = max(0, int(seg.get("segments") or 1) - 1) * float(seg.get("overhead_seconds") or 0.0)
+    return SimPlan(work_s=max(1.0, est.wall_seconds - startup) + chain_s, startup_s=startup,
+                   restore_s=save, save_s=save, interval_s=float(est.checkpoint_interval_seconds),
+                   step_s=max(step, 1e-3), notice_ok=est.checkpoint_policy == "save_on_notice",
+                   spot_usd_per_h=per_h * (1 - discount), on_demand_usd_per_h=per_h,
+                   max_wait_s=max_runtime + wait_allowance, max_runtime_s=max_runtime,
+                   deadline_s=None if deadline_hours is None else deadline_hours * 3600)
+
+
+def horizon_s(plan: SimPlan) -> float:
+    """How far traces are drawn: past the deadline, MaxWait plus the work, and three times the work."""
+    far = max(plan.deadline_s or 0.0, (plan.max_wait_s if plan.max_wait_s < INF else 0.0) + plan.work_s,
+              3 * plan.work_s)
+    return far + 80 * 3600
+
+
+def candidates(plan: SimPlan, every_checkpointing: bool = False) -> list[tuple[str, str]]:
+    """(policy, checkpointing) pairs: on-demand, spot and MaxWait fallback with each way of saving; with a
+    deadline, every deadline-aware policy with the plan's own (all of them with `every_checkpointing`)."""
+    cks = ("notice", "periodic", "both") if plan.notice_ok else ("periodic",)
+    own = plan.default_checkpointing() if every_checkpointing else ("notice" if plan.notice_ok else "periodic")
+    out = [("on_demand", own)]
+    for ck in cks if every_checkpointing else cks[:2]:
+        out += [("spot", ck), ("maxwait_fallback", ck)]
+    if plan.deadline_s is not None:
+        for ck in cks if every_checkpointing else (own,):
+            out += [(p, ck) for p in DEADLINE_POLICIES]
+    return out
+
+
+def choose(plan: SimPlan, rows: list[Summary], confidence: float = CONFIDENCE,
+           cap_usd: float | None = None) -> tuple[Summary, str]:
+    """(the chosen row, why). With a cap, a policy whose P95 cost passes it is no candidate: the cost guard ends
+    such runs at the cap, unfinished (more than 1 - CONFIDENCE of them)."""
+    if cap_usd is not None:
+        within = [r for r in rows if r.p95_usd <= cap_usd]
+        if not within:
+            best = min(rows, key=lambda r: r.p95_usd)
+            return best, (f"no policy stays within the ${cap_usd:,.2f} cap on 95% of the traces: the one with the "
+                          f"lowest P95 cost (${best.p95_usd:,.2f}); the guard ends the run at the cap")
+        if len(within) < len(rows):
+            chosen, why = choose(plan, within, confidence)
+            return chosen, f"{why}; {len(rows) - len(within)} policies left out: P95 cost over the ${cap_usd:,.2f} cap"
+    if plan.deadline_s is None:  # a run stopped unfinished (at MaxRuntime) costs less and is worth nothing
+        done = [r for r in rows if r.p_finished >= confidence] or [max(rows, key=lambda r: r.p_finished)]
+        best = min(done, key=lambda r: r.mean_usd)
+        return best, (f"no deadline: the least expected cost of the {len(done)} of {len(rows)} policies that "
+                      f"finish on >= {confidence:.0%} of the traces")
+    ok = [r for r in rows if r.p_deadline >= confidence]
+    if not ok:
+        best = max(rows, key=lambda r: (r.p_deadline, -r.mean_usd))
+        return best, (f"no policy meets the {plan.deadline_s / 3600:g} h deadline on {confidence:.0%} of the "
+                      f"traces: the likeliest to meet it ({best.p_deadline:.1%})")
+    best = min(ok, key=lambda r: r.mean_usd)
+    return best, (f"the least expected cost of the {len(ok)} of {len(rows)} policies that meet the "
+                  f"{plan.deadline_s / 3600:g} h deadline on >= {confidence:.0%} of the traces")
+
+
+def traces_for_estimate(plan: SimPlan, rate_per_hour: float, n: int = N_TRACES) -> int:
+    """How many traces the estimate simulates: N, fewer (not under MIN_TRACES) for a long run at a high rate, so
+    that about INTERRUPTION_BUDGET interruptions are simulated in all (the Lambda's time goes by them)."""
+    expected = rate_per_hour * 1.3 * (plan.work_s + plan.startup_s) / 3600
+    return max(min(n, MIN_TRACES), min(n, int(INTERRUPTION_BUDGET / max(expected, 1.0))))
+
+
+def spot_policy(run, est, catalog: dict, *, n: int = N_TRACES, seed: int = SEED) -> dict:
+    """The estimate's policy section (JSON): chosen policy, why, and every candidate's odds."""
+    plan = plan_from_estimate(est, catalog, deadline_hours=run.compute.deadline_hours,
+                              spot_discount=run.compute.spot_discount)
+    n = traces_for_estimate(plan, est.interruptions_per_hour, n)
+    spec = TraceSpec(interruptions_per_hour=est.interruptions_per_hour, horizon_s=horizon_s(plan), **ESTIMATE_TRACES)
+    rows = compare(plan, generated_traces(spec, n, seed), candidates(plan))
+    best, why = choose(plan, rows, cap_usd=run.max_usd)
+    if plan.deadline_s is not None and not any(r.p_deadline >= CONFIDENCE for r in rows):
+        est.warnings.append(f"compute.deadline_hours={run.compute.deadline_hours:g}: no policy meets it on "
+                            f"{CONFIDENCE:.0%} of the traces (on-demand from the start takes "
+                            f"{rows[0].mean_wall_h:.1f} h); the run would miss it")
+    if not run.compute.spot:
+        alternative = f"; {best.label} would be the choice with spot" if best.policy != "on_demand" else ""
+        best, why = rows[0], f"compute.spot=false: on-demand as the run asks{alternative}"
+    return {"chosen": best.label, "why": why, "deadline_hours": run.compute.deadline_hours,
+            "confidence": CONFIDENCE if plan.deadline_s is not None else None, "traces": n, "seed": seed,
+            "trace_source": (f"generated: {est.interruptions_per_hour:.3g} interruptions per job-hour, "
+                             f"{ESTIMATE_TRACES['burst_p']:.0%} in bursts, a {ESTIMATE_TRACES['drought_hours'][0]:g}-"
+                             f"{ESTIMATE_TRACES['drought_hours'][1]:g} h drought every "
+                             f"{1 / ESTIMATE_TRACES['droughts_per_day']:g} days"),
+            "policies": [_rounded(r) for r in rows], "policy": best.policy, "checkpointing": best.checkpointing,
+            "sim_plan": dataclasses.asdict(plan)}
+
+
+def guard_decision(section: dict, progress_s: float, now_s: float, *, on_demand_now: bool,
+                   spot_available: bool) -> str:
+    """What the chosen policy does next ("spot", "on_demand" or "wait"), from the estimate's policy section as
+    the plan carries it: the guard's entry to `decide_next_segment`."""
+    plan = SimPlan(**section["sim_plan"])
+    policy, ck = section["policy"], section["checkpointing"]
+    if policy == "on_demand":
+        return "on_demand"
+    if policy in ("spot", "maxwait_fallback") or plan.deadline_s is None:
+        # MaxWait's fallback is the state machine's own (MaxWaitTimeExceeded -> the on-demand job)
+        return "on_demand" if on_demand_now else ("spot" if spot_available else "wait")
+    rule = RESERVES.get(policy) or (GREEDY if policy == "deadline_greedy" else UNIFORM_PROGRESS)
+    return decide_next_segment(progress_s, now_s, plan, on_demand_now=on_demand_now, spot_available=spot_available,
+                               checkpointing=ck, rule=rule)
+
+
+def _rounded(r: Summary) -> dict:
+    return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.row().items()}
+
+
+def policy_text(section: dict) -> str:
+    """The estimate's lines for the policy section."""
+    if not section:
+        return ""
+    lines = [f"spot policy: {section['chosen']} ({section['why']}; {section['traces']} traces, "
+             f"{section['trace_source']})",
+             f"  {'policy':<30} {'mean $':>10} {'P50 $':>10} {'P95 $':>10} {'P(deadline)':>11} {'lost h':>7}"]
+    for r in section["policies"]:
+        met = "-" if r["p_deadline"] is None else f"{r['p_deadline']:.1%}"
+        mark = "*" if r["label"] == section["chosen"] else " "
+        lines.append(f"{mark} {r['label']:<30} {r['mean_usd']:>10,.2f} {r['p50_usd']:>10,.2f} {r['p95_usd']:>10,.2f} "
+                     f"{met:>11} "
+                     f"{r['mean_lost_h']:>7.2f}")
+    return "\n".join(lines)
