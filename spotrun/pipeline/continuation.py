@@ -7,7 +7,8 @@ cost guard counts the events its execution has used (`Guard.history_events`, spo
 segment boundary where the next segment might not fit in what is left (`must_continue`), it answers `continue`
 instead of creating the next job, and the state machine starts a new execution of itself (StartExecution, name
 `continuation_name`) whose input carries the run, the plan and the guard (the next job's name, MaxRuntime, the
-bills so far), then succeeds. No job runs across the handoff: the old execution's last job has ended, the new one creates the next.
+bills so far), then succeeds. No job runs across the handoff: the old execution's last job has ended, the new
+one creates the next.
 
 Trust: anyone allowed to start the pipeline could start an execution with such an input, skipping the estimate.
 So the new execution's first step (`carried`, in the estimate Lambda) accepts it only when the parent it names is
