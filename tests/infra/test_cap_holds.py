@@ -128,6 +128,7 @@ class Outcome:
     executions: int = 1
     # (events in moto's history, the guard's count) of every execution that continued the run in a fresh one
     history: list[tuple[int, int]] = field(default_factory=list)
+    forged: str = ""  # how an execution started with a copied continuation input and a raised cap ended
     polls: int = 0
     switches: int = 0  # the guard's stops for the spot policy (switch_requested)
     ends: list[str] = field(default_factory=list)  # each job's capacity and how it ended, in order
@@ -222,6 +223,7 @@ def _run(scenario: Scenario, synth) -> Outcome:
                     cancel_handler.handler(event, None)
                 except Exception:  # noqa: BLE001 - a throttled stop: Lambda retries, then the on-failure queue
                     pass
+        forged = _forge_a_continuation(driver, sim, chain) if scenario.continue_each_segment else ""
         done = [j.t for j in sim.jobs.values() if j.completed_run and j.ended]
         ends = [f"{'spot' if j.spot else 'on-demand'}:{j.end_secondary or 'running'}" for j in sim.jobs.values()]
         sim.run_out()
@@ -230,7 +232,18 @@ def _run(scenario: Scenario, synth) -> Outcome:
                        cost_usd=sim.truth_usd(), cap_usd=run["budget"]["max_usd"], estimate=base,
                        jobs=list(sim.jobs), polls=driver.guard_calls, switches=driver.switches, ends=ends,
                        hours=(done[0] - chain[0]["startDate"].timestamp()) / 3600 if done else None,
-                       executions=len(chain), history=history)
+                       executions=len(chain), history=history, forged=forged)
+
+
+def _forge_a_continuation(driver: SimDriver, sim: Simulation, chain: list[dict]) -> str:
+    """Start an execution with a continued execution's input, its cap raised, under a name its parent did not
+    start: it must fail before it creates a job (spotrun/pipeline/continuation.py `carried`)."""
+    forged = json.loads(chain[1]["input"])
+    forged["continuation"]["plan"]["max_usd"] = 1e6
+    jobs = len(sim.jobs)
+    desc = driver.wait(driver.start("forged-s2", forged), timeout=60)
+    assert len(sim.jobs) == jobs, "the forged execution created a job"
+    return f"{desc['status']}:{desc.get('error')}"
 
 
 def _p95_and_restart(est: dict) -> float:
@@ -304,6 +317,7 @@ def test_no_run_costs_more_than_its_cap_and_runs_the_cap_can_carry_finish_regist
     if scenario.continue_each_segment:  # one segment per execution, the guard's count an upper bound of moto's
         assert out.executions == len(out.jobs) > 1, out
         assert all(moto <= counted for moto, counted in out.history), out
+        assert out.forged == "FAILED:InvalidRun", out
 
 
 @pytest.mark.parametrize("scenario", DEADLINE_SCENARIOS, ids=str)
