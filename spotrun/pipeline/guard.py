@@ -323,7 +323,7 @@ def _next_segment(plan: Plan, guard: Guard, spent: float, spot: bool, act: Calla
             else f"the run would need more than {MAX_SEGMENTS} jobs (segments)"
         return act(GuardAction.OVER_BUDGET, message=(
             f"stopped at the cost cap: ${spent:,.2f} billed (exact, {segment - 1} job(s)) of budget "
-            f"${plan.max_usd:,.2f}, {max(0.0, plan.max_usd - spent):,.2f} left, {left:,.0f} s of training to go "
+            f"${plan.max_usd:,.2f}, ${max(0.0, plan.max_usd - spent):,.2f} left, {left:,.0f} s of training to go "
             f"from step {checkpoint_step or 0} of {plan.planned_steps}: {why}. The newest checkpoint is under "
             f"{plan.checkpoint_s3_uri}: continue with checkpoint.resume_from={plan.execution} and a larger "
             "budget.max_usd"))

@@ -170,44 +170,28 @@ class SegmentPlan:
     fits: bool
     line: str
     spot_fraction: float = 1.0  # the expected bill's share of on-demand (the guard's chain uses it)
-    min_cap_usd: float = 0.0  # the smallest cap whose chain fits with the interruptions' 95th percentile
+    min_cap_usd: float = 0.0  # the smallest cap whose expected chain fits
 
     def to_json(self) -> dict:
         return asdict(self)
 
 
-def interruptions_p95(expected: float) -> int:
-    """The 95th percentile of a Poisson count with this mean: the interruptions a cap is planned to carry."""
-    k, term = 0, math.exp(-expected)
-    total = term
-    while total < 0.95:
-        k += 1
-        term *= expected / k
-        total += term
-    return k
-
-
 def plan_segments(*, cap_usd: float, usd_per_s: float, spot_fraction: float, run_seconds: float,
                   startup_s: float, overhead_s: float, save_s: float, longest_s: int,
-                  warm_pool_s: float = 0.0, step_s: float = 0.0, p95_run_seconds: float | None = None) -> SegmentPlan:
-    """The chain of the whole run: `run_seconds` is the single job's expected time (startup, training, the expected
-    interruptions), `p95_run_seconds` the same with the interruptions' 95th percentile; `spot_fraction` the billed
-    share of on-demand (1 - discount; 1 on-demand). The cap must carry the P95 chain (`fits`, `min_cap_usd`); the
-    segments and the cost reported are the expected chain's."""
+                  warm_pool_s: float = 0.0, step_s: float = 0.0) -> SegmentPlan:
+    """The expected chain of the whole run: `run_seconds` is the single job's expected time (startup, training,
+    the expected interruptions), `spot_fraction` the billed share of on-demand (1 - discount; 1 on-demand)."""
     costs = ChainCosts(usd_per_s=usd_per_s, spot_fraction=spot_fraction, startup_s=startup_s, restart_s=overhead_s,
                        save_s=save_s, longest_s=longest_s, step_s=step_s, warm_pool_s=warm_pool_s)
     work = run_seconds - startup_s  # training still to do (with the expected interruptions' cost)
-    p95_work = max(work, (p95_run_seconds or run_seconds) - startup_s)
-    held = plan_chain(cap_usd=cap_usd, spent_usd=0.0, work_s=p95_work, costs=costs, first=True)
-    chain = plan_chain(cap_usd=cap_usd, spent_usd=0.0, work_s=work, costs=costs, first=True) if held.fits else held
-    smallest = smallest_cap(spent_usd=0.0, work_s=p95_work, costs=costs, first=True)
+    chain = plan_chain(cap_usd=cap_usd, spent_usd=0.0, work_s=work, costs=costs, first=True)
+    smallest = smallest_cap(spent_usd=0.0, work_s=work, costs=costs, first=True)
     min_segment = int(math.ceil(overhead_s + max(step_s, 1.0) + save_s + SEGMENT_END_MARGIN_S))
     billed = chain.cost_usd / usd_per_s / spot_fraction if chain.fits else 0.0  # incl. warm pools: an upper side
     overhead_fraction = max(0.0, billed - run_seconds) / run_seconds if chain.fits else 0.0
     first = chain.first_max_runtime_seconds
     if not chain.fits:
-        line = chain_refusal(chain, cap_usd, smallest, costs, "the expected (spot) bill with the interruptions' "
-                             "95th percentile")
+        line = chain_refusal(chain, cap_usd, smallest, costs)
     elif chain.segments == 1:
         line = (f"the cap holds on on-demand rates while a job runs: one job, MaxRuntime {first / 3600:,.1f} h "
                 f"(${first * usd_per_s:,.2f} at on-demand rates)")

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
 from ..contract.spec import RunSpec
-from ..pipeline.segments import SegmentPlan, interruptions_p95, plan_segments
+from ..pipeline.segments import SegmentPlan, plan_segments
 from ..seams import BytesPerParameter, StopNotice
 from .memory import MemoryEstimate, ModelDims, peak_bytes, training_state_bytes
 from .topology import Layout, comm_seconds, divisors_desc, flops_per_token, layouts, step_seconds
@@ -302,12 +302,10 @@ def segment_plan(run: RunSpec, catalog: dict, best: Option, ckpt_bytes: int, par
     family = best.instance_type.split(".")[1]
     discount = c.spot_discount if c.spot_discount is not None else catalog["families"][family]["spot_discount"]
     usd_per_s = catalog["instances"][best.instance_type]["on_demand_usd_per_hour"] * best.count / 3600
-    each = best.overhead / best.interruptions if best.interruptions > 0 else 0.0  # lost work, restart, save
     return plan_segments(
         cap_usd=run.max_usd, usd_per_s=usd_per_s, spot_fraction=(1 - discount) if c.spot else 1.0,
         # A run accepted to stop at SageMaker's 28 days plans that much (compute.accept_max_runtime_stop).
         run_seconds=min(best.wall + best.overhead, longest_s),
-        p95_run_seconds=min(best.wall + max(best.overhead, interruptions_p95(best.interruptions) * each), longest_s),
         startup_s=startup_seconds(d),
         overhead_s=segment_overhead_seconds(catalog, best.instance_type, best.count, ckpt_bytes, parameters),
         save_s=ckpt_bytes / (best.upload_available * 1e9), longest_s=longest_s,

@@ -1,9 +1,9 @@
 """Finish or refuse, over generated plans with caps from their P95 spot bill plus one restart to 1.6 times that: the
-estimate (spotrun.deployment.plan, the Lambda's own function) either refuses the run, naming the smallest cap whose
-chain of jobs finishes with the 95th percentile of its interruptions (and that cap is accepted), or the run
-finishes under its cap in the simulated SageMaker with every interruption pattern of the cap scenarios (0, 1, 2, 3
-and 5 interruptions) up to that percentile; with more it may end at the cap, never past it. Every start in the
-simulated world takes the plan's restart time.
+estimate (spotrun.pipeline.plan.plan, the Lambda's own function) either refuses the run, naming the smallest cap
+whose expected chain of jobs finishes (and that cap is accepted), or the run finishes under its cap in the simulated
+SageMaker with every interruption pattern of the cap scenarios (0, 1, 2, 3 and 5 interruptions) up to its expected
+count rounded up; with more it may end at the cap, never past it. Every start in the simulated world takes the
+plan's restart time.
 
 The chain is replayed in Python (tests/infra/chain_replay.py: the cost guard's real `decide`, the simulated
 SageMaker of tests/infra/sagemaker_sim.py); tests/infra/test_cap_holds.py runs the rendered state machine in moto
@@ -19,10 +19,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from spotrun.pipeline.plan import plan
-from spotrun.pipeline.segments import interruptions_p95
 from spotrun.planner.estimate import load_catalog, startup_seconds
 from spotrun.seams import GuardAction, PipelineSettings
-from tests.infra.chain_replay import replay
+from tests.infra.chain_replay import expected_interruptions_carried, replay
 from tests.infra.sagemaker_sim import World
 
 SETTINGS = PipelineSettings(bucket="art-bucket", job_prefix="spotrun-prop-", model_package_group="g")
@@ -92,7 +91,7 @@ def test_a_run_is_refused_with_the_cap_that_fits_or_finishes_under_its_cap_with_
         fits = plan(_run(shape, tokens, itype, count, smallest), "prop-fits", SETTINGS)
         assert fits["status"] == "ok", fits  # refused only when no chain fits: the named cap does
         return
-    carried = interruptions_p95(p["estimate"]["expected_interruptions"])  # what the cap is planned to carry
+    carried = expected_interruptions_carried(p["estimate"]["expected_interruptions"])
     for interruptions in PATTERNS:
         out = replay(copy.deepcopy(p), _world(p, interruptions), T0)
         assert out.cost_usd <= cap + 0.01, (interruptions, out)
