@@ -385,7 +385,7 @@ class TrainingPipeline(Construct):
             "Parameters": {"StateMachineArn.$": "$$.StateMachine.Id", "Name.$": guard_path("next_execution"),
                            "Input": {"continuation": {"parent.$": "$$.Execution.Id", "run.$": "$.run",
                                                       "plan.$": "$.plan", "guard.$": "$.guard"}}},
-            "ResultPath": None})
+            "ResultPath": "$.continued_in"})  # {ExecutionArn, StartDate} of the successor
         continued = sfn.Pass(self, "ContinuedInNewExecution", parameters={
             "continued_as.$": guard_path("next_execution"), "segment.$": guard_path("segment"),
             "history_events.$": guard_path("history_events")})  # the guard's count of this execution's events

@@ -184,8 +184,10 @@ def preparing_states(synth) -> list[tuple[str, dict]]:
         s3 = boto3.client("s3", region_name="us-east-1")
         s3.create_bucket(Bucket=BUCKET)
         for key in ("datasets/raw/a.jsonl", "datasets/raw/b.jsonl.gz", "datasets/raw/c.parquet",
-                    "models/m/config.json", "models/m/tokenizer.json", "models/m/model.safetensors"):
+                    "models/m/tokenizer.json", "models/m/model.safetensors"):
             s3.put_object(Bucket=BUCKET, Key=key, Body=b"{}")
+        # The estimate reads the model's config before preparing (the training's minimum the cap must keep).
+        s3.put_object(Bucket=BUCKET, Key="models/m/config.json", Body=json.dumps(RUN["model"]["config"]).encode())
         p = plan(run, "exec-prep", settings(synth), s3_client=s3,
                  preparation=PreparationSettings.from_env(fn["Properties"]["Environment"]["Variables"]))
         assert p["status"] == "Prepare", p

@@ -52,8 +52,9 @@ def _stop_training_job(self) -> ActionResult:
 
 def start_execution_as_aws():
     """moto's `states:startExecution` integration hands the state's parameters to boto3 as written
-    (StateMachineArn, Name, Input), which boto3's StartExecution does not know (stateMachineArn, name, input);
-    Step Functions takes the documented names. Patched to do what the service does."""
+    (StateMachineArn, Name, Input), which boto3's StartExecution does not know (stateMachineArn, name, input), and
+    returns boto3's answer (executionArn, a datetime startDate); Step Functions takes the documented names and
+    returns ExecutionArn and StartDate as JSON. Patched to do what the service does."""
     from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service_sfn import (
         StateTaskServiceSfn,
     )
@@ -63,7 +64,33 @@ def start_execution_as_aws():
         original(self, parameters, boto_service_name, service_action_name)
         for key in list(parameters):
             parameters[key[0].lower() + key[1:]] = parameters.pop(key)
-    return mock.patch.object(StateTaskServiceSfn, "_normalise_parameters", normalise)
+
+    evaluate = StateTaskServiceSfn._eval_service_task
+
+    def answer(self, env, *args, **kwargs):  # the response as the service returns it: ExecutionArn, StartDate
+        evaluate(self, env, *args, **kwargs)
+        response = env.stack.pop()
+        env.stack.append({k[0].upper() + k[1:]: v.isoformat() if isinstance(v, dt.datetime) else v
+                          for k, v in response.items()})
+    return _Patches(mock.patch.object(StateTaskServiceSfn, "_normalise_parameters", normalise),
+                    mock.patch.object(StateTaskServiceSfn, "_eval_service_task", answer))
+
+
+class _Patches:
+    """Several mock.patch as one context manager."""
+
+    def __init__(self, *patches):
+        self.patches = patches
+
+    def __enter__(self):
+        for p in self.patches:
+            p.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        for p in reversed(self.patches):
+            p.__exit__(*exc)
+        return False
 
 
 QUOTAS: list[dict] = []  # the account's SageMaker quotas (Service Quotas), set per test
