@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
+from ..planner.catalog import usd
 from ..seams import StopNotice
 
 STOP_BILL_S = StopNotice.NOTICE_S  # a stop (StopTrainingJob, MaxRuntime) bills until the container exits
@@ -194,7 +195,7 @@ def plan_segments(*, cap_usd: float, usd_per_s: float, spot_fraction: float, run
         line = chain_refusal(chain, cap_usd, smallest, costs)
     elif chain.segments == 1:
         line = (f"the cap holds on on-demand rates while a job runs: one job, MaxRuntime {first / 3600:,.1f} h "
-                f"(${first * usd_per_s:,.2f} at on-demand rates)")
+                f"({usd(first * usd_per_s)} at on-demand rates)")
     else:
         line = (f"the cap holds on on-demand rates while a job runs: {chain.segments} segments, the first "
                 f"{first / 3600:,.1f} h, overhead {overhead_fraction:.0%}; the smallest cap that finishes is "

@@ -160,6 +160,21 @@ def test_bad_hyperparameters_name_the_field(tmp_path, hp, message):
     assert "\n" not in text and len(text) < 500  # one short line, whatever was passed
 
 
+@pytest.mark.parametrize("hp, message", [
+    ({"eval.keep_best": "true"}, "eval.keep_best=True is invalid: expected false without checkpoints: the best "
+     "weights are kept as a checkpoint (checkpoint.dir, the job's CheckpointConfig)"),
+    ({"segment_seconds": "3600"}, "segment_seconds=3600.0 is invalid: expected 0 without checkpoints: the next "
+     "segment resumes from the checkpoint"),
+    ({"export.weights": "best"}, "export.weights='best' is invalid: expected last, or best with "
+     "eval.keep_best=true and validation data"),
+])
+def test_rules_across_fields_are_configuration_errors_before_torchrun(tmp_path, hp, message):
+    with pytest.raises(ConfigError) as err:
+        plan(sm_root(tmp_path, ["algo-1", "algo-2"], "algo-1", {**HP, **hp}, ckpt=False), gpus=0)
+    assert str(err.value) == message or str(err.value).startswith(message), str(err.value)
+    assert "\n" not in str(err.value)
+
+
 def test_current_host_must_be_listed(tmp_path):
     with pytest.raises(ConfigError, match="current_host='algo-9' must be one of hosts"):
         SageMakerEnv.read(sm_root(tmp_path, ["algo-1"], "algo-9"))
@@ -198,7 +213,10 @@ PEER = ("training did not complete: another host of this job was sent a stop sig
     (1, False, [{"status": "failed", "message": "CUDA out of memory: turn on"}],
      (1, "CUDA out of memory: turn on", "")),
     (1, False, [{"status": "failed"}], (1, "a worker failed", "")),
-    (-9, False, [], (1, "torchrun exited with code -9 without a worker error report", "")),
+    # torchrun killed by a signal (Popen's -N) exits as a shell reports it, 128 + N, never as a wrapped byte
+    (-9, False, [], (137, "torchrun exited with code -9 without a worker error report", "")),
+    (-6, False, [{"status": "failed", "message": "boom"}], (134, "boom", "")),
+    (-15, True, [{"status": "failed", "message": "boom"}], (143, "boom", "")),
     # stopped without a signal to this host: a peer's stop; torchrun exits 0, yet the job did not complete
     (0, False, [{"status": "stopped", "message": STOPPED}] * 2, (PEER_STOPPED_EXIT, PEER, "")),
     (0, False, [{"status": "stopped", "message": STOPPED, "signalled": True}],
@@ -307,6 +325,8 @@ def test_good_inputs_pass_the_launchers_checks(assets):
     ({"data.path": "/nonexistent/data"},
      "data.path='/nonexistent/data' is invalid: /nonexistent/data/index.json not found"),
     ({"data.seq_len": "1000000"}, "data.seq_len=1000000 is invalid for this dataset: it holds 0 samples"),
+    ({"model.path": "", "model.activation_checkpointing": "true", "model.config": '{"model_type": "ctrl"}'},
+     "model.activation_checkpointing=true is invalid for ctrl: CTRLLMHeadModel does not support it"),
 ])
 def test_configuration_errors_name_the_field_before_any_worker_starts(assets, hp, message):
     with pytest.raises(ConfigError) as err:
@@ -336,6 +356,35 @@ def test_launcher_refuses_an_unknown_model_type_without_starting_torchrun(assets
     failure = (root / "output" / "failure").read_text()
     assert failure.startswith("invalid configuration: model.config.model_type='lama' is invalid")
     assert failure.count("\n") == 1 and len(failure) < 300
+
+
+def test_launcher_refuses_keep_best_without_checkpoints_in_one_line_without_starting_torchrun(assets, tmp_path):
+    """SageMaker's own local mode has no CheckpointConfig: with the planner's eval.keep_best this failed in every
+    worker after start-up (issue 27)."""
+    root = write_sagemaker_root(tmp_path / "sm", channels={"train": assets["data"], "model": assets["model"]},
+                                checkpoint_dir=None, hyperparameters={"nproc_per_node": 2, "eval.keep_best": True})
+    proc = start_launcher(root, tmp_path / "launcher.log")
+    assert proc.wait(timeout=300) == 2
+    assert "torch.distributed.run" not in (tmp_path / "launcher.log").read_text()
+    failure = (root / "output" / "failure").read_text()
+    assert failure.startswith("invalid configuration: eval.keep_best=True is invalid: expected false without "
+                              "checkpoints") and failure.count("\n") == 1
+
+
+@pytest.mark.slow
+def test_after_a_failure_in_every_worker_each_exits_1_without_an_abort_or_a_signal(job_factory):
+    """A failure after the process group is up (LoRA targets the model lacks: found when PEFT wraps it): every
+    rank writes its outcome and exits 1 itself; none aborts in the interpreter's teardown (SIGABRT, -6) or dies of
+    torchrun's SIGTERM to the survivors in it (-15)."""
+    job = job_factory("worker-failure", **{"method": "lora", "lora.target_modules": "nosuch_proj"})
+    assert job.run() == 1, job.text()[-3000:]
+    text = job.text()
+    codes = re.findall(r"exitcode\s*: (-?\d+)", text)
+    assert codes and set(codes) == {"1"}, text[-3000:]
+    assert "terminate called" not in text and "Signal 15" not in text
+    failure = job.failure.read_text()
+    assert failure.startswith("ConfigError: lora.target_modules='nosuch_proj' is invalid") and \
+        failure.count("\n") == 1
 
 
 @pytest.mark.slow

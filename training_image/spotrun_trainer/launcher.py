@@ -13,11 +13,12 @@ What it reads (root defaults to /opt/ml; `--sm-root` or SPOTRUN_SM_ROOT point el
 What it writes: model/ (the exported model, by the trainer), output/failure on a real failure.
 
 Exit codes: 0 when training completed, or when a stop signal arrived and every local worker saved and stopped;
-2 for a configuration error, found here before torchrun starts (check_inputs, check_network); 1 when the image
-cannot import what the trainer needs (output/failure names the underlying error); 3 when training stopped
-although this host got no stop signal (another host's stop stops every host at the same step, with a committed
-checkpoint: the job did not complete, and exiting 0 would make SageMaker report it Completed); otherwise
-torchrun's code, with output/failure explaining it.
+2 for a configuration error, found here before torchrun starts (the config's own and cross-field rules,
+check_inputs, check_network); 1 when the image cannot import what the trainer needs (output/failure names the
+underlying error); 3 when training stopped although this host got no stop signal (another host's stop stops
+every host at the same step, with a committed checkpoint: the job did not complete, and exiting 0 would make
+SageMaker report it Completed); otherwise torchrun's code (128 + N when torchrun died of signal N), with
+output/failure explaining it.
 
 Multi-host networking: NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME both name resourceconfig.json's
 network_interface_name (unless the job's environment sets them). Without GLOO_SOCKET_IFNAME gloo binds the
@@ -245,6 +246,7 @@ def check_network(plan: LaunchPlan, sm: SageMakerEnv, *, interfaces: list[str] |
 
 
 def _check_model(config: TrainConfig) -> None:
+    import transformers
     from transformers import AutoConfig
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
@@ -274,6 +276,11 @@ def _check_model(config: TrainConfig) -> None:
     if model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
         raise ConfigError(f"{field_name}={model_type!r} is invalid: transformers has no causal LM for it "
                           "(AutoModelForCausalLM); expected a decoder model type such as llama, qwen2, gpt2")
+    if model.activation_checkpointing:
+        model_class = getattr(transformers, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[model_type])
+        if not getattr(model_class, "supports_gradient_checkpointing", False):
+            raise ConfigError(f"model.activation_checkpointing=true is invalid for {model_type}: "
+                              f"{model_class.__name__} does not support it; expected false")
     try:
         if model.path:
             AutoConfig.from_pretrained(model.path)
@@ -314,7 +321,7 @@ def decide_exit(returncode: int, *, signalled: bool, outcomes: list[Outcome], np
     PEER_STOPPED_EXIT with the failure file naming the stop and the checkpoint a restart resumes from."""
     failed = [o for o in outcomes if o.status == "failed"]
     if failed:
-        return returncode or 1, failed[0].message or "a worker failed", ""
+        return exit_status(returncode) or 1, failed[0].message or "a worker failed", ""
     stopped = [o for o in outcomes if o.status == "stopped"]
     if stopped and not signalled:
         who = ("a worker on this host was sent a stop signal directly (not through this launcher)"
@@ -331,8 +338,13 @@ def decide_exit(returncode: int, *, signalled: bool, outcomes: list[Outcome], np
             return 0, "", ""
         return 0, "", (f"stopped by signal; {nproc - reported} of {nproc} local workers exited before reporting "
                        "(still starting, or killed at the shutdown timeout): the newest complete checkpoint stands")
-    return (returncode if returncode > 0 else 1), f"torchrun exited with code {returncode} without a worker error " \
-        "report", ""
+    return exit_status(returncode), f"torchrun exited with code {returncode} without a worker error report", ""
+
+
+def exit_status(returncode: int) -> int:
+    """An exit status for torchrun's return code: a death by signal N (Popen's -N) as a shell reports it, 128 + N.
+    NOTE: passed on as it is, -6 would become 250 and -15 241 (the status is a byte), naming no signal."""
+    return 128 - returncode if returncode < 0 else returncode
 
 
 class StopSignal:
@@ -456,10 +468,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     root = Path(args.sm_root)
+    # The trainer's config and the workers' outcomes live for this launch only: removed however it ends (but by
+    # SIGKILL, which `spotrun local` meets by pointing TMPDIR into the job's directory).
+    with tempfile.TemporaryDirectory(prefix="spotrun-") as work:
+        return _launch(root, Path(work), stop)
+
+
+def _launch(root: Path, work: Path, stop: StopSignal) -> int:
     failure_file = root / "output" / "failure"
     try:
         sm = SageMakerEnv.read(root)
-        work = Path(tempfile.mkdtemp(prefix="spotrun-"))
         gpu_count = _gpu_count()
         plan = plan_launch(sm, gpu_count=gpu_count, efa_devices=sorted(glob.glob("/dev/infiniband/uverbs*")),
                            ofi_nccl_found=any(glob.glob(g) for g in OFI_NCCL_GLOBS),
