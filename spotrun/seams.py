@@ -431,7 +431,7 @@ class Plan(_StateJson):
     max_usd: float
     max_runtime_cap_seconds: int  # no job of the run runs longer (the single job's MaxRuntime)
     max_wait_extra_seconds: int  # a spot job's MaxWait beyond its MaxRuntime (the accepted delay)
-    min_segment_seconds: int  # the run ends at the cap when the room left is shorter than this
+    min_segment_seconds: int  # the shortest segment that trains (a restart, a step, a save); informational
     segment_overhead_seconds: float  # one segment restart (spotrun/pipeline/segments.py)
     warm_pool_seconds: int  # KeepAlivePeriodInSeconds of the on-demand jobs (billed after each one ends)
     planned_steps: int  # optimizer steps of the whole run, as planned
