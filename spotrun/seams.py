@@ -338,6 +338,9 @@ class GuardAction(str, Enum):
     # guard.spot, guard.max_runtime_seconds, ...) on the same checkpoints (spotrun/pipeline/segments.py).
     SEGMENT = "segment"
     FALLBACK = "fallback"  # spot never came within MaxWait: the next segment on-demand (a SEGMENT with spot off)
+    # The next segment (as SEGMENT) in a fresh execution of the state machine, named guard.next_execution: this
+    # one's history might not hold it (spotrun/continuation.py).
+    CONTINUE = "continue"
     COMPLETED = "completed"  # register the model; `report` is the cost report
     OVER_BUDGET = "over_budget"  # the job stopped at the cap
     FAILED = "failed"  # the job failed or stopped for another reason; `message` says why
@@ -428,7 +431,7 @@ class Plan(_StateJson):
     max_usd: float
     max_runtime_cap_seconds: int  # no job of the run runs longer (the single job's MaxRuntime)
     max_wait_extra_seconds: int  # a spot job's MaxWait beyond its MaxRuntime (the accepted delay)
-    min_segment_seconds: int  # the run ends at the cap when the room left is shorter than this
+    min_segment_seconds: int  # the shortest segment that trains (a restart, a step, a save); informational
     segment_overhead_seconds: float  # one segment restart (spotrun/pipeline/segments.py)
     warm_pool_seconds: int  # KeepAlivePeriodInSeconds of the on-demand jobs (billed after each one ends)
     planned_steps: int  # optimizer steps of the whole run, as planned
@@ -448,6 +451,9 @@ class Plan(_StateJson):
     # dict; {}: the source was prepared already); its cost is spent before the first training job.
     preparation: dict = dataclasses.field(default_factory=dict)
     spent_before_usd: float = 0.0
+    # A spot job's expected bill as a share of on-demand (1 - the spot discount): the guard plans the chain of the
+    # segments still to come with it (spotrun/segments.py); the cap itself is held at on-demand rates.
+    spot_fraction: float = 1.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -483,6 +489,10 @@ class Guard(_StateJson):
     max_wait_seconds: int = 0
     hyperparameters: dict | None = None
     segments: list = dataclasses.field(default_factory=list)
+    # History events this execution has used so far, counted by the guard (spotrun/continuation.py), and the
+    # execution that continues the run when the action is CONTINUE.
+    history_events: int = 0
+    next_execution: str = ""
 
 
 PLAN_FIELDS = frozenset(f.name for f in dataclasses.fields(Plan))

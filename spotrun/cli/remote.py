@@ -125,18 +125,30 @@ def executions(sfn, state_machine_arn: str) -> list[dict]:
 def find_execution(sfn, state_machine_arn: str, ref: str) -> dict:
     """The execution a RUN argument means: an ARN, an execution name, or a run name (its newest execution)."""
     if ref.startswith("arn:"):
-        return sfn.describe_execution(executionArn=ref)
+        return latest_of_run(sfn, sfn.describe_execution(executionArn=ref))
     every = executions(sfn, state_machine_arn)
     exact = [e for e in every if e["name"] == ref]
     of_run = [e for e in every if e["name"].startswith(ref + "-") and _STAMP.match(e["name"][len(ref) + 1:])]
     chosen = (exact or of_run or [None])[0]
     if chosen is None:
         raise RemoteError(f"no execution of run {ref!r} on {state_machine_arn}: `spotrun list` shows them")
-    return sfn.describe_execution(executionArn=chosen["executionArn"])
+    return latest_of_run(sfn, sfn.describe_execution(executionArn=chosen["executionArn"]))
 
 
-# The latter: on the prepared shards (spotrun/pipeline/preparation.py).
-ESTIMATE_STATES = ("Estimate", "EstimatePrepared")
+def latest_of_run(sfn, execution: dict) -> dict:
+    """The execution that runs (or ran) the run now: an execution that continued its run in a fresh one
+    (spotrun/pipeline/continuation.py) names it in its output (`continued_as`)."""
+    while execution["status"] == "SUCCEEDED":
+        successor = json.loads(execution.get("output") or "{}").get("continued_as")
+        if not successor:
+            break
+        arn = execution["executionArn"].rsplit(":", 1)[0] + ":" + successor
+        execution = sfn.describe_execution(executionArn=arn)
+    return execution
+
+
+# The latter: on the prepared shards (spotrun/pipeline/preparation.py); ContinueRun: a continued run's carried plan.
+ESTIMATE_STATES = ("Estimate", "EstimatePrepared", "ContinueRun")
 
 
 def pipeline_state(sfn, execution_arn: str) -> tuple[dict | None, dict | None]:
@@ -151,10 +163,12 @@ def pipeline_state(sfn, execution_arn: str) -> tuple[dict | None, dict | None]:
             name = details.get("name")
             if name not in (*ESTIMATE_STATES, "CostGuard", "InitGuard") or "output" not in details:
                 continue
-            kind, key = ("plan", "plan") if name in ESTIMATE_STATES else ("guard", "guard")
-            if kind not in newest or event["id"] > newest[kind][0]:
-                value = json.loads(details["output"]).get(key)
-                if value is not None:
+            output = json.loads(details["output"])
+            kinds = ("plan", "guard") if name == "ContinueRun" else \
+                ("plan",) if name in ESTIMATE_STATES else ("guard",)
+            for kind in kinds:
+                value = output.get(kind)
+                if value is not None and (kind not in newest or event["id"] > newest[kind][0]):
                     newest[kind] = (event["id"], value)
         events = page["events"]
         if len(newest) == 2 and events and events[0]["id"] > events[-1]["id"]:

@@ -42,6 +42,9 @@ PROCESSING_ROOT = "/opt/ml/processing"
 RAW_SUFFIXES = (".txt", ".jsonl", ".jsonl.gz", ".parquet")
 DEFAULT_SHARD_BYTES = 256 * 1024 * 1024
 MIN_RUNTIME_S = 600  # a preparation job the cap cannot carry for 10 minutes is refused
+# At most this many raw bytes per token: English text is about 4 bytes per BPE token; 4x that leaves room for JSON
+# keys, markup and other scripts. Used only for a lower bound on the training the cap must still carry.
+RAW_BYTES_PER_TOKEN_MAX = 16
 STOP_BILL_S = 120  # what a stop at MaxRuntime still bills (as for training jobs)
 MAX_TOKENIZER_FILES = 200
 VOLUME_PER_RAW_BYTE = 3.0  # the raw share + its shards and masks (<= 2 bytes of token ids and 1 of mask per token)
@@ -184,15 +187,26 @@ def processing_rate(catalog: dict, region: str, instance_type: str) -> float:
     return float(rate)
 
 
-def max_runtime(settings: PreparationSettings, cap_usd: float, usd_per_hour: float) -> int:
-    """The job's MaxRuntime: the stage's limit, and never more than the cap buys at the processing rate (less what
-    a stop bills): the job alone cannot bill past the cap, with every Lambda dead."""
-    allowed = int(cap_usd / (usd_per_hour / 3600) - STOP_BILL_S)
+def max_runtime(settings: PreparationSettings, cap_usd: float, usd_per_hour: float,
+                training_minimum_usd: float = 0.0) -> int:
+    """The job's MaxRuntime: the stage's limit, and never more than the cap buys at the processing rate after the
+    training's minimum (less what a stop bills): the job alone cannot bill into what the training needs, with
+    every Lambda dead."""
+    allowed = int((cap_usd - training_minimum_usd) / (usd_per_hour / 3600) - STOP_BILL_S)
     if allowed < MIN_RUNTIME_S:
+        shortest = (MIN_RUNTIME_S + STOP_BILL_S) * usd_per_hour / 3600
+        after = f" after the training's minimum of ${training_minimum_usd:,.2f}" if training_minimum_usd else ""
         raise PreparationRefused("budget.max_usd", f"budget.max_usd={cap_usd} buys {max(allowed, 0)} s of "
-                                 f"preparation at ${usd_per_hour:.3f}/h: expected a cap that covers at least "
-                                 f"{MIN_RUNTIME_S} s of it, then the training", over_budget=True)
+                                 f"preparation at ${usd_per_hour:.3f}/h{after}: expected a cap that covers at least "
+                                 f"{MIN_RUNTIME_S} s of it (${shortest:,.2f}) and the training: at least "
+                                 f"${training_minimum_usd + shortest:,.2f} in all", over_budget=True)
     return min(settings.max_runtime_seconds, allowed)
+
+
+def fewest_tokens(raw_bytes: int) -> int:
+    """A lower bound on the tokens raw files of this many bytes make, for the training's minimum before preparing:
+    RAW_BYTES_PER_TOKEN_MAX bytes per token (compressed .gz and .parquet make more tokens per byte, not fewer)."""
+    return max(1, raw_bytes // RAW_BYTES_PER_TOKEN_MAX)
 
 
 def preparation_poll_seconds(runtime_s: int, stage_poll_seconds: int, stage_max_poll_seconds: int) -> int:
@@ -279,10 +293,13 @@ def _has_index(s3: Any, uri: str) -> bool:
 
 def resolve(run: Any, s3: Any, *, bucket: str, settings: PreparationSettings, catalog: dict, region: str,
             execution: str, job_prefix: str, volume_kms_key_arn: str, tags: list, poll_seconds: int,
-            max_poll_seconds: int, prepared: dict | None = None) -> Prepared | Preparation | None:
+            max_poll_seconds: int, prepared: dict | None = None,
+            training_minimum: Any = None) -> Prepared | Preparation | None:
     """For a run whose data.source is raw text in the stage's bucket: the complete prepared output to train on
     (Prepared; reused, or just made by this execution's job, `prepared`), or the job to make it (Preparation).
-    None when there is nothing to prepare (prepared shards, data.tokens given, no S3 client)."""
+    None when there is nothing to prepare (prepared shards, data.tokens given, no S3 client).
+    `training_minimum(tokens)`: the smallest cap whose training chain finishes on that many tokens; the job's
+    MaxRuntime leaves it for the training (at the fewest tokens the raw bytes can make)."""
     source = run.data.source
     if s3 is None or run.data.tokens is not None or not source or not source.startswith(f"s3://{bucket}/"):
         return None
@@ -322,12 +339,14 @@ def resolve(run: Any, s3: Any, *, bucket: str, settings: PreparationSettings, ca
                                  "(no marker with its key): the raw objects or the tokenizer changed meanwhile?")
     rate = processing_rate(catalog, region, settings.instance_type)
     count = max(1, min(settings.instance_count, len(raw)))
-    runtime_s = max_runtime(settings, run.max_usd, rate * count)
+    raw_bytes = sum(o["size"] for o in raw)
+    minimum = training_minimum(fewest_tokens(raw_bytes)) if training_minimum is not None else 0.0
+    runtime_s = max_runtime(settings, run.max_usd, rate * count, minimum)
     manifest_key = f"checkpoints/{run.name}/{execution}/preparation/tokenizer.manifest"
     s3.put_object(Bucket=bucket, Key=manifest_key, Body=tokenizer_manifest(model, tokenizer))
     return processing_request(
         key=key, raw_uri=source, tokenizer_manifest_uri=f"s3://{bucket}/{manifest_key}", bucket=bucket,
-        files=len(raw), raw_bytes=sum(o["size"] for o in raw), settings=settings, usd_per_hour=rate,
+        files=len(raw), raw_bytes=raw_bytes, settings=settings, usd_per_hour=rate,
         runtime_s=runtime_s, name=job_name(job_prefix, key, execution), volume_kms_key_arn=volume_kms_key_arn,
         tags=tags, text_field="text", validation_fraction=fraction,
         poll_seconds=preparation_poll_seconds(runtime_s, poll_seconds, max_poll_seconds))
@@ -346,10 +365,11 @@ def preparation_path(field: str, *sub: str) -> str:
 
 
 def plan_step(run: Any, s3: Any, *, pipeline: Any, settings: PreparationSettings, catalog: dict, execution: str,
-              prepared: dict | None) -> tuple[Any, Prepared | None, dict | None]:
+              prepared: dict | None, training_minimum: Any = None) -> tuple[Any, Prepared | None, dict | None]:
     """The estimate's preparation step: (the run to plan, its Prepared or None, or the estimate's whole output
     instead of a plan: status Prepare with the job, or a refusal). The run to plan trains on the prepared shards
-    with the cap less what the preparation cost (the cap itself stays the plan's `max_usd`)."""
+    with the cap less what the preparation cost (the cap itself stays the plan's `max_usd`); the job's MaxRuntime
+    leaves `training_minimum(tokens)` of the cap for the training (`resolve`)."""
     from ..seams import EXECUTION_TAG, PlanStatus
 
     tags = {"project": pipeline.project, "stage": pipeline.stage, "cost-center": pipeline.cost_center, **run.tags,
@@ -359,7 +379,8 @@ def plan_step(run: Any, s3: Any, *, pipeline: Any, settings: PreparationSettings
                           region=pipeline.region, execution=execution, job_prefix=pipeline.job_prefix,
                           volume_kms_key_arn=pipeline.volume_kms_key_arn, poll_seconds=pipeline.poll_seconds,
                           max_poll_seconds=pipeline.max_poll_seconds,
-                          tags=[{"Key": k, "Value": v} for k, v in sorted(tags.items())], prepared=prepared)
+                          tags=[{"Key": k, "Value": v} for k, v in sorted(tags.items())], prepared=prepared,
+                          training_minimum=training_minimum)
     except PreparationRefused as exc:
         status = PlanStatus.OVER_BUDGET if exc.over_budget else PlanStatus.INVALID_RUN
         return run, None, {"status": status.value, "message": str(exc), "field": exc.field}
