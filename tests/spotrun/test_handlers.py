@@ -160,7 +160,7 @@ LIMITED = dataclasses.replace(SETTINGS, max_usd_per_run=15, max_instances_per_ru
 
 @pytest.mark.parametrize("mutate, running, field, says", [
     (lambda r: None, 3, None, None),
-    (lambda r: r["budget"].update(max_usd=16), 1, "budget.max_usd", "at most 15.00 (max_usd_per_run"),
+    (lambda r: r["budget"].update(max_usd=16), 1, "budget.max_usd", "at most $15.00 (max_usd_per_run"),
     (lambda r: r["compute"].update(instance_count=3), 1, "compute.instance_count", "at most 2"),
     (lambda r: None, 4, "run", "at most 3 at once (max_concurrent_runs"),
 ])

@@ -160,7 +160,7 @@ def test_more_instances_than_needed_warns():
 def test_over_budget_is_refused_with_the_estimate_and_advice():
     with pytest.raises(EstimateRefused) as err:
         estimate(run(budget={"max_usd": 5}), catalog=CATALOG)
-    assert err.value.code == "OverBudget" and "exceeds budget.max_usd=5.00" in err.value.message
+    assert err.value.code == "OverBudget" and "exceeds budget.max_usd=$5.00" in err.value.message
     assert err.value.estimate.cost_usd["spot"] > 5
     assert any("LoRA" in a for a in err.value.estimate.advice)
 
@@ -227,7 +227,8 @@ def test_lora_hyperparameters_are_what_the_trainer_config_reads(lora, settings, 
     spec = run(model={"config": llama}, training={"method": "lora", "lora": lora})
     spec = replace(spec, training=replace(spec.training, lora=replace(spec.training.lora, **settings)))
     est = estimate(spec, catalog=CATALOG)
-    channels = {"data.path": "/data", "output_dir": "/out", "model.config": json.dumps(llama)}
+    channels = {"data.path": "/data", "output_dir": "/out", "model.config": json.dumps(llama),
+                "checkpoint.dir": "/opt/ml/checkpoints"}  # the launcher adds it from the job's CheckpointConfig
     cfg = TrainConfig.from_hyperparameters(est.hyperparameters, **channels)
     assert cfg.method == "lora"
     assert (cfg.lora.rank, cfg.lora.targets) == (lora["rank"], targets)
