@@ -34,7 +34,6 @@ from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
-from spotrun.pipeline.preparation import PreparationSettings
 from spotrun.seams import (
     CANCEL_STATUSES,
     COMPLETED_METRIC_DEFINITION,
@@ -44,6 +43,7 @@ from spotrun.seams import (
     GuardAction,
     PipelineSettings,
     PlanStatus,
+    PreparationSettings,
     guard_path,
     plan_path,
 )

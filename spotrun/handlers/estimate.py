@@ -5,7 +5,7 @@ Input: {"run": <run JSON>, "execution": <execution name>, "started": <execution 
 (spotrun.seams.Plan) or the answer that `spotrun.pipeline.plan.plan` returns instead (a refusal, or Prepare).
 Environment (read here only): spotrun.seams.PipelineSettings (the construct writes it with `to_env`); its
 table_name, when set, is the interruptions table whose records (spotrun/planner/measured.py) give the estimate measured
-interruption rates and MFU; spotrun.pipeline.preparation.PreparationSettings (the stage's preparation instances).
+interruption rates and MFU; spotrun.seams.PreparationSettings (the stage's preparation instances).
 """
 
 from __future__ import annotations
@@ -15,9 +15,8 @@ from typing import Any
 
 from ..pipeline.plan import plan
 from ..pipeline.preflight import count_running, execution_of
-from ..pipeline.preparation import PreparationSettings
 from ..planner.measured import recorded_rates, recorded_utilization
-from ..seams import PipelineSettings
+from ..seams import PipelineSettings, PreparationSettings
 
 
 def handler(event: dict, _context: Any) -> dict:

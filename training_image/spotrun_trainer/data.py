@@ -43,8 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
-from spotrun.pipeline.preparation import RAW_SUFFIXES
-from spotrun.seams import DatasetIndex
+from spotrun.seams import RAW_SUFFIXES, DatasetIndex
 
 log = logging.getLogger(__name__)
 
