@@ -11,16 +11,17 @@ export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 TORCH_CPU ?=
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: venv node test demo synth torture torture-lora bench-checkpoint bench-throughput clean
+.PHONY: venv node test demo docs synth torture torture-lora bench-checkpoint bench-throughput clean
 
 # Both packages are installed (editable): `spotrun` (pyproject.toml) and the trainer `spotrun_trainer`
 # (training_image/pyproject.toml), which `spotrun local`/`prepare`, the tests and the benchmarks import.
-$(VENV)/.installed: requirements.txt requirements-dev.txt training_image/requirements.txt pyproject.toml \
-		training_image/pyproject.toml
+$(VENV)/.installed: requirements.txt requirements-dev.txt requirements-dev-nodeps.txt \
+		training_image/requirements.txt pyproject.toml training_image/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(if $(TORCH_CPU),$(BIN)/pip install --quiet --disable-pip-version-check --index-url $(TORCH_CPU_INDEX) \
 		"$$(grep '^torch==' training_image/requirements.txt)")
 	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps -r requirements-dev-nodeps.txt
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps -e . -e training_image
 	touch $@
 
@@ -39,6 +40,10 @@ test: venv node
 demo: venv
 	$(BIN)/python -m spotrun demo --out demo-output
 
+## make docs: the docs site (docs/, mkdocs.yml) into site/, strictly: a broken link fails
+docs: venv
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 ## make synth: synthesize the CDK app into cdk.out (no AWS credentials, no Docker needed)
 synth: venv
 	$(BIN)/python app.py
@@ -56,4 +61,4 @@ bench-throughput: venv
 	$(BIN)/python benchmarks/throughput.py
 
 clean:
-	rm -rf cdk.out demo-output runs .pytest_cache
+	rm -rf cdk.out demo-output runs site .pytest_cache

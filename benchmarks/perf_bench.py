@@ -1,4 +1,4 @@
-"""The trainer against its physical limits, side by side in one run; prints the README's Markdown table.
+"""The trainer against its physical limits, side by side in one run; prints docs/benchmarks.md's Markdown table.
 
     python benchmarks/perf_bench.py [--steps 30 --trials 2]
 

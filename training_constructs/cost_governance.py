@@ -9,7 +9,7 @@ over (2 x the planned interval + the upload time); the alarm fires when the latt
 
 NOTE: user-defined tags count in Budgets and Cost Explorer only once activated as cost-allocation tags
 (Billing console, or `aws ce update-cost-allocation-tags-status`); CloudFormation cannot activate them. The
-README's deploy steps include it.
+deploy steps (docs/deploying.md) include it.
 """
 
 from __future__ import annotations

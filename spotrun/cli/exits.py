@@ -1,4 +1,4 @@
-"""The exit codes of every `spotrun` command: one table, printed by `spotrun --help` (README: Command line).
+"""The exit codes of every `spotrun` command: one table, printed by `spotrun --help` (docs/cli.md).
 
 A refusal's code follows its status (spotrun.contract.refusal.Refusal, the state machine's named failures): InvalidRun
 is 2 wherever it was found (the contract, the stage's rules, the sources or the planner's facts: an instance type the

@@ -10,22 +10,59 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import sys
+import time
 from pathlib import Path
 
-from ..policy.policies import POLICIES
+from ..policy.decision import RULES
 from ..policy.traces import ADVISOR_BANDS
+from .estimate import add_prepared_argument
+
+N_RANGE = (1, 100_000)  # 100,000 traces of every candidate is minutes and ~1 GB here; more is a mistake
+PROGRESS_AFTER_S = 2.0
+
+
+class Progress:
+    """A one-line progress indicator on stderr, shown only once a step has taken PROGRESS_AFTER_S."""
+
+    def __init__(self, stream=None):
+        self.stream = stream or sys.stderr
+        self.t0 = time.perf_counter()
+        self.shown = False
+
+    def __call__(self, what: str, done: int, total: int) -> None:
+        if time.perf_counter() - self.t0 < PROGRESS_AFTER_S or (done % 50 and done != total):
+            return
+        self.shown = True
+        self.stream.write(f"\r{what}: {done:,}/{total:,} traces" + ("\n" if done == total else ""))
+        self.stream.flush()
+
+
+def finite(value):
+    """The report with non-finite floats (a run that never finishes has an infinite wall time) as null: strict
+    JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [finite(v) for v in value]
+    return value
 
 
 def register(sub) -> None:
     sim = sub.add_parser("simulate", help="replay the run's plan over spot traces under each policy: cost, "
                          "P(deadline), work lost; table and PNG")
     sim.add_argument("run", type=Path, help="run JSON file")
+    add_prepared_argument(sim)
     sim.add_argument("--traces", type=Path, help="a directory of availability traces (skypilot-org/spot-traces "
                      "format; every *.json under it); default: generated traces")
     sim.add_argument("--interruptions", type=Path, help="the interruption table's items (a JSON array, or `aws "
                      "dynamodb scan --table-name T` output): windows drawn from the gaps between a job's interruptions")
-    sim.add_argument("--policy", action="append", choices=sorted(POLICIES), help="only these policies (repeatable)")
-    sim.add_argument("--n", type=int, default=1000, help="traces (default 1000)")
+    sim.add_argument("--policy", action="append", choices=sorted(RULES),
+                     help="only these policies (repeatable; each as the cost guard executes it)")
+    sim.add_argument("--n", type=int, default=1000, help=f"traces, {N_RANGE[0]} to {N_RANGE[1]:,} (default 1000)")
     sim.add_argument("--seed", type=int, default=0, help="seed of the generated traces and start offsets")
     sim.add_argument("--band", choices=list(ADVISOR_BANDS), help="interruptions at this Spot Instance Advisor band "
                      "instead of the estimate's rate")
@@ -33,7 +70,7 @@ def register(sub) -> None:
     sim.add_argument("--region", help="price in this region (default us-east-1)")
     sim.add_argument("--out", type=Path, default=Path("simulate-output"), help="where simulate.json, simulate.txt "
                      "and simulate.png go (default ./simulate-output)")
-    sim.add_argument("--no-optimum", action="store_true", help="skip the offline optimum (numpy)")
+    sim.add_argument("--no-optimum", action="store_true", help="skip the exact offline optimum")
     sim.add_argument("--format", choices=["text", "json"], default="text")
     sim.set_defaults(func=simulate_command)
 
@@ -100,15 +137,17 @@ def simulate_command(args: argparse.Namespace) -> int:
     from .estimate import check_file
     from .exits import Exit, fail, for_status
 
-    if args.n < 1:
+    if not N_RANGE[0] <= args.n <= N_RANGE[1]:
         return fail(args.format, Exit.INVALID, "InvalidArguments", f"--n={args.n} is invalid: expected an integer "
-                    ">= 1", "--n")
+                    f"from {N_RANGE[0]} to {N_RANGE[1]:,}", "--n")
     try:
-        checked = check_file(args.run, None, plan=True, region=args.region)  # spotrun.contract.runfile.load_run_file
+        checked = check_file(args.run, None, plan=True, region=args.region,  # spotrun.contract.runfile's loader
+                             prepared=args.prepared)
         est, run = checked.estimate, checked.run
         catalog = regional_catalog(load_catalog(), args.region or "us-east-1")
         plan = plan_from_estimate(est, catalog, deadline_hours=run.compute.deadline_hours,
-                                  spot_discount=run.compute.spot_discount)
+                                  spot_discount=run.compute.spot_discount,
+                                  on_demand_fallback=run.compute.on_demand_fallback or not run.compute.spot)
         traces, source = traces_for(plan, est, args)
     except Refusal as exc:
         return fail(args.format, for_status(exc.status), exc.status, exc.message, exc.field)
@@ -117,18 +156,19 @@ def simulate_command(args: argparse.Namespace) -> int:
     chosen = candidates(plan)
     if args.policy:
         chosen = [c for c in chosen if c[0] in args.policy] or [(p, plan.default_checkpointing()) for p in args.policy]
-    report = study(plan, traces, chosen, optimum=not args.no_optimum, source=source, cap_usd=run.max_usd)
+    report = study(plan, traces, chosen, optimum=not args.no_optimum, source=source, cap_usd=run.max_usd,
+                   progress=Progress())
     report["run"] = run.name
     report["layout"] = f"{est.instance_count} x {est.instance_type}"
     args.out.mkdir(parents=True, exist_ok=True)
     files = {"report": args.out / "simulate.json", "summary": args.out / "simulate.txt",
              "plot": args.out / "simulate.png"}
     text = f"{run.name} on {report['layout']}: " + table_text(report)
-    files["report"].write_text(json.dumps(report, indent=2))
+    files["report"].write_text(json.dumps(finite(report), indent=2))
     files["summary"].write_text(text + "\n")
     plot(report, files["plot"], f"{run.name}: {report['layout']}, {report['traces']} traces")
     if args.format == "json":
-        print(json.dumps(report, indent=2))
+        print(json.dumps(finite(report), indent=2))
     else:
         print(text)
         for name, path in files.items():

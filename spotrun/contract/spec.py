@@ -1,11 +1,11 @@
 """The run JSON contract (version 1): documented dataclasses, one reflective decoder, and the rules across fields.
 
 A run JSON is what users write and what a Step Functions execution receives. Each field is declared once, below,
-with its documentation and what it accepts (`spec(...)`, see spotrun/contract/decoder.py); the decoder, the errors and
-the README's field reference (`python -m spotrun.contract.spec --readme README.md` rewrites it; a test compares) all
-come from that declaration. Hand-written code is left for values no range or pattern describes (sources, tags,
-LoRA targets, HF configs, tracking URIs: spotrun/contract/values.py) and for the rules across fields (each
-class's `_given` and `_across`).
+with its documentation and what it accepts (`spec(...)`, see spotrun/contract/decoder.py); the decoder, the
+errors and the docs' field reference (`python -m spotrun.contract.spec --page docs/run-fields.md` rewrites it; a
+test compares) all come from that declaration. Hand-written code is left for values no range or pattern
+describes (sources, tags, LoRA targets, HF configs, tracking URIs: spotrun/contract/values.py) and for the rules
+across fields (each class's `_given` and `_across`).
 
 Every error is one line that names the field (as a dotted path), the bad value (shortened) and what is accepted:
 `decode_run` (bytes of a run file) and `parse_run` (a decoded value, e.g. a Lambda event) raise
@@ -39,7 +39,9 @@ from .values import MAX_RUN_TAGS, RESERVED_TAG_KEYS  # noqa: F401 - re-exported
 
 SCHEMA_VERSION = 1
 # NOTE: every pattern is used with fullmatch: `re.match(r"...$")` accepts a trailing newline.
-_NAME = r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,47}"  # SageMaker job names allow 63; prefix/suffixes are added
+# SageMaker job names allow 63; prefix/suffixes are added. The lookahead bounds the whole name: `(-*x){0,47}`
+# alone admits any number of hyphens (a name padded to 80+ characters).
+_NAME = r"(?=[a-zA-Z0-9-]{1,48}\Z)[a-zA-Z0-9](-*[a-zA-Z0-9]){0,47}"
 _REGISTRY_GROUP = r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}"  # CreateModelPackageGroup's EntityName
 _EXECUTION_NAME = r"[A-Za-z0-9_-]{1,80}"  # Step Functions execution names, as the console makes them
 Approval = Literal["PendingManualApproval", "Approved", "Rejected"]
@@ -54,7 +56,9 @@ DAYS_28_H = 28 * 24
 
 
 def _needs_validation(data: DataSpec, field_path: str, value: Any) -> None:
-    if not data.has_validation:
+    """Without data.source nothing can hold a validation split: the run must name its validation set. With one,
+    the sources' check (spotrun/planner/sources.py `check_validation`) decides, on the prepared data's index.json."""
+    if not data.has_validation and data.source is None:
         raise RunValidationError(field_path, value, "data.validation or data.validation_fraction with it (it "
                                  "reads the validation loss)")
 
@@ -243,8 +247,12 @@ class ComputeSpec:
     accept_max_runtime_stop: bool = spec("A run expected to need more than 28 days may start and be stopped at 28 "
                                          "days (else it is refused).", default=False)
     deadline_hours: float | None = spec("When the model is needed, in hours after the start: the estimate chooses "
-                                        "the spot policy that meets it on >= 99% of simulated traces.",
+                                        "the spot policy that meets it on >= 99% of simulated traces (a deadline "
+                                        "shorter than the run on on-demand instances is refused).",
                                         default=None, lo=0, hi=DAYS_28_H * 2, lo_open=True)
+    accept_missed_deadline: bool = spec("Start a run whose deadline_hours is shorter than the run takes even on "
+                                        "on-demand instances (else it is refused); the estimate warns that it will "
+                                        "be missed.", default=False)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -304,6 +312,13 @@ class RunSpec:
                                  default=None, at="registry.gate")
     tracking: TrackingSpec = spec("Experiment tracking.", default_factory=TrackingSpec)
 
+    @property
+    def validation_needed_by(self) -> str | None:
+        """The field that reads a validation loss (registry.gate, then eval), or None when nothing does."""
+        if self.gate is not None:
+            return "registry.gate"
+        return "eval" if self.eval != EvalSpec() else None
+
     def _across(self, raw: dict, path: str) -> RunSpec:
         if self.gate is not None:
             _needs_validation(self.data, "registry.gate", raw["registry"]["gate"])
@@ -323,9 +338,10 @@ def parse_run(raw: Any) -> RunSpec:
     return decode(RunSpec, raw)
 
 
-# ---- the field reference (README.md, between the markers) -------------------------------------------------------
+# ---- the field reference (docs/run-fields.md, between the markers) -----------------------------------------
 
-README_BEGIN = "<!-- run-fields: generated by `python -m spotrun.contract.spec --readme README.md`; do not edit -->"
+README_BEGIN = ("<!-- run-fields: generated by `python -m spotrun.contract.spec --page docs/run-fields.md`; "
+                "do not edit -->")
 README_END = "<!-- run-fields: end -->"
 
 
@@ -335,16 +351,16 @@ def field_reference() -> str:
 
 
 def with_reference(readme: str) -> str:
-    """`readme` with the text between the markers replaced by the current field reference."""
+    """`readme` (a page of the docs) with the text between the markers replaced by the current field reference."""
     head, begin, rest = readme.partition(README_BEGIN)
     _, end, tail = rest.partition(README_END)
     if not begin or not end:
-        raise ValueError(f"the README has no {README_BEGIN!r} ... {README_END!r} block")
+        raise ValueError(f"the page has no {README_BEGIN!r} ... {README_END!r} block")
     return f"{head}{begin}\n{field_reference()}{end}{tail}"
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--readme"]:
+    if sys.argv[1:2] == ["--page"]:
         with open(sys.argv[2], encoding="utf-8") as fh:
             text = with_reference(fh.read())
         with open(sys.argv[2], "w", encoding="utf-8") as fh:

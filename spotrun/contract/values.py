@@ -1,6 +1,7 @@
 """The run contract's values that no range or pattern describes: sources, HF configs, LoRA targets, tags and
 MLflow tracking URIs. Each is a `decode` function for `spec(...)` (value, dotted path) -> the decoded value, or a
-RunValidationError naming the path; its `accepted` text (the constant beside it) is the error's and the README's."""
+RunValidationError naming the path; its `accepted` text (the constant beside it) is the error's and the docs'
+(docs/run-fields.md)."""
 
 from __future__ import annotations
 
@@ -33,7 +34,26 @@ def source(raw: Any, path: str) -> str:
         raise RunValidationError(path, raw, "a path or URI of at most 1,024 characters without control characters")
     if raw.startswith("s3://") and not _S3_URI.fullmatch(raw):
         raise RunValidationError(path, raw, "an s3://bucket/prefix URI with a valid bucket name")
+    if raw.startswith("s3://"):
+        check_s3_key(raw.split("/", 3)[3] if raw.count("/") >= 3 else "", path, raw)
     return raw
+
+
+S3_KEY = ("an S3 key of plain segments: no '.' or '..' segment, no empty segment ('//'), no percent-encoding, "
+          "no backslash")
+
+
+def check_s3_key(key: str, path: str, shown: str | None = None) -> str:
+    """`key` as S3 stores it, refused where a prefix check could be fooled: S3 keys are not paths, so
+    `datasets/../output/x` is a key under `datasets/` that other tools (the CLI's sync, SDKs that normalize) read
+    as `output/x`; percent-encoded dots and slashes decode to the same; an empty segment names another key."""
+    segments = key.split("/")
+    inner = segments[:-1] if segments and segments[-1] == "" else segments  # a trailing '/' marks a prefix
+    bad = ("\\" in key or "%" in key or key.startswith("/")
+           or any(segment in ("", ".", "..") for segment in inner if key))
+    if bad:
+        raise RunValidationError(path, shown if shown is not None else key, S3_KEY)
+    return key
 
 
 HF_CONFIG = "an HF config object with a string model_type"

@@ -30,7 +30,8 @@ from ..contract.refusal import Refusal
 from ..contract.spec import RunSpec, RunValidationError, parse_run
 from ..planner.estimate import estimate, load_catalog, regional_catalog, startup_seconds
 from ..planner.measured import shape_key
-from ..planner.sources import read_sources
+from ..planner.sources import read_sources, with_split
+from ..policy.decision import starts_on_spot
 from ..seams import (
     CANCEL_STATUSES,
     EXECUTION_TAG,
@@ -189,6 +190,7 @@ def plan(run_raw: Any, execution: str, settings: PipelineSettings, *, s3_client:
                 return instead
             data_uri = done.data_source if done else data_uri
         sources = read_sources(run, s3_client=s3_client)
+        run = with_split(run, sources)  # the validation split the prepared data holds, when the run names none
         model_config, tokens = sources.model_config, sources.tokens
         shape = shape_key(run.model.config or model_config) if (run.model.config or model_config) else None
         measured = mfu_lookup(shape, run.training.method) if (mfu_lookup and shape) else None
@@ -197,7 +199,8 @@ def plan(run_raw: Any, execution: str, settings: PipelineSettings, *, s3_client:
         hyper = pipeline_hyperparameters(run, est)
         from ..policy.choose import spot_policy  # the chosen spot policy and its odds (stdlib only)
 
-        est.spot_policy = spot_policy(run, est, catalog)
+        est.spot_policy = spot_policy(run, est, catalog, poll_s=settings.poll_seconds,
+                                      max_poll_s=max(settings.poll_seconds, settings.max_poll_seconds))
     except Refusal as exc:  # the contract, the stage's rules, the sources or the planner
         return exc.result(CONTRACT_KEYS)
 
@@ -246,7 +249,9 @@ def _ok_plan(run: RunSpec, est: Any, hyper: dict, execution: str, started: str, 
     result = Plan(
         status=PlanStatus.OK, run_name=run.name, execution=execution, execution_started=started,
         job_name=name, fallback_job_name=segment_job_name(name, 2, spot=False), method=run.training.method,
-        spot=run.compute.spot, on_demand_fallback=run.compute.on_demand_fallback,
+        # the first job's market: the chosen policy's first decision (spotrun/policy/decision.py)
+        spot=run.compute.spot and (not est.spot_policy or starts_on_spot(est.spot_policy)),
+        on_demand_fallback=run.compute.on_demand_fallback,
         instance_type=est.instance_type, instance_count=est.instance_count,
         resource_config_spot=resource_config(est.instance_type, est.instance_count, volume_gb, settings, catalog),
         resource_config_on_demand=resource_config(est.instance_type, est.instance_count, volume_gb, settings,

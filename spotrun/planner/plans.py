@@ -1,4 +1,5 @@
-"""The README's table of plans: Llama 3.1 8B full, 70B full and 70B LoRA at 2,048 and 8,192 tokens per sample.
+"""The planner page's table of plans (docs/planner.md): Llama 3.1 8B full, 70B full and 70B LoRA at 2,048 and
+8,192 tokens per sample.
 
 `python -m spotrun.planner.plans` prints the markdown table from the shipped catalog; tests/spotrun/test_memory_plans.py
 checks the same plans (memory under the usable fraction with activations, 70B full on several EFA nodes).

@@ -1,74 +1,216 @@
-"""The offline optimum: the cheapest way through each trace knowing it in advance (dynamic programming), the floor
-every online policy is measured against. numpy, vectorized over traces; the CLI and benchmarks use it, the estimate
-Lambda does not.
+"""The exact offline optimum: the least a run can cost on one trace, knowing the trace in advance, under the
+engine's cost model (spotrun/policy/engine.py); the floor every online policy is measured against. Stdlib only.
 
-Time and work are cut into ticks of `work_s / ticks` seconds. In each tick the run is idle, on spot (in the ticks a
-capacity window covers, its ends rounded to the nearest tick) or on on-demand. Starting a job (from idle or from
-the other kind) costs a startup and a restore (and the last job's save before its capacity goes, which foresight
-makes possible, unless it fits the stop notice; the first job has no restore), billed at the new job's price, and
-delays progress by that many ticks (rounded to the nearest tick). Knowing the trace, no work is ever lost.
-Cost[mode][progress] is carried forward tick by tick; the answer per trace is the least cost at which progress
-reaches the work by the deadline (or by the trace's horizon without one).
+`exact_optimum(plan, trace) -> float | None`: USD, or None when the deadline cannot be met; `solve` says more.
+
+The model is the engine's with saves on the notice (`segment`, checkpointing "notice"): each job bills its
+startup, a restore once anything is saved, its work; an interruption saves on the notice unbilled; a stop the
+schedule chooses bills one save (SIGTERM) before the next job may start. Each start is billed once. Work is
+continuous: the engine's loss of the step in progress at an interruption (at most `step_s`, none when a window's
+edges fall on step boundaries) is not charged. MaxWait and MaxRuntime, SageMaker's limits on a policy's jobs, do
+not bind the optimum. For a plan whose checkpoint cannot leave within the notice (`notice_ok` false) the same
+model is a relaxation (free notice saves, no periodic save time): a floor, not the exact optimum.
+
+Knowing the trace, an optimal schedule (each claim checked against an exhaustive search of the engine's own
+schedules in tests/spotrun/test_optimum.py) runs spot from a window's start to its end or the finish (stopping
+spot early only adds a save and a restart), and on-demand either to the finish or as a block that stops one save
+before a window opens; a block may start any time, so the work it does is a range.
+
+The dynamic program goes event by event (window starts and ends, in time order). A state is the slack used so
+far, sigma = time - work done (waits, startups, restores, saves), and the cost paid; sigma <= deadline - work is
+what meeting the deadline needs. Two sets of states are kept, each only where no state has less slack used for
+at most the cost (a Pareto frontier): idle, and on-demand running. Every frontier is a list of pieces
+(sigma_lo, sigma_hi, J) of states with cost J - po x sigma (po: the on-demand price per second): waiting, a
+block's range of start times and a spot job each map a piece to a piece.
+
+Bounds (for any plan: the horizon is the deadline; without one, the trace's last window, and where that one
+stays open the answer is one spot job in it, the least any schedule costs): windows no longer
+than a startup are skipped (no job gains work in them); each event costs O(P log P) for P pieces, P is capped
+at `MAX_PIECES` per frontier: past the cap the neighbouring pieces whose costs differ least merge, at the
+lesser cost (a relaxation: still a floor) and `Optimum.exact` is false. Time O(windows x MAX_PIECES log
+MAX_PIECES), memory O(MAX_PIECES).
 """
 
 from __future__ import annotations
 
-import math
+import heapq
+from dataclasses import dataclass
 
-import numpy as np
+from .engine import INF, SimPlan
 
-from .engine import SimPlan
+MAX_PIECES = 512
+Piece = tuple[float, float, float]  # (sigma_lo, sigma_hi, J): cost J - po sigma
 
 
-def availability(traces: list, tick_s: float, ticks: int) -> np.ndarray:
-    """(traces, ticks) booleans: spot is there for the tick (a window covers the ticks its ends round to)."""
-    out = np.zeros((len(traces), ticks), dtype=bool)
-    for n, trace in enumerate(traces):
-        for a, b in trace:
-            first = round(a / tick_s)
-            if first >= ticks:
-                break
-            last = ticks if b == math.inf else min(ticks, round(b / tick_s))
-            if last > first:
-                out[n, first:last] = True
+@dataclass(frozen=True)
+class Optimum:
+    """One trace's optimum: `usd` (None: the deadline cannot be met), whether it is exact (the module's
+    docstring), the windows it went through and the most pieces a frontier held."""
+
+    usd: float | None
+    exact: bool
+    windows: int
+    pieces: int
+
+
+def exact_optimum(plan: SimPlan, trace: list) -> float | None:
+    """The least cost (USD) of finishing `plan.work_s` by the deadline on this trace, or None if no schedule
+    can (on-demand from the start misses it)."""
+    return solve(plan, trace).usd
+
+
+def pareto(pieces: list[Piece], po: float) -> list[Piece]:
+    """The states of the pieces that no other state beats on both slack and cost, as disjoint pieces sorted by
+    sigma: a sweep over the pieces' ends with a heap of the open ones (least J first) and the least cost of
+    everything to the left (`left`)."""
+    if not pieces:
+        return []
+    cuts = sorted({p[0] for p in pieces} | {p[1] for p in pieces})
+    by_lo = sorted(pieces)
+    heap: list[tuple[float, float]] = []  # (J, sigma_hi)
+    out: list[Piece] = []
+    left, i = INF, 0
+    for n, c in enumerate(cuts):
+        while i < len(by_lo) and by_lo[i][0] <= c:
+            heapq.heappush(heap, (by_lo[i][2], by_lo[i][1]))
+            i += 1
+        while heap and heap[0][1] < c:
+            heapq.heappop(heap)
+        if not heap:
+            continue
+        at_c = heap[0][0] - po * c
+        if at_c < left:
+            _append(out, (c, c, heap[0][0]))
+            left = at_c
+        nxt = cuts[n + 1] if n + 1 < len(cuts) else None
+        while heap and heap[0][1] <= c:  # pieces ending here do not reach the next cut
+            heapq.heappop(heap)
+        if nxt is None or not heap:
+            continue
+        j = heap[0][0]
+        start = max(c, (j - left) / po) if left < INF else c
+        if start < nxt:
+            _append(out, (start, nxt, j))
+            left = min(left, j - po * nxt)
     return out
 
 
-def offline_optimum(plan: SimPlan, traces: list, *, ticks: int = 300, horizon_s: float | None = None) -> np.ndarray:
-    """Least cost (USD) per trace; inf where the deadline cannot be met."""
-    tick = plan.work_s / ticks
-    limit = plan.deadline_s if plan.deadline_s is not None else (horizon_s or 4 * plan.work_s)
-    steps = int(math.floor(limit / tick + 1e-9))
-    avail = availability(traces, tick, steps)
-    # A job's save before its capacity goes is free on spot when it fits the notice; the first job has nothing
-    # to restore.
-    change_s = plan.startup_s + plan.restore_s + (0.0 if plan.notice_ok else plan.save_s)
-    o, o_first = max(1, round(change_s / tick)), max(1, round(plan.startup_s / tick))
-    ps, po = plan.spot_usd_per_h * tick / 3600, plan.on_demand_usd_per_h * tick / 3600
-    start_spot, start_od = plan.spot_usd_per_h * change_s / 3600, plan.on_demand_usd_per_h * change_s / 3600
-    first_spot, first_od = plan.spot_usd_per_h * plan.startup_s / 3600, plan.on_demand_usd_per_h * plan.startup_s / 3600
-    n, size = len(traces), ticks + o + 1  # index j holds progress j - o (a fresh job owes its changeover)
-    inf = np.inf
-    idle = np.full((n, size), inf)
-    spot = np.full((n, size), inf)
-    od = np.full((n, size), inf)
-    done = np.full(n, inf)
-    for t in range(steps):
-        enter_spot = np.full((n, size), inf)
-        enter_spot[:, :size - o] = np.minimum(idle, od)[:, o:] + start_spot
-        enter_od = np.full((n, size), inf)
-        enter_od[:, :size - o] = np.minimum(idle, spot)[:, o:] + start_od
-        # the first job, from progress 0 (index o), any time
-        enter_spot[:, o - o_first] = np.minimum(enter_spot[:, o - o_first], first_spot)
-        enter_od[:, o - o_first] = np.minimum(enter_od[:, o - o_first], first_od)
-        new_idle = np.minimum(np.minimum(idle, spot), od)
-        run_spot = np.minimum(spot, enter_spot)
-        run_od = np.minimum(od, enter_od)
-        spot = np.full((n, size), inf)
-        spot[:, 1:] = run_spot[:, :-1] + ps
-        spot[~avail[:, t]] = inf
-        od = np.full((n, size), inf)
-        od[:, 1:] = run_od[:, :-1] + po
-        idle = new_idle
-        done = np.minimum(done, np.minimum(spot[:, -1], od[:, -1]))
-    return done
+def _append(out: list[Piece], piece: Piece) -> None:
+    if out and out[-1][2] == piece[2] and out[-1][1] >= piece[0]:
+        out[-1] = (out[-1][0], max(out[-1][1], piece[1]), piece[2])
+    else:
+        out.append(piece)
+
+
+class _Solver:
+    def __init__(self, plan: SimPlan):
+        self.plan = plan
+        self.ps, self.po = plan.spot_usd_per_h / 3600, plan.on_demand_usd_per_h / 3600
+        self.deadline = plan.deadline_s if plan.deadline_s is not None else INF
+        self.slack = self.deadline - plan.work_s  # the most slack a schedule that meets the deadline uses
+        self.restart = plan.startup_s + plan.restore_s  # a job's time before its first step, once saved
+        self.best = self.po * (plan.startup_s + plan.work_s) if self.slack >= plan.startup_s else INF
+        self.idle: list[Piece] = []
+        self.run: list[Piece] = []
+        self.tau = 0.0
+        self.exact = True
+        self.most = 0
+
+    def advance(self, to: float) -> None:
+        """From tau to `to`: idle states wait; on-demand jobs run on; any idle state (and the fresh one: nothing
+        done yet) may start one at any time in between (J + po (overhead + dt) over sigma + overhead .. + dt)."""
+        dt, po = to - self.tau, self.po
+        run = [(lo, hi, j + po * dt) for lo, hi, j in self.run]
+        run += [(lo + self.restart, hi + self.restart + dt, j + po * (self.restart + dt)) for lo, hi, j in self.idle]
+        c = self.plan.startup_s
+        if self.tau + c <= self.slack:
+            run.append((self.tau + c, self.tau + c + dt, po * (self.tau + c + dt)))
+        self.idle = [(lo + dt, hi + dt, j + po * dt) for lo, hi, j in self.idle]
+        self.tau = to
+        self.idle = self.keep(self.idle, self.restart)
+        self.run = self.keep(run, 0.0)
+
+    def keep(self, pieces: list[Piece], overhead: float) -> list[Piece]:
+        """The frontier of the pieces, less the states that cannot meet the deadline or beat the best found.
+        From a state the rest costs at least the remaining work (and `overhead`) at the spot price:
+        J - po sigma + ps (overhead + W - tau + sigma)."""
+        base, m, out = self.ps * (overhead + self.plan.work_s - self.tau), self.po - self.ps, []
+        for lo, hi, j in pareto(pieces, self.po):
+            hi = min(hi, self.slack)
+            if m > 0:
+                lo = max(lo, (j + base - self.best) / m)
+            elif j + base - m * hi >= self.best:
+                continue
+            if lo <= hi:
+                out.append((lo, hi, j))
+        if len(out) > MAX_PIECES:
+            out = self.relax(out)
+        self.most = max(self.most, len(out))
+        return out
+
+    def relax(self, pieces: list[Piece]) -> list[Piece]:
+        """Past the cap: neighbours in slack whose J differ least merge, each pair into one piece over both
+        ranges at the lesser J (every state it replaces is at least as dear: still a floor, too low by at most
+        the J difference over the merged range)."""
+        self.exact = False
+        merges = len(pieces) - MAX_PIECES
+        gaps = sorted(range(len(pieces) - 1), key=lambda n: abs(pieces[n + 1][2] - pieces[n][2]))[:merges]
+        joined, out = set(gaps), []
+        for n, piece in enumerate(pieces):
+            if n - 1 in joined:
+                lo, hi, j = out[-1]
+                out[-1] = (lo, max(hi, piece[1]), min(j, piece[2]))
+            else:
+                out.append(piece)
+        return out
+
+    def window(self, a: float, b: float) -> list[Piece]:
+        """Spot from `a` for every state that can start there: finish inside the window and the deadline, or
+        be idle at `b` (returned)."""
+        s, po = self.plan.save_s, self.po
+        entering = [(p, self.restart) for p in self.idle]
+        entering += [((lo + s, hi + s, j + po * s), self.restart) for lo, hi, j in self.run]  # stopped at a - s
+        if a + self.plan.startup_s <= self.slack:
+            entering.append(((a, a, po * a), self.plan.startup_s))  # the first job: nothing to restore
+        out = []
+        for (lo, hi, j), o in entering:
+            self.finish_on_spot(lo, hi, j, o, a, b)
+            limit = min(b, self.deadline) - o - self.plan.work_s  # the most slack that finishes here
+            if b < self.deadline and b - a > o and max(lo, limit) <= hi:
+                out.append((max(lo, limit) + o, hi + o, j + self.ps * (b - a) + po * o))
+        return out
+
+    def finish_on_spot(self, lo: float, hi: float, j: float, o: float, a: float, b: float) -> None:
+        """Cost J - po sigma + ps (o + W - (a - sigma)) for sigma up to where the finish fits; linear in sigma."""
+        top = min(hi, min(b, self.deadline) - o - self.plan.work_s)
+        for sigma in (lo, top) if lo <= top else ():
+            self.best = min(self.best, j - self.po * sigma + self.ps * (o + self.plan.work_s - a + sigma))
+
+    def finish_on_demand(self, pieces: list[Piece]) -> None:
+        """On-demand from idle to the finish, started at once: J + po (overhead + W - tau) where it fits."""
+        for lo, _, j in pieces:
+            if lo + self.restart <= self.slack:
+                self.best = min(self.best, j + self.po * (self.restart + self.plan.work_s - self.tau))
+
+
+def solve(plan: SimPlan, trace: list) -> Optimum:
+    """The dynamic program (the module's docstring); `trace`: sorted disjoint windows [(start, end), ...]."""
+    sv = _Solver(plan)
+    if plan.deadline_s is None and any(b == INF > a for a, b in trace):
+        # no deadline and capacity that stays: one spot job in it, the least any schedule can cost
+        return Optimum(min(sv.ps, sv.po) * (plan.startup_s + plan.work_s), True, 0, 0)
+    windows = 0
+    for a, b in trace:
+        if a >= sv.deadline or a >= b:
+            break
+        if b - a <= plan.startup_s:  # no job gains work here
+            continue
+        windows += 1
+        sv.advance(max(a, sv.tau))
+        arrived = sv.window(a, b)
+        if b >= sv.deadline or b == INF:
+            break
+        sv.advance(b)
+        sv.idle = sv.keep(sv.idle + arrived, sv.restart)
+        sv.finish_on_demand(sv.idle)
+    return Optimum(None if sv.best == INF else sv.best, sv.exact, windows, sv.most)

@@ -1,24 +1,28 @@
 """A simulation study: every policy and the offline optimum over one set of traces, as a table, JSON and a PNG.
 
 `study` runs it (the CLI's `spotrun simulate` and benchmarks/simulate_bench.py); `table_text` is the table;
-`plot` draws cost against the probability of meeting the deadline, one point per policy, with the offline
-optimum as the frontier (matplotlib, headless).
+`plot` draws cost against the probability of meeting the deadline, one point per policy, with the exact
+offline optimum (spotrun/policy/optimum.py) as the floor (matplotlib, headless).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-from . import compare
+from . import compare, quantile
 from .choose import choose
 from .engine import SimPlan
+from .optimum import solve
 
 
 def study(plan: SimPlan, traces: list, candidates: list[tuple[str, str]], *, optimum: bool = True,
-          source: str = "", choose_on: list | None = None, cap_usd: float | None = None) -> dict:
+          source: str = "", choose_on: list | None = None, cap_usd: float | None = None,
+          progress: Callable[[str, int, int], None] | None = None) -> dict:
     """Rows per policy, the chosen one and why, the offline optimum's mean/P50/P95 and the seconds it took.
-    `choose_on`: other traces to choose on (the rows are then out of sample), else these."""
+    `choose_on`: other traces to choose on (the rows are then out of sample), else these. `progress(what, done,
+    total)` is called as the optimum goes through the traces."""
     t0 = time.perf_counter()
     rows = compare(plan, traces, candidates)
     seconds = time.perf_counter() - t0
@@ -29,26 +33,24 @@ def study(plan: SimPlan, traces: list, candidates: list[tuple[str, str]], *, opt
            plan.deadline_s / 3600, "on_demand_usd_per_h": plan.on_demand_usd_per_h, "work_hours": plan.work_s / 3600,
            "policies": [r.row() for r in rows], "chosen": best.label, "why": why, "simulate_seconds": seconds}
     if optimum:
-        import numpy as np
-
-        from .optimum import offline_optimum
-
-        t0 = time.perf_counter()
-        cost = offline_optimum(plan, traces, horizon_s=_finite_horizon(plan, rows))
-        feasible = cost[np.isfinite(cost)]
-        if not feasible.size:  # the deadline cannot be met even on-demand from the start
-            feasible = np.array([float("nan")])
-        out["optimum"] = {"mean_usd": float(feasible.mean()), "p50_usd": float(np.percentile(feasible, 50)),
-                          "p95_usd": float(np.percentile(feasible, 95)),
-                          "p_deadline": None if plan.deadline_s is None else
-                          float(np.isfinite(cost).sum()) / len(traces),
-                          "seconds": time.perf_counter() - t0}
+        out["optimum"] = optimum_summary(plan, traces, progress)
     return out
 
 
-def _finite_horizon(plan: SimPlan, rows: list) -> float:
-    """Without a deadline the optimum may take as long as the slowest policy's 95th percentile."""
-    return max(r.p95_wall_h for r in rows) * 3600 * 1.5
+def optimum_summary(plan: SimPlan, traces: list, progress: Callable[[str, int, int], None] | None = None) -> dict:
+    """The exact optimum over the traces: mean/P50/P95 over those where the deadline can be met, how many can,
+    and whether every one was exact (spotrun/policy/optimum.py)."""
+    t0 = time.perf_counter()
+    results = []
+    for n, trace in enumerate(traces, 1):
+        results.append(solve(plan, trace))
+        if progress:
+            progress("exact optimum", n, len(traces))
+    feasible = sorted(r.usd for r in results if r.usd is not None)
+    return {"mean_usd": sum(feasible) / len(feasible) if feasible else float("nan"),
+            "p50_usd": quantile(feasible, 0.5), "p95_usd": quantile(feasible, 0.95),
+            "p_deadline": None if plan.deadline_s is None else len(feasible) / len(traces),
+            "exact": all(r.exact for r in results), "seconds": time.perf_counter() - t0}
 
 
 def relative(report: dict, label: str) -> dict:
@@ -78,7 +80,8 @@ def table_text(report: dict) -> str:
     if "optimum" in report:
         o = report["optimum"]
         met = "-" if o["p_deadline"] is None else f"{o['p_deadline']:.1%}"
-        lines.append(f"  {'offline optimum (grid DP)':<28} {o['mean_usd']:>11,.2f} {o['p50_usd']:>11,.2f} "
+        name = "exact optimum" if o.get("exact", True) else "optimum (a floor)"
+        lines.append(f"  {name:<28} {o['mean_usd']:>11,.2f} {o['p50_usd']:>11,.2f} "
                      f"{o['p95_usd']:>11,.2f} {met:>11}")
     lines.append(f"chosen: {report['chosen']}: {report['why']}")
     return "\n".join(lines)
@@ -101,9 +104,7 @@ def plot(report: dict, path: Path, title: str) -> Path:
     if "optimum" in report:
         o = report["optimum"]
         x = o["p_deadline"] if o["p_deadline"] is not None else o.get("p_finished", 1.0)
-        ax.axhline(o["mean_usd"], color="black", linestyle="--", linewidth=1, label="offline optimum (grid DP)")
-        # NOTE: the DP runs on ticks of work/300 with startups rounded to ticks: a policy can land a few percent
-        # below it; it is the floor to that rounding, not exactly.
+        ax.axhline(o["mean_usd"], color="black", linestyle="--", linewidth=1, label="exact offline optimum")
         ax.scatter([x], [o["mean_usd"]], color="black", marker="D", zorder=3, label="offline optimum's odds")
     ax.set_xlabel("P(deadline met)" if report["deadline_hours"] else "P(finished) (no deadline)")
     ax.set_ylabel("mean cost (USD)")

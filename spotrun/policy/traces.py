@@ -2,8 +2,9 @@
 
 A trace is the list of windows in which spot capacity is there for the job, `[(start_s, end_s), ...]`, sorted
 and disjoint, from the job's creation at 0 s. A running spot job is interrupted when its window ends; it restarts
-when the next window begins. After the last window's end nothing more is known, so the last window is open
-(`end = inf`): a generated trace reaches past any deadline, MaxWait or expected finish it was made for.
+when the next window begins. A generated trace's last window is open (`end = inf`): it is drawn past any
+deadline, MaxWait or expected finish it was made for. A replayed recording ends with `(inf, inf)` instead:
+capacity never returns after what was recorded.
 
 Sources (stdlib only: the estimate Lambda runs this):
 - `generate`: Poisson interruptions at a rate per job-hour, a wait for capacity after each (exponential), bursts
@@ -15,7 +16,8 @@ Sources (stdlib only: the estimate Lambda runs this):
 - `read_availability`: traces in the format of github.com/skypilot-org/spot-traces (`{"metadata":
   {"gap_seconds": N}, "data": [...]}`, each value the number of instances available, per that repository's
   README), turned into windows where at least the job's instance count is available; `recorded_traces` replays
-  one from N start offsets, wrapping around its end.
+  one from N start offsets, wrapping around its end; after the replay's horizon there is no capacity (the
+  sentinel window `(inf, inf)`: the end of a recording is never read as capacity).
 - The interruption recorder's table: `interruption_gaps` (time between a job's consecutive interruptions) and
   `resampled_traces` (windows drawn from those gaps).
 """
@@ -160,23 +162,43 @@ class Recording:
         return sum(b - a for a, b in self.windows) / self.length_s
 
 
+GAP_RANGE_S = (1.0, 86400.0)  # what recordings have: spot-traces samples every 195-600 s; 1 s to 1 day accepted
+MAX_SAMPLES = 10_000_000
+
+
 def read_availability(path: Path, instances: int = 1) -> Recording:
-    """A trace file in the skypilot-org/spot-traces format; ValueError naming the file and what is wrong."""
+    """A trace file in the skypilot-org/spot-traces format; ValueError (one line) naming the file, the field,
+    the bad value and what is accepted: gap_seconds a finite number in GAP_RANGE_S, data a non-empty list of
+    finite counts >= 0 with at least one of `instances` or more (a trace without capacity is refused: every
+    spot policy would wait on it forever)."""
     try:
         doc = json.loads(Path(path).read_text())
-        gap = float(doc["metadata"]["gap_seconds"])
-        data = [float(v) for v in doc["data"]]
+        gap, data = doc["metadata"]["gap_seconds"], doc["data"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ValueError(f"{path}: expected a spot-traces file {{\"metadata\": {{\"gap_seconds\": N}}, \"data\": "
                          f"[instances available, ...]}} ({exc})") from None
-    if not gap > 0 or not data:
-        raise ValueError(f"{path}: expected gap_seconds > 0 and a non-empty data list")
+    lo, hi = GAP_RANGE_S
+    if isinstance(gap, bool) or not isinstance(gap, (int, float)) or not lo <= gap <= hi:
+        raise ValueError(f"{path}: metadata.gap_seconds={gap!r} is invalid: expected a number of seconds from "
+                         f"{lo:g} to {hi:g} (recordings sample every few minutes)")
+    if not isinstance(data, list) or not data or len(data) > MAX_SAMPLES:
+        raise ValueError(f"{path}: data is invalid: expected a list of 1 to {MAX_SAMPLES:,} counts of instances "
+                         f"available")
+    bad = next((v for v in data if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < INF), None)
+    if bad is not None:
+        raise ValueError(f"{path}: data has {bad!r}: expected finite counts of instances available, >= 0")
+    if max(data) < instances:
+        raise ValueError(f"{path}: no capacity at all: no sample has {instances} or more instances available "
+                         f"(the most is {max(data):g}); a spot job would wait on this trace forever")
+    gap = float(gap)
     return Recording(Path(path).name, windows_from_counts(data, gap, instances), gap * len(data))
 
 
 def replay(rec: Recording, offset_s: float, horizon_s: float) -> Windows:
-    """The recording seen by a job created at `offset_s` into it, wrapped around its end up to `horizon_s`
-    (then capacity stays)."""
+    """The recording seen by a job created at `offset_s` into it, wrapped around its end (the recording is
+    taken to repeat) up to `horizon_s`. Nothing is assumed after that: the trace ends with the sentinel
+    `(inf, inf)` (no capacity ever again), so a policy still waiting for spot there does not finish; a window
+    open at the horizon keeps its recorded end."""
     out: Windows = []
     starts = [a for a, _ in rec.windows]
     base = -offset_s
@@ -194,10 +216,7 @@ def replay(rec: Recording, offset_s: float, horizon_s: float) -> Windows:
                 out.append((max(a, 0.0), b))
         base += rec.length_s
         i = 0
-    if out and out[-1][1] >= horizon_s:
-        out[-1] = (out[-1][0], INF)
-    else:
-        out.append((horizon_s, INF))
+    out.append((INF, INF))
     return out
 
 

@@ -1,4 +1,4 @@
-"""The shipped examples run as written: README step 8 fills the bucket placeholder, then they pass
+"""The shipped examples run as written: docs/deploying.md step 8 fills the bucket placeholder, then they pass
 `spotrun validate --stage` against the synthesized stage's names and the estimate Lambda's rules (its settings read
 from the synthesized function, the sources from S3 through moto)."""
 
@@ -24,7 +24,7 @@ BUCKET = "spotrun-dev-artifactsbucket-1a2b3c"  # what CloudFormation names the b
 
 
 def _filled(tmp_path: Path) -> list[Path]:
-    """README step 8: replace the placeholder with the stack's ArtifactBucket output."""
+    """docs/deploying.md step 8: replace the placeholder with the stack's ArtifactBucket output."""
     out = []
     for path in EXAMPLES:
         filled = tmp_path / path.name

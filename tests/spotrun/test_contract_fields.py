@@ -1,6 +1,7 @@
-"""The run contract's declarations are the one definition: the README's field reference is generated from them,
-every documented field is the one the decoder reads and refuses by name, a new field needs only its declaration,
-and `tracking.mlflow_uri` accepts exactly what SageMaker's service model (botocore) accepts for a tracking server."""
+"""The run contract's declarations are the one definition: the docs' field reference (docs/run-fields.md) is generated
+from them, every documented field is the one the decoder reads and refuses by name, a new field needs only its
+declaration, and `tracking.mlflow_uri` accepts exactly what SageMaker's service model (botocore) accepts for a
+tracking server."""
 
 from __future__ import annotations
 
@@ -39,9 +40,9 @@ def _refused(raw) -> RunValidationError:
     return err.value
 
 
-def test_the_readme_field_reference_is_the_generated_one():
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert with_reference(readme) == readme, "regenerate it: python -m spotrun.contract.spec --readme README.md"
+def test_the_docs_field_reference_is_the_generated_one():
+    readme = (ROOT / "docs" / "run-fields.md").read_text(encoding="utf-8")
+    assert with_reference(readme) == readme, "regenerate it: python -m spotrun.contract.spec --page docs/run-fields.md"
 
 
 def test_every_documented_field_is_read_and_refused_by_its_own_name_with_the_documented_text():

@@ -1,6 +1,7 @@
 """One front end: every command reads a run file with spotrun.contract.runfile.load_run_file (a duplicated key is
 refused by each, by field), relative sources are read relative to the run file, and every command exits by the one
-table of spotrun/cli/exits.py (printed by --help, the README's table the same), with JSON errors under --format json."""
+table of spotrun/cli/exits.py (printed by --help, docs/cli.md's table the same), with JSON errors under
+--format json."""
 
 from __future__ import annotations
 
@@ -108,13 +109,13 @@ def test_argument_errors_are_json_under_format_json(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["error"] == "InvalidArguments"
 
 
-def test_help_prints_the_one_exit_code_table_and_the_readme_agrees(capsys):
+def test_help_prints_the_one_exit_code_table_and_the_docs_agree(capsys):
     with pytest.raises(SystemExit):
         main(["--help"])
     text = " ".join(capsys.readouterr().out.split())
     for code, meaning in MEANING.items():
         assert f"{int(code)} {meaning}" in text
-    rows = re.findall(r"^\| (\d+) +\| (.+?) +\|$", (ROOT / "README.md").read_text(), re.MULTILINE)
+    rows = re.findall(r"^\| (\d+) +\| (.+?) +\|$", (ROOT / "docs" / "cli.md").read_text(), re.MULTILINE)
     assert {int(code): meaning for code, meaning in rows} == {int(c): m for c, m in MEANING.items()}
 
 

@@ -1,7 +1,7 @@
 """The memory and time model (spotrun/planner/memory.py, spotrun/planner/topology.py) and the plans it gives on the
 shipped catalog.
 
-The README's table of plans is printed by `python -m spotrun.planner.plans` from the same runs as PLAN_RUNS here.
+The planner page's table of plans is printed by `python -m spotrun.planner.plans` from the same runs as PLAN_RUNS here.
 """
 
 from __future__ import annotations

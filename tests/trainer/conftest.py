@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ BASE_HP = {
 # the merged model exported too.
 LORA_HP = {"method": "lora", "lora.rank": 8, "lora.alpha": 16, "lora.dropout": 0.1, "optim.lr": 1e-2,
            "export.merge_lora": True, "export.dtype": ""}
+LORA_BASELINE_SOURCE = "s3://art-bucket/models/tiny/"  # the run's model.source, as the pipeline sends it
 # What each method exports, compared tensor by tensor between an interrupted run and its uninterrupted reference.
 EXPORTED = {"full": ("model.safetensors",),
             "lora": ("adapter_model.safetensors", f"{MERGED_DIR}/model.safetensors")}
@@ -84,7 +86,7 @@ def baseline(tmp_path_factory, assets) -> Job:
 def lora_baseline(tmp_path_factory, assets) -> Job:
     """The uninterrupted LoRA run every LoRA resume and export test compares against."""
     job = Job(tmp_path_factory.mktemp("lora-baseline"), assets, probe_logits_path=str(
-        tmp_path_factory.getbasetemp() / "lora-probe.pt"), **LORA_HP)
+        tmp_path_factory.getbasetemp() / "lora-probe.pt"), **LORA_HP, **{"model.source": LORA_BASELINE_SOURCE})
     rc = job.run()
     assert rc == 0, job.text()[-4000:]
     return job
@@ -99,3 +101,17 @@ def job_factory(tmp_path, assets):
 
     return make
 
+
+
+@pytest.fixture(scope="session")
+def unrelated_validation(assets, tmp_path_factory) -> Path:
+    """Validation text unlike the training sentences: its loss falls first, then rises as the model fits them
+    (the best validation step comes before the last)."""
+    from spotrun_trainer.data import prepare
+
+    root = tmp_path_factory.mktemp("unrelated")
+    text = root / "other.jsonl"
+    text.write_text("".join(json.dumps({"text": f"{i} {i * 7 % 13} {i * 3 % 11} zebra quantum {i % 5}"}) + "\n"
+                            for i in range(200)))
+    prepare([text], str(assets["tokenizer"]), root / "val")
+    return root / "val"

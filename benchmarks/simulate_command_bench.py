@@ -1,0 +1,69 @@
+"""`spotrun simulate` on every example run: the seconds its study takes (1,000 generated traces, every candidate
+policy and the exact optimum; goal <= 2 s) and the whole command in a fresh process (imports and the PNG too).
+
+    python benchmarks/simulate_command_bench.py [--n 1000] [--repeat 3]
+
+Prints one Markdown row per example (best of `--repeat`); an example that cannot be planned here (the demo's run
+needs `make demo`'s assets) prints why.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from spotrun.cli.estimate import check_file
+from spotrun.contract.refusal import Refusal
+from spotrun.planner.catalog import load_catalog, regional_catalog
+from spotrun.policy.choose import ESTIMATE_TRACES, candidates, horizon_s, plan_from_estimate
+from spotrun.policy.report import study
+from spotrun.policy.traces import TraceSpec, generated_traces
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = sorted((ROOT / "examples/runs").glob("*.json")) + [ROOT / "examples/demo/run.json"]
+
+
+def study_seconds(path: Path, n: int) -> tuple[float, str]:
+    checked = check_file(path, None, plan=True, region=None)
+    est, run = checked.estimate, checked.run
+    catalog = regional_catalog(load_catalog(), "us-east-1")
+    plan = plan_from_estimate(est, catalog, deadline_hours=run.compute.deadline_hours,
+                              spot_discount=run.compute.spot_discount)
+    t0 = time.perf_counter()
+    spec = TraceSpec(interruptions_per_hour=est.interruptions_per_hour, horizon_s=horizon_s(plan), **ESTIMATE_TRACES)
+    report = study(plan, generated_traces(spec, n, 0), candidates(plan))
+    exact = "exact" if report["optimum"]["exact"] else "a floor"
+    return time.perf_counter() - t0, f"{len(report['policies'])} policies, optimum {exact}"
+
+
+def command_seconds(path: Path, n: int) -> float:
+    with tempfile.TemporaryDirectory() as out:
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "spotrun", "simulate", str(path), "--n", str(n), "--out", out],
+                       check=True, capture_output=True)
+        return time.perf_counter() - t0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=1000)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    print(f"| example | study of {args.n} traces (s) | whole command (s) | |\n|---|---|---|---|")
+    for path in EXAMPLES:
+        name = path.relative_to(ROOT)
+        try:
+            runs = [study_seconds(path, args.n) for _ in range(args.repeat)]
+        except (Refusal, ValueError) as exc:
+            print(f"| {name} | - | - | not planned here: {str(exc).splitlines()[0]} |")
+            continue
+        whole = min(command_seconds(path, args.n) for _ in range(args.repeat))
+        print(f"| {name} | {min(s for s, _ in runs):.2f} | {whole:.2f} | {runs[0][1]} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
