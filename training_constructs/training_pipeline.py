@@ -37,17 +37,17 @@ from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
-from spotrun.pipeline.continuation import FIRST_EXECUTION_EVENTS
-from spotrun.pipeline.preparation import PreparationSettings
 from spotrun.seams import (
     CANCEL_STATUSES,
     COMPLETED_METRIC_DEFINITION,
+    FIRST_EXECUTION_EVENTS,
     REGISTRATION_STATUS,
     CancelEnvironment,
     CostGuardEnvironment,
     GuardAction,
     PipelineSettings,
     PlanStatus,
+    PreparationSettings,
     guard_path,
     plan_path,
 )

@@ -7,7 +7,7 @@ Input of a continued execution's first step: {"continuation": ..., "execution", 
 proven {run, plan, guard} it resumes with, or {"plan": <an InvalidRun refusal>} (spotrun/pipeline/continuation.py).
 Environment (read here only): spotrun.seams.PipelineSettings (the construct writes it with `to_env`); its
 table_name, when set, is the interruptions table whose records (spotrun/planner/measured.py) give the estimate measured
-interruption rates and MFU; spotrun.pipeline.preparation.PreparationSettings (the stage's preparation instances).
+interruption rates and MFU; spotrun.seams.PreparationSettings (the stage's preparation instances).
 """
 
 from __future__ import annotations
@@ -18,9 +18,8 @@ from typing import Any
 from ..pipeline.continuation import NotAContinuation, carried
 from ..pipeline.plan import plan
 from ..pipeline.preflight import count_running, execution_of
-from ..pipeline.preparation import PreparationSettings
 from ..planner.measured import recorded_rates, recorded_utilization
-from ..seams import PipelineSettings, PlanStatus
+from ..seams import PipelineSettings, PlanStatus, PreparationSettings
 
 
 def handler(event: dict, _context: Any) -> dict:

@@ -29,9 +29,8 @@ HISTORY_QUOTA = 25_000  # events per Standard execution (Step Functions quotas)
 # The most events one segment's job can use: its polls over the longest job the contract allows, its stops and
 # its create (tests/infra/test_seams.py proves the polls of a 56-day spot wait and a 28-day job stay under this).
 SEGMENT_EVENTS_MAX = 12_500
-# Events before the first poll: a first execution's states up to its first job, a preparation's polls included
-# (MAX_PREPARATION_POLLS x 9 in spotrun/pipeline/preparation.py), generously; a continued execution's entry.
-FIRST_EXECUTION_EVENTS = 3_000
+# A continued execution's entry; a first execution's (FIRST_EXECUTION_EVENTS) is the seams', which the construct
+# writes into the execution's first guard.
 CONTINUED_EXECUTION_EVENTS = 40
 END_EVENTS = 60  # registration, the report, a notice and the end
 EVENTS_PER_POLL = 9  # Wait (2) + CostGuard (5) + NextAction (2)

@@ -42,6 +42,7 @@ from ..seams import (
     PipelineSettings,
     Plan,
     PlanStatus,
+    PreparationSettings,
     StopNotice,
 )
 from .gate import gate_of
@@ -56,7 +57,7 @@ from .preflight import (
     check_stage_limits,
     run_record,
 )
-from .preparation import PreparationSettings, plan_step
+from .preparation import plan_step
 from .segments import SEGMENT_SUFFIX_MAX, segment_job_name
 from .validate import Target, check_target, pipeline_hyperparameters, validation_uri
 

@@ -14,8 +14,8 @@ is prepared before the estimate's final plan (the estimate needs the token count
   the job of an execution that ended early (the canceller).
 
 The estimate (spotrun/pipeline/plan.py `plan`) calls `plan_step`; the trainer's entry point (`python -m
-spotrun_trainer prepare --sagemaker-processing`, spotrun_trainer/processing.py) reads the paths named here.
-Stdlib only (the Lambda runtime and the image).
+spotrun_trainer prepare --sagemaker-processing`, spotrun_trainer/processing.py) reads the paths named in
+spotrun/seams.py. Stdlib only (the Lambda runtime and the image).
 """
 
 from __future__ import annotations
@@ -27,20 +27,22 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ..cli.datasets import MARKER, WEIGHT_SUFFIXES  # the marker `spotrun prepare` writes last; what is not a tokenizer
-from ..seams import DatasetIndex
+from ..seams import (
+    PREPARE_MARKER,
+    PREPARED_PREFIX,
+    PROCESSING_DATA_INPUT,
+    PROCESSING_OUTPUT,
+    PROCESSING_TOKENIZER_INPUT,
+    RAW_SUFFIXES,
+    WEIGHT_SUFFIXES,
+    DatasetIndex,
+    Preparation,
+    PreparationSettings,
+)
 
-PREPARED_PREFIX = "datasets/_prepared/"  # not a dataset name (those start with a letter or digit)
-PARTS_DIR = "parts"
 KEY_VERSION = 1  # bump when the parts' layout or the tokenizing changes meaning
-# SageMaker Processing's container paths: inputs under /opt/ml/processing/input/<name>, the output directory.
-PROCESSING_DATA_INPUT = "data"
-PROCESSING_TOKENIZER_INPUT = "tokenizer"
-PROCESSING_OUTPUT = "output"
+# SageMaker Processing's container root (the input and output names: seams).
 PROCESSING_ROOT = "/opt/ml/processing"
-# The raw formats the trainer's prepare reads (spotrun_trainer.data imports this one definition).
-RAW_SUFFIXES = (".txt", ".jsonl", ".jsonl.gz", ".parquet")
-DEFAULT_SHARD_BYTES = 256 * 1024 * 1024
 MIN_RUNTIME_S = 600  # a preparation job the cap cannot carry for 10 minutes is refused
 # At most this many raw bytes per token: English text is about 4 bytes per BPE token; 4x that leaves room for JSON
 # keys, markup and other scripts. Used only for a lower bound on the training the cap must still carry.
@@ -52,7 +54,6 @@ MAX_VOLUME_GB = 16384  # CreateProcessingJob's VolumeSizeInGB
 # The poll loop (Wait, DescribePreparationJob, Choice: 9 history events) runs at most this many times over the
 # job's MaxRuntime: 2,700 events of the execution's 25,000 (Step Functions quotas), the rest left to training.
 MAX_PREPARATION_POLLS = 300
-FINISH_PREPARED, FINISH_FAILED = "prepared", "failed"  # the finish step's status (the state machine branches on it)
 
 
 class PreparationRefused(ValueError):
@@ -62,55 +63,6 @@ class PreparationRefused(ValueError):
     def __init__(self, field: str, message: str, *, over_budget: bool = False):
         super().__init__(message)
         self.field, self.over_budget = field, over_budget
-
-
-@dataclass(frozen=True)
-class PreparationSettings:
-    """The stage's preparation instances (stacks/config.py); priced from the catalog's processing rates."""
-
-    instance_type: str = "ml.m5.xlarge"
-    instance_count: int = 2
-    max_runtime_seconds: int = 24 * 3600
-    volume_gb: int = 100
-    shard_bytes: int = DEFAULT_SHARD_BYTES
-
-    ENV = {"instance_type": "PREPARE_INSTANCE_TYPE", "instance_count": "PREPARE_INSTANCE_COUNT",
-           "max_runtime_seconds": "PREPARE_MAX_RUNTIME_SECONDS"}
-
-    def to_env(self) -> dict[str, str]:
-        return {name: str(getattr(self, attr)) for attr, name in self.ENV.items()}
-
-    @classmethod
-    def from_env(cls, env: dict[str, str]) -> PreparationSettings:
-        default = cls()
-        return cls(instance_type=env.get(cls.ENV["instance_type"], default.instance_type),
-                   instance_count=int(env.get(cls.ENV["instance_count"], default.instance_count)),
-                   max_runtime_seconds=int(env.get(cls.ENV["max_runtime_seconds"], default.max_runtime_seconds)))
-
-
-@dataclass(frozen=True)
-class Preparation:
-    """What the state machine's CreateProcessingJob takes from the estimate (status Prepare: `$.plan.preparation`),
-    and what the finish step reads back."""
-
-    job_name: str
-    key: str
-    raw_source: str
-    output_uri: str
-    bucket: str
-    prefix: str  # datasets/_prepared/<key>/
-    instance_type: str
-    instance_count: int
-    usd_per_hour: float  # all instances, the catalog's processing rate
-    max_runtime_seconds: int
-    processing_resources: dict
-    processing_inputs: list
-    processing_outputs: list
-    entrypoint: list
-    stopping_condition: dict
-    tags: list
-    poll_seconds: int
-    files: int
 
 
 @dataclass(frozen=True)
@@ -226,7 +178,7 @@ def is_complete(s3: Any, bucket: str, prefix: str, key: str) -> dict | None:
     from botocore.exceptions import ClientError
 
     try:
-        marker = json.loads(s3.get_object(Bucket=bucket, Key=prefix + MARKER)["Body"].read())
+        marker = json.loads(s3.get_object(Bucket=bucket, Key=prefix + PREPARE_MARKER)["Body"].read())
     except ClientError as exc:
         if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
             return None
@@ -352,16 +304,7 @@ def resolve(run: Any, s3: Any, *, bucket: str, settings: PreparationSettings, ca
         poll_seconds=preparation_poll_seconds(runtime_s, poll_seconds, max_poll_seconds))
 
 
-PREPARATION_FIELDS = frozenset(f.name for f in dataclasses.fields(Preparation))
 PREPARED_FIELDS = frozenset(f.name for f in dataclasses.fields(Prepared))
-
-
-def preparation_path(field: str, *sub: str) -> str:
-    """`$.plan.preparation.<field>` (the estimate's Prepare output) for the state machine; refuses unknown fields."""
-    if field not in PREPARATION_FIELDS:
-        raise ValueError(f"preparation field {field!r} is unknown: expected one of "
-                         f"{', '.join(sorted(PREPARATION_FIELDS))}")
-    return ".".join(("$.plan.preparation", field, *sub))
 
 
 def plan_step(run: Any, s3: Any, *, pipeline: Any, settings: PreparationSettings, catalog: dict, execution: str,

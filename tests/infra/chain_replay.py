@@ -14,9 +14,9 @@ import math
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
-from spotrun.pipeline.continuation import CONTINUED_EXECUTION_EVENTS, FIRST_EXECUTION_EVENTS
+from spotrun.pipeline.continuation import CONTINUED_EXECUTION_EVENTS
 from spotrun.pipeline.guard import decide
-from spotrun.seams import EXECUTION_TAG, Guard, GuardAction, Plan
+from spotrun.seams import EXECUTION_TAG, FIRST_EXECUTION_EVENTS, Guard, GuardAction, Plan
 from tests.infra.sagemaker_sim import SimJob, World, _ts
 
 NEXT_JOB = (GuardAction.SEGMENT, GuardAction.FALLBACK, GuardAction.CONTINUE)

@@ -29,8 +29,9 @@ from moto.servicequotas.responses import ServiceQuotasResponse
 
 from spotrun.cli.remote import pipeline_state
 from spotrun.handlers import cancel as cancel_handler
-from spotrun.pipeline.preparation import PREPARED_PREFIX, STOP_BILL_S, PreparationSettings
+from spotrun.pipeline.preparation import STOP_BILL_S
 from spotrun.pipeline.report import summary_text
+from spotrun.seams import PREPARED_PREFIX, PreparationSettings
 from tests.infra.processing_sim import RecordedRequests, run_processing_job
 from tests.infra.statements import as_list
 from tests.infra.test_seams import check_shape

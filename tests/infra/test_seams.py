@@ -171,8 +171,8 @@ def preparing_states(synth) -> list[tuple[str, dict]]:
     branch in moto)."""
     from moto import mock_aws
 
-    from spotrun.pipeline.preparation import PreparationSettings
     from spotrun.pipeline.preparation_finish import finish
+    from spotrun.seams import PreparationSettings
 
     fn = next(r for k, r in synth.resources("AWS::Lambda::Function").items() if k.startswith("PipelineEstimateFn"))
     run = copy.deepcopy(RUN)
@@ -410,11 +410,11 @@ def test_registry_metadata_keeps_the_exact_data_source_as_a_digest(synth, render
 def test_every_functions_synthesized_environment_is_what_its_handler_decodes(synth):
     """The construct writes each function's environment with the seam's `to_env`; the handler reads it back with
     `from_env` at its entry point: every variable the stack sets decodes, and nothing the handler ignores is set."""
-    from spotrun.pipeline.preparation import PreparationSettings
     from spotrun.seams import (
         CancelEnvironment,
         CostGuardEnvironment,
         PipelineSettings,
+        PreparationSettings,
         PrepareEnvironment,
         RecorderEnvironment,
     )
