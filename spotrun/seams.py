@@ -423,7 +423,7 @@ class GuardAction(str, Enum):
     SEGMENT = "segment"
     FALLBACK = "fallback"  # spot never came within MaxWait: the next segment on-demand (a SEGMENT with spot off)
     # The next segment (as SEGMENT) in a fresh execution of the state machine, named guard.next_execution: this
-    # one's history might not hold it (spotrun/continuation.py).
+    # one's history might not hold it (spotrun/pipeline/continuation.py).
     CONTINUE = "continue"
     COMPLETED = "completed"  # register the model; `report` is the cost report
     OVER_BUDGET = "over_budget"  # the job stopped at the cap
@@ -536,7 +536,7 @@ class Plan(_StateJson):
     preparation: dict = dataclasses.field(default_factory=dict)
     spent_before_usd: float = 0.0
     # A spot job's expected bill as a share of on-demand (1 - the spot discount): the guard plans the chain of the
-    # segments still to come with it (spotrun/segments.py); the cap itself is held at on-demand rates.
+    # segments still to come with it (spotrun/pipeline/segments.py); the cap itself is held at on-demand rates.
     spot_fraction: float = 1.0
 
 
@@ -573,7 +573,7 @@ class Guard(_StateJson):
     max_wait_seconds: int = 0
     hyperparameters: dict | None = None
     segments: list = dataclasses.field(default_factory=list)
-    # History events this execution has used so far, counted by the guard (spotrun/continuation.py), and the
+    # History events this execution has used so far, counted by the guard (spotrun/pipeline/continuation.py), and the
     # execution that continues the run when the action is CONTINUE.
     history_events: int = 0
     next_execution: str = ""

@@ -1,7 +1,7 @@
 """The state machine's training loop replayed in Python, on the simulated SageMaker of tests/infra/sagemaker_sim.py:
 for properties over many generated plans, where moto's interpreter (tests/infra/test_cap_holds.py) is too slow.
 
-It does what the rendered loop does with the cost guard's answers (spotrun/guard.py `decide`): wait the guard's
+It does what the rendered loop does with the cost guard's answers (spotrun/pipeline/guard.py `decide`): wait the guard's
 `wait_seconds`, stop the job on `stop`, create the next job from the guard on `segment`/`fallback`, and on
 `continue` the same in a fresh execution (its history count restarted as a continued execution's). It is checked
 against moto's run of the same scenario in tests/infra/test_cap_holds.py (same jobs, same bill).

@@ -195,7 +195,7 @@ class Driver:
         return self.wait(self.start(name, run))
 
     def chain(self, arn: str, timeout: float = 90) -> list[dict]:
-        """The execution and every execution that continued its run (spotrun/continuation.py), each ended."""
+        """The execution and every execution that continued its run (spotrun/pipeline/continuation.py), each ended."""
         out = [self.wait(arn, timeout)]
         while out[-1]["status"] == "SUCCEEDED" and "continued_as" in json.loads(out[-1].get("output") or "{}"):
             name = json.loads(out[-1]["output"])["continued_as"]
