@@ -19,7 +19,8 @@ segments:
   price. If that bound plus a poll and a stop would pass the cap and the job's own MaxRuntime does not keep it
   under the cap (a job created with a wrong limit), the guard stops the job: a second line behind MaxRuntime;
 - a job that ended without finishing the run (its segment's time was up, MaxRuntime, the guard's stop) is
-  followed by the next segment while the room the cap leaves is at least the shortest sensible segment; spot or
+  followed by the next segment while the chain from the newest committed checkpoint still finishes under the cap
+  at the expected bill (`_next_segment`, spotrun/pipeline/segments.py `plan_chain`); spot or
   on-demand for it is decided in one place, `next_capacity` (after MaxWait without spot capacity: on-demand when
   the run allows a fallback, never after a stop the cap requested);
 - the estimate's chosen spot policy is executed here through the one decision function the simulator replays
@@ -33,7 +34,9 @@ segments:
 Polling, and the history quota: a Standard execution fails at 25,000 history events. The loop is Wait -> CostGuard
 -> Choice (9 events), and the guard picks the next wait: 5% of the job's age, between `poll_seconds` and
 `max_poll_seconds`, and never longer than the time left before the cap would be reached (minus the 120 s a stop
-still bills). tests/infra/test_seams.py computes the event count for the longest run the contract allows.
+still bills). tests/infra/test_seams.py computes the event count of one segment of the longest job the contract
+allows; the guard counts its execution's events (`history_events`) and sends a segment that might not fit in
+what is left to a fresh execution (`continue`, spotrun/pipeline/continuation.py).
 """
 
 from __future__ import annotations
@@ -65,14 +68,18 @@ from ..seams import (
     metric_name,
 )
 from .aws_events import to_epoch
+from .continuation import EVENTS_PER_CREATE, EVENTS_PER_POLL, EVENTS_PER_STOP, continuation_name, must_continue
 from .report import run_report
 from .segments import (
     MAX_SEGMENTS,
-    SEGMENT_END_MARGIN_S,
     STOP_BILL_S,
+    ChainCosts,
+    chain_refusal,
     next_max_runtime,
+    plan_chain,
     segment_job_name,
     segment_seconds,
+    smallest_cap,
 )
 
 STOP_GRACE_S = STOP_BILL_S  # a stopped job bills until the container exits: up to the notice
@@ -243,7 +250,8 @@ def decide(plan: Plan, guard: Guard, describe: dict, *, now: float, newest_check
         interruptions=int(guard.interruptions_before) + _interruptions(describe),
         checkpoint_age_seconds=None if age is None else round(age, 1),
         worst_checkpoint_gap_seconds=round(worst_gap, 1), report=None, message="",
-        wait_seconds=next_wait(plan, now - created, spent))
+        wait_seconds=next_wait(plan, now - created, spent),
+        history_events=int(guard.history_events) + EVENTS_PER_POLL)  # the poll that called the guard
 
     def act(action: GuardAction, **changes: Any) -> Guard:
         return dataclasses.replace(result, action=action, **changes)
@@ -262,7 +270,8 @@ def decide(plan: Plan, guard: Guard, describe: dict, *, now: float, newest_check
             describe)) * rate <= plan.max_usd + 1e-6
         if status == "InProgress" and not guard.stop_requested and projected >= plan.max_usd and \
                 not bounded:
-            return act(GuardAction.STOP, stop_requested=True, wait_seconds=plan.poll_seconds)
+            return act(GuardAction.STOP, stop_requested=True, wait_seconds=plan.poll_seconds,
+                       history_events=result.history_events + EVENTS_PER_STOP)
         if guard.stop_requested or guard.switch_requested:  # stopping: poll until the job has ended
             return act(GuardAction.WAIT, wait_seconds=plan.poll_seconds)
         return _running(plan, result, act, obs, status, now - created, spent)
@@ -276,7 +285,8 @@ def decide(plan: Plan, guard: Guard, describe: dict, *, now: float, newest_check
         return act(GuardAction.COMPLETED, report=report)
     section = policy_section(plan)
     decision = decide_from_section(section, obs) if section else None
-    return _after_segment(plan, dataclasses.replace(guard, interruptions=result.interruptions), describe, spent,
+    return _after_segment(plan, dataclasses.replace(guard, interruptions=result.interruptions,
+                                                    history_events=result.history_events), describe, spent,
                           act, decision, checkpoint_step)
 
 
@@ -292,7 +302,8 @@ def _running(plan: Plan, result: Guard, act: Callable[..., Guard], obs: Observat
     if switch:
         to_spot = decision.action is Action.TO_SPOT
         return dataclasses.replace(result, action=GuardAction.STOP, switch_requested=True, switch_to_spot=to_spot,
-                                   wait_seconds=plan.poll_seconds, message=(
+                                   wait_seconds=plan.poll_seconds,
+                                   history_events=result.history_events + EVENTS_PER_STOP, message=(
                                        f"{result.job_name}: the spot policy "
                                        f"({(plan.estimate or {}).get('spot_policy', {}).get('chosen')}) moves the "
                                        f"run to {'spot' if to_spot else 'on-demand'}: stopping this job to "
@@ -345,43 +356,56 @@ def _after_segment(plan: Plan, guard: Guard, describe: dict, spent: float, act: 
     return _next_segment(plan, guard, spent, spot, act, GuardAction.SEGMENT, checkpoint_step)
 
 
-def shortest_segment(plan: Plan, checkpoint_step: int | None) -> float:
-    """The shortest segment worth starting: the planned minimum, or less when the newest committed checkpoint
-    says the rest of the run is shorter (its steps at the planned pace, +25%, after a restart and before a save)."""
-    if checkpoint_step is None:
-        return plan.min_segment_seconds
-    rest = max(0, plan.planned_steps - checkpoint_step) * plan.seconds_per_step * 1.25
-    finish = plan.segment_overhead_seconds + rest + plan.checkpoint_upload_seconds + SEGMENT_END_MARGIN_S
-    return min(plan.min_segment_seconds, finish)
+def chain_costs(plan: Plan) -> ChainCosts:
+    """The plan's figures for the chain of the segments still to come (spotrun/pipeline/segments.py)."""
+    return ChainCosts(usd_per_s=usd_per_second(plan), spot_fraction=plan.spot_fraction,
+                      startup_s=plan.segment_overhead_seconds, restart_s=plan.segment_overhead_seconds,
+                      save_s=plan.checkpoint_upload_seconds, longest_s=plan.max_runtime_cap_seconds,
+                      step_s=plan.seconds_per_step, warm_pool_s=plan.warm_pool_seconds)
+
+
+def work_left(plan: Plan, checkpoint_step: int | None) -> float:
+    """Training seconds still to do from the newest committed checkpoint (all of it without one), at the planned
+    pace without further interruptions: the guard stops a run only when even an uninterrupted finish cannot fit
+    (the interruptions so far are in the bills already). At least a step (or a second): the job ended without
+    completing."""
+    steps = max(1, plan.planned_steps - (checkpoint_step or 0))
+    interruptions = float((plan.estimate or {}).get("expected_overhead_seconds") or 0.0) / max(1, plan.planned_steps)
+    return max(1.0, steps * max(plan.seconds_per_step - interruptions, 0.0))
 
 
 def _next_segment(plan: Plan, guard: Guard, spent: float, spot: bool, act: Callable[..., Guard],
                   action: GuardAction, checkpoint_step: int | None) -> Guard:
+    """The next segment when the chain from the newest checkpoint still finishes under the cap at the expected
+    bill (its MaxRuntime: what the cap leaves at on-demand rates); otherwise the run ends at the cap, saying why."""
     rate = usd_per_second(plan)
     warm = 0 if spot else plan.warm_pool_seconds
     max_rt = next_max_runtime(cap_usd=plan.max_usd, spent_usd=spent, usd_per_s=rate,
                               longest_s=plan.max_runtime_cap_seconds, warm_pool_s=warm)
     segment = int(guard.segment) + 1
-    if max_rt < shortest_segment(plan, checkpoint_step):
-        left = max(0.0, plan.max_usd - spent)
+    costs, left = chain_costs(plan), work_left(plan, checkpoint_step)
+    chain = plan_chain(cap_usd=plan.max_usd, spent_usd=spent, work_s=left, costs=costs, first=False, spot=spot)
+    if not chain.fits or segment > MAX_SEGMENTS:
+        why = chain_refusal(chain, plan.max_usd, smallest_cap(spent_usd=spent, work_s=left, costs=costs,
+                                                              first=False, spot=spot), costs) if not chain.fits \
+            else f"the run would need more than {MAX_SEGMENTS} jobs (segments)"
         return act(GuardAction.OVER_BUDGET, message=(
             f"stopped at the cost cap: ${spent:,.2f} billed (exact, {segment - 1} job(s)) of budget "
-            f"${plan.max_usd:,.2f}; the ${left:,.2f} left allows {max(0, max_rt):,} s at the on-demand rate of "
-            f"${plan.usd_per_hour:,.2f}/h (the bound while a job runs), less than the shortest sensible "
-            f"segment ({shortest_segment(plan, checkpoint_step):,.0f} s). The newest checkpoint is under "
+            f"${plan.max_usd:,.2f}, ${max(0.0, plan.max_usd - spent):,.2f} left, {left:,.0f} s of training to go "
+            f"from step {checkpoint_step or 0} of {plan.planned_steps}: {why}. The newest checkpoint is under "
             f"{plan.checkpoint_s3_uri}: continue with checkpoint.resume_from={plan.execution} and a larger "
             "budget.max_usd"))
-    if segment > MAX_SEGMENTS:
-        return act(GuardAction.FAILED, message=f"the run needed more than {MAX_SEGMENTS} jobs (segments): each "
-                                               "restart costs more than it trains; raise budget.max_usd")
     hyper = {**plan.hyperparameters, Hyperparameter.SEGMENT_SECONDS.value: str(segment_seconds(
         max_rt, startup_s=plan.segment_overhead_seconds, save_s=plan.checkpoint_upload_seconds))}
-    return act(action, job_name=segment_job_name(plan.job_name, segment, spot), spot=spot, segment=segment,
-               spent_before_usd=round(spent, 6), interruptions_before=int(guard.interruptions),
-               stop_requested=False, switch_requested=False, switch_to_spot=False,
-               policy_status=JobStatus.NONE.value, policy_recheck_at=None, max_runtime_seconds=max_rt,
-               max_wait_seconds=max_rt + plan.max_wait_extra_seconds if spot else max_rt,
-               hyperparameters=hyper, wait_seconds=plan.poll_seconds)
+    fresh = must_continue(int(guard.history_events))  # the next segment in a fresh execution's history
+    return act(GuardAction.CONTINUE if fresh else action, job_name=segment_job_name(plan.job_name, segment, spot),
+               spot=spot, segment=segment, spent_before_usd=round(spent, 6),
+               interruptions_before=int(guard.interruptions), stop_requested=False, switch_requested=False,
+               switch_to_spot=False, policy_status=JobStatus.NONE.value, policy_recheck_at=None,
+               max_runtime_seconds=max_rt, max_wait_seconds=max_rt + plan.max_wait_extra_seconds if spot else max_rt,
+               hyperparameters=hyper, wait_seconds=plan.poll_seconds,
+               history_events=int(guard.history_events) + (0 if fresh else EVENTS_PER_CREATE),
+               next_execution=continuation_name(plan.execution, segment) if fresh else "")
 
 
 def _report(plan: Plan, guard: Guard, describe: dict, spent: float) -> dict:

@@ -8,8 +8,7 @@ import pytest
 from aws_cdk.assertions import Capture, Match
 
 from spotrun import seams
-from spotrun.pipeline.preparation import PREPARED_PREFIX
-from spotrun.seams import COMPLETED_METRIC_DEFINITION, METRIC_DEFINITIONS, StackOutput
+from spotrun.seams import COMPLETED_METRIC_DEFINITION, METRIC_DEFINITIONS, PREPARED_PREFIX, StackOutput
 from tests.infra.statements import actions, as_list, role_statements
 
 BUCKET, LOG_BUCKET, KEY = "ArtifactsBucket88671897", "ArtifactsAccessLogs4D97777C", "ArtifactsKeyA4B22E2B"

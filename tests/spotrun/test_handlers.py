@@ -160,7 +160,7 @@ LIMITED = dataclasses.replace(SETTINGS, max_usd_per_run=15, max_instances_per_ru
 
 @pytest.mark.parametrize("mutate, running, field, says", [
     (lambda r: None, 3, None, None),
-    (lambda r: r["budget"].update(max_usd=16), 1, "budget.max_usd", "at most 15.00 (max_usd_per_run"),
+    (lambda r: r["budget"].update(max_usd=16), 1, "budget.max_usd", "at most $15.00 (max_usd_per_run"),
     (lambda r: r["compute"].update(instance_count=3), 1, "compute.instance_count", "at most 2"),
     (lambda r: None, 4, "run", "at most 3 at once (max_concurrent_runs"),
 ])
@@ -293,7 +293,7 @@ def test_guard_stops_when_the_next_poll_would_pass_the_cap_and_then_reads_the_ex
     capped = decide(PLAN, out, _ended("Stopped", seconds + 60), now=T0 + seconds + 90)
     assert capped["action"] == "over_budget"
     assert f"${(seconds + 60) / 3600 * RATE:,.2f} billed (exact, 1 job(s)) of budget $20.00" in capped["message"]
-    assert "shortest sensible segment" in capped["message"] and "resume_from=exec-1" in capped["message"]
+    assert "no chain of jobs fits $20.00" in capped["message"] and "resume_from=exec-1" in capped["message"]
     # Billed at spot (30% of on-demand): the room the exact bill leaves carries the next segment; a requested
     # stop is never followed by an on-demand fallback, even when the job ended at MaxWait.
     spot_bill = 0.3 * seconds
