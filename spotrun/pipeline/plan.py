@@ -165,7 +165,9 @@ def training_minimum(run: RunSpec, catalog: dict, s3_client: Any) -> Callable[[i
     `smallest_cap`, the planner's own figure): what a preparation job must leave of the cap. The planner refuses a
     model it cannot plan here too, before the preparation bills anything."""
     def minimum(tokens: int) -> float:
-        probe = dataclasses.replace(run, max_usd=math.inf, data=dataclasses.replace(run.data, tokens=tokens))
+        # NOTE: the raw text has no index.json yet: the probe names no data.source, only the token count.
+        probe = dataclasses.replace(run, max_usd=math.inf,
+                                    data=dataclasses.replace(run.data, tokens=tokens, source=None))
         sources = read_sources(probe, s3_client=s3_client)
         est = estimate(probe, catalog=catalog, model_config=sources.model_config, data_tokens=tokens)
         return float(est.segments["min_cap_usd"])
