@@ -98,7 +98,7 @@ def choose(plan: SimPlan, rows: list[Summary], confidence: float = CONFIDENCE,
     if cap_usd is not None:
         within = [r for r in rows if r.p95_usd <= cap_usd]
         if not within:
-            best = min(rows, key=lambda r: r.p95_usd)
+            best = min(rows, key=lambda r: (r.p95_usd, r.mean_usd))  # a tie (both at on-demand's): the cheaper
             return best, (f"no policy stays within the ${cap_usd:,.2f} cap on 95% of the traces: the one with the "
                           f"lowest P95 cost (${best.p95_usd:,.2f}); the guard ends the run at the cap")
         if len(within) < len(rows):
