@@ -73,9 +73,10 @@ def table_text(report: dict) -> str:
         rel = relative(report, r["label"])
         met = f"{r['p_finished'] if r['p_deadline'] is None else r['p_deadline']:.1%}"
         opt = f"{rel['over_optimum']:+.1%}" if "over_optimum" in rel else "-"
+        of_od = "-" if rel["of_on_demand"] is None else f"{rel['of_on_demand']:.2f}"  # a run without fallback
         lines.append(f"{'*' if r['label'] == report['chosen'] else ' '} {r['label']:<28} {r['mean_usd']:>11,.2f} "
                      f"{r['p50_usd']:>11,.2f} {r['p95_usd']:>11,.2f} {met:>11} {r['mean_lost_h']:>7.2f} "
-                     f"{r['mean_wall_h']:>7.1f} {r['mean_interruptions']:>7.2f} {rel['of_on_demand']:>6.2f} "
+                     f"{r['mean_wall_h']:>7.1f} {r['mean_interruptions']:>7.2f} {of_od:>6} "
                      f"{opt:>7}")
     if "optimum" in report:
         o = report["optimum"]

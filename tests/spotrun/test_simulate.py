@@ -487,3 +487,21 @@ def test_a_deadline_no_policy_can_meet_is_a_warning_of_the_estimate():
     spot_policy(parse_run({**RUN, "compute": {**RUN["compute"], "deadline_hours": round(hours * 2, 1)}}),
                 feasible, load_catalog(), n=50)
     assert not any("no policy meets it" in w for w in feasible.warnings)
+
+
+@pytest.mark.parametrize("example", ["qwen2-0.5b-full-small.json", "mistral-7b-lora.json"])
+def test_spotrun_simulate_prints_a_run_without_on_demand_fallback(example, tmp_path, capsys):
+    """Without compute.on_demand_fallback no on-demand row is simulated: its 'vs OD' column is '-', in text and
+    JSON alike (the shipped examples and the demo's run leave the fallback off)."""
+    from pathlib import Path
+
+    from spotrun.cli.main import main
+
+    run = Path(__file__).resolve().parents[2] / "examples" / "runs" / example
+    assert main(["simulate", str(run), "--n", "20", "--no-optimum", "--out", str(tmp_path / "t")]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if "maxwait_fallback" in line]
+    assert rows and all(line.split()[-2] == "-" for line in rows if not line.startswith("chosen"))
+    assert main(["simulate", str(run), "--n", "20", "--no-optimum", "--format", "json",
+                 "--out", str(tmp_path / "j")]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert all(r["label"] != "on_demand" for r in doc["policies"])
