@@ -1,13 +1,13 @@
-"""TrainingExecutionRole: what a SageMaker training job may do, and nothing more.
+"""The SageMaker job roles: TrainingExecutionRole (training jobs) and PreparationRole (preparation jobs, the only
+role that writes prepared data), each able to do what its job needs and nothing more.
 
-Reads datasets/ and models/; reads and writes checkpoints/ (SageMaker's checkpoint sync deletes there what the
-trainer deletes locally); writes output/ but can neither read nor delete there (every registered model's artifact
-lives there: a job has no business reading another run's model); uses the
-bucket's key (and may create grants on it for AWS resources: SageMaker's documented need for a VolumeKmsKeyId,
-https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_ResourceConfig.html); pulls the
-trainer image; writes its CloudWatch logs and metrics; (in a VPC) manages its network interfaces; logs to the stage's
-SageMaker AI MLflow tracking servers, when it names any (the sagemaker-mlflow actions the trainer's tracker calls,
-spotrun_trainer/tracking.py, on those servers only). No AWS-managed full-access policy.
+Training: reads datasets/ and models/; reads and writes checkpoints/ (SageMaker's checkpoint sync deletes there what
+the trainer deletes locally); writes output/ but can neither read nor delete there (every registered model's
+artifact lives there: a job has no business reading another run's model); writes no dataset. Both: use the bucket's
+key, pull the trainer image, write their CloudWatch logs and metrics, (in a VPC) manage their network interfaces
+(`job_basics`). Training jobs also log to the stage's SageMaker AI MLflow tracking servers, when it names any (the
+sagemaker-mlflow actions the trainer's tracker calls, spotrun_trainer/tracking.py, on those servers only). No
+AWS-managed full-access policy. docs/security.md has the table and what is not yet scoped per run.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from aws_cdk import ArnFormat, Stack
 from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_iam as iam
-from constructs import Construct
+from constructs import Construct, IConstruct
 
 from .artifact_store import ArtifactStore
 from .nag import acknowledge, rendered
@@ -44,7 +44,6 @@ MLFLOW_TRACKER_ACTIONS = tuple(f"sagemaker-mlflow:{a}" for a in (
 class TrainingExecutionRole(Construct):
     def __init__(self, scope: Construct, id_: str, *, props: TrainingExecutionRoleProps) -> None:
         super().__init__(scope, id_)
-        stack = Stack.of(self)
         self.role = iam.Role(self, "Role", assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"),
                              description="spotrun training jobs")
         store = props.store
@@ -54,26 +53,8 @@ class TrainingExecutionRole(Construct):
         # Write-only: SageMaker uploads the job's model.tar.gz; nothing under output/ is readable by a job.
         self.role.add_to_policy(iam.PolicyStatement(actions=["s3:PutObject", "s3:AbortMultipartUpload"],
                                                     resources=[store.arn_under(store.output_prefix)]))
-        store.key.grant_encrypt(self.role)
-        self.role.add_to_policy(iam.PolicyStatement(
-            actions=["kms:CreateGrant"], resources=[store.key.key_arn],
-            conditions={"Bool": {"kms:GrantIsForAWSResource": "true"}}))
-        props.repository.grant_pull(self.role)
-        log_group_arn = stack.format_arn(service="logs", resource="log-group",
-                                         resource_name="/aws/sagemaker/TrainingJobs*",
-                                         arn_format=ArnFormat.COLON_RESOURCE_NAME)
-        self.role.add_to_policy(iam.PolicyStatement(
-            actions=["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"],
-            resources=[log_group_arn]))
-        self.role.add_to_policy(iam.PolicyStatement(
-            actions=["cloudwatch:PutMetricData"], resources=["*"],
-            conditions={"StringLike": {"cloudwatch:namespace": "/aws/sagemaker/*"}}))
-        if props.in_vpc:
-            self.role.add_to_policy(iam.PolicyStatement(
-                actions=["ec2:CreateNetworkInterface", "ec2:CreateNetworkInterfacePermission",
-                         "ec2:DeleteNetworkInterface", "ec2:DeleteNetworkInterfacePermission",
-                         "ec2:DescribeNetworkInterfaces", "ec2:DescribeVpcs", "ec2:DescribeDhcpOptions",
-                         "ec2:DescribeSubnets", "ec2:DescribeSecurityGroups"], resources=["*"]))
+        log_group_arn = job_basics(self.role, props.store, props.repository, in_vpc=props.in_vpc,
+                                   log_group="/aws/sagemaker/TrainingJobs*")
         if props.mlflow_tracking_server_arns:
             self.role.add_to_policy(iam.PolicyStatement(actions=list(MLFLOW_TRACKER_ACTIONS),
                                                         resources=list(props.mlflow_tracking_server_arns)))
@@ -82,10 +63,77 @@ class TrainingExecutionRole(Construct):
                     f"AwsSolutions-IAM5[Resource::{rendered(self, store.arn_under(store.output_prefix))}]",
                     "SageMaker uploads each job's model artifact under output/<job>/: job names are not known "
                     "ahead (write only: no read, no delete)")
-        acknowledge(self.policy, f"AwsSolutions-IAM5[Resource::{rendered(self, log_group_arn)}]",
-                    "SageMaker writes each job's logs to log streams of /aws/sagemaker/TrainingJobs")
-        acknowledge(self.policy, "AwsSolutions-IAM5[Resource::*]",
-                    "ecr:GetAuthorizationToken and cloudwatch:PutMetricData (limited to /aws/sagemaker/* by a "
-                    "condition) support no resource scoping" + ("; so do the ec2 network-interface actions a "
-                                                                 "VPC job needs" if props.in_vpc else ""))
+        acknowledge_job_basics(self.policy, log_group_arn, in_vpc=props.in_vpc, jobs="training jobs")
 
+
+def job_basics(role: iam.Role, store: ArtifactStore, repository: ecr.IRepository, *, in_vpc: bool,
+               log_group: str) -> str:
+    """What every SageMaker job role of the stage needs beside its data: the bucket's key (and grants on it for
+    AWS resources: SageMaker's documented need for a VolumeKmsKeyId,
+    https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_ResourceConfig.html), the trainer image, its
+    logs and metrics, (in a VPC) its network interfaces. Returns the log group ARN (for the acknowledgment)."""
+    stack = Stack.of(role)
+    store.key.grant_encrypt(role)
+    role.add_to_policy(iam.PolicyStatement(
+        actions=["kms:CreateGrant"], resources=[store.key.key_arn],
+        conditions={"Bool": {"kms:GrantIsForAWSResource": "true"}}))
+    repository.grant_pull(role)
+    log_group_arn = stack.format_arn(service="logs", resource="log-group", resource_name=log_group,
+                                     arn_format=ArnFormat.COLON_RESOURCE_NAME)
+    role.add_to_policy(iam.PolicyStatement(
+        actions=["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"],
+        resources=[log_group_arn]))
+    role.add_to_policy(iam.PolicyStatement(
+        actions=["cloudwatch:PutMetricData"], resources=["*"],
+        conditions={"StringLike": {"cloudwatch:namespace": "/aws/sagemaker/*"}}))
+    if in_vpc:
+        role.add_to_policy(iam.PolicyStatement(
+            actions=["ec2:CreateNetworkInterface", "ec2:CreateNetworkInterfacePermission",
+                     "ec2:DeleteNetworkInterface", "ec2:DeleteNetworkInterfacePermission",
+                     "ec2:DescribeNetworkInterfaces", "ec2:DescribeVpcs", "ec2:DescribeDhcpOptions",
+                     "ec2:DescribeSubnets", "ec2:DescribeSecurityGroups"], resources=["*"]))
+    return log_group_arn
+
+
+def acknowledge_job_basics(policy: IConstruct, log_group_arn: str, *, in_vpc: bool, jobs: str) -> None:
+    """The cdk-nag findings `job_basics` causes, each with its reason."""
+    acknowledge(policy, f"AwsSolutions-IAM5[Resource::{rendered(policy, log_group_arn)}]",
+                f"SageMaker writes each of the {jobs}' logs to its own log stream of this log group")
+    acknowledge(policy, "AwsSolutions-IAM5[Resource::*]",
+                "ecr:GetAuthorizationToken and cloudwatch:PutMetricData (limited to /aws/sagemaker/* by a "
+                "condition) support no resource scoping" + ("; so do the ec2 network-interface actions a "
+                                                             "VPC job needs" if in_vpc else ""))
+
+
+class PreparationRole(Construct):
+    """The preparation (SageMaker Processing) job's role, the only job role that writes prepared data: it reads
+    the raw text under datasets/, the model's tokenizer under models/ and the execution's tokenizer manifest
+    (checkpoints/<run>/<execution>/preparation/), and adds its parts under datasets/_prepared/ (no read there, no
+    delete). Training jobs run as TrainingExecutionRole, which cannot write datasets/ at all: a run that reaches the
+    network (MLflow) cannot poison the prepared data later runs reuse."""
+
+    def __init__(self, scope: Construct, id_: str, *, store: ArtifactStore, repository: ecr.IRepository,
+                 in_vpc: bool, prepared_prefix: str) -> None:
+        super().__init__(scope, id_)
+        self.role = iam.Role(self, "Role", assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"),
+                             description="spotrun preparation (processing) jobs")
+        store.grant_read_prefix(self.role, store.datasets_prefix)
+        store.grant_read_prefix(self.role, store.models_prefix)
+        manifests = store.bucket.arn_for_objects(f"{store.checkpoints_prefix}*/preparation/*")
+        self.role.add_to_policy(iam.PolicyStatement(actions=["s3:GetObject"], resources=[manifests]))
+        self.role.add_to_policy(iam.PolicyStatement(actions=["s3:PutObject", "s3:AbortMultipartUpload"],
+                                                    resources=[store.arn_under(prepared_prefix)]))
+        log_group_arn = job_basics(self.role, store, repository, in_vpc=in_vpc,
+                                   log_group="/aws/sagemaker/ProcessingJobs*")
+        policy = self.role.node.find_child("DefaultPolicy")
+        acknowledge(policy, f"AwsSolutions-IAM5[Resource::{rendered(self, manifests)}]",
+                    "the tokenizer manifest each execution writes under checkpoints/<run>/<execution>/preparation/ "
+                    "(read only)")
+        acknowledge(policy, f"AwsSolutions-IAM5[Resource::{rendered(self, store.arn_under(prepared_prefix))}]",
+                    "SageMaker Processing uploads each instance's part under datasets/_prepared/<content key>/: "
+                    "keys are not known ahead (write only, no delete)")
+        acknowledge_job_basics(policy, log_group_arn, in_vpc=in_vpc, jobs="preparation jobs")
+        for action in ("kms:GenerateDataKey*", "kms:ReEncrypt*"):
+            acknowledge(policy, f"AwsSolutions-IAM5[Action::{action}]",
+                        "key-scoped data-key and re-encrypt actions on the artifact key alone (the parts it writes "
+                        "under datasets/_prepared/ are encrypted with it)")
