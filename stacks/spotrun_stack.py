@@ -19,8 +19,9 @@ from spotrun.pipeline.preparation import PREPARED_PREFIX, PreparationSettings
 from spotrun.seams import METRIC_DEFINITIONS, StackOutput
 from training_constructs.artifact_store import ArtifactStore, ArtifactStoreProps
 from training_constructs.cost_governance import CostGovernance, CostGovernanceProps
-from training_constructs.execution_role import PreparationRole, TrainingExecutionRole, TrainingExecutionRoleProps
+from training_constructs.execution_role import TrainingExecutionRole, TrainingExecutionRoleProps
 from training_constructs.interruption_events import InterruptionEvents, InterruptionEventsProps
+from training_constructs.preparation_role import PreparationRole
 from training_constructs.serving_role import ServingRole, ServingRoleProps
 from training_constructs.trainer_image import TrainerImage, TrainerImageProps, sagemaker_image, serving_image
 from training_constructs.training_pipeline import TrainingPipeline, TrainingPipelineProps

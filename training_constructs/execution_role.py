@@ -1,13 +1,13 @@
-"""The SageMaker job roles: TrainingExecutionRole (training jobs) and PreparationRole (preparation jobs, the only
-role that writes prepared data), each able to do what its job needs and nothing more.
+"""TrainingExecutionRole: what a SageMaker training job may do, and nothing more; `job_basics`, what every job role
+of the stage needs (preparation_role.py shares it).
 
-Training: reads datasets/ and models/; reads and writes checkpoints/ (SageMaker's checkpoint sync deletes there what
-the trainer deletes locally); writes output/ but can neither read nor delete there (every registered model's
-artifact lives there: a job has no business reading another run's model); writes no dataset. Both: use the bucket's
-key, pull the trainer image, write their CloudWatch logs and metrics, (in a VPC) manage their network interfaces
-(`job_basics`). Training jobs also log to the stage's SageMaker AI MLflow tracking servers, when it names any (the
-sagemaker-mlflow actions the trainer's tracker calls, spotrun_trainer/tracking.py, on those servers only). No
-AWS-managed full-access policy. docs/security.md has the table and what is not yet scoped per run.
+Reads datasets/ and models/; reads and writes checkpoints/ (SageMaker's checkpoint sync deletes there what the
+trainer deletes locally); writes output/ but can neither read nor delete there (every registered model's artifact
+lives there: a job has no business reading another run's model); writes no dataset. Every job role uses the
+bucket's key, pulls the trainer image, writes its CloudWatch logs and metrics and (in a VPC) manages its network
+interfaces (`job_basics`). Training jobs also log to the stage's SageMaker AI MLflow tracking servers, when it
+names any (the sagemaker-mlflow actions the trainer's tracker calls, spotrun_trainer/tracking.py, on those servers
+only). No AWS-managed full-access policy. docs/security.md has the table and what is not yet scoped per run.
 """
 
 from __future__ import annotations
@@ -104,36 +104,3 @@ def acknowledge_job_basics(policy: IConstruct, log_group_arn: str, *, in_vpc: bo
                 "condition) support no resource scoping" + ("; so do the ec2 network-interface actions a "
                                                              "VPC job needs" if in_vpc else ""))
 
-
-class PreparationRole(Construct):
-    """The preparation (SageMaker Processing) job's role, the only job role that writes prepared data: it reads
-    the raw text under datasets/, the model's tokenizer under models/ and the execution's tokenizer manifest
-    (checkpoints/<run>/<execution>/preparation/), and adds its parts under datasets/_prepared/ (no read there, no
-    delete). Training jobs run as TrainingExecutionRole, which cannot write datasets/ at all: a run that reaches the
-    network (MLflow) cannot poison the prepared data later runs reuse."""
-
-    def __init__(self, scope: Construct, id_: str, *, store: ArtifactStore, repository: ecr.IRepository,
-                 in_vpc: bool, prepared_prefix: str) -> None:
-        super().__init__(scope, id_)
-        self.role = iam.Role(self, "Role", assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"),
-                             description="spotrun preparation (processing) jobs")
-        store.grant_read_prefix(self.role, store.datasets_prefix)
-        store.grant_read_prefix(self.role, store.models_prefix)
-        manifests = store.bucket.arn_for_objects(f"{store.checkpoints_prefix}*/preparation/*")
-        self.role.add_to_policy(iam.PolicyStatement(actions=["s3:GetObject"], resources=[manifests]))
-        self.role.add_to_policy(iam.PolicyStatement(actions=["s3:PutObject", "s3:AbortMultipartUpload"],
-                                                    resources=[store.arn_under(prepared_prefix)]))
-        log_group_arn = job_basics(self.role, store, repository, in_vpc=in_vpc,
-                                   log_group="/aws/sagemaker/ProcessingJobs*")
-        policy = self.role.node.find_child("DefaultPolicy")
-        acknowledge(policy, f"AwsSolutions-IAM5[Resource::{rendered(self, manifests)}]",
-                    "the tokenizer manifest each execution writes under checkpoints/<run>/<execution>/preparation/ "
-                    "(read only)")
-        acknowledge(policy, f"AwsSolutions-IAM5[Resource::{rendered(self, store.arn_under(prepared_prefix))}]",
-                    "SageMaker Processing uploads each instance's part under datasets/_prepared/<content key>/: "
-                    "keys are not known ahead (write only, no delete)")
-        acknowledge_job_basics(policy, log_group_arn, in_vpc=in_vpc, jobs="preparation jobs")
-        for action in ("kms:GenerateDataKey*", "kms:ReEncrypt*"):
-            acknowledge(policy, f"AwsSolutions-IAM5[Action::{action}]",
-                        "key-scoped data-key and re-encrypt actions on the artifact key alone (the parts it writes "
-                        "under datasets/_prepared/ are encrypted with it)")
