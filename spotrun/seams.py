@@ -20,14 +20,17 @@ The planner and the Lambda handlers (spotrun/), the CDK constructs (training_con
 - `CHECKPOINT_MANIFEST`, `CHECKPOINT_STEP_DIR`, `checkpoint_step_dir`, `checkpoint_manifest_key`: the
   committed-checkpoint layout the trainer writes and the guard lists in S3. `EXPORT_METADATA`: the file beside an
   exported model.
-- `DatasetIndex`: the prepared dataset's index.json (`prepare` writes it; the trainer and the estimate read it).
+- `DatasetIndex`: the prepared dataset's index.json (`prepare` writes it; the trainer and the estimate read it);
+  `tokenizer_identity`: the tokenizer the shards were made with, recorded there and compared with the model's.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from enum import Enum
 
 # ---- hyperparameters (planner -> trainer) ----------------------------------------------------------------------
@@ -268,6 +271,52 @@ class DatasetIndex:
     FORMAT = 1
     TOTAL_TOKENS = "total_tokens"
     SHARDS = "shards"
+    DOCUMENTS = "documents"
+    VOCAB_SIZE = "vocab_size"  # len(tokenizer) at prepare time: every token id is below it
+    VALIDATION = "validation"  # {"dir": "validation", "fraction": f, "documents": n} when prepare split the data
+    # The identity of the tokenizer the shards were made with (`tokenizer_identity` of the directory given to
+    # prepare); the estimate compares it with model.source's before anything is paid for.
+    TOKENIZER = "tokenizer_sha256"
+
+
+# What decides the token ids of a text: tokenizer.json when the directory has one (the fast tokenizer's whole
+# definition), else the slow tokenizers' vocabulary files. Configuration (tokenizer_config.json, special tokens
+# map, chat template) is left out: it does not change which id a piece of text gets.
+TOKENIZER_DEFINITION = "tokenizer.json"
+TOKENIZER_VOCABULARY_FILES = ("tokenizer.model", "spiece.model", "vocab.json", "merges.txt", "vocab.txt")
+
+
+def tokenizer_identity(chunks_of: Mapping[str, Callable[[], Iterable[bytes]]]) -> str | None:
+    """A tokenizer's identity: `sha256:<hex>` over the bytes of its defining files (tokenizer.json, else the
+    vocabulary files present, each with its name), or None when the directory has none of them. `chunks_of`:
+    the directory's file names -> a function giving that file's bytes in chunks (a local file or an S3 object:
+    nothing is parsed, so a Lambda can hash a 30 MB tokenizer.json in little memory). Two directories whose
+    defining files have the same bytes tokenize alike; a copy re-saved by another library version may differ in
+    bytes and is then told apart (conservatively)."""
+    names = [TOKENIZER_DEFINITION] if TOKENIZER_DEFINITION in chunks_of else \
+        [n for n in TOKENIZER_VOCABULARY_FILES if n in chunks_of]
+    if not names:
+        return None
+    digest = hashlib.sha256()
+    for name in names:
+        digest.update(f"\0{name}\0".encode())
+        for chunk in chunks_of[name]():
+            digest.update(chunk)
+    return f"sha256:{digest.hexdigest()}"
+
+
+def directory_tokenizer_identity(directory: str) -> str | None:
+    """`tokenizer_identity` of a local directory (None when it is not one or holds no defining file)."""
+    def chunks(path: str) -> Iterable[bytes]:
+        with open(path, "rb") as fh:
+            while chunk := fh.read(1 << 20):
+                yield chunk
+
+    if not os.path.isdir(directory):
+        return None
+    paths = {name: os.path.join(directory, name) for name in os.listdir(directory)}
+    return tokenizer_identity({name: (lambda p=path: chunks(p)) for name, path in paths.items()
+                               if os.path.isfile(path)})
 
 
 # ---- plan and guard (handlers -> state machine) ----------------------------------------------------------------

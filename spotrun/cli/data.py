@@ -24,7 +24,8 @@ from ..seams import DatasetIndex, StackOutput
 def _stage_args(p, *, required_name: bool) -> None:
     p.add_argument("--stage", help="the deployed stage whose artifact bucket receives it (stacks/config.py)")
     p.add_argument("--stack", help="CloudFormation stack name (default <stage>-Spotrun)")
-    p.add_argument("--region", help="AWS region (default: the AWS configuration's)")
+    p.add_argument("--region", help="AWS region (default: the stage's, stacks/config.py; else the AWS "
+                   "configuration's)")
     p.add_argument("--name", required=False, help="the name under the bucket's prefix" +
                    (" (required with --stage)" if required_name else " (default: the directory's name)"))
     p.add_argument("--format", choices=["text", "json"], default="text", help="text (default) or one JSON document")

@@ -18,14 +18,16 @@ from typing import Any
 
 from ..contract.refusal import Refusal
 from ..contract.runfile import load_run_file
-from ..contract.spec import RunSpec, RunValidationError
+from ..contract.spec import RunSpec, RunValidationError, parse_run
+from ..local.pipeline import check_raw_split, prepare_if_raw
 from ..pipeline.validate import Target, check_catalog, check_target, pipeline_hyperparameters
 from ..planner.estimate import DEFAULT_PRICE_REGION, Estimate, estimate, format_text, load_catalog, regional_catalog
-from ..planner.sources import read_sources
+from ..planner.sources import read_sources, with_split
 from ..policy.choose import policy_text, spot_policy
-from ..seams import StackOutput, stack_name
+from ..seams import DatasetIndex, StackOutput, stack_name
 from .exits import HELP as EXIT_CODES_HELP
 from .exits import Exit, fail, for_status
+from .remote import stage_region
 
 
 @dataclass
@@ -39,10 +41,14 @@ class Checked:
 
 
 def check_file(path: Path, target: Target | None, *, plan: bool, s3_client: Any = None,
-               region: str | None = None) -> Checked:
+               region: str | None = None, prepared: Path | None = None) -> Checked:
     """Every layer the CLI can apply to one run file; a Refusal (RunValidationError, EstimateRefused) otherwise.
-    `region`: whose on-demand prices the planner uses (DEFAULT_PRICE_REGION when None, and the output says so)."""
-    run = load_run_file(path).run
+    `region`: whose on-demand prices the planner uses (DEFAULT_PRICE_REGION when None, and the output says so).
+    `prepared`: where raw local text in data.source is tokenized to be planned (`prepared_text`)."""
+    loaded = load_run_file(path)
+    run, note = loaded.run, None
+    if plan:
+        run, note = prepared_text(loaded.raw, prepared or Path(path).parent / "prepared")
     catalog = load_catalog()
     check_catalog(run, catalog)
     out = Checked(run, None, checked=["the run contract and SageMaker's limits on it"])
@@ -52,10 +58,16 @@ def check_file(path: Path, target: Target | None, *, plan: bool, s3_client: Any 
     else:
         out.not_checked.append("the stage's rules (sources under its bucket's datasets/ and models/, its model "
                                "package group): give --stage, or --bucket and --group")
+    if note:
+        out.checked.append(note)
     if not plan:
+        if run.validation_needed_by and not run.data.has_validation:
+            out.not_checked.append(f"whether data.source holds the validation split {run.validation_needed_by} "
+                                   "reads (its index.json)")
         out.not_checked.append("the sources' config.json / index.json and the planner: run `spotrun estimate`")
         return out
     sources = read_sources(run, s3_client, offline=True)
+    run = with_split(run, sources)  # the validation split the prepared data holds, when the run names none
     for note in sources.notes:
         if note.startswith("not "):
             out.not_checked.append(note.removeprefix("not checked: "))  # printed under "not checked:" already
@@ -77,6 +89,20 @@ def check_file(path: Path, target: Target | None, *, plan: bool, s3_client: Any 
     return out
 
 
+def prepared_text(raw: dict, cache: Path) -> tuple[RunSpec, str | None]:
+    """The run to plan, and what was done: raw local text in data.source is planned on its shards, tokenized as
+    `spotrun local` does (spotrun.local.pipeline.prepare_if_raw: content-addressed under `cache`, reused when the
+    same text and tokenizer were prepared there, e.g. by `spotrun demo` or `spotrun local --out DIR`)."""
+    source = (raw.get("data") or {}).get("source")
+    if not source or source.startswith("s3://") or not Path(source).is_dir() or \
+            (Path(source) / DatasetIndex.FILE).is_file():
+        return parse_run(raw), None
+    check_raw_split(parse_run(raw))
+    done, how = prepare_if_raw(raw, cache, emit=lambda line: print(line, file=sys.stderr, flush=True))
+    return parse_run(done), (f"raw data.source {how} as shards in {done['data']['source']} (what `spotrun local` "
+                             "trains on)")
+
+
 def stage_target(stage: str, region: str | None, cfn_client: Any = None) -> Target:
     """The stage's bucket and group from its CloudFormation stack's outputs (stacks/spotrun_stack.py)."""
     import boto3
@@ -84,7 +110,7 @@ def stage_target(stage: str, region: str | None, cfn_client: Any = None) -> Targ
 
     stack = stack_name(stage)
     try:
-        client = cfn_client or boto3.client("cloudformation", region_name=region)
+        client = cfn_client or boto3.client("cloudformation", region_name=region or stage_region(stage))
         outputs = client.describe_stacks(StackName=stack)["Stacks"][0].get("Outputs", [])
     except (ClientError, BotoCoreError) as exc:
         raise RunValidationError("--stage", stage, f"a deployed stage whose stack {stack} can be read "
@@ -96,11 +122,17 @@ def stage_target(stage: str, region: str | None, cfn_client: Any = None) -> Targ
     return Target(values[bucket], values[group])
 
 
+def add_prepared_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--prepared", type=Path, help="where raw local text in data.source is tokenized to be "
+                        "planned (default: prepared/ beside the run file, where `spotrun demo` leaves it; `spotrun "
+                        "local --out DIR` uses DIR/prepared); the same text and tokenizer are never tokenized twice")
+
+
 def add_target_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stage", help="check against this deployed stage's rules (reads its stack's outputs)")
-    parser.add_argument("--region", help="the stage's region (default: your AWS configuration's); `estimate` prices "
-                        f"the run in it (default {DEFAULT_PRICE_REGION}; regions without prices in the catalog are "
-                        "refused)")
+    parser.add_argument("--region", help="the stage's region (default: with --stage, stacks/config.py's; else your "
+                        "AWS configuration's); `estimate` prices the run in it (default "
+                        f"{DEFAULT_PRICE_REGION}; regions without prices in the catalog are refused)")
     parser.add_argument("--bucket", help="offline: the stage's artifact bucket (its ArtifactBucket output)")
     parser.add_argument("--group", help="offline: the stage's model package group (ModelPackageGroupName output)")
 
@@ -139,9 +171,11 @@ def run_command(args: argparse.Namespace, *, plan: bool, cfn_client: Any = None,
     except Refusal as exc:
         return fail(args.format, Exit.INVALID, exc.status, exc.message, exc.field)
     status, docs = Exit.OK, []
+    region = args.region or stage_region(args.stage)  # with --stage, its prices
     for path in args.runs:
         try:
-            checked = check_file(path, target, plan=plan, s3_client=s3_client, region=args.region)
+            checked = check_file(path, target, plan=plan, s3_client=s3_client, region=region,
+                                 prepared=getattr(args, "prepared", None))
         except Refusal as exc:
             result = exc.result()
             doc = {"error": result.pop("status"), **result}
@@ -171,5 +205,7 @@ def register(sub: Any) -> None:
         parser.add_argument("runs", nargs="+", type=Path, help="run JSON file(s); relative local sources are read "
                             "relative to each file")
         parser.add_argument("--format", choices=["text", "json"], default="text", help="text (default) or JSON")
+        if plan:
+            add_prepared_argument(parser)
         add_target_arguments(parser)
         parser.set_defaults(func=lambda args, plan=plan: run_command(args, plan=plan))

@@ -17,6 +17,7 @@ checkpoint before it stops (StopExecution alone would leave the job running).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import re
 import sys
@@ -24,6 +25,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import spotrun
 
 from ..pipeline.preparation import PreparationSettings
 from ..seams import PlanStatus, StackOutput, parse_metric_line, run_start_total_steps, stack_name
@@ -67,13 +70,38 @@ class Deployment:
         return PipelineSettings.from_env({**env, "AWS_REGION": self.client("stepfunctions").meta.region_name})
 
 
+# The checkout's per-account configuration (stacks/config.py): the stage's region. Absent from an installed spotrun
+# (the CDK app runs from the checkout), where the AWS configuration's region stands instead.
+STAGE_CONFIG = Path(spotrun.__file__).resolve().parents[1] / "stacks" / "config.py"
+
+
+def stage_region(stage: str | None, config: Path = STAGE_CONFIG) -> str | None:
+    """The region stacks/config.py deploys `stage` to, or None when the file is not here or lists no such stage."""
+    if not stage or not config.is_file():
+        return None
+    name = "spotrun_stage_config"
+    module = sys.modules.get(name)
+    if module is None or getattr(module, "__file__", None) != str(config):
+        spec = importlib.util.spec_from_file_location(name, config)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # its dataclasses look their module up while they are made
+        spec.loader.exec_module(module)  # the fork's one configuration module: plain dataclasses, no AWS call
+    return next((env.region for env in module.ENVIRONMENTS if env.stage == stage), None)
+
+
 def deployment(stage: str, stack: str | None = None, region: str | None = None) -> Deployment:
+    """The stage's stack and outputs, in `region`, else the stage's own (stacks/config.py), else the AWS
+    configuration's."""
     import boto3
-    from botocore.exceptions import BotoCoreError, ClientError
+    from botocore.exceptions import BotoCoreError, ClientError, NoRegionError
 
     name = stack or stack_name(stage)
+    region = region or stage_region(stage)
     try:
         found = boto3.client("cloudformation", region_name=region).describe_stacks(StackName=name)["Stacks"]
+    except NoRegionError:
+        raise RemoteError(f"no AWS region for stage {stage!r}: stacks/config.py (in a checkout) does not list it and "
+                          "the AWS configuration names none; pass --region or set AWS_REGION") from None
     except (ClientError, BotoCoreError) as exc:
         raise RemoteError(f"stack {name} not readable ({exc}): deploy the stage (cdk deploy '{stage}/*'), or pass "
                           "--stack / --region") from None
@@ -403,7 +431,8 @@ def register(sub) -> None:
     def common(p, *, fmt: bool = True):
         p.add_argument("--stage", default="dev", help="the deployed stage (stacks/config.py; default dev)")
         p.add_argument("--stack", help="CloudFormation stack name (default <stage>-Spotrun)")
-        p.add_argument("--region", help="AWS region (default: the AWS configuration's)")
+        p.add_argument("--region", help="AWS region (default: the stage's, stacks/config.py; else the AWS "
+                       "configuration's)")
         if fmt:
             p.add_argument("--format", choices=["text", "json"], default="text",
                            help="text (default) or one JSON document")

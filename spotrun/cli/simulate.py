@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ..policy.policies import POLICIES
 from ..policy.traces import ADVISOR_BANDS
+from .estimate import add_prepared_argument
 
 N_RANGE = (1, 100_000)  # 100,000 traces of every candidate is minutes and ~1 GB here; more is a mistake
 PROGRESS_AFTER_S = 2.0
@@ -54,6 +55,7 @@ def register(sub) -> None:
     sim = sub.add_parser("simulate", help="replay the run's plan over spot traces under each policy: cost, "
                          "P(deadline), work lost; table and PNG")
     sim.add_argument("run", type=Path, help="run JSON file")
+    add_prepared_argument(sim)
     sim.add_argument("--traces", type=Path, help="a directory of availability traces (skypilot-org/spot-traces "
                      "format; every *.json under it); default: generated traces")
     sim.add_argument("--interruptions", type=Path, help="the interruption table's items (a JSON array, or `aws "
@@ -138,7 +140,8 @@ def simulate_command(args: argparse.Namespace) -> int:
         return fail(args.format, Exit.INVALID, "InvalidArguments", f"--n={args.n} is invalid: expected an integer "
                     f"from {N_RANGE[0]} to {N_RANGE[1]:,}", "--n")
     try:
-        checked = check_file(args.run, None, plan=True, region=args.region)  # spotrun.contract.runfile.load_run_file
+        checked = check_file(args.run, None, plan=True, region=args.region,  # spotrun.contract.runfile's loader
+                             prepared=args.prepared)
         est, run = checked.estimate, checked.run
         catalog = regional_catalog(load_catalog(), args.region or "us-east-1")
         plan = plan_from_estimate(est, catalog, deadline_hours=run.compute.deadline_hours,

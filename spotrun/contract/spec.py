@@ -56,7 +56,9 @@ DAYS_28_H = 28 * 24
 
 
 def _needs_validation(data: DataSpec, field_path: str, value: Any) -> None:
-    if not data.has_validation:
+    """Without data.source nothing can hold a validation split: the run must name its validation set. With one,
+    the sources' check (spotrun/planner/sources.py `check_validation`) decides, on the prepared data's index.json."""
+    if not data.has_validation and data.source is None:
         raise RunValidationError(field_path, value, "data.validation or data.validation_fraction with it (it "
                                  "reads the validation loss)")
 
@@ -245,8 +247,12 @@ class ComputeSpec:
     accept_max_runtime_stop: bool = spec("A run expected to need more than 28 days may start and be stopped at 28 "
                                          "days (else it is refused).", default=False)
     deadline_hours: float | None = spec("When the model is needed, in hours after the start: the estimate chooses "
-                                        "the spot policy that meets it on >= 99% of simulated traces.",
+                                        "the spot policy that meets it on >= 99% of simulated traces (a deadline "
+                                        "shorter than the run on on-demand instances is refused).",
                                         default=None, lo=0, hi=DAYS_28_H * 2, lo_open=True)
+    accept_missed_deadline: bool = spec("Start a run whose deadline_hours is shorter than the run takes even on "
+                                        "on-demand instances (else it is refused); the estimate warns that it will "
+                                        "be missed.", default=False)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -305,6 +311,13 @@ class RunSpec:
     gate: GateSpec | None = spec("The bounds a model must pass to be registered (needs validation data).",
                                  default=None, at="registry.gate")
     tracking: TrackingSpec = spec("Experiment tracking.", default_factory=TrackingSpec)
+
+    @property
+    def validation_needed_by(self) -> str | None:
+        """The field that reads a validation loss (registry.gate, then eval), or None when nothing does."""
+        if self.gate is not None:
+            return "registry.gate"
+        return "eval" if self.eval != EvalSpec() else None
 
     def _across(self, raw: dict, path: str) -> RunSpec:
         if self.gate is not None:

@@ -103,8 +103,9 @@ def run_demo(out: Path, *, interrupt_at: InterruptAt = INTERRUPT_AT, progress: s
     emit("")
     emit(Path(summary["summary"]).read_text().rstrip())
     emit("")
-    stopped_at = interrupted["interruption_log"][0]["step"] if interrupted["interruption_log"] else "-"
-    emit(f"[demo] interrupted at step {stopped_at} and resumed: {summary['steps']} steps, "
+    first = (interrupted["interruption_log"] or [{}])[0]
+    emit(f"[demo] signal sent at step {first.get('signalled_at_step', '-')}, saved at step "
+         f"{first.get('checkpoint_step', '-')} and resumed: {summary['steps']} steps, "
          f"{summary['steps_redone']} redone")
     emit(f"[demo] registered weights bitwise identical to the uninterrupted run: {'yes' if same_weights else 'NO'}"
          f" (per-step losses identical: {'yes' if same_losses else 'NO'})")

@@ -108,9 +108,14 @@ def launchers_running(sm_root: Path) -> list[int]:
 
 
 def start_launcher(sm_root: Path, log_path: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
-    """The launcher as its own process; `env` adds to this environment (as the job's `Environment` would)."""
+    """The launcher as its own process; `env` adds to this environment (as the job's `Environment` would).
+    Its temporary files (the launcher's, torchrun's) go under `<sm_root>/tmp`: a launcher killed outright leaves
+    them in the job's directory, not in the machine's temporary directory."""
     env = {**os.environ, **(env or {})}
     env.setdefault("OMP_NUM_THREADS", "1")
+    scratch = Path(sm_root) / "tmp"
+    scratch.mkdir(parents=True, exist_ok=True)
+    env["TMPDIR"] = str(scratch)
     log = open(log_path, "ab")
     return subprocess.Popen([sys.executable, "-m", "spotrun_trainer.launcher", "train", "--sm-root", str(sm_root)],
                             stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)

@@ -33,6 +33,7 @@ from ..contract.spec import RunSpec, RunValidationError, parse_run
 from ..pipeline.plan import plan
 from ..pipeline.report import build_local_report, write_report
 from ..pipeline.validate import THIS_MACHINE
+from ..planner.catalog import usd
 from ..planner.estimate import DEFAULT_PRICE_REGION, load_catalog
 from ..planner.sources import check_seq_len
 from ..seams import EXPORT_METADATA, DatasetIndex, Hyperparameter, PipelineSettings, Plan, PlanStatus
@@ -134,6 +135,16 @@ def prepare_if_raw(raw: dict, cache: Path, emit: Callable[[str], None] = print) 
     return {**raw, "data": {**raw["data"], "source": str(prepared.path)}}, "reused" if prepared.reused else "prepared"
 
 
+def check_raw_split(run: RunSpec) -> None:
+    """Raw text for a run that reads a validation loss is split when it is prepared: without a fraction it would
+    be prepared without one, and refused by the sources only after the tokenizing."""
+    needed_by = run.validation_needed_by
+    if needed_by and not run.data.has_validation and not (Path(run.data.source) / DatasetIndex.FILE).is_file():
+        raise RunValidationError(needed_by, "no validation data", f"data.validation_fraction (e.g. 0.1: that share "
+                                 "of the documents of raw data.source is held out when it is prepared) or "
+                                 f"data.validation: {needed_by} reads a validation loss")
+
+
 def check_one_step(data_dir: Path, hyper: dict[str, str], nproc: int) -> None:
     """The dataset holds at least one step of samples (the launcher checks it too, after its start-up)."""
     index = json.loads((Path(data_dir) / DatasetIndex.FILE).read_text())
@@ -195,17 +206,19 @@ def run_local(run_path: Path, options: LocalOptions, *, emit: Callable[[str], No
     if root.exists():
         raise LocalRunError(f"job directory {root} exists: continue it with `spotrun local --resume {job_name} --out "
                             f"{options.out}`, or choose another --job-name")
+    check_raw_split(run)
     raw, prepared = prepare_if_raw(raw, out / "prepared", emit)
     if prepared:
         emit(f"[local] raw text {prepared}: shards in {raw['data']['source']}")
     planned = plan_local(raw)  # InvalidRun / OverBudget stop here
     est = planned.estimate
     emit(f"[local] estimate: {planned.instance_count} x {planned.instance_type}, "
-         f"{est['wall_seconds'] / 3600:.2f} h, spot ${est['cost_usd']['spot']:.2f} / on-demand "
-         f"${est['cost_usd']['on_demand']:.2f} (cap ${planned.max_usd:.2f})")
+         f"{est['wall_seconds'] / 3600:.2f} h, spot {usd(est['cost_usd']['spot'])} / on-demand "
+         f"{usd(est['cost_usd']['on_demand'])} (cap {usd(planned.max_usd)})")
     hyper = hyperparameters(planned, options)
     check_one_step(Path(raw["data"]["source"]), hyper, options.nproc)
     job = Job(root=root, log=root / "launcher.log")
+    check_interrupts(options.interrupts, checked_launch(job, hyper, channels_of(planned)))
     root.mkdir(parents=True)
     (root / "run.json").write_text(json.dumps(raw, indent=2))
     (root / PLAN_FILE).write_text(json.dumps(planned.to_json(), indent=2))
@@ -228,9 +241,48 @@ def resume_local(job_ref: str, options: LocalOptions, *, emit: Callable[[str], N
                                  f"{root / 'report.txt'})")
     hyper = json.loads(config.read_text())
     hyper["master_port"] = str(free_port())  # the old one may be taken now
+    job = Job(root=root, log=root / "launcher.log")
+    data = job.sm / "input" / "data"
+    check_interrupts(options.interrupts, checked_launch(job, hyper, {p.name: p.resolve() for p in data.iterdir()}))
     config.write_text(json.dumps(hyper))
     emit(f"[local] resuming job {root} (launcher log {root / 'launcher.log'})")
-    return _train_and_finish(Job(root=root, log=root / "launcher.log"), root.name, root.parent, options, emit)
+    return _train_and_finish(job, root.name, root.parent, options, emit)
+
+
+def checked_launch(job: Job, hyper: dict[str, str], channels: dict[str, Path]) -> int:
+    """What the container's launcher checks before it starts any worker (the hyperparameters, `--set` included,
+    parsed by the trainer's own config; the model; one step of data), done here before the job directory is made:
+    a typo is refused without leaving an empty job behind. Returns the run's steps (the trainer's total_steps for
+    the job's processes on this machine's CPUs)."""
+    # NOTE: imported here: the trainer is a separate package, needed only once a run is about to start.
+    from spotrun_trainer.config import ConfigError
+    from spotrun_trainer.data import read_index, total_steps
+    from spotrun_trainer.launcher import SageMakerEnv, check_inputs, plan_launch
+
+    sm = SageMakerEnv(root=job.sm, current_host="algo-1", hosts=["algo-1"], network_interface_name="lo",
+                      instance_type="", hyperparameters=hyper, checkpoint_local_path=str(job.checkpoints),
+                      channels=channels)
+    try:
+        launch = plan_launch(sm, gpu_count=0, efa_devices=[], ofi_nccl_found=False,
+                             config_path=job.root / "train_config.json", outcome_dir=job.root / "outcome")
+        check_inputs(launch.config, world_size=launch.nproc_per_node)
+    except ConfigError as exc:
+        raise LocalConfigError(f"invalid configuration: {exc} (found before the job started: no job directory "
+                               "was made)") from None
+    cfg = launch.config
+    return total_steps(read_index(Path(cfg.data.path)), seq_len=cfg.data.seq_len, epochs=cfg.epochs,
+                       samples_per_step=cfg.micro_batch * launch.nproc_per_node * cfg.grad_accum,
+                       max_steps=cfg.max_steps)
+
+
+def check_interrupts(interrupts: tuple[InterruptAt, ...], steps: int) -> None:
+    """An interruption at a step the run never reaches (or its last, after which nothing is left to interrupt) is
+    refused before the run starts, not reported as "not injected" after it."""
+    late = [t.step for t in interrupts if t.step is not None and t.step >= steps]
+    if late:
+        raise RunValidationError("--interrupt-at", max(late), f"a step from 1 to {steps - 1}: the run has {steps} "
+                                 "steps (the planned data, batch and processes), or seconds after the start (e.g. "
+                                 "30s)")
 
 
 def _train_and_finish(job: Job, job_name: str, out: Path, options: LocalOptions,

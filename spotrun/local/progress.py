@@ -66,11 +66,18 @@ class Progress:
                  f"interruptions {interruptions}"]
         return "  ".join(parts)
 
-    def update(self, step: int, *, interruptions: int) -> None:
+    def start_attempt(self) -> None:
+        """A start of the launcher (the first, or after an interruption, or `--resume`): the rate is measured
+        again from its own first step, so its start-up (minutes on a busy machine) never counts as step time."""
+        self.samples.clear()
+
+    def update(self, step: int, *, interruptions: int, measured: bool = True) -> None:
+        """`step`: where training stands; `measured`: it comes from a loss line of this attempt (not the
+        checkpoint a start resumes from, which is where it stands before its first step)."""
         fresh = self._read_log()
         if step < self.step:  # a restart after a hard kill redoes steps: the rate restarts too
             self.samples.clear()
-        if step != self.step:
+        if measured and (not self.samples or step != self.samples[-1][1]):
             self.samples.append((time.monotonic(), step))
         self.step = step
         if self.mode == "bar":

@@ -196,6 +196,7 @@ class Supervisor:
             raise LocalRunError(f"more than {MAX_RESTARTS} restarts; see {self.job.log}")
         seen = len(loss_records(self.job.output))
         self.proc = start_launcher(self.job.sm, self.job.log)
+        self.progress.start_attempt()
         start = {"started_s": self.now()}
         starts.append(start)
         interrupted = None
@@ -207,7 +208,7 @@ class Supervisor:
             if fresh and "restart_s" not in start and len(starts) > 1:
                 start["restart_s"] = round(self.now() - start["started_s"], 3)
             self._note_resumed(step)
-            self.progress.update(step, interruptions=len(self.timeline["interruptions"]))
+            self.progress.update(step, interruptions=len(self.timeline["interruptions"]), measured=fresh)
             trigger = next((t for t in self.pending if t.due(step, self.now())), None)
             if trigger is not None:
                 self.pending.remove(trigger)

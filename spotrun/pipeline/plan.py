@@ -30,7 +30,7 @@ from ..contract.refusal import Refusal
 from ..contract.spec import RunSpec, RunValidationError, parse_run
 from ..planner.estimate import estimate, load_catalog, regional_catalog, startup_seconds
 from ..planner.measured import shape_key
-from ..planner.sources import read_sources
+from ..planner.sources import read_sources, with_split
 from ..seams import (
     CANCEL_STATUSES,
     EXECUTION_TAG,
@@ -188,6 +188,7 @@ def plan(run_raw: Any, execution: str, settings: PipelineSettings, *, s3_client:
                 return instead
             data_uri = done.data_source if done else data_uri
         sources = read_sources(run, s3_client=s3_client)
+        run = with_split(run, sources)  # the validation split the prepared data holds, when the run names none
         model_config, tokens = sources.model_config, sources.tokens
         shape = shape_key(run.model.config or model_config) if (run.model.config or model_config) else None
         measured = mfu_lookup(shape, run.training.method) if (mfu_lookup and shape) else None

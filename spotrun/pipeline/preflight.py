@@ -15,6 +15,7 @@ from typing import Any
 
 from ..contract.aws_text import TAG_VALUE_MAX, aws_text_ok
 from ..contract.spec import RunSpec, RunValidationError
+from ..planner.catalog import usd
 from ..seams import REGISTRATION_STATUS, PipelineSettings
 
 RUN_RECORD = "spotrun-run.json"  # what an execution trained, beside its checkpoints: checked on resume_from
@@ -119,7 +120,7 @@ def check_stage_limits(run: RunSpec, settings: PipelineSettings, running_executi
     servers a run may name."""
     where = f"stage {settings.stage or '?'}'s limit in stacks/config.py"
     if settings.max_usd_per_run and run.max_usd > settings.max_usd_per_run:
-        raise RunValidationError("budget.max_usd", run.max_usd, f"at most {settings.max_usd_per_run:,.2f} "
+        raise RunValidationError("budget.max_usd", run.max_usd, f"at most {usd(settings.max_usd_per_run)} "
                                  f"(max_usd_per_run, {where})")
     count = run.compute.instance_count
     if settings.max_instances_per_run and count is not None and count > settings.max_instances_per_run:

@@ -291,6 +291,12 @@ def resolve(run: Any, s3: Any, *, bucket: str, settings: PreparationSettings, ca
     raw = raw_objects(s3, source)
     if not raw:
         return None  # neither prepared nor raw: read_sources names what is missing
+    needed_by = run.validation_needed_by
+    if needed_by and run.data.validation is None and run.data.validation_fraction is None:
+        raise PreparationRefused(needed_by, f"{needed_by} reads a validation loss and raw data.source ({source}) "
+                                 "would be prepared without a validation split: set data.validation_fraction (e.g. "
+                                 "0.1: that share of the documents is held out when it is prepared), or give "
+                                 "data.validation")
     model = run.model.source
     if not model or not model.startswith("s3://"):
         raise PreparationRefused("model.source", f"model.source={model!r}: raw data.source ({source}) is prepared "

@@ -27,8 +27,9 @@ def merge_parts(parts: dict[str, dict], held_out_parts: dict[str, dict] | None =
     if not parts:
         raise ValueError("no part wrote an index.json: the preparation produced nothing")
     first = parts[min(parts)]
+    one_tokenizer = ("format", "dtype", "eos_token_id", DatasetIndex.VOCAB_SIZE, DatasetIndex.TOKENIZER)
     for host, index in parts.items():
-        for field in ("format", "dtype", "eos_token_id", "vocab_size"):
+        for field in one_tokenizer:
             if index.get(field) != first.get(field):
                 raise ValueError(f"part {host}: {field}={index.get(field)!r} differs from part {min(parts)}'s "
                                  f"{first.get(field)!r} (one tokenizer for all parts)")
@@ -47,10 +48,13 @@ def merge_parts(parts: dict[str, dict], held_out_parts: dict[str, dict] | None =
             vbase = f"../{base}{index['validation']['dir']}/"
             held_out += [{**s, "file": vbase + s["file"], **({"mask": vbase + s["mask"]} if "mask" in s else {})}
                          for s in held_out_parts[host]["shards"]]
-    common = {k: first[k] for k in ("format", "dtype", "eos_token_id", "vocab_size") if k in first}
+    common = {k: first[k] for k in one_tokenizer if k in first}
     merged = {**common, "loss_mask": any("mask" in s for s in shards),
               DatasetIndex.TOTAL_TOKENS: sum(s["tokens"] for s in shards), DatasetIndex.SHARDS: shards,
+              DatasetIndex.DOCUMENTS: sum(p.get(DatasetIndex.DOCUMENTS, 0) for p in parts.values()),
               "parts": sorted(parts)}
+    if not merged[DatasetIndex.TOTAL_TOKENS]:
+        raise ValueError("the raw files hold no documents (0 tokens in every part): a dataset needs text to train on")
     validation = None
     if held_out:
         validation = {**common, "loss_mask": any("mask" in s for s in held_out),

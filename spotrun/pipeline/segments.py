@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
+from ..planner.catalog import usd
 from ..seams import StopNotice
 
 STOP_BILL_S = StopNotice.NOTICE_S  # a stop (StopTrainingJob, MaxRuntime) bills until the container exits
@@ -113,12 +114,12 @@ def plan_segments(*, cap_usd: float, usd_per_s: float, spot_fraction: float, run
     bound = (run_seconds + STOP_BILL_S + warm_pool_s) * usd_per_s
     if not fits:
         need = min(min_segment, rest)
-        line = (f"at on-demand rates (the bound while a job runs) ${cap_usd:,.2f} allows {segments} segment(s) "
+        line = (f"at on-demand rates (the bound while a job runs) {usd(cap_usd)} allows {segments} segment(s) "
                 f"before the room left ({max(max_rt, 0):,} s after the {STOP_BILL_S:.0f} s a stop bills) falls "
-                f"below the next segment's {need:,} s (${(need + STOP_BILL_S + warm_pool_s) * usd_per_s:,.2f})")
+                f"below the next segment's {need:,} s ({usd((need + STOP_BILL_S + warm_pool_s) * usd_per_s)})")
     elif segments == 1:
         line = (f"the cap holds on on-demand rates while a job runs: one job, MaxRuntime {first / 3600:,.1f} h "
-                f"(${first * usd_per_s:,.2f} at on-demand rates)")
+                f"({usd(first * usd_per_s)} at on-demand rates)")
     else:
         line = (f"the cap holds on on-demand rates while a job runs: {segments} segments, the first "
                 f"{first / 3600:,.1f} h, overhead {overhead_fraction:.0%}")

@@ -1,4 +1,5 @@
-"""The instance catalog (spotrun/planner/catalog.json): loading it, checking its prices, and pricing it in a region.
+"""The instance catalog (spotrun/planner/catalog.json): loading it, checking its prices, and pricing it in a region;
+`usd`, how every message writes a dollar amount.
 
 The planner, the simulator, the stage's config and the Lambda handlers read the catalog through these functions;
 the file itself cites where each figure comes from.
@@ -14,6 +15,17 @@ from pathlib import Path
 from ..contract.spec import RunValidationError
 
 CATALOG_PATH = Path(__file__).with_name("catalog.json")
+
+
+def usd(amount: float) -> str:
+    """A dollar amount for people: cents from $1 (`$1,234.50`), two significant digits below it, so that a cap of
+    $0.001 never reads $0.00 (`$0.001`, `$0.012`, `$0.50`)."""
+    if not math.isfinite(amount) or amount == 0 or abs(amount) >= 0.995:
+        return f"${amount:,.2f}"
+    digits = max(2, 1 - math.floor(math.log10(abs(amount))))
+    text = f"{amount:.{digits}f}"
+    whole, _, cents = text.partition(".")
+    return f"${whole}.{cents[:2] + cents[2:].rstrip('0')}"
 
 
 def load_catalog(path: Path = CATALOG_PATH) -> dict:

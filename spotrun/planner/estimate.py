@@ -51,7 +51,7 @@ from ..contract.refusal import Refusal
 from ..contract.spec import MAX_RUNTIME_LIMIT_S, LoraSpec, RunSpec, RunValidationError
 from ..pipeline.segments import SegmentPlan
 from ..seams import StopNotice
-from .catalog import CATALOG_PATH, DEFAULT_PRICE_REGION, check_prices, load_catalog, regional_catalog
+from .catalog import CATALOG_PATH, DEFAULT_PRICE_REGION, check_prices, load_catalog, regional_catalog, usd
 from .memory import ModelDims, checkpoint_bytes, training_state_bytes
 from .options import (
     LayoutPlanner,
@@ -195,6 +195,7 @@ def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | 
         raise EstimateRefused("InvalidRun", where + message, field=field_name)
 
     best, warnings = _choose(run, options)
+    warnings += _deadline(run, options, best)
     max_runtime, runtime_warnings = _limits(run, d, best)
     warnings += _layout_warnings(run, catalog, planner, options, best, work.dims) + runtime_warnings
     advice, price_warnings = price_advice(run, best)
@@ -218,13 +219,13 @@ def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | 
     if chosen_cost > run.max_usd:
         if run.training.method != "lora":
             advice.append(_lora_alternative(run, catalog, model_config, data_tokens, recorded_rates))
-        raise EstimateRefused("OverBudget", f"estimated ${chosen_cost:.2f} exceeds budget.max_usd={run.max_usd:.2f} "
+        raise EstimateRefused("OverBudget", f"estimated {usd(chosen_cost)} exceeds budget.max_usd={usd(run.max_usd)} "
                               f"({best.fit.layout.describe()}, {(best.wall + best.overhead) / 3600:.1f} h)", est,
                               field="budget.max_usd")
     if not seg.fits:
-        raise EstimateRefused("OverBudget", f"budget.max_usd={run.max_usd:.2f} cannot carry the run "
+        raise EstimateRefused("OverBudget", f"budget.max_usd={usd(run.max_usd)} cannot carry the run "
                               f"({best.fit.layout.describe()}, {(best.wall + best.overhead) / 3600:.1f} h, estimated "
-                              f"${chosen_cost:,.2f}): {seg.line}", est, field="budget.max_usd")
+                              f"{usd(chosen_cost)}): {seg.line}", est, field="budget.max_usd")
     return est
 
 
@@ -302,6 +303,27 @@ def _choose(run: RunSpec, options: list[Option]) -> tuple[Option, list[str]]:
             warnings.append(f"compute.target_hours={c.target_hours}: no layout finishes in time; the fastest, "
                             f"{fastest.fit.layout.describe()}, takes {(fastest.wall + fastest.overhead) / 3600:.1f} h")
     return min(pool, key=lambda o: (price_of(o), o.wall)), warnings
+
+
+def _deadline(run: RunSpec, options: list[Option], best: Option) -> list[str]:
+    """compute.deadline_hours against the run's length on on-demand instances (no interruption, no wait: the
+    fastest it can be done on the chosen layout). Shorter: refused with the numbers, or with
+    compute.accept_missed_deadline a warning that it will be missed (no spot policy can meet it)."""
+    c = run.compute
+    if c.deadline_hours is None or best.wall <= c.deadline_hours * 3600:
+        return []
+    fastest = min(options, key=lambda o: o.wall)
+    faster = (f"; the fastest layout, {fastest.fit.layout.describe()}, takes {fastest.wall / 3600:,.2f} h "
+              f"(compute.target_hours={c.deadline_hours:g} chooses the cheapest that meets it)"
+              if fastest.wall <= c.deadline_hours * 3600 else "")
+    numbers = (f"the run takes {best.wall / 3600:,.2f} h on {best.fit.layout.describe()} even on on-demand "
+               f"instances from the start (startup included, no interruption){faster}")
+    if not c.accept_missed_deadline:
+        raise EstimateRefused("InvalidRun", f"compute.deadline_hours={c.deadline_hours:g} cannot be met: {numbers}; "
+                              "give a later deadline, fewer tokens or a faster layout, or set "
+                              "compute.accept_missed_deadline=true to start it anyway", field="compute.deadline_hours")
+    return [f"THE DEADLINE WILL BE MISSED: compute.deadline_hours={c.deadline_hours:g}, and {numbers} "
+            "(accepted by compute.accept_missed_deadline)"]
 
 
 def _limits(run: RunSpec, defaults: dict, best: Option) -> tuple[int, list[str]]:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from ..contract.spec import RunSpec
 from ..pipeline.segments import SegmentPlan, plan_segments
 from ..seams import BytesPerParameter, StopNotice
+from .catalog import usd
 from .memory import MemoryEstimate, ModelDims, peak_bytes, training_state_bytes
 from .topology import Layout, comm_seconds, divisors_desc, flops_per_token, layouts, step_seconds
 
@@ -250,12 +251,12 @@ def price_advice(run: RunSpec, best: Option) -> tuple[list[str], list[str]]:
     """(the chosen layout's price, spot beside on-demand; the warning when an on-demand fallback exceeds the cap)."""
     layout = best.fit.layout.describe()
     if not run.compute.spot:
-        return [f"on-demand on {layout}: ${best.on_demand:.2f}; managed spot would be about ${best.spot:.2f}"], []
-    advice = [f"managed spot on {layout}: ${best.spot:.2f} expected (on-demand ${best.on_demand:.2f}), "
+        return [f"on-demand on {layout}: {usd(best.on_demand)}; managed spot would be about {usd(best.spot)}"], []
+    advice = [f"managed spot on {layout}: {usd(best.spot)} expected (on-demand {usd(best.on_demand)}), "
               f"{best.interruptions:.2f} interruptions expected"]
     warnings = []
     if run.compute.on_demand_fallback and best.on_demand > run.max_usd:
-        warnings.append(f"an on-demand fallback would cost ${best.on_demand:.2f} > budget ${run.max_usd:.2f}; "
+        warnings.append(f"an on-demand fallback would cost {usd(best.on_demand)} > budget {usd(run.max_usd)}; "
                         "the cost guard stops it at the cap")
     return advice, warnings
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from ..contract.spec import RunSpec
 from ..pipeline.segments import segment_seconds
 from ..seams import Hyperparameter
+from .catalog import usd
 
 if TYPE_CHECKING:
     from .estimate import Estimate
@@ -107,7 +108,7 @@ def format_text(est: Estimate) -> str:
                        f"{est.checkpoint_interval_seconds / 60:.1f} min"),
         ("notice upload needed", f"{est.notice_upload_gb_per_s:.3f} GB/s (available "
                                  f"{est.upload_gb_per_s_available:.2f} GB/s)"),
-        ("cost", f"spot ${est.cost_usd['spot']:,.2f} / on-demand ${est.cost_usd['on_demand']:,.2f}"),
+        ("cost", f"spot {usd(est.cost_usd['spot'])} / on-demand {usd(est.cost_usd['on_demand'])}"),
         ("cap", est.segments.get("line", "")),
     ]
     width = max(len(k) for k, _ in rows)

@@ -93,7 +93,7 @@ def prep_aws(synth, assets, tmp_path):
 
 
 def _processing_rate() -> float:
-    catalog = json.loads((Path(__file__).resolve().parents[2] / "spotrun" / "catalog.json").read_text())
+    catalog = json.loads((Path(__file__).resolve().parents[2] / "spotrun" / "planner" / "catalog.json").read_text())
     return catalog["regions"][REGION]["processing_usd_per_hour"][PreparationSettings().instance_type]
 
 

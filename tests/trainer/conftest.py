@@ -21,6 +21,7 @@ BASE_HP = {
 # the merged model exported too.
 LORA_HP = {"method": "lora", "lora.rank": 8, "lora.alpha": 16, "lora.dropout": 0.1, "optim.lr": 1e-2,
            "export.merge_lora": True, "export.dtype": ""}
+LORA_BASELINE_SOURCE = "s3://art-bucket/models/tiny/"  # the run's model.source, as the pipeline sends it
 # What each method exports, compared tensor by tensor between an interrupted run and its uninterrupted reference.
 EXPORTED = {"full": ("model.safetensors",),
             "lora": ("adapter_model.safetensors", f"{MERGED_DIR}/model.safetensors")}
@@ -84,7 +85,7 @@ def baseline(tmp_path_factory, assets) -> Job:
 def lora_baseline(tmp_path_factory, assets) -> Job:
     """The uninterrupted LoRA run every LoRA resume and export test compares against."""
     job = Job(tmp_path_factory.mktemp("lora-baseline"), assets, probe_logits_path=str(
-        tmp_path_factory.getbasetemp() / "lora-probe.pt"), **LORA_HP)
+        tmp_path_factory.getbasetemp() / "lora-probe.pt"), **LORA_HP, **{"model.source": LORA_BASELINE_SOURCE})
     rc = job.run()
     assert rc == 0, job.text()[-4000:]
     return job

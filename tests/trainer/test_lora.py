@@ -17,7 +17,7 @@ from spotrun.seams import EXPORT_METADATA
 from spotrun_trainer.checkpoint import committed_checkpoints
 from spotrun_trainer.export import MERGED_DIR
 
-from .conftest import LORA_HP, assert_same_run
+from .conftest import LORA_BASELINE_SOURCE, LORA_HP, assert_same_run
 
 pytestmark = pytest.mark.slow
 RANK, ALPHA = LORA_HP["lora.rank"], LORA_HP["lora.alpha"]
@@ -119,6 +119,9 @@ def test_exported_adapter_loads_with_peft_and_gives_the_sharded_models_logits(lo
     torch.testing.assert_close(logits, probe["logits"], rtol=0, atol=1e-5)
     config = json.loads((out / "adapter_config.json").read_text())
     assert (config["r"], config["lora_alpha"], config["lora_dropout"]) == (RANK, ALPHA, LORA_HP["lora.dropout"])
+    # The base it names is the run's model.source (given explicitly above, as an S3 source needs), never the
+    # job's input/data/model link, which is gone with the job.
+    assert config["base_model_name_or_path"] == LORA_BASELINE_SOURCE
     meta = json.loads((out / EXPORT_METADATA).read_text())
     assert meta["kind"] == "lora_adapter" and meta["needs_base_model"] is True
     assert meta["base_model"]["path"] == str(lora_baseline.root / "sm" / "input" / "data" / "model")

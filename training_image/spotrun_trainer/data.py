@@ -4,6 +4,8 @@ Layout of a prepared dataset directory (the index's name, format and the keys re
 spotrun.seams.DatasetIndex):
     tokenizer/            the tokenizer used, copied into the exported model at the end
     index.json            {"format": 1, "dtype": "uint16"|"uint32", "eos_token_id": int, "loss_mask": bool,
+                           "vocab_size": int, "documents": int, "tokenizer_sha256": "sha256:..." (the tokenizer's
+                           identity, spotrun.seams.tokenizer_identity; null for a cached name),
                            "total_tokens": int, "shards": [{"file": "shard-00000.bin", "tokens": int,
                                                              "mask": "shard-00000.mask" (optional)}, ...]}
     shard-00000.bin ...   raw little-endian token ids, documents concatenated, each followed by EOS
@@ -44,7 +46,7 @@ from pathlib import Path
 import numpy as np
 
 from spotrun.pipeline.preparation import RAW_SUFFIXES
-from spotrun.seams import DatasetIndex
+from spotrun.seams import DatasetIndex, directory_tokenizer_identity
 
 log = logging.getLogger(__name__)
 
@@ -243,8 +245,21 @@ class _ShardWriter:
     def index(self, eos: int, vocab_size: int) -> dict:
         self.flush(final=True)
         return {"format": DatasetIndex.FORMAT, "dtype": np.dtype(self.dtype).name, "eos_token_id": eos,
-                "loss_mask": any("mask" in s for s in self.shards), "vocab_size": vocab_size,
+                "loss_mask": any("mask" in s for s in self.shards), DatasetIndex.VOCAB_SIZE: vocab_size,
                 DatasetIndex.TOTAL_TOKENS: sum(s["tokens"] for s in self.shards), DatasetIndex.SHARDS: self.shards}
+
+
+def _one_document_files(files: list[Path], documents: int) -> str:
+    """Why so few documents, when .txt files are among the inputs: a document of a .txt file ends at a blank line,
+    so a file with one sentence (or record) per line and no blank line is a single document."""
+    texts = [f for f in files if input_kind(f) == ".txt"]
+    if not texts:
+        return ""
+    whole = [f for f in texts if "\n\n" not in f.read_text(encoding="utf-8", errors="replace").strip()]
+    named = ", ".join(str(f) for f in whole[:3]) + (f" and {len(whole) - 3} more" if len(whole) > 3 else "")
+    return (f" ({documents} found: in .txt files documents are separated by blank lines"
+            + (f", and {named} {'has' if len(whole) == 1 else 'have'} none, so each is one document" if whole else "")
+            + "; put a blank line between documents, or write JSONL with one {\"text\": ...} per line)")
 
 
 def input_files(inputs: list[Path]) -> list[Path]:
@@ -273,10 +288,13 @@ def prepare(
     text_field: str = "text",
     progress_seconds: float = 10.0,
     validation_fraction: float = 0.0,
+    allow_empty: bool = False,
 ) -> dict:
     """Tokenize text/JSONL files into sequential shards plus index.json; returns the index. Progress (documents,
     tokens, rate) is logged every `progress_seconds`. With `validation_fraction` > 0, the documents whose
-    `validation_share` is below it go to `out_dir/validation/` instead (prompt masks kept)."""
+    `validation_share` is below it go to `out_dir/validation/` instead (prompt masks kept). Inputs without a
+    single document are refused, unless `allow_empty` (one instance's part of a preparation job, which the merge
+    checks as a whole)."""
     if shard_bytes < 1024:
         raise DataError(f"shard_bytes={shard_bytes} is invalid: expected at least 1024")
     if not 0 <= validation_fraction < 1:
@@ -313,16 +331,23 @@ def prepare(
                      train.documents + held_out.documents, chats, tokens, tokens / max(now - started, 1e-9), where)
             last_report = now
 
-    index = train.index(eos, len(tokenizer))
+    documents = train.documents + held_out.documents
+    if not allow_empty and (not documents or not train.tokens + held_out.tokens):
+        raise DataError(f"{', '.join(map(str, inputs))}: no documents ({documents} documents, 0 tokens): the files "
+                        "are empty or hold only blank lines; a dataset needs text to train on")
+    identity = directory_tokenizer_identity(tokenizer_path)  # None: a name from the local cache, not a directory
+    index = {**train.index(eos, len(tokenizer)), DatasetIndex.DOCUMENTS: train.documents,
+             DatasetIndex.TOKENIZER: identity}
     if validation_fraction:
         if not held_out.documents or not train.documents:
-            raise DataError(f"validation_fraction={validation_fraction} put {held_out.documents} of "
-                            f"{train.documents + held_out.documents} documents in the validation set: both sets "
-                            "need at least one; use more documents or another fraction")
-        held_out_index = held_out.index(eos, len(tokenizer))
+            raise DataError(f"validation_fraction={validation_fraction} put {held_out.documents} of {documents} "
+                            "documents in the validation set: both sets need at least one; use more documents or "
+                            "another fraction" + _one_document_files(files, documents))
+        held_out_index = {**held_out.index(eos, len(tokenizer)), DatasetIndex.DOCUMENTS: held_out.documents,
+                          DatasetIndex.TOKENIZER: identity}
         (out_dir / VALIDATION_DIR / DatasetIndex.FILE).write_text(json.dumps(held_out_index, indent=2))
-        index["validation"] = {"dir": VALIDATION_DIR, "fraction": validation_fraction,
-                               "documents": held_out.documents}
+        index[DatasetIndex.VALIDATION] = {"dir": VALIDATION_DIR, "fraction": validation_fraction,
+                                          "documents": held_out.documents}
     tokenizer.save_pretrained(out_dir / "tokenizer")  # exported beside the trained model
     (out_dir / DatasetIndex.FILE).write_text(json.dumps(index, indent=2))
     log.info("prepared %d tokens (%d documents, %d chats) in %d shards under %s", index[DatasetIndex.TOTAL_TOKENS],
@@ -347,6 +372,14 @@ def read_index(data_dir: Path) -> dict:
     except (KeyError, TypeError, json.JSONDecodeError, FileNotFoundError) as exc:
         raise DataError(f"{path} is damaged or does not match its shards: {exc}") from None
     return index
+
+
+def total_steps(index: dict, *, seq_len: int, samples_per_step: int, epochs: float, max_steps: int) -> int:
+    """The run's optimizer steps: `max_steps`, or `epochs` passes over the dataset's samples of `seq_len` tokens
+    (each shard's tokens packed on their own), `samples_per_step` at a time (the trainer's and `spotrun local`'s
+    one rule)."""
+    samples = sum(int(s["tokens"]) // seq_len for s in index[DatasetIndex.SHARDS])
+    return max_steps or max(1, int(epochs * samples // samples_per_step))
 
 
 @dataclass

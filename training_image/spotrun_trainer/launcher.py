@@ -456,10 +456,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     root = Path(args.sm_root)
+    # The trainer's config and the workers' outcomes live for this launch only: removed however it ends (but by
+    # SIGKILL, which `spotrun local` meets by pointing TMPDIR into the job's directory).
+    with tempfile.TemporaryDirectory(prefix="spotrun-") as work:
+        return _launch(root, Path(work), stop)
+
+
+def _launch(root: Path, work: Path, stop: StopSignal) -> int:
     failure_file = root / "output" / "failure"
     try:
         sm = SageMakerEnv.read(root)
-        work = Path(tempfile.mkdtemp(prefix="spotrun-"))
         gpu_count = _gpu_count()
         plan = plan_launch(sm, gpu_count=gpu_count, efa_devices=sorted(glob.glob("/dev/infiniband/uverbs*")),
                            ofi_nccl_found=any(glob.glob(g) for g in OFI_NCCL_GLOBS),

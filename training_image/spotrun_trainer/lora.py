@@ -45,6 +45,7 @@ def peft_config(cfg: LoraConfig, base_model: str = ""):
 
 def apply(model: nn.Module, cfg: LoraConfig, *, base_dtype: torch.dtype, base_model: str = "") -> nn.Module:
     """Wrap an HF causal LM (on any device, meta included) in PEFT's LoRA; freeze the base in `base_dtype`.
+    `base_model`: what the exported adapter names as its base (adapter_config.json's base_model_name_or_path).
 
     Call inside `torch.device("meta")` for the model that will be sharded: the adapters are then created there too.
     """
@@ -54,6 +55,10 @@ def apply(model: nn.Module, cfg: LoraConfig, *, base_dtype: torch.dtype, base_mo
         wrapped = get_peft_model(model, peft_config(cfg, base_model))
     except ValueError as exc:  # PEFT: "Target modules {...} not found in the base model"
         raise ConfigError(f"lora.target_modules={cfg.target_modules!r} is invalid: {exc}") from None
+    # NOTE: get_peft_model replaces the config's base with the model's `name_or_path`: the directory it was loaded
+    # from, the job's `input/data/model` channel, which is gone once the job is. The exported adapter_config.json
+    # names the run's model.source (an S3 URI, a hub id or a local path) instead.
+    wrapped.peft_config[ADAPTER_NAME].base_model_name_or_path = base_model or None
     for param in wrapped.parameters():
         if not param.requires_grad and param.dtype != base_dtype:
             param.data = param.data.to(base_dtype)

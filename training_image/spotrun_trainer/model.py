@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -133,7 +134,9 @@ def build_sharded_model(cfg: ModelConfig, *, mesh: DeviceMesh, device: torch.dev
     model.config.use_cache = False
     if lora is not None:
         with torch.device("meta"):
-            model = lora_lib.apply(model, lora, base_dtype=param_dtype, base_model=cfg.source or cfg.path)
+            # The adapter's base: the run's model.source, else the model directory itself (not the job's link to it)
+            base = cfg.source or (str(Path(cfg.path).resolve()) if cfg.path else "")
+            model = lora_lib.apply(model, lora, base_dtype=param_dtype, base_model=base)
 
     blocks = find_blocks(model)
     if not blocks:

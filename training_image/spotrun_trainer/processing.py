@@ -62,4 +62,4 @@ def prepare_part(paths: ProcessingPaths, *, shard_bytes: int, text_field: str,
         return None
     out = paths.output / PARTS_DIR / paths.host
     return prepare(input_files(files), str(paths.tokenizer), out, shard_bytes=shard_bytes, text_field=text_field,
-                   validation_fraction=validation_fraction)
+                   validation_fraction=validation_fraction, allow_empty=True)  # the merge refuses an empty whole

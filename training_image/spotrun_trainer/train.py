@@ -54,7 +54,7 @@ from . import metrics
 from .agreement import Agreement, LossHistory, StepAgreement
 from .checkpoint import CheckpointManager, verify_ahead
 from .config import TrainConfig
-from .data import TokenShardLoader
+from .data import TokenShardLoader, total_steps
 from .evaluate import EvalResult, Evaluator, ValidationSet
 from .export import export
 from .loss import CausalLMLoss, StepTokens, target_count
@@ -196,8 +196,8 @@ class Trainer:
                                        dp_rank=self.rank, dp_size=self.world, seed=cfg.seed)
         samples_per_step = self.loader.global_batch * cfg.grad_accum
         self.tokens_per_step = samples_per_step * cfg.data.seq_len
-        self.total_steps = cfg.max_steps or max(1, int(cfg.epochs * self.loader.samples_per_epoch
-                                                       // samples_per_step))
+        self.total_steps = total_steps(self.loader.index, seq_len=cfg.data.seq_len, samples_per_step=samples_per_step,
+                                       epochs=cfg.epochs, max_steps=cfg.max_steps)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lr_lambda(self.total_steps, o.warmup_steps, o.min_lr_ratio))
         self.state = TrainState()
