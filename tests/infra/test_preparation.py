@@ -109,6 +109,8 @@ def test_raw_text_is_prepared_by_a_processing_job_then_trained_and_its_cost_coun
     problems: list[str] = []
     check_shape(request, model.input_shape, "CreateProcessingJob", problems)
     assert problems == []
+    # It runs as the preparation role, the only job role that writes datasets/_prepared/ (test_data_access.py).
+    assert request["RoleArn"] == aws.preparation_role_arn != aws.role_arn
     cluster = request["ProcessingResources"]["ClusterConfig"]
     assert (cluster["InstanceType"], cluster["InstanceCount"]) == ("ml.m5.xlarge", 2)
     data, tokenizer = request["ProcessingInputs"]
