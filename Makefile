@@ -15,12 +15,13 @@ TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
 # Both packages are installed (editable): `spotrun` (pyproject.toml) and the trainer `spotrun_trainer`
 # (training_image/pyproject.toml), which `spotrun local`/`prepare`, the tests and the benchmarks import.
-$(VENV)/.installed: requirements.txt requirements-dev.txt training_image/requirements.txt pyproject.toml \
-		training_image/pyproject.toml
+$(VENV)/.installed: requirements.txt requirements-dev.txt requirements-dev-nodeps.txt \
+		training_image/requirements.txt pyproject.toml training_image/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(if $(TORCH_CPU),$(BIN)/pip install --quiet --disable-pip-version-check --index-url $(TORCH_CPU_INDEX) \
 		"$$(grep '^torch==' training_image/requirements.txt)")
 	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps -r requirements-dev-nodeps.txt
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps -e . -e training_image
 	touch $@
 

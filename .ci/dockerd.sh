@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Start or stop a Docker daemon for the image tests (tests/image): Debian's docker.io, as root, on its own socket,
-# data root and pid file, so it never touches a daemon someone else runs. The data root is kept between runs (it
-# caches the stand-in base image, tagged by a hash of its inputs); `stop` kills only the daemon this script
-# started (by its pid file) and removes the bridges and iptables chains it created.
+# Start or stop a Docker daemon for the image tests (tests/image): Debian's docker.io (and docker-compose, which the
+# SageMaker SDK's local mode drives), as root, on its own socket, data root and pid file, so it never touches a
+# daemon someone else runs. The data root is kept between runs (it caches the stand-in base image, tagged by a
+# hash of its inputs); `stop` kills only the daemon this script started (by its pid file) and removes the bridges
+# and iptables chains it created.
 #   .ci/dockerd.sh start   -> prints `export DOCKER_HOST=...` on success; exit 1 if the daemon does not answer
 #   .ci/dockerd.sh stop
 set -euo pipefail
@@ -13,9 +14,12 @@ PIDFILE=$RUN_DIR/dockerd.pid
 LOG=$RUN_DIR/dockerd.log
 
 start() {
-  if ! command -v dockerd >/dev/null || ! command -v debootstrap >/dev/null; then
+  # docker-compose: the SageMaker Python SDK's local mode runs its containers with it
+  # (tests/image/test_sagemaker_local.py).
+  if ! command -v dockerd >/dev/null || ! command -v debootstrap >/dev/null || ! command -v docker-compose >/dev/null; then
     apt-get update -qq >&2
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends docker.io debootstrap debian-archive-keyring >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends docker.io debootstrap \
+      debian-archive-keyring docker-compose >/dev/null
   fi
   mkdir -p "$RUN_DIR" "$DATA_ROOT"
   if [ -f "$PIDFILE" ] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; then

@@ -22,6 +22,9 @@ The planner and the Lambda handlers (spotrun/), the CDK constructs (training_con
   exported model.
 - `DatasetIndex`: the prepared dataset's index.json (`prepare` writes it; the trainer and the estimate read it);
   `tokenizer_identity`: the tokenizer the shards were made with, recorded there and compared with the model's.
+- `PreparationSettings`, `Preparation`, `preparation_path`, `PREPARED_PREFIX`, `PARTS_DIR`, `PREPARE_MARKER`,
+  `RAW_SUFFIXES`, `WEIGHT_SUFFIXES`, `PROCESSING_*`, `FINISH_*`: the preparation of raw data, planned by the
+  estimate (spotrun/pipeline/preparation.py), run by the trainer's prepare, wired by the constructs.
 """
 
 from __future__ import annotations
@@ -182,6 +185,10 @@ INTERRUPTIONS_METRIC = "Interruptions"
 # shape and method that match a finished job's measured MFU to later estimates (spotrun/planner/measured.py).
 SHAPE_TAG, METHOD_TAG = "spotrun:shape", "spotrun:method"
 EXECUTION_TAG = "execution"  # the execution's name: what makes a job this execution's (guard, canceller)
+# History events an execution may have used before its first poll (its states up to the first job, a preparation's
+# polls included: MAX_PREPARATION_POLLS x 9 in spotrun/pipeline/preparation.py), generously: the construct writes it
+# into the first guard, whose count decides when a chain continues in a fresh execution (pipeline/continuation.py).
+FIRST_EXECUTION_EVENTS = 3_000
 PIPELINE_TAG_KEYS = ("project", "stage", "cost-center", "run", EXECUTION_TAG, METHOD_TAG, SHAPE_TAG)
 
 # ---- the deployed stack (stacks/ -> the CLI) -------------------------------------------------------------------
@@ -319,6 +326,83 @@ def directory_tokenizer_identity(directory: str) -> str | None:
                                if os.path.isfile(path)})
 
 
+# ---- preparation of raw data (the estimate plans it, the trainer's prepare runs it, the constructs wire it) -----
+
+PREPARED_PREFIX = "datasets/_prepared/"  # not a dataset name (those start with a letter or digit)
+PARTS_DIR = "parts"  # each processing instance writes its part under <prefix>parts/<host>/
+PREPARE_MARKER = "spotrun-prepare.json"  # written last (`spotrun prepare`, the finish step): complete from then on
+# What a model directory holds besides its tokenizer: never hashed into a content key, never downloaded to prepare.
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".h5", ".msgpack", ".onnx", ".ckpt")
+# The raw formats the trainer's prepare reads (spotrun_trainer.data imports this one definition).
+RAW_SUFFIXES = (".txt", ".jsonl", ".jsonl.gz", ".parquet")
+DEFAULT_SHARD_BYTES = 256 * 1024 * 1024
+# SageMaker Processing's container paths: inputs under /opt/ml/processing/input/<name>, the output directory.
+PROCESSING_DATA_INPUT = "data"
+PROCESSING_TOKENIZER_INPUT = "tokenizer"
+PROCESSING_OUTPUT = "output"
+FINISH_PREPARED, FINISH_FAILED = "prepared", "failed"  # the finish step's status (the state machine branches on it)
+
+
+@dataclasses.dataclass(frozen=True)
+class PreparationSettings:
+    """The stage's preparation instances (stacks/config.py); priced from the catalog's processing rates."""
+
+    instance_type: str = "ml.m5.xlarge"
+    instance_count: int = 2
+    max_runtime_seconds: int = 24 * 3600
+    volume_gb: int = 100
+    shard_bytes: int = DEFAULT_SHARD_BYTES
+
+    ENV = {"instance_type": "PREPARE_INSTANCE_TYPE", "instance_count": "PREPARE_INSTANCE_COUNT",
+           "max_runtime_seconds": "PREPARE_MAX_RUNTIME_SECONDS"}
+
+    def to_env(self) -> dict[str, str]:
+        return {name: str(getattr(self, attr)) for attr, name in self.ENV.items()}
+
+    @classmethod
+    def from_env(cls, env: dict[str, str]) -> PreparationSettings:
+        default = cls()
+        return cls(instance_type=env.get(cls.ENV["instance_type"], default.instance_type),
+                   instance_count=int(env.get(cls.ENV["instance_count"], default.instance_count)),
+                   max_runtime_seconds=int(env.get(cls.ENV["max_runtime_seconds"], default.max_runtime_seconds)))
+
+
+@dataclasses.dataclass(frozen=True)
+class Preparation:
+    """What the state machine's CreateProcessingJob takes from the estimate (status Prepare: `$.plan.preparation`),
+    and what the finish step reads back."""
+
+    job_name: str
+    key: str
+    raw_source: str
+    output_uri: str
+    bucket: str
+    prefix: str  # datasets/_prepared/<key>/
+    instance_type: str
+    instance_count: int
+    usd_per_hour: float  # all instances, the catalog's processing rate
+    max_runtime_seconds: int
+    processing_resources: dict
+    processing_inputs: list
+    processing_outputs: list
+    entrypoint: list
+    stopping_condition: dict
+    tags: list
+    poll_seconds: int
+    files: int
+
+
+PREPARATION_FIELDS = frozenset(f.name for f in dataclasses.fields(Preparation))
+
+
+def preparation_path(field: str, *sub: str) -> str:
+    """`$.plan.preparation.<field>` (the estimate's Prepare output) for the state machine; refuses unknown fields."""
+    if field not in PREPARATION_FIELDS:
+        raise ValueError(f"preparation field {field!r} is unknown: expected one of "
+                         f"{', '.join(sorted(PREPARATION_FIELDS))}")
+    return ".".join(("$.plan.preparation", field, *sub))
+
+
 # ---- plan and guard (handlers -> state machine) ----------------------------------------------------------------
 
 
@@ -338,6 +422,9 @@ class GuardAction(str, Enum):
     # guard.spot, guard.max_runtime_seconds, ...) on the same checkpoints (spotrun/pipeline/segments.py).
     SEGMENT = "segment"
     FALLBACK = "fallback"  # spot never came within MaxWait: the next segment on-demand (a SEGMENT with spot off)
+    # The next segment (as SEGMENT) in a fresh execution of the state machine, named guard.next_execution: this
+    # one's history might not hold it (spotrun/pipeline/continuation.py).
+    CONTINUE = "continue"
     COMPLETED = "completed"  # register the model; `report` is the cost report
     OVER_BUDGET = "over_budget"  # the job stopped at the cap
     FAILED = "failed"  # the job failed or stopped for another reason; `message` says why
@@ -428,7 +515,7 @@ class Plan(_StateJson):
     max_usd: float
     max_runtime_cap_seconds: int  # no job of the run runs longer (the single job's MaxRuntime)
     max_wait_extra_seconds: int  # a spot job's MaxWait beyond its MaxRuntime (the accepted delay)
-    min_segment_seconds: int  # the run ends at the cap when the room left is shorter than this
+    min_segment_seconds: int  # the shortest segment that trains (a restart, a step, a save); informational
     segment_overhead_seconds: float  # one segment restart (spotrun/pipeline/segments.py)
     warm_pool_seconds: int  # KeepAlivePeriodInSeconds of the on-demand jobs (billed after each one ends)
     planned_steps: int  # optimizer steps of the whole run, as planned
@@ -448,6 +535,9 @@ class Plan(_StateJson):
     # dict; {}: the source was prepared already); its cost is spent before the first training job.
     preparation: dict = dataclasses.field(default_factory=dict)
     spent_before_usd: float = 0.0
+    # A spot job's expected bill as a share of on-demand (1 - the spot discount): the guard plans the chain of the
+    # segments still to come with it (spotrun/pipeline/segments.py); the cap itself is held at on-demand rates.
+    spot_fraction: float = 1.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -464,8 +554,14 @@ class Guard(_StateJson):
     projected_usd: float = 0.0
     interruptions: int = 0
     stop_requested: bool = False  # the cap asked for the stop: the next segment keeps the capacity it had
-    # The spot policy asked for the stop (progress fell behind it on spot): the next segment is on-demand.
+    # The spot policy asked for the stop (spotrun/policy/decision.py: TO_ON_DEMAND or TO_SPOT): the next
+    # segment is on spot when `switch_to_spot`, else on-demand.
     switch_requested: bool = False
+    switch_to_spot: bool = False
+    # When the guard asks the spot policy again (decision.ask_again): the job status it last decided on
+    # (decision.JobStatus) and the recheck time it asked for, in seconds since the execution started (None: never).
+    policy_status: str = "none"
+    policy_recheck_at: float | None = None
     checkpoint_age_seconds: float | None = None
     worst_checkpoint_gap_seconds: float = 0.0
     message: str = ""
@@ -477,6 +573,10 @@ class Guard(_StateJson):
     max_wait_seconds: int = 0
     hyperparameters: dict | None = None
     segments: list = dataclasses.field(default_factory=list)
+    # History events this execution has used so far, counted by the guard (spotrun/pipeline/continuation.py), and the
+    # execution that continues the run when the action is CONTINUE.
+    history_events: int = 0
+    next_execution: str = ""
 
 
 PLAN_FIELDS = frozenset(f.name for f in dataclasses.fields(Plan))

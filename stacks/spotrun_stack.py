@@ -15,8 +15,7 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subs
 from constructs import Construct
 
-from spotrun.pipeline.preparation import PREPARED_PREFIX, PreparationSettings
-from spotrun.seams import METRIC_DEFINITIONS, StackOutput
+from spotrun.seams import METRIC_DEFINITIONS, PREPARED_PREFIX, PreparationSettings, StackOutput
 from training_constructs.artifact_store import ArtifactStore, ArtifactStoreProps
 from training_constructs.cost_governance import CostGovernance, CostGovernanceProps
 from training_constructs.execution_role import TrainingExecutionRole, TrainingExecutionRoleProps

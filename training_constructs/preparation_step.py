@@ -9,26 +9,50 @@ The same poll pattern as the training job (CallAwsService + Wait + Describe): mo
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from aws_cdk import Duration
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
+from constructs import Construct
 
-from spotrun.pipeline.preparation import FINISH_FAILED, PREPARED_PREFIX, preparation_path
-from spotrun.seams import PrepareEnvironment
+from spotrun.seams import FINISH_FAILED, PREPARED_PREFIX, PrepareEnvironment, preparation_path
 
+from .artifact_store import ArtifactStore
 from .lambda_code import spotrun_function
 from .nag import acknowledge, rendered
 
-if TYPE_CHECKING:
-    from .training_pipeline import TrainingPipeline, TrainingPipelineProps
+
+class PreparationProps(Protocol):
+    """What the preparation step reads of the pipeline's props (training_pipeline.TrainingPipelineProps)."""
+
+    store: ArtifactStore
+    execution_role: iam.IRole
+    image_uri: str
+    subnet_ids: tuple[str, ...]
+    security_group_ids: tuple[str, ...]
 
 
-def preparation_functions(pipeline: TrainingPipeline, props: TrainingPipelineProps,
-                          processing_arn: str) -> lambda_.Function:
+class PipelineSteps(Protocol):
+    """What the preparation step uses of the TrainingPipeline construct it is built into (its scope as well):
+    named by what it offers, since training_pipeline.py imports this module."""
+
+    prepare_fn: lambda_.Function
+
+    def sagemaker_call(self, name: str, action: str, parameters: dict, resources: list[str], result_path: str,
+                       iam_action: str | None = None, result_selector: dict | None = None) -> tasks.CallAwsService:
+        ...
+
+    def failure_notice(self, props: Any, name: str, subject: str, message_path: str) -> tasks.SnsPublish:
+        ...
+
+    def estimate_task(self, name: str, pipeline_error: sfn.IChainable, **extra: str) -> tasks.LambdaInvoke:
+        ...
+
+
+def preparation_functions(pipeline: Construct, props: PreparationProps, processing_arn: str) -> lambda_.Function:
     """The preparation's finish step (merges the parts' indexes), and what the processing job may write."""
     store = props.store
     prepare_fn = spotrun_function(
@@ -45,7 +69,7 @@ def preparation_functions(pipeline: TrainingPipeline, props: TrainingPipelinePro
     return prepare_fn
 
 
-def preparation_states(pipeline: TrainingPipeline, props: TrainingPipelineProps, processing_arn: str,
+def preparation_states(pipeline: PipelineSteps, props: PreparationProps, processing_arn: str,
                        pipeline_error: sfn.IChainable, estimate_ok: sfn.Choice) -> sfn.IChainable:
     """Raw data.source: the Processing job the estimate planned -> poll -> finish (merge, cost) -> the estimate
     again on the prepared shards (-> EstimateOk), or PreparationFailed with the job's reason."""

@@ -10,9 +10,12 @@
               stop        -> StopTrainingJob (the trainer saves and stops) -> WaitForJob
               fallback    -> CreateOnDemandTrainingJob (same checkpoint prefix) -> WaitForJob
          (a run with spot=false starts with CreateOnDemandTrainingJob, with a warm pool if asked)
+              continue    -> StartExecution of this state machine with the run, plan and guard (the history is
+                             nearly full: spotrun/pipeline/continuation.py) -> ContinuedInNewExecution (output)
               completed   -> CreateModelPackage (HF LLM serving image, run metadata) -> CostReport (output)
               gate_failed -> GateFailed (validation loss fails registry.gate; artifact kept, both losses in cause)
               over_budget / failed -> notify SNS -> Fail with the cause
+    A continued execution starts at ContinueRun (the estimate Lambda proves its parent started it) -> NextSegment.
     Execution ABORTED / FAILED / TIMED_OUT -> EventBridge -> Canceller (Lambda): stops the execution's job.
 NOTE: SageMaker calls use CallAwsService (create + Wait + guard polling) rather than the `.sync`
 integration: SageMakerCreateTrainingJob has no spot/checkpoint fields, polling is the form moto's
@@ -34,16 +37,17 @@ from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
-from spotrun.pipeline.preparation import PreparationSettings
 from spotrun.seams import (
     CANCEL_STATUSES,
     COMPLETED_METRIC_DEFINITION,
+    FIRST_EXECUTION_EVENTS,
     REGISTRATION_STATUS,
     CancelEnvironment,
     CostGuardEnvironment,
     GuardAction,
     PipelineSettings,
     PlanStatus,
+    PreparationSettings,
     guard_path,
     plan_path,
 )
@@ -278,11 +282,12 @@ class TrainingPipeline(Construct):
             "interruptions_before": 0,
             "segment": 1, "max_runtime_seconds.$": plan_path("max_runtime_seconds"),
             "max_wait_seconds.$": plan_path("max_wait_seconds"),
-            "hyperparameters.$": plan_path("hyperparameters"), "segments": []})
-        create_spot, create_on_demand = self._training_loop(props, arns, pipeline_error)
+            "hyperparameters.$": plan_path("hyperparameters"), "segments": [],
+            "history_events": FIRST_EXECUTION_EVENTS})  # the events before the first poll, generously
+        create_spot, create_on_demand, next_segment = self._training_loop(props, arns, pipeline_error)
         estimate_ok = sfn.Choice(self, "EstimateOk")
         preparation = preparation_states(self, props, arns.processing, pipeline_error, estimate_ok)
-        definition = init.next(estimate).next(
+        init.next(estimate).next(
             estimate_ok
             .when(sfn.Condition.string_equals(plan_path("status"), PlanStatus.PREPARE.value), preparation)
             .when(sfn.Condition.string_equals(plan_path("status"), PlanStatus.INVALID_RUN.value), invalid)
@@ -291,22 +296,34 @@ class TrainingPipeline(Construct):
                 sfn.Choice(self, "SpotOrOnDemand")
                 .when(sfn.Condition.boolean_equals(plan_path("spot"), True), create_spot)
                 .otherwise(create_on_demand))))
-        return definition
+        # A run continued from a full history (spotrun/pipeline/continuation.py): proven, then its next segment.
+        resume = self.estimate_task("ContinueRun", pipeline_error, result_path="$", payload={
+            "continuation.$": "$.continuation", "execution.$": "$$.Execution.Name",
+            "state_machine.$": "$$.StateMachine.Id"})
+        resume.next(sfn.Choice(self, "ContinuationProven")
+                    .when(sfn.Condition.string_equals(plan_path("status"), PlanStatus.INVALID_RUN.value), invalid)
+                    .otherwise(next_segment))
+        return sfn.Choice(self, "ContinuesARun").when(sfn.Condition.is_present("$.continuation"), resume) \
+            .otherwise(init)
 
-    def estimate_task(self, name: str, pipeline_error: sfn.IChainable, **extra: str) -> tasks.LambdaInvoke:
-        """The estimate, on the run and the execution (and, after a preparation, what it made)."""
+    def estimate_task(self, name: str, pipeline_error: sfn.IChainable, *, result_path: str = "$.plan",
+                      payload: dict | None = None, **extra: str) -> tasks.LambdaInvoke:
+        """The estimate, on the run and the execution (and, after a preparation, what it made); `payload`: another
+        question to the same function (a continued run's proof)."""
         estimate = tasks.LambdaInvoke(
-            self, name, lambda_function=self.estimate_fn, payload_response_only=True, result_path="$.plan",
-            payload=sfn.TaskInput.from_object({"run.$": "$.run", "execution.$": "$$.Execution.Name",
-                                               "started.$": "$$.Execution.StartTime",
-                                               "state_machine.$": "$$.StateMachine.Id", **extra}))
+            self, name, lambda_function=self.estimate_fn, payload_response_only=True, result_path=result_path,
+            payload=sfn.TaskInput.from_object(payload or {
+                "run.$": "$.run", "execution.$": "$$.Execution.Name", "started.$": "$$.Execution.StartTime",
+                "state_machine.$": "$$.StateMachine.Id", **extra}))
         estimate.add_catch(pipeline_error, errors=["States.ALL"], result_path="$.error")
         return estimate
 
     def _training_loop(self, props: TrainingPipelineProps, arns: _Arns,
-                       pipeline_error: sfn.IChainable) -> tuple[tasks.CallAwsService, tasks.CallAwsService]:
-        """The jobs (spot, on-demand) -> WaitForJob -> CostGuard -> its action: wait, stop, the next segment,
-        registration or a named failure. Returns the two creates the first job starts with."""
+                       pipeline_error: sfn.IChainable) -> tuple[tasks.CallAwsService, tasks.CallAwsService,
+                                                                 sfn.Choice]:
+        """The jobs (spot, on-demand) -> WaitForJob -> CostGuard -> its action: wait, stop, the next segment (here,
+        or in a fresh execution), registration or a named failure. Returns the two creates the first job starts
+        with and the choice of the next segment's (where a continued run starts)."""
         job_arn, sdk = arns.job, self.sagemaker_call
 
         def notify(name: str, subject: str, message_path: str) -> tasks.SnsPublish:
@@ -352,13 +369,34 @@ class TrainingPipeline(Construct):
             .when(action_is(GuardAction.WAIT), wait)
             .when(action_is(GuardAction.STOP), stop.next(wait))
             .when(sfn.Condition.or_(action_is(GuardAction.SEGMENT), action_is(GuardAction.FALLBACK)), next_segment)
+            .when(action_is(GuardAction.CONTINUE), self._continue_in_new_execution(pipeline_error))
             .when(action_is(GuardAction.COMPLETED), register.next(report))
             .when(action_is(GuardAction.OVER_BUDGET), capped)
             .when(action_is(GuardAction.GATE_FAILED), gate_failed)
             .otherwise(training_failed))
         create_on_demand.next(wait)
         create_spot.next(wait)
-        return create_spot, create_on_demand
+        return create_spot, create_on_demand, next_segment
+
+    def _continue_in_new_execution(self, pipeline_error: sfn.IChainable) -> sfn.CustomState:
+        """StartExecution of this state machine with the run, the plan and the guard (its next job), then this
+        execution succeeds naming its successor (spotrun/pipeline/continuation.py). A CustomState: the role's grant
+        on the state machine's own ARN is a separate policy (`_state_machine`), which a task's grant would make a
+        cycle."""
+        start = sfn.CustomState(self, "ContinueInNewExecution", state_json={
+            "Type": "Task", "Resource": f"arn:{Stack.of(self).partition}:states:::states:startExecution",
+            "Parameters": {"StateMachineArn.$": "$$.StateMachine.Id", "Name.$": guard_path("next_execution"),
+                           "Input": {"continuation": {"parent.$": "$$.Execution.Id", "run.$": "$.run",
+                                                      "plan.$": "$.plan", "guard.$": "$.guard"}}},
+            "ResultPath": "$.continued_in"})  # {ExecutionArn, StartDate} of the successor
+        continued = sfn.Pass(self, "ContinuedInNewExecution", parameters={
+            "continued_as.$": guard_path("next_execution"), "segment.$": guard_path("segment"),
+            "history_events.$": guard_path("history_events")})  # the guard's count of this execution's events
+        # A retried StartExecution whose first call went through: the successor runs.
+        start.add_catch(continued, errors=["StepFunctions.ExecutionAlreadyExistsException"])
+        start.add_catch(pipeline_error, errors=["States.ALL"], result_path="$.error")
+        start.next(continued)
+        return start
 
     def _registration(self, props: TrainingPipelineProps, arns: _Arns,
                       pipeline_error: sfn.IChainable) -> tuple[tasks.CallAwsService, sfn.Pass]:
@@ -402,6 +440,10 @@ class TrainingPipeline(Construct):
         role.add_to_principal_policy(iam.PolicyStatement(
             actions=["iam:PassRole"], resources=[props.execution_role.role_arn, props.preparation_role.role_arn],
             conditions={"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}}))
+        # A run continues in a fresh execution of this state machine (spotrun/pipeline/continuation.py). A policy of its
+        # own: on the role's default policy the state machine's ARN would form a cycle.
+        iam.Policy(self, "ContinuesItself", roles=[role], statements=[iam.PolicyStatement(
+            actions=["states:StartExecution"], resources=[self.state_machine.state_machine_arn])])
 
     def _estimate_reads_executions(self) -> None:
         """The estimate counts running executions (the stage's concurrency limit) and checks the execution a
@@ -413,7 +455,9 @@ class TrainingPipeline(Construct):
                                       arn_format=ArnFormat.COLON_RESOURCE_NAME)
         policy = iam.Policy(self, "EstimateReadsExecutions", roles=[self.estimate_fn.role], statements=[
             iam.PolicyStatement(actions=["states:ListExecutions"], resources=[self.state_machine.state_machine_arn]),
-            iam.PolicyStatement(actions=["states:DescribeExecution"], resources=[executions])])
+            # GetExecutionHistory: a continued run's proof that its parent started it (spotrun/pipeline/continuation.py)
+            iam.PolicyStatement(actions=["states:DescribeExecution", "states:GetExecutionHistory"],
+                                resources=[executions])])
         acknowledge(policy, f"AwsSolutions-IAM5[Resource::{rendered(self, executions)}]",
                     "reads this state machine's executions only (execution ARNs are not known ahead)")
 
@@ -435,8 +479,8 @@ class TrainingPipeline(Construct):
             actions=["sagemaker:ListTrainingJobs", "sagemaker:ListProcessingJobs"], resources=["*"]))
         self.cancel_fn.add_to_role_policy(iam.PolicyStatement(  # the execution's preparation job
             actions=["sagemaker:ListTags", "sagemaker:StopProcessingJob"], resources=[processing_arn]))
-        self.cancel_fn.add_to_role_policy(iam.PolicyStatement(actions=["states:DescribeExecution"],
-                                                              resources=[executions]))
+        self.cancel_fn.add_to_role_policy(iam.PolicyStatement(  # GetExecutionHistory: a continued run's proof
+            actions=["states:DescribeExecution", "states:GetExecutionHistory"], resources=[executions]))
         props.failures_topic.grant_publish(self.cancel_fn)
         self.cancel_dlq = dead_letter_queue(self, "CancelDlq")
         self.cancel_rule = events.Rule(self, "ExecutionEnded", event_pattern=events.EventPattern(

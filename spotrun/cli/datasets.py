@@ -27,11 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from ..seams import DatasetIndex
+from ..seams import PREPARE_MARKER, WEIGHT_SUFFIXES, DatasetIndex
 
-MARKER = "spotrun-prepare.json"
 KEY_VERSION = 1  # bump when the shard format or the tokenizing changes meaning
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".h5", ".msgpack", ".onnx", ".ckpt")
 NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
 _CHUNK = 1 << 20
 
@@ -98,7 +96,7 @@ def dataset_key(files: list[Path], tokenizer_dir: Path, *, text_field: str, shar
 
 def read_marker(path: Path) -> dict | None:
     try:
-        return json.loads((Path(path) / MARKER).read_text())
+        return json.loads((Path(path) / PREPARE_MARKER).read_text())
     except (OSError, json.JSONDecodeError):
         return None
 
@@ -154,7 +152,7 @@ def prepare_dataset(inputs: list[Path], tokenizer_dir: Path, out: Path | None = 
         if not (staging / DatasetIndex.FILE).is_file():
             shutil.rmtree(staging, ignore_errors=True)
     seconds = round(time.monotonic() - t0, 3)
-    (staging / MARKER).write_text(json.dumps({
+    (staging / PREPARE_MARKER).write_text(json.dumps({
         "key": key, "inputs": [str(f) for f in files], "tokenizer": str(tokenizer_dir), "text_field": text_field,
         "shard_bytes": shard_bytes, "total_tokens": index[DatasetIndex.TOTAL_TOKENS], "seconds": seconds},
         indent=2) + "\n")
@@ -190,7 +188,7 @@ def remote_marker(s3: Any, bucket: str, prefix: str) -> tuple[dict | None, bool]
                 return None
             raise
 
-    body = get(MARKER)
+    body = get(PREPARE_MARKER)
     index_there = s3.list_objects_v2(Bucket=bucket, Prefix=prefix + DatasetIndex.FILE).get("KeyCount", 0) > 0
     try:
         return (json.loads(body) if body else None), index_there
@@ -209,8 +207,9 @@ def upload_dataset(s3: Any, local: Prepared, bucket: str, name: str, *, emit: Ca
         raise PrepareError(f"{uri} already holds another dataset (prepared from other inputs or another tokenizer): "
                            "choose another --name")
     t0 = last = time.monotonic()
-    files = sorted(p for p in local.path.rglob("*") if p.is_file() and p.name not in (DatasetIndex.FILE, MARKER))
-    ordered = [*files, local.path / DatasetIndex.FILE, local.path / MARKER]  # index.json, then the marker, last
+    files = sorted(p for p in local.path.rglob("*")
+                   if p.is_file() and p.name not in (DatasetIndex.FILE, PREPARE_MARKER))
+    ordered = [*files, local.path / DatasetIndex.FILE, local.path / PREPARE_MARKER]  # index.json, then the marker, last
     total, size = 0, sum(p.stat().st_size for p in ordered)
     for i, path in enumerate(ordered, 1):
         s3.upload_file(str(path), bucket, prefix + path.relative_to(local.path).as_posix())

@@ -25,7 +25,7 @@ import re
 import time
 
 from ..seams import StackOutput
-from .remote import Deployment, RemoteError, deployment, find_execution
+from .remote import Deployment, RemoteError, common, deployment, find_execution, run_command
 
 ADAPTER_CHANNEL = "adapter"
 # Where SageMaker puts an additional model data source: /opt/ml/additional-model-data-sources/<ChannelName>/ (the
@@ -162,7 +162,7 @@ def undeploy(args: argparse.Namespace) -> dict:
                                               "models": models}}
 
 
-def register(sub, common, run_command) -> None:
+def register(sub) -> None:
     p = sub.add_parser("approve", help="approve a finished run's model package (after reviewing its report)")
     p.add_argument("run", help="run name, execution name or ARN")
     common(p)

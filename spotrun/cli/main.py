@@ -19,6 +19,7 @@ import argparse
 import sys
 
 from .data import register as register_data
+from .deploy import register as register_deploy
 from .estimate import register as register_estimate
 from .exits import HELP as EXIT_CODES_HELP
 from .exits import Exit
@@ -36,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     register_data(sub)
     register_local(sub)
     register_remote(sub)
+    register_deploy(sub)
     register_simulate(sub)
     return parser
 

@@ -28,8 +28,7 @@ from typing import Any
 
 import spotrun
 
-from ..pipeline.preparation import PreparationSettings
-from ..seams import PlanStatus, StackOutput, parse_metric_line, run_start_total_steps, stack_name
+from ..seams import PlanStatus, PreparationSettings, StackOutput, parse_metric_line, run_start_total_steps, stack_name
 
 TRAINING_LOG_GROUP = "/aws/sagemaker/TrainingJobs"  # SageMaker's log group; streams are <job name>/algo-N-...
 _STAMP = re.compile(r"^\d{8}-\d{6}$")
@@ -125,18 +124,30 @@ def executions(sfn, state_machine_arn: str) -> list[dict]:
 def find_execution(sfn, state_machine_arn: str, ref: str) -> dict:
     """The execution a RUN argument means: an ARN, an execution name, or a run name (its newest execution)."""
     if ref.startswith("arn:"):
-        return sfn.describe_execution(executionArn=ref)
+        return latest_of_run(sfn, sfn.describe_execution(executionArn=ref))
     every = executions(sfn, state_machine_arn)
     exact = [e for e in every if e["name"] == ref]
     of_run = [e for e in every if e["name"].startswith(ref + "-") and _STAMP.match(e["name"][len(ref) + 1:])]
     chosen = (exact or of_run or [None])[0]
     if chosen is None:
         raise RemoteError(f"no execution of run {ref!r} on {state_machine_arn}: `spotrun list` shows them")
-    return sfn.describe_execution(executionArn=chosen["executionArn"])
+    return latest_of_run(sfn, sfn.describe_execution(executionArn=chosen["executionArn"]))
 
 
-# The latter: on the prepared shards (spotrun/pipeline/preparation.py).
-ESTIMATE_STATES = ("Estimate", "EstimatePrepared")
+def latest_of_run(sfn, execution: dict) -> dict:
+    """The execution that runs (or ran) the run now: an execution that continued its run in a fresh one
+    (spotrun/pipeline/continuation.py) names it in its output (`continued_as`)."""
+    while execution["status"] == "SUCCEEDED":
+        successor = json.loads(execution.get("output") or "{}").get("continued_as")
+        if not successor:
+            break
+        arn = execution["executionArn"].rsplit(":", 1)[0] + ":" + successor
+        execution = sfn.describe_execution(executionArn=arn)
+    return execution
+
+
+# The latter: on the prepared shards (spotrun/pipeline/preparation.py); ContinueRun: a continued run's carried plan.
+ESTIMATE_STATES = ("Estimate", "EstimatePrepared", "ContinueRun")
 
 
 def pipeline_state(sfn, execution_arn: str) -> tuple[dict | None, dict | None]:
@@ -151,10 +162,12 @@ def pipeline_state(sfn, execution_arn: str) -> tuple[dict | None, dict | None]:
             name = details.get("name")
             if name not in (*ESTIMATE_STATES, "CostGuard", "InitGuard") or "output" not in details:
                 continue
-            kind, key = ("plan", "plan") if name in ESTIMATE_STATES else ("guard", "guard")
-            if kind not in newest or event["id"] > newest[kind][0]:
-                value = json.loads(details["output"]).get(key)
-                if value is not None:
+            output = json.loads(details["output"])
+            kinds = ("plan", "guard") if name == "ContinueRun" else \
+                ("plan",) if name in ESTIMATE_STATES else ("guard",)
+            for kind in kinds:
+                value = output.get(kind)
+                if value is not None and (kind not in newest or event["id"] > newest[kind][0]):
                     newest[kind] = (event["id"], value)
         events = page["events"]
         if len(newest) == 2 and events and events[0]["id"] > events[-1]["id"]:
@@ -388,7 +401,7 @@ def _table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def _run(fn, args: argparse.Namespace) -> int:
+def run_command(fn, args: argparse.Namespace) -> int:
     """Run a remote command; its exit code from spotrun/cli/exits.py. With `--format json` an error is one JSON
     document on stdout (as a refused `start` is), else one line on stderr."""
     from botocore.exceptions import BotoCoreError, ClientError
@@ -427,44 +440,43 @@ def _error(fmt: str, code: int, error: str, message: str, field: str | None = No
     return int(code)
 
 
-def register(sub) -> None:
-    def common(p, *, fmt: bool = True):
-        p.add_argument("--stage", default="dev", help="the deployed stage (stacks/config.py; default dev)")
-        p.add_argument("--stack", help="CloudFormation stack name (default <stage>-Spotrun)")
-        p.add_argument("--region", help="AWS region (default: the stage's, stacks/config.py; else the AWS "
-                       "configuration's)")
-        if fmt:
-            p.add_argument("--format", choices=["text", "json"], default="text",
-                           help="text (default) or one JSON document")
+def common(p, *, fmt: bool = True) -> None:
+    """The arguments of every command on a deployed stage (these and spotrun/cli/deploy.py's)."""
+    p.add_argument("--stage", default="dev", help="the deployed stage (stacks/config.py; default dev)")
+    p.add_argument("--stack", help="CloudFormation stack name (default <stage>-Spotrun)")
+    p.add_argument("--region", help="AWS region (default: the stage's, stacks/config.py; else the AWS "
+                   "configuration's)")
+    if fmt:
+        p.add_argument("--format", choices=["text", "json"], default="text",
+                       help="text (default) or one JSON document")
 
+
+def register(sub) -> None:
     p = sub.add_parser("start", help="validate a run JSON here, then start it on the stage's state machine")
     p.add_argument("run", type=Path, help="run JSON file (s3:// sources under the stack's bucket)")
     p.add_argument("--execution-name", help="execution name (default <run name>-<UTC time>)")
     common(p)
-    p.set_defaults(func=lambda a: _run(start, a))
+    p.set_defaults(func=lambda a: run_command(start, a))
     p = sub.add_parser("status", help="state, step, loss, interruptions and spend vs cap of a run (default: the "
                        "running ones)")
     p.add_argument("run", nargs="?", help="run name, execution name or ARN")
     common(p)
-    p.set_defaults(func=lambda a: _run(status, a))
+    p.set_defaults(func=lambda a: run_command(status, a))
     p = sub.add_parser("logs", help="the training job's CloudWatch log streams")
     p.add_argument("run", help="run name, execution name or ARN")
     p.add_argument("--follow", "-f", action="store_true", help="keep printing until the run ends")
     p.add_argument("--poll-seconds", type=float, default=10.0, help=argparse.SUPPRESS)
     common(p, fmt=False)
-    p.set_defaults(func=lambda a: _run(logs, a))
+    p.set_defaults(func=lambda a: run_command(logs, a))
     p = sub.add_parser("report", help="billable vs training seconds, savings, cost, interruptions, model package")
     p.add_argument("run", help="run name, execution name or ARN")
     common(p)
-    p.set_defaults(func=lambda a: _run(report, a))
+    p.set_defaults(func=lambda a: run_command(report, a))
     p = sub.add_parser("cancel", help="stop a run: the execution, then the training job (the trainer saves first)")
     p.add_argument("run", help="run name, execution name or ARN")
     common(p)
-    p.set_defaults(func=lambda a: _run(cancel, a))
+    p.set_defaults(func=lambda a: run_command(cancel, a))
     p = sub.add_parser("list", help="the stage's runs (executions), newest first")
     p.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
     common(p)
-    p.set_defaults(func=lambda a: _run(list_runs, a))
-    from .deploy import register as register_deploy
-
-    register_deploy(sub, common, _run)
+    p.set_defaults(func=lambda a: run_command(list_runs, a))

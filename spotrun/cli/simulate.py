@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..policy.policies import POLICIES
+from ..policy.decision import RULES
 from ..policy.traces import ADVISOR_BANDS
 from .estimate import add_prepared_argument
 
@@ -60,7 +60,8 @@ def register(sub) -> None:
                      "format; every *.json under it); default: generated traces")
     sim.add_argument("--interruptions", type=Path, help="the interruption table's items (a JSON array, or `aws "
                      "dynamodb scan --table-name T` output): windows drawn from the gaps between a job's interruptions")
-    sim.add_argument("--policy", action="append", choices=sorted(POLICIES), help="only these policies (repeatable)")
+    sim.add_argument("--policy", action="append", choices=sorted(RULES),
+                     help="only these policies (repeatable; each as the cost guard executes it)")
     sim.add_argument("--n", type=int, default=1000, help=f"traces, {N_RANGE[0]} to {N_RANGE[1]:,} (default 1000)")
     sim.add_argument("--seed", type=int, default=0, help="seed of the generated traces and start offsets")
     sim.add_argument("--band", choices=list(ADVISOR_BANDS), help="interruptions at this Spot Instance Advisor band "
@@ -145,7 +146,8 @@ def simulate_command(args: argparse.Namespace) -> int:
         est, run = checked.estimate, checked.run
         catalog = regional_catalog(load_catalog(), args.region or "us-east-1")
         plan = plan_from_estimate(est, catalog, deadline_hours=run.compute.deadline_hours,
-                                  spot_discount=run.compute.spot_discount)
+                                  spot_discount=run.compute.spot_discount,
+                                  on_demand_fallback=run.compute.on_demand_fallback or not run.compute.spot)
         traces, source = traces_for(plan, est, args)
     except Refusal as exc:
         return fail(args.format, for_status(exc.status), exc.status, exc.message, exc.field)

@@ -7,7 +7,9 @@ billing, though never past its MaxRuntime, which the cap set) after its executio
 handler asynchronously; Lambda retries a failed invocation and then sends it to the on-failure destination (a
 queue with an alarm), so a throttled StopTrainingJob is retried rather than dropped.
 
-Which jobs: the execution's, found by name and `execution` tag (`spotrun.pipeline.plan.cancel`).
+Which jobs: the execution's, found by name and `execution` tag (`spotrun.pipeline.plan.cancel`); an execution
+that continues a run (spotrun/pipeline/continuation.py) stops the run's jobs once its parent is proven to have
+started it.
 Environment (read here, at the entry point): spotrun.seams.CancelEnvironment.
 """
 
@@ -16,6 +18,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from ..pipeline.continuation import continued_run
 from ..pipeline.plan import cancel
 from ..pipeline.preparation_finish import stop_preparation
 from ..seams import CANCEL_STATUSES, CancelEnvironment
@@ -31,7 +34,12 @@ def handler(event: dict, _context: Any) -> dict:
             executionArn=detail["executionArn"]).get("input")
     env = CancelEnvironment.from_env(os.environ)
     sagemaker = boto3.client("sagemaker")
-    stopped = cancel(detail, sagemaker, job_prefix=env.job_prefix, execution_input=execution_input)
+    continued = None
+    if detail.get("stateMachineArn") and detail.get("name") and "continuation" in (execution_input or ""):
+        continued = continued_run(boto3.client("stepfunctions"), detail["stateMachineArn"], detail["name"],
+                                  execution_input)
+    stopped = cancel(detail, sagemaker, job_prefix=env.job_prefix, execution_input=execution_input,
+                     continued=continued)
     if detail.get("status") in CANCEL_STATUSES and detail.get("name"):  # and its raw data's preparation job
         stopped += stop_preparation(sagemaker, job_prefix=env.job_prefix, execution=detail["name"])
     if stopped and env.topic_arn:

@@ -3,9 +3,11 @@
 Input: {"run": <run JSON>, "execution": <execution name>, "started": <execution start time>, "state_machine":
 <its ARN>, "prepared": <what the preparation job made, on the call after a Prepare answer>}. Output: the plan
 (spotrun.seams.Plan) or the answer that `spotrun.pipeline.plan.plan` returns instead (a refusal, or Prepare).
+Input of a continued execution's first step: {"continuation": ..., "execution", "state_machine"}; output: the
+proven {run, plan, guard} it resumes with, or {"plan": <an InvalidRun refusal>} (spotrun/pipeline/continuation.py).
 Environment (read here only): spotrun.seams.PipelineSettings (the construct writes it with `to_env`); its
 table_name, when set, is the interruptions table whose records (spotrun/planner/measured.py) give the estimate measured
-interruption rates and MFU; spotrun.pipeline.preparation.PreparationSettings (the stage's preparation instances).
+interruption rates and MFU; spotrun.seams.PreparationSettings (the stage's preparation instances).
 """
 
 from __future__ import annotations
@@ -13,17 +15,23 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from ..pipeline.continuation import NotAContinuation, carried
 from ..pipeline.plan import plan
 from ..pipeline.preflight import count_running, execution_of
-from ..pipeline.preparation import PreparationSettings
 from ..planner.measured import recorded_rates, recorded_utilization
-from ..seams import PipelineSettings
+from ..seams import PipelineSettings, PlanStatus, PreparationSettings
 
 
 def handler(event: dict, _context: Any) -> dict:
     import boto3
 
     event = event if isinstance(event, dict) else {}  # the state machine passes an object; anything else: no run
+    if "continuation" in event:  # a run continued from a full execution history (spotrun/pipeline/continuation.py)
+        try:
+            return carried(boto3.client("stepfunctions"), str(event.get("state_machine", "")),
+                           str(event.get("execution", "")), event["continuation"])
+        except NotAContinuation as exc:
+            return {"plan": {"status": PlanStatus.INVALID_RUN.value, "message": str(exc), "field": "continuation"}}
     settings = PipelineSettings.from_env(os.environ)
     rates, mfu_lookup = None, None
     if settings.table_name:

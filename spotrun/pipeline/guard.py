@@ -19,19 +19,24 @@ segments:
   price. If that bound plus a poll and a stop would pass the cap and the job's own MaxRuntime does not keep it
   under the cap (a job created with a wrong limit), the guard stops the job: a second line behind MaxRuntime;
 - a job that ended without finishing the run (its segment's time was up, MaxRuntime, the guard's stop) is
-  followed by the next segment while the room the cap leaves is at least the shortest sensible segment; spot or
+  followed by the next segment while the chain from the newest committed checkpoint still finishes under the cap
+  at the expected bill (`_next_segment`, spotrun/pipeline/segments.py `plan_chain`); spot or
   on-demand for it is decided in one place, `next_capacity` (after MaxWait without spot capacity: on-demand when
   the run allows a fallback, never after a stop the cap requested);
-- the estimate's chosen spot policy (spotrun/policy/choose.py: `guard_decision`, pure) is executed here, only
-  mapped to actions: with a deadline, a spot job behind the policy is stopped (`switch_requested`) and the next
-  segment is on-demand; at a segment boundary the run returns to spot when the policy says it is ahead;
+- the estimate's chosen spot policy is executed here through the one decision function the simulator replays
+  (spotrun/policy/decision.py: `decide`, pure), only mapped to actions: asked at a job's end, when the job's
+  status changed and at the policy's recheck (`ask_again`), its TO_ON_DEMAND / TO_SPOT stop the job
+  (`switch_requested`, `switch_to_spot`) and the next segment runs on that market; at a job's end its START_*
+  picks the next segment's market;
 - a job belongs to this execution when its `execution` tag says so (the name is derived, the tag is set at
   creation): a job name an earlier execution used is refused.
 
 Polling, and the history quota: a Standard execution fails at 25,000 history events. The loop is Wait -> CostGuard
 -> Choice (9 events), and the guard picks the next wait: 5% of the job's age, between `poll_seconds` and
 `max_poll_seconds`, and never longer than the time left before the cap would be reached (minus the 120 s a stop
-still bills). tests/infra/test_seams.py computes the event count for the longest run the contract allows.
+still bills). tests/infra/test_seams.py computes the event count of one segment of the longest job the contract
+allows; the guard counts its execution's events (`history_events`) and sends a segment that might not fit in
+what is left to a fresh execution (`continue`, spotrun/pipeline/continuation.py).
 """
 
 from __future__ import annotations
@@ -41,7 +46,16 @@ import math
 from typing import Any, Callable
 
 from ..contract.aws_text import digest, metadata_value
-from ..policy.choose import guard_decision
+from ..policy.decision import (
+    Action,
+    Decision,
+    JobStatus,
+    Market,
+    Observation,
+    ask_again,
+    decide_from_section,
+    poll_wait,
+)
 from ..seams import (
     CHECKPOINT_MANIFEST,
     CHECKPOINT_STEP_DIR,
@@ -54,18 +68,21 @@ from ..seams import (
     metric_name,
 )
 from .aws_events import to_epoch
+from .continuation import EVENTS_PER_CREATE, EVENTS_PER_POLL, EVENTS_PER_STOP, continuation_name, must_continue
 from .report import run_report
 from .segments import (
     MAX_SEGMENTS,
-    SEGMENT_END_MARGIN_S,
     STOP_BILL_S,
+    ChainCosts,
+    chain_refusal,
     next_max_runtime,
+    plan_chain,
     segment_job_name,
     segment_seconds,
+    smallest_cap,
 )
 
 STOP_GRACE_S = STOP_BILL_S  # a stopped job bills until the container exits: up to the notice
-POLL_GROWTH = 0.05  # the next wait as a fraction of the job's age
 # Secondary statuses in which SageMaker has no instances billing for the job: waiting for (spot) capacity.
 UNBILLED_STATUSES = frozenset({"Starting", "LaunchingMLInstances", "Pending", "Interrupted"})
 ENDED = ("Completed", "Stopped", "Failed")
@@ -119,9 +136,11 @@ def job_cost(plan: Plan, describe: dict, now: float) -> tuple[float, bool]:
     return (billed_seconds_bound(describe, now) + warm_pool_seconds(describe)) * rate, False
 
 
-def next_wait(plan: Plan, job_age_s: float, spent_usd: float) -> int:
-    """Seconds to the next poll: grows with the job's age, never past the time the cap leaves (see docstring)."""
-    schedule = min(plan.max_poll_seconds, max(plan.poll_seconds, POLL_GROWTH * job_age_s))
+def next_wait(plan: Plan, job_age_s: float, spent_usd: float, recheck_s: float = math.inf) -> int:
+    """Seconds to the next poll: the guard's grid (spotrun/policy/decision.py: `poll_wait`, 5% of the job's age
+    between poll_seconds and max_poll_seconds), the spot policy's recheck if sooner, never past the time the cap
+    leaves (see the module docstring)."""
+    schedule = poll_wait(job_age_s, recheck_s, poll_s=plan.poll_seconds, max_poll_s=plan.max_poll_seconds)
     schedule = min(schedule, (plan.max_usd - spent_usd) / usd_per_second(plan) - STOP_GRACE_S)
     return int(max(plan.poll_seconds, schedule))
 
@@ -135,51 +154,83 @@ def checkpoint_age(describe: dict, newest_checkpoint: float | None, now: float) 
     return None if reference is None else max(0.0, now - reference)
 
 
-def policy_next(plan: Plan, *, now: float, checkpoint_step: int | None, on_demand_now: bool,
-                spot_available: bool) -> str | None:
-    """What the estimate's chosen spot policy does next ("spot", "on_demand" or "wait";
-    spotrun/policy/choose.py: `guard_decision`), or None for a run without a deadline (the policy never
-    switches). Progress is the newest committed checkpoint's step against the plan's total steps, in the
-    simulator's seconds of work; time is the seconds since the execution started."""
+def policy_section(plan: Plan) -> dict | None:
+    """The estimate's chosen spot policy as the plan carries it (spotrun/policy/choose.py), or None (a plan
+    without one: the run keeps its market, and MaxWait's fallback is the only switch)."""
     section = (plan.estimate or {}).get("spot_policy") or {}
-    started = to_epoch(plan.execution_started)
-    if section.get("deadline_hours") is None or not section.get("sim_plan") or started is None:
-        return None
-    done = min(1.0, (checkpoint_step or 0) / max(1, plan.planned_steps))
-    return guard_decision(section, done * section["sim_plan"]["work_s"], max(0.0, now - started),
-                          on_demand_now=on_demand_now, spot_available=spot_available)
+    if not section.get("sim_plan") or not section.get("policy"):
+        return None  # the plan's contract decides whether the run may go on-demand
+    return {**section, "sim_plan": {**section["sim_plan"], "on_demand_fallback": plan.on_demand_fallback}}
 
 
-def next_capacity(plan: Plan, guard: Guard, *, no_spot_capacity: bool, policy: str | None = None) -> bool | None:
-    """The one decision point for the next segment's capacity: True spot, False on-demand, None neither.
+def training_seconds(describe: dict, newest_checkpoint: float | None, now: float) -> float:
+    """Seconds the job has trained since the newest commit, or since it last entered Training if later (0 when
+    it is not training): work a save on the notice keeps."""
+    if describe.get("SecondaryStatus") != "Training":
+        return 0.0
+    starts = [to_epoch(t.get("StartTime")) for t in describe.get("SecondaryStatusTransitions") or []
+              if t.get("Status") == "Training"]
+    since = max([t for t in starts if t is not None] or [to_epoch(describe.get("TrainingStartTime")) or now])
+    return max(0.0, now - max(since, newest_checkpoint or since))
 
-    An on-demand run stays on-demand; after a stop the cap requested, the capacity the job had (no switch);
-    after a stop the spot policy requested, on-demand; a spot run that found no capacity within MaxWait continues
-    on-demand when it allows a fallback; otherwise the policy's decision at this boundary (`policy_next`: back to
-    spot when ahead, "wait" is spot too: a spot job waits for capacity within its MaxWait), and without one the
-    capacity the run has been on. Its budget is checked by the caller, as for every segment."""
+
+def observe(plan: Plan, guard: Guard, describe: dict, *, now: float, newest_checkpoint: float | None,
+            checkpoint_step: int | None, spent: float) -> Observation:
+    """What the spot policy sees at this poll (spotrun/policy/decision.py: Observation)."""
+    section = policy_section(plan) or {}
+    work = float((section.get("sim_plan") or {}).get("work_s") or 0.0)
+    status, secondary = describe.get("TrainingJobStatus"), describe.get("SecondaryStatus")
+    ended = status in ENDED
+    started = to_epoch(plan.execution_started) or to_epoch(describe.get("CreationTime")) or now
+    return Observation(
+        elapsed_s=max(0.0, now - started),
+        committed_s=min(1.0, (checkpoint_step or 0) / max(1, plan.planned_steps)) * work,
+        market=Market.SPOT if guard.spot else Market.ON_DEMAND,
+        status=JobStatus.NONE if ended else JobStatus.WAITING if secondary in UNBILLED_STATUSES else
+        JobStatus.RUNNING,
+        job_age_s=0.0 if ended else max(0.0, now - (to_epoch(describe.get("CreationTime")) or now)),
+        spent_usd=spent, max_wait_exceeded=ended and _no_capacity(describe),
+        training_s=0.0 if ended else training_seconds(describe, newest_checkpoint, now))
+
+
+def _no_capacity(describe: dict) -> bool:
+    return describe.get("SecondaryStatus") == "MaxWaitTimeExceeded" or str(
+        describe.get("FailureReason", "")).startswith("MaxWaitTimeExceeded")
+
+
+def next_capacity(plan: Plan, guard: Guard, *, no_spot_capacity: bool,
+                  decision: Decision | None = None) -> bool | None:
+    """The one decision point for the next segment's capacity: True spot, False on-demand, None neither (the run
+    ends).
+
+    An on-demand run stays on-demand; after a stop the cap requested, the capacity the job had; after a stop the
+    spot policy requested, the market it asked for; otherwise the policy's decision at this job's end (which
+    already keeps a run without fallback off on-demand: spotrun/policy/decision.py `decide`). Without a policy:
+    after MaxWait without capacity on-demand when the run allows a fallback, else the capacity the run has been on.
+    Its budget is checked by the caller, as for every segment."""
     if not plan.spot:
         return False
     if guard.stop_requested:
         return bool(guard.spot)
     if guard.switch_requested:
-        return False
+        return bool(guard.switch_to_spot)
+    if decision is not None and decision.action is not Action.KEEP:
+        return None if decision.action is Action.END else decision.action is Action.START_SPOT
     if no_spot_capacity:
         return False if plan.on_demand_fallback else None
-    if policy is not None:
-        return policy != "on_demand"
     return bool(guard.spot)
 
 
-def switch_now(plan: Plan, guard: Guard, describe: dict, *, now: float, checkpoint_step: int | None) -> bool:
-    """While a spot job runs (or waits for capacity): does the chosen policy move the run to on-demand now
-    (progress fell behind it)? Never for a run that forbids on-demand, nor once a stop was requested."""
-    if not guard.spot or not plan.on_demand_fallback or guard.stop_requested or \
-            guard.switch_requested or describe.get("TrainingJobStatus") != "InProgress":
-        return False
-    waiting = describe.get("SecondaryStatus") in UNBILLED_STATUSES
-    return policy_next(plan, now=now, checkpoint_step=checkpoint_step, on_demand_now=False,
-                       spot_available=not waiting) == "on_demand"
+def _policy_poll(plan: Plan, guard: Guard, obs: Observation) -> tuple[Decision | None, dict]:
+    """The spot policy's decision at a poll of a running job, when the guard asks it (`ask_again`), and the
+    guard's fields that record it."""
+    section = policy_section(plan)
+    recheck_at = math.inf if guard.policy_recheck_at is None else float(guard.policy_recheck_at)
+    if section is None or not ask_again(obs.status, JobStatus(guard.policy_status), obs.elapsed_s, recheck_at):
+        return None, {}
+    decision = decide_from_section(section, obs)
+    at = obs.elapsed_s + decision.recheck_s
+    return decision, {"policy_status": obs.status.value, "policy_recheck_at": None if at == math.inf else at}
 
 
 def decide(plan: Plan, guard: Guard, describe: dict, *, now: float, newest_checkpoint: float | None = None,
@@ -199,7 +250,8 @@ def decide(plan: Plan, guard: Guard, describe: dict, *, now: float, newest_check
         interruptions=int(guard.interruptions_before) + _interruptions(describe),
         checkpoint_age_seconds=None if age is None else round(age, 1),
         worst_checkpoint_gap_seconds=round(worst_gap, 1), report=None, message="",
-        wait_seconds=next_wait(plan, now - created, spent))
+        wait_seconds=next_wait(plan, now - created, spent),
+        history_events=int(guard.history_events) + EVENTS_PER_POLL)  # the poll that called the guard
 
     def act(action: GuardAction, **changes: Any) -> Guard:
         return dataclasses.replace(result, action=action, **changes)
@@ -208,6 +260,8 @@ def decide(plan: Plan, guard: Guard, describe: dict, *, now: float, newest_check
         return act(GuardAction.FAILED, message=f"{guard.job_name} is not this execution's job: its "
                                                f"{EXECUTION_TAG} tag is {job_tags.get(EXECUTION_TAG)!r}, this "
                                                f"execution is {plan.execution!r}")
+    obs = observe(plan, guard, describe, now=now, newest_checkpoint=newest_checkpoint,
+                  checkpoint_step=checkpoint_step, spent=spent)
     if status not in ENDED:
         # SageMaker ends the job at its MaxRuntime: when that bound keeps the run under the cap, a stop here
         # would only cut the segment short. The guard stops a job only when its MaxRuntime does not hold it.
@@ -216,13 +270,11 @@ def decide(plan: Plan, guard: Guard, describe: dict, *, now: float, newest_check
             describe)) * rate <= plan.max_usd + 1e-6
         if status == "InProgress" and not guard.stop_requested and projected >= plan.max_usd and \
                 not bounded:
-            return act(GuardAction.STOP, stop_requested=True, wait_seconds=plan.poll_seconds)
-        if switch_now(plan, guard, describe, now=now, checkpoint_step=checkpoint_step):
-            return act(GuardAction.STOP, switch_requested=True, wait_seconds=plan.poll_seconds,
-                       message=f"{guard.job_name}: progress fell behind the spot policy's "
-                               f"({(plan.estimate or {}).get('spot_policy', {}).get('chosen')}): stopping "
-                               "it to continue on-demand on the same checkpoints")
-        return act(GuardAction.WAIT)
+            return act(GuardAction.STOP, stop_requested=True, wait_seconds=plan.poll_seconds,
+                       history_events=result.history_events + EVENTS_PER_STOP)
+        if guard.stop_requested or guard.switch_requested:  # stopping: poll until the job has ended
+            return act(GuardAction.WAIT, wait_seconds=plan.poll_seconds)
+        return _running(plan, result, act, obs, status, now - created, spent)
     done = [*guard.segments, _segment_record(guard, describe, cost, exact)]
     result = dataclasses.replace(result, segments=done)
     if status == "Completed" and _final_metric(describe, COMPLETED_METRIC) is not None:
@@ -231,10 +283,34 @@ def decide(plan: Plan, guard: Guard, describe: dict, *, now: float, newest_check
             return act(GuardAction.GATE_FAILED, report=report,
                        message=f"{report['gate']['cause']}; artifact kept at {report['model_data_url']}")
         return act(GuardAction.COMPLETED, report=report)
-    policy = policy_next(plan, now=now, checkpoint_step=checkpoint_step, on_demand_now=not guard.spot,
-                         spot_available=True)
-    return _after_segment(plan, dataclasses.replace(guard, interruptions=result.interruptions), describe, spent,
-                          act, policy, checkpoint_step)
+    section = policy_section(plan)
+    decision = decide_from_section(section, obs) if section else None
+    return _after_segment(plan, dataclasses.replace(guard, interruptions=result.interruptions,
+                                                    history_events=result.history_events), describe, spent,
+                          act, decision, checkpoint_step)
+
+
+def _running(plan: Plan, result: Guard, act: Callable[..., Guard], obs: Observation, status: str,
+             job_age_s: float, spent: float) -> Guard:
+    """A poll of a job that has not ended: the spot policy's move (a stop, to continue on the other market), or
+    the wait to the next poll (the policy's recheck if sooner than the guard's grid)."""
+    decision, asked = _policy_poll(plan, result, obs)
+    result = dataclasses.replace(result, **asked)
+    switch = decision is not None and status == "InProgress" and (
+        (decision.action is Action.TO_ON_DEMAND and obs.market is Market.SPOT) or
+        (decision.action is Action.TO_SPOT and obs.market is Market.ON_DEMAND))
+    if switch:
+        to_spot = decision.action is Action.TO_SPOT
+        return dataclasses.replace(result, action=GuardAction.STOP, switch_requested=True, switch_to_spot=to_spot,
+                                   wait_seconds=plan.poll_seconds,
+                                   history_events=result.history_events + EVENTS_PER_STOP, message=(
+                                       f"{result.job_name}: the spot policy "
+                                       f"({(plan.estimate or {}).get('spot_policy', {}).get('chosen')}) moves the "
+                                       f"run to {'spot' if to_spot else 'on-demand'}: stopping this job to "
+                                       "continue on the same checkpoints"))
+    recheck_at = math.inf if result.policy_recheck_at is None else result.policy_recheck_at
+    return act(GuardAction.WAIT, **asked,
+               wait_seconds=next_wait(plan, job_age_s, spent, recheck_at - obs.elapsed_s))
 
 
 def _segment_record(guard: Guard, describe: dict, cost: float, exact: bool) -> dict:
@@ -247,20 +323,20 @@ def _segment_record(guard: Guard, describe: dict, cost: float, exact: bool) -> d
 
 
 def _after_segment(plan: Plan, guard: Guard, describe: dict, spent: float, act: Callable[..., Guard],
-                   policy: str | None, checkpoint_step: int | None) -> Guard:
-    """A job ended without finishing the run: the next segment, or the reason the run ends here. `policy`: the
-    spot policy's decision at this boundary (`policy_next`)."""
+                   decision: Decision | None, checkpoint_step: int | None) -> Guard:
+    """A job ended without finishing the run: the next segment, or the reason the run ends here. `decision`: the
+    spot policy's at this job's end (None without a policy)."""
     status, secondary = describe.get("TrainingJobStatus"), describe.get("SecondaryStatus")
     stop_requested = bool(guard.stop_requested or guard.switch_requested)
-    no_capacity = secondary == "MaxWaitTimeExceeded" or str(describe.get("FailureReason", "")).startswith(
-        "MaxWaitTimeExceeded")
+    no_capacity = _no_capacity(describe)
     name = guard.job_name
     if no_capacity and not stop_requested:
-        spot = next_capacity(plan, guard, no_spot_capacity=True, policy=policy)
+        spot = next_capacity(plan, guard, no_spot_capacity=True, decision=decision)
         if spot is None:
             return act(GuardAction.FAILED, message=f"{name}: no spot capacity within MaxWait and on-demand "
                                                    "fallback is off (compute.on_demand_fallback)")
-        return _next_segment(plan, guard, spent, spot, act, GuardAction.FALLBACK, checkpoint_step)
+        return _next_segment(plan, guard, spent, spot, act, GuardAction.SEGMENT if spot else GuardAction.FALLBACK,
+                             checkpoint_step)
     if status == "Failed":
         return act(GuardAction.FAILED, message=f"{name}: {describe.get('FailureReason') or 'training job failed'}")
     if status == "Stopped" and not stop_requested and secondary not in ("MaxRuntimeExceeded",
@@ -273,46 +349,63 @@ def _after_segment(plan: Plan, guard: Guard, describe: dict, spent: float, act: 
                                                f"{plan.max_runtime_cap_seconds / 3600:,.1f} h (the longest a "
                                                "job of this run may run) without finishing: the estimate was far "
                                                "off; the newest checkpoint stands (checkpoint.resume_from)")
-    spot = next_capacity(plan, guard, no_spot_capacity=False, policy=policy)
-    return _next_segment(plan, guard, spent, bool(spot), act, GuardAction.SEGMENT, checkpoint_step)
+    spot = next_capacity(plan, guard, no_spot_capacity=False, decision=decision)
+    if spot is None:
+        return act(GuardAction.FAILED, message=f"{name}: the run may not continue on-demand "
+                                               "(compute.on_demand_fallback) and its spot policy ends it")
+    return _next_segment(plan, guard, spent, spot, act, GuardAction.SEGMENT, checkpoint_step)
 
 
-def shortest_segment(plan: Plan, checkpoint_step: int | None) -> float:
-    """The shortest segment worth starting: the planned minimum, or less when the newest committed checkpoint
-    says the rest of the run is shorter (its steps at the planned pace, +25%, after a restart and before a save)."""
-    if checkpoint_step is None:
-        return plan.min_segment_seconds
-    rest = max(0, plan.planned_steps - checkpoint_step) * plan.seconds_per_step * 1.25
-    finish = plan.segment_overhead_seconds + rest + plan.checkpoint_upload_seconds + SEGMENT_END_MARGIN_S
-    return min(plan.min_segment_seconds, finish)
+def chain_costs(plan: Plan) -> ChainCosts:
+    """The plan's figures for the chain of the segments still to come (spotrun/pipeline/segments.py)."""
+    return ChainCosts(usd_per_s=usd_per_second(plan), spot_fraction=plan.spot_fraction,
+                      startup_s=plan.segment_overhead_seconds, restart_s=plan.segment_overhead_seconds,
+                      save_s=plan.checkpoint_upload_seconds, longest_s=plan.max_runtime_cap_seconds,
+                      step_s=plan.seconds_per_step, warm_pool_s=plan.warm_pool_seconds)
+
+
+def work_left(plan: Plan, checkpoint_step: int | None) -> float:
+    """Training seconds still to do from the newest committed checkpoint (all of it without one), at the planned
+    pace without further interruptions: the guard stops a run only when even an uninterrupted finish cannot fit
+    (the interruptions so far are in the bills already). At least a step (or a second): the job ended without
+    completing."""
+    steps = max(1, plan.planned_steps - (checkpoint_step or 0))
+    interruptions = float((plan.estimate or {}).get("expected_overhead_seconds") or 0.0) / max(1, plan.planned_steps)
+    return max(1.0, steps * max(plan.seconds_per_step - interruptions, 0.0))
 
 
 def _next_segment(plan: Plan, guard: Guard, spent: float, spot: bool, act: Callable[..., Guard],
                   action: GuardAction, checkpoint_step: int | None) -> Guard:
+    """The next segment when the chain from the newest checkpoint still finishes under the cap at the expected
+    bill (its MaxRuntime: what the cap leaves at on-demand rates); otherwise the run ends at the cap, saying why."""
     rate = usd_per_second(plan)
     warm = 0 if spot else plan.warm_pool_seconds
     max_rt = next_max_runtime(cap_usd=plan.max_usd, spent_usd=spent, usd_per_s=rate,
                               longest_s=plan.max_runtime_cap_seconds, warm_pool_s=warm)
     segment = int(guard.segment) + 1
-    if max_rt < shortest_segment(plan, checkpoint_step):
-        left = max(0.0, plan.max_usd - spent)
+    costs, left = chain_costs(plan), work_left(plan, checkpoint_step)
+    chain = plan_chain(cap_usd=plan.max_usd, spent_usd=spent, work_s=left, costs=costs, first=False, spot=spot)
+    if not chain.fits or segment > MAX_SEGMENTS:
+        why = chain_refusal(chain, plan.max_usd, smallest_cap(spent_usd=spent, work_s=left, costs=costs,
+                                                              first=False, spot=spot), costs) if not chain.fits \
+            else f"the run would need more than {MAX_SEGMENTS} jobs (segments)"
         return act(GuardAction.OVER_BUDGET, message=(
             f"stopped at the cost cap: ${spent:,.2f} billed (exact, {segment - 1} job(s)) of budget "
-            f"${plan.max_usd:,.2f}; the ${left:,.2f} left allows {max(0, max_rt):,} s at the on-demand rate of "
-            f"${plan.usd_per_hour:,.2f}/h (the bound while a job runs), less than the shortest sensible "
-            f"segment ({shortest_segment(plan, checkpoint_step):,.0f} s). The newest checkpoint is under "
+            f"${plan.max_usd:,.2f}, ${max(0.0, plan.max_usd - spent):,.2f} left, {left:,.0f} s of training to go "
+            f"from step {checkpoint_step or 0} of {plan.planned_steps}: {why}. The newest checkpoint is under "
             f"{plan.checkpoint_s3_uri}: continue with checkpoint.resume_from={plan.execution} and a larger "
             "budget.max_usd"))
-    if segment > MAX_SEGMENTS:
-        return act(GuardAction.FAILED, message=f"the run needed more than {MAX_SEGMENTS} jobs (segments): each "
-                                               "restart costs more than it trains; raise budget.max_usd")
     hyper = {**plan.hyperparameters, Hyperparameter.SEGMENT_SECONDS.value: str(segment_seconds(
         max_rt, startup_s=plan.segment_overhead_seconds, save_s=plan.checkpoint_upload_seconds))}
-    return act(action, job_name=segment_job_name(plan.job_name, segment, spot), spot=spot, segment=segment,
-               spent_before_usd=round(spent, 6), interruptions_before=int(guard.interruptions),
-               stop_requested=False, switch_requested=False, max_runtime_seconds=max_rt,
-               max_wait_seconds=max_rt + plan.max_wait_extra_seconds if spot else max_rt,
-               hyperparameters=hyper, wait_seconds=plan.poll_seconds)
+    fresh = must_continue(int(guard.history_events))  # the next segment in a fresh execution's history
+    return act(GuardAction.CONTINUE if fresh else action, job_name=segment_job_name(plan.job_name, segment, spot),
+               spot=spot, segment=segment, spent_before_usd=round(spent, 6),
+               interruptions_before=int(guard.interruptions), stop_requested=False, switch_requested=False,
+               switch_to_spot=False, policy_status=JobStatus.NONE.value, policy_recheck_at=None,
+               max_runtime_seconds=max_rt, max_wait_seconds=max_rt + plan.max_wait_extra_seconds if spot else max_rt,
+               hyperparameters=hyper, wait_seconds=plan.poll_seconds,
+               history_events=int(guard.history_events) + (0 if fresh else EVENTS_PER_CREATE),
+               next_execution=continuation_name(plan.execution, segment) if fresh else "")
 
 
 def _report(plan: Plan, guard: Guard, describe: dict, spent: float) -> dict:

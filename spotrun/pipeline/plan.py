@@ -31,6 +31,7 @@ from ..contract.spec import RunSpec, RunValidationError, parse_run
 from ..planner.estimate import estimate, load_catalog, regional_catalog, startup_seconds
 from ..planner.measured import shape_key
 from ..planner.sources import read_sources, with_split
+from ..policy.decision import starts_on_spot
 from ..seams import (
     CANCEL_STATUSES,
     EXECUTION_TAG,
@@ -41,6 +42,7 @@ from ..seams import (
     PipelineSettings,
     Plan,
     PlanStatus,
+    PreparationSettings,
     StopNotice,
 )
 from .gate import gate_of
@@ -55,7 +57,7 @@ from .preflight import (
     check_stage_limits,
     run_record,
 )
-from .preparation import PreparationSettings, plan_step
+from .preparation import plan_step
 from .segments import SEGMENT_SUFFIX_MAX, segment_job_name
 from .validate import Target, check_target, pipeline_hyperparameters, validation_uri
 
@@ -86,15 +88,19 @@ def first_job_of(detail: dict, job_prefix: str, execution_input: str | None) -> 
     return job_name(job_prefix, run_name, detail["name"])
 
 
-def cancel(detail: dict, sagemaker: Any, *, job_prefix: str, execution_input: str | None) -> list[str]:
+def cancel(detail: dict, sagemaker: Any, *, job_prefix: str, execution_input: str | None,
+           continued: dict | None = None) -> list[str]:
     """Stop the running jobs of an execution that ended early (spotrun/handlers/cancel.py); returns their names.
 
     Which jobs: every segment's name starts with the execution's first job name; of the jobs in progress with that
     name, the ones whose `execution` tag is this execution's (StopTrainingJob: SIGTERM, the trainer saves its
-    checkpoint on the way out). A duplicate event finds them stopping and does nothing."""
+    checkpoint on the way out). A duplicate event finds them stopping and does nothing. `continued`: for an
+    execution that continues a run (spotrun/pipeline/continuation.py `continued_run`, proven), the run's first job name
+    and `execution` tag, which its jobs keep."""
     if detail.get("status") not in CANCEL_STATUSES:
         return []
-    first = first_job_of(detail, job_prefix, execution_input)
+    first = continued["first_job"] if continued else first_job_of(detail, job_prefix, execution_input)
+    owner = continued["tag"] if continued else detail["name"]
     if first is None:
         return []
     stopped = []
@@ -104,7 +110,7 @@ def cancel(detail: dict, sagemaker: Any, *, job_prefix: str, execution_input: st
             if not job["TrainingJobName"].startswith(first):
                 continue
             tags = {t["Key"]: t["Value"] for t in sagemaker.list_tags(ResourceArn=job["TrainingJobArn"])["Tags"]}
-            if tags.get(EXECUTION_TAG) != detail["name"]:
+            if tags.get(EXECUTION_TAG) != owner:
                 continue  # a job of an earlier execution that had the same name
             sagemaker.stop_training_job(TrainingJobName=job["TrainingJobName"])
             stopped.append(job["TrainingJobName"])
@@ -153,6 +159,19 @@ def deployment_catalog(catalog: dict, settings: PipelineSettings, run: RunSpec) 
     return regional
 
 
+def training_minimum(run: RunSpec, catalog: dict, s3_client: Any) -> Callable[[int], float]:
+    """tokens -> the smallest cap whose training chain finishes on that many tokens (spotrun/pipeline/segments.py
+    `smallest_cap`, the planner's own figure): what a preparation job must leave of the cap. The planner refuses a
+    model it cannot plan here too, before the preparation bills anything."""
+    def minimum(tokens: int) -> float:
+        probe = dataclasses.replace(run, max_usd=math.inf, data=dataclasses.replace(run.data, tokens=tokens))
+        sources = read_sources(probe, s3_client=s3_client)
+        est = estimate(probe, catalog=catalog, model_config=sources.model_config, data_tokens=tokens)
+        return float(est.segments["min_cap_usd"])
+
+    return minimum
+
+
 def plan(run_raw: Any, execution: str, settings: PipelineSettings, *, s3_client: Any = None,
          rates: dict[str, float] | None = None, catalog: dict | None = None, quotas_client: Any = None,
          started: str = "", mfu_lookup: Callable[[str, str], dict[str, tuple[float, int]]] | None = None,
@@ -181,7 +200,8 @@ def plan(run_raw: Any, execution: str, settings: PipelineSettings, *, s3_client:
         cap, done = run.max_usd, None
         if preparation is not None:  # raw text under datasets/: prepared first (spotrun/pipeline/preparation.py)
             run, done, instead = plan_step(run, s3_client, pipeline=settings, settings=preparation, catalog=catalog,
-                                           execution=execution, prepared=prepared)
+                                           execution=execution, prepared=prepared,
+                                           training_minimum=training_minimum(run, catalog, s3_client))
             if instead is not None:
                 if instead["status"] == PlanStatus.PREPARE.value:
                     check_before_preparing(run, quotas_client, execution_status)
@@ -197,7 +217,8 @@ def plan(run_raw: Any, execution: str, settings: PipelineSettings, *, s3_client:
         hyper = pipeline_hyperparameters(run, est)
         from ..policy.choose import spot_policy  # the chosen spot policy and its odds (stdlib only)
 
-        est.spot_policy = spot_policy(run, est, catalog)
+        est.spot_policy = spot_policy(run, est, catalog, poll_s=settings.poll_seconds,
+                                      max_poll_s=max(settings.poll_seconds, settings.max_poll_seconds))
     except Refusal as exc:  # the contract, the stage's rules, the sources or the planner
         return exc.result(CONTRACT_KEYS)
 
@@ -246,7 +267,9 @@ def _ok_plan(run: RunSpec, est: Any, hyper: dict, execution: str, started: str, 
     result = Plan(
         status=PlanStatus.OK, run_name=run.name, execution=execution, execution_started=started,
         job_name=name, fallback_job_name=segment_job_name(name, 2, spot=False), method=run.training.method,
-        spot=run.compute.spot, on_demand_fallback=run.compute.on_demand_fallback,
+        # the first job's market: the chosen policy's first decision (spotrun/policy/decision.py)
+        spot=run.compute.spot and (not est.spot_policy or starts_on_spot(est.spot_policy)),
+        on_demand_fallback=run.compute.on_demand_fallback,
         instance_type=est.instance_type, instance_count=est.instance_count,
         resource_config_spot=resource_config(est.instance_type, est.instance_count, volume_gb, settings, catalog),
         resource_config_on_demand=resource_config(est.instance_type, est.instance_count, volume_gb, settings,
@@ -264,10 +287,12 @@ def _ok_plan(run: RunSpec, est: Any, hyper: dict, execution: str, started: str, 
         max_runtime_cap_seconds=int(est.segments["longest_seconds"]),
         max_wait_extra_seconds=est.max_wait_seconds - est.max_runtime_seconds,
         min_segment_seconds=int(est.segments["min_segment_seconds"]),
+        spot_fraction=float(est.segments["spot_fraction"]),
         segment_overhead_seconds=float(est.segments["overhead_seconds"]),
         warm_pool_seconds=keep_alive,
         planned_steps=steps,
-        seconds_per_step=round((est.wall_seconds + est.expected_overhead_seconds - startup) / steps, 3),
+        # six significant digits: a tiny model's step is well under a millisecond
+        seconds_per_step=float(f"{(est.wall_seconds + est.expected_overhead_seconds - startup) / steps:.6g}"),
         region=settings.region,
         usd_per_hour=catalog["instances"][est.instance_type]["on_demand_usd_per_hour"] * est.instance_count,
         price_source=f"on-demand list price in {settings.region} (spotrun catalog as of {as_of})",

@@ -14,8 +14,8 @@ is prepared before the estimate's final plan (the estimate needs the token count
   the job of an execution that ended early (the canceller).
 
 The estimate (spotrun/pipeline/plan.py `plan`) calls `plan_step`; the trainer's entry point (`python -m
-spotrun_trainer prepare --sagemaker-processing`, spotrun_trainer/processing.py) reads the paths named here.
-Stdlib only (the Lambda runtime and the image).
+spotrun_trainer prepare --sagemaker-processing`, spotrun_trainer/processing.py) reads the paths named in
+spotrun/seams.py. Stdlib only (the Lambda runtime and the image).
 """
 
 from __future__ import annotations
@@ -27,21 +27,26 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ..cli.datasets import MARKER, WEIGHT_SUFFIXES  # the marker `spotrun prepare` writes last; what is not a tokenizer
-from ..seams import DatasetIndex
+from ..seams import (
+    PREPARE_MARKER,
+    PREPARED_PREFIX,
+    PROCESSING_DATA_INPUT,
+    PROCESSING_OUTPUT,
+    PROCESSING_TOKENIZER_INPUT,
+    RAW_SUFFIXES,
+    WEIGHT_SUFFIXES,
+    DatasetIndex,
+    Preparation,
+    PreparationSettings,
+)
 
-PREPARED_PREFIX = "datasets/_prepared/"  # not a dataset name (those start with a letter or digit)
-PARTS_DIR = "parts"
 KEY_VERSION = 1  # bump when the parts' layout or the tokenizing changes meaning
-# SageMaker Processing's container paths: inputs under /opt/ml/processing/input/<name>, the output directory.
-PROCESSING_DATA_INPUT = "data"
-PROCESSING_TOKENIZER_INPUT = "tokenizer"
-PROCESSING_OUTPUT = "output"
+# SageMaker Processing's container root (the input and output names: seams).
 PROCESSING_ROOT = "/opt/ml/processing"
-# The raw formats the trainer's prepare reads (spotrun_trainer.data imports this one definition).
-RAW_SUFFIXES = (".txt", ".jsonl", ".jsonl.gz", ".parquet")
-DEFAULT_SHARD_BYTES = 256 * 1024 * 1024
 MIN_RUNTIME_S = 600  # a preparation job the cap cannot carry for 10 minutes is refused
+# At most this many raw bytes per token: English text is about 4 bytes per BPE token; 4x that leaves room for JSON
+# keys, markup and other scripts. Used only for a lower bound on the training the cap must still carry.
+RAW_BYTES_PER_TOKEN_MAX = 16
 STOP_BILL_S = 120  # what a stop at MaxRuntime still bills (as for training jobs)
 MAX_TOKENIZER_FILES = 200
 VOLUME_PER_RAW_BYTE = 3.0  # the raw share + its shards and masks (<= 2 bytes of token ids and 1 of mask per token)
@@ -49,7 +54,6 @@ MAX_VOLUME_GB = 16384  # CreateProcessingJob's VolumeSizeInGB
 # The poll loop (Wait, DescribePreparationJob, Choice: 9 history events) runs at most this many times over the
 # job's MaxRuntime: 2,700 events of the execution's 25,000 (Step Functions quotas), the rest left to training.
 MAX_PREPARATION_POLLS = 300
-FINISH_PREPARED, FINISH_FAILED = "prepared", "failed"  # the finish step's status (the state machine branches on it)
 
 
 class PreparationRefused(ValueError):
@@ -59,55 +63,6 @@ class PreparationRefused(ValueError):
     def __init__(self, field: str, message: str, *, over_budget: bool = False):
         super().__init__(message)
         self.field, self.over_budget = field, over_budget
-
-
-@dataclass(frozen=True)
-class PreparationSettings:
-    """The stage's preparation instances (stacks/config.py); priced from the catalog's processing rates."""
-
-    instance_type: str = "ml.m5.xlarge"
-    instance_count: int = 2
-    max_runtime_seconds: int = 24 * 3600
-    volume_gb: int = 100
-    shard_bytes: int = DEFAULT_SHARD_BYTES
-
-    ENV = {"instance_type": "PREPARE_INSTANCE_TYPE", "instance_count": "PREPARE_INSTANCE_COUNT",
-           "max_runtime_seconds": "PREPARE_MAX_RUNTIME_SECONDS"}
-
-    def to_env(self) -> dict[str, str]:
-        return {name: str(getattr(self, attr)) for attr, name in self.ENV.items()}
-
-    @classmethod
-    def from_env(cls, env: dict[str, str]) -> PreparationSettings:
-        default = cls()
-        return cls(instance_type=env.get(cls.ENV["instance_type"], default.instance_type),
-                   instance_count=int(env.get(cls.ENV["instance_count"], default.instance_count)),
-                   max_runtime_seconds=int(env.get(cls.ENV["max_runtime_seconds"], default.max_runtime_seconds)))
-
-
-@dataclass(frozen=True)
-class Preparation:
-    """What the state machine's CreateProcessingJob takes from the estimate (status Prepare: `$.plan.preparation`),
-    and what the finish step reads back."""
-
-    job_name: str
-    key: str
-    raw_source: str
-    output_uri: str
-    bucket: str
-    prefix: str  # datasets/_prepared/<key>/
-    instance_type: str
-    instance_count: int
-    usd_per_hour: float  # all instances, the catalog's processing rate
-    max_runtime_seconds: int
-    processing_resources: dict
-    processing_inputs: list
-    processing_outputs: list
-    entrypoint: list
-    stopping_condition: dict
-    tags: list
-    poll_seconds: int
-    files: int
 
 
 @dataclass(frozen=True)
@@ -184,15 +139,26 @@ def processing_rate(catalog: dict, region: str, instance_type: str) -> float:
     return float(rate)
 
 
-def max_runtime(settings: PreparationSettings, cap_usd: float, usd_per_hour: float) -> int:
-    """The job's MaxRuntime: the stage's limit, and never more than the cap buys at the processing rate (less what
-    a stop bills): the job alone cannot bill past the cap, with every Lambda dead."""
-    allowed = int(cap_usd / (usd_per_hour / 3600) - STOP_BILL_S)
+def max_runtime(settings: PreparationSettings, cap_usd: float, usd_per_hour: float,
+                training_minimum_usd: float = 0.0) -> int:
+    """The job's MaxRuntime: the stage's limit, and never more than the cap buys at the processing rate after the
+    training's minimum (less what a stop bills): the job alone cannot bill into what the training needs, with
+    every Lambda dead."""
+    allowed = int((cap_usd - training_minimum_usd) / (usd_per_hour / 3600) - STOP_BILL_S)
     if allowed < MIN_RUNTIME_S:
+        shortest = (MIN_RUNTIME_S + STOP_BILL_S) * usd_per_hour / 3600
+        after = f" after the training's minimum of ${training_minimum_usd:,.2f}" if training_minimum_usd else ""
         raise PreparationRefused("budget.max_usd", f"budget.max_usd={cap_usd} buys {max(allowed, 0)} s of "
-                                 f"preparation at ${usd_per_hour:.3f}/h: expected a cap that covers at least "
-                                 f"{MIN_RUNTIME_S} s of it, then the training", over_budget=True)
+                                 f"preparation at ${usd_per_hour:.3f}/h{after}: expected a cap that covers at least "
+                                 f"{MIN_RUNTIME_S} s of it (${shortest:,.2f}) and the training: at least "
+                                 f"${training_minimum_usd + shortest:,.2f} in all", over_budget=True)
     return min(settings.max_runtime_seconds, allowed)
+
+
+def fewest_tokens(raw_bytes: int) -> int:
+    """A lower bound on the tokens raw files of this many bytes make, for the training's minimum before preparing:
+    RAW_BYTES_PER_TOKEN_MAX bytes per token (compressed .gz and .parquet make more tokens per byte, not fewer)."""
+    return max(1, raw_bytes // RAW_BYTES_PER_TOKEN_MAX)
 
 
 def preparation_poll_seconds(runtime_s: int, stage_poll_seconds: int, stage_max_poll_seconds: int) -> int:
@@ -212,7 +178,7 @@ def is_complete(s3: Any, bucket: str, prefix: str, key: str) -> dict | None:
     from botocore.exceptions import ClientError
 
     try:
-        marker = json.loads(s3.get_object(Bucket=bucket, Key=prefix + MARKER)["Body"].read())
+        marker = json.loads(s3.get_object(Bucket=bucket, Key=prefix + PREPARE_MARKER)["Body"].read())
     except ClientError as exc:
         if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
             return None
@@ -279,10 +245,13 @@ def _has_index(s3: Any, uri: str) -> bool:
 
 def resolve(run: Any, s3: Any, *, bucket: str, settings: PreparationSettings, catalog: dict, region: str,
             execution: str, job_prefix: str, volume_kms_key_arn: str, tags: list, poll_seconds: int,
-            max_poll_seconds: int, prepared: dict | None = None) -> Prepared | Preparation | None:
+            max_poll_seconds: int, prepared: dict | None = None,
+            training_minimum: Any = None) -> Prepared | Preparation | None:
     """For a run whose data.source is raw text in the stage's bucket: the complete prepared output to train on
     (Prepared; reused, or just made by this execution's job, `prepared`), or the job to make it (Preparation).
-    None when there is nothing to prepare (prepared shards, data.tokens given, no S3 client)."""
+    None when there is nothing to prepare (prepared shards, data.tokens given, no S3 client).
+    `training_minimum(tokens)`: the smallest cap whose training chain finishes on that many tokens; the job's
+    MaxRuntime leaves it for the training (at the fewest tokens the raw bytes can make)."""
     source = run.data.source
     if s3 is None or run.data.tokens is not None or not source or not source.startswith(f"s3://{bucket}/"):
         return None
@@ -322,34 +291,28 @@ def resolve(run: Any, s3: Any, *, bucket: str, settings: PreparationSettings, ca
                                  "(no marker with its key): the raw objects or the tokenizer changed meanwhile?")
     rate = processing_rate(catalog, region, settings.instance_type)
     count = max(1, min(settings.instance_count, len(raw)))
-    runtime_s = max_runtime(settings, run.max_usd, rate * count)
+    raw_bytes = sum(o["size"] for o in raw)
+    minimum = training_minimum(fewest_tokens(raw_bytes)) if training_minimum is not None else 0.0
+    runtime_s = max_runtime(settings, run.max_usd, rate * count, minimum)
     manifest_key = f"checkpoints/{run.name}/{execution}/preparation/tokenizer.manifest"
     s3.put_object(Bucket=bucket, Key=manifest_key, Body=tokenizer_manifest(model, tokenizer))
     return processing_request(
         key=key, raw_uri=source, tokenizer_manifest_uri=f"s3://{bucket}/{manifest_key}", bucket=bucket,
-        files=len(raw), raw_bytes=sum(o["size"] for o in raw), settings=settings, usd_per_hour=rate,
+        files=len(raw), raw_bytes=raw_bytes, settings=settings, usd_per_hour=rate,
         runtime_s=runtime_s, name=job_name(job_prefix, key, execution), volume_kms_key_arn=volume_kms_key_arn,
         tags=tags, text_field="text", validation_fraction=fraction,
         poll_seconds=preparation_poll_seconds(runtime_s, poll_seconds, max_poll_seconds))
 
 
-PREPARATION_FIELDS = frozenset(f.name for f in dataclasses.fields(Preparation))
 PREPARED_FIELDS = frozenset(f.name for f in dataclasses.fields(Prepared))
 
 
-def preparation_path(field: str, *sub: str) -> str:
-    """`$.plan.preparation.<field>` (the estimate's Prepare output) for the state machine; refuses unknown fields."""
-    if field not in PREPARATION_FIELDS:
-        raise ValueError(f"preparation field {field!r} is unknown: expected one of "
-                         f"{', '.join(sorted(PREPARATION_FIELDS))}")
-    return ".".join(("$.plan.preparation", field, *sub))
-
-
 def plan_step(run: Any, s3: Any, *, pipeline: Any, settings: PreparationSettings, catalog: dict, execution: str,
-              prepared: dict | None) -> tuple[Any, Prepared | None, dict | None]:
+              prepared: dict | None, training_minimum: Any = None) -> tuple[Any, Prepared | None, dict | None]:
     """The estimate's preparation step: (the run to plan, its Prepared or None, or the estimate's whole output
     instead of a plan: status Prepare with the job, or a refusal). The run to plan trains on the prepared shards
-    with the cap less what the preparation cost (the cap itself stays the plan's `max_usd`)."""
+    with the cap less what the preparation cost (the cap itself stays the plan's `max_usd`); the job's MaxRuntime
+    leaves `training_minimum(tokens)` of the cap for the training (`resolve`)."""
     from ..seams import EXECUTION_TAG, PlanStatus
 
     tags = {"project": pipeline.project, "stage": pipeline.stage, "cost-center": pipeline.cost_center, **run.tags,
@@ -359,7 +322,8 @@ def plan_step(run: Any, s3: Any, *, pipeline: Any, settings: PreparationSettings
                           region=pipeline.region, execution=execution, job_prefix=pipeline.job_prefix,
                           volume_kms_key_arn=pipeline.volume_kms_key_arn, poll_seconds=pipeline.poll_seconds,
                           max_poll_seconds=pipeline.max_poll_seconds,
-                          tags=[{"Key": k, "Value": v} for k, v in sorted(tags.items())], prepared=prepared)
+                          tags=[{"Key": k, "Value": v} for k, v in sorted(tags.items())], prepared=prepared,
+                          training_minimum=training_minimum)
     except PreparationRefused as exc:
         status = PlanStatus.OVER_BUDGET if exc.over_budget else PlanStatus.INVALID_RUN
         return run, None, {"status": status.value, "message": str(exc), "field": exc.field}

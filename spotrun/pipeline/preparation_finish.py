@@ -15,8 +15,8 @@ import hashlib
 import json
 from typing import Any
 
-from ..seams import DatasetIndex
-from .preparation import FINISH_FAILED, FINISH_PREPARED, MARKER, PARTS_DIR, Preparation, Prepared, list_objects
+from ..seams import FINISH_FAILED, FINISH_PREPARED, PARTS_DIR, PREPARE_MARKER, DatasetIndex, Preparation
+from .preparation import Prepared, list_objects
 
 
 def merge_parts(parts: dict[str, dict], held_out_parts: dict[str, dict] | None = None) -> tuple[dict, dict | None]:
@@ -109,7 +109,7 @@ def finish(s3: Any, sagemaker: Any, preparation: dict) -> dict:
                       Body=json.dumps(validation, indent=1).encode())
     s3.put_object(Bucket=prep.bucket, Key=f"{prep.prefix}index.json", Body=json.dumps(merged, indent=1).encode())
     done = dataclasses.replace(done, tokens=merged[DatasetIndex.TOTAL_TOKENS])
-    s3.put_object(Bucket=prep.bucket, Key=prep.prefix + MARKER, Body=json.dumps({  # last: complete from here on
+    s3.put_object(Bucket=prep.bucket, Key=prep.prefix + PREPARE_MARKER, Body=json.dumps({  # last: complete from here on
         "key": prep.key, "raw_source": prep.raw_source, "total_tokens": merged["total_tokens"],
         "parts": merged["parts"], "job_name": prep.job_name, "cost_usd": cost, "seconds": seconds}).encode())
     return {"status": FINISH_PREPARED, "prepared": dataclasses.asdict(done), "message": ""}

@@ -14,11 +14,15 @@ The bound SageMaker enforces. For every job,
 so a job that runs until SageMaker stops it (MaxRuntime: SIGTERM, then up to 120 s) bills at most what the cap
 has left, even when every Lambda is down. The cost guard's own stop is a second line, not the one the cap rests on.
 
-Segment overhead: every new job provisions instances, pulls the image, downloads data, loads the model and
-restores the checkpoint, and saves one at its end (`segment_overhead_seconds`). The planner simulates the chain
-greedily (each segment as long as the room allows, the expected spot bill deducted) to count segments, put their
-overhead into the estimate, and refuse a cap that cannot carry the run; the guard applies the same rule to the
-real bills (`next_max_runtime`).
+Segment overhead: every new job pulls the image, downloads data, loads the model and restores the checkpoint
+(`segment_overhead_seconds`: the catalog's startup plus the trainer's restart measured by benchmarks/restart_cost.py
+and the reads at the planned S3 rate), and saves one at its end. `plan_chain` simulates the chain greedily: each
+segment as long as the room allows, billed at the expected spot bill (the billed share of on-demand), the last one
+sized by the work it has left. The planner runs it from the start to count segments, put their restarts into the
+estimate and refuse a cap no chain fits (with the smallest cap that fits, `smallest_cap`); the guard runs it from
+the newest checkpoint with the exact bills at every segment boundary and starts the next segment only when the
+chain from there still finishes (spotrun/pipeline/guard.py). A chain is greedy because only the restarts cost: what a
+segment's MaxRuntime reserves and does not bill is room for the next one. See docs/cap-and-segments.md.
 """
 
 from __future__ import annotations
@@ -30,9 +34,8 @@ from ..planner.catalog import usd
 from ..seams import StopNotice
 
 STOP_BILL_S = StopNotice.NOTICE_S  # a stop (StopTrainingJob, MaxRuntime) bills until the container exits
-MAX_SEGMENTS = 40  # a chain longer than this spends more on restarts than it is worth: refused
+MAX_SEGMENTS = 99  # a longer chain spends more on restarts than it is worth: refused (`-99od`: 5 characters)
 SEGMENT_END_MARGIN_S = 60  # the trainer ends its segment this long before the save must start (a slow step)
-MIN_TRAINING_S = 600  # the shortest sensible segment trains at least this long (and at least its own overhead)
 
 
 SEGMENT_SUFFIX_MAX = len(f"-{MAX_SEGMENTS}od")  # job names: the first job's name + this, at most
@@ -65,19 +68,110 @@ def segment_seconds(max_runtime_s: int, *, startup_s: float, save_s: float) -> i
 
 
 @dataclass(frozen=True)
+class ChainCosts:
+    """What a chain's segments cost besides their training, from the plan's figures."""
+
+    usd_per_s: float  # on-demand, all instances: the bound while a job runs
+    spot_fraction: float  # the expected bill's share of on-demand (1 - the spot discount; 1 on-demand)
+    startup_s: float  # the first job's start (provisioning, image, data) before it trains
+    restart_s: float  # a later segment's start: the same plus the trainer's restart and the checkpoint restore
+    save_s: float  # the checkpoint save a segment ends with
+    longest_s: int  # no job runs longer (the single job's MaxRuntime)
+    step_s: float = 0.0  # one optimizer step: a segment that cannot train one makes no progress
+    warm_pool_s: float = 0.0  # an on-demand job's keep-alive, billed after it ends
+
+
+@dataclass(frozen=True)
+class Chain:
+    """The expected chain from a point of the run: its segments, the first one's MaxRuntime, its bill."""
+
+    fits: bool
+    segments: int
+    first_max_runtime_seconds: int
+    cost_usd: float  # spent before + the chain's expected bill (inf when it does not fit)
+    reached: float  # the share of the work the chain trains before it stops (1.0 when it fits)
+    room_left_s: int  # the room (s at on-demand) of the segment the chain could not start; 0 when it fits
+    needed_s: int  # what that segment needed: its start, one step or the rest, its save and margin
+
+
+def plan_chain(*, cap_usd: float, spent_usd: float, work_s: float, costs: ChainCosts, first: bool,
+               spot: bool = True) -> Chain:
+    """The greedy chain that trains `work_s` more seconds (its final save included) with the cap less `spent_usd`
+    left: each job's MaxRuntime is the room at on-demand rates (`next_max_runtime`), its trainer saves before it
+    (`segment_seconds`), and it bills its start, training and save at the expected rate. `first`: the chain's
+    first job is the run's first (its start is `startup_s`, later ones `restart_s`)."""
+    share = costs.spot_fraction if spot else 1.0
+    warm = 0.0 if spot else costs.warm_pool_s
+    left, spent, segments, first_rt = work_s, spent_usd, 0, 0
+    while left > 1e-9:
+        max_rt = next_max_runtime(cap_usd=cap_usd, spent_usd=spent, usd_per_s=costs.usd_per_s,
+                                  longest_s=costs.longest_s, warm_pool_s=warm)
+        start = costs.startup_s if first and segments == 0 else costs.restart_s
+        rest = int(math.ceil(start + left + costs.save_s + SEGMENT_END_MARGIN_S))  # finishes the run
+        trains = max_rt - start - costs.save_s - SEGMENT_END_MARGIN_S
+        progress = min(left, max(costs.step_s, 1.0))  # at least a step (or the rest)
+        if segments >= MAX_SEGMENTS or (max_rt < rest and trains < progress):
+            need = min(rest, int(math.ceil(start + progress + costs.save_s + SEGMENT_END_MARGIN_S)))
+            return Chain(False, segments, first_rt, math.inf, round(1 - left / work_s, 4), max(0, max_rt), need)
+        segments += 1
+        first_rt = first_rt or max_rt
+        trained = min(left, trains)
+        left -= trained
+        billed = start + trained + (costs.save_s if left > 1e-9 else 0.0)  # the final save is in the work
+        spent += (billed * share + warm) * costs.usd_per_s
+    return Chain(True, segments, first_rt, spent, 1.0, 0, 0)
+
+
+def smallest_cap(*, spent_usd: float, work_s: float, costs: ChainCosts, first: bool, spot: bool = True) -> float:
+    """The smallest cap (to the cent) whose chain fits: bisection between what is spent and one job's on-demand
+    bound for all the work (a chain fits at the one and not below the other; more room never shortens it)."""
+    one_job = spent_usd + (costs.startup_s + costs.restart_s + work_s + costs.save_s + SEGMENT_END_MARGIN_S
+                           + STOP_BILL_S + costs.warm_pool_s) * costs.usd_per_s
+    if work_s > costs.longest_s:  # SageMaker's 28 days: a chain of the longest jobs
+        one_job += (work_s // costs.longest_s) * (costs.restart_s + costs.save_s) * costs.usd_per_s * 2
+    low, high = spent_usd, max(one_job, spent_usd + 0.01)
+    for _ in range(40):  # a chain that needs more than MAX_SEGMENTS jobs fits no cap: inf
+        if plan_chain(cap_usd=high, spent_usd=spent_usd, work_s=work_s, costs=costs, first=first, spot=spot).fits:
+            break
+        low, high = high, high * 2
+    else:
+        return math.inf
+    low_c, high_c = math.floor(low * 100), math.ceil(high * 100)  # in cents: the cap a user can write
+    while high_c - low_c > 1:
+        mid = (low_c + high_c) // 2
+        fits = plan_chain(cap_usd=mid / 100, spent_usd=spent_usd, work_s=work_s, costs=costs, first=first,
+                          spot=spot).fits
+        low_c, high_c = (low_c, mid) if fits else (mid, high_c)
+    return high_c / 100
+
+
+def chain_refusal(chain: Chain, cap_usd: float, smallest: float, costs: ChainCosts,
+                  basis: str = "the expected (spot) bill") -> str:
+    """Why no chain fits, with the numbers (`basis`: what the chain's bills were taken at)."""
+    return (f"no chain of jobs fits ${cap_usd:,.2f}: while a job runs its bill is bounded at on-demand rates "
+            f"(${costs.usd_per_s * 3600:,.2f}/h), so each job may run only what the cap leaves at those rates, "
+            f"less the {STOP_BILL_S:.0f} s a stop bills; after {chain.segments} job(s) and {chain.reached:.0%} of the "
+            f"training at {basis}, the room left ({chain.room_left_s:,} s) is under the "
+            f"{chain.needed_s:,} s the next job needs (its start, one step or the rest, its save and a "
+            f"{SEGMENT_END_MARGIN_S} s margin); the smallest cap whose chain finishes is ${smallest:,.2f}")
+
+
+@dataclass(frozen=True)
 class SegmentPlan:
-    """The planned chain, from expected figures (the guard recomputes each segment from the real bills)."""
+    """The planned chain, from expected figures (the guard recomputes it from the real bills at each boundary)."""
 
     segments: int
     first_max_runtime_seconds: int
-    longest_seconds: int  # no job runs longer than this (the single-job MaxRuntime)
-    min_segment_seconds: int  # the guard ends the run at the cap when the room falls below this
+    longest_seconds: int  # no job runs longer (the single job's MaxRuntime)
+    min_segment_seconds: int  # the shortest segment that trains: a restart, one step, a save and the margin
     overhead_seconds: float  # one segment restart (provisioning, image, data, model load, restore, final save)
     overhead_fraction: float  # the chain's restarts over the single job's time
     spot_cost_usd: float  # the expected bill with the restarts
     on_demand_bound_usd: float  # the single job's bound at on-demand rates (what one job would need)
     fits: bool
     line: str
+    spot_fraction: float = 1.0  # the expected bill's share of on-demand (the guard's chain uses it)
+    min_cap_usd: float = 0.0  # the smallest cap whose expected chain fits
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -85,45 +179,29 @@ class SegmentPlan:
 
 def plan_segments(*, cap_usd: float, usd_per_s: float, spot_fraction: float, run_seconds: float,
                   startup_s: float, overhead_s: float, save_s: float, longest_s: int,
-                  warm_pool_s: float = 0.0) -> SegmentPlan:
-    """The expected chain: `run_seconds` is the single job's expected time (startup, training, interruptions),
-    `spot_fraction` the billed share of on-demand (1 - discount; 1 on-demand)."""
-    min_segment = int(max(2 * overhead_s, overhead_s + MIN_TRAINING_S) + save_s + SEGMENT_END_MARGIN_S)
-    left = run_seconds - startup_s  # training still to do (with the expected interruptions' cost)
-    spent, segments, first, billed_total = 0.0, 0, 0, 0.0
-    fits = True
-    while left > 0:
-        max_rt = next_max_runtime(cap_usd=cap_usd, spent_usd=spent, usd_per_s=usd_per_s, longest_s=longest_s,
-                                  warm_pool_s=warm_pool_s)
-        start = startup_s if segments == 0 else overhead_s
-        # a segment that carries the rest of the run may be shorter than the shortest sensible one
-        rest = int(math.ceil(start + left + save_s + SEGMENT_END_MARGIN_S))
-        if max_rt < min(min_segment, rest) or segments >= MAX_SEGMENTS:
-            fits = False
-            break
-        segments += 1
-        first = first or max_rt
-        trained = min(left, segment_seconds(max_rt, startup_s=start, save_s=save_s))
-        left -= trained
-        billed = start + trained + (save_s if left > 0 else 0.0)  # the final save is in run_seconds
-        billed_total += billed
-        spent += billed * usd_per_s * spot_fraction + warm_pool_s * usd_per_s
-    single = run_seconds  # the single job's bill, for comparison
-    overhead_fraction = max(0.0, billed_total - single) / single if fits else 0.0
-    spot_cost = spent if fits else float("inf")
-    bound = (run_seconds + STOP_BILL_S + warm_pool_s) * usd_per_s
-    if not fits:
-        need = min(min_segment, rest)
-        line = (f"at on-demand rates (the bound while a job runs) {usd(cap_usd)} allows {segments} segment(s) "
-                f"before the room left ({max(max_rt, 0):,} s after the {STOP_BILL_S:.0f} s a stop bills) falls "
-                f"below the next segment's {need:,} s ({usd((need + STOP_BILL_S + warm_pool_s) * usd_per_s)})")
-    elif segments == 1:
+                  warm_pool_s: float = 0.0, step_s: float = 0.0) -> SegmentPlan:
+    """The expected chain of the whole run: `run_seconds` is the single job's expected time (startup, training,
+    the expected interruptions), `spot_fraction` the billed share of on-demand (1 - discount; 1 on-demand)."""
+    costs = ChainCosts(usd_per_s=usd_per_s, spot_fraction=spot_fraction, startup_s=startup_s, restart_s=overhead_s,
+                       save_s=save_s, longest_s=longest_s, step_s=step_s, warm_pool_s=warm_pool_s)
+    work = run_seconds - startup_s  # training still to do (with the expected interruptions' cost)
+    chain = plan_chain(cap_usd=cap_usd, spent_usd=0.0, work_s=work, costs=costs, first=True)
+    smallest = smallest_cap(spent_usd=0.0, work_s=work, costs=costs, first=True)
+    min_segment = int(math.ceil(overhead_s + max(step_s, 1.0) + save_s + SEGMENT_END_MARGIN_S))
+    billed = chain.cost_usd / usd_per_s / spot_fraction if chain.fits else 0.0  # incl. warm pools: an upper side
+    overhead_fraction = max(0.0, billed - run_seconds) / run_seconds if chain.fits else 0.0
+    first = chain.first_max_runtime_seconds
+    if not chain.fits:
+        line = chain_refusal(chain, cap_usd, smallest, costs)
+    elif chain.segments == 1:
         line = (f"the cap holds on on-demand rates while a job runs: one job, MaxRuntime {first / 3600:,.1f} h "
                 f"({usd(first * usd_per_s)} at on-demand rates)")
     else:
-        line = (f"the cap holds on on-demand rates while a job runs: {segments} segments, the first "
-                f"{first / 3600:,.1f} h, overhead {overhead_fraction:.0%}")
-    return SegmentPlan(segments=segments, first_max_runtime_seconds=first, longest_seconds=longest_s,
+        line = (f"the cap holds on on-demand rates while a job runs: {chain.segments} segments, the first "
+                f"{first / 3600:,.1f} h, overhead {overhead_fraction:.0%}; the smallest cap that finishes is "
+                f"${smallest:,.2f}")
+    return SegmentPlan(segments=chain.segments, first_max_runtime_seconds=first, longest_seconds=longest_s,
                        min_segment_seconds=min_segment, overhead_seconds=overhead_s,
-                       overhead_fraction=round(overhead_fraction, 4), spot_cost_usd=spot_cost,
-                       on_demand_bound_usd=bound, fits=fits, line=line)
+                       overhead_fraction=round(overhead_fraction, 4), spot_cost_usd=chain.cost_usd,
+                       on_demand_bound_usd=(run_seconds + STOP_BILL_S + warm_pool_s) * usd_per_s, fits=chain.fits,
+                       line=line, spot_fraction=spot_fraction, min_cap_usd=smallest)

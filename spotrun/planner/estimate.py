@@ -3,7 +3,8 @@ cost, or a refusal.
 
 This module owns `estimate` (count the work, choose among the options, set the limits, build the Estimate, hold
 the budget) and its refusal; spotrun/planner/options.py fits, times and prices each layout; spotrun/planner/outputs.py
-turns an Estimate into the trainer's hyperparameters and text; spotrun/planner/catalog.py loads the prices.
+defines the Estimate and turns it into the trainer's hyperparameters and text; spotrun/planner/catalog.py loads
+the prices.
 
 Rules, with the choices made here:
 
@@ -45,7 +46,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from ..contract.refusal import Refusal
 from ..contract.spec import MAX_RUNTIME_LIMIT_S, LoraSpec, RunSpec, RunValidationError
@@ -64,7 +65,7 @@ from .options import (
     segment_plan,
     startup_seconds,
 )
-from .outputs import first_segment_seconds, format_text, trainer_hyperparameters
+from .outputs import Estimate, first_segment_seconds, format_text, trainer_hyperparameters
 from .params import lora_parameters, shape_of
 from .topology import layouts
 
@@ -84,50 +85,6 @@ class EstimateRefused(Refusal):
     def __init__(self, code: str, message: str, estimate: Estimate | None = None, field: str | None = None):
         super().__init__(code, message, field=field, estimate=estimate)
         self.code = self.status
-
-
-@dataclass
-class Estimate:
-    parameters: int
-    trainable_parameters: int
-    tokens: float
-    training_flops: float
-    training_state_bytes: int
-    gpu_hours: float
-    instance_type: str
-    instance_count: int
-    utilization: float
-    wall_seconds: float
-    expected_interruptions: float
-    expected_overhead_seconds: float
-    max_runtime_seconds: int
-    max_wait_seconds: int
-    checkpoint_bytes: int
-    notice_upload_gb_per_s: float
-    upload_gb_per_s_available: float
-    checkpoint_policy: str
-    checkpoint_interval_seconds: int
-    interruptions_per_hour: float
-    cost_usd: dict
-    spot: bool
-    sharding: str = "full"
-    shard_group_nodes: int = 1
-    micro_batch: int = 1
-    grad_accum: int = 1
-    activation_checkpointing: bool = False
-    global_batch_samples: int = 1
-    memory_per_gpu: dict = field(default_factory=dict)
-    seconds_per_micro_batch: dict = field(default_factory=dict)
-    advice: list[str] = field(default_factory=list)
-    spot_policy: dict = field(default_factory=dict)  # spotrun/policy/choose.py: the policy and its odds
-    warnings: list[str] = field(default_factory=list)
-    hyperparameters: dict[str, str] = field(default_factory=dict)
-    utilization_source: str = "catalog default"
-    evaluation_seconds: float = 0.0  # validation forwards over the run, inside wall_seconds (evaluation_seconds())
-    segments: dict = field(default_factory=dict)  # spotrun.pipeline.segments.SegmentPlan: how the cap holds
-
-    def to_json(self) -> dict:
-        return asdict(self)
 
 
 def count_parameters(run: RunSpec, model_config: dict | None) -> tuple[int, int]:

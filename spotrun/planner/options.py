@@ -306,7 +306,9 @@ def segment_plan(run: RunSpec, catalog: dict, best: Option, ckpt_bytes: int, par
     return plan_segments(
         cap_usd=run.max_usd, usd_per_s=usd_per_s, spot_fraction=(1 - discount) if c.spot else 1.0,
         # A run accepted to stop at SageMaker's 28 days plans that much (compute.accept_max_runtime_stop).
-        run_seconds=min(best.wall + best.overhead, longest_s), startup_s=startup_seconds(d),
+        run_seconds=min(best.wall + best.overhead, longest_s),
+        startup_s=startup_seconds(d),
         overhead_s=segment_overhead_seconds(catalog, best.instance_type, best.count, ckpt_bytes, parameters),
         save_s=ckpt_bytes / (best.upload_available * 1e9), longest_s=longest_s,
-        warm_pool_s=0 if c.spot else c.warm_pool_minutes * 60)
+        warm_pool_s=0 if c.spot else c.warm_pool_minutes * 60,
+        step_s=best.fit.grad_accum * step_seconds(best.compute_s, best.comm_s, d["comm_overlap_fraction"]))

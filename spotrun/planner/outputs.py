@@ -1,18 +1,60 @@
-"""What an estimate becomes: the SageMaker hyperparameters the trainer image reads (names from
-spotrun.seams.Hyperparameter, parsed by spotrun_trainer.config) and the text `spotrun estimate` prints.
+"""The estimate the planner returns (`Estimate`; spotrun/planner/estimate.py builds it) and what it becomes: the
+SageMaker hyperparameters the trainer image reads (names from spotrun.seams.Hyperparameter, parsed by
+spotrun_trainer.config) and the text `spotrun estimate` prints.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import asdict, dataclass, field
 
 from ..contract.spec import RunSpec
 from ..pipeline.segments import segment_seconds
 from ..seams import Hyperparameter
 from .catalog import usd
 
-if TYPE_CHECKING:
-    from .estimate import Estimate
+
+@dataclass
+class Estimate:
+    parameters: int
+    trainable_parameters: int
+    tokens: float
+    training_flops: float
+    training_state_bytes: int
+    gpu_hours: float
+    instance_type: str
+    instance_count: int
+    utilization: float
+    wall_seconds: float
+    expected_interruptions: float
+    expected_overhead_seconds: float
+    max_runtime_seconds: int
+    max_wait_seconds: int
+    checkpoint_bytes: int
+    notice_upload_gb_per_s: float
+    upload_gb_per_s_available: float
+    checkpoint_policy: str
+    checkpoint_interval_seconds: int
+    interruptions_per_hour: float
+    cost_usd: dict
+    spot: bool
+    sharding: str = "full"
+    shard_group_nodes: int = 1
+    micro_batch: int = 1
+    grad_accum: int = 1
+    activation_checkpointing: bool = False
+    global_batch_samples: int = 1
+    memory_per_gpu: dict = field(default_factory=dict)
+    seconds_per_micro_batch: dict = field(default_factory=dict)
+    advice: list[str] = field(default_factory=list)
+    spot_policy: dict = field(default_factory=dict)  # spotrun/policy/choose.py: the policy and its odds
+    warnings: list[str] = field(default_factory=list)
+    hyperparameters: dict[str, str] = field(default_factory=dict)
+    utilization_source: str = "catalog default"
+    evaluation_seconds: float = 0.0  # validation forwards over the run, inside wall_seconds (evaluation_seconds())
+    segments: dict = field(default_factory=dict)  # spotrun.pipeline.segments.SegmentPlan: how the cap holds
+
+    def to_json(self) -> dict:
+        return asdict(self)
 
 
 def trainer_hyperparameters(run: RunSpec, est: Estimate) -> dict[str, str]:

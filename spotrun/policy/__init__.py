@@ -1,7 +1,9 @@
 """The spot-policy simulator: replay a plan against capacity traces under each policy, summarize the outcomes.
 
 Modules: traces.py (generated and recorded traces), engine.py (what one job costs and achieves), policies.py (the
-online policies and the guard's decision function), optimum.py (the exact offline optimum by dynamic
+online policies as continuous-time simulations), decision.py (the one decision function the cost guard executes
+and the simulator replays), execution.py (a trace run as the state machine runs it: the guard's polls, what it sees,
+what it can do; the estimate's odds come from here), optimum.py (the exact offline optimum by dynamic
 programming), choose.py (the estimate's choice and its text), report.py (a study: table, JSON, PNG);
 `spotrun simulate` is spotrun/cli/simulate.py. Everything here is stdlib only (matplotlib for the PNG, imported
 where it is drawn): the estimate Lambda's code asset is the `spotrun` package alone and its runtime carries no
@@ -12,7 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .decision import RULES
 from .engine import SimPlan, Tally
+from .execution import execute
 from .policies import POLICIES, cost_usd, describe
 
 
@@ -80,9 +84,17 @@ def simulate(plan: SimPlan, traces: list, policy: str, checkpointing: str | None
     return [fn(plan, trace, ck) for trace in traces]
 
 
+def executed(plan: SimPlan, traces: list, policy: str, checkpointing: str | None = None) -> list[Tally]:
+    """One policy over every trace as the state machine executes it (spotrun/policy/execution.py)."""
+    if policy not in RULES:
+        raise ValueError(f"policy={policy!r} is invalid: expected one of {', '.join(RULES)}")
+    ck = checkpointing or plan.default_checkpointing()
+    return [execute(plan, trace, policy, ck).tally for trace in traces]
+
+
 def compare(plan: SimPlan, traces: list, candidates: list[tuple[str, str]]) -> list[Summary]:
-    """Every (policy, checkpointing) candidate over the same traces."""
-    return [summarize(plan, describe(p, c), p, c, simulate(plan, traces, p, c)) for p, c in candidates]
+    """Every (policy, checkpointing) candidate over the same traces, as the state machine executes it."""
+    return [summarize(plan, describe(p, c), p, c, executed(plan, traces, p, c)) for p, c in candidates]
 
 
-__all__ = ["SimPlan", "Summary", "compare", "simulate", "summarize", "quantile"]
+__all__ = ["SimPlan", "Summary", "compare", "executed", "simulate", "summarize", "quantile"]

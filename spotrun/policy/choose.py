@@ -3,10 +3,11 @@
 `plan_from_estimate` turns the planner's estimate into a SimPlan; `spot_policy(run, est, catalog)` simulates
 every candidate policy over `N_TRACES` generated traces (fixed seed) and chooses the cheapest in the mean among
 those meeting `compute.deadline_hours` on at least `CONFIDENCE` of the traces (without a deadline, the cheapest);
-`policy_text` is its report; `guard_decision` applies the chosen policy at a decision point from the section as the
-plan carries it (its `sim_plan` and `policy`). The traces: the estimate's interruption rate (recorded by the
-interruption recorder, else the catalog's, or checkpoint.interruptions_per_hour), bursts, and droughts
-(`ESTIMATE_TRACES`).
+`policy_text` is its report. Every candidate is simulated as the state machine executes it
+(spotrun/policy/execution.py) and is a rule of spotrun/policy/decision.py, which the cost guard calls with the
+section as the plan carries it (its `sim_plan`, `policy` and `checkpointing`). The traces: the estimate's
+interruption rate (recorded by the interruption recorder, else the catalog's, or checkpoint.interruptions_per_hour),
+bursts, and droughts (`ESTIMATE_TRACES`).
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from __future__ import annotations
 import dataclasses
 
 from . import Summary, compare
+from .decision import DEADLINE_RULES, RULES
 from .engine import INF, SimPlan
-from .policies import DEADLINE_POLICIES, GREEDY, RESERVES, UNIFORM_PROGRESS, decide_next_segment
 from .traces import TraceSpec, generated_traces
 
 N_TRACES = 1000
@@ -32,9 +33,11 @@ ESTIMATE_TRACES = {"burst_p": 0.3, "droughts_per_day": 0.1, "drought_hours": (6.
 
 
 def plan_from_estimate(est, catalog: dict, *, deadline_hours: float | None = None,
-                       spot_discount: float | None = None) -> SimPlan:
+                       spot_discount: float | None = None, poll_s: float = 60.0,
+                       max_poll_s: float = 4 * 3600.0, on_demand_fallback: bool = True) -> SimPlan:
     """The simulator's plan for the estimate's layout. The restore (checkpoint download) is taken at the upload
-    rate; the step is grad_accum micro-batches."""
+    rate; the step is grad_accum micro-batches; `poll_s`, `max_poll_s`: the stage's cost-guard poll bounds
+    (PipelineSettings.poll_seconds, max_poll_seconds); `on_demand_fallback`: the run's compute.on_demand_fallback."""
     from ..planner.estimate import startup_seconds
     from ..planner.topology import step_seconds
 
@@ -61,7 +64,8 @@ def plan_from_estimate(est, catalog: dict, *, deadline_hours: float | None = Non
                    step_s=max(step, 1e-3), notice_ok=est.checkpoint_policy == "save_on_notice",
                    spot_usd_per_h=per_h * (1 - discount), on_demand_usd_per_h=per_h,
                    max_wait_s=max_runtime + wait_allowance, max_runtime_s=max_runtime,
-                   deadline_s=None if deadline_hours is None else deadline_hours * 3600)
+                   deadline_s=None if deadline_hours is None else deadline_hours * 3600, poll_s=poll_s,
+                   max_poll_s=max(poll_s, max_poll_s), on_demand_fallback=on_demand_fallback)
 
 
 def horizon_s(plan: SimPlan) -> float:
@@ -73,17 +77,18 @@ def horizon_s(plan: SimPlan) -> float:
 
 
 def candidates(plan: SimPlan, every_checkpointing: bool = False) -> list[tuple[str, str]]:
-    """(policy, checkpointing) pairs: on-demand, spot and MaxWait fallback with each way of saving; with a
+    """(policy, checkpointing) pairs, each a rule the cost guard executes (spotrun/policy/decision.py):
+    on-demand (when the run may go on-demand), spot with the MaxWait fallback with each way of saving; with a
     deadline, every deadline-aware policy with the plan's own (all of them with `every_checkpointing`)."""
     cks = ("notice", "periodic", "both") if plan.notice_ok else ("periodic",)
     own = plan.default_checkpointing() if every_checkpointing else ("notice" if plan.notice_ok else "periodic")
-    out = [("on_demand", own)]
+    out = [("on_demand", own)] if plan.on_demand_fallback else []
     for ck in cks if every_checkpointing else cks[:2]:
-        out += [("spot", ck), ("maxwait_fallback", ck)]
+        out.append(("maxwait_fallback", ck))
     if plan.deadline_s is not None:
         for ck in cks if every_checkpointing else (own,):
-            out += [(p, ck) for p in DEADLINE_POLICIES]
-    return out
+            out += [(p, ck) for p in DEADLINE_RULES]
+    return [(p, ck) for p, ck in out if p in RULES]  # only what the guard can execute
 
 
 def choose(plan: SimPlan, rows: list[Summary], confidence: float = CONFIDENCE,
@@ -127,10 +132,13 @@ def traces_for_estimate(plan: SimPlan, rate_per_hour: float, n: int = N_TRACES) 
     return max(1, min(n, int(WINDOW_BUDGET / windows_per_trace(plan, rate_per_hour))))
 
 
-def spot_policy(run, est, catalog: dict, *, n: int = N_TRACES, seed: int = SEED) -> dict:
-    """The estimate's policy section (JSON): chosen policy, why, and every candidate's odds."""
+def spot_policy(run, est, catalog: dict, *, n: int = N_TRACES, seed: int = SEED, poll_s: float = 60.0,
+                max_poll_s: float = 4 * 3600.0) -> dict:
+    """The estimate's policy section (JSON): chosen policy, why, and every candidate's odds, as the cost guard
+    polling between `poll_s` and `max_poll_s` executes them."""
     plan = plan_from_estimate(est, catalog, deadline_hours=run.compute.deadline_hours,
-                              spot_discount=run.compute.spot_discount)
+                              spot_discount=run.compute.spot_discount, poll_s=poll_s, max_poll_s=max_poll_s,
+                              on_demand_fallback=run.compute.on_demand_fallback or not run.compute.spot)
     n = traces_for_estimate(plan, est.interruptions_per_hour, n)
     spec = TraceSpec(interruptions_per_hour=est.interruptions_per_hour, horizon_s=horizon_s(plan), **ESTIMATE_TRACES)
     rows = compare(plan, generated_traces(spec, n, seed), candidates(plan))
@@ -150,22 +158,6 @@ def spot_policy(run, est, catalog: dict, *, n: int = N_TRACES, seed: int = SEED)
                              f"{1 / ESTIMATE_TRACES['droughts_per_day']:g} days"),
             "policies": [_rounded(r) for r in rows], "policy": best.policy, "checkpointing": best.checkpointing,
             "sim_plan": dataclasses.asdict(plan)}
-
-
-def guard_decision(section: dict, progress_s: float, now_s: float, *, on_demand_now: bool,
-                   spot_available: bool) -> str:
-    """What the chosen policy does next ("spot", "on_demand" or "wait"), from the estimate's policy section as
-    the plan carries it: the guard's entry to `decide_next_segment`."""
-    plan = SimPlan(**section["sim_plan"])
-    policy, ck = section["policy"], section["checkpointing"]
-    if policy == "on_demand":
-        return "on_demand"
-    if policy in ("spot", "maxwait_fallback") or plan.deadline_s is None:
-        # MaxWait's fallback is the state machine's own (MaxWaitTimeExceeded -> the on-demand job)
-        return "on_demand" if on_demand_now else ("spot" if spot_available else "wait")
-    rule = RESERVES.get(policy) or (GREEDY if policy == "deadline_greedy" else UNIFORM_PROGRESS)
-    return decide_next_segment(progress_s, now_s, plan, on_demand_now=on_demand_now, spot_available=spot_available,
-                               checkpointing=ck, rule=rule)
 
 
 def _rounded(r: Summary) -> dict:

@@ -50,14 +50,23 @@ class SimPlan:
     deadline_s: float | None = None
     od_check_s: float = 3600.0
     """How often a deadline-aware policy on on-demand considers returning to spot (the guard's segment)."""
+    poll_s: float = 60.0
+    """The cost guard's shortest wait between polls (PipelineSettings.poll_seconds)."""
+    max_poll_s: float = 4 * 3600.0
+    """The cost guard's longest wait between polls (PipelineSettings.max_poll_seconds)."""
+    on_demand_fallback: bool = True
+    """The run may go on-demand (compute.on_demand_fallback); without it, a spot job's MaxWait ends the run."""
 
     def __post_init__(self):
-        for name in ("work_s", "interval_s", "step_s", "spot_usd_per_h", "on_demand_usd_per_h", "od_check_s"):
+        for name in ("work_s", "interval_s", "step_s", "spot_usd_per_h", "on_demand_usd_per_h", "od_check_s",
+                     "poll_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name}={getattr(self, name)!r} is invalid: expected a number > 0")
         for name in ("startup_s", "restore_s", "save_s"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"{name}={getattr(self, name)!r} is invalid: expected a number >= 0")
+        if not self.max_poll_s >= self.poll_s:
+            raise ValueError(f"max_poll_s={self.max_poll_s!r} is invalid: expected a number >= poll_s")
         if self.deadline_s is not None and not self.deadline_s > 0:
             raise ValueError(f"deadline_s={self.deadline_s!r} is invalid: expected a number > 0 or None")
 

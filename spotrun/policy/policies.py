@@ -16,7 +16,8 @@
   reserve (5, 10 or 25% of the slack the run starts with, plus what one interruption costs), on-demand below it,
   and back to spot at an on-demand check whenever the slack pays a changeover and the hysteresis.
 - `deadline_greedy`: spot or waiting for it until only the safety net's slack is left, then on-demand to the end.
-  `decide_next_segment` is the same rule as a pure function of (progress, time, plan), for the guard.
+  `decide_next_segment` is the rule at an hourly on-demand check. These continuous-time policies are the
+  reference the executed ones (spotrun/policy/execution.py, the guard's view and cadence) are measured against.
 Checkpointing: "notice", "periodic" or "both" (spotrun/policy/engine.py).
 """
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from spotrun.local.harness import loss_records
+from tests.trainer.hosts import CheckpointPrefix
 
 from .images import docker
 
@@ -21,11 +22,11 @@ STOP_GRACE_S = 120  # StopTrainingJob / a spot notice: SIGTERM, then 120 s
 
 
 def lay_out(root: Path, *, host: str, hosts: list[str], hyperparameters: dict, channels: dict[str, Path],
-            checkpoints_from: list[Path] = ()) -> Path:
+            prefix: CheckpointPrefix | None = None) -> Path:
     """SageMaker's files for one host under `root` (mounted at /opt/ml): input/config/{resourceconfig,
     hyperparameters (every value a string), checkpointconfig}.json, input/data/<channel>/ (copied: a symlink would
-    not resolve inside the container), checkpoints/ (the union of `checkpoints_from`, as SageMaker copies the one
-    S3 prefix to every host at start), model/, output/."""
+    not resolve inside the container), checkpoints/ (the job's checkpoint `prefix`, copied down as SageMaker does
+    at a start, `prefix.upload` after the hosts exit; empty without one), model/, output/."""
     config = root / "input" / "config"
     config.mkdir(parents=True)
     (config / "resourceconfig.json").write_text(json.dumps(
@@ -36,10 +37,12 @@ def lay_out(root: Path, *, host: str, hosts: list[str], hyperparameters: dict, c
     (config / "checkpointconfig.json").write_text(json.dumps({"LocalPath": f"{SM}/checkpoints"}))
     for name, source in channels.items():
         shutil.copytree(source, root / "input" / "data" / name)
-    for sub in ("checkpoints", "model", "output"):
+    for sub in ("model", "output"):
         (root / sub).mkdir()
-    for source in checkpoints_from:
-        shutil.copytree(source, root / "checkpoints", dirs_exist_ok=True)
+    if prefix is None:
+        (root / "checkpoints").mkdir()
+    else:
+        prefix.download(root / "checkpoints")
     return root
 
 

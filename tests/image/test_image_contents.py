@@ -33,7 +33,8 @@ def test_the_image_runs_the_preparation_job_as_sagemaker_processing_starts_it(tr
     import json
     import shutil
 
-    from spotrun.pipeline.preparation import PreparationSettings, processing_request
+    from spotrun.pipeline.preparation import processing_request
+    from spotrun.seams import PreparationSettings
 
     root = tmp_path / "ml"
     (root / "config").mkdir(parents=True)

@@ -2,7 +2,9 @@
 (`algo-1`, `algo-2`) on an internal Docker network. Each is stopped mid-run with `docker stop -t 120`, restarted
 on a fresh `/opt/ml` holding only the checkpoints (for two hosts, the union of both hosts' directories: SageMaker
 copies its one S3 prefix to every host), and must end with per-step losses and exported weights bitwise equal to
-an uninterrupted run of the same image.
+an uninterrupted run of the same image. Each host's checkpoint directory is synced with the job's one prefix
+as SageMaker syncs it (tests/trainer/hosts.py: CheckpointPrefix): only its own writes during a job, its
+deletions applied to the prefix, the whole prefix at the next start.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from safetensors.torch import load_file
 
 from spotrun.local.harness import loss_records
 from tests.trainer.conftest import BASE_HP
+from tests.trainer.hosts import CheckpointPrefix
 
 from .conftest import REPORT
 from .images import docker
@@ -37,29 +40,29 @@ def _scenario(name: str, image: str, tmp_path, assets, hosts: list[str], nproc: 
     channels = {"train": assets["data"], "model": assets["model"]}
     tag = f"{name}-{os.getpid()}"
 
-    def start(run: str, checkpoints_from=()):
+    def start(run: str, prefix: CheckpointPrefix):
         network = None
         if networks:
             network = f"spotrun-test-{tag}-{run}"
             docker("network", "create", "--internal", network)
             created.append(network)
         return [Host.start(image, lay_out(tmp_path / run / h, host=h, hosts=hosts, hyperparameters=hp,
-                                          channels=channels, checkpoints_from=checkpoints_from),
+                                          channels=channels, prefix=prefix),
                            host=h, name=f"{tag}-{run}-{h}", network=network) for h in hosts]
 
     created: list[str] = []
     try:
-        return _run_scenario(name, start, hosts)
+        return _run_scenario(name, start, hosts, tmp_path)
     finally:
         for network in created:
             docker("network", "rm", network, check=False)
 
 
-def _run_scenario(name: str, start, hosts: list[str]):
-
+def _run_scenario(name: str, start, hosts: list[str], tmp_path):
     started = time.monotonic()
-    reference = start("reference")
-    first = start("first")
+    reference = start("reference", CheckpointPrefix(tmp_path / "reference-prefix"))
+    prefix = CheckpointPrefix(tmp_path / "prefix")  # the interrupted job's, across its two starts
+    first = start("first", prefix)
     try:
         for host in reference + first:
             assert host.pid1()[:3] == ["python", "-m", "spotrun_trainer.launcher"], host.pid1()
@@ -69,7 +72,8 @@ def _run_scenario(name: str, start, hosts: list[str]):
             assert exit_code(host) == 0, host.logs()[-3000:]  # a clean save-and-stop is success
             assert not (host.root / "output" / "failure").exists()
         assert [h.wait() for h in reference] == [0] * len(hosts), reference[0].logs()[-3000:]
-        second = start("second", checkpoints_from=[h.checkpoints for h in first])
+        prefix.upload([h.checkpoints for h in first])  # what each host wrote and deleted, as SageMaker syncs it
+        second = start("second", prefix)
         try:
             assert [h.wait() for h in second] == [0] * len(hosts), second[0].logs()[-3000:]
             logs = second[0].logs()

@@ -20,7 +20,7 @@ from botocore.exceptions import ClientError
 from moto import mock_aws, settings
 from moto.core.authorization import ActionAuthenticatorMixin
 
-from spotrun.pipeline.preparation import PREPARED_PREFIX
+from spotrun.seams import PREPARED_PREFIX
 from tests.infra.render import placeholder, render
 
 BUCKET, ACCOUNT = "spotrun-artifacts", "123456789012"

@@ -29,8 +29,9 @@ from moto.servicequotas.responses import ServiceQuotasResponse
 
 from spotrun.cli.remote import pipeline_state
 from spotrun.handlers import cancel as cancel_handler
-from spotrun.pipeline.preparation import PREPARED_PREFIX, PreparationSettings
+from spotrun.pipeline.preparation import STOP_BILL_S
 from spotrun.pipeline.report import summary_text
+from spotrun.seams import PREPARED_PREFIX, PreparationSettings
 from tests.infra.processing_sim import RecordedRequests, run_processing_job
 from tests.infra.statements import as_list
 from tests.infra.test_seams import check_shape
@@ -60,14 +61,17 @@ class PreparingDriver(Driver):
     def __init__(self, synth, workdir: Path):
         super().__init__(synth)
         self.workdir, self.recorded, self.ran = workdir, RecordedRequests(), []
+        self.billed_s: float | None = BILLED_S  # None: the job hangs until its MaxRuntime and a stop end it
 
     def invoke(self, backend, function_name, qualifier, body, headers, response_headers) -> bytes:
         payload = json.loads(body)
         if "preparation" in payload:  # the job ran between its creation and this step: as SageMaker would
             name = payload["preparation"]["job_name"]
             job = sagemaker_backends[ACCOUNT][REGION].processing_jobs[name]
-            self.ran.append(run_processing_job(self.s3, job, self.recorded.requests[name], self.workdir,
-                                               billed_s=BILLED_S))
+            request = self.recorded.requests[name]
+            billed = self.billed_s if self.billed_s is not None else \
+                request["StoppingCondition"]["MaxRuntimeInSeconds"] + STOP_BILL_S
+            self.ran.append(run_processing_job(self.s3, job, request, self.workdir, billed_s=billed))
         return super().invoke(backend, function_name, qualifier, body, headers, response_headers)
 
 
@@ -183,6 +187,39 @@ def test_a_cap_that_cannot_carry_the_preparation_is_refused_before_any_job(prep_
     assert failure["error"] == "OverBudget" and "preparation" in failure["cause"]
     assert aws.recorded.requests == {}
     assert boto3.client("sagemaker", region_name=REGION).list_processing_jobs()["ProcessingJobSummaries"] == []
+
+
+def test_a_preparation_that_cannot_leave_room_for_the_training_is_refused_before_it_bills_anything(prep_aws):
+    """$0.12 buys the 600 s a preparation job needs at least (two m5.xlarge at $0.46/h, and the 120 s a stop
+    bills), but then nothing is left for any training job (a g5.2xlarge at $1.515/h must at least start, train a
+    step and save): refused before the job, naming the training's minimum."""
+    aws = prep_aws
+    run = copy.deepcopy(RAW_RUN)
+    run["budget"] = {"max_usd": 0.12}
+    assert 0.12 / (_processing_rate() * 2 / 3600) - 120 >= 600  # the preparation alone would fit
+    failure = aws.failure(aws.execute("raw-no-room", run))
+    assert failure["error"] == "OverBudget" and "after the training's minimum of $" in failure["cause"]
+    assert aws.recorded.requests == {}
+    assert boto3.client("sagemaker", region_name=REGION).list_processing_jobs()["ProcessingJobSummaries"] == []
+
+
+def test_a_hung_preparation_stopped_at_its_maxruntime_leaves_the_training_enough_to_finish(prep_aws):
+    """The processing job bills its whole MaxRuntime and the stop: the training is still planned, runs and is
+    registered, and the run's bill (preparation + training) stays under the cap."""
+    aws = prep_aws
+    aws.billed_s = None  # hangs until SageMaker stops it at MaxRuntime
+    run = copy.deepcopy(RAW_RUN)
+    run["budget"] = {"max_usd": 1.0}
+    result = aws.execute("raw-hung", run)
+    assert result["status"] == "SUCCEEDED", (result, aws.ran)
+    (request,) = aws.recorded.requests.values()
+    max_runtime = request["StoppingCondition"]["MaxRuntimeInSeconds"]
+    rate = _processing_rate() * 2
+    assert max_runtime < 24 * 3600  # the cap, not the stage's limit, sized the job
+    p = aws.plan_of("raw-hung")
+    assert p["preparation"]["cost_usd"] == pytest.approx((max_runtime + STOP_BILL_S) * rate / 3600, abs=1e-3)
+    report = json.loads(result["output"])["report"]
+    assert report["cost_usd"] <= run["budget"]["max_usd"]
 
 
 def test_stopping_the_execution_during_its_preparation_stops_the_processing_job(prep_aws):

@@ -109,6 +109,12 @@ def states_for_every_branch(synth, rendered: dict) -> list[tuple[str, dict]]:
                                         "BillableTimeInSeconds": 100, "CreationTime": T0}, now=T0 + 500)
         assert segment_end["action"] == "segment", segment_end
         out.append((f"{label}: next segment create", {"run": run, "plan": p, "guard": segment_end}))
+        # The same boundary with the execution's history nearly full: the run continues in a fresh execution.
+        full = decide(p, {**guard, "history_events": 20_000}, {
+            "TrainingJobStatus": "Completed", "SecondaryStatus": "Completed", "BillableTimeInSeconds": 100,
+            "CreationTime": T0}, now=T0 + 500)
+        assert full["action"] == "continue" and full["next_execution"].endswith("-s2"), full
+        out.append((f"{label}: continue in a fresh execution", {"run": run, "plan": p, "guard": full}))
         fallback = decide(p, guard, {"TrainingJobStatus": "Stopped", "SecondaryStatus": "MaxWaitTimeExceeded",
                                      "BillableTimeInSeconds": 10, "CreationTime": T0}, now=T0 + 10)
         if label == "spot":
@@ -165,8 +171,8 @@ def preparing_states(synth) -> list[tuple[str, dict]]:
     branch in moto)."""
     from moto import mock_aws
 
-    from spotrun.pipeline.preparation import PreparationSettings
     from spotrun.pipeline.preparation_finish import finish
+    from spotrun.seams import PreparationSettings
 
     fn = next(r for k, r in synth.resources("AWS::Lambda::Function").items() if k.startswith("PipelineEstimateFn"))
     run = copy.deepcopy(RUN)
@@ -178,8 +184,10 @@ def preparing_states(synth) -> list[tuple[str, dict]]:
         s3 = boto3.client("s3", region_name="us-east-1")
         s3.create_bucket(Bucket=BUCKET)
         for key in ("datasets/raw/a.jsonl", "datasets/raw/b.jsonl.gz", "datasets/raw/c.parquet",
-                    "models/m/config.json", "models/m/tokenizer.json", "models/m/model.safetensors"):
+                    "models/m/tokenizer.json", "models/m/model.safetensors"):
             s3.put_object(Bucket=BUCKET, Key=key, Body=b"{}")
+        # The estimate reads the model's config before preparing (the training's minimum the cap must keep).
+        s3.put_object(Bucket=BUCKET, Key="models/m/config.json", Body=json.dumps(RUN["model"]["config"]).encode())
         p = plan(run, "exec-prep", settings(synth), s3_client=s3,
                  preparation=PreparationSettings.from_env(fn["Properties"]["Environment"]["Variables"]))
         assert p["status"] == "Prepare", p
@@ -277,24 +285,38 @@ def _service_call(state_def: dict) -> tuple[str, str] | None:
         return m.group(1), m.group(2)[0].upper() + m.group(2)[1:]
     if resource == "arn:aws:states:::sns:publish":
         return "sns", "Publish"
+    if resource == "arn:aws:states:::states:startExecution":
+        return "stepfunctions", "StartExecution"
     return None
+
+
+def _as_the_service_sends(action: str, params: dict) -> dict:
+    """The optimized `states:startExecution` integration takes StateMachineArn, Name and Input (an object is sent
+    as its JSON text) and calls StartExecution (stateMachineArn, name, input)."""
+    if action != "StartExecution":
+        return params
+    return {k[0].lower() + k[1:]: json.dumps(v) if k == "Input" and not isinstance(v, str) else v
+            for k, v in params.items()}
 
 
 def test_every_request_on_every_branch_is_valid_for_the_real_api(synth, rendered):
     session = botocore.session.get_session()
     calls = {name: (_service_call(s), s) for name, s in rendered["States"].items() if _service_call(s)}
     assert {c[0][1] for c in calls.values()} == {"CreateTrainingJob", "StopTrainingJob", "CreateModelPackage",
-                                                 "Publish", "CreateProcessingJob", "DescribeProcessingJob"}
+                                                 "Publish", "CreateProcessingJob", "DescribeProcessingJob",
+                                                 "StartExecution"}
     checked = set()
     for branch, state in states_for_every_branch(synth, rendered):
         for name, ((service, action), definition) in calls.items():
             try:
-                params = resolve_parameters(definition["Parameters"], state)
+                params = _as_the_service_sends(action, resolve_parameters(definition["Parameters"], state))
             except (KeyError, TypeError):
                 continue  # this state is not reached on this branch (e.g. register before completion)
             if name.startswith("Create") and name.endswith("TrainingJob") and \
                     (name == "CreateSpotTrainingJob") != bool(state["guard"]["spot"]):
                 continue  # a job is created spot or on-demand as the guard (or the plan, first) says
+            if action == "StartExecution" and state.get("guard", {}).get("action") != "continue":
+                continue  # only a guard that answered `continue` reaches it
             model = session.get_service_model(service).operation_model(action)
             report = ParamValidator().validate(params, model.input_shape)
             assert not report.has_errors(), f"{branch} / {name}: {report.generate_report()}"
@@ -388,11 +410,11 @@ def test_registry_metadata_keeps_the_exact_data_source_as_a_digest(synth, render
 def test_every_functions_synthesized_environment_is_what_its_handler_decodes(synth):
     """The construct writes each function's environment with the seam's `to_env`; the handler reads it back with
     `from_env` at its entry point: every variable the stack sets decodes, and nothing the handler ignores is set."""
-    from spotrun.pipeline.preparation import PreparationSettings
     from spotrun.seams import (
         CancelEnvironment,
         CostGuardEnvironment,
         PipelineSettings,
+        PreparationSettings,
         PrepareEnvironment,
         RecorderEnvironment,
     )

@@ -50,6 +50,49 @@ def _stop_training_job(self) -> ActionResult:
     return ActionResult({})
 
 
+def start_execution_as_aws():
+    """moto's `states:startExecution` integration hands the state's parameters to boto3 as written
+    (StateMachineArn, Name, Input), which boto3's StartExecution does not know (stateMachineArn, name, input), and
+    returns boto3's answer (executionArn, a datetime startDate); Step Functions takes the documented names and
+    returns ExecutionArn and StartDate as JSON. Patched to do what the service does."""
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service_sfn import (
+        StateTaskServiceSfn,
+    )
+    original = StateTaskServiceSfn._normalise_parameters
+
+    def normalise(self, parameters, boto_service_name=None, service_action_name=None):
+        original(self, parameters, boto_service_name, service_action_name)
+        for key in list(parameters):
+            parameters[key[0].lower() + key[1:]] = parameters.pop(key)
+
+    evaluate = StateTaskServiceSfn._eval_service_task
+
+    def answer(self, env, *args, **kwargs):  # the response as the service returns it: ExecutionArn, StartDate
+        evaluate(self, env, *args, **kwargs)
+        response = env.stack.pop()
+        env.stack.append({k[0].upper() + k[1:]: v.isoformat() if isinstance(v, dt.datetime) else v
+                          for k, v in response.items()})
+    return _Patches(mock.patch.object(StateTaskServiceSfn, "_normalise_parameters", normalise),
+                    mock.patch.object(StateTaskServiceSfn, "_eval_service_task", answer))
+
+
+class _Patches:
+    """Several mock.patch as one context manager."""
+
+    def __init__(self, *patches):
+        self.patches = patches
+
+    def __enter__(self):
+        for p in self.patches:
+            p.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        for p in reversed(self.patches):
+            p.__exit__(*exc)
+        return False
+
+
 QUOTAS: list[dict] = []  # the account's SageMaker quotas (Service Quotas), set per test
 
 
@@ -154,6 +197,23 @@ class Driver:
 
     def execute(self, name: str, run: dict) -> dict:
         return self.wait(self.start(name, run))
+
+    def chain(self, arn: str, timeout: float = 90) -> list[dict]:
+        """The execution and every execution that continued its run (spotrun/pipeline/continuation.py), each ended."""
+        out = [self.wait(arn, timeout)]
+        while out[-1]["status"] == "SUCCEEDED" and "continued_as" in json.loads(out[-1].get("output") or "{}"):
+            name = json.loads(out[-1]["output"])["continued_as"]
+            out.append(self.wait(self.sm_arn.replace(":stateMachine:", ":execution:") + ":" + name, timeout))
+        return out
+
+    def history(self, arn: str) -> list[dict]:
+        events, kwargs = [], {}
+        while True:
+            page = self.sfn.get_execution_history(executionArn=arn, maxResults=1000, **kwargs)
+            events += page["events"]
+            if not page.get("nextToken"):
+                return events
+            kwargs["nextToken"] = page["nextToken"]
 
     def failure(self, result: dict) -> dict:
         history = self.sfn.get_execution_history(executionArn=result["executionArn"])["events"]

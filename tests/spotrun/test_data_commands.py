@@ -13,9 +13,9 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from spotrun.cli.datasets import MARKER, prepare_dataset, upload_dataset
+from spotrun.cli.datasets import prepare_dataset, upload_dataset
 from spotrun.cli.main import main
-from spotrun.seams import StackOutput, stack_name
+from spotrun.seams import PREPARE_MARKER, StackOutput, stack_name
 
 BUCKET, REGION = "spotrun-dev-artifacts", "us-east-1"
 
@@ -67,7 +67,7 @@ def test_prepare_here_is_content_addressed_and_reports_the_data_source(capsys, t
     assert main(["prepare", str(chat_jsonl_gz), "--tokenizer", str(chat_tokenizer), "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     index = json.loads((out / "index.json").read_text())
-    assert index["loss_mask"] and index["total_tokens"] > 0 and (out / MARKER).is_file()
+    assert index["loss_mask"] and index["total_tokens"] > 0 and (out / PREPARE_MARKER).is_file()
     assert f'data.source: "{out}"' in printed and "tokens/s" in printed  # throughput shown
     stamp = (out / "index.json").stat().st_mtime_ns
     copy = tmp_path / "elsewhere" / "chat.jsonl.gz"  # the same bytes under another path: the same dataset
@@ -102,7 +102,7 @@ def test_prepare_to_the_stage_uploads_once_and_refuses_to_mix(capsys, tmp_path, 
     uri = f"s3://{BUCKET}/datasets/chat/"
     assert f'data.source: "{uri}"' in capsys.readouterr().out
     keys = _keys(stage, "datasets/chat/")
-    assert {"datasets/chat/index.json", f"datasets/chat/{MARKER}", "datasets/chat/shard-00000.bin"} <= set(keys)
+    assert {"datasets/chat/index.json", f"datasets/chat/{PREPARE_MARKER}", "datasets/chat/shard-00000.bin"} <= set(keys)
     assert main(argv) == 0
     assert "not prepared or uploaded again" in capsys.readouterr().out
     other = tmp_path / "other.jsonl"
@@ -127,7 +127,7 @@ def test_the_index_and_the_marker_are_uploaded_last(tmp_path, stage, chat_jsonl_
             return getattr(stage, name)
 
     assert upload_dataset(Recording(), prepared, BUCKET, "x", emit=lambda _: None)["uploaded"]
-    assert len(order) > 3 and order[-2:] == ["datasets/x/index.json", f"datasets/x/{MARKER}"]
+    assert len(order) > 3 and order[-2:] == ["datasets/x/index.json", f"datasets/x/{PREPARE_MARKER}"]
     assert sorted(order) == sorted(_keys(stage, "datasets/x/"))
 
 
@@ -241,4 +241,4 @@ def test_prepare_splits_validation_by_fraction_as_another_dataset(capsys, tmp_pa
 
 
 def read_marker_key(path):
-    return json.loads((path / MARKER).read_text())["key"]
+    return json.loads((path / PREPARE_MARKER).read_text())["key"]

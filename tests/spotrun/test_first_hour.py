@@ -24,8 +24,7 @@ from moto import mock_aws
 from spotrun.cli.main import main
 from spotrun.handlers import estimate as estimate_handler
 from spotrun.pipeline.plan import PipelineSettings, plan
-from spotrun.pipeline.preparation import PreparationSettings
-from spotrun.seams import DatasetIndex, Hyperparameter
+from spotrun.seams import DatasetIndex, Hyperparameter, PreparationSettings
 
 BUCKET = "art-bucket"
 SETTINGS = PipelineSettings(bucket=BUCKET, job_prefix="spotrun-dev-", model_package_group="spotrun-models",

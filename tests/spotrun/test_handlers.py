@@ -160,7 +160,7 @@ LIMITED = dataclasses.replace(SETTINGS, max_usd_per_run=15, max_instances_per_ru
 
 @pytest.mark.parametrize("mutate, running, field, says", [
     (lambda r: None, 3, None, None),
-    (lambda r: r["budget"].update(max_usd=16), 1, "budget.max_usd", "at most 15.00 (max_usd_per_run"),
+    (lambda r: r["budget"].update(max_usd=16), 1, "budget.max_usd", "at most $15.00 (max_usd_per_run"),
     (lambda r: r["compute"].update(instance_count=3), 1, "compute.instance_count", "at most 2"),
     (lambda r: None, 4, "run", "at most 3 at once (max_concurrent_runs"),
 ])
@@ -293,7 +293,7 @@ def test_guard_stops_when_the_next_poll_would_pass_the_cap_and_then_reads_the_ex
     capped = decide(PLAN, out, _ended("Stopped", seconds + 60), now=T0 + seconds + 90)
     assert capped["action"] == "over_budget"
     assert f"${(seconds + 60) / 3600 * RATE:,.2f} billed (exact, 1 job(s)) of budget $20.00" in capped["message"]
-    assert "shortest sensible segment" in capped["message"] and "resume_from=exec-1" in capped["message"]
+    assert "no chain of jobs fits $20.00" in capped["message"] and "resume_from=exec-1" in capped["message"]
     # Billed at spot (30% of on-demand): the room the exact bill leaves carries the next segment; a requested
     # stop is never followed by an on-demand fallback, even when the job ended at MaxWait.
     spot_bill = 0.3 * seconds
@@ -303,8 +303,16 @@ def test_guard_stops_when_the_next_poll_would_pass_the_cap_and_then_reads_the_ex
 
 def test_guard_wait_grows_with_the_job_but_never_past_the_cap():
     assert next_wait(PLAN, 0, 0) == 60  # first minutes: every poll_seconds
-    assert next_wait(PLAN, 3 * 3600, 0) == int(0.05 * 3 * 3600)  # 5% of the job's age
-    assert next_wait({**PLAN, "max_usd": 1e6}, 30 * 24 * 3600, 0) == PLAN["max_poll_seconds"]
+    ages = [0]  # the polls of a job: each waits 5% of the job's age (at least poll_seconds)
+    while ages[-1] < 3 * 3600:
+        ages.append(ages[-1] + next_wait(PLAN, ages[-1], 0))
+    assert all(b - a == max(60, int(0.05 * a)) for a, b in zip(ages, ages[1:], strict=False))
+    # A poll off that grid (a policy's recheck) is followed by the next poll on it, at least poll_seconds away.
+    assert next_wait(PLAN, ages[-1] + 1, 0) + ages[-1] + 1 == ages[-1] + next_wait(PLAN, ages[-1], 0)
+    rich, month = {**PLAN, "max_usd": 1e6}, 30 * 24 * 3600
+    first = next_wait(rich, month, 0)  # to the grid, then every max_poll_seconds
+    assert 60 <= first <= PLAN["max_poll_seconds"]
+    assert next_wait(rich, month + first, 0) == PLAN["max_poll_seconds"]
     # $1 left at $1.408/h: 2557 s until the cap, minus the stop's grace.
     assert next_wait(PLAN, 30 * 24 * 3600, 19) == int(3600 / RATE - STOP_GRACE_S)
 
@@ -506,8 +514,9 @@ def _step(fraction: float) -> int:
 
 
 def test_a_spot_job_behind_the_policy_is_stopped_and_the_run_continues_on_demand_on_the_same_checkpoints():
-    behind = _step(0.1)  # 4 h in, 10% committed: the deadline is at risk
-    out = decide(DEADLINE_PLAN, GUARD0, _running(4), now=T0 + 4 * 3600, checkpoint_step=behind, job_tags=OURS)
+    behind = _step(0.1)  # 4 h in, 10% committed a minute ago: the deadline is at risk
+    out = decide(DEADLINE_PLAN, GUARD0, _running(4), now=T0 + 4 * 3600, checkpoint_step=behind, job_tags=OURS,
+                 newest_checkpoint=T0 + 4 * 3600 - 60)
     assert out["action"] == "stop" and out["switch_requested"] is True and out["stop_requested"] is False
     assert "uniform_progress" in out["message"]
     # Stopped at the guard's request (the trainer saved on SIGTERM): the next segment on-demand, within the cap.
@@ -519,6 +528,8 @@ def test_a_spot_job_behind_the_policy_is_stopped_and_the_run_continues_on_demand
         cap_usd=40, spent_usd=stopped["spent_before_usd"], usd_per_s=RATE / 3600,
         longest_s=PLAN["max_runtime_cap_seconds"], warm_pool_s=PLAN["warm_pool_seconds"])
     assert stopped["max_wait_seconds"] == stopped["max_runtime_seconds"]
+    # The same progress with 4 h trained since its commit: a save on the notice would keep them, the run is ahead.
+    assert decide(DEADLINE_PLAN, GUARD0, _running(4), now=T0 + 4 * 3600, checkpoint_step=behind)["action"] == "wait"
     # The same spot job on or ahead of the line keeps running, and waits for capacity while the run can afford it.
     ahead = _step(0.5)
     assert decide(DEADLINE_PLAN, GUARD0, _running(4), now=T0 + 4 * 3600, checkpoint_step=ahead)["action"] == "wait"
@@ -528,7 +539,7 @@ def test_a_spot_job_behind_the_policy_is_stopped_and_the_run_continues_on_demand
     assert late["action"] == "stop" and late["switch_requested"] is True
 
 
-def test_the_run_returns_to_spot_at_a_segment_boundary_only_when_ahead():
+def test_the_run_returns_to_spot_when_ahead_at_a_segment_boundary_or_by_stopping_the_on_demand_job():
     on_demand = {**GUARD0, "spot": False, "job_name": segment_job_name(PLAN["job_name"], 2, spot=False),
                  "segment": 2}
     segment_end = _ended("Completed", 3600, FinalMetricDataList=DONE[:1])
@@ -537,9 +548,14 @@ def test_the_run_returns_to_spot_at_a_segment_boundary_only_when_ahead():
     assert back["max_wait_seconds"] - back["max_runtime_seconds"] == PLAN["max_wait_extra_seconds"]
     stay = decide(DEADLINE_PLAN, on_demand, segment_end, now=T0 + 6 * 3600, checkpoint_step=_step(0.45))
     assert stay["action"] == "segment" and stay["spot"] is False
-    # A running on-demand job is never stopped by the policy: it returns to spot only at a boundary.
-    assert decide(DEADLINE_PLAN, on_demand, _running(1), now=T0 + 3 * 3600,
-                  checkpoint_step=_step(0.9))["action"] == "wait"
+    # A running on-demand job far ahead is stopped to continue on spot; one behind runs on.
+    back = decide(DEADLINE_PLAN, on_demand, _running(1), now=T0 + 3 * 3600, checkpoint_step=_step(0.9),
+                  newest_checkpoint=T0 + 3 * 3600 - 60)
+    assert back["action"] == "stop" and back["switch_requested"] and back["switch_to_spot"], back
+    then = decide(DEADLINE_PLAN, back, _ended("Stopped", 3600), now=T0 + 3 * 3600 + 120, checkpoint_step=_step(0.9))
+    assert then["action"] == "segment" and then["spot"] is True and not then["switch_requested"]
+    assert decide(DEADLINE_PLAN, on_demand, _running(1), now=T0 + 6 * 3600, checkpoint_step=_step(0.45),
+                  newest_checkpoint=T0 + 6 * 3600 - 60)["action"] == "wait"
 
 
 def test_no_switch_without_a_deadline_after_a_stop_the_cap_requested_or_without_on_demand_fallback():

@@ -1,6 +1,5 @@
 """The library sits apart from the Lambda entry points: nothing imports a handler module for its helpers, and the
-CDK constructs import only spotrun.seams from spotrun (the names that cross into the deployed functions; see the
-one exception noted in the test)."""
+CDK constructs import only spotrun.seams from spotrun (the names that cross into the deployed functions)."""
 
 from __future__ import annotations
 
@@ -35,6 +34,4 @@ def test_no_module_outside_the_handlers_imports_one():
 def test_the_constructs_import_only_the_seams_from_spotrun():
     imported = {name for path in sorted((ROOT / "training_constructs").glob("*.py")) for name in _imports(path)
                 if name == "spotrun" or name.startswith("spotrun.")}
-    # NOTE: the preparation step's names (PreparationSettings, FINISH_FAILED, PREPARED_PREFIX, preparation_path)
-    # are still spotrun.pipeline.preparation's; they belong in spotrun.seams too. Nothing else may be added here.
-    assert imported == {"spotrun.seams", "spotrun.pipeline.preparation"}
+    assert imported == {"spotrun.seams"}

@@ -160,7 +160,7 @@ def test_more_instances_than_needed_warns():
 def test_over_budget_is_refused_with_the_estimate_and_advice():
     with pytest.raises(EstimateRefused) as err:
         estimate(run(budget={"max_usd": 5}), catalog=CATALOG)
-    assert err.value.code == "OverBudget" and "exceeds budget.max_usd=5.00" in err.value.message
+    assert err.value.code == "OverBudget" and "exceeds budget.max_usd=$5.00" in err.value.message
     assert err.value.estimate.cost_usd["spot"] > 5
     assert any("LoRA" in a for a in err.value.estimate.advice)
 
@@ -227,7 +227,8 @@ def test_lora_hyperparameters_are_what_the_trainer_config_reads(lora, settings, 
     spec = run(model={"config": llama}, training={"method": "lora", "lora": lora})
     spec = replace(spec, training=replace(spec.training, lora=replace(spec.training.lora, **settings)))
     est = estimate(spec, catalog=CATALOG)
-    channels = {"data.path": "/data", "output_dir": "/out", "model.config": json.dumps(llama)}
+    channels = {"data.path": "/data", "output_dir": "/out", "model.config": json.dumps(llama),
+                "checkpoint.dir": "/opt/ml/checkpoints"}  # the launcher adds it from the job's CheckpointConfig
     cfg = TrainConfig.from_hyperparameters(est.hyperparameters, **channels)
     assert cfg.method == "lora"
     assert (cfg.lora.rank, cfg.lora.targets) == (lora["rank"], targets)
@@ -280,21 +281,22 @@ def test_a_cap_between_spot_and_on_demand_plans_segments_and_one_that_carries_no
     assert one.segments["segments"] == 1 and "one job" in one.segments["line"]
 
 
-def test_a_cap_that_covers_a_short_run_as_one_job_is_not_refused_for_the_shortest_sensible_segment():
-    """A run shorter than the shortest sensible segment fits in one job when the cap covers that job's on-demand
-    bound and the stop's billing; just below, the refusal names the room left and the segment it needed."""
+def test_a_short_run_is_refused_only_below_the_smallest_cap_whose_chain_finishes_and_the_refusal_names_it():
+    """The Qwen2 example at 1.3x its spot estimate was refused because the shortest segment then allowed cost more
+    than the whole run on-demand. Now the refusal names the smallest cap whose chain of jobs finishes, and that cap
+    is accepted: a chain of jobs, each bounded at on-demand rates, finishing at the expected spot bill."""
     from pathlib import Path
 
     doc = json.loads((Path(__file__).parents[2] / "examples/runs/qwen2-0.5b-full-small.json").read_text())
     doc["budget"]["max_usd"] = 1e6
     single = estimate(parse_run(doc))
-    per_s = single.segments["on_demand_bound_usd"] / (single.wall_seconds + 120)  # the bound: the run + a stop
-    room = single.segments["min_segment_seconds"] - 20  # below the shortest sensible segment ...
-    assert room > single.wall_seconds + 120  # ... and above the run with its final save and margin: the case
-    doc["budget"]["max_usd"] = round((room + 120) * per_s + 0.005, 2)
+    smallest = single.segments["min_cap_usd"]
+    assert single.cost_usd["spot"] < smallest < single.segments["on_demand_bound_usd"]
+    doc["budget"]["max_usd"] = smallest
     est = estimate(parse_run(doc))
-    assert est.segments["segments"] == 1 and est.segments["fits"]
-    doc["budget"]["max_usd"] = round(single.wall_seconds * per_s * 0.8, 2)
+    assert est.segments["fits"] and est.segments["segments"] > 1 and est.cost_usd["spot"] <= smallest
+    doc["budget"]["max_usd"] = round(smallest - 0.01, 2)
     with pytest.raises(EstimateRefused) as refused:
         estimate(parse_run(doc))
+    assert f"the smallest cap whose chain finishes is ${smallest:,.2f}" in str(refused.value)
     assert "room left" in str(refused.value) and "stop bills" in str(refused.value)

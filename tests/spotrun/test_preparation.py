@@ -9,7 +9,6 @@ from moto import mock_aws
 
 from spotrun.pipeline.preparation import (
     PreparationRefused,
-    PreparationSettings,
     content_key,
     max_runtime,
     processing_rate,
@@ -19,6 +18,7 @@ from spotrun.pipeline.preparation import (
 )
 from spotrun.pipeline.preparation_finish import merge_parts
 from spotrun.planner.estimate import load_catalog
+from spotrun.seams import PreparationSettings
 
 BUCKET = "art"
 

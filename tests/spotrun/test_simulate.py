@@ -255,12 +255,14 @@ def test_the_estimate_chooses_the_cheapest_policy_meeting_the_deadline_and_state
     assert {"uniform_progress (notice)", "slack_reserve_10 (notice)", "maxwait_fallback (periodic)"} <= set(rows)
     text = policy_text(section)
     assert section["chosen"] in text and "P(deadline)" in text
-    from spotrun.policy.choose import guard_decision
+    from spotrun.policy.decision import Action, JobStatus, Market, Observation, decide_from_section
 
     section = json.loads(json.dumps(section, allow_nan=False))  # as the plan carries it through Step Functions
-    assert guard_decision(section, 0.0, 0.0, on_demand_now=False, spot_available=True) in ("spot", "on_demand")
-    assert guard_decision(section, 0.0, with_deadline.compute.deadline_hours * H, on_demand_now=False,
-                          spot_available=True) == ("spot" if section["policy"] == "spot" else "on_demand")
+    start = decide_from_section(section, Observation(0.0, 0.0, Market.SPOT, JobStatus.NONE))
+    assert start.action in (Action.START_SPOT, Action.START_ON_DEMAND)
+    # Nothing done at the deadline, spot waiting for capacity: every deadline policy goes on-demand.
+    late = Observation(with_deadline.compute.deadline_hours * H, 0.0, Market.SPOT, JobStatus.WAITING)
+    assert decide_from_section(section, late).action is Action.TO_ON_DEMAND
     free = spot_policy(run, est, load_catalog(), n=300)
     assert free["confidence"] is None
     assert free["chosen"] == min((r for r in free["policies"] if r["p_finished"] >= 0.99),
@@ -294,7 +296,8 @@ def test_the_estimate_lambdas_plan_carries_the_chosen_policy_and_its_odds():
     run = {"version": 1, "name": "tiny-run",
            "model": {"init": "random", "config": {"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4}},
            "data": {"source": "s3://art-bucket/datasets/d1/", "tokens": 1_000_000, "seq_len": 128},
-           "compute": {"instance_type": "ml.g5.xlarge", "deadline_hours": 2}, "budget": {"max_usd": 20}}
+           "compute": {"instance_type": "ml.g5.xlarge", "deadline_hours": 2, "on_demand_fallback": True},
+           "budget": {"max_usd": 20}}
     with mock_aws():
         import boto3
 
@@ -305,6 +308,16 @@ def test_the_estimate_lambdas_plan_carries_the_chosen_policy_and_its_odds():
     assert out["status"] == "ok" and section["deadline_hours"] == 2 and section["traces"] == 1000
     chosen = next(r for r in section["policies"] if r["label"] == section["chosen"])
     assert chosen["p_deadline"] >= 0.99 and "deadline" in section["why"]
+    # Without the fallback no policy may go on-demand (the guard could not execute it): the odds say so.
+    run["compute"]["on_demand_fallback"] = False
+    with mock_aws():
+        import boto3
+
+        s3 = boto3.client("s3", region_name="us-east-1")
+        s3.create_bucket(Bucket="art-bucket")
+        spot_only = plan(run, "exec-2", settings, s3_client=s3)["estimate"]["spot_policy"]
+    assert all(r["policy"] != "on_demand" for r in spot_only["policies"])
+    assert max(r["p_deadline"] for r in spot_only["policies"]) < 0.99 and "no policy meets" in spot_only["why"]
 
 
 def test_the_recorders_interruptions_become_gaps_and_resampled_traces():
@@ -387,12 +400,14 @@ def test_without_a_deadline_a_policy_stopped_unfinished_at_maxruntime_is_not_cho
     from spotrun.policy.choose import choose
 
     plan = _plan(deadline_s=None, max_runtime_s=20 * H, max_wait_s=100 * H)
-    trace = [(0.0, 15 * H), (30 * H, INF)]  # spot's training time reaches MaxRuntime before the work is done
-    rows = compare(plan, [trace], [("spot", "notice"), ("maxwait_fallback", "notice"), ("on_demand", "notice")])
+    # spot's training time reaches MaxRuntime before the work is done: the guard ends the run there (a job ran to
+    # the run's longest MaxRuntime without finishing)
+    trace = [(0.0, 15 * H), (30 * H, INF)]
+    rows = compare(plan, [trace], [("maxwait_fallback", "notice"), ("on_demand", "notice")])
     by = {r.policy: r for r in rows}
-    assert by["spot"].p_finished == 0.0 and by["spot"].mean_usd < by["maxwait_fallback"].mean_usd
+    assert by["maxwait_fallback"].p_finished == 0.0 and by["maxwait_fallback"].mean_usd < by["on_demand"].mean_usd
     best, why = choose(plan, rows)
-    assert best.policy == "maxwait_fallback" and "finish" in why
+    assert best.policy == "on_demand" and "finish" in why
 
 
 def test_spotrun_simulate_resamples_the_interruption_tables_scan(tmp_path, capsys):
@@ -407,7 +422,7 @@ def test_spotrun_simulate_resamples_the_interruption_tables_scan(tmp_path, capsy
                  "--out", str(tmp_path / "out"), "--format", "json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["source"] == "resampled from 2 recorded gaps between interruptions"
-    spot = next(r for r in report["policies"] if r["label"] == "spot (notice)")
+    spot = next(r for r in report["policies"] if r["label"] == "maxwait_fallback (notice)")
     assert spot["mean_interruptions"] > 1
     (tmp_path / "empty.json").write_text("[]")
     assert main(["simulate", str(run), "--interruptions", str(tmp_path / "empty.json"), "--no-optimum",
@@ -427,7 +442,7 @@ def test_the_estimate_simulates_fewer_traces_for_a_long_run_at_a_high_rate():
 def test_the_estimates_simulation_is_bounded_for_any_run_the_contract_accepts(work_days, rate):
     """The Lambda's time goes by the windows generated and replayed: at most about WINDOW_BUDGET (one trace of
     the longest run at the contract's highest rate, 10 per hour, fits), whatever the run's length."""
-    from spotrun.simulate.choose import ESTIMATE_TRACES, WINDOW_BUDGET, horizon_s, traces_for_estimate
+    from spotrun.policy.choose import ESTIMATE_TRACES, WINDOW_BUDGET, horizon_s, traces_for_estimate
 
     plan = _plan(work_s=work_days * 24 * H, deadline_s=None, max_wait_s=28 * 24 * H, max_runtime_s=28 * 24 * H)
     n = traces_for_estimate(plan, rate)

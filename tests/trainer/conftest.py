@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -100,3 +101,17 @@ def job_factory(tmp_path, assets):
 
     return make
 
+
+
+@pytest.fixture(scope="session")
+def unrelated_validation(assets, tmp_path_factory) -> Path:
+    """Validation text unlike the training sentences: its loss falls first, then rises as the model fits them
+    (the best validation step comes before the last)."""
+    from spotrun_trainer.data import prepare
+
+    root = tmp_path_factory.mktemp("unrelated")
+    text = root / "other.jsonl"
+    text.write_text("".join(json.dumps({"text": f"{i} {i * 7 % 13} {i * 3 % 11} zebra quantum {i % 5}"}) + "\n"
+                            for i in range(200)))
+    prepare([text], str(assets["tokenizer"]), root / "val")
+    return root / "val"

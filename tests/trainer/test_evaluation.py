@@ -109,19 +109,6 @@ def test_the_completion_line_carries_the_exported_and_base_validation_loss_for_t
     assert meta["weights"] == "last" and meta["exported_step"] == 24 and meta["val_loss"] == vals[24]
 
 
-@pytest.fixture(scope="module")
-def unrelated_validation(assets, tmp_path_factory):
-    """Validation text unlike the training sentences: its loss falls first, then rises as the model fits them."""
-    from spotrun_trainer.data import prepare
-
-    root = tmp_path_factory.mktemp("unrelated")
-    text = root / "other.jsonl"
-    text.write_text("".join(json.dumps({"text": f"{i} {i * 7 % 13} {i * 3 % 11} zebra quantum {i % 5}"}) + "\n"
-                            for i in range(200)))
-    prepare([text], str(assets["tokenizer"]), root / "val")
-    return root / "val"
-
-
 def test_keep_best_keeps_the_lowest_validation_loss_checkpoint_and_export_best_exports_its_weights(
         job_factory, unrelated_validation):
     from spotrun_trainer.checkpoint import committed_checkpoints

@@ -4,7 +4,8 @@ launcher reading /opt/ml as SageMaker lays it out.
 One uninterrupted 4-rank run is the reference. A second run is stopped by SIGTERM to one host only (algo-2):
 every host stops at the same step with a committed checkpoint; the signalled host exits 0 (SageMaker's stop),
 the other exits 3 with a failure file saying why (a job that did not complete must not read as Completed).
-Restarted on the merged checkpoint directory (SageMaker's one S3 prefix), its per-step losses and exported
+Each host's checkpoint directory is synced with one prefix as SageMaker syncs it (hosts.CheckpointPrefix: only
+its own writes during a job). Restarted on the prefix (copied to every host), its per-step losses and exported
 weights are bitwise those of the reference. Restarted instead with each host seeing only its own files, both
 hosts refuse with a failure file naming the missing files, and no checkpoint file is deleted.
 
@@ -22,48 +23,22 @@ from pathlib import Path
 
 import pytest
 
-from spotrun.local.harness import loss_history, wait_for_step, write_sagemaker_root
+from spotrun.local.harness import loss_history, wait_for_step
 from spotrun_trainer.checkpoint import committed_checkpoints
 from spotrun_trainer.launcher import PEER_STOPPED_EXIT
 
 from .conftest import BASE_HP, assert_same_run
-from .hosts import NAMES, Hosts, unavailable
+from .hosts import NAMES, SM_CHECKPOINTS, Cluster, Hosts, unavailable
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(bool(unavailable()), reason=unavailable())]
 
 # 4 ranks x micro_batch 1; few steps: four processes share this machine's cores.
 HP = {**BASE_HP, "micro_batch": 1, "max_steps": 12}
-SM_CHECKPOINTS = Path("/opt/ml/checkpoints")  # checkpointconfig.json's LocalPath, as SageMaker sets it
 _RANK_FILE = re.compile(r"^__(\d+)_\d+\.distcp$")
 
 
-class Cluster:
-    """One 2-host job: a SageMaker root per host; every host mounts `ckpt` (the merged directory) unless told."""
-
-    def __init__(self, hosts: Hosts, root: Path, assets: dict):
-        self.hosts, self.root, self.ckpt = hosts, root, root / "checkpoints"
-        self.ckpt.mkdir(parents=True)
-        self.roots = [write_sagemaker_root(root / name, hyperparameters=HP, checkpoint_dir=SM_CHECKPOINTS,
-                                           channels={"train": assets["data"], "model": assets["model"]},
-                                           hosts=NAMES, current_host=name) for name in NAMES]
-
-    @property
-    def output(self) -> Path:
-        return self.roots[0] / "model"  # global rank 0 (algo-1) writes the losses and the export
-
-    def failure(self, host: int) -> Path:
-        return self.roots[host] / "output" / "failure"
-
-    def start(self, ckpt_dirs: list[Path] | None = None) -> list[subprocess.Popen]:
-        dirs = ckpt_dirs or [self.ckpt] * len(NAMES)
-        return [self.hosts.start(i, root, d, root / "launcher.log")
-                for i, (root, d) in enumerate(zip(self.roots, dirs, strict=True))]
-
-    def text(self, host: int) -> str:
-        return (self.roots[host] / "launcher.log").read_text(errors="replace")
-
-    def texts(self) -> str:
-        return "\n".join(f"--- {name}\n{self.text(i)[-3000:]}" for i, name in enumerate(NAMES))
+def _cluster(hosts: Hosts, root: Path, assets: dict) -> Cluster:
+    return Cluster(hosts, root, hyperparameters=HP, channels={"train": assets["data"], "model": assets["model"]})
 
 
 def _wait(procs: list[subprocess.Popen], timeout: float = 400) -> list[int]:
@@ -89,20 +64,20 @@ def hosts():
 
 @pytest.fixture(scope="module")
 def reference(hosts, assets, tmp_path_factory) -> Cluster:
-    job = Cluster(hosts, tmp_path_factory.mktemp("hosts-reference"), assets)
-    assert _wait(job.start()) == [0, 0], job.texts()
+    job = _cluster(hosts, tmp_path_factory.mktemp("hosts-reference"), assets)
+    assert job.run() == [0, 0], job.texts()
     return job
 
 
 @pytest.fixture(scope="module")
 def one_host_stopped(hosts, assets, tmp_path_factory) -> dict:
-    job = Cluster(hosts, tmp_path_factory.mktemp("hosts-stopped"), assets)
+    job = _cluster(hosts, tmp_path_factory.mktemp("hosts-stopped"), assets)
     procs = job.start()
     assert wait_for_step(procs[0], job.output, 4), job.texts()
     hosts.stop(procs[1])  # algo-2 only
-    rcs = _wait(procs, timeout=300)
+    rcs = job.finish(procs, timeout=300)
     saved = job.root / "saved-at-stop"
-    shutil.copytree(job.ckpt, saved)
+    shutil.copytree(job.prefix.root, saved)
     return {"job": job, "rcs": rcs, "saved": saved}
 
 
@@ -148,7 +123,7 @@ def test_hosts_that_each_see_only_their_own_files_refuse_and_delete_nothing(one_
             path.unlink()
     before = [_snapshot(d) for d in own]
 
-    job = Cluster(hosts, tmp_path / "split", assets)
+    job = _cluster(hosts, tmp_path / "split", assets)
     rcs = _wait(job.start(ckpt_dirs=own), timeout=300)
     assert rcs[0] != 0 and rcs[1] != 0, job.texts()
     for host in range(len(NAMES)):
@@ -165,7 +140,7 @@ def test_restart_on_the_merged_directory_is_bitwise_the_uninterrupted_run(one_ho
     job = one_host_stopped["job"]
     job.failure(0).unlink()  # a restarted SageMaker job runs on fresh instances
     step = committed_checkpoints(one_host_stopped["saved"])[0][0]
-    assert _wait(job.start()) == [0, 0], job.texts()
+    assert job.run() == [0, 0], job.texts()
     assert f"start_step={step}" in job.text(0) and "run_completed step=12" in job.text(0)
     assert sorted(loss_history(job.output)) == list(range(1, 13))
     assert_same_run(job, reference)

@@ -17,6 +17,7 @@ from spotrun_trainer.launcher import (
     check_inputs,
     check_network,
     decide_exit,
+    interface_routing_to,
     plan_launch,
 )
 from spotrun_trainer.outcome import Outcome
@@ -88,15 +89,41 @@ def test_socket_interfaces_the_job_environment_sets_are_left_to_it(tmp_path):
     assert p.env["NCCL_SOCKET_IFNAME"] == "eth1" and "GLOO_SOCKET_IFNAME" not in p.env  # the job's own value wins
 
 
-def test_a_missing_network_interface_is_a_configuration_error(tmp_path):
+def test_a_missing_network_interface_without_a_route_to_the_master_is_a_configuration_error(tmp_path):
     sm = SageMakerEnv.read(sm_root(tmp_path, ["algo-1", "algo-2"], "algo-2"))
     p = plan(tmp_path)
-    check_network(p, sm, interfaces=["lo", "eth1"])
+    assert check_network(p, sm, interfaces=["lo", "eth1"]) == p
     with pytest.raises(ConfigError, match=r"^network_interface_name='eth1' in resourceconfig.json is invalid: no "
-                                          r"such network interface on this host \(found \['eth0', 'lo'\]\)"):
-        check_network(p, sm, interfaces=["lo", "eth0"])
+                                          r"such network interface on this host \(found \['eth0', 'lo'\]\) and no "
+                                          r"route to the master host 'algo-1'"):
+        check_network(p, sm, interfaces=["lo", "eth0"], route_interface=lambda host: None)
+    with pytest.raises(ConfigError, match="no route to the master host 'algo-1'"):  # a route by a vanished one
+        check_network(p, sm, interfaces=["lo", "eth0"], route_interface=lambda host: "eth7")
     one_host = tmp_path / "one"
-    check_network(plan(sm_root(one_host, ["algo-1"], "algo-1")), SageMakerEnv.read(one_host), interfaces=["lo"])
+    p1 = plan(sm_root(one_host, ["algo-1"], "algo-1"))
+    assert check_network(p1, SageMakerEnv.read(one_host), interfaces=["lo"]) == p1
+
+
+def test_a_missing_network_interface_falls_back_to_the_one_routing_to_the_master(tmp_path, caplog):
+    """SageMaker local mode (sagemaker-train) names `ethwe`; its containers have Docker's eth0."""
+    sm = SageMakerEnv.read(sm_root(tmp_path, ["algo-1", "algo-2"], "algo-2"))
+    asked = []
+    p = check_network(plan(tmp_path), sm, interfaces=["lo", "eth0"],
+                      route_interface=lambda host: asked.append(host) or "eth0")
+    assert asked == ["algo-1"]
+    assert p.env["NCCL_SOCKET_IFNAME"] == p.env["GLOO_SOCKET_IFNAME"] == "eth0"
+    assert p.command == plan(tmp_path).command
+    assert "network_interface_name='eth1' in resourceconfig.json does not exist on this host" in caplog.text
+    assert "bound to eth0, the interface the route to the master host algo-1 leaves by" in caplog.text
+    # A variable the job's environment sets stays the job's: only the launcher's own binding falls back.
+    own = check_network(plan(tmp_path, job_env={"GLOO_SOCKET_IFNAME": "ens5"}), sm, interfaces=["lo", "eth0"],
+                        route_interface=lambda host: "eth0")
+    assert own.env["NCCL_SOCKET_IFNAME"] == "eth0" and "GLOO_SOCKET_IFNAME" not in own.env
+
+
+def test_the_interface_routing_to_a_host_is_the_kernels_choice():
+    assert interface_routing_to("localhost") == "lo"  # the kernel routes loopback addresses through lo
+    assert interface_routing_to("no-such-host.invalid") is None  # RFC 6761: never resolves
 
 
 @pytest.mark.parametrize("hp, replicas_shard", [({"sharding.mode": "full"}, (1, 32)),
@@ -160,6 +187,21 @@ def test_bad_hyperparameters_name_the_field(tmp_path, hp, message):
     assert "\n" not in text and len(text) < 500  # one short line, whatever was passed
 
 
+@pytest.mark.parametrize("hp, message", [
+    ({"eval.keep_best": "true"}, "eval.keep_best=True is invalid: expected false without checkpoints: the best "
+     "weights are kept as a checkpoint (checkpoint.dir, the job's CheckpointConfig)"),
+    ({"segment_seconds": "3600"}, "segment_seconds=3600.0 is invalid: expected 0 without checkpoints: the next "
+     "segment resumes from the checkpoint"),
+    ({"export.weights": "best"}, "export.weights='best' is invalid: expected last, or best with "
+     "eval.keep_best=true and validation data"),
+])
+def test_rules_across_fields_are_configuration_errors_before_torchrun(tmp_path, hp, message):
+    with pytest.raises(ConfigError) as err:
+        plan(sm_root(tmp_path, ["algo-1", "algo-2"], "algo-1", {**HP, **hp}, ckpt=False), gpus=0)
+    assert str(err.value) == message or str(err.value).startswith(message), str(err.value)
+    assert "\n" not in str(err.value)
+
+
 def test_current_host_must_be_listed(tmp_path):
     with pytest.raises(ConfigError, match="current_host='algo-9' must be one of hosts"):
         SageMakerEnv.read(sm_root(tmp_path, ["algo-1"], "algo-9"))
@@ -198,7 +240,10 @@ PEER = ("training did not complete: another host of this job was sent a stop sig
     (1, False, [{"status": "failed", "message": "CUDA out of memory: turn on"}],
      (1, "CUDA out of memory: turn on", "")),
     (1, False, [{"status": "failed"}], (1, "a worker failed", "")),
-    (-9, False, [], (1, "torchrun exited with code -9 without a worker error report", "")),
+    # torchrun killed by a signal (Popen's -N) exits as a shell reports it, 128 + N, never as a wrapped byte
+    (-9, False, [], (137, "torchrun exited with code -9 without a worker error report", "")),
+    (-6, False, [{"status": "failed", "message": "boom"}], (134, "boom", "")),
+    (-15, True, [{"status": "failed", "message": "boom"}], (143, "boom", "")),
     # stopped without a signal to this host: a peer's stop; torchrun exits 0, yet the job did not complete
     (0, False, [{"status": "stopped", "message": STOPPED}] * 2, (PEER_STOPPED_EXIT, PEER, "")),
     (0, False, [{"status": "stopped", "message": STOPPED, "signalled": True}],
@@ -307,6 +352,8 @@ def test_good_inputs_pass_the_launchers_checks(assets):
     ({"data.path": "/nonexistent/data"},
      "data.path='/nonexistent/data' is invalid: /nonexistent/data/index.json not found"),
     ({"data.seq_len": "1000000"}, "data.seq_len=1000000 is invalid for this dataset: it holds 0 samples"),
+    ({"model.path": "", "model.activation_checkpointing": "true", "model.config": '{"model_type": "ctrl"}'},
+     "model.activation_checkpointing=true is invalid for ctrl: CTRLLMHeadModel does not support it"),
 ])
 def test_configuration_errors_name_the_field_before_any_worker_starts(assets, hp, message):
     with pytest.raises(ConfigError) as err:
@@ -336,6 +383,35 @@ def test_launcher_refuses_an_unknown_model_type_without_starting_torchrun(assets
     failure = (root / "output" / "failure").read_text()
     assert failure.startswith("invalid configuration: model.config.model_type='lama' is invalid")
     assert failure.count("\n") == 1 and len(failure) < 300
+
+
+def test_launcher_refuses_keep_best_without_checkpoints_in_one_line_without_starting_torchrun(assets, tmp_path):
+    """SageMaker's own local mode has no CheckpointConfig: with the planner's eval.keep_best this failed in every
+    worker after start-up (issue 27)."""
+    root = write_sagemaker_root(tmp_path / "sm", channels={"train": assets["data"], "model": assets["model"]},
+                                checkpoint_dir=None, hyperparameters={"nproc_per_node": 2, "eval.keep_best": True})
+    proc = start_launcher(root, tmp_path / "launcher.log")
+    assert proc.wait(timeout=300) == 2
+    assert "torch.distributed.run" not in (tmp_path / "launcher.log").read_text()
+    failure = (root / "output" / "failure").read_text()
+    assert failure.startswith("invalid configuration: eval.keep_best=True is invalid: expected false without "
+                              "checkpoints") and failure.count("\n") == 1
+
+
+@pytest.mark.slow
+def test_after_a_failure_in_every_worker_each_exits_1_without_an_abort_or_a_signal(job_factory):
+    """A failure after the process group is up (LoRA targets the model lacks: found when PEFT wraps it): every
+    rank writes its outcome and exits 1 itself; none aborts in the interpreter's teardown (SIGABRT, -6) or dies of
+    torchrun's SIGTERM to the survivors in it (-15)."""
+    job = job_factory("worker-failure", **{"method": "lora", "lora.target_modules": "nosuch_proj"})
+    assert job.run() == 1, job.text()[-3000:]
+    text = job.text()
+    codes = re.findall(r"exitcode\s*: (-?\d+)", text)
+    assert codes and set(codes) == {"1"}, text[-3000:]
+    assert "terminate called" not in text and "Signal 15" not in text
+    failure = job.failure.read_text()
+    assert failure.startswith("ConfigError: lora.target_modules='nosuch_proj' is invalid") and \
+        failure.count("\n") == 1
 
 
 @pytest.mark.slow

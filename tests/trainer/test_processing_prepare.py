@@ -22,8 +22,8 @@ import pytest
 from moto import mock_aws
 
 from spotrun.local.harness import loss_history, val_history
-from spotrun.pipeline.preparation import MARKER, PARTS_DIR, Preparation
 from spotrun.pipeline.preparation_finish import finish
+from spotrun.seams import PARTS_DIR, PREPARE_MARKER, Preparation
 from spotrun_trainer.data import prepare, read_index
 
 from .conftest import Job
@@ -110,7 +110,7 @@ def test_two_instances_prepare_halves_and_the_merged_index_trains(assets, tmp_pa
     assert result["prepared"]["cost_usd"] == round(360 * 0.46 / 3600, 4) and result["prepared"]["seconds"] == 360
 
     index, validation = read_index(merged), read_index(merged / "validation")
-    assert index["parts"] == ["algo-1", "algo-2"] and json.loads((merged / MARKER).read_text())["key"] in PREFIX
+    assert index["parts"] == ["algo-1", "algo-2"] and json.loads((merged / PREPARE_MARKER).read_text())["key"] in PREFIX
     assert all(s["file"].startswith(f"{PARTS_DIR}/algo-") for s in index["shards"])
     # The same tokens as one prepare over all four files: every document once, split the same way.
     single = prepare(files, str(assets["tokenizer"]), tmp_path / "single", shard_bytes=4000, validation_fraction=0.1)

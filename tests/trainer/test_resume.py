@@ -132,7 +132,7 @@ def test_unreadable_newest_checkpoint_stops_the_run_and_keeps_both_checkpoints(j
 def test_full_disk_during_an_async_save_fails_naming_the_cause_and_the_intact_checkpoint(job_factory):
     job = job_factory("disk-full", max_steps=12)
     # Step 8's directory puts rank 1's shard on /dev/full, whose writes fail with ENOSPC. NOTE: a symlinked
-    # directory, because pruning after step 4's commit removes stray step-* directories (rmtree refuses links).
+    # directory, because the pruning at the start removes stray step-* directories (rmtree refuses links).
     full = job.root / "full-disk"
     full.mkdir()
     (full / "__1_0.distcp").symlink_to("/dev/full")

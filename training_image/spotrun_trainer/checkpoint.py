@@ -28,7 +28,13 @@ CheckpointException included) stops the run with a message that names the cause 
 checkpoint; so does a save of non-finite weights, which is refused (a diverged run never overwrites good state).
 
 Retention keeps the newest `keep` (>= 2) committed checkpoints, so the one being written never replaces the
-only good one. Each node's local rank 0 deletes only on its own disk (the deletion is mirrored to S3).
+only good one. Each node's local rank 0 deletes only on its own disk (the deletion is mirrored to S3), and only
+checkpoints every rank agreed to drop (see _prune).
+
+Across hosts (docs/checkpoints.md): SageMaker copies the one S3 prefix to every host only when a job starts, so
+during a job each host sees only its own writes. Nothing here reads a file after the start that another host
+wrote: load() runs at the start, commits use each rank's own file list, and only checkpoints that were complete
+at the start can be loaded again (load_model); this job's best weights are kept in memory (best.py).
 """
 
 from __future__ import annotations
@@ -339,7 +345,8 @@ class CheckpointManager:
         self.model, self.optimizer, self.states = model, optimizer, dict(states or {})
         self.model_options = model_options
         self.rank, self.world_size, self.local_rank = dist.get_rank(), dist.get_world_size(), local_rank
-        self.committed: list[int] = []
+        self.committed: list[int] = []  # the same list on every rank
+        self.at_start: frozenset[int] = frozenset()  # the checkpoints complete on every host at this job's start
         # Steps kept beside the newest `keep` (the best validation loss's: eval.keep_best); read at each prune,
         # after load() restored the states it is derived from.
         self.keep_also: Callable[[], set[int]] = set
@@ -526,17 +533,29 @@ class CheckpointManager:
                         "save will not fit; shorten the periodic interval (work since the last periodic save is "
                         "lost on interruption)", save_s, total_bytes / 1e9, budget)
 
-    def _prune(self) -> None:
-        """Keep the newest `keep` committed checkpoints; delete every other `step-*` entry (older checkpoints,
-        torn saves, leftover temporaries). Called only when no save is in flight."""
+    def _prune(self, *, at_start: bool = False) -> None:
+        """Keep the newest `keep` committed checkpoints (and keep_also's); delete the others. Called only when no
+        save is in flight.
+
+        NOTE: deleting a file under SageMaker's checkpoint directory deletes it from the one S3 prefix that every
+        host's files go to. So a host deletes only checkpoints that every rank agreed are committed and no longer
+        kept (`committed` is the same list on every rank), never one that is complete in the prefix and kept: of a
+        checkpoint written during this job its directory holds just its own ranks' files (SageMaker copies the
+        prefix down only at a start), of one that was in the prefix at the start every host's files, which every
+        host then deletes alike. `at_start` (load()): also every other `step-*` entry (torn saves, leftovers):
+        every host sees the same files then (load() refuses otherwise) and none of them verifies, so they are not
+        complete in the prefix either."""
         newest = sorted(set(self.committed))[-self.cfg.keep:]
         keep = sorted(set(newest) | (set(self.committed) & set(self.keep_also())))
+        dropped = {step_dir(self.root, s).name for s in set(self.committed) - set(keep)}
         self.committed = keep
         if self.local_rank != 0 or not self.root.is_dir():
             return
         names = {step_dir(self.root, s).name for s in keep}
         for child in self.root.iterdir():
-            if child.name.startswith(CHECKPOINT_STEP_PREFIX) and child.name not in names:
+            if not child.name.startswith(CHECKPOINT_STEP_PREFIX) or child.name in names:
+                continue
+            if at_start or child.name in dropped:
                 shutil.rmtree(child, ignore_errors=True) if child.is_dir() else child.unlink(missing_ok=True)
 
     # ---- loading -----------------------------------------------------------------------------------------
@@ -567,9 +586,12 @@ class CheckpointManager:
             raise CheckpointError(mismatch)
         node_lists = [set(steps) for steps, _ in gathered if steps is not None]
         common = set.intersection(*node_lists) if node_lists else set()
+        # Complete on every host now; a checkpoint written later in this job will not be (see load_model).
+        self.at_start = frozenset(common)
         if not common:
             if self.rank == 0:
                 log.info("checkpoint: none found under %s; starting fresh", self.root)
+            self._prune(at_start=True)  # torn saves only: nothing verified
             return None
         step = max(common)
         manifest = verified.get(step) or json.loads((step_dir(self.root, step) / CHECKPOINT_MANIFEST).read_text())
@@ -606,10 +628,10 @@ class CheckpointManager:
                         "per-rank RNG streams are reseeded and the data position carries over in samples, so the "
                         "run continues correctly but is not bitwise identical to an uninterrupted one",
                         saved_world, self.world_size)
-        # Checkpoints newer than the one loaded are unverified or not common to all nodes: the run will write
-        # those steps again, so they go now.
-        self.committed = [s for s in verified if s <= step] or [step]
-        self._prune()
+        # The same list on every rank (every node verified these). Entries newer than the one loaded did not
+        # verify: the run writes those steps again, so they go now.
+        self.committed = sorted(common)
+        self._prune(at_start=True)
         dist.barrier()
         self.last_save_time = time.monotonic()
         if self.rank == 0:
@@ -618,9 +640,16 @@ class CheckpointManager:
 
     def load_model(self, step: int) -> None:
         """Load only the model weights of committed checkpoint `step` into the model (export of the best one);
-        the optimizer and the small states stay as they are. Every rank calls it."""
+        the optimizer and the small states stay as they are. Every rank calls it.
+
+        Only a checkpoint that was complete when this job started: one written during the job is, on SageMaker,
+        only partly on each host (each host's files reach the other hosts at the next start), so no host can load
+        it (best.BestWeights keeps this job's best in memory instead)."""
         if step not in self.committed:
             raise CheckpointError(f"checkpoint step-{step:08d} is not kept (kept: {sorted(self.committed)})")
+        if step not in self.at_start:
+            raise CheckpointError(f"checkpoint step-{step:08d} was written during this job: its files are only "
+                                  "on the hosts that wrote them until the next start, so it cannot be loaded now")
         model_sd = get_model_state_dict(self.model, options=self.model_options)
         try:
             dcp.load({"model": model_sd}, checkpoint_id=str(step_dir(self.root, step)))

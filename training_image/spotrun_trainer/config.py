@@ -386,9 +386,20 @@ class TrainConfig:
         _require(self.num_threads >= 0, "num_threads", self.num_threads, "an integer >= 0")
         _require(self.method in METHODS, "method", self.method, " or ".join(METHODS))
         _require(bool(self.output_dir), "output_dir", self.output_dir, "a directory path")
+        self._check_across_fields()
+
+    def _check_across_fields(self) -> None:
+        """The rules between sections: each names the field the user set and what it needs. The launcher builds
+        the config before torchrun starts, so these end a job with exit 2 and one line, not in every worker."""
         _require(self.export.weights == "last" or (self.eval.keep_best and bool(self.data.validation_path)),
                  "export.weights", self.export.weights, "last, or best with eval.keep_best=true and validation data "
                  "(data.validation_path)")
+        _require(not self.eval.keep_best or bool(self.checkpoint.dir), "eval.keep_best", self.eval.keep_best,
+                 "false without checkpoints: the best weights are kept as a checkpoint (checkpoint.dir, the job's "
+                 "CheckpointConfig)")
+        _require(not self.segment_seconds or bool(self.checkpoint.dir), "segment_seconds", self.segment_seconds,
+                 "0 without checkpoints: the next segment resumes from the checkpoint (checkpoint.dir, the job's "
+                 "CheckpointConfig)")
 
     # ---- serialisation -------------------------------------------------------------------------------------
 

@@ -45,8 +45,7 @@ from pathlib import Path
 
 import numpy as np
 
-from spotrun.pipeline.preparation import RAW_SUFFIXES
-from spotrun.seams import DatasetIndex, directory_tokenizer_identity
+from spotrun.seams import RAW_SUFFIXES, DatasetIndex, directory_tokenizer_identity
 
 log = logging.getLogger(__name__)
 

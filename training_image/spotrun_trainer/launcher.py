@@ -13,16 +13,20 @@ What it reads (root defaults to /opt/ml; `--sm-root` or SPOTRUN_SM_ROOT point el
 What it writes: model/ (the exported model, by the trainer), output/failure on a real failure.
 
 Exit codes: 0 when training completed, or when a stop signal arrived and every local worker saved and stopped;
-2 for a configuration error, found here before torchrun starts (check_inputs, check_network); 1 when the image
-cannot import what the trainer needs (output/failure names the underlying error); 3 when training stopped
-although this host got no stop signal (another host's stop stops every host at the same step, with a committed
-checkpoint: the job did not complete, and exiting 0 would make SageMaker report it Completed); otherwise
-torchrun's code, with output/failure explaining it.
+2 for a configuration error, found here before torchrun starts (the config's own and cross-field rules,
+check_inputs, check_network); 1 when the image cannot import what the trainer needs (output/failure names the
+underlying error); 3 when training stopped although this host got no stop signal (another host's stop stops
+every host at the same step, with a committed checkpoint: the job did not complete, and exiting 0 would make
+SageMaker report it Completed); otherwise torchrun's code (128 + N when torchrun died of signal N), with
+output/failure explaining it.
 
 Multi-host networking: NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME both name resourceconfig.json's
 network_interface_name (unless the job's environment sets them). Without GLOO_SOCKET_IFNAME gloo binds the
 address the hostname resolves to, and where /etc/hosts does not list the hostname that is 127.0.0.1: every rank
-then advertises loopback to its peers and `connectFullMesh` fails across hosts.
+then advertises loopback to its peers and `connectFullMesh` fails across hosts. Where the named interface does
+not exist on this host, the launcher uses the interface its route to the master host (hosts[0]) leaves by, and
+logs it: the SageMaker Python SDK's local mode names `ethwe` (SageMaker's own platform names an interface its
+instances have) while its containers have only Docker's `eth0` (check_network).
 """
 
 from __future__ import annotations
@@ -34,13 +38,16 @@ import json
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+
+import psutil
 
 from spotrun.seams import VALIDATION_CHANNEL, DatasetIndex, Hyperparameter, StopNotice
 
@@ -234,17 +241,44 @@ def check_inputs(config: TrainConfig, *, world_size: int) -> None:
                           f"{seq_len} tokens and one step needs micro_batch x processes = {needed}")
 
 
-def check_network(plan: LaunchPlan, sm: SageMakerEnv, *, interfaces: list[str] | None) -> None:
-    """The interface the launcher binds NCCL and gloo to exists on this host (`interfaces`: /sys/class/net;
-    None when unknown)."""
-    if interfaces is not None and any(var in plan.env for var in SOCKET_IFNAME_VARS) \
-            and sm.network_interface_name not in interfaces:
-        raise ConfigError(f"network_interface_name={sm.network_interface_name!r} in resourceconfig.json is invalid: "
-                          f"no such network interface on this host (found {sorted(interfaces)}); set "
-                          f"{' and '.join(SOCKET_IFNAME_VARS)} in the job's environment to choose one")
+def check_network(plan: LaunchPlan, sm: SageMakerEnv, *, interfaces: list[str] | None,
+                  route_interface: Callable[[str], str | None] = lambda host: None) -> LaunchPlan:
+    """The plan with NCCL and gloo bound to an interface this host has (`interfaces`: /sys/class/net; None when
+    unknown). The one resourceconfig.json names when it exists; otherwise the one `route_interface(hosts[0])`
+    says the route to the master host leaves by (SageMaker local mode's `ethwe`), logged; a ConfigError when
+    there is none."""
+    bound = [var for var in SOCKET_IFNAME_VARS if var in plan.env]
+    named = sm.network_interface_name
+    if interfaces is None or not bound or named in interfaces:
+        return plan
+    routed = route_interface(sm.hosts[0])
+    if routed is None or routed not in interfaces:
+        raise ConfigError(f"network_interface_name={named!r} in resourceconfig.json is invalid: no such network "
+                          f"interface on this host (found {sorted(interfaces)}) and no route to the master host "
+                          f"{sm.hosts[0]!r} to take the interface from; set {' and '.join(SOCKET_IFNAME_VARS)} in "
+                          "the job's environment to choose one")
+    log.warning("network_interface_name=%r in resourceconfig.json does not exist on this host (found %s): %s bound "
+                "to %s, the interface the route to the master host %s leaves by", named, sorted(interfaces),
+                " and ".join(bound), routed, sm.hosts[0])
+    return replace(plan, env={**plan.env, **{var: routed for var in bound}})
+
+
+def interface_routing_to(host: str) -> str | None:
+    """The network interface holding the source address of this host's route to `host`, or None when `host` does
+    not resolve or no interface holds that address. Connecting a UDP socket picks the route and sends nothing."""
+    try:
+        family, _, _, _, address = socket.getaddrinfo(host, MASTER_PORT, type=socket.SOCK_DGRAM)[0]
+        with socket.socket(family, socket.SOCK_DGRAM) as probe:
+            probe.connect(address)
+            source = probe.getsockname()[0]
+    except OSError:
+        return None
+    return next((name for name, addresses in psutil.net_if_addrs().items()
+                 if any(a.address.split("%")[0] == source for a in addresses)), None)
 
 
 def _check_model(config: TrainConfig) -> None:
+    import transformers
     from transformers import AutoConfig
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
@@ -274,6 +308,11 @@ def _check_model(config: TrainConfig) -> None:
     if model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
         raise ConfigError(f"{field_name}={model_type!r} is invalid: transformers has no causal LM for it "
                           "(AutoModelForCausalLM); expected a decoder model type such as llama, qwen2, gpt2")
+    if model.activation_checkpointing:
+        model_class = getattr(transformers, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[model_type])
+        if not getattr(model_class, "supports_gradient_checkpointing", False):
+            raise ConfigError(f"model.activation_checkpointing=true is invalid for {model_type}: "
+                              f"{model_class.__name__} does not support it; expected false")
     try:
         if model.path:
             AutoConfig.from_pretrained(model.path)
@@ -314,7 +353,7 @@ def decide_exit(returncode: int, *, signalled: bool, outcomes: list[Outcome], np
     PEER_STOPPED_EXIT with the failure file naming the stop and the checkpoint a restart resumes from."""
     failed = [o for o in outcomes if o.status == "failed"]
     if failed:
-        return returncode or 1, failed[0].message or "a worker failed", ""
+        return exit_status(returncode) or 1, failed[0].message or "a worker failed", ""
     stopped = [o for o in outcomes if o.status == "stopped"]
     if stopped and not signalled:
         who = ("a worker on this host was sent a stop signal directly (not through this launcher)"
@@ -331,8 +370,13 @@ def decide_exit(returncode: int, *, signalled: bool, outcomes: list[Outcome], np
             return 0, "", ""
         return 0, "", (f"stopped by signal; {nproc - reported} of {nproc} local workers exited before reporting "
                        "(still starting, or killed at the shutdown timeout): the newest complete checkpoint stands")
-    return (returncode if returncode > 0 else 1), f"torchrun exited with code {returncode} without a worker error " \
-        "report", ""
+    return exit_status(returncode), f"torchrun exited with code {returncode} without a worker error report", ""
+
+
+def exit_status(returncode: int) -> int:
+    """An exit status for torchrun's return code: a death by signal N (Popen's -N) as a shell reports it, 128 + N.
+    NOTE: passed on as it is, -6 would become 250 and -15 241 (the status is a byte), naming no signal."""
+    return 128 - returncode if returncode < 0 else returncode
 
 
 class StopSignal:
@@ -471,7 +515,7 @@ def _launch(root: Path, work: Path, stop: StopSignal) -> int:
                            ofi_nccl_found=any(glob.glob(g) for g in OFI_NCCL_GLOBS),
                            config_path=work / "train_config.json", outcome_dir=work / "outcome",
                            job_env=os.environ)
-        check_network(plan, sm, interfaces=_interfaces())
+        plan = check_network(plan, sm, interfaces=_interfaces(), route_interface=interface_routing_to)
         check_inputs(plan.config, world_size=plan.nnodes * plan.nproc_per_node)
     except ConfigError as exc:
         write_failure(failure_file, f"invalid configuration: {exc}")

@@ -20,7 +20,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from spotrun.pipeline.preparation import PARTS_DIR, PROCESSING_DATA_INPUT, PROCESSING_OUTPUT, PROCESSING_TOKENIZER_INPUT
+from spotrun.seams import PARTS_DIR, PROCESSING_DATA_INPUT, PROCESSING_OUTPUT, PROCESSING_TOKENIZER_INPUT
 
 from .data import DataError, input_files, input_kind, prepare
 

@@ -35,8 +35,10 @@ import resource
 import signal
 import sys
 import time
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NoReturn
 
 import torch
 import torch.distributed as dist
@@ -52,6 +54,7 @@ from spotrun.seams import (
 
 from . import metrics
 from .agreement import Agreement, LossHistory, StepAgreement
+from .best import BestWeights
 from .checkpoint import CheckpointManager, verify_ahead
 from .config import TrainConfig
 from .data import TokenShardLoader, total_steps
@@ -215,10 +218,10 @@ class Trainer:
                                       model_options=self.built.checkpoint_options,
                                       states={"trainer": self.state, "loader": self.loader,
                                               "scheduler": self.scheduler})
-        if cfg.eval.keep_best:
-            if not self.ckpt.enabled:
-                raise ValueError("eval.keep_best needs checkpoints (checkpoint.dir): the best weights are kept there")
+        if cfg.eval.keep_best:  # with checkpoints: TrainConfig's rule
             self.ckpt.keep_also = lambda: {self.state.val["best_step"]} if "best_step" in self.state.val else set()
+        # export.weights=best: the best step's weights, kept in memory when this job found them (see best.py)
+        self.best = BestWeights(self.model, self.built.checkpoint_options)
         self.peak_flops = _device_peak(self.device)
         self.predicted = predict(
             self.built.hf_config, shard_ranks=cfg.sharding.mesh_shape(self.world)[1], micro_batch=cfg.micro_batch,
@@ -267,6 +270,8 @@ class Trainer:
                 if not self._evaluate():
                     return self._stopped("signal-during-eval", save=True)  # the resumed run evaluates it again
                 new_best = self.cfg.eval.keep_best and self.state.val.get("best_step") == step
+                if new_best and self.cfg.export.weights == "best":
+                    self.best.capture(step)
             self.ckpt.finalize_if_done(agreed.pending_done)
             if (agreed.save_due or new_best) and step < self.total_steps:  # the best weights get a checkpoint
                 self.ckpt.save(step, blocking=not self.cfg.checkpoint.async_save)
@@ -336,8 +341,10 @@ class Trainer:
     # ---- evaluation ----------------------------------------------------------------------------------------
 
     def _choose_export_weights(self) -> dict | None:
-        """export.weights=best: load the kept best checkpoint's weights for the export (the final ones are in
-        the final checkpoint already). Returns the export metadata's `evaluation` (None without validation)."""
+        """export.weights=best: put the best step's weights into the model for the export (the final ones are
+        in the final checkpoint already): from memory when this job found them, else from their checkpoint, which
+        was in the checkpoint prefix when this job started (best.py says why a checkpoint of this job cannot be
+        read back). Returns the export metadata's `evaluation` (None without validation)."""
         val = self.state.val
         if self.evaluator is None or "last" not in val:
             return None
@@ -345,7 +352,10 @@ class Trainer:
         if self.cfg.export.weights == "best" and "best_step" in val:
             chosen, step, loss = "best", val["best_step"], val["best"]
             if step != self.state.step:
-                self.ckpt.load_model(step)
+                if self.best.step == step:
+                    self.best.restore()
+                else:
+                    self.ckpt.load_model(step)
         return {"weights": chosen, "exported_step": step, "val_loss": loss, "base_val_loss": val.get("base"),
                 "final_val_loss": val["last"], "best_val_loss": val.get("best"), "best_step": val.get("best_step"),
                 "final_step": self.state.step}
@@ -510,14 +520,30 @@ def main(argv: list[str] | None = None) -> int:
     except torch.OutOfMemoryError as exc:
         log.error("%s (%s)", OOM_HINT, exc)
         write_outcome(outcome_dir, rank, Outcome("failed", -1, OOM_HINT))
+        _exit_after_failure()
+    except (KeyboardInterrupt, SystemExit):
         raise
     except BaseException as exc:  # NOTE: not just Exception: DCP's CheckpointException is a BaseException
-        if not isinstance(exc, (KeyboardInterrupt, SystemExit)):
-            write_outcome(outcome_dir, rank, Outcome("failed", -1, f"{type(exc).__name__}: {exc}"))
-        raise
+        write_outcome(outcome_dir, rank, Outcome("failed", -1, f"{type(exc).__name__}: {exc}"))
+        _exit_after_failure()
     write_outcome(outcome_dir, rank, outcome)
     dist.destroy_process_group()
     return 0
+
+
+def _exit_after_failure() -> NoReturn:
+    """Print the failure and exit 1 at once, without the interpreter's teardown (called inside an `except`).
+
+    NOTE: after a failure the process group cannot be destroyed safely (a peer still inside a collective makes
+    destroy_process_group wait: pytorch/torchtitan#1342), and left to the interpreter's teardown, gloo's threads
+    release their work after the interpreter is gone: the process aborts ("terminate called without an active
+    exception", SIGABRT: pytorch/pytorch#190489, #179291), and a stop signal arriving during the teardown finds
+    the default handler back and kills it (-15). Its outcome is written; nothing else of it needs finishing."""
+    traceback.print_exc()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(1)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,122 @@
+"""The deadline-aware spot policies against each other and the exact offline optimum on the public traces.
+
+    python benchmarks/policy_bench.py --spot-traces DIR [--every-h 6] [--optimum-every 4]
+
+The issue's setting (#26): every one-node trace of github.com/skypilot-org/spot-traces
+(`availability/1-node/*/*.json` under DIR; not in this repository), 40 h of work, a 0.2 h changeover (a 600 s
+startup, a 60 s restore and a 60 s save), spot at 0.35 of on-demand, saves on the notice, a job started every
+`--every-h` hours of each trace (while the deadline fits in the recording), deadlines 48, 60 and 80 h. Each policy
+runs as the state machine executes it (spotrun/policy/execution.py: the guard's polls, what it sees).
+
+Choose and report on different windows: the traces in sorted path order alternate between the choose set (even
+positions) and the held-out set (odd positions). Policy parameters were picked on the choose set only.
+
+The exact optimum (spotrun/policy/optimum.py) takes about a second per window: it runs on every
+`--optimum-every`-th window, and the gap to it is each policy's mean on those same windows over the optimum's,
+on the windows where the solver reports its answer exact (past its cap it returns a floor; the count is printed).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from spotrun.policy.decision import DEADLINE_RULES
+from spotrun.policy.engine import SimPlan
+from spotrun.policy.execution import execute
+from spotrun.policy.optimum import solve
+from spotrun.policy.traces import read_availability, replay
+
+DEADLINES_H = (48, 60, 80)
+WORK_H = 40.0
+AFTER_DEADLINE_H = 200.0  # trace kept past the deadline: a late run still finishes on the recording
+
+
+def setting(deadline_h: float) -> SimPlan:
+    return SimPlan(work_s=WORK_H * 3600, startup_s=600, restore_s=60, save_s=60, interval_s=1800, step_s=10,
+                   notice_ok=True, spot_usd_per_h=0.35, on_demand_usd_per_h=1.0, deadline_s=deadline_h * 3600)
+
+
+def windows(recordings: list, deadline_h: float, every_h: float) -> list[tuple[int, list]]:
+    """(trace position, the trace seen by a job started there) every `every_h` hours of each recording."""
+    out = []
+    for n, rec in enumerate(recordings):
+        offset = 0.0
+        while offset + deadline_h * 3600 <= rec.length_s:
+            out.append((n, replay(rec, offset, (deadline_h + AFTER_DEADLINE_H) * 3600)))
+            offset += every_h * 3600
+    return out
+
+
+def outcomes(plan: SimPlan, traces: list, policy: str) -> list[tuple[float, bool]]:
+    """(cost / on-demand from the start, deadline met) per trace."""
+    od = plan.work_s / 3600 * plan.on_demand_usd_per_h
+    out = []
+    for trace in traces:
+        tally = execute(plan, trace, policy, "notice", horizon_s=plan.deadline_s + AFTER_DEADLINE_H * 3600).tally
+        usd = (tally.spot_s * plan.spot_usd_per_h + tally.od_s * plan.on_demand_usd_per_h) / 3600
+        out.append((usd / od, tally.finished and tally.t <= plan.deadline_s + 1e-6))
+    return out
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
+def table(recordings: list, names: list[str], every_h: float, optimum_every: int, policies: list[str],
+          deadlines: tuple[float, ...] = DEADLINES_H) -> list[str]:
+    rows = ["| deadline | policy | choose: cost / OD | choose: over optimum | choose: missed | held-out: cost / OD | "
+            "held-out: over optimum | held-out: missed | all 17: cost / OD | all: over optimum |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
+    for deadline in deadlines:
+        plan = setting(deadline)
+        ws = windows(recordings, deadline, every_h)
+        sets = {"choose": [i for i, (n, _) in enumerate(ws) if n % 2 == 0],
+                "held-out": [i for i, (n, _) in enumerate(ws) if n % 2 == 1], "all": list(range(len(ws)))}
+        sampled = list(range(0, len(ws), optimum_every))
+        od = plan.work_s / 3600 * plan.on_demand_usd_per_h
+        solved = {i: solve(plan, ws[i][1]) for i in sampled}
+        # past its cap the solver returns a floor, not the optimum: the gap is taken where it is exact only
+        floor = {i: o.usd / od for i, o in solved.items() if o.exact and o.usd is not None}
+        print(f"{deadline} h: {len(ws)} windows ({len(sets['choose'])} choose, {len(sets['held-out'])} held out); "
+              f"exact optimum on {len(floor)} of {len(sampled)} sampled: {_mean(list(floor.values())):.3f} of "
+              "on-demand", flush=True)
+        for policy in policies:
+            res = outcomes(plan, [t for _, t in ws], policy)
+            cells = []
+            for key in ("choose", "held-out", "all"):
+                idx = sets[key]
+                opt_idx = [i for i in idx if i in floor]
+                gap = _mean([res[i][0] for i in opt_idx]) / _mean([floor[i] for i in opt_idx]) - 1
+                cells += [f"{_mean([res[i][0] for i in idx]):.3f}", f"{gap:+.1%}"]
+                if key != "all":
+                    cells.append(str(sum(1 for i in idx if not res[i][1])))
+            rows.append(f"| {deadline} h | {policy} | " + " | ".join(cells) + " |")
+            print(rows[-1], flush=True)
+        rows.append(f"| {deadline} h | exact optimum | {_mean([floor[i] for i in sets['choose'] if i in floor]):.3f} | "
+                    f"| | {_mean([floor[i] for i in sets['held-out'] if i in floor]):.3f} | | | "
+                    f"{_mean(list(floor.values())):.3f} | |")
+    head = f"{len(recordings)} traces: choose set {', '.join(names[0::2])}; held out {', '.join(names[1::2])}"
+    return [head, ""] + rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--spot-traces", type=Path, required=True,
+                        help="the extracted skypilot-org/spot-traces repository")
+    parser.add_argument("--every-h", type=float, default=6.0, help="hours between job starts in each trace")
+    parser.add_argument("--optimum-every", type=int, default=4, help="the exact optimum on every k-th window")
+    parser.add_argument("--deadline", type=float, action="append", help="only these deadlines, hours (repeatable)")
+    parser.add_argument("--policy", action="append", choices=DEADLINE_RULES, help="only these (repeatable)")
+    args = parser.parse_args()
+    files = sorted(args.spot_traces.rglob("availability/1-node/*/*.json"))
+    if not files:
+        raise SystemExit(f"--spot-traces {args.spot_traces}: no availability/1-node/*/*.json under it")
+    recordings = [read_availability(f) for f in files]
+    names = [f"{f.parent.name}/{f.stem}" for f in files]
+    print("\n".join(table(recordings, names, args.every_h, args.optimum_every, args.policy or list(DEADLINE_RULES),
+                           tuple(args.deadline or DEADLINES_H))))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,112 @@
+"""The state machine against the simulator that promised its odds, on public availability traces.
+
+    python benchmarks/replay_bench.py --spot-traces DIR [--windows 200] [--out FILE]
+    python benchmarks/replay_bench.py --polls      # the guard's polls and history events per run, by policy
+
+1. Agreement: `--windows` windows (a policy and a trace replayed from a random offset into one of the
+   skypilot-org/spot-traces one-node recordings, `DIR/availability/1-node/*/*.json`; not in this repository) run
+   through the rendered state machine with the real handlers in moto (tests/infra/replay.py), each against the
+   simulator's prediction for the same window (spotrun/policy/execution.py): finish time within one poll, cost
+   within 1%.
+2. Deadline met, per policy: the replay's count against the simulator's on the same windows.
+3. `--polls`: on 300 generated traces (40 h of work, 60 h deadline, 0.1 interruptions per hour, the estimate's
+   bursts and droughts), the polls per run as the guard executes each policy (9 history events each), and its
+   mean cost against the continuous-time engine's (spotrun/policy/policies.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from app import build_app  # noqa: E402
+from spotrun.policy import simulate  # noqa: E402
+from spotrun.policy.choose import ESTIMATE_TRACES  # noqa: E402
+from spotrun.policy.engine import SimPlan  # noqa: E402
+from spotrun.policy.execution import execute  # noqa: E402
+from spotrun.policy.policies import cost_usd  # noqa: E402
+from spotrun.policy.traces import TraceSpec, generated_traces, read_availability, replay  # noqa: E402
+from tests.conftest import Synth  # noqa: E402
+from tests.infra.replay import Window, replay_windows  # noqa: E402
+
+POLICIES = ("uniform_progress", "deadline_greedy", "slack_reserve_10", "maxwait_fallback")
+H = 3600.0
+
+
+def synthesize() -> Synth:
+    outdir = Path(tempfile.mkdtemp(prefix="replay-cdk-"))
+    build_app(outdir=str(outdir)).synth()
+    path = next((outdir / "assembly-dev").glob("*.template.json"))
+    return Synth(outdir=outdir, template=json.loads(path.read_text()), template_path=path)
+
+
+def windows(trace_dir: Path, n: int, seed: int, horizon_s: float) -> list[Window]:
+    recordings = [read_availability(p) for p in sorted(trace_dir.glob("availability/1-node/*/*.json"))]
+    if not recordings:
+        raise SystemExit(f"--spot-traces {trace_dir}: no availability/1-node/*/*.json under it")
+    rng = random.Random(seed)
+    out = []
+    for k in range(n):
+        rec = recordings[k % len(recordings)]
+        offset = rng.uniform(0, rec.length_s)
+        out.append(Window(POLICIES[k % len(POLICIES)], replay(rec, offset, horizon_s), f"{rec.name}@{offset:.0f}"))
+    return out
+
+
+def polls() -> None:
+    plan = SimPlan(work_s=40 * H, startup_s=600, restore_s=60, save_s=60, interval_s=1800, step_s=10,
+                   notice_ok=True, spot_usd_per_h=0.35, on_demand_usd_per_h=1.0, deadline_s=60 * H,
+                   max_wait_s=60 * H, max_runtime_s=80 * H)
+    traces = generated_traces(TraceSpec(0.1, horizon_s=200 * H, **ESTIMATE_TRACES), 300, seed=0)
+    print("| policy | polls per run (mean, max) | history events (max) | executed mean cost | engine's |")
+    print("|---|---|---|---|---|")
+    for policy in ("on_demand", "maxwait_fallback", *POLICIES[:3]):
+        runs = [execute(plan, t, policy, "notice") for t in traces]
+        engine = simulate(plan, traces, policy, "notice")
+        n = [r.polls for r in runs]
+        print(f"| {policy} | {sum(n) / len(n):.0f}, {max(n)} | {9 * max(n):,} | "
+              f"{sum(sum(cost_usd(plan, r.tally)) for r in runs) / len(runs):.2f} | "
+              f"{sum(sum(cost_usd(plan, t)) for t in engine) / len(engine):.2f} |")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--spot-traces", type=Path, help="where skypilot-org/spot-traces is extracted")
+    parser.add_argument("--polls", action="store_true", help="only the polls table (generated traces)")
+    parser.add_argument("--windows", type=int, default=200, help="windows replayed through the state machine")
+    parser.add_argument("--seed", type=int, default=1, help="the windows' offsets")
+    parser.add_argument("--out", type=Path, help="write every window's figures here (JSON)")
+    args = parser.parse_args()
+    if args.polls:
+        polls()
+        return 0
+    if args.spot_traces is None:
+        parser.error("--spot-traces DIR is required (or --polls)")
+    t0 = time.perf_counter()
+    synth = synthesize()
+    found = replay_windows(synth, windows(args.spot_traces, args.windows, args.seed, 400 * H))
+    agree = [a for a in found if a.status == "SUCCEEDED" and a.time_ok and a.cost_ok]
+    print(f"{len(agree)} of {len(found)} windows agree (finish within one poll, cost within 1%) "
+          f"in {time.perf_counter() - t0:.0f} s")
+    for policy in POLICIES:
+        mine = [a for a in found if a.window.policy == policy]
+        met_replay = sum(1 for a in mine if a.replay_hours is not None and a.replay_hours <= a.deadline_hours)
+        met_sim = sum(1 for a in mine if a.predicted_hours is not None and a.predicted_hours <= a.deadline_hours)
+        print(f"  {policy:<18} {len(mine):>4} windows: deadline met replayed {met_replay}, predicted {met_sim}; "
+              f"worst cost gap {max((abs(a.replay_usd / a.predicted_usd - 1) for a in mine), default=0):.3%}")
+    if args.out:
+        args.out.write_text(json.dumps([{**a.__dict__, "window": a.window.label, "policy": a.window.policy,
+                                         "time_ok": a.time_ok, "cost_ok": a.cost_ok} for a in found], indent=1))
+    return 0 if len(agree) == len(found) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,365 @@
+"""The one spot-policy decision: what the cost guard executes at every poll and what the simulator replays.
+
+A policy is a pure function `Rule(plan, checkpointing, Observation) -> Decision` (stdlib only: the guard Lambda
+imports it). The cost guard (spotrun/pipeline/guard.py) calls `decide` at every poll of the training job and at a job's
+end; the simulator (spotrun/policy/execution.py) calls the SAME `decide` at the SAME decision points, with the
+same view of the run:
+
+- `Observation` is all a decision may read: seconds since the execution started, the committed progress (the
+  newest committed checkpoint's step x the planned step time: it lags the work by up to a checkpoint interval and
+  a save), the seconds the job has trained since that commit (its status transitions and the checkpoint's
+  LastModified: with saves on the notice, a stop keeps that work too), the current job's market and status
+  (running / waiting for capacity / no job: it ended), the job's age (MaxWait counts from its creation), what
+  was billed so far, and whether the last job ended at MaxWait without capacity. Spot availability is NOT
+  observable while no spot job exists: on on-demand, "is spot there?" is answered only by starting a spot job
+  (`Action.TO_SPOT`) and seeing it run or wait.
+- `Decision` is an `Action` and `recheck_s`, the longest the policy may go unasked. The guard's next poll is
+  `poll_wait(...)`: its own schedule (5% of the job's age, between the plan's poll_seconds and max_poll_seconds)
+  cut to the time left to the recheck (never below poll_seconds). A policy that needs a decision at a given time
+  asks for it here; the history quota's cost of its polls (9 events each) is the policy's cost to justify.
+- When the guard asks (`ask_again`): at a job's end, at the first poll that sees the job's status changed since
+  the last decision (running <-> waiting for capacity), and at the first poll at or after the recheck time. In
+  between, the last decision stands (KEEP): a policy must not depend on being asked more often than that.
+- The constants: the estimate's `SimPlan` (work, startup, restore, save, interval, prices, deadline, MaxWait,
+  the guard's poll bounds) and the chosen checkpointing, from the policy section the plan carries.
+
+Actions, and what the guard does for each:
+- `KEEP`: let the job run (or wait for capacity; a spot job's wait is unbilled).
+- `TO_ON_DEMAND`: stop the spot job (StopTrainingJob: SIGTERM, the trainer saves, up to 120 s billed), then the
+  next job on-demand on the same checkpoints. `TO_SPOT`: the same from an on-demand job to a spot job.
+- `START_SPOT` / `START_ON_DEMAND`: with no job (the last one ended: a segment's end, MaxWait, a stop), the next
+  job's market. Waiting for spot without a job is `START_SPOT`: a spot job that finds no capacity waits in
+  SageMaker's Starting status, unbilled, exactly as waiting would; the policy sees it as `status=WAITING`.
+The run's contract comes over any policy, in `decide` itself: a run without on-demand fallback
+(`SimPlan.on_demand_fallback`) never goes on-demand (a policy's move there is KEEP, or `END` after MaxWait
+without capacity). The guard alone keeps the cost cap's rules (a stop the cap asked for keeps the market it had).
+
+Adding a policy: write a `Rule`, register it in `RULES` under its name; the estimate's candidates are the names in
+`RULES` (spotrun/policy/choose.py), so a policy the guard cannot execute cannot be offered.
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+
+from .engine import INF, SimPlan, periodic_interval
+
+POLL_GROWTH = 0.05  # the guard's next wait as a fraction of the job's age (spotrun/pipeline/guard.py)
+HYSTERESIS_CHANGEOVERS = 4.0  # lead (in changeovers) needed to leave on-demand for spot
+RESERVE_CHANGEOVERS = 2.0  # the line aims this many changeovers before the deadline
+OD_RECHECK_S = 3600.0  # an on-demand job ahead of a deadline policy is asked at least this often
+
+
+class Market(str, Enum):
+    SPOT = "spot"
+    ON_DEMAND = "on_demand"
+
+
+class JobStatus(str, Enum):
+    RUNNING = "running"  # instances billed: starting up, training, saving
+    WAITING = "waiting"  # a spot job without capacity: Starting/Interrupted before its instances come (unbilled)
+    NONE = "none"  # no job: the last one ended (a segment's end, MaxWait, a stop); the next one is to be chosen
+
+
+class Action(str, Enum):
+    KEEP = "keep"
+    TO_ON_DEMAND = "to_on_demand"
+    TO_SPOT = "to_spot"
+    START_SPOT = "start_spot"
+    START_ON_DEMAND = "start_on_demand"
+    END = "end"  # no job and none allowed: the run ends unfinished (MaxWait without capacity, no fallback)
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What the guard can see at a decision point."""
+
+    elapsed_s: float
+    """Seconds since the execution started."""
+    committed_s: float
+    """Work in the newest committed checkpoint, in seconds of training (step / planned steps x the work)."""
+    market: Market
+    """The current job's market; with status NONE, the market of the job that just ended."""
+    status: JobStatus
+    job_age_s: float = 0.0
+    """Seconds since the current job's creation (MaxWait counts from it); 0 with status NONE."""
+    spent_usd: float = 0.0
+    """Exact bills of the ended jobs plus the running job's bound."""
+    max_wait_exceeded: bool = False
+    """With status NONE: the job ended at MaxWait without spot capacity."""
+    training_s: float = 0.0
+    """Seconds the current job has been training (SecondaryStatus Training) since the newest commit, or since it
+    entered Training if later; 0 when it is not training. Work a save on the notice would keep."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: Action
+    recheck_s: float = INF
+    """The longest the policy may go unasked (the guard polls sooner on its own schedule)."""
+
+
+Rule = Callable[[SimPlan, str, Observation], Decision]
+
+
+@functools.lru_cache(maxsize=16)
+def poll_grid(poll_s: float, max_poll_s: float) -> tuple[float, ...]:
+    """The guard's poll ages (seconds since the job's creation) while they grow: each wait 5% of the age, between
+    poll_s and max_poll_s; past the last, every max_poll_s."""
+    ages, age = [0.0], 0.0
+    while POLL_GROWTH * age < max_poll_s:
+        age += float(int(max(poll_s, POLL_GROWTH * age)))
+        ages.append(age)
+    return tuple(ages)
+
+
+def grid_at_or_after(age_s: float, poll_s: float, max_poll_s: float) -> tuple[float, int]:
+    """(the first grid age >= age_s, its index)."""
+    grid = poll_grid(poll_s, max_poll_s)
+    if age_s <= grid[-1]:
+        i = bisect.bisect_left(grid, age_s - 1e-9)
+        return grid[i], i
+    k = math.ceil((age_s - grid[-1]) / max_poll_s - 1e-9)
+    return grid[-1] + k * max_poll_s, len(grid) - 1 + k
+
+
+def poll_wait(job_age_s: float, recheck_s: float, *, poll_s: float, max_poll_s: float) -> float:
+    """Seconds to the next poll: the next age on the guard's grid (`poll_grid`) at least poll_s away, or the
+    policy's recheck if sooner (never below poll_s). The guard also cuts it to the time the cost cap leaves
+    (spotrun/pipeline/guard.py)."""
+    grid, _ = grid_at_or_after(job_age_s + poll_s, poll_s, max_poll_s)
+    return min(grid - job_age_s, _recheck_wait(recheck_s, poll_s))
+
+
+def _recheck_wait(recheck_s: float, poll_s: float) -> float:
+    """Whole seconds to the recheck (a Wait state's seconds), at least poll_s."""
+    return INF if recheck_s == INF else float(max(poll_s, math.ceil(recheck_s - 1e-9)))
+
+
+def first_poll_at(created: float, last_poll: float, target: float, recheck_at: float, *, poll_s: float,
+                  max_poll_s: float) -> tuple[float, int]:
+    """(the first poll at or after `target` <= recheck_at, the polls up to it) after the poll at `last_poll`,
+    `poll_wait`'s sequence in one step (the simulator's)."""
+    age = last_poll - created
+    first, i0 = grid_at_or_after(age + poll_s, poll_s, max_poll_s)
+    at, i = grid_at_or_after(max(age + poll_s, target - created), poll_s, max_poll_s)
+    cut = last_poll + _recheck_wait(recheck_at - last_poll, poll_s)
+    if cut < created + at:  # the recheck's poll comes first
+        _, j = grid_at_or_after(cut - created, poll_s, max_poll_s)
+        return cut, max(1, j - i0 + 1)
+    return created + at, i - i0 + 1
+
+
+def ask_again(status: JobStatus, asked_status: JobStatus, now_s: float, recheck_at_s: float) -> bool:
+    """Whether the guard asks the policy at this poll (see the module docstring)."""
+    return status is JobStatus.NONE or status is not asked_status or now_s >= recheck_at_s - 1e-6
+
+
+# ---- the deadline arithmetic every deadline-aware rule shares -------------------------------------------------
+
+
+def switch_s(plan: SimPlan) -> float:
+    """What a change of market costs as the guard executes it: the changeover (a save, a startup, a restore) and
+    two polls (the stop is noticed at a poll, the next job's status at the next)."""
+    return plan.changeover_s + 2 * plan.poll_s
+
+
+def risk_s(plan: SimPlan, ck: str) -> float:
+    """What one more interruption or switch can cost in slack: a switch as the guard executes it, and the work
+    since the last commit."""
+    at_risk = plan.step_s if plan.notice_ok and ck != "periodic" else \
+        min(periodic_interval(plan, ck) + plan.save_s, plan.work_s)
+    return switch_s(plan) + at_risk
+
+
+def od_finish_s(plan: SimPlan, ck: str, progress: float) -> float:
+    """How long an on-demand job started now takes to finish: startup, restore, the work and its saves."""
+    remaining = max(0.0, plan.work_s - progress)
+    interval = periodic_interval(plan, ck)
+    saves = max(0, math.ceil(remaining / interval) - 1) if interval < INF else 0
+    return plan.startup_s + plan.restore_s + remaining + saves * plan.save_s
+
+
+def progress_s(plan: SimPlan, ck: str, obs: Observation) -> float:
+    """The work a stop now would keep: the committed work, plus what the job trained since when it saves on the
+    notice (less one save: the time may include a periodic save's)."""
+    if plan.notice_ok and ck != "periodic":
+        return min(plan.work_s, obs.committed_s + max(0.0, obs.training_s - plan.save_s))
+    return obs.committed_s
+
+
+def slack_s(plan: SimPlan, ck: str, obs: Observation) -> float:
+    """Deadline minus when an on-demand job started now would finish."""
+    return plan.deadline_s - obs.elapsed_s - od_finish_s(plan, ck, progress_s(plan, ck, obs))
+
+
+def line_target_s(plan: SimPlan) -> float:
+    return max(plan.deadline_s - RESERVE_CHANGEOVERS * switch_s(plan), plan.deadline_s / 2)
+
+
+def _half(seconds: float) -> float:
+    """Ask again halfway to a threshold: polls close in on it geometrically, a poll_s apart at the end."""
+    return max(0.0, seconds) / 2
+
+
+def _to(market: Market, obs: Observation, recheck_s: float = INF) -> Decision:
+    """The action that puts the run on `market` from where it is."""
+    if obs.status is JobStatus.NONE:
+        return Decision(Action.START_SPOT if market is Market.SPOT else Action.START_ON_DEMAND, recheck_s)
+    if obs.market is market:
+        return Decision(Action.KEEP, recheck_s)
+    return Decision(Action.TO_SPOT if market is Market.SPOT else Action.TO_ON_DEMAND, recheck_s)
+
+
+@dataclass(frozen=True)
+class DeadlineRule:
+    """Spot while it runs; without capacity, wait until `on_demand_at`; on on-demand, back to spot when
+    `back_to_spot`. A safety net moves to on-demand when the slack falls to the risk.
+
+    kind "line": Uniform Progress ("Can't Be Late", NSDI 2024): on-demand once committed progress falls behind
+    the straight line to the deadline, back to spot when it leads the line by the hysteresis. "reserve": wait
+    while the slack is above a reserve (`reserve_fraction` of the slack the run starts with), back to spot
+    whenever the slack pays a changeover plus the hysteresis. "greedy": spot until the safety net, then
+    on-demand to the end."""
+
+    kind: str
+    reserve_fraction: float = 0.5
+
+    def on_demand_at(self, plan: SimPlan, ck: str, progress: float) -> float:
+        """When, waiting for capacity with this progress, the run moves to on-demand (before the safety net)."""
+        if self.kind == "line":
+            return progress / plan.work_s * line_target_s(plan)
+        if self.kind == "reserve":
+            start = plan.deadline_s - od_finish_s(plan, ck, 0.0) - risk_s(plan, ck)
+            reserve = risk_s(plan, ck) + self.reserve_fraction * max(0.0, start)
+            return plan.deadline_s - od_finish_s(plan, ck, progress) - reserve
+        return INF
+
+    def back_to_spot(self, plan: SimPlan, ck: str, obs: Observation) -> bool:
+        """On on-demand: return to spot (blind: a spot job finds out whether there is capacity)? Only when, after
+        the changeover, the run is still the hysteresis short of the point where it would come back to on-demand
+        (otherwise a spot job without capacity flaps back at once, a changeover each way)."""
+        if self.kind == "greedy":
+            return False
+        hysteresis = HYSTERESIS_CHANGEOVERS * switch_s(plan)
+        ahead = Observation(obs.elapsed_s + switch_s(plan), obs.committed_s, obs.market, obs.status,
+                            training_s=obs.training_s)
+        if slack_s(plan, ck, ahead) <= risk_s(plan, ck) + hysteresis:
+            return False
+        return ahead.elapsed_s + hysteresis <= self.on_demand_at(plan, ck, progress_s(plan, ck, obs))
+
+    def __call__(self, plan: SimPlan, ck: str, obs: Observation) -> Decision:
+        if plan.deadline_s is None:
+            return _to(Market.SPOT, obs)
+        slack, risk = slack_s(plan, ck, obs), risk_s(plan, ck)
+        if obs.market is Market.ON_DEMAND or slack <= risk or obs.max_wait_exceeded:
+            if slack > risk and self.back_to_spot(plan, ck, obs):
+                return _to(Market.SPOT, obs, _half(slack - risk))
+            return _to(Market.ON_DEMAND, obs, OD_RECHECK_S if self.kind != "greedy" else INF)
+        if obs.status is JobStatus.WAITING:
+            od_at = min(self.on_demand_at(plan, ck, progress_s(plan, ck, obs)), obs.elapsed_s + slack - risk)
+            if obs.elapsed_s >= od_at:
+                return _to(Market.ON_DEMAND, obs, OD_RECHECK_S)
+            return Decision(Action.KEEP, _half(od_at - obs.elapsed_s) + plan.poll_s)
+        # on spot, running (or about to start): its startup and saves spend slack; an interruption could cost
+        # the risk at any moment, so ask again halfway to the safety net
+        return _to(Market.SPOT, obs, _half(slack - risk) + plan.poll_s)
+
+
+@dataclass(frozen=True)
+class ProbingGreedy:
+    """Greedy with a reserve and blind probes (chosen on public traces: docs/spot-policy.md, "Policies compared").
+
+    Spot while it runs; without capacity, wait until the slack is down to the safety net's risk plus `reserve`
+    changeovers, then on-demand. Unlike greedy, on-demand is not for good: after `stint_s` on an on-demand job,
+    while the slack would still hold the risk plus `keep` changeovers after one more changeover, stop it and try
+    spot (blind: the guard cannot see spot capacity from an on-demand job). A spot job that finds no capacity is
+    below the reserve, so it goes back to on-demand at its first poll: a failed probe costs one changeover of
+    slack and an on-demand restart, and the reserve bounds how many the run can try. Deterministic."""
+
+    reserve: float
+    """Changeovers of slack above the risk kept when the run moves to on-demand."""
+    stint_s: float
+    """Seconds on an on-demand job before it probes spot."""
+    keep: float = 1.0
+    """Changeovers of slack above the risk a probe must leave."""
+
+    def __call__(self, plan: SimPlan, ck: str, obs: Observation) -> Decision:
+        if plan.deadline_s is None:
+            return _to(Market.SPOT, obs)
+        slack, risk, change = slack_s(plan, ck, obs), risk_s(plan, ck), plan.changeover_s
+        if slack <= risk or obs.max_wait_exceeded:
+            return _to(Market.ON_DEMAND, obs)
+        can_probe = slack - change > risk + self.keep * change
+        if obs.status is JobStatus.NONE:  # a job ended (a segment, a stop for a probe): spot if a probe fits
+            return Decision(Action.START_SPOT, plan.poll_s) if can_probe else Decision(Action.START_ON_DEMAND)
+        if obs.market is Market.ON_DEMAND:
+            if not can_probe:
+                return Decision(Action.KEEP)
+            if obs.job_age_s >= self.stint_s:
+                return Decision(Action.TO_SPOT, plan.poll_s)
+            return Decision(Action.KEEP, self.stint_s - obs.job_age_s)
+        floor = risk + self.reserve * change
+        if obs.status is JobStatus.WAITING:
+            if slack <= floor:
+                return Decision(Action.TO_ON_DEMAND)
+            return Decision(Action.KEEP, _half(slack - floor) + plan.poll_s)
+        return Decision(Action.KEEP, _half(slack - risk) + plan.poll_s)
+
+
+def on_demand_rule(plan: SimPlan, ck: str, obs: Observation) -> Decision:
+    return _to(Market.ON_DEMAND, obs)
+
+
+def maxwait_fallback_rule(plan: SimPlan, ck: str, obs: Observation) -> Decision:
+    """Spot until a job ends at MaxWait without capacity, then on-demand to the end. (Spot without a fallback is
+    this rule on a run without `on_demand_fallback`: every spot job has a MaxWait.)"""
+    if obs.max_wait_exceeded or obs.market is Market.ON_DEMAND:
+        return _to(Market.ON_DEMAND, obs)
+    return _to(Market.SPOT, obs)
+
+
+UNIFORM_PROGRESS = DeadlineRule("line")
+GREEDY = DeadlineRule("greedy")
+RULES: dict[str, Rule] = {
+    "on_demand": on_demand_rule, "maxwait_fallback": maxwait_fallback_rule,
+    "uniform_progress": UNIFORM_PROGRESS, "deadline_greedy": GREEDY,
+    "slack_reserve_5": DeadlineRule("reserve", 0.05), "slack_reserve_10": DeadlineRule("reserve", 0.10),
+    "slack_reserve_25": DeadlineRule("reserve", 0.25),
+    # chosen on the choose-set windows of the public traces (benchmarks/policy_bench.py): 6 changeovers of
+    # reserve, a probe after 6 h on on-demand
+    "probing_greedy": ProbingGreedy(reserve=6.0, stint_s=6 * 3600.0),
+}
+DEADLINE_RULES = ("uniform_progress", "deadline_greedy", "slack_reserve_5", "slack_reserve_10", "slack_reserve_25",
+                  "probing_greedy")
+
+
+def decide(policy: str, plan: SimPlan, checkpointing: str, obs: Observation) -> Decision:
+    """The named policy's decision under the run's contract (see the module docstring); ValueError naming the
+    policy when it is not one of RULES."""
+    if policy not in RULES:
+        raise ValueError(f"policy={policy!r} is invalid: expected one of {', '.join(RULES)}")
+    decision = RULES[policy](plan, checkpointing, obs)
+    if plan.on_demand_fallback or decision.action not in (Action.TO_ON_DEMAND, Action.START_ON_DEMAND):
+        return decision
+    if obs.status is not JobStatus.NONE:
+        return Decision(Action.KEEP, decision.recheck_s)
+    return Decision(Action.END if obs.max_wait_exceeded else Action.START_SPOT, decision.recheck_s)
+
+
+def starts_on_spot(section: dict) -> bool:
+    """The first job's market: the policy's decision before anything ran (the plan's `spot`; the simulator's
+    first job)."""
+    first = decide_from_section(section, Observation(0.0, 0.0, Market.SPOT, JobStatus.NONE))
+    return first.action is Action.START_SPOT
+
+
+def decide_from_section(section: dict, obs: Observation) -> Decision:
+    """`decide` from the estimate's policy section as the plan carries it (`policy`, `checkpointing`,
+    `sim_plan`): the guard's entry."""
+    return decide(section["policy"], SimPlan(**section["sim_plan"]), section["checkpointing"], obs)

@@ -1,0 +1,247 @@
+"""The run as the state machine executes it: the cost guard's polls deciding through spotrun/policy/decision.py.
+
+`execute(plan, trace, policy, checkpointing)` replays one trace the way the pipeline runs it, not the way a
+policy would like to: a job is created (spot or on-demand), the guard polls it on its schedule (`poll_wait`: 5%
+of the job's age between the plan's poll bounds, cut to the policy's recheck), and at each poll it sees what
+the guard sees (the newest committed checkpoint, the job's status) and calls `decide`; a stop takes the job's
+save and is noticed at a later poll; a job that ended is followed, at the poll that notices it, by the next job
+on the market `decide` chooses. The estimate's odds are computed here, so the odds it prints are the odds of
+what runs (tests/infra/test_replay.py replays windows through the rendered state machine against this).
+
+A job, as SageMaker and the trainer run it (spotrun/policy/engine.py states the same costs):
+- a spot job waits unbilled for capacity (the trace's windows); every (re)start bills `startup_s` and, once a
+  checkpoint exists, `restore_s`; training saves every `interval_s` of work (each save blocks for `save_s` and
+  commits at its end);
+- at a window's end (an interruption) the trainer saves on the notice when the plan can (`notice_ok` with notice
+  saves: the work to the last whole step is committed), else the work since the last commit is lost; the job
+  waits for the next window within its MaxWait (from its creation);
+- a stop (the guard's StopTrainingJob, MaxRuntime on billed time, MaxWait on wall time): a job without
+  instances ends at once; one with instances saves as on an interruption, billed `save_s`, and ends;
+- the trainer ends its segment (saves, exits: a Completed job that did not finish the run) after
+  `max_runtime_s - startup_s - save_s - 60 s` of its own clock (the guard's `segment_seconds`); a job that reaches
+  MaxRuntime (`max_runtime_s`, the run's longest) ends the run unfinished, as the guard does.
+Not modelled: the cost cap's shorter polls and segments (a run whose cap binds polls more often than this).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from .decision import Action, JobStatus, Market, Observation, ask_again, decide, first_poll_at
+from .engine import INF, SimPlan, Tally, periodic_interval
+
+SEGMENT_END_MARGIN_S = 60.0  # spotrun/pipeline/segments.py: the trainer ends its segment this long before its save
+STARTS = {Action.START_SPOT: Market.SPOT, Action.START_ON_DEMAND: Market.ON_DEMAND,
+          Action.TO_SPOT: Market.SPOT, Action.TO_ON_DEMAND: Market.ON_DEMAND}
+
+
+@dataclass
+class Job:
+    """One training job's state (times in seconds since the execution started)."""
+
+    market: Market
+    created: float
+    t: float
+    phase: str = "wait"  # wait (no instances), start (billed startup), train, save, stop (saving on its way out)
+    left: float = 0.0  # seconds left in the start/save/stop phase
+    billed: float = 0.0
+    clock: float = 0.0  # the trainer's own clock since its (re)start (its segment_seconds)
+    cycle: float = 0.0  # work since the last periodic save
+    since_commit: float = 0.0  # training seconds since the newest commit or the (re)start (the guard sees it)
+    stopping: str = ""  # why the job is on its way out: stopped, max_wait, max_runtime, segment
+    end: str = ""  # completed, or the reason it stopped
+
+
+@dataclass
+class Run:
+    """One trace's execution: the committed and the in-flight work, the bills, the jobs."""
+
+    plan: SimPlan
+    ck: str
+    trace: list
+    committed: float = 0.0
+    work: float = 0.0  # work done so far by the current job (committed or not)
+    tally: Tally = field(default_factory=Tally)
+    jobs: list = field(default_factory=list)
+    polls: int = 0
+    i: int = 0  # the trace window index (time only moves forward)
+
+    def window(self, t: float) -> tuple[float, float]:
+        """The first window ending after t: (start, end); (inf, inf) past the last."""
+        while self.i < len(self.trace) and self.trace[self.i][1] <= t:
+            self.i += 1
+        return self.trace[self.i] if self.i < len(self.trace) else (INF, INF)
+
+    def advance(self, job: Job, until: float, *, to_change: bool = False) -> None:
+        """Move the job to `until` or to its end, one event at a time (`to_change`: or to its first change of
+        status)."""
+        before = self.status(job)
+        for _ in range(1_000_000):
+            if job.end or job.t >= until - 1e-9 or (to_change and self.status(job) is not before):
+                return
+            self._event(job, until)
+        raise RuntimeError(f"the execution does not advance at t={job.t} ({job.phase})")
+
+    def _event(self, job: Job, until: float) -> None:
+        p, spot = self.plan, job.market is Market.SPOT
+        wait_end = job.created + p.max_wait_s if spot else INF
+        if job.phase != "stop":
+            if job.t >= wait_end - 1e-9:
+                return self.stop(job, "max_wait")
+            if job.phase != "wait" and job.billed >= p.max_runtime_s - 1e-9:
+                return self.stop(job, "max_runtime")
+        a, b = self.window(job.t) if spot else (job.t, INF)
+        if job.phase == "wait":
+            job.t = min(until, max(a, job.t), wait_end)
+            if a <= job.t < wait_end:
+                restore = p.restore_s if self.committed > 0 else 0.0
+                job.phase, job.left, job.clock, job.cycle = "start", p.startup_s + restore, 0.0, 0.0
+                self.work = self.committed
+            return None
+        if a > job.t:  # the window ended under the job
+            return self.interrupted(job)
+        horizon = min(until, b)
+        if job.phase != "stop":
+            horizon = min(horizon, wait_end, job.t + p.max_runtime_s - job.billed)
+        if job.phase != "train":
+            step = max(0.0, min(job.left, horizon - job.t))
+            self.bill(job, step)
+            job.left -= step
+            if job.left <= 1e-9:
+                self.phase_done(job)
+            return None
+        interval = periodic_interval(p, self.ck)
+        segment_left = p.max_runtime_s - p.startup_s - p.save_s - SEGMENT_END_MARGIN_S - job.clock
+        step = max(0.0, min(horizon - job.t, p.work_s - self.work, interval - job.cycle, segment_left))
+        self.bill(job, step)
+        job.cycle += step
+        self.work += step
+        if self.work >= p.work_s - 1e-9:
+            self.committed = self.work = p.work_s
+            job.end = "completed"
+        elif step >= segment_left - 1e-9:  # the trainer ends its segment: it saves and exits
+            job.phase, job.left, job.stopping = "stop", p.save_s, "segment"
+        elif job.cycle >= interval - 1e-9:
+            job.phase, job.left, job.cycle = "save", p.save_s, 0.0
+        return None
+
+    def bill(self, job: Job, seconds: float) -> None:
+        job.t += seconds
+        job.billed += seconds
+        if job.phase != "start":
+            job.clock += seconds
+        if job.phase in ("train", "save"):
+            job.since_commit += seconds
+        if job.market is Market.SPOT:
+            self.tally.spot_s += seconds
+        else:
+            self.tally.od_s += seconds
+
+    def phase_done(self, job: Job) -> None:
+        if job.phase == "stop":  # the save on the way out is done
+            self.committed = max(self.committed, self.work)
+            job.end = job.stopping
+        elif job.phase == "save":
+            self.committed = self.work
+        job.phase, job.since_commit = "train", 0.0
+
+    def notice_saves(self) -> bool:
+        return self.plan.notice_ok and self.ck in ("notice", "both")
+
+    def _saved_on_notice(self) -> float:
+        """The work a save on the notice commits: to the last whole step."""
+        return self.committed + math.floor((self.work - self.committed) / self.plan.step_s + 1e-9) * self.plan.step_s
+
+    def interrupted(self, job: Job) -> None:
+        """The window ended under the job: save on the notice or lose the work since the last commit; wait."""
+        if job.phase == "stop":  # reclaimed during its stop: the save in flight is lost, the job ends
+            job.end = job.stopping
+        elif job.phase in ("train", "save") and self.notice_saves():
+            self.committed = self._saved_on_notice()
+        self.tally.lost_s += self.work - self.committed
+        self.work = self.committed
+        self.tally.interruptions += 1
+        if not job.end:
+            job.phase, job.left = "wait", 0.0
+
+    def stop(self, job: Job, why: str) -> None:
+        """SIGTERM: a job without instances ends now; one with instances saves (on the notice) and ends."""
+        if job.end or job.phase == "stop":
+            return
+        if job.phase == "wait":
+            job.end = why
+            return
+        if job.phase in ("train", "save") and self.notice_saves():
+            self.work = self._saved_on_notice()
+        else:
+            self.tally.lost_s += self.work - self.committed
+            self.work = self.committed
+        job.phase, job.left, job.stopping = "stop", self.plan.save_s, why
+
+    @staticmethod
+    def status(job: Job) -> JobStatus:
+        return JobStatus.NONE if job.end else JobStatus.WAITING if job.phase == "wait" else JobStatus.RUNNING
+
+    def observe(self, job: Job, now: float) -> Observation:
+        """What the guard sees at a poll."""
+        status = self.status(job)
+        spent = (self.tally.spot_s * self.plan.spot_usd_per_h + self.tally.od_s * self.plan.on_demand_usd_per_h)
+        return Observation(elapsed_s=now, committed_s=self.committed, market=job.market, status=status,
+                           job_age_s=0.0 if job.end else now - job.created, spent_usd=spent / 3600,
+                           max_wait_exceeded=job.end == "max_wait",
+                           training_s=job.since_commit if job.phase in ("train", "save") and not job.end else 0.0)
+
+    def skip_polls(self, created: float, now: float, target: float, recheck_at: float) -> float:
+        """The first poll at or after `target` (counted)."""
+        at, polls = first_poll_at(created, now, target, recheck_at, poll_s=self.plan.poll_s,
+                                  max_poll_s=self.plan.max_poll_s)
+        self.polls += polls - 1  # the poll at `at` is counted where it is taken
+        return at
+
+    def create(self, market: Market, now: float) -> Job:
+        if self.jobs and market is not self.jobs[-1].market:
+            self.tally.switches += 1
+        job = Job(market=market, created=now, t=now)
+        self.jobs.append(job)
+        return job
+
+
+def execute(plan: SimPlan, trace: list, policy: str, checkpointing: str, *, horizon_s: float = INF) -> Run:
+    """One trace run as the state machine runs it (see the module docstring); `run.tally` is its outcome. The
+    policy is asked when `decision.ask_again` says the guard asks it."""
+    run = Run(plan, checkpointing, trace)
+    first = decide(policy, plan, checkpointing, Observation(0.0, 0.0, Market.SPOT, JobStatus.NONE))
+    job = run.create(Market.SPOT if first.action is Action.START_SPOT else Market.ON_DEMAND, 0.0)
+    now, switch_to = 0.0, None
+    asked_status, recheck_at = JobStatus.NONE, 0.0
+    while now < horizon_s:
+        if switch_to is None:  # the polls before a change of status or the recheck ask nothing: skip them
+            run.advance(job, min(recheck_at, horizon_s), to_change=True)
+            now = run.skip_polls(job.created, now, max(job.t, now), recheck_at)
+        else:  # stopping: the guard polls every poll_s until the job has ended
+            now += plan.poll_s
+        run.advance(job, now)
+        run.polls += 1
+        if job.end == "completed":
+            run.tally.t, run.tally.finished, run.tally.progress = job.t, True, plan.work_s
+            return run
+        if switch_to is not None and not job.end:
+            continue
+        if job.end == "max_runtime":  # the guard ends a run whose job ran to the longest MaxRuntime unfinished
+            break
+        status = run.status(job)
+        if ask_again(status, asked_status, now, recheck_at):
+            decision = decide(policy, plan, checkpointing, run.observe(job, now))
+            asked_status, recheck_at = status, now + decision.recheck_s
+            if job.end and decision.action is Action.END:
+                break
+            if job.end:
+                job = run.create(switch_to or STARTS.get(decision.action, job.market), now)
+                switch_to, asked_status = None, JobStatus.NONE
+                continue
+            if decision.action in (Action.TO_SPOT, Action.TO_ON_DEMAND):
+                run.stop(job, "stopped")
+                switch_to = STARTS[decision.action]
+    run.tally.t, run.tally.progress = now, run.committed
+    return run

@@ -1,0 +1,205 @@
+"""Replay one trace window through the rendered state machine with the real handlers, and predict it.
+
+`replay_windows` runs each (policy, trace) window as an execution of the synthesized state machine in moto's
+interpreter (the estimate, cost guard and canceller handlers deciding; tests/infra/test_cap_holds.py's driver)
+against a SageMaker whose spot capacity is the trace (tests/infra/trace_sim.py), and predicts the same window with
+the estimate's simulator (spotrun/policy/execution.py: `execute`) from the plan's own policy section. The
+estimate's policy section is computed once (its simulation of 1,000 traces is not what is replayed) and its
+`policy` set to the window's. Used by tests/infra/test_replay.py and benchmarks/replay_bench.py.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import json
+import os
+import time
+from dataclasses import dataclass
+from unittest import mock
+
+from moto import mock_aws
+from moto.awslambda_simple.models import LambdaSimpleBackend
+from moto.core.responses import ActionResult
+from moto.s3 import models as s3_models
+from moto.sagemaker.models import SageMakerModelBackend
+from moto.sagemaker.responses import SageMakerResponse
+from moto.servicequotas.responses import ServiceQuotasResponse
+from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
+from moto.stepfunctions.parser.asl.component.state.wait.wait_function.wait_function import WaitFunction
+
+from spotrun.handlers import cost_guard
+from spotrun.pipeline.plan import PipelineSettings, plan
+from spotrun.policy import choose
+from spotrun.policy.decision import poll_wait
+from spotrun.policy.engine import SimPlan
+from spotrun.policy.execution import execute
+from spotrun.policy.policies import cost_usd
+from tests.infra.sagemaker_sim import SimClock, World
+from tests.infra.test_cap_holds import Scenario, SimDriver, _run_json
+from tests.infra.test_state_machine_moto import _list_service_quotas
+from tests.infra.trace_sim import TraceSimulation, Trainer
+
+
+@dataclass
+class Window:
+    policy: str
+    trace: list  # capacity windows (s) from the first job's creation
+    label: str = ""
+
+
+@dataclass
+class Agreement:
+    window: Window
+    status: str
+    replay_hours: float | None  # the execution's start to the end of the job that completed the run
+    predicted_hours: float | None
+    replay_usd: float  # what the simulated SageMaker billed
+    predicted_usd: float
+    poll_hours: float  # the guard's poll interval at the predicted finish (the tolerance on time)
+    jobs: int
+    predicted_jobs: int
+    deadline_hours: float
+
+    @property
+    def time_ok(self) -> bool:
+        if self.replay_hours is None or self.predicted_hours is None:
+            return self.replay_hours == self.predicted_hours
+        return abs(self.replay_hours - self.predicted_hours) <= self.poll_hours + 1e-6
+
+    @property
+    def cost_ok(self) -> bool:
+        return abs(self.replay_usd - self.predicted_usd) <= 0.01 * self.predicted_usd + 0.01
+
+
+class ReplayDriver(SimDriver):
+    """test_cap_holds' driver; Step Functions' $$.Execution.StartTime (the estimate's `started`) on the
+    simulated clock, as every other time the handlers read."""
+
+    def invoke(self, backend, function_name, qualifier, body, headers, response_headers) -> bytes:
+        payload = json.loads(body)
+        if "started" in payload:
+            payload["started"] = dt.datetime.fromtimestamp(self.sim.clock(), dt.timezone.utc).isoformat()
+            body = json.dumps(payload)
+        return super().invoke(backend, function_name, qualifier, body, headers, response_headers)
+
+
+    def as_lambda(self, *args) -> bytes:
+        """moto's LambdaSimpleBackend.invoke (function name, qualifier, body, headers, response headers),
+        replaced as a bound method: the real handler runs."""
+        return self.invoke(None, *args)
+
+
+def _naive_utc(epoch: float) -> dt.datetime:
+    """moto's S3 LastModified clock (naive UTC), on the simulated clock."""
+    return dt.datetime.fromtimestamp(epoch, dt.timezone.utc).replace(tzinfo=None)
+
+
+class _Section:
+    """The estimate's policy section, simulated once, with the window's policy."""
+
+    def __init__(self) -> None:
+        self.section, self.policy = None, "uniform_progress"
+        self.real = choose.spot_policy
+
+    def __call__(self, run, est, catalog, **kw) -> dict:
+        if self.section is None:
+            self.section = self.real(run, est, catalog, n=100, **kw)
+        out = copy.deepcopy(self.section)
+        out.update(policy=self.policy, chosen=f"{self.policy} ({out['checkpointing']})")
+        return out
+
+
+def replay_windows(synth, windows: list[Window], *, deadline_hours: float = 14.0) -> list[Agreement]:
+    clock = SimClock(time.time())
+    section = _Section()
+    holder: dict = {}
+    scenario = Scenario(cap=("on_demand", 3.0), deadline_hours=deadline_hours)
+    original_create = SageMakerModelBackend.create_training_job
+
+    def create(self, **kwargs):
+        job = original_create(self, **kwargs)
+        holder["sim"].created(job)
+        return job
+
+    def stop(self) -> ActionResult:
+        holder["sim"].stop(self._get_param("TrainingJobName"))
+        return ActionResult({})
+
+    class SimTime:
+        sleep = staticmethod(clock.advance)
+
+    out = []
+    with mock_aws(config={"stepfunctions": {"execute_state_machine": True}, "lambda": {"use_docker": False}}), \
+            mock.patch.dict(os.environ, {"AWS_MAX_ATTEMPTS": "1", "AWS_RETRY_MODE": "standard"}), \
+            mock.patch.object(SageMakerModelBackend, "create_training_job", create), \
+            mock.patch.object(SageMakerResponse, "stop_training_job", stop, create=True), \
+            mock.patch.object(ServiceQuotasResponse, "list_service_quotas", _list_service_quotas, create=True), \
+            mock.patch.object(WaitFunction, "_wait_interval",
+                              lambda self, env, wait_seconds: clock.advance(wait_seconds)), \
+            mock.patch.object(retrier_decl, "time", SimTime), \
+            mock.patch.object(s3_models, "utcnow", lambda: _naive_utc(clock())), \
+            mock.patch.object(choose, "spot_policy", section), \
+            mock.patch.object(cost_guard, "clock", clock):
+        driver = None
+        for k, window in enumerate(windows):
+            world = World(work_s=0, usd_per_instance_hour=0, spot_discount=0, checkpoint_interval_s=1)
+            holder["sim"] = sim = TraceSimulation(clock, world, None, window.trace)
+            if driver is None:
+                driver = ReplayDriver(synth, sim, scenario)
+                driver.setup()
+            driver.sim = sim
+            section.policy = window.policy
+            with mock.patch.object(LambdaSimpleBackend, "invoke", driver.as_lambda):
+                out.append(_one(driver, sim, world, section, window, scenario, f"w{k}-{time.time_ns() % 10**8}"))
+    return out
+
+
+def _one(driver, sim, world: World, section: _Section, window: Window, scenario: Scenario, name: str) -> Agreement:
+    run = _run_json(scenario)
+    run["budget"]["max_usd"] = 1e9  # replaced below, once the estimate is known
+    est, plan_json = _plan_of(driver, run)
+    run["budget"]["max_usd"] = round(3.0 * est["cost_usd"]["on_demand"], 2)  # a cap that never binds
+    sp = section.section or {}
+    plan = SimPlan(**sp["sim_plan"])
+    _configure(sim, world, plan, sp, plan_json)
+    started = sim.clock()
+    arn = driver.start(name, run)
+    desc = driver.wait(arn, timeout=600)
+    done = [j.t for j in sim.jobs.values() if j.completed_run and j.ended]
+    replay_h = (done[0] - started) / 3600 if done else None
+    predicted = execute(plan, window.trace, window.policy, sp["checkpointing"])
+    tally = predicted.tally
+    pred_h = tally.t / 3600 if tally.finished else None
+    finishing = predicted.jobs[-1]
+    poll = poll_wait(tally.t - finishing.created, float("inf"), poll_s=plan.poll_s, max_poll_s=plan.max_poll_s)
+    sim.run_out(0)
+    return Agreement(window=window, status=desc["status"], replay_hours=replay_h, predicted_hours=pred_h,
+                     replay_usd=sim.truth_usd(), predicted_usd=sum(cost_usd(plan, tally)), poll_hours=poll / 3600,
+                     jobs=len(sim.jobs), predicted_jobs=len(predicted.jobs), deadline_hours=plan.deadline_s / 3600)
+
+
+def _plan_of(driver, run: dict) -> tuple[dict, dict]:
+    """The estimate the pipeline makes of this run (the stage's settings, as the Lambda has them)."""
+    env = driver.functions[next(k for k in driver.functions if k.startswith("PipelineEstimateFn"))]["env"]
+    settings = PipelineSettings.from_env({**env, "AWS_REGION": "us-east-1", "POLL_SECONDS": "900",
+                                          "MAX_POLL_SECONDS": "14400"})
+    p = plan({**run, "budget": {"max_usd": settings.max_usd_per_run}}, "estimate-only", settings)
+    assert p["status"] == "ok", p
+    return p["estimate"], p
+
+
+def _configure(sim: TraceSimulation, world: World, plan: SimPlan, section: dict, plan_json: dict) -> None:
+    """The simulated SageMaker and trainer run by the plan's own figures (the sim_plan the estimate promised)."""
+    world.work_s = plan.work_s
+    world.usd_per_instance_hour = plan.on_demand_usd_per_h / plan_json["instance_count"]
+    world.spot_discount = 1 - plan.spot_usd_per_h / plan.on_demand_usd_per_h
+    world.step_s = plan.work_s / plan_json["planned_steps"]  # the guard reads progress as step / planned steps
+    ck = section["checkpointing"]
+    sim.trainer = Trainer(startup_s=plan.startup_s, restore_s=plan.restore_s, save_s=plan.save_s,
+                          interval_s=plan.interval_s if ck in ("periodic", "both") else float("inf"),
+                          step_s=plan.step_s, notice=plan.notice_ok and ck in ("notice", "both"))
+
+
+def windows_json(agreements: list[Agreement]) -> str:
+    return json.dumps([{**a.__dict__, "window": a.window.label or a.window.policy} for a in agreements], indent=1)

@@ -1,0 +1,120 @@
+"""Finish or refuse, over generated plans with caps from their P95 spot bill plus one restart to 1.6 times that: the
+estimate (spotrun.pipeline.plan.plan, the Lambda's own function) either refuses the run, naming the smallest cap
+whose expected chain of jobs finishes (and that cap is accepted), or the run finishes under its cap in the simulated
+SageMaker with every interruption pattern of the cap scenarios (0, 1, 2, 3 and 5 interruptions) up to its expected
+count rounded up; with more it may end at the cap, never past it. Every start in the simulated world takes the
+plan's restart time.
+
+The chain is replayed in Python (tests/infra/chain_replay.py: the cost guard's real `decide`, the simulated
+SageMaker of tests/infra/sagemaker_sim.py); tests/infra/test_cap_holds.py runs the rendered state machine in moto
+on the named scenarios, and checks the replay against it.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from spotrun.pipeline.plan import plan
+from spotrun.planner.estimate import load_catalog, startup_seconds
+from spotrun.seams import GuardAction, PipelineSettings
+from tests.infra.chain_replay import expected_interruptions_carried, replay
+from tests.infra.sagemaker_sim import World
+
+SETTINGS = PipelineSettings(bucket="art-bucket", job_prefix="spotrun-prop-", model_package_group="g")
+PATTERNS = (0, 1, 2, 3, 5)  # interruptions, evenly spread over the work (test_cap_holds's scenarios)
+T0 = 1_767_225_600.0
+SHAPES = {  # (hidden, intermediate, layers, heads, kv heads, vocab)
+    "0.5B": (896, 4864, 24, 14, 2, 151936), "1.5B": (1536, 8960, 28, 12, 2, 151936),
+    "8B": (4096, 14336, 32, 32, 8, 128256)}
+TYPES = ("ml.g6e.xlarge", "ml.g5.12xlarge", "ml.g6e.48xlarge", "ml.p4d.24xlarge")
+
+
+def _run(shape: str, tokens: int, itype: str, count: int, cap: float) -> dict:
+    hidden, inter, layers, heads, kv, vocab = SHAPES[shape]
+    lora = shape == "8B" and itype == "ml.g6e.xlarge"  # a full 8B fine-tune fits no single L40S
+    return {"version": 1, "name": "prop-run", "model": {"init": "random", "config": {
+        "model_type": "llama", "hidden_size": hidden, "intermediate_size": inter, "num_hidden_layers": layers,
+        "num_attention_heads": heads, "num_key_value_heads": kv, "vocab_size": vocab}},
+        "data": {"source": "s3://art-bucket/datasets/d/", "tokens": tokens, "seq_len": 2048},
+        "training": {"method": "lora", "lora": {"rank": 16}, "micro_batch": 1} if lora else
+        {"method": "full", "micro_batch": 1},
+        "compute": {"instance_type": itype, "instance_count": count, "on_demand_fallback": True,
+                    "accepted_delay_hours": 2},
+        "budget": {"max_usd": cap}}
+
+
+def _world(p: dict, interruptions: int) -> World:
+    est, catalog = p["estimate"], load_catalog()
+    work = est["wall_seconds"] - startup_seconds(catalog["defaults"])
+    family = p["instance_type"].split(".")[1]
+    world = World(work_s=work, usd_per_instance_hour=p["usd_per_hour"] / p["instance_count"],
+                  spot_discount=catalog["families"][family]["spot_discount"],
+                  checkpoint_interval_s=p["checkpoint_interval_seconds"], save_s=p["checkpoint_upload_seconds"])
+    world.start_billed_s = p["segment_overhead_seconds"]  # every start as long as the plan's restart
+    world.step_s = p["seconds_per_step"] * work / (work + est["expected_overhead_seconds"])
+    world.save_on_notice = est["checkpoint_policy"] == "save_on_notice"
+    world.interruptions_at = [work * (i + 1) / (interruptions + 1) for i in range(interruptions)]
+    return world
+
+
+def _p95_and_restart(p: dict) -> float:
+    chosen = p["estimate"]["spot_policy"]["chosen"]
+    row = next(r for r in p["estimate"]["spot_policy"]["policies"] if r["label"] == chosen)
+    restart = p["segment_overhead_seconds"] * p["usd_per_hour"] / 3600 * p["spot_fraction"]
+    return row["p95_usd"] + restart
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(shape=st.sampled_from(sorted(SHAPES)), hours=st.floats(0.3, 30), itype=st.sampled_from(TYPES),
+       count=st.sampled_from((1, 2, 4)), over=st.floats(0.0, 0.6))
+def test_a_run_is_refused_with_the_cap_that_fits_or_finishes_under_its_cap_with_every_interruption_pattern(
+        shape, hours, itype, count, over):
+    unbounded = plan(_run(shape, 10**9, itype, count, 1e7), "prop-size", SETTINGS)
+    if unbounded["status"] != "ok":  # the model does not fit this layout: nothing to plan
+        return
+    # The tokens for about `hours` of training on this layout, then the P95 spot bill at an unbinding cap.
+    per_hour = 10**9 / (unbounded["estimate"]["wall_seconds"] / 3600)
+    tokens = max(10**6, int(per_hour * hours))
+    free = plan(_run(shape, tokens, itype, count, 1e7), "prop-free", SETTINGS)
+    assert free["status"] == "ok", free
+    cap = round(_p95_and_restart(free) * (1 + over), 2)
+    p = plan(_run(shape, tokens, itype, count, cap), "prop-exec", SETTINGS)
+    if p["status"] != "ok":
+        assert p["status"] == "OverBudget" and p["field"] == "budget.max_usd", p
+        smallest = float(re.search(r"the smallest cap whose chain finishes is \$([\d,.]+)", p["message"])
+                         .group(1).replace(",", ""))
+        assert smallest > cap
+        fits = plan(_run(shape, tokens, itype, count, smallest), "prop-fits", SETTINGS)
+        assert fits["status"] == "ok", fits  # refused only when no chain fits: the named cap does
+        return
+    carried = expected_interruptions_carried(p["estimate"]["expected_interruptions"])
+    for interruptions in PATTERNS:
+        out = replay(copy.deepcopy(p), _world(p, interruptions), T0)
+        assert out.cost_usd <= cap + 0.01, (interruptions, out)
+        if interruptions <= carried:
+            assert out.action == GuardAction.COMPLETED, (interruptions, cap, out)
+
+
+def test_the_longest_chain_the_stage_accepts_at_its_maximum_cap_stays_inside_each_executions_history():
+    """Llama 3 8B on 16 x g6e.48xlarge at the stage's $5,000 cap (stacks/config.py max_usd_per_run), 2.85e9 tokens:
+    about the most segments the estimate accepts at that cap (more tokens are refused). Replayed with the cost
+    guard counting each execution's history events (the count is an upper bound of moto's: test_cap_holds), with
+    0 and 5 interruptions: each execution stays under Step Functions' 25,000 events (a run that would not is
+    continued in a fresh execution, test_cap_holds's fresh-executions scenarios); `print` gives events used /
+    25,000, the first execution counted with its generous 3,000 events before the first poll."""
+    from spotrun.pipeline.continuation import HISTORY_QUOTA
+
+    raw = _run("8B", 2_850_000_000, "ml.g6e.48xlarge", 16, 5000.0)
+    p = plan(raw, "longest", SETTINGS)
+    assert p["status"] == "ok" and p["estimate"]["segments"]["segments"] >= 6, p
+    for interruptions in (0, 5):
+        out = replay(copy.deepcopy(p), _world(p, interruptions), T0)
+        assert out.action == GuardAction.COMPLETED and out.cost_usd <= 5000.0, out
+        used = max(out.history_events) / HISTORY_QUOTA
+        print(f"longest chain, {interruptions} interruptions: {out.jobs} jobs in {out.executions} execution(s), "
+              f"the fullest history {max(out.history_events):,} events = {used:.1%} of {HISTORY_QUOTA:,}")
+        assert max(out.history_events) < HISTORY_QUOTA
