@@ -15,11 +15,12 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subs
 from constructs import Construct
 
-from spotrun.seams import METRIC_DEFINITIONS, PreparationSettings, StackOutput
+from spotrun.seams import METRIC_DEFINITIONS, PREPARED_PREFIX, PreparationSettings, StackOutput
 from training_constructs.artifact_store import ArtifactStore, ArtifactStoreProps
 from training_constructs.cost_governance import CostGovernance, CostGovernanceProps
 from training_constructs.execution_role import TrainingExecutionRole, TrainingExecutionRoleProps
 from training_constructs.interruption_events import InterruptionEvents, InterruptionEventsProps
+from training_constructs.preparation_role import PreparationRole
 from training_constructs.serving_role import ServingRole, ServingRoleProps
 from training_constructs.trainer_image import TrainerImage, TrainerImageProps, sagemaker_image, serving_image
 from training_constructs.training_pipeline import TrainingPipeline, TrainingPipelineProps
@@ -62,13 +63,17 @@ class SpotrunStack(Stack):
         self.execution = TrainingExecutionRole(self, "ExecutionRole", props=TrainingExecutionRoleProps(
             store=self.store, repository=self.image.repository, in_vpc=bool(config.vpc_subnet_ids),
             mlflow_tracking_server_arns=config.mlflow_tracking_server_arns))
+        self.preparation_role = PreparationRole(self, "PreparationRole", store=self.store,
+                                                repository=self.image.repository, in_vpc=bool(config.vpc_subnet_ids),
+                                                prepared_prefix=PREPARED_PREFIX)
         self.events = InterruptionEvents(self, "InterruptionEvents", props=InterruptionEventsProps(
             job_prefix=config.job_prefix, stage=config.stage))
         inference_image = config.inference_image or serving_image(config.region)
         self.serving = ServingRole(self, "ServingRole", props=ServingRoleProps(store=self.store,
                                                                                image_uri=inference_image))
         self.pipeline = TrainingPipeline(self, "Pipeline", props=TrainingPipelineProps(
-            store=self.store, execution_role=self.execution.role, image_uri=self.image.image_uri,
+            store=self.store, execution_role=self.execution.role, preparation_role=self.preparation_role.role,
+            image_uri=self.image.image_uri,
             inference_image_uri=inference_image,
             model_package_group_name=self.model_package_group_name,
             model_package_group_base=config.model_package_group_base, job_prefix=config.job_prefix,

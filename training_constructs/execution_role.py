@@ -1,13 +1,13 @@
-"""TrainingExecutionRole: what a SageMaker training job may do, and nothing more.
+"""TrainingExecutionRole: what a SageMaker training job may do, and nothing more; `job_basics`, what every job role
+of the stage needs (preparation_role.py shares it).
 
 Reads datasets/ and models/; reads and writes checkpoints/ (SageMaker's checkpoint sync deletes there what the
 trainer deletes locally); writes output/ but can neither read nor delete there (every registered model's artifact
-lives there: a job has no business reading another run's model); uses the
-bucket's key (and may create grants on it for AWS resources: SageMaker's documented need for a VolumeKmsKeyId,
-https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_ResourceConfig.html); pulls the
-trainer image; writes its CloudWatch logs and metrics; (in a VPC) manages its network interfaces; logs to the stage's
-SageMaker AI MLflow tracking servers, when it names any (the sagemaker-mlflow actions the trainer's tracker calls,
-spotrun_trainer/tracking.py, on those servers only). No AWS-managed full-access policy.
+lives there: a job has no business reading another run's model); writes no dataset. Every job role uses the
+bucket's key, pulls the trainer image, writes its CloudWatch logs and metrics and (in a VPC) manages its network
+interfaces (`job_basics`). Training jobs also log to the stage's SageMaker AI MLflow tracking servers, when it
+names any (the sagemaker-mlflow actions the trainer's tracker calls, spotrun_trainer/tracking.py, on those servers
+only). No AWS-managed full-access policy. docs/security.md has the table and what is not yet scoped per run.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from aws_cdk import ArnFormat, Stack
 from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_iam as iam
-from constructs import Construct
+from constructs import Construct, IConstruct
 
 from .artifact_store import ArtifactStore
 from .nag import acknowledge, rendered
@@ -44,7 +44,6 @@ MLFLOW_TRACKER_ACTIONS = tuple(f"sagemaker-mlflow:{a}" for a in (
 class TrainingExecutionRole(Construct):
     def __init__(self, scope: Construct, id_: str, *, props: TrainingExecutionRoleProps) -> None:
         super().__init__(scope, id_)
-        stack = Stack.of(self)
         self.role = iam.Role(self, "Role", assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"),
                              description="spotrun training jobs")
         store = props.store
@@ -54,26 +53,8 @@ class TrainingExecutionRole(Construct):
         # Write-only: SageMaker uploads the job's model.tar.gz; nothing under output/ is readable by a job.
         self.role.add_to_policy(iam.PolicyStatement(actions=["s3:PutObject", "s3:AbortMultipartUpload"],
                                                     resources=[store.arn_under(store.output_prefix)]))
-        store.key.grant_encrypt(self.role)
-        self.role.add_to_policy(iam.PolicyStatement(
-            actions=["kms:CreateGrant"], resources=[store.key.key_arn],
-            conditions={"Bool": {"kms:GrantIsForAWSResource": "true"}}))
-        props.repository.grant_pull(self.role)
-        log_group_arn = stack.format_arn(service="logs", resource="log-group",
-                                         resource_name="/aws/sagemaker/TrainingJobs*",
-                                         arn_format=ArnFormat.COLON_RESOURCE_NAME)
-        self.role.add_to_policy(iam.PolicyStatement(
-            actions=["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"],
-            resources=[log_group_arn]))
-        self.role.add_to_policy(iam.PolicyStatement(
-            actions=["cloudwatch:PutMetricData"], resources=["*"],
-            conditions={"StringLike": {"cloudwatch:namespace": "/aws/sagemaker/*"}}))
-        if props.in_vpc:
-            self.role.add_to_policy(iam.PolicyStatement(
-                actions=["ec2:CreateNetworkInterface", "ec2:CreateNetworkInterfacePermission",
-                         "ec2:DeleteNetworkInterface", "ec2:DeleteNetworkInterfacePermission",
-                         "ec2:DescribeNetworkInterfaces", "ec2:DescribeVpcs", "ec2:DescribeDhcpOptions",
-                         "ec2:DescribeSubnets", "ec2:DescribeSecurityGroups"], resources=["*"]))
+        log_group_arn = job_basics(self.role, props.store, props.repository, in_vpc=props.in_vpc,
+                                   log_group="/aws/sagemaker/TrainingJobs*")
         if props.mlflow_tracking_server_arns:
             self.role.add_to_policy(iam.PolicyStatement(actions=list(MLFLOW_TRACKER_ACTIONS),
                                                         resources=list(props.mlflow_tracking_server_arns)))
@@ -82,10 +63,44 @@ class TrainingExecutionRole(Construct):
                     f"AwsSolutions-IAM5[Resource::{rendered(self, store.arn_under(store.output_prefix))}]",
                     "SageMaker uploads each job's model artifact under output/<job>/: job names are not known "
                     "ahead (write only: no read, no delete)")
-        acknowledge(self.policy, f"AwsSolutions-IAM5[Resource::{rendered(self, log_group_arn)}]",
-                    "SageMaker writes each job's logs to log streams of /aws/sagemaker/TrainingJobs")
-        acknowledge(self.policy, "AwsSolutions-IAM5[Resource::*]",
-                    "ecr:GetAuthorizationToken and cloudwatch:PutMetricData (limited to /aws/sagemaker/* by a "
-                    "condition) support no resource scoping" + ("; so do the ec2 network-interface actions a "
-                                                                 "VPC job needs" if props.in_vpc else ""))
+        acknowledge_job_basics(self.policy, log_group_arn, in_vpc=props.in_vpc, jobs="training jobs")
+
+
+def job_basics(role: iam.Role, store: ArtifactStore, repository: ecr.IRepository, *, in_vpc: bool,
+               log_group: str) -> str:
+    """What every SageMaker job role of the stage needs beside its data: the bucket's key (and grants on it for
+    AWS resources: SageMaker's documented need for a VolumeKmsKeyId,
+    https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_ResourceConfig.html), the trainer image, its
+    logs and metrics, (in a VPC) its network interfaces. Returns the log group ARN (for the acknowledgment)."""
+    stack = Stack.of(role)
+    store.key.grant_encrypt(role)
+    role.add_to_policy(iam.PolicyStatement(
+        actions=["kms:CreateGrant"], resources=[store.key.key_arn],
+        conditions={"Bool": {"kms:GrantIsForAWSResource": "true"}}))
+    repository.grant_pull(role)
+    log_group_arn = stack.format_arn(service="logs", resource="log-group", resource_name=log_group,
+                                     arn_format=ArnFormat.COLON_RESOURCE_NAME)
+    role.add_to_policy(iam.PolicyStatement(
+        actions=["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"],
+        resources=[log_group_arn]))
+    role.add_to_policy(iam.PolicyStatement(
+        actions=["cloudwatch:PutMetricData"], resources=["*"],
+        conditions={"StringLike": {"cloudwatch:namespace": "/aws/sagemaker/*"}}))
+    if in_vpc:
+        role.add_to_policy(iam.PolicyStatement(
+            actions=["ec2:CreateNetworkInterface", "ec2:CreateNetworkInterfacePermission",
+                     "ec2:DeleteNetworkInterface", "ec2:DeleteNetworkInterfacePermission",
+                     "ec2:DescribeNetworkInterfaces", "ec2:DescribeVpcs", "ec2:DescribeDhcpOptions",
+                     "ec2:DescribeSubnets", "ec2:DescribeSecurityGroups"], resources=["*"]))
+    return log_group_arn
+
+
+def acknowledge_job_basics(policy: IConstruct, log_group_arn: str, *, in_vpc: bool, jobs: str) -> None:
+    """The cdk-nag findings `job_basics` causes, each with its reason."""
+    acknowledge(policy, f"AwsSolutions-IAM5[Resource::{rendered(policy, log_group_arn)}]",
+                f"SageMaker writes each of the {jobs}' logs to its own log stream of this log group")
+    acknowledge(policy, "AwsSolutions-IAM5[Resource::*]",
+                "ecr:GetAuthorizationToken and cloudwatch:PutMetricData (limited to /aws/sagemaker/* by a "
+                "condition) support no resource scoping" + ("; so do the ec2 network-interface actions a "
+                                                             "VPC job needs" if in_vpc else ""))
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from aws_cdk import ArnFormat, Duration, Stack
+from aws_cdk import Duration
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_stepfunctions as sfn
@@ -66,21 +66,6 @@ def preparation_functions(pipeline: Construct, props: PreparationProps, processi
     acknowledge(prepare_fn.role.node.find_child("DefaultPolicy"),
                 f"AwsSolutions-IAM5[Resource::{rendered(pipeline, processing_arn)}]",
                 "describes preparation jobs of this stage only: every job name starts with the stage's prefix")
-    # The processing job runs as the execution role: it reads datasets/, models/ and the tokenizer manifest
-    # under checkpoints/ already; it also uploads its parts under datasets/_prepared/ and writes its logs.
-    logs_arn = Stack.of(pipeline).format_arn(service="logs", resource="log-group",
-                                             resource_name="/aws/sagemaker/ProcessingJobs*",
-                                             arn_format=ArnFormat.COLON_RESOURCE_NAME)
-    policy = iam.Policy(pipeline, "PreparationJobWrites", roles=[props.execution_role], statements=[
-        iam.PolicyStatement(actions=["s3:PutObject", "s3:AbortMultipartUpload"],
-                            resources=[store.arn_under(PREPARED_PREFIX)]),
-        iam.PolicyStatement(actions=["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents",
-                                     "logs:DescribeLogStreams"], resources=[logs_arn])])
-    acknowledge(policy, f"AwsSolutions-IAM5[Resource::{rendered(pipeline, store.arn_under(PREPARED_PREFIX))}]",
-                "SageMaker Processing uploads each instance's part under datasets/_prepared/<content key>/: keys "
-                "are not known ahead (write only, no delete)")
-    acknowledge(policy, f"AwsSolutions-IAM5[Resource::{rendered(pipeline, logs_arn)}]",
-                "SageMaker writes each processing job's logs to log streams of /aws/sagemaker/ProcessingJobs")
     return prepare_fn
 
 
@@ -94,7 +79,7 @@ def preparation_states(pipeline: PipelineSteps, props: PreparationProps, process
                                 "SecurityGroupIds": list(props.security_group_ids)}
     create = pipeline.sagemaker_call("CreatePreparationJob", "createProcessingJob", {
         "ProcessingJobName.$": preparation_path("job_name"),
-        "RoleArn": props.execution_role.role_arn,
+        "RoleArn": props.preparation_role.role_arn,  # the only job role that writes datasets/_prepared/
         # The trainer image's own prepare (python -m spotrun_trainer prepare --sagemaker-processing).
         "AppSpecification": {"ImageUri": props.image_uri, "ContainerEntrypoint.$": preparation_path("entrypoint")},
         "ProcessingResources.$": preparation_path("processing_resources"),

@@ -71,6 +71,9 @@ RETRY_ATTEMPTS = 3
 class TrainingPipelineProps:
     store: ArtifactStore
     execution_role: iam.IRole
+    """The training jobs' role."""
+    preparation_role: iam.IRole
+    """The preparation (processing) jobs' role: the only one that writes datasets/_prepared/."""
     image_uri: str
     inference_image_uri: str
     model_package_group_name: str
@@ -445,7 +448,7 @@ class TrainingPipeline(Construct):
         role.add_to_principal_policy(iam.PolicyStatement(actions=["sagemaker:AddTags"],
                                                          resources=[job_arn, package_arn, group_arn, arns.processing]))
         role.add_to_principal_policy(iam.PolicyStatement(
-            actions=["iam:PassRole"], resources=[props.execution_role.role_arn],
+            actions=["iam:PassRole"], resources=[props.execution_role.role_arn, props.preparation_role.role_arn],
             conditions={"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}}))
         # A run continues in a fresh execution of this state machine (spotrun/pipeline/continuation.py). A policy of its
         # own: on the role's default policy the state machine's ARN would form a cycle.

@@ -113,6 +113,8 @@ def test_raw_text_is_prepared_by_a_processing_job_then_trained_and_its_cost_coun
     problems: list[str] = []
     check_shape(request, model.input_shape, "CreateProcessingJob", problems)
     assert problems == []
+    # It runs as the preparation role, the only job role that writes datasets/_prepared/ (test_data_access.py).
+    assert request["RoleArn"] == aws.preparation_role_arn != aws.role_arn
     cluster = request["ProcessingResources"]["ClusterConfig"]
     assert (cluster["InstanceType"], cluster["InstanceCount"]) == ("ml.m5.xlarge", 2)
     data, tokenizer = request["ProcessingInputs"]
@@ -266,14 +268,14 @@ def test_the_processing_job_may_only_add_its_parts_and_logs_and_the_finish_step_
     from aws_cdk.assertions import Match
 
     bucket_arn = {"Fn::GetAtt": ["ArtifactsBucket88671897", "Arn"]}
-    # The execution role (the job's) gains write-only access under datasets/_prepared/ and the processing logs.
+    # The preparation role (the job's) has write-only access under datasets/_prepared/ and the processing logs.
     template.has_resource_properties("AWS::IAM::Policy", {
-        "Roles": [{"Ref": "ExecutionRoleCDF74862"}],
-        "PolicyDocument": {"Statement": [
+        "Roles": [{"Ref": Match.string_like_regexp("^PreparationRole")}],
+        "PolicyDocument": {"Statement": Match.array_with([
             {"Action": ["s3:AbortMultipartUpload", "s3:PutObject"], "Effect": "Allow",
              "Resource": {"Fn::Join": ["", [bucket_arn, f"/{PREPARED_PREFIX}*"]]}},
             Match.object_like({"Resource": {"Fn::Join": ["", Match.array_with([
-                Match.string_like_regexp(":log-group:/aws/sagemaker/ProcessingJobs\\*$")])]}})]}})
+                Match.string_like_regexp(":log-group:/aws/sagemaker/ProcessingJobs\\*$")])]}})])}})
     # The finish function reads and writes datasets/_prepared/ only (no delete), and describes processing jobs.
     policies = template.find_resources("AWS::IAM::Policy", {"Properties": {
         "Roles": [{"Ref": Match.string_like_regexp("^PipelinePrepareFnRole")}]}})

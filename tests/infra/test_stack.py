@@ -8,7 +8,7 @@ import pytest
 from aws_cdk.assertions import Capture, Match
 
 from spotrun import seams
-from spotrun.seams import COMPLETED_METRIC_DEFINITION, METRIC_DEFINITIONS, PREPARED_PREFIX, StackOutput
+from spotrun.seams import COMPLETED_METRIC_DEFINITION, METRIC_DEFINITIONS, StackOutput
 from tests.infra.statements import actions, as_list, role_statements
 
 BUCKET, LOG_BUCKET, KEY = "ArtifactsBucket88671897", "ArtifactsAccessLogs4D97777C", "ArtifactsKeyA4B22E2B"
@@ -60,10 +60,9 @@ def _suffix(resource) -> str:
 
 
 def test_training_role_writes_only_checkpoints_and_output_and_cannot_read_or_delete_models(template):
-    stmts = role_statements(template, EXECUTION_ROLE)  # every policy on the role, the preparation job's included
-    # The preparation (a Processing job under the same role) adds its parts under datasets/_prepared/ only.
-    assert sorted(_suffix(r) for r in _s3_object_resources(stmts, "s3:PutObject")) == [
-        "/checkpoints/*", f"/{PREPARED_PREFIX}*", "/output/*"]
+    stmts = role_statements(template, EXECUTION_ROLE)  # every policy on the role
+    # Prepared data is written by the preparation role only (tests/infra/test_data_access.py evaluates both).
+    assert sorted(_suffix(r) for r in _s3_object_resources(stmts, "s3:PutObject")) == ["/checkpoints/*", "/output/*"]
     # Registered model artifacts live under output/: only checkpoints may be deleted (SageMaker's sync does).
     assert sorted(_suffix(r) for r in _s3_object_resources(stmts, "s3:DeleteObject")) == ["/checkpoints/*"]
     # No job reads another run's registered model: output/ is write-only.

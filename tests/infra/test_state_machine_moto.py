@@ -129,6 +129,8 @@ class Driver:
         trust = json.dumps({"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "sts:AssumeRole",
                                                                     "Principal": {"Service": "states.amazonaws.com"}}]})
         self.role_arn = iam.create_role(RoleName="sm-role", AssumeRolePolicyDocument=trust)["Role"]["Arn"]
+        self.preparation_role_arn = iam.create_role(RoleName="preparation-role",
+                                                    AssumeRolePolicyDocument=trust)["Role"]["Arn"]
         self.topic = boto3.client("sns", region_name=REGION).create_topic(Name="failures")["TopicArn"]
         self.sagemaker = boto3.client("sagemaker", region_name=REGION)
         self.sagemaker.create_model_package_group(ModelPackageGroupName=GROUP)
@@ -157,6 +159,8 @@ class Driver:
             return self.topic
         if logical == "ExecutionRoleCDF74862":
             return self.role_arn
+        if logical.startswith("PreparationRole"):
+            return self.preparation_role_arn
         if logical in RESOURCES:
             return RESOURCES[logical]
         raise KeyError(logical)

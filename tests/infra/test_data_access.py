@@ -1,0 +1,153 @@
+"""Which job role may touch which data, decided by moto's IAM authorization (not by a matcher of ours).
+
+Every IAM policy the synthesized template attaches to the training role and to the preparation role is rendered
+(bucket ARN in place of its Fn::GetAtt) and created as that role's inline policies in moto's IAM; the test assumes
+each role through STS and makes the S3 requests each job makes with the session's credentials, with moto's
+authorization on (`settings.INITIAL_NO_AUTH_ACTION_COUNT`, what moto's `set_initial_no_auth_action_count` sets:
+the setup calls before it run unauthenticated). moto decides on Action and Resource: it substitutes no policy
+variables and gives S3 requests no condition context (moto/iam/access_control.py), so every request below is one
+that a statement without a Condition decides. The roles trust sagemaker.amazonaws.com in the template; here they
+trust the test's user, the one principal moto can assume them as.
+"""
+
+from __future__ import annotations
+
+import json
+
+import boto3
+import pytest
+from botocore.exceptions import ClientError
+from moto import mock_aws, settings
+from moto.core.authorization import ActionAuthenticatorMixin
+
+from spotrun.seams import PREPARED_PREFIX
+from tests.infra.render import placeholder, render
+
+BUCKET, ACCOUNT = "spotrun-artifacts", "123456789012"
+USER_ARN = f"arn:aws:iam::{ACCOUNT}:user/tester"
+# What already lies in the bucket: another run's registered model, a prepared dataset later runs reuse, a user's
+# dataset and model, this execution's tokenizer manifest and another run's checkpoint.
+SEEDED = ("output/other-run-job/output/model.tar.gz", f"{PREPARED_PREFIX}0123abcd/shard-00000.bin",
+          "datasets/alpaca/index.json", "models/llama/config.json",
+          "checkpoints/run-a/exec-1/preparation/tokenizer.manifest", "checkpoints/other-run/exec-9/step-10/x.distcp")
+
+
+def _role_policies(template: dict, prefix: str) -> tuple[str, list[dict]]:
+    """The role whose logical ID starts with `prefix`, and every policy document attached to it, rendered."""
+    (role_id,) = [lid for lid, r in template["Resources"].items()
+                  if r["Type"] == "AWS::IAM::Role" and lid.startswith(prefix)]
+
+    def resolve(logical_id: str, attribute: str | None) -> str:
+        if logical_id.startswith("ArtifactsBucket") and attribute == "Arn":
+            return f"arn:aws:s3:::{BUCKET}"
+        return placeholder(logical_id, attribute)
+
+    def rendered(value):
+        if isinstance(value, list):
+            return [rendered(v) for v in value]
+        if isinstance(value, dict) and len(value) == 1 and next(iter(value)) in ("Ref", "Fn::GetAtt", "Fn::Join"):
+            return render(value, resolve)
+        if isinstance(value, dict):
+            return {k: rendered(v) for k, v in value.items()}
+        return value
+
+    docs = [rendered(r["Properties"]["PolicyDocument"]) for r in template["Resources"].values()
+            if r["Type"] == "AWS::IAM::Policy" and {"Ref": role_id} in r["Properties"]["Roles"]]
+    assert docs, f"no policy is attached to {role_id}"
+    return role_id, docs
+
+
+def _setup(template: dict) -> tuple[list, dict[str, str]]:
+    """The unauthenticated setup calls, in order: bucket and seeded objects, a user that may assume the roles, the
+    two roles with the template's policies. Returns them and each role's name by its construct's ID."""
+    s3, iam = boto3.client("s3"), boto3.client("iam")
+    trust = json.dumps({"Version": "2012-10-17", "Statement": [
+        {"Effect": "Allow", "Action": "sts:AssumeRole", "Principal": {"AWS": USER_ARN}}]})
+    may_assume = json.dumps({"Version": "2012-10-17", "Statement": [
+        {"Effect": "Allow", "Action": "sts:AssumeRole", "Resource": "*"}]})
+    calls = [lambda: s3.create_bucket(Bucket=BUCKET), lambda: iam.create_user(UserName="tester"),
+             lambda: iam.put_user_policy(UserName="tester", PolicyName="assume", PolicyDocument=may_assume)]
+    calls += [lambda k=k: s3.put_object(Bucket=BUCKET, Key=k, Body=b"seeded") for k in SEEDED]
+    roles = {}
+    for prefix in ("ExecutionRole", "PreparationRole"):
+        role_id, docs = _role_policies(template, prefix)
+        roles[prefix] = role_id
+        calls.append(lambda r=role_id: iam.create_role(RoleName=r, AssumeRolePolicyDocument=trust))
+        calls += [lambda r=role_id, i=i, d=d: iam.put_role_policy(RoleName=r, PolicyName=f"policy-{i}",
+                                                                   PolicyDocument=json.dumps(d))
+                  for i, d in enumerate(docs)]
+    return calls, roles
+
+
+@pytest.fixture
+def s3_as(synth, monkeypatch):
+    """S3 clients holding each role's session credentials, moto's IAM authorization deciding every request."""
+    with mock_aws():
+        calls, roles = _setup(synth.template)
+        key: dict = {}
+        calls.append(lambda: key.update(boto3.client("iam").create_access_key(UserName="tester")["AccessKey"]))
+        monkeypatch.setattr(settings, "INITIAL_NO_AUTH_ACTION_COUNT", len(calls))
+        monkeypatch.setattr(ActionAuthenticatorMixin, "request_count", 0)
+        for call in calls:
+            call()
+        sts = boto3.client("sts", aws_access_key_id=key["AccessKeyId"], aws_secret_access_key=key["SecretAccessKey"])
+        clients = {}
+        for prefix, role in roles.items():
+            creds = sts.assume_role(RoleArn=f"arn:aws:iam::{ACCOUNT}:role/{role}", RoleSessionName="job")
+            c = creds["Credentials"]
+            clients[prefix] = boto3.client("s3", aws_access_key_id=c["AccessKeyId"],
+                                           aws_secret_access_key=c["SecretAccessKey"],
+                                           aws_session_token=c["SessionToken"])
+        yield clients
+
+
+def _allowed(request) -> bool:
+    try:
+        request()
+    except ClientError as e:
+        assert e.response["Error"]["Code"] == "AccessDenied", e.response["Error"]
+        return False
+    return True
+
+
+def _put(client, key: str):
+    return lambda: client.put_object(Bucket=BUCKET, Key=key, Body=b"written")
+
+
+def _get(client, key: str):
+    return lambda: client.get_object(Bucket=BUCKET, Key=key)
+
+
+def _delete(client, key: str):
+    return lambda: client.delete_object(Bucket=BUCKET, Key=key)
+
+
+def test_a_training_job_cannot_poison_prepared_data_or_read_or_delete_registered_models(s3_as):
+    job = s3_as["ExecutionRole"]
+    # What a training job does: reads its data and model, writes and prunes its checkpoints, uploads its artifact.
+    assert _allowed(_get(job, "datasets/alpaca/index.json")) and _allowed(_get(job, "models/llama/config.json"))
+    assert _allowed(_put(job, "checkpoints/run-a/exec-1/step-20/x.distcp"))
+    assert _allowed(_delete(job, "checkpoints/run-a/exec-1/step-20/x.distcp"))
+    assert _allowed(_put(job, "output/run-a-job/output/model.tar.gz"))
+    # Prepared data later runs reuse, and every user's dataset: no write.
+    assert not _allowed(_put(job, f"{PREPARED_PREFIX}0123abcd/shard-00000.bin"))
+    assert not _allowed(_put(job, "datasets/alpaca/index.json"))
+    assert not _allowed(_put(job, "models/llama/config.json"))
+    # Another run's registered model: neither read nor deleted.
+    assert not _allowed(_get(job, "output/other-run-job/output/model.tar.gz"))
+    assert not _allowed(_delete(job, "output/other-run-job/output/model.tar.gz"))
+
+
+def test_only_the_preparation_job_adds_prepared_parts_and_it_touches_nothing_else(s3_as):
+    prep = s3_as["PreparationRole"]
+    # What a preparation job does: reads the raw text, the tokenizer and its manifest, uploads its parts.
+    assert _allowed(_get(prep, "datasets/alpaca/index.json")) and _allowed(_get(prep, "models/llama/config.json"))
+    assert _allowed(_get(prep, "checkpoints/run-a/exec-1/preparation/tokenizer.manifest"))
+    assert _allowed(_put(prep, f"{PREPARED_PREFIX}4567cdef/part-0/shard-00000.bin"))
+    # Nothing else: no checkpoint, no artifact, no user dataset, no delete of prepared data.
+    assert not _allowed(_get(prep, "checkpoints/other-run/exec-9/step-10/x.distcp"))
+    assert not _allowed(_put(prep, "checkpoints/run-a/exec-1/step-20/x.distcp"))
+    assert not _allowed(_put(prep, "output/other-run-job/output/model.tar.gz"))
+    assert not _allowed(_get(prep, "output/other-run-job/output/model.tar.gz"))
+    assert not _allowed(_put(prep, "datasets/alpaca/index.json"))
+    assert not _allowed(_delete(prep, f"{PREPARED_PREFIX}0123abcd/shard-00000.bin"))
