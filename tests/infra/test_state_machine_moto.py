@@ -186,7 +186,9 @@ class Driver:
     def start(self, name: str, run: dict) -> str:
         return self.sfn.start_execution(stateMachineArn=self.sm_arn, name=name, input=json.dumps(run))["executionArn"]
 
-    def wait(self, arn: str, timeout: float = 90) -> dict:
+    # A bound on waiting, not a timing goal: moto's interpreter on 2 loaded cores took over 90 s for a run that
+    # prepares its data first.
+    def wait(self, arn: str, timeout: float = 600) -> dict:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             desc = self.sfn.describe_execution(executionArn=arn)
@@ -198,7 +200,7 @@ class Driver:
     def execute(self, name: str, run: dict) -> dict:
         return self.wait(self.start(name, run))
 
-    def chain(self, arn: str, timeout: float = 90) -> list[dict]:
+    def chain(self, arn: str, timeout: float = 600) -> list[dict]:
         """The execution and every execution that continued its run (spotrun/pipeline/continuation.py), each ended."""
         out = [self.wait(arn, timeout)]
         while out[-1]["status"] == "SUCCEEDED" and "continued_as" in json.loads(out[-1].get("output") or "{}"):
