@@ -207,14 +207,15 @@ def test_a_sharded_model_is_checked_through_its_index_and_counts_the_same_parame
     assert (checked.parameters, checked.tensors) == (whole.parameters, whole.tensors)
 
 
-def test_estimate_on_raw_text_points_to_prepare_and_reads_what_prepare_wrote(capsys, tmp_path, assets):
+def test_estimate_on_raw_text_prepares_a_cache_and_reads_what_prepare_wrote(capsys, tmp_path, assets):
     run = {"version": 1, "name": "est", "model": {"source": str(assets["model"])},
            "data": {"source": str(assets["corpus"].parent), "seq_len": 64},
            "compute": {"instance_type": "ml.g5.xlarge"}, "budget": {"max_usd": 5}}
     path = tmp_path / "run.json"
     path.write_text(json.dumps(run))
-    assert main(["estimate", str(path)]) == 2
-    assert f"`spotrun prepare {assets['corpus'].parent} --tokenizer MODEL_DIR --out DIR`" in capsys.readouterr().err
+    # Raw local text is tokenized into a cache beside the run file to be planned (spotrun/cli/estimate.py)
+    assert main(["estimate", str(path), "--prepared", str(tmp_path / "cache")]) == 0
+    assert (tmp_path / "cache").is_dir() and any((tmp_path / "cache").rglob("index.json"))
     assert main(["prepare", str(assets["corpus"].parent), "--tokenizer", str(assets["model"]), "--out",
                  str(tmp_path / "data")]) == 0
     run["data"]["source"] = str(tmp_path / "data")

@@ -38,7 +38,8 @@ def test_the_plan_sends_the_validation_channel_and_the_trainer_parses_the_evalua
     # What the launcher adds on SageMaker: the channels' paths.
     cfg = TrainConfig.from_hyperparameters(hp, **{"data.path": "/opt/ml/input/data/train",
                                                   "data.validation_path": "/opt/ml/input/data/validation",
-                                                  "output_dir": "/opt/ml/model"})
+                                                  "output_dir": "/opt/ml/model",
+                                                  "checkpoint.dir": "/opt/ml/checkpoints"})  # CheckpointConfig
     assert (cfg.eval.every_steps, cfg.eval.every_minutes, cfg.eval.max_batches) == (25, 30.0, 64)
     assert cfg.eval.keep_best is True and cfg.export.weights == "best"
 
