@@ -29,7 +29,8 @@ def test_estimate_lambda_plans_a_lora_run_and_the_trainer_parses_its_hyperparame
     assert p["estimate"]["trainable_parameters"] == 2 * 2 * 8 * 512
     assert p["estimate"]["checkpoint_bytes"] == 12 * 2 * 2 * 8 * 512
     cfg = TrainConfig.from_hyperparameters(hp, **{"data.path": "/opt/ml/input/data/train",
-                                                  "output_dir": "/opt/ml/model"})
+                                                  "output_dir": "/opt/ml/model",
+                                                  "checkpoint.dir": "/opt/ml/checkpoints"})  # CheckpointConfig
     assert cfg.method == "lora" and cfg.lora.rank == 8 and cfg.lora.targets == ("q_proj", "v_proj")
     assert (cfg.lora.alpha, cfg.lora.dropout) == (24.0, 0.05)
     assert cfg.model.config["model_type"] == "llama"

@@ -160,7 +160,7 @@ def test_the_trainer_builds_exactly_the_planned_layout(plans, name, seq):
     est = plans[(name, seq)]
     cfg = TrainConfig.from_hyperparameters(est.hyperparameters, **{
         "output_dir": "/opt/ml/model", "data.path": "/opt/ml/input/data/train", "model.path": "/m",
-        "sharding.nodes": str(est.instance_count)})
+        "sharding.nodes": str(est.instance_count), "checkpoint.dir": "/opt/ml/checkpoints"})
     gpus = load_catalog()["instances"][est.instance_type]["gpus"]
     assert (cfg.micro_batch, cfg.grad_accum) == (est.micro_batch, est.grad_accum)
     assert cfg.model.activation_checkpointing == est.activation_checkpointing
