@@ -281,7 +281,8 @@ def test_a_tiny_checkpoint_interval_reaches_the_trainer_as_planned_never_as_off(
     raw["checkpoint"] = {"interval_minutes": minutes}
     est = estimate(parse_run(raw))
     cfg = TrainConfig.from_hyperparameters(est.hyperparameters, **{"model.config": "{}", "model.path": "/m",
-                                                                    "data.path": "/d", "output_dir": "/o"})
+                                                                    "data.path": "/d", "output_dir": "/o",
+                                                                    "checkpoint.dir": "/opt/ml/checkpoints"})
     assert est.checkpoint_interval_seconds == max(1, round(minutes * 60))
     assert cfg.checkpoint.interval_minutes > 0
     assert cfg.checkpoint.interval_minutes * 60 == pytest.approx(est.checkpoint_interval_seconds, rel=1e-12)
