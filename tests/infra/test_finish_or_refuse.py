@@ -19,11 +19,13 @@ import math
 import re
 from pathlib import Path
 from typing import Callable
+from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from spotrun.pipeline import guard
 from spotrun.pipeline.plan import plan
 from spotrun.planner.estimate import load_catalog, startup_seconds
 from spotrun.seams import GuardAction, PipelineSettings
@@ -205,3 +207,19 @@ def test_issue_28s_stranded_runs_now_finish_or_are_refused_up_front_with_the_num
     else:  # the interruptions cost more than the cap leaves: it stops before spending the cap, naming what finishes
         assert all(action == GuardAction.OVER_BUDGET and cost < cap for action, cost, _ in outcomes.values()), \
             outcomes
+
+
+def test_a_job_interrupted_with_too_little_maxruntime_left_to_restart_is_stopped_unbilled_and_the_run_finishes():
+    """Qwen2 0.5B's shape on one g6e.48xlarge, 0.2 h of training, $13.00 (above its P95 spot bill plus one restart):
+    interrupted once, its first job waits for capacity with less MaxRuntime left than a restart needs to train a
+    step. The guard stops it there (nothing billed) and the next job gets the room the exact bill leaves: the run
+    finishes. Restarted in place, the job would bill its start and a stop for nothing, and the run ends at the cap."""
+    raw = _run("0.5B", 32_175_010, "ml.g6e.48xlarge", 1, 13.0)
+    p = plan(raw, "wasted-restart", SETTINGS)
+    assert p["status"] == "ok" and 13.0 >= _p95_and_restart(plan({**raw, "budget": {"max_usd": 1e7}}, "free",
+                                                                  SETTINGS)), p
+    out = replay(copy.deepcopy(p), _world(p, 1), T0)
+    assert out.action == GuardAction.COMPLETED and out.cost_usd <= 13.0, out
+    with mock.patch.object(guard, "restart_wasted", lambda *args: False):
+        restarted = replay(copy.deepcopy(p), _world(p, 1), T0)
+    assert restarted.action == GuardAction.OVER_BUDGET, restarted
