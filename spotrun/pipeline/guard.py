@@ -18,6 +18,8 @@ segments:
   statuses (SecondaryStatusTransitions; not the waits for capacity: Starting, Interrupted, ...) x the on-demand
   price. If that bound plus a poll and a stop would pass the cap and the job's own MaxRuntime does not keep it
   under the cap (a job created with a wrong limit), the guard stops the job: a second line behind MaxRuntime;
+- a spot job waiting for capacity after an interruption whose MaxRuntime left cannot hold a restart that trains a
+  step is stopped while it bills nothing (`restart_wasted`): the next segment gets the room its exact bill leaves;
 - a job that ended without finishing the run (its segment's time was up, MaxRuntime, the guard's stop) is
   followed by the next segment while the chain from the newest committed checkpoint still finishes under the cap
   at the expected bill (`_next_segment`, spotrun/pipeline/segments.py `plan_chain`); spot or
