@@ -207,7 +207,7 @@ def _run(scenario: Scenario, synth) -> Outcome:
         base = {"spot": estimate["cost_usd"]["spot"], "on_demand": estimate["cost_usd"]["on_demand"]}
         base["mid"] = (base["spot"] + base["on_demand"]) / 2
         base["p95_and_restart"] = _p95_and_restart(estimate)
-        base["p95"] = _p95_and_restart(estimate) - _p95_and_restart(estimate, restarts=0)
+        base["p95"] = _p95_and_restart(estimate, restarts=0)
         base["own_bill"] = _own_bill(estimate, scenario) if scenario.spot and not scenario.no_spot_capacity else 0.0
         run["budget"]["max_usd"] = round(base[scenario.cap[0]] * scenario.cap[1], 2)
         _world(world, estimate, scenario)
@@ -250,7 +250,7 @@ def _forge_a_continuation(driver: SimDriver, sim: Simulation, chain: list[dict])
 
 
 def _p95_and_restart(est: dict, restarts: int = 1) -> float:
-    """The chosen policy's P95 spot bill (at an unbinding cap) and one restart at the spot bill."""
+    """The chosen policy's P95 spot bill (at an unbinding cap) and `restarts` restarts at the spot bill."""
     policy = est["spot_policy"]
     p95 = next(r["p95_usd"] for r in policy["policies"] if r["label"] == policy["chosen"])
     return p95 + restarts * est["segment_overhead_seconds"] * est["usd_per_hour"] / 3600 * est["spot_fraction"]
