@@ -229,6 +229,8 @@ class DeadlineRule:
 
     kind: str
     reserve_fraction: float = 0.5
+    hysteresis: float = HYSTERESIS_CHANGEOVERS
+    """Changeovers of lead needed to leave on-demand for spot (0: as soon as the run is ahead)."""
 
     def on_demand_at(self, plan: SimPlan, ck: str, progress: float) -> float:
         """When, waiting for capacity with this progress, the run moves to on-demand (before the safety net)."""
@@ -246,7 +248,7 @@ class DeadlineRule:
         (otherwise a spot job without capacity flaps back at once, a changeover each way)."""
         if self.kind == "greedy":
             return False
-        hysteresis = HYSTERESIS_CHANGEOVERS * switch_s(plan)
+        hysteresis = self.hysteresis * switch_s(plan)
         ahead = Observation(obs.elapsed_s + switch_s(plan), obs.committed_s, obs.market, obs.status,
                             training_s=obs.training_s)
         if slack_s(plan, ck, ahead) <= risk_s(plan, ck) + hysteresis:
