@@ -6,9 +6,10 @@ memory and 60 s.
 Each case runs in a fresh subprocess that first limits itself (`resource.setrlimit`): its address space to 256 MiB
 (RLIMIT_AS, stricter than the Lambda's memory setting, which bounds resident memory) and its CPU to 60 s
 (RLIMIT_CPU: past it the kernel ends the process). It imports what the Lambda imports (boto3 and
-spotrun.pipeline.plan) and plans, with the estimate's policy simulation, a run of about 28 days of work on one
-ml.g5.xlarge (SageMaker's longest MaxRuntime; a longer one is refused), at the interruption rate given (the
-contract's highest, 10 per hour, by default) and with and without a deadline. Prints one row per case: the CPU
+spotrun.pipeline.plan) and plans, with the estimate's policy simulation, the longest run the planner accepts on
+one ml.g5.xlarge (expected to finish, interruptions included, within SageMaker's 28-day MaxRuntime; a longer one
+is refused) at 0.05 interruptions per hour and at the rate given (the contract's highest, 10 per hour, by
+default), with and without a deadline. Prints one row per case: the CPU
 seconds and the peak resident memory of the subprocess, the traces simulated and the chosen policy; a case
 that breaks a limit prints how it ended.
 """
@@ -20,9 +21,11 @@ import json
 import subprocess
 import sys
 
+from spotrun.contract.spec import parse_run
+from spotrun.planner.estimate import EstimateRefused, estimate
+
 LIMIT_BYTES = 256 * 1024 * 1024
 CPU_LIMIT_S = 60
-TOKENS = 19_500_000_000  # about 27.6 days on one ml.g5.xlarge for the model below (the planner's estimate)
 
 CHILD = r"""
 import json, resource, sys, time
@@ -44,14 +47,28 @@ print(json.dumps({{"status": out.get("status"), "message": out.get("message"), "
 """
 
 
-def longest_run(deadline_days: float | None) -> dict:
+def longest_run(deadline_days: float | None, tokens: int) -> dict:
     compute = {"instance_type": "ml.g5.xlarge", "on_demand_fallback": True}
     if deadline_days:
         compute["deadline_hours"] = deadline_days * 24
     return {"version": 1, "name": "longest", "model": {"init": "random", "config": {
         "model_type": "gpt2", "n_embd": 1024, "n_layer": 24, "n_head": 16}},
-        "data": {"source": "s3://art-bucket/datasets/d1/", "tokens": TOKENS, "seq_len": 1024},
+        "data": {"source": "s3://art-bucket/datasets/d1/", "tokens": tokens, "seq_len": 1024},
         "compute": compute, "budget": {"max_usd": 1_000_000}}
+
+
+def longest_tokens(rate: float) -> int:
+    """The most tokens (within 1%) whose run the planner accepts at this interruption rate: past them it
+    expects the run, interruptions included, to outlast SageMaker's 28-day MaxRuntime and refuses it."""
+    lo, hi = 10_000_000, 100_000_000_000
+    while hi > 1.01 * lo:
+        mid = (lo + hi) // 2
+        try:
+            estimate(parse_run(longest_run(None, mid)), recorded_rates={"ml.g5.xlarge": rate})
+            lo = mid
+        except EstimateRefused:
+            hi = mid
+    return lo
 
 
 def measure(case: dict) -> str:
@@ -64,7 +81,7 @@ def measure(case: dict) -> str:
     r = json.loads(proc.stdout.strip().splitlines()[-1])
     if r["status"] != "ok":
         return f"{r['status']}: {r['message']}"
-    return (f"{r['days']:.1f} days of work | {r['cpu_s']:.1f} s CPU | {r['peak_mib']:.0f} MiB peak | "
+    return (f"{r['days']:.1f} days without interruptions | {r['cpu_s']:.1f} s CPU | {r['peak_mib']:.0f} MiB peak | "
             f"{r['traces']} traces | {r['chosen']}")
 
 
@@ -75,8 +92,9 @@ def main() -> None:
     args = parser.parse_args()
     print(f"| case | outcome (limits: {LIMIT_BYTES >> 20} MiB address space, {CPU_LIMIT_S} s CPU) |\n|---|---|")
     for rate in sorted({args.rate, 0.05}):
+        tokens = longest_tokens(rate)
         for deadline in (None, args.deadline_days):
-            case = {"run": longest_run(deadline), "rates": {"ml.g5.xlarge": rate}}
+            case = {"run": longest_run(deadline, tokens), "rates": {"ml.g5.xlarge": rate}}
             label = f"{rate:g}/h, " + (f"deadline {deadline:g} days" if deadline else "no deadline")
             print(f"| {label} | {measure(case)} |", flush=True)
 
