@@ -284,8 +284,8 @@ class ProbingGreedy:
     hold the risk plus `keep` changeovers after one more changeover, stop it and try spot (blind: the guard
     cannot see spot capacity from an on-demand job). A spot job that finds no capacity waits while the slack is
     above the reserve (a probe late in the run, when the reserve has shrunk, waits like greedy), then goes back
-    to on-demand: a failed probe costs what it waited, one changeover of
-    slack and an on-demand restart, and the reserve bounds how many the run can try. Deterministic."""
+    to on-demand: a failed probe costs what it waited, one changeover of slack and an on-demand restart, and the
+    reserve bounds how many the run can try. Deterministic."""
 
     reserve: float
     """Changeovers of slack above the risk kept when the run moves to on-demand, at the start (x the share of the
