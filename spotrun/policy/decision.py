@@ -339,8 +339,8 @@ RULES: dict[str, Rule] = {
     "slack_reserve_5": DeadlineRule("reserve", 0.05), "slack_reserve_10": DeadlineRule("reserve", 0.10),
     "slack_reserve_25": DeadlineRule("reserve", 0.25),
     # chosen on the choose-set windows of the public traces (benchmarks/policy_bench.py, docs/spot-policy.md):
-    # 16 changeovers of reserve at the start, a probe after 6 h on on-demand
-    "probing_greedy": ProbingGreedy(reserve=16.0, stint_s=6 * 3600.0),
+    # 32 changeovers of reserve at the start, a probe after 6 h on on-demand
+    "probing_greedy": ProbingGreedy(reserve=32.0, stint_s=6 * 3600.0),
 }
 DEADLINE_RULES = ("uniform_progress", "deadline_greedy", "slack_reserve_5", "slack_reserve_10", "slack_reserve_25",
                   "probing_greedy")

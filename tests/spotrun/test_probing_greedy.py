@@ -94,11 +94,11 @@ def test_a_failed_probe_goes_back_to_on_demand_once_the_slack_is_down_to_the_res
 
 
 def test_the_reserve_shrinks_with_the_work_left():
-    """Waiting for spot with the same slack (the risk plus 8 changeovers): at the start the reserve (16
-    changeovers) is above it, so the run goes on-demand; with an eighth of the work left it is 2, so it waits."""
+    """Waiting for spot with the same slack (the risk plus 8 changeovers): at the start the reserve (32
+    changeovers) is above it, so the run goes on-demand; with 1 h of the 40 left it is 2, so the run waits."""
     plan, rule = _plan(48), RULES["probing_greedy"]
-    assert rule.reserve * 1 / 8 <= rule.keep + 1 < 8 < rule.reserve
-    for committed, expected in ((0.0, Action.TO_ON_DEMAND), (35 * H, Action.KEEP)):
+    assert rule.reserve / 40 <= rule.keep + 1 < 8 < rule.reserve
+    for committed, expected in ((0.0, Action.TO_ON_DEMAND), (39 * H, Action.KEEP)):
         slack = risk_s(plan, "notice") + 8 * plan.changeover_s
         elapsed = plan.deadline_s - od_finish_s(plan, "notice", committed) - slack
         obs = Observation(elapsed, committed, Market.SPOT, JobStatus.WAITING, job_age_s=elapsed)
