@@ -115,7 +115,7 @@ def outcomes(plan: SimPlan, traces: list, policy: str) -> list[tuple[float, bool
 
 
 def _mean(values: list[float]) -> float:
-    return sum(values) / len(values)
+    return sum(values) / len(values) if values else float("nan")  # no exact optimum among the sampled windows
 
 
 def table(recordings: list, names: list[str], every_h: float, optimum_every: int, policies: list[str],
