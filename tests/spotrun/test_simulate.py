@@ -521,3 +521,20 @@ def test_the_executions_work_is_bounded_by_its_windows_and_decisions_not_by_the_
     saves = math.ceil(work / 1800.0) - 1
     assert run.tally.finished and run.tally.spot_s == pytest.approx(600.0 + work + saves * 60.0, rel=1e-12)
     assert len(events) < 20
+
+
+def test_simulate_draws_a_progress_bar_on_stderr_only_once_it_has_taken_two_seconds():
+    import io
+
+    from spotrun.cli.simulate import PROGRESS_AFTER_S, Progress
+
+    quick = Progress(io.StringIO())
+    quick("policies", 10, 10)
+    assert quick.stream.getvalue() == "" and not quick.shown
+    slow = Progress(io.StringIO())
+    slow.t0 -= PROGRESS_AFTER_S + 1
+    slow("exact optimum", 250, 1000)
+    slow("exact optimum", 1000, 1000)
+    drawn = slow.stream.getvalue()
+    assert drawn.startswith("\rexact optimum [#######.......................] 250/1,000")
+    assert drawn.endswith("[" + "#" * Progress.WIDTH + "] 1,000/1,000\n")
