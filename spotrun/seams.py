@@ -185,6 +185,9 @@ INTERRUPTIONS_METRIC = "Interruptions"
 # shape and method that match a finished job's measured MFU to later estimates (spotrun/planner/measured.py).
 SHAPE_TAG, METHOD_TAG = "spotrun:shape", "spotrun:method"
 EXECUTION_TAG = "execution"  # the execution's name: what makes a job this execution's (guard, canceller)
+# The run's name: a tag of every job and the session tag its training job's credentials carry (the launch function,
+# spotrun/pipeline/launch.py; the execution role's S3 grants name ${aws:PrincipalTag/run}).
+RUN_TAG = "run"
 # History events an execution may have used before its first poll (its states up to the first job, a preparation's
 # polls included: MAX_PREPARATION_POLLS x 9 in spotrun/pipeline/preparation.py), generously: the construct writes it
 # into the first guard, whose count decides when a chain continues in a fresh execution (pipeline/continuation.py).
@@ -714,6 +717,13 @@ class CancelEnvironment(LambdaEnvironment):
 
     job_prefix: str
     topic_arn: str = ""  # empty: stop without notifying
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchEnvironment(LambdaEnvironment):
+    """The launch function's environment: the role it assumes, tagged with the run, to create training jobs."""
+
+    launcher_role_arn: str
 
 
 @dataclasses.dataclass(frozen=True)

@@ -96,7 +96,7 @@ class SpotrunStack(Stack):
             failure_queues=(self.pipeline.cancel_dlq, self.pipeline.cancel_failures, self.events.dead_letters,
                             self.events.recorder_failures),
             functions=(self.pipeline.estimate_fn, self.pipeline.guard_fn, self.pipeline.cancel_fn,
-                       self.events.recorder, self.pipeline.prepare_fn)))
+                       self.events.recorder, self.pipeline.prepare_fn, self.pipeline.launcher.fn)))
         # What users need after `cdk deploy`: where to upload, what to start, where to look.
         CfnOutput(self, StackOutput.ARTIFACT_BUCKET.value, value=self.store.bucket.bucket_name,
                   description="upload datasets/<name>/ (shards + index.json) and models/<name>/ (HF model dirs) here")

@@ -3,7 +3,8 @@
     Init -> Estimate (Lambda, spotrun planner; region prices, allowed types, service quota, checkpoint prefix)
          -> InvalidRun / OverBudget named failures before anything is created
          -> CreateSpotTrainingJob (managed spot, RetryStrategy, CheckpointConfig checkpoints/<run>/<execution>/,
-            MaxRuntime/MaxWait and ResourceConfig from the estimate, MetricDefinitions from spotrun.seams)
+            MaxRuntime/MaxWait and ResourceConfig from the estimate, MetricDefinitions from spotrun.seams; sent by
+            the launch function with the run's session tag: launcher.py)
             (ResourceInUse: a retried create whose first call succeeded; the guard checks the job is ours)
          -> WaitForJob ($.guard.wait_seconds) -> CostGuard (Lambda: describes the job, lists checkpoints) -> Choice:
               wait        -> WaitForJob
@@ -17,8 +18,8 @@
               over_budget / failed -> notify SNS -> Fail with the cause
     A continued execution starts at ContinueRun (the estimate Lambda proves its parent started it) -> NextSegment.
     Execution ABORTED / FAILED / TIMED_OUT -> EventBridge -> Canceller (Lambda): stops the execution's job.
-NOTE: SageMaker calls use CallAwsService (create + Wait + guard polling) rather than the `.sync`
-integration: SageMakerCreateTrainingJob has no spot/checkpoint fields, polling is the form moto's
+NOTE: SageMaker calls use CallAwsService or the launch function (create + Wait + guard polling) rather than the
+`.sync` integration: SageMakerCreateTrainingJob has no spot/checkpoint fields, polling is the form moto's
 interpreter executes (tests/infra/test_state_machine_moto.py), and the loop is where the cost guard runs. The
 loop's length in history events and the guard's wait schedule are explained in spotrun/pipeline/guard.py.
 """
@@ -55,6 +56,7 @@ from spotrun.seams import (
 
 from .artifact_store import ArtifactStore
 from .lambda_code import dead_letter_queue, on_failure_destination, spotrun_function
+from .launcher import RunLauncher
 from .nag import acknowledge, rendered
 from .preparation_step import preparation_functions, preparation_states
 
@@ -130,7 +132,9 @@ def create_training_job_parameters(props: TrainingPipelineProps, *, spot: bool, 
         },
         "HyperParameters.$": guard_path("hyperparameters"),
         "InputDataConfig.$": plan_path("input_data_config"),
-        "OutputDataConfig": {"S3OutputPath": f"s3://{store.bucket.bucket_name}/{store.output_prefix}",
+        # output/<run>/: the training role writes only its own run's (${aws:PrincipalTag/run}, execution_role.py).
+        "OutputDataConfig": {"S3OutputPath.$": f"States.Format('s3://{store.bucket.bucket_name}/"
+                                               f"{store.output_prefix}{{}}/', {plan_path('run_name')})",
                              "KmsKeyId": store.key.key_arn},
         # Built by the estimate: VolumeKmsKeyId only for instance types without local storage; warm pool on-demand.
         "ResourceConfig.$": plan_path("resource_config_spot" if spot else "resource_config_on_demand"),
@@ -185,6 +189,8 @@ class TrainingPipeline(Construct):
         super().__init__(scope, id_)
         arns = _Arns.of(Stack.of(self), props)
         self._functions(props, arns.job)
+        # Creates each training job with its run's session tag (launcher.py): the job reaches only its run's data.
+        self.launcher = RunLauncher(self, "Launcher", execution_role=props.execution_role, job_arn=arns.job)
         self.prepare_fn = preparation_functions(self, props, arns.processing)
         self._state_machine(props, self._definition(props, arns), arns)
         self._estimate_reads_executions()
@@ -332,11 +338,16 @@ class TrainingPipeline(Construct):
 
         wait = sfn.Wait(self, "WaitForJob", time=sfn.WaitTime.seconds_path(guard_path("wait_seconds")))
 
-        def create(name: str, spot: bool, tracked: bool = False) -> tasks.CallAwsService:
-            task = sdk(name, "createTrainingJob", create_training_job_parameters(props, spot=spot, tracked=tracked),
-                       [job_arn], sfn.JsonPath.DISCARD, iam_action="sagemaker:CreateTrainingJob")
-            # A retried create whose first call went through: the job exists; the guard checks it is ours.
-            task.add_catch(wait, errors=["SageMaker.ResourceInUseException"], result_path=sfn.JsonPath.DISCARD)
+        def create(name: str, spot: bool, tracked: bool = False) -> tasks.LambdaInvoke:
+            # The request is the task's whole payload; the launch function adds SessionChainingConfig and sends it
+            # with its run-tagged session (spotrun/pipeline/launch.py). A retried create whose first call went
+            # through finds its job there (ResourceInUse); the guard checks the job is ours.
+            task = tasks.LambdaInvoke(
+                self, name, lambda_function=self.launcher.fn, payload_response_only=True,
+                payload=sfn.TaskInput.from_object(create_training_job_parameters(props, spot=spot, tracked=tracked)),
+                result_path=sfn.JsonPath.DISCARD)
+            task.add_retry(errors=["States.TaskFailed"], interval=Duration.seconds(5), max_attempts=3,
+                           backoff_rate=2)
             task.add_catch(pipeline_error, errors=["States.ALL"], result_path="$.error")
             return task
 
@@ -436,19 +447,20 @@ class TrainingPipeline(Construct):
 
     def _state_machine(self, props: TrainingPipelineProps, definition: sfn.IChainable, arns: _Arns) -> None:
         """The state machine, its logs and what its role may do beyond what its tasks grant."""
-        job_arn, group_arn, package_arn = arns.job, arns.group, arns.package
+        group_arn, package_arn = arns.group, arns.package
         log_group = logs.LogGroup(self, "Logs", retention=logs.RetentionDays.SIX_MONTHS)
         self.state_machine = sfn.StateMachine(
             self, "StateMachine", definition_body=sfn.DefinitionBody.from_chainable(definition),
             tracing_enabled=True, timeout=EXECUTION_TIMEOUT,
             logs=sfn.LogOptions(destination=log_group, level=sfn.LogLevel.ALL, include_execution_data=True))
         role = self.state_machine.role
-        # The SDK integrations tag jobs and packages at creation and pass the execution role to SageMaker.
-        # KMS: the execution role uses the artifact key (OutputDataConfig, VolumeKmsKeyId), not this role.
+        # The SDK integrations tag preparation jobs and packages at creation and pass the preparation role to
+        # SageMaker; training jobs are created (tagged, the training role passed) by the launcher (launcher.py).
+        # KMS: the job roles use the artifact key (OutputDataConfig, VolumeKmsKeyId), not this role.
         role.add_to_principal_policy(iam.PolicyStatement(actions=["sagemaker:AddTags"],
-                                                         resources=[job_arn, package_arn, group_arn, arns.processing]))
+                                                         resources=[package_arn, group_arn, arns.processing]))
         role.add_to_principal_policy(iam.PolicyStatement(
-            actions=["iam:PassRole"], resources=[props.execution_role.role_arn, props.preparation_role.role_arn],
+            actions=["iam:PassRole"], resources=[props.preparation_role.role_arn],
             conditions={"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}}))
         # A run continues in a fresh execution of this state machine (spotrun/pipeline/continuation.py). A policy of its
         # own: on the role's default policy the state machine's ARN would form a cycle.
@@ -524,7 +536,7 @@ class TrainingPipeline(Construct):
                     "training jobs of this stage only: every job name starts with the stage's prefix")
         acknowledge(policy, f"AwsSolutions-IAM5[Resource::{rendered(self, package_arn)}]",
                     "model package versions of this stack's group; version ARNs are not known in advance")
-        for fn in (self.estimate_fn, self.guard_fn, self.prepare_fn):
+        for fn in (self.estimate_fn, self.guard_fn, self.prepare_fn, self.launcher.fn):
             acknowledge(policy, f"AwsSolutions-IAM5[Resource::{rendered(self, fn.function_arn)}:*]",
                         "LambdaInvoke grants the function's versions and aliases alongside the function")
         acknowledge(policy, "AwsSolutions-IAM5[Resource::*]",

@@ -1,0 +1,24 @@
+// Decides IAM requests with @cloud-copilot/iam-simulate (AWS's evaluation logic: policy variables, conditions,
+// explicit denies), offline. Reads {"cases": [{"policies": [...], "action", "resource", "principal", "context"}]}
+// on stdin and writes one decision per case ("Allowed", "ImplicitlyDenied", "ExplicitlyDenied") or its errors.
+import { runSimulation } from '@cloud-copilot/iam-simulate'
+
+const input = JSON.parse(await new Promise((resolve) => {
+  let text = ''
+  process.stdin.on('data', (chunk) => { text += chunk })
+  process.stdin.on('end', () => resolve(text))
+}))
+const out = []
+for (const c of input.cases) {
+  const result = await runSimulation({
+    request: {
+      principal: c.principal, action: c.action,
+      resource: { resource: c.resource, accountId: c.account },
+      contextVariables: c.context || {},
+    },
+    identityPolicies: c.policies.map((policy, i) => ({ name: `policy-${i}`, policy })),
+    serviceControlPolicies: [], resourceControlPolicies: [],
+  }, {})
+  out.push(result.errors ? { errors: result.errors } : { decision: result.overallResult })
+}
+process.stdout.write(JSON.stringify(out))
