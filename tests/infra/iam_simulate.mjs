@@ -1,6 +1,7 @@
 // Decides IAM requests with @cloud-copilot/iam-simulate (AWS's evaluation logic: policy variables, conditions,
-// explicit denies), offline. Reads {"cases": [{"policies": [...], "action", "resource", "principal", "context"}]}
-// on stdin and writes one decision per case ("Allowed", "ImplicitlyDenied", "ExplicitlyDenied") or its errors.
+// explicit denies, trust policies), offline. Reads {"cases": [{"policies": [...], "action", "resource", "principal",
+// "account", "context", "resourcePolicy"}]} on stdin and writes one decision per case ("Allowed",
+// "ImplicitlyDenied", "ExplicitlyDenied") or its errors. tests/infra/iam_simulate.py runs it.
 import { runSimulation } from '@cloud-copilot/iam-simulate'
 
 const input = JSON.parse(await new Promise((resolve) => {
@@ -18,6 +19,7 @@ for (const c of input.cases) {
     },
     identityPolicies: c.policies.map((policy, i) => ({ name: `policy-${i}`, policy })),
     serviceControlPolicies: [], resourceControlPolicies: [],
+    ...(c.resourcePolicy ? { resourcePolicy: c.resourcePolicy } : {}),
   }, {})
   out.push(result.errors ? { errors: result.errors } : { decision: result.overallResult })
 }
