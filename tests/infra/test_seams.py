@@ -428,6 +428,7 @@ def test_every_functions_synthesized_environment_is_what_its_handler_decodes(syn
     from spotrun.seams import (
         CancelEnvironment,
         CostGuardEnvironment,
+        LaunchEnvironment,
         PipelineSettings,
         PreparationSettings,
         PrepareEnvironment,
@@ -439,7 +440,8 @@ def test_every_functions_synthesized_environment_is_what_its_handler_decodes(syn
                "spotrun.handlers.cost_guard.handler": (CostGuardEnvironment,),
                "spotrun.handlers.cancel.handler": (CancelEnvironment,),
                "spotrun.handlers.interruptions.handler": (RecorderEnvironment,),
-               "spotrun.handlers.prepare.handler": (PrepareEnvironment,)}
+               "spotrun.handlers.prepare.handler": (PrepareEnvironment,),
+               "spotrun.handlers.launch.handler": (LaunchEnvironment,)}
     seen = set()
     for fn in synth.resources("AWS::Lambda::Function").values():
         handler = fn["Properties"].get("Handler", "")
