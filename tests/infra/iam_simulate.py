@@ -37,6 +37,6 @@ def decide(policies: list[dict], requests: list[Request], resource_policy: dict 
     out = subprocess.run(["node", str(SCRIPT)], input=json.dumps({"cases": cases}), text=True, cwd=ROOT,
                          capture_output=True, timeout=120, check=True).stdout
     results = json.loads(out)
-    errors = [(r, res["errors"]) for r, res in zip(requests, results) if "errors" in res]
+    errors = [(r, res["errors"]) for r, res in zip(requests, results, strict=True) if "errors" in res]
     assert not errors, errors
     return [res["decision"] for res in results]

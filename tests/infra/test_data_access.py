@@ -177,7 +177,7 @@ DENIED = [
 def test_a_training_job_touches_only_its_own_runs_checkpoints_and_output(synth):
     _, policies = _role_policies(synth.template, "ExecutionRole")
     decisions = decide(policies, RUN_A_JOB + DENIED)
-    allowed = dict(zip(map(repr, RUN_A_JOB + DENIED), decisions))
+    allowed = dict(zip(map(repr, RUN_A_JOB + DENIED), decisions, strict=True))
     assert [allowed[repr(r)] for r in RUN_A_JOB] == ["Allowed"] * len(RUN_A_JOB), allowed
     assert [r for r in DENIED if allowed[repr(r)] == "Allowed"] == []
 

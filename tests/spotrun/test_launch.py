@@ -23,7 +23,8 @@ REQUEST = {
     "OutputDataConfig": {"S3OutputPath": "s3://bucket/output/run-a/"},
     "ResourceConfig": {"InstanceType": "ml.g5.2xlarge", "InstanceCount": 1, "VolumeSizeInGB": 50},
     "StoppingCondition": {"MaxRuntimeInSeconds": 3600},
-    "Tags": [{"Key": "execution", "Value": "exec-1"}, {"Key": "run", "Value": "run-a"}, {"Key": "team", "Value": "nlp"}],
+    "Tags": [{"Key": "execution", "Value": "exec-1"}, {"Key": "run", "Value": "run-a"},
+             {"Key": "team", "Value": "nlp"}],
 }
 
 
