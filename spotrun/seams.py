@@ -188,6 +188,9 @@ EXECUTION_TAG = "execution"  # the execution's name: what makes a job this execu
 # The run's name: a tag of every job and the session tag its training job's credentials carry (the launch function,
 # spotrun/pipeline/launch.py; the execution role's S3 grants name ${aws:PrincipalTag/run}).
 RUN_TAG = "run"
+# What an execution trained, beside its checkpoints (checkpoints/<run>/<execution>/): written by the estimate (and
+# `spotrun start`), checked on resume_from (spotrun/pipeline/preflight.py).
+RUN_RECORD = "spotrun-run.json"
 # History events an execution may have used before its first poll (its states up to the first job, a preparation's
 # polls included: MAX_PREPARATION_POLLS x 9 in spotrun/pipeline/preparation.py), generously: the construct writes it
 # into the first guard, whose count decides when a chain continues in a fresh execution (pipeline/continuation.py).
@@ -204,6 +207,11 @@ def stack_name(stage: str) -> str:
     return f"{stage}-{STACK_ID}"
 
 
+# SageMaker's log group of training jobs; each job's streams are <job name>/algo-N-... (the CLI's `logs`, the people
+# policies: training_constructs/people_policies.py).
+TRAINING_LOG_GROUP = "/aws/sagemaker/TrainingJobs"
+
+
 class StackOutput(str, Enum):
     """The stack's outputs the CLI reads (`spotrun start|status|...`, `spotrun validate --stage`)."""
 
@@ -217,6 +225,10 @@ class StackOutput(str, Enum):
     ESTIMATE_SETTINGS = "EstimateSettings"
     # The role `spotrun deploy` gives the endpoint's model (training_constructs/serving_role.py).
     SERVING_ROLE_ARN = "ServingRoleArn"
+    # The managed policies for people (training_constructs/people_policies.py): to attach, not read by the CLI.
+    DEPLOYER_POLICY_ARN = "DeployerPolicyArn"
+    RUN_USER_POLICY_ARN = "RunUserPolicyArn"
+    APPROVER_POLICY_ARN = "ApproverPolicyArn"
 
 
 # ---- stop notice (SageMaker -> launcher -> trainer) ------------------------------------------------------------

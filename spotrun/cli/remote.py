@@ -28,9 +28,16 @@ from typing import Any
 
 import spotrun
 
-from ..seams import PlanStatus, PreparationSettings, StackOutput, parse_metric_line, run_start_total_steps, stack_name
+from ..seams import (
+    TRAINING_LOG_GROUP,
+    PlanStatus,
+    PreparationSettings,
+    StackOutput,
+    parse_metric_line,
+    run_start_total_steps,
+    stack_name,
+)
 
-TRAINING_LOG_GROUP = "/aws/sagemaker/TrainingJobs"  # SageMaker's log group; streams are <job name>/algo-N-...
 _STAMP = re.compile(r"^\d{8}-\d{6}$")
 
 

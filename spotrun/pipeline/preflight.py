@@ -16,9 +16,8 @@ from typing import Any
 from ..contract.aws_text import TAG_VALUE_MAX, aws_text_ok
 from ..contract.spec import RunSpec, RunValidationError
 from ..planner.catalog import usd
-from ..seams import REGISTRATION_STATUS, PipelineSettings
+from ..seams import REGISTRATION_STATUS, RUN_RECORD, PipelineSettings
 
-RUN_RECORD = "spotrun-run.json"  # what an execution trained, beside its checkpoints: checked on resume_from
 QUOTA_SERVICE = "sagemaker"
 
 
