@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from aws_cdk import ArnFormat, Aws, Stack
+from aws_cdk import ArnFormat, DefaultStackSynthesizer, Fn, Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
@@ -28,9 +28,12 @@ from spotrun.seams import RUN_RECORD, TRAINING_LOG_GROUP
 from .artifact_store import ArtifactStore
 from .nag import acknowledge, rendered
 
-# The default qualifier of `cdk bootstrap` (DefaultStackSynthesizer); a fork with its own qualifier changes it here.
-BOOTSTRAP_QUALIFIER = "hnb659fds"
-BOOTSTRAP_ROLES = ("deploy", "file-publishing", "image-publishing", "lookup")
+# The roles `cdk bootstrap` creates and the CDK CLI assumes, as DefaultStackSynthesizer names them, with its default
+# qualifier (a fork bootstrapped with `--qualifier` passes its own).
+BOOTSTRAP_ROLES = (DefaultStackSynthesizer.DEFAULT_DEPLOY_ROLE_ARN,
+                   DefaultStackSynthesizer.DEFAULT_FILE_ASSET_PUBLISHING_ROLE_ARN,
+                   DefaultStackSynthesizer.DEFAULT_IMAGE_ASSET_PUBLISHING_ROLE_ARN,
+                   DefaultStackSynthesizer.DEFAULT_LOOKUP_ROLE_ARN)
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,8 @@ class PeoplePoliciesProps:
     """The stage's model package groups are `<base>-*`."""
     prepared_prefix: str
     """Prepared datasets (written by the preparation role only)."""
+    bootstrap_qualifier: str = DefaultStackSynthesizer.DEFAULT_QUALIFIER
+    """`cdk bootstrap --qualifier` of the account (default: CDK's)."""
 
 
 class PeoplePolicies(Construct):
@@ -55,8 +60,7 @@ class PeoplePolicies(Construct):
         arns = _Arns(stack, props)
         self.deployer = iam.ManagedPolicy(self, "Deployer", description="spotrun: cdk deploy of this app", statements=[
             iam.PolicyStatement(actions=["sts:AssumeRole"], resources=[
-                f"arn:{Aws.PARTITION}:iam::{Aws.ACCOUNT_ID}:role/cdk-{BOOTSTRAP_QUALIFIER}-{role}-{Aws.ACCOUNT_ID}-"
-                f"{Aws.REGION}" for role in BOOTSTRAP_ROLES])])
+                Fn.sub(arn.replace("${Qualifier}", props.bootstrap_qualifier)) for arn in BOOTSTRAP_ROLES])])
         reads = _lookups(props, arns)  # approve finds the run's package as the other commands find the run
         self.run_user = iam.ManagedPolicy(self, "RunUser", description="spotrun: prepare, upload, start, watch, "
                                           "cancel and deploy runs (not approve)",
@@ -72,7 +76,7 @@ class PeoplePolicies(Construct):
             arns.executions: "this stage's state machine's executions only (execution names are made per run)",
             arns.jobs: "this stage's training jobs only: every job name starts with the stage's prefix",
             arns.streams: "the log streams of this stage's training jobs only (<job name>/algo-N-...)",
-            arns.log_group: "SageMaker's training log group only (DescribeLogStreams takes the group)",
+            arns.log_group_any: "SageMaker's training log group only (DescribeLogStreams takes the group)",
             arns.package: "model package versions of this stage's groups (version ARNs are not known ahead)",
             arns.stack: "this stage's stack (its ARN ends in an id made at creation)",
             arns.datasets: "the datasets/<name>/ prefixes users upload to (datasets/_prepared/ is denied)",
@@ -110,7 +114,7 @@ def _runs(props: PeoplePoliciesProps, arns: _Arns) -> list[iam.PolicyStatement]:
         iam.PolicyStatement(actions=["states:StopExecution"], resources=[arns.executions]),
         iam.PolicyStatement(actions=["sagemaker:DescribeTrainingJob", "sagemaker:StopTrainingJob"],
                             resources=[arns.jobs]),
-        iam.PolicyStatement(actions=["logs:DescribeLogStreams"], resources=[arns.log_group]),
+        iam.PolicyStatement(actions=["logs:DescribeLogStreams"], resources=[arns.log_group, arns.log_group_any]),
         iam.PolicyStatement(actions=["logs:GetLogEvents"], resources=[arns.streams]),
         iam.PolicyStatement(actions=["s3:ListBucket"], resources=[store.bucket.bucket_arn], conditions={
             "StringLike": {"s3:prefix": [f"{store.datasets_prefix}*", f"{store.models_prefix}*"]}}),
@@ -152,10 +156,14 @@ class _Arns:
         self.executions = stack.format_arn(
             service="states", resource="execution", arn_format=ArnFormat.COLON_RESOURCE_NAME,
             resource_name=f"{props.state_machine.state_machine_name}:*")
-        self.log_group = stack.format_arn(service="logs", resource="log-group", arn_format=ArnFormat.COLON_RESOURCE_NAME,
-                                          resource_name=f"{TRAINING_LOG_GROUP}:*")
-        self.streams = stack.format_arn(service="logs", resource="log-group", arn_format=ArnFormat.COLON_RESOURCE_NAME,
-                                        resource_name=f"{TRAINING_LOG_GROUP}:log-stream:{props.job_prefix}*")
+        def log_group(name: str) -> str:
+            return stack.format_arn(service="logs", resource="log-group", resource_name=name,
+                                    arn_format=ArnFormat.COLON_RESOURCE_NAME)
+
+        # The group as the Service Authorization Reference writes it, and with the `:*` CloudWatch Logs' own ARNs
+        # carry; the streams of this stage's jobs only.
+        self.log_group, self.log_group_any = log_group(TRAINING_LOG_GROUP), log_group(f"{TRAINING_LOG_GROUP}:*")
+        self.streams = log_group(f"{TRAINING_LOG_GROUP}:log-stream:{props.job_prefix}*")
         self.stack = stack.format_arn(service="cloudformation", resource="stack", resource_name=f"{stack.stack_name}/*")
         store = props.store
         self.datasets, self.models = store.arn_under(store.datasets_prefix), store.arn_under(store.models_prefix)

@@ -11,7 +11,9 @@ const input = JSON.parse(await new Promise((resolve) => {
 }))
 const out = []
 for (const c of input.cases) {
-  const result = await runSimulation({
+  let result
+  try {
+    result = await runSimulation({
     request: {
       principal: c.principal, action: c.action,
       resource: { resource: c.resource, accountId: c.account },
@@ -20,7 +22,10 @@ for (const c of input.cases) {
     identityPolicies: c.policies.map((policy, i) => ({ name: `policy-${i}`, policy })),
     serviceControlPolicies: [], resourceControlPolicies: [],
     ...(c.resourcePolicy ? { resourcePolicy: c.resourcePolicy } : {}),
-  }, {})
+    }, {})
+  } catch (e) {
+    result = { errors: { message: String(e) } }
+  }
   out.push(result.errors ? { errors: result.errors } : { decision: result.overallResult })
 }
 process.stdout.write(JSON.stringify(out))

@@ -34,9 +34,10 @@ def decide(policies: list[dict], requests: list[Request], resource_policy: dict 
         pytest.fail("node_modules/@cloud-copilot/iam-simulate missing: run `make node` (make test does it)")
     cases = [{"policies": policies, "action": r.action, "resource": r.resource, "principal": r.principal,
               "account": ACCOUNT, "context": r.context, "resourcePolicy": resource_policy} for r in requests]
-    out = subprocess.run(["node", str(SCRIPT)], input=json.dumps({"cases": cases}), text=True, cwd=ROOT,
-                         capture_output=True, timeout=120, check=True).stdout
-    results = json.loads(out)
+    done = subprocess.run(["node", str(SCRIPT)], input=json.dumps({"cases": cases}), text=True, cwd=ROOT,
+                          capture_output=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    results = json.loads(done.stdout)
     errors = [(r, res["errors"]) for r, res in zip(requests, results, strict=True) if "errors" in res]
     assert not errors, errors
     return [res["decision"] for res in results]
