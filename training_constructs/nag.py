@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from aws_cdk import Acknowledgment, Validations
+from aws_cdk import Acknowledgment, Stack, Validations
 from constructs import IConstruct
 
 
@@ -15,8 +15,6 @@ def rendered(scope: IConstruct, value: str) -> str:
     """A token string as cdk-nag prints it in finding ids (`<LogicalId.Arn>/datasets/*`, `<AWS::Partition>`).
 
     Only for same-stack references (the app has one stack per stage)."""
-    from aws_cdk import Stack
-
     def render(v) -> str:
         if isinstance(v, str):
             return v

@@ -132,7 +132,7 @@ def _record(line: str, where: str, text_field: str) -> str | list:
 
 def _parquet_records(path: Path, text_field: str) -> Iterator[tuple[str, str | list]]:
     """Rows of a Parquet file with a string column `text_field` or a `messages` column (list of structs)."""
-    import pyarrow.parquet as pq
+    import pyarrow.parquet as pq  # pyarrow takes ~1.5 s to import: only Parquet inputs need it
 
     try:
         pf = pq.ParquetFile(path)
@@ -196,6 +196,7 @@ def chat_tokens(tokenizer, messages: list[dict], where: str = "chat") -> tuple[l
 
 def load_tokenizer(name: str):
     """A tokenizer from a local directory or the local Hugging Face cache; never the network."""
+    # transformers takes ~5 s to import: the launcher and `spotrun prepare --help` import this module
     from transformers import AutoTokenizer
 
     try:

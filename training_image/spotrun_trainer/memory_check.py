@@ -51,6 +51,7 @@ class PeakProbe:
         """Call before each optimizer step's forward passes; `end_step` after optimizer.step()."""
         self.steps += 1
         if self.enabled and self.steps == PROBED_STEP:
+            # a private torch module, loaded only when memory_probe is on
             from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
 
             self._tracker = FSDPMemTracker(self.model, self.optimizer)
