@@ -306,9 +306,6 @@ def resolve(run: Any, s3: Any, *, bucket: str, settings: PreparationSettings, ca
         poll_seconds=preparation_poll_seconds(runtime_s, poll_seconds, max_poll_seconds))
 
 
-PREPARED_FIELDS = frozenset(f.name for f in dataclasses.fields(Prepared))
-
-
 def plan_step(run: Any, s3: Any, *, pipeline: Any, settings: PreparationSettings, catalog: dict, execution: str,
               prepared: dict | None, training_minimum: Any = None) -> tuple[Any, Prepared | None, dict | None]:
     """The estimate's preparation step: (the run to plan, its Prepared or None, or the estimate's whole output

@@ -24,7 +24,6 @@ from .traces import TraceSpec, generated_traces
 N_TRACES = 1000
 SEED = 0
 CONFIDENCE = 0.99
-MIN_TRACES = 100
 WINDOW_BUDGET = 100_000  # capacity windows generated over all traces: about 2 s here for the 10 candidates
 HORIZON_CAP_S = 96 * 24 * 3600.0  # the longest deadline (56 days) and 3 x a 28-day run fit; 10 interruptions/h
 # (the contract's most) x 1.3 over it is ~30,000 windows: one trace of the longest run stays inside the budget

@@ -414,10 +414,6 @@ class TokenShardLoader:
         self._order_epoch = -1
         self._order: list[tuple[int, int]] = []
 
-    @property
-    def steps_per_epoch(self) -> int:
-        return self.samples_per_epoch // self.global_batch
-
     def _epoch_order(self, epoch: int) -> list[tuple[int, int]]:
         if self._order_epoch != epoch:
             rng = np.random.default_rng([self.seed, epoch])

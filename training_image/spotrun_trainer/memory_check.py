@@ -22,7 +22,7 @@ def predict(hf_config, *, shard_ranks: int, micro_batch: int, seq_len: int, acti
             trainable_params: int | None = None):
     """The memory model's MemoryEstimate for this rank, or None when it has none for this model."""
     try:
-        from spotrun.planner.memory import ModelDims, peak_bytes
+        from spotrun.planner.memory import ModelDims, peak_bytes  # optional: a log line, never a failure
     except ImportError:  # NOTE: the image must install the spotrun package beside the trainer
         log.warning("memory model: the spotrun package is not installed in this image: no prediction to log")
         return None
