@@ -46,7 +46,9 @@ def serving_image(region: str) -> str:
 @dataclass(frozen=True)
 class TrainerImageProps:
     base_image: str
+    """The SageMaker PyTorch training image the trainer image builds on (`sagemaker_image(region)`)."""
     directory: Path = REPO_ROOT
+    """The build context holding the Dockerfile. Default: training_image/ of this repository."""
 
 
 class TrainerImage(Construct):
