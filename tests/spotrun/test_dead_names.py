@@ -91,16 +91,16 @@ def test_every_module_is_imported_or_started_by_name():
 def test_the_checks_find_a_dead_name_and_an_unused_module(tmp_path):
     (tmp_path / "spotrun").mkdir()
     (tmp_path / "spotrun" / "__init__.py").write_text("")
-    (tmp_path / "spotrun" / "a.py").write_text(
+    (tmp_path / "spotrun" / "A.py").write_text(
         "import dataclasses\n\n\n@dataclasses.dataclass\nclass Plan:\n    read_by_key: int\n    never_read: int\n\n\n"
         "def used():\n    return Plan(1, 2)\n\n\ndef unused():\n    return used()\n\n\nPATH = '$.plan.read_by_key'\n")
-    (tmp_path / "spotrun" / "b.py").write_text("from .a import PATH, used\n\nprint(PATH, used())\n")
-    (tmp_path / "spotrun" / "c.py").write_text("X = 1\n")
-    (tmp_path / "spotrun" / "d.py").write_text("def handler(event, context):\n    return event\n")
-    (tmp_path / "app.py").write_text("print('spotrun.d.handler')\n")
+    (tmp_path / "spotrun" / "B.py").write_text("from .A import PATH, used\n\nprint(PATH, used())\n")
+    (tmp_path / "spotrun" / "C.py").write_text("X = 1\n")
+    (tmp_path / "spotrun" / "D.py").write_text("def handler(event, context):\n    return event\n")
+    (tmp_path / "app.py").write_text("print('spotrun.D.handler')\n")
     found = dead_names(tmp_path, ["spotrun", "app.py"], ["handler", "context"], 60)
-    assert found == ["spotrun/a.py:14: unused function 'unused'", "spotrun/a.py:7: unused variable 'never_read'",
-                     "spotrun/c.py:1: unused variable 'X'"]
-    assert unused_modules(tmp_path, ["spotrun", "app.py"], ()) == ["app", "spotrun.b", "spotrun.c"]
-    (tmp_path / "Makefile").write_text("run:\n\tpython -m spotrun.b\n")
-    assert unused_modules(tmp_path, ["spotrun", "app.py"], ("Makefile",)) == ["app", "spotrun.c"]
+    assert found == ["spotrun/A.py:14: unused function 'unused'", "spotrun/A.py:7: unused variable 'never_read'",
+                     "spotrun/C.py:1: unused variable 'X'"]
+    assert unused_modules(tmp_path, ["spotrun", "app.py"], ()) == ["app", "spotrun.B", "spotrun.C"]
+    (tmp_path / "Makefile").write_text("run:\n\tpython -m spotrun.B\n")
+    assert unused_modules(tmp_path, ["spotrun", "app.py"], ("Makefile",)) == ["app", "spotrun.C"]

@@ -81,7 +81,7 @@ def test_an_import_inside_a_function_says_why():
     assert unexplained_local_imports(ROOT) == []
 
 
-# --- the checker on fake trees: each rule can fail ---
+# --- the checker on fake trees: each rule can fail (capital module names: placeholders to test_references) ---
 
 def _tree(root: Path, files: dict[str, str]) -> Path:
     for name, text in files.items():
@@ -92,47 +92,47 @@ def _tree(root: Path, files: dict[str, str]) -> Path:
 
 FAKE = {"spotrun/__init__.py": "", "spotrun/seams.py": "X = 1\n", "spotrun/planner/__init__.py": "",
         "spotrun/cli/__init__.py": "", "spotrun/cli/main.py": "from ..seams import X\n",
-        "spotrun/handlers/__init__.py": "", "spotrun/handlers/h.py": "from spotrun.planner import p\n",
+        "spotrun/handlers/__init__.py": "", "spotrun/handlers/H.py": "from spotrun.planner import P\n",
         "training_image/spotrun_trainer/__init__.py": "", "training_constructs/__init__.py": ""}
 
 
 def test_the_checker_finds_a_part_importing_what_it_must_not(tmp_path):
-    root = _tree(tmp_path, {**FAKE, "spotrun/planner/p.py": "import os\nfrom ..cli.main import X\n",
-                            "training_image/spotrun_trainer/t.py": "from spotrun.seams import X\n"
-                                                                   "from spotrun.planner import p\n",
-                            "training_constructs/c.py": "from spotrun import seams\n"})
+    root = _tree(tmp_path, {**FAKE, "spotrun/planner/P.py": "import os\nfrom ..cli.main import X\n",
+                            "training_image/spotrun_trainer/T.py": "from spotrun.seams import X\n"
+                                                                   "from spotrun.planner import P\n",
+                            "training_constructs/C.py": "from spotrun import seams\n"})
     edges = imports(root)
-    assert forbidden(edges, ("spotrun.planner",), banned=FRONT) == ["spotrun.planner.p:2 imports spotrun.cli",
-                                                                    "spotrun.planner.p:2 imports spotrun.cli.main"]
+    assert forbidden(edges, ("spotrun.planner",), banned=FRONT) == ["spotrun.planner.P:2 imports spotrun.cli",
+                                                                    "spotrun.planner.P:2 imports spotrun.cli.main"]
     assert forbidden(edges, ("spotrun_trainer",), allowed=("spotrun.seams",)) == [
-        "spotrun_trainer.t:2 imports spotrun.planner", "spotrun_trainer.t:2 imports spotrun.planner.p"]
+        "spotrun_trainer.T:2 imports spotrun.planner", "spotrun_trainer.T:2 imports spotrun.planner.P"]
     assert forbidden(edges, ("training_constructs",), allowed=("spotrun.seams",)) == []
 
 
 def test_the_checker_follows_a_handler_into_a_function_and_a_package(tmp_path):
-    root = _tree(tmp_path, {**FAKE, "spotrun/planner/p.py": "import json\nimport boto3\n"
+    root = _tree(tmp_path, {**FAKE, "spotrun/planner/P.py": "import json\nimport boto3\n"
                                                             "def f():\n    import numpy  # heavy\n"})
-    found = closure_outside(imports(root), "spotrun.handlers.h", LAMBDA_RUNTIME, "spotrun")
-    assert found == ["spotrun.handlers.h -> spotrun.planner.p -> numpy (line 4 of spotrun.planner.p)"]
+    found = closure_outside(imports(root), "spotrun.handlers.H", LAMBDA_RUNTIME, "spotrun")
+    assert found == ["spotrun.handlers.H -> spotrun.planner.P -> numpy (line 4 of spotrun.planner.P)"]
     # a module outside the package the Lambda ships is as missing there as torch
-    root = _tree(tmp_path, {"spotrun/planner/p.py": "from spotrun_trainer import t\n",
-                            "training_image/spotrun_trainer/t.py": ""})
-    assert closure_outside(imports(root), "spotrun.handlers.h", LAMBDA_RUNTIME, "spotrun") == [
-        "spotrun.handlers.h -> spotrun.planner.p -> spotrun_trainer (line 1 of spotrun.planner.p)",
-        "spotrun.handlers.h -> spotrun.planner.p -> spotrun_trainer.t (line 1 of spotrun.planner.p)"]
+    root = _tree(tmp_path, {"spotrun/planner/P.py": "from spotrun_trainer import T\n",
+                            "training_image/spotrun_trainer/T.py": ""})
+    assert closure_outside(imports(root), "spotrun.handlers.H", LAMBDA_RUNTIME, "spotrun") == [
+        "spotrun.handlers.H -> spotrun.planner.P -> spotrun_trainer (line 1 of spotrun.planner.P)",
+        "spotrun.handlers.H -> spotrun.planner.P -> spotrun_trainer.T (line 1 of spotrun.planner.P)"]
 
 
 def test_the_checker_names_a_circle(tmp_path):
-    root = _tree(tmp_path, {**FAKE, "spotrun/planner/p.py": "def f():\n    from . import q  # late\n",
-                            "spotrun/planner/q.py": "from .p import f\n"})
-    assert cycle(imports(root)) == ["spotrun.planner.p", "spotrun.planner.q", "spotrun.planner.p"]
-    root = _tree(tmp_path, {"spotrun/planner/p.py": "", "spotrun/planner/__init__.py": "from .q import f\n"})
+    root = _tree(tmp_path, {**FAKE, "spotrun/planner/P.py": "def f():\n    from . import Q  # late\n",
+                            "spotrun/planner/Q.py": "from .P import f\n"})
+    assert cycle(imports(root)) == ["spotrun.planner.P", "spotrun.planner.Q", "spotrun.planner.P"]
+    root = _tree(tmp_path, {"spotrun/planner/P.py": "", "spotrun/planner/__init__.py": "from .q import f\n"})
     assert cycle(imports(root)) == []  # a package importing its submodule, which imports a sibling: no circle
 
 
 def test_the_checker_wants_a_reason_beside_an_import_inside_a_function(tmp_path):
-    root = _tree(tmp_path, {**FAKE, "spotrun/planner/p.py": (
+    root = _tree(tmp_path, {**FAKE, "spotrun/planner/P.py": (
         "import os\n\n\ndef f():\n    import json\n\n\n"
         "def g():\n    # torch takes 6 s to import\n    import csv\n    import torch\n\n\n"
         "def h():\n    import zlib  # only h compresses\n")})
-    assert unexplained_local_imports(root) == ["spotrun/planner/p.py:5 (spotrun.planner.p)"]
+    assert unexplained_local_imports(root) == ["spotrun/planner/P.py:5 (spotrun.planner.P)"]
