@@ -17,7 +17,7 @@ The planner and the Lambda handlers (spotrun/), the CDK constructs (training_con
   `CANCEL_STATUSES`: what the estimate and the canceller decide that the state machine and its rules repeat.
 - `StopNotice`: the stop-notice timings (SageMaker's SIGTERM-to-SIGKILL window and how it is spent).
 - `BytesPerParameter`: training state and checkpoint sizes per parameter.
-- `CHECKPOINT_MANIFEST`, `CHECKPOINT_STEP_DIR`, `checkpoint_step_dir`, `checkpoint_manifest_key`: the
+- `CHECKPOINT_MANIFEST`, `CHECKPOINT_STEP_DIR`, `checkpoint_step_dir`: the
   committed-checkpoint layout the trainer writes and the guard lists in S3. `EXPORT_METADATA`: the file beside an
   exported model.
 - `DatasetIndex`: the prepared dataset's index.json (`prepare` writes it; the trainer and the estimate read it);
@@ -278,11 +278,6 @@ CHECKPOINT_STEP_DIR = re.compile(rf"^{CHECKPOINT_STEP_PREFIX}(\d{{8}})$")  # gro
 def checkpoint_step_dir(step: int) -> str:
     """The directory name of step N's checkpoint (`step-00000120`); CHECKPOINT_STEP_DIR matches it."""
     return f"{CHECKPOINT_STEP_PREFIX}{step:08d}"
-
-
-def checkpoint_manifest_key(step: int) -> str:
-    """Step N's manifest relative to the checkpoint directory (or S3 prefix): `step-00000120/manifest.json`."""
-    return f"{checkpoint_step_dir(step)}/{CHECKPOINT_MANIFEST}"
 
 
 # ---- prepared datasets (prepare writes; the trainer, `spotrun prepare`/`upload` and the estimate read) --------

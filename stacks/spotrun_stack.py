@@ -21,7 +21,7 @@ from training_constructs.cost_governance import CostGovernance, CostGovernancePr
 from training_constructs.execution_role import TrainingExecutionRole, TrainingExecutionRoleProps
 from training_constructs.interruption_events import InterruptionEvents, InterruptionEventsProps
 from training_constructs.people_policies import PeoplePolicies, PeoplePoliciesProps
-from training_constructs.preparation_role import PreparationRole
+from training_constructs.preparation_role import PreparationRole, PreparationRoleProps
 from training_constructs.serving_role import ServingRole, ServingRoleProps
 from training_constructs.trainer_image import TrainerImage, TrainerImageProps, sagemaker_image, serving_image
 from training_constructs.training_pipeline import TrainingPipeline, TrainingPipelineProps
@@ -64,9 +64,9 @@ class SpotrunStack(Stack):
         self.execution = TrainingExecutionRole(self, "ExecutionRole", props=TrainingExecutionRoleProps(
             store=self.store, repository=self.image.repository, in_vpc=bool(config.vpc_subnet_ids),
             mlflow_tracking_server_arns=config.mlflow_tracking_server_arns))
-        self.preparation_role = PreparationRole(self, "PreparationRole", store=self.store,
-                                                repository=self.image.repository, in_vpc=bool(config.vpc_subnet_ids),
-                                                prepared_prefix=PREPARED_PREFIX)
+        self.preparation_role = PreparationRole(self, "PreparationRole", props=PreparationRoleProps(
+            store=self.store, repository=self.image.repository, in_vpc=bool(config.vpc_subnet_ids),
+            prepared_prefix=PREPARED_PREFIX))
         self.events = InterruptionEvents(self, "InterruptionEvents", props=InterruptionEventsProps(
             job_prefix=config.job_prefix, stage=config.stage))
         inference_image = config.inference_image or serving_image(config.region)

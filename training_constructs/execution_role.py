@@ -33,10 +33,13 @@ RUN_VARIABLE = "${aws:PrincipalTag/" + RUN_TAG + "}"
 @dataclass(frozen=True)
 class TrainingExecutionRoleProps:
     store: ArtifactStore
+    """The artifact bucket and key: the role reads datasets/ and models/, writes checkpoints/ and output/."""
     repository: ecr.IRepository
+    """The trainer image's ECR repository: the only one the role may pull from."""
     in_vpc: bool = False
+    """Whether jobs run in the stage's VPC (the role may then manage their network interfaces). Default: False."""
     mlflow_tracking_server_arns: tuple[str, ...] = ()
-    """The SageMaker AI MLflow tracking servers training jobs may log to (stacks/config.py); empty: none."""
+    """The SageMaker AI MLflow tracking servers training jobs may log to (stacks/config.py). Default: none."""
 
 
 # What spotrun_trainer/tracking.py calls on a tracking server (MlflowClient: get_experiment_by_name,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from aws_cdk import Acknowledgment, Validations
+from aws_cdk import Acknowledgment, Stack, Validations
 from constructs import IConstruct
 
 
@@ -18,8 +18,6 @@ def rendered(scope: IConstruct, value: str) -> str:
     policy variable `${aws:PrincipalTag/run}` as `<aws:PrincipalTag/run>`).
 
     Only for same-stack references (the app has one stack per stage)."""
-    from aws_cdk import Stack
-
     def render(v) -> str:
         if isinstance(v, str):
             return re.sub(r"\$\{([^}]*)\}", r"<\1>", v)

@@ -72,38 +72,56 @@ RETRY_ATTEMPTS = 3
 @dataclass(frozen=True)
 class TrainingPipelineProps:
     store: ArtifactStore
+    """The artifact bucket and key: datasets, models, checkpoints and output of every run."""
     execution_role: iam.IRole
     """The training jobs' role."""
     preparation_role: iam.IRole
     """The preparation (processing) jobs' role: the only one that writes datasets/_prepared/."""
     image_uri: str
+    """The trainer image (an ECR URI) every training and preparation job runs."""
     inference_image_uri: str
+    """The serving image the registered model packages name."""
     model_package_group_name: str
     """The group's name (a token when the stack derives it); IAM is scoped to `model_package_group_base`-*."""
     model_package_group_base: str
+    """The stage's model package group name prefix: what IAM on the registry is scoped to."""
     job_prefix: str
+    """The stage's job name prefix (1-24 characters; job names are <= 63): what IAM on jobs is scoped to."""
     project: str
+    """The `project` tag on every job (cost allocation)."""
     stage: str
+    """The stage's name: a tag on every job and the dimension of its metrics."""
     cost_center: str
+    """The `cost-center` tag on every job."""
     failures_topic: sns.ITopic
+    """Where a failed or refused run, a failed gate and a cancelled run are announced."""
     interruptions_table_name: str
+    """The interruptions table (InterruptionEvents) the estimate reads recorded rates from."""
     metric_definitions: tuple[dict, ...]
+    """SageMaker metric definitions of the trainer's metric lines (the completion line is added)."""
     subnet_ids: tuple[str, ...] = ()
+    """The VPC subnets jobs run in (with `security_group_ids`). Default: none (no VPC)."""
     security_group_ids: tuple[str, ...] = ()
+    """The security groups of jobs in the VPC (with `subnet_ids`). Default: none."""
     poll_seconds: int = 60
+    """The cost guard's first poll interval, in seconds (1 <= poll_seconds <= max_poll_seconds). Default: 60."""
     max_poll_seconds: int = 4 * 3600
+    """The longest interval between the guard's polls, in seconds. Default: 14400 (4 hours)."""
     allowed_instance_types: tuple[str, ...] = ()
+    """The instance types a run may use (the estimate refuses others). Default: none (any in the catalog)."""
     metrics_namespace: str = "spotrun"
+    """The CloudWatch namespace of the guard's metrics. Default: spotrun."""
     max_usd_per_run: float = 0.0
-    """The stage's largest budget.max_usd (0: none); the estimate refuses more."""
+    """The stage's largest budget.max_usd; the estimate refuses more. Default: 0 (none)."""
     max_instances_per_run: int = 0
-    """The stage's most instances per run (0: none)."""
+    """The stage's most instances per run. Default: 0 (none)."""
     max_concurrent_runs: int = 0
-    """Executions that may run at once (0: none); the estimate counts the running ones."""
+    """Executions that may run at once; the estimate counts the running ones. Default: 0 (none)."""
     mlflow_tracking_servers: tuple[str, ...] = ()
-    """The MLflow tracking servers a run may name (the estimate refuses others); empty: none."""
+    """The MLflow tracking servers a run may name (the estimate refuses others). Default: none."""
     preparation: PreparationSettings = PreparationSettings()
-    """The CPU instances that prepare a raw data.source (a SageMaker Processing job running the trainer image)."""
+    """The CPU instances that prepare a raw data.source (a SageMaker Processing job running the trainer image).
+    Default: PreparationSettings()."""
 
     def __post_init__(self) -> None:
         if not self.job_prefix or len(self.job_prefix) > 24:

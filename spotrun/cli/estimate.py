@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from botocore.exceptions import BotoCoreError, ClientError
+
 from ..contract.refusal import Refusal
 from ..contract.runfile import load_run_file
 from ..contract.spec import RunSpec, RunValidationError, parse_run
@@ -108,8 +110,7 @@ def prepared_text(raw: dict, cache: Path) -> tuple[RunSpec, str | None]:
 
 def stage_target(stage: str, region: str | None, cfn_client: Any = None) -> Target:
     """The stage's bucket and group from its CloudFormation stack's outputs (stacks/spotrun_stack.py)."""
-    import boto3
-    from botocore.exceptions import BotoCoreError, ClientError
+    import boto3  # boto3 takes ~1 s to import: only commands that call AWS load it
 
     stack = stack_name(stage)
     try:
