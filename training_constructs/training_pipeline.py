@@ -56,7 +56,7 @@ from spotrun.seams import (
 
 from .artifact_store import ArtifactStore
 from .lambda_code import dead_letter_queue, on_failure_destination, spotrun_function
-from .launcher import RunLauncher
+from .launcher import RunLauncher, RunLauncherProps
 from .nag import acknowledge, rendered
 from .preparation_step import preparation_functions, preparation_states
 
@@ -208,7 +208,8 @@ class TrainingPipeline(Construct):
         arns = _Arns.of(Stack.of(self), props)
         self._functions(props, arns.job)
         # Creates each training job with its run's session tag (launcher.py): the job reaches only its run's data.
-        self.launcher = RunLauncher(self, "Launcher", execution_role=props.execution_role, job_arn=arns.job)
+        self.launcher = RunLauncher(self, "Launcher", props=RunLauncherProps(execution_role=props.execution_role,
+                                                                          job_arn=arns.job))
         self.prepare_fn = preparation_functions(self, props, arns.processing)
         self._state_machine(props, self._definition(props, arns), arns)
         self._estimate_reads_executions()
