@@ -90,7 +90,8 @@ class AccountConfig:
         catalog = _catalog()
         if self.region not in catalog["regions"]:
             raise ValueError(f"region={self.region!r} has no SageMaker prices in spotrun/planner/catalog.json: "
-                             f"expected one of {', '.join(sorted(catalog['regions']))} (add the region's prices there)")
+                             f"expected one of {', '.join(sorted(catalog['regions']))}; run `spotrun catalog update "
+                             f"--region {self.region}` to price it")
         for itype in self.allowed_instance_types:
             if itype not in catalog["regions"][self.region]["on_demand_usd_per_hour"]:
                 raise ValueError(f"allowed_instance_types: {itype!r} is not priced in {self.region}: expected types "

@@ -202,6 +202,10 @@ def run_command(args: argparse.Namespace, *, plan: bool, cfn_client: Any = None,
         return fail(args.format, Exit.INVALID, exc.status, exc.message, exc.field)
     status, docs = Exit.OK, []
     region = args.region or stage_region(args.stage)  # with --stage, its prices
+    if plan and s3_client is None and region:  # the sources in S3 read in the stage's region, not a default one
+        import boto3  # NOTE: imported here: a run with local sources plans without boto3 loaded
+
+        s3_client = boto3.client("s3", region_name=region)
     for path in args.runs:
         try:
             checked = check_file(path, target, plan=plan, s3_client=s3_client, region=region,
