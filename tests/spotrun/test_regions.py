@@ -137,6 +137,7 @@ def test_no_command_falls_back_to_the_default_region(monkeypatch, tmp_path, caps
 
     region = next(env.region for env in ENVIRONMENTS if env.stage == "dev")
     elsewhere = "ap-southeast-2" if region != "ap-southeast-2" else "eu-west-1"
+    monkeypatch.chdir(tmp_path)  # `prepare --stage` caches its shards in ./prepared
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
     monkeypatch.setenv("AWS_DEFAULT_REGION", elsewhere)
     monkeypatch.delenv("AWS_REGION", raising=False)
