@@ -163,9 +163,11 @@ def local_settings(run: RunSpec) -> PipelineSettings:
     group or the local registry's default, the catalog's prices in its default region, no stage limits, and the
     run's own tracking server (no stage lists servers here: the user's loopback server is theirs to name)."""
     servers = (run.tracking.mlflow_uri,) if run.tracking.mlflow_uri else ()
+    secrets = (run.tracking.wandb_api_key_secret,) if run.tracking.wandb_api_key_secret else ()
     return PipelineSettings(bucket=THIS_MACHINE, job_prefix="", model_package_group=run.model_package_group or
                             DEFAULT_GROUP, poll_seconds=60, project="spotrun", stage="local", cost_center="",
-                            region=DEFAULT_PRICE_REGION, mlflow_tracking_servers=servers)
+                            region=DEFAULT_PRICE_REGION, mlflow_tracking_servers=servers,
+                            wandb_api_key_secrets=secrets)
 
 
 def plan_local(raw: dict) -> Plan:
