@@ -90,12 +90,16 @@ def check_file(path: Path, target: Target | None, *, plan: bool, s3_client: Any 
 
 def _without_planner(run: RunSpec, out: Checked) -> None:
     """`validate`: the checks of the run against its data that need no planner, where data.source's index.json is
-    here to read (a local prepared directory; raw local text is checked as `local` prepares it); a setting of the
-    run that depends on what validate does not read is listed in `out.unchecked` (the output is then not "ok")."""
+    here to read (a local prepared directory: with a local model.source, every check of the sources, the tokenizer
+    included; raw local text is checked as `local` prepares it); a setting of the run that depends on what validate
+    does not read is listed in `out.unchecked` (the output is then not "ok")."""
     source = run.data.source or ""
     local = bool(source) and not source.startswith("s3://") and Path(source).is_dir()
     if local and not (Path(source) / DatasetIndex.FILE).is_file():
         check_raw_split(run)  # raw text: split when it is prepared
+    elif local and not (run.model.source or "").startswith("s3://"):
+        # Everything it names is here: the sources' own checks (the split, the tokenizer, seq_len), no network.
+        out.checked.extend(n for n in read_sources(run, None, offline=True).notes if not n.startswith("not "))
     elif local:
         done = check_local_split(run)
         if done:

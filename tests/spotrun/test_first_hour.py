@@ -142,13 +142,32 @@ def test_validate_reads_a_local_prepared_index_and_refuses_the_same_settings(tmp
     assert (doc["error"], doc["field"]) == ("InvalidRun", field), doc
 
 
+def test_validate_refuses_shards_of_another_tokenizer_when_both_are_here(tmp_path, capsys, assets, datasets):
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(_run(str(assets["model"]), str(datasets["other"]))))
+    assert main(["validate", "--format", "json", str(path)]) == 2
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["field"] == "data.source" and "shards made with model.source's tokenizer" in doc["message"], doc
+
+
+@pytest.mark.parametrize("extra, field", [
+    ({"data": {"validation_fraction": 0.1}}, "data.validation_fraction"),
+    ({"registry": GATE}, "registry.gate"),
+    ({"compute": {"deadline_hours": 0.0001}}, "compute.deadline_hours"),
+])
+def test_local_refuses_the_same_before_a_job_directory(tmp_path, capsys, assets, datasets, extra, field):
+    err = _local(tmp_path, capsys, _run(str(assets["model"]), str(datasets["no-split"]), **extra))
+    assert err.startswith(f"error: InvalidRun: {field}"), err
+
+
 def test_validate_says_what_it_could_not_check_instead_of_ok(tmp_path, capsys, assets, datasets):
     path = tmp_path / "run.json"
     path.write_text(json.dumps(_run(str(assets["model"]), str(datasets["split"]), registry=GATE)))
     assert main(["validate", "--format", "json", str(path)]) == 0  # a local split: checked, ok
     doc = json.loads(capsys.readouterr().out)
     assert doc["status"] == "ok" and "unchecked" not in doc
-    assert any("validation split" in line and "holds 0.1" in line for line in doc["checked"])
+    assert any("holds a validation split (0.1 of the documents)" in line for line in doc["checked"]), doc
+    assert "data.source was prepared with model.source's tokenizer" in doc["checked"]
     # An S3 source (validate reads none) and a deadline (validate does not plan): not "ok", and said which.
     run = _s3_run("no-split", registry=GATE, compute={"deadline_hours": 0.01})
     path.write_text(json.dumps(run))
