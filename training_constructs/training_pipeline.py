@@ -119,6 +119,8 @@ class TrainingPipelineProps:
     """Executions that may run at once; the estimate counts the running ones. Default: 0 (none)."""
     mlflow_tracking_servers: tuple[str, ...] = ()
     """The MLflow tracking servers a run may name (the estimate refuses others). Default: none."""
+    wandb_api_key_secrets: tuple[str, ...] = ()
+    """The W&B API key secrets (ARNs) a run may name (the estimate refuses others). Default: none (no W&B)."""
     preparation: PreparationSettings = PreparationSettings()
     """The CPU instances that prepare a raw data.source (a SageMaker Processing job running the trainer image).
     Default: PreparationSettings()."""
@@ -229,7 +231,8 @@ class TrainingPipeline(Construct):
             project=props.project, stage=props.stage, cost_center=props.cost_center,
             max_usd_per_run=props.max_usd_per_run, max_instances_per_run=props.max_instances_per_run,
             max_concurrent_runs=props.max_concurrent_runs,
-            mlflow_tracking_servers=tuple(props.mlflow_tracking_servers)).to_env(), **props.preparation.to_env()}
+            mlflow_tracking_servers=tuple(props.mlflow_tracking_servers),
+            wandb_api_key_secrets=tuple(props.wandb_api_key_secrets)).to_env(), **props.preparation.to_env()}
         self.estimate_fn = spotrun_function(
             self, "EstimateFn", handler="spotrun.handlers.estimate.handler", timeout_s=60,
             # One full vCPU (Lambda allots CPU in proportion to memory: 1,769 MB is one vCPU, per the Lambda
