@@ -52,15 +52,19 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from .config import TrackingConfig
+from .tracker_base import (  # noqa: F401 (LOSS, VAL_PPL, STEP_METRICS: tracking's names, read by tests)
+    LOSS,
+    RESUMED_FROM_STEP,
+    STEP_METRICS,
+    SUMMARY_PREFIX,
+    VAL_LOSS,
+    VAL_PPL,
+    NullTracker,
+    Trackers,
+)
 
 log = logging.getLogger("spotrun_trainer.tracking")
 
-# Metric keys of the MLflow run (the step metrics use the words of the trainer's metric line, spotrun.seams).
-LOSS = "loss"
-STEP_METRICS = ("lr", "grad_norm", "tokens_per_s", "tokens_per_s_per_device", "mfu", "mem_gb")
-VAL_LOSS, VAL_PPL = "val_loss", "val_ppl"
-RESUMED_FROM_STEP = "resumed_from_step"
-SUMMARY_PREFIX = "summary."
 # Tags: the run's key from the checkpoint (finds the run when its id was not saved yet), starts, the latest stop,
 # and the hyperparameters that changed at a later start (prefix + the step it started from).
 KEY_TAG, STARTS_TAG, STOP_TAG = "spotrun.key", "spotrun.starts", "spotrun.stop"
@@ -80,36 +84,20 @@ NAME = re.compile(r"[A-Za-z0-9_\-. :/]{1,250}")
 STOP_CLOSE_SHARE = 1 / 3
 
 
-class NullTracker:
-    """No tracking: every call does nothing (ranks other than 0, and runs that name no tracking server)."""
-
-    def begin(self, ids: dict, *, step: int, segments: list[dict]) -> None:
-        """At each start, after the checkpoint restored `ids` (TrainState.tracking, mutated in place) and the
-        earlier starts' `segments` ({start_step, end_step, seconds} as of their last checkpoint)."""
-
-    def losses(self, flushed: Iterable[tuple[int, float]]) -> None:
-        """Every step's loss as the trainer read it (its loss_history.jsonl lines)."""
-
-    def step_metrics(self, step: int, values: Mapping[str, float | None]) -> None:
-        """A log step's metrics (STEP_METRICS; None: not measured, not logged)."""
-
-    def evaluation(self, step: int, *, val_loss: float, val_ppl: float) -> None:
-        """One evaluation's validation loss and perplexity."""
-
-    def summary(self, step: int, summary: Mapping[str, Any]) -> None:
-        """metrics.json at the end: each number as `summary.<key>`."""
-
-    def close(self, *, step: int, reason: str, completed: bool, signalled: bool = False) -> bool:
-        """End of this job (completed, or stopped for `reason`); True when everything queued reached the server."""
-        return True
-
-
 def make_tracker(cfg: TrackingConfig, *, rank: int, params: Mapping[str, Any]) -> NullTracker:
-    """The tracker of this rank: MLflow on rank 0 when a server is named, else one that does nothing. `params`:
-    what the trainer adds to the logged parameters (method, world size, parameter counts, total steps)."""
-    if not cfg.mlflow_uri or rank != 0:
+    """The tracker of this rank: on rank 0, MLflow when a server is named and W&B when a project is (both behind
+    `Trackers`), else one that does nothing. `params`: what the trainer adds to the logged parameters (method,
+    world size, parameter counts, total steps)."""
+    if rank != 0:
         return NullTracker()
-    return MlflowTracker(cfg, params=params)
+    trackers: list[NullTracker] = []
+    if cfg.mlflow_uri:
+        trackers.append(MlflowTracker(cfg, params=params))
+    if cfg.wandb_project:
+        from .wandb_tracking import WandbTracker  # NOTE: imported here: a run without W&B never loads wandb
+
+        trackers.append(WandbTracker(cfg, params=params))
+    return trackers[0] if len(trackers) == 1 else Trackers(trackers) if trackers else NullTracker()
 
 
 def mlflow_client(cfg: TrackingConfig):
@@ -274,7 +262,7 @@ class _OpenRun:
         return opened
 
     def _log_params(self, logged: dict[str, str], params: Mapping[str, str], start_step: int) -> None:
-        from mlflow.entities import Param, RunTag
+        from mlflow.entities import Param, RunTag  # MLflow loads only with tracking on (see start)
 
         values = {k: v[:PARAM_VALUE_MAX] for k, v in params.items() if NAME.fullmatch(k)}
         new = [Param(k, v) for k, v in values.items() if k not in logged]
@@ -293,7 +281,7 @@ class _OpenRun:
 
     def send(self, records: list[tuple]) -> int:
         """Log `records` (metrics not already on the server, tags, the end); returns the metric values sent."""
-        from mlflow.entities import Metric, RunTag
+        from mlflow.entities import Metric, RunTag  # MLflow loads only with tracking on (see start)
 
         metrics, seen, tags, end = [], set(), {}, None
         for record in records:
