@@ -143,7 +143,12 @@ def next_wait(plan: Plan, job_age_s: float, spent_usd: float, recheck_s: float =
     """Seconds to the next poll: the guard's grid (spotrun/policy/decision.py: `poll_wait`, 5% of the job's age
     between poll_seconds and max_poll_seconds), the spot policy's recheck if sooner, never past the time the cap
     leaves (see the module docstring)."""
-    schedule = poll_wait(job_age_s, recheck_s, poll_s=plan.poll_seconds, max_poll_s=plan.max_poll_seconds)
+    # NOTE: the grid's ages are whole seconds and a poll comes a fraction of a second after its grid age (the
+    # Lambda's latency, CreationTime in milliseconds): the age is taken to the whole second below, else the grid's
+    # next age (< age + poll_seconds) is skipped and the guard polls half as often as the simulator has it, or a
+    # second before the grid and the policy's recheck (benchmarks/replay_bench.py found both)
+    schedule = poll_wait(math.floor(job_age_s), recheck_s, poll_s=plan.poll_seconds,
+                         max_poll_s=plan.max_poll_seconds)
     schedule = min(schedule, (plan.max_usd - spent_usd) / usd_per_second(plan) - STOP_GRACE_S)
     return int(max(plan.poll_seconds, schedule))
 

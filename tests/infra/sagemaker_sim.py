@@ -221,7 +221,8 @@ class SimJob:
             {**t, "StartTime": _ts(t["StartTime"]), **({"EndTime": _ts(t["EndTime"])} if "EndTime" in t else {}),
              "StatusMessage": t["Status"]} for t in self.transitions]
         job.secondary_status = self.transitions[-1]["Status"]
-        job.training_start_time = _ts(self.created)
+        # moto stamps CreationTime with the real clock; the guard reads a job's age from it on the simulated one
+        job.creation_time = job.training_start_time = _ts(self.created)
         if not self.ended:
             job.training_job_status = "Stopping" if self.phase == "Stopping" else "InProgress"
             job.billable_time_in_seconds = job.training_time_in_seconds = None

@@ -310,6 +310,10 @@ def test_guard_wait_grows_with_the_job_but_never_past_the_cap():
     assert all(b - a == max(60, int(0.05 * a)) for a, b in zip(ages, ages[1:], strict=False))
     # A poll off that grid (a policy's recheck) is followed by the next poll on it, at least poll_seconds away.
     assert next_wait(PLAN, ages[-1] + 1, 0) + ages[-1] + 1 == ages[-1] + next_wait(PLAN, ages[-1], 0)
+    # An age read a fraction of a second past the grid (CreationTime in milliseconds, the Lambda's latency) still
+    # lands the next poll on the grid, not a second before it (where a policy's recheck would be missed).
+    for a in ages[1:]:
+        assert next_wait(PLAN, a + 0.0004, 0) == next_wait(PLAN, a, 0)
     rich, month = {**PLAN, "max_usd": 1e6}, 30 * 24 * 3600
     first = next_wait(rich, month, 0)  # to the grid, then every max_poll_seconds
     assert 60 <= first <= PLAN["max_poll_seconds"]
