@@ -80,7 +80,7 @@ def check_file(path: Path, target: Target | None, *, plan: bool, s3_client: Any 
     catalog = regional_catalog(catalog, priced_in)
     out.estimate = estimate(run, catalog=catalog, model_config=sources.model_config, data_tokens=sources.tokens,
                             validation_tokens=sources.validation_tokens)
-    pipeline_hyperparameters(run, out.estimate)
+    pipeline_hyperparameters(out.estimate)
     out.estimate.spot_policy = spot_policy(run, out.estimate, catalog)
     out.checked.append("the planner (fit, MaxRuntime/MaxWait, budget) and the hyperparameters' limits")
     out.checked.append(f"costs at on-demand list prices in {priced_in} (spotrun catalog as of "

@@ -217,7 +217,7 @@ def plan(run_raw: Any, execution: str, settings: PipelineSettings, *, s3_client:
         measured = mfu_lookup(shape, run.training.method) if (mfu_lookup and shape) else None
         est = estimate(run, catalog=catalog, model_config=model_config, data_tokens=tokens,
                        recorded_rates=rates, recorded_mfu=measured, validation_tokens=sources.validation_tokens)
-        hyper = pipeline_hyperparameters(run, est)
+        hyper = pipeline_hyperparameters(est)
         from ..policy.choose import spot_policy  # the chosen spot policy and its odds (stdlib only)
 
         est.spot_policy = spot_policy(run, est, catalog, poll_s=settings.poll_seconds,

@@ -88,8 +88,8 @@ def price_option(run: RunSpec, catalog: dict, itype: str, count: int, train_seco
     save_cost = ckpt_bytes / (upload * 1e9)
     budget = notice_upload_seconds(step_seconds)
     policy = "save_on_notice" if budget > 0 and ckpt_bytes / budget / 1e9 <= upload else "periodic"
-    if run.checkpoint.interval_minutes is not None:
-        interval = max(1.0, round(run.checkpoint.interval_minutes * 60))
+    if run.checkpoint.interval_seconds is not None:
+        interval = max(1.0, round(run.checkpoint.interval_seconds))
     else:
         interval = _interval(save_cost, rate)
     interruptions = rate * wall / 3600 if run.compute.spot else 0.0

@@ -562,7 +562,7 @@ def test_no_switch_without_a_deadline_after_a_stop_the_cap_requested_or_without_
     behind = _step(0.01)
     late = T0 + 11 * 3600
     # No deadline (the estimate's own section for this run): the guard never switches.
-    assert PLAN["estimate"]["spot_policy"]["deadline_hours"] is None
+    assert PLAN["estimate"]["spot_policy"]["sim_plan"]["deadline_s"] is None
     assert decide(PLAN, GUARD0, _running(11), now=late, checkpoint_step=behind)["action"] == "wait"
     # A stop the cap requested: the next segment keeps the capacity it had (spot), however far behind.
     capped = {**GUARD0, "stop_requested": True}

@@ -155,7 +155,7 @@ def test_spotrun_estimate_on_a_70b_full_run_prints_a_multi_node_plan_with_period
 @pytest.mark.parametrize("name, seq", [("Llama 3.1 70B full", 8192), ("Llama 3.1 8B full", 2048)])
 def test_the_trainer_builds_exactly_the_planned_layout(plans, name, seq):
     """The plan's hyperparameters through the trainer's own parser, as the launcher does on the first of its nodes."""
-    from spotrun_trainer.config import TrainConfig
+    from spotrun.settings import TrainConfig
 
     est = plans[(name, seq)]
     cfg = TrainConfig.from_hyperparameters(est.hyperparameters, **{

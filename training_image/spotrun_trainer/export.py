@@ -26,9 +26,9 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 from torch.distributed.fsdp import FSDPModule
 
 from spotrun.seams import EXPORT_METADATA, Method
+from spotrun.settings import TrainConfig
 
 from . import lora, samples
-from .config import TrainConfig
 
 log = logging.getLogger(__name__)
 

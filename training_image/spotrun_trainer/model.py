@@ -20,8 +20,9 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
+from spotrun.settings import LoraConfig, ModelConfig, PerfConfig, ShardingConfig
+
 from . import lora as lora_lib
-from .config import LoraConfig, ModelConfig, PerfConfig, ShardingConfig
 
 log = logging.getLogger(__name__)
 

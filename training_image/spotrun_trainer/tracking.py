@@ -51,7 +51,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from .config import TrackingConfig
+from spotrun.settings import TrackingConfig
 
 log = logging.getLogger("spotrun_trainer.tracking")
 
