@@ -246,7 +246,7 @@ class ComputeSpec:
                                        lo=0, hi=0.95)
     accept_max_runtime_stop: bool = spec("A run expected to need more than 28 days may start and be stopped at 28 "
                                          "days (else it is refused).", default=False)
-    deadline_seconds: float | None = spec("When the model is needed, in hours after the start: the estimate "
+    deadline_s: float | None = spec("When the model is needed, in hours after the start: the estimate "
                                           "chooses the spot policy that meets it on >= 99% of simulated traces (a "
                                           "deadline shorter than the run on on-demand instances is refused).",
                                           default=None, lo=0, hi=DAYS_28_H * 2, lo_open=True, at="deadline_hours",

@@ -8,7 +8,7 @@ The layers, in the order both apply them:
    methods the pipeline runs, weights to train (a bare parameter count only estimates);
 3. the sources (spotrun/planner/sources.py): the model's config.json and the data's index.json;
 4. the planner (spotrun/planner/estimate.py): fit, time limits, budget; then what the pipeline sends the trainer
-   (`pipeline_hyperparameters`, within CreateTrainingJob's limits).
+   (its settings tree as hyperparameters, within CreateTrainingJob's limits: `check_hyperparameters`).
 
 The CLI knows the target when told the stage (`--stage`: the stack's outputs) or offline (`--bucket`, `--group`);
 without one it says that layer 2 was not checked. Exit codes: spotrun/cli/exits.py.
@@ -25,7 +25,6 @@ from ..contract.spec import (
     RunSpec,
     RunValidationError,
 )
-from ..planner.estimate import Estimate
 from ..planner.sources import PLACEHOLDER_BUCKET
 from ..seams import METHODS
 
@@ -109,10 +108,3 @@ def check_hyperparameters(hyper: dict[str, str]) -> None:
         if not isinstance(value, str) or len(key) > HYPERPARAMETER_KEY_MAX or len(value) > HYPERPARAMETER_VALUE_MAX:
             raise RunValidationError(key, value, f"a hyperparameter string of at most {HYPERPARAMETER_VALUE_MAX:,} "
                                      f"characters (this one has {len(str(value)):,})")
-
-
-def pipeline_hyperparameters(est: Estimate) -> dict[str, str]:
-    """What the pipeline sends the trainer: the planner's settings (spotrun/planner/outputs.py trainer_settings),
-    within CreateTrainingJob's limits."""
-    check_hyperparameters(est.hyperparameters)
-    return dict(est.hyperparameters)

@@ -268,19 +268,19 @@ def _deadline(run: RunSpec, options: list[Option], best: Option) -> list[str]:
     fastest it can be done on the chosen layout). Shorter: refused with the numbers, or with
     compute.accept_missed_deadline a warning that it will be missed (no spot policy can meet it)."""
     c = run.compute  # the deadline in seconds; messages name the run's field, in hours
-    if c.deadline_seconds is None or best.wall <= c.deadline_seconds:
+    if c.deadline_s is None or best.wall <= c.deadline_s:
         return []
     fastest = min(options, key=lambda o: o.wall)
     faster = (f"; the fastest layout, {fastest.fit.layout.describe()}, takes {fastest.wall / 3600:,.2f} h "
-              f"(compute.target_hours={c.deadline_seconds / 3600:g} chooses the cheapest that meets it)"
-              if fastest.wall <= c.deadline_seconds else "")
+              f"(compute.target_hours={c.deadline_s / 3600:g} chooses the cheapest that meets it)"
+              if fastest.wall <= c.deadline_s else "")
     numbers = (f"the run takes {best.wall / 3600:,.2f} h on {best.fit.layout.describe()} even on on-demand "
                f"instances from the start (startup included, no interruption){faster}")
     if not c.accept_missed_deadline:
-        raise EstimateRefused("InvalidRun", f"compute.deadline_hours={c.deadline_seconds / 3600:g} cannot be met: "
+        raise EstimateRefused("InvalidRun", f"compute.deadline_hours={c.deadline_s / 3600:g} cannot be met: "
                               f"{numbers}; give a later deadline, fewer tokens or a faster layout, or set "
                               "compute.accept_missed_deadline=true to start it anyway", field="compute.deadline_hours")
-    return [f"THE DEADLINE WILL BE MISSED: compute.deadline_hours={c.deadline_seconds / 3600:g}, and {numbers} "
+    return [f"THE DEADLINE WILL BE MISSED: compute.deadline_hours={c.deadline_s / 3600:g}, and {numbers} "
             "(accepted by compute.accept_missed_deadline)"]
 
 
@@ -348,7 +348,7 @@ def _build(run: RunSpec, catalog: dict, work: _Work, best: Option, per_rank: int
         expected_overhead_seconds=best.overhead, max_runtime_seconds=max_runtime, max_wait_seconds=max_wait,
         checkpoint_bytes=work.ckpt_bytes, notice_upload_gb_per_s=work.ckpt_bytes / StopNotice.UPLOAD_S / 1e9,
         upload_gb_per_s_available=best.upload_available, checkpoint_policy=best.policy,
-        checkpoint_interval_seconds=max(1, round(best.interval)), interruptions_per_hour=best.rate,
+        checkpoint_interval_seconds=max(1, round(best.interval_seconds)), interruptions_per_hour=best.rate,
         cost_usd=cost, spot=c.spot, sharding=fit.layout.sharding, shard_group_nodes=fit.layout.group_nodes,
         micro_batch=fit.micro_batch, grad_accum=fit.grad_accum, activation_checkpointing=fit.activation_checkpointing,
         global_batch_samples=fit.layout.world * per_rank,
@@ -360,8 +360,7 @@ def _build(run: RunSpec, catalog: dict, work: _Work, best: Option, per_rank: int
         advice=advice, warnings=warnings, utilization_source=utilization[1],
         evaluation_seconds=best.eval_seconds, segments=seg.to_json(),
     )
-    est.hyperparameters = flatten(trainer_settings(run, est))
-    return est
+    return replace(est, hyperparameters=flatten(trainer_settings(run, est)))
 
 
 def _lora_alternative(run: RunSpec, catalog: dict, model_config: dict | None, data_tokens: int | None,

@@ -136,7 +136,7 @@ def spot_policy(run, est, catalog: dict, *, n: int = N_TRACES, seed: int = SEED,
                 max_poll_s: float = 4 * 3600.0) -> dict:
     """The estimate's policy section (JSON): chosen policy, why, and every candidate's odds, as the cost guard
     polling between `poll_s` and `max_poll_s` executes them."""
-    plan = plan_from_estimate(est, catalog, deadline_s=run.compute.deadline_seconds,
+    plan = plan_from_estimate(est, catalog, deadline_s=run.compute.deadline_s,
                               spot_discount=run.compute.spot_discount, poll_s=poll_s, max_poll_s=max_poll_s,
                               on_demand_fallback=run.compute.on_demand_fallback or not run.compute.spot)
     n = traces_for_estimate(plan, est.interruptions_per_hour, n)

@@ -232,9 +232,9 @@ RUN = {"version": 1, "name": "p", "model": {"parameters": 1_000_000_000},
 
 
 def test_deadline_hours_is_optional_and_checked():
-    assert parse_run(RUN).compute.deadline_seconds is None
+    assert parse_run(RUN).compute.deadline_s is None
     # hours in the run, seconds past the contract
-    assert parse_run({**RUN, "compute": {**RUN["compute"], "deadline_hours": 48}}).compute.deadline_seconds == 48 * H
+    assert parse_run({**RUN, "compute": {**RUN["compute"], "deadline_hours": 48}}).compute.deadline_s == 48 * H
     with pytest.raises(RunValidationError, match="compute.deadline_hours"):
         parse_run({**RUN, "compute": {**RUN["compute"], "deadline_hours": -1}})
 
@@ -262,7 +262,7 @@ def test_the_estimate_chooses_the_cheapest_policy_meeting_the_deadline_and_state
     start = decide_from_section(section, Observation(0.0, 0.0, Market.SPOT, JobStatus.NONE))
     assert start.action in (Action.START_SPOT, Action.START_ON_DEMAND)
     # Nothing done at the deadline, spot waiting for capacity: every deadline policy goes on-demand.
-    late = Observation(with_deadline.compute.deadline_seconds, 0.0, Market.SPOT, JobStatus.WAITING)
+    late = Observation(with_deadline.compute.deadline_s, 0.0, Market.SPOT, JobStatus.WAITING)
     assert decide_from_section(section, late).action is Action.TO_ON_DEMAND
     free = spot_policy(run, est, load_catalog(), n=300)
     assert free["confidence"] is None
