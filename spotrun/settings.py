@@ -451,6 +451,14 @@ def flatten(config: TrainConfig) -> dict[str, str]:
     return _flatten(config, TrainConfig(), "")
 
 
+def leaf_paths(cls: type = TrainConfig, prefix: str = "") -> tuple[str, ...]:
+    """The dotted path of every leaf of the tree (`checkpoint.interval_seconds`, `seed`), in declaration order."""
+    hints = get_type_hints(cls)
+    return tuple(path for f in fields(cls) for path in (
+        leaf_paths(hints[f.name], f"{prefix}{f.name}.") if dataclasses.is_dataclass(hints[f.name])
+        else (prefix + f.name,)))
+
+
 def _flatten(obj: Any, default: Any, prefix: str) -> dict[str, str]:
     out: dict[str, str] = {}
     hints = get_type_hints(type(obj))

@@ -5,22 +5,12 @@ prints.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, is_dataclass, replace
+from typing import Any
 
 from ..contract.spec import RunSpec
 from ..pipeline.segments import segment_seconds
-from ..settings import (
-    CheckpointConfig,
-    DataConfig,
-    EvalConfig,
-    ExportConfig,
-    LoraConfig,
-    ModelConfig,
-    OptimConfig,
-    ShardingConfig,
-    TrackingConfig,
-    TrainConfig,
-)
+from ..settings import EvalConfig, ExportConfig, LoraConfig, TrackingConfig, TrainConfig, leaf_paths, parse
 from .catalog import usd
 
 
@@ -69,19 +59,37 @@ class Estimate:
 
 
 def trainer_settings(run: RunSpec, est: Estimate) -> TrainConfig:
-    """What the trainer is sent (spotrun.settings, flattened into the plan's hyperparameters): the run's settings
-    and the planner's choices, in seconds. The launcher adds the channels' paths and the hosts."""
-    t = run.training
-    return TrainConfig(
-        model=ModelConfig(source=run.model.source or "", activation_checkpointing=est.activation_checkpointing,
-                          # a pretrained model's config comes with its weights, in the model channel
-                          config=run.model.config if run.model.init == "random" and run.model.config else {}),
-        data=DataConfig(seq_len=run.data.seq_len), optim=OptimConfig(lr=t.lr),
-        checkpoint=CheckpointConfig(interval_seconds=est.checkpoint_interval_seconds, keep=run.checkpoint.keep),
-        sharding=ShardingConfig(mode=est.sharding, group_nodes=est.shard_group_nodes),
-        method=t.method, lora=_lora(run), eval=_eval(run), export=_export(run), tracking=_tracking(run),
+    """What the trainer is sent (spotrun.settings, flattened into the plan's hyperparameters): every setting the
+    run names as the trainer does (`data.seq_len`, `checkpoint.keep`, `eval.*`, `tracking.*`), then the planner's
+    choices, in seconds. The launcher adds the channels' paths and the hosts."""
+    t, given = run.training, parse(same_named(run))
+    return replace(
+        given,
+        model=replace(given.model, activation_checkpointing=est.activation_checkpointing,
+                      # a pretrained model's config comes with its weights, in the model channel
+                      config=given.model.config if run.model.init == "random" else {}),
+        optim=replace(given.optim, lr=t.lr),
+        checkpoint=replace(given.checkpoint, interval_seconds=est.checkpoint_interval_seconds),
+        sharding=replace(given.sharding, mode=est.sharding, group_nodes=est.shard_group_nodes),
+        method=t.method, lora=_lora(run),
+        # the trainer evaluates only with validation data
+        eval=given.eval if run.data.has_validation else EvalConfig(), export=_export(run),
+        tracking=_tracking(run, given.tracking),
         micro_batch=est.micro_batch, grad_accum=est.grad_accum, epochs=t.epochs, seed=t.seed,
         segment_seconds=first_segment_seconds(est))
+
+
+def same_named(run: RunSpec) -> dict[str, Any]:
+    """{dotted path: the run's value} of every leaf of the settings tree that the run holds under the same name
+    (after the contract, which converts units: `checkpoint.interval_seconds`), where the run gives one."""
+    out = {}
+    for path in leaf_paths():
+        value: Any = run
+        for part in path.split("."):
+            value = getattr(value, part, None)
+        if value is not None and not is_dataclass(value):
+            out[path] = value
+    return out
 
 
 def _lora(run: RunSpec) -> LoraConfig:
@@ -93,25 +101,16 @@ def _lora(run: RunSpec) -> LoraConfig:
                       target_modules=targets if isinstance(targets, str) else ",".join(targets))
 
 
-def _eval(run: RunSpec) -> EvalConfig:
-    """The evaluation schedule; the trainer evaluates only with validation data."""
-    if not run.data.has_validation:
-        return EvalConfig()
-    e = run.eval
-    return EvalConfig(every_steps=e.every_steps, every_minutes=e.every_minutes, max_batches=e.max_batches,
-                      keep_best=e.keep_best)
-
-
 def _export(run: RunSpec) -> ExportConfig:
     return ExportConfig(weights=run.export_from) if run.data.has_validation else ExportConfig()
 
 
-def _tracking(run: RunSpec) -> TrackingConfig:
-    """The MLflow tracking server and experiment; none when the run names no server, and then the trainer imports
-    no MLflow and opens no socket."""
-    if not run.tracking.mlflow_uri:
+def _tracking(run: RunSpec, given: TrackingConfig) -> TrackingConfig:
+    """The run's tracking settings with the experiment by default the run's name; none when the run names no
+    server, and then the trainer imports no MLflow and opens no socket."""
+    if not given.mlflow_uri:
         return TrackingConfig()
-    return TrackingConfig(mlflow_uri=run.tracking.mlflow_uri, experiment=run.tracking.experiment or run.name)
+    return replace(given, experiment=run.tracking.experiment or run.name)
 
 
 def mlflow_config(run: RunSpec, execution: str) -> dict[str, str]:
