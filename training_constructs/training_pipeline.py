@@ -207,6 +207,11 @@ class TrainingPipeline(Construct):
             mlflow_tracking_servers=tuple(props.mlflow_tracking_servers)).to_env(), **props.preparation.to_env()}
         self.estimate_fn = spotrun_function(
             self, "EstimateFn", handler="spotrun.handlers.estimate.handler", timeout_s=60,
+            # One full vCPU (Lambda allots CPU in proportion to memory: 1,769 MB is one vCPU, per the Lambda
+            # developer guide's "Configuring Lambda function memory"): the policy simulation of the longest run the
+            # contract accepts takes up to 8.8 s of CPU (benchmarks/estimate_lambda_bench.py), about 60 s at
+            # 256 MB's share of a vCPU.
+            memory_mb=1769,
             description="spotrun planner: validates the run and decides instance, limits, cadence and cost",
             environment=self.estimate_settings)
         store.grant_read_prefix(self.estimate_fn, store.datasets_prefix)  # index.json of the data

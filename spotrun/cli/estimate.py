@@ -41,10 +41,12 @@ class Checked:
 
 
 def check_file(path: Path, target: Target | None, *, plan: bool, s3_client: Any = None,
-               region: str | None = None, prepared: Path | None = None) -> Checked:
+               region: str | None = None, prepared: Path | None = None, choose_policy: bool = True) -> Checked:
     """Every layer the CLI can apply to one run file; a Refusal (RunValidationError, EstimateRefused) otherwise.
     `region`: whose on-demand prices the planner uses (DEFAULT_PRICE_REGION when None, and the output says so).
-    `prepared`: where raw local text in data.source is tokenized to be planned (`prepared_text`)."""
+    `prepared`: where raw local text in data.source is tokenized to be planned (`prepared_text`).
+    `choose_policy=False` leaves out the estimate's policy choice (a simulation of its own: `spotrun simulate` runs
+    its study instead)."""
     loaded = load_run_file(path)
     run, note = loaded.run, None
     if plan:
@@ -81,7 +83,8 @@ def check_file(path: Path, target: Target | None, *, plan: bool, s3_client: Any 
     out.estimate = estimate(run, catalog=catalog, model_config=sources.model_config, data_tokens=sources.tokens,
                             validation_tokens=sources.validation_tokens)
     check_hyperparameters(out.estimate.hyperparameters)
-    out.estimate = replace(out.estimate, spot_policy=spot_policy(run, out.estimate, catalog))
+    if choose_policy:
+        out.estimate = replace(out.estimate, spot_policy=spot_policy(run, out.estimate, catalog))
     out.checked.append("the planner (fit, MaxRuntime/MaxWait, budget) and the hyperparameters' limits")
     out.checked.append(f"costs at on-demand list prices in {priced_in} (spotrun catalog as of "
                        f"{catalog['regions'][priced_in].get('as_of', 'unknown')})"

@@ -24,18 +24,26 @@ PROGRESS_AFTER_S = 2.0
 
 
 class Progress:
-    """A one-line progress indicator on stderr, shown only once a step has taken PROGRESS_AFTER_S."""
+    """A progress bar on stderr (`what [#####.....] done/total`), shown only once the command has taken
+    PROGRESS_AFTER_S, redrawn at most every REDRAW_S."""
+
+    WIDTH = 30
+    REDRAW_S = 0.2
 
     def __init__(self, stream=None):
         self.stream = stream or sys.stderr
         self.t0 = time.perf_counter()
+        self.drawn = -1.0
         self.shown = False
 
     def __call__(self, what: str, done: int, total: int) -> None:
-        if time.perf_counter() - self.t0 < PROGRESS_AFTER_S or (done % 50 and done != total):
+        now = time.perf_counter()
+        if now - self.t0 < PROGRESS_AFTER_S or (done != total and now - self.drawn < self.REDRAW_S):
             return
-        self.shown = True
-        self.stream.write(f"\r{what}: {done:,}/{total:,} traces" + ("\n" if done == total else ""))
+        self.shown, self.drawn = True, now
+        filled = self.WIDTH * done // max(1, total)
+        self.stream.write(f"\r{what} [{'#' * filled}{'.' * (self.WIDTH - filled)}] {done:,}/{total:,}"
+                          + ("\n" if done == total else ""))
         self.stream.flush()
 
 
@@ -71,6 +79,7 @@ def register(sub) -> None:
     sim.add_argument("--out", type=Path, default=Path("simulate-output"), help="where simulate.json, simulate.txt "
                      "and simulate.png go (default ./simulate-output)")
     sim.add_argument("--no-optimum", action="store_true", help="skip the exact offline optimum")
+    sim.add_argument("--plot", action="store_true", help="also draw simulate.png (matplotlib: a second or more)")
     sim.add_argument("--format", choices=["text", "json"], default="text")
     sim.set_defaults(func=simulate_command)
 
@@ -142,7 +151,7 @@ def simulate_command(args: argparse.Namespace) -> int:
                     f"from {N_RANGE[0]} to {N_RANGE[1]:,}", "--n")
     try:
         checked = check_file(args.run, None, plan=True, region=args.region,  # spotrun.contract.runfile's loader
-                             prepared=args.prepared)
+                             prepared=args.prepared, choose_policy=False)  # the study below is the choice
         est, run = checked.estimate, checked.run
         catalog = regional_catalog(load_catalog(), args.region or "us-east-1")
         plan = plan_from_estimate(est, catalog, deadline_s=run.compute.deadline_s,
@@ -161,12 +170,13 @@ def simulate_command(args: argparse.Namespace) -> int:
     report["run"] = run.name
     report["layout"] = f"{est.instance_count} x {est.instance_type}"
     args.out.mkdir(parents=True, exist_ok=True)
-    files = {"report": args.out / "simulate.json", "summary": args.out / "simulate.txt",
-             "plot": args.out / "simulate.png"}
+    files = {"report": args.out / "simulate.json", "summary": args.out / "simulate.txt"}
     text = f"{run.name} on {report['layout']}: " + table_text(report)
     files["report"].write_text(json.dumps(finite(report), indent=2))
     files["summary"].write_text(text + "\n")
-    plot(report, files["plot"], f"{run.name}: {report['layout']}, {report['traces']} traces")
+    if args.plot:
+        files["plot"] = plot(report, args.out / "simulate.png", f"{run.name}: {report['layout']}, "
+                             f"{report['traces']} traces")
     if args.format == "json":
         print(json.dumps(finite(report), indent=2))
     else:

@@ -39,7 +39,8 @@ Rules, with the choices made here:
   need more than 28 days is refused unless `compute.accept_max_runtime_stop` accepts the stop at 28 days.
   MaxWait = MaxRuntime + the accepted delay (or the user's, refused when below MaxRuntime).
 - The checkpoint interval reaches the trainer as it is planned: whole seconds, at least 1 (a tiny
-  `interval_minutes` never rounds to 0, which the trainer reads as "off").
+  `checkpoint.interval_minutes` never rounds to 0, which the trainer reads as "off"), as
+  `checkpoint.interval_seconds`.
 """
 
 from __future__ import annotations
