@@ -36,6 +36,7 @@ from spotrun.seams import (
     StopNotice,
     checkpoint_manifest_key,
 )
+from spotrun.settings import parse
 
 
 def decide(plan: dict, guard: dict, describe: dict, **kwargs) -> dict:
@@ -327,7 +328,7 @@ def test_a_job_that_ends_its_segment_is_followed_by_the_next_with_the_max_runtim
     room = (20 - spent) / (RATE / 3600) - StopNotice.NOTICE_S
     assert out["max_runtime_seconds"] == min(PLAN["max_runtime_cap_seconds"], int(room))
     assert out["max_wait_seconds"] - out["max_runtime_seconds"] == PLAN["max_wait_extra_seconds"]
-    budget = int(out["hyperparameters"]["segment_seconds"])
+    budget = parse(out["hyperparameters"]).segment_seconds  # as the trainer reads it
     assert 0 < budget < out["max_runtime_seconds"]
     assert out["segments"][0]["cost_usd"] == pytest.approx(spent, abs=1e-3) and out["segments"][0]["exact"]
 
