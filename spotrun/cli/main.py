@@ -8,6 +8,7 @@
                              a deployed stage's runs (spotrun/cli/remote.py)
     approve, deploy, undeploy
                              a finished run's model to a SageMaker endpoint (spotrun/cli/deploy.py)
+    catalog update           a region's prices from AWS's price list (spotrun/cli/catalog.py)
 
 Every command reads a run file with spotrun.contract.runfile.load_run_file and exits with a code of the one table in
 spotrun/cli/exits.py, which `spotrun --help` prints.
@@ -16,8 +17,11 @@ spotrun/cli/exits.py, which `spotrun --help` prints.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from importlib.metadata import PackageNotFoundError, version
 
+from .catalog import register as register_catalog
 from .data import register as register_data
 from .deploy import register as register_deploy
 from .estimate import register as register_estimate
@@ -39,12 +43,11 @@ def build_parser() -> argparse.ArgumentParser:
     register_remote(sub)
     register_deploy(sub)
     register_simulate(sub)
+    register_catalog(sub)
     return parser
 
 
 def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         return version("spotrun")
     except PackageNotFoundError:
@@ -73,7 +76,6 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return Exit.FAILED
     except BrokenPipeError:  # the reader (`| head`) closed the pipe: not an error of the command
-        import os
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes
         return 0

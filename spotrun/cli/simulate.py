@@ -15,9 +15,23 @@ import sys
 import time
 from pathlib import Path
 
+from ..contract.refusal import Refusal
+from ..planner.estimate import load_catalog, regional_catalog
+from ..policy.choose import ESTIMATE_TRACES, candidates, horizon_s, plan_from_estimate
 from ..policy.decision import RULES
-from ..policy.traces import ADVISOR_BANDS
-from .estimate import add_prepared_argument
+from ..policy.report import plot, study, table_text
+from ..policy.traces import (
+    ADVISOR_BANDS,
+    TraceSpec,
+    advisor_rate,
+    generated_traces,
+    interruption_gaps,
+    read_availability,
+    recorded_traces,
+    resampled_traces,
+)
+from .estimate import add_prepared_argument, check_file
+from .exits import Exit, fail, for_status
 
 N_RANGE = (1, 100_000)  # 100,000 traces of every candidate is minutes and ~1 GB here; more is a mistake
 PROGRESS_AFTER_S = 2.0
@@ -85,17 +99,6 @@ def register(sub) -> None:
 
 
 def traces_for(plan, est, args) -> tuple[list, str]:
-    from ..policy.choose import ESTIMATE_TRACES, horizon_s
-    from ..policy.traces import (
-        TraceSpec,
-        advisor_rate,
-        generated_traces,
-        interruption_gaps,
-        read_availability,
-        recorded_traces,
-        resampled_traces,
-    )
-
     horizon = horizon_s(plan)
     if args.traces:
         files = sorted(Path(args.traces).rglob("*.json"))
@@ -139,13 +142,6 @@ def read_items(path: Path) -> list[dict]:
 
 
 def simulate_command(args: argparse.Namespace) -> int:
-    from ..contract.refusal import Refusal
-    from ..planner.estimate import load_catalog, regional_catalog
-    from ..policy.choose import candidates, plan_from_estimate
-    from ..policy.report import plot, study, table_text
-    from .estimate import check_file
-    from .exits import Exit, fail, for_status
-
     if not N_RANGE[0] <= args.n <= N_RANGE[1]:
         return fail(args.format, Exit.INVALID, "InvalidArguments", f"--n={args.n} is invalid: expected an integer "
                     f"from {N_RANGE[0]} to {N_RANGE[1]:,}", "--n")

@@ -38,6 +38,7 @@ from ..seams import (
     EXECUTION_TAG,
     METHOD_TAG,
     REGISTRATION_STATUS,
+    RUN_TAG,
     SHAPE_TAG,
     VALIDATION_CHANNEL,
     PipelineSettings,
@@ -259,7 +260,7 @@ def _ok_plan(run: RunSpec, est: Any, execution: str, started: str, settings: Pip
     channels += [_channel(VALIDATION_CHANNEL, held_out)] if held_out else []
     name = job_name(settings.job_prefix, run.name, execution)
     tags = {"project": settings.project, "stage": settings.stage, "cost-center": settings.cost_center,
-            **run.tags, "run": run.name, EXECUTION_TAG: execution, METHOD_TAG: run.training.method}
+            **run.tags, RUN_TAG: run.name, EXECUTION_TAG: execution, METHOD_TAG: run.training.method}
     if shape:
         tags[SHAPE_TAG] = shape  # with the method, what matches this job's measured MFU to later estimates
     volume_gb = max(100, int(est.checkpoint_bytes * run.checkpoint.keep * 1.5 / 1e9) + 50)
@@ -303,7 +304,8 @@ def _ok_plan(run: RunSpec, est: Any, execution: str, started: str, settings: Pip
         price_as_of=as_of,
         approval_status=REGISTRATION_STATUS, data_source=run.data.source or "",
         estimate={k: est.to_json()[k] for k in CONTRACT_KEYS}, gate=gate_of(run),
-        network_isolation=not run.tracking.mlflow_uri, mlflow_config=mlflow_config(run, execution),
+        network_isolation=not (run.tracking.mlflow_uri or run.tracking.wandb_project),
+        mlflow_config=mlflow_config(run, execution),
     )
     return result.to_json()
 

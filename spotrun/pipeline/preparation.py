@@ -27,7 +27,10 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from botocore.exceptions import ClientError
+
 from ..seams import (
+    EXECUTION_TAG,
     PREPARE_MARKER,
     PREPARED_PREFIX,
     PROCESSING_DATA_INPUT,
@@ -36,6 +39,7 @@ from ..seams import (
     RAW_SUFFIXES,
     WEIGHT_SUFFIXES,
     DatasetIndex,
+    PlanStatus,
     Preparation,
     PreparationSettings,
 )
@@ -175,8 +179,6 @@ def job_name(job_prefix: str, key: str, execution: str) -> str:
 
 def is_complete(s3: Any, bucket: str, prefix: str, key: str) -> dict | None:
     """The marker of a complete prepared output with this key (written last, after index.json), or None."""
-    from botocore.exceptions import ClientError
-
     try:
         marker = json.loads(s3.get_object(Bucket=bucket, Key=prefix + PREPARE_MARKER)["Body"].read())
     except ClientError as exc:
@@ -304,17 +306,12 @@ def resolve(run: Any, s3: Any, *, bucket: str, settings: PreparationSettings, ca
         poll_seconds=preparation_poll_seconds(runtime_s, poll_seconds, max_poll_seconds))
 
 
-PREPARED_FIELDS = frozenset(f.name for f in dataclasses.fields(Prepared))
-
-
 def plan_step(run: Any, s3: Any, *, pipeline: Any, settings: PreparationSettings, catalog: dict, execution: str,
               prepared: dict | None, training_minimum: Any = None) -> tuple[Any, Prepared | None, dict | None]:
     """The estimate's preparation step: (the run to plan, its Prepared or None, or the estimate's whole output
     instead of a plan: status Prepare with the job, or a refusal). The run to plan trains on the prepared shards
     with the cap less what the preparation cost (the cap itself stays the plan's `max_usd`); the job's MaxRuntime
     leaves `training_minimum(tokens)` of the cap for the training (`resolve`)."""
-    from ..seams import EXECUTION_TAG, PlanStatus
-
     tags = {"project": pipeline.project, "stage": pipeline.stage, "cost-center": pipeline.cost_center, **run.tags,
             "run": run.name, EXECUTION_TAG: execution}
     try:

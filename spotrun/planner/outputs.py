@@ -106,11 +106,12 @@ def _export(run: RunSpec) -> ExportConfig:
 
 
 def _tracking(run: RunSpec, given: TrackingConfig) -> TrackingConfig:
-    """The run's tracking settings with the experiment by default the run's name; none when the run names no
-    server, and then the trainer imports no MLflow and opens no socket."""
-    if not given.mlflow_uri:
+    """The run's tracking settings (MLflow's experiment by default the run's name); none when the run names neither
+    an MLflow server nor a W&B project, and then the trainer imports no tracking library and opens no socket."""
+    if not given.mlflow_uri and not given.wandb_project:
         return TrackingConfig()
-    return replace(given, experiment=run.tracking.experiment or run.name)
+    experiment = run.tracking.experiment or run.name if given.mlflow_uri else TrackingConfig.experiment
+    return replace(given, experiment=experiment)
 
 
 def mlflow_config(run: RunSpec, execution: str) -> dict[str, str]:

@@ -90,7 +90,7 @@ def table_text(report: dict) -> str:
 
 def plot(report: dict, path: Path, title: str) -> Path:
     """Mean cost against P(deadline met), one point per policy; the optimum's cost as the frontier."""
-    import matplotlib
+    import matplotlib  # matplotlib: requirements-dev.txt, not the CLI's; only `spotrun simulate` draws
 
     matplotlib.use("Agg")  # headless: no display on servers and CI
     import matplotlib.pyplot as plt
