@@ -33,7 +33,7 @@ import wandb
 
 from spotrun.settings import TrackingConfig
 
-from .tracking import LOSS, RESUMED_FROM_STEP, SUMMARY_PREFIX, VAL_LOSS, VAL_PPL, NullTracker
+from .tracker_base import LOSS, RESUMED_FROM_STEP, SUMMARY_PREFIX, VAL_LOSS, VAL_PPL, NullTracker
 
 log = logging.getLogger("spotrun_trainer.wandb_tracking")
 
