@@ -65,10 +65,10 @@ from ..seams import (
     EXECUTION_TAG,
     Guard,
     GuardAction,
-    Hyperparameter,
     Plan,
     metric_name,
 )
+from ..settings import flatten, parse
 from .aws_events import to_epoch
 from .continuation import EVENTS_PER_CREATE, EVENTS_PER_POLL, EVENTS_PER_STOP, continuation_name, must_continue
 from .report import run_report
@@ -416,8 +416,8 @@ def _next_segment(plan: Plan, guard: Guard, spent: float, spot: bool, act: Calla
             f"from step {checkpoint_step or 0} of {plan.planned_steps}: {why}. The newest checkpoint is under "
             f"{plan.checkpoint_s3_uri}: continue with checkpoint.resume_from={plan.execution} and a larger "
             "budget.max_usd"))
-    hyper = {**plan.hyperparameters, Hyperparameter.SEGMENT_SECONDS.value: str(segment_seconds(
-        max_rt, startup_s=plan.segment_overhead_seconds, save_s=plan.checkpoint_upload_seconds))}
+    hyper = flatten(dataclasses.replace(parse(plan.hyperparameters), segment_seconds=segment_seconds(
+        max_rt, startup_s=plan.segment_overhead_seconds, save_s=plan.checkpoint_upload_seconds)))
     fresh = must_continue(int(guard.history_events))  # the next segment in a fresh execution's history
     return act(GuardAction.CONTINUE if fresh else action, job_name=segment_job_name(plan.job_name, segment, spot),
                spot=spot, segment=segment, spent_before_usd=round(spent, 6),

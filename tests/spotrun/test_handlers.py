@@ -37,6 +37,7 @@ from spotrun.seams import (
     StopNotice,
     checkpoint_step_dir,
 )
+from spotrun.settings import parse
 
 
 def decide(plan: dict, guard: dict, describe: dict, **kwargs) -> dict:
@@ -332,7 +333,7 @@ def test_a_job_that_ends_its_segment_is_followed_by_the_next_with_the_max_runtim
     room = (20 - spent) / (RATE / 3600) - StopNotice.NOTICE_S
     assert out["max_runtime_seconds"] == min(PLAN["max_runtime_cap_seconds"], int(room))
     assert out["max_wait_seconds"] - out["max_runtime_seconds"] == PLAN["max_wait_extra_seconds"]
-    budget = int(out["hyperparameters"]["segment_seconds"])
+    budget = parse(out["hyperparameters"]).segment_seconds  # as the trainer reads it
     assert 0 < budget < out["max_runtime_seconds"]
     assert out["segments"][0]["cost_usd"] == pytest.approx(spent, abs=1e-3) and out["segments"][0]["exact"]
 
@@ -567,7 +568,7 @@ def test_no_switch_without_a_deadline_after_a_stop_the_cap_requested_or_without_
     behind = _step(0.01)
     late = T0 + 11 * 3600
     # No deadline (the estimate's own section for this run): the guard never switches.
-    assert PLAN["estimate"]["spot_policy"]["deadline_hours"] is None
+    assert PLAN["estimate"]["spot_policy"]["sim_plan"]["deadline_s"] is None
     assert decide(PLAN, GUARD0, _running(11), now=late, checkpoint_step=behind)["action"] == "wait"
     # A stop the cap requested: the next segment keeps the capacity it had (spot), however far behind.
     capped = {**GUARD0, "stop_requested": True}
