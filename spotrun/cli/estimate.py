@@ -114,8 +114,8 @@ def _without_planner(run: RunSpec, out: Checked) -> None:
                                           run.data.validation_fraction is not None else None) if f)
         why = "validate reads no S3 object" if source.startswith("s3://") else "not a directory here"
         out.unchecked.append(f"{wanted} against the validation split data.source holds ({source}: {why})")
-    if run.compute.deadline_hours is not None:
-        out.unchecked.append(f"compute.deadline_hours={run.compute.deadline_hours:g} against the run's length (the "
+    if run.compute.deadline_s is not None:
+        out.unchecked.append(f"compute.deadline_hours={run.compute.deadline_s / 3600:g} against the run's length (the "
                              "planner's hours; validate does not plan)")
 
 
