@@ -5,8 +5,8 @@ In order: the file's size (at most 256 KiB, Step Functions' input limit, checked
 decoder (spotrun.contract.spec.decode_run: a UTF-8 BOM is dropped, UTF-16/32 and non-UTF-8 bytes are refused, duplicate
 keys and huge integers are kept to be refused by field), the contract (parse_run), then local sources made
 absolute: a relative `model.source`, `data.source` or `data.validation` is read relative to the run file's
-directory, wherever the command runs from. s3:// URIs and hub ids (hf://) are left as they are. Every problem is a RunValidationError
-naming the field (`run` for the file itself).
+directory, wherever the command runs from. s3:// URIs and hub ids (hf://) are left as they are. Every problem is a
+RunValidationError naming the field (`run` for the file itself).
 """
 
 from __future__ import annotations
@@ -49,7 +49,8 @@ def read_run_bytes(path: Path) -> bytes:
 
 
 def resolve_sources(raw: dict, base: Path) -> dict:
-    """A copy of a parsed run's JSON with each local source (not s3:// or hf://) absolute, relative ones read from `base`."""
+    """A copy of a parsed run's JSON with each local source (not s3:// or hf://) absolute, relative ones read from
+    `base`."""
     out = {**raw}
     for section, key in SOURCE_FIELDS:
         source: Any = (raw.get(section) or {}).get(key)

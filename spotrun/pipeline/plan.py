@@ -37,6 +37,7 @@ from ..seams import (
     CANCEL_STATUSES,
     EXECUTION_TAG,
     METHOD_TAG,
+    PREPARE_MODEL,
     REGISTRATION_STATUS,
     SHAPE_TAG,
     VALIDATION_CHANNEL,
@@ -47,6 +48,7 @@ from ..seams import (
     StopNotice,
 )
 from .gate import gate_of
+from .hub import hub_step
 from .preflight import (
     RUN_RECORD,
     check_approval_status,
@@ -58,7 +60,7 @@ from .preflight import (
     check_stage_limits,
     run_record,
 )
-from .preparation import plan_step
+from .preparation import job_tags, plan_step
 from .segments import SEGMENT_SUFFIX_MAX, segment_job_name
 from .validate import Target, check_target, pipeline_hyperparameters, validation_uri
 
@@ -199,8 +201,18 @@ def plan(run_raw: Any, execution: str, settings: PipelineSettings, *, s3_client:
         run: RunSpec = parse_run(run_raw)
         check_stage_limits(run, settings, running_executions)
         catalog = deployment_catalog(catalog, settings, run)
+        cap, done, fetch_usd = run.max_usd, None, 0.0
+        if preparation is not None:  # a hub model: fetched into models/ first (spotrun/pipeline/hub.py)
+            run, instead = hub_step(run, s3_client, pipeline=settings, settings=preparation, catalog=catalog,
+                                    execution=execution, tags=job_tags(run, settings, execution))
+            if instead is not None:
+                if instead["status"] == PlanStatus.PREPARE.value:
+                    check_before_preparing(run, quotas_client, execution_status)
+                return instead
+            if prepared and prepared.get("kind") == PREPARE_MODEL:  # this execution's fetch: its bill is spent
+                fetch_usd, prepared = float(prepared["cost_usd"]), None
+                run = dataclasses.replace(run, max_usd=round(run.max_usd - fetch_usd, 4))
         data_uri, model_uri = check_target(run, Target(settings.bucket, settings.model_package_group))
-        cap, done = run.max_usd, None
         if preparation is not None:  # raw text under datasets/: prepared first (spotrun/pipeline/preparation.py)
             run, done, instead = plan_step(run, s3_client, pipeline=settings, settings=preparation, catalog=catalog,
                                            execution=execution, prepared=prepared,
@@ -230,8 +242,10 @@ def plan(run_raw: Any, execution: str, settings: PipelineSettings, *, s3_client:
             check_resumable(run, run.checkpoint.resume_from, execution_status(run.checkpoint.resume_from))
         out = _ok_plan(run, est, hyper, execution, started, settings, catalog, model_config, tokens, data_uri,
                        model_uri, s3_client, quotas_client, shape)
-        if done is not None:  # the cap is the run's; the preparation's cost is spent before the first job
-            out.update(max_usd=cap, spent_before_usd=done.cost_usd, preparation=dataclasses.asdict(done))
+        if done is not None or fetch_usd:  # the cap is the run's; the preparation's cost is spent before the first job
+            out.update(max_usd=cap, spent_before_usd=round((done.cost_usd if done else 0.0) + fetch_usd, 6))
+        if done is not None:
+            out.update(preparation=dataclasses.asdict(done))
         return out
     except Refusal as exc:
         return exc.result(CONTRACT_KEYS)
