@@ -75,7 +75,7 @@ def fetch_request(hub: HubId, *, bucket: str, settings: Any, catalog: dict, regi
         output_uri=f"s3://{bucket}/{prefix}", bucket=bucket, prefix=prefix, instance_type=settings.instance_type,
         instance_count=1, usd_per_hour=round(rate, 6), max_runtime_seconds=runtime_s,
         processing_resources={"ClusterConfig": cluster}, processing_inputs=[], processing_outputs=outputs,
-        entrypoint=["python", "-m", "spotrun_trainer", "fetch-model", hub.text, "--out", local],
+        entrypoint=["python", "-m", "spotrun_trainer", "fetch-model", hub.text, "--sagemaker-processing"],
         stopping_condition={"MaxRuntimeInSeconds": runtime_s}, tags=tags, poll_seconds=FETCH_POLL_SECONDS, files=0,
         kind=PREPARE_MODEL)
 
