@@ -73,6 +73,7 @@ class SpotrunStack(Stack):
                                                                                image_uri=inference_image))
         self.pipeline = TrainingPipeline(self, "Pipeline", props=TrainingPipelineProps(
             store=self.store, execution_role=self.execution.role, preparation_role=self.preparation_role.role,
+            hub_fetch_role=self.preparation_role.hub_fetch_role,
             image_uri=self.image.image_uri,
             inference_image_uri=inference_image,
             model_package_group_name=self.model_package_group_name,

@@ -74,6 +74,8 @@ class TrainingPipelineProps:
     """The training jobs' role."""
     preparation_role: iam.IRole
     """The preparation (processing) jobs' role: the only one that writes datasets/_prepared/."""
+    hub_fetch_role: iam.IRole
+    """The hub fetch (processing) jobs' role: writes models/_hub/ only (spotrun/pipeline/hub.py)."""
     image_uri: str
     inference_image_uri: str
     model_package_group_name: str
@@ -448,7 +450,8 @@ class TrainingPipeline(Construct):
         role.add_to_principal_policy(iam.PolicyStatement(actions=["sagemaker:AddTags"],
                                                          resources=[job_arn, package_arn, group_arn, arns.processing]))
         role.add_to_principal_policy(iam.PolicyStatement(
-            actions=["iam:PassRole"], resources=[props.execution_role.role_arn, props.preparation_role.role_arn],
+            actions=["iam:PassRole"], resources=[props.execution_role.role_arn, props.preparation_role.role_arn,
+                                                    props.hub_fetch_role.role_arn],
             conditions={"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}}))
         # A run continues in a fresh execution of this state machine (spotrun/pipeline/continuation.py). A policy of its
         # own: on the role's default policy the state machine's ARN would form a cycle.

@@ -23,11 +23,17 @@ from typing import Any
 
 from ..contract.hub_id import HubId, is_hub_id, parse_hub_id
 from ..seams import HUB_MANIFEST, HUB_MODELS_PREFIX, PREPARE_MODEL, PROCESSING_MODEL_OUTPUT, PlanStatus, Preparation
-from .preparation import PROCESSING_ROOT, PreparationRefused, list_objects, max_runtime, processing_rate
+from .preparation import (
+    PROCESSING_ROOT,
+    PreparationRefused,
+    list_objects,
+    max_runtime,
+    preparation_poll_seconds,
+    processing_rate,
+)
 
 # A fetch moves one model's files: an hour's MaxRuntime holds ~100 GB at the hub's usual rates; the cap bounds it too.
 FETCH_MAX_RUNTIME_S = 3600
-FETCH_POLL_SECONDS = 60
 
 
 def hub_prefix(hub: HubId) -> str:
@@ -56,7 +62,8 @@ def fetched(s3: Any, bucket: str, hub: HubId) -> dict | None:
 
 
 def fetch_request(hub: HubId, *, bucket: str, settings: Any, catalog: dict, region: str, job_prefix: str,
-                  execution: str, cap_usd: float, volume_kms_key_arn: str, tags: list) -> Preparation:
+                  execution: str, cap_usd: float, volume_kms_key_arn: str, tags: list,
+                  poll_seconds: int) -> Preparation:
     """The fetch job (one instance of the stage's preparation type): the trainer image's `fetch-model` writing the
     model into the processing output, uploaded to the copy's prefix at the job's end."""
     rate = processing_rate(catalog, region, settings.instance_type)
@@ -76,7 +83,7 @@ def fetch_request(hub: HubId, *, bucket: str, settings: Any, catalog: dict, regi
         instance_count=1, usd_per_hour=round(rate, 6), max_runtime_seconds=runtime_s,
         processing_resources={"ClusterConfig": cluster}, processing_inputs=[], processing_outputs=outputs,
         entrypoint=["python", "-m", "spotrun_trainer", "fetch-model", hub.text, "--sagemaker-processing"],
-        stopping_condition={"MaxRuntimeInSeconds": runtime_s}, tags=tags, poll_seconds=FETCH_POLL_SECONDS, files=0,
+        stopping_condition={"MaxRuntimeInSeconds": runtime_s}, tags=tags, poll_seconds=poll_seconds, files=0,
         kind=PREPARE_MODEL)
 
 
@@ -98,7 +105,9 @@ def hub_step(run: Any, s3: Any, *, pipeline: Any, settings: Any, catalog: dict, 
     try:
         job = fetch_request(hub, bucket=pipeline.bucket, settings=settings, catalog=catalog, region=pipeline.region,
                             job_prefix=pipeline.job_prefix, execution=execution, cap_usd=run.max_usd,
-                            volume_kms_key_arn=pipeline.volume_kms_key_arn, tags=tags)
+                            volume_kms_key_arn=pipeline.volume_kms_key_arn, tags=tags, poll_seconds=0)
+        job = dataclasses.replace(job, poll_seconds=preparation_poll_seconds(
+            job.max_runtime_seconds, pipeline.poll_seconds, pipeline.max_poll_seconds))
     except PreparationRefused as exc:
         status = PlanStatus.OVER_BUDGET if exc.over_budget else PlanStatus.INVALID_RUN
         return run, {"status": status.value, "message": str(exc), "field": "model.source"}
