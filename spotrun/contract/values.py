@@ -45,10 +45,12 @@ MODEL_SOURCE = f"{SOURCE}, or {HUB_ID}: fetched once into the stage's models/ by
 
 def model_source(raw: Any, path: str) -> str:
     """`model.source`: a source, or a hub id (spotrun/contract/hub_id.py), kept as written."""
-    if isinstance(raw, str) and raw.startswith(HUB_SCHEME[:3]):  # hf:/x is a mistyped id, not a relative path
+    if not isinstance(raw, str) or not raw:
+        raise RunValidationError(path, raw, MODEL_SOURCE)
+    if raw.startswith(HUB_SCHEME[:3]):  # hf:/x is a mistyped id, not a relative path
         parse_hub_id(raw, path)
         return raw
-    if isinstance(raw, str) and "://" in raw and not raw.startswith("s3://"):
+    if "://" in raw and not raw.startswith("s3://"):
         raise RunValidationError(path, raw, MODEL_SOURCE)
     return source(raw, path)
 
