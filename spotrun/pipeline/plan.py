@@ -26,6 +26,7 @@ import json
 import math
 from typing import Any, Callable
 
+from ..contract.hub_id import is_hub_id, parse_hub_id
 from ..contract.refusal import Refusal
 from ..contract.spec import RunSpec, RunValidationError, parse_run
 from ..planner.estimate import estimate, load_catalog, regional_catalog, startup_seconds
@@ -41,6 +42,7 @@ from ..seams import (
     REGISTRATION_STATUS,
     SHAPE_TAG,
     VALIDATION_CHANNEL,
+    Hyperparameter,
     PipelineSettings,
     Plan,
     PlanStatus,
@@ -202,6 +204,7 @@ def plan(run_raw: Any, execution: str, settings: PipelineSettings, *, s3_client:
         check_stage_limits(run, settings, running_executions)
         catalog = deployment_catalog(catalog, settings, run)
         cap, done, fetch_usd = run.max_usd, None, 0.0
+        hub_repo = parse_hub_id(run.model.source).repo if is_hub_id(run.model.source) else None
         if preparation is not None:  # a hub model: fetched into models/ first (spotrun/pipeline/hub.py)
             run, instead = hub_step(run, s3_client, pipeline=settings, settings=preparation, catalog=catalog,
                                     execution=execution, tags=job_tags(run, settings, execution))
@@ -230,6 +233,8 @@ def plan(run_raw: Any, execution: str, settings: PipelineSettings, *, s3_client:
         est = estimate(run, catalog=catalog, model_config=model_config, data_tokens=tokens,
                        recorded_rates=rates, recorded_mfu=measured, validation_tokens=sources.validation_tokens)
         hyper = pipeline_hyperparameters(run, est)
+        if hub_repo:  # the exported adapter's base: the hub's name for it (from_pretrained takes it), not the copy
+            hyper[Hyperparameter.MODEL_SOURCE.value] = hub_repo
         from ..policy.choose import spot_policy  # the chosen spot policy and its odds (stdlib only)
 
         est.spot_policy = spot_policy(run, est, catalog, poll_s=settings.poll_seconds,
