@@ -203,6 +203,8 @@ def plan(run_raw: Any, execution: str, settings: PipelineSettings, *, s3_client:
         run: RunSpec = parse_run(run_raw)
         check_stage_limits(run, settings, running_executions)
         catalog = deployment_catalog(catalog, settings, run)
+        # Every source's place first (a hub id: its copy's, spotrun/pipeline/validate.py `hub_copy`), before any job.
+        data_uri, model_uri = check_target(run, Target(settings.bucket, settings.model_package_group))
         cap, done, fetch_usd = run.max_usd, None, 0.0
         hub_repo = parse_hub_id(run.model.source).repo if is_hub_id(run.model.source) else None
         if preparation is not None:  # a hub model: fetched into models/ first (spotrun/pipeline/hub.py)
@@ -215,8 +217,7 @@ def plan(run_raw: Any, execution: str, settings: PipelineSettings, *, s3_client:
             if prepared and prepared.get("kind") == PREPARE_MODEL:  # this execution's fetch: its bill is spent
                 fetch_usd, prepared = float(prepared["cost_usd"]), None
                 run = dataclasses.replace(run, max_usd=round(run.max_usd - fetch_usd, 4))
-        data_uri, model_uri = check_target(run, Target(settings.bucket, settings.model_package_group))
-        if preparation is not None:  # raw text under datasets/: prepared first (spotrun/pipeline/preparation.py)
+            # Raw text under datasets/: prepared first (spotrun/pipeline/preparation.py).
             run, done, instead = plan_step(run, s3_client, pipeline=settings, settings=preparation, catalog=catalog,
                                            execution=execution, prepared=prepared,
                                            training_minimum=training_minimum(run, catalog, s3_client))
