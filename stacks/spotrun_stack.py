@@ -20,7 +20,7 @@ from training_constructs.artifact_store import ArtifactStore, ArtifactStoreProps
 from training_constructs.cost_governance import CostGovernance, CostGovernanceProps
 from training_constructs.execution_role import TrainingExecutionRole, TrainingExecutionRoleProps
 from training_constructs.interruption_events import InterruptionEvents, InterruptionEventsProps
-from training_constructs.preparation_role import PreparationRole
+from training_constructs.preparation_role import HubFetchRole, PreparationRole
 from training_constructs.serving_role import ServingRole, ServingRoleProps
 from training_constructs.trainer_image import TrainerImage, TrainerImageProps, sagemaker_image, serving_image
 from training_constructs.training_pipeline import TrainingPipeline, TrainingPipelineProps
@@ -66,6 +66,8 @@ class SpotrunStack(Stack):
         self.preparation_role = PreparationRole(self, "PreparationRole", store=self.store,
                                                 repository=self.image.repository, in_vpc=bool(config.vpc_subnet_ids),
                                                 prepared_prefix=PREPARED_PREFIX)
+        self.hub_fetch_role = HubFetchRole(self, "HubFetchRole", store=self.store, repository=self.image.repository,
+                                           in_vpc=bool(config.vpc_subnet_ids))
         self.events = InterruptionEvents(self, "InterruptionEvents", props=InterruptionEventsProps(
             job_prefix=config.job_prefix, stage=config.stage))
         inference_image = config.inference_image or serving_image(config.region)
@@ -73,7 +75,7 @@ class SpotrunStack(Stack):
                                                                                image_uri=inference_image))
         self.pipeline = TrainingPipeline(self, "Pipeline", props=TrainingPipelineProps(
             store=self.store, execution_role=self.execution.role, preparation_role=self.preparation_role.role,
-            hub_fetch_role=self.preparation_role.hub_fetch_role,
+            hub_fetch_role=self.hub_fetch_role.role,
             image_uri=self.image.image_uri,
             inference_image_uri=inference_image,
             model_package_group_name=self.model_package_group_name,

@@ -1,5 +1,5 @@
 """PreparationRole: what a SageMaker Processing job preparing raw data may do (the only job role that writes
-datasets/_prepared/), and nothing more."""
+datasets/_prepared/), and nothing more; HubFetchRole: the same for the job that fetches a hub model."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ class PreparationRole(Construct):
     the raw text under datasets/, the model's tokenizer under models/ and the execution's tokenizer manifest
     (checkpoints/<run>/<execution>/preparation/), and adds its parts under datasets/_prepared/ (no read there, no
     delete). Training jobs run as TrainingExecutionRole, which cannot write datasets/ at all: a run that reaches the
-    network (MLflow) cannot poison the prepared data later runs reuse. `hub_fetch_role`: the hub fetch jobs' role."""
+    network (MLflow) cannot poison the prepared data later runs reuse."""
 
     def __init__(self, scope: Construct, id_: str, *, store: ArtifactStore, repository: ecr.IRepository,
                  in_vpc: bool, prepared_prefix: str) -> None:
@@ -42,22 +42,26 @@ class PreparationRole(Construct):
                     "SageMaker Processing uploads each instance's part under datasets/_prepared/<content key>/: "
                     "keys are not known ahead (write only, no delete)")
         acknowledge_job_basics(policy, log_group_arn, in_vpc=in_vpc, jobs="preparation jobs")
-        self.hub_fetch_role = self._hub_fetch_role(store, repository, in_vpc)
         for action in ("kms:GenerateDataKey*", "kms:ReEncrypt*"):
             acknowledge(policy, f"AwsSolutions-IAM5[Action::{action}]",
                         "key-scoped data-key and re-encrypt actions on the artifact key alone (the parts it writes "
                         "under datasets/_prepared/ are encrypted with it)")
 
-    def _hub_fetch_role(self, store: ArtifactStore, repository: ecr.IRepository, in_vpc: bool) -> iam.Role:
-        """The hub fetch job's role (spotrun/pipeline/hub.py): the one job that reaches the network outside
-        training reads nothing of the stage's data; it only adds a hub model's files under models/_hub/ (no
-        delete, no read)."""
-        role = iam.Role(self, "HubFetch", assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"),
-                        description="spotrun hub model fetch (processing) jobs: write models/_hub/ only")
-        role.add_to_policy(iam.PolicyStatement(actions=["s3:PutObject", "s3:AbortMultipartUpload"],
-                                               resources=[store.arn_under(HUB_MODELS_PREFIX)]))
-        log_group_arn = job_basics(role, store, repository, in_vpc=in_vpc, log_group="/aws/sagemaker/ProcessingJobs*")
-        policy = role.node.find_child("DefaultPolicy")
+
+class HubFetchRole(Construct):
+    """The hub fetch job's role (spotrun/pipeline/hub.py): the one job outside training that reaches the network
+    reads nothing of the stage's data; it only adds a hub model's files under models/_hub/ (no delete, no read)."""
+
+    def __init__(self, scope: Construct, id_: str, *, store: ArtifactStore, repository: ecr.IRepository,
+                 in_vpc: bool) -> None:
+        super().__init__(scope, id_)
+        self.role = iam.Role(self, "Role", assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"),
+                             description="spotrun hub model fetch (processing) jobs: write models/_hub/ only")
+        self.role.add_to_policy(iam.PolicyStatement(actions=["s3:PutObject", "s3:AbortMultipartUpload"],
+                                                    resources=[store.arn_under(HUB_MODELS_PREFIX)]))
+        log_group_arn = job_basics(self.role, store, repository, in_vpc=in_vpc,
+                                   log_group="/aws/sagemaker/ProcessingJobs*")
+        policy = self.role.node.find_child("DefaultPolicy")
         acknowledge(policy, f"AwsSolutions-IAM5[Resource::{rendered(self, store.arn_under(HUB_MODELS_PREFIX))}]",
                     "SageMaker Processing uploads the hub model's files under models/_hub/<org>/<name>/<revision>/: "
                     "the id is the run's (write only, no delete, no read)")
@@ -66,4 +70,3 @@ class PreparationRole(Construct):
             acknowledge(policy, f"AwsSolutions-IAM5[Action::{action}]",
                         "key-scoped data-key and re-encrypt actions on the artifact key alone (the files it writes "
                         "under models/_hub/ are encrypted with it)")
-        return role

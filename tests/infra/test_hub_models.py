@@ -53,6 +53,7 @@ def test_a_hub_model_is_fetched_once_by_the_preparation_step_and_trained_from_th
     assert problems == []
     # The fetch is the one job with network; the trainer image's own fetch-model; one instance; no inputs.
     assert request["NetworkConfig"]["EnableNetworkIsolation"] is False
+    assert request["RoleArn"] == aws.hub_fetch_role_arn  # its own role: writes models/_hub/ only (test_data_access)
     assert request["AppSpecification"]["ContainerEntrypoint"][3:5] == ["fetch-model", "hf://tiny-org/tiny-llama@main"]
     assert request["ProcessingResources"]["ClusterConfig"]["InstanceCount"] == 1
     assert request.get("ProcessingInputs", []) == []
@@ -105,12 +106,12 @@ def test_only_the_fetch_job_has_network_and_its_role_only_adds_files_under_model
     assert fetch["NetworkConfig"]["EnableNetworkIsolation"] is False
     assert prepare["NetworkConfig"]["EnableNetworkIsolation"] is True
     # GetAtt renders as the placeholder's ARN naming the logical ID: the fetch runs as its own role.
-    assert "PreparationRoleHubFetch" in fetch["RoleArn"] and "HubFetch" not in prepare["RoleArn"]
+    assert "HubFetchRole" in fetch["RoleArn"] and "PreparationRole" in prepare["RoleArn"]
     choice = states["PrepareWhat"]
     assert choice["Choices"] == [{"Variable": "$.plan.preparation.kind", "StringEquals": "model",
                                   "Next": "CreateModelFetchJob"}] and choice["Default"] == "CreatePreparationJob"
     policies = template.find_resources("AWS::IAM::Policy", {"Properties": {
-        "Roles": [{"Ref": Match.string_like_regexp("^PreparationRoleHubFetch")}]}})
+        "Roles": [{"Ref": Match.string_like_regexp("^HubFetchRole")}]}})
     statements = [s for p in policies.values() for s in p["Properties"]["PolicyDocument"]["Statement"]]
     s3 = [s for s in statements if any(str(a).startswith("s3:") for a in
                                        (s["Action"] if isinstance(s["Action"], list) else [s["Action"]]))]

@@ -131,6 +131,8 @@ class Driver:
         self.role_arn = iam.create_role(RoleName="sm-role", AssumeRolePolicyDocument=trust)["Role"]["Arn"]
         self.preparation_role_arn = iam.create_role(RoleName="preparation-role",
                                                     AssumeRolePolicyDocument=trust)["Role"]["Arn"]
+        self.hub_fetch_role_arn = iam.create_role(RoleName="hub-fetch-role",
+                                                  AssumeRolePolicyDocument=trust)["Role"]["Arn"]
         self.topic = boto3.client("sns", region_name=REGION).create_topic(Name="failures")["TopicArn"]
         self.sagemaker = boto3.client("sagemaker", region_name=REGION)
         self.sagemaker.create_model_package_group(ModelPackageGroupName=GROUP)
@@ -161,6 +163,8 @@ class Driver:
             return self.role_arn
         if logical.startswith("PreparationRole"):
             return self.preparation_role_arn
+        if logical.startswith("HubFetchRole"):
+            return self.hub_fetch_role_arn
         if logical in RESOURCES:
             return RESOURCES[logical]
         raise KeyError(logical)
