@@ -11,6 +11,16 @@ runs as the state machine executes it (spotrun/policy/execution.py: the guard's 
 Choose and report on different windows: the traces in sorted path order alternate between the choose set (even
 positions) and the held-out set (odd positions). Policy parameters were picked on the choose set only.
 
+Two published policies are compared here only (`--baseline`; neither is in RULES, each loses to the chosen one):
+- `uniform_progress_code`: Uniform Progress as the authors' code (skypilot-org/sky-spot, `rc_cr_threshold`)
+  behaves: back to spot whenever it can, no hysteresis; executed by the guard, which cannot see spot capacity
+  from an on-demand job, that is a return as soon as the run is ahead of its line (`DeadlineRule("line",
+  hysteresis=0)`).
+- `ross`: a randomized threshold after ROSS (arXiv 2601.14612; only its abstract was available to us, so this is
+  our reading of it, not the authors' algorithm): each run draws once the share w of its initial slack it
+  spends waiting for spot, w ~ e^w / (e - 1) on [0, 1] (the randomized ski-rental density), then stays
+  on-demand; one draw per window from a seeded generator.
+
 The exact optimum (spotrun/policy/optimum.py) takes about a second per window: it runs on every
 `--optimum-every`-th window, and the gap to it is each policy's mean on those same windows over the optimum's,
 on the windows where the solver reports its answer exact (past its cap it returns a floor; the count is printed).
@@ -19,9 +29,22 @@ on the windows where the solver reports its answer exact (past its cap it return
 from __future__ import annotations
 
 import argparse
+import contextlib
+import math
+import random
 from pathlib import Path
 
-from spotrun.policy.decision import DEADLINE_RULES
+from spotrun.policy.decision import (
+    DEADLINE_RULES,
+    RULES,
+    DeadlineRule,
+    JobStatus,
+    Market,
+    Observation,
+    ProbingGreedy,
+    risk_s,
+    slack_s,
+)
 from spotrun.policy.engine import SimPlan
 from spotrun.policy.execution import execute
 from spotrun.policy.optimum import solve
@@ -48,19 +71,51 @@ def windows(recordings: list, deadline_h: float, every_h: float) -> list[tuple[i
     return out
 
 
+BASELINES = ("uniform_progress_code", "ross")
+ROSS_SEED = 0
+
+
+@contextlib.contextmanager
+def registered(name: str, rule):
+    """A rule of this benchmark's under `name` while it runs (execute looks policies up by name in RULES)."""
+    RULES[name] = rule
+    try:
+        yield name
+    finally:
+        del RULES[name]
+
+
+def ross_rule(plan: SimPlan, rng: random.Random) -> ProbingGreedy:
+    """One run's ROSS threshold (see the module docstring): wait until a drawn share of the slack is spent."""
+    start = slack_s(plan, "notice", Observation(0.0, 0.0, Market.SPOT, JobStatus.NONE)) - risk_s(plan, "notice")
+    waited = math.log(1 + rng.random() * (math.e - 1))
+    return ProbingGreedy(reserve=(1 - waited) * start / plan.changeover_s, stint_s=math.inf)
+
+
+def outcome(plan: SimPlan, trace: list, policy: str) -> tuple[float, bool]:
+    """(cost / on-demand from the start, deadline met)."""
+    od = plan.work_s / 3600 * plan.on_demand_usd_per_h
+    tally = execute(plan, trace, policy, "notice", horizon_s=plan.deadline_s + AFTER_DEADLINE_H * 3600).tally
+    usd = (tally.spot_s * plan.spot_usd_per_h + tally.od_s * plan.on_demand_usd_per_h) / 3600
+    return usd / od, tally.finished and tally.t <= plan.deadline_s + 1e-6
+
+
 def outcomes(plan: SimPlan, traces: list, policy: str) -> list[tuple[float, bool]]:
     """(cost / on-demand from the start, deadline met) per trace."""
-    od = plan.work_s / 3600 * plan.on_demand_usd_per_h
-    out = []
-    for trace in traces:
-        tally = execute(plan, trace, policy, "notice", horizon_s=plan.deadline_s + AFTER_DEADLINE_H * 3600).tally
-        usd = (tally.spot_s * plan.spot_usd_per_h + tally.od_s * plan.on_demand_usd_per_h) / 3600
-        out.append((usd / od, tally.finished and tally.t <= plan.deadline_s + 1e-6))
-    return out
+    if policy == "uniform_progress_code":
+        with registered("_bench", DeadlineRule("line", hysteresis=0.0)) as name:
+            return [outcome(plan, trace, name) for trace in traces]
+    if policy == "ross":
+        rng, out = random.Random(ROSS_SEED), []
+        for trace in traces:
+            with registered("_bench", ross_rule(plan, rng)) as name:
+                out.append(outcome(plan, trace, name))
+        return out
+    return [outcome(plan, trace, policy) for trace in traces]
 
 
 def _mean(values: list[float]) -> float:
-    return sum(values) / len(values)
+    return sum(values) / len(values) if values else float("nan")  # no exact optimum among the sampled windows
 
 
 def table(recordings: list, names: list[str], every_h: float, optimum_every: int, policies: list[str],
@@ -107,14 +162,16 @@ def main() -> None:
     parser.add_argument("--every-h", type=float, default=6.0, help="hours between job starts in each trace")
     parser.add_argument("--optimum-every", type=int, default=4, help="the exact optimum on every k-th window")
     parser.add_argument("--deadline", type=float, action="append", help="only these deadlines, hours (repeatable)")
-    parser.add_argument("--policy", action="append", choices=DEADLINE_RULES, help="only these (repeatable)")
+    parser.add_argument("--policy", action="append", choices=DEADLINE_RULES + BASELINES,
+                        help="only these (repeatable)")
     args = parser.parse_args()
     files = sorted(args.spot_traces.rglob("availability/1-node/*/*.json"))
     if not files:
         raise SystemExit(f"--spot-traces {args.spot_traces}: no availability/1-node/*/*.json under it")
     recordings = [read_availability(f) for f in files]
     names = [f"{f.parent.name}/{f.stem}" for f in files]
-    print("\n".join(table(recordings, names, args.every_h, args.optimum_every, args.policy or list(DEADLINE_RULES),
+    policies = args.policy or list(DEADLINE_RULES + BASELINES)
+    print("\n".join(table(recordings, names, args.every_h, args.optimum_every, policies,
                            tuple(args.deadline or DEADLINES_H))))
 
 

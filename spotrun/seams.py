@@ -17,7 +17,7 @@ The planner and the Lambda handlers (spotrun/), the CDK constructs (training_con
   `CANCEL_STATUSES`: what the estimate and the canceller decide that the state machine and its rules repeat.
 - `StopNotice`: the stop-notice timings (SageMaker's SIGTERM-to-SIGKILL window and how it is spent).
 - `BytesPerParameter`: training state and checkpoint sizes per parameter.
-- `CHECKPOINT_MANIFEST`, `CHECKPOINT_STEP_DIR`, `checkpoint_step_dir`, `checkpoint_manifest_key`: the
+- `CHECKPOINT_MANIFEST`, `CHECKPOINT_STEP_DIR`, `checkpoint_step_dir`: the
   committed-checkpoint layout the trainer writes and the guard lists in S3. `EXPORT_METADATA`: the file beside an
   exported model.
 - `DatasetIndex`: the prepared dataset's index.json (`prepare` writes it; the trainer and the estimate read it);
@@ -186,6 +186,12 @@ INTERRUPTIONS_METRIC = "Interruptions"
 # shape and method that match a finished job's measured MFU to later estimates (spotrun/planner/measured.py).
 SHAPE_TAG, METHOD_TAG = "spotrun:shape", "spotrun:method"
 EXECUTION_TAG = "execution"  # the execution's name: what makes a job this execution's (guard, canceller)
+# The run's name: a tag of every job and the session tag its training job's credentials carry (the launch function,
+# spotrun/pipeline/launch.py; the execution role's S3 grants name ${aws:PrincipalTag/run}).
+RUN_TAG = "run"
+# What an execution trained, beside its checkpoints (checkpoints/<run>/<execution>/): written by the estimate (and
+# `spotrun start`), checked on resume_from (spotrun/pipeline/preflight.py).
+RUN_RECORD = "spotrun-run.json"
 # History events an execution may have used before its first poll (its states up to the first job, a preparation's
 # polls included: MAX_PREPARATION_POLLS x 9 in spotrun/pipeline/preparation.py), generously: the construct writes it
 # into the first guard, whose count decides when a chain continues in a fresh execution (pipeline/continuation.py).
@@ -202,6 +208,11 @@ def stack_name(stage: str) -> str:
     return f"{stage}-{STACK_ID}"
 
 
+# SageMaker's log group of training jobs; each job's streams are <job name>/algo-N-... (the CLI's `logs`, the people
+# policies: training_constructs/people_policies.py).
+TRAINING_LOG_GROUP = "/aws/sagemaker/TrainingJobs"
+
+
 class StackOutput(str, Enum):
     """The stack's outputs the CLI reads (`spotrun start|status|...`, `spotrun validate --stage`)."""
 
@@ -215,6 +226,10 @@ class StackOutput(str, Enum):
     ESTIMATE_SETTINGS = "EstimateSettings"
     # The role `spotrun deploy` gives the endpoint's model (training_constructs/serving_role.py).
     SERVING_ROLE_ARN = "ServingRoleArn"
+    # The managed policies for people (training_constructs/people_policies.py): to attach, not read by the CLI.
+    DEPLOYER_POLICY_ARN = "DeployerPolicyArn"
+    RUN_USER_POLICY_ARN = "RunUserPolicyArn"
+    APPROVER_POLICY_ARN = "ApproverPolicyArn"
 
 
 # ---- stop notice (SageMaker -> launcher -> trainer) ------------------------------------------------------------
@@ -264,11 +279,6 @@ CHECKPOINT_STEP_DIR = re.compile(rf"^{CHECKPOINT_STEP_PREFIX}(\d{{8}})$")  # gro
 def checkpoint_step_dir(step: int) -> str:
     """The directory name of step N's checkpoint (`step-00000120`); CHECKPOINT_STEP_DIR matches it."""
     return f"{CHECKPOINT_STEP_PREFIX}{step:08d}"
-
-
-def checkpoint_manifest_key(step: int) -> str:
-    """Step N's manifest relative to the checkpoint directory (or S3 prefix): `step-00000120/manifest.json`."""
-    return f"{checkpoint_step_dir(step)}/{CHECKPOINT_MANIFEST}"
 
 
 # ---- prepared datasets (prepare writes; the trainer, `spotrun prepare`/`upload` and the estimate read) --------
@@ -722,6 +732,13 @@ class CancelEnvironment(LambdaEnvironment):
 
     job_prefix: str
     topic_arn: str = ""  # empty: stop without notifying
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchEnvironment(LambdaEnvironment):
+    """The launch function's environment: the role it assumes, tagged with the run, to create training jobs."""
+
+    launcher_role_arn: str
 
 
 @dataclasses.dataclass(frozen=True)

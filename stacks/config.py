@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from spotrun.contract.aws_text import TAG_KEY_MAX, TAG_VALUE_MAX, aws_text_ok
 from spotrun.contract.strict_json import RunValidationError
 from spotrun.contract.values import mlflow_uri
+from spotrun.planner.estimate import load_catalog
 
 # Patterns of the AWS APIs these values end up in (EC2 ids; SageMaker ModelPackageGroupName).
 SUBNET_ID = re.compile(r"^subnet-[0-9a-f]{8}(?:[0-9a-f]{9})?$")
@@ -197,8 +198,6 @@ class AccountConfig:
 
 
 def _catalog() -> dict:
-    from spotrun.planner.estimate import load_catalog
-
     return load_catalog()
 
 

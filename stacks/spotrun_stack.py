@@ -20,7 +20,8 @@ from training_constructs.artifact_store import ArtifactStore, ArtifactStoreProps
 from training_constructs.cost_governance import CostGovernance, CostGovernanceProps
 from training_constructs.execution_role import TrainingExecutionRole, TrainingExecutionRoleProps
 from training_constructs.interruption_events import InterruptionEvents, InterruptionEventsProps
-from training_constructs.preparation_role import HubFetchRole, PreparationRole
+from training_constructs.people_policies import PeoplePolicies, PeoplePoliciesProps
+from training_constructs.preparation_role import HubFetchRole, HubFetchRoleProps, PreparationRole, PreparationRoleProps
 from training_constructs.serving_role import ServingRole, ServingRoleProps
 from training_constructs.trainer_image import TrainerImage, TrainerImageProps, sagemaker_image, serving_image
 from training_constructs.training_pipeline import TrainingPipeline, TrainingPipelineProps
@@ -63,11 +64,11 @@ class SpotrunStack(Stack):
         self.execution = TrainingExecutionRole(self, "ExecutionRole", props=TrainingExecutionRoleProps(
             store=self.store, repository=self.image.repository, in_vpc=bool(config.vpc_subnet_ids),
             mlflow_tracking_server_arns=config.mlflow_tracking_server_arns))
-        self.preparation_role = PreparationRole(self, "PreparationRole", store=self.store,
-                                                repository=self.image.repository, in_vpc=bool(config.vpc_subnet_ids),
-                                                prepared_prefix=PREPARED_PREFIX)
-        self.hub_fetch_role = HubFetchRole(self, "HubFetchRole", store=self.store, repository=self.image.repository,
-                                           in_vpc=bool(config.vpc_subnet_ids))
+        self.preparation_role = PreparationRole(self, "PreparationRole", props=PreparationRoleProps(
+            store=self.store, repository=self.image.repository, in_vpc=bool(config.vpc_subnet_ids),
+            prepared_prefix=PREPARED_PREFIX))
+        self.hub_fetch_role = HubFetchRole(self, "HubFetchRole", props=HubFetchRoleProps(
+            store=self.store, repository=self.image.repository, in_vpc=bool(config.vpc_subnet_ids)))
         self.events = InterruptionEvents(self, "InterruptionEvents", props=InterruptionEventsProps(
             job_prefix=config.job_prefix, stage=config.stage))
         inference_image = config.inference_image or serving_image(config.region)
@@ -99,7 +100,12 @@ class SpotrunStack(Stack):
             failure_queues=(self.pipeline.cancel_dlq, self.pipeline.cancel_failures, self.events.dead_letters,
                             self.events.recorder_failures),
             functions=(self.pipeline.estimate_fn, self.pipeline.guard_fn, self.pipeline.cancel_fn,
-                       self.events.recorder, self.pipeline.prepare_fn)))
+                       self.events.recorder, self.pipeline.prepare_fn, self.pipeline.launcher.fn)))
+        # For the people who deploy, run and approve (docs/security.md): managed policies to attach.
+        self.people = PeoplePolicies(self, "People", props=PeoplePoliciesProps(
+            store=self.store, state_machine=self.pipeline.state_machine, serving_role=self.serving.role,
+            job_prefix=config.job_prefix, model_package_group_base=config.model_package_group_base,
+            prepared_prefix=PREPARED_PREFIX))
         # What users need after `cdk deploy`: where to upload, what to start, where to look.
         CfnOutput(self, StackOutput.ARTIFACT_BUCKET.value, value=self.store.bucket.bucket_name,
                   description="upload datasets/<name>/ (shards + index.json) and models/<name>/ (HF model dirs) here")
@@ -112,3 +118,8 @@ class SpotrunStack(Stack):
                   description="the estimate function's settings: spotrun start validates with them locally")
         CfnOutput(self, StackOutput.SERVING_ROLE_ARN.value, value=self.serving.role.role_arn,
                   description="the role spotrun deploy gives endpoint models (reads output/ and models/)")
+        for key, policy, who in ((StackOutput.DEPLOYER_POLICY_ARN, self.people.deployer, "cdk deploy"),
+                                 (StackOutput.RUN_USER_POLICY_ARN, self.people.run_user,
+                                  "spotrun prepare/upload-model/start/status/logs/cancel/deploy"),
+                                 (StackOutput.APPROVER_POLICY_ARN, self.people.approver, "spotrun approve")):
+            CfnOutput(self, key.value, value=policy.managed_policy_arn, description=f"attach to whoever runs {who}")

@@ -22,7 +22,10 @@ DATASETS, MODELS, CHECKPOINTS, OUTPUT = "datasets/", "models/", "checkpoints/", 
 @dataclass(frozen=True)
 class ArtifactStoreProps:
     checkpoint_retention_days: int = 30
+    """Days a checkpoint object is kept under checkpoints/ (the model is in output/ and the registry by then).
+    Default: 30."""
     noncurrent_version_days: int = 7
+    """Days an overwritten or deleted object's old version is kept (the bucket is versioned). Default: 7."""
 
     def __post_init__(self) -> None:
         if self.checkpoint_retention_days < 1 or self.noncurrent_version_days < 1:

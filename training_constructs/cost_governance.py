@@ -47,17 +47,24 @@ def apply_tags(scope: IConstruct, tags: dict[str, str]) -> None:
 @dataclass(frozen=True)
 class CostGovernanceProps:
     project: str
+    """The `project` cost-allocation tag's value: the monthly budget counts the resources carrying it."""
     stage: str
+    """The stage's name: the dimension of the stage's metrics and alarms."""
     monthly_budget_usd: float
+    """The monthly AWS Budget in USD (> 0): email at 80% actual and 100% forecast spend."""
     emails: tuple[str, ...]
+    """Who the budget emails (may be empty: the budget is then without notifications)."""
     state_machine: sfn.IStateMachine
+    """The training pipeline's state machine: its executions on the dashboard, failed ones alarm."""
     alarm_topic: sns.ITopic | None = None
+    """Where every alarm is sent. Default: None (the alarms are made without actions)."""
     metrics_namespace: str = METRICS_NAMESPACE
+    """The CloudWatch namespace of the pipeline's own metrics. Default: spotrun.seams.METRICS_NAMESPACE."""
     failure_queues: tuple[sqs.IQueue, ...] = ()
-    """Dead-letter and on-failure queues: any message in one is an event that was not handled (default none)."""
+    """Dead-letter and on-failure queues: any message in one is an event that was not handled. Default: none."""
     functions: tuple[lambda_.IFunction, ...] = ()
-    """Functions whose errors alarm (default none): a guard or canceller that raises is a cap that rests on
-    MaxRuntime alone."""
+    """Functions whose errors alarm: a guard or canceller that raises is a cap that rests on MaxRuntime alone.
+    Default: none."""
 
     def __post_init__(self) -> None:
         if self.monthly_budget_usd <= 0:

@@ -30,8 +30,11 @@ SOURCE, DETAIL_TYPE = "aws.sagemaker", "SageMaker Training Job State Change"
 @dataclass(frozen=True)
 class InterruptionEventsProps:
     job_prefix: str
+    """The stage's training job name prefix: only these jobs' state changes are recorded."""
     stage: str
+    """The stage's name: the dimension of the interruption metric."""
     metrics_namespace: str = METRICS_NAMESPACE
+    """The CloudWatch namespace of the interruption metric. Default: spotrun.seams.METRICS_NAMESPACE."""
 
 
 class InterruptionEvents(Construct):

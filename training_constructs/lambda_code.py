@@ -28,7 +28,7 @@ def spotrun_code() -> lambda_.Code:
 
 
 def spotrun_function(scope: Construct, id_: str, *, handler: str, description: str, environment: dict[str, str],
-                     timeout_s: int = 30) -> lambda_.Function:
+                     timeout_s: int = 30, memory_mb: int = 256) -> lambda_.Function:
     log_group = logs.LogGroup(scope, f"{id_}Logs", retention=logs.RetentionDays.THREE_MONTHS)
     # Its own role writing only its own log group (instead of the AWS-managed AWSLambdaBasicExecutionRole).
     role = iam.Role(scope, f"{id_}Role", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
@@ -37,7 +37,7 @@ def spotrun_function(scope: Construct, id_: str, *, handler: str, description: s
                                            resources=[log_group.log_group_arn]))
     return lambda_.Function(
         scope, id_, runtime=RUNTIME, code=spotrun_code(), handler=handler, description=description,
-        environment=environment, timeout=Duration.seconds(timeout_s), memory_size=256, log_group=log_group,
+        environment=environment, timeout=Duration.seconds(timeout_s), memory_size=memory_mb, log_group=log_group,
         role=role,
     )
 

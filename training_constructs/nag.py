@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from aws_cdk import Acknowledgment, Validations
+import re
+
+from aws_cdk import Acknowledgment, Stack, Validations
 from constructs import IConstruct
 
 
@@ -12,14 +14,13 @@ def acknowledge(scope: IConstruct, finding: str, reason: str) -> None:
 
 
 def rendered(scope: IConstruct, value: str) -> str:
-    """A token string as cdk-nag prints it in finding ids (`<LogicalId.Arn>/datasets/*`, `<AWS::Partition>`).
+    """A token string as cdk-nag prints it in finding ids (`<LogicalId.Arn>/datasets/*`, `<AWS::Partition>`, a
+    policy variable `${aws:PrincipalTag/run}` as `<aws:PrincipalTag/run>`).
 
     Only for same-stack references (the app has one stack per stage)."""
-    from aws_cdk import Stack
-
     def render(v) -> str:
         if isinstance(v, str):
-            return v
+            return re.sub(r"\$\{([^}]*)\}", r"<\1>", v)
         if isinstance(v, dict) and "Fn::GetAtt" in v:
             return f"<{v['Fn::GetAtt'][0]}.{v['Fn::GetAtt'][1]}>"
         if isinstance(v, dict) and "Ref" in v:

@@ -3,6 +3,8 @@ datasets/_prepared/), and nothing more; HubFetchRole: the same for the job that 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_iam as iam
 from constructs import Construct
@@ -14,6 +16,18 @@ from .execution_role import acknowledge_job_basics, job_basics
 from .nag import acknowledge, rendered
 
 
+@dataclass(frozen=True)
+class PreparationRoleProps:
+    store: ArtifactStore
+    """The artifact bucket and key: the role reads datasets/ and models/ and writes under `prepared_prefix`."""
+    repository: ecr.IRepository
+    """The trainer image's ECR repository (preparation runs the trainer image): the only one it may pull."""
+    in_vpc: bool
+    """Whether jobs run in the stage's VPC (the role may then manage their network interfaces)."""
+    prepared_prefix: str
+    """Where prepared parts are written (write only, no read, no delete): spotrun.seams.PREPARED_PREFIX."""
+
+
 class PreparationRole(Construct):
     """The preparation (SageMaker Processing) job's role, the only job role that writes prepared data: it reads
     the raw text under datasets/, the model's tokenizer under models/ and the execution's tokenizer manifest
@@ -21,9 +35,9 @@ class PreparationRole(Construct):
     delete). Training jobs run as TrainingExecutionRole, which cannot write datasets/ at all: a run that reaches the
     network (MLflow) cannot poison the prepared data later runs reuse."""
 
-    def __init__(self, scope: Construct, id_: str, *, store: ArtifactStore, repository: ecr.IRepository,
-                 in_vpc: bool, prepared_prefix: str) -> None:
+    def __init__(self, scope: Construct, id_: str, *, props: PreparationRoleProps) -> None:
         super().__init__(scope, id_)
+        store, prepared_prefix = props.store, props.prepared_prefix
         self.role = iam.Role(self, "Role", assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"),
                              description="spotrun preparation (processing) jobs")
         store.grant_read_prefix(self.role, store.datasets_prefix)
@@ -32,7 +46,7 @@ class PreparationRole(Construct):
         self.role.add_to_policy(iam.PolicyStatement(actions=["s3:GetObject"], resources=[manifests]))
         self.role.add_to_policy(iam.PolicyStatement(actions=["s3:PutObject", "s3:AbortMultipartUpload"],
                                                     resources=[store.arn_under(prepared_prefix)]))
-        log_group_arn = job_basics(self.role, store, repository, in_vpc=in_vpc,
+        log_group_arn = job_basics(self.role, store, props.repository, in_vpc=props.in_vpc,
                                    log_group="/aws/sagemaker/ProcessingJobs*")
         policy = self.role.node.find_child("DefaultPolicy")
         acknowledge(policy, f"AwsSolutions-IAM5[Resource::{rendered(self, manifests)}]",
@@ -41,20 +55,30 @@ class PreparationRole(Construct):
         acknowledge(policy, f"AwsSolutions-IAM5[Resource::{rendered(self, store.arn_under(prepared_prefix))}]",
                     "SageMaker Processing uploads each instance's part under datasets/_prepared/<content key>/: "
                     "keys are not known ahead (write only, no delete)")
-        acknowledge_job_basics(policy, log_group_arn, in_vpc=in_vpc, jobs="preparation jobs")
+        acknowledge_job_basics(policy, log_group_arn, in_vpc=props.in_vpc, jobs="preparation jobs")
         for action in ("kms:GenerateDataKey*", "kms:ReEncrypt*"):
             acknowledge(policy, f"AwsSolutions-IAM5[Action::{action}]",
                         "key-scoped data-key and re-encrypt actions on the artifact key alone (the parts it writes "
                         "under datasets/_prepared/ are encrypted with it)")
 
 
+@dataclass(frozen=True)
+class HubFetchRoleProps:
+    store: ArtifactStore
+    """The artifact bucket and key: the role only adds objects under models/_hub/ (spotrun.seams.HUB_MODELS_PREFIX)."""
+    repository: ecr.IRepository
+    """The trainer image's ECR repository (the fetch runs the trainer image): the only one it may pull."""
+    in_vpc: bool
+    """Whether jobs run in the stage's VPC (the role may then manage their network interfaces)."""
+
+
 class HubFetchRole(Construct):
     """The hub fetch job's role (spotrun/pipeline/hub.py): the one job outside training that reaches the network
     reads nothing of the stage's data; it only adds a hub model's files under models/_hub/ (no delete, no read)."""
 
-    def __init__(self, scope: Construct, id_: str, *, store: ArtifactStore, repository: ecr.IRepository,
-                 in_vpc: bool) -> None:
+    def __init__(self, scope: Construct, id_: str, *, props: HubFetchRoleProps) -> None:
         super().__init__(scope, id_)
+        store, repository, in_vpc = props.store, props.repository, props.in_vpc
         self.role = iam.Role(self, "Role", assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"),
                              description="spotrun hub model fetch (processing) jobs: write models/_hub/ only")
         self.role.add_to_policy(iam.PolicyStatement(actions=["s3:PutObject", "s3:AbortMultipartUpload"],

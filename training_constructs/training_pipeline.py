@@ -3,7 +3,8 @@
     Init -> Estimate (Lambda, spotrun planner; region prices, allowed types, service quota, checkpoint prefix)
          -> InvalidRun / OverBudget named failures before anything is created
          -> CreateSpotTrainingJob (managed spot, RetryStrategy, CheckpointConfig checkpoints/<run>/<execution>/,
-            MaxRuntime/MaxWait and ResourceConfig from the estimate, MetricDefinitions from spotrun.seams)
+            MaxRuntime/MaxWait and ResourceConfig from the estimate, MetricDefinitions from spotrun.seams; sent by
+            the launch function with the run's session tag: launcher.py)
             (ResourceInUse: a retried create whose first call succeeded; the guard checks the job is ours)
          -> WaitForJob ($.guard.wait_seconds) -> CostGuard (Lambda: describes the job, lists checkpoints) -> Choice:
               wait        -> WaitForJob
@@ -17,8 +18,8 @@
               over_budget / failed -> notify SNS -> Fail with the cause
     A continued execution starts at ContinueRun (the estimate Lambda proves its parent started it) -> NextSegment.
     Execution ABORTED / FAILED / TIMED_OUT -> EventBridge -> Canceller (Lambda): stops the execution's job.
-NOTE: SageMaker calls use CallAwsService (create + Wait + guard polling) rather than the `.sync`
-integration: SageMakerCreateTrainingJob has no spot/checkpoint fields, polling is the form moto's
+NOTE: SageMaker calls use CallAwsService or the launch function (create + Wait + guard polling) rather than the
+`.sync` integration: SageMakerCreateTrainingJob has no spot/checkpoint fields, polling is the form moto's
 interpreter executes (tests/infra/test_state_machine_moto.py), and the loop is where the cost guard runs. The
 loop's length in history events and the guard's wait schedule are explained in spotrun/pipeline/guard.py.
 """
@@ -55,6 +56,7 @@ from spotrun.seams import (
 
 from .artifact_store import ArtifactStore
 from .lambda_code import dead_letter_queue, on_failure_destination, spotrun_function
+from .launcher import RunLauncher
 from .nag import acknowledge, rendered
 from .preparation_step import preparation_functions, preparation_states
 
@@ -70,6 +72,7 @@ RETRY_ATTEMPTS = 3
 @dataclass(frozen=True)
 class TrainingPipelineProps:
     store: ArtifactStore
+    """The artifact bucket and key: datasets, models, checkpoints and output of every run."""
     execution_role: iam.IRole
     """The training jobs' role."""
     preparation_role: iam.IRole
@@ -77,33 +80,50 @@ class TrainingPipelineProps:
     hub_fetch_role: iam.IRole
     """The hub fetch (processing) jobs' role: writes models/_hub/ only (spotrun/pipeline/hub.py)."""
     image_uri: str
+    """The trainer image (an ECR URI) every training and preparation job runs."""
     inference_image_uri: str
+    """The serving image the registered model packages name."""
     model_package_group_name: str
     """The group's name (a token when the stack derives it); IAM is scoped to `model_package_group_base`-*."""
     model_package_group_base: str
+    """The stage's model package group name prefix: what IAM on the registry is scoped to."""
     job_prefix: str
+    """The stage's job name prefix (1-24 characters; job names are <= 63): what IAM on jobs is scoped to."""
     project: str
+    """The `project` tag on every job (cost allocation)."""
     stage: str
+    """The stage's name: a tag on every job and the dimension of its metrics."""
     cost_center: str
+    """The `cost-center` tag on every job."""
     failures_topic: sns.ITopic
+    """Where a failed or refused run, a failed gate and a cancelled run are announced."""
     interruptions_table_name: str
+    """The interruptions table (InterruptionEvents) the estimate reads recorded rates from."""
     metric_definitions: tuple[dict, ...]
+    """SageMaker metric definitions of the trainer's metric lines (the completion line is added)."""
     subnet_ids: tuple[str, ...] = ()
+    """The VPC subnets jobs run in (with `security_group_ids`). Default: none (no VPC)."""
     security_group_ids: tuple[str, ...] = ()
+    """The security groups of jobs in the VPC (with `subnet_ids`). Default: none."""
     poll_seconds: int = 60
+    """The cost guard's first poll interval, in seconds (1 <= poll_seconds <= max_poll_seconds). Default: 60."""
     max_poll_seconds: int = 4 * 3600
+    """The longest interval between the guard's polls, in seconds. Default: 14400 (4 hours)."""
     allowed_instance_types: tuple[str, ...] = ()
+    """The instance types a run may use (the estimate refuses others). Default: none (any in the catalog)."""
     metrics_namespace: str = "spotrun"
+    """The CloudWatch namespace of the guard's metrics. Default: spotrun."""
     max_usd_per_run: float = 0.0
-    """The stage's largest budget.max_usd (0: none); the estimate refuses more."""
+    """The stage's largest budget.max_usd; the estimate refuses more. Default: 0 (none)."""
     max_instances_per_run: int = 0
-    """The stage's most instances per run (0: none)."""
+    """The stage's most instances per run. Default: 0 (none)."""
     max_concurrent_runs: int = 0
-    """Executions that may run at once (0: none); the estimate counts the running ones."""
+    """Executions that may run at once; the estimate counts the running ones. Default: 0 (none)."""
     mlflow_tracking_servers: tuple[str, ...] = ()
-    """The MLflow tracking servers a run may name (the estimate refuses others); empty: none."""
+    """The MLflow tracking servers a run may name (the estimate refuses others). Default: none."""
     preparation: PreparationSettings = PreparationSettings()
-    """The CPU instances that prepare a raw data.source (a SageMaker Processing job running the trainer image)."""
+    """The CPU instances that prepare a raw data.source (a SageMaker Processing job running the trainer image).
+    Default: PreparationSettings()."""
 
     def __post_init__(self) -> None:
         if not self.job_prefix or len(self.job_prefix) > 24:
@@ -132,7 +152,9 @@ def create_training_job_parameters(props: TrainingPipelineProps, *, spot: bool, 
         },
         "HyperParameters.$": guard_path("hyperparameters"),
         "InputDataConfig.$": plan_path("input_data_config"),
-        "OutputDataConfig": {"S3OutputPath": f"s3://{store.bucket.bucket_name}/{store.output_prefix}",
+        # output/<run>/: the training role writes only its own run's (${aws:PrincipalTag/run}, execution_role.py).
+        "OutputDataConfig": {"S3OutputPath.$": f"States.Format('s3://{store.bucket.bucket_name}/"
+                                               f"{store.output_prefix}{{}}/', {plan_path('run_name')})",
                              "KmsKeyId": store.key.key_arn},
         # Built by the estimate: VolumeKmsKeyId only for instance types without local storage; warm pool on-demand.
         "ResourceConfig.$": plan_path("resource_config_spot" if spot else "resource_config_on_demand"),
@@ -187,6 +209,8 @@ class TrainingPipeline(Construct):
         super().__init__(scope, id_)
         arns = _Arns.of(Stack.of(self), props)
         self._functions(props, arns.job)
+        # Creates each training job with its run's session tag (launcher.py): the job reaches only its run's data.
+        self.launcher = RunLauncher(self, "Launcher", execution_role=props.execution_role, job_arn=arns.job)
         self.prepare_fn = preparation_functions(self, props, arns.processing)
         self._state_machine(props, self._definition(props, arns), arns)
         self._estimate_reads_executions()
@@ -209,6 +233,11 @@ class TrainingPipeline(Construct):
             mlflow_tracking_servers=tuple(props.mlflow_tracking_servers)).to_env(), **props.preparation.to_env()}
         self.estimate_fn = spotrun_function(
             self, "EstimateFn", handler="spotrun.handlers.estimate.handler", timeout_s=60,
+            # One full vCPU (Lambda allots CPU in proportion to memory: 1,769 MB is one vCPU, per the Lambda
+            # developer guide's "Configuring Lambda function memory"): the policy simulation of the longest run the
+            # contract accepts takes up to 8.8 s of CPU (benchmarks/estimate_lambda_bench.py), about 60 s at
+            # 256 MB's share of a vCPU.
+            memory_mb=1769,
             description="spotrun planner: validates the run and decides instance, limits, cadence and cost",
             environment=self.estimate_settings)
         store.grant_read_prefix(self.estimate_fn, store.datasets_prefix)  # index.json of the data
@@ -334,11 +363,16 @@ class TrainingPipeline(Construct):
 
         wait = sfn.Wait(self, "WaitForJob", time=sfn.WaitTime.seconds_path(guard_path("wait_seconds")))
 
-        def create(name: str, spot: bool, tracked: bool = False) -> tasks.CallAwsService:
-            task = sdk(name, "createTrainingJob", create_training_job_parameters(props, spot=spot, tracked=tracked),
-                       [job_arn], sfn.JsonPath.DISCARD, iam_action="sagemaker:CreateTrainingJob")
-            # A retried create whose first call went through: the job exists; the guard checks it is ours.
-            task.add_catch(wait, errors=["SageMaker.ResourceInUseException"], result_path=sfn.JsonPath.DISCARD)
+        def create(name: str, spot: bool, tracked: bool = False) -> tasks.LambdaInvoke:
+            # The request is the task's whole payload; the launch function adds SessionChainingConfig and sends it
+            # with its run-tagged session (spotrun/pipeline/launch.py). A retried create whose first call went
+            # through finds its job there (ResourceInUse); the guard checks the job is ours.
+            task = tasks.LambdaInvoke(
+                self, name, lambda_function=self.launcher.fn, payload_response_only=True,
+                payload=sfn.TaskInput.from_object(create_training_job_parameters(props, spot=spot, tracked=tracked)),
+                result_path=sfn.JsonPath.DISCARD)
+            task.add_retry(errors=["States.TaskFailed"], interval=Duration.seconds(5), max_attempts=3,
+                           backoff_rate=2)
             task.add_catch(pipeline_error, errors=["States.ALL"], result_path="$.error")
             return task
 
@@ -438,20 +472,20 @@ class TrainingPipeline(Construct):
 
     def _state_machine(self, props: TrainingPipelineProps, definition: sfn.IChainable, arns: _Arns) -> None:
         """The state machine, its logs and what its role may do beyond what its tasks grant."""
-        job_arn, group_arn, package_arn = arns.job, arns.group, arns.package
+        group_arn, package_arn = arns.group, arns.package
         log_group = logs.LogGroup(self, "Logs", retention=logs.RetentionDays.SIX_MONTHS)
         self.state_machine = sfn.StateMachine(
             self, "StateMachine", definition_body=sfn.DefinitionBody.from_chainable(definition),
             tracing_enabled=True, timeout=EXECUTION_TIMEOUT,
             logs=sfn.LogOptions(destination=log_group, level=sfn.LogLevel.ALL, include_execution_data=True))
         role = self.state_machine.role
-        # The SDK integrations tag jobs and packages at creation and pass the execution role to SageMaker.
-        # KMS: the execution role uses the artifact key (OutputDataConfig, VolumeKmsKeyId), not this role.
+        # The SDK integrations tag preparation jobs and packages at creation and pass the preparation role to
+        # SageMaker; training jobs are created (tagged, the training role passed) by the launcher (launcher.py).
+        # KMS: the job roles use the artifact key (OutputDataConfig, VolumeKmsKeyId), not this role.
         role.add_to_principal_policy(iam.PolicyStatement(actions=["sagemaker:AddTags"],
-                                                         resources=[job_arn, package_arn, group_arn, arns.processing]))
+                                                         resources=[package_arn, group_arn, arns.processing]))
         role.add_to_principal_policy(iam.PolicyStatement(
-            actions=["iam:PassRole"], resources=[props.execution_role.role_arn, props.preparation_role.role_arn,
-                                                    props.hub_fetch_role.role_arn],
+            actions=["iam:PassRole"], resources=[props.preparation_role.role_arn, props.hub_fetch_role.role_arn],
             conditions={"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}}))
         # A run continues in a fresh execution of this state machine (spotrun/pipeline/continuation.py). A policy of its
         # own: on the role's default policy the state machine's ARN would form a cycle.
@@ -527,7 +561,7 @@ class TrainingPipeline(Construct):
                     "training jobs of this stage only: every job name starts with the stage's prefix")
         acknowledge(policy, f"AwsSolutions-IAM5[Resource::{rendered(self, package_arn)}]",
                     "model package versions of this stack's group; version ARNs are not known in advance")
-        for fn in (self.estimate_fn, self.guard_fn, self.prepare_fn):
+        for fn in (self.estimate_fn, self.guard_fn, self.prepare_fn, self.launcher.fn):
             acknowledge(policy, f"AwsSolutions-IAM5[Resource::{rendered(self, fn.function_arn)}:*]",
                         "LambdaInvoke grants the function's versions and aliases alongside the function")
         acknowledge(policy, "AwsSolutions-IAM5[Resource::*]",

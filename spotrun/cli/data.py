@@ -18,7 +18,22 @@ import json
 import sys
 from pathlib import Path
 
+from botocore.exceptions import BotoCoreError, ClientError
+
 from ..seams import DatasetIndex, StackOutput
+from .datasets import (
+    PrepareError,
+    check_name,
+    dataset_key,
+    dataset_uri,
+    input_files,
+    prepare_dataset,
+    remote_marker,
+    upload_dataset,
+)
+from .exits import Exit, fail
+from .models import ModelDirError, check_model_dir, upload_model
+from .remote import RemoteError, deployment
 
 
 def _stage_args(p, *, required_name: bool) -> None:
@@ -65,13 +80,6 @@ def _print(result: dict, fmt: str, lines: list[str]) -> None:
 def _guard(fn, args) -> int:
     """Run a command; its exit code from spotrun/cli/exits.py. With `--format json` an error is one JSON document on
     stdout (as the result is), else one line on stderr."""
-    from botocore.exceptions import BotoCoreError, ClientError
-
-    from .datasets import PrepareError
-    from .exits import Exit, fail
-    from .models import ModelDirError
-    from .remote import RemoteError
-
     fmt = getattr(args, "format", "text")
     try:
         return fn(args)
@@ -91,8 +99,6 @@ def _guard(fn, args) -> int:
 
 
 def _bucket(args) -> tuple[str, object]:
-    from .remote import RemoteError, deployment
-
     dep = deployment(args.stage, args.stack, args.region)
     bucket = dep.outputs.get(StackOutput.ARTIFACT_BUCKET.value)
     if not bucket:
@@ -105,17 +111,6 @@ def prepare_command(args: argparse.Namespace) -> int:
 
 
 def _prepare(args: argparse.Namespace) -> int:
-    from .datasets import (
-        PrepareError,
-        check_name,
-        dataset_key,
-        dataset_uri,
-        input_files,
-        prepare_dataset,
-        remote_marker,
-        upload_dataset,
-    )
-
     emit = (lambda line: print(line, file=sys.stderr, flush=True)) if args.format == "json" else \
         (lambda line: print(line, flush=True))
     if (args.out is None) == (args.stage is None):
@@ -160,10 +155,6 @@ def upload_model_command(args: argparse.Namespace) -> int:
 
 
 def _upload_model(args: argparse.Namespace) -> int:
-    from .datasets import check_name
-    from .models import check_model_dir, upload_model
-    from .remote import RemoteError
-
     if args.stage is None:
         raise RemoteError("spotrun upload-model needs --stage (the deployed stage whose bucket receives the model)")
     emit = (lambda line: print(line, file=sys.stderr, flush=True)) if args.format == "json" else \

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from botocore.exceptions import ClientError
+
 from ..seams import PREPARE_MARKER, WEIGHT_SUFFIXES, DatasetIndex
 
 KEY_VERSION = 1  # bump when the shard format or the tokenizing changes meaning
@@ -49,6 +51,7 @@ class Prepared:
 
 def input_files(inputs: list[Path]) -> list[Path]:
     """The files to tokenize (the trainer's own discovery, which `prepare` uses): its errors as PrepareError."""
+    # the trainer package (numpy, transformers) is optional for the CLI: OPTIONAL_MODULES in main.py
     from spotrun_trainer.data import DataError
     from spotrun_trainer.data import input_files as discover
 
@@ -132,6 +135,7 @@ def prepare_dataset(inputs: list[Path], tokenizer_dir: Path, out: Path | None = 
     if out.exists() and any(out.iterdir()):
         raise PrepareError(f"{out} already holds other files (another dataset, or other inputs or tokenizer): choose "
                            "another output or remove it")
+    # the trainer package (numpy, transformers) is optional for the CLI: OPTIONAL_MODULES in main.py
     from spotrun_trainer.data import DataError, prepare
 
     staging = out.parent / f".{out.name}.{os.getpid()}.tmp"
@@ -178,8 +182,6 @@ def check_name(name: str) -> str:
 
 def remote_marker(s3: Any, bucket: str, prefix: str) -> tuple[dict | None, bool]:
     """(the marker under the prefix or None, whether an index.json is there)."""
-    from botocore.exceptions import ClientError
-
     def get(key: str) -> bytes | None:
         try:
             return s3.get_object(Bucket=bucket, Key=prefix + key)["Body"].read()

@@ -24,6 +24,8 @@ import json
 import re
 import time
 
+from botocore.exceptions import ClientError
+
 from ..seams import StackOutput
 from .remote import Deployment, RemoteError, common, deployment, find_execution, run_command
 
@@ -91,8 +93,6 @@ def container_for(package: dict, job: dict, *, merged: bool) -> dict:
 
 
 def _exists(call, **kwargs) -> bool:
-    from botocore.exceptions import ClientError
-
     try:
         call(**kwargs)
         return True

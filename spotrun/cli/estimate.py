@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from botocore.exceptions import BotoCoreError, ClientError
+
 from ..contract.refusal import Refusal
 from ..contract.runfile import load_run_file
 from ..contract.spec import RunSpec, RunValidationError, parse_run
@@ -41,10 +43,12 @@ class Checked:
 
 
 def check_file(path: Path, target: Target | None, *, plan: bool, s3_client: Any = None,
-               region: str | None = None, prepared: Path | None = None) -> Checked:
+               region: str | None = None, prepared: Path | None = None, choose_policy: bool = True) -> Checked:
     """Every layer the CLI can apply to one run file; a Refusal (RunValidationError, EstimateRefused) otherwise.
     `region`: whose on-demand prices the planner uses (DEFAULT_PRICE_REGION when None, and the output says so).
-    `prepared`: where raw local text in data.source is tokenized to be planned (`prepared_text`)."""
+    `prepared`: where raw local text in data.source is tokenized to be planned (`prepared_text`).
+    `choose_policy=False` leaves out the estimate's policy choice (a simulation of its own: `spotrun simulate` runs
+    its study instead)."""
     loaded = load_run_file(path)
     run, note = loaded.run, None
     if plan:
@@ -81,7 +85,8 @@ def check_file(path: Path, target: Target | None, *, plan: bool, s3_client: Any 
     out.estimate = estimate(run, catalog=catalog, model_config=sources.model_config, data_tokens=sources.tokens,
                             validation_tokens=sources.validation_tokens)
     pipeline_hyperparameters(run, out.estimate)
-    out.estimate.spot_policy = spot_policy(run, out.estimate, catalog)
+    if choose_policy:
+        out.estimate.spot_policy = spot_policy(run, out.estimate, catalog)
     out.checked.append("the planner (fit, MaxRuntime/MaxWait, budget) and the hyperparameters' limits")
     out.checked.append(f"costs at on-demand list prices in {priced_in} (spotrun catalog as of "
                        f"{catalog['regions'][priced_in].get('as_of', 'unknown')})"
@@ -105,8 +110,7 @@ def prepared_text(raw: dict, cache: Path) -> tuple[RunSpec, str | None]:
 
 def stage_target(stage: str, region: str | None, cfn_client: Any = None) -> Target:
     """The stage's bucket and group from its CloudFormation stack's outputs (stacks/spotrun_stack.py)."""
-    import boto3
-    from botocore.exceptions import BotoCoreError, ClientError
+    import boto3  # boto3 takes ~1 s to import: only commands that call AWS load it
 
     stack = stack_name(stage)
     try:

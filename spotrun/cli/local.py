@@ -14,10 +14,23 @@ import os
 import sys
 from pathlib import Path
 
+from ..contract.refusal import Refusal
+from ..local.demo import run_demo
+from ..local.pipeline import (
+    LocalConfigError,
+    LocalOptions,
+    LocalRunError,
+    LocalStopped,
+    resume_local,
+    run_local,
+)
+from ..local.supervisor import MAX_RESTARTS, InterruptAt
+from ..pipeline.report import summary_text
+from ..policy.traces import interruption_times, read_availability
+from .exits import Exit, fail, for_status
+
 
 def _interrupt(text: str):
-    from ..local.pipeline import InterruptAt
-
     try:
         return InterruptAt.parse(text)
     except ValueError as exc:
@@ -71,10 +84,6 @@ def register(sub) -> None:
 def _guarded(run, fmt: str = "text") -> int:
     """Run a command; every way it can end is one exit code of spotrun/cli/exits.py and one line on stderr (or, with
     `--format json`, one JSON document on stdout)."""
-    from ..contract.refusal import Refusal
-    from ..local.pipeline import LocalConfigError, LocalRunError, LocalStopped
-    from .exits import Exit, for_status
-
     try:
         return run()
     except Refusal as exc:  # the contract, the sources or the planner
@@ -94,8 +103,6 @@ def _guarded(run, fmt: str = "text") -> int:
 
 def _end(fmt: str, code, error: str, message: str, line: str, field: str | None = None) -> int:
     """The JSON error document on stdout (`--format json`), or the line on stderr; returns the exit code."""
-    from .exits import fail
-
     if fmt == "json":
         return fail(fmt, code, error, message, field)
     print(line, file=sys.stderr)
@@ -104,9 +111,6 @@ def _end(fmt: str, code, error: str, message: str, line: str, field: str | None 
 
 def trace_interrupts(path: Path, speedup: float):
     """--trace: the trace's losses of capacity as injected interruptions (seconds after the start)."""
-    from ..local.supervisor import MAX_RESTARTS, InterruptAt
-    from ..policy.traces import interruption_times, read_availability
-
     if not speedup > 0:
         raise ValueError(f"--trace-speedup={speedup!r} is invalid: expected a number > 0")
     rec = read_availability(path)
@@ -116,10 +120,6 @@ def trace_interrupts(path: Path, speedup: float):
 
 
 def local_command(args: argparse.Namespace) -> int:
-    from ..local.pipeline import LocalOptions, resume_local, run_local
-    from ..pipeline.report import summary_text
-    from .exits import Exit
-
     try:  # --trace: after the --interrupt-at points (the pipeline takes them in order)
         args.interrupt_at = [*args.interrupt_at, *trace_interrupts(args.trace, args.trace_speedup)] if args.trace \
             else args.interrupt_at
@@ -153,15 +153,10 @@ def local_command(args: argparse.Namespace) -> int:
 
 
 def _bad_argument(fmt: str, message: str, field: str) -> int:
-    from .exits import Exit
-
     return _end(fmt, Exit.INVALID, "InvalidArguments", message, f"error: {message}", field)
 
 
 def demo_command(args: argparse.Namespace) -> int:
-    from ..local.demo import run_demo
-    from .exits import Exit
-
     def go() -> int:
         kwargs = {"interrupt_at": args.interrupt_at} if args.interrupt_at else {}
         summary = run_demo(args.out, progress=args.progress, **kwargs)

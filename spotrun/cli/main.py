@@ -16,7 +16,9 @@ spotrun/cli/exits.py, which `spotrun --help` prints.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from importlib.metadata import PackageNotFoundError, version
 
 from .data import register as register_data
 from .deploy import register as register_deploy
@@ -43,8 +45,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         return version("spotrun")
     except PackageNotFoundError:
@@ -73,7 +73,6 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return Exit.FAILED
     except BrokenPipeError:  # the reader (`| head`) closed the pipe: not an error of the command
-        import os
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes
         return 0

@@ -103,6 +103,7 @@ def check_model_dir(path: Path) -> CheckedModel:
         raise ModelDirError(f"{root}: no config.json (expected save_pretrained's layout)") from None
     except json.JSONDecodeError as exc:
         raise ModelDirError(f"{root / 'config.json'}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    # transformers is optional for the CLI (OPTIONAL_MODULES in main.py) and takes ~5 s to import
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
@@ -121,6 +122,7 @@ def check_model_dir(path: Path) -> CheckedModel:
     if not {"tokenizer.json", "tokenizer_config.json"} & set(tokenizer):
         raise ModelDirError(f"{root}: no tokenizer (tokenizer.json or tokenizer_config.json): the run's raw text and "
                             "the exported model need it")
+    # the trainer package (numpy, transformers) is optional for the CLI: OPTIONAL_MODULES in main.py
     from spotrun_trainer.data import DataError, load_tokenizer
 
     try:

@@ -26,11 +26,30 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from botocore.exceptions import BotoCoreError, ClientError, NoRegionError
+
 import spotrun
 
-from ..seams import PlanStatus, PreparationSettings, StackOutput, parse_metric_line, run_start_total_steps, stack_name
+from ..contract.refusal import Refusal
+from ..contract.runfile import load_run_file
+from ..pipeline.guard import decide
+from ..pipeline.plan import plan
+from ..pipeline.report import summary_text
+from ..seams import (
+    TRAINING_LOG_GROUP,
+    Guard,
+    GuardAction,
+    PipelineSettings,
+    Plan,
+    PlanStatus,
+    PreparationSettings,
+    StackOutput,
+    parse_metric_line,
+    run_start_total_steps,
+    stack_name,
+)
+from .exits import Exit, fail, for_status
 
-TRAINING_LOG_GROUP = "/aws/sagemaker/TrainingJobs"  # SageMaker's log group; streams are <job name>/algo-N-...
 _STAMP = re.compile(r"^\d{8}-\d{6}$")
 
 
@@ -49,7 +68,7 @@ class Deployment:
     region: str | None
 
     def client(self, service: str):
-        import boto3
+        import boto3  # boto3 takes ~1 s to import: only commands that call AWS load it
 
         return boto3.client(service, region_name=self.region)
 
@@ -59,8 +78,6 @@ class Deployment:
 
     def estimate_settings(self):
         """The stage's estimate function's settings (its environment, which the stack outputs), in this region."""
-        from ..seams import PipelineSettings
-
         key = StackOutput.ESTIMATE_SETTINGS.value
         if key not in self.outputs:
             raise RemoteError(f"stack {self.stack} has no {key} output: it was deployed by an older spotrun; "
@@ -91,8 +108,7 @@ def stage_region(stage: str | None, config: Path = STAGE_CONFIG) -> str | None:
 def deployment(stage: str, stack: str | None = None, region: str | None = None) -> Deployment:
     """The stage's stack and outputs, in `region`, else the stage's own (stacks/config.py), else the AWS
     configuration's."""
-    import boto3
-    from botocore.exceptions import BotoCoreError, ClientError, NoRegionError
+    import boto3  # boto3 takes ~1 s to import: only commands that call AWS load it
 
     name = stack or stack_name(stage)
     region = region or stage_region(stage)
@@ -176,8 +192,6 @@ def pipeline_state(sfn, execution_arn: str) -> tuple[dict | None, dict | None]:
 
 
 def training_job(sm, name: str | None) -> dict | None:
-    from botocore.exceptions import ClientError
-
     if not name:
         return None
     try:
@@ -187,8 +201,6 @@ def training_job(sm, name: str | None) -> dict | None:
 
 
 def log_streams(logs, job_name: str) -> list[str]:
-    from botocore.exceptions import ClientError
-
     try:
         pages = logs.get_paginator("describe_log_streams").paginate(logGroupName=TRAINING_LOG_GROUP,
                                                                     logStreamNamePrefix=job_name)
@@ -230,9 +242,6 @@ def latest_metrics(logs, job_name: str) -> dict | None:
 
 
 def start(args: argparse.Namespace) -> dict:
-    from ..contract.runfile import load_run_file
-    from ..pipeline.plan import plan
-
     loaded = load_run_file(args.run)  # the run file first: a bad one fails here, before any AWS call
     raw = loaded.raw
     dep = deployment(args.stage, args.stack, args.region)
@@ -258,9 +267,6 @@ def start(args: argparse.Namespace) -> dict:
 
 
 def run_status(dep: Deployment, execution: dict) -> dict:
-    from ..pipeline.guard import decide
-    from ..seams import Guard, GuardAction, Plan
-
     plan_json, guard_json = pipeline_state(dep.client("stepfunctions"), execution["executionArn"])
     out: dict[str, Any] = {"execution": execution["name"], "state": execution["status"],
                            "started": str(execution["startDate"]), "run": (plan_json or {}).get("run_name")}
@@ -385,8 +391,6 @@ def _text(value: Any) -> str:
     if isinstance(value, list):
         return "\n\n".join(_text(v) for v in value)
     if isinstance(value, dict) and "billable_seconds" in value and "estimated_cost_usd" in value:
-        from ..pipeline.report import summary_text
-
         return summary_text(value)
     return "\n".join(f"{k:<18} {v}" for k, v in value.items() if v is not None)
 
@@ -404,11 +408,6 @@ def _table(rows: list[dict]) -> str:
 def run_command(fn, args: argparse.Namespace) -> int:
     """Run a remote command; its exit code from spotrun/cli/exits.py. With `--format json` an error is one JSON
     document on stdout (as a refused `start` is), else one line on stderr."""
-    from botocore.exceptions import BotoCoreError, ClientError
-
-    from ..contract.refusal import Refusal
-    from .exits import Exit, for_status
-
     fmt = getattr(args, "format", "text")
     try:
         result = fn(args)
@@ -432,8 +431,6 @@ def run_command(fn, args: argparse.Namespace) -> int:
 
 
 def _error(fmt: str, code: int, error: str, message: str, field: str | None = None) -> int:
-    from .exits import fail
-
     if fmt == "json":
         return fail(fmt, code, error, message, field)
     print(f"error: {message}" if error == "RemoteError" else f"error: {error}: {message}", file=sys.stderr)

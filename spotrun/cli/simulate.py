@@ -15,27 +15,49 @@ import sys
 import time
 from pathlib import Path
 
+from ..contract.refusal import Refusal
+from ..planner.estimate import load_catalog, regional_catalog
+from ..policy.choose import ESTIMATE_TRACES, candidates, horizon_s, plan_from_estimate
 from ..policy.decision import RULES
-from ..policy.traces import ADVISOR_BANDS
-from .estimate import add_prepared_argument
+from ..policy.report import plot, study, table_text
+from ..policy.traces import (
+    ADVISOR_BANDS,
+    TraceSpec,
+    advisor_rate,
+    generated_traces,
+    interruption_gaps,
+    read_availability,
+    recorded_traces,
+    resampled_traces,
+)
+from .estimate import add_prepared_argument, check_file
+from .exits import Exit, fail, for_status
 
 N_RANGE = (1, 100_000)  # 100,000 traces of every candidate is minutes and ~1 GB here; more is a mistake
 PROGRESS_AFTER_S = 2.0
 
 
 class Progress:
-    """A one-line progress indicator on stderr, shown only once a step has taken PROGRESS_AFTER_S."""
+    """A progress bar on stderr (`what [#####.....] done/total`), shown only once the command has taken
+    PROGRESS_AFTER_S, redrawn at most every REDRAW_S."""
+
+    WIDTH = 30
+    REDRAW_S = 0.2
 
     def __init__(self, stream=None):
         self.stream = stream or sys.stderr
         self.t0 = time.perf_counter()
+        self.drawn = -1.0
         self.shown = False
 
     def __call__(self, what: str, done: int, total: int) -> None:
-        if time.perf_counter() - self.t0 < PROGRESS_AFTER_S or (done % 50 and done != total):
+        now = time.perf_counter()
+        if now - self.t0 < PROGRESS_AFTER_S or (done != total and now - self.drawn < self.REDRAW_S):
             return
-        self.shown = True
-        self.stream.write(f"\r{what}: {done:,}/{total:,} traces" + ("\n" if done == total else ""))
+        self.shown, self.drawn = True, now
+        filled = self.WIDTH * done // max(1, total)
+        self.stream.write(f"\r{what} [{'#' * filled}{'.' * (self.WIDTH - filled)}] {done:,}/{total:,}"
+                          + ("\n" if done == total else ""))
         self.stream.flush()
 
 
@@ -71,22 +93,12 @@ def register(sub) -> None:
     sim.add_argument("--out", type=Path, default=Path("simulate-output"), help="where simulate.json, simulate.txt "
                      "and simulate.png go (default ./simulate-output)")
     sim.add_argument("--no-optimum", action="store_true", help="skip the exact offline optimum")
+    sim.add_argument("--plot", action="store_true", help="also draw simulate.png (matplotlib: a second or more)")
     sim.add_argument("--format", choices=["text", "json"], default="text")
     sim.set_defaults(func=simulate_command)
 
 
 def traces_for(plan, est, args) -> tuple[list, str]:
-    from ..policy.choose import ESTIMATE_TRACES, horizon_s
-    from ..policy.traces import (
-        TraceSpec,
-        advisor_rate,
-        generated_traces,
-        interruption_gaps,
-        read_availability,
-        recorded_traces,
-        resampled_traces,
-    )
-
     horizon = horizon_s(plan)
     if args.traces:
         files = sorted(Path(args.traces).rglob("*.json"))
@@ -130,19 +142,12 @@ def read_items(path: Path) -> list[dict]:
 
 
 def simulate_command(args: argparse.Namespace) -> int:
-    from ..contract.refusal import Refusal
-    from ..planner.estimate import load_catalog, regional_catalog
-    from ..policy.choose import candidates, plan_from_estimate
-    from ..policy.report import plot, study, table_text
-    from .estimate import check_file
-    from .exits import Exit, fail, for_status
-
     if not N_RANGE[0] <= args.n <= N_RANGE[1]:
         return fail(args.format, Exit.INVALID, "InvalidArguments", f"--n={args.n} is invalid: expected an integer "
                     f"from {N_RANGE[0]} to {N_RANGE[1]:,}", "--n")
     try:
         checked = check_file(args.run, None, plan=True, region=args.region,  # spotrun.contract.runfile's loader
-                             prepared=args.prepared)
+                             prepared=args.prepared, choose_policy=False)  # the study below is the choice
         est, run = checked.estimate, checked.run
         catalog = regional_catalog(load_catalog(), args.region or "us-east-1")
         plan = plan_from_estimate(est, catalog, deadline_hours=run.compute.deadline_hours,
@@ -161,12 +166,13 @@ def simulate_command(args: argparse.Namespace) -> int:
     report["run"] = run.name
     report["layout"] = f"{est.instance_count} x {est.instance_type}"
     args.out.mkdir(parents=True, exist_ok=True)
-    files = {"report": args.out / "simulate.json", "summary": args.out / "simulate.txt",
-             "plot": args.out / "simulate.png"}
+    files = {"report": args.out / "simulate.json", "summary": args.out / "simulate.txt"}
     text = f"{run.name} on {report['layout']}: " + table_text(report)
     files["report"].write_text(json.dumps(finite(report), indent=2))
     files["summary"].write_text(text + "\n")
-    plot(report, files["plot"], f"{run.name}: {report['layout']}, {report['traces']} traces")
+    if args.plot:
+        files["plot"] = plot(report, args.out / "simulate.png", f"{run.name}: {report['layout']}, "
+                             f"{report['traces']} traces")
     if args.format == "json":
         print(json.dumps(finite(report), indent=2))
     else:

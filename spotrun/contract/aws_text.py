@@ -16,7 +16,7 @@ import hashlib
 import unicodedata
 
 TAG_KEY_MAX, TAG_VALUE_MAX, MAX_TAGS = 128, 256, 50
-METADATA_KEY_MAX, METADATA_VALUE_MAX, MAX_METADATA = 128, 256, 50
+METADATA_VALUE_MAX = 256
 _PUNCTUATION = "_.:/=+-@"
 EMPTY_METADATA = "none"  # a metadata value has at least one character
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import dataclass, replace
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
 from ..seams import METHODS
 from . import values
@@ -47,7 +47,6 @@ _EXECUTION_NAME = r"[A-Za-z0-9_-]{1,80}"  # Step Functions execution names, as t
 Approval = Literal["PendingManualApproval", "Approved", "Rejected"]
 Method = Literal[METHODS]  # seams.METHODS: what the trainer's config accepts
 Init = Literal["pretrained", "random"]
-APPROVAL_STATUSES, INITS = get_args(Approval), get_args(Init)
 MAX_RUNTIME_LIMIT_S = 28 * 24 * 3600  # StoppingCondition.MaxRuntimeInSeconds: "The maximum value is 28 days"
 HYPERPARAMETER_VALUE_MAX = 2500  # CreateTrainingJob: HyperParameters values <= 2,500 characters (botocore model)
 HYPERPARAMETER_KEY_MAX = 256

@@ -18,6 +18,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import boto3
+
 from ..pipeline.continuation import continued_run
 from ..pipeline.plan import cancel
 from ..pipeline.preparation_finish import stop_preparation
@@ -25,8 +27,6 @@ from ..seams import CANCEL_STATUSES, CancelEnvironment
 
 
 def handler(event: dict, _context: Any) -> dict:
-    import boto3
-
     detail = event.get("detail") or {}
     execution_input = detail.get("input")
     if execution_input is None and detail.get("executionArn"):  # EventBridge leaves out large inputs

@@ -13,6 +13,8 @@ import os
 import time
 from typing import Any
 
+import boto3
+
 from ..pipeline.aws_events import emit_metric
 from ..pipeline.guard import checkpoint_overdue, committed_checkpoints, decide
 from ..seams import (
@@ -32,8 +34,6 @@ def clock() -> float:
 
 
 def handler(event: dict, _context: Any) -> dict:
-    import boto3
-
     event = event if isinstance(event, dict) else {}
     plan, guard = Plan.from_json(event.get("plan"), "plan"), Guard.from_json(event.get("guard"), "guard")
     if plan.status is not PlanStatus.OK:

@@ -15,6 +15,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import boto3
+
 from ..pipeline.continuation import NotAContinuation, carried
 from ..pipeline.plan import plan
 from ..pipeline.preflight import count_running, execution_of
@@ -23,8 +25,6 @@ from ..seams import PipelineSettings, PlanStatus, PreparationSettings
 
 
 def handler(event: dict, _context: Any) -> dict:
-    import boto3
-
     event = event if isinstance(event, dict) else {}  # the state machine passes an object; anything else: no run
     if "continuation" in event:  # a run continued from a full execution history (spotrun/pipeline/continuation.py)
         try:

@@ -9,14 +9,14 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import boto3
+
 from ..planner.estimate import load_catalog
 from ..planner.measured import record, record_performance
 from ..seams import RecorderEnvironment
 
 
 def handler(event: dict, _context: Any) -> dict:
-    import boto3
-
     env = RecorderEnvironment.from_env(os.environ)
     table = boto3.resource("dynamodb").Table(env.table_name)
     outcome = record(event, table, namespace=env.metrics_namespace, stage=env.stage)

@@ -11,13 +11,13 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import boto3
+
 from ..pipeline.preparation_finish import finish
 from ..seams import PrepareEnvironment
 
 
 def handler(event: dict, _context: Any) -> dict:
-    import boto3
-
     bucket = PrepareEnvironment.from_env(os.environ).bucket  # the stage's artifact bucket: the only one it writes to
     preparation = event["preparation"]
     if preparation.get("bucket") != bucket:

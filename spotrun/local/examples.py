@@ -71,6 +71,7 @@ def write_stdlib_corpus(path: Path, *, max_bytes: int = 2_000_000) -> Path:
 
 def train_tokenizer(corpus: Path, out_dir: Path, vocab_size: int = 256):
     """A byte-level BPE tokenizer trained on a JSONL corpus, saved as a HF fast tokenizer."""
+    # tokenizers and transformers are optional for the CLI: only building the demo's assets needs them
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -90,6 +91,7 @@ def train_tokenizer(corpus: Path, out_dir: Path, vocab_size: int = 256):
 def save_model(spec: dict, out_dir: Path, *, vocab_size: int, seed: int = 0, tokenizer_dir: Path | None = None) -> Path:
     """A model of the HF config `spec` (with `model_type`), randomly initialised from `seed` and saved with
     save_pretrained (plus the tokenizer): a directory shaped exactly like a pretrained model's."""
+    # torch and transformers (~6-8 s to import) are optional for the CLI: only building the demo's assets needs them
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
@@ -117,6 +119,7 @@ def build_example(root: Path, arch: str = "llama", *, documents: int = 400, shar
                   validation_fraction: float = 0.1) -> dict:
     """Corpus, tokenizer, model dir and prepared shards under root (with `validation_fraction` of the documents
     held out in data/validation, which the launcher evaluates on); returns their paths."""
+    # the trainer package is optional for the CLI (OPTIONAL_MODULES in cli/main.py)
     from spotrun_trainer.data import prepare
 
     root = Path(root)

@@ -34,7 +34,7 @@ from ..contract.runfile import SOURCE_FIELDS, load_run_file
 from ..contract.spec import RunSpec, RunValidationError, parse_run
 from ..pipeline.hub_fetch import HubFetchError, fetch_into
 from ..pipeline.plan import plan
-from ..pipeline.report import build_local_report, write_report
+from ..pipeline.report import build_local_report
 from ..pipeline.validate import THIS_MACHINE
 from ..planner.catalog import usd
 from ..planner.estimate import DEFAULT_PRICE_REGION, load_catalog
@@ -42,6 +42,7 @@ from ..planner.sources import check_seq_len
 from ..seams import EXPORT_METADATA, SAMPLES_FILE, DatasetIndex, Hyperparameter, PipelineSettings, Plan, PlanStatus
 from .harness import free_port, loss_records, val_history, write_sagemaker_root
 from .registry import DEFAULT_GROUP, register
+from .report_files import write_report
 from .supervisor import InterruptAt, Job, LocalConfigError, LocalRunError, LocalStopped, Supervisor
 
 LOCAL_EXECUTION = "local"  # the execution name a local plan is made for (its job names and tags are not used)

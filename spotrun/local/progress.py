@@ -82,6 +82,7 @@ class Progress:
         self.step = step
         if self.mode == "bar":
             if self.bar is None and self.total is not None:
+                # tqdm comes with the trainer's requirements (transformers), not the CLI's: only the bar mode needs it
                 from tqdm import tqdm
 
                 self.bar = tqdm(total=self.total, unit="step", dynamic_ncols=True)

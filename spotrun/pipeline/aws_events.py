@@ -7,6 +7,8 @@ import json
 from datetime import datetime, timezone
 from typing import Any
 
+from botocore.exceptions import ClientError
+
 
 def to_epoch(value: Any) -> float | None:
     """Seconds since the epoch from an ISO-8601 string, epoch seconds or epoch milliseconds; None if absent."""
@@ -46,8 +48,6 @@ def emit_metric(namespace: str, name: str, value: float, unit: str, dimensions: 
 def put_once(table: Any, item: dict) -> str:
     """PutItem unless an item with the same key exists: EventBridge may deliver an event more than once.
     Returns 'recorded' or 'duplicate'."""
-    from botocore.exceptions import ClientError
-
     try:
         table.put_item(Item=item, ConditionExpression="attribute_not_exists(pk) AND attribute_not_exists(sk)")
     except ClientError as exc:

@@ -40,6 +40,7 @@ from ..seams import (
     METHOD_TAG,
     PREPARE_MODEL,
     REGISTRATION_STATUS,
+    RUN_TAG,
     SHAPE_TAG,
     VALIDATION_CHANNEL,
     Hyperparameter,
@@ -278,7 +279,7 @@ def _ok_plan(run: RunSpec, est: Any, hyper: dict, execution: str, started: str, 
     channels += [_channel(VALIDATION_CHANNEL, held_out)] if held_out else []
     name = job_name(settings.job_prefix, run.name, execution)
     tags = {"project": settings.project, "stage": settings.stage, "cost-center": settings.cost_center,
-            **run.tags, "run": run.name, EXECUTION_TAG: execution, METHOD_TAG: run.training.method}
+            **run.tags, RUN_TAG: run.name, EXECUTION_TAG: execution, METHOD_TAG: run.training.method}
     if shape:
         tags[SHAPE_TAG] = shape  # with the method, what matches this job's measured MFU to later estimates
     volume_gb = max(100, int(est.checkpoint_bytes * run.checkpoint.keep * 1.5 / 1e9) + 50)

@@ -13,12 +13,13 @@ import hashlib
 import json
 from typing import Any
 
+from botocore.exceptions import ClientError
+
 from ..contract.aws_text import TAG_VALUE_MAX, aws_text_ok
 from ..contract.spec import RunSpec, RunValidationError
 from ..planner.catalog import usd
-from ..seams import REGISTRATION_STATUS, PipelineSettings
+from ..seams import REGISTRATION_STATUS, RUN_RECORD, PipelineSettings
 
-RUN_RECORD = "spotrun-run.json"  # what an execution trained, beside its checkpoints: checked on resume_from
 QUOTA_SERVICE = "sagemaker"
 
 
@@ -40,8 +41,6 @@ def run_record(run: RunSpec, model_config: dict | None, tokens: int | None, para
 
 
 def check_resume(record: dict, s3_client: Any, bucket: str, prefix: str, resume_from: str) -> None:
-    from botocore.exceptions import ClientError
-
     try:
         earlier = json.loads(s3_client.get_object(Bucket=bucket, Key=prefix + RUN_RECORD)["Body"].read())
     except ClientError:
@@ -92,8 +91,6 @@ def check_resumable(run: RunSpec, name: str, found: tuple[str, str | None] | Non
 
 def check_quota(quotas_client: Any, instance_type: str, count: int, spot: bool) -> None:
     """Refuse a run the account's SageMaker quota cannot hold (Service Quotas; quotas are per instance type)."""
-    from botocore.exceptions import ClientError
-
     name = f"{instance_type} for {'spot ' if spot else ''}training job usage"
     try:
         pages = list(quotas_client.get_paginator("list_service_quotas").paginate(ServiceCode=QUOTA_SERVICE))
@@ -151,8 +148,6 @@ def count_running(sfn: Any, state_machine_arn: str, enough: int) -> int:
 
 def execution_of(sfn: Any, state_machine_arn: str, name: str) -> tuple[str, str | None] | None:
     """(status, run name of its input) of the state machine's execution `name`; None if there is none."""
-    from botocore.exceptions import ClientError
-
     arn = state_machine_arn.replace(":stateMachine:", ":execution:", 1) + ":" + name
     try:
         desc = sfn.describe_execution(executionArn=arn)

@@ -27,7 +27,10 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from botocore.exceptions import ClientError
+
 from ..seams import (
+    EXECUTION_TAG,
     PREPARE_MARKER,
     PREPARED_PREFIX,
     PROCESSING_DATA_INPUT,
@@ -36,6 +39,7 @@ from ..seams import (
     RAW_SUFFIXES,
     WEIGHT_SUFFIXES,
     DatasetIndex,
+    PlanStatus,
     Preparation,
     PreparationSettings,
 )
@@ -175,8 +179,6 @@ def job_name(job_prefix: str, key: str, execution: str) -> str:
 
 def is_complete(s3: Any, bucket: str, prefix: str, key: str) -> dict | None:
     """The marker of a complete prepared output with this key (written last, after index.json), or None."""
-    from botocore.exceptions import ClientError
-
     try:
         marker = json.loads(s3.get_object(Bucket=bucket, Key=prefix + PREPARE_MARKER)["Body"].read())
     except ClientError as exc:
@@ -306,14 +308,9 @@ def resolve(run: Any, s3: Any, *, bucket: str, settings: PreparationSettings, ca
 
 def job_tags(run: Any, pipeline: Any, execution: str) -> list[dict]:
     """A preparation job's tags: the stage's, the run's, and the execution's (the canceller finds its job by it)."""
-    from ..seams import EXECUTION_TAG
-
     tags = {"project": pipeline.project, "stage": pipeline.stage, "cost-center": pipeline.cost_center, **run.tags,
             "run": run.name, EXECUTION_TAG: execution}
     return [{"Key": k, "Value": v} for k, v in sorted(tags.items())]
-
-
-PREPARED_FIELDS = frozenset(f.name for f in dataclasses.fields(Prepared))
 
 
 def plan_step(run: Any, s3: Any, *, pipeline: Any, settings: PreparationSettings, catalog: dict, execution: str,
@@ -322,8 +319,6 @@ def plan_step(run: Any, s3: Any, *, pipeline: Any, settings: PreparationSettings
     instead of a plan: status Prepare with the job, or a refusal). The run to plan trains on the prepared shards
     with the cap less what the preparation cost (the cap itself stays the plan's `max_usd`); the job's MaxRuntime
     leaves `training_minimum(tokens)` of the cap for the training (`resolve`)."""
-    from ..seams import PlanStatus
-
     try:
         outcome = resolve(run, s3, bucket=pipeline.bucket, settings=settings, catalog=catalog,
                           region=pipeline.region, execution=execution, job_prefix=pipeline.job_prefix,

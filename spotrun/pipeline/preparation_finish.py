@@ -18,6 +18,7 @@ from typing import Any
 
 from ..contract.hub_id import parse_hub_id
 from ..seams import (
+    EXECUTION_TAG,
     FINISH_FAILED,
     FINISH_PREPARED,
     PARTS_DIR,
@@ -26,6 +27,7 @@ from ..seams import (
     DatasetIndex,
     Preparation,
 )
+from .aws_events import to_epoch
 from .hub import fetched
 from .preparation import Prepared, list_objects
 
@@ -77,8 +79,6 @@ def merge_parts(parts: dict[str, dict], held_out_parts: dict[str, dict] | None =
 def job_cost(describe: dict, usd_per_hour: float) -> tuple[float, float]:
     """(USD, seconds) of a processing job: its instances' time from ProcessingStartTime to ProcessingEndTime at
     the processing rate (per second, all instances)."""
-    from .aws_events import to_epoch
-
     start, end = to_epoch(describe.get("ProcessingStartTime")), to_epoch(describe.get("ProcessingEndTime"))
     seconds = max(0.0, (end or start or 0.0) - (start or end or 0.0))
     return round(seconds * usd_per_hour / 3600, 4), round(seconds, 1)
@@ -148,8 +148,6 @@ def stop_preparation(sagemaker: Any, *, job_prefix: str, execution: str) -> list
     """The canceller's part: the execution's preparation job, if still running, is stopped (an aborted execution's
     job would otherwise bill on to its MaxRuntime). Its name ends with the execution's hash (`job_name`) and its
     `execution` tag names the execution."""
-    from ..seams import EXECUTION_TAG
-
     suffix = "-" + hashlib.sha256(execution.encode()).hexdigest()[:6]
     stopped = []
     pages = sagemaker.get_paginator("list_processing_jobs").paginate(NameContains=f"{job_prefix}prep-",

@@ -21,14 +21,13 @@ from typing import Any
 
 from ..pipeline.aws_events import emit_metric, put_once, to_epoch
 from ..seams import INTERRUPTIONS_METRIC, METHOD_TAG, SHAPE_TAG, metric_name
+from .params import shape_of
 
 MFU_METRIC, TOKENS_METRIC = metric_name("mfu"), metric_name("tokens_per_s")  # the trainer's metric line
 
 
 def shape_key(model_config: dict) -> str:
     """What makes two runs 'the same model shape' for throughput: architecture, size and depth (a tag value)."""
-    from .params import shape_of
-
     shape = shape_of(model_config)
     return f"{model_config['model_type']}/{round(shape.total / 1e6)}M/{shape.layers}L"
 

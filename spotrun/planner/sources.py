@@ -49,6 +49,7 @@ class _Unreadable(Exception):
 
 def _read_bytes(source: str, name: str, field_path: str, s3_client: Any) -> bytes:
     if source.startswith("s3://"):
+        # boto3 takes ~1 s to import: only an s3:// source loads it (the CLI checks local files)
         import boto3
         from botocore.exceptions import BotoCoreError, ClientError
 
@@ -244,6 +245,7 @@ def _model_tokenizer_identity(source: str, s3_client: Any) -> str | None:
     None when it has none. _Unreadable when it cannot be listed or read here."""
     if not source.startswith("s3://"):
         return directory_tokenizer_identity(source)
+    # boto3 takes ~1 s to import: only an s3:// source loads it (the CLI checks local files)
     import boto3
     from botocore.exceptions import BotoCoreError, ClientError
 

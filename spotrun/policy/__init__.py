@@ -12,6 +12,7 @@ numpy.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from .decision import RULES
@@ -92,9 +93,16 @@ def executed(plan: SimPlan, traces: list, policy: str, checkpointing: str | None
     return [execute(plan, trace, policy, ck).tally for trace in traces]
 
 
-def compare(plan: SimPlan, traces: list, candidates: list[tuple[str, str]]) -> list[Summary]:
-    """Every (policy, checkpointing) candidate over the same traces, as the state machine executes it."""
-    return [summarize(plan, describe(p, c), p, c, executed(plan, traces, p, c)) for p, c in candidates]
+def compare(plan: SimPlan, traces: list, candidates: list[tuple[str, str]],
+            progress: Callable[[str, int, int], None] | None = None) -> list[Summary]:
+    """Every (policy, checkpointing) candidate over the same traces, as the state machine executes it.
+    `progress(what, done, total)` is called after each candidate."""
+    rows = []
+    for done, (p, c) in enumerate(candidates, 1):
+        rows.append(summarize(plan, describe(p, c), p, c, executed(plan, traces, p, c)))
+        if progress:
+            progress("policies", done, len(candidates))
+    return rows
 
 
 __all__ = ["SimPlan", "Summary", "compare", "executed", "simulate", "summarize", "quantile"]

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from ..planner.estimate import startup_seconds
+from ..planner.topology import step_seconds
 from . import Summary, compare
 from .decision import DEADLINE_RULES, RULES
 from .engine import INF, SimPlan
@@ -22,7 +24,6 @@ from .traces import TraceSpec, generated_traces
 N_TRACES = 1000
 SEED = 0
 CONFIDENCE = 0.99
-MIN_TRACES = 100
 WINDOW_BUDGET = 100_000  # capacity windows generated over all traces: about 2 s here for the 10 candidates
 HORIZON_CAP_S = 96 * 24 * 3600.0  # the longest deadline (56 days) and 3 x a 28-day run fit; 10 interruptions/h
 # (the contract's most) x 1.3 over it is ~30,000 windows: one trace of the longest run stays inside the budget
@@ -38,9 +39,6 @@ def plan_from_estimate(est, catalog: dict, *, deadline_hours: float | None = Non
     """The simulator's plan for the estimate's layout. The restore (checkpoint download) is taken at the upload
     rate; the step is grad_accum micro-batches; `poll_s`, `max_poll_s`: the stage's cost-guard poll bounds
     (PipelineSettings.poll_seconds, max_poll_seconds); `on_demand_fallback`: the run's compute.on_demand_fallback."""
-    from ..planner.estimate import startup_seconds
-    from ..planner.topology import step_seconds
-
     d = catalog["defaults"]
     startup = startup_seconds(d)  # provisioning, data download and the image pull, at every start
     family = est.instance_type.split(".")[1]

@@ -229,6 +229,8 @@ class DeadlineRule:
 
     kind: str
     reserve_fraction: float = 0.5
+    hysteresis: float = HYSTERESIS_CHANGEOVERS
+    """Changeovers of lead needed to leave on-demand for spot (0: as soon as the run is ahead)."""
 
     def on_demand_at(self, plan: SimPlan, ck: str, progress: float) -> float:
         """When, waiting for capacity with this progress, the run moves to on-demand (before the safety net)."""
@@ -246,7 +248,7 @@ class DeadlineRule:
         (otherwise a spot job without capacity flaps back at once, a changeover each way)."""
         if self.kind == "greedy":
             return False
-        hysteresis = HYSTERESIS_CHANGEOVERS * switch_s(plan)
+        hysteresis = self.hysteresis * switch_s(plan)
         ahead = Observation(obs.elapsed_s + switch_s(plan), obs.committed_s, obs.market, obs.status,
                             training_s=obs.training_s)
         if slack_s(plan, ck, ahead) <= risk_s(plan, ck) + hysteresis:
@@ -275,15 +277,19 @@ class DeadlineRule:
 class ProbingGreedy:
     """Greedy with a reserve and blind probes (chosen on public traces: docs/spot-policy.md, "Policies compared").
 
-    Spot while it runs; without capacity, wait until the slack is down to the safety net's risk plus `reserve`
-    changeovers, then on-demand. Unlike greedy, on-demand is not for good: after `stint_s` on an on-demand job,
-    while the slack would still hold the risk plus `keep` changeovers after one more changeover, stop it and try
-    spot (blind: the guard cannot see spot capacity from an on-demand job). A spot job that finds no capacity is
-    below the reserve, so it goes back to on-demand at its first poll: a failed probe costs one changeover of
-    slack and an on-demand restart, and the reserve bounds how many the run can try. Deterministic."""
+    Spot while it runs; without capacity, wait until the slack is down to the safety net's risk plus the reserve,
+    then on-demand. The reserve is `reserve` changeovers at the start and shrinks with the share of the work left
+    (to no less than `keep` + 1 changeovers): slack kept for probes is worth what they can still move to spot.
+    Unlike greedy, on-demand is not for good: after `stint_s` on an on-demand job, while the slack would still
+    hold the risk plus `keep` changeovers after one more changeover, stop it and try spot (blind: the guard
+    cannot see spot capacity from an on-demand job). A spot job that finds no capacity waits while the slack is
+    above the reserve (a probe late in the run, when the reserve has shrunk, waits like greedy), then goes back
+    to on-demand: a failed probe costs what it waited, one changeover of slack and an on-demand restart, and the
+    reserve bounds how many the run can try. Deterministic."""
 
     reserve: float
-    """Changeovers of slack above the risk kept when the run moves to on-demand."""
+    """Changeovers of slack above the risk kept when the run moves to on-demand, at the start (x the share of the
+    work left later)."""
     stint_s: float
     """Seconds on an on-demand job before it probes spot."""
     keep: float = 1.0
@@ -304,7 +310,8 @@ class ProbingGreedy:
             if obs.job_age_s >= self.stint_s:
                 return Decision(Action.TO_SPOT, plan.poll_s)
             return Decision(Action.KEEP, self.stint_s - obs.job_age_s)
-        floor = risk + self.reserve * change
+        left = max(0.0, plan.work_s - progress_s(plan, ck, obs)) / plan.work_s
+        floor = risk + max(self.keep + 1, self.reserve * left) * change
         if obs.status is JobStatus.WAITING:
             if slack <= floor:
                 return Decision(Action.TO_ON_DEMAND)
@@ -331,9 +338,9 @@ RULES: dict[str, Rule] = {
     "uniform_progress": UNIFORM_PROGRESS, "deadline_greedy": GREEDY,
     "slack_reserve_5": DeadlineRule("reserve", 0.05), "slack_reserve_10": DeadlineRule("reserve", 0.10),
     "slack_reserve_25": DeadlineRule("reserve", 0.25),
-    # chosen on the choose-set windows of the public traces (benchmarks/policy_bench.py): 6 changeovers of
-    # reserve, a probe after 6 h on on-demand
-    "probing_greedy": ProbingGreedy(reserve=6.0, stint_s=6 * 3600.0),
+    # chosen on the choose-set windows of the public traces (benchmarks/policy_bench.py, docs/spot-policy.md):
+    # 32 changeovers of reserve at the start, a probe after 6 h on on-demand
+    "probing_greedy": ProbingGreedy(reserve=32.0, stint_s=6 * 3600.0),
 }
 DEADLINE_RULES = ("uniform_progress", "deadline_greedy", "slack_reserve_5", "slack_reserve_10", "slack_reserve_25",
                   "probing_greedy")

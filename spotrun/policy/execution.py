@@ -113,6 +113,9 @@ class Run:
             return None
         interval = periodic_interval(p, self.ck)
         segment_left = p.max_runtime_s - p.startup_s - p.save_s - SEGMENT_END_MARGIN_S - job.clock
+        if job.cycle == 0.0 and interval < INF:
+            self._whole_cycles(job, interval, min(horizon - job.t, segment_left))
+            segment_left = p.max_runtime_s - p.startup_s - p.save_s - SEGMENT_END_MARGIN_S - job.clock
         step = max(0.0, min(horizon - job.t, p.work_s - self.work, interval - job.cycle, segment_left))
         self.bill(job, step)
         job.cycle += step
@@ -125,6 +128,21 @@ class Run:
         elif job.cycle >= interval - 1e-9:
             job.phase, job.left, job.cycle = "save", p.save_s, 0.0
         return None
+
+    def _whole_cycles(self, job: Job, interval: float, room: float) -> None:
+        """Train-and-save cycles that end strictly inside `room` and before the work is done, in one step: the
+        same bills and commits as one event per phase (the simulation's work stays bounded by the interruptions
+        and polls, not by the saves)."""
+        cycle = interval + self.plan.save_s
+        k = math.ceil((self.plan.work_s - self.work) / interval) - 2
+        if room < INF:
+            k = min(k, int(room / cycle) - 1)
+        if k <= 0:
+            return
+        self.bill(job, k * cycle)
+        self.work += k * interval
+        self.committed = self.work
+        job.since_commit = 0.0
 
     def bill(self, job: Job, seconds: float) -> None:
         job.t += seconds

@@ -1,7 +1,7 @@
 """The exact offline optimum: the least a run can cost on one trace, knowing the trace in advance, under the
 engine's cost model (spotrun/policy/engine.py); the floor every online policy is measured against. Stdlib only.
 
-`exact_optimum(plan, trace) -> float | None`: USD, or None when the deadline cannot be met; `solve` says more.
+`solve(plan, trace) -> Optimum`: `usd` (None when the deadline cannot be met), whether it is exact, and its size.
 
 The model is the engine's with saves on the notice (`segment`, checkpointing "notice"): each job bills its
 startup, a restore once anything is saved, its work; an interruption saves on the notice unbilled; a stop the
@@ -51,12 +51,6 @@ class Optimum:
     exact: bool
     windows: int
     pieces: int
-
-
-def exact_optimum(plan: SimPlan, trace: list) -> float | None:
-    """The least cost (USD) of finishing `plan.work_s` by the deadline on this trace, or None if no schedule
-    can (on-demand from the start misses it)."""
-    return solve(plan, trace).usd
 
 
 def pareto(pieces: list[Piece], po: float) -> list[Piece]:

@@ -249,7 +249,6 @@ POLICIES: dict[str, Callable[[SimPlan, Trace, str], Tally]] = {
     "uniform_progress": uniform_progress, "deadline_greedy": deadline_greedy,
     **{name: _reserve_policy(rule) for name, rule in RESERVES.items()},
 }
-DEADLINE_POLICIES = ("uniform_progress", "deadline_greedy", *RESERVES)
 
 
 def describe(policy: str, checkpointing: str) -> str:

@@ -22,9 +22,9 @@ def study(plan: SimPlan, traces: list, candidates: list[tuple[str, str]], *, opt
           progress: Callable[[str, int, int], None] | None = None) -> dict:
     """Rows per policy, the chosen one and why, the offline optimum's mean/P50/P95 and the seconds it took.
     `choose_on`: other traces to choose on (the rows are then out of sample), else these. `progress(what, done,
-    total)` is called as the optimum goes through the traces."""
+    total)` is called as the policies and the optimum go through the traces."""
     t0 = time.perf_counter()
-    rows = compare(plan, traces, candidates)
+    rows = compare(plan, traces, candidates, progress)
     seconds = time.perf_counter() - t0
     best, why = choose(plan, compare(plan, choose_on, candidates) if choose_on else rows, cap_usd=cap_usd)
     if choose_on:
@@ -90,7 +90,7 @@ def table_text(report: dict) -> str:
 
 def plot(report: dict, path: Path, title: str) -> Path:
     """Mean cost against P(deadline met), one point per policy; the optimum's cost as the frontier."""
-    import matplotlib
+    import matplotlib  # matplotlib: requirements-dev.txt, not the CLI's; only `spotrun simulate` draws
 
     matplotlib.use("Agg")  # headless: no display on servers and CI
     import matplotlib.pyplot as plt

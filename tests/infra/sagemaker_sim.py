@@ -24,7 +24,7 @@ import datetime as dt
 import math
 from dataclasses import dataclass, field
 
-from spotrun.seams import COMPLETED_METRIC, Hyperparameter, checkpoint_manifest_key
+from spotrun.seams import CHECKPOINT_MANIFEST, COMPLETED_METRIC, Hyperparameter, checkpoint_step_dir
 
 BILLED = ("Downloading", "Training", "Uploading", "Stopping")
 
@@ -74,7 +74,7 @@ class World:
             bucket, _, prefix = self.checkpoint_uri.removeprefix("s3://").partition("/")
             step = int(work_s / self.step_s)
             boto3.client("s3", region_name="us-east-1").put_object(
-                Bucket=bucket, Key=prefix + checkpoint_manifest_key(step), Body=b"{}")
+                Bucket=bucket, Key=f"{prefix}{checkpoint_step_dir(step)}/{CHECKPOINT_MANIFEST}", Body=b"{}")
 
 
 def _ts(epoch: float) -> dt.datetime:

@@ -15,6 +15,7 @@ from spotrun.cli.main import main
 from spotrun.cli.remote import TRAINING_LOG_GROUP
 from spotrun.seams import StackOutput, stack_name
 from spotrun.seams import format_metric_line as format_line
+from tests.infra.people import Recorder, assert_people_may
 from tests.infra.render import render
 from tests.infra.test_state_machine_moto import (  # noqa: F401 - `aws` is the moto fixture
     BUCKET,
@@ -59,6 +60,8 @@ def stage(aws, synth, tmp_path, monkeypatch):  # noqa: F811 - the moto fixture i
     cfn.create_stack(StackName=stack_name("dev"), TemplateBody=json.dumps(
         {"Resources": {"Topic": {"Type": "AWS::SNS::Topic"}}, "Outputs": outputs}))
     monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
+    aws.recorder = Recorder()  # every call the commands make, for the people policies (assert_people_may)
+    aws.recorder.install(monkeypatch)
     return aws
 
 
@@ -92,7 +95,7 @@ def wait_until(sfn, arn: str, predicate, timeout: float = 30) -> dict:
     raise TimeoutError(arn)
 
 
-def test_start_status_logs_cancel_and_list_a_running_run(stage, tmp_path, capsys):
+def test_start_status_logs_cancel_and_list_a_running_run(stage, tmp_path, capsys, synth):
     sfn, sm = stage.sfn, stage.sagemaker
     stage.progress = lambda job, poll: _running(job)  # SageMaker reports the job training at every poll
 
@@ -138,6 +141,8 @@ def test_start_status_logs_cancel_and_list_a_running_run(stage, tmp_path, capsys
     ended = wait_until(sfn, started["execution_arn"], lambda d: d["status"] != "RUNNING")
     assert ended["status"] == "ABORTED"
     assert main(["cancel", "moto-run", "--stage", "dev"]) == 2  # nothing left to cancel
+    # The run user's managed policy allows every call these commands made (iam-simulate decides).
+    assert_people_may(synth, stage, stage.recorder.calls)
     assert "ABORTED" in capsys.readouterr().err
 
     # --follow ends once the execution and the job have ended, each line printed once.

@@ -1,13 +1,16 @@
-"""Which job role may touch which data, decided by moto's IAM authorization (not by a matcher of ours).
+"""Which job role may touch which data, decided by evaluators we did not write: moto's IAM authorization and
+@cloud-copilot/iam-simulate (tests/infra/iam_simulate.py).
 
-Every IAM policy the synthesized template attaches to the training role and to the preparation role is rendered
-(bucket ARN in place of its Fn::GetAtt) and created as that role's inline policies in moto's IAM; the test assumes
-each role through STS and makes the S3 requests each job makes with the session's credentials, with moto's
-authorization on (`settings.INITIAL_NO_AUTH_ACTION_COUNT`, what moto's `set_initial_no_auth_action_count` sets:
-the setup calls before it run unauthenticated). moto decides on Action and Resource: it substitutes no policy
-variables and gives S3 requests no condition context (moto/iam/access_control.py), so every request below is one
-that a statement without a Condition decides. The roles trust sagemaker.amazonaws.com in the template; here they
-trust the test's user, the one principal moto can assume them as.
+Every IAM policy the synthesized template attaches to a role is rendered (bucket ARN in place of its Fn::GetAtt).
+The preparation role's policies become that role's inline policies in moto's IAM; the test assumes the role through
+STS and makes the S3 requests a preparation job makes with the session's credentials, with moto's authorization on
+(`settings.INITIAL_NO_AUTH_ACTION_COUNT`, what moto's `set_initial_no_auth_action_count` sets: the setup calls
+before it run unauthenticated). The role trusts sagemaker.amazonaws.com in the template; here it trusts the test's
+user, the one principal moto can assume it as.
+moto decides on Action and Resource only: it substitutes no policy variables and gives S3 requests no condition
+context (moto/iam/access_control.py). The training role's grants are per run (`${aws:PrincipalTag/run}`, the
+session tag SageMaker chains from the launch function's session), so its requests, and the launcher role's trust,
+are decided by iam-simulate, which evaluates policy variables, condition keys and trust policies.
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ from botocore.exceptions import ClientError
 from moto import mock_aws, settings
 from moto.core.authorization import ActionAuthenticatorMixin
 
-from spotrun.seams import HUB_MODELS_PREFIX, PREPARED_PREFIX
+from spotrun.seams import HUB_MODELS_PREFIX, PREPARED_PREFIX, RUN_TAG
+from tests.infra.iam_simulate import Request, decide
 from tests.infra.render import placeholder, render
 
 BUCKET, ACCOUNT = "spotrun-artifacts", "123456789012"
@@ -32,6 +36,17 @@ SEEDED = ("output/other-run-job/output/model.tar.gz", f"{PREPARED_PREFIX}0123abc
           "checkpoints/run-a/exec-1/preparation/tokenizer.manifest", "checkpoints/other-run/exec-9/step-10/x.distcp")
 
 
+def _rendered(value, resolve):
+    """`value` (a policy document) with every Ref/Fn::GetAtt/Fn::Join rendered by `resolve`."""
+    if isinstance(value, list):
+        return [_rendered(v, resolve) for v in value]
+    if isinstance(value, dict) and len(value) == 1 and next(iter(value)) in ("Ref", "Fn::GetAtt", "Fn::Join"):
+        return render(value, resolve)
+    if isinstance(value, dict):
+        return {k: _rendered(v, resolve) for k, v in value.items()}
+    return value
+
+
 def _role_policies(template: dict, prefix: str) -> tuple[str, list[dict]]:
     """The role whose logical ID starts with `prefix`, and every policy document attached to it, rendered."""
     (role_id,) = [lid for lid, r in template["Resources"].items()
@@ -40,18 +55,11 @@ def _role_policies(template: dict, prefix: str) -> tuple[str, list[dict]]:
     def resolve(logical_id: str, attribute: str | None) -> str:
         if logical_id.startswith("ArtifactsBucket") and attribute == "Arn":
             return f"arn:aws:s3:::{BUCKET}"
+        if template["Resources"][logical_id]["Type"] == "AWS::IAM::Role":
+            return f"arn:aws:iam::{ACCOUNT}:role/{logical_id}"
         return placeholder(logical_id, attribute)
 
-    def rendered(value):
-        if isinstance(value, list):
-            return [rendered(v) for v in value]
-        if isinstance(value, dict) and len(value) == 1 and next(iter(value)) in ("Ref", "Fn::GetAtt", "Fn::Join"):
-            return render(value, resolve)
-        if isinstance(value, dict):
-            return {k: rendered(v) for k, v in value.items()}
-        return value
-
-    docs = [rendered(r["Properties"]["PolicyDocument"]) for r in template["Resources"].values()
+    docs = [_rendered(r["Properties"]["PolicyDocument"], resolve) for r in template["Resources"].values()
             if r["Type"] == "AWS::IAM::Policy" and {"Ref": role_id} in r["Properties"]["Roles"]]
     assert docs, f"no policy is attached to {role_id}"
     return role_id, docs
@@ -69,7 +77,7 @@ def _setup(template: dict) -> tuple[list, dict[str, str]]:
              lambda: iam.put_user_policy(UserName="tester", PolicyName="assume", PolicyDocument=may_assume)]
     calls += [lambda k=k: s3.put_object(Bucket=BUCKET, Key=k, Body=b"seeded") for k in SEEDED]
     roles = {}
-    for prefix in ("ExecutionRole", "PreparationRole", "HubFetchRole"):
+    for prefix in ("PreparationRole", "HubFetchRole"):
         role_id, docs = _role_policies(template, prefix)
         roles[prefix] = role_id
         calls.append(lambda r=role_id: iam.create_role(RoleName=r, AssumeRolePolicyDocument=trust))
@@ -122,20 +130,78 @@ def _delete(client, key: str):
     return lambda: client.delete_object(Bucket=BUCKET, Key=key)
 
 
-def test_a_training_job_cannot_poison_prepared_data_or_read_or_delete_registered_models(s3_as):
-    job = s3_as["ExecutionRole"]
-    # What a training job does: reads its data and model, writes and prunes its checkpoints, uploads its artifact.
-    assert _allowed(_get(job, "datasets/alpaca/index.json")) and _allowed(_get(job, "models/llama/config.json"))
-    assert _allowed(_put(job, "checkpoints/run-a/exec-1/step-20/x.distcp"))
-    assert _allowed(_delete(job, "checkpoints/run-a/exec-1/step-20/x.distcp"))
-    assert _allowed(_put(job, "output/run-a-job/output/model.tar.gz"))
-    # Prepared data later runs reuse, and every user's dataset: no write.
-    assert not _allowed(_put(job, f"{PREPARED_PREFIX}0123abcd/shard-00000.bin"))
-    assert not _allowed(_put(job, "datasets/alpaca/index.json"))
-    assert not _allowed(_put(job, "models/llama/config.json"))
-    # Another run's registered model: neither read nor deleted.
-    assert not _allowed(_get(job, "output/other-run-job/output/model.tar.gz"))
-    assert not _allowed(_delete(job, "output/other-run-job/output/model.tar.gz"))
+def _s3(key: str) -> str:
+    return f"arn:aws:s3:::{BUCKET}/{key}"
+
+
+def _as_run(run: str | None, action: str, resource: str, **context) -> Request:
+    """A request by a training job whose credentials carry the session tag run=`run` (None: no tag)."""
+    tags = {} if run is None else {f"aws:PrincipalTag/{RUN_TAG}": run}
+    return Request(action, resource, context={**tags, **context})
+
+
+# What a training job of run-a does: reads its data and model, lists, writes, reads and prunes its checkpoints,
+# uploads its artifact under output/run-a/ (S3OutputPath).
+RUN_A_JOB = [
+    _as_run("run-a", "s3:GetObject", _s3("datasets/alpaca/index.json")),
+    _as_run("run-a", "s3:GetObject", _s3("models/llama/config.json")),
+    _as_run("run-a", "s3:ListBucket", f"arn:aws:s3:::{BUCKET}", **{"s3:prefix": "checkpoints/run-a/exec-1/"}),
+    _as_run("run-a", "s3:PutObject", _s3("checkpoints/run-a/exec-1/step-20/x.distcp")),
+    _as_run("run-a", "s3:GetObject", _s3("checkpoints/run-a/exec-1/step-20/x.distcp")),
+    _as_run("run-a", "s3:DeleteObject", _s3("checkpoints/run-a/exec-1/step-20/x.distcp")),
+    _as_run("run-a", "s3:PutObject", _s3("output/run-a/spotrun-run-a-1a2b-s1/output/model.tar.gz")),
+]
+# What it must not: another run's artifact and checkpoints (run-ab shares run-a's first characters), prepared
+# data later runs reuse, every user's dataset and model, reading or deleting any registered model; and a job
+# whose credentials carry no run tag reaches no checkpoint and no output at all.
+DENIED = [
+    _as_run("run-a", "s3:PutObject", _s3("output/run-b/spotrun-run-b-9f9f-s1/output/model.tar.gz")),
+    _as_run("run-a", "s3:PutObject", _s3("output/run-ab/spotrun-run-ab-9f9f-s1/output/model.tar.gz")),
+    _as_run("run-a", "s3:PutObject", _s3("output/model.tar.gz")),
+    _as_run("run-a", "s3:GetObject", _s3("output/run-a/spotrun-run-a-1a2b-s1/output/model.tar.gz")),
+    _as_run("run-a", "s3:DeleteObject", _s3("output/run-b/spotrun-run-b-9f9f-s1/output/model.tar.gz")),
+    _as_run("run-a", "s3:PutObject", _s3("checkpoints/run-b/exec-9/step-10/x.distcp")),
+    _as_run("run-a", "s3:GetObject", _s3("checkpoints/run-b/exec-9/step-10/x.distcp")),
+    _as_run("run-a", "s3:DeleteObject", _s3("checkpoints/run-ab/exec-9/step-10/x.distcp")),
+    _as_run("run-a", "s3:ListBucket", f"arn:aws:s3:::{BUCKET}", **{"s3:prefix": "checkpoints/run-b/"}),
+    _as_run("run-a", "s3:PutObject", _s3(f"{PREPARED_PREFIX}0123abcd/shard-00000.bin")),
+    _as_run("run-a", "s3:PutObject", _s3("datasets/alpaca/index.json")),
+    _as_run("run-a", "s3:PutObject", _s3("models/llama/config.json")),
+    _as_run("run-a", "s3:DeleteObject", _s3("models/llama/config.json")),
+    _as_run(None, "s3:PutObject", _s3("checkpoints/run-a/exec-1/step-20/x.distcp")),
+    _as_run(None, "s3:GetObject", _s3("checkpoints/run-a/exec-1/step-20/x.distcp")),
+    _as_run(None, "s3:PutObject", _s3("output/run-a/spotrun-run-a-1a2b-s1/output/model.tar.gz")),
+]
+
+
+def test_a_training_job_touches_only_its_own_runs_checkpoints_and_output(synth):
+    _, policies = _role_policies(synth.template, "ExecutionRole")
+    decisions = decide(policies, RUN_A_JOB + DENIED)
+    allowed = dict(zip(map(repr, RUN_A_JOB + DENIED), decisions, strict=True))
+    assert [allowed[repr(r)] for r in RUN_A_JOB] == ["Allowed"] * len(RUN_A_JOB), allowed
+    assert [r for r in DENIED if allowed[repr(r)] == "Allowed"] == []
+
+
+def test_only_the_launch_function_assumes_the_launcher_and_only_as_one_run(synth):
+    """The launcher role's trust (its resource policy) and the launch function's role policy: AssumeRole and
+    TagSession with run=<run> and no other tag; no tag, another tag, or another principal is refused."""
+    resources = synth.template["Resources"]
+    launcher, _ = _role_policies(synth.template, "PipelineLauncherRole")
+    fn_role, fn_policies = _role_policies(synth.template, "PipelineLauncherFnRole")
+    trust = _rendered(resources[launcher]["Properties"]["AssumeRolePolicyDocument"],
+                      lambda lid, attr: f"arn:aws:iam::{ACCOUNT}:role/{lid}")
+    role_arn, fn_arn = f"arn:aws:iam::{ACCOUNT}:role/{launcher}", f"arn:aws:iam::{ACCOUNT}:role/{fn_role}"
+    fn_policies = [_rendered(d, lambda lid, attr: f"arn:aws:iam::{ACCOUNT}:role/{lid}") for d in fn_policies]
+    as_run = {f"aws:RequestTag/{RUN_TAG}": "run-a", "aws:TagKeys": [RUN_TAG]}
+    requests = [Request(action, role_arn, principal=fn_arn, context=context) for action, context in (
+        ("sts:AssumeRole", as_run), ("sts:TagSession", as_run),
+        ("sts:AssumeRole", {}),
+        ("sts:TagSession", {f"aws:RequestTag/{RUN_TAG}": "run-a", "aws:RequestTag/team": "x",
+                            "aws:TagKeys": [RUN_TAG, "team"]}))]
+    other = Request("sts:AssumeRole", role_arn, principal=f"arn:aws:iam::{ACCOUNT}:role/someone", context=as_run)
+    assert decide(fn_policies, requests, trust) == ["Allowed", "Allowed", "ImplicitlyDenied", "ImplicitlyDenied"]
+    assert decide([{"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "sts:*",
+                                                             "Resource": "*"}]}], [other], trust) != ["Allowed"]
 
 
 def test_only_the_preparation_job_adds_prepared_parts_and_it_touches_nothing_else(s3_as):

@@ -18,6 +18,7 @@ from botocore.validate import ParamValidator
 
 from spotrun.contract.spec import MAX_RUNTIME_LIMIT_S
 from spotrun.pipeline import guard as guard_rules
+from spotrun.pipeline import launch
 from spotrun.pipeline.plan import PipelineSettings, plan
 from spotrun.planner.estimate import load_catalog
 from spotrun.seams import COMPLETED_METRIC, GUARD_FIELDS, PLAN_FIELDS, REFUSAL_FIELDS, REPORT_FIELDS, Guard, Plan
@@ -287,6 +288,8 @@ def prose_rules(action: str, params: dict, problems: list[str]) -> None:
 
 def _service_call(state_def: dict) -> tuple[str, str] | None:
     resource = state_def.get("Resource", "")
+    if re.fullmatch(r"arn:aws:lambda:[\w-]+:\d+:function:PipelineLauncherFn\w+", resource):
+        return "sagemaker", "CreateTrainingJob"  # the launch function sends its payload (spotrun/pipeline/launch.py)
     m = re.fullmatch(r"arn:aws:states:::aws-sdk:(\w+):(\w+)", resource)
     if m:
         return m.group(1), m.group(2)[0].upper() + m.group(2)[1:]
@@ -299,7 +302,11 @@ def _service_call(state_def: dict) -> tuple[str, str] | None:
 
 def _as_the_service_sends(action: str, params: dict) -> dict:
     """The optimized `states:startExecution` integration takes StateMachineArn, Name and Input (an object is sent
-    as its JSON text) and calls StartExecution (stateMachineArn, name, input)."""
+    as its JSON text) and calls StartExecution (stateMachineArn, name, input). The launch function sends its
+    payload with SessionChainingConfig, for the run its tags name."""
+    if action == "CreateTrainingJob":
+        assert launch.run_of(params) == RUN["name"]
+        return launch.training_job_request(params)
     if action != "StartExecution":
         return params
     return {k[0].lower() + k[1:]: json.dumps(v) if k == "Input" and not isinstance(v, str) else v
@@ -421,6 +428,7 @@ def test_every_functions_synthesized_environment_is_what_its_handler_decodes(syn
     from spotrun.seams import (
         CancelEnvironment,
         CostGuardEnvironment,
+        LaunchEnvironment,
         PipelineSettings,
         PreparationSettings,
         PrepareEnvironment,
@@ -432,7 +440,8 @@ def test_every_functions_synthesized_environment_is_what_its_handler_decodes(syn
                "spotrun.handlers.cost_guard.handler": (CostGuardEnvironment,),
                "spotrun.handlers.cancel.handler": (CancelEnvironment,),
                "spotrun.handlers.interruptions.handler": (RecorderEnvironment,),
-               "spotrun.handlers.prepare.handler": (PrepareEnvironment,)}
+               "spotrun.handlers.prepare.handler": (PrepareEnvironment,),
+               "spotrun.handlers.launch.handler": (LaunchEnvironment,)}
     seen = set()
     for fn in synth.resources("AWS::Lambda::Function").values():
         handler = fn["Properties"].get("Handler", "")

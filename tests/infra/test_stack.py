@@ -62,12 +62,15 @@ def _suffix(resource) -> str:
 def test_training_role_writes_only_checkpoints_and_output_and_cannot_read_or_delete_models(template):
     stmts = role_statements(template, EXECUTION_ROLE)  # every policy on the role
     # Prepared data is written by the preparation role only (tests/infra/test_data_access.py evaluates both).
-    assert sorted(_suffix(r) for r in _s3_object_resources(stmts, "s3:PutObject")) == ["/checkpoints/*", "/output/*"]
+    # Only its own run's prefixes (the session tag SageMaker chains from the launch function's session).
+    run = "${aws:PrincipalTag/run}"
+    assert sorted(_suffix(r) for r in _s3_object_resources(stmts, "s3:PutObject")) == [
+        f"/checkpoints/{run}/*", f"/output/{run}/*"]
     # Registered model artifacts live under output/: only checkpoints may be deleted (SageMaker's sync does).
-    assert sorted(_suffix(r) for r in _s3_object_resources(stmts, "s3:DeleteObject")) == ["/checkpoints/*"]
+    assert sorted(_suffix(r) for r in _s3_object_resources(stmts, "s3:DeleteObject")) == [f"/checkpoints/{run}/*"]
     # No job reads another run's registered model: output/ is write-only.
     assert sorted(_suffix(r) for r in _s3_object_resources(stmts, "s3:GetObject")) == [
-        "/checkpoints/*", "/datasets/*", "/models/*"]
+        f"/checkpoints/{run}/*", "/datasets/*", "/models/*"]
     assert not any(a.startswith("s3:") and "*" in a for a in actions(stmts))
 
 
@@ -210,14 +213,18 @@ def test_training_job_parameters(definition, state, spot):
     assert params["RetryStrategy"] == {"MaximumRetryAttempts": 3}
     assert params["AlgorithmSpecification"]["TrainingInputMode"] == "FastFile"
     assert params["Tags.$"] == "$.plan.tags" and params["HyperParameters.$"] == "$.guard.hyperparameters"
-    assert params["OutputDataConfig"]["S3OutputPath"] == "s3://ref-artifactsbucket88671897/output/"
+    # output/<run>/: the training role writes only its own run's (tests/infra/test_data_access.py).
+    assert params["OutputDataConfig"]["S3OutputPath.$"] == \
+        "States.Format('s3://ref-artifactsbucket88671897/output/{}/', $.plan.run_name)"
 
 
 @pytest.mark.parametrize("state", ["CreateSpotTrainingJob", "CreateOnDemandTrainingJob"])
-def test_a_retried_create_that_finds_its_job_continues_polling(definition, state):
-    catches = definition["States"][state]["Catch"]
-    assert catches[0] == {"ErrorEquals": ["SageMaker.ResourceInUseException"], "ResultPath": None,
-                          "Next": "WaitForJob"}
+def test_the_launch_function_creates_each_job_and_errors_stop_it(definition, state):
+    """The request is the launch function's whole payload (it creates the job as the run: spotrun/pipeline/launch.py,
+    which also answers a retried create that finds its job); any error ends on the path that stops the job."""
+    task = definition["States"][state]
+    assert task["Resource"].endswith(":function:PipelineLauncherFn7670D452") and task["ResultPath"] is None
+    catches = task["Catch"]
     assert catches[-1]["ErrorEquals"] == ["States.ALL"] and catches[-1]["Next"] == "JobToStop"
 
 

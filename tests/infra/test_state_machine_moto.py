@@ -133,6 +133,9 @@ class Driver:
                                                     AssumeRolePolicyDocument=trust)["Role"]["Arn"]
         self.hub_fetch_role_arn = iam.create_role(RoleName="hub-fetch-role",
                                                   AssumeRolePolicyDocument=trust)["Role"]["Arn"]
+        # What the launch function assumes, with the run's session tag, to create training jobs.
+        self.launcher_role_arn = iam.create_role(RoleName="launcher-role",
+                                                 AssumeRolePolicyDocument=trust)["Role"]["Arn"]
         self.topic = boto3.client("sns", region_name=REGION).create_topic(Name="failures")["TopicArn"]
         self.sagemaker = boto3.client("sagemaker", region_name=REGION)
         self.sagemaker.create_model_package_group(ModelPackageGroupName=GROUP)
@@ -165,6 +168,8 @@ class Driver:
             return self.preparation_role_arn
         if logical.startswith("HubFetchRole"):
             return self.hub_fetch_role_arn
+        if logical.startswith("PipelineLauncherRole"):
+            return self.launcher_role_arn
         if logical in RESOURCES:
             return RESOURCES[logical]
         raise KeyError(logical)

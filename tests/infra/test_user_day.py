@@ -17,6 +17,7 @@ import regex  # the service models' patterns use \p{...} classes, which `re` lac
 
 from spotrun.cli.deploy import ADAPTER_DIR
 from spotrun.cli.main import main
+from tests.infra.people import assert_people_may
 from tests.infra.test_cli_remote import cli_json, stage, wait_until  # noqa: F401 - `stage` is a fixture
 from tests.infra.test_state_machine_moto import BUCKET, REGION, _finished, aws  # noqa: F401 - `aws` is a fixture
 
@@ -92,7 +93,7 @@ def _finish_run(driver, capsys, tmp_path, name: str, data_source: str, model_sou
 
 def test_a_users_day_from_raw_chat_to_a_deployed_endpoint_without_an_arn(stage,  # noqa: F811
                                                                          tmp_path, capsys, assets,
-                                                                         requests, monkeypatch):
+                                                                         requests, monkeypatch, synth):
     monkeypatch.chdir(tmp_path)
     stage.progress = lambda job, poll: _finished(job, "Completed", "Completed", billable=600, training=2000)
     raw, model = _day_inputs(tmp_path, assets)
@@ -159,3 +160,6 @@ def test_a_users_day_from_raw_chat_to_a_deployed_endpoint_without_an_arn(stage, 
     assert {name for name, _ in checked} == DEPLOY_CALLS
     for name, params in checked:
         assert full_match_problems(params, model.operation_model(name).input_shape, name) == [], name
+    # Every call of every command above is allowed by the person's managed policy (approve: the approver's; the
+    # rest: the run user's, which cannot approve), decided by iam-simulate.
+    assert_people_may(synth, stage, stage.recorder.calls)

@@ -360,7 +360,7 @@ def test_a_cap_of_a_tenth_of_a_cent_is_printed_as_such(tmp_path, capsys):
 
 
 def test_the_plot_marks_the_step_the_signal_was_sent_the_step_saved_and_the_best_checkpoint():
-    from spotrun.pipeline.report import loss_figure
+    from spotrun.local.report_files import loss_figure
 
     losses = [(s, 3.0 - s / 40) for s in range(1, 41)]
     event = {"kind": "sigterm", "signalled_at_step": 30, "step": 32, "checkpoint_step": 32}

@@ -26,6 +26,7 @@ from spotrun.planner.estimate import load_catalog
 from spotrun.planner.measured import record, recorded_rates
 from spotrun.policy.engine import SimPlan
 from spotrun.seams import (
+    CHECKPOINT_MANIFEST,
     COMPLETED_METRIC,
     GUARD_FIELDS,
     PLAN_FIELDS,
@@ -34,7 +35,7 @@ from spotrun.seams import (
     Plan,
     PlanStatus,
     StopNotice,
-    checkpoint_manifest_key,
+    checkpoint_step_dir,
 )
 
 
@@ -399,7 +400,7 @@ def test_newest_checkpoint_is_the_newest_committed_manifest(s3):
     prefix = "checkpoints/tiny-run/exec-1/"
     s3.put_object(Bucket="art-bucket", Key=prefix + "step-00000010/__0_0.distcp", Body=b"x")
     assert newest_checkpoint(s3, "art-bucket", prefix) is None  # shards without a manifest do not count
-    s3.put_object(Bucket="art-bucket", Key=prefix + checkpoint_manifest_key(10), Body=b"{}")
+    s3.put_object(Bucket="art-bucket", Key=f"{prefix}{checkpoint_step_dir(10)}/{CHECKPOINT_MANIFEST}", Body=b"{}")
     newest = newest_checkpoint(s3, "art-bucket", prefix)
     assert newest == pytest.approx(datetime.now(timezone.utc).timestamp(), abs=120)
 

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from spotrun.policy import simulate
 from spotrun.policy.engine import INF, SimPlan, Tally, segment
-from spotrun.policy.optimum import MAX_PIECES, exact_optimum, solve
+from spotrun.policy.optimum import MAX_PIECES, solve
 from spotrun.policy.policies import POLICIES, cost_usd
 
 H = 3600.0
@@ -77,7 +77,7 @@ def test_the_optimum_equals_an_exhaustive_search_of_the_engines_schedules_on_tin
         horizon = max([b for _, b in trace if b < INF] + [a for a, _ in trace if a < INF] + [0.0]) \
             + 2 * plan.work_s + 6 * Q
         brute = _brute_force(plan, trace, horizon)
-        exact = exact_optimum(plan, trace)
+        exact = solve(plan, trace).usd
         assert (brute is None) == (exact is None), (plan, trace, brute, exact)
         if brute is not None:
             met += 1
@@ -88,9 +88,9 @@ def test_the_optimum_equals_an_exhaustive_search_of_the_engines_schedules_on_tin
 def test_on_a_clear_trace_the_optimum_is_spot_from_the_start_and_on_none_on_demand():
     plan = SimPlan(work_s=40 * H, startup_s=600, restore_s=60, save_s=60, interval_s=1800, step_s=10,
                    notice_ok=True, spot_usd_per_h=0.35, on_demand_usd_per_h=1.0, deadline_s=48 * H)
-    assert exact_optimum(plan, [(0.0, INF)]) == pytest.approx(0.35 * (40 * H + 600) / H, rel=1e-12)
-    assert exact_optimum(plan, []) == pytest.approx((40 * H + 600) / H, rel=1e-12)
-    assert exact_optimum(SimPlan(**{**plan.__dict__, "deadline_s": 40 * H}), [(0.0, INF)]) is None
+    assert solve(plan, [(0.0, INF)]).usd == pytest.approx(0.35 * (40 * H + 600) / H, rel=1e-12)
+    assert solve(plan, []).usd == pytest.approx((40 * H + 600) / H, rel=1e-12)
+    assert solve(SimPlan(**{**plan.__dict__, "deadline_s": 40 * H}), [(0.0, INF)]).usd is None
 
 
 _windows = st.lists(st.tuples(st.floats(0.0, 30 * H), st.floats(60.0, 30 * H)), min_size=0, max_size=10)
@@ -110,7 +110,7 @@ def test_the_optimum_is_at_or_below_every_policy_and_finishes_whenever_one_does(
     ck = ck if notice else "periodic"
     plan = SimPlan(work_s=10 * H, startup_s=startup, restore_s=save, save_s=save, interval_s=1800.0, step_s=10.0,
                    notice_ok=notice, spot_usd_per_h=spot_price, on_demand_usd_per_h=1.0, deadline_s=deadline)
-    best = exact_optimum(plan, trace)
+    best = solve(plan, trace).usd
     for policy in POLICIES:
         tally = simulate(plan, [trace], policy, ck)[0]
         if not tally.finished or (deadline is not None and tally.t > deadline + 1e-6):

@@ -347,7 +347,7 @@ def test_spotrun_simulate_writes_the_table_json_and_plot_for_generated_and_recor
     run = tmp_path / "run.json"
     hours = round(1.5 * estimate(parse_run(RUN)).wall_seconds / H, 1)
     run.write_text(json.dumps({**RUN, "compute": {**RUN["compute"], "deadline_hours": hours}}))
-    assert main(["simulate", str(run), "--n", "50", "--out", str(tmp_path / "gen"), "--band", "15-20%"]) == 0
+    assert main(["simulate", str(run), "--n", "50", "--out", str(tmp_path / "gen"), "--band", "15-20%", "--plot"]) == 0
     text = capsys.readouterr().out
     assert "exact optimum" in text and "chosen: " in text and "Advisor band 15-20%" in text
     report = json.loads((tmp_path / "gen" / "simulate.json").read_text())
@@ -430,12 +430,12 @@ def test_spotrun_simulate_resamples_the_interruption_tables_scan(tmp_path, capsy
 
 
 def test_the_estimate_simulates_fewer_traces_for_a_long_run_at_a_high_rate():
-    from spotrun.policy.choose import MIN_TRACES, N_TRACES, traces_for_estimate
+    from spotrun.policy.choose import N_TRACES, traces_for_estimate
 
     assert traces_for_estimate(_plan(work_s=10 * H), 0.1) == N_TRACES
     fewer = traces_for_estimate(_plan(work_s=100 * H), 1.35)
-    assert MIN_TRACES < fewer < N_TRACES
-    assert 1 <= traces_for_estimate(_plan(work_s=1000 * H), 1.35) < MIN_TRACES
+    assert 100 < fewer < N_TRACES
+    assert 1 <= traces_for_estimate(_plan(work_s=1000 * H), 1.35) < 100
 
 
 @pytest.mark.parametrize("work_days, rate", [(28, 10.0), (60, 10.0), (28, 0.0), (1, 10.0)])
@@ -505,3 +505,36 @@ def test_spotrun_simulate_prints_a_run_without_on_demand_fallback(example, tmp_p
                  "--out", str(tmp_path / "j")]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert all(r["label"] != "on_demand" for r in doc["policies"])
+
+
+def test_the_executions_work_is_bounded_by_its_windows_and_decisions_not_by_the_runs_length(monkeypatch):
+    """27 days of work saving every 30 min (1,295 saves) in one capacity window: a handful of events, not one per
+    save, and the bill is the closed form (startup, work, saves)."""
+    from spotrun.policy import execution
+
+    events = []
+    real = execution.Run._event
+    monkeypatch.setattr(execution.Run, "_event", lambda self, job, until: events.append(1) or real(self, job, until))
+    work = 27 * 24 * H
+    plan = _plan(work_s=work, deadline_s=None, interval_s=1800.0)
+    run = execution.execute(plan, [(0.0, INF)], "maxwait_fallback", "periodic")
+    saves = math.ceil(work / 1800.0) - 1
+    assert run.tally.finished and run.tally.spot_s == pytest.approx(600.0 + work + saves * 60.0, rel=1e-12)
+    assert len(events) < 20
+
+
+def test_simulate_draws_a_progress_bar_on_stderr_only_once_it_has_taken_two_seconds():
+    import io
+
+    from spotrun.cli.simulate import PROGRESS_AFTER_S, Progress
+
+    quick = Progress(io.StringIO())
+    quick("policies", 10, 10)
+    assert quick.stream.getvalue() == "" and not quick.shown
+    slow = Progress(io.StringIO())
+    slow.t0 -= PROGRESS_AFTER_S + 1
+    slow("exact optimum", 250, 1000)
+    slow("exact optimum", 1000, 1000)
+    drawn = slow.stream.getvalue()
+    assert drawn.startswith("\rexact optimum [#######.......................] 250/1,000")
+    assert drawn.endswith("[" + "#" * Progress.WIDTH + "] 1,000/1,000\n")

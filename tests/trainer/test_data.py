@@ -49,13 +49,14 @@ def unique_tokens(tmp_path):
 def test_ranks_read_disjoint_samples_that_cover_the_epoch(unique_tokens):
     loaders = _loaders(unique_tokens, 2)
     seen = set()
-    for _ in range(loaders[0].steps_per_epoch):
+    steps_per_epoch = loaders[0].samples_per_epoch // loaders[0].global_batch
+    for _ in range(steps_per_epoch):
         for loader in loaders:
             for row in loader.next_batch():
                 key = row.tobytes()
                 assert key not in seen
                 seen.add(key)
-    assert len(seen) == loaders[0].steps_per_epoch * 4
+    assert len(seen) == steps_per_epoch * 4
 
 
 def test_loader_is_deterministic_and_resumes_from_its_state(unique_tokens):

@@ -12,6 +12,10 @@ import os
 import sys
 from pathlib import Path
 
+from .data import DataError, prepare
+from .launcher import main as launch_main
+from .processing import ProcessingPaths, prepare_part
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m spotrun_trainer", description=__doc__)
@@ -45,8 +49,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "fetch-model":
         return _fetch_model(args, Path(os.environ.get("SPOTRUN_SM_ROOT", "/opt/ml")), os.environ.get("HF_ENDPOINT"))
     if args.cmd == "prepare":
-        from .data import DataError, prepare
-
         if not args.inputs or args.tokenizer is None or args.out is None:
             parser.error("prepare needs INPUT..., --tokenizer and --out (or --sagemaker-processing)")
         try:
@@ -57,15 +59,11 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         print(f"prepared {index['total_tokens']} tokens in {len(index['shards'])} shards at {args.out}")
         return 0
-    from .launcher import main as launch_main
 
     return launch_main(args.rest)
 
 
 def _processing(args: argparse.Namespace, root: Path) -> int:
-    from .data import DataError
-    from .processing import ProcessingPaths, prepare_part
-
     paths = None
     try:
         paths = ProcessingPaths.under(root)

@@ -312,7 +312,6 @@ class Restored:
     """What load() found: the step of the checkpoint loaded (every stateful object is already restored)."""
 
     step: int
-    world_size_changed: bool
 
 
 @dataclass
@@ -636,7 +635,7 @@ class CheckpointManager:
         self.last_save_time = time.monotonic()
         if self.rank == 0:
             log.info("checkpoint: resumed from step-%08d", step)
-        return Restored(step=step, world_size_changed=not same_world)
+        return Restored(step=step)
 
     def load_model(self, step: int) -> None:
         """Load only the model weights of committed checkpoint `step` into the model (export of the best one);

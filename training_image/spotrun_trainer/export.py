@@ -24,6 +24,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.fsdp import FSDPModule
+from transformers import AutoTokenizer
 
 from spotrun.seams import EXPORT_METADATA, Method
 
@@ -132,8 +133,6 @@ def _probe_logits(cfg: TrainConfig, model, loader) -> dict:
 
 
 def _export_tokenizer(cfg: TrainConfig, out: Path) -> None:
-    from transformers import AutoTokenizer
-
     for candidate in (cfg.model.path, str(Path(cfg.data.path) / "tokenizer")):
         if candidate and (Path(candidate) / "tokenizer_config.json").exists():
             AutoTokenizer.from_pretrained(candidate).save_pretrained(out)

@@ -52,7 +52,7 @@ import psutil
 from spotrun.seams import VALIDATION_CHANNEL, DatasetIndex, Hyperparameter, StopNotice
 
 from .config import ConfigError, TrainConfig, short_repr
-from .data import VALIDATION_DIR
+from .data import VALIDATION_DIR, DataError, read_index
 from .outcome import OUTCOME_DIR_ENV, Outcome, read_outcomes
 
 log = logging.getLogger("spotrun_trainer.launcher")
@@ -219,7 +219,6 @@ def check_inputs(config: TrainConfig, *, world_size: int) -> None:
     joining the process group): the model can be built as a causal LM, the dataset exists and holds one step.
     Raises ConfigError naming the field; reads the model's config.json and the dataset's index only."""
     _check_model(config)
-    from .data import DataError, read_index
 
     try:
         index = read_index(Path(config.data.path))
@@ -278,6 +277,7 @@ def interface_routing_to(host: str) -> str | None:
 
 
 def _check_model(config: TrainConfig) -> None:
+    # transformers takes ~5 s to import: the launcher loads it only to check a model before torchrun
     import transformers
     from transformers import AutoConfig
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
@@ -538,7 +538,7 @@ def _interfaces() -> list[str] | None:
 
 def _gpu_count() -> int:
     try:
-        import torch
+        import torch  # the launcher process runs without torch (its workers import it): only this count needs it
 
         return torch.cuda.device_count()
     except Exception:  # noqa: BLE001 - no torch/CUDA means CPU

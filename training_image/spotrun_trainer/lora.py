@@ -34,6 +34,7 @@ ADAPTER_NAME = "default"  # PEFT's name for a model's only adapter (files are sa
 
 
 def peft_config(cfg: LoraConfig, base_model: str = ""):
+    # peft takes seconds to import: only LoRA runs load it
     from peft import LoraConfig as PeftLoraConfig
     from peft import TaskType
 
@@ -49,7 +50,7 @@ def apply(model: nn.Module, cfg: LoraConfig, *, base_dtype: torch.dtype, base_mo
 
     Call inside `torch.device("meta")` for the model that will be sharded: the adapters are then created there too.
     """
-    from peft import get_peft_model
+    from peft import get_peft_model  # peft takes seconds to import: only LoRA runs load it
 
     try:
         wrapped = get_peft_model(model, peft_config(cfg, base_model))
@@ -88,6 +89,7 @@ def merged_model(model: nn.Module, hf_config, dtype: torch.dtype) -> nn.Module |
     (the merge W + (alpha/r)·B·A is computed in fp32, then cast). Needs ~6 bytes per parameter of host memory on
     rank 0 beside the training process's own.
     """
+    # peft takes seconds to import: only LoRA runs load it; transformers' loaders only at the merge
     from peft import get_peft_model
     from transformers import AutoModelForCausalLM
 

@@ -22,7 +22,7 @@ def predict(hf_config, *, shard_ranks: int, micro_batch: int, seq_len: int, acti
             trainable_params: int | None = None):
     """The memory model's MemoryEstimate for this rank, or None when it has none for this model."""
     try:
-        from spotrun.planner.memory import ModelDims, peak_bytes
+        from spotrun.planner.memory import ModelDims, peak_bytes  # optional: a log line, never a failure
     except ImportError:  # NOTE: the image must install the spotrun package beside the trainer
         log.warning("memory model: the spotrun package is not installed in this image: no prediction to log")
         return None
@@ -51,6 +51,7 @@ class PeakProbe:
         """Call before each optimizer step's forward passes; `end_step` after optimizer.step()."""
         self.steps += 1
         if self.enabled and self.steps == PROBED_STEP:
+            # a private torch module, loaded only when memory_probe is on
             from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
 
             self._tracker = FSDPMemTracker(self.model, self.optimizer)

@@ -19,6 +19,7 @@ from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+from transformers import AutoConfig, AutoModelForCausalLM
 
 from . import lora as lora_lib
 from .config import LoraConfig, ModelConfig, PerfConfig, ShardingConfig
@@ -27,8 +28,6 @@ log = logging.getLogger(__name__)
 
 
 def _hf_config(cfg: ModelConfig):
-    from transformers import AutoConfig
-
     if cfg.path:
         return AutoConfig.from_pretrained(cfg.path)
     raw = dict(cfg.config)
@@ -37,8 +36,6 @@ def _hf_config(cfg: ModelConfig):
 
 def _materialise_full(cfg: ModelConfig, hf_config, seed: int) -> nn.Module:
     """The full model on CPU in fp32: weights from the model directory, or initialised from `seed`."""
-    from transformers import AutoModelForCausalLM
-
     if cfg.path:
         return AutoModelForCausalLM.from_pretrained(cfg.path, config=hf_config, dtype=torch.float32)
     torch.manual_seed(seed)
@@ -115,8 +112,6 @@ def build_sharded_model(cfg: ModelConfig, *, mesh: DeviceMesh, device: torch.dev
                         lora: LoraConfig | None = None, perf: PerfConfig | None = None) -> BuiltModel:
     """The model sharded over `mesh`; with `lora`, PEFT's adapters on a frozen base (stored in the compute dtype).
     `perf` must be resolved for the device (PerfConfig.resolved); None: the plain defaults."""
-    from transformers import AutoModelForCausalLM
-
     perf = perf or PerfConfig().resolved(device.type)
 
     hf_config = _hf_config(cfg)

@@ -61,7 +61,7 @@ def load_exported(cfg: TrainConfig, out: Path):
 
     if cfg.method != Method.LORA:
         return AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
-    from peft import PeftModel
+    from peft import PeftModel  # LoRA only (see load_exported)
 
     return PeftModel.from_pretrained(load_base(cfg), out)
 

@@ -274,7 +274,7 @@ class _OpenRun:
         return opened
 
     def _log_params(self, logged: dict[str, str], params: Mapping[str, str], start_step: int) -> None:
-        from mlflow.entities import Param, RunTag
+        from mlflow.entities import Param, RunTag  # MLflow loads only with tracking on (see start)
 
         values = {k: v[:PARAM_VALUE_MAX] for k, v in params.items() if NAME.fullmatch(k)}
         new = [Param(k, v) for k, v in values.items() if k not in logged]
@@ -293,7 +293,7 @@ class _OpenRun:
 
     def send(self, records: list[tuple]) -> int:
         """Log `records` (metrics not already on the server, tags, the end); returns the metric values sent."""
-        from mlflow.entities import Metric, RunTag
+        from mlflow.entities import Metric, RunTag  # MLflow loads only with tracking on (see start)
 
         metrics, seen, tags, end = [], set(), {}, None
         for record in records:
