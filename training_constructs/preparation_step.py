@@ -5,8 +5,8 @@ Processing job running the trainer image's `prepare --sagemaker-processing` on t
 WaitForPreparation / DescribePreparationJob until it ends -> FinishPreparation (Lambda: the job's bill, the parts'
 indexes merged) -> EstimatePrepared on the prepared shards -> EstimateOk; or PreparationFailed with the reason.
 A hub model.source (spotrun/pipeline/hub.py): the same step with kind "model" (PrepareWhat): CreateModelFetchJob
-(`fetch-model`, the one job with network, as the hub fetch role) -> the same wait -> FinishPreparation (its bill,
-the copy checked complete) -> EstimatePrepared on the copy under models/_hub/.
+(`python -m spotrun.pipeline.hub_fetch`, the one job with network, as the hub fetch role) -> the same wait ->
+FinishPreparation (its bill, the copy checked complete) -> EstimatePrepared on the copy under models/_hub/.
 The same poll pattern as the training job (CallAwsService + Wait + Describe): moto's interpreter runs no `.sync`.
 """
 
@@ -87,8 +87,8 @@ def preparation_states(pipeline: PipelineSteps, props: PreparationProps, process
     """Raw data.source: the Processing job the estimate planned -> poll -> finish (merge, cost) -> the estimate
     again on the prepared shards (-> EstimateOk), or PreparationFailed with the job's reason."""
     # The trainer image's own prepare (python -m spotrun_trainer prepare --sagemaker-processing), network-isolated
-    # as the role that writes datasets/_prepared/; a hub model's fetch (`fetch-model`) is the one job with network,
-    # as a role that only adds files under models/_hub/.
+    # as the role that writes datasets/_prepared/; a hub model's fetch (spotrun.pipeline.hub_fetch) is the one job
+    # with network, as a role that only adds files under models/_hub/.
     create = _create_job(pipeline, props, processing_arn, "CreatePreparationJob", props.preparation_role,
                          isolated=True)
     fetch = _create_job(pipeline, props, processing_arn, "CreateModelFetchJob", props.hub_fetch_role, isolated=False)

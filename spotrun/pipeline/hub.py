@@ -1,7 +1,7 @@
 """Hub models in the pipeline: `model.source` `hf://org/name[@revision]` fetched once into the stage's models/.
 
 A hub id is never read by the training job: the preparation step (the same SageMaker Processing step that prepares
-raw data, its other kind, PREPARE_MODEL) runs `python -m spotrun_trainer fetch-model` with network access and
+raw data, its other kind, PREPARE_MODEL) runs `python -m spotrun.pipeline.hub_fetch` with network access and
 writes the model's files into `models/_hub/<org>/<name>/<revision>/` (spotrun/pipeline/hub_fetch.py), with
 `spotrun-hub.json` beside them: the commit the revision resolved to and each file's size and SHA-256. The estimate
 then plans on that copy (its config.json; no hub access at estimate time) and the training job reads it as its
@@ -64,7 +64,7 @@ def fetched(s3: Any, bucket: str, hub: HubId) -> dict | None:
 def fetch_request(hub: HubId, *, bucket: str, settings: Any, catalog: dict, region: str, job_prefix: str,
                   execution: str, cap_usd: float, volume_kms_key_arn: str, tags: list,
                   poll_seconds: int) -> Preparation:
-    """The fetch job (one instance of the stage's preparation type): the trainer image's `fetch-model` writing the
+    """The fetch job (one instance of the stage's preparation type): the trainer image's hub_fetch writing the
     model into the processing output, uploaded to the copy's prefix at the job's end."""
     rate = processing_rate(catalog, region, settings.instance_type)
     runtime_s = min(FETCH_MAX_RUNTIME_S, max_runtime(settings, cap_usd, rate))
@@ -82,7 +82,7 @@ def fetch_request(hub: HubId, *, bucket: str, settings: Any, catalog: dict, regi
         output_uri=f"s3://{bucket}/{prefix}", bucket=bucket, prefix=prefix, instance_type=settings.instance_type,
         instance_count=1, usd_per_hour=round(rate, 6), max_runtime_seconds=runtime_s,
         processing_resources={"ClusterConfig": cluster}, processing_inputs=[], processing_outputs=outputs,
-        entrypoint=["python", "-m", "spotrun_trainer", "fetch-model", hub.text, "--sagemaker-processing"],
+        entrypoint=["python", "-m", "spotrun.pipeline.hub_fetch", hub.text, "--sagemaker-processing"],
         stopping_condition={"MaxRuntimeInSeconds": runtime_s}, tags=tags, poll_seconds=poll_seconds, files=0,
         kind=PREPARE_MODEL)
 

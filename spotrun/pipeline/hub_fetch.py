@@ -1,7 +1,8 @@
 """The fetch of a hub model (`hf://org/name[@revision]`) into a directory, with huggingface_hub's own client.
 
-Run by the preparation step's fetch job (`python -m spotrun_trainer fetch-model`, network allowed there only) and by
-`spotrun local` (into OUT/models/, the local stand-in of the stage's models/ prefix); never inside a training job.
+Run by the preparation step's fetch job (`python -m spotrun.pipeline.hub_fetch hf://org/name@rev
+--sagemaker-processing` in the trainer image, which installs spotrun; network allowed there only) and by `spotrun
+local` (into OUT/models/, the local stand-in of the stage's models/ prefix); never inside a training job.
 
 - the revision is resolved to its commit first (HfApi.model_info) and the files are downloaded at that commit, so
   every file comes from one commit even if the branch moves meanwhile;
@@ -16,17 +17,21 @@ The hub's address is huggingface_hub's (`HF_ENDPOINT`, read by the entry points 
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
+import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
 from huggingface_hub import HfApi, snapshot_download
 from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
 
-from ..contract.hub_id import COMMIT, HubId
-from ..seams import HUB_MANIFEST, HUB_MODELS_PREFIX
+from ..contract.hub_id import COMMIT, HubId, parse_hub_id
+from ..contract.strict_json import RunValidationError
+from ..seams import HUB_MANIFEST, HUB_MODELS_PREFIX, PROCESSING_MODEL_OUTPUT
 from .hub import check_manifest
 
 # A model's files (fnmatch patterns, top level only): configs, safetensors weights and their index, tokenizers
@@ -123,3 +128,32 @@ def fetch_into(models: Path, hub: HubId, *, endpoint: str | None = None,
         shutil.rmtree(dest)
     staging.rename(dest)
     return dest, manifest, False
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The fetch job's entry point: the hub from HF_ENDPOINT, SageMaker Processing's root from SPOTRUN_SM_ROOT
+    (/opt/ml in the job); a failure's one line is also the job's ExitMessage (/opt/ml/output/message)."""
+    parser = argparse.ArgumentParser(prog="python -m spotrun.pipeline.hub_fetch", description=__doc__.split("\n")[0])
+    parser.add_argument("source", help="the run's model.source, hf://org/name[@revision]")
+    parser.add_argument("--out", type=Path, help="the directory to fill (made or emptied)")
+    parser.add_argument("--sagemaker-processing", action="store_true",
+                        help="run as the pipeline's fetch job: the output is SageMaker Processing's model directory")
+    args = parser.parse_args(argv)
+    root = Path(os.environ.get("SPOTRUN_SM_ROOT", "/opt/ml"))
+    out = root / "processing" / PROCESSING_MODEL_OUTPUT if args.sagemaker_processing else args.out
+    if out is None:
+        parser.error("--out DIR or --sagemaker-processing")
+    try:
+        manifest = fetch(parse_hub_id(args.source, "source"), out, endpoint=os.environ.get("HF_ENDPOINT"))
+    except (RunValidationError, HubFetchError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        if args.sagemaker_processing:
+            (root / "output").mkdir(parents=True, exist_ok=True)
+            (root / "output" / "message").write_bytes(str(exc).encode()[:1024])
+        return 2
+    print(f"fetched {args.source} at commit {manifest['commit']}: {len(manifest['files'])} files into {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

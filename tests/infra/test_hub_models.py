@@ -3,8 +3,8 @@ interpreter with the real handlers deciding.
 
 The estimate answers Prepare with a fetch job (kind model); the rendered CreateModelFetchJob request (checked
 against botocore's model) starts a Processing job that tests/infra/processing_sim.py runs for real here: the trainer
-image's own `fetch-model`, with huggingface_hub fetching from a loopback mirror of the hub's API
-(tests/spotrun/hub_mirror.py, HF_ENDPOINT). FinishPreparation checks the copy, the estimate plans on it and the
+image's `python -m spotrun.pipeline.hub_fetch`, with huggingface_hub fetching from a loopback mirror of the hub's
+API (tests/spotrun/hub_mirror.py, HF_ENDPOINT). FinishPreparation checks the copy, the estimate plans on it and the
 training job reads it as its model channel. A second run with the same id: the copy is reused, no job, no request to
 the hub.
 """
@@ -51,10 +51,11 @@ def test_a_hub_model_is_fetched_once_by_the_preparation_step_and_trained_from_th
     problems: list[str] = []
     check_shape(request, model.input_shape, "CreateProcessingJob", problems)
     assert problems == []
-    # The fetch is the one job with network; the trainer image's own fetch-model; one instance; no inputs.
+    # The fetch is the one job with network; spotrun.pipeline.hub_fetch in the trainer image; one instance; no inputs.
     assert request["NetworkConfig"]["EnableNetworkIsolation"] is False
     assert request["RoleArn"] == aws.hub_fetch_role_arn  # its own role: writes models/_hub/ only (test_data_access)
-    assert request["AppSpecification"]["ContainerEntrypoint"][3:5] == ["fetch-model", "hf://tiny-org/tiny-llama@main"]
+    assert request["AppSpecification"]["ContainerEntrypoint"][2:4] == ["spotrun.pipeline.hub_fetch",
+                                                                       "hf://tiny-org/tiny-llama@main"]
     assert request["ProcessingResources"]["ClusterConfig"]["InstanceCount"] == 1
     assert request.get("ProcessingInputs", []) == []
     assert request["ProcessingOutputConfig"]["Outputs"][0]["S3Output"]["S3Uri"] == COPY

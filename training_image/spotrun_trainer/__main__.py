@@ -32,13 +32,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--text-field", default="text", help="JSONL field holding the text (default text)")
     p.add_argument("--validation-fraction", type=float, default=0.0,
                    help="share of documents (by a stable hash of each) written to OUT/validation (default 0)")
-    f = sub.add_parser("fetch-model", help="fetch a hub model (hf://org/name[@revision]) into a directory, with "
-                       "its commit and each file's SHA-256 in spotrun-hub.json (the pipeline's fetch job)")
-    f.add_argument("source", help="the run's model.source, hf://org/name[@revision]")
-    f.add_argument("--out", type=Path, help="the directory to fill (made or emptied)")
-    f.add_argument("--sagemaker-processing", action="store_true",
-                   help="run as the pipeline's fetch job: the output is SageMaker Processing's model directory "
-                        "under /opt/ml (SPOTRUN_SM_ROOT elsewhere); a failure's reason goes to output/message")
     launch = sub.add_parser("launch", help="the container entry point (same as the image's ENTRYPOINT)")
     launch.add_argument("rest", nargs=argparse.REMAINDER, help="arguments for the launcher")
     args = parser.parse_args(argv)
@@ -46,8 +39,6 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.cmd == "prepare" and args.sagemaker_processing:
         return _processing(args, Path(os.environ.get("SPOTRUN_SM_ROOT", "/opt/ml")))
-    if args.cmd == "fetch-model":
-        return _fetch_model(args, Path(os.environ.get("SPOTRUN_SM_ROOT", "/opt/ml")), os.environ.get("HF_ENDPOINT"))
     if args.cmd == "prepare":
         if not args.inputs or args.tokenizer is None or args.out is None:
             parser.error("prepare needs INPUT..., --tokenizer and --out (or --sagemaker-processing)")
@@ -77,30 +68,6 @@ def _processing(args: argparse.Namespace, root: Path) -> int:
         return 2
     tokens = index["total_tokens"] if index else 0
     print(f"prepared part {paths.host}: {tokens} tokens in {len(index['shards']) if index else 0} shards")
-    return 0
-
-
-def _fetch_model(args: argparse.Namespace, root: Path, endpoint: str | None) -> int:
-    # NOTE: imported here: spotrun (installed in the image beside the trainer) and huggingface_hub, for this
-    # command only.
-    from spotrun.contract.hub_id import parse_hub_id
-    from spotrun.contract.strict_json import RunValidationError
-    from spotrun.pipeline.hub_fetch import HubFetchError, fetch
-    from spotrun.seams import PROCESSING_MODEL_OUTPUT
-
-    out = root / "processing" / PROCESSING_MODEL_OUTPUT if args.sagemaker_processing else args.out
-    if out is None:
-        print("error: fetch-model needs --out (or --sagemaker-processing)", file=sys.stderr)
-        return 2
-    try:
-        manifest = fetch(parse_hub_id(args.source, "source"), out, endpoint=endpoint)
-    except (RunValidationError, HubFetchError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        if args.sagemaker_processing:  # the job's ExitMessage
-            (root / "output").mkdir(parents=True, exist_ok=True)
-            (root / "output" / "message").write_bytes(str(exc).encode()[:1024])
-        return 2
-    print(f"fetched {args.source} at commit {manifest['commit']}: {len(manifest['files'])} files into {out}")
     return 0
 
 
