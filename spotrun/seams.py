@@ -70,6 +70,11 @@ class Hyperparameter(str, Enum):
     # MLflow tracking server ARN) and the experiment; absent, the trainer imports no MLflow and calls no server.
     TRACKING_MLFLOW_URI = "tracking.mlflow_uri"
     TRACKING_EXPERIMENT = "tracking.experiment"
+    # Weights & Biases (spotrun_trainer/wandb_tracking.py): the project, its entity and the Secrets Manager secret
+    # the job reads the API key from (its name: the key itself is never a hyperparameter).
+    TRACKING_WANDB_PROJECT = "tracking.wandb_project"
+    TRACKING_WANDB_ENTITY = "tracking.wandb_entity"
+    TRACKING_WANDB_API_KEY_SECRET = "tracking.wandb_api_key_secret"
 
     # Seconds after its start at which the trainer saves and exits: the end of one segment of a run (a job whose
     # MaxRuntime the cost cap sets, spotrun/pipeline/segments.py), distinct from completion (`run_completed`).
@@ -549,8 +554,8 @@ class Plan(_StateJson):
     data_source: str
     estimate: dict
     gate: dict = dataclasses.field(default_factory=dict)  # registry.gate's bounds (spotrun/pipeline/gate.py); {}: none
-    # CreateTrainingJob's EnableNetworkIsolation: on, unless the run names a tracking server (one the stage lists),
-    # which the trainer must reach (spotrun_trainer/tracking.py).
+    # CreateTrainingJob's EnableNetworkIsolation: on, unless the run names a tracking server (one the stage lists)
+    # or a W&B project, which the trainer must reach (spotrun_trainer/tracking.py, wandb_tracking.py).
     network_isolation: bool = True
     # CreateTrainingJob's MlflowConfig {MlflowResourceArn, MlflowExperimentName, MlflowRunName} for a run naming a
     # SageMaker AI MLflow tracking server by ARN (spotrun/planner/outputs.py mlflow_config); {}: none, the field is
@@ -715,6 +720,9 @@ class PipelineSettings(LambdaEnvironment):
     max_concurrent_runs: int = 0
     # The MLflow tracking servers a run's tracking.mlflow_uri may name (stacks/config.py); empty: none.
     mlflow_tracking_servers: tuple[str, ...] = ()
+    # The Secrets Manager secrets (ARNs) holding W&B API keys a run's tracking.wandb_api_key_secret may name; empty:
+    # no W&B (the training role may read only these).
+    wandb_api_key_secrets: tuple[str, ...] = ()
     table_name: str = ""  # the interruptions table (spotrun/planner/measured.py); empty: the catalog's figures only
 
 

@@ -18,6 +18,8 @@ from spotrun.planner.estimate import load_catalog
 # Patterns of the AWS APIs these values end up in (EC2 ids; SageMaker ModelPackageGroupName).
 SUBNET_ID = re.compile(r"^subnet-[0-9a-f]{8}(?:[0-9a-f]{9})?$")
 SECURITY_GROUP_ID = re.compile(r"^sg-[0-9a-f]{8}(?:[0-9a-f]{9})?$")
+# A Secrets Manager secret's ARN (no comma: the estimate function's environment lists them comma-separated).
+WANDB_SECRET_ARN = re.compile(r"arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:\d{12}:secret:[A-Za-z0-9/_+=.@-]{1,512}")
 GROUP_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9])*$")
 GROUP_SUFFIX_LEN = 9  # "-" + 8 characters of the stack's id: a redeploy after destroy gets a fresh group
 MAX_GROUP_NAME = 63
@@ -65,6 +67,10 @@ class AccountConfig:
     """The MLflow tracking servers runs of this stage may log to (a run's `tracking.mlflow_uri`): SageMaker AI MLflow
     tracking server ARNs (the training role gets the sagemaker-mlflow actions the trainer's tracker calls, on
     these servers only) and/or https URLs. Empty: no tracking, no MLflow permission."""
+    wandb_api_key_secrets: tuple[str, ...] = ()
+    """The AWS Secrets Manager secrets (full ARNs) holding Weights & Biases API keys that runs of this stage may name
+    (a run's `tracking.wandb_api_key_secret`): the training role may read these secrets only, and a run naming one
+    trains without network isolation (it reaches W&B). Empty: no W&B."""
     prepare_instance_type: str = "ml.m5.xlarge"
     """CPU instance type of the preparation job that tokenizes a raw `data.source` (SageMaker Processing); must be
     priced in spotrun/planner/catalog.json's `processing_usd_per_hour` for the region."""
@@ -91,7 +97,8 @@ class AccountConfig:
         catalog = _catalog()
         if self.region not in catalog["regions"]:
             raise ValueError(f"region={self.region!r} has no SageMaker prices in spotrun/planner/catalog.json: "
-                             f"expected one of {', '.join(sorted(catalog['regions']))} (add the region's prices there)")
+                             f"expected one of {', '.join(sorted(catalog['regions']))}; run `spotrun catalog update "
+                             f"--region {self.region}` to price it")
         for itype in self.allowed_instance_types:
             if itype not in catalog["regions"][self.region]["on_demand_usd_per_hour"]:
                 raise ValueError(f"allowed_instance_types: {itype!r} is not priced in {self.region}: expected types "
@@ -141,6 +148,10 @@ class AccountConfig:
             if "," in server:
                 raise ValueError(f"mlflow_tracking_servers: {server!r} is invalid: expected no comma (the estimate "
                                  "function's environment lists the servers comma-separated)")
+        for secret in self.wandb_api_key_secrets:
+            if not WANDB_SECRET_ARN.fullmatch(secret):
+                raise ValueError(f"wandb_api_key_secrets: {secret!r} is invalid: expected a Secrets Manager secret's "
+                                 "full ARN (arn:aws:secretsmanager:REGION:ACCOUNT:secret:NAME-SUFFIX)")
         if not 1 <= self.checkpoint_retention_days <= 3650:
             raise ValueError(f"checkpoint_retention_days={self.checkpoint_retention_days} is invalid: 1..3650")
         self._check_preparation(catalog)
@@ -173,7 +184,7 @@ class AccountConfig:
             if value is not None and not isinstance(value, str):
                 raise ValueError(f"{name}={value!r} is invalid: expected a string or None")
         for name in ("notification_emails", "vpc_subnet_ids", "security_group_ids", "allowed_instance_types",
-                     "mlflow_tracking_servers"):
+                     "mlflow_tracking_servers", "wandb_api_key_secrets"):
             value = getattr(self, name)
             if not isinstance(value, tuple) or not all(isinstance(v, str) for v in value):
                 raise ValueError(f"{name}={value!r} is invalid: expected a tuple of strings")

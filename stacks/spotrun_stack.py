@@ -63,7 +63,8 @@ class SpotrunStack(Stack):
             base_image=config.trainer_base_image or sagemaker_image(config.region)))
         self.execution = TrainingExecutionRole(self, "ExecutionRole", props=TrainingExecutionRoleProps(
             store=self.store, repository=self.image.repository, in_vpc=bool(config.vpc_subnet_ids),
-            mlflow_tracking_server_arns=config.mlflow_tracking_server_arns))
+            mlflow_tracking_server_arns=config.mlflow_tracking_server_arns,
+            wandb_api_key_secret_arns=config.wandb_api_key_secrets))
         self.preparation_role = PreparationRole(self, "PreparationRole", props=PreparationRoleProps(
             store=self.store, repository=self.image.repository, in_vpc=bool(config.vpc_subnet_ids),
             prepared_prefix=PREPARED_PREFIX))
@@ -87,6 +88,7 @@ class SpotrunStack(Stack):
             security_group_ids=config.security_group_ids, allowed_instance_types=config.allowed_instance_types,
             max_usd_per_run=config.max_usd_per_run, max_instances_per_run=config.max_instances_per_run,
             max_concurrent_runs=config.max_concurrent_runs, mlflow_tracking_servers=config.mlflow_tracking_servers,
+            wandb_api_key_secrets=config.wandb_api_key_secrets,
             preparation=PreparationSettings(instance_type=config.prepare_instance_type,
                                             instance_count=config.prepare_instance_count,
                                             max_runtime_seconds=int(config.prepare_max_hours * 3600))))

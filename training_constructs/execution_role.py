@@ -9,7 +9,8 @@ there). Without the tag it reaches neither. Reads datasets/ and models/; writes 
 bucket's key, pulls the trainer image, writes its CloudWatch logs and metrics and (in a VPC) manages its network
 interfaces (`job_basics`). Training jobs also log to the stage's SageMaker AI MLflow tracking servers, when it
 names any (the sagemaker-mlflow actions the trainer's tracker calls, spotrun_trainer/tracking.py, on those servers
-only). No AWS-managed full-access policy. docs/security.md has the table.
+only), and read the stage's W&B API key secrets, when it names any (GetSecretValue on those secrets only). No
+AWS-managed full-access policy. docs/security.md has the table.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ class TrainingExecutionRoleProps:
     """Whether jobs run in the stage's VPC (the role may then manage their network interfaces). Default: False."""
     mlflow_tracking_server_arns: tuple[str, ...] = ()
     """The SageMaker AI MLflow tracking servers training jobs may log to (stacks/config.py). Default: none."""
+    wandb_api_key_secret_arns: tuple[str, ...] = ()
+    """The Secrets Manager secrets holding W&B API keys training jobs may read (stacks/config.py). Default: none."""
 
 
 # What spotrun_trainer/tracking.py calls on a tracking server (MlflowClient: get_experiment_by_name,
@@ -78,6 +81,9 @@ class TrainingExecutionRole(Construct):
         if props.mlflow_tracking_server_arns:
             self.role.add_to_policy(iam.PolicyStatement(actions=list(MLFLOW_TRACKER_ACTIONS),
                                                         resources=list(props.mlflow_tracking_server_arns)))
+        if props.wandb_api_key_secret_arns:  # spotrun_trainer/wandb_tracking.py reads the run's key at the start
+            self.role.add_to_policy(iam.PolicyStatement(actions=["secretsmanager:GetSecretValue"],
+                                                        resources=list(props.wandb_api_key_secret_arns)))
         self.policy = self.role.node.find_child("DefaultPolicy")
         acknowledge(self.policy, f"AwsSolutions-IAM5[Resource::{rendered(self, self.output)}]",
                     "SageMaker uploads each job's model artifact under output/<run>/<job>/ (S3OutputPath): the "

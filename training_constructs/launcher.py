@@ -9,6 +9,8 @@ training role to SageMaker; nothing else. The state machine can no longer pass t
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
@@ -19,11 +21,20 @@ from .lambda_code import spotrun_function
 from .nag import acknowledge, rendered
 
 
+@dataclass(frozen=True)
+class RunLauncherProps:
+    execution_role: iam.IRole
+    """The training role the launcher role may pass to SageMaker (and nothing else)."""
+    job_arn: str
+    """The stage's training jobs (an ARN pattern on the stage's job-name prefix): what the launcher may create."""
+
+
 class RunLauncher(Construct):
     """`fn`: the function the state machine invokes with a CreateTrainingJob request; `role`: the launcher role."""
 
-    def __init__(self, scope: Construct, id_: str, *, execution_role: iam.IRole, job_arn: str) -> None:
+    def __init__(self, scope: Construct, id_: str, *, props: RunLauncherProps) -> None:
         super().__init__(scope, id_)
+        execution_role, job_arn = props.execution_role, props.job_arn
         self.fn: lambda_.Function = spotrun_function(
             self, "Fn", handler="spotrun.handlers.launch.handler", timeout_s=60,
             description="spotrun launcher: creates each training job with its run's session tag", environment={})

@@ -39,8 +39,11 @@ BOOTSTRAP_ROLES = (DefaultStackSynthesizer.DEFAULT_DEPLOY_ROLE_ARN,
 @dataclass(frozen=True)
 class PeoplePoliciesProps:
     store: ArtifactStore
+    """The stage's bucket: datasets/, models/, output/, checkpoints/ (the prefixes each person may touch)."""
     state_machine: sfn.IStateMachine
+    """The run pipeline: run users start, describe and stop its executions."""
     serving_role: iam.IRole
+    """The role endpoints run as: run users pass it to SageMaker on `deploy`."""
     job_prefix: str
     """Every training job's name starts with it (and its log streams)."""
     model_package_group_base: str
@@ -48,7 +51,7 @@ class PeoplePoliciesProps:
     prepared_prefix: str
     """Prepared datasets (written by the preparation role only)."""
     bootstrap_qualifier: str = DefaultStackSynthesizer.DEFAULT_QUALIFIER
-    """`cdk bootstrap --qualifier` of the account (default: CDK's)."""
+    """`cdk bootstrap --qualifier` of the account. Default: CDK's default qualifier (`hnb659fds`)."""
 
 
 class PeoplePolicies(Construct):

@@ -56,7 +56,7 @@ from spotrun.seams import (
 
 from .artifact_store import ArtifactStore
 from .lambda_code import dead_letter_queue, on_failure_destination, spotrun_function
-from .launcher import RunLauncher
+from .launcher import RunLauncher, RunLauncherProps
 from .nag import acknowledge, rendered
 from .preparation_step import preparation_functions, preparation_states
 
@@ -121,6 +121,8 @@ class TrainingPipelineProps:
     """Executions that may run at once; the estimate counts the running ones. Default: 0 (none)."""
     mlflow_tracking_servers: tuple[str, ...] = ()
     """The MLflow tracking servers a run may name (the estimate refuses others). Default: none."""
+    wandb_api_key_secrets: tuple[str, ...] = ()
+    """The W&B API key secrets (ARNs) a run may name (the estimate refuses others). Default: none (no W&B)."""
     preparation: PreparationSettings = PreparationSettings()
     """The CPU instances that prepare a raw data.source (a SageMaker Processing job running the trainer image).
     Default: PreparationSettings()."""
@@ -210,7 +212,8 @@ class TrainingPipeline(Construct):
         arns = _Arns.of(Stack.of(self), props)
         self._functions(props, arns.job)
         # Creates each training job with its run's session tag (launcher.py): the job reaches only its run's data.
-        self.launcher = RunLauncher(self, "Launcher", execution_role=props.execution_role, job_arn=arns.job)
+        self.launcher = RunLauncher(self, "Launcher", props=RunLauncherProps(execution_role=props.execution_role,
+                                                                          job_arn=arns.job))
         self.prepare_fn = preparation_functions(self, props, arns.processing)
         self._state_machine(props, self._definition(props, arns), arns)
         self._estimate_reads_executions()
@@ -230,7 +233,8 @@ class TrainingPipeline(Construct):
             project=props.project, stage=props.stage, cost_center=props.cost_center,
             max_usd_per_run=props.max_usd_per_run, max_instances_per_run=props.max_instances_per_run,
             max_concurrent_runs=props.max_concurrent_runs,
-            mlflow_tracking_servers=tuple(props.mlflow_tracking_servers)).to_env(), **props.preparation.to_env()}
+            mlflow_tracking_servers=tuple(props.mlflow_tracking_servers),
+            wandb_api_key_secrets=tuple(props.wandb_api_key_secrets)).to_env(), **props.preparation.to_env()}
         self.estimate_fn = spotrun_function(
             self, "EstimateFn", handler="spotrun.handlers.estimate.handler", timeout_s=60,
             # One full vCPU (Lambda allots CPU in proportion to memory: 1,769 MB is one vCPU, per the Lambda

@@ -24,7 +24,7 @@ from ..contract.spec import RunSpec, RunValidationError, parse_run
 from ..local.pipeline import check_raw_split, prepare_if_raw
 from ..pipeline.validate import Target, check_catalog, check_target, pipeline_hyperparameters
 from ..planner.estimate import DEFAULT_PRICE_REGION, Estimate, estimate, format_text, load_catalog, regional_catalog
-from ..planner.sources import read_sources, with_split
+from ..planner.sources import check_local_split, read_sources, with_split
 from ..policy.choose import policy_text, spot_policy
 from ..seams import DatasetIndex, StackOutput, stack_name
 from .exits import HELP as EXIT_CODES_HELP
@@ -40,6 +40,7 @@ class Checked:
     estimate: Estimate | None
     checked: list[str] = field(default_factory=list)
     not_checked: list[str] = field(default_factory=list)
+    unchecked: list[str] = field(default_factory=list)  # the run's own settings validate could not check
 
 
 def check_file(path: Path, target: Target | None, *, plan: bool, s3_client: Any = None,
@@ -65,9 +66,7 @@ def check_file(path: Path, target: Target | None, *, plan: bool, s3_client: Any 
     if note:
         out.checked.append(note)
     if not plan:
-        if run.validation_needed_by and not run.data.has_validation:
-            out.not_checked.append(f"whether data.source holds the validation split {run.validation_needed_by} "
-                                   "reads (its index.json)")
+        _without_planner(run, out)
         out.not_checked.append("the sources' config.json / index.json and the planner: run `spotrun estimate`")
         return out
     sources = read_sources(run, s3_client, offline=True)
@@ -92,6 +91,32 @@ def check_file(path: Path, target: Target | None, *, plan: bool, s3_client: Any 
                        f"{catalog['regions'][priced_in].get('as_of', 'unknown')})"
                        + ("" if region else "; --region prices another region"))
     return out
+
+
+def _without_planner(run: RunSpec, out: Checked) -> None:
+    """`validate`: the checks of the run against its data that need no planner, where data.source's index.json is
+    here to read (a local prepared directory: with a local model.source, every check of the sources, the tokenizer
+    included; raw local text is checked as `local` prepares it); a setting of the run that depends on what validate
+    does not read is listed in `out.unchecked` (the output is then not "ok")."""
+    source = run.data.source or ""
+    local = bool(source) and not source.startswith("s3://") and Path(source).is_dir()
+    if local and not (Path(source) / DatasetIndex.FILE).is_file():
+        check_raw_split(run)  # raw text: split when it is prepared
+    elif local and not (run.model.source or "").startswith("s3://"):
+        # Everything it names is here: the sources' own checks (the split, the tokenizer, seq_len), no network.
+        out.checked.extend(n for n in read_sources(run, None, offline=True).notes if not n.startswith("not "))
+    elif local:
+        done = check_local_split(run)
+        if done:
+            out.checked.append(done)
+    elif run.data.validation is None and (run.validation_needed_by or run.data.validation_fraction is not None):
+        wanted = " and ".join(f for f in (run.validation_needed_by, "data.validation_fraction" if
+                                          run.data.validation_fraction is not None else None) if f)
+        why = "validate reads no S3 object" if source.startswith("s3://") else "not a directory here"
+        out.unchecked.append(f"{wanted} against the validation split data.source holds ({source}: {why})")
+    if run.compute.deadline_hours is not None:
+        out.unchecked.append(f"compute.deadline_hours={run.compute.deadline_hours:g} against the run's length (the "
+                             "planner's hours; validate does not plan)")
 
 
 def prepared_text(raw: dict, cache: Path) -> tuple[RunSpec, str | None]:
@@ -152,13 +177,22 @@ def target_from_args(args: argparse.Namespace, cfn_client: Any = None) -> Target
     return None
 
 
+UNCHECKED = "unchecked"  # validate's status when a setting of the run itself could not be checked here
+
+
 def _ok_doc(checked: Checked) -> dict:
-    return {"status": "ok", **(checked.estimate.to_json() if checked.estimate else {}),
-            "checked": checked.checked, "not_checked": checked.not_checked}
+    extra = {"unchecked": checked.unchecked} if checked.unchecked else {}
+    return {"status": UNCHECKED if checked.unchecked else "ok",
+            **(checked.estimate.to_json() if checked.estimate else {}),
+            "checked": checked.checked, "not_checked": checked.not_checked, **extra}
 
 
 def _print_ok(path: Path, checked: Checked) -> None:
-    print(f"== {path}: ok")
+    if checked.unchecked:
+        print(f"== {path}: NOT CHECKED (nothing wrong found, but `spotrun estimate {path}` must check these): "
+              + "; ".join(checked.unchecked))
+    else:
+        print(f"== {path}: ok")
     if checked.estimate is not None:
         print(format_text(checked.estimate))
         print(policy_text(checked.estimate.spot_policy))
@@ -176,6 +210,10 @@ def run_command(args: argparse.Namespace, *, plan: bool, cfn_client: Any = None,
         return fail(args.format, Exit.INVALID, exc.status, exc.message, exc.field)
     status, docs = Exit.OK, []
     region = args.region or stage_region(args.stage)  # with --stage, its prices
+    if plan and s3_client is None and region:  # the sources in S3 read in the stage's region, not a default one
+        import boto3  # NOTE: imported here: a run with local sources plans without boto3 loaded
+
+        s3_client = boto3.client("s3", region_name=region)
     for path in args.runs:
         try:
             checked = check_file(path, target, plan=plan, s3_client=s3_client, region=region,

@@ -8,6 +8,7 @@
                              a deployed stage's runs (spotrun/cli/remote.py)
     approve, deploy, undeploy
                              a finished run's model to a SageMaker endpoint (spotrun/cli/deploy.py)
+    catalog update           a region's prices from AWS's price list (spotrun/cli/catalog.py)
 
 Every command reads a run file with spotrun.contract.runfile.load_run_file and exits with a code of the one table in
 spotrun/cli/exits.py, which `spotrun --help` prints.
@@ -20,6 +21,7 @@ import os
 import sys
 from importlib.metadata import PackageNotFoundError, version
 
+from .catalog import register as register_catalog
 from .data import register as register_data
 from .deploy import register as register_deploy
 from .estimate import register as register_estimate
@@ -41,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     register_remote(sub)
     register_deploy(sub)
     register_simulate(sub)
+    register_catalog(sub)
     return parser
 
 

@@ -271,9 +271,15 @@ class CheckpointSpec:
                                    "execution of this run (1-80 letters, digits, - or _)")
 
 
+_WANDB_NAME = r"[A-Za-z0-9][A-Za-z0-9_\-.]{0,127}"
+_WANDB_NAME_TEXT = "1-128 letters, digits, _ - or ., starting with a letter or digit"
+_SECRET_ID = r"(arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:\d{12}:secret:)?[A-Za-z0-9/_+=.@-]{1,512}"
+
+
 @dataclass(frozen=True, kw_only=True)
 class TrackingSpec:
-    """`tracking`: experiment tracking (SageMaker AI's managed MLflow, or any MLflow tracking server)."""
+    """`tracking`: experiment tracking (SageMaker AI's managed MLflow, or any MLflow tracking server; and/or
+    Weights & Biases)."""
 
     mlflow_uri: str | None = spec("The MLflow tracking server the trainer logs this run to (a SageMaker AI server "
                                   "is reached by its ARN through the sagemaker-mlflow plugin). Not given: nothing "
@@ -284,6 +290,25 @@ class TrackingSpec:
                                   "MlflowExperimentName. Not given: the run's name.", default=None,
                                   pattern=r"[A-Za-z0-9][A-Za-z0-9_\-. ]{0,199}",
                                   accepted="1-200 letters, digits, spaces, _ - or ., starting with a letter or digit")
+    wandb_project: str | None = spec("The Weights & Biases project the trainer also logs this run to (beside or "
+                                     "instead of MLflow); needs wandb_api_key_secret. Not given: no W&B.",
+                                     default=None, pattern=_WANDB_NAME, accepted=_WANDB_NAME_TEXT)
+    wandb_entity: str | None = spec("The W&B entity (user or team) of wandb_project. Not given: the API key's "
+                                    "default entity.", default=None, pattern=_WANDB_NAME, accepted=_WANDB_NAME_TEXT)
+    wandb_api_key_secret: str | None = spec("The AWS Secrets Manager secret (name or ARN) that holds the W&B API key "
+                                            "(the key, or JSON with an api_key field), read by the training job "
+                                            "with its role; the key is never put in the run or its hyperparameters.",
+                                            default=None, pattern=_SECRET_ID, accepted="a Secrets Manager secret "
+                                            "name (1-512 of letters, digits, /_+=.@-) or its ARN")
+
+    def _across(self, raw: dict, path: str) -> TrackingSpec:
+        if bool(self.wandb_project) != bool(self.wandb_api_key_secret):
+            given = "wandb_project" if self.wandb_project else "wandb_api_key_secret"
+            other = "wandb_api_key_secret" if self.wandb_project else "wandb_project"
+            raise RunValidationError(f"{path}.{given}", raw[given], f"{path}.{other} with it (W&B needs both)")
+        if self.wandb_entity and not self.wandb_project:
+            raise RunValidationError(f"{path}.wandb_entity", self.wandb_entity, f"{path}.wandb_project with it")
+        return self
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -187,9 +187,11 @@ def local_settings(run: RunSpec) -> PipelineSettings:
     group or the local registry's default, the catalog's prices in its default region, no stage limits, and the
     run's own tracking server (no stage lists servers here: the user's loopback server is theirs to name)."""
     servers = (run.tracking.mlflow_uri,) if run.tracking.mlflow_uri else ()
+    secrets = (run.tracking.wandb_api_key_secret,) if run.tracking.wandb_api_key_secret else ()
     return PipelineSettings(bucket=THIS_MACHINE, job_prefix="", model_package_group=run.model_package_group or
                             DEFAULT_GROUP, poll_seconds=60, project="spotrun", stage="local", cost_center="",
-                            region=DEFAULT_PRICE_REGION, mlflow_tracking_servers=servers)
+                            region=DEFAULT_PRICE_REGION, mlflow_tracking_servers=servers,
+                            wandb_api_key_secrets=secrets)
 
 
 def plan_local(raw: dict) -> Plan:
@@ -242,7 +244,7 @@ def run_local(run_path: Path, options: LocalOptions, *, emit: Callable[[str], No
     hyper = hyperparameters(planned, options)
     check_one_step(Path(raw["data"]["source"]), hyper, options.nproc)
     job = Job(root=root, log=root / "launcher.log")
-    check_interrupts(options.interrupts, checked_launch(job, hyper, channels_of(planned)))
+    check_interrupts(options.interrupts, checked_launch(job, hyper, channels_of(planned)), planned.max_runtime_seconds)
     root.mkdir(parents=True)
     (root / "run.json").write_text(json.dumps(raw, indent=2))
     (root / PLAN_FILE).write_text(json.dumps(planned.to_json(), indent=2))
@@ -267,7 +269,11 @@ def resume_local(job_ref: str, options: LocalOptions, *, emit: Callable[[str], N
     hyper["master_port"] = str(free_port())  # the old one may be taken now
     job = Job(root=root, log=root / "launcher.log")
     data = job.sm / "input" / "data"
-    check_interrupts(options.interrupts, checked_launch(job, hyper, {p.name: p.resolve() for p in data.iterdir()}))
+    planned_at = root / PLAN_FILE  # a job of an older spotrun: planned again
+    planned = Plan.from_json(json.loads(planned_at.read_text())) if planned_at.is_file() else \
+        plan_local(json.loads((root / "run.json").read_text()))
+    check_interrupts(options.interrupts, checked_launch(job, hyper, {p.name: p.resolve() for p in data.iterdir()}),
+                     planned.max_runtime_seconds)
     config.write_text(json.dumps(hyper))
     emit(f"[local] resuming job {root} (launcher log {root / 'launcher.log'})")
     return _train_and_finish(job, root.name, root.parent, options, emit)
@@ -299,14 +305,20 @@ def checked_launch(job: Job, hyper: dict[str, str], channels: dict[str, Path]) -
                        max_steps=cfg.max_steps)
 
 
-def check_interrupts(interrupts: tuple[InterruptAt, ...], steps: int) -> None:
-    """An interruption at a step the run never reaches (or its last, after which nothing is left to interrupt) is
-    refused before the run starts, not reported as "not injected" after it."""
+def check_interrupts(interrupts: tuple[InterruptAt, ...], steps: int, max_runtime_s: int) -> None:
+    """An interruption the run never reaches is refused before the run starts, not reported as "not injected"
+    after it: a step past its last (after which nothing is left to interrupt), or a time at or past the plan's
+    MaxRuntime (`max_runtime_s`: SageMaker stops the job it stands in for by then)."""
     late = [t.step for t in interrupts if t.step is not None and t.step >= steps]
     if late:
         raise RunValidationError("--interrupt-at", max(late), f"a step from 1 to {steps - 1}: the run has {steps} "
                                  "steps (the planned data, batch and processes), or seconds after the start (e.g. "
                                  "30s)")
+    after = [t for t in interrupts if t.seconds is not None and t.seconds >= max_runtime_s]
+    if after:
+        raise RunValidationError("--interrupt-at", str(max(after, key=lambda t: t.seconds)), f"seconds after the "
+                                 f"start below {max_runtime_s}s, the plan's MaxRuntime (SageMaker stops the job "
+                                 f"then), or a step from 1 to {steps - 1}")
 
 
 def _train_and_finish(job: Job, job_name: str, out: Path, options: LocalOptions,

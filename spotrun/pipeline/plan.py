@@ -323,7 +323,8 @@ def _ok_plan(run: RunSpec, est: Any, hyper: dict, execution: str, started: str, 
         price_as_of=as_of,
         approval_status=REGISTRATION_STATUS, data_source=run.data.source or "",
         estimate={k: est.to_json()[k] for k in CONTRACT_KEYS}, gate=gate_of(run),
-        network_isolation=not run.tracking.mlflow_uri, mlflow_config=mlflow_config(run, execution),
+        network_isolation=not (run.tracking.mlflow_uri or run.tracking.wandb_project),
+        mlflow_config=mlflow_config(run, execution),
     )
     return result.to_json()
 

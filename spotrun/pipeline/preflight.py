@@ -114,7 +114,7 @@ def check_quota(quotas_client: Any, instance_type: str, count: int, spot: bool) 
 
 def check_stage_limits(run: RunSpec, settings: PipelineSettings, running_executions: int | None) -> None:
     """The stage's maxima (stacks/config.py): the cap per run, instances per run, runs at once; and the tracking
-    servers a run may name."""
+    servers and W&B API key secrets a run may name."""
     where = f"stage {settings.stage or '?'}'s limit in stacks/config.py"
     if settings.max_usd_per_run and run.max_usd > settings.max_usd_per_run:
         raise RunValidationError("budget.max_usd", run.max_usd, f"at most {usd(settings.max_usd_per_run)} "
@@ -128,6 +128,11 @@ def check_stage_limits(run: RunSpec, settings: PipelineSettings, running_executi
         listed = ", ".join(settings.mlflow_tracking_servers) or "none"
         raise RunValidationError("tracking.mlflow_uri", uri, f"one of the stage's tracking servers: {listed} "
                                  f"(mlflow_tracking_servers, {where})")
+    secret = run.tracking.wandb_api_key_secret
+    if secret and secret not in settings.wandb_api_key_secrets:  # the job's network opens, its role reads a secret
+        listed = ", ".join(settings.wandb_api_key_secrets) or "none"
+        raise RunValidationError("tracking.wandb_api_key_secret", secret, f"one of the stage's W&B API key secrets: "
+                                 f"{listed} (wandb_api_key_secrets, {where})")
     if settings.max_concurrent_runs and running_executions is not None and \
             running_executions > settings.max_concurrent_runs:
         raise RunValidationError("run", f"{running_executions} running executions", f"at most "

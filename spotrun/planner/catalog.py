@@ -2,7 +2,8 @@
 `usd`, how every message writes a dollar amount.
 
 The planner, the simulator, the stage's config and the Lambda handlers read the catalog through these functions;
-the file itself cites where each figure comes from.
+the file itself cites where each figure comes from. A region's prices come from the file's `regions`, or from a
+snapshot of AWS's price list that `spotrun catalog update --region R` wrote (spotrun/planner/pricing.py).
 """
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ import math
 from pathlib import Path
 
 from ..contract.spec import RunValidationError
+from .pricing import read_snapshots
 
 CATALOG_PATH = Path(__file__).with_name("catalog.json")
+PRICES_DIR = Path(__file__).with_name("prices")  # the regions' snapshots (spotrun/planner/pricing.py)
 
 
 def usd(amount: float) -> str:
@@ -28,9 +31,13 @@ def usd(amount: float) -> str:
     return f"${whole}.{cents[:2] + cents[2:].rstrip('0')}"
 
 
-def load_catalog(path: Path = CATALOG_PATH) -> dict:
-    """The catalog at `path` (the shipped one by default), its prices checked."""
+def load_catalog(path: Path = CATALOG_PATH, *, snapshots: bool = True) -> dict:
+    """The catalog at `path` (the shipped one by default) with, unless `snapshots` is False, the regions' price
+    snapshots in PRICES_DIR laid over its `regions` (`spotrun catalog update` writes them;
+    spotrun/planner/pricing.py), its prices checked."""
     catalog = json.loads(Path(path).read_text())
+    if snapshots:
+        catalog.setdefault("regions", {}).update(read_snapshots(PRICES_DIR))
     check_prices(catalog)
     return catalog
 
@@ -54,8 +61,10 @@ def regional_catalog(catalog: dict, region: str) -> dict:
     """The catalog with the region's on-demand prices; RunValidationError for a region it has no prices for."""
     regions = catalog.get("regions", {})
     if region not in regions:
-        raise RunValidationError("region", region, f"a region the catalog has prices for: {', '.join(sorted(regions))} "
-                                 "(add the region's prices to spotrun/planner/catalog.json)")
+        raise RunValidationError("region", region, f"a region the catalog has prices for: "
+                                 f"{', '.join(sorted(regions))}; run `spotrun catalog update --region {region}` "
+                                 "(AWS credentials allowed pricing:GetProducts) to price it, then redeploy the stage "
+                                 "so its functions carry it")
     check_prices(catalog)
     prices = regions[region]["on_demand_usd_per_hour"]
     out = copy.deepcopy(catalog)

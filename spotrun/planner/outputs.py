@@ -77,12 +77,18 @@ def trainer_hyperparameters(run: RunSpec, est: Estimate) -> dict[str, str]:
 
 
 def _tracking_hyperparameters(run: RunSpec) -> dict[str, str]:
-    """The MLflow tracking server and experiment (spotrun_trainer.config.TrackingConfig parses them); none when the
-    run names no server, and then the trainer imports no MLflow and opens no socket."""
-    if not run.tracking.mlflow_uri:
-        return {}
-    return {Hyperparameter.TRACKING_MLFLOW_URI.value: run.tracking.mlflow_uri,
-            Hyperparameter.TRACKING_EXPERIMENT.value: run.tracking.experiment or run.name}
+    """The MLflow tracking server and experiment, and the W&B project, entity and API key secret's name
+    (spotrun_trainer.config.TrackingConfig parses them); none when the run names neither, and then the trainer
+    imports no tracking library and opens no socket."""
+    t, out = run.tracking, {}
+    if t.mlflow_uri:
+        out = {Hyperparameter.TRACKING_MLFLOW_URI.value: t.mlflow_uri,
+               Hyperparameter.TRACKING_EXPERIMENT.value: t.experiment or run.name}
+    if t.wandb_project:
+        out.update({Hyperparameter.TRACKING_WANDB_PROJECT.value: t.wandb_project,
+                    Hyperparameter.TRACKING_WANDB_API_KEY_SECRET.value: t.wandb_api_key_secret,
+                    **({Hyperparameter.TRACKING_WANDB_ENTITY.value: t.wandb_entity} if t.wandb_entity else {})})
+    return out
 
 
 def mlflow_config(run: RunSpec, execution: str) -> dict[str, str]:

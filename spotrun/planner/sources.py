@@ -237,6 +237,18 @@ def check_validation(run: RunSpec, index: dict) -> float | None:
     return split
 
 
+def check_local_split(run: RunSpec) -> str | None:
+    """`spotrun validate`'s check of the validation settings against a local data.source's index.json (read here,
+    no network): what was checked, or None when data.source is not a local prepared directory (S3, raw text) or
+    the run asks for no split. Refuses as `check_validation` does."""
+    source = run.data.source
+    asks = run.data.validation is None and (run.validation_needed_by or run.data.validation_fraction is not None)
+    if not asks or source is None or source.startswith("s3://") or not (Path(source) / DatasetIndex.FILE).is_file():
+        return None
+    split = check_validation(run, _read_json(source, DatasetIndex.FILE, "data.source", None))
+    return f"data.source's validation split against the run's validation settings (it holds {split:g})"
+
+
 MAX_TOKENIZER_BYTES = 256 << 20  # the largest tokenizer file hashed (the biggest hub tokenizer.json are ~35 MB)
 
 

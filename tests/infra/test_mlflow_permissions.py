@@ -25,13 +25,14 @@ SERVERS = ("arn:aws:sagemaker:us-east-1:123456789012:mlflow-tracking-server/team
            "arn:aws:sagemaker:us-east-1:123456789012:mlflow-tracking-server/team-b")
 
 
-def _role_template(tmp_path, servers: tuple[str, ...]) -> Template:
+def _role_template(tmp_path, servers: tuple[str, ...], secrets: tuple[str, ...] = ()) -> Template:
     app = App(outdir=str(tmp_path))
     Validations.of(app).add_plugins(AwsSolutionsChecks(app))  # unacknowledged findings make the synth raise
     stack = Stack(app, "Role")
     repository = ecr.Repository.from_repository_name(stack, "Repo", "trainer")
     TrainingExecutionRole(stack, "ExecutionRole", props=TrainingExecutionRoleProps(
-        store=ArtifactStore(stack, "Artifacts"), repository=repository, mlflow_tracking_server_arns=servers))
+        store=ArtifactStore(stack, "Artifacts"), repository=repository, mlflow_tracking_server_arns=servers,
+        wandb_api_key_secret_arns=secrets))
     app.synth()
     return Template.from_stack(stack)
 
@@ -69,3 +70,17 @@ def test_a_stages_tracking_servers_are_arns_or_urls_and_only_the_arns_get_permis
             AccountConfig(**base, mlflow_tracking_servers=(bad,))
     with pytest.raises(ValueError, match=r"mlflow_tracking_servers=\['x'\] is invalid: expected a tuple"):
         AccountConfig(**base, mlflow_tracking_servers=["x"])
+
+
+WANDB_SECRETS = ("arn:aws:secretsmanager:us-east-1:123456789012:secret:spotrun/wandb-AbCdEf",)
+
+
+def test_the_role_may_read_the_stages_wandb_secrets_only(tmp_path):
+    """spotrun_trainer/wandb_tracking.py reads the run's W&B API key with GetSecretValue: on the stage's secrets
+    only; a stage without any grants no Secrets Manager permission at all."""
+    template = _role_template(tmp_path / "with", (), WANDB_SECRETS)
+    statements = [s for policy in template.find_resources("AWS::IAM::Policy").values()
+                  for s in policy["Properties"]["PolicyDocument"]["Statement"]]
+    secrets = [s for s in statements if "secretsmanager" in json.dumps(s["Action"])]
+    assert secrets == [{"Action": "secretsmanager:GetSecretValue", "Effect": "Allow", "Resource": WANDB_SECRETS[0]}]
+    assert "secretsmanager" not in json.dumps(_role_template(tmp_path / "without", ()).to_json())

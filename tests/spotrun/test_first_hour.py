@@ -127,6 +127,61 @@ def test_a_validation_setting_the_data_cannot_satisfy_is_refused_by_cli_and_lamb
     assert says in out["message"]
 
 
+@pytest.mark.parametrize("data, extra, field", [
+    ("no-split", {"data": {"validation_fraction": 0.1}}, "data.validation_fraction"),
+    ("split", {"data": {"validation_fraction": 0.3}}, "data.validation_fraction"),
+    ("no-split", {"registry": GATE}, "registry.gate"),
+    ("no-split", {"eval": {"every_steps": 5}}, "eval"),
+])
+def test_validate_reads_a_local_prepared_index_and_refuses_the_same_settings(tmp_path, capsys, assets, datasets, data,
+                                                                             extra, field):
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(_run(str(assets["model"]), str(datasets[data]), **extra)))
+    assert main(["validate", "--format", "json", str(path)]) == 2
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["error"], doc["field"]) == ("InvalidRun", field), doc
+
+
+def test_validate_refuses_shards_of_another_tokenizer_when_both_are_here(tmp_path, capsys, assets, datasets):
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(_run(str(assets["model"]), str(datasets["other"]))))
+    assert main(["validate", "--format", "json", str(path)]) == 2
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["field"] == "data.source" and "shards made with model.source's tokenizer" in doc["message"], doc
+
+
+@pytest.mark.parametrize("extra, field", [
+    ({"data": {"validation_fraction": 0.1}}, "data.validation_fraction"),
+    ({"registry": GATE}, "registry.gate"),
+    ({"compute": {"deadline_hours": 0.0001}}, "compute.deadline_hours"),
+])
+def test_local_refuses_the_same_before_a_job_directory(tmp_path, capsys, assets, datasets, extra, field):
+    err = _local(tmp_path, capsys, _run(str(assets["model"]), str(datasets["no-split"]), **extra))
+    assert err.startswith(f"error: InvalidRun: {field}"), err
+
+
+def test_validate_says_what_it_could_not_check_instead_of_ok(tmp_path, capsys, assets, datasets):
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(_run(str(assets["model"]), str(datasets["split"]), registry=GATE)))
+    assert main(["validate", "--format", "json", str(path)]) == 0  # a local split: checked, ok
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["status"] == "ok" and "unchecked" not in doc
+    assert any("holds a validation split (0.1 of the documents)" in line for line in doc["checked"]), doc
+    assert "data.source was prepared with model.source's tokenizer" in doc["checked"]
+    # An S3 source (validate reads none) and a deadline (validate does not plan): not "ok", and said which.
+    run = _s3_run("no-split", registry=GATE, compute={"deadline_hours": 0.01})
+    path.write_text(json.dumps(run))
+    assert main(["validate", "--format", "json", str(path)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["status"] == "unchecked", doc
+    assert any(u.startswith("registry.gate against the validation split") for u in doc["unchecked"])
+    assert any(u.startswith("compute.deadline_hours=0.01 against the run's length") for u in doc["unchecked"])
+    assert main(["validate", str(path)]) == 0
+    headline = capsys.readouterr().out.splitlines()[0]
+    assert headline.startswith(f"== {path}: NOT CHECKED") and "compute.deadline_hours=0.01" in headline
+    assert f"spotrun estimate {path}` must check these" in headline
+
+
 def test_raw_text_for_a_gate_without_a_fraction_is_refused_before_preparing(assets):
     with mock_aws():
         s3 = boto3.client("s3", region_name="us-east-1")
@@ -247,6 +302,17 @@ def test_an_interruption_beyond_the_runs_steps_is_refused_before_it_starts(tmp_p
     err = _local(tmp_path, capsys, _run(str(assets["model"]), str(datasets["split"])), "--interrupt-at",
                  str(steps - 1), "--set", "checkpoint.intervl_steps=3")
     assert "--interrupt-at" not in err
+
+
+def test_an_interruption_at_a_time_past_the_plan_is_refused_before_it_starts(tmp_path, capsys, assets, datasets):
+    err = _local(tmp_path, capsys, _run(str(assets["model"]), str(datasets["split"])), "--interrupt-at", "99999s")
+    assert err.startswith("error: InvalidRun: --interrupt-at='99999s' is invalid: expected seconds after the start "
+                          "below "), err
+    max_runtime = int(err.split("below ")[1].split("s,")[0])
+    assert 0 < max_runtime < 99999 and "the plan's MaxRuntime" in err
+    err = _local(tmp_path, capsys, _run(str(assets["model"]), str(datasets["split"])), "--interrupt-at",
+                 f"{max_runtime - 1}s", "--set", "checkpoint.intervl_steps=3")  # within it: refused only by the typo
+    assert "--interrupt-at" not in err and "intervl_steps" in err
 
 
 def test_a_set_typo_is_refused_without_leaving_a_job_directory(tmp_path, capsys, assets, datasets):

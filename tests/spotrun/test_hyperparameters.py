@@ -18,14 +18,15 @@ from spotrun.seams import DatasetIndex, Hyperparameter
 from spotrun_trainer.config import TrainConfig
 
 SERVER = "https://mlflow.example.com"
+WANDB_SECRET = "arn:aws:secretsmanager:us-east-1:123456789012:secret:spotrun/wandb-AbCdEf"
 SETTINGS = PipelineSettings(bucket="art-bucket", job_prefix="spotrun-dev-", model_package_group="spotrun-models",
                             poll_seconds=60, project="spotrun", stage="dev", cost_center="ml-platform",
-                            mlflow_tracking_servers=(SERVER,))
+                            mlflow_tracking_servers=(SERVER,), wandb_api_key_secrets=(WANDB_SECRET,))
 CONFIG = {"model_type": "llama", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2,
           "num_attention_heads": 4, "vocab_size": 1000}
 # A pretrained full run with validation (model.source, the evaluation schedule, export.weights) and a LoRA run
-# from random weights (model.config, the LoRA settings, a tracking server the stage lists): between them, every
-# hyperparameter the pipeline sends.
+# from random weights (model.config, the LoRA settings, a tracking server and a W&B secret the stage lists):
+# between them, every hyperparameter the pipeline sends.
 FULL = {"version": 1, "name": "hp-full", "model": {"source": "s3://art-bucket/models/base/"},
         "data": {"source": "s3://art-bucket/datasets/d1/", "tokens": 1_000_000, "seq_len": 128,
                  "validation": "s3://art-bucket/datasets/d1-val/"},
@@ -35,7 +36,9 @@ LORA = {"version": 1, "name": "hp-lora", "model": {"init": "random", "config": C
         "data": {"source": "s3://art-bucket/datasets/d1/", "tokens": 1_000_000, "seq_len": 128},
         "training": {"method": "lora", "lora": {"rank": 8, "alpha": 24, "dropout": 0.05,
                                                 "target_modules": ["q_proj", "v_proj"]}},
-        "tracking": {"mlflow_uri": SERVER}, "compute": {"instance_type": "ml.g5.xlarge"}, "budget": {"max_usd": 20}}
+        "tracking": {"mlflow_uri": SERVER, "wandb_project": "hp", "wandb_entity": "team",
+                     "wandb_api_key_secret": WANDB_SECRET},
+        "compute": {"instance_type": "ml.g5.xlarge"}, "budget": {"max_usd": 20}}
 # What the launcher adds on SageMaker (the channels' paths).
 CHANNELS = {"data.path": "/opt/ml/input/data/train", "data.validation_path": "/opt/ml/input/data/validation",
             "output_dir": "/opt/ml/model", "checkpoint.dir": "/opt/ml/checkpoints"}

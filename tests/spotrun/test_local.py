@@ -37,10 +37,11 @@ def runs(tmp_path_factory, assets) -> dict:
            "budget": {"max_usd": 5}, "registry": {"model_package_group": "local-tests"}}
     path = root / "run.json"
     path.write_text(json.dumps(run))
-    # Out of order on purpose (they are sorted), and one after the run ends (reported as not injected; a step
-    # past the plan is refused up front).
+    # Out of order on purpose (they are sorted), and one after the run ends (reported as not injected: 3000 s is
+    # within the plan's MaxRuntime of 3600 s, and the run takes about a minute; a step or a time past the plan is
+    # refused up front).
     argv = ["local", str(path), "--out", str(root / "out"), "--job-name", "interrupted", "--interrupt-at", "8",
-            "--interrupt-at", "99999s", "--interrupt-at", "4", "--progress", "lines", "--format", "json"]
+            "--interrupt-at", "3000s", "--interrupt-at", "4", "--progress", "lines", "--format", "json"]
     for setting in SETTINGS:
         argv += ["--set", setting]
     code = main(argv)
@@ -66,7 +67,7 @@ def test_an_interrupted_local_run_resumes_and_registers_the_same_weights_as_an_u
     assert rep["actual"]["steps"] == STEPS and rep["actual"]["steps_redone"] == 0 and rep["actual"]["starts"] == 3
     assert rep["actual"]["lost_seconds"] == pytest.approx(first["lost_s"] + second["lost_s"], abs=2e-3)
     assert 0 < rep["actual"]["restart_seconds"] < rep["actual"]["wall_seconds"]
-    assert rep["interruptions_not_injected"] == [{"trigger": "99999s", "reason": "the run finished first"}]
+    assert rep["interruptions_not_injected"] == [{"trigger": "3000s", "reason": "the run finished first"}]
     assert weights_identical(rep["model_data_url"], ref["model_data_url"])
     job = runs["root"] / "out" / "interrupted"
     assert loss_records(job / "sm" / "model") == loss_records(runs["root"] / "out" / "reference" / "sm" / "model")
@@ -127,7 +128,7 @@ def test_the_report_compares_estimate_and_outcome_and_plots_the_interruption(run
     assert "  measured here:" in measured and "0 redone" in measured and "spot savings" not in measured
     assert "1. sigterm asked at step 4: sent at step 4" in measured and "$" not in measured
     assert "spot savings" in priced_text and "ml.g5.xlarge's catalog rates" in priced_text
-    assert "not injected: 99999s (the run finished first)" in measured and "nan" not in summary
+    assert "not injected: 3000s (the run finished first)" in measured and "nan" not in summary
     assert oct(png.stat().st_mode & 0o777) == "0o644"
 
 

@@ -210,8 +210,9 @@ class EvalConfig:
 
 @dataclass(frozen=True)
 class TrackingConfig:
-    """Experiment tracking with MLflow (tracking.py): rank 0 logs the run when `mlflow_uri` is set; empty, nothing
-    is imported and nothing reaches the network."""
+    """Experiment tracking (tracking.py): rank 0 logs the run to MLflow when `mlflow_uri` is set and to W&B when
+    `wandb_project` is (wandb_tracking.py; both at once when both are); neither, nothing is imported and nothing
+    reaches the network."""
 
     mlflow_uri: str = ""
     """An http(s) URL of an MLflow tracking server, or a SageMaker AI MLflow tracking server's ARN (the
@@ -231,6 +232,13 @@ class TrackingConfig:
     close_seconds: float = 10.0
     """How long the end of a job waits for queued records to reach the server; a stop signal waits at most a
     third of it (the notice belongs to the checkpoint)."""
+    wandb_project: str = ""
+    """The W&B project the run is logged to (empty: no W&B)."""
+    wandb_entity: str = ""
+    """The W&B entity (user or team) of the project (empty: the API key's default entity)."""
+    wandb_api_key_secret: str = ""
+    """The Secrets Manager secret (name or ARN) holding the W&B API key, read by rank 0 with the job's role at the
+    start: the key itself never travels in the hyperparameters."""
 
     def __post_init__(self) -> None:
         _require_finite(self, "tracking.")
@@ -241,6 +249,8 @@ class TrackingConfig:
         _require(self.instance_count >= 1, "tracking.instance_count", self.instance_count, "an integer >= 1")
         _require(self.timeout_seconds > 0, "tracking.timeout_seconds", self.timeout_seconds, "a positive number")
         _require(self.close_seconds >= 0, "tracking.close_seconds", self.close_seconds, "a number >= 0")
+        _require(not self.wandb_project or bool(self.wandb_api_key_secret), "tracking.wandb_api_key_secret",
+                 self.wandb_api_key_secret, "the Secrets Manager secret holding the W&B API key (with wandb_project)")
 
 
 _MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")

@@ -104,12 +104,52 @@ class NullTracker:
         return True
 
 
+class Trackers(NullTracker):
+    """Several trackers behind the one interface (MLflow and W&B at once): each call goes to each."""
+
+    def __init__(self, trackers: list[NullTracker]):
+        self.trackers = trackers
+
+    def begin(self, ids: dict, *, step: int, segments: list[dict]) -> None:
+        for t in self.trackers:
+            t.begin(ids, step=step, segments=segments)
+
+    def losses(self, flushed: Iterable[tuple[int, float]]) -> None:
+        flushed = list(flushed)  # each tracker reads it
+        for t in self.trackers:
+            t.losses(flushed)
+
+    def step_metrics(self, step: int, values: Mapping[str, float | None]) -> None:
+        for t in self.trackers:
+            t.step_metrics(step, values)
+
+    def evaluation(self, step: int, *, val_loss: float, val_ppl: float) -> None:
+        for t in self.trackers:
+            t.evaluation(step, val_loss=val_loss, val_ppl=val_ppl)
+
+    def summary(self, step: int, summary: Mapping[str, Any]) -> None:
+        for t in self.trackers:
+            t.summary(step, summary)
+
+    def close(self, *, step: int, reason: str, completed: bool, signalled: bool = False) -> bool:
+        return all([t.close(step=step, reason=reason, completed=completed, signalled=signalled)
+                    for t in self.trackers])
+
+
 def make_tracker(cfg: TrackingConfig, *, rank: int, params: Mapping[str, Any]) -> NullTracker:
-    """The tracker of this rank: MLflow on rank 0 when a server is named, else one that does nothing. `params`:
-    what the trainer adds to the logged parameters (method, world size, parameter counts, total steps)."""
-    if not cfg.mlflow_uri or rank != 0:
+    """The tracker of this rank: on rank 0, MLflow when a server is named and W&B when a project is (both behind
+    `Trackers`), else one that does nothing. `params`: what the trainer adds to the logged parameters (method,
+    world size, parameter counts, total steps)."""
+    if rank != 0:
         return NullTracker()
-    return MlflowTracker(cfg, params=params)
+    trackers: list[NullTracker] = []
+    if cfg.mlflow_uri:
+        trackers.append(MlflowTracker(cfg, params=params))
+    if cfg.wandb_project:
+        from .wandb_tracking import WandbTracker  # NOTE: imported here: a run without W&B never loads wandb
+
+        trackers.append(WandbTracker(cfg, params=params))
+    return trackers[0] if len(trackers) == 1 else Trackers(trackers) if trackers else NullTracker()
 
 
 def mlflow_client(cfg: TrackingConfig):
