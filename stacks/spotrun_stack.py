@@ -19,9 +19,10 @@ from spotrun.seams import METRIC_DEFINITIONS, PREPARED_PREFIX, PreparationSettin
 from training_constructs.artifact_store import ArtifactStore, ArtifactStoreProps
 from training_constructs.cost_governance import CostGovernance, CostGovernanceProps
 from training_constructs.execution_role import TrainingExecutionRole, TrainingExecutionRoleProps
+from training_constructs.hub_fetch_role import HubFetchRole, HubFetchRoleProps
 from training_constructs.interruption_events import InterruptionEvents, InterruptionEventsProps
 from training_constructs.people_policies import PeoplePolicies, PeoplePoliciesProps
-from training_constructs.preparation_role import HubFetchRole, HubFetchRoleProps, PreparationRole, PreparationRoleProps
+from training_constructs.preparation_role import PreparationRole, PreparationRoleProps
 from training_constructs.serving_role import ServingRole, ServingRoleProps
 from training_constructs.trainer_image import TrainerImage, TrainerImageProps, sagemaker_image, serving_image
 from training_constructs.training_pipeline import TrainingPipeline, TrainingPipelineProps
