@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from botocore.exceptions import BotoCoreError, ClientError
+
 from ..planner.catalog import CATALOG_PATH, PRICES_DIR, load_catalog
 from ..planner.pricing import PRICING_API_REGION, PricingError, region_prices, write_snapshot
 from .exits import Exit, fail
@@ -19,7 +21,6 @@ from .exits import Exit, fail
 def update_command(args: argparse.Namespace, *, pricing_client: Any = None) -> int:
     """Read the region's prices and write the snapshot; the exit code (1: AWS or the price list failed)."""
     import boto3  # NOTE: imported here: only this command and the remote ones talk to AWS
-    from botocore.exceptions import BotoCoreError, ClientError
 
     try:
         client = pricing_client or boto3.client("pricing", region_name=PRICING_API_REGION)

@@ -18,6 +18,8 @@ segments:
   statuses (SecondaryStatusTransitions; not the waits for capacity: Starting, Interrupted, ...) x the on-demand
   price. If that bound plus a poll and a stop would pass the cap and the job's own MaxRuntime does not keep it
   under the cap (a job created with a wrong limit), the guard stops the job: a second line behind MaxRuntime;
+- a spot job waiting for capacity after an interruption whose MaxRuntime left cannot hold a restart that trains a
+  step is stopped while it bills nothing (`restart_wasted`): the next segment gets the room its exact bill leaves;
 - a job that ended without finishing the run (its segment's time was up, MaxRuntime, the guard's stop) is
   followed by the next segment while the chain from the newest committed checkpoint still finishes under the cap
   at the expected bill (`_next_segment`, spotrun/pipeline/segments.py `plan_chain`); spot or
@@ -72,6 +74,7 @@ from .continuation import EVENTS_PER_CREATE, EVENTS_PER_POLL, EVENTS_PER_STOP, c
 from .report import run_report
 from .segments import (
     MAX_SEGMENTS,
+    SEGMENT_END_MARGIN_S,
     STOP_BILL_S,
     ChainCosts,
     chain_refusal,
@@ -198,6 +201,18 @@ def _no_capacity(describe: dict) -> bool:
         describe.get("FailureReason", "")).startswith("MaxWaitTimeExceeded")
 
 
+def restart_wasted(plan: Plan, describe: dict, max_runtime_s: float, billed_s: float) -> bool:
+    """A spot job waiting for capacity after an interruption whose MaxRuntime left cannot hold a restart, one step,
+    a save and the margin: restarted, it would bill its start and a stop and train nothing. Stopped while it has
+    no instances it bills nothing more, and the next segment gets the room its exact bill leaves (more than this
+    job has left: it was bounded at on-demand rates and billed at spot)."""
+    if describe.get("SecondaryStatus") not in UNBILLED_STATUSES or not _interruptions(describe):
+        return False
+    needed = plan.segment_overhead_seconds + max(plan.seconds_per_step, 1.0) + plan.checkpoint_upload_seconds + \
+        SEGMENT_END_MARGIN_S
+    return max_runtime_s - billed_s < needed
+
+
 def next_capacity(plan: Plan, guard: Guard, *, no_spot_capacity: bool,
                   decision: Decision | None = None) -> bool | None:
     """The one decision point for the next segment's capacity: True spot, False on-demand, None neither (the run
@@ -268,8 +283,9 @@ def decide(plan: Plan, guard: Guard, describe: dict, *, now: float, newest_check
         limit = float((describe.get("StoppingCondition") or {}).get("MaxRuntimeInSeconds") or math.inf)
         bounded = float(guard.spent_before_usd) + (limit + STOP_GRACE_S + warm_pool_seconds(
             describe)) * rate <= plan.max_usd + 1e-6
-        if status == "InProgress" and not guard.stop_requested and projected >= plan.max_usd and \
-                not bounded:
+        if status == "InProgress" and not guard.stop_requested and (
+                (projected >= plan.max_usd and not bounded) or
+                restart_wasted(plan, describe, limit, billed_seconds_bound(describe, now))):
             return act(GuardAction.STOP, stop_requested=True, wait_seconds=plan.poll_seconds,
                        history_events=result.history_events + EVENTS_PER_STOP)
         if guard.stop_requested or guard.switch_requested:  # stopping: poll until the job has ended

@@ -182,7 +182,11 @@ def plan_segments(*, cap_usd: float, usd_per_s: float, spot_fraction: float, run
                   warm_pool_s: float = 0.0, step_s: float = 0.0) -> SegmentPlan:
     """The expected chain of the whole run: `run_seconds` is the single job's expected time (startup, training,
     the expected interruptions), `spot_fraction` the billed share of on-demand (1 - discount; 1 on-demand)."""
-    costs = ChainCosts(usd_per_s=usd_per_s, spot_fraction=spot_fraction, startup_s=startup_s, restart_s=overhead_s,
+    # NOTE: the first job's start is counted as a restart, as the first job's trainer budget counts it
+    # (spotrun/planner/outputs.py `first_segment_seconds`): the trainer trains `segment_seconds` and no more, so a
+    # chain planned on the shorter first start expected work the job never does (seen: accepted at $11.10, the
+    # uninterrupted run stopped at the cap with $7.76 left; issue #28). It differs only by the checkpoint restore.
+    costs = ChainCosts(usd_per_s=usd_per_s, spot_fraction=spot_fraction, startup_s=overhead_s, restart_s=overhead_s,
                        save_s=save_s, longest_s=longest_s, step_s=step_s, warm_pool_s=warm_pool_s)
     work = run_seconds - startup_s  # training still to do (with the expected interruptions' cost)
     chain = plan_chain(cap_usd=cap_usd, spent_usd=0.0, work_s=work, costs=costs, first=True)

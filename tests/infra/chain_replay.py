@@ -10,7 +10,6 @@ against moto's run of the same scenario in tests/infra/test_cap_holds.py (same j
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
@@ -93,10 +92,3 @@ def replay(plan_json: dict, world: World, start: float, *, max_polls: int = 200_
         sim.sync(now + 90 * 86400)
     return Replayed(action=guard.action, message=guard.message, cost_usd=sum(s.cost_usd() for s in jobs),
                     jobs=len(jobs), executions=len(counts), history_events=counts)
-
-
-
-def expected_interruptions_carried(expected: float) -> int:
-    """The interruption patterns a run accepted at its cap must finish with: up to its expected count, rounded up
-    (the estimate plans the chain at the expected interruptions; more may end the run at the cap, never past it)."""
-    return math.ceil(expected - 1e-9)

@@ -1,9 +1,10 @@
 """Finish or refuse, over generated plans with caps from their P95 spot bill plus one restart to 1.6 times that: the
 estimate (spotrun.pipeline.plan.plan, the Lambda's own function) either refuses the run, naming the smallest cap
-whose expected chain of jobs finishes (and that cap is accepted), or the run finishes under its cap in the simulated
-SageMaker without interruptions; with every interruption pattern of the cap scenarios (0, 1, 2, 3 and 5
-interruptions) it finishes or ends at the cap naming the cap that would finish, never past it. Every start in
-the simulated world takes the plan's restart time.
+whose expected chain of jobs finishes (that cap is accepted), or, under every interruption pattern of the cap
+scenarios (0, 1, 2, 3 and 5 interruptions), the run never bills past its cap and finishes whenever the pattern's
+own bill (one job, the cap not binding) plus one restart is within the P95; beyond it, it finishes or ends at the
+cap naming a larger cap that would finish. Every start in the simulated world takes the plan's restart time. Issue
+#28's stranded runs are replayed the same way (`NAMED`).
 
 The chain is replayed in Python (tests/infra/chain_replay.py: the cost guard's real `decide`, the simulated
 SageMaker of tests/infra/sagemaker_sim.py); tests/infra/test_cap_holds.py runs the rendered state machine in moto
@@ -13,16 +14,26 @@ on the named scenarios, and checks the replay against it.
 from __future__ import annotations
 
 import copy
+import json
+import math
 import re
+from pathlib import Path
+from typing import Callable
+from unittest import mock
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from spotrun.contract.refusal import Refusal
+from spotrun.contract.spec import parse_run
+from spotrun.pipeline import guard
 from spotrun.pipeline.plan import plan
-from spotrun.planner.estimate import load_catalog, startup_seconds
+from spotrun.planner.estimate import estimate, load_catalog, startup_seconds
 from spotrun.seams import GuardAction, PipelineSettings
 from tests.infra.chain_replay import replay
 from tests.infra.sagemaker_sim import World
+from tests.infra.test_cap_holds import Scenario, _run_json
 
 SETTINGS = PipelineSettings(bucket="art-bucket", job_prefix="spotrun-prop-", model_package_group="g")
 PATTERNS = (0, 1, 2, 3, 5)  # interruptions, evenly spread over the work (test_cap_holds's scenarios)
@@ -47,7 +58,7 @@ def _run(shape: str, tokens: int, itype: str, count: int, cap: float) -> dict:
         "budget": {"max_usd": cap}}
 
 
-def _world(p: dict, interruptions: int) -> World:
+def _world(p: dict, interruptions: int | str) -> World:
     est, catalog = p["estimate"], load_catalog()
     work = est["wall_seconds"] - startup_seconds(catalog["defaults"])
     family = p["instance_type"].split(".")[1]
@@ -57,7 +68,8 @@ def _world(p: dict, interruptions: int) -> World:
     world.start_billed_s = p["segment_overhead_seconds"]  # every start as long as the plan's restart
     world.step_s = p["seconds_per_step"] * work / (work + est["expected_overhead_seconds"])
     world.save_on_notice = est["checkpoint_policy"] == "save_on_notice"
-    world.interruptions_at = [work * (i + 1) / (interruptions + 1) for i in range(interruptions)]
+    world.interruptions_at = [p["checkpoint_interval_seconds"] / 2] if interruptions == "early" else \
+        [work * (i + 1) / (interruptions + 1) for i in range(interruptions)]  # early: before the first checkpoint
     return world
 
 
@@ -68,40 +80,68 @@ def _p95_and_restart(p: dict) -> float:
     return row["p95_usd"] + restart
 
 
+def _p95(p: dict) -> float:
+    chosen = p["estimate"]["spot_policy"]["chosen"]
+    return next(r for r in p["estimate"]["spot_policy"]["policies"] if r["label"] == chosen)["p95_usd"]
+
+
+def _smallest_named(message: str) -> float:
+    return float(re.search(r"the smallest cap whose chain finishes is \$([\d,]+\.\d\d)", message).group(1)
+                 .replace(",", ""))
+
+
+def finishes_or_refuses(raw: Callable[[float], dict], cap: float, free: dict, patterns=PATTERNS) -> dict:
+    """The finish-or-refuse property of one run at `cap` (`raw(cap)`: its run file; `free`: its plan at an
+    unbinding cap, one job): refused only naming the smallest cap whose chain finishes, which is accepted; else,
+    under every interruption pattern, never over the cap, and finished whenever the cap is at least the P95 spot
+    bill plus one restart and the pattern's own bill (one job, the cap not binding) plus a restart is within that
+    P95; a run that
+    does not finish ends at the cap before spending it, naming the cap that would finish. -> outcome per pattern."""
+    p = plan(raw(cap), "prop-exec", SETTINGS)
+    if p["status"] != "ok":
+        assert p["status"] == "OverBudget" and p["field"] == "budget.max_usd", p
+        smallest = _smallest_named(p["message"])
+        assert smallest > cap, p["message"]
+        fits = plan(raw(smallest), "prop-fits", SETTINGS)
+        assert fits["status"] == "ok", fits  # refused only when no chain fits: the named cap does
+        # NOTE: at exactly the named cap an uninterrupted run can end a cent short (seen: 1.5B on one g5.12xlarge,
+        # 4 min of training, named $1.68, stopped 7 steps before the end naming $1.69): the smallest cap has no slack
+        # for whole-step commits and the billed seconds' rounding up. Not asserted (issue #28, item 1).
+        return {"refused": (smallest, p["message"])}
+    carried = cap >= _p95_and_restart(free) - 0.005
+    outcomes = {}
+    for interruptions in patterns:
+        own_bill = replay(copy.deepcopy(free), _world(free, interruptions), T0).cost_usd
+        out = replay(copy.deepcopy(p), _world(p, interruptions), T0)
+        assert out.cost_usd <= cap + 0.01, (interruptions, out)
+        # NOTE: the pattern's own bill plus one restart within the P95: at the P95 plus one restart exactly, a short
+        # run whose own bill alone is within it can still end at the cap (seen: 8B LoRA on one g6e.xlarge, 0.5 h,
+        # $1.46, five interruptions: its chain's restarts come on top of the interruptions'). Issue #28, item 1.
+        if carried and own_bill + _p95_and_restart(free) - _p95(free) <= _p95(free):
+            assert out.action == GuardAction.COMPLETED, (interruptions, cap, own_bill, out)
+        elif out.action != GuardAction.COMPLETED:
+            assert out.action == GuardAction.OVER_BUDGET and _smallest_named(out.message) > cap, out.message
+        outcomes[interruptions] = (out.action, round(out.cost_usd, 2), own_bill)
+    return outcomes
+
+
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(shape=st.sampled_from(sorted(SHAPES)), hours=st.floats(0.3, 30), itype=st.sampled_from(TYPES),
+@given(shape=st.sampled_from(sorted(SHAPES)), hours=st.floats(0.05, 30), itype=st.sampled_from(TYPES),
        count=st.sampled_from((1, 2, 4)), over=st.floats(0.0, 0.6))
 def test_a_run_is_refused_with_the_cap_that_fits_or_finishes_under_its_cap_with_every_interruption_pattern(
         shape, hours, itype, count, over):
-    unbounded = plan(_run(shape, 10**9, itype, count, 1e7), "prop-size", SETTINGS)
-    if unbounded["status"] != "ok":  # the model does not fit this layout: nothing to plan
+    try:  # the planner alone (no spot policy: the plan's costly part) sizes the tokens
+        unbounded = estimate(parse_run(_run(shape, 10**9, itype, count, 1e7)), data_tokens=10**9)
+    except Refusal:  # the model does not fit this layout: nothing to plan
         return
     # The tokens for about `hours` of training on this layout, then the P95 spot bill at an unbinding cap.
-    per_hour = 10**9 / (unbounded["estimate"]["wall_seconds"] / 3600)
+    per_hour = 10**9 / (unbounded.wall_seconds / 3600)
     tokens = max(10**6, int(per_hour * hours))
     free = plan(_run(shape, tokens, itype, count, 1e7), "prop-free", SETTINGS)
     assert free["status"] == "ok", free
-    cap = round(_p95_and_restart(free) * (1 + over), 2)
-    p = plan(_run(shape, tokens, itype, count, cap), "prop-exec", SETTINGS)
-    if p["status"] != "ok":
-        assert p["status"] == "OverBudget" and p["field"] == "budget.max_usd", p
-        smallest = float(re.search(r"the smallest cap whose chain finishes is \$([\d,.]+)", p["message"])
-                         .group(1).replace(",", ""))
-        assert smallest > cap
-        fits = plan(_run(shape, tokens, itype, count, smallest), "prop-fits", SETTINGS)
-        assert fits["status"] == "ok", fits  # refused only when no chain fits: the named cap does
-        return
-    for interruptions in PATTERNS:
-        out = replay(copy.deepcopy(p), _world(p, interruptions), T0)
-        assert out.cost_usd <= cap + 0.01, (interruptions, out)
-        # NOTE: only the uninterrupted chain is promised to finish. With interruptions up to the expected count, a
-        # run at the smallest accepted caps can still end at the cap (seen: Qwen2 0.5B shape on 1 x g6e.xlarge at
-        # $0.98 stopped with one interruption, naming $1.02): the estimate's smallest cap is planned at the
-        # expected bill, the guard's at what is left after the interruption (issue #28, item 1, open).
-        if interruptions == 0:
-            assert out.action == GuardAction.COMPLETED, (interruptions, cap, out)
-        elif out.action != GuardAction.COMPLETED:
-            assert out.action == GuardAction.OVER_BUDGET and "the smallest cap whose chain finishes" in out.message
+    cap = math.ceil(_p95_and_restart(free) * (1 + over) * 100) / 100
+    outcomes = finishes_or_refuses(lambda c: _run(shape, tokens, itype, count, c), cap, free)
+    print(f"{shape} {count} x {itype} {hours:.2f} h ${cap:,.2f}:", outcomes)  # with -s: each example's outcomes
 
 
 def test_the_longest_chain_the_stage_accepts_at_its_maximum_cap_stays_inside_each_executions_history():
@@ -123,3 +163,72 @@ def test_the_longest_chain_the_stage_accepts_at_its_maximum_cap_stays_inside_eac
         print(f"longest chain, {interruptions} interruptions: {out.jobs} jobs in {out.executions} execution(s), "
               f"the fullest history {max(out.history_events):,} events = {used:.1%} of {HISTORY_QUOTA:,}")
         assert max(out.history_events) < HISTORY_QUOTA
+
+
+def _qwen_example(cap: float) -> dict:
+    """examples/runs/qwen2-0.5b-full-small.json with its model built from its config (no S3 here)."""
+    run = json.loads((Path(__file__).parents[2] / "examples/runs/qwen2-0.5b-full-small.json").read_text())
+    run["model"] = {"init": "random", "config": run["model"]["config"]}
+    run["data"]["source"] = "s3://art-bucket/datasets/quick/"
+    run["budget"]["max_usd"] = cap
+    return run
+
+
+def _llama(nodes: int, cap: float) -> dict:
+    """test_cap_holds's Llama 3 8B runs: one g6e.48xlarge (9.9 h) or 16 x p4d.24xlarge (7.2 h)."""
+    run = _run_json(Scenario(nodes=nodes))
+    run["data"]["source"] = "s3://art-bucket/datasets/tiny/"
+    run["budget"]["max_usd"] = cap
+    return run
+
+
+# Issue #28's runs that stranded (their dollar figures were of the catalog then; the shapes and caps relative to
+# the estimate are the same): (name, run file at a cap, the cap from the estimate, interruption patterns, outcome).
+NAMED = [
+    ("qwen2-0.5b-1-node-1.3x-spot", _qwen_example, lambda e: 1.3 * e["spot"], PATTERNS, "refused"),
+    ("llama3-8b-16-nodes-1.3x-spot", lambda c: _llama(16, c), lambda e: 1.3 * e["spot"], PATTERNS, "finishes"),
+    ("16-nodes-stopped-at-88-of-96-steps", lambda c: _llama(16, c), lambda e: (e["spot"] + e["on_demand"]) / 2,
+     (1,), "finishes"),
+    ("1-node-interrupted-before-its-first-checkpoint", lambda c: _llama(1, c), lambda e: 1.3 * e["spot"],
+     ("early",), "finishes"),
+    ("1-node-five-interruptions-at-p95-and-a-restart", lambda c: _llama(1, c), lambda e: e["p95_and_restart"], (5,),
+     "finishes"),
+    ("1-node-five-interruptions-at-1.3x-spot", lambda c: _llama(1, c), lambda e: 1.3 * e["spot"], (5,),
+     "ends naming the cap"),
+]
+
+
+@pytest.mark.parametrize(("raw", "cap_of", "patterns", "outcome"), [n[1:] for n in NAMED], ids=[n[0] for n in NAMED])
+def test_issue_28s_stranded_runs_now_finish_or_are_refused_up_front_with_the_numbers(raw, cap_of, patterns,
+                                                                                       outcome):
+    free = plan(raw(1e7), "named-free", SETTINGS)
+    assert free["status"] == "ok", free
+    est = {**free["estimate"]["cost_usd"], "p95_and_restart": _p95_and_restart(free)}
+    cap = math.ceil(cap_of(est) * 100) / 100
+    outcomes = finishes_or_refuses(raw, cap, free, patterns)
+    print(cap, est, outcomes)  # with -s: what each run cost under each pattern
+    if outcome == "refused":  # no job could train a step: a restart alone needs more room than the cap gives
+        smallest, message = outcomes["refused"]
+        room = r"after 0 job\(s\) .* the room left \([\d,]+ s\) is under the [\d,]+ s the next job needs"
+        assert re.search(room, message) and smallest > cap, message
+    elif outcome == "finishes":
+        assert all(action == GuardAction.COMPLETED for action, _, _ in outcomes.values()), outcomes
+    else:  # the interruptions cost more than the cap leaves: it stops before spending the cap, naming what finishes
+        assert all(action == GuardAction.OVER_BUDGET and cost < cap for action, cost, _ in outcomes.values()), \
+            outcomes
+
+
+def test_a_job_interrupted_with_too_little_maxruntime_left_to_restart_is_stopped_unbilled_and_the_run_finishes():
+    """Qwen2 0.5B's shape on one g6e.48xlarge, 0.2 h of training, $13.00 (above its P95 spot bill plus one restart):
+    interrupted once, its first job waits for capacity with less MaxRuntime left than a restart needs to train a
+    step. The guard stops it there (nothing billed) and the next job gets the room the exact bill leaves: the run
+    finishes. Restarted in place, the job would bill its start and a stop for nothing, and the run ends at the cap."""
+    raw = _run("0.5B", 32_175_010, "ml.g6e.48xlarge", 1, 13.0)
+    p = plan(raw, "wasted-restart", SETTINGS)
+    assert p["status"] == "ok" and 13.0 >= _p95_and_restart(plan({**raw, "budget": {"max_usd": 1e7}}, "free",
+                                                                  SETTINGS)), p
+    out = replay(copy.deepcopy(p), _world(p, 1), T0)
+    assert out.action == GuardAction.COMPLETED and out.cost_usd <= 13.0, out
+    with mock.patch.object(guard, "restart_wasted", lambda *args: False):
+        restarted = replay(copy.deepcopy(p), _world(p, 1), T0)
+    assert restarted.action == GuardAction.OVER_BUDGET, restarted

@@ -52,15 +52,19 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from .config import TrackingConfig
+from .tracker_base import (  # noqa: F401 (LOSS, VAL_PPL, STEP_METRICS: tracking's names, read by tests)
+    LOSS,
+    RESUMED_FROM_STEP,
+    STEP_METRICS,
+    SUMMARY_PREFIX,
+    VAL_LOSS,
+    VAL_PPL,
+    NullTracker,
+    Trackers,
+)
 
 log = logging.getLogger("spotrun_trainer.tracking")
 
-# Metric keys of the MLflow run (the step metrics use the words of the trainer's metric line, spotrun.seams).
-LOSS = "loss"
-STEP_METRICS = ("lr", "grad_norm", "tokens_per_s", "tokens_per_s_per_device", "mfu", "mem_gb")
-VAL_LOSS, VAL_PPL = "val_loss", "val_ppl"
-RESUMED_FROM_STEP = "resumed_from_step"
-SUMMARY_PREFIX = "summary."
 # Tags: the run's key from the checkpoint (finds the run when its id was not saved yet), starts, the latest stop,
 # and the hyperparameters that changed at a later start (prefix + the step it started from).
 KEY_TAG, STARTS_TAG, STOP_TAG = "spotrun.key", "spotrun.starts", "spotrun.stop"
@@ -78,62 +82,6 @@ RETRY_SECONDS = (1.0, 2.0, 5.0, 10.0, 30.0)
 # The characters MLflow accepts in metric, parameter and tag names (its validation error names them).
 NAME = re.compile(r"[A-Za-z0-9_\-. :/]{1,250}")
 STOP_CLOSE_SHARE = 1 / 3
-
-
-class NullTracker:
-    """No tracking: every call does nothing (ranks other than 0, and runs that name no tracking server)."""
-
-    def begin(self, ids: dict, *, step: int, segments: list[dict]) -> None:
-        """At each start, after the checkpoint restored `ids` (TrainState.tracking, mutated in place) and the
-        earlier starts' `segments` ({start_step, end_step, seconds} as of their last checkpoint)."""
-
-    def losses(self, flushed: Iterable[tuple[int, float]]) -> None:
-        """Every step's loss as the trainer read it (its loss_history.jsonl lines)."""
-
-    def step_metrics(self, step: int, values: Mapping[str, float | None]) -> None:
-        """A log step's metrics (STEP_METRICS; None: not measured, not logged)."""
-
-    def evaluation(self, step: int, *, val_loss: float, val_ppl: float) -> None:
-        """One evaluation's validation loss and perplexity."""
-
-    def summary(self, step: int, summary: Mapping[str, Any]) -> None:
-        """metrics.json at the end: each number as `summary.<key>`."""
-
-    def close(self, *, step: int, reason: str, completed: bool, signalled: bool = False) -> bool:
-        """End of this job (completed, or stopped for `reason`); True when everything queued reached the server."""
-        return True
-
-
-class Trackers(NullTracker):
-    """Several trackers behind the one interface (MLflow and W&B at once): each call goes to each."""
-
-    def __init__(self, trackers: list[NullTracker]):
-        self.trackers = trackers
-
-    def begin(self, ids: dict, *, step: int, segments: list[dict]) -> None:
-        for t in self.trackers:
-            t.begin(ids, step=step, segments=segments)
-
-    def losses(self, flushed: Iterable[tuple[int, float]]) -> None:
-        flushed = list(flushed)  # each tracker reads it
-        for t in self.trackers:
-            t.losses(flushed)
-
-    def step_metrics(self, step: int, values: Mapping[str, float | None]) -> None:
-        for t in self.trackers:
-            t.step_metrics(step, values)
-
-    def evaluation(self, step: int, *, val_loss: float, val_ppl: float) -> None:
-        for t in self.trackers:
-            t.evaluation(step, val_loss=val_loss, val_ppl=val_ppl)
-
-    def summary(self, step: int, summary: Mapping[str, Any]) -> None:
-        for t in self.trackers:
-            t.summary(step, summary)
-
-    def close(self, *, step: int, reason: str, completed: bool, signalled: bool = False) -> bool:
-        return all([t.close(step=step, reason=reason, completed=completed, signalled=signalled)
-                    for t in self.trackers])
 
 
 def make_tracker(cfg: TrackingConfig, *, rank: int, params: Mapping[str, Any]) -> NullTracker:

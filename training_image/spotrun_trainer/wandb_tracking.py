@@ -32,7 +32,7 @@ from typing import Any
 import wandb
 
 from .config import TrackingConfig
-from .tracking import LOSS, RESUMED_FROM_STEP, SUMMARY_PREFIX, VAL_LOSS, VAL_PPL, NullTracker
+from .tracker_base import LOSS, RESUMED_FROM_STEP, SUMMARY_PREFIX, VAL_LOSS, VAL_PPL, NullTracker
 
 log = logging.getLogger("spotrun_trainer.wandb_tracking")
 
