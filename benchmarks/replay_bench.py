@@ -1,13 +1,14 @@
 """The state machine against the simulator that promised its odds, on public availability traces.
 
-    python benchmarks/replay_bench.py --spot-traces DIR [--windows 200] [--out FILE]
+    python benchmarks/replay_bench.py --spot-traces DIR [--windows 200] [--jobs 2] [--out FILE]
     python benchmarks/replay_bench.py --polls      # the guard's polls and history events per run, by policy
 
 1. Agreement: `--windows` windows (a policy and a trace replayed from a random offset into one of the
    skypilot-org/spot-traces one-node recordings, `DIR/availability/1-node/*/*.json`; not in this repository) run
    through the rendered state machine with the real handlers in moto (tests/infra/replay.py), each against the
    simulator's prediction for the same window (spotrun/policy/execution.py): finish time within one poll, cost
-   within 1%.
+   within 1%. `--jobs N`: the windows in chunks of `--chunk`, each chunk in its own process with its own moto
+   (one synthesized template for all); `--out` is rewritten as each chunk ends.
 2. Deadline met, per policy: the replay's count against the simulator's on the same windows.
 3. `--polls`: on 300 generated traces (40 h of work, 60 h deadline, 0.1 interruptions per hour, the estimate's
    bursts and droughts), the polls per run as the guard executes each policy (9 history events each), and its
@@ -18,10 +19,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import random
 import sys
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,7 +52,8 @@ def synthesize() -> Synth:
 
 
 def windows(trace_dir: Path, n: int, seed: int, horizon_s: float) -> list[Window]:
-    recordings = [read_availability(p) for p in sorted(trace_dir.glob("availability/1-node/*/*.json"))]
+    paths = sorted(trace_dir.glob("availability/1-node/*/*.json"))
+    recordings = [read_availability(p) for p in paths]
     if not recordings:
         raise SystemExit(f"--spot-traces {trace_dir}: no availability/1-node/*/*.json under it")
     rng = random.Random(seed)
@@ -57,8 +61,32 @@ def windows(trace_dir: Path, n: int, seed: int, horizon_s: float) -> list[Window
     for k in range(n):
         rec = recordings[k % len(recordings)]
         offset = rng.uniform(0, rec.length_s)
-        out.append(Window(POLICIES[k % len(POLICIES)], replay(rec, offset, horizon_s), f"{rec.name}@{offset:.0f}"))
+        label = f"{paths[k % len(paths)].parent.name}/{rec.name}@{offset:.0f}"
+        out.append(Window(POLICIES[k % len(POLICIES)], replay(rec, offset, horizon_s), label))
     return out
+
+
+def replay_all(synth: Synth, todo: list[Window], jobs: int, chunk: int, out: Path | None) -> list:
+    """Every window replayed, in chunks over `jobs` processes (each its own moto); `out` rewritten per chunk."""
+    if jobs <= 1:
+        return replay_windows(synth, todo)
+    chunks = [todo[i:i + chunk] for i in range(0, len(todo), chunk)]
+    found: dict[int, list] = {}
+    # fork: the workers inherit the imports and the synthesized template; no moto is active in the parent
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork")) as pool:
+        futures = {pool.submit(replay_windows, synth, c): i for i, c in enumerate(chunks)}
+        for f in as_completed(futures):
+            found[futures[f]] = f.result()
+            done = [a for i in sorted(found) for a in found[i]]
+            print(f"# {len(done)} of {len(todo)} windows replayed", file=sys.stderr, flush=True)
+            if out:
+                write(out, done)
+    return [a for i in sorted(found) for a in found[i]]
+
+
+def write(out: Path, found: list) -> None:
+    out.write_text(json.dumps([{**a.__dict__, "window": a.window.label, "policy": a.window.policy,
+                                "time_ok": a.time_ok, "cost_ok": a.cost_ok} for a in found], indent=1))
 
 
 def polls() -> None:
@@ -84,6 +112,8 @@ def main() -> int:
     parser.add_argument("--windows", type=int, default=200, help="windows replayed through the state machine")
     parser.add_argument("--seed", type=int, default=1, help="the windows' offsets")
     parser.add_argument("--out", type=Path, help="write every window's figures here (JSON)")
+    parser.add_argument("--jobs", type=int, default=1, help="processes replaying windows at once")
+    parser.add_argument("--chunk", type=int, default=25, help="windows per process start (with --jobs > 1)")
     args = parser.parse_args()
     if args.polls:
         polls()
@@ -92,7 +122,8 @@ def main() -> int:
         parser.error("--spot-traces DIR is required (or --polls)")
     t0 = time.perf_counter()
     synth = synthesize()
-    found = replay_windows(synth, windows(args.spot_traces, args.windows, args.seed, 400 * H))
+    found = replay_all(synth, windows(args.spot_traces, args.windows, args.seed, 400 * H), args.jobs, args.chunk,
+                       args.out)
     agree = [a for a in found if a.status == "SUCCEEDED" and a.time_ok and a.cost_ok]
     print(f"{len(agree)} of {len(found)} windows agree (finish within one poll, cost within 1%) "
           f"in {time.perf_counter() - t0:.0f} s")
@@ -103,8 +134,7 @@ def main() -> int:
         print(f"  {policy:<18} {len(mine):>4} windows: deadline met replayed {met_replay}, predicted {met_sim}; "
               f"worst cost gap {max((abs(a.replay_usd / a.predicted_usd - 1) for a in mine), default=0):.3%}")
     if args.out:
-        args.out.write_text(json.dumps([{**a.__dict__, "window": a.window.label, "policy": a.window.policy,
-                                         "time_ok": a.time_ok, "cost_ok": a.cost_ok} for a in found], indent=1))
+        write(args.out, found)
     return 0 if len(agree) == len(found) else 1
 
 

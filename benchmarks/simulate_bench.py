@@ -95,7 +95,7 @@ def plans_table(n: int) -> list[str]:
     for name in PLANS:
         est = estimate(plan_run(name))
         deadline = round(DEADLINE_FACTOR * est.wall_seconds / 3600, 1)
-        plan = plan_from_estimate(est, catalog, deadline_hours=deadline)
+        plan = plan_from_estimate(est, catalog, deadline_s=deadline * 3600)
         rates = {band: advisor_rate(band, est.instance_count) for band in ADVISOR_BANDS}
         rates["catalog"] = est.interruptions_per_hour
         for droughts in (0.0, ESTIMATE_TRACES["droughts_per_day"]):

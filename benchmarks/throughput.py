@@ -70,7 +70,7 @@ def dry_run(name: str, preset: dict, micro: int) -> dict:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from spotrun_trainer.config import TrainConfig
+    from spotrun.settings import TrainConfig
     from spotrun_trainer.launcher import LAUNCHER_KEYS
 
     hp = {k: json.dumps(v) if isinstance(v, dict) else str(v) for k, v in _hyperparameters(preset, micro, 30).items()

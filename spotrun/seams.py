@@ -3,8 +3,8 @@
 The planner and the Lambda handlers (spotrun/), the CDK constructs (training_constructs/) and the trainer image
 (training_image/, which installs this module) all import these names instead of spelling strings:
 
-- `Hyperparameter`: the SageMaker hyperparameter names the planner sends and the trainer parses (each one a
-  `TrainConfig` field path of spotrun_trainer/config.py). `Method`: the training methods.
+- `Method`: the training methods. What the planner sends the trainer is the settings tree of spotrun/settings.py
+  (the trainer's config, flattened to SageMaker hyperparameters under its dotted paths).
 - `METRIC_FIELDS`, `format_metric_line`/`parse_metric_line`, `format_eval_line`/`parse_eval_line`,
   `run_start_total_steps`, `METRIC_DEFINITIONS`, `metric_name`: the lines the trainer prints, their one parser
   (`spotrun status`, local progress, tests), the regexes SageMaker's MetricDefinitions apply to them, and the
@@ -37,48 +37,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from enum import Enum
 
-# ---- hyperparameters (planner -> trainer) ----------------------------------------------------------------------
-
-
-class Hyperparameter(str, Enum):
-    """SageMaker hyperparameter names; every value is a string (nested trainer fields as `section.field`)."""
-
-    MICRO_BATCH = "micro_batch"
-    GRAD_ACCUM = "grad_accum"
-    EPOCHS = "epochs"
-    SEED = "seed"
-    LR = "optim.lr"
-    SEQ_LEN = "data.seq_len"
-    CHECKPOINT_INTERVAL_MINUTES = "checkpoint.interval_minutes"
-    CHECKPOINT_KEEP = "checkpoint.keep"
-    MODEL_CONFIG = "model.config"
-    SHARDING_MODE = "sharding.mode"  # full | hybrid (the launcher adds sharding.nodes from the hosts)
-    SHARDING_GROUP_NODES = "sharding.group_nodes"
-    ACTIVATION_CHECKPOINTING = "model.activation_checkpointing"
-    MODEL_SOURCE = "model.source"  # recorded in the export metadata: the base an adapter needs
-    METHOD = "method"  # a Method
-    LORA_RANK = "lora.rank"
-    LORA_ALPHA = "lora.alpha"
-    LORA_DROPOUT = "lora.dropout"
-    LORA_TARGET_MODULES = "lora.target_modules"  # all-linear, or comma-separated module names
-    EVAL_EVERY_STEPS = "eval.every_steps"
-    EVAL_EVERY_MINUTES = "eval.every_minutes"
-    EVAL_MAX_BATCHES = "eval.max_batches"
-    EVAL_KEEP_BEST = "eval.keep_best"
-    EXPORT_WEIGHTS = "export.weights"  # last | best (the lowest validation loss; needs eval.keep_best)
-    # Experiment tracking (spotrun_trainer/tracking.py): the MLflow tracking server (an http(s) URL or a SageMaker AI
-    # MLflow tracking server ARN) and the experiment; absent, the trainer imports no MLflow and calls no server.
-    TRACKING_MLFLOW_URI = "tracking.mlflow_uri"
-    TRACKING_EXPERIMENT = "tracking.experiment"
-    # Weights & Biases (spotrun_trainer/wandb_tracking.py): the project, its entity and the Secrets Manager secret
-    # the job reads the API key from (its name: the key itself is never a hyperparameter).
-    TRACKING_WANDB_PROJECT = "tracking.wandb_project"
-    TRACKING_WANDB_ENTITY = "tracking.wandb_entity"
-    TRACKING_WANDB_API_KEY_SECRET = "tracking.wandb_api_key_secret"
-
-    # Seconds after its start at which the trainer saves and exits: the end of one segment of a run (a job whose
-    # MaxRuntime the cost cap sets, spotrun/pipeline/segments.py), distinct from completion (`run_completed`).
-    SEGMENT_SECONDS = "segment_seconds"
+# ---- methods and channels (planner -> trainer) -------------------------------------------------------------
 
 
 class Method(str, Enum):

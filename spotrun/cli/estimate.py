@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,7 @@ from ..contract.refusal import Refusal
 from ..contract.runfile import load_run_file
 from ..contract.spec import RunSpec, RunValidationError, parse_run
 from ..local.pipeline import check_raw_split, prepare_if_raw
-from ..pipeline.validate import Target, check_catalog, check_target, pipeline_hyperparameters
+from ..pipeline.validate import Target, check_catalog, check_hyperparameters, check_target
 from ..planner.estimate import DEFAULT_PRICE_REGION, Estimate, estimate, format_text, load_catalog, regional_catalog
 from ..planner.sources import check_local_split, read_sources, with_split
 from ..policy.choose import policy_text, spot_policy
@@ -83,9 +83,9 @@ def check_file(path: Path, target: Target | None, *, plan: bool, s3_client: Any 
     catalog = regional_catalog(catalog, priced_in)
     out.estimate = estimate(run, catalog=catalog, model_config=sources.model_config, data_tokens=sources.tokens,
                             validation_tokens=sources.validation_tokens)
-    pipeline_hyperparameters(run, out.estimate)
+    check_hyperparameters(out.estimate.hyperparameters)
     if choose_policy:
-        out.estimate.spot_policy = spot_policy(run, out.estimate, catalog)
+        out.estimate = replace(out.estimate, spot_policy=spot_policy(run, out.estimate, catalog))
     out.checked.append("the planner (fit, MaxRuntime/MaxWait, budget) and the hyperparameters' limits")
     out.checked.append(f"costs at on-demand list prices in {priced_in} (spotrun catalog as of "
                        f"{catalog['regions'][priced_in].get('as_of', 'unknown')})"

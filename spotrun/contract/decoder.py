@@ -4,6 +4,9 @@ A field says everything about itself in one place, `spec(doc, ...)`: what it mea
 the JSON (`at="budget.max_usd"` when that is not its own name at its class's level), and what it accepts: an integer
 or number range (`lo`, `hi`, `lo_open`), a full-match `pattern`, the choices of a `Literal[...]` type, `auto` (the
 string "auto" for None), or a `decode` function for the values no metadata describes (paths, maps, URLs).
+`unit` converts a number in the user's unit (minutes, hours) to seconds, the only unit past the contract: the JSON
+value is checked and documented as given (`at` names it: `interval_seconds` sits at `interval_minutes`); the field
+holds value x unit.
 `accepted` overrides the text that says what is accepted; the same text is used by the error and the docs.
 
 `decode(cls, raw, path)` refuses a key no field has (naming the accepted fields) and a missing required field,
@@ -34,10 +37,11 @@ REQUIRED = "a value (this field is required)"
 
 def spec(doc: str, *, default: Any = MISSING, default_factory: Any = MISSING, at: str | None = None,
          lo: float | None = None, hi: float | None = None, lo_open: bool = False, pattern: str | None = None,
-         auto: bool = False, decode: Callable[[Any, str], Any] | None = None, accepted: str | None = None) -> Any:
+         auto: bool = False, decode: Callable[[Any, str], Any] | None = None, accepted: str | None = None,
+         unit: float = 1.0) -> Any:
     """A dataclass field with its documentation and what it accepts (see the module docstring)."""
     meta = {"doc": doc, "at": at, "lo": lo, "hi": hi, "lo_open": lo_open, "auto": auto, "decode": decode,
-            "accepted": accepted, "pattern": re.compile(pattern) if pattern is not None else None}
+            "accepted": accepted, "pattern": re.compile(pattern) if pattern is not None else None, "unit": unit}
     return dataclasses.field(default=default, default_factory=default_factory, metadata=meta)
 
 
@@ -76,7 +80,7 @@ class FieldRule:
         elif kind is float:
             ok = (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
                   and (value > meta["lo"] if meta["lo_open"] else value >= meta["lo"]) and value <= meta["hi"])
-            value = float(value) if ok else value
+            value = float(value) * meta["unit"] if ok else value
         elif kind is str:
             pattern = meta["pattern"]
             ok = isinstance(value, str) and bool(value) and (pattern is None or pattern.fullmatch(value) is not None)

@@ -246,10 +246,11 @@ class ComputeSpec:
                                        lo=0, hi=0.95)
     accept_max_runtime_stop: bool = spec("A run expected to need more than 28 days may start and be stopped at 28 "
                                          "days (else it is refused).", default=False)
-    deadline_hours: float | None = spec("When the model is needed, in hours after the start: the estimate chooses "
-                                        "the spot policy that meets it on >= 99% of simulated traces (a deadline "
-                                        "shorter than the run on on-demand instances is refused).",
-                                        default=None, lo=0, hi=DAYS_28_H * 2, lo_open=True)
+    deadline_s: float | None = spec("When the model is needed, in hours after the start: the estimate "
+                                          "chooses the spot policy that meets it on >= 99% of simulated traces (a "
+                                          "deadline shorter than the run on on-demand instances is refused).",
+                                          default=None, lo=0, hi=DAYS_28_H * 2, lo_open=True, at="deadline_hours",
+                                          unit=3600)
     accept_missed_deadline: bool = spec("Start a run whose deadline_hours is shorter than the run takes even on "
                                         "on-demand instances (else it is refused); the estimate warns that it will "
                                         "be missed.", default=False)
@@ -259,9 +260,10 @@ class ComputeSpec:
 class CheckpointSpec:
     """`checkpoint`: how often the trainer saves, and what it resumes from."""
 
-    interval_minutes: float | None = spec("Minutes between periodic saves (auto: Young/Daly from the save cost and "
+    interval_seconds: float | None = spec("Minutes between periodic saves (auto: Young/Daly from the save cost and "
                                           "the interruption rate; a checkpoint that leaves within the notice saves "
-                                          "on it).", default=None, auto=True, lo=0, hi=24 * 60, lo_open=True)
+                                          "on it).", default=None, auto=True, lo=0, hi=24 * 60, lo_open=True,
+                                          at="interval_minutes", unit=60)
     keep: int = spec("Newest verified checkpoints kept (>= 2: the one being written never replaces the only good "
                      "one).", default=2, lo=2, hi=100)
     interruptions_per_hour: float | None = spec("The interruption rate to plan with (default: recorded, else the "

@@ -23,7 +23,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -39,7 +39,8 @@ from ..pipeline.validate import THIS_MACHINE
 from ..planner.catalog import usd
 from ..planner.estimate import DEFAULT_PRICE_REGION, load_catalog
 from ..planner.sources import check_seq_len
-from ..seams import EXPORT_METADATA, SAMPLES_FILE, DatasetIndex, Hyperparameter, PipelineSettings, Plan, PlanStatus
+from ..seams import EXPORT_METADATA, SAMPLES_FILE, DatasetIndex, PipelineSettings, Plan, PlanStatus
+from ..settings import TrainConfig, flatten, parse
 from .harness import free_port, loss_records, val_history, write_sagemaker_root
 from .registry import DEFAULT_GROUP, register
 from .report_files import write_report
@@ -169,11 +170,10 @@ def check_raw_split(run: RunSpec) -> None:
                                  f"data.validation: {needed_by} reads a validation loss")
 
 
-def check_one_step(data_dir: Path, hyper: dict[str, str], nproc: int) -> None:
+def check_one_step(data_dir: Path, settings: TrainConfig, nproc: int) -> None:
     """The dataset holds at least one step of samples (the launcher checks it too, after its start-up)."""
     index = json.loads((Path(data_dir) / DatasetIndex.FILE).read_text())
-    seq_len = int(hyper[Hyperparameter.SEQ_LEN.value])
-    micro_batch = int(hyper.get(Hyperparameter.MICRO_BATCH.value, "1"))
+    seq_len, micro_batch = settings.data.seq_len, settings.micro_batch
     samples = sum(int(s["tokens"]) // seq_len for s in index["shards"])
     if samples < micro_batch * nproc:
         raise RunValidationError("data.source", str(data_dir), f"at least one step of samples: it holds {samples} "
@@ -205,9 +205,8 @@ def plan_local(raw: dict) -> Plan:
 
 def hyperparameters(planned: Plan, options: LocalOptions) -> dict[str, str]:
     """The plan's hyperparameters (as the AWS path sends them), plus what only a local run needs."""
-    hyper = dict(planned.hyperparameters)
     # No cost cap binds a local run: one job, no segments (its MaxRuntime is SageMaker's, not enforced here).
-    hyper.pop(Hyperparameter.SEGMENT_SECONDS.value, None)
+    hyper = flatten(replace(parse(planned.hyperparameters), segment_seconds=0.0))
     hyper.update({"nproc_per_node": str(options.nproc), "master_port": str(free_port()), "num_threads": "1",
                   "deterministic": "true", "log_every": "5"})
     hyper.update({k: str(v) for k, v in options.overrides.items()})
@@ -242,7 +241,7 @@ def run_local(run_path: Path, options: LocalOptions, *, emit: Callable[[str], No
          f"{est['wall_seconds'] / 3600:.2f} h, spot {usd(est['cost_usd']['spot'])} / on-demand "
          f"{usd(est['cost_usd']['on_demand'])} (cap {usd(planned.max_usd)})")
     hyper = hyperparameters(planned, options)
-    check_one_step(Path(raw["data"]["source"]), hyper, options.nproc)
+    check_one_step(Path(raw["data"]["source"]), parse(planned.hyperparameters), options.nproc)
     job = Job(root=root, log=root / "launcher.log")
     check_interrupts(options.interrupts, checked_launch(job, hyper, channels_of(planned)), planned.max_runtime_seconds)
     root.mkdir(parents=True)
@@ -285,7 +284,7 @@ def checked_launch(job: Job, hyper: dict[str, str], channels: dict[str, Path]) -
     a typo is refused without leaving an empty job behind. Returns the run's steps (the trainer's total_steps for
     the job's processes on this machine's CPUs)."""
     # NOTE: imported here: the trainer is a separate package, needed only once a run is about to start.
-    from spotrun_trainer.config import ConfigError
+    from spotrun.settings import ConfigError
     from spotrun_trainer.data import read_index, total_steps
     from spotrun_trainer.launcher import SageMakerEnv, check_inputs, plan_launch
 

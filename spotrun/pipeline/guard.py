@@ -65,10 +65,10 @@ from ..seams import (
     EXECUTION_TAG,
     Guard,
     GuardAction,
-    Hyperparameter,
     Plan,
     metric_name,
 )
+from ..settings import flatten, parse
 from .aws_events import to_epoch
 from .continuation import EVENTS_PER_CREATE, EVENTS_PER_POLL, EVENTS_PER_STOP, continuation_name, must_continue
 from .report import run_report
@@ -143,7 +143,12 @@ def next_wait(plan: Plan, job_age_s: float, spent_usd: float, recheck_s: float =
     """Seconds to the next poll: the guard's grid (spotrun/policy/decision.py: `poll_wait`, 5% of the job's age
     between poll_seconds and max_poll_seconds), the spot policy's recheck if sooner, never past the time the cap
     leaves (see the module docstring)."""
-    schedule = poll_wait(job_age_s, recheck_s, poll_s=plan.poll_seconds, max_poll_s=plan.max_poll_seconds)
+    # NOTE: the grid's ages are whole seconds and a poll comes a fraction of a second after its grid age (the
+    # Lambda's latency, CreationTime in milliseconds): the age is taken to the whole second below, else the grid's
+    # next age (< age + poll_seconds) is skipped and the guard polls half as often as the simulator has it, or a
+    # second before the grid and the policy's recheck (benchmarks/replay_bench.py found both)
+    schedule = poll_wait(math.floor(job_age_s), recheck_s, poll_s=plan.poll_seconds,
+                         max_poll_s=plan.max_poll_seconds)
     schedule = min(schedule, (plan.max_usd - spent_usd) / usd_per_second(plan) - STOP_GRACE_S)
     return int(max(plan.poll_seconds, schedule))
 
@@ -411,8 +416,8 @@ def _next_segment(plan: Plan, guard: Guard, spent: float, spot: bool, act: Calla
             f"from step {checkpoint_step or 0} of {plan.planned_steps}: {why}. The newest checkpoint is under "
             f"{plan.checkpoint_s3_uri}: continue with checkpoint.resume_from={plan.execution} and a larger "
             "budget.max_usd"))
-    hyper = {**plan.hyperparameters, Hyperparameter.SEGMENT_SECONDS.value: str(segment_seconds(
-        max_rt, startup_s=plan.segment_overhead_seconds, save_s=plan.checkpoint_upload_seconds))}
+    hyper = flatten(dataclasses.replace(parse(plan.hyperparameters), segment_seconds=segment_seconds(
+        max_rt, startup_s=plan.segment_overhead_seconds, save_s=plan.checkpoint_upload_seconds)))
     fresh = must_continue(int(guard.history_events))  # the next segment in a fresh execution's history
     return act(GuardAction.CONTINUE if fresh else action, job_name=segment_job_name(plan.job_name, segment, spot),
                spot=spot, segment=segment, spent_before_usd=round(spent, 6),

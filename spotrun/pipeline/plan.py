@@ -43,7 +43,6 @@ from ..seams import (
     RUN_TAG,
     SHAPE_TAG,
     VALIDATION_CHANNEL,
-    Hyperparameter,
     PipelineSettings,
     Plan,
     PlanStatus,
@@ -65,8 +64,9 @@ from .preflight import (
 )
 from .preparation import job_tags, plan_step
 from .segments import SEGMENT_SUFFIX_MAX, segment_job_name
-from .validate import Target, check_target, pipeline_hyperparameters, validation_uri
+from .validate import Target, check_hyperparameters, check_target, validation_uri
 
+MODEL_SOURCE_PATH = "model.source"  # spotrun/settings.py ModelConfig.source: the base an exported adapter names
 CONTRACT_KEYS = ("parameters", "trainable_parameters", "training_flops", "gpu_hours", "instance_type",
                  "instance_count", "max_runtime_seconds", "max_wait_seconds", "checkpoint_bytes", "spot_policy",
                  "notice_upload_gb_per_s", "checkpoint_interval_seconds", "cost_usd", "warnings", "utilization",
@@ -234,20 +234,21 @@ def plan(run_raw: Any, execution: str, settings: PipelineSettings, *, s3_client:
         measured = mfu_lookup(shape, run.training.method) if (mfu_lookup and shape) else None
         est = estimate(run, catalog=catalog, model_config=model_config, data_tokens=tokens,
                        recorded_rates=rates, recorded_mfu=measured, validation_tokens=sources.validation_tokens)
-        hyper = pipeline_hyperparameters(run, est)
         if hub_repo:  # the exported adapter's base: the hub's name for it (from_pretrained takes it), not the copy
-            hyper[Hyperparameter.MODEL_SOURCE.value] = hub_repo
+            est = dataclasses.replace(est, hyperparameters={**est.hyperparameters, MODEL_SOURCE_PATH: hub_repo})
+        check_hyperparameters(est.hyperparameters)
         from ..policy.choose import spot_policy  # the chosen spot policy and its odds (stdlib only)
 
-        est.spot_policy = spot_policy(run, est, catalog, poll_s=settings.poll_seconds,
-                                      max_poll_s=max(settings.poll_seconds, settings.max_poll_seconds))
+        est = dataclasses.replace(est, spot_policy=spot_policy(
+            run, est, catalog, poll_s=settings.poll_seconds,
+            max_poll_s=max(settings.poll_seconds, settings.max_poll_seconds)))
     except Refusal as exc:  # the contract, the stage's rules, the sources or the planner
         return exc.result(CONTRACT_KEYS)
 
     try:
         if run.checkpoint.resume_from is not None and execution_status is not None:
             check_resumable(run, run.checkpoint.resume_from, execution_status(run.checkpoint.resume_from))
-        out = _ok_plan(run, est, hyper, execution, started, settings, catalog, model_config, tokens, data_uri,
+        out = _ok_plan(run, est, execution, started, settings, catalog, model_config, tokens, data_uri,
                        model_uri, s3_client, quotas_client, shape)
         if done is not None or fetch_usd:  # the cap is the run's; the preparation's cost is spent before the first job
             out.update(max_usd=cap, spent_before_usd=round((done.cost_usd if done else 0.0) + fetch_usd, 6))
@@ -258,7 +259,7 @@ def plan(run_raw: Any, execution: str, settings: PipelineSettings, *, s3_client:
         return exc.result(CONTRACT_KEYS)
 
 
-def _ok_plan(run: RunSpec, est: Any, hyper: dict, execution: str, started: str, settings: PipelineSettings,
+def _ok_plan(run: RunSpec, est: Any, execution: str, started: str, settings: PipelineSettings,
              catalog: dict, model_config: dict | None, tokens: int | None, data_uri: str, model_uri: str | None,
              s3_client: Any, quotas_client: Any, shape: str | None) -> dict:
     check_approval_status(run)
@@ -301,7 +302,7 @@ def _ok_plan(run: RunSpec, est: Any, hyper: dict, execution: str, started: str, 
         checkpoint_s3_uri=f"s3://{settings.bucket}/{ckpt_prefix}", checkpoint_bucket=settings.bucket,
         checkpoint_prefix=ckpt_prefix,
         max_runtime_seconds=est.max_runtime_seconds, max_wait_seconds=est.max_wait_seconds,
-        hyperparameters=hyper, input_data_config=channels,
+        hyperparameters=est.hyperparameters, input_data_config=channels,
         tags=[{"Key": k, "Value": v} for k, v in sorted(tags.items())],
         poll_seconds=settings.poll_seconds, max_poll_seconds=max(settings.poll_seconds, settings.max_poll_seconds),
         checkpoint_interval_seconds=float(est.checkpoint_interval_seconds),

@@ -8,7 +8,7 @@ The layers, in the order both apply them:
    methods the pipeline runs, weights to train (a bare parameter count only estimates);
 3. the sources (spotrun/planner/sources.py): the model's config.json and the data's index.json;
 4. the planner (spotrun/planner/estimate.py): fit, time limits, budget; then what the pipeline sends the trainer
-   (`pipeline_hyperparameters`, within CreateTrainingJob's limits).
+   (its settings tree as hyperparameters, within CreateTrainingJob's limits: `check_hyperparameters`).
 
 The CLI knows the target when told the stage (`--stage`: the stack's outputs) or offline (`--bucket`, `--group`);
 without one it says that layer 2 was not checked. Exit codes: spotrun/cli/exits.py.
@@ -16,7 +16,6 @@ without one it says that layer 2 was not checked. Exit codes: spotrun/cli/exits.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 from ..contract.hub_id import is_hub_id, parse_hub_id
@@ -27,15 +26,11 @@ from ..contract.spec import (
     RunSpec,
     RunValidationError,
 )
-from ..planner.estimate import Estimate
 from ..planner.sources import PLACEHOLDER_BUCKET
-from ..seams import METHODS, Hyperparameter
+from ..seams import METHODS
 from .hub import hub_prefix
 
 DATASETS_PREFIX, MODELS_PREFIX = "datasets/", "models/"  # the training role reads only these (ArtifactStore)
-# A hyperparameter that carries a run field is reported as that field.
-_HYPERPARAMETER_FIELDS = {Hyperparameter.MODEL_CONFIG.value: "model.config", Hyperparameter.LR.value: "training.lr",
-                          Hyperparameter.EPOCHS.value: "training.epochs"}
 
 
 THIS_MACHINE = ""  # Target.bucket of `spotrun local`: its sources are paths on this machine, not S3 URIs
@@ -119,21 +114,11 @@ def validation_uri(run: RunSpec, target: Target) -> str | None:
 
 
 def check_hyperparameters(hyper: dict[str, str]) -> None:
-    """CreateTrainingJob's limits on HyperParameters (botocore's service model): count, key and value lengths."""
+    """CreateTrainingJob's limits on HyperParameters (botocore's service model): count, key and value lengths. A
+    key is a dotted path of the settings tree, which is the run field's where both mean the same (model.config)."""
     if len(hyper) > HYPERPARAMETERS_MAX:
         raise RunValidationError("training", len(hyper), f"at most {HYPERPARAMETERS_MAX} hyperparameters")
     for key, value in hyper.items():
-        where = _HYPERPARAMETER_FIELDS.get(key, f"hyperparameters.{key}")
         if not isinstance(value, str) or len(key) > HYPERPARAMETER_KEY_MAX or len(value) > HYPERPARAMETER_VALUE_MAX:
-            raise RunValidationError(where, value, f"a hyperparameter string of at most {HYPERPARAMETER_VALUE_MAX:,} "
+            raise RunValidationError(key, value, f"a hyperparameter string of at most {HYPERPARAMETER_VALUE_MAX:,} "
                                      f"characters (this one has {len(str(value)):,})")
-
-
-def pipeline_hyperparameters(run: RunSpec, est: Estimate) -> dict[str, str]:
-    """What the pipeline sends the trainer: the planner's hyperparameters, plus the inline config when the run
-    trains from random weights (a pretrained model's config comes with its weights, in the model channel)."""
-    hyper = dict(est.hyperparameters)
-    if run.model.init == "random" and run.model.config is not None:
-        hyper[Hyperparameter.MODEL_CONFIG.value] = json.dumps(run.model.config, separators=(",", ":"))
-    check_hyperparameters(hyper)
-    return hyper

@@ -39,7 +39,8 @@ Rules, with the choices made here:
   need more than 28 days is refused unless `compute.accept_max_runtime_stop` accepts the stop at 28 days.
   MaxWait = MaxRuntime + the accepted delay (or the user's, refused when below MaxRuntime).
 - The checkpoint interval reaches the trainer as it is planned: whole seconds, at least 1 (a tiny
-  `interval_minutes` never rounds to 0, which the trainer reads as "off").
+  `checkpoint.interval_minutes` never rounds to 0, which the trainer reads as "off"), as
+  `checkpoint.interval_seconds`.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from ..contract.refusal import Refusal
 from ..contract.spec import MAX_RUNTIME_LIMIT_S, LoraSpec, RunSpec, RunValidationError
 from ..pipeline.segments import SegmentPlan
 from ..seams import StopNotice
+from ..settings import flatten
 from .catalog import CATALOG_PATH, DEFAULT_PRICE_REGION, check_prices, load_catalog, regional_catalog, usd
 from .memory import ModelDims, checkpoint_bytes, training_state_bytes
 from .options import (
@@ -65,7 +67,7 @@ from .options import (
     segment_plan,
     startup_seconds,
 )
-from .outputs import Estimate, first_segment_seconds, format_text, trainer_hyperparameters
+from .outputs import Estimate, first_segment_seconds, format_text, trainer_settings
 from .params import lora_parameters, shape_of
 from .topology import layouts
 
@@ -74,7 +76,7 @@ __all__ = [
     "CATALOG_PATH", "DEFAULT_PRICE_REGION", "Estimate", "EstimateRefused", "check_prices", "count_parameters",
     "estimate", "evaluation_seconds", "first_segment_seconds", "format_text", "load_catalog",
     "notice_upload_seconds", "regional_catalog", "segment_overhead_seconds", "startup_seconds",
-    "trainer_hyperparameters",
+    "trainer_settings",
 ]
 
 
@@ -266,20 +268,20 @@ def _deadline(run: RunSpec, options: list[Option], best: Option) -> list[str]:
     """compute.deadline_hours against the run's length on on-demand instances (no interruption, no wait: the
     fastest it can be done on the chosen layout). Shorter: refused with the numbers, or with
     compute.accept_missed_deadline a warning that it will be missed (no spot policy can meet it)."""
-    c = run.compute
-    if c.deadline_hours is None or best.wall <= c.deadline_hours * 3600:
+    c = run.compute  # the deadline in seconds; messages name the run's field, in hours
+    if c.deadline_s is None or best.wall <= c.deadline_s:
         return []
     fastest = min(options, key=lambda o: o.wall)
     faster = (f"; the fastest layout, {fastest.fit.layout.describe()}, takes {fastest.wall / 3600:,.2f} h "
-              f"(compute.target_hours={c.deadline_hours:g} chooses the cheapest that meets it)"
-              if fastest.wall <= c.deadline_hours * 3600 else "")
+              f"(compute.target_hours={c.deadline_s / 3600:g} chooses the cheapest that meets it)"
+              if fastest.wall <= c.deadline_s else "")
     numbers = (f"the run takes {best.wall / 3600:,.2f} h on {best.fit.layout.describe()} even on on-demand "
                f"instances from the start (startup included, no interruption){faster}")
     if not c.accept_missed_deadline:
-        raise EstimateRefused("InvalidRun", f"compute.deadline_hours={c.deadline_hours:g} cannot be met: {numbers}; "
-                              "give a later deadline, fewer tokens or a faster layout, or set "
+        raise EstimateRefused("InvalidRun", f"compute.deadline_hours={c.deadline_s / 3600:g} cannot be met: "
+                              f"{numbers}; give a later deadline, fewer tokens or a faster layout, or set "
                               "compute.accept_missed_deadline=true to start it anyway", field="compute.deadline_hours")
-    return [f"THE DEADLINE WILL BE MISSED: compute.deadline_hours={c.deadline_hours:g}, and {numbers} "
+    return [f"THE DEADLINE WILL BE MISSED: compute.deadline_hours={c.deadline_s / 3600:g}, and {numbers} "
             "(accepted by compute.accept_missed_deadline)"]
 
 
@@ -347,7 +349,7 @@ def _build(run: RunSpec, catalog: dict, work: _Work, best: Option, per_rank: int
         expected_overhead_seconds=best.overhead, max_runtime_seconds=max_runtime, max_wait_seconds=max_wait,
         checkpoint_bytes=work.ckpt_bytes, notice_upload_gb_per_s=work.ckpt_bytes / StopNotice.UPLOAD_S / 1e9,
         upload_gb_per_s_available=best.upload_available, checkpoint_policy=best.policy,
-        checkpoint_interval_seconds=max(1, round(best.interval)), interruptions_per_hour=best.rate,
+        checkpoint_interval_seconds=max(1, round(best.interval_seconds)), interruptions_per_hour=best.rate,
         cost_usd=cost, spot=c.spot, sharding=fit.layout.sharding, shard_group_nodes=fit.layout.group_nodes,
         micro_batch=fit.micro_batch, grad_accum=fit.grad_accum, activation_checkpointing=fit.activation_checkpointing,
         global_batch_samples=fit.layout.world * per_rank,
@@ -359,8 +361,7 @@ def _build(run: RunSpec, catalog: dict, work: _Work, best: Option, per_rank: int
         advice=advice, warnings=warnings, utilization_source=utilization[1],
         evaluation_seconds=best.eval_seconds, segments=seg.to_json(),
     )
-    est.hyperparameters = trainer_hyperparameters(run, est)
-    return est
+    return replace(est, hyperparameters=flatten(trainer_settings(run, est)))
 
 
 def _lora_alternative(run: RunSpec, catalog: dict, model_config: dict | None, data_tokens: int | None,

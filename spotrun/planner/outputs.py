@@ -1,15 +1,16 @@
 """The estimate the planner returns (`Estimate`; spotrun/planner/estimate.py builds it) and what it becomes: the
-SageMaker hyperparameters the trainer image reads (names from spotrun.seams.Hyperparameter, parsed by
-spotrun_trainer.config) and the text `spotrun estimate` prints.
+settings the trainer is sent (`trainer_settings`, spotrun/settings.py's tree) and the text `spotrun estimate`
+prints.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, is_dataclass, replace
+from typing import Any
 
 from ..contract.spec import RunSpec
 from ..pipeline.segments import segment_seconds
-from ..seams import Hyperparameter
+from ..settings import EvalConfig, ExportConfig, LoraConfig, TrackingConfig, TrainConfig, leaf_paths, parse
 from .catalog import usd
 
 
@@ -57,38 +58,60 @@ class Estimate:
         return asdict(self)
 
 
-def trainer_hyperparameters(run: RunSpec, est: Estimate) -> dict[str, str]:
-    """The SageMaker hyperparameters (all strings) the trainer image reads (see spotrun_trainer.config)."""
-    t, hp = run.training, Hyperparameter
-    return {
-        hp.MICRO_BATCH.value: str(est.micro_batch), hp.GRAD_ACCUM.value: str(est.grad_accum),
-        hp.EPOCHS.value: str(t.epochs), hp.SEED.value: str(t.seed), hp.LR.value: str(t.lr),
-        hp.SEQ_LEN.value: str(run.data.seq_len),
-        hp.SHARDING_MODE.value: est.sharding, hp.SHARDING_GROUP_NODES.value: str(est.shard_group_nodes),
-        hp.ACTIVATION_CHECKPOINTING.value: "true" if est.activation_checkpointing else "false",
-        # repr: the exact planned seconds / 60 (a rounded "0.00" would read as "off" in the trainer)
-        hp.CHECKPOINT_INTERVAL_MINUTES.value: repr(est.checkpoint_interval_seconds / 60),
-        hp.CHECKPOINT_KEEP.value: str(run.checkpoint.keep),
-        hp.SEGMENT_SECONDS.value: str(first_segment_seconds(est)),
-        **_method_hyperparameters(run),
-        **_eval_hyperparameters(run),
-        **_tracking_hyperparameters(run),
-    }
+def trainer_settings(run: RunSpec, est: Estimate) -> TrainConfig:
+    """What the trainer is sent (spotrun.settings, flattened into the plan's hyperparameters): every setting the
+    run names as the trainer does (`data.seq_len`, `checkpoint.keep`, `eval.*`, `tracking.*`), then the planner's
+    choices, in seconds. The launcher adds the channels' paths and the hosts."""
+    t, given = run.training, parse(same_named(run))
+    return replace(
+        given,
+        model=replace(given.model, activation_checkpointing=est.activation_checkpointing,
+                      # a pretrained model's config comes with its weights, in the model channel
+                      config=given.model.config if run.model.init == "random" else {}),
+        optim=replace(given.optim, lr=t.lr),
+        checkpoint=replace(given.checkpoint, interval_seconds=est.checkpoint_interval_seconds),
+        sharding=replace(given.sharding, mode=est.sharding, group_nodes=est.shard_group_nodes),
+        method=t.method, lora=_lora(run),
+        # the trainer evaluates only with validation data
+        eval=given.eval if run.data.has_validation else EvalConfig(), export=_export(run),
+        tracking=_tracking(run, given.tracking),
+        micro_batch=est.micro_batch, grad_accum=est.grad_accum, epochs=t.epochs, seed=t.seed,
+        segment_seconds=first_segment_seconds(est))
 
 
-def _tracking_hyperparameters(run: RunSpec) -> dict[str, str]:
-    """The MLflow tracking server and experiment, and the W&B project, entity and API key secret's name
-    (spotrun_trainer.config.TrackingConfig parses them); none when the run names neither, and then the trainer
-    imports no tracking library and opens no socket."""
-    t, out = run.tracking, {}
-    if t.mlflow_uri:
-        out = {Hyperparameter.TRACKING_MLFLOW_URI.value: t.mlflow_uri,
-               Hyperparameter.TRACKING_EXPERIMENT.value: t.experiment or run.name}
-    if t.wandb_project:
-        out.update({Hyperparameter.TRACKING_WANDB_PROJECT.value: t.wandb_project,
-                    Hyperparameter.TRACKING_WANDB_API_KEY_SECRET.value: t.wandb_api_key_secret,
-                    **({Hyperparameter.TRACKING_WANDB_ENTITY.value: t.wandb_entity} if t.wandb_entity else {})})
+def same_named(run: RunSpec) -> dict[str, Any]:
+    """{dotted path: the run's value} of every leaf of the settings tree that the run holds under the same name
+    (after the contract, which converts units: `checkpoint.interval_seconds`), where the run gives one."""
+    out = {}
+    for path in leaf_paths():
+        value: Any = run
+        for part in path.split("."):
+            value = getattr(value, part, None)
+        if value is not None and not is_dataclass(value):
+            out[path] = value
     return out
+
+
+def _lora(run: RunSpec) -> LoraConfig:
+    lora = run.training.lora
+    if run.training.method != "lora" or lora is None:
+        return LoraConfig()
+    targets = lora.target_modules
+    return LoraConfig(rank=lora.rank, alpha=lora.alpha, dropout=lora.dropout,
+                      target_modules=targets if isinstance(targets, str) else ",".join(targets))
+
+
+def _export(run: RunSpec) -> ExportConfig:
+    return ExportConfig(weights=run.export_from) if run.data.has_validation else ExportConfig()
+
+
+def _tracking(run: RunSpec, given: TrackingConfig) -> TrackingConfig:
+    """The run's tracking settings (MLflow's experiment by default the run's name); none when the run names neither
+    an MLflow server nor a W&B project, and then the trainer imports no tracking library and opens no socket."""
+    if not given.mlflow_uri and not given.wandb_project:
+        return TrackingConfig()
+    experiment = run.tracking.experiment or run.name if given.mlflow_uri else TrackingConfig.experiment
+    return replace(given, experiment=experiment)
 
 
 def mlflow_config(run: RunSpec, execution: str) -> dict[str, str]:
@@ -102,40 +125,11 @@ def mlflow_config(run: RunSpec, execution: str) -> dict[str, str]:
             "MlflowRunName": execution}
 
 
-def _eval_hyperparameters(run: RunSpec) -> dict[str, str]:
-    """The evaluation schedule (spotrun_trainer.config.EvalConfig parses it) and which weights are exported."""
-    if not run.data.has_validation:
-        return {}
-    e, hp = run.eval, Hyperparameter
-    out = {hp.EVAL_EVERY_STEPS.value: str(e.every_steps), hp.EVAL_EVERY_MINUTES.value: repr(float(e.every_minutes)),
-           hp.EVAL_MAX_BATCHES.value: str(e.max_batches), hp.EVAL_KEEP_BEST.value: "true" if e.keep_best else "false"}
-    if run.export_from != "last":
-        out[hp.EXPORT_WEIGHTS.value] = run.export_from
-    return out
-
-
 def first_segment_seconds(est: Estimate) -> int:
     """The first job's trainer budget: save and exit before its MaxRuntime (spotrun/pipeline/segments.py)."""
     save_s = est.checkpoint_bytes / (est.upload_gb_per_s_available * 1e9) if est.upload_gb_per_s_available else 0
     return segment_seconds(est.max_runtime_seconds, startup_s=est.segments.get("overhead_seconds", 0.0),
                            save_s=save_s)
-
-
-def _method_hyperparameters(run: RunSpec) -> dict[str, str]:
-    """The training method and, for LoRA, its settings (spotrun_trainer.config.LoraConfig parses them)."""
-    out = {Hyperparameter.METHOD.value: run.training.method}
-    if run.model.source:
-        out[Hyperparameter.MODEL_SOURCE.value] = run.model.source
-    lora = run.training.lora
-    if run.training.method == "lora" and lora is not None:
-        targets = lora.target_modules
-        out.update({
-            Hyperparameter.LORA_RANK.value: str(lora.rank),
-            Hyperparameter.LORA_ALPHA.value: repr(float(lora.alpha)),
-            Hyperparameter.LORA_DROPOUT.value: repr(float(lora.dropout)),
-            Hyperparameter.LORA_TARGET_MODULES.value: targets if isinstance(targets, str) else ",".join(targets),
-        })
-    return out
 
 
 def _memory_text(m: dict) -> str:

@@ -33,7 +33,7 @@ HORIZON_CAP_S = 96 * 24 * 3600.0  # the longest deadline (56 days) and 3 x a 28-
 ESTIMATE_TRACES = {"burst_p": 0.3, "droughts_per_day": 0.1, "drought_hours": (6.0, 80.0), "restart_wait_s": 600.0}
 
 
-def plan_from_estimate(est, catalog: dict, *, deadline_hours: float | None = None,
+def plan_from_estimate(est, catalog: dict, *, deadline_s: float | None = None,
                        spot_discount: float | None = None, poll_s: float = 60.0,
                        max_poll_s: float = 4 * 3600.0, on_demand_fallback: bool = True) -> SimPlan:
     """The simulator's plan for the estimate's layout. The restore (checkpoint download) is taken at the upload
@@ -62,7 +62,7 @@ def plan_from_estimate(est, catalog: dict, *, deadline_hours: float | None = Non
                    step_s=max(step, 1e-3), notice_ok=est.checkpoint_policy == "save_on_notice",
                    spot_usd_per_h=per_h * (1 - discount), on_demand_usd_per_h=per_h,
                    max_wait_s=max_runtime + wait_allowance, max_runtime_s=max_runtime,
-                   deadline_s=None if deadline_hours is None else deadline_hours * 3600, poll_s=poll_s,
+                   deadline_s=deadline_s, poll_s=poll_s,
                    max_poll_s=max(poll_s, max_poll_s), on_demand_fallback=on_demand_fallback)
 
 
@@ -134,7 +134,7 @@ def spot_policy(run, est, catalog: dict, *, n: int = N_TRACES, seed: int = SEED,
                 max_poll_s: float = 4 * 3600.0) -> dict:
     """The estimate's policy section (JSON): chosen policy, why, and every candidate's odds, as the cost guard
     polling between `poll_s` and `max_poll_s` executes them."""
-    plan = plan_from_estimate(est, catalog, deadline_hours=run.compute.deadline_hours,
+    plan = plan_from_estimate(est, catalog, deadline_s=run.compute.deadline_s,
                               spot_discount=run.compute.spot_discount, poll_s=poll_s, max_poll_s=max_poll_s,
                               on_demand_fallback=run.compute.on_demand_fallback or not run.compute.spot)
     n = traces_for_estimate(plan, est.interruptions_per_hour, n)
@@ -142,13 +142,13 @@ def spot_policy(run, est, catalog: dict, *, n: int = N_TRACES, seed: int = SEED,
     rows = compare(plan, generated_traces(spec, n, seed), candidates(plan))
     best, why = choose(plan, rows, cap_usd=run.max_usd)
     if plan.deadline_s is not None and not any(r.p_deadline >= CONFIDENCE for r in rows):
-        est.warnings.append(f"compute.deadline_hours={run.compute.deadline_hours:g}: no policy meets it on "
+        est.warnings.append(f"compute.deadline_hours={plan.deadline_s / 3600:g}: no policy meets it on "
                             f"{CONFIDENCE:.0%} of the traces (on-demand from the start takes "
                             f"{rows[0].mean_wall_h:.1f} h); the run would miss it")
     if not run.compute.spot:
         alternative = f"; {best.label} would be the choice with spot" if best.policy != "on_demand" else ""
         best, why = rows[0], f"compute.spot=false: on-demand as the run asks{alternative}"
-    return {"chosen": best.label, "why": why, "deadline_hours": run.compute.deadline_hours,
+    return {"chosen": best.label, "why": why,
             "confidence": CONFIDENCE if plan.deadline_s is not None else None, "traces": n, "seed": seed,
             "trace_source": (f"generated: {est.interruptions_per_hour:.3g} interruptions per job-hour, "
                              f"{ESTIMATE_TRACES['burst_p']:.0%} in bursts, a {ESTIMATE_TRACES['drought_hours'][0]:g}-"

@@ -24,7 +24,7 @@ import datetime as dt
 import math
 from dataclasses import dataclass, field
 
-from spotrun.seams import CHECKPOINT_MANIFEST, COMPLETED_METRIC, Hyperparameter, checkpoint_step_dir
+from spotrun.seams import CHECKPOINT_MANIFEST, COMPLETED_METRIC, checkpoint_step_dir
 
 BILLED = ("Downloading", "Training", "Uploading", "Stopping")
 
@@ -91,7 +91,7 @@ class SimJob:
         self.keep_alive = float(job.resource_config.get("KeepAlivePeriodInSeconds") or 0)
         self.max_runtime = float(job.stopping_condition["MaxRuntimeInSeconds"])
         self.max_wait = float(job.stopping_condition.get("MaxWaitTimeInSeconds") or math.inf)
-        self.segment_s = float(job.hyper_parameters.get(Hyperparameter.SEGMENT_SECONDS.value) or 0) or math.inf
+        self.segment_s = float(job.hyper_parameters.get("segment_seconds") or 0) or math.inf
         self.created, self.t = now, now
         self.billed = 0.0
         self.phase, self.phase_left = "Starting", world.capacity_wait_s
@@ -221,7 +221,8 @@ class SimJob:
             {**t, "StartTime": _ts(t["StartTime"]), **({"EndTime": _ts(t["EndTime"])} if "EndTime" in t else {}),
              "StatusMessage": t["Status"]} for t in self.transitions]
         job.secondary_status = self.transitions[-1]["Status"]
-        job.training_start_time = _ts(self.created)
+        # moto stamps CreationTime with the real clock; the guard reads a job's age from it on the simulated one
+        job.creation_time = job.training_start_time = _ts(self.created)
         if not self.ended:
             job.training_job_status = "Stopping" if self.phase == "Stopping" else "InProgress"
             job.billable_time_in_seconds = job.training_time_in_seconds = None

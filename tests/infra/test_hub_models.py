@@ -19,7 +19,7 @@ import botocore.session
 import pytest
 from botocore.validate import ParamValidator
 
-from spotrun.seams import HUB_MANIFEST, Hyperparameter
+from spotrun.seams import HUB_MANIFEST
 from tests.infra.test_preparation import prep_aws  # noqa: F401 (the fixture: moto with processing run for real)
 from tests.infra.test_seams import check_shape
 from tests.infra.test_state_machine_moto import BUCKET, RUN
@@ -78,7 +78,7 @@ def test_a_hub_model_is_fetched_once_by_the_preparation_step_and_trained_from_th
     channels = {c["ChannelName"]: c["DataSource"]["S3DataSource"]["S3Uri"] for c in job["InputDataConfig"]}
     assert channels["model"] == COPY
     # An exported adapter names the hub's id of its base (from_pretrained loads it), not the stage's copy.
-    assert job["HyperParameters"][Hyperparameter.MODEL_SOURCE.value] == "tiny-org/tiny-llama"
+    assert job["HyperParameters"]["model.source"] == "tiny-org/tiny-llama"
     assert job["EnableNetworkIsolation"] is True
     assert p["spent_before_usd"] > 0 and p["max_usd"] == HUB_RUN["budget"]["max_usd"]
 

@@ -10,7 +10,7 @@ import pytest
 from spotrun.contract.spec import RunValidationError, parse_run
 from spotrun.pipeline.plan import PipelineSettings, plan
 from spotrun.planner.estimate import estimate
-from spotrun.seams import VALIDATION_CHANNEL, Hyperparameter
+from spotrun.seams import VALIDATION_CHANNEL
 
 SETTINGS = PipelineSettings(bucket="art-bucket", job_prefix="spotrun-dev-", model_package_group="spotrun-models",
                             poll_seconds=60, project="spotrun", stage="dev", cost_center="ml-platform")
@@ -26,7 +26,7 @@ RUN = {"version": 1, "name": "tiny-eval",
 
 
 def test_the_plan_sends_the_validation_channel_and_the_trainer_parses_the_evaluation_settings():
-    from spotrun_trainer.config import TrainConfig
+    from spotrun.settings import TrainConfig
 
     p = plan(RUN, "exec-1", SETTINGS)
     assert p["status"] == "ok", p
@@ -34,7 +34,7 @@ def test_the_plan_sends_the_validation_channel_and_the_trainer_parses_the_evalua
     assert channel["InputMode"] == "FastFile"
     assert channel["DataSource"]["S3DataSource"]["S3Uri"] == "s3://art-bucket/datasets/d1-val/"
     hp = p["hyperparameters"]
-    assert hp[Hyperparameter.EXPORT_WEIGHTS.value] == "best"
+    assert hp["export.weights"] == "best"
     # What the launcher adds on SageMaker: the channels' paths.
     cfg = TrainConfig.from_hyperparameters(hp, **{"data.path": "/opt/ml/input/data/train",
                                                   "data.validation_path": "/opt/ml/input/data/validation",

@@ -24,7 +24,7 @@ from moto import mock_aws
 from spotrun.cli.main import main
 from spotrun.handlers import estimate as estimate_handler
 from spotrun.pipeline.plan import PipelineSettings, plan
-from spotrun.seams import DatasetIndex, Hyperparameter, PreparationSettings
+from spotrun.seams import DatasetIndex, PreparationSettings
 
 BUCKET = "art-bucket"
 SETTINGS = PipelineSettings(bucket=BUCKET, job_prefix="spotrun-dev-", model_package_group="spotrun-models",
@@ -101,10 +101,10 @@ def test_a_gate_uses_the_split_the_prepared_data_holds(tmp_path, capsys, assets,
     code, doc = _estimate(tmp_path, capsys, _run(str(assets["model"]), str(datasets["split"]), registry=GATE))
     assert code == 0, doc
     assert any("holds a validation split (0.1 of the documents)" in line for line in doc["checked"])
-    assert doc["hyperparameters"][Hyperparameter.EVAL_KEEP_BEST.value] == "false"  # the trainer evaluates
+    assert doc["evaluation_seconds"] > 0  # the trainer evaluates
     planned = plan(_s3_run("split", registry=GATE), "exec-1", SETTINGS, s3_client=s3)
     assert planned["status"] == "ok", planned
-    assert Hyperparameter.EVAL_EVERY_STEPS.value in planned["hyperparameters"]
+    assert planned["estimate"]["evaluation_seconds"] > 0
     assert planned["gate"] == {"min_improvement": 0.05}
 
 
@@ -409,7 +409,7 @@ def test_estimate_and_simulate_work_on_a_demo_style_run_file_with_raw_text(tmp_p
     doc = json.loads(capsys.readouterr().out)
     note = next(line for line in doc["checked"] if line.startswith("raw data.source"))
     assert note.startswith(f"raw data.source prepared as shards in {demo / 'prepared'}")
-    assert Hyperparameter.EVAL_EVERY_STEPS.value in doc["hyperparameters"]  # the split prepared, evaluated on
+    assert doc["evaluation_seconds"] > 0  # the split prepared, evaluated on
     assert main(["estimate", "--format", "json", str(demo / "run.json")]) == 0  # the shards are reused
     assert any(line.startswith("raw data.source reused") for line in json.loads(capsys.readouterr().out)["checked"])
     assert main(["simulate", str(demo / "run.json"), "--n", "20", "--no-optimum", "--format", "json",

@@ -127,14 +127,13 @@ def _local_run(tmp_path: Path, assets, **model) -> dict:
 
 def test_local_sends_the_plans_hyperparameters_not_an_inline_config_of_a_pretrained_model(tmp_path, assets):
     from spotrun.local.pipeline import LocalOptions, channels_of, hyperparameters, plan_local
-    from spotrun.seams import Hyperparameter
 
     config = json.loads((assets["model"] / "config.json").read_text())
     planned = plan_local(_local_run(tmp_path, assets, config=config))  # a pretrained model with an inline copy
     hyper = hyperparameters(planned, LocalOptions(out=tmp_path, overrides={"max_steps": "3"}))
-    assert Hyperparameter.MODEL_CONFIG.value not in hyper  # its config comes with its weights, as on AWS
-    assert Hyperparameter.SEGMENT_SECONDS.value not in hyper and hyper["max_steps"] == "3"
-    assert hyper[Hyperparameter.SEQ_LEN.value] == "64" and hyper["nproc_per_node"] == "2"
+    assert "model.config" not in hyper  # its config comes with its weights, as on AWS
+    assert "segment_seconds" not in hyper and hyper["max_steps"] == "3"
+    assert hyper["data.seq_len"] == "64" and hyper["nproc_per_node"] == "2"
     assert channels_of(planned) == {"train": assets["data"], "model": assets["model"]}
 
 
@@ -199,8 +198,7 @@ def test_the_local_and_the_aws_report_come_from_one_builder(tmp_path, assets):
 
 def test_a_local_run_may_name_its_own_tracking_server(tmp_path, assets):
     from spotrun.local.pipeline import LocalOptions, hyperparameters, plan_local
-    from spotrun.seams import Hyperparameter
 
     raw = {**_local_run(tmp_path, assets), "tracking": {"mlflow_uri": "http://127.0.0.1:5931"}}
     hyper = hyperparameters(plan_local(raw), LocalOptions(out=tmp_path))  # no stage lists servers on this machine
-    assert hyper[Hyperparameter.TRACKING_MLFLOW_URI.value] == "http://127.0.0.1:5931"
+    assert hyper["tracking.mlflow_uri"] == "http://127.0.0.1:5931"

@@ -37,6 +37,7 @@ from spotrun.seams import (
     StopNotice,
     checkpoint_step_dir,
 )
+from spotrun.settings import parse
 
 
 def decide(plan: dict, guard: dict, describe: dict, **kwargs) -> dict:
@@ -310,6 +311,10 @@ def test_guard_wait_grows_with_the_job_but_never_past_the_cap():
     assert all(b - a == max(60, int(0.05 * a)) for a, b in zip(ages, ages[1:], strict=False))
     # A poll off that grid (a policy's recheck) is followed by the next poll on it, at least poll_seconds away.
     assert next_wait(PLAN, ages[-1] + 1, 0) + ages[-1] + 1 == ages[-1] + next_wait(PLAN, ages[-1], 0)
+    # An age read a fraction of a second past the grid (CreationTime in milliseconds, the Lambda's latency) still
+    # lands the next poll on the grid, not a second before it (where a policy's recheck would be missed).
+    for a in ages[1:]:
+        assert next_wait(PLAN, a + 0.0004, 0) == next_wait(PLAN, a, 0)
     rich, month = {**PLAN, "max_usd": 1e6}, 30 * 24 * 3600
     first = next_wait(rich, month, 0)  # to the grid, then every max_poll_seconds
     assert 60 <= first <= PLAN["max_poll_seconds"]
@@ -328,7 +333,7 @@ def test_a_job_that_ends_its_segment_is_followed_by_the_next_with_the_max_runtim
     room = (20 - spent) / (RATE / 3600) - StopNotice.NOTICE_S
     assert out["max_runtime_seconds"] == min(PLAN["max_runtime_cap_seconds"], int(room))
     assert out["max_wait_seconds"] - out["max_runtime_seconds"] == PLAN["max_wait_extra_seconds"]
-    budget = int(out["hyperparameters"]["segment_seconds"])
+    budget = parse(out["hyperparameters"]).segment_seconds  # as the trainer reads it
     assert 0 < budget < out["max_runtime_seconds"]
     assert out["segments"][0]["cost_usd"] == pytest.approx(spent, abs=1e-3) and out["segments"][0]["exact"]
 
@@ -563,7 +568,7 @@ def test_no_switch_without_a_deadline_after_a_stop_the_cap_requested_or_without_
     behind = _step(0.01)
     late = T0 + 11 * 3600
     # No deadline (the estimate's own section for this run): the guard never switches.
-    assert PLAN["estimate"]["spot_policy"]["deadline_hours"] is None
+    assert PLAN["estimate"]["spot_policy"]["sim_plan"]["deadline_s"] is None
     assert decide(PLAN, GUARD0, _running(11), now=late, checkpoint_step=behind)["action"] == "wait"
     # A stop the cap requested: the next segment keeps the capacity it had (spot), however far behind.
     capped = {**GUARD0, "stop_requested": True}

@@ -1,6 +1,6 @@
-"""seams.Hyperparameter against the trainer's own config: every member names a field of
-spotrun_trainer.config.TrainConfig (`section.field`), and what the estimate Lambda sends is exactly the members,
-each parsed by the trainer into the field it names."""
+"""The settings tree (spotrun.settings) as it travels: what the estimate Lambda sends is the flattened tree the
+trainer's own parser reads back into the same values, every key a leaf of the trainer's config, and a key that is
+also a field of the run JSON carries that field's value (one name where both mean the same)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,11 @@ import boto3
 import pytest
 from moto import mock_aws
 
+from spotrun.contract.decoder import reference
+from spotrun.contract.spec import RunSpec
 from spotrun.pipeline.plan import PipelineSettings, plan
-from spotrun.seams import DatasetIndex, Hyperparameter
-from spotrun_trainer.config import TrainConfig
+from spotrun.seams import DatasetIndex
+from spotrun.settings import TrainConfig, flatten, parse
 
 SERVER = "https://mlflow.example.com"
 WANDB_SECRET = "arn:aws:secretsmanager:us-east-1:123456789012:secret:spotrun/wandb-AbCdEf"
@@ -44,27 +46,29 @@ CHANNELS = {"data.path": "/opt/ml/input/data/train", "data.validation_path": "/o
             "output_dir": "/opt/ml/model", "checkpoint.dir": "/opt/ml/checkpoints"}
 
 
-def field_of(path: str) -> tuple[Any, str]:
-    """(the trainer config class holding it, the field's name) for a `section.field` path, or KeyError."""
+def leaf_type(path: str) -> Any:
+    """The type of the trainer config's leaf at a dotted path, or KeyError."""
     cls, *sections, name = [TrainConfig, *path.split(".")]
     for section in sections:
         cls = get_type_hints(cls)[section]
         assert dataclasses.is_dataclass(cls), f"{path}: {section} is not a section of the trainer's config"
-    if name not in {f.name for f in dataclasses.fields(cls)}:
-        raise KeyError(f"{path}: {cls.__name__} has no field {name!r}")
-    return cls, name
+    typ = get_type_hints(cls).get(name)
+    if typ is None or dataclasses.is_dataclass(typ):
+        raise KeyError(f"{path}: not a leaf of the trainer's config")
+    return typ
 
 
-def value_at(config: TrainConfig, path: str) -> Any:
+def value_at(obj: Any, path: str) -> Any:
     for part in path.split("."):
-        config = getattr(config, part)
-    return config
+        obj = getattr(obj, part)
+    return obj
 
 
-@pytest.mark.parametrize("member", list(Hyperparameter), ids=lambda m: m.value)
-def test_every_hyperparameter_is_a_field_of_the_trainers_config(member):
-    cls, name = field_of(member.value)
-    assert not dataclasses.is_dataclass(get_type_hints(cls)[name]), f"{member.value} names a whole section"
+def given_at(run: dict, path: str) -> Any:
+    """The run JSON's value at a dotted path, None where the run does not give it."""
+    for part in path.split("."):
+        run = run.get(part) if isinstance(run, dict) else None
+    return run
 
 
 @pytest.fixture
@@ -79,20 +83,51 @@ def s3():
         yield client
 
 
-def test_the_estimate_sends_exactly_the_members_and_the_trainer_reads_each_into_its_field(s3):
-    sent: set[str] = set()
+@pytest.fixture
+def planned(s3) -> dict[str, dict]:
+    out = {}
     for run in (FULL, LORA):
         p = plan(copy.deepcopy(run), "exec-1", SETTINGS, s3_client=s3)
         assert p["status"] == "ok", p
+        out[run["name"]] = p
+    return out
+
+
+def test_the_trainer_reads_each_sent_setting_into_its_leaf(planned):
+    for p in planned.values():
         hp = p["hyperparameters"]
-        sent |= set(hp)
         channels = {c["ChannelName"] for c in p["input_data_config"]}
         model = {"model.path": "/opt/ml/input/data/model"} if "model" in channels else {}  # as the launcher does
         config = TrainConfig.from_hyperparameters(hp, **CHANNELS, **model)
         for key, text in hp.items():
-            cls, name = field_of(key)
-            typ = get_type_hints(cls)[name]
+            typ = leaf_type(key)
             expected = {bool: lambda t: {"true": True, "false": False}[t], dict: json.loads}.get(typ, typ)(text)
             assert value_at(config, key) == expected, (key, text)
-    # Every key sent is a member (no name spelled outside the enum), and every member is sent by some run.
-    assert sent == {m.value for m in Hyperparameter}
+        assert flatten(parse(hp)) == hp  # the pair is exact both ways: nothing rounded, nothing added
+
+
+def test_a_setting_named_as_a_run_field_carries_that_fields_value(planned):
+    run_fields = {path for path, *_ in reference(RunSpec)}
+    shared = set()
+    for run in (FULL, LORA):
+        hp = planned[run["name"]]["hyperparameters"]
+        sent = parse(hp)  # as the trainer reads them
+        for key in hp:
+            given = given_at(run, key)
+            if key in run_fields and given is not None:
+                shared.add(key)
+                assert value_at(sent, key) == given, key
+    # The names both sides spell the same (the planner's choices, micro_batch, sharding.*, are the trainer's own).
+    assert {"data.seq_len", "eval.every_steps", "eval.keep_best", "tracking.mlflow_uri", "model.source",
+            "model.config"} <= shared
+
+
+def test_only_what_differs_from_the_trainers_defaults_travels():
+    assert flatten(TrainConfig()) == {}
+    sent = {"checkpoint.interval_seconds": "450.0", "sharding.group_nodes": "2", "model.config": '{"a":1}',
+            "eval.keep_best": "true", "method": "lora", "epochs": "2.5"}
+    config = parse(sent)
+    assert (config.checkpoint.interval_seconds, config.sharding.group_nodes, config.model.config) == (450, 2, {"a": 1})
+    assert flatten(config) == sent
+    with pytest.raises(ValueError, match="unknown field 'checkpoint.interval_minutes'"):
+        parse({"checkpoint.interval_minutes": "7.5"})

@@ -2,7 +2,8 @@
 with ast by tests/spotrun/layering.py; nothing is imported):
 
 - the trainer and the CDK constructs import only spotrun.seams of spotrun (the names that cross into the image and
-  the deployed functions), and the trainer the planner's memory model (TRAINER_ALSO says why);
+  the deployed functions), and the trainer the settings tree, spotrun.settings (its own config, which the planner
+  fills), and the planner's memory model (TRAINER_ALSO says why);
 - the library parts (contract, planner, policy, pipeline) never import the CLI, the local runner or the handlers,
   and nothing outside spotrun/handlers/ imports a handler module;
 - what a Lambda handler imports, followed transitively (imports inside functions too), is the `spotrun` package,
@@ -35,6 +36,7 @@ FRONT = ("spotrun.cli", "spotrun.local", "spotrun.handlers")
 # peak beside the measured one in the job's log (spotrun_trainer/memory_check.py, docs/trainer.md), so that the log
 # holds the plan's own figure, not a copy's.
 TRAINER_ALSO = ("spotrun.planner.memory",)
+SEAMS_OF_THE_TRAINER = ("spotrun.seams", "spotrun.settings")  # the settings tree is the trainer's config
 HANDLERS = sorted(n for n in modules(ROOT) if n.startswith("spotrun.handlers."))
 
 
@@ -51,7 +53,7 @@ def test_every_module_of_the_packages_is_read():
 
 
 def test_the_trainer_imports_only_the_seams_from_spotrun(edges):
-    assert forbidden(edges, ("spotrun_trainer",), allowed=("spotrun.seams", *TRAINER_ALSO)) == []
+    assert forbidden(edges, ("spotrun_trainer",), allowed=(*SEAMS_OF_THE_TRAINER, *TRAINER_ALSO)) == []
 
 
 def test_the_constructs_import_only_the_seams_from_spotrun(edges):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from spotrun.pipeline.plan import PipelineSettings, plan
-from spotrun.seams import Hyperparameter
 
 SETTINGS = PipelineSettings(bucket="art-bucket", job_prefix="spotrun-dev-", model_package_group="spotrun-models",
                             poll_seconds=60, project="spotrun", stage="dev", cost_center="ml-platform")
@@ -18,13 +17,13 @@ LORA_RUN = {"version": 1, "name": "tiny-lora",
 
 
 def test_estimate_lambda_plans_a_lora_run_and_the_trainer_parses_its_hyperparameters():
-    from spotrun_trainer.config import TrainConfig
+    from spotrun.settings import TrainConfig
 
     p = plan(LORA_RUN, "exec-1", SETTINGS)
     assert p["status"] == "ok", p
     hp = p["hyperparameters"]
-    assert hp[Hyperparameter.METHOD.value] == "lora"
-    assert hp[Hyperparameter.LORA_TARGET_MODULES.value] == "q_proj,v_proj"
+    assert hp["method"] == "lora"
+    assert hp["lora.target_modules"] == "q_proj,v_proj"
     # 2 layers x (q: 8 * (256 + 256), v: 8 * (256 + 256)) adapter parameters, 12 bytes each in a checkpoint
     assert p["estimate"]["trainable_parameters"] == 2 * 2 * 8 * 512
     assert p["estimate"]["checkpoint_bytes"] == 12 * 2 * 2 * 8 * 512

@@ -23,6 +23,7 @@ from spotrun.planner.memory import (
 )
 from spotrun.planner.plans import LLAMA_31_8B, LLAMA_31_70B, PLAN_RUNS, plan_run
 from spotrun.planner.topology import Layout, comm_seconds, layouts
+from spotrun.settings import parse
 
 TINY = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
         "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 256, "tie_word_embeddings": False}
@@ -93,10 +94,10 @@ def test_readme_plans_fit_the_usable_memory_including_activations(plans, name, s
     assert m["state"] + m["gathered"] + m["activations"] + m["logits"] == m["total"] <= m["usable"]
     spec = load_catalog()["instances"][est.instance_type]
     assert m["usable"] == spec["gpu_memory_gb"] * 1e9 * 0.9 - 2e9
-    hp = est.hyperparameters
-    assert (hp["micro_batch"], hp["grad_accum"]) == (str(est.micro_batch), str(est.grad_accum))
+    sent = parse(est.hyperparameters)  # what the trainer reads
+    assert (sent.micro_batch, sent.grad_accum) == (est.micro_batch, est.grad_accum)
     assert est.micro_batch * est.grad_accum == 8  # the run's samples per GPU and step, kept
-    assert hp["sharding.mode"] == est.sharding and hp["model.activation_checkpointing"] in ("true", "false")
+    assert (sent.sharding.mode, sent.model.activation_checkpointing) == (est.sharding, est.activation_checkpointing)
 
 
 @pytest.mark.parametrize("seq", [2048, 8192])
@@ -146,7 +147,7 @@ def test_spotrun_estimate_on_a_70b_full_run_prints_a_multi_node_plan_with_period
     assert cli_main(["estimate", str(path), "--format", "json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["instance_count"] >= 2 and out["checkpoint_policy"] == "periodic"
-    assert out["hyperparameters"]["sharding.mode"] == out["sharding"]
+    assert parse(out["hyperparameters"]).sharding.mode == out["sharding"]
     assert out["memory_per_gpu"]["total"] <= out["memory_per_gpu"]["usable"]
     advice = " ".join(out["advice"])
     assert "GB checkpoint cannot leave within the stop notice" in advice and "Young/Daly" in advice
@@ -155,7 +156,7 @@ def test_spotrun_estimate_on_a_70b_full_run_prints_a_multi_node_plan_with_period
 @pytest.mark.parametrize("name, seq", [("Llama 3.1 70B full", 8192), ("Llama 3.1 8B full", 2048)])
 def test_the_trainer_builds_exactly_the_planned_layout(plans, name, seq):
     """The plan's hyperparameters through the trainer's own parser, as the launcher does on the first of its nodes."""
-    from spotrun_trainer.config import TrainConfig
+    from spotrun.settings import TrainConfig
 
     est = plans[(name, seq)]
     cfg = TrainConfig.from_hyperparameters(est.hyperparameters, **{

@@ -10,6 +10,7 @@ import pytest
 
 from spotrun.contract.spec import parse_run
 from spotrun.planner.estimate import EstimateRefused, estimate, load_catalog
+from spotrun.settings import TrainConfig, parse
 
 CATALOG = {
     "defaults": {"utilization": 0.25, "startup_seconds": 180, "trainer_restart_seconds": 60,
@@ -72,8 +73,8 @@ def test_full_fine_tune_worked_example():
     assert est.cost_usd == {"on_demand": round(2.0 * 24180 / 3600, 2), "spot": round(chain_spot, 2)}
     assert est.max_runtime_seconds == math.ceil(2 * (24180 + small_overhead))
     assert est.max_wait_seconds == est.max_runtime_seconds + 24 * 3600
-    assert float(est.hyperparameters["checkpoint.interval_minutes"]) * 60 == pytest.approx(1315)
-    assert est.hyperparameters["sharding.mode"] == "full" and est.hyperparameters["micro_batch"] == "1"
+    sent = parse(est.hyperparameters)  # what the trainer reads
+    assert (sent.checkpoint.interval_seconds, sent.sharding.mode, sent.micro_batch) == (1315, "full", 1)
     assert est.warnings == ["model.parameters only: activations, logits and gathered units are not in the memory "
                             "check (give model.config or model.source for a plan that counts them)"]
     big = estimate(run(compute={"instance_type": "ml.a1.big"}), catalog=CATALOG)
@@ -130,7 +131,7 @@ def test_nodes_without_efa_only_replicate_across_nodes():
     with_efa = estimate(run(**big_model, compute={"instance_type": "ml.a1.big", "instance_count": 2}),
                         catalog=EFA_CATALOG)
     assert (with_efa.sharding, with_efa.shard_group_nodes) == ("full", 2)
-    assert with_efa.hyperparameters["sharding.mode"] == "full"
+    assert parse(with_efa.hyperparameters).sharding.mode == "full"
     with pytest.raises(EstimateRefused) as err:
         estimate(run(**big_model, compute={"instance_type": "ml.a1.big", "instance_count": 2}), catalog=CATALOG)
     assert "ml.a1.big has no EFA, so nodes cannot share its training state" in err.value.message
@@ -224,9 +225,6 @@ def test_the_shipped_catalog_covers_the_required_families_with_sources():
 ])
 def test_lora_hyperparameters_are_what_the_trainer_config_reads(lora, settings, targets):
     from dataclasses import replace
-
-    from spotrun_trainer.config import TrainConfig
-
     llama = {"model_type": "llama", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2,
              "num_attention_heads": 4, "vocab_size": 1000}
     spec = run(model={"config": llama}, training={"method": "lora", "lora": lora})
@@ -281,7 +279,7 @@ def test_a_cap_between_spot_and_on_demand_plans_segments_and_one_that_carries_no
     assert f"{seg['segments']} segments" in seg["line"] and est.cost_usd["spot"] >= 6.09  # the restarts cost
     # Each job's MaxRuntime is at most what the cap buys at on-demand rates, less the 120 s a stop bills.
     assert est.max_runtime_seconds <= 9 / (2.0 / 3600) - 120
-    assert 0 < int(est.hyperparameters["segment_seconds"]) < est.max_runtime_seconds
+    assert 0 < parse(est.hyperparameters).segment_seconds < est.max_runtime_seconds
     one = estimate(run(compute={"instance_type": "ml.a1.small"}, budget={"max_usd": 100}), catalog=CATALOG)
     assert one.segments["segments"] == 1 and "one job" in one.segments["line"]
 

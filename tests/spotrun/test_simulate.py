@@ -232,8 +232,9 @@ RUN = {"version": 1, "name": "p", "model": {"parameters": 1_000_000_000},
 
 
 def test_deadline_hours_is_optional_and_checked():
-    assert parse_run(RUN).compute.deadline_hours is None
-    assert parse_run({**RUN, "compute": {**RUN["compute"], "deadline_hours": 48}}).compute.deadline_hours == 48
+    assert parse_run(RUN).compute.deadline_s is None
+    # hours in the run, seconds past the contract
+    assert parse_run({**RUN, "compute": {**RUN["compute"], "deadline_hours": 48}}).compute.deadline_s == 48 * H
     with pytest.raises(RunValidationError, match="compute.deadline_hours"):
         parse_run({**RUN, "compute": {**RUN["compute"], "deadline_hours": -1}})
 
@@ -261,7 +262,7 @@ def test_the_estimate_chooses_the_cheapest_policy_meeting_the_deadline_and_state
     start = decide_from_section(section, Observation(0.0, 0.0, Market.SPOT, JobStatus.NONE))
     assert start.action in (Action.START_SPOT, Action.START_ON_DEMAND)
     # Nothing done at the deadline, spot waiting for capacity: every deadline policy goes on-demand.
-    late = Observation(with_deadline.compute.deadline_hours * H, 0.0, Market.SPOT, JobStatus.WAITING)
+    late = Observation(with_deadline.compute.deadline_s, 0.0, Market.SPOT, JobStatus.WAITING)
     assert decide_from_section(section, late).action is Action.TO_ON_DEMAND
     free = spot_policy(run, est, load_catalog(), n=300)
     assert free["confidence"] is None
@@ -305,7 +306,7 @@ def test_the_estimate_lambdas_plan_carries_the_chosen_policy_and_its_odds():
         s3.create_bucket(Bucket="art-bucket")
         out = plan(run, "exec-1", settings, s3_client=s3)
     section = out["estimate"]["spot_policy"]
-    assert out["status"] == "ok" and section["deadline_hours"] == 2 and section["traces"] == 1000
+    assert out["status"] == "ok" and section["sim_plan"]["deadline_s"] == 2 * H and section["traces"] == 1000
     chosen = next(r for r in section["policies"] if r["label"] == section["chosen"])
     assert chosen["p_deadline"] >= 0.99 and "deadline" in section["why"]
     # Without the fallback no policy may go on-demand (the guard could not execute it): the odds say so.
@@ -479,9 +480,10 @@ def test_a_deadline_no_policy_can_meet_is_a_warning_of_the_estimate():
 
     est = estimate(parse_run(RUN))
     hours = est.wall_seconds / H
-    run = parse_run({**RUN, "compute": {**RUN["compute"], "deadline_hours": round(hours * 0.5, 2)}})
+    deadline_hours = round(hours * 0.5, 2)
+    run = parse_run({**RUN, "compute": {**RUN["compute"], "deadline_hours": deadline_hours}})
     spot_policy(run, est, load_catalog(), n=50)
-    assert any(w.startswith(f"compute.deadline_hours={run.compute.deadline_hours:g}: no policy meets it")
+    assert any(w.startswith(f"compute.deadline_hours={deadline_hours:g}: no policy meets it")
                for w in est.warnings), est.warnings
     feasible = estimate(parse_run(RUN))
     spot_policy(parse_run({**RUN, "compute": {**RUN["compute"], "deadline_hours": round(hours * 2, 1)}}),

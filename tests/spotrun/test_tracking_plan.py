@@ -10,7 +10,6 @@ import pytest
 from spotrun.contract.spec import RunValidationError, parse_run
 from spotrun.planner.estimate import estimate
 from spotrun.planner.outputs import mlflow_config
-from spotrun.seams import Hyperparameter
 
 SERVER = "arn:aws:sagemaker:us-east-1:123456789012:mlflow-tracking-server/ml-team"
 RUN = {"version": 1, "name": "tiny-tracked",
@@ -23,11 +22,11 @@ RUN = {"version": 1, "name": "tiny-tracked",
 
 
 def test_the_tracking_server_and_experiment_are_hyperparameters_the_trainer_parses():
-    from spotrun_trainer.config import TrainConfig
+    from spotrun.settings import TrainConfig
 
     hp = estimate(parse_run(RUN)).hyperparameters
-    assert hp[Hyperparameter.TRACKING_MLFLOW_URI.value] == SERVER
-    assert hp[Hyperparameter.TRACKING_EXPERIMENT.value] == "tiny-tracked"  # the run's executions, side by side
+    assert hp["tracking.mlflow_uri"] == SERVER
+    assert hp["tracking.experiment"] == "tiny-tracked"  # the run's executions, side by side
     cfg = TrainConfig.from_hyperparameters(hp, **{"data.path": "/opt/ml/input/data/train",
                                                   "output_dir": "/opt/ml/model",
                                                   "checkpoint.dir": "/opt/ml/checkpoints",  # as the launcher sets
@@ -57,7 +56,7 @@ def test_a_run_tracking_to_a_server_the_stage_lists_trains_without_network_isola
     listed = plan(RUN, "exec-1", _settings(mlflow_tracking_servers=(SERVER, "https://mlflow.example.com")))
     assert listed["status"] == "ok", listed
     assert listed["network_isolation"] is False  # the trainer must reach the server
-    assert listed["hyperparameters"][Hyperparameter.TRACKING_MLFLOW_URI.value] == SERVER
+    assert listed["hyperparameters"]["tracking.mlflow_uri"] == SERVER
     untracked = copy.deepcopy(RUN)
     del untracked["tracking"]
     assert plan(untracked, "exec-2", _settings(mlflow_tracking_servers=(SERVER,)))["network_isolation"] is True
@@ -91,7 +90,7 @@ def test_only_a_sagemaker_server_by_arn_gets_mlflow_config_with_the_named_experi
     spec = parse_run(run)
     assert mlflow_config(spec, "exec-1") == {"MlflowResourceArn": SERVER, "MlflowExperimentName": "support bot v2",
                                              "MlflowRunName": "exec-1"}
-    assert estimate(spec).hyperparameters[Hyperparameter.TRACKING_EXPERIMENT.value] == "support bot v2"
+    assert estimate(spec).hyperparameters["tracking.experiment"] == "support bot v2"
     run["tracking"]["mlflow_uri"] = "https://mlflow.example.com"  # any MLflow server: the container's logger only
     assert mlflow_config(parse_run(run), "exec-1") == {}
     del run["tracking"]

@@ -9,8 +9,8 @@ import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
 
+from spotrun.settings import CheckpointConfig, ModelConfig, ShardingConfig
 from spotrun_trainer.checkpoint import CheckpointManager
-from spotrun_trainer.config import CheckpointConfig, ModelConfig, ShardingConfig
 from spotrun_trainer.model import build_mesh, build_sharded_model
 
 model_dir, ckpt_dir, out = sys.argv[1], sys.argv[2], sys.argv[3]

@@ -130,7 +130,7 @@ def test_keep_best_keeps_the_lowest_validation_loss_checkpoint_and_export_best_e
 def test_the_schedule_evaluates_on_steps_at_the_end_and_at_the_first_log_step_after_its_minutes(tmp_path):
     import torch.distributed as dist
 
-    from spotrun_trainer.config import EvalConfig
+    from spotrun.settings import EvalConfig
     from spotrun_trainer.evaluate import Evaluator
 
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)

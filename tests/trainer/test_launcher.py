@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from spotrun.local.harness import start_launcher, write_sagemaker_root
-from spotrun_trainer.config import ConfigError, ShardingConfig, TrainConfig
+from spotrun.settings import ConfigError, ShardingConfig, TrainConfig
 from spotrun_trainer.launcher import (
     PEER_STOPPED_EXIT,
     SageMakerEnv,
@@ -22,7 +22,7 @@ from spotrun_trainer.launcher import (
 )
 from spotrun_trainer.outcome import Outcome
 
-HP = {"micro_batch": "4", "max_steps": "100", "optim.lr": "1e-4", "checkpoint.interval_minutes": "15"}
+HP = {"micro_batch": "4", "max_steps": "100", "optim.lr": "1e-4", "checkpoint.interval_seconds": "900"}
 
 
 def sm_root(tmp_path: Path, hosts: list[str], current: str, hp: dict | None = None, ckpt: bool = True) -> Path:
@@ -61,7 +61,7 @@ def test_one_host(tmp_path):
     assert p.config.model.path == str(tmp_path / "input" / "data" / "model")
     assert p.config.output_dir == str(tmp_path / "model")
     assert p.config.checkpoint.dir == "/opt/ml/checkpoints"
-    assert p.config.micro_batch == 4 and p.config.optim.lr == 1e-4 and p.config.checkpoint.interval_minutes == 15
+    assert p.config.micro_batch == 4 and p.config.optim.lr == 1e-4 and p.config.checkpoint.interval_seconds == 900
 
 
 def test_two_hosts_second_node(tmp_path):
@@ -171,7 +171,7 @@ def test_cpu_uses_the_configured_process_count(tmp_path):
     ({"optim.lr": "nan"}, "optim.lr=nan is invalid: expected a finite number"),
     ({"optim.weight_decay": "-Infinity"}, "optim.weight_decay=-inf is invalid: expected a finite number"),
     ({"epochs": "1e400"}, "epochs=inf is invalid: expected a finite number"),
-    ({"checkpoint.interval_minutes": "inf"}, "checkpoint.interval_minutes=inf is invalid: expected a finite number"),
+    ({"checkpoint.interval_seconds": "inf"}, "checkpoint.interval_seconds=inf is invalid: expected a finite number"),
     ({"model.config": '{"model_type": "llama", "rope_theta": NaN}'}, "model.config='{\"model_type\": \"llama\""),
     ({"seed": "-3"}, "seed=-3 is invalid: expected an integer in [0, 4294967295]"),
     ({"seed": str(2**32)}, "seed=4294967296 is invalid: expected an integer in [0, 4294967295]"),

@@ -180,7 +180,7 @@ def test_mfu_counts_the_frozen_base_at_four_flops_per_token_as_the_planner_does(
 def test_target_modules_that_match_nothing_name_the_field():
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from spotrun_trainer.config import ConfigError, LoraConfig
+    from spotrun.settings import ConfigError, LoraConfig
     from spotrun_trainer.lora import apply
 
     config = AutoConfig.for_model("llama", hidden_size=32, intermediate_size=64, num_hidden_layers=1,
@@ -204,7 +204,7 @@ def test_target_modules_that_match_nothing_name_the_field():
     ({"export.dtype": "fp16"}, "export.dtype='fp16' is invalid: expected bfloat16 or float32"),
 ])
 def test_bad_lora_and_export_settings_name_the_field_and_what_is_accepted(hp, message):
-    from spotrun_trainer.config import ConfigError, TrainConfig
+    from spotrun.settings import ConfigError, TrainConfig
 
     with pytest.raises(ConfigError) as err:
         TrainConfig.from_hyperparameters(hp, **{"data.path": "/d", "model.path": "/m", "output_dir": "/o"})

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from spotrun.local.examples import ARCHITECTURES
-from spotrun_trainer.config import ConfigError, ModelConfig, TrainConfig
+from spotrun.settings import ConfigError, ModelConfig, TrainConfig
 from spotrun_trainer.model import find_blocks, resolve_param_dtype, warn_unsharded_blocks
 
 
@@ -56,8 +56,8 @@ def test_param_dtype_defaults_to_bf16_on_gpu_and_fp32_on_cpu():
 def test_config_errors_name_the_field():
     with pytest.raises(ConfigError, match="model.param_dtype='fp8' is invalid"):
         ModelConfig(path="/m", param_dtype="fp8")
-    with pytest.raises(ConfigError, match="model.path/model.config"):
-        ModelConfig()
+    with pytest.raises(ConfigError, match="model.path/model.config"):  # what a job needs, checked at its entry
+        TrainConfig.from_dict({"data": {"path": "/d"}, "output_dir": "/o"})
     with pytest.raises(ConfigError, match="output_dir=''"):
         TrainConfig.from_dict({"model": {"path": "/m"}, "data": {"path": "/d"}})
     cfg = TrainConfig.from_dict({"model": {"path": "/m"}, "data": {"path": "/d"}, "output_dir": "/o"})

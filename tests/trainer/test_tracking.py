@@ -17,10 +17,10 @@ import urllib.request
 import pytest
 
 from spotrun.local.harness import free_port, kill_tree, loss_history, val_history, wait_for_step
-from spotrun.seams import Hyperparameter, parse_metric_line
+from spotrun.seams import parse_metric_line
+from spotrun.settings import ConfigError, TrackingConfig, TrainConfig
 from spotrun_trainer import tracking
 from spotrun_trainer.checkpoint import committed_checkpoints
-from spotrun_trainer.config import ConfigError, TrackingConfig, TrainConfig
 
 from .conftest import BASE_HP
 
@@ -104,8 +104,8 @@ def _metric_lines(text: str) -> dict[int, dict]:
 def test_tracked_run_across_a_sigterm_and_a_sigkill_restart_matches_the_trainers_history(job_factory, client,
                                                                                           mlflow_server):
     experiment = "tracked-resume"
-    job = job_factory("tracked", **{Hyperparameter.TRACKING_MLFLOW_URI.value: mlflow_server,
-                                    Hyperparameter.TRACKING_EXPERIMENT.value: experiment})
+    job = job_factory("tracked", **{"tracking.mlflow_uri": mlflow_server,
+                                    "tracking.experiment": experiment})
     resource = job.root / "sm" / "input" / "config" / "resourceconfig.json"
     resource.write_text(json.dumps({**json.loads(resource.read_text()), "current_instance_type": "ml.g5.xlarge"}))
 
@@ -221,7 +221,7 @@ import sys
 events = []
 sys.addaudithook(lambda event, args: events.append((event, args)) if event.startswith("socket.") else None)
 from spotrun_trainer import train  # the worker module: torch, transformers, the trainer
-from spotrun_trainer.config import TrackingConfig
+from spotrun.settings import TrackingConfig
 from spotrun_trainer.tracking import make_tracker
 tracker = make_tracker(TrackingConfig(), rank=0, params={"method": "full"})
 ids = {}
@@ -242,14 +242,14 @@ print("ok")
 
 def test_tracking_hyperparameters_parse_and_a_bad_uri_names_the_field():
     cfg = TrainConfig.from_hyperparameters({"data.path": "d", "output_dir": "o", "model.config": '{"model_type": "x"}',
-                                            Hyperparameter.TRACKING_MLFLOW_URI.value: "arn:aws:sagemaker:us-east-1:"
+                                            "tracking.mlflow_uri": "arn:aws:sagemaker:us-east-1:"
                                             "123456789012:mlflow-tracking-server/team",
-                                            Hyperparameter.TRACKING_EXPERIMENT.value: "support-chat"})
+                                            "tracking.experiment": "support-chat"})
     assert cfg.tracking.mlflow_uri.endswith(":mlflow-tracking-server/team")
     assert cfg.tracking.experiment == "support-chat"
     with pytest.raises(ConfigError, match=r"tracking\.mlflow_uri='ftp://x' is invalid: expected an http"):
         TrainConfig.from_hyperparameters({"data.path": "d", "output_dir": "o", "model.config": '{"model_type": "x"}',
-                                          Hyperparameter.TRACKING_MLFLOW_URI.value: "ftp://x"})
+                                          "tracking.mlflow_uri": "ftp://x"})
     # Only rank 0 tracks; the other ranks' tracker does nothing (and never imports MLflow).
     assert type(tracking.make_tracker(TrackingConfig(mlflow_uri="http://127.0.0.1:1"), rank=1, params={})) \
         is tracking.NullTracker

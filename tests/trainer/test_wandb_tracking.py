@@ -18,9 +18,8 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from spotrun.seams import Hyperparameter
+from spotrun.settings import ConfigError, TrackingConfig, TrainConfig
 from spotrun_trainer import tracking
-from spotrun_trainer.config import ConfigError, TrackingConfig, TrainConfig
 
 pytest.importorskip("wandb")  # training_image/requirements.txt pins it; the trainer runs without it when unused
 
@@ -70,7 +69,7 @@ def wandb_env(tmp_path, monkeypatch):
 
 def _cfg(secret: str, **extra) -> TrackingConfig:
     return TrackingConfig(wandb_project="spotrun-tests", wandb_api_key_secret=secret, run_name="wb",
-                          params={"lr": "0.003", Hyperparameter.TRACKING_WANDB_API_KEY_SECRET.value: secret}, **extra)
+                          params={"lr": "0.003", "tracking.wandb_api_key_secret": secret}, **extra)
 
 
 def test_wandb_logs_each_step_once_across_a_restart_with_the_key_from_the_secret(wandb_env):
@@ -114,7 +113,7 @@ def test_wandb_logs_each_step_once_across_a_restart_with_the_key_from_the_secret
     assert [(h["_step"], h["val_loss"], h["val_ppl"]) for h in starts[1] if "val_loss" in h] == [(4, 1.5, 4.48)]
     first_run = next(r.run for r in _records(runs[0]) if r.WhichOneof("record_type") == "run")
     config = _items(first_run.config.update)
-    assert (config["lr"], config["method"], config[Hyperparameter.TRACKING_WANDB_API_KEY_SECRET.value]) == (
+    assert (config["lr"], config["method"], config["tracking.wandb_api_key_secret"]) == (
         "0.003", "full", secret)
     summary = {}
     for r in _records(runs[1]):
@@ -158,8 +157,8 @@ def test_the_plan_sends_the_secrets_name_never_the_key_and_the_trainer_parses_it
     planned = plan(json.loads(json.dumps(run)), "exec-1", settings)
     assert planned["status"] == "ok", planned
     hyper = planned["hyperparameters"]
-    assert hyper[Hyperparameter.TRACKING_WANDB_PROJECT.value] == "support-chat"
-    assert hyper[Hyperparameter.TRACKING_WANDB_API_KEY_SECRET.value] == SECRET
+    assert hyper["tracking.wandb_project"] == "support-chat"
+    assert hyper["tracking.wandb_api_key_secret"] == SECRET
     assert planned["network_isolation"] is False  # the job reaches W&B
     cfg = TrainConfig.from_hyperparameters({**hyper, "data.path": "d", "output_dir": "o",
                                             "checkpoint.dir": "/opt/ml/checkpoints"})  # the launcher adds it
@@ -171,4 +170,4 @@ def test_the_plan_sends_the_secrets_name_never_the_key_and_the_trainer_parses_it
     assert "one of the stage's W&B API key secrets: none (wandb_api_key_secrets" in refused["message"]
     with pytest.raises(ConfigError, match=r"tracking\.wandb_api_key_secret=''"):
         TrainConfig.from_hyperparameters({"data.path": "d", "output_dir": "o", "model.config": '{"model_type": "x"}',
-                                          Hyperparameter.TRACKING_WANDB_PROJECT.value: "p"})
+                                          "tracking.wandb_project": "p"})

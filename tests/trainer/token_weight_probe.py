@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from spotrun_trainer.config import TrainConfig
+from spotrun.settings import TrainConfig
 from spotrun_trainer.train import StopFlag, Trainer
 
 cfg_path, out = sys.argv[1], Path(sys.argv[2])

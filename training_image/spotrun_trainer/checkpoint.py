@@ -75,8 +75,7 @@ from spotrun.seams import (
     StopNotice,
     checkpoint_step_dir,
 )
-
-from .config import CheckpointConfig
+from spotrun.settings import CheckpointConfig
 
 log = logging.getLogger(__name__)
 
@@ -393,7 +392,7 @@ class CheckpointManager:
         if not self.enabled:
             return False
         by_steps = self.cfg.interval_steps and step % self.cfg.interval_steps == 0
-        by_time = self.cfg.interval_minutes and time.monotonic() - self.last_save_time >= self.cfg.interval_minutes * 60
+        by_time = self.cfg.interval_seconds and time.monotonic() - self.last_save_time >= self.cfg.interval_seconds
         return bool(by_steps or by_time)
 
     def pending_unfinished(self) -> bool:

@@ -26,8 +26,9 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from spotrun.settings import EvalConfig
+
 from .agreement import rank_ordered_sum
-from .config import EvalConfig
 from .data import DataError, TokenShardLoader
 from .loss import IGNORE_INDEX, CausalLMLoss, target_count
 

@@ -27,9 +27,9 @@ from torch.distributed.fsdp import FSDPModule
 from transformers import AutoTokenizer
 
 from spotrun.seams import EXPORT_METADATA, Method
+from spotrun.settings import TrainConfig
 
 from . import lora, samples
-from .config import TrainConfig
 
 log = logging.getLogger(__name__)
 

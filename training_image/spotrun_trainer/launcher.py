@@ -49,9 +49,9 @@ from pathlib import Path
 
 import psutil
 
-from spotrun.seams import VALIDATION_CHANNEL, DatasetIndex, Hyperparameter, StopNotice
+from spotrun.seams import VALIDATION_CHANNEL, DatasetIndex, StopNotice
+from spotrun.settings import ConfigError, TrainConfig, parse, short_repr
 
-from .config import ConfigError, TrainConfig, short_repr
 from .data import VALIDATION_DIR, DataError, read_index
 from .outcome import OUTCOME_DIR_ENV, Outcome, read_outcomes
 
@@ -172,7 +172,7 @@ def plan_launch(sm: SageMakerEnv, *, gpu_count: int, efa_devices: list[str], ofi
         overrides["model.path"] = str(sm.channels["model"])
     if sm.checkpoint_local_path:
         overrides["checkpoint.dir"] = sm.checkpoint_local_path
-    if trainer_hp.get(Hyperparameter.TRACKING_MLFLOW_URI.value):  # what the tracker logs as the run's parameters
+    if parse(trainer_hp).tracking.mlflow_uri:  # what the tracker logs as the run's parameters
         overrides.update({"tracking.instance_type": sm.instance_type, "tracking.instance_count": str(nnodes),
                           "tracking.params": dict(hp)})
     config = TrainConfig.from_hyperparameters(trainer_hp, **overrides)

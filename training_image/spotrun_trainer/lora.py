@@ -28,7 +28,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-from .config import ConfigError, LoraConfig
+from spotrun.settings import ConfigError, LoraConfig
 
 ADAPTER_NAME = "default"  # PEFT's name for a model's only adapter (files are saved at the top of the directory)
 

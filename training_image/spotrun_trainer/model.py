@@ -21,8 +21,9 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from transformers import AutoConfig, AutoModelForCausalLM
 
+from spotrun.settings import LoraConfig, ModelConfig, PerfConfig, ShardingConfig
+
 from . import lora as lora_lib
-from .config import LoraConfig, ModelConfig, PerfConfig, ShardingConfig
 
 log = logging.getLogger(__name__)
 

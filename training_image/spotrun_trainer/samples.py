@@ -22,8 +22,8 @@ from pathlib import Path
 import torch
 
 from spotrun.seams import SAMPLES_FILE, Method
+from spotrun.settings import TrainConfig
 
-from .config import TrainConfig
 from .data import TokenShardLoader
 
 log = logging.getLogger(__name__)

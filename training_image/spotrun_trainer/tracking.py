@@ -51,7 +51,8 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from .config import TrackingConfig
+from spotrun.settings import TrackingConfig
+
 from .tracker_base import (  # noqa: F401 (LOSS, VAL_PPL, STEP_METRICS: tracking's names, read by tests)
     LOSS,
     RESUMED_FROM_STEP,

@@ -51,12 +51,12 @@ from spotrun.seams import (
     format_eval_line,
     format_metric_line,
 )
+from spotrun.settings import TrainConfig
 
 from . import metrics
 from .agreement import Agreement, LossHistory, StepAgreement
 from .best import BestWeights
 from .checkpoint import CheckpointManager, verify_ahead
-from .config import TrainConfig
 from .data import TokenShardLoader, total_steps
 from .evaluate import EvalResult, Evaluator, ValidationSet
 from .export import export

@@ -31,7 +31,8 @@ from typing import Any
 
 import wandb
 
-from .config import TrackingConfig
+from spotrun.settings import TrackingConfig
+
 from .tracker_base import LOSS, RESUMED_FROM_STEP, SUMMARY_PREFIX, VAL_LOSS, VAL_PPL, NullTracker
 
 log = logging.getLogger("spotrun_trainer.wandb_tracking")

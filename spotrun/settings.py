@@ -1,7 +1,13 @@
-"""Typed trainer configuration: one dataclass per component, validated on construction.
+"""The settings tree (a seam, stdlib only): what reaches the trainer, one dataclass per component.
 
-Only the entry points (launcher, CLI) read SageMaker files or the environment; they build a `TrainConfig`
-(from string hyperparameters via `TrainConfig.from_hyperparameters`) and everything below takes it as is.
+`TrainConfig` is the trainer's configuration (spotrun_trainer imports it from here) and what the planner fills
+(spotrun/planner/outputs.py `trainer_settings`). It travels as SageMaker hyperparameters generically: `flatten`
+writes each leaf that differs from its default under its dotted path (`checkpoint.interval_seconds`), `parse` reads
+them back (every value a string). Units are seconds: the run contract converts the user's minutes and hours once.
+
+Each section validates its own values on construction; `TrainConfig.check_job` adds what a job needs beyond the
+planned settings (the paths the launcher fills, the rules across sections), and the entry points (`from_dict`,
+`from_hyperparameters`: the launcher, the CLI) apply it. Only they read SageMaker files or the environment.
 """
 
 from __future__ import annotations
@@ -12,9 +18,9 @@ import math
 import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, get_type_hints
+from typing import Any, Mapping, get_type_hints
 
-from spotrun.seams import METHODS, Method, StopNotice
+from .seams import METHODS, Method, StopNotice
 
 
 class ConfigError(ValueError):
@@ -63,8 +69,6 @@ class ModelConfig:
         bad = _non_finite_path(self.config)
         if bad is not None:
             raise ConfigError(f"model.config.{bad[0]}={bad[1]!r} is invalid: expected a finite number")
-        _require(bool(self.path) or "model_type" in self.config, "model.path/model.config", self.path or self.config,
-                 "a model directory, or an inline HF config containing model_type")
         _require(self.param_dtype in ("auto", "bfloat16", "float32"), "model.param_dtype", self.param_dtype,
                  "one of auto, bfloat16, float32")
 
@@ -90,8 +94,7 @@ class ShardingConfig:
     def __post_init__(self) -> None:
         _require(self.mode in SHARDING_MODES, "sharding.mode", self.mode, "full or hybrid")
         _require(self.nodes >= 1, "sharding.nodes", self.nodes, "an integer >= 1")
-        _require(self.group_nodes >= 1 and self.nodes % self.group_nodes == 0, "sharding.group_nodes",
-                 self.group_nodes, f"a divisor of sharding.nodes={self.nodes} (nodes per shard group)")
+        _require(self.group_nodes >= 1, "sharding.group_nodes", self.group_nodes, "an integer >= 1")
 
     def mesh_shape(self, world: int) -> tuple[int, int]:
         """(replicas, ranks per shard group) for `world` ranks; replicas is 1 for full sharding."""
@@ -116,7 +119,6 @@ class DataConfig:
     `prepare --validation-fraction` writes beside the training shards). Empty: no evaluation."""
 
     def __post_init__(self) -> None:
-        _require(bool(self.path), "data.path", self.path, "a directory containing index.json")
         _require(self.seq_len >= 2, "data.seq_len", self.seq_len, "an integer >= 2")
 
 
@@ -152,8 +154,8 @@ class CheckpointConfig:
     """Checkpoint directory (SageMaker: /opt/ml/checkpoints, mirrored to S3). Empty disables checkpoints."""
     interval_steps: int = 0
     """Save every N steps (0: off)."""
-    interval_minutes: float = 0.0
-    """Save when this many minutes passed since the last save (0: off). Ranks agree on it each step."""
+    interval_seconds: float = 0.0
+    """Save when this many seconds passed since the last save (0: off). Ranks agree on it each step."""
     keep: int = 2
     """Newest verified checkpoints to keep (>= 2: the one being written never replaces the only good one)."""
     async_save: bool = True
@@ -166,7 +168,7 @@ class CheckpointConfig:
     def __post_init__(self) -> None:
         _require_finite(self, "checkpoint.")
         _require(self.interval_steps >= 0, "checkpoint.interval_steps", self.interval_steps, "an integer >= 0")
-        _require(self.interval_minutes >= 0, "checkpoint.interval_minutes", self.interval_minutes, "a float >= 0")
+        _require(self.interval_seconds >= 0, "checkpoint.interval_seconds", self.interval_seconds, "a float >= 0")
         _require(self.keep >= 2, "checkpoint.keep", self.keep, "an integer >= 2")
         _require(self.resume in ("auto", "never"), "checkpoint.resume", self.resume, "auto or never")
         _require(self.notice_seconds > 0, "checkpoint.notice_seconds", self.notice_seconds, "a positive float")
@@ -358,8 +360,8 @@ class PerfConfig:
 class TrainConfig:
     """Everything one training run needs; serialised to JSON by the launcher and read by every worker."""
 
-    model: ModelConfig
-    data: DataConfig
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     sharding: ShardingConfig = field(default_factory=ShardingConfig)
@@ -406,12 +408,19 @@ class TrainConfig:
         _require(self.segment_seconds >= 0, "segment_seconds", self.segment_seconds, "a number of seconds >= 0")
         _require(self.num_threads >= 0, "num_threads", self.num_threads, "an integer >= 0")
         _require(self.method in METHODS, "method", self.method, " or ".join(METHODS))
-        _require(bool(self.output_dir), "output_dir", self.output_dir, "a directory path")
-        self._check_across_fields()
 
-    def _check_across_fields(self) -> None:
-        """The rules between sections: each names the field the user set and what it needs. The launcher builds
-        the config before torchrun starts, so these end a job with exit 2 and one line, not in every worker."""
+    def check_job(self) -> "TrainConfig":
+        """This config, when a job can run it: the paths the launcher fills, and the rules between sections (each
+        names the field the user set and what it needs). The launcher builds the config before torchrun starts,
+        so these end a job with exit 2 and one line, not in every worker."""
+        _require(bool(self.model.path) or "model_type" in self.model.config, "model.path/model.config",
+                 self.model.path or self.model.config,
+                 "a model directory, or an inline HF config containing model_type")
+        _require(bool(self.data.path), "data.path", self.data.path, "a directory containing index.json")
+        _require(bool(self.output_dir), "output_dir", self.output_dir, "a directory path")
+        nodes = self.sharding.nodes  # the launcher's, from the job's hosts
+        _require(nodes % self.sharding.group_nodes == 0, "sharding.group_nodes", self.sharding.group_nodes,
+                 f"a divisor of sharding.nodes={nodes} (nodes per shard group)")
         _require(self.export.weights == "last" or (self.eval.keep_best and bool(self.data.validation_path)),
                  "export.weights", self.export.weights, "last, or best with eval.keep_best=true and validation data "
                  "(data.validation_path)")
@@ -421,6 +430,7 @@ class TrainConfig:
         _require(not self.segment_seconds or bool(self.checkpoint.dir), "segment_seconds", self.segment_seconds,
                  "0 without checkpoints: the next segment resumes from the checkpoint (checkpoint.dir, the job's "
                  "CheckpointConfig)")
+        return self
 
     # ---- serialisation -------------------------------------------------------------------------------------
 
@@ -429,26 +439,69 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, raw: dict) -> "TrainConfig":
-        return _build(cls, raw, "")
+        return _build(cls, raw, "").check_job()
 
     @classmethod
     def from_json_file(cls, path: str | Path) -> "TrainConfig":
         return cls.from_dict(json.loads(Path(path).read_text()))
 
     @classmethod
-    def from_hyperparameters(cls, hp: dict[str, str], **overrides: Any) -> "TrainConfig":
-        """SageMaker hyperparameters (every value a string; nested fields as `section.field`) to a config.
+    def from_hyperparameters(cls, hp: Mapping[str, str], **overrides: Any) -> "TrainConfig":
+        """A job's config from SageMaker hyperparameters (`parse`) and `overrides` (already typed, e.g. channel
+        paths found by the launcher), which win; checked for a job (`check_job`)."""
+        return parse({**hp, **overrides}).check_job()
 
-        `overrides` (already typed, e.g. channel paths found by the launcher) win over hyperparameters.
-        """
-        nested: dict[str, Any] = {}
-        for key, value in {**hp, **overrides}.items():
-            section, _, name = key.partition(".")
-            if name:
-                nested.setdefault(section, {})[name] = value
-            else:
-                nested[key] = value
-        return _build(cls, nested, "", from_strings=True)
+
+# ---- the wire format: dotted paths to strings and back ---------------------------------------------------------
+
+
+def flatten(config: TrainConfig) -> dict[str, str]:
+    """SageMaker hyperparameters (every value a string) of each leaf of `config` that differs from its default,
+    keyed by its dotted path; `parse` reads them back into an equal config."""
+    return _flatten(config, TrainConfig(), "")
+
+
+def leaf_paths(cls: type = TrainConfig, prefix: str = "") -> tuple[str, ...]:
+    """The dotted path of every leaf of the tree (`checkpoint.interval_seconds`, `seed`), in declaration order."""
+    hints = get_type_hints(cls)
+    return tuple(path for f in fields(cls) for path in (
+        leaf_paths(hints[f.name], f"{prefix}{f.name}.") if dataclasses.is_dataclass(hints[f.name])
+        else (prefix + f.name,)))
+
+
+def _flatten(obj: Any, default: Any, prefix: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    hints = get_type_hints(type(obj))
+    for f in fields(obj):
+        value, was = getattr(obj, f.name), getattr(default, f.name)
+        if dataclasses.is_dataclass(hints[f.name]):
+            out.update(_flatten(value, was, f"{prefix}{f.name}."))
+        elif value != was:
+            out[prefix + f.name] = _text(hints[f.name], value)
+    return out
+
+
+def _text(typ: Any, value: Any) -> str:
+    if typ is bool:
+        return "true" if value else "false"
+    if typ is float:
+        return repr(float(value))  # exact: a rounded "0.00" would read as "off"
+    if typ is dict:
+        return json.dumps(value, separators=(",", ":"))
+    return str(value)
+
+
+def parse(hp: Mapping[str, Any]) -> TrainConfig:
+    """The settings `flatten` wrote (every value a string, or already typed; nested fields as `section.field`),
+    each refused with a one-line ConfigError naming it; not checked for a job (`TrainConfig.check_job`)."""
+    nested: dict[str, Any] = {}
+    for key, value in hp.items():
+        section, _, name = key.partition(".")
+        if name:
+            nested.setdefault(section, {})[name] = value
+        else:
+            nested[key] = value
+    return _build(TrainConfig, nested, "")
 
 
 def _parse_scalar(typ: Any, value: Any, name: str) -> Any:
@@ -529,7 +582,7 @@ def short_repr(value: Any, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _build(cls: type, raw: Any, prefix: str, from_strings: bool = False) -> Any:
+def _build(cls: type, raw: Any, prefix: str) -> Any:
     if not isinstance(raw, dict):
         raise ConfigError(f"{prefix.rstrip('.') or 'config'}={short_repr(raw)} is invalid: expected an object")
     hints = get_type_hints(cls)
@@ -545,7 +598,7 @@ def _build(cls: type, raw: Any, prefix: str, from_strings: bool = False) -> Any:
         typ = hints[f.name]
         value = raw[f.name]
         if dataclasses.is_dataclass(typ):
-            kwargs[f.name] = _build(typ, value, f"{prefix}{f.name}.", from_strings)
+            kwargs[f.name] = _build(typ, value, f"{prefix}{f.name}.")
         else:
             kwargs[f.name] = _parse_scalar(typ, value, f"{prefix}{f.name}")
     try:

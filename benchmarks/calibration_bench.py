@@ -1,0 +1,95 @@
+"""The estimate's P(deadline) against the frequency the executed runs meet it on the public traces.
+
+    python benchmarks/calibration_bench.py --spot-traces DIR [--every-h 6] [--n 1000]
+
+The setting is benchmarks/policy_bench.py's (#26: 40 h of work, a 0.2 h changeover, spot at 0.35 of on-demand,
+saves on the notice, deadlines 48, 60 and 80 h) on every one-node trace of github.com/skypilot-org/spot-traces
+(`availability/1-node/*/*.json` under DIR; not in this repository), a job started every `--every-h` hours of
+each recording while the deadline fits in it.
+
+- Observed: every candidate the estimate offers (spotrun/policy/choose.py: `candidates`) executed on every window
+  as the state machine runs it (spotrun/policy/execution.py, the model benchmarks/replay_bench.py replays through
+  the rendered state machine): the fraction of windows that finished by the deadline.
+- Estimated: what the estimate prints for a run on that recording's capacity: its P(deadline) over `--n`
+  generated traces (choose.py's `ESTIMATE_TRACES`, seed 0) at the recording's own interruption rate (its
+  windows per available hour, as the interruption recorder would measure it), averaged over the windows.
+The difference, per deadline and candidate, is the estimate's calibration on recorded capacity.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.policy_bench import AFTER_DEADLINE_H, DEADLINES_H, setting, windows  # noqa: E402
+from spotrun.policy import compare  # noqa: E402
+from spotrun.policy.choose import ESTIMATE_TRACES, candidates, horizon_s  # noqa: E402
+from spotrun.policy.execution import execute  # noqa: E402
+from spotrun.policy.policies import describe  # noqa: E402
+from spotrun.policy.traces import TraceSpec, generated_traces, read_availability  # noqa: E402
+
+
+def recorded_rate(rec) -> float:
+    """Interruptions per available hour: every window but an open last one ends in an interruption."""
+    return len(rec.windows) / (sum(b - a for a, b in rec.windows) / 3600)
+
+
+def estimated(plan, rate: float, n: int, todo: list[tuple[str, str]]) -> dict:
+    """The estimate's P(deadline) per candidate label for a run at `rate` interruptions per job-hour."""
+    spec = TraceSpec(interruptions_per_hour=rate, horizon_s=horizon_s(plan), **ESTIMATE_TRACES)
+    return {r.label: r.p_deadline for r in compare(plan, generated_traces(spec, n, 0), todo)}
+
+
+def observed(plan, trace: list, policy: str, ck: str) -> bool:
+    tally = execute(plan, trace, policy, ck, horizon_s=plan.deadline_s + AFTER_DEADLINE_H * 3600).tally
+    return tally.finished and tally.t <= plan.deadline_s + 1e-6
+
+
+def calibrate(recordings: list, deadline_h: float, every_h: float, n: int,
+              policies: list[str] | None) -> list[tuple[str, float, float, int]]:
+    """(candidate, mean estimated P, observed frequency, windows) at one deadline."""
+    plan = setting(deadline_h)
+    todo = windows(recordings, deadline_h, every_h)
+    offered = [(p, ck) for p, ck in candidates(plan) if policies is None or p in policies]
+    est = [estimated(plan, recorded_rate(rec), n, offered) for rec in recordings]
+    out = []
+    for policy, ck in offered:
+        label = describe(policy, ck)
+        met = [observed(plan, trace, policy, ck) for _, trace in todo]
+        promised = [est[i][label] for i, _ in todo]
+        out.append((label, sum(promised) / len(promised), sum(met) / len(met), len(todo)))
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--spot-traces", type=Path, required=True, help="where skypilot-org/spot-traces is")
+    parser.add_argument("--every-h", type=float, default=6.0, help="a window starts every this many hours")
+    parser.add_argument("--n", type=int, default=1000, help="generated traces per estimate (the estimate's N)")
+    parser.add_argument("--policies", help="comma-separated: only these candidates (default: every one offered)")
+    parser.add_argument("--deadlines", default=",".join(map(str, DEADLINES_H)), help="hours, comma-separated")
+    args = parser.parse_args()
+    paths = sorted(args.spot_traces.glob("availability/1-node/*/*.json"))
+    if not paths:
+        raise SystemExit(f"--spot-traces {args.spot_traces}: no availability/1-node/*/*.json under it")
+    recordings = [read_availability(p) for p in paths]
+    print(f"{len(recordings)} traces; interruptions per available hour "
+          f"{min(map(recorded_rate, recordings)):.2f}-{max(map(recorded_rate, recordings)):.2f}")
+    print("| deadline | candidate | windows | estimated P(deadline) | observed | difference (points) |")
+    print("|---|---|---|---|---|---|")
+    t0 = time.perf_counter()
+    policies = args.policies.split(",") if args.policies else None
+    for deadline_h in map(float, args.deadlines.split(",")):
+        for label, promised, met, count in calibrate(recordings, deadline_h, args.every_h, args.n, policies):
+            print(f"| {deadline_h:g} h | {label} | {count} | {promised:.1%} | {met:.1%} | "
+                  f"{100 * (promised - met):+.1f} |", flush=True)
+    print(f"({time.perf_counter() - t0:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()
