@@ -24,7 +24,8 @@ The planner and the Lambda handlers (spotrun/), the CDK constructs (training_con
   `tokenizer_identity`: the tokenizer the shards were made with, recorded there and compared with the model's.
 - `PreparationSettings`, `Preparation`, `preparation_path`, `PREPARED_PREFIX`, `PARTS_DIR`, `PREPARE_MARKER`,
   `RAW_SUFFIXES`, `WEIGHT_SUFFIXES`, `PROCESSING_*`, `FINISH_*`: the preparation of raw data, planned by the
-  estimate (spotrun/pipeline/preparation.py), run by the trainer's prepare, wired by the constructs.
+  estimate (spotrun/pipeline/preparation.py), run by the trainer's prepare, wired by the constructs; `HUB_*`,
+  `PREPARE_DATA`/`PREPARE_MODEL`: the fetch of a hub model (spotrun/pipeline/hub.py), the same step's other kind.
 """
 
 from __future__ import annotations
@@ -318,6 +319,12 @@ PROCESSING_DATA_INPUT = "data"
 PROCESSING_TOKENIZER_INPUT = "tokenizer"
 PROCESSING_OUTPUT = "output"
 FINISH_PREPARED, FINISH_FAILED = "prepared", "failed"  # the finish step's status (the state machine branches on it)
+# Hub models (model.source hf://org/name[@revision]): fetched by a preparation job of kind PREPARE_MODEL into
+# HUB_MODELS_PREFIX<org>/<name>/<revision>/ with HUB_MANIFEST beside the files (spotrun/pipeline/hub.py).
+PREPARE_DATA, PREPARE_MODEL = "data", "model"  # Preparation.kind: the state machine's Choice branches on it
+HUB_MODELS_PREFIX = "models/_hub/"  # not a model name (`spotrun upload-model` names start with a letter or digit)
+HUB_MANIFEST = "spotrun-hub.json"  # the fetched commit and each file's size and SHA-256
+PROCESSING_MODEL_OUTPUT = "model"  # the fetch job's output directory under /opt/ml/processing/
 
 
 @dataclasses.dataclass(frozen=True)
@@ -367,6 +374,7 @@ class Preparation:
     tags: list
     poll_seconds: int
     files: int
+    kind: str = PREPARE_DATA  # PREPARE_MODEL: a hub model fetched into prefix (raw_source is the hub id)
 
 
 PREPARATION_FIELDS = frozenset(f.name for f in dataclasses.fields(Preparation))

@@ -19,6 +19,7 @@ from spotrun.seams import METRIC_DEFINITIONS, PREPARED_PREFIX, PreparationSettin
 from training_constructs.artifact_store import ArtifactStore, ArtifactStoreProps
 from training_constructs.cost_governance import CostGovernance, CostGovernanceProps
 from training_constructs.execution_role import TrainingExecutionRole, TrainingExecutionRoleProps
+from training_constructs.hub_fetch_role import HubFetchRole, HubFetchRoleProps
 from training_constructs.interruption_events import InterruptionEvents, InterruptionEventsProps
 from training_constructs.people_policies import PeoplePolicies, PeoplePoliciesProps
 from training_constructs.preparation_role import PreparationRole, PreparationRoleProps
@@ -68,6 +69,8 @@ class SpotrunStack(Stack):
         self.preparation_role = PreparationRole(self, "PreparationRole", props=PreparationRoleProps(
             store=self.store, repository=self.image.repository, in_vpc=bool(config.vpc_subnet_ids),
             prepared_prefix=PREPARED_PREFIX))
+        self.hub_fetch_role = HubFetchRole(self, "HubFetchRole", props=HubFetchRoleProps(
+            store=self.store, repository=self.image.repository, in_vpc=bool(config.vpc_subnet_ids)))
         self.events = InterruptionEvents(self, "InterruptionEvents", props=InterruptionEventsProps(
             job_prefix=config.job_prefix, stage=config.stage))
         inference_image = config.inference_image or serving_image(config.region)
@@ -75,6 +78,7 @@ class SpotrunStack(Stack):
                                                                                image_uri=inference_image))
         self.pipeline = TrainingPipeline(self, "Pipeline", props=TrainingPipelineProps(
             store=self.store, execution_role=self.execution.role, preparation_role=self.preparation_role.role,
+            hub_fetch_role=self.hub_fetch_role.role,
             image_uri=self.image.image_uri,
             inference_image_uri=inference_image,
             model_package_group_name=self.model_package_group_name,

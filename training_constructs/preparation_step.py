@@ -4,6 +4,9 @@ Raw `data.source` (spotrun/pipeline/preparation.py): the estimate answers Prepar
 Processing job running the trainer image's `prepare --sagemaker-processing` on the stage's CPU instances) ->
 WaitForPreparation / DescribePreparationJob until it ends -> FinishPreparation (Lambda: the job's bill, the parts'
 indexes merged) -> EstimatePrepared on the prepared shards -> EstimateOk; or PreparationFailed with the reason.
+A hub model.source (spotrun/pipeline/hub.py): the same step with kind "model" (PrepareWhat): CreateModelFetchJob
+(`python -m spotrun.pipeline.hub_fetch`, the one job with network, as the hub fetch role) -> the same wait ->
+FinishPreparation (its bill, the copy checked complete) -> EstimatePrepared on the copy under models/_hub/.
 The same poll pattern as the training job (CallAwsService + Wait + Describe): moto's interpreter runs no `.sync`.
 """
 
@@ -18,7 +21,14 @@ from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
-from spotrun.seams import FINISH_FAILED, PREPARED_PREFIX, PrepareEnvironment, preparation_path
+from spotrun.seams import (
+    FINISH_FAILED,
+    HUB_MODELS_PREFIX,
+    PREPARE_MODEL,
+    PREPARED_PREFIX,
+    PrepareEnvironment,
+    preparation_path,
+)
 
 from .artifact_store import ArtifactStore
 from .lambda_code import spotrun_function
@@ -30,6 +40,8 @@ class PreparationProps(Protocol):
 
     store: ArtifactStore
     execution_role: iam.IRole
+    preparation_role: iam.IRole
+    hub_fetch_role: iam.IRole
     image_uri: str
     subnet_ids: tuple[str, ...]
     security_group_ids: tuple[str, ...]
@@ -63,6 +75,7 @@ def preparation_functions(pipeline: Construct, props: PreparationProps, processi
                                                       resources=[processing_arn]))
     # The parts (read), the merged index.json, tokenizer/ and the marker (written; nothing deleted).
     store.grant_read_write_prefix(prepare_fn, PREPARED_PREFIX, delete=False)
+    store.grant_read_prefix(prepare_fn, HUB_MODELS_PREFIX)  # a fetched hub model's manifest, checked
     acknowledge(prepare_fn.role.node.find_child("DefaultPolicy"),
                 f"AwsSolutions-IAM5[Resource::{rendered(pipeline, processing_arn)}]",
                 "describes preparation jobs of this stage only: every job name starts with the stage's prefix")
@@ -73,26 +86,17 @@ def preparation_states(pipeline: PipelineSteps, props: PreparationProps, process
                        pipeline_error: sfn.IChainable, estimate_ok: sfn.Choice) -> sfn.IChainable:
     """Raw data.source: the Processing job the estimate planned -> poll -> finish (merge, cost) -> the estimate
     again on the prepared shards (-> EstimateOk), or PreparationFailed with the job's reason."""
-    network: dict = {"EnableNetworkIsolation": True, "EnableInterContainerTrafficEncryption": False}
-    if props.subnet_ids:
-        network["VpcConfig"] = {"Subnets": list(props.subnet_ids),
-                                "SecurityGroupIds": list(props.security_group_ids)}
-    create = pipeline.sagemaker_call("CreatePreparationJob", "createProcessingJob", {
-        "ProcessingJobName.$": preparation_path("job_name"),
-        "RoleArn": props.preparation_role.role_arn,  # the only job role that writes datasets/_prepared/
-        # The trainer image's own prepare (python -m spotrun_trainer prepare --sagemaker-processing).
-        "AppSpecification": {"ImageUri": props.image_uri, "ContainerEntrypoint.$": preparation_path("entrypoint")},
-        "ProcessingResources.$": preparation_path("processing_resources"),
-        "StoppingCondition.$": preparation_path("stopping_condition"),
-        "ProcessingInputs.$": preparation_path("processing_inputs"),
-        "ProcessingOutputConfig": {"Outputs.$": preparation_path("processing_outputs"),
-                                   "KmsKeyId": props.store.key.key_arn},
-        "NetworkConfig": network,
-        "Tags.$": preparation_path("tags"),
-    }, [processing_arn], sfn.JsonPath.DISCARD, iam_action="sagemaker:CreateProcessingJob")
+    # The trainer image's own prepare (python -m spotrun_trainer prepare --sagemaker-processing), network-isolated
+    # as the role that writes datasets/_prepared/; a hub model's fetch (spotrun.pipeline.hub_fetch) is the one job
+    # with network, as a role that only adds files under models/_hub/.
+    create = _create_job(pipeline, props, processing_arn, "CreatePreparationJob", props.preparation_role,
+                         isolated=True)
+    fetch = _create_job(pipeline, props, processing_arn, "CreateModelFetchJob", props.hub_fetch_role, isolated=False)
     wait = sfn.Wait(pipeline, "WaitForPreparation", time=sfn.WaitTime.seconds_path(preparation_path("poll_seconds")))
-    create.add_catch(wait, errors=["SageMaker.ResourceInUseException"], result_path=sfn.JsonPath.DISCARD)
-    create.add_catch(pipeline_error, errors=["States.ALL"], result_path="$.error")
+    for job in (create, fetch):
+        job.add_catch(wait, errors=["SageMaker.ResourceInUseException"], result_path=sfn.JsonPath.DISCARD)
+        job.add_catch(pipeline_error, errors=["States.ALL"], result_path="$.error")
+        job.next(wait)
     describe = pipeline.sagemaker_call("DescribePreparationJob", "describeProcessingJob",
                                        {"ProcessingJobName.$": preparation_path("job_name")}, [processing_arn],
                                        "$.preparation_job", iam_action="sagemaker:DescribeProcessingJob",
@@ -115,4 +119,27 @@ def preparation_states(pipeline: PipelineSteps, props: PreparationProps, process
                 .when(sfn.Condition.string_equals("$.prepared.status", FINISH_FAILED), failed)
                 .otherwise(again))
     again.next(estimate_ok)
-    return create.next(wait)
+    return sfn.Choice(pipeline, "PrepareWhat").when(
+        sfn.Condition.string_equals(preparation_path("kind"), PREPARE_MODEL), fetch).otherwise(create)
+
+
+def _create_job(pipeline: PipelineSteps, props: PreparationProps, processing_arn: str, name: str, role: iam.IRole,
+                *, isolated: bool) -> tasks.CallAwsService:
+    """CreateProcessingJob from the estimate's Prepare output, as `role`, with or without network isolation (in
+    the stage's VPC when it has one: a fetch then needs a route to the hub, docs/models.md)."""
+    network: dict = {"EnableNetworkIsolation": isolated, "EnableInterContainerTrafficEncryption": False}
+    if props.subnet_ids:
+        network["VpcConfig"] = {"Subnets": list(props.subnet_ids),
+                                "SecurityGroupIds": list(props.security_group_ids)}
+    return pipeline.sagemaker_call(name, "createProcessingJob", {
+        "ProcessingJobName.$": preparation_path("job_name"),
+        "RoleArn": role.role_arn,
+        "AppSpecification": {"ImageUri": props.image_uri, "ContainerEntrypoint.$": preparation_path("entrypoint")},
+        "ProcessingResources.$": preparation_path("processing_resources"),
+        "StoppingCondition.$": preparation_path("stopping_condition"),
+        "ProcessingInputs.$": preparation_path("processing_inputs"),
+        "ProcessingOutputConfig": {"Outputs.$": preparation_path("processing_outputs"),
+                                   "KmsKeyId": props.store.key.key_arn},
+        "NetworkConfig": network,
+        "Tags.$": preparation_path("tags"),
+    }, [processing_arn], sfn.JsonPath.DISCARD, iam_action="sagemaker:CreateProcessingJob")

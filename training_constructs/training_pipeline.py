@@ -77,6 +77,8 @@ class TrainingPipelineProps:
     """The training jobs' role."""
     preparation_role: iam.IRole
     """The preparation (processing) jobs' role: the only one that writes datasets/_prepared/."""
+    hub_fetch_role: iam.IRole
+    """The hub fetch (processing) jobs' role: writes models/_hub/ only (spotrun/pipeline/hub.py)."""
     image_uri: str
     """The trainer image (an ECR URI) every training and preparation job runs."""
     inference_image_uri: str
@@ -487,7 +489,7 @@ class TrainingPipeline(Construct):
         role.add_to_principal_policy(iam.PolicyStatement(actions=["sagemaker:AddTags"],
                                                          resources=[package_arn, group_arn, arns.processing]))
         role.add_to_principal_policy(iam.PolicyStatement(
-            actions=["iam:PassRole"], resources=[props.preparation_role.role_arn],
+            actions=["iam:PassRole"], resources=[props.preparation_role.role_arn, props.hub_fetch_role.role_arn],
             conditions={"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}}))
         # A run continues in a fresh execution of this state machine (spotrun/pipeline/continuation.py). A policy of its
         # own: on the role's default policy the state machine's ARN would form a cycle.

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -130,7 +131,7 @@ def local_command(args: argparse.Namespace) -> int:
         return _bad_argument(args.format, "spotrun local needs a run JSON file, or --resume JOB (not both)", "run")
     options = LocalOptions(out=args.out, interrupts=tuple(args.interrupt_at), hard_kill=args.hard_kill,
                            nproc=args.nproc, overrides=dict(args.overrides), job_name=args.job_name,
-                           progress=args.progress)
+                           progress=args.progress, hub_endpoint=os.environ.get("HF_ENDPOINT"))
     quiet = args.format == "json"
 
     def emit(line: str) -> None:

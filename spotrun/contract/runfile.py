@@ -5,8 +5,8 @@ In order: the file's size (at most 256 KiB, Step Functions' input limit, checked
 decoder (spotrun.contract.spec.decode_run: a UTF-8 BOM is dropped, UTF-16/32 and non-UTF-8 bytes are refused, duplicate
 keys and huge integers are kept to be refused by field), the contract (parse_run), then local sources made
 absolute: a relative `model.source`, `data.source` or `data.validation` is read relative to the run file's
-directory, wherever the command runs from. s3:// URIs are left as they are. Every problem is a RunValidationError
-naming the field (`run` for the file itself).
+directory, wherever the command runs from. s3:// URIs and hub ids (hf://) are left as they are. Every problem is a
+RunValidationError naming the field (`run` for the file itself).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .hub_id import HUB_SCHEME
 from .spec import MAX_RUN_BYTES, RunSpec, RunValidationError, decode_run, parse_run
 
 SOURCE_FIELDS = (("model", "source"), ("data", "source"), ("data", "validation"))
@@ -48,11 +49,12 @@ def read_run_bytes(path: Path) -> bytes:
 
 
 def resolve_sources(raw: dict, base: Path) -> dict:
-    """A copy of a parsed run's JSON with each local source (not s3://) absolute, relative ones read from `base`."""
+    """A copy of a parsed run's JSON with each local source (not s3:// or hf://) absolute, relative ones read from
+    `base`."""
     out = {**raw}
     for section, key in SOURCE_FIELDS:
         source: Any = (raw.get(section) or {}).get(key)
-        if isinstance(source, str) and source and not source.startswith("s3://"):
+        if isinstance(source, str) and source and not source.startswith(("s3://", HUB_SCHEME)):
             try:
                 out[section] = {**out[section], key: str((base / source).resolve())}
             except (OSError, ValueError) as exc:  # a NUL in the path, a name too long for the system

@@ -71,8 +71,9 @@ class ModelSpec:
     bare count for estimates (`parameters`)."""
 
     source: str | None = spec("An HF model directory: the pretrained weights to fine-tune (its config.json gives "
-                              "the exact parameter count).",
-                              default=None, decode=values.source, accepted=values.SOURCE)
+                              "the exact parameter count), or a hub id `hf://org/name[@revision]` that the "
+                              "preparation step fetches into the stage's models/ (docs/models.md).",
+                              default=None, decode=values.model_source, accepted=values.MODEL_SOURCE)
     config: dict | None = spec("An inline HF config: the shape to train with init \"random\"; beside source, a copy "
                                "of its config.json used when the source cannot be read (offline estimates). Alone, "
                                "a shape for estimates only (the pipeline asks for init).",

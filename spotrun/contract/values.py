@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 
 from ..seams import PIPELINE_TAG_KEYS
 from .aws_text import MAX_TAGS, TAG_KEY_MAX, TAG_VALUE_MAX, aws_text_ok
+from .hub_id import HUB_ID, HUB_SCHEME, parse_hub_id
 from .strict_json import RunValidationError, join
 
 _S3_URI = re.compile(r"s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9](/[^\x00-\x1f\x7f]*)?")
@@ -37,6 +38,21 @@ def source(raw: Any, path: str) -> str:
     if raw.startswith("s3://"):
         check_s3_key(raw.split("/", 3)[3] if raw.count("/") >= 3 else "", path, raw)
     return raw
+
+
+MODEL_SOURCE = f"{SOURCE}, or {HUB_ID}: fetched once into the stage's models/ by the preparation step"
+
+
+def model_source(raw: Any, path: str) -> str:
+    """`model.source`: a source, or a hub id (spotrun/contract/hub_id.py), kept as written."""
+    if not isinstance(raw, str) or not raw:
+        raise RunValidationError(path, raw, MODEL_SOURCE)
+    if raw.startswith(HUB_SCHEME[:3]):  # hf:/x is a mistyped id, not a relative path
+        parse_hub_id(raw, path)
+        return raw
+    if "://" in raw and not raw.startswith("s3://"):
+        raise RunValidationError(path, raw, MODEL_SOURCE)
+    return source(raw, path)
 
 
 S3_KEY = ("an S3 key of plain segments: no '.' or '..' segment, no empty segment ('//'), no percent-encoding, "

@@ -1,6 +1,7 @@
 """`spotrun local RUN.json`: the run JSON through the pipeline's stages on this machine, without AWS.
 
-    validate (the run contract, the model directory, seq_len within the model's positions) -> prepare the data
+    validate (the run contract; a hub model.source fetched into OUT/models/ once, docs/models.md; the model
+    directory, seq_len within the model's positions) -> prepare the data
     when data.source is raw text (spotrun.cli.datasets: content-addressed, so unchanged text and tokenizer are reused)
     -> estimate (the planner) -> one step of data for the planned batch -> the container's launcher on a local
     SageMaker-shaped root, interrupted as asked and restarted like managed spot (supervisor.py) -> registration
@@ -27,9 +28,11 @@ from pathlib import Path
 from typing import Callable
 
 from ..cli.datasets import PrepareError, prepare_dataset
+from ..contract.hub_id import is_hub_id, parse_hub_id
 from ..contract.refusal import Refusal
 from ..contract.runfile import SOURCE_FIELDS, load_run_file
 from ..contract.spec import RunSpec, RunValidationError, parse_run
+from ..pipeline.hub_fetch import HubFetchError, fetch_into
 from ..pipeline.plan import plan
 from ..pipeline.report import build_local_report
 from ..pipeline.validate import THIS_MACHINE
@@ -66,13 +69,21 @@ class LocalOptions:
     """Job directory name under `out` (default: the run's name and the start time)."""
     progress: str = "auto"
     """bar (a terminal progress bar), lines (plain lines, for CI and logs), none, or auto (bar on a terminal)."""
+    hub_endpoint: str | None = None
+    """The hub a `hf://` model.source is fetched from (HF_ENDPOINT; None: huggingface_hub's default)."""
 
 
-def load_run(run_path: Path) -> tuple[dict, RunSpec]:
+def load_run(run_path: Path, models: Path | None = None, *, hub_endpoint: str | None = None,
+             emit: Callable[[str], None] = print) -> tuple[dict, RunSpec]:
     """The run JSON (spotrun.contract.runfile.load_run_file: strict, its local sources absolute, relative ones read from
-    the run file's directory) and its validated spec, with what a local training run needs on top."""
+    the run file's directory) and its validated spec, with what a local training run needs on top. A hub id in
+    model.source is fetched into `models` (the local stand-in of the stage's models/; reused when complete) and the
+    run trains on that copy, as the pipeline's preparation step does."""
     loaded = load_run_file(run_path)
     raw, run = loaded.raw, loaded.run
+    if is_hub_id(run.model.source) and models is not None:
+        raw = fetch_hub_model(raw, models, hub_endpoint, emit)
+        run = parse_run(raw)
     if run.data.source is None:
         raise RunValidationError("data.source", None, "a local path of raw .txt/.jsonl text or prepared shards "
                                  "(`spotrun local` trains on real data; data.tokens alone only estimates)")
@@ -98,6 +109,18 @@ def load_run(run_path: Path) -> tuple[dict, RunSpec]:
             raise RunValidationError("model.source", run.model.source, f"a readable config.json ({exc})") from None
         check_seq_len(run, config)
     return raw, run
+
+
+def fetch_hub_model(raw: dict, models: Path, endpoint: str | None, emit: Callable[[str], None]) -> dict:
+    """The run with its hub model.source replaced by the local copy (spotrun/pipeline/hub_fetch.py `fetch_into`)."""
+    source = raw["model"]["source"]
+    try:
+        path, manifest, reused = fetch_into(models, parse_hub_id(source), endpoint=endpoint)
+    except HubFetchError as exc:
+        raise RunValidationError("model.source", source, f"a hub model that can be fetched ({exc})") from None
+    emit(f"[local] {source}: {'reused' if reused else 'fetched'} commit {manifest['commit']} "
+         f"({len(manifest['files'])} files) in {path}")
+    return {**raw, "model": {**raw["model"], "source": str(path)}}
 
 
 def _check_model_dir(path: Path, source: str) -> None:
@@ -201,8 +224,8 @@ def run_local(run_path: Path, options: LocalOptions, *, emit: Callable[[str], No
     Every input problem is found before the job directory exists or any worker starts (a Refusal)."""
     if importlib.util.find_spec("spotrun_trainer") is None:  # the workers run it: said before any job directory
         raise ModuleNotFoundError("No module named 'spotrun_trainer'", name="spotrun_trainer")
-    raw, run = load_run(run_path)
     out = Path(options.out).resolve()
+    raw, run = load_run(run_path, out / "models", hub_endpoint=options.hub_endpoint, emit=emit)
     job_name = options.job_name or f"{run.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     root = out / job_name
     if root.exists():

@@ -26,6 +26,7 @@ import json
 import math
 from typing import Any, Callable
 
+from ..contract.hub_id import is_hub_id, parse_hub_id
 from ..contract.refusal import Refusal
 from ..contract.spec import RunSpec, RunValidationError, parse_run
 from ..planner.estimate import estimate, load_catalog, regional_catalog, startup_seconds
@@ -37,6 +38,7 @@ from ..seams import (
     CANCEL_STATUSES,
     EXECUTION_TAG,
     METHOD_TAG,
+    PREPARE_MODEL,
     REGISTRATION_STATUS,
     RUN_TAG,
     SHAPE_TAG,
@@ -48,6 +50,7 @@ from ..seams import (
     StopNotice,
 )
 from .gate import gate_of
+from .hub import hub_step
 from .preflight import (
     RUN_RECORD,
     check_approval_status,
@@ -59,10 +62,11 @@ from .preflight import (
     check_stage_limits,
     run_record,
 )
-from .preparation import plan_step
+from .preparation import job_tags, plan_step
 from .segments import SEGMENT_SUFFIX_MAX, segment_job_name
 from .validate import Target, check_hyperparameters, check_target, validation_uri
 
+MODEL_SOURCE_PATH = "model.source"  # spotrun/settings.py ModelConfig.source: the base an exported adapter names
 CONTRACT_KEYS = ("parameters", "trainable_parameters", "training_flops", "gpu_hours", "instance_type",
                  "instance_count", "max_runtime_seconds", "max_wait_seconds", "checkpoint_bytes", "spot_policy",
                  "notice_upload_gb_per_s", "checkpoint_interval_seconds", "cost_usd", "warnings", "utilization",
@@ -200,9 +204,21 @@ def plan(run_raw: Any, execution: str, settings: PipelineSettings, *, s3_client:
         run: RunSpec = parse_run(run_raw)
         check_stage_limits(run, settings, running_executions)
         catalog = deployment_catalog(catalog, settings, run)
+        # Every source's place first (a hub id: its copy's, spotrun/pipeline/validate.py `hub_copy`), before any job.
         data_uri, model_uri = check_target(run, Target(settings.bucket, settings.model_package_group))
-        cap, done = run.max_usd, None
-        if preparation is not None:  # raw text under datasets/: prepared first (spotrun/pipeline/preparation.py)
+        cap, done, fetch_usd = run.max_usd, None, 0.0
+        hub_repo = parse_hub_id(run.model.source).repo if is_hub_id(run.model.source) else None
+        if preparation is not None:  # a hub model: fetched into models/ first (spotrun/pipeline/hub.py)
+            run, instead = hub_step(run, s3_client, pipeline=settings, settings=preparation, catalog=catalog,
+                                    execution=execution, tags=job_tags(run, settings, execution))
+            if instead is not None:
+                if instead["status"] == PlanStatus.PREPARE.value:
+                    check_before_preparing(run, quotas_client, execution_status)
+                return instead
+            if prepared and prepared.get("kind") == PREPARE_MODEL:  # this execution's fetch: its bill is spent
+                fetch_usd, prepared = float(prepared["cost_usd"]), None
+                run = dataclasses.replace(run, max_usd=round(run.max_usd - fetch_usd, 4))
+            # Raw text under datasets/: prepared first (spotrun/pipeline/preparation.py).
             run, done, instead = plan_step(run, s3_client, pipeline=settings, settings=preparation, catalog=catalog,
                                            execution=execution, prepared=prepared,
                                            training_minimum=training_minimum(run, catalog, s3_client))
@@ -218,6 +234,8 @@ def plan(run_raw: Any, execution: str, settings: PipelineSettings, *, s3_client:
         measured = mfu_lookup(shape, run.training.method) if (mfu_lookup and shape) else None
         est = estimate(run, catalog=catalog, model_config=model_config, data_tokens=tokens,
                        recorded_rates=rates, recorded_mfu=measured, validation_tokens=sources.validation_tokens)
+        if hub_repo:  # the exported adapter's base: the hub's name for it (from_pretrained takes it), not the copy
+            est = dataclasses.replace(est, hyperparameters={**est.hyperparameters, MODEL_SOURCE_PATH: hub_repo})
         check_hyperparameters(est.hyperparameters)
         from ..policy.choose import spot_policy  # the chosen spot policy and its odds (stdlib only)
 
@@ -232,8 +250,10 @@ def plan(run_raw: Any, execution: str, settings: PipelineSettings, *, s3_client:
             check_resumable(run, run.checkpoint.resume_from, execution_status(run.checkpoint.resume_from))
         out = _ok_plan(run, est, execution, started, settings, catalog, model_config, tokens, data_uri,
                        model_uri, s3_client, quotas_client, shape)
-        if done is not None:  # the cap is the run's; the preparation's cost is spent before the first job
-            out.update(max_usd=cap, spent_before_usd=done.cost_usd, preparation=dataclasses.asdict(done))
+        if done is not None or fetch_usd:  # the cap is the run's; the preparation's cost is spent before the first job
+            out.update(max_usd=cap, spent_before_usd=round((done.cost_usd if done else 0.0) + fetch_usd, 6))
+        if done is not None:
+            out.update(preparation=dataclasses.asdict(done))
         return out
     except Refusal as exc:
         return exc.result(CONTRACT_KEYS)

@@ -306,20 +306,25 @@ def resolve(run: Any, s3: Any, *, bucket: str, settings: PreparationSettings, ca
         poll_seconds=preparation_poll_seconds(runtime_s, poll_seconds, max_poll_seconds))
 
 
+def job_tags(run: Any, pipeline: Any, execution: str) -> list[dict]:
+    """A preparation job's tags: the stage's, the run's, and the execution's (the canceller finds its job by it)."""
+    tags = {"project": pipeline.project, "stage": pipeline.stage, "cost-center": pipeline.cost_center, **run.tags,
+            "run": run.name, EXECUTION_TAG: execution}
+    return [{"Key": k, "Value": v} for k, v in sorted(tags.items())]
+
+
 def plan_step(run: Any, s3: Any, *, pipeline: Any, settings: PreparationSettings, catalog: dict, execution: str,
               prepared: dict | None, training_minimum: Any = None) -> tuple[Any, Prepared | None, dict | None]:
     """The estimate's preparation step: (the run to plan, its Prepared or None, or the estimate's whole output
     instead of a plan: status Prepare with the job, or a refusal). The run to plan trains on the prepared shards
     with the cap less what the preparation cost (the cap itself stays the plan's `max_usd`); the job's MaxRuntime
     leaves `training_minimum(tokens)` of the cap for the training (`resolve`)."""
-    tags = {"project": pipeline.project, "stage": pipeline.stage, "cost-center": pipeline.cost_center, **run.tags,
-            "run": run.name, EXECUTION_TAG: execution}
     try:
         outcome = resolve(run, s3, bucket=pipeline.bucket, settings=settings, catalog=catalog,
                           region=pipeline.region, execution=execution, job_prefix=pipeline.job_prefix,
                           volume_kms_key_arn=pipeline.volume_kms_key_arn, poll_seconds=pipeline.poll_seconds,
                           max_poll_seconds=pipeline.max_poll_seconds,
-                          tags=[{"Key": k, "Value": v} for k, v in sorted(tags.items())], prepared=prepared,
+                          tags=job_tags(run, pipeline, execution), prepared=prepared,
                           training_minimum=training_minimum)
     except PreparationRefused as exc:
         status = PlanStatus.OVER_BUDGET if exc.over_budget else PlanStatus.INVALID_RUN

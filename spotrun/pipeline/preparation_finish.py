@@ -4,6 +4,7 @@ dataset; and the canceller's stop of a preparation job whose execution ended ear
 - `merge_parts` / `finish`: the parts' indexes (`parts/<host>/index.json`, one per instance) merged into the
   dataset's index.json (and validation/index.json), the tokenizer copied to `tokenizer/`, the marker last; the
   job's cost from its start and end times at the processing rate.
+- a hub model's fetch (kind model, spotrun/pipeline/hub.py): its copy checked complete, and its bill.
 - `stop_preparation`: the execution's running preparation job, stopped.
 Stdlib only (the Lambda runtime).
 """
@@ -15,8 +16,19 @@ import hashlib
 import json
 from typing import Any
 
-from ..seams import EXECUTION_TAG, FINISH_FAILED, FINISH_PREPARED, PARTS_DIR, PREPARE_MARKER, DatasetIndex, Preparation
+from ..contract.hub_id import parse_hub_id
+from ..seams import (
+    EXECUTION_TAG,
+    FINISH_FAILED,
+    FINISH_PREPARED,
+    PARTS_DIR,
+    PREPARE_MARKER,
+    PREPARE_MODEL,
+    DatasetIndex,
+    Preparation,
+)
 from .aws_events import to_epoch
+from .hub import fetched
 from .preparation import Prepared, list_objects
 
 
@@ -87,6 +99,8 @@ def finish(s3: Any, sagemaker: Any, preparation: dict) -> dict:
         return {"status": FINISH_FAILED, "prepared": dataclasses.asdict(done),
                 "message": f"preparing {prep.raw_source} failed: processing job {prep.job_name} ended {status}: "
                            f"{reason} (${cost:.4f} billed)"}
+    if prep.kind == PREPARE_MODEL:  # a hub model's fetch: its copy complete, and its bill (spotrun/pipeline/hub.py)
+        return _fetched(s3, prep, done)
     parts: dict[str, dict] = {}
     held_out: dict[str, dict] = {}
     for o in list_objects(s3, prep.bucket, f"{prep.prefix}{PARTS_DIR}/"):
@@ -112,6 +126,22 @@ def finish(s3: Any, sagemaker: Any, preparation: dict) -> dict:
         "key": prep.key, "raw_source": prep.raw_source, "total_tokens": merged["total_tokens"],
         "parts": merged["parts"], "job_name": prep.job_name, "cost_usd": cost, "seconds": seconds}).encode())
     return {"status": FINISH_PREPARED, "prepared": dataclasses.asdict(done), "message": ""}
+
+
+def _fetched(s3: Any, prep: Preparation, done: Prepared) -> dict:
+    outcome = {**dataclasses.asdict(done), "kind": PREPARE_MODEL}
+    try:
+        manifest = fetched(s3, prep.bucket, parse_hub_id(prep.raw_source))
+    except ValueError as exc:
+        manifest, why = None, str(exc)
+    else:
+        why = "files listed in its manifest are missing"
+    if manifest is None:
+        return {"status": FINISH_FAILED, "prepared": outcome,
+                "message": f"fetching {prep.raw_source}: the job {prep.job_name} completed but {prep.output_uri} is "
+                           f"not a complete copy ({why}; ${done.cost_usd:.4f} billed)"}
+    return {"status": FINISH_PREPARED, "prepared": outcome, "message": f"fetched {prep.raw_source} at commit "
+            f"{manifest.get('commit')} into {prep.output_uri}"}
 
 
 def stop_preparation(sagemaker: Any, *, job_prefix: str, execution: str) -> list[str]:

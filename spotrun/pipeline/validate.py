@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..contract.hub_id import is_hub_id, parse_hub_id
 from ..contract.spec import (
     HYPERPARAMETER_KEY_MAX,
     HYPERPARAMETER_VALUE_MAX,
@@ -27,6 +28,7 @@ from ..contract.spec import (
 )
 from ..planner.sources import PLACEHOLDER_BUCKET
 from ..seams import METHODS
+from .hub import hub_prefix
 
 DATASETS_PREFIX, MODELS_PREFIX = "datasets/", "models/"  # the training role reads only these (ArtifactStore)
 
@@ -64,6 +66,17 @@ def _require_under(uri: str | None, target: Target, prefix: str, field_path: str
     return uri if uri.endswith("/") else uri + "/"
 
 
+def hub_copy(source: str, target: Target) -> str:
+    """A hub id's copy in the stage (spotrun/pipeline/hub.py: what the preparation step fetches it into); any
+    other source as it is. `spotrun local` fetches before it plans: a hub id reaching here locally is refused."""
+    if not is_hub_id(source):
+        return source
+    if target.bucket == THIS_MACHINE:
+        raise RunValidationError("model.source", source, "a local model directory: `spotrun local` fetches a hub "
+                                 "id into OUT/models/ before it plans (spotrun/local/pipeline.py)")
+    return f"s3://{target.bucket}/{hub_prefix(parse_hub_id(source))}"
+
+
 def check_catalog(run: RunSpec, catalog: dict) -> None:
     """compute.instance_type is `auto` or a type of spotrun's catalog (the planner knows no other)."""
     wanted = run.compute.instance_type
@@ -87,7 +100,8 @@ def check_target(run: RunSpec, target: Target) -> tuple[str, str | None]:
         raise RunValidationError("registry.model_package_group", run.model_package_group,
                                  f"{target.model_package_group} (this stack's group) or nothing")
     data_uri = _require_under(run.data.source, target, DATASETS_PREFIX, "data.source")
-    model_uri = _require_under(run.model.source, target, MODELS_PREFIX, "model.source") if run.model.source else None
+    model_uri = _require_under(hub_copy(run.model.source, target), target, MODELS_PREFIX, "model.source") \
+        if run.model.source else None
     return data_uri, model_uri
 
 

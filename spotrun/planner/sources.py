@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ..contract.hub_id import is_hub_id
 from ..contract.spec import RunSpec, RunValidationError, check_json_tree
 from ..seams import (
     TOKENIZER_DEFINITION,
@@ -98,6 +99,10 @@ def _read_json(source: str, name: str, field_path: str, s3_client: Any) -> dict:
 
 
 def _unreadable_here(source: str) -> str | None:
+    if is_hub_id(source):  # never read from the hub here (docs/models.md): the fetched copy is
+        return (f"{source} is a hub id: its config.json is read from the copy the preparation step fetches "
+                "(`spotrun start`; `spotrun local` fetches into OUT/models/); give model.config, a copy of it, to "
+                "estimate before")
     if source.startswith(f"s3://{PLACEHOLDER_BUCKET}/"):
         return f"{source} still names the placeholder bucket {PLACEHOLDER_BUCKET}"
     return None
@@ -164,7 +169,7 @@ def read_sources(run: RunSpec, s3_client: Any = None, *, offline: bool = False) 
     """
     out = Sources(None, None)
     if run.model.source is not None:
-        reason = _unreadable_here(run.model.source) if offline else None
+        reason = _unreadable_here(run.model.source) if offline or is_hub_id(run.model.source) else None
         try:
             if reason:
                 raise _Unreadable(reason)

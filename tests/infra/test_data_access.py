@@ -23,7 +23,7 @@ from botocore.exceptions import ClientError
 from moto import mock_aws, settings
 from moto.core.authorization import ActionAuthenticatorMixin
 
-from spotrun.seams import PREPARED_PREFIX, RUN_TAG
+from spotrun.seams import HUB_MODELS_PREFIX, PREPARED_PREFIX, RUN_TAG
 from tests.infra.iam_simulate import Request, decide
 from tests.infra.render import placeholder, render
 
@@ -67,7 +67,7 @@ def _role_policies(template: dict, prefix: str) -> tuple[str, list[dict]]:
 
 def _setup(template: dict) -> tuple[list, dict[str, str]]:
     """The unauthenticated setup calls, in order: bucket and seeded objects, a user that may assume the roles, the
-    two roles with the template's policies. Returns them and each role's name by its construct's ID."""
+    job roles with the template's policies. Returns them and each role's name by its construct's ID."""
     s3, iam = boto3.client("s3"), boto3.client("iam")
     trust = json.dumps({"Version": "2012-10-17", "Statement": [
         {"Effect": "Allow", "Action": "sts:AssumeRole", "Principal": {"AWS": USER_ARN}}]})
@@ -77,7 +77,7 @@ def _setup(template: dict) -> tuple[list, dict[str, str]]:
              lambda: iam.put_user_policy(UserName="tester", PolicyName="assume", PolicyDocument=may_assume)]
     calls += [lambda k=k: s3.put_object(Bucket=BUCKET, Key=k, Body=b"seeded") for k in SEEDED]
     roles = {}
-    for prefix in ("PreparationRole",):
+    for prefix in ("PreparationRole", "HubFetchRole"):
         role_id, docs = _role_policies(template, prefix)
         roles[prefix] = role_id
         calls.append(lambda r=role_id: iam.create_role(RoleName=r, AssumeRolePolicyDocument=trust))
@@ -217,3 +217,15 @@ def test_only_the_preparation_job_adds_prepared_parts_and_it_touches_nothing_els
     assert not _allowed(_get(prep, "output/other-run-job/output/model.tar.gz"))
     assert not _allowed(_put(prep, "datasets/alpaca/index.json"))
     assert not _allowed(_delete(prep, f"{PREPARED_PREFIX}0123abcd/shard-00000.bin"))
+
+
+def test_the_hub_fetch_job_the_one_with_network_only_adds_files_under_models_hub(s3_as):
+    fetch = s3_as["HubFetchRole"]
+    assert _allowed(_put(fetch, f"{HUB_MODELS_PREFIX}org/name/main/model.safetensors"))
+    # It reads nothing (a job with network holds no data worth taking), overwrites no user's model, deletes nothing.
+    for key in ("models/llama/config.json", "datasets/alpaca/index.json", f"{PREPARED_PREFIX}0123abcd/shard-00000.bin",
+                "output/other-run-job/output/model.tar.gz", f"{HUB_MODELS_PREFIX}org/name/main/model.safetensors"):
+        assert not _allowed(_get(fetch, key)), key
+    assert not _allowed(_put(fetch, "models/llama/config.json"))
+    assert not _allowed(_put(fetch, "datasets/alpaca/index.json"))
+    assert not _allowed(_delete(fetch, f"{HUB_MODELS_PREFIX}org/name/main/model.safetensors"))

@@ -252,9 +252,10 @@ def test_every_segment_after_the_first_is_created_by_the_guards_choice_of_capaci
 def test_named_failures_before_anything_is_created(definition):
     choice = definition["States"]["EstimateOk"]
     targets = {c["StringEquals"]: c["Next"] for c in choice["Choices"]}
-    # Prepare: raw data.source is prepared first (a processing job; the estimate runs again after it).
+    # Prepare: raw data.source is prepared first, or a hub model fetched (a processing job of either kind; the
+    # estimate runs again after it).
     assert targets == {"InvalidRun": "NotifyInvalidRun", "OverBudget": "NotifyOverBudget",
-                       "Prepare": "CreatePreparationJob"}
+                       "Prepare": "PrepareWhat"}
     assert definition["States"]["EstimatePrepared"]["Next"] == "EstimateOk"
     assert definition["States"]["InvalidRun"] == {"Type": "Fail", "Error": "InvalidRun", "CausePath": "$.plan.message"}
     assert definition["States"]["OverBudget"]["Error"] == "OverBudget"

@@ -131,6 +131,8 @@ class Driver:
         self.role_arn = iam.create_role(RoleName="sm-role", AssumeRolePolicyDocument=trust)["Role"]["Arn"]
         self.preparation_role_arn = iam.create_role(RoleName="preparation-role",
                                                     AssumeRolePolicyDocument=trust)["Role"]["Arn"]
+        self.hub_fetch_role_arn = iam.create_role(RoleName="hub-fetch-role",
+                                                  AssumeRolePolicyDocument=trust)["Role"]["Arn"]
         # What the launch function assumes, with the run's session tag, to create training jobs.
         self.launcher_role_arn = iam.create_role(RoleName="launcher-role",
                                                  AssumeRolePolicyDocument=trust)["Role"]["Arn"]
@@ -164,6 +166,8 @@ class Driver:
             return self.role_arn
         if logical.startswith("PreparationRole"):
             return self.preparation_role_arn
+        if logical.startswith("HubFetchRole"):
+            return self.hub_fetch_role_arn
         if logical.startswith("PipelineLauncherRole"):
             return self.launcher_role_arn
         if logical in RESOURCES:

@@ -1,0 +1,154 @@
+"""Hub models (`model.source` hf://org/name[@revision]): the contract, the fetch from a loopback mirror of the
+hub's API (tests/spotrun/hub_mirror.py, with huggingface_hub's own client) into a local stand-in of the stage's
+models/ and its reuse, the estimate's rule (no hub access at estimate time), and `spotrun local` training on a
+fetched copy."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from spotrun.cli.main import main
+from spotrun.contract.hub_id import parse_hub_id
+from spotrun.contract.runfile import load_run_file
+from spotrun.contract.spec import RunValidationError, parse_run
+from spotrun.local.pipeline import load_run
+from spotrun.pipeline.hub_fetch import HubFetchError, fetch_into, local_copy
+from spotrun.planner.sources import read_sources
+from spotrun.seams import HUB_MANIFEST
+from tests.spotrun.hub_mirror import HubMirror
+
+REPO = "tiny-org/tiny-llama"
+
+
+def _run(source: str, data: str = "/data") -> dict:
+    return {"version": 1, "name": "hub", "model": {"source": source}, "data": {"source": data, "seq_len": 64},
+            "budget": {"max_usd": 5}}
+
+
+@pytest.mark.parametrize("source, repo, revision", [
+    ("hf://org/name", "org/name", "main"),
+    ("hf://Qwen/Qwen2.5-0.5B-Instruct@v1.0", "Qwen/Qwen2.5-0.5B-Instruct", "v1.0"),
+    ("hf://a/b@" + "0123456789abcdef" * 2 + "01234567", "a/b", "0123456789abcdef" * 2 + "01234567"),
+])
+def test_the_contract_accepts_hub_ids_with_or_without_a_revision(source, repo, revision):
+    run = parse_run(_run(source))
+    assert run.model.source == source and run.model.init == "pretrained"
+    hub = parse_hub_id(source)
+    assert (hub.repo, hub.revision) == (repo, revision)
+
+
+@pytest.mark.parametrize("source", ["hf://name-only", "hf://org/name/extra", "hf://org/-name", "hf://org/na--me",
+                                    "hf://org/name@", "hf://org/name@refs/pr/1", "hf://org/name@a..b", "hf:/org/n",
+                                    "https://huggingface.co/org/name", "hf://" + "a" * 97 + "/n"])
+def test_a_malformed_hub_id_is_one_line_naming_model_source_and_the_accepted_form(source):
+    with pytest.raises(RunValidationError) as err:
+        parse_run(_run(source))
+    message = str(err.value)
+    assert err.value.field == "model.source" and "\n" not in message
+    assert "hf://org/name or hf://org/name@revision" in message or "hf://org/name[@revision]" in message
+
+
+def test_a_run_file_keeps_a_hub_id_as_written(tmp_path):
+    (tmp_path / "run.json").write_text(json.dumps(_run("hf://org/name@v1", "data")))
+    loaded = load_run_file(tmp_path / "run.json")
+    assert loaded.raw["model"]["source"] == "hf://org/name@v1"  # not made a path like the local data source
+    assert loaded.raw["data"]["source"] == str(tmp_path / "data")
+
+
+def test_the_estimate_never_reads_the_hub_it_plans_with_an_inline_config_or_names_what_to_do():
+    run = parse_run(_run("hf://org/name"))
+    with pytest.raises(RunValidationError) as err:
+        read_sources(run, offline=True)
+    assert err.value.field == "model.source" and "give model.config" in str(err.value)
+    config = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+              "intermediate_size": 128, "vocab_size": 256}
+    with_config = parse_run({**_run("hf://org/name"), "model": {"source": "hf://org/name", "config": config},
+                             "data": {"source": "/data", "seq_len": 64, "tokens": 10_000}})
+    sources = read_sources(with_config, offline=True)
+    assert sources.model_config is None and any("is a hub id" in n for n in sources.notes)
+
+
+@pytest.fixture
+def hub(assets):
+    with HubMirror() as mirror:
+        mirror.add(REPO, Path(assets["model"]))
+        yield mirror
+
+
+def test_a_fetch_pins_the_commit_records_each_files_sha256_and_is_reused_without_asking_the_hub(hub, assets,
+                                                                                              tmp_path):
+    models = tmp_path / "models"
+    path, manifest, reused = fetch_into(models, parse_hub_id(f"hf://{REPO}"), endpoint=hub.endpoint)
+    assert not reused and path == models / "_hub" / "tiny-org" / "tiny-llama" / "main"
+    assert manifest["commit"] == hub.repos[REPO].commit and manifest["revision"] == "main"
+    assert json.loads((path / HUB_MANIFEST).read_text()) == manifest
+    for name, entry in manifest["files"].items():  # the bytes the hub served, hashed here independently
+        assert hashlib.sha256((Path(assets["model"]) / name).read_bytes()).hexdigest() == entry["sha256"]
+    assert set(manifest["files"]) == {p.name for p in Path(assets["model"]).iterdir()}
+    assert sorted(hub.downloads()) == sorted(f"/{REPO}/resolve/{manifest['commit']}/{n}" for n in manifest["files"])
+
+    # The branch moves on the hub: the stage keeps the commit of its first fetch, and asks nothing.
+    asked = len(hub.requests)
+    hub.repos[REPO].branches["main"] = "f" * 40
+    again, manifest2, reused2 = fetch_into(models, parse_hub_id(f"hf://{REPO}@main"), endpoint=hub.endpoint)
+    assert reused2 and again == path and manifest2 == manifest and len(hub.requests) == asked
+
+    # A copy missing a file is fetched again (at the commit the branch names now: here none the hub has).
+    (path / "config.json").unlink()
+    with pytest.raises(HubFetchError, match="downloading commit f{40} failed|no revision"):
+        fetch_into(models, parse_hub_id(f"hf://{REPO}"), endpoint=hub.endpoint)
+
+
+def test_an_id_the_hub_does_not_have_or_a_model_without_safetensors_is_one_line_with_the_reason(hub, assets,
+                                                                                                tmp_path):
+    for source, reason in ((f"hf://{REPO}@v9", "the hub has no revision 'v9'"),
+                           ("hf://tiny-org/missing", "the hub has no public model tiny-org/missing")):
+        with pytest.raises(HubFetchError, match=reason):
+            fetch_into(tmp_path / "models", parse_hub_id(source), endpoint=hub.endpoint)
+    pickled = tmp_path / "pickled"
+    pickled.mkdir()
+    shutil.copy(Path(assets["model"]) / "config.json", pickled / "config.json")
+    (pickled / "pytorch_model.bin").write_bytes(b"\x80\x04pickle")
+    hub.add("tiny-org/pickled", pickled)
+    with pytest.raises(HubFetchError, match="config.json and .safetensors weights"):
+        fetch_into(tmp_path / "models", parse_hub_id("hf://tiny-org/pickled"), endpoint=hub.endpoint)
+    assert not any("pytorch_model.bin" in p for p in hub.downloads())  # never downloaded: not a model file
+    assert not local_copy(tmp_path / "models", parse_hub_id("hf://tiny-org/pickled")).exists()
+
+
+def test_local_load_fetches_into_out_models_once_and_refuses_an_unknown_revision_by_field(hub, assets, tmp_path):
+    run_path = tmp_path / "run.json"
+    run_path.write_text(json.dumps(_run(f"hf://{REPO}", str(assets["data"]))))
+    lines: list[str] = []
+    raw, run = load_run(run_path, tmp_path / "out" / "models", hub_endpoint=hub.endpoint, emit=lines.append)
+    copy = local_copy(tmp_path / "out" / "models", parse_hub_id(f"hf://{REPO}"))
+    assert run.model.source == raw["model"]["source"] == str(copy) and (copy / "config.json").is_file()
+    assert "fetched commit" in lines[0]
+    asked = len(hub.requests)
+    load_run(run_path, tmp_path / "out" / "models", hub_endpoint=hub.endpoint, emit=lines.append)
+    assert len(hub.requests) == asked and "reused commit" in lines[1]
+    run_path.write_text(json.dumps(_run(f"hf://{REPO}@v9", str(assets["data"]))))
+    with pytest.raises(RunValidationError) as err:
+        load_run(run_path, tmp_path / "out" / "models", hub_endpoint=hub.endpoint, emit=lines.append)
+    assert err.value.field == "model.source" and "no revision 'v9'" in str(err.value)
+
+
+@pytest.mark.slow
+def test_spotrun_local_trains_a_hub_model_fetched_from_the_mirror(hub, assets, tmp_path, monkeypatch, capsys):
+    run_path = tmp_path / "run.json"
+    run_path.write_text(json.dumps({**_run(f"hf://{REPO}", str(assets["data"])), "training": {"lr": 0.003}}))
+    monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)  # read by the CLI's entry point
+    code = main(["local", str(run_path), "--out", str(tmp_path / "out"), "--nproc", "1", "--progress", "none",
+                 "--format", "json", "--set", "max_steps=3", "--set", "log_every=1"])
+    assert code == 0, capsys.readouterr().err
+    report = json.loads(capsys.readouterr().out)
+    assert report["status"] != "GateFailed" and report["model_package"]
+    copy = local_copy(tmp_path / "out" / "models", parse_hub_id(f"hf://{REPO}"))
+    job_run = json.loads((Path(report["files"]["report"]).parent / "run.json").read_text())
+    assert job_run["model"]["source"] == str(copy)  # trained from the fetched copy
+    assert len(hub.downloads()) == len(json.loads((copy / HUB_MANIFEST).read_text())["files"])
