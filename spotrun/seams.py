@@ -375,6 +375,9 @@ class Preparation:
     poll_seconds: int
     files: int
     kind: str = PREPARE_DATA  # PREPARE_MODEL: a hub model fetched into prefix (raw_source is the hub id)
+    # What this execution's earlier preparation billed (a hub model's fetch before its raw data's preparation): the
+    # finish step adds it to the Prepared's cost_usd, so the plan after the last preparation counts every job's bill.
+    earlier_usd: float = 0.0
 
 
 PREPARATION_FIELDS = frozenset(f.name for f in dataclasses.fields(Preparation))

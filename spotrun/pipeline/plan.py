@@ -225,6 +225,8 @@ def plan(run_raw: Any, execution: str, settings: PipelineSettings, *, s3_client:
             if instead is not None:
                 if instead["status"] == PlanStatus.PREPARE.value:
                     check_before_preparing(run, quotas_client, execution_status)
+                    # the fetch's bill rides on the data's preparation into the next plan (`Preparation.earlier_usd`)
+                    instead["preparation"]["earlier_usd"] = fetch_usd
                 return instead
             data_uri = done.data_source if done else data_uri
         sources = read_sources(run, s3_client=s3_client)

@@ -92,7 +92,8 @@ def finish(s3: Any, sagemaker: Any, preparation: dict) -> dict:
     cost, seconds = job_cost(describe, prep.usd_per_hour)
     status = describe.get("ProcessingJobStatus")
     done = Prepared(key=prep.key, raw_source=prep.raw_source, data_source=prep.output_uri, tokens=0, reused=False,
-                    cost_usd=cost, seconds=seconds, job_name=prep.job_name, instance_type=prep.instance_type,
+                    cost_usd=round(cost + prep.earlier_usd, 6), seconds=seconds, job_name=prep.job_name,
+                    instance_type=prep.instance_type,
                     instance_count=prep.instance_count)
     if status != "Completed":
         reason = "; ".join(r for r in (describe.get("FailureReason"), describe.get("ExitMessage")) if r) or status

@@ -20,9 +20,9 @@ import pytest
 from botocore.validate import ParamValidator
 
 from spotrun.seams import HUB_MANIFEST
-from tests.infra.test_preparation import prep_aws  # noqa: F401 (the fixture: moto with processing run for real)
+from tests.infra.test_preparation import BILLED_S, RAW_RUN, prep_aws  # noqa: F401 (prep_aws: the fixture, moto with processing run for real)
 from tests.infra.test_seams import check_shape
-from tests.infra.test_state_machine_moto import BUCKET, RUN
+from tests.infra.test_state_machine_moto import BUCKET, REGION, RUN
 from tests.spotrun.hub_mirror import HubMirror
 
 pytestmark = pytest.mark.slow  # synthesizes the app and runs the fetch in a subprocess
@@ -118,3 +118,24 @@ def test_only_the_fetch_job_has_network_and_its_role_only_adds_files_under_model
                                        (s["Action"] if isinstance(s["Action"], list) else [s["Action"]]))]
     assert [sorted(s["Action"]) for s in s3] == [["s3:AbortMultipartUpload", "s3:PutObject"]]
     assert json.dumps(s3[0]["Resource"]).endswith('"/models/_hub/*"]]}')
+
+
+def test_a_hub_model_with_raw_data_counts_both_preparations_bills_before_the_first_job(prep_aws, hub):  # noqa: F811
+    """Two preparations in one execution (the model's fetch, then the data's): the plan after the last counts both
+    bills, each job's instances x its billed seconds at the catalog's processing rate (not only the latest job's)."""
+    aws = prep_aws
+    run = {**HUB_RUN, "name": "hub-raw", "data": RAW_RUN["data"]}
+    result = aws.execute("hub-raw-1", run)
+    assert result["status"] == "SUCCEEDED", (result, aws.ran)
+    clusters = [r["ProcessingResources"]["ClusterConfig"] for r in aws.recorded.requests.values()]
+    assert len(clusters) == 2  # the fetch, then the data's preparation
+    billed = sum(BILLED_S * c["InstanceCount"] * _processing_rate_of(c["InstanceType"]) / 3600 for c in clusters)
+    p = aws.plan_of("hub-raw-1")
+    assert p["spent_before_usd"] == pytest.approx(billed, abs=1e-4) and p["max_usd"] == run["budget"]["max_usd"]
+    guard0 = aws.functions_payloads("PipelineCostGuardFn")[0]["guard"]
+    assert guard0["spent_before_usd"] == pytest.approx(billed, abs=1e-4)
+
+
+def _processing_rate_of(instance_type: str) -> float:
+    catalog = json.loads((Path(__file__).resolve().parents[2] / "spotrun" / "planner" / "catalog.json").read_text())
+    return catalog["regions"][REGION]["processing_usd_per_hour"][instance_type]
