@@ -26,6 +26,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import httpx2  # huggingface_hub 2.x's HTTP client: a network failure is its error, not an OSError
 from huggingface_hub import HfApi, snapshot_download
 from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
 
@@ -63,7 +64,7 @@ def resolve_commit(hub: HubId, endpoint: str | None, token: str | None = None) -
     except (RepositoryNotFoundError, GatedRepoError) as exc:
         raise HubFetchError(f"{hub.text}: the hub has no public model {hub.repo} ({type(exc).__name__}; gated "
                             "and private models are not fetched)") from None
-    except (HfHubHTTPError, OSError) as exc:
+    except (HfHubHTTPError, httpx2.HTTPError, OSError) as exc:
         raise HubFetchError(f"{hub.text}: the hub could not be reached ({type(exc).__name__}: {exc})") from None
     if not sha or not COMMIT.fullmatch(sha):
         raise HubFetchError(f"{hub.text}: the hub named no commit for {hub.revision!r}")
@@ -78,7 +79,7 @@ def fetch(hub: HubId, out: Path, *, endpoint: str | None = None, token: str | No
             snapshot = Path(snapshot_download(hub.repo, revision=commit, cache_dir=cache, endpoint=endpoint,
                                               token=token, allow_patterns=MODEL_PATTERNS,
                                               ignore_patterns=NOT_NESTED))
-        except (HfHubHTTPError, OSError) as exc:
+        except (HfHubHTTPError, httpx2.HTTPError, OSError) as exc:
             raise HubFetchError(f"{hub.text}: downloading commit {commit} failed ({type(exc).__name__}: {exc})"
                                 ) from None
         names = sorted(p.name for p in snapshot.iterdir() if p.is_file())

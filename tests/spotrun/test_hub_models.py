@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import socket
 from pathlib import Path
 
 import pytest
@@ -152,3 +153,18 @@ def test_spotrun_local_trains_a_hub_model_fetched_from_the_mirror(hub, assets, t
     job_run = json.loads((Path(report["files"]["report"]).parent / "run.json").read_text())
     assert job_run["model"]["source"] == str(copy)  # trained from the fetched copy
     assert len(hub.downloads()) == len(json.loads((copy / HUB_MANIFEST).read_text())["files"])
+
+
+def test_a_hub_that_cannot_be_reached_is_one_line_naming_model_source(assets, tmp_path):
+    """huggingface_hub 2.x raises its HTTP client's errors (not OSError) when nothing listens: still one line."""
+    with socket.socket() as s:  # a loopback port nothing listens on once this socket is closed
+        s.bind(("127.0.0.1", 0))
+        endpoint = f"http://127.0.0.1:{s.getsockname()[1]}"
+    with pytest.raises(HubFetchError, match="the hub could not be reached"):
+        fetch_into(tmp_path / "models", parse_hub_id(f"hf://{REPO}@v1"), endpoint=endpoint)
+    run_path = tmp_path / "run.json"
+    run_path.write_text(json.dumps(_run(f"hf://{REPO}@v1", str(assets["data"]))))
+    with pytest.raises(RunValidationError) as err:
+        load_run(run_path, tmp_path / "out" / "models", hub_endpoint=endpoint, emit=lambda line: None)
+    assert err.value.field == "model.source" and "could not be reached" in str(err.value)
+    assert "\n" not in str(err.value)
