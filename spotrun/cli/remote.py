@@ -32,6 +32,7 @@ import spotrun
 
 from ..contract.refusal import Refusal
 from ..contract.runfile import load_run_file
+from ..contract.strict_json import RunValidationError
 from ..pipeline.guard import decide
 from ..pipeline.plan import plan
 from ..pipeline.report import summary_text
@@ -101,7 +102,12 @@ def stage_region(stage: str | None, config: Path = STAGE_CONFIG) -> str | None:
         spec = importlib.util.spec_from_file_location(name, config)
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module  # its dataclasses look their module up while they are made
-        spec.loader.exec_module(module)  # the fork's one configuration module: plain dataclasses, no AWS call
+        try:
+            spec.loader.exec_module(module)  # the fork's one configuration module: plain dataclasses, no AWS call
+        except ValueError as exc:  # its own checks (a region without prices, a bad name): one line, not a traceback
+            del sys.modules[name]
+            raise RunValidationError("--stage", stage, f"a stage whose stacks/config.py loads; it says: {exc}"
+                                     ) from None
     return next((env.region for env in module.ENVIRONMENTS if env.stage == stage), None)
 
 

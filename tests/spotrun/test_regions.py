@@ -180,3 +180,30 @@ def _deployed_stage(region: str) -> None:
     boto3.client("cloudformation", region_name=region).create_stack(StackName="dev-Spotrun", TemplateBody=json.dumps({
         "Resources": {"Topic": {"Type": "AWS::SNS::Topic"}},
         "Outputs": {key: {"Value": value} for key, value in outputs.items()}}))
+
+
+def test_a_fork_whose_stage_is_in_an_unpriced_region_gets_one_line_from_every_stage_command(tmp_path, monkeypatch,
+                                                                                              capsys):
+    """The README's first deploy step edits stacks/config.py's region: a `--stage` command that loads it says what
+    its checks say in one line (exit 2), not a traceback."""
+    import functools
+
+    from spotrun.cli import estimate as estimate_command
+    from spotrun.cli import remote
+
+    config = tmp_path / "config.py"
+    config.write_text(remote.STAGE_CONFIG.read_text().replace('region="us-east-1"', 'region="eu-west-1"'))
+    assert 'region="eu-west-1"' in config.read_text()
+    forked = functools.partial(remote.stage_region, config=config)
+    monkeypatch.setattr(remote, "stage_region", forked)
+    monkeypatch.setattr(estimate_command, "stage_region", forked)
+    run_file = tmp_path / "run.json"
+    run_file.write_text(json.dumps({"version": 1, "name": "r", "model": {"source": "s3://b/models/m/"},
+                                    "data": {"source": "s3://b/datasets/d/", "seq_len": 64},
+                                    "budget": {"max_usd": 5}}))
+    for argv in (["validate", str(run_file), "--stage", "dev"], ["status", "r", "--stage", "dev"]):
+        code = main(argv)
+        err = capsys.readouterr().err
+        assert code == 2, (argv, err)
+        assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+        assert "--stage" in err and "run `spotrun catalog update --region eu-west-1`" in err, err
