@@ -103,7 +103,11 @@ def choose(plan: SimPlan, rows: list[Summary], confidence: float = CONFIDENCE,
             chosen, why = choose(plan, within, confidence)
             return chosen, f"{why}; {len(rows) - len(within)} policies left out: P95 cost over the ${cap_usd:,.2f} cap"
     if plan.deadline_s is None:  # a run stopped unfinished (at MaxRuntime) costs less and is worth nothing
-        done = [r for r in rows if r.p_finished >= confidence] or [max(rows, key=lambda r: r.p_finished)]
+        done = [r for r in rows if r.p_finished >= confidence]
+        if not done:  # without on-demand fallback, spot may not come back before MaxWait or MaxRuntime
+            best = max(rows, key=lambda r: (r.p_finished, -r.mean_usd))
+            return best, (f"no deadline, and no policy finishes on >= {confidence:.0%} of the traces: the likeliest "
+                          f"to finish ({best.p_finished:.1%}; its expected cost counts the unfinished runs' bills)")
         best = min(done, key=lambda r: r.mean_usd)
         return best, (f"no deadline: the least expected cost of the {len(done)} of {len(rows)} policies that "
                       f"finish on >= {confidence:.0%} of the traces")
@@ -145,6 +149,10 @@ def spot_policy(run, est, catalog: dict, *, n: int = N_TRACES, seed: int = SEED,
         est.warnings.append(f"compute.deadline_hours={plan.deadline_s / 3600:g}: no policy meets it on "
                             f"{CONFIDENCE:.0%} of the traces (on-demand from the start takes "
                             f"{rows[0].mean_wall_h:.1f} h); the run would miss it")
+    if plan.deadline_s is None and not any(r.p_finished >= CONFIDENCE for r in rows):
+        est.warnings.append(f"the run may not finish: no spot policy finishes on {CONFIDENCE:.0%} of the traces (the "
+                            f"likeliest, {best.label}, on {best.p_finished:.1%}); compute.on_demand_fallback=true "
+                            "finishes on on-demand when spot does not come back")
     if not run.compute.spot:
         alternative = f"; {best.label} would be the choice with spot" if best.policy != "on_demand" else ""
         best, why = rows[0], f"compute.spot=false: on-demand as the run asks{alternative}"

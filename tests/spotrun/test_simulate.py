@@ -540,3 +540,15 @@ def test_simulate_draws_a_progress_bar_on_stderr_only_once_it_has_taken_two_seco
     drawn = slow.stream.getvalue()
     assert drawn.startswith("\rexact optimum [#######.......................] 250/1,000")
     assert drawn.endswith("[" + "#" * Progress.WIDTH + "] 1,000/1,000\n")
+
+
+def test_without_a_deadline_when_no_policy_finishes_on_the_confidence_the_reason_says_so_with_the_odds():
+    from spotrun.policy.choose import CONFIDENCE, choose
+
+    plan = _plan(deadline_s=None, max_runtime_s=20 * H, max_wait_s=100 * H)
+    finishing, stranded = [(0.0, INF)], [(0.0, 15 * H), (30 * H, INF)]  # the second reaches MaxRuntime unfinished
+    rows = compare(plan, [finishing, stranded], [("maxwait_fallback", "notice")])
+    assert rows[0].p_finished == 0.5 < CONFIDENCE
+    best, why = choose(plan, rows)
+    assert why.startswith(f"no deadline, and no policy finishes on >= {CONFIDENCE:.0%}") and "(50.0%" in why
+    assert "policies that finish on" not in why  # the old wording claimed what the odds deny
