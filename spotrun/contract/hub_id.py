@@ -41,11 +41,6 @@ class HubId:
     def text(self) -> str:
         return f"{HUB_SCHEME}{self.repo}@{self.revision}"
 
-    @property
-    def models_key(self) -> str:
-        """Where its copy lives under the stage's models/ prefix (and a local stage's models directory)."""
-        return f"hf/{self.org}/{self.name}/{self.revision}"
-
 
 def is_hub_id(source: str | None) -> bool:
     return isinstance(source, str) and source.startswith(HUB_SCHEME)
