@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from botocore.exceptions import BotoCoreError, ClientError, NoRegionError
+from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, NoRegionError
 
 import spotrun
 
@@ -123,6 +123,8 @@ def deployment(stage: str, stack: str | None = None, region: str | None = None) 
     except NoRegionError:
         raise RemoteError(f"no AWS region for stage {stage!r}: stacks/config.py (in a checkout) does not list it and "
                           "the AWS configuration names none; pass --region or set AWS_REGION") from None
+    except NoCredentialsError:
+        raise  # an AWS failure (exit 1, `run_command`), not a missing stage: deploying would not help
     except (ClientError, BotoCoreError) as exc:
         raise RemoteError(f"stack {name} not readable ({exc}): deploy the stage (cdk deploy '{stage}/*'), or pass "
                           "--stack / --region") from None
