@@ -230,6 +230,10 @@ def test_a_remote_command_without_aws_credentials_is_an_aws_failure_not_a_missin
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")  # no instance metadata call: nothing reaches AWS
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # and no request could, were credentials found
+    import boto3
+
+    monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)  # an earlier test's session caches its credentials
     code = main(["status", "r", "--stage", "dev"])
     err = capsys.readouterr().err
     assert code == 1, err  # exits.py: 1 is an AWS failure
