@@ -15,13 +15,11 @@ import hashlib
 import json
 from pathlib import Path
 
-import botocore.session
 import pytest
-from botocore.validate import ParamValidator
 
 from spotrun.seams import HUB_MANIFEST
 from tests.infra.test_preparation import BILLED_S, RAW_RUN, prep_aws  # noqa: F401 (prep_aws: the fixture, moto with processing run for real)
-from tests.infra.test_seams import check_shape
+from tests.infra.test_seams import request_problems
 from tests.infra.test_state_machine_moto import BUCKET, REGION, RUN
 from tests.spotrun.hub_mirror import HubMirror
 
@@ -45,12 +43,7 @@ def test_a_hub_model_is_fetched_once_by_the_preparation_step_and_trained_from_th
     result = aws.execute("hub-1", HUB_RUN)
     assert result["status"] == "SUCCEEDED", (result, aws.ran)
     (name, request), = aws.recorded.requests.items()
-    model = botocore.session.get_session().get_service_model("sagemaker").operation_model("CreateProcessingJob")
-    report = ParamValidator().validate(request, model.input_shape)
-    assert not report.has_errors(), report.generate_report()
-    problems: list[str] = []
-    check_shape(request, model.input_shape, "CreateProcessingJob", problems)
-    assert problems == []
+    assert request_problems(request, "sagemaker", "CreateProcessingJob") == []
     # The fetch is the one job with network; spotrun.pipeline.hub_fetch in the trainer image; one instance; no inputs.
     assert request["NetworkConfig"]["EnableNetworkIsolation"] is False
     assert request["RoleArn"] == aws.hub_fetch_role_arn  # its own role: writes models/_hub/ only (test_data_access)

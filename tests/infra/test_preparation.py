@@ -18,9 +18,7 @@ from pathlib import Path
 from unittest import mock
 
 import boto3
-import botocore.session
 import pytest
-from botocore.validate import ParamValidator
 from moto import mock_aws
 from moto.awslambda_simple.models import LambdaSimpleBackend
 from moto.sagemaker.models import sagemaker_backends
@@ -34,7 +32,7 @@ from spotrun.pipeline.report import summary_text
 from spotrun.seams import PREPARED_PREFIX, PreparationSettings
 from tests.infra.processing_sim import RecordedRequests, run_processing_job
 from tests.infra.statements import as_list
-from tests.infra.test_seams import check_shape
+from tests.infra.test_seams import request_problems
 from tests.infra.test_state_machine_moto import (
     ACCOUNT,
     BUCKET,
@@ -107,12 +105,7 @@ def test_raw_text_is_prepared_by_a_processing_job_then_trained_and_its_cost_coun
     assert result["status"] == "SUCCEEDED", (result, aws.ran)
     # One processing job, its request valid for the real API (botocore's model, full-match patterns).
     (name, request), = aws.recorded.requests.items()
-    model = botocore.session.get_session().get_service_model("sagemaker").operation_model("CreateProcessingJob")
-    report = ParamValidator().validate(request, model.input_shape)
-    assert not report.has_errors(), report.generate_report()
-    problems: list[str] = []
-    check_shape(request, model.input_shape, "CreateProcessingJob", problems)
-    assert problems == []
+    assert request_problems(request, "sagemaker", "CreateProcessingJob") == []
     # It runs as the preparation role, the only job role that writes datasets/_prepared/ (test_data_access.py).
     assert request["RoleArn"] == aws.preparation_role_arn != aws.role_arn
     cluster = request["ProcessingResources"]["ClusterConfig"]

@@ -238,6 +238,16 @@ def resolve_parameters(params, state: dict):
     return out
 
 
+def request_problems(request: dict, service: str, operation: str) -> list[str]:
+    """Everything botocore's model says is wrong with a request: ParamValidator's report (types, required members)
+    and `check_shape`'s (lengths, values, enums, full-match patterns)."""
+    model = botocore.session.get_session().get_service_model(service).operation_model(operation)
+    report = ParamValidator().validate(request, model.input_shape)
+    problems = [report.generate_report()] if report.has_errors() else []
+    check_shape(request, model.input_shape, operation, problems)
+    return problems
+
+
 def check_shape(value, shape, where: str, problems: list[str]) -> None:
     """What botocore's ParamValidator leaves out: maximum lengths and values, enums, patterns."""
     meta = shape.metadata
