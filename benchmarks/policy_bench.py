@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import math
 import random
 from pathlib import Path
@@ -114,12 +115,31 @@ def outcomes(plan: SimPlan, traces: list, policy: str) -> list[tuple[float, bool
     return [outcome(plan, trace, policy) for trace in traces]
 
 
+def optima(plan: SimPlan, ws: list, sampled: list[int], cache: Path | None) -> dict[int, float]:
+    """The exact optimum's cost / on-demand on each sampled window where the solver says it is exact (past its
+    cap it returns a floor, not the optimum). `cache`: a JSON file of earlier answers for the same setting,
+    keyed by deadline, trace position, window and start offset; the windows it lacks are solved and added."""
+    stored = json.loads(cache.read_text()) if cache is not None and cache.exists() else {}
+    od = plan.work_s / 3600 * plan.on_demand_usd_per_h
+    out, added = {}, False
+    for i in sampled:
+        key = f"{plan.deadline_s:.0f}/{ws[i][0]}/{i}/{ws[i][1][0][0]:.3f}"
+        if key not in stored:
+            o = solve(plan, ws[i][1])
+            stored[key], added = (o.usd / od if o.exact and o.usd is not None else None), True
+        if stored[key] is not None:
+            out[i] = stored[key]
+    if cache is not None and added:
+        cache.write_text(json.dumps(stored, indent=0, sort_keys=True))
+    return out
+
+
 def _mean(values: list[float]) -> float:
     return sum(values) / len(values) if values else float("nan")  # no exact optimum among the sampled windows
 
 
 def table(recordings: list, names: list[str], every_h: float, optimum_every: int, policies: list[str],
-          deadlines: tuple[float, ...] = DEADLINES_H) -> list[str]:
+          deadlines: tuple[float, ...] = DEADLINES_H, cache: Path | None = None) -> list[str]:
     rows = ["| deadline | policy | choose: cost / OD | choose: over optimum | choose: missed | held-out: cost / OD | "
             "held-out: over optimum | held-out: missed | all 17: cost / OD | all: over optimum |",
             "|---|---|---|---|---|---|---|---|---|---|"]
@@ -129,10 +149,7 @@ def table(recordings: list, names: list[str], every_h: float, optimum_every: int
         sets = {"choose": [i for i, (n, _) in enumerate(ws) if n % 2 == 0],
                 "held-out": [i for i, (n, _) in enumerate(ws) if n % 2 == 1], "all": list(range(len(ws)))}
         sampled = list(range(0, len(ws), optimum_every))
-        od = plan.work_s / 3600 * plan.on_demand_usd_per_h
-        solved = {i: solve(plan, ws[i][1]) for i in sampled}
-        # past its cap the solver returns a floor, not the optimum: the gap is taken where it is exact only
-        floor = {i: o.usd / od for i, o in solved.items() if o.exact and o.usd is not None}
+        floor = optima(plan, ws, sampled, cache)
         print(f"{deadline} h: {len(ws)} windows ({len(sets['choose'])} choose, {len(sets['held-out'])} held out); "
               f"exact optimum on {len(floor)} of {len(sampled)} sampled: {_mean(list(floor.values())):.3f} of "
               "on-demand", flush=True)
@@ -161,6 +178,8 @@ def main() -> None:
                         help="the extracted skypilot-org/spot-traces repository")
     parser.add_argument("--every-h", type=float, default=6.0, help="hours between job starts in each trace")
     parser.add_argument("--optimum-every", type=int, default=4, help="the exact optimum on every k-th window")
+    parser.add_argument("--optimum-cache", type=Path,
+                        help="a JSON file of the optimum's answers: read, and extended with the windows it lacks")
     parser.add_argument("--deadline", type=float, action="append", help="only these deadlines, hours (repeatable)")
     parser.add_argument("--policy", action="append", choices=DEADLINE_RULES + BASELINES,
                         help="only these (repeatable)")
@@ -172,7 +191,7 @@ def main() -> None:
     names = [f"{f.parent.name}/{f.stem}" for f in files]
     policies = args.policy or list(DEADLINE_RULES + BASELINES)
     print("\n".join(table(recordings, names, args.every_h, args.optimum_every, policies,
-                           tuple(args.deadline or DEADLINES_H))))
+                           tuple(args.deadline or DEADLINES_H), args.optimum_cache)))
 
 
 if __name__ == "__main__":
