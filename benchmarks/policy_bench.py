@@ -21,6 +21,11 @@ Two published policies are compared here only (`--baseline`; neither is in RULES
   spends waiting for spot, w ~ e^w / (e - 1) on [0, 1] (the randomized ski-rental density), then stays
   on-demand; one draw per window from a seeded generator.
 
+And a bound, not a policy (`--baseline` only; the guard cannot execute it): `probing_sighted` is
+`probing_greedy` that sees the trace's spot capacity while on on-demand (as if the guard had a capacity signal
+there): it leaves on-demand for spot after half an hour on it whenever spot is there, and only then. Its gap to
+the optimum is what better blind probing could at most win.
+
 The exact optimum (spotrun/policy/optimum.py) takes about a second per window: it runs on every
 `--optimum-every`-th window, and the gap to it is each policy's mean on those same windows over the optimum's,
 on the windows where the solver reports its answer exact (past its cap it returns a floor; the count is printed).
@@ -38,7 +43,9 @@ from pathlib import Path
 from spotrun.policy.decision import (
     DEADLINE_RULES,
     RULES,
+    Action,
     DeadlineRule,
+    Decision,
     JobStatus,
     Market,
     Observation,
@@ -72,7 +79,8 @@ def windows(recordings: list, deadline_h: float, every_h: float) -> list[tuple[i
     return out
 
 
-BASELINES = ("uniform_progress_code", "ross")
+BASELINES = ("uniform_progress_code", "ross", "probing_sighted")
+SIGHTED_STINT_S = 1800.0  # probing_sighted's least time on an on-demand job before it goes back to spot
 ROSS_SEED = 0
 
 
@@ -93,6 +101,25 @@ def ross_rule(plan: SimPlan, rng: random.Random) -> ProbingGreedy:
     return ProbingGreedy(reserve=(1 - waited) * start / plan.changeover_s, stint_s=math.inf)
 
 
+def sighted_rule(trace: list):
+    """probing_greedy that sees `trace`'s capacity while on on-demand (see the module docstring; a bound only)."""
+    chosen = RULES["probing_greedy"]
+
+    def rule(plan: SimPlan, ck: str, obs: Observation) -> Decision:
+        decision = ProbingGreedy(chosen.reserve, math.inf, chosen.keep)(plan, ck, obs)
+        if obs.market is not Market.ON_DEMAND or obs.status is not JobStatus.RUNNING or \
+                decision.action is not Action.KEEP:
+            return decision
+        if slack_s(plan, ck, obs) - plan.changeover_s <= risk_s(plan, ck) + chosen.keep * plan.changeover_s:
+            return decision  # no probe fits: on-demand to the end
+        there = any(a <= obs.elapsed_s < b for a, b in trace)
+        if there and obs.job_age_s >= SIGHTED_STINT_S:
+            return Decision(Action.TO_SPOT, plan.poll_s)
+        return Decision(Action.KEEP, 900.0)
+
+    return rule
+
+
 def outcome(plan: SimPlan, trace: list, policy: str) -> tuple[float, bool]:
     """(cost / on-demand from the start, deadline met)."""
     od = plan.work_s / 3600 * plan.on_demand_usd_per_h
@@ -110,6 +137,12 @@ def outcomes(plan: SimPlan, traces: list, policy: str) -> list[tuple[float, bool
         rng, out = random.Random(ROSS_SEED), []
         for trace in traces:
             with registered("_bench", ross_rule(plan, rng)) as name:
+                out.append(outcome(plan, trace, name))
+        return out
+    if policy == "probing_sighted":
+        out = []
+        for trace in traces:
+            with registered("_bench", sighted_rule(trace)) as name:
                 out.append(outcome(plan, trace, name))
         return out
     return [outcome(plan, trace, policy) for trace in traces]
