@@ -1,6 +1,6 @@
 """The deadline-aware spot policies against each other and the exact offline optimum on the public traces.
 
-    python benchmarks/policy_bench.py --spot-traces DIR [--every-h 6] [--optimum-every 4]
+    python benchmarks/policy_bench.py --spot-traces DIR [--every-h 6] [--optimum-every 4] [--optimum-cache FILE]
 
 The issue's setting (#26): every one-node trace of github.com/skypilot-org/spot-traces
 (`availability/1-node/*/*.json` under DIR; not in this repository), 40 h of work, a 0.2 h changeover (a 600 s
@@ -11,7 +11,7 @@ runs as the state machine executes it (spotrun/policy/execution.py: the guard's 
 Choose and report on different windows: the traces in sorted path order alternate between the choose set (even
 positions) and the held-out set (odd positions). Policy parameters were picked on the choose set only.
 
-Two published policies are compared here only (`--baseline`; neither is in RULES, each loses to the chosen one):
+Two published policies are compared here only (neither is in RULES, each loses to the chosen one):
 - `uniform_progress_code`: Uniform Progress as the authors' code (skypilot-org/sky-spot, `rc_cr_threshold`)
   behaves: back to spot whenever it can, no hysteresis; executed by the guard, which cannot see spot capacity
   from an on-demand job, that is a return as soon as the run is ahead of its line (`DeadlineRule("line",
@@ -21,10 +21,10 @@ Two published policies are compared here only (`--baseline`; neither is in RULES
   spends waiting for spot, w ~ e^w / (e - 1) on [0, 1] (the randomized ski-rental density), then stays
   on-demand; one draw per window from a seeded generator.
 
-And a bound, not a policy (`--baseline` only; the guard cannot execute it): `probing_sighted` is
+And a bound, not a policy (measured here only; the guard cannot execute it): `probing_sighted` is
 `probing_greedy` that sees the trace's spot capacity while on on-demand (as if the guard had a capacity signal
-there): it leaves on-demand for spot after half an hour on it whenever spot is there, and only then. Its gap to
-the optimum is what better blind probing could at most win.
+there): it leaves on-demand for spot after half an hour on it whenever spot is there, and only then. Set beside
+probing_greedy, it shows how much of the gap to the optimum is the blindness of the probes.
 
 The exact optimum (spotrun/policy/optimum.py) takes about a second per window: it runs on every
 `--optimum-every`-th window, and the gap to it is each policy's mean on those same windows over the optimum's,
