@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import json
 import math
 import random
@@ -150,13 +151,14 @@ def outcomes(plan: SimPlan, traces: list, policy: str) -> list[tuple[float, bool
 
 def optima(plan: SimPlan, ws: list, sampled: list[int], cache: Path | None) -> dict[int, float]:
     """The exact optimum's cost / on-demand on each sampled window where the solver says it is exact (past its
-    cap it returns a floor, not the optimum). `cache`: a JSON file of earlier answers for the same setting,
-    keyed by deadline, trace position, window and start offset; the windows it lacks are solved and added."""
+    cap it returns a floor, not the optimum). `cache`: a JSON file of earlier answers, keyed by the setting (a
+    hash of the plan), trace position, window and start offset; the windows it lacks are solved and added."""
     stored = json.loads(cache.read_text()) if cache is not None and cache.exists() else {}
     od = plan.work_s / 3600 * plan.on_demand_usd_per_h
     out, added = {}, False
+    setting_key = hashlib.sha256(repr(plan).encode()).hexdigest()[:16]  # a changed setting misses the cache
     for i in sampled:
-        key = f"{plan.deadline_s:.0f}/{ws[i][0]}/{i}/{ws[i][1][0][0]:.3f}"
+        key = f"{setting_key}/{ws[i][0]}/{i}/{ws[i][1][0][0]:.3f}"
         if key not in stored:
             o = solve(plan, ws[i][1])
             stored[key], added = (o.usd / od if o.exact and o.usd is not None else None), True
