@@ -71,14 +71,18 @@ def main() -> None:
     parser.add_argument("--spot-traces", type=Path, required=True, help="where skypilot-org/spot-traces is")
     parser.add_argument("--every-h", type=float, default=6.0, help="a window starts every this many hours")
     parser.add_argument("--n", type=int, default=1000, help="generated traces per estimate (the estimate's N)")
+    parser.add_argument("--set", choices=["held-out", "choose", "all"], default="held-out",
+                        help="traces at odd positions in sorted path order (held-out: the availability model "
+                        "was fitted on the others), even positions (choose) or all")
     parser.add_argument("--policies", help="comma-separated: only these candidates (default: every one offered)")
     parser.add_argument("--deadlines", default=",".join(map(str, DEADLINES_H)), help="hours, comma-separated")
     args = parser.parse_args()
     paths = sorted(args.spot_traces.glob("availability/1-node/*/*.json"))
     if not paths:
         raise SystemExit(f"--spot-traces {args.spot_traces}: no availability/1-node/*/*.json under it")
-    recordings = [read_availability(p) for p in paths]
-    print(f"{len(recordings)} traces; interruptions per available hour "
+    keep = {"choose": 0, "held-out": 1}.get(args.set)
+    recordings = [read_availability(p) for i, p in enumerate(paths) if keep is None or i % 2 == keep]
+    print(f"{len(recordings)} traces ({args.set}); interruptions per available hour "
           f"{min(map(recorded_rate, recordings)):.2f}-{max(map(recorded_rate, recordings)):.2f}")
     print("| deadline | candidate | windows | estimated P(deadline) | observed | difference (points) |")
     print("|---|---|---|---|---|---|")
