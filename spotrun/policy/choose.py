@@ -14,7 +14,9 @@ spotrun/policy/availability.py).
 from __future__ import annotations
 
 import dataclasses
+import math
 
+from ..pipeline.segments import finish_cap_usd
 from ..planner.estimate import startup_seconds
 from ..planner.topology import step_seconds
 from . import Summary, compare
@@ -162,7 +164,8 @@ def spot_policy(run, est, catalog: dict, *, n: int = N_TRACES, seed: int = SEED,
     if not run.compute.spot:
         alternative = f"; {best.label} would be the choice with spot" if best.policy != "on_demand" else ""
         best, why = rows[0], f"compute.spot=false: on-demand as the run asks{alternative}"
-    return {"chosen": best.label, "why": why,
+    finish = finish_cap_usd(est.segments, best.p95_usd) if est.segments.get("chain_costs") else math.inf
+    return {"chosen": best.label, "why": why, "p95_finish_cap_usd": finish if finish < math.inf else None,
             "confidence": CONFIDENCE if plan.deadline_s is not None else None, "traces": n, "seed": seed,
             "trace_source": fitted_source(est.interruptions_per_hour),
             "policies": [_rounded(r) for r in rows], "policy": best.policy, "checkpointing": best.checkpointing,
@@ -192,4 +195,7 @@ def policy_text(section: dict) -> str:
         lines.append(f"{mark} {r['label']:<30} {r['mean_usd']:>10,.2f} {r['p50_usd']:>10,.2f} {r['p95_usd']:>10,.2f} "
                      f"{met:>11} "
                      f"{r['mean_lost_h']:>7.2f}")
+    if section.get("p95_finish_cap_usd") is not None:  # the cap under which a run billed its P95 can strand
+        lines.append(f"  a cap of ${section['p95_finish_cap_usd']:,.2f} or more finishes at the chosen policy's P95 "
+                     "bill: the bill, the chain's restarts and the last job's room at on-demand rates")
     return "\n".join(lines)
