@@ -102,10 +102,12 @@ def choose(plan: SimPlan, rows: list[Summary], confidence: float = CONFIDENCE,
     such runs at the cap, unfinished (more than 1 - CONFIDENCE of them)."""
     if cap_usd is not None:
         within = [r for r in rows if r.p95_usd <= cap_usd]
-        if not within:
-            best = min(rows, key=lambda r: (r.p95_usd, r.mean_usd))  # a tie (both at on-demand's): the cheaper
-            return best, (f"no policy stays within the ${cap_usd:,.2f} cap on 95% of the traces: the one with the "
-                          f"lowest P95 cost (${best.p95_usd:,.2f}); the guard ends the run at the cap")
+        if not within:  # the likeliest to finish inside the cap (a policy over it on every trace never does)
+            best = min(rows, key=lambda r: (-(r.p_within_cap or 0.0), r.p95_usd, r.mean_usd))
+            share = "" if best.p_within_cap is None else f" ({best.p_within_cap:.1%} of them)"
+            return best, (f"no policy stays within the ${cap_usd:,.2f} cap on 95% of the traces: the likeliest to "
+                          f"stay within it{share}, P95 cost ${best.p95_usd:,.2f}; the guard ends the other runs "
+                          "at the cap")
         if len(within) < len(rows):
             chosen, why = choose(plan, within, confidence)
             return chosen, f"{why}; {len(rows) - len(within)} policies left out: P95 cost over the ${cap_usd:,.2f} cap"
@@ -151,7 +153,7 @@ def spot_policy(run, est, catalog: dict, *, n: int = N_TRACES, seed: int = SEED,
                               on_demand_fallback=run.compute.on_demand_fallback or not run.compute.spot)
     n = traces_for_estimate(plan, est.interruptions_per_hour, n)
     spec = TraceSpec(interruptions_per_hour=est.interruptions_per_hour, horizon_s=horizon_s(plan), **ESTIMATE_TRACES)
-    rows = compare(plan, generated_traces(spec, n, seed), candidates(plan))
+    rows = compare(plan, generated_traces(spec, n, seed), candidates(plan), cap_usd=run.max_usd)
     best, why = choose(plan, rows, cap_usd=run.max_usd)
     if plan.deadline_s is not None and not any(r.p_deadline >= CONFIDENCE for r in rows):
         est.warnings.append(f"compute.deadline_hours={plan.deadline_s / 3600:g}: no policy meets it on "

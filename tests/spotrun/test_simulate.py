@@ -552,3 +552,23 @@ def test_without_a_deadline_when_no_policy_finishes_on_the_confidence_the_reason
     best, why = choose(plan, rows)
     assert why.startswith(f"no deadline, and no policy finishes on >= {CONFIDENCE:.0%}") and "(50.0%" in why
     assert "policies that finish on" not in why  # the old wording claimed what the odds deny
+
+
+def test_when_no_policy_stays_within_the_cap_the_one_likeliest_to_finish_inside_it_is_chosen_not_on_demand():
+    """On-demand over the cap bills past it on every trace (the guard ends it there, unfinished): with no policy
+    within the cap on 95% of the traces, the choice is the likeliest to stay inside it, even where on-demand's
+    P95 is the lowest (issue #28's 16-node run at 1.3x its spot estimate was accepted, then started on-demand)."""
+    from spotrun.policy.choose import choose
+
+    plan = _plan(deadline_s=None, max_runtime_s=60 * H, max_wait_s=70 * H, on_demand_fallback=True)
+    # the drought falls back to on-demand after losing its first 27 minutes (no checkpoint yet): over on-demand's
+    always, drought = [(0.0, INF)], [(0.0, 0.45 * H), (200 * H, INF)]
+    od_cost = (plan.work_s + plan.startup_s) / H * plan.on_demand_usd_per_h
+    cap = 0.6 * od_cost  # spot without interruptions fits; on-demand never does
+    rows = compare(plan, [always, drought], [("maxwait_fallback", "periodic"), ("on_demand", "notice")],
+                   cap_usd=cap)
+    by = {r.policy: r for r in rows}
+    assert by["on_demand"].p_within_cap == 0.0 and by["maxwait_fallback"].p_within_cap == 0.5
+    assert by["on_demand"].p95_usd < by["maxwait_fallback"].p95_usd  # the lowest P95 would have been on-demand's
+    best, why = choose(plan, rows, cap_usd=cap)
+    assert best.policy == "maxwait_fallback" and "(50.0% of them)" in why
