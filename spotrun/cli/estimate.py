@@ -24,7 +24,7 @@ from ..contract.spec import RunSpec, RunValidationError, parse_run
 from ..local.pipeline import check_raw_split, prepare_if_raw
 from ..pipeline.validate import Target, check_catalog, check_hyperparameters, check_target
 from ..planner.estimate import DEFAULT_PRICE_REGION, Estimate, estimate, format_text, load_catalog, regional_catalog
-from ..planner.sources import check_local_split, read_sources, with_split
+from ..planner.sources import check_local_split, read_sources, split_settings, unchecked_split, with_split
 from ..policy.choose import policy_text, spot_policy
 from ..seams import DatasetIndex, StackOutput, stack_name
 from .exits import HELP as EXIT_CODES_HELP
@@ -40,7 +40,7 @@ class Checked:
     estimate: Estimate | None
     checked: list[str] = field(default_factory=list)
     not_checked: list[str] = field(default_factory=list)
-    unchecked: list[str] = field(default_factory=list)  # the run's own settings validate could not check
+    unchecked: list[str] = field(default_factory=list)  # the run's own settings that could not be checked here
 
 
 def check_file(path: Path, target: Target | None, *, plan: bool, s3_client: Any = None,
@@ -71,6 +71,7 @@ def check_file(path: Path, target: Target | None, *, plan: bool, s3_client: Any 
         return out
     sources = read_sources(run, s3_client, offline=True)
     run = with_split(run, sources)  # the validation split the prepared data holds, when the run names none
+    out.unchecked.extend(sources.unchecked)
     for note in sources.notes:
         if note.startswith("not "):
             out.not_checked.append(note.removeprefix("not checked: "))  # printed under "not checked:" already
@@ -109,11 +110,9 @@ def _without_planner(run: RunSpec, out: Checked) -> None:
         done = check_local_split(run)
         if done:
             out.checked.append(done)
-    elif run.data.validation is None and (run.validation_needed_by or run.data.validation_fraction is not None):
-        wanted = " and ".join(f for f in (run.validation_needed_by, "data.validation_fraction" if
-                                          run.data.validation_fraction is not None else None) if f)
+    elif split_settings(run):
         why = "validate reads no S3 object" if source.startswith("s3://") else "not a directory here"
-        out.unchecked.append(f"{wanted} against the validation split data.source holds ({source}: {why})")
+        out.unchecked.append(unchecked_split(run, why))
     if run.compute.deadline_s is not None:
         out.unchecked.append(f"compute.deadline_hours={run.compute.deadline_s / 3600:g} against the run's length (the "
                              "planner's hours; validate does not plan)")
@@ -177,7 +176,7 @@ def target_from_args(args: argparse.Namespace, cfn_client: Any = None) -> Target
     return None
 
 
-UNCHECKED = "unchecked"  # validate's status when a setting of the run itself could not be checked here
+UNCHECKED = "unchecked"  # the status when a setting of the run itself could not be checked here
 
 
 def _ok_doc(checked: Checked) -> dict:
@@ -189,8 +188,9 @@ def _ok_doc(checked: Checked) -> dict:
 
 def _print_ok(path: Path, checked: Checked) -> None:
     if checked.unchecked:
-        print(f"== {path}: NOT CHECKED (nothing wrong found, but `spotrun estimate {path}` must check these): "
-              + "; ".join(checked.unchecked))
+        who = f"`spotrun estimate {path}` must check these" if checked.estimate is None else \
+            "these need what could not be read here; the pipeline's estimate step reads it and refuses a run that fails"
+        print(f"== {path}: NOT CHECKED (nothing wrong found, but {who}): " + "; ".join(checked.unchecked))
     else:
         print(f"== {path}: ok")
     if checked.estimate is not None:
