@@ -356,6 +356,33 @@ def test_an_interruption_at_a_time_past_the_plan_is_refused_before_it_starts(tmp
     assert "--interrupt-at" not in err and "intervl_steps" in err
 
 
+@pytest.mark.parametrize("argv, value", [
+    (["local", "run.json", "--interrupt-at", "-5s"], "-5s"),  # argparse reads '-5s' as a flag
+    (["local", "run.json", "--interrupt-at", "0"], "0"),
+    (["local", "run.json", "--interrupt-at=-5s"], "-5s"),
+    (["demo", "--interrupt-at", "-2s"], "-2s"),
+])
+def test_a_bad_interrupt_at_is_one_line_naming_the_flag_the_value_and_what_it_takes(capsys, argv, value):
+    with pytest.raises(SystemExit) as done:
+        main(argv)
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and err.count("\n") == 1, err  # one line: no usage block
+    assert err.startswith(f"error: InvalidArguments: --interrupt-at={value!r} is invalid: expected a step "), err
+    assert "(e.g. 30s)" in err and "argument --interrupt-at" not in err
+
+
+def test_other_argument_errors_are_one_line_too(capsys):
+    for argv, says in ((["local", "run.json", "--out", "-x"], "--out='-x' is invalid: a value starting with '-' is "
+                        "read as a flag; write --out=-x"),
+                       (["local", "run.json", "--nproc", "two"], "argument --nproc: invalid int value: 'two'"),
+                       (["estmate", "run.json"], "invalid choice: 'estmate'"),
+                       (["local", "run.json", "--interrupt-at"], "--interrupt-at needs a value (STEP|SECONDSs)")):
+        with pytest.raises(SystemExit) as done:
+            main(argv)
+        err = capsys.readouterr().err
+        assert done.value.code == 2 and err.count("\n") == 1 and says in err, err
+
+
 def test_a_set_typo_is_refused_without_leaving_a_job_directory(tmp_path, capsys, assets, datasets):
     err = _local(tmp_path, capsys, _run(str(assets["model"]), str(datasets["split"])), "--set",
                  "checkpoint.intervl_steps=3")
