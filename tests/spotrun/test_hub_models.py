@@ -9,6 +9,7 @@ import hashlib
 import json
 import shutil
 import socket
+import threading
 from pathlib import Path
 
 import pytest
@@ -168,3 +169,64 @@ def test_a_hub_that_cannot_be_reached_is_one_line_naming_model_source(assets, tm
         load_run(run_path, tmp_path / "out" / "models", hub_endpoint=endpoint, emit=lambda line: None)
     assert err.value.field == "model.source" and "could not be reached" in str(err.value)
     assert "\n" not in str(err.value)
+
+
+class _Listener:
+    """A loopback 'hub' that accepts each connection and then closes it unanswered (`answer=False`: holds it
+    open, silent); counts the connections."""
+
+    def __init__(self, *, close: bool = True):
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.endpoint = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.connections, self.held, self.close = 0, [], close
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:  # closed by the test
+                return
+            self.connections += 1
+            conn.close() if self.close else self.held.append(conn)
+
+    def shut(self):
+        self.sock.close()
+        for conn in self.held:
+            conn.close()
+
+
+COMMIT = "0123456789abcdef" * 2 + "01234567"
+
+
+def test_a_commit_is_asked_of_the_hub_once_and_fetched_or_refused_by_name(hub, tmp_path):
+    commit = hub.repos[REPO].commit
+    path, manifest, _ = fetch_into(tmp_path / "models", parse_hub_id(f"hf://{REPO}@{commit}"), endpoint=hub.endpoint)
+    assert manifest["commit"] == manifest["revision"] == commit and path.name == commit
+    assert ("GET", f"/api/models/{REPO}/revision/{commit}") in hub.requests
+    with pytest.raises(HubFetchError, match=f"the hub has no revision '{COMMIT}'"):
+        fetch_into(tmp_path / "models", parse_hub_id(f"hf://{REPO}@{COMMIT}"), endpoint=hub.endpoint)
+
+
+def test_a_commit_against_a_hub_that_does_not_answer_fails_at_once_in_one_line(tmp_path):
+    """A 40-digit commit is checked on the hub like any revision (one request): huggingface_hub's tree listing,
+    which retries network errors 5 times over ~23 s, is never reached."""
+    hub = _Listener()
+    try:
+        with pytest.raises(HubFetchError, match="the hub could not be reached") as err:
+            fetch_into(tmp_path / "models", parse_hub_id(f"hf://{REPO}@{COMMIT}"), endpoint=hub.endpoint)
+    finally:
+        hub.shut()
+    assert hub.connections == 1 and "\n" not in str(err.value), (hub.connections, str(err.value))
+
+
+def test_a_hub_that_accepts_and_never_answers_is_given_up_after_huggingface_hubs_own_timeout(tmp_path, monkeypatch):
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_ETAG_TIMEOUT", 1)  # HF_HUB_ETAG_TIMEOUT (default 10 s)
+    hub = _Listener(close=False)
+    try:
+        with pytest.raises(HubFetchError, match="the hub could not be reached .*Timeout"):
+            fetch_into(tmp_path / "models", parse_hub_id(f"hf://{REPO}@{COMMIT}"), endpoint=hub.endpoint)
+    finally:
+        hub.shut()
