@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 import socket
 import threading
@@ -25,6 +26,7 @@ from spotrun.seams import HUB_MANIFEST
 from tests.spotrun.hub_mirror import HubMirror
 
 REPO = "tiny-org/tiny-llama"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _run(source: str, data: str = "/data") -> dict:
@@ -230,3 +232,51 @@ def test_a_hub_that_accepts_and_never_answers_is_given_up_after_huggingface_hubs
             fetch_into(tmp_path / "models", parse_hub_id(f"hf://{REPO}@{COMMIT}"), endpoint=hub.endpoint)
     finally:
         hub.shut()
+
+
+# ---- docs/hub-offline.md, as the code does it ----------------------------------------------------------------------
+
+
+def test_the_routes_the_offline_page_names_are_the_ones_a_fetch_calls(hub, tmp_path):
+    page = (ROOT / "docs" / "hub-offline.md").read_text(encoding="utf-8")
+    routes = re.findall(r"`((?:GET|GET\|HEAD) /[^`]+)`", page)
+    assert len(routes) == 3, routes
+    shapes = [(set(m.split("|")), re.compile(re.sub(r"<[a-z]+>", "[^/]+", path) + "$"))
+              for m, path in (r.split(" ", 1) for r in routes)]
+    fetch_into(tmp_path / "models", parse_hub_id(f"hf://{REPO}"), endpoint=hub.endpoint)
+    used = {i for method, path in hub.requests for i, (methods, shape) in enumerate(shapes)
+            if method in methods and shape.match(path)}
+    unmatched = [(m, p) for m, p in hub.requests if not any(m in ms and s.match(p) for ms, s in shapes)]
+    assert unmatched == [] and used == {0, 1, 2}
+
+
+def test_offline_mode_uses_a_complete_copy_and_refuses_a_missing_one_in_one_line(hub, assets, tmp_path,
+                                                                                monkeypatch):
+    from huggingface_hub import constants
+
+    run_path = tmp_path / "run.json"
+    run_path.write_text(json.dumps(_run(f"hf://{REPO}", str(assets["data"]))))
+    load_run(run_path, tmp_path / "out" / "models", hub_endpoint=hub.endpoint, emit=lambda line: None)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)  # HF_HUB_OFFLINE=1, as huggingface_hub reads it
+    asked = len(hub.requests)
+    _, run = load_run(run_path, tmp_path / "out" / "models", hub_endpoint=hub.endpoint, emit=lambda line: None)
+    assert Path(run.model.source) == local_copy(tmp_path / "out" / "models", parse_hub_id(f"hf://{REPO}"))
+    assert len(hub.requests) == asked
+    run_path.write_text(json.dumps(_run(f"hf://{REPO}@v2", str(assets["data"]))))
+    with pytest.raises(RunValidationError) as err:
+        load_run(run_path, tmp_path / "out" / "models", hub_endpoint=hub.endpoint, emit=lambda line: None)
+    assert str(err.value).startswith(f"model.source='hf://{REPO}@v2' is invalid: expected a hub model that can be "
+                                     f"fetched (hf://{REPO}@v2: the hub could not be reached (OfflineModeIsEnabled")
+    assert "\n" not in str(err.value) and len(hub.requests) == asked
+
+
+def test_a_model_downloaded_with_local_dir_is_a_model_source_for_spotrun_local(hub, assets, tmp_path):
+    from huggingface_hub import snapshot_download  # what `hf download REPO --local-dir DIR` calls
+
+    directory = tmp_path / "downloaded"
+    snapshot_download(REPO, local_dir=directory, endpoint=hub.endpoint)
+    assert (directory / ".cache").is_dir()  # huggingface_hub's own metadata, left in the directory
+    run_path = tmp_path / "run.json"
+    run_path.write_text(json.dumps(_run(str(directory), str(assets["data"]))))
+    _, run = load_run(run_path, tmp_path / "out" / "models", emit=lambda line: None)
+    assert run.model.source == str(directory)
