@@ -18,10 +18,11 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from ..contract.hub_id import is_hub_id
 from ..contract.refusal import Refusal
 from ..contract.runfile import load_run_file
 from ..contract.spec import RunSpec, RunValidationError, parse_run
-from ..local.pipeline import check_raw_split, prepare_if_raw
+from ..local.pipeline import check_model_source_dir, check_raw_split, prepare_if_raw
 from ..pipeline.validate import Target, check_catalog, check_hyperparameters, check_target
 from ..planner.estimate import DEFAULT_PRICE_REGION, Estimate, estimate, format_text, load_catalog, regional_catalog
 from ..planner.sources import check_local_split, read_sources, split_settings, unchecked_split, with_split
@@ -99,6 +100,7 @@ def _without_planner(run: RunSpec, out: Checked) -> None:
     here to read (a local prepared directory: with a local model.source, every check of the sources, the tokenizer
     included; raw local text is checked as `local` prepares it); a setting of the run that depends on what validate
     does not read is listed in `out.unchecked` (the output is then not "ok")."""
+    _check_local_paths(run)
     source = run.data.source or ""
     local = bool(source) and not source.startswith("s3://") and Path(source).is_dir()
     if local and not (Path(source) / DatasetIndex.FILE).is_file():
@@ -116,6 +118,17 @@ def _without_planner(run: RunSpec, out: Checked) -> None:
     if run.compute.deadline_s is not None:
         out.unchecked.append(f"compute.deadline_hours={run.compute.deadline_s / 3600:g} against the run's length (the "
                              "planner's hours; validate does not plan)")
+
+
+def _check_local_paths(run: RunSpec) -> None:
+    """Local sources exist, and a local model.source is a model directory, as `spotrun local` and `estimate`
+    require (a run with local paths is for `spotrun local`; `start` needs s3:// sources)."""
+    for field_path, source in (("model.source", run.model.source), ("data.source", run.data.source),
+                               ("data.validation", run.data.validation)):
+        if source and not source.startswith("s3://") and not is_hub_id(source) and not Path(source).exists():
+            raise RunValidationError(field_path, source, "an existing local path or an s3:// URI (nothing is there)")
+    if run.model.source and not run.model.source.startswith("s3://") and not is_hub_id(run.model.source):
+        check_model_source_dir(Path(run.model.source), run.model.source)
 
 
 def prepared_text(raw: dict, cache: Path) -> tuple[RunSpec, str | None]:

@@ -223,6 +223,29 @@ def test_validate_and_estimate_give_one_status_for_a_split_they_cannot_read(tmp_
         assert headline.startswith(f"== {path}: NOT CHECKED") and setting in headline, headline
 
 
+@pytest.mark.parametrize("change, field, says", [
+    ({"data": {"source": "/nonexistent/data"}}, "data.source", "an existing local path or an s3:// URI"),
+    ({"data": {"validation": "/nonexistent/validation"}}, "data.validation", "an existing local path"),
+    ({"model": {"source": "DATA"}}, "model.source", "a Hugging Face model directory with config.json"),
+    ({"compute": {"warm_pool_minutes": 5}}, "compute.warm_pool_minutes", "cannot be used with spot instances"),
+])
+def test_validate_refuses_what_estimate_and_local_always_refuse(tmp_path, capsys, assets, datasets, change, field,
+                                                                 says):
+    """A missing local source, a model.source that is not a model directory (the data's, swapped) and a warm pool
+    with spot: validate said ok to runs that nothing could start."""
+    run = _run(str(assets["model"]), str(datasets["split"]))
+    for section, values in change.items():
+        run[section] = {**run[section], **{k: str(datasets["split"]) if v == "DATA" else v for k, v in values.items()}}
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(run))
+    docs = {}
+    for command in ("validate", "estimate"):
+        assert main([command, "--format", "json", str(path)]) == 2, command
+        docs[command] = json.loads(capsys.readouterr().out)
+        assert (docs[command]["error"], docs[command]["field"]) == ("InvalidRun", field), docs
+    assert says in docs["validate"]["message"], docs
+
+
 def test_raw_text_for_a_gate_without_a_fraction_is_refused_before_preparing(assets):
     with mock_aws():
         s3 = boto3.client("s3", region_name="us-east-1")
