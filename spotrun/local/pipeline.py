@@ -147,6 +147,11 @@ def prepare_if_raw(raw: dict, cache: Path, emit: Callable[[str], None] = print) 
     if not model_source:
         raise RunValidationError("data.source", raw["data"]["source"], "prepared shards (a directory with "
                                  "index.json), or raw text with a tokenizer in model.source")
+    if is_hub_id(model_source):  # `spotrun local` fetched it before; the estimate never contacts the hub
+        raise RunValidationError("model.source", model_source, "a local model directory with its tokenizer, to "
+                                 "prepare the raw text in data.source: the estimate never fetches a hub id (`spotrun "
+                                 "local --out OUT` fetches it into OUT/models/_hub/<org>/<name>/<revision>/: name "
+                                 "that copy), or prepared shards in data.source")
     if not any((Path(model_source) / n).is_file() for n in ("tokenizer.json", "tokenizer_config.json")):
         raise RunValidationError("model.source", raw["model"]["source"], "a model directory with its tokenizer "
                                  "(tokenizer.json or tokenizer_config.json), to prepare the raw text in data.source")

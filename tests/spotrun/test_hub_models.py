@@ -280,3 +280,16 @@ def test_a_model_downloaded_with_local_dir_is_a_model_source_for_spotrun_local(h
     run_path.write_text(json.dumps(_run(str(directory), str(assets["data"]))))
     _, run = load_run(run_path, tmp_path / "out" / "models", emit=lambda line: None)
     assert run.model.source == str(directory)
+
+
+def test_the_estimate_of_raw_text_with_a_hub_model_says_where_the_tokenizer_comes_from(tmp_path, capsys):
+    (tmp_path / "raw").mkdir()
+    (tmp_path / "raw" / "train.txt").write_text("a document.\n\nanother document.\n")
+    run = {**_run(f"hf://{REPO}", str(tmp_path / "raw")), "model": {"source": f"hf://{REPO}", "config": {
+        "model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "vocab_size": 1000}}}
+    (tmp_path / "run.json").write_text(json.dumps(run))
+    assert main(["estimate", str(tmp_path / "run.json")]) == 2
+    err = capsys.readouterr().err
+    assert "model.source='hf://tiny-org/tiny-llama' is invalid" in err and "the estimate never fetches a hub id" in err
+    assert "OUT/models/_hub/<org>/<name>/<revision>/" in err
