@@ -52,7 +52,6 @@ from ..seams import (
 from .gate import gate_of
 from .hub import hub_step
 from .preflight import (
-    RUN_RECORD,
     check_approval_status,
     check_before_preparing,
     check_execution_name,
@@ -61,6 +60,7 @@ from .preflight import (
     check_resume,
     check_stage_limits,
     run_record,
+    write_run_record,
 )
 from .preparation import job_tags, plan_step
 from .segments import SEGMENT_SUFFIX_MAX, segment_job_name
@@ -275,8 +275,7 @@ def _ok_plan(run: RunSpec, est: Any, execution: str, started: str, settings: Pip
                                      "nothing here: resuming needs the artifact bucket to check the earlier run")
         check_resume(record, s3_client, settings.bucket, ckpt_prefix, run.checkpoint.resume_from)
     elif s3_client is not None:
-        s3_client.put_object(Bucket=settings.bucket, Key=ckpt_prefix + RUN_RECORD,
-                             Body=json.dumps(record, indent=1).encode())
+        write_run_record(record, s3_client, settings.bucket, ckpt_prefix, execution)
     channels = [_channel("train", data_uri)] + ([_channel("model", model_uri)] if model_uri else [])
     held_out = validation_uri(run, Target(settings.bucket, settings.model_package_group))
     channels += [_channel(VALIDATION_CHANNEL, held_out)] if held_out else []
