@@ -255,6 +255,13 @@ class ComputeSpec:
                                         "on-demand instances (else it is refused); the estimate warns that it will "
                                         "be missed.", default=False)
 
+    def _across(self, raw: dict, path: str) -> ComputeSpec:
+        if self.spot and self.warm_pool_minutes:
+            raise RunValidationError(f"{path}.warm_pool_minutes", self.warm_pool_minutes, "0 with compute.spot=true "
+                                     "(SageMaker managed warm pools cannot be used with spot instances), or "
+                                     "compute.spot=false")
+        return self
+
 
 @dataclass(frozen=True, kw_only=True)
 class CheckpointSpec:

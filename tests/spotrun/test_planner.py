@@ -194,7 +194,6 @@ def test_spot_that_saves_little_is_advised_against():
 
 @pytest.mark.parametrize("sections, message", [
     ({"compute": {"max_wait_hours": 1}}, "MaxWait (3600 s) < MaxRuntime"),
-    ({"compute": {"warm_pool_minutes": 10}}, "warm pools cannot be used with spot instances"),
     # Without EFA no shard group spans nodes: the largest layout tried is 16 big nodes, each holding everything.
     ({"model": {"parameters": 10_000_000_000}}, "the model fits no layout tried: the largest, 16 x ml.a1.big, "
                                                 "hybrid sharding: shard groups of 1 node(s) (4 GPUs), 16 replicas, "
