@@ -8,7 +8,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, is_dataclass, replace
 from typing import Any
 
-from ..contract.spec import RunSpec
+from ..contract.spec import (
+    HYPERPARAMETER_KEY_MAX,
+    HYPERPARAMETER_VALUE_MAX,
+    HYPERPARAMETERS_MAX,
+    RunSpec,
+    RunValidationError,
+)
 from ..pipeline.segments import segment_seconds
 from ..settings import EvalConfig, ExportConfig, LoraConfig, TrackingConfig, TrainConfig, leaf_paths, parse
 from .catalog import usd
@@ -77,6 +83,17 @@ def trainer_settings(run: RunSpec, est: Estimate) -> TrainConfig:
         tracking=_tracking(run, given.tracking),
         micro_batch=est.micro_batch, grad_accum=est.grad_accum, epochs=t.epochs, seed=t.seed,
         segment_seconds=first_segment_seconds(est))
+
+
+def check_hyperparameters(hyper: dict[str, str]) -> None:
+    """CreateTrainingJob's limits on HyperParameters (botocore's service model): count, key and value lengths. A
+    key is a dotted path of the settings tree, which is the run field's where both mean the same (model.config)."""
+    if len(hyper) > HYPERPARAMETERS_MAX:
+        raise RunValidationError("training", len(hyper), f"at most {HYPERPARAMETERS_MAX} hyperparameters")
+    for key, value in hyper.items():
+        if not isinstance(value, str) or len(key) > HYPERPARAMETER_KEY_MAX or len(value) > HYPERPARAMETER_VALUE_MAX:
+            raise RunValidationError(key, value, f"a hyperparameter string of at most {HYPERPARAMETER_VALUE_MAX:,} "
+                                     f"characters (this one has {len(str(value)):,})")
 
 
 def same_named(run: RunSpec) -> dict[str, Any]:
