@@ -1,7 +1,7 @@
 """The estimate step's last stage (spotrun/pipeline/plan.py `plan`): the plan as the state machine carries it
 (`spotrun.seams.Plan`), assembled from the admitted run, its inputs, the planner's estimate and the chosen spot
 policy: the jobs' names (`job_name`), their ResourceConfig, channels and tags, the checkpoint prefix, the cap's
-segments and the cost guard's figures.
+segments, the cost guard's figures and the MLflow tracking server SageMaker shows the job in (`mlflow_config`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import math
 
 from ..contract.spec import RunSpec
 from ..planner.estimate import startup_seconds
-from ..planner.outputs import Estimate, mlflow_config
+from ..planner.outputs import Estimate
 from ..policy.decision import starts_on_spot
 from ..seams import (
     EXECUTION_TAG,
@@ -81,6 +81,17 @@ def _tags(run: RunSpec, settings: PipelineSettings, execution: str, shape: str |
     if shape:
         tags[SHAPE_TAG] = shape  # with the method, what matches this job's measured MFU to later estimates
     return [{"Key": k, "Value": v} for k, v in sorted(tags.items())]
+
+
+def mlflow_config(run: RunSpec, execution: str) -> dict[str, str]:
+    """CreateTrainingJob's MlflowConfig for a run naming a SageMaker AI MLflow tracking server by ARN: SageMaker
+    then shows the job in that server's experiment (`tracking.experiment`, default the run's name) as a run named
+    after the execution. {} for a plain MLflow URL or no server (only the container's logger, tracking.py)."""
+    uri = run.tracking.mlflow_uri
+    if not uri or not uri.startswith("arn:"):
+        return {}
+    return {"MlflowResourceArn": uri, "MlflowExperimentName": run.tracking.experiment or run.name,
+            "MlflowRunName": execution}
 
 
 def assemble(plan_run: RunSpec, est: Estimate, *, shape: str | None, cap_usd: float, admitted: Admitted,

@@ -13,7 +13,7 @@ is prepared before the estimate's final plan (the estimate needs the token count
 - after the job, spotrun/pipeline/preparation_finish.py merges the parts and bills the job (the finish Lambda) and stops
   the job of an execution that ended early (the canceller).
 
-The estimate (spotrun/pipeline/plan.py `plan`) calls `plan_step`; the trainer's entry point (`python -m
+The estimate's inputs stage (spotrun/pipeline/inputs.py) calls `plan_step`; the trainer's entry point (`python -m
 spotrun_trainer prepare --sagemaker-processing`, spotrun_trainer/processing.py) reads the paths named in
 spotrun/seams.py. Stdlib only (the Lambda runtime and the image).
 """

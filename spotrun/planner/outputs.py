@@ -131,17 +131,6 @@ def _tracking(run: RunSpec, given: TrackingConfig) -> TrackingConfig:
     return replace(given, experiment=experiment)
 
 
-def mlflow_config(run: RunSpec, execution: str) -> dict[str, str]:
-    """CreateTrainingJob's MlflowConfig for a run naming a SageMaker AI MLflow tracking server by ARN: SageMaker
-    then shows the job in that server's experiment (`tracking.experiment`, default the run's name) as a run named
-    after the execution. {} for a plain MLflow URL or no server (only the container's logger, tracking.py)."""
-    uri = run.tracking.mlflow_uri
-    if not uri or not uri.startswith("arn:"):
-        return {}
-    return {"MlflowResourceArn": uri, "MlflowExperimentName": run.tracking.experiment or run.name,
-            "MlflowRunName": execution}
-
-
 def first_segment_seconds(est: Estimate) -> int:
     """The first job's trainer budget: save and exit before its MaxRuntime (spotrun/pipeline/segments.py)."""
     save_s = est.checkpoint_bytes / (est.upload_gb_per_s_available * 1e9) if est.upload_gb_per_s_available else 0
