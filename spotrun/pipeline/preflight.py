@@ -1,9 +1,10 @@
 """The estimate's refusals that need the deployment: what must hold before an execution creates anything.
 
-The execution's name (it becomes a tag), the stage's maxima (stacks/config.py), the account's SageMaker service
-quota (Service Quotas), and `checkpoint.resume_from`: the execution it names exists in this pipeline, ran the
+The execution's name (it becomes a tag), the registry status, the account's SageMaker service quota (Service
+Quotas), and `checkpoint.resume_from`: the execution it names exists in this pipeline, ran the
 same run and has ended (Step Functions), and trained the same model shape on the same data, as that execution
-recorded in `spotrun-run.json` beside its checkpoints (`run_record`). Each refusal is a RunValidationError
+recorded in `spotrun-run.json` beside its checkpoints (`run_record`, `record_run`). The stage's maxima are its
+rules (spotrun/pipeline/validate.py `admit`). Each refusal is a RunValidationError
 naming the field. Clients are passed in; nothing here reads the environment.
 """
 

@@ -1,6 +1,6 @@
 """The estimate the planner returns (`Estimate`; spotrun/planner/estimate.py builds it) and what it becomes: the
-settings the trainer is sent (`trainer_settings`, spotrun/settings.py's tree) and the text `spotrun estimate`
-prints.
+settings the trainer is sent (`trainer_settings`, spotrun/settings.py's tree) within CreateTrainingJob's limits
+(`check_hyperparameters`) and the text `spotrun estimate` prints.
 """
 
 from __future__ import annotations
