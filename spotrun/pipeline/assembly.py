@@ -46,12 +46,6 @@ def job_name(job_prefix: str, run_name: str, execution: str) -> str:
     return f"{job_prefix}{run_name[:room].rstrip('-')}-{suffix}"
 
 
-def checkpoint_prefix(run: RunSpec, execution: str) -> str:
-    """One per execution, `checkpoints/<run>/<execution>/`, or the earlier execution's that
-    `checkpoint.resume_from` names."""
-    return f"checkpoints/{run.name}/{run.checkpoint.resume_from or execution}/"
-
-
 def _channel(name: str, uri: str) -> dict:
     return {"ChannelName": name, "InputMode": "FastFile",
             "DataSource": {"S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": uri,
@@ -95,11 +89,12 @@ def mlflow_config(run: RunSpec, execution: str) -> dict[str, str]:
 
 
 def assemble(plan_run: RunSpec, est: Estimate, *, shape: str | None, cap_usd: float, admitted: Admitted,
-             inputs: Inputs, execution: str, started: str, settings: PipelineSettings) -> dict:
+             inputs: Inputs, ckpt_prefix: str, execution: str, started: str, settings: PipelineSettings) -> dict:
     """The plan (`Plan.to_json()`) of the planned run (the admitted run on its inputs) and its estimate with the
-    chosen spot policy; `cap_usd`: the run's own cap (a preparation's bill is spent before the first job)."""
+    chosen spot policy; `cap_usd`: the run's own cap (a preparation's bill is spent before the first job);
+    `ckpt_prefix`: the execution's checkpoint prefix (spotrun/pipeline/preflight.py `record_run`)."""
     catalog = admitted.catalog
-    ckpt_prefix = checkpoint_prefix(plan_run, execution)
+    tracking = mlflow_config(plan_run, execution)
     channels = [_channel("train", inputs.data_uri)] + \
         ([_channel("model", admitted.model_uri)] if admitted.model_uri else [])
     channels += [_channel(VALIDATION_CHANNEL, admitted.validation_uri)] if admitted.validation_uri else []
@@ -146,7 +141,7 @@ def assemble(plan_run: RunSpec, est: Estimate, *, shape: str | None, cap_usd: fl
         approval_status=REGISTRATION_STATUS, data_source=plan_run.data.source or "",
         estimate={k: est.to_json()[k] for k in CONTRACT_KEYS}, gate=gate_of(plan_run),
         network_isolation=not (plan_run.tracking.mlflow_uri or plan_run.tracking.wandb_project),
-        mlflow_config=mlflow_config(plan_run, execution),
+        mlflow_config=tracking,
     )
     out = result.to_json()
     if inputs.done is not None or inputs.fetch_usd:  # the cap is the run's; a preparation's cost is spent first

@@ -35,7 +35,7 @@ from ..contract.spec import parse_run
 from ..planner.estimate import load_catalog
 from ..planner.stage import planned
 from ..seams import CANCEL_STATUSES, EXECUTION_TAG, PipelineSettings, PreparationSettings
-from .assembly import CONTRACT_KEYS, assemble, checkpoint_prefix, job_name
+from .assembly import CONTRACT_KEYS, assemble, job_name
 from .inputs import prepare_inputs
 from .preflight import check_before_creating, check_execution_name, record_run
 from .validate import admit
@@ -118,9 +118,9 @@ def plan(run_raw: Any, execution: str, settings: PipelineSettings, *, s3_client:
         check_before_creating(inputs.run, quotas_client, execution_status, est)
         if done is None:
             return inputs.prepare
-        record_run(done.run, s3_client, settings.bucket, checkpoint_prefix(done.run, execution), done.model_config,
-                   done.tokens, est.parameters)
+        prefix = record_run(done.run, execution, s3_client, settings.bucket, done.model_config, done.tokens,
+                            est.parameters)
         return assemble(done.run, est, shape=done.shape, cap_usd=run.max_usd, admitted=admitted, inputs=inputs,
-                        execution=execution, started=started, settings=settings)
+                        ckpt_prefix=prefix, execution=execution, started=started, settings=settings)
     except Refusal as exc:  # the contract, the stage's rules, the inputs, the planner or the preflight checks
         return exc.result(CONTRACT_KEYS)

@@ -32,6 +32,12 @@ def check_execution_name(execution: str) -> None:
                                  "characters); e.g. retrain-2 instead of retrain(2)")
 
 
+def checkpoint_prefix(run: RunSpec, execution: str) -> str:
+    """One per execution, `checkpoints/<run>/<execution>/`, or the earlier execution's that
+    `checkpoint.resume_from` names."""
+    return f"checkpoints/{run.name}/{run.checkpoint.resume_from or execution}/"
+
+
 def run_record(run: RunSpec, model_config: dict | None, tokens: int | None, parameters: int) -> dict:
     """What makes checkpoints resumable by a later execution: the model's shape and the data."""
     shape = json.dumps(model_config or run.model.config or {}, sort_keys=True, separators=(",", ":"))
@@ -80,10 +86,12 @@ def check_before_creating(run: RunSpec, quotas_client: Any, execution_status: An
         check_quota(quotas_client, run.compute.instance_type, run.compute.instance_count or 1, run.compute.spot)
 
 
-def record_run(run: RunSpec, s3_client: Any, bucket: str, prefix: str, model_config: dict | None,
-               tokens: int | None, parameters: int) -> None:
+def record_run(run: RunSpec, execution: str, s3_client: Any, bucket: str, model_config: dict | None,
+               tokens: int | None, parameters: int) -> str:
     """The run record beside the execution's checkpoints (`run_record`): written for a new execution; for
-    `checkpoint.resume_from`, the earlier execution's must match it (`check_resume`)."""
+    `checkpoint.resume_from`, the earlier execution's must match it (`check_resume`). Returns the checkpoint
+    prefix (`checkpoint_prefix`)."""
+    prefix = checkpoint_prefix(run, execution)
     record = run_record(run, model_config, tokens, parameters)
     if run.checkpoint.resume_from is not None:
         if s3_client is None:
@@ -92,6 +100,7 @@ def record_run(run: RunSpec, s3_client: Any, bucket: str, prefix: str, model_con
         check_resume(record, s3_client, bucket, prefix, run.checkpoint.resume_from)
     elif s3_client is not None:
         s3_client.put_object(Bucket=bucket, Key=prefix + RUN_RECORD, Body=json.dumps(record, indent=1).encode())
+    return prefix
 
 
 def check_resumable(run: RunSpec, name: str, found: tuple[str, str | None] | None) -> None:
