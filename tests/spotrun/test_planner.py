@@ -275,8 +275,8 @@ def test_a_catalog_price_that_is_not_positive_is_refused_at_load(tmp_path, price
 def test_a_cap_between_spot_and_on_demand_plans_segments_and_one_that_carries_nothing_is_refused():
     est = estimate(run(compute={"instance_type": "ml.a1.small"}, budget={"max_usd": 9}), catalog=CATALOG)
     seg = est.segments
-    assert seg.fits and seg.segments > 1 and "segments of" not in seg.line
-    assert f"{seg.segments} segments" in seg.line and est.cost_usd["spot"] >= 6.09  # the restarts cost
+    assert seg["fits"] and seg["segments"] > 1 and "segments of" not in seg["line"]
+    assert f"{seg['segments']} segments" in seg["line"] and est.cost_usd["spot"] >= 6.09  # the restarts cost
     # Each job's MaxRuntime is at most what the cap buys at on-demand rates, less the 120 s a stop bills.
     assert est.max_runtime_seconds <= 9 / (2.0 / 3600) - 120
     assert 0 < parse(est.hyperparameters).segment_seconds < est.max_runtime_seconds
