@@ -359,7 +359,7 @@ def _build(run: RunSpec, catalog: dict, work: _Work, best: Option, per_rank: int
                         "allowance": int(d["memory_allowance_gb"] * 1e9)},
         seconds_per_micro_batch={"compute": best.compute_s, "communication": best.comm_s},
         advice=advice, warnings=warnings, utilization_source=utilization[1],
-        evaluation_seconds=best.eval_seconds, segments=seg,
+        evaluation_seconds=best.eval_seconds, segments=seg.to_json(),
     )
     return replace(est, hyperparameters=flatten(trainer_settings(run, est)))
 

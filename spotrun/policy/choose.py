@@ -53,10 +53,10 @@ def plan_from_estimate(est, catalog: dict, *, deadline_s: float | None = None,
     # (spotrun/pipeline/segments.py): the first job's MaxRuntime is not the run's. The simulator runs the chain as one
     # job of the single-job
     # MaxRuntime (each segment's MaxWait allowance kept) whose work includes the chain's restarts.
-    seg = est.segments
-    max_runtime = float((seg.longest_seconds if seg else 0) or est.max_runtime_seconds)
+    seg = est.segments or {}
+    max_runtime = float(seg.get("longest_seconds") or est.max_runtime_seconds)
     wait_allowance = max(0.0, float(est.max_wait_seconds) - float(est.max_runtime_seconds))
-    chain_s = max(0, (seg.segments if seg else 1) - 1) * (seg.overhead_seconds if seg else 0.0)
+    chain_s = max(0, int(seg.get("segments") or 1) - 1) * float(seg.get("overhead_seconds") or 0.0)
     return SimPlan(work_s=max(1.0, est.wall_seconds - startup) + chain_s, startup_s=startup,
                    restore_s=save, save_s=save, interval_s=float(est.checkpoint_interval_seconds),
                    step_s=max(step, 1e-3), notice_ok=est.checkpoint_policy == "save_on_notice",

@@ -464,14 +464,14 @@ def test_with_a_cap_between_spot_and_on_demand_the_chosen_policy_is_simulated_as
     doc["budget"]["max_usd"] = 200
     run = parse_run(doc)
     est = estimate(run)
-    assert est.segments.segments > 1 and est.segments.fits  # the cap sits between spot and on-demand
+    assert est.segments["segments"] > 1 and est.segments["fits"]  # the cap sits between spot and on-demand
     section = spot_policy(run, est, load_catalog(), n=200)
     rows = {r["label"]: r for r in section["policies"]}
     chosen = rows[section["chosen"]]
     assert chosen["p95_usd"] <= 200 and chosen["p_finished"] >= 0.99
     assert rows["on_demand"]["p95_usd"] > 200 and "over the $200.00 cap" in section["why"]
     # the chain's expected bill, as the planner states it, is what the simulator finds for plain spot
-    assert chosen["mean_usd"] == pytest.approx(est.segments.spot_cost_usd, rel=0.1)
+    assert chosen["mean_usd"] == pytest.approx(est.segments["spot_cost_usd"], rel=0.1)
 
 
 def test_a_deadline_no_policy_can_meet_is_a_warning_of_the_estimate():
