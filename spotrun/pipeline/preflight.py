@@ -46,6 +46,23 @@ def run_record(run: RunSpec, model_config: dict | None, tokens: int | None, para
             "data_source": run.data.source, "data_tokens": tokens or run.data.tokens, "seq_len": run.data.seq_len}
 
 
+def write_run_record(record: dict, s3_client: Any, bucket: str, prefix: str, execution: str) -> None:
+    """Write the execution's run record once: created only where none is (`If-None-Match: *`, the condition the
+    run user's policy requires, so no one who may start runs can replace another run's record). The same record
+    already there (the CLI's check, then the estimate Lambda's) is this execution's; another one is refused."""
+    body = json.dumps(record, indent=1).encode()
+    try:
+        s3_client.put_object(Bucket=bucket, Key=prefix + RUN_RECORD, Body=body, IfNoneMatch="*")
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") != "PreconditionFailed":
+            raise
+        earlier = json.loads(s3_client.get_object(Bucket=bucket, Key=prefix + RUN_RECORD)["Body"].read())
+        if earlier != record:
+            raise RunValidationError("execution", execution,
+                                     f"a new execution name: s3://{bucket}/{prefix}{RUN_RECORD} already records "
+                                     f"another run ({earlier.get('run')!r}) under this one") from None
+
+
 def check_resume(record: dict, s3_client: Any, bucket: str, prefix: str, resume_from: str) -> None:
     try:
         earlier = json.loads(s3_client.get_object(Bucket=bucket, Key=prefix + RUN_RECORD)["Body"].read())
@@ -99,7 +116,7 @@ def record_run(run: RunSpec, execution: str, s3_client: Any, bucket: str, model_
                                      "nothing here: resuming needs the artifact bucket to check the earlier run")
         check_resume(record, s3_client, bucket, prefix, run.checkpoint.resume_from)
     elif s3_client is not None:
-        s3_client.put_object(Bucket=bucket, Key=prefix + RUN_RECORD, Body=json.dumps(record, indent=1).encode())
+        write_run_record(record, s3_client, bucket, prefix, execution)
     return prefix
 
 
