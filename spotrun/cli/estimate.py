@@ -23,8 +23,9 @@ from ..contract.refusal import Refusal
 from ..contract.runfile import load_run_file
 from ..contract.spec import RunSpec, RunValidationError, parse_run
 from ..local.pipeline import check_model_source_dir, check_raw_split, prepare_if_raw
-from ..pipeline.validate import Target, check_catalog, check_hyperparameters, check_target
+from ..pipeline.validate import Target, check_catalog, check_target
 from ..planner.estimate import DEFAULT_PRICE_REGION, Estimate, estimate, format_text, load_catalog, regional_catalog
+from ..planner.outputs import check_hyperparameters
 from ..planner.sources import check_local_split, read_sources, split_settings, unchecked_split, with_split
 from ..policy.choose import policy_text, spot_policy
 from ..seams import DatasetIndex, StackOutput, stack_name
