@@ -73,7 +73,7 @@ def speed(n: int) -> list[str]:
         best = math.inf
         for _ in range(3):
             t0 = time.perf_counter()
-            section = spot_policy(run, est, catalog, n=n)
+            section = spot_policy(run, est, catalog, n=n).section
             best = min(best, time.perf_counter() - t0)
         rows.append(f"| {name} | {est.instance_count} x {est.instance_type} | {len(section['policies'])} | "
                     f"{best:.2f} s |")

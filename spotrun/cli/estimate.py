@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +23,12 @@ from ..contract.refusal import Refusal
 from ..contract.runfile import load_run_file
 from ..contract.spec import RunSpec, RunValidationError, parse_run
 from ..local.pipeline import check_model_source_dir, check_raw_split, prepare_if_raw
+from ..pipeline.plan import with_spot_policy
 from ..pipeline.validate import Target, check_catalog, check_target
 from ..planner.estimate import DEFAULT_PRICE_REGION, Estimate, estimate, format_text, load_catalog, regional_catalog
 from ..planner.outputs import check_hyperparameters
 from ..planner.sources import check_local_split, read_sources, split_settings, unchecked_split, with_split
-from ..policy.choose import policy_text, spot_policy
+from ..policy.choose import policy_text
 from ..seams import DatasetIndex, StackOutput, stack_name
 from .exits import HELP as EXIT_CODES_HELP
 from .exits import Exit, fail, for_status
@@ -88,7 +89,7 @@ def check_file(path: Path, target: Target | None, *, plan: bool, s3_client: Any 
                             validation_tokens=sources.validation_tokens)
     check_hyperparameters(out.estimate.hyperparameters)
     if choose_policy:
-        out.estimate = replace(out.estimate, spot_policy=spot_policy(run, out.estimate, catalog))
+        out.estimate = with_spot_policy(run, out.estimate, catalog)
     out.checked.append("the planner (fit, MaxRuntime/MaxWait, budget) and the hyperparameters' limits")
     out.checked.append(f"costs at on-demand list prices in {priced_in} (spotrun catalog as of "
                        f"{catalog['regions'][priced_in].get('as_of', 'unknown')})"

@@ -125,11 +125,11 @@ def assemble(plan_run: RunSpec, est: Estimate, *, shape: str | None, cap_usd: fl
         checkpoint_upload_seconds=(round(est.checkpoint_bytes / (upload_gb_per_s * 1e9), 1) if upload_gb_per_s
                                    else float(StopNotice.UPLOAD_S)),
         max_usd=plan_run.max_usd,
-        max_runtime_cap_seconds=int(est.segments["longest_seconds"]),
+        max_runtime_cap_seconds=int(est.segments.longest_seconds),
         max_wait_extra_seconds=est.max_wait_seconds - est.max_runtime_seconds,
-        min_segment_seconds=int(est.segments["min_segment_seconds"]),
-        spot_fraction=float(est.segments["spot_fraction"]),
-        segment_overhead_seconds=float(est.segments["overhead_seconds"]),
+        min_segment_seconds=int(est.segments.min_segment_seconds),
+        spot_fraction=float(est.segments.spot_fraction),
+        segment_overhead_seconds=float(est.segments.overhead_seconds),
         warm_pool_seconds=keep_alive,
         planned_steps=steps,
         # six significant digits: a tiny model's step is well under a millisecond

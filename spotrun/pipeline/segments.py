@@ -215,12 +215,12 @@ def plan_segments(*, cap_usd: float, usd_per_s: float, spot_fraction: float, run
                        line=line, spot_fraction=spot_fraction, min_cap_usd=smallest, chain_costs=asdict(costs))
 
 
-def finish_cap_usd(segments: dict, bill_usd: float) -> float:
+def finish_cap_usd(segments: SegmentPlan, bill_usd: float) -> float:
     """The smallest cap whose chain carries a run that one job (the cap not binding) bills `bill_usd` for: that
-    bill's billed time as the chain's work (`segments`: a SegmentPlan's JSON). More than the bill plus one restart:
-    the last job's MaxRuntime must hold its start, its training and its end at on-demand rates, of which it bills
-    only the spot share, and a stop; a cap below this can strand a run whose bill it covers (issue #28). At least
+    bill's billed time as the chain's work (`segments`: the estimate's expected chain). More than the bill plus one
+    restart: the last job's MaxRuntime must hold its start, its training and its end at on-demand rates, of which it
+    bills only the spot share, and a stop; a cap below this can strand a run whose bill it covers (issue #28). At least
     the expected chain's smallest cap (a bill simulated on traces can be under the chain's expectation)."""
-    costs = ChainCosts(**segments["chain_costs"])
+    costs = ChainCosts(**segments.chain_costs)
     work = bill_usd / (costs.usd_per_s * costs.spot_fraction) - costs.startup_s - SEGMENT_END_MARGIN_S
-    return max(segments["min_cap_usd"], smallest_cap(spent_usd=0.0, work_s=max(work, 1.0), costs=costs, first=True))
+    return max(segments.min_cap_usd, smallest_cap(spent_usd=0.0, work_s=max(work, 1.0), costs=costs, first=True))

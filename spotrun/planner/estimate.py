@@ -172,12 +172,12 @@ def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | 
         advice.append("spot saves under 10% here once interruptions are counted: on-demand (compute.spot=false) "
                       "costs about the same without the interruptions")
 
+    chosen_cost = seg.spot_cost_usd if seg.fits else best.spot if run.compute.spot else best.on_demand
+    if chosen_cost > run.max_usd and run.training.method != "lora":  # before the Estimate: it is not changed after
+        advice.append(_lora_alternative(run, catalog, model_config, data_tokens, recorded_rates))
     est = _build(run, catalog, work, best, planner.per_rank, (util, util_source), max_runtime, seg, advice,
                  warnings)
-    chosen_cost = seg.spot_cost_usd if seg.fits else best.spot if run.compute.spot else best.on_demand
     if chosen_cost > run.max_usd:
-        if run.training.method != "lora":
-            advice.append(_lora_alternative(run, catalog, model_config, data_tokens, recorded_rates))
         raise EstimateRefused("OverBudget", f"estimated {usd(chosen_cost)} exceeds budget.max_usd={usd(run.max_usd)} "
                               f"({best.fit.layout.describe()}, {(best.wall + best.overhead) / 3600:.1f} h)", est,
                               field="budget.max_usd")
@@ -355,7 +355,7 @@ def _build(run: RunSpec, catalog: dict, work: _Work, best: Option, per_rank: int
                         "allowance": int(d["memory_allowance_gb"] * 1e9)},
         seconds_per_micro_batch={"compute": best.compute_s, "communication": best.comm_s},
         advice=advice, warnings=warnings, utilization_source=utilization[1],
-        evaluation_seconds=best.eval_seconds, segments=seg.to_json(),
+        evaluation_seconds=best.eval_seconds, segments=seg,
     )
     return replace(est, hyperparameters=flatten(trainer_settings(run, est)))
 

@@ -15,7 +15,7 @@ from ..contract.spec import (
     RunSpec,
     RunValidationError,
 )
-from ..pipeline.segments import segment_seconds
+from ..pipeline.segments import SegmentPlan, segment_seconds
 from ..settings import EvalConfig, ExportConfig, LoraConfig, TrackingConfig, TrainConfig, leaf_paths, parse
 from .catalog import usd
 
@@ -58,7 +58,7 @@ class Estimate:
     hyperparameters: dict[str, str] = field(default_factory=dict)
     utilization_source: str = "catalog default"
     evaluation_seconds: float = 0.0  # validation forwards over the run, inside wall_seconds (evaluation_seconds())
-    segments: dict = field(default_factory=dict)  # spotrun.pipeline.segments.SegmentPlan: how the cap holds
+    segments: SegmentPlan | None = None  # how the cap holds (spotrun/pipeline/segments.py); estimate() sets it
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -134,7 +134,7 @@ def _tracking(run: RunSpec, given: TrackingConfig) -> TrackingConfig:
 def first_segment_seconds(est: Estimate) -> int:
     """The first job's trainer budget: save and exit before its MaxRuntime (spotrun/pipeline/segments.py)."""
     save_s = est.checkpoint_bytes / (est.upload_gb_per_s_available * 1e9) if est.upload_gb_per_s_available else 0
-    return segment_seconds(est.max_runtime_seconds, startup_s=est.segments.get("overhead_seconds", 0.0),
+    return segment_seconds(est.max_runtime_seconds, startup_s=est.segments.overhead_seconds if est.segments else 0.0,
                            save_s=save_s)
 
 
@@ -168,7 +168,7 @@ def format_text(est: Estimate) -> str:
         ("notice upload needed", f"{est.notice_upload_gb_per_s:.3f} GB/s (available "
                                  f"{est.upload_gb_per_s_available:.2f} GB/s)"),
         ("cost", f"spot {usd(est.cost_usd['spot'])} / on-demand {usd(est.cost_usd['on_demand'])}"),
-        ("cap", est.segments.get("line", "")),
+        ("cap", est.segments.line if est.segments else ""),
     ]
     width = max(len(k) for k, _ in rows)
     lines = [f"{k.ljust(width)}  {v}" for k, v in rows]

@@ -58,4 +58,4 @@ def smallest_cap(run: RunSpec, tokens: int, *, catalog: dict, s3_client: Any) ->
     probe = dataclasses.replace(run, max_usd=math.inf, data=dataclasses.replace(run.data, tokens=tokens, source=None))
     sources = read_sources(probe, s3_client=s3_client)
     est = estimate(probe, catalog=catalog, model_config=sources.model_config, data_tokens=tokens)
-    return float(est.segments["min_cap_usd"])
+    return float(est.segments.min_cap_usd)

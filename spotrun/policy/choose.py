@@ -3,7 +3,9 @@
 `plan_from_estimate` turns the planner's estimate into a SimPlan; `spot_policy(run, est, catalog)` simulates
 every candidate policy over `N_TRACES` generated traces (fixed seed) and chooses the cheapest in the mean among
 those meeting `compute.deadline_hours` on at least `CONFIDENCE` of the traces (without a deadline, the cheapest);
-`policy_text` is its report. Every candidate is simulated as the state machine executes it
+it returns a `PolicyChoice` (the section, its warnings, the chosen P95 bill), which the estimate step combines with
+the estimate (spotrun/pipeline/plan.py `with_spot_policy`: the cap that finishes at that P95 is the pipeline's
+chain); `policy_text` is its report. Every candidate is simulated as the state machine executes it
 (spotrun/policy/execution.py) and is a rule of spotrun/policy/decision.py, which the cost guard calls with the
 section as the plan carries it (its `sim_plan`, `policy` and `checkpointing`). The traces: the estimate's
 interruption rate (recorded by the interruption recorder, else the catalog's, or checkpoint.interruptions_per_hour),
@@ -14,9 +16,8 @@ spotrun/policy/availability.py).
 from __future__ import annotations
 
 import dataclasses
-import math
+from dataclasses import dataclass
 
-from ..pipeline.segments import finish_cap_usd
 from ..planner.estimate import startup_seconds
 from ..planner.topology import step_seconds
 from . import Summary, compare
@@ -60,10 +61,10 @@ def plan_from_estimate(est, catalog: dict, *, deadline_s: float | None = None,
     # (spotrun/pipeline/segments.py): the first job's MaxRuntime is not the run's. The simulator runs the chain as one
     # job of the single-job
     # MaxRuntime (each segment's MaxWait allowance kept) whose work includes the chain's restarts.
-    seg = est.segments or {}
-    max_runtime = float(seg.get("longest_seconds") or est.max_runtime_seconds)
+    seg = est.segments
+    max_runtime = float((seg and seg.longest_seconds) or est.max_runtime_seconds)
     wait_allowance = max(0.0, float(est.max_wait_seconds) - float(est.max_runtime_seconds))
-    chain_s = max(0, int(seg.get("segments") or 1) - 1) * float(seg.get("overhead_seconds") or 0.0)
+    chain_s = max(0, int((seg and seg.segments) or 1) - 1) * float((seg and seg.overhead_seconds) or 0.0)
     return SimPlan(work_s=max(1.0, est.wall_seconds - startup) + chain_s, startup_s=startup,
                    restore_s=save, save_s=save, interval_s=float(est.checkpoint_interval_seconds),
                    step_s=max(step, 1e-3), notice_ok=est.checkpoint_policy == "save_on_notice",
@@ -144,10 +145,21 @@ def traces_for_estimate(plan: SimPlan, rate_per_hour: float, n: int = N_TRACES) 
     return max(1, min(n, int(WINDOW_BUDGET / windows_per_trace(plan, rate_per_hour))))
 
 
+@dataclass(frozen=True)
+class PolicyChoice:
+    """What `spot_policy` chose: the estimate's policy section (JSON; its `p95_finish_cap_usd` is None here, the
+    estimate step names it from the pipeline's chain), the warnings it adds to the estimate's, and the chosen
+    policy's P95 bill (unrounded: what that cap is planned on)."""
+
+    section: dict
+    warnings: tuple[str, ...]
+    p95_usd: float
+
+
 def spot_policy(run, est, catalog: dict, *, n: int = N_TRACES, seed: int = SEED, poll_s: float = 60.0,
-                max_poll_s: float = 4 * 3600.0) -> dict:
-    """The estimate's policy section (JSON): chosen policy, why, and every candidate's odds, as the cost guard
-    polling between `poll_s` and `max_poll_s` executes them."""
+                max_poll_s: float = 4 * 3600.0) -> PolicyChoice:
+    """The estimate's policy choice: chosen policy, why, and every candidate's odds, as the cost guard polling
+    between `poll_s` and `max_poll_s` executes them. The estimate is read, never changed."""
     plan = plan_from_estimate(est, catalog, deadline_s=run.compute.deadline_s,
                               spot_discount=run.compute.spot_discount, poll_s=poll_s, max_poll_s=max_poll_s,
                               on_demand_fallback=run.compute.on_demand_fallback or not run.compute.spot)
@@ -155,23 +167,24 @@ def spot_policy(run, est, catalog: dict, *, n: int = N_TRACES, seed: int = SEED,
     spec = TraceSpec(interruptions_per_hour=est.interruptions_per_hour, horizon_s=horizon_s(plan), **ESTIMATE_TRACES)
     rows = compare(plan, generated_traces(spec, n, seed), candidates(plan), cap_usd=run.max_usd)
     best, why = choose(plan, rows, cap_usd=run.max_usd)
+    warnings = []
     if plan.deadline_s is not None and not any(r.p_deadline >= CONFIDENCE for r in rows):
-        est.warnings.append(f"compute.deadline_hours={plan.deadline_s / 3600:g}: no policy meets it on "
-                            f"{CONFIDENCE:.0%} of the traces (on-demand from the start takes "
-                            f"{rows[0].mean_wall_h:.1f} h); the run would miss it")
+        warnings.append(f"compute.deadline_hours={plan.deadline_s / 3600:g}: no policy meets it on "
+                        f"{CONFIDENCE:.0%} of the traces (on-demand from the start takes "
+                        f"{rows[0].mean_wall_h:.1f} h); the run would miss it")
     if plan.deadline_s is None and not any(r.p_finished >= CONFIDENCE for r in rows):
-        est.warnings.append(f"the run may not finish: no spot policy finishes on {CONFIDENCE:.0%} of the traces (the "
-                            f"likeliest, {best.label}, on {best.p_finished:.1%}); compute.on_demand_fallback=true "
-                            "finishes on on-demand when spot does not come back")
+        warnings.append(f"the run may not finish: no spot policy finishes on {CONFIDENCE:.0%} of the traces (the "
+                        f"likeliest, {best.label}, on {best.p_finished:.1%}); compute.on_demand_fallback=true "
+                        "finishes on on-demand when spot does not come back")
     if not run.compute.spot:
         alternative = f"; {best.label} would be the choice with spot" if best.policy != "on_demand" else ""
         best, why = rows[0], f"compute.spot=false: on-demand as the run asks{alternative}"
-    finish = finish_cap_usd(est.segments, best.p95_usd) if est.segments.get("chain_costs") else math.inf
-    return {"chosen": best.label, "why": why, "p95_finish_cap_usd": finish if finish < math.inf else None,
-            "confidence": CONFIDENCE if plan.deadline_s is not None else None, "traces": n, "seed": seed,
-            "trace_source": fitted_source(est.interruptions_per_hour),
-            "policies": [_rounded(r) for r in rows], "policy": best.policy, "checkpointing": best.checkpointing,
-            "sim_plan": dataclasses.asdict(plan)}
+    section = {"chosen": best.label, "why": why, "p95_finish_cap_usd": None,
+               "confidence": CONFIDENCE if plan.deadline_s is not None else None, "traces": n, "seed": seed,
+               "trace_source": fitted_source(est.interruptions_per_hour),
+               "policies": [_rounded(r) for r in rows], "policy": best.policy, "checkpointing": best.checkpointing,
+               "sim_plan": dataclasses.asdict(plan)}
+    return PolicyChoice(section=section, warnings=tuple(warnings), p95_usd=best.p95_usd)
 
 
 def fitted_source(rate_per_hour: float) -> str:

@@ -11,6 +11,7 @@ estimate's policy section is computed once (its simulation of 1,000 traces is no
 from __future__ import annotations
 
 import copy
+import dataclasses
 import datetime as dt
 import json
 import os
@@ -110,15 +111,20 @@ class _Section:
     """The estimate's policy section, simulated once, with the window's policy."""
 
     def __init__(self) -> None:
-        self.section, self.policy = None, "uniform_progress"
+        self.choice, self.policy = None, "uniform_progress"
         self.real = choose.spot_policy
 
-    def __call__(self, run, est, catalog, **kw) -> dict:
-        if self.section is None:
-            self.section = self.real(run, est, catalog, n=100, **kw)
-        out = copy.deepcopy(self.section)
+    def __call__(self, run, est, catalog, **kw) -> choose.PolicyChoice:
+        if self.choice is None:
+            self.choice = self.real(run, est, catalog, n=100, **kw)
+        out = copy.deepcopy(self.choice.section)
         out.update(policy=self.policy, chosen=f"{self.policy} ({out['checkpointing']})")
-        return out
+        return dataclasses.replace(self.choice, section=out)
+
+    @property
+    def section(self) -> dict | None:
+        """The simulated section (None before the first estimate)."""
+        return self.choice and self.choice.section
 
 
 def replay_windows(synth, windows: list[Window], *, deadline_hours: float = 14.0) -> list[Agreement]:

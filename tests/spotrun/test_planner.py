@@ -275,13 +275,13 @@ def test_a_catalog_price_that_is_not_positive_is_refused_at_load(tmp_path, price
 def test_a_cap_between_spot_and_on_demand_plans_segments_and_one_that_carries_nothing_is_refused():
     est = estimate(run(compute={"instance_type": "ml.a1.small"}, budget={"max_usd": 9}), catalog=CATALOG)
     seg = est.segments
-    assert seg["fits"] and seg["segments"] > 1 and "segments of" not in seg["line"]
-    assert f"{seg['segments']} segments" in seg["line"] and est.cost_usd["spot"] >= 6.09  # the restarts cost
+    assert seg.fits and seg.segments > 1 and "segments of" not in seg.line
+    assert f"{seg.segments} segments" in seg.line and est.cost_usd["spot"] >= 6.09  # the restarts cost
     # Each job's MaxRuntime is at most what the cap buys at on-demand rates, less the 120 s a stop bills.
     assert est.max_runtime_seconds <= 9 / (2.0 / 3600) - 120
     assert 0 < parse(est.hyperparameters).segment_seconds < est.max_runtime_seconds
     one = estimate(run(compute={"instance_type": "ml.a1.small"}, budget={"max_usd": 100}), catalog=CATALOG)
-    assert one.segments["segments"] == 1 and "one job" in one.segments["line"]
+    assert one.segments.segments == 1 and "one job" in one.segments.line
 
 
 def test_a_short_run_is_refused_only_below_the_smallest_cap_whose_chain_finishes_and_the_refusal_names_it():
@@ -293,13 +293,13 @@ def test_a_short_run_is_refused_only_below_the_smallest_cap_whose_chain_finishes
     doc = json.loads((Path(__file__).parents[2] / "examples/runs/qwen2-0.5b-full-small.json").read_text())
     doc["budget"]["max_usd"] = 1e6
     single = estimate(parse_run(doc))
-    smallest = single.segments["min_cap_usd"]
+    smallest = single.segments.min_cap_usd
     # Above the single job's on-demand bound ($0.70): that bound counts the first start as the wall does (180 s), a
     # job's trainer budget as a restart (431 s); the chain of two jobs below needs $0.73.
     assert single.cost_usd["spot"] < smallest
     doc["budget"]["max_usd"] = smallest
     est = estimate(parse_run(doc))
-    assert est.segments["fits"] and est.segments["segments"] > 1 and est.cost_usd["spot"] <= smallest
+    assert est.segments.fits and est.segments.segments > 1 and est.cost_usd["spot"] <= smallest
     doc["budget"]["max_usd"] = round(smallest - 0.01, 2)
     with pytest.raises(EstimateRefused) as refused:
         estimate(parse_run(doc))

@@ -247,7 +247,7 @@ def test_the_estimate_chooses_the_cheapest_policy_meeting_the_deadline_and_state
     est = estimate(run)
     hours = est.wall_seconds / H
     with_deadline = parse_run({**RUN, "compute": {**RUN["compute"], "deadline_hours": round(hours * 1.5, 1)}})
-    section = spot_policy(with_deadline, est, load_catalog(), n=300)
+    section = spot_policy(with_deadline, est, load_catalog(), n=300).section
     rows = {r["label"]: r for r in section["policies"]}
     chosen = rows[section["chosen"]]
     assert chosen["p_deadline"] >= 0.99
@@ -264,12 +264,12 @@ def test_the_estimate_chooses_the_cheapest_policy_meeting_the_deadline_and_state
     # Nothing done at the deadline, spot waiting for capacity: every deadline policy goes on-demand.
     late = Observation(with_deadline.compute.deadline_s, 0.0, Market.SPOT, JobStatus.WAITING)
     assert decide_from_section(section, late).action is Action.TO_ON_DEMAND
-    free = spot_policy(run, est, load_catalog(), n=300)
+    free = spot_policy(run, est, load_catalog(), n=300).section
     assert free["confidence"] is None
     assert free["chosen"] == min((r for r in free["policies"] if r["p_finished"] >= 0.99),
                                  key=lambda r: r["mean_usd"])["label"]
     asked = spot_policy(parse_run({**RUN, "compute": {**RUN["compute"], "spot": False}}), est,
-                        load_catalog(), n=50)
+                        load_catalog(), n=50).section
     assert asked["chosen"] == "on_demand" and "compute.spot=false" in asked["why"]
 
 
@@ -464,14 +464,14 @@ def test_with_a_cap_between_spot_and_on_demand_the_chosen_policy_is_simulated_as
     doc["budget"]["max_usd"] = 200
     run = parse_run(doc)
     est = estimate(run)
-    assert est.segments["segments"] > 1 and est.segments["fits"]  # the cap sits between spot and on-demand
-    section = spot_policy(run, est, load_catalog(), n=200)
+    assert est.segments.segments > 1 and est.segments.fits  # the cap sits between spot and on-demand
+    section = spot_policy(run, est, load_catalog(), n=200).section
     rows = {r["label"]: r for r in section["policies"]}
     chosen = rows[section["chosen"]]
     assert chosen["p95_usd"] <= 200 and chosen["p_finished"] >= 0.99
     assert rows["on_demand"]["p95_usd"] > 200 and "over the $200.00 cap" in section["why"]
     # the chain's expected bill, as the planner states it, is what the simulator finds for plain spot
-    assert chosen["mean_usd"] == pytest.approx(est.segments["spot_cost_usd"], rel=0.1)
+    assert chosen["mean_usd"] == pytest.approx(est.segments.spot_cost_usd, rel=0.1)
 
 
 def test_a_deadline_no_policy_can_meet_is_a_warning_of_the_estimate():
@@ -482,12 +482,13 @@ def test_a_deadline_no_policy_can_meet_is_a_warning_of_the_estimate():
     hours = est.wall_seconds / H
     deadline_hours = round(hours * 0.5, 2)
     run = parse_run({**RUN, "compute": {**RUN["compute"], "deadline_hours": deadline_hours}})
-    spot_policy(run, est, load_catalog(), n=50)
+    before = list(est.warnings)
+    choice = spot_policy(run, est, load_catalog(), n=50)
     assert any(w.startswith(f"compute.deadline_hours={deadline_hours:g}: no policy meets it")
-               for w in est.warnings), est.warnings
-    feasible = estimate(parse_run(RUN))
-    spot_policy(parse_run({**RUN, "compute": {**RUN["compute"], "deadline_hours": round(hours * 2, 1)}}),
-                feasible, load_catalog(), n=50)
+               for w in choice.warnings), choice.warnings
+    assert est.warnings == before  # returned for the estimate step to combine: the estimate is not changed
+    feasible = spot_policy(parse_run({**RUN, "compute": {**RUN["compute"], "deadline_hours": round(hours * 2, 1)}}),
+                           estimate(parse_run(RUN)), load_catalog(), n=50)
     assert not any("no policy meets it" in w for w in feasible.warnings)
 
 
