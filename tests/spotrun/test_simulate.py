@@ -594,8 +594,9 @@ def test_the_execution_skipping_polls_asks_the_policy_where_the_guard_polling_on
     monkeypatch.setattr(execution.Run, "skip_polls", one_poll)
     monkeypatch.setattr(execution.Run, "advance",  # only to the next poll: nothing skipped
                         lambda self, job, until, **skip: None if skip else real_advance(self, job, until))
-    for (asked, out), trace in zip(skipping, traces):
+    for (asked, out), trace in zip(skipping, traces, strict=True):
         every_poll, brute = run(trace)
         assert asked == every_poll
         assert (out.tally.t, out.tally.spot_s, out.tally.od_s, out.polls) == pytest.approx(
             (brute.tally.t, brute.tally.spot_s, brute.tally.od_s, brute.polls))
+    assert any(out.tally.switches for _, out in skipping)  # not only runs that stayed on spot
