@@ -152,11 +152,11 @@ def first_poll_at(created: float, last_poll: float, target: float, recheck_at: f
     age = last_poll - created
     _, i0 = grid_at_or_after(age + poll_s, poll_s, max_poll_s)
     at, i = grid_at_or_after(max(age + poll_s, target - created), poll_s, max_poll_s)
-    before = last_poll if i == i0 else created + poll_grid_age(i - 1, poll_s, max_poll_s)
+    before = last_poll if i == i0 else created + _grid_age(i - 1, poll_s, max_poll_s)
     return min(created + at, before + _recheck_wait(recheck_at - before, poll_s)), i - i0 + 1
 
 
-def poll_grid_age(i: int, poll_s: float, max_poll_s: float) -> float:
+def _grid_age(i: int, poll_s: float, max_poll_s: float) -> float:
     """The grid's i-th age (`poll_grid`, then every max_poll_s)."""
     grid = poll_grid(poll_s, max_poll_s)
     return grid[i] if i < len(grid) else grid[-1] + (i - len(grid) + 1) * max_poll_s
