@@ -1,18 +1,20 @@
 """The estimate's P(deadline) against the frequency the executed runs meet it on the public traces.
 
-    python benchmarks/calibration_bench.py --spot-traces DIR [--every-h 6] [--n 1000]
+    python benchmarks/calibration_bench.py --spot-traces DIR [--set held-out] [--every-h 6] [--n 1000]
 
 The setting is benchmarks/policy_bench.py's (#26: 40 h of work, a 0.2 h changeover, spot at 0.35 of on-demand,
 saves on the notice, deadlines 48, 60 and 80 h) on every one-node trace of github.com/skypilot-org/spot-traces
 (`availability/1-node/*/*.json` under DIR; not in this repository), a job started every `--every-h` hours of
-each recording while the deadline fits in it.
+each recording while the deadline fits in it. `--set held-out` (the default): the traces at odd positions in
+sorted path order, which the estimate's availability model (spotrun/policy/availability.py) was not fitted on;
+`choose`: the 9 it was fitted on (benchmarks/fit_availability.py); `all`.
 
 - Observed: every candidate the estimate offers (spotrun/policy/choose.py: `candidates`) executed on every window
   as the state machine runs it (spotrun/policy/execution.py, the model benchmarks/replay_bench.py replays through
   the rendered state machine): the fraction of windows that finished by the deadline.
 - Estimated: what the estimate prints for a run on that recording's capacity: its P(deadline) over `--n`
-  generated traces (choose.py's `ESTIMATE_TRACES`, seed 0) at the recording's own interruption rate (its
-  windows per available hour, as the interruption recorder would measure it), averaged over the windows.
+  generated traces (choose.py's `ESTIMATE_TRACES`: the fitted model; seed 0) at the recording's own interruption
+  rate (its windows per available hour, as the interruption recorder would measure it), averaged over the windows.
 The difference, per deadline and candidate, is the estimate's calibration on recorded capacity.
 """
 
@@ -71,14 +73,18 @@ def main() -> None:
     parser.add_argument("--spot-traces", type=Path, required=True, help="where skypilot-org/spot-traces is")
     parser.add_argument("--every-h", type=float, default=6.0, help="a window starts every this many hours")
     parser.add_argument("--n", type=int, default=1000, help="generated traces per estimate (the estimate's N)")
+    parser.add_argument("--set", choices=["held-out", "choose", "all"], default="held-out",
+                        help="traces at odd positions in sorted path order (held-out: the availability model "
+                        "was fitted on the others), even positions (choose) or all")
     parser.add_argument("--policies", help="comma-separated: only these candidates (default: every one offered)")
     parser.add_argument("--deadlines", default=",".join(map(str, DEADLINES_H)), help="hours, comma-separated")
     args = parser.parse_args()
     paths = sorted(args.spot_traces.glob("availability/1-node/*/*.json"))
     if not paths:
         raise SystemExit(f"--spot-traces {args.spot_traces}: no availability/1-node/*/*.json under it")
-    recordings = [read_availability(p) for p in paths]
-    print(f"{len(recordings)} traces; interruptions per available hour "
+    keep = {"choose": 0, "held-out": 1}.get(args.set)
+    recordings = [read_availability(p) for i, p in enumerate(paths) if keep is None or i % 2 == keep]
+    print(f"{len(recordings)} traces ({args.set}); interruptions per available hour "
           f"{min(map(recorded_rate, recordings)):.2f}-{max(map(recorded_rate, recordings)):.2f}")
     print("| deadline | candidate | windows | estimated P(deadline) | observed | difference (points) |")
     print("|---|---|---|---|---|---|")

@@ -1,6 +1,6 @@
 """The deadline-aware spot policies against each other and the exact offline optimum on the public traces.
 
-    python benchmarks/policy_bench.py --spot-traces DIR [--every-h 6] [--optimum-every 4]
+    python benchmarks/policy_bench.py --spot-traces DIR [--every-h 6] [--optimum-every 4] [--optimum-cache FILE]
 
 The issue's setting (#26): every one-node trace of github.com/skypilot-org/spot-traces
 (`availability/1-node/*/*.json` under DIR; not in this repository), 40 h of work, a 0.2 h changeover (a 600 s
@@ -11,7 +11,7 @@ runs as the state machine executes it (spotrun/policy/execution.py: the guard's 
 Choose and report on different windows: the traces in sorted path order alternate between the choose set (even
 positions) and the held-out set (odd positions). Policy parameters were picked on the choose set only.
 
-Two published policies are compared here only (`--baseline`; neither is in RULES, each loses to the chosen one):
+Two published policies are compared here only (neither is in RULES, each loses to the chosen one):
 - `uniform_progress_code`: Uniform Progress as the authors' code (skypilot-org/sky-spot, `rc_cr_threshold`)
   behaves: back to spot whenever it can, no hysteresis; executed by the guard, which cannot see spot capacity
   from an on-demand job, that is a return as soon as the run is ahead of its line (`DeadlineRule("line",
@@ -20,6 +20,11 @@ Two published policies are compared here only (`--baseline`; neither is in RULES
   our reading of it, not the authors' algorithm): each run draws once the share w of its initial slack it
   spends waiting for spot, w ~ e^w / (e - 1) on [0, 1] (the randomized ski-rental density), then stays
   on-demand; one draw per window from a seeded generator.
+
+And a bound, not a policy (measured here only; the guard cannot execute it): `probing_sighted` is
+`probing_greedy` that sees the trace's spot capacity while on on-demand (as if the guard had a capacity signal
+there): it leaves on-demand for spot after half an hour on it whenever spot is there, and only then. Set beside
+probing_greedy, it shows how much of the gap to the optimum is the blindness of the probes.
 
 The exact optimum (spotrun/policy/optimum.py) takes about a second per window: it runs on every
 `--optimum-every`-th window, and the gap to it is each policy's mean on those same windows over the optimum's,
@@ -30,6 +35,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
+import json
 import math
 import random
 from pathlib import Path
@@ -37,7 +44,9 @@ from pathlib import Path
 from spotrun.policy.decision import (
     DEADLINE_RULES,
     RULES,
+    Action,
     DeadlineRule,
+    Decision,
     JobStatus,
     Market,
     Observation,
@@ -71,7 +80,8 @@ def windows(recordings: list, deadline_h: float, every_h: float) -> list[tuple[i
     return out
 
 
-BASELINES = ("uniform_progress_code", "ross")
+BASELINES = ("uniform_progress_code", "ross", "probing_sighted")
+SIGHTED_STINT_S = 1800.0  # probing_sighted's least time on an on-demand job before it goes back to spot
 ROSS_SEED = 0
 
 
@@ -90,6 +100,25 @@ def ross_rule(plan: SimPlan, rng: random.Random) -> ProbingGreedy:
     start = slack_s(plan, "notice", Observation(0.0, 0.0, Market.SPOT, JobStatus.NONE)) - risk_s(plan, "notice")
     waited = math.log(1 + rng.random() * (math.e - 1))
     return ProbingGreedy(reserve=(1 - waited) * start / plan.changeover_s, stint_s=math.inf)
+
+
+def sighted_rule(trace: list):
+    """probing_greedy that sees `trace`'s capacity while on on-demand (see the module docstring; a bound only)."""
+    chosen = RULES["probing_greedy"]
+
+    def rule(plan: SimPlan, ck: str, obs: Observation) -> Decision:
+        decision = ProbingGreedy(chosen.reserve, math.inf, chosen.keep)(plan, ck, obs)
+        if obs.market is not Market.ON_DEMAND or obs.status is not JobStatus.RUNNING or \
+                decision.action is not Action.KEEP:
+            return decision
+        if slack_s(plan, ck, obs) - plan.changeover_s <= risk_s(plan, ck) + chosen.keep * plan.changeover_s:
+            return decision  # no probe fits: on-demand to the end
+        there = any(a <= obs.elapsed_s < b for a, b in trace)
+        if there and obs.job_age_s >= SIGHTED_STINT_S:
+            return Decision(Action.TO_SPOT, plan.poll_s)
+        return Decision(Action.KEEP, 900.0)
+
+    return rule
 
 
 def outcome(plan: SimPlan, trace: list, policy: str) -> tuple[float, bool]:
@@ -111,7 +140,33 @@ def outcomes(plan: SimPlan, traces: list, policy: str) -> list[tuple[float, bool
             with registered("_bench", ross_rule(plan, rng)) as name:
                 out.append(outcome(plan, trace, name))
         return out
+    if policy == "probing_sighted":
+        out = []
+        for trace in traces:
+            with registered("_bench", sighted_rule(trace)) as name:
+                out.append(outcome(plan, trace, name))
+        return out
     return [outcome(plan, trace, policy) for trace in traces]
+
+
+def optima(plan: SimPlan, ws: list, sampled: list[int], cache: Path | None) -> dict[int, float]:
+    """The exact optimum's cost / on-demand on each sampled window where the solver says it is exact (past its
+    cap it returns a floor, not the optimum). `cache`: a JSON file of earlier answers, keyed by the setting (a
+    hash of the plan), trace position, window and start offset; the windows it lacks are solved and added."""
+    stored = json.loads(cache.read_text()) if cache is not None and cache.exists() else {}
+    od = plan.work_s / 3600 * plan.on_demand_usd_per_h
+    out, added = {}, False
+    setting_key = hashlib.sha256(repr(plan).encode()).hexdigest()[:16]  # a changed setting misses the cache
+    for i in sampled:
+        key = f"{setting_key}/{ws[i][0]}/{i}/{ws[i][1][0][0]:.3f}"
+        if key not in stored:
+            o = solve(plan, ws[i][1])
+            stored[key], added = (o.usd / od if o.exact and o.usd is not None else None), True
+        if stored[key] is not None:
+            out[i] = stored[key]
+    if cache is not None and added:
+        cache.write_text(json.dumps(stored, indent=0, sort_keys=True))
+    return out
 
 
 def _mean(values: list[float]) -> float:
@@ -119,7 +174,7 @@ def _mean(values: list[float]) -> float:
 
 
 def table(recordings: list, names: list[str], every_h: float, optimum_every: int, policies: list[str],
-          deadlines: tuple[float, ...] = DEADLINES_H) -> list[str]:
+          deadlines: tuple[float, ...] = DEADLINES_H, cache: Path | None = None) -> list[str]:
     rows = ["| deadline | policy | choose: cost / OD | choose: over optimum | choose: missed | held-out: cost / OD | "
             "held-out: over optimum | held-out: missed | all 17: cost / OD | all: over optimum |",
             "|---|---|---|---|---|---|---|---|---|---|"]
@@ -129,10 +184,7 @@ def table(recordings: list, names: list[str], every_h: float, optimum_every: int
         sets = {"choose": [i for i, (n, _) in enumerate(ws) if n % 2 == 0],
                 "held-out": [i for i, (n, _) in enumerate(ws) if n % 2 == 1], "all": list(range(len(ws)))}
         sampled = list(range(0, len(ws), optimum_every))
-        od = plan.work_s / 3600 * plan.on_demand_usd_per_h
-        solved = {i: solve(plan, ws[i][1]) for i in sampled}
-        # past its cap the solver returns a floor, not the optimum: the gap is taken where it is exact only
-        floor = {i: o.usd / od for i, o in solved.items() if o.exact and o.usd is not None}
+        floor = optima(plan, ws, sampled, cache)
         print(f"{deadline} h: {len(ws)} windows ({len(sets['choose'])} choose, {len(sets['held-out'])} held out); "
               f"exact optimum on {len(floor)} of {len(sampled)} sampled: {_mean(list(floor.values())):.3f} of "
               "on-demand", flush=True)
@@ -161,6 +213,8 @@ def main() -> None:
                         help="the extracted skypilot-org/spot-traces repository")
     parser.add_argument("--every-h", type=float, default=6.0, help="hours between job starts in each trace")
     parser.add_argument("--optimum-every", type=int, default=4, help="the exact optimum on every k-th window")
+    parser.add_argument("--optimum-cache", type=Path,
+                        help="a JSON file of the optimum's answers: read, and extended with the windows it lacks")
     parser.add_argument("--deadline", type=float, action="append", help="only these deadlines, hours (repeatable)")
     parser.add_argument("--policy", action="append", choices=DEADLINE_RULES + BASELINES,
                         help="only these (repeatable)")
@@ -172,7 +226,7 @@ def main() -> None:
     names = [f"{f.parent.name}/{f.stem}" for f in files]
     policies = args.policy or list(DEADLINE_RULES + BASELINES)
     print("\n".join(table(recordings, names, args.every_h, args.optimum_every, policies,
-                           tuple(args.deadline or DEADLINES_H))))
+                           tuple(args.deadline or DEADLINES_H), args.optimum_cache)))
 
 
 if __name__ == "__main__":

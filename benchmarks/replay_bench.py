@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 from app import build_app  # noqa: E402
 from spotrun.policy import simulate  # noqa: E402
-from spotrun.policy.choose import ESTIMATE_TRACES  # noqa: E402
+from spotrun.policy.choose import SYNTHETIC_TRACES  # noqa: E402
 from spotrun.policy.engine import SimPlan  # noqa: E402
 from spotrun.policy.execution import execute  # noqa: E402
 from spotrun.policy.policies import cost_usd  # noqa: E402
@@ -93,7 +93,7 @@ def polls() -> None:
     plan = SimPlan(work_s=40 * H, startup_s=600, restore_s=60, save_s=60, interval_s=1800, step_s=10,
                    notice_ok=True, spot_usd_per_h=0.35, on_demand_usd_per_h=1.0, deadline_s=60 * H,
                    max_wait_s=60 * H, max_runtime_s=80 * H)
-    traces = generated_traces(TraceSpec(0.1, horizon_s=200 * H, **ESTIMATE_TRACES), 300, seed=0)
+    traces = generated_traces(TraceSpec(0.1, horizon_s=200 * H, **SYNTHETIC_TRACES), 300, seed=0)
     print("| policy | polls per run (mean, max) | history events (max) | executed mean cost | engine's |")
     print("|---|---|---|---|---|")
     for policy in ("on_demand", "maxwait_fallback", *POLICIES[:3]):

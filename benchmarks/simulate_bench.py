@@ -6,7 +6,8 @@
    for 1,000 traces on this machine).
 2. Plans: Llama 3.1 8B full, 70B full and 8B LoRA (1B tokens, 4,096 per sample, the planner's layouts), at each
    Spot Instance Advisor band (the middle of the band, per instance, times the nodes) and at the catalog's rate,
-   without and with droughts (a 6-80 h drought every 10 days), with a deadline of 1.5x the on-demand wall time.
+   on synthetic traces without droughts and on the estimate's fitted availability model, with a deadline of 1.5x
+   the on-demand wall time.
    The policy is chosen on one set of N traces (seed 0) and measured on another (seed 1): its P(deadline) (goal
    >= 99%), its mean cost against the offline optimum (goal within 5%) and against on-demand from the start (goal
    <= 1), and fallback-at-MaxWait's P(deadline) (goal: below the chosen's).
@@ -26,7 +27,14 @@ from pathlib import Path
 from spotrun.contract.spec import parse_run
 from spotrun.planner.estimate import estimate, load_catalog
 from spotrun.planner.plans import LLAMA_31_8B, LLAMA_31_70B
-from spotrun.policy.choose import ESTIMATE_TRACES, candidates, horizon_s, plan_from_estimate, spot_policy
+from spotrun.policy.choose import (
+    ESTIMATE_TRACES,
+    SYNTHETIC_TRACES,
+    candidates,
+    horizon_s,
+    plan_from_estimate,
+    spot_policy,
+)
 from spotrun.policy.engine import SimPlan
 from spotrun.policy.report import relative, study
 from spotrun.policy.traces import (
@@ -98,13 +106,14 @@ def plans_table(n: int) -> list[str]:
         plan = plan_from_estimate(est, catalog, deadline_s=deadline * 3600)
         rates = {band: advisor_rate(band, est.instance_count) for band in ADVISOR_BANDS}
         rates["catalog"] = est.interruptions_per_hour
-        for droughts in (0.0, ESTIMATE_TRACES["droughts_per_day"]):
+        for model, extra in (("no droughts", {**SYNTHETIC_TRACES, "droughts_per_day": 0.0}),
+                             ("fitted", ESTIMATE_TRACES)):
             for band, rate in rates.items():
-                spec = TraceSpec(rate, horizon_s(plan), **{**ESTIMATE_TRACES, "droughts_per_day": droughts})
+                spec = TraceSpec(rate, horizon_s(plan), **extra)
                 report = study(plan, generated_traces(spec, n, seed=1), candidates(plan),
                                choose_on=generated_traces(spec, n, seed=0))
                 label = (f"{name} ({est.instance_count} x {est.instance_type}, {plan.work_s / 3600:.1f} h, deadline "
-                         f"{deadline:g} h), {band} ({rate:.2g}/h), {'droughts' if droughts else 'no droughts'}")
+                         f"{deadline:g} h), {band} ({rate:.2g}/h), {model}")
                 rows.append(_row(label, report))
                 print(rows[-1], flush=True)
     return rows

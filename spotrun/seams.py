@@ -520,7 +520,7 @@ class Plan(_StateJson):
     # or a W&B project, which the trainer must reach (spotrun_trainer/tracking.py, wandb_tracking.py).
     network_isolation: bool = True
     # CreateTrainingJob's MlflowConfig {MlflowResourceArn, MlflowExperimentName, MlflowRunName} for a run naming a
-    # SageMaker AI MLflow tracking server by ARN (spotrun/planner/outputs.py mlflow_config); {}: none, the field is
+    # SageMaker AI MLflow tracking server by ARN (spotrun/pipeline/assembly.py mlflow_config); {}: none, the field is
     # not sent (the state machine's untracked create).
     mlflow_config: dict = dataclasses.field(default_factory=dict)
     # Raw data.source prepared by this execution's Processing job or reused (spotrun.pipeline.preparation.Prepared as a

@@ -84,7 +84,8 @@ class PeoplePolicies(Construct):
             arns.stack: "this stage's stack (its ARN ends in an id made at creation)",
             arns.datasets: "the datasets/<name>/ prefixes users upload to (datasets/_prepared/ is denied)",
             arns.models: "the models/<name>/ prefixes users upload to",
-            arns.run_records: "the run record `spotrun start` writes beside each execution's checkpoints",
+            arns.run_records: "the run record `spotrun start` creates beside each execution's checkpoints (put "
+                              "only with If-None-Match: *, never over an existing one)",
             arns.endpoints: "endpoints are named after the run the user deploys (any name a run may have)",
             arns.endpoint_configs: "endpoint configs are named after the run and the time of the deploy",
             arns.models_sm: "endpoint models are named after the run and the time of the deploy",
@@ -123,8 +124,12 @@ def _runs(props: PeoplePoliciesProps, arns: _Arns) -> list[iam.PolicyStatement]:
             "StringLike": {"s3:prefix": [f"{store.datasets_prefix}*", f"{store.models_prefix}*"]}}),
         iam.PolicyStatement(actions=["s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload"],
                             resources=[arns.datasets, arns.models]),
-        # The run record `start` writes (and a later resume_from reads) beside the execution's checkpoints.
-        iam.PolicyStatement(actions=["s3:GetObject", "s3:PutObject"], resources=[arns.run_records]),
+        # The run record `start` writes (and a later resume_from reads) beside the execution's checkpoints:
+        # created only, never replaced (S3 conditional writes: the `s3:if-none-match` condition key requires the
+        # `If-None-Match: *` header, so a put onto an existing record fails), so no one may rewrite another run's.
+        iam.PolicyStatement(actions=["s3:GetObject"], resources=[arns.run_records]),
+        iam.PolicyStatement(actions=["s3:PutObject"], resources=[arns.run_records],
+                            conditions={"StringEquals": {"s3:if-none-match": "*"}}),
         # Prepared data is the preparation job's alone (later runs reuse it): never a person's upload.
         iam.PolicyStatement(effect=iam.Effect.DENY, actions=["s3:PutObject"], resources=[arns.prepared]),
         iam.PolicyStatement(actions=["kms:Decrypt", "kms:GenerateDataKey"], resources=[store.key.key_arn]),

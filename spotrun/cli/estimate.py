@@ -18,13 +18,15 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from ..contract.hub_id import is_hub_id
 from ..contract.refusal import Refusal
 from ..contract.runfile import load_run_file
 from ..contract.spec import RunSpec, RunValidationError, parse_run
-from ..local.pipeline import check_raw_split, prepare_if_raw
-from ..pipeline.validate import Target, check_catalog, check_hyperparameters, check_target
+from ..local.pipeline import check_model_source_dir, check_raw_split, prepare_if_raw
+from ..pipeline.validate import Target, check_catalog, check_target
 from ..planner.estimate import DEFAULT_PRICE_REGION, Estimate, estimate, format_text, load_catalog, regional_catalog
-from ..planner.sources import check_local_split, read_sources, with_split
+from ..planner.outputs import check_hyperparameters
+from ..planner.sources import check_local_split, read_sources, split_settings, unchecked_split, with_split
 from ..policy.choose import policy_text, spot_policy
 from ..seams import DatasetIndex, StackOutput, stack_name
 from .exits import HELP as EXIT_CODES_HELP
@@ -40,7 +42,7 @@ class Checked:
     estimate: Estimate | None
     checked: list[str] = field(default_factory=list)
     not_checked: list[str] = field(default_factory=list)
-    unchecked: list[str] = field(default_factory=list)  # the run's own settings validate could not check
+    unchecked: list[str] = field(default_factory=list)  # the run's own settings that could not be checked here
 
 
 def check_file(path: Path, target: Target | None, *, plan: bool, s3_client: Any = None,
@@ -71,6 +73,7 @@ def check_file(path: Path, target: Target | None, *, plan: bool, s3_client: Any 
         return out
     sources = read_sources(run, s3_client, offline=True)
     run = with_split(run, sources)  # the validation split the prepared data holds, when the run names none
+    out.unchecked.extend(sources.unchecked)
     for note in sources.notes:
         if note.startswith("not "):
             out.not_checked.append(note.removeprefix("not checked: "))  # printed under "not checked:" already
@@ -98,6 +101,7 @@ def _without_planner(run: RunSpec, out: Checked) -> None:
     here to read (a local prepared directory: with a local model.source, every check of the sources, the tokenizer
     included; raw local text is checked as `local` prepares it); a setting of the run that depends on what validate
     does not read is listed in `out.unchecked` (the output is then not "ok")."""
+    _check_local_paths(run)
     source = run.data.source or ""
     local = bool(source) and not source.startswith("s3://") and Path(source).is_dir()
     if local and not (Path(source) / DatasetIndex.FILE).is_file():
@@ -109,14 +113,23 @@ def _without_planner(run: RunSpec, out: Checked) -> None:
         done = check_local_split(run)
         if done:
             out.checked.append(done)
-    elif run.data.validation is None and (run.validation_needed_by or run.data.validation_fraction is not None):
-        wanted = " and ".join(f for f in (run.validation_needed_by, "data.validation_fraction" if
-                                          run.data.validation_fraction is not None else None) if f)
+    elif split_settings(run):
         why = "validate reads no S3 object" if source.startswith("s3://") else "not a directory here"
-        out.unchecked.append(f"{wanted} against the validation split data.source holds ({source}: {why})")
+        out.unchecked.append(unchecked_split(run, why))
     if run.compute.deadline_s is not None:
         out.unchecked.append(f"compute.deadline_hours={run.compute.deadline_s / 3600:g} against the run's length (the "
                              "planner's hours; validate does not plan)")
+
+
+def _check_local_paths(run: RunSpec) -> None:
+    """Local sources exist, and a local model.source is a model directory, as `spotrun local` and `estimate`
+    require (a run with local paths is for `spotrun local`; `start` needs s3:// sources)."""
+    for field_path, source in (("model.source", run.model.source), ("data.source", run.data.source),
+                               ("data.validation", run.data.validation)):
+        if source and not source.startswith("s3://") and not is_hub_id(source) and not Path(source).exists():
+            raise RunValidationError(field_path, source, "an existing local path or an s3:// URI (nothing is there)")
+    if run.model.source and not run.model.source.startswith("s3://") and not is_hub_id(run.model.source):
+        check_model_source_dir(Path(run.model.source), run.model.source)
 
 
 def prepared_text(raw: dict, cache: Path) -> tuple[RunSpec, str | None]:
@@ -177,7 +190,7 @@ def target_from_args(args: argparse.Namespace, cfn_client: Any = None) -> Target
     return None
 
 
-UNCHECKED = "unchecked"  # validate's status when a setting of the run itself could not be checked here
+UNCHECKED = "unchecked"  # the status when a setting of the run itself could not be checked here
 
 
 def _ok_doc(checked: Checked) -> dict:
@@ -189,8 +202,9 @@ def _ok_doc(checked: Checked) -> dict:
 
 def _print_ok(path: Path, checked: Checked) -> None:
     if checked.unchecked:
-        print(f"== {path}: NOT CHECKED (nothing wrong found, but `spotrun estimate {path}` must check these): "
-              + "; ".join(checked.unchecked))
+        who = f"`spotrun estimate {path}` must check these" if checked.estimate is None else \
+            "these need what could not be read here; the pipeline's estimate step reads it and refuses a run that fails"
+        print(f"== {path}: NOT CHECKED (nothing wrong found, but {who}): " + "; ".join(checked.unchecked))
     else:
         print(f"== {path}: ok")
     if checked.estimate is not None:

@@ -29,6 +29,8 @@ from ..pipeline.report import summary_text
 from ..policy.traces import interruption_times, read_availability
 from .exits import Exit, fail, for_status
 
+TRACE_SPEEDUP = 3600.0  # --trace-speedup's default: a trace hour per local second
+
 
 def _interrupt(text: str):
     try:
@@ -58,8 +60,8 @@ def register(sub) -> None:
                      help="interrupt when the run reaches STEP, or SECONDS after the start (e.g. 30s); repeatable")
     loc.add_argument("--trace", type=Path, help="also interrupt where this availability trace (skypilot-org/"
                      "spot-traces format) loses capacity, in its running time / --trace-speedup")
-    loc.add_argument("--trace-speedup", type=float, default=3600.0, help="trace seconds per local second "
-                     "(default 3600: a trace hour per second)")
+    loc.add_argument("--trace-speedup", type=float, default=None, help="with --trace: trace seconds per local "
+                     f"second (default {TRACE_SPEEDUP:g}: a trace hour per second)")
     loc.add_argument("--hard-kill", action="store_true", help="interrupt by SIGKILL of the whole process tree (an "
                      "instance vanishing) instead of SIGTERM (SageMaker's stop notice)")
     loc.add_argument("--nproc", type=int, default=2, help="worker processes (default 2)")
@@ -120,8 +122,12 @@ def trace_interrupts(path: Path, speedup: float):
 
 
 def local_command(args: argparse.Namespace) -> int:
+    if args.trace_speedup is not None and args.trace is None:
+        return _bad_argument(args.format, f"--trace-speedup={args.trace_speedup:g} is invalid: expected only with "
+                             "--trace FILE (it scales the trace's time)", "--trace-speedup")
+    speedup = TRACE_SPEEDUP if args.trace_speedup is None else args.trace_speedup
     try:  # --trace: after the --interrupt-at points (the pipeline takes them in order)
-        args.interrupt_at = [*args.interrupt_at, *trace_interrupts(args.trace, args.trace_speedup)] if args.trace \
+        args.interrupt_at = [*args.interrupt_at, *trace_interrupts(args.trace, speedup)] if args.trace \
             else args.interrupt_at
     except ValueError as exc:
         return _bad_argument(args.format, str(exc), "--trace")

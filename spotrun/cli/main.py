@@ -21,6 +21,7 @@ import os
 import sys
 from importlib.metadata import PackageNotFoundError, version
 
+from .arguments import OneLineErrors
 from .catalog import register as register_catalog
 from .data import register as register_data
 from .deploy import register as register_deploy
@@ -33,7 +34,7 @@ from .simulate import register as register_simulate
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="spotrun", description="spotrun: plan and run spot fine-tunes",
+    parser = OneLineErrors(prog="spotrun", description="spotrun: plan and run spot fine-tunes",
                                      epilog=EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"spotrun {_version()}")
     sub = parser.add_subparsers(dest="cmd", required=True)

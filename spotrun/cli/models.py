@@ -7,7 +7,8 @@ every file as long as its header says: a truncated copy is caught here, not in t
 transformers loads offline. Headers are read as the safetensors format defines them (8 bytes of little-endian
 header length, then a JSON header with each tensor's `data_offsets`), without torch.
 
-The upload writes the weights and the tokenizer first and config.json last: the estimate reads config.json, so a
+The upload writes the directory's top-level files (subfolders are not what from_pretrained loads), the weights and
+the tokenizer first and config.json last: the estimate reads config.json, so a
 half-uploaded model is not taken for a whole one. A prefix that already holds a config.json is refused rather
 than mixed (choose another --name).
 """
@@ -137,13 +138,19 @@ def model_uri(bucket: str, name: str) -> str:
 
 
 def upload_model(s3: Any, path: Path, bucket: str, name: str, *, emit: Callable[[str], None] = print) -> dict:
-    """Every file of the (checked) directory to models/<name>/, config.json last; {"uri", "uploaded", "bytes"}."""
+    """Every top-level file of the (checked) directory to models/<name>/, config.json last; {"uri", "uploaded",
+    "bytes"}."""
     prefix = f"models/{name}/"
     uri = model_uri(bucket, name)
     if s3.list_objects_v2(Bucket=bucket, Prefix=prefix + "config.json").get("KeyCount", 0):
         raise ModelDirError(f"{uri} already holds a model (its config.json): choose another --name")
     root = Path(path)
-    files = sorted(p for p in root.rglob("*") if p.is_file() and p.name != "config.json")
+    # The top level only, as from_pretrained reads it: `hf download --local-dir` leaves .cache/ in the directory,
+    # and hub repositories carry other formats in subfolders (original/*.pth, as large as the model).
+    files = sorted(p for p in root.iterdir() if p.is_file() and p.name != "config.json")
+    skipped = sorted(f"{p.name}/" for p in root.iterdir() if p.is_dir())
+    if skipped:
+        emit(f"[upload-model] left out (subfolders the trainer does not load): {', '.join(skipped)}")
     t0, total = time.monotonic(), 0
     for file in [*files, root / "config.json"]:
         s3.upload_file(str(file), bucket, prefix + file.relative_to(root).as_posix())

@@ -1,9 +1,9 @@
 """`spotrun simulate RUN.json`: the run's plan replayed over N traces under every policy; table, JSON and PNG.
 
 Traces: generated (the estimate's interruption rate, or `--band`'s Spot Instance Advisor rate, with the estimate's
-bursts and droughts unless `--droughts` says otherwise), `--traces DIR` of availability files in the
-skypilot-org/spot-traces format, or `--interruptions FILE`: the interruption table's items, resampled. Exit
-codes: spotrun/cli/exits.py, as `spotrun estimate`.
+availability model fitted to recorded capacity, or synthetic bursts and droughts with `--droughts`), `--traces DIR`
+of availability files in the skypilot-org/spot-traces format, or `--interruptions FILE`: the interruption table's
+items, resampled. Exit codes: spotrun/cli/exits.py, as `spotrun estimate`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..contract.refusal import Refusal
 from ..planner.estimate import load_catalog, regional_catalog
-from ..policy.choose import ESTIMATE_TRACES, candidates, horizon_s, plan_from_estimate
+from ..policy.choose import ESTIMATE_TRACES, SYNTHETIC_TRACES, candidates, fitted_source, horizon_s, plan_from_estimate
 from ..policy.decision import RULES
 from ..policy.report import plot, study, table_text
 from ..policy.traces import (
@@ -88,7 +88,9 @@ def register(sub) -> None:
     sim.add_argument("--seed", type=int, default=0, help="seed of the generated traces and start offsets")
     sim.add_argument("--band", choices=list(ADVISOR_BANDS), help="interruptions at this Spot Instance Advisor band "
                      "instead of the estimate's rate")
-    sim.add_argument("--droughts", type=float, help="droughts per day in generated traces (default 0.1)")
+    sim.add_argument("--droughts", type=float, help="generate synthetic traces instead (10-minute waits for capacity, "
+                     "30%% of interruptions in bursts) with this many 6-80 h droughts per day; default: the "
+                     "estimate's availability model fitted to recorded capacity")
     sim.add_argument("--region", help="price in this region (default us-east-1)")
     sim.add_argument("--out", type=Path, default=Path("simulate-output"), help="where simulate.json, simulate.txt "
                      "and simulate.png go (default ./simulate-output)")
@@ -113,14 +115,16 @@ def traces_for(plan, est, args) -> tuple[list, str]:
         return (resampled_traces(gaps, args.n, horizon, seed=args.seed),
                 f"resampled from {len(gaps)} recorded gaps between interruptions")
     rate = advisor_rate(args.band, est.instance_count) if args.band else est.interruptions_per_hour
-    extra = dict(ESTIMATE_TRACES)
-    if args.droughts is not None:
-        extra["droughts_per_day"] = args.droughts
-    spec = TraceSpec(interruptions_per_hour=rate, horizon_s=horizon, **extra)
-    droughts = f"a drought every {1 / spec.droughts_per_day:g} days" if spec.droughts_per_day else "no droughts"
     band = f"Advisor band {args.band}: " if args.band else ""
+    if args.droughts is None:
+        spec = TraceSpec(interruptions_per_hour=rate, horizon_s=horizon, **ESTIMATE_TRACES)
+        return generated_traces(spec, args.n, args.seed), band + fitted_source(rate)
+    spec = TraceSpec(interruptions_per_hour=rate, horizon_s=horizon,
+                     **{**SYNTHETIC_TRACES, "droughts_per_day": args.droughts})
+    droughts = f"a drought every {1 / spec.droughts_per_day:g} days" if spec.droughts_per_day else "no droughts"
     return (generated_traces(spec, args.n, args.seed),
-            f"generated: {band}{rate:.3g} interruptions per job-hour, {spec.burst_p:.0%} in bursts, {droughts}")
+            f"generated (synthetic): {band}{rate:.3g} interruptions per job-hour, {spec.burst_p:.0%} in bursts, "
+            f"{droughts}")
 
 
 def read_items(path: Path) -> list[dict]:

@@ -24,6 +24,7 @@ from typing import Any, Literal
 from ..seams import METHODS
 from . import values
 from .decoder import decode, markdown_table, reference, spec
+from .hub_id import HubId, is_hub_id, parse_hub_id
 from .strict_json import (  # noqa: F401 - re-exported: the contract's public names
     MAX_DEPTH,
     MAX_INT,
@@ -119,6 +120,11 @@ class ModelSpec:
             raise RunValidationError("model", raw, "model.source (pretrained weights), model.config (a shape: with "
                                      'model.init="random" to train from random weights), or model.parameters')
         return self  # a shape only: estimates; the pipeline asks for model.init
+
+    @property
+    def hub(self) -> HubId | None:
+        """model.source as a hub id (`hf://org/name[@revision]`, decoded once here), None for any other source."""
+        return parse_hub_id(self.source) if self.source is not None and is_hub_id(self.source) else None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -254,6 +260,13 @@ class ComputeSpec:
     accept_missed_deadline: bool = spec("Start a run whose deadline_hours is shorter than the run takes even on "
                                         "on-demand instances (else it is refused); the estimate warns that it will "
                                         "be missed.", default=False)
+
+    def _across(self, raw: dict, path: str) -> ComputeSpec:
+        if self.spot and self.warm_pool_minutes:
+            raise RunValidationError(f"{path}.warm_pool_minutes", self.warm_pool_minutes, "0 with compute.spot=true "
+                                     "(SageMaker managed warm pools cannot be used with spot instances), or "
+                                     "compute.spot=false")
+        return self
 
 
 @dataclass(frozen=True, kw_only=True)

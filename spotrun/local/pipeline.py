@@ -101,7 +101,7 @@ def load_run(run_path: Path, models: Path | None = None, *, hub_endpoint: str | 
         if not path.exists():
             raise RunValidationError(f"{section}.{key}", written, f"an existing path (looked at {path})")
         if (section, key) == ("model", "source"):
-            _check_model_dir(path, written)
+            check_model_source_dir(path, written)
     if run.model.source is not None:  # before any preparing: the model's positions bound seq_len
         try:
             config = json.loads((Path(run.model.source) / "config.json").read_text())
@@ -123,7 +123,7 @@ def fetch_hub_model(raw: dict, models: Path, endpoint: str | None, emit: Callabl
     return {**raw, "model": {**raw["model"], "source": str(path)}}
 
 
-def _check_model_dir(path: Path, source: str) -> None:
+def check_model_source_dir(path: Path, source: str) -> None:
     """model.source must be a Hugging Face model directory: an empty one (or any without config.json) is named."""
     if not path.is_dir():
         raise RunValidationError("model.source", source, f"a Hugging Face model directory ({path} is not one)")
@@ -147,6 +147,11 @@ def prepare_if_raw(raw: dict, cache: Path, emit: Callable[[str], None] = print) 
     if not model_source:
         raise RunValidationError("data.source", raw["data"]["source"], "prepared shards (a directory with "
                                  "index.json), or raw text with a tokenizer in model.source")
+    if is_hub_id(model_source):  # `spotrun local` fetched it before; the estimate never contacts the hub
+        raise RunValidationError("model.source", model_source, "a local model directory with its tokenizer, to "
+                                 "prepare the raw text in data.source: the estimate never fetches a hub id (`spotrun "
+                                 "local --out OUT` fetches it into OUT/models/_hub/<org>/<name>/<revision>/: name "
+                                 "that copy), or prepared shards in data.source")
     if not any((Path(model_source) / n).is_file() for n in ("tokenizer.json", "tokenizer_config.json")):
         raise RunValidationError("model.source", raw["model"]["source"], "a model directory with its tokenizer "
                                  "(tokenizer.json or tokenizer_config.json), to prepare the raw text in data.source")

@@ -21,7 +21,8 @@ import hashlib
 import json
 from typing import Any
 
-from ..contract.hub_id import HubId, is_hub_id, parse_hub_id
+from ..contract.hub_id import HubId
+from ..contract.refusal import Refusal
 from ..seams import HUB_MANIFEST, HUB_MODELS_PREFIX, PREPARE_MODEL, PROCESSING_MODEL_OUTPUT, PlanStatus, Preparation
 from .preparation import (
     PROCESSING_ROOT,
@@ -88,17 +89,17 @@ def fetch_request(hub: HubId, *, bucket: str, settings: Any, catalog: dict, regi
 
 
 def hub_step(run: Any, s3: Any, *, pipeline: Any, settings: Any, catalog: dict, execution: str,
-             tags: list) -> tuple[Any, dict | None]:
-    """The estimate's hub step: (the run on the stage's copy of its hub model, None), or (run, the estimate's
-    whole output instead of a plan: status Prepare with the fetch job, or a refusal). A run without a hub id, or
-    planned without S3 (the CLI), is returned as it is."""
-    if not is_hub_id(run.model.source) or s3 is None:
+             tags: list) -> tuple[Any, Preparation | None]:
+    """The estimate's hub step: (the run on the stage's copy of its hub model, None), or (the run, the fetch job
+    to run first); a Refusal when the copy or the job cannot be. A run without a hub id, or planned without S3
+    (the CLI), is returned as it is."""
+    hub = run.model.hub
+    if hub is None or s3 is None:
         return run, None
-    hub = parse_hub_id(run.model.source)
     try:
         manifest = fetched(s3, pipeline.bucket, hub)
     except ValueError as exc:
-        return run, {"status": PlanStatus.INVALID_RUN.value, "field": "model.source", "message": str(exc)}
+        raise Refusal(PlanStatus.INVALID_RUN.value, str(exc), field="model.source") from None
     if manifest is not None:
         copy = f"s3://{pipeline.bucket}/{hub_prefix(hub)}"
         return dataclasses.replace(run, model=dataclasses.replace(run.model, source=copy)), None
@@ -106,12 +107,15 @@ def hub_step(run: Any, s3: Any, *, pipeline: Any, settings: Any, catalog: dict, 
         job = fetch_request(hub, bucket=pipeline.bucket, settings=settings, catalog=catalog, region=pipeline.region,
                             job_prefix=pipeline.job_prefix, execution=execution, cap_usd=run.max_usd,
                             volume_kms_key_arn=pipeline.volume_kms_key_arn, tags=tags, poll_seconds=0)
-        job = dataclasses.replace(job, poll_seconds=preparation_poll_seconds(
-            job.max_runtime_seconds, pipeline.poll_seconds, pipeline.max_poll_seconds))
     except PreparationRefused as exc:
         status = PlanStatus.OVER_BUDGET if exc.over_budget else PlanStatus.INVALID_RUN
-        return run, {"status": status.value, "message": str(exc), "field": "model.source"}
-    return run, {"status": PlanStatus.PREPARE.value, "field": "model.source", "preparation": dataclasses.asdict(job),
-                 "message": f"model.source={hub.text}: fetching it from the hub into {job.output_uri} (processing job "
-                            f"{job.job_name}, 1 x {job.instance_type}, MaxRuntime {job.max_runtime_seconds} s, at "
-                            f"most ${job.usd_per_hour * job.max_runtime_seconds / 3600:.2f})"}
+        raise Refusal(status.value, str(exc), field="model.source") from None
+    return run, dataclasses.replace(job, poll_seconds=preparation_poll_seconds(
+        job.max_runtime_seconds, pipeline.poll_seconds, pipeline.max_poll_seconds))
+
+
+def fetch_message(job: Preparation) -> str:
+    """The Prepare answer's message for a fetch job."""
+    return (f"model.source={job.raw_source}: fetching it from the hub into {job.output_uri} (processing job "
+            f"{job.job_name}, 1 x {job.instance_type}, MaxRuntime {job.max_runtime_seconds} s, at "
+            f"most ${job.usd_per_hour * job.max_runtime_seconds / 3600:.2f})")

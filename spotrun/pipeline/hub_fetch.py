@@ -27,7 +27,7 @@ import tempfile
 from pathlib import Path
 
 import httpx2  # huggingface_hub 2.x's HTTP client: a network failure is its error, not an OSError
-from huggingface_hub import HfApi, snapshot_download
+from huggingface_hub import HfApi, constants, snapshot_download
 from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
 
 from ..contract.hub_id import COMMIT, HubId, parse_hub_id
@@ -53,21 +53,27 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _one_line(exc: BaseException) -> str:
+    return " ".join(f"{type(exc).__name__}: {exc}".split())  # huggingface_hub's messages span lines
+
+
 def resolve_commit(hub: HubId, endpoint: str | None, token: str | None = None) -> str:
-    """The commit `hub.revision` names now (a 40-digit commit is its own)."""
-    if COMMIT.fullmatch(hub.revision):
-        return hub.revision
+    """The commit `hub.revision` names now, asked of the hub in one request even for a 40-digit commit: it proves
+    the commit exists, and a hub that cannot be reached fails here at once. NOTE: snapshot_download itself skips
+    this for a commit and goes to its tree listing, which retries network errors 5 times (~23 s) and has no
+    setting for it. The request's timeout is huggingface_hub's own for metadata (HF_HUB_ETAG_TIMEOUT, 10 s)."""
     try:
-        sha = HfApi(endpoint=endpoint, token=token).model_info(hub.repo, revision=hub.revision).sha
+        sha = HfApi(endpoint=endpoint, token=token).model_info(hub.repo, revision=hub.revision,
+                                                               timeout=constants.HF_HUB_ETAG_TIMEOUT).sha
     except RevisionNotFoundError:
         raise HubFetchError(f"{hub.text}: the hub has no revision {hub.revision!r} of {hub.repo}") from None
     except (RepositoryNotFoundError, GatedRepoError) as exc:
         raise HubFetchError(f"{hub.text}: the hub has no public model {hub.repo} ({type(exc).__name__}; gated "
                             "and private models are not fetched)") from None
     except (HfHubHTTPError, httpx2.HTTPError, OSError) as exc:
-        raise HubFetchError(f"{hub.text}: the hub could not be reached ({type(exc).__name__}: {exc})") from None
-    if not sha or not COMMIT.fullmatch(sha):
-        raise HubFetchError(f"{hub.text}: the hub named no commit for {hub.revision!r}")
+        raise HubFetchError(f"{hub.text}: the hub could not be reached ({_one_line(exc)})") from None
+    if not sha or not COMMIT.fullmatch(sha) or (COMMIT.fullmatch(hub.revision) and sha != hub.revision):
+        raise HubFetchError(f"{hub.text}: the hub named no commit for {hub.revision!r} (it answered {sha!r})")
     return sha
 
 
@@ -80,8 +86,7 @@ def fetch(hub: HubId, out: Path, *, endpoint: str | None = None, token: str | No
                                               token=token, allow_patterns=MODEL_PATTERNS,
                                               ignore_patterns=NOT_NESTED))
         except (HfHubHTTPError, httpx2.HTTPError, OSError) as exc:
-            raise HubFetchError(f"{hub.text}: downloading commit {commit} failed ({type(exc).__name__}: {exc})"
-                                ) from None
+            raise HubFetchError(f"{hub.text}: downloading commit {commit} failed ({_one_line(exc)})") from None
         names = sorted(p.name for p in snapshot.iterdir() if p.is_file())
         if "config.json" not in names or not any(n.endswith(".safetensors") for n in names):
             raise HubFetchError(f"{hub.text}: expected a model with config.json and .safetensors weights at commit "

@@ -1,9 +1,10 @@
 """The estimate's refusals that need the deployment: what must hold before an execution creates anything.
 
-The execution's name (it becomes a tag), the stage's maxima (stacks/config.py), the account's SageMaker service
-quota (Service Quotas), and `checkpoint.resume_from`: the execution it names exists in this pipeline, ran the
+The execution's name (it becomes a tag), the registry status, the account's SageMaker service quota (Service
+Quotas), and `checkpoint.resume_from`: the execution it names exists in this pipeline, ran the
 same run and has ended (Step Functions), and trained the same model shape on the same data, as that execution
-recorded in `spotrun-run.json` beside its checkpoints (`run_record`). Each refusal is a RunValidationError
+recorded in `spotrun-run.json` beside its checkpoints (`run_record`, `record_run`). The stage's maxima are its
+rules (spotrun/pipeline/validate.py `admit`). Each refusal is a RunValidationError
 naming the field. Clients are passed in; nothing here reads the environment.
 """
 
@@ -17,8 +18,7 @@ from botocore.exceptions import ClientError
 
 from ..contract.aws_text import TAG_VALUE_MAX, aws_text_ok
 from ..contract.spec import RunSpec, RunValidationError
-from ..planner.catalog import usd
-from ..seams import REGISTRATION_STATUS, RUN_RECORD, PipelineSettings
+from ..seams import REGISTRATION_STATUS, RUN_RECORD
 
 QUOTA_SERVICE = "sagemaker"
 
@@ -32,12 +32,35 @@ def check_execution_name(execution: str) -> None:
                                  "characters); e.g. retrain-2 instead of retrain(2)")
 
 
+def checkpoint_prefix(run: RunSpec, execution: str) -> str:
+    """One per execution, `checkpoints/<run>/<execution>/`, or the earlier execution's that
+    `checkpoint.resume_from` names."""
+    return f"checkpoints/{run.name}/{run.checkpoint.resume_from or execution}/"
+
+
 def run_record(run: RunSpec, model_config: dict | None, tokens: int | None, parameters: int) -> dict:
     """What makes checkpoints resumable by a later execution: the model's shape and the data."""
     shape = json.dumps(model_config or run.model.config or {}, sort_keys=True, separators=(",", ":"))
     return {"run": run.name, "method": run.training.method, "parameters": parameters,
             "model_shape_sha256": hashlib.sha256(shape.encode()).hexdigest(),
             "data_source": run.data.source, "data_tokens": tokens or run.data.tokens, "seq_len": run.data.seq_len}
+
+
+def write_run_record(record: dict, s3_client: Any, bucket: str, prefix: str, execution: str) -> None:
+    """Write the execution's run record once: created only where none is (`If-None-Match: *`, the condition the
+    run user's policy requires, so no one who may start runs can replace another run's record). The same record
+    already there (the CLI's check, then the estimate Lambda's) is this execution's; another one is refused."""
+    body = json.dumps(record, indent=1).encode()
+    try:
+        s3_client.put_object(Bucket=bucket, Key=prefix + RUN_RECORD, Body=body, IfNoneMatch="*")
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") != "PreconditionFailed":
+            raise
+        earlier = json.loads(s3_client.get_object(Bucket=bucket, Key=prefix + RUN_RECORD)["Body"].read())
+        if earlier != record:
+            raise RunValidationError("execution", execution,
+                                     f"a new execution name: s3://{bucket}/{prefix}{RUN_RECORD} already records "
+                                     f"another run ({earlier.get('run')!r}) under this one") from None
 
 
 def check_resume(record: dict, s3_client: Any, bucket: str, prefix: str, resume_from: str) -> None:
@@ -64,14 +87,37 @@ def check_approval_status(run: RunSpec) -> None:
                                  "--model-approval-status Approved)")
 
 
-def check_before_preparing(run: RunSpec, quotas_client: Any, execution_status: Any) -> None:
-    """What would refuse the run after its preparation and does not depend on the tokens: checked before its
-    preparation job bills anything (the quota only for an explicit instance type)."""
+def check_before_creating(run: RunSpec, quotas_client: Any, execution_status: Any, est: Any) -> None:
+    """What refuses the run before anything is created for it: the registry status, `checkpoint.resume_from`
+    (Step Functions) and the quota (Service Quotas) for the estimate's instance type and count. Before a
+    preparation job (`est` None) the same checks, so that the job bills nothing for a run they refuse: the quota
+    then only for an explicit instance type. Local checks first, then the calls."""
     check_approval_status(run)
     if run.checkpoint.resume_from is not None and execution_status is not None:
         check_resumable(run, run.checkpoint.resume_from, execution_status(run.checkpoint.resume_from))
-    if quotas_client is not None and run.compute.instance_type != "auto":
+    if quotas_client is None:
+        return
+    if est is not None:
+        check_quota(quotas_client, est.instance_type, est.instance_count, run.compute.spot)
+    elif run.compute.instance_type != "auto":
         check_quota(quotas_client, run.compute.instance_type, run.compute.instance_count or 1, run.compute.spot)
+
+
+def record_run(run: RunSpec, execution: str, s3_client: Any, bucket: str, model_config: dict | None,
+               tokens: int | None, parameters: int) -> str:
+    """The run record beside the execution's checkpoints (`run_record`): written for a new execution; for
+    `checkpoint.resume_from`, the earlier execution's must match it (`check_resume`). Returns the checkpoint
+    prefix (`checkpoint_prefix`)."""
+    prefix = checkpoint_prefix(run, execution)
+    record = run_record(run, model_config, tokens, parameters)
+    if run.checkpoint.resume_from is not None:
+        if s3_client is None:
+            raise RunValidationError("checkpoint.resume_from", run.checkpoint.resume_from,
+                                     "nothing here: resuming needs the artifact bucket to check the earlier run")
+        check_resume(record, s3_client, bucket, prefix, run.checkpoint.resume_from)
+    elif s3_client is not None:
+        write_run_record(record, s3_client, bucket, prefix, execution)
+    return prefix
 
 
 def check_resumable(run: RunSpec, name: str, found: tuple[str, str | None] | None) -> None:
@@ -110,34 +156,6 @@ def check_quota(quotas_client: Any, instance_type: str, count: int, spot: bool) 
                         f"--service-code sagemaker --quota-code {quota.get('QuotaCode')} --desired-value {count}`")
                 return
     # NOTE: a quota that is not listed is not refused: Service Quotas lists only quotas that exist in the region.
-
-
-def check_stage_limits(run: RunSpec, settings: PipelineSettings, running_executions: int | None) -> None:
-    """The stage's maxima (stacks/config.py): the cap per run, instances per run, runs at once; and the tracking
-    servers and W&B API key secrets a run may name."""
-    where = f"stage {settings.stage or '?'}'s limit in stacks/config.py"
-    if settings.max_usd_per_run and run.max_usd > settings.max_usd_per_run:
-        raise RunValidationError("budget.max_usd", run.max_usd, f"at most {usd(settings.max_usd_per_run)} "
-                                 f"(max_usd_per_run, {where})")
-    count = run.compute.instance_count
-    if settings.max_instances_per_run and count is not None and count > settings.max_instances_per_run:
-        raise RunValidationError("compute.instance_count", count, f"at most {settings.max_instances_per_run} "
-                                 f"(max_instances_per_run, {where})")
-    uri = run.tracking.mlflow_uri
-    if uri and uri not in settings.mlflow_tracking_servers:  # a job that tracks runs without network isolation
-        listed = ", ".join(settings.mlflow_tracking_servers) or "none"
-        raise RunValidationError("tracking.mlflow_uri", uri, f"one of the stage's tracking servers: {listed} "
-                                 f"(mlflow_tracking_servers, {where})")
-    secret = run.tracking.wandb_api_key_secret
-    if secret and secret not in settings.wandb_api_key_secrets:  # the job's network opens, its role reads a secret
-        listed = ", ".join(settings.wandb_api_key_secrets) or "none"
-        raise RunValidationError("tracking.wandb_api_key_secret", secret, f"one of the stage's W&B API key secrets: "
-                                 f"{listed} (wandb_api_key_secrets, {where})")
-    if settings.max_concurrent_runs and running_executions is not None and \
-            running_executions > settings.max_concurrent_runs:
-        raise RunValidationError("run", f"{running_executions} running executions", f"at most "
-                                 f"{settings.max_concurrent_runs} at once (max_concurrent_runs, {where}): start it "
-                                 "when one has ended")
 
 
 def count_running(sfn: Any, state_machine_arn: str, enough: int) -> int:

@@ -13,7 +13,7 @@ is prepared before the estimate's final plan (the estimate needs the token count
 - after the job, spotrun/pipeline/preparation_finish.py merges the parts and bills the job (the finish Lambda) and stops
   the job of an execution that ended early (the canceller).
 
-The estimate (spotrun/pipeline/plan.py `plan`) calls `plan_step`; the trainer's entry point (`python -m
+The estimate's inputs stage (spotrun/pipeline/inputs.py) calls `plan_step`; the trainer's entry point (`python -m
 spotrun_trainer prepare --sagemaker-processing`, spotrun_trainer/processing.py) reads the paths named in
 spotrun/seams.py. Stdlib only (the Lambda runtime and the image).
 """
@@ -29,6 +29,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from ..contract.refusal import Refusal
 from ..seams import (
     EXECUTION_TAG,
     PREPARE_MARKER,
@@ -252,7 +253,7 @@ def resolve(run: Any, s3: Any, *, bucket: str, settings: PreparationSettings, ca
     """For a run whose data.source is raw text in the stage's bucket: the complete prepared output to train on
     (Prepared; reused, or just made by this execution's job, `prepared`), or the job to make it (Preparation).
     None when there is nothing to prepare (prepared shards, data.tokens given, no S3 client).
-    `training_minimum(tokens)`: the smallest cap whose training chain finishes on that many tokens; the job's
+    `training_minimum(run, tokens)`: the smallest cap whose training chain finishes on that many tokens; the job's
     MaxRuntime leaves it for the training (at the fewest tokens the raw bytes can make)."""
     source = run.data.source
     if s3 is None or run.data.tokens is not None or not source or not source.startswith(f"s3://{bucket}/"):
@@ -294,7 +295,7 @@ def resolve(run: Any, s3: Any, *, bucket: str, settings: PreparationSettings, ca
     rate = processing_rate(catalog, region, settings.instance_type)
     count = max(1, min(settings.instance_count, len(raw)))
     raw_bytes = sum(o["size"] for o in raw)
-    minimum = training_minimum(fewest_tokens(raw_bytes)) if training_minimum is not None else 0.0
+    minimum = training_minimum(run, fewest_tokens(raw_bytes)) if training_minimum is not None else 0.0
     runtime_s = max_runtime(settings, run.max_usd, rate * count, minimum)
     manifest_key = f"checkpoints/{run.name}/{execution}/preparation/tokenizer.manifest"
     s3.put_object(Bucket=bucket, Key=manifest_key, Body=tokenizer_manifest(model, tokenizer))
@@ -314,11 +315,11 @@ def job_tags(run: Any, pipeline: Any, execution: str) -> list[dict]:
 
 
 def plan_step(run: Any, s3: Any, *, pipeline: Any, settings: PreparationSettings, catalog: dict, execution: str,
-              prepared: dict | None, training_minimum: Any = None) -> tuple[Any, Prepared | None, dict | None]:
-    """The estimate's preparation step: (the run to plan, its Prepared or None, or the estimate's whole output
-    instead of a plan: status Prepare with the job, or a refusal). The run to plan trains on the prepared shards
-    with the cap less what the preparation cost (the cap itself stays the plan's `max_usd`); the job's MaxRuntime
-    leaves `training_minimum(tokens)` of the cap for the training (`resolve`)."""
+              prepared: dict | None, training_minimum: Any = None) -> tuple[Any, Prepared | None, Preparation | None]:
+    """The estimate's preparation step: (the run to plan, its Prepared or None, the job to run first or None); a
+    Refusal when the data cannot be prepared as the run asks. The run to plan trains on the prepared shards with
+    the cap less what the preparation cost (the cap itself stays the plan's `max_usd`); the job's MaxRuntime leaves
+    `training_minimum(run, tokens)` of the cap for the training (`resolve`)."""
     try:
         outcome = resolve(run, s3, bucket=pipeline.bucket, settings=settings, catalog=catalog,
                           region=pipeline.region, execution=execution, job_prefix=pipeline.job_prefix,
@@ -328,16 +329,19 @@ def plan_step(run: Any, s3: Any, *, pipeline: Any, settings: PreparationSettings
                           training_minimum=training_minimum)
     except PreparationRefused as exc:
         status = PlanStatus.OVER_BUDGET if exc.over_budget else PlanStatus.INVALID_RUN
-        return run, None, {"status": status.value, "message": str(exc), "field": exc.field}
+        raise Refusal(status.value, str(exc), field=exc.field) from None
     if outcome is None:
         return run, None, None
     if isinstance(outcome, Preparation):
-        return run, None, {
-            "status": PlanStatus.PREPARE.value, "field": "data.source", "preparation": dataclasses.asdict(outcome),
-            "message": f"data.source={run.data.source!r} is raw text ({outcome.files} file(s)): preparing it with "
-                       f"{outcome.instance_count} x {outcome.instance_type} (processing job {outcome.job_name}, "
-                       f"MaxRuntime {outcome.max_runtime_seconds} s, at most "
-                       f"${outcome.usd_per_hour * outcome.max_runtime_seconds / 3600:.2f}) into {outcome.output_uri}"}
+        return run, None, outcome
     trained = dataclasses.replace(run, max_usd=round(run.max_usd - outcome.cost_usd, 4),
                                   data=dataclasses.replace(run.data, source=outcome.data_source))
     return trained, outcome, None
+
+
+def prepare_message(run: Any, job: Preparation) -> str:
+    """The Prepare answer's message for a preparation of raw data."""
+    return (f"data.source={run.data.source!r} is raw text ({job.files} file(s)): preparing it with "
+            f"{job.instance_count} x {job.instance_type} (processing job {job.job_name}, MaxRuntime "
+            f"{job.max_runtime_seconds} s, at most ${job.usd_per_hour * job.max_runtime_seconds / 3600:.2f}) into "
+            f"{job.output_uri}")

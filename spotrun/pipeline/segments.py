@@ -28,7 +28,7 @@ segment's MaxRuntime reserves and does not bill is room for the next one. See do
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from ..planner.catalog import usd
 from ..seams import StopNotice
@@ -117,7 +117,10 @@ def plan_chain(*, cap_usd: float, spent_usd: float, work_s: float, costs: ChainC
         first_rt = first_rt or max_rt
         trained = min(left, trains)
         left -= trained
-        billed = start + trained + (costs.save_s if left > 1e-9 else 0.0)  # the final save is in the work
+        # NOTE: a job bills its end past the trainer's exit (SageMaker's Uploading: the output and the last
+        # checkpoint files; billed seconds rounded up), which the trainer's budget reserves as the margin: billed
+        # in full, or the smallest cap leaves no slack for it and an uninterrupted run ends a step short (#28)
+        billed = start + trained + (costs.save_s if left > 1e-9 else 0.0) + SEGMENT_END_MARGIN_S
         spent += (billed * share + warm) * costs.usd_per_s
     return Chain(True, segments, first_rt, spent, 1.0, 0, 0)
 
@@ -172,6 +175,7 @@ class SegmentPlan:
     line: str
     spot_fraction: float = 1.0  # the expected bill's share of on-demand (the guard's chain uses it)
     min_cap_usd: float = 0.0  # the smallest cap whose expected chain fits
+    chain_costs: dict = field(default_factory=dict)  # ChainCosts: what `finish_cap_usd` plans a bill's chain with
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -208,4 +212,15 @@ def plan_segments(*, cap_usd: float, usd_per_s: float, spot_fraction: float, run
                        min_segment_seconds=min_segment, overhead_seconds=overhead_s,
                        overhead_fraction=round(overhead_fraction, 4), spot_cost_usd=chain.cost_usd,
                        on_demand_bound_usd=(run_seconds + STOP_BILL_S + warm_pool_s) * usd_per_s, fits=chain.fits,
-                       line=line, spot_fraction=spot_fraction, min_cap_usd=smallest)
+                       line=line, spot_fraction=spot_fraction, min_cap_usd=smallest, chain_costs=asdict(costs))
+
+
+def finish_cap_usd(segments: dict, bill_usd: float) -> float:
+    """The smallest cap whose chain carries a run that one job (the cap not binding) bills `bill_usd` for: that
+    bill's billed time as the chain's work (`segments`: a SegmentPlan's JSON). More than the bill plus one restart:
+    the last job's MaxRuntime must hold its start, its training and its end at on-demand rates, of which it bills
+    only the spot share, and a stop; a cap below this can strand a run whose bill it covers (issue #28). At least
+    the expected chain's smallest cap (a bill simulated on traces can be under the chain's expectation)."""
+    costs = ChainCosts(**segments["chain_costs"])
+    work = bill_usd / (costs.usd_per_s * costs.spot_fraction) - costs.startup_s - SEGMENT_END_MARGIN_S
+    return max(segments["min_cap_usd"], smallest_cap(spent_usd=0.0, work_s=max(work, 1.0), costs=costs, first=True))

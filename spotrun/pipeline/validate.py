@@ -8,26 +8,22 @@ The layers, in the order both apply them:
    methods the pipeline runs, weights to train (a bare parameter count only estimates);
 3. the sources (spotrun/planner/sources.py): the model's config.json and the data's index.json;
 4. the planner (spotrun/planner/estimate.py): fit, time limits, budget; then what the pipeline sends the trainer
-   (its settings tree as hyperparameters, within CreateTrainingJob's limits: `check_hyperparameters`).
+   (its settings tree as hyperparameters, within CreateTrainingJob's limits: spotrun/planner/outputs.py
+   `check_hyperparameters`).
 
 The CLI knows the target when told the stage (`--stage`: the stack's outputs) or offline (`--bucket`, `--group`);
-without one it says that layer 2 was not checked. Exit codes: spotrun/cli/exits.py.
+without one it says that layer 2 was not checked. Exit codes: spotrun/cli/exits.py. The estimate Lambda applies
+layer 2 with the stage's own limits (`admit`: its maxima, allowed instance types, tracking servers and secrets).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..contract.hub_id import is_hub_id, parse_hub_id
-from ..contract.spec import (
-    HYPERPARAMETER_KEY_MAX,
-    HYPERPARAMETER_VALUE_MAX,
-    HYPERPARAMETERS_MAX,
-    RunSpec,
-    RunValidationError,
-)
+from ..contract.spec import ModelSpec, RunSpec, RunValidationError
+from ..planner.catalog import regional_catalog, usd
 from ..planner.sources import PLACEHOLDER_BUCKET
-from ..seams import METHODS
+from ..seams import METHODS, PipelineSettings
 from .hub import hub_prefix
 
 DATASETS_PREFIX, MODELS_PREFIX = "datasets/", "models/"  # the training role reads only these (ArtifactStore)
@@ -66,15 +62,15 @@ def _require_under(uri: str | None, target: Target, prefix: str, field_path: str
     return uri if uri.endswith("/") else uri + "/"
 
 
-def hub_copy(source: str, target: Target) -> str:
+def hub_copy(model: ModelSpec, target: Target) -> str | None:
     """A hub id's copy in the stage (spotrun/pipeline/hub.py: what the preparation step fetches it into); any
     other source as it is. `spotrun local` fetches before it plans: a hub id reaching here locally is refused."""
-    if not is_hub_id(source):
-        return source
+    if model.hub is None:
+        return model.source
     if target.bucket == THIS_MACHINE:
-        raise RunValidationError("model.source", source, "a local model directory: `spotrun local` fetches a hub "
-                                 "id into OUT/models/ before it plans (spotrun/local/pipeline.py)")
-    return f"s3://{target.bucket}/{hub_prefix(parse_hub_id(source))}"
+        raise RunValidationError("model.source", model.source, "a local model directory: `spotrun local` fetches a "
+                                 "hub id into OUT/models/ before it plans (spotrun/local/pipeline.py)")
+    return f"s3://{target.bucket}/{hub_prefix(model.hub)}"
 
 
 def check_catalog(run: RunSpec, catalog: dict) -> None:
@@ -100,7 +96,7 @@ def check_target(run: RunSpec, target: Target) -> tuple[str, str | None]:
         raise RunValidationError("registry.model_package_group", run.model_package_group,
                                  f"{target.model_package_group} (this stack's group) or nothing")
     data_uri = _require_under(run.data.source, target, DATASETS_PREFIX, "data.source")
-    model_uri = _require_under(hub_copy(run.model.source, target), target, MODELS_PREFIX, "model.source") \
+    model_uri = _require_under(hub_copy(run.model, target), target, MODELS_PREFIX, "model.source") \
         if run.model.source else None
     return data_uri, model_uri
 
@@ -113,12 +109,67 @@ def validation_uri(run: RunSpec, target: Target) -> str | None:
     return _require_under(run.data.validation, target, DATASETS_PREFIX, "data.validation")
 
 
-def check_hyperparameters(hyper: dict[str, str]) -> None:
-    """CreateTrainingJob's limits on HyperParameters (botocore's service model): count, key and value lengths. A
-    key is a dotted path of the settings tree, which is the run field's where both mean the same (model.config)."""
-    if len(hyper) > HYPERPARAMETERS_MAX:
-        raise RunValidationError("training", len(hyper), f"at most {HYPERPARAMETERS_MAX} hyperparameters")
-    for key, value in hyper.items():
-        if not isinstance(value, str) or len(key) > HYPERPARAMETER_KEY_MAX or len(value) > HYPERPARAMETER_VALUE_MAX:
-            raise RunValidationError(key, value, f"a hyperparameter string of at most {HYPERPARAMETER_VALUE_MAX:,} "
-                                     f"characters (this one has {len(str(value)):,})")
+def check_stage_limits(run: RunSpec, settings: PipelineSettings, running_executions: int | None) -> None:
+    """The stage's maxima (stacks/config.py): the cap per run, instances per run, runs at once; and the tracking
+    servers and W&B API key secrets a run may name."""
+    where = f"stage {settings.stage or '?'}'s limit in stacks/config.py"
+    if settings.max_usd_per_run and run.max_usd > settings.max_usd_per_run:
+        raise RunValidationError("budget.max_usd", run.max_usd, f"at most {usd(settings.max_usd_per_run)} "
+                                 f"(max_usd_per_run, {where})")
+    count = run.compute.instance_count
+    if settings.max_instances_per_run and count is not None and count > settings.max_instances_per_run:
+        raise RunValidationError("compute.instance_count", count, f"at most {settings.max_instances_per_run} "
+                                 f"(max_instances_per_run, {where})")
+    uri = run.tracking.mlflow_uri
+    if uri and uri not in settings.mlflow_tracking_servers:  # a job that tracks runs without network isolation
+        listed = ", ".join(settings.mlflow_tracking_servers) or "none"
+        raise RunValidationError("tracking.mlflow_uri", uri, f"one of the stage's tracking servers: {listed} "
+                                 f"(mlflow_tracking_servers, {where})")
+    secret = run.tracking.wandb_api_key_secret
+    if secret and secret not in settings.wandb_api_key_secrets:  # the job's network opens, its role reads a secret
+        listed = ", ".join(settings.wandb_api_key_secrets) or "none"
+        raise RunValidationError("tracking.wandb_api_key_secret", secret, f"one of the stage's W&B API key secrets: "
+                                 f"{listed} (wandb_api_key_secrets, {where})")
+    if settings.max_concurrent_runs and running_executions is not None and \
+            running_executions > settings.max_concurrent_runs:
+        raise RunValidationError("run", f"{running_executions} running executions", f"at most "
+                                 f"{settings.max_concurrent_runs} at once (max_concurrent_runs, {where}): start it "
+                                 "when one has ended")
+
+
+def deployment_catalog(catalog: dict, settings: PipelineSettings, run: RunSpec) -> dict:
+    """The catalog as this deployment may use it: the region's prices, the stage's allowed instance types, and
+    `auto` counts within the stage's instances per run."""
+    regional = regional_catalog(catalog, settings.region)
+    if settings.max_instances_per_run:
+        regional["defaults"]["max_auto_instance_count"] = min(regional["defaults"]["max_auto_instance_count"],
+                                                              settings.max_instances_per_run)
+    allowed = settings.allowed_instance_types
+    if allowed:
+        wanted = run.compute.instance_type
+        if wanted != "auto" and wanted not in allowed:
+            raise RunValidationError("compute.instance_type", wanted,
+                                     f"a type this stage allows: {', '.join(allowed)} (or auto)")
+        regional["instances"] = {t: s for t, s in regional["instances"].items() if t in allowed}
+    return regional
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """A run the stage admits: the catalog as the stage may use it and the channels' places (the data's, the
+    model's or its hub copy's, the validation set's)."""
+
+    catalog: dict
+    data_uri: str
+    model_uri: str | None
+    validation_uri: str | None
+
+
+def admit(run: RunSpec, settings: PipelineSettings, catalog: dict, running_executions: int | None) -> Admitted:
+    """The stage's rules on a decoded run, before anything is read or made: its maxima, its instance types and
+    every source's place (a hub id: its copy's)."""
+    check_stage_limits(run, settings, running_executions)
+    stage_catalog = deployment_catalog(catalog, settings, run)
+    target = Target(settings.bucket, settings.model_package_group)
+    data_uri, model_uri = check_target(run, target)
+    return Admitted(stage_catalog, data_uri, model_uri, validation_uri(run, target))

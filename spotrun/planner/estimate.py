@@ -190,13 +190,9 @@ def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | 
 
 def _count_work(run: RunSpec, defaults: dict, model_config: dict | None, data_tokens: int | None,
                 validation_tokens: int | None) -> _Work:
-    """The run's size (refusing a spot run with a warm pool, a model it cannot count, data without a token
-    count); validation tokens from data.validation_fraction when the validation set's size is not given."""
-    c = run.compute
-    if c.spot and c.warm_pool_minutes:
-        raise EstimateRefused("InvalidRun", "compute.warm_pool_minutes with compute.spot=true: SageMaker managed "
-                              "warm pools cannot be used with spot instances; set one of them off",
-                              field="compute.warm_pool_minutes")
+    """The run's size (refusing a model it cannot count, data without a token count); validation tokens from
+    data.validation_fraction when the validation set's size is not given. (A spot run with a warm pool is refused
+    by the contract: spotrun/contract/spec.py.)"""
     total, trainable = count_parameters(run, model_config)
     tokens_per_epoch = run.data.tokens if run.data.tokens is not None else data_tokens
     if not tokens_per_epoch:

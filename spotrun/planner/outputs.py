@@ -1,6 +1,6 @@
 """The estimate the planner returns (`Estimate`; spotrun/planner/estimate.py builds it) and what it becomes: the
-settings the trainer is sent (`trainer_settings`, spotrun/settings.py's tree) and the text `spotrun estimate`
-prints.
+settings the trainer is sent (`trainer_settings`, spotrun/settings.py's tree) within CreateTrainingJob's limits
+(`check_hyperparameters`) and the text `spotrun estimate` prints.
 """
 
 from __future__ import annotations
@@ -8,7 +8,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, is_dataclass, replace
 from typing import Any
 
-from ..contract.spec import RunSpec
+from ..contract.spec import (
+    HYPERPARAMETER_KEY_MAX,
+    HYPERPARAMETER_VALUE_MAX,
+    HYPERPARAMETERS_MAX,
+    RunSpec,
+    RunValidationError,
+)
 from ..pipeline.segments import segment_seconds
 from ..settings import EvalConfig, ExportConfig, LoraConfig, TrackingConfig, TrainConfig, leaf_paths, parse
 from .catalog import usd
@@ -79,6 +85,17 @@ def trainer_settings(run: RunSpec, est: Estimate) -> TrainConfig:
         segment_seconds=first_segment_seconds(est))
 
 
+def check_hyperparameters(hyper: dict[str, str]) -> None:
+    """CreateTrainingJob's limits on HyperParameters (botocore's service model): count, key and value lengths. A
+    key is a dotted path of the settings tree, which is the run field's where both mean the same (model.config)."""
+    if len(hyper) > HYPERPARAMETERS_MAX:
+        raise RunValidationError("training", len(hyper), f"at most {HYPERPARAMETERS_MAX} hyperparameters")
+    for key, value in hyper.items():
+        if not isinstance(value, str) or len(key) > HYPERPARAMETER_KEY_MAX or len(value) > HYPERPARAMETER_VALUE_MAX:
+            raise RunValidationError(key, value, f"a hyperparameter string of at most {HYPERPARAMETER_VALUE_MAX:,} "
+                                     f"characters (this one has {len(str(value)):,})")
+
+
 def same_named(run: RunSpec) -> dict[str, Any]:
     """{dotted path: the run's value} of every leaf of the settings tree that the run holds under the same name
     (after the contract, which converts units: `checkpoint.interval_seconds`), where the run gives one."""
@@ -112,17 +129,6 @@ def _tracking(run: RunSpec, given: TrackingConfig) -> TrackingConfig:
         return TrackingConfig()
     experiment = run.tracking.experiment or run.name if given.mlflow_uri else TrackingConfig.experiment
     return replace(given, experiment=experiment)
-
-
-def mlflow_config(run: RunSpec, execution: str) -> dict[str, str]:
-    """CreateTrainingJob's MlflowConfig for a run naming a SageMaker AI MLflow tracking server by ARN: SageMaker
-    then shows the job in that server's experiment (`tracking.experiment`, default the run's name) as a run named
-    after the execution. {} for a plain MLflow URL or no server (only the container's logger, tracking.py)."""
-    uri = run.tracking.mlflow_uri
-    if not uri or not uri.startswith("arn:"):
-        return {}
-    return {"MlflowResourceArn": uri, "MlflowExperimentName": run.tracking.experiment or run.name,
-            "MlflowRunName": execution}
 
 
 def first_segment_seconds(est: Estimate) -> int:

@@ -40,6 +40,7 @@ class Sources:
     notes: list[str] = field(default_factory=list)  # what was read, and what was not and why
     validation_tokens: int | None = None  # data.validation's index.json total_tokens, or None when not read
     split: float | None = None  # the validation split data.source holds (its index.json), or None
+    unchecked: list[str] = field(default_factory=list)  # the run's own settings its unread sources leave unchecked
 
 
 class _Unreadable(Exception):
@@ -153,6 +154,7 @@ def _data_index(run: RunSpec, s3_client: Any, offline: bool, out: Sources) -> di
                                      f"{run.validation_needed_by or 'data.validation_fraction'} needs to know its "
                                      f"validation split ({exc})") from None
         out.notes.append(f"not checked: data.source's validation split and tokenizer ({exc})")
+        _split_unchecked(run, str(exc), out)
         return None
     if run.data.tokens is None:
         out.tokens = _index_tokens(index, "data.source", source)
@@ -182,11 +184,11 @@ def read_sources(run: RunSpec, s3_client: Any = None, *, offline: bool = False) 
             out.notes.append(f"not checked: model.source ({exc}); planned with the inline model.config")
     index = None
     if run.data.source is not None:
-        asks_split = run.data.validation is None and (run.validation_needed_by or run.data.validation_fraction)
-        if run.data.tokens is None or asks_split:
+        if run.data.tokens is None or split_settings(run):
             reason = _unreadable_here(run.data.source) if offline and run.data.tokens is not None else None
             if reason:
                 out.notes.append(f"not checked: data.source's validation split and tokenizer ({reason})")
+                _split_unchecked(run, reason, out)
             else:
                 index = _data_index(run, s3_client, offline, out)
         else:
@@ -201,6 +203,25 @@ def read_sources(run: RunSpec, s3_client: Any = None, *, offline: bool = False) 
         out.validation_tokens = _validation_tokens(run, s3_client, offline, out.notes)
     check_seq_len(run, out.model_config)
     return out
+
+
+def split_settings(run: RunSpec) -> str | None:
+    """The run's settings that depend on the validation split data.source holds ("registry.gate and
+    data.validation_fraction", ...), or None when it names its own data.validation or needs no split."""
+    if run.data.validation is not None:
+        return None
+    named = [run.validation_needed_by, "data.validation_fraction" if run.data.validation_fraction is not None else None]
+    return " and ".join(f for f in named if f) or None
+
+
+def unchecked_split(run: RunSpec, why: str) -> str:
+    """How `validate` and `estimate` alike name split settings they could not check (their status `unchecked`)."""
+    return f"{split_settings(run)} against the validation split data.source holds ({run.data.source}: {why})"
+
+
+def _split_unchecked(run: RunSpec, why: str, out: Sources) -> None:
+    if split_settings(run):
+        out.unchecked.append(unchecked_split(run, why))
 
 
 _NO_SPLIT_FIX = ("data.validation (prepared validation shards), or data.validation_fraction with data prepared "
@@ -242,8 +263,8 @@ def check_local_split(run: RunSpec) -> str | None:
     no network): what was checked, or None when data.source is not a local prepared directory (S3, raw text) or
     the run asks for no split. Refuses as `check_validation` does."""
     source = run.data.source
-    asks = run.data.validation is None and (run.validation_needed_by or run.data.validation_fraction is not None)
-    if not asks or source is None or source.startswith("s3://") or not (Path(source) / DatasetIndex.FILE).is_file():
+    if not split_settings(run) or source is None or source.startswith("s3://") or \
+            not (Path(source) / DatasetIndex.FILE).is_file():
         return None
     split = check_validation(run, _read_json(source, DatasetIndex.FILE, "data.source", None))
     return f"data.source's validation split against the run's validation settings (it holds {split:g})"

@@ -41,6 +41,8 @@ class Summary:
     p95_wall_h: float
     mean_interruptions: float
     n: int
+    p_within_cap: float | None = None
+    """With a cap: the share of traces whose bill is within it (the cost guard ends the others at the cap)."""
 
     def row(self) -> dict:
         return dict(self.__dict__)
@@ -59,7 +61,7 @@ def quantile(sorted_values: list[float], q: float) -> float:
 
 
 def summarize(plan: SimPlan, label: str, policy: str, checkpointing: str, tallies: list[Tally],
-              costs: list[tuple[float, float]] | None = None) -> Summary:
+              costs: list[tuple[float, float]] | None = None, cap_usd: float | None = None) -> Summary:
     costs = costs or [cost_usd(plan, t) for t in tallies]
     totals = sorted(s + o for s, o in costs)
     walls = sorted(t.t for t in tallies)
@@ -73,7 +75,8 @@ def summarize(plan: SimPlan, label: str, policy: str, checkpointing: str, tallie
                    mean_lost_h=sum(t.lost_s for t in tallies) / n / 3600,
                    mean_steps_redone=sum(t.lost_s for t in tallies) / n / plan.step_s,
                    mean_wall_h=sum(walls) / n / 3600, p95_wall_h=quantile(walls, 0.95) / 3600,
-                   mean_interruptions=sum(t.interruptions for t in tallies) / n, n=n)
+                   mean_interruptions=sum(t.interruptions for t in tallies) / n, n=n,
+                   p_within_cap=None if cap_usd is None else sum(1 for c in totals if c <= cap_usd + 1e-9) / n)
 
 
 def simulate(plan: SimPlan, traces: list, policy: str, checkpointing: str | None = None) -> list[Tally]:
@@ -94,12 +97,12 @@ def executed(plan: SimPlan, traces: list, policy: str, checkpointing: str | None
 
 
 def compare(plan: SimPlan, traces: list, candidates: list[tuple[str, str]],
-            progress: Callable[[str, int, int], None] | None = None) -> list[Summary]:
-    """Every (policy, checkpointing) candidate over the same traces, as the state machine executes it.
-    `progress(what, done, total)` is called after each candidate."""
+            progress: Callable[[str, int, int], None] | None = None, cap_usd: float | None = None) -> list[Summary]:
+    """Every (policy, checkpointing) candidate over the same traces, as the state machine executes it (with
+    `cap_usd`: each row's share of traces within it). `progress(what, done, total)` is called after each."""
     rows = []
     for done, (p, c) in enumerate(candidates, 1):
-        rows.append(summarize(plan, describe(p, c), p, c, executed(plan, traces, p, c)))
+        rows.append(summarize(plan, describe(p, c), p, c, executed(plan, traces, p, c), cap_usd=cap_usd))
         if progress:
             progress("policies", done, len(candidates))
     return rows

@@ -7,16 +7,20 @@ those meeting `compute.deadline_hours` on at least `CONFIDENCE` of the traces (w
 (spotrun/policy/execution.py) and is a rule of spotrun/policy/decision.py, which the cost guard calls with the
 section as the plan carries it (its `sim_plan`, `policy` and `checkpointing`). The traces: the estimate's
 interruption rate (recorded by the interruption recorder, else the catalog's, or checkpoint.interruptions_per_hour),
-bursts, and droughts (`ESTIMATE_TRACES`).
+with stretches with and without capacity shaped as the public recordings' (`ESTIMATE_TRACES`:
+spotrun/policy/availability.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 
+from ..pipeline.segments import finish_cap_usd
 from ..planner.estimate import startup_seconds
 from ..planner.topology import step_seconds
 from . import Summary, compare
+from .availability import mean_down_s
 from .decision import DEADLINE_RULES, RULES
 from .engine import INF, SimPlan
 from .traces import TraceSpec, generated_traces
@@ -27,10 +31,13 @@ CONFIDENCE = 0.99
 WINDOW_BUDGET = 100_000  # capacity windows generated over all traces: about 2 s here for the 10 candidates
 HORIZON_CAP_S = 96 * 24 * 3600.0  # the longest deadline (56 days) and 3 x a 28-day run fit; 10 interruptions/h
 # (the contract's most) x 1.3 over it is ~30,000 windows: one trace of the longest run stays inside the budget
-# Assumed when nothing is recorded: 30% of interruptions followed by another within 3 minutes of the restart;
-# a drought (no capacity) every 10 days on average, 6-80 h long (the public traces: stretches without capacity of
-# up to 80 h).
-ESTIMATE_TRACES = {"burst_p": 0.3, "droughts_per_day": 0.1, "drought_hours": (6.0, 80.0), "restart_wait_s": 600.0}
+# The estimate's traces: stretches with and without capacity drawn from the availability model fitted to the
+# public recordings (spotrun/policy/availability.py), the first scaled by the run's interruption rate. The
+# synthetic model it replaced (30% bursts, a 6-80 h drought every 10 days, 10-minute waits) promised the MaxWait
+# fallback 8-19 points more P(deadline) than it got on the recordings (docs/spot-policy.md, "Calibration").
+ESTIMATE_TRACES = {"fitted": True}
+# That synthetic model, kept for `spotrun simulate --droughts` and the benchmarks' figures made with it.
+SYNTHETIC_TRACES = {"burst_p": 0.3, "droughts_per_day": 0.1, "drought_hours": (6.0, 80.0), "restart_wait_s": 600.0}
 
 
 def plan_from_estimate(est, catalog: dict, *, deadline_s: float | None = None,
@@ -95,10 +102,12 @@ def choose(plan: SimPlan, rows: list[Summary], confidence: float = CONFIDENCE,
     such runs at the cap, unfinished (more than 1 - CONFIDENCE of them)."""
     if cap_usd is not None:
         within = [r for r in rows if r.p95_usd <= cap_usd]
-        if not within:
-            best = min(rows, key=lambda r: (r.p95_usd, r.mean_usd))  # a tie (both at on-demand's): the cheaper
-            return best, (f"no policy stays within the ${cap_usd:,.2f} cap on 95% of the traces: the one with the "
-                          f"lowest P95 cost (${best.p95_usd:,.2f}); the guard ends the run at the cap")
+        if not within:  # the likeliest to finish inside the cap (a policy over it on every trace never does)
+            best = min(rows, key=lambda r: (-(r.p_within_cap or 0.0), r.p95_usd, r.mean_usd))
+            share = "" if best.p_within_cap is None else f" ({best.p_within_cap:.1%} of them)"
+            return best, (f"no policy stays within the ${cap_usd:,.2f} cap on 95% of the traces: the likeliest to "
+                          f"stay within it{share}, P95 cost ${best.p95_usd:,.2f}; the guard ends the other runs "
+                          "at the cap")
         if len(within) < len(rows):
             chosen, why = choose(plan, within, confidence)
             return chosen, f"{why}; {len(rows) - len(within)} policies left out: P95 cost over the ${cap_usd:,.2f} cap"
@@ -122,10 +131,11 @@ def choose(plan: SimPlan, rows: list[Summary], confidence: float = CONFIDENCE,
 
 
 def windows_per_trace(plan: SimPlan, rate_per_hour: float) -> float:
-    """Capacity windows a generated trace holds on average: interruptions (1.3 x the rate with bursts) and
-    droughts over the horizon."""
-    hours = horizon_s(plan) / 3600
-    return rate_per_hour * 1.3 * hours + ESTIMATE_TRACES["droughts_per_day"] * hours / 24 + 1
+    """Capacity windows a generated trace holds on average: one per stretch with and without capacity over the
+    horizon (a mean stretch with capacity of 1 / rate hours, one without of `mean_down_s`)."""
+    if rate_per_hour <= 0:
+        return 1.0
+    return horizon_s(plan) / (3600 / rate_per_hour + mean_down_s(rate_per_hour)) + 2
 
 
 def traces_for_estimate(plan: SimPlan, rate_per_hour: float, n: int = N_TRACES) -> int:
@@ -143,7 +153,7 @@ def spot_policy(run, est, catalog: dict, *, n: int = N_TRACES, seed: int = SEED,
                               on_demand_fallback=run.compute.on_demand_fallback or not run.compute.spot)
     n = traces_for_estimate(plan, est.interruptions_per_hour, n)
     spec = TraceSpec(interruptions_per_hour=est.interruptions_per_hour, horizon_s=horizon_s(plan), **ESTIMATE_TRACES)
-    rows = compare(plan, generated_traces(spec, n, seed), candidates(plan))
+    rows = compare(plan, generated_traces(spec, n, seed), candidates(plan), cap_usd=run.max_usd)
     best, why = choose(plan, rows, cap_usd=run.max_usd)
     if plan.deadline_s is not None and not any(r.p_deadline >= CONFIDENCE for r in rows):
         est.warnings.append(f"compute.deadline_hours={plan.deadline_s / 3600:g}: no policy meets it on "
@@ -156,14 +166,18 @@ def spot_policy(run, est, catalog: dict, *, n: int = N_TRACES, seed: int = SEED,
     if not run.compute.spot:
         alternative = f"; {best.label} would be the choice with spot" if best.policy != "on_demand" else ""
         best, why = rows[0], f"compute.spot=false: on-demand as the run asks{alternative}"
-    return {"chosen": best.label, "why": why,
+    finish = finish_cap_usd(est.segments, best.p95_usd) if est.segments.get("chain_costs") else math.inf
+    return {"chosen": best.label, "why": why, "p95_finish_cap_usd": finish if finish < math.inf else None,
             "confidence": CONFIDENCE if plan.deadline_s is not None else None, "traces": n, "seed": seed,
-            "trace_source": (f"generated: {est.interruptions_per_hour:.3g} interruptions per job-hour, "
-                             f"{ESTIMATE_TRACES['burst_p']:.0%} in bursts, a {ESTIMATE_TRACES['drought_hours'][0]:g}-"
-                             f"{ESTIMATE_TRACES['drought_hours'][1]:g} h drought every "
-                             f"{1 / ESTIMATE_TRACES['droughts_per_day']:g} days"),
+            "trace_source": fitted_source(est.interruptions_per_hour),
             "policies": [_rounded(r) for r in rows], "policy": best.policy, "checkpointing": best.checkpointing,
             "sim_plan": dataclasses.asdict(plan)}
+
+
+def fitted_source(rate_per_hour: float) -> str:
+    """What the estimate's traces are, in a line."""
+    return (f"generated: {rate_per_hour:.3g} interruptions per job-hour, waits for capacity of "
+            f"{mean_down_s(rate_per_hour) / 3600:.1f} h on average, shaped as the public recordings'")
 
 
 def _rounded(r: Summary) -> dict:
@@ -183,4 +197,7 @@ def policy_text(section: dict) -> str:
         lines.append(f"{mark} {r['label']:<30} {r['mean_usd']:>10,.2f} {r['p50_usd']:>10,.2f} {r['p95_usd']:>10,.2f} "
                      f"{met:>11} "
                      f"{r['mean_lost_h']:>7.2f}")
+    if section.get("p95_finish_cap_usd") is not None:  # the cap under which a run billed its P95 can strand
+        lines.append(f"  a cap of ${section['p95_finish_cap_usd']:,.2f} or more finishes at the chosen policy's P95 "
+                     "bill: the bill, the chain's restarts and the last job's room at on-demand rates")
     return "\n".join(lines)

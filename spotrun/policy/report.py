@@ -24,9 +24,10 @@ def study(plan: SimPlan, traces: list, candidates: list[tuple[str, str]], *, opt
     `choose_on`: other traces to choose on (the rows are then out of sample), else these. `progress(what, done,
     total)` is called as the policies and the optimum go through the traces."""
     t0 = time.perf_counter()
-    rows = compare(plan, traces, candidates, progress)
+    rows = compare(plan, traces, candidates, progress, cap_usd=cap_usd)
     seconds = time.perf_counter() - t0
-    best, why = choose(plan, compare(plan, choose_on, candidates) if choose_on else rows, cap_usd=cap_usd)
+    chosen_on = compare(plan, choose_on, candidates, cap_usd=cap_usd) if choose_on else rows
+    best, why = choose(plan, chosen_on, cap_usd=cap_usd)
     if choose_on:
         why += f" ({len(choose_on)} other traces)"
     out = {"traces": len(traces), "source": source, "deadline_hours": None if plan.deadline_s is None else

@@ -7,10 +7,12 @@ deadline, MaxWait or expected finish it was made for. A replayed recording ends 
 capacity never returns after what was recorded.
 
 Sources (stdlib only: the estimate Lambda runs this):
-- `generate`: Poisson interruptions at a rate per job-hour, a wait for capacity after each (exponential), bursts
-  (an interruption followed by another within 3 minutes of the restart: most co-interruptions of one type and zone
-  land within 3 minutes of each other) and droughts (no capacity for hours to days: the public traces show
-  stretches without capacity of up to 80 h).
+- `generate` with `fitted` (the estimate's): stretches with and without capacity from the availability model fitted
+  to the public recordings (spotrun/policy/availability.py), the first scaled by the interruption rate.
+- `generate` otherwise (synthetic): Poisson interruptions at a rate per job-hour, a wait for capacity after each
+  (exponential), bursts (an interruption followed by another within 3 minutes of the restart: most
+  co-interruptions of one type and zone land within 3 minutes of each other) and droughts (no capacity for hours
+  to days: the public traces show stretches without capacity of up to 80 h); `spotrun simulate --droughts`.
 - The rate: the interruption recorder's measured rate, else the catalog's, else an AWS Spot Instance Advisor band
   (`advisor_rate`; bands of interruption frequency over the trailing month: <5%, 5-10%, 10-15%, 15-20%, >20%).
 - `read_availability`: traces in the format of github.com/skypilot-org/spot-traces (`{"metadata":
@@ -30,6 +32,8 @@ import math
 import random
 from dataclasses import dataclass
 from pathlib import Path
+
+from .availability import renewal_trace
 
 INF = math.inf
 Windows = list[tuple[float, float]]
@@ -64,6 +68,9 @@ class TraceSpec:
     """Rate of droughts (no capacity at all), Poisson."""
     drought_hours: tuple[float, float] = (6.0, 80.0)
     """Each drought's length, uniform between these."""
+    fitted: bool = False
+    """Draw the stretches with and without capacity from the availability model fitted to recorded capacity
+    (spotrun/policy/availability.py) at `interruptions_per_hour`, instead of the waits, bursts and droughts above."""
 
     def __post_init__(self):
         for name in ("interruptions_per_hour", "restart_wait_s", "droughts_per_day"):
@@ -114,6 +121,8 @@ def _subtract(windows: Windows, holes: Windows) -> Windows:
 
 def generate(spec: TraceSpec, rng: random.Random) -> Windows:
     """One trace: windows of capacity between interruptions, waits and droughts (see the module docstring)."""
+    if spec.fitted:
+        return renewal_trace(spec.interruptions_per_hour, spec.horizon_s, rng)
     rate = spec.interruptions_per_hour / 3600
     out: Windows = []
     t, burst = 0.0, False

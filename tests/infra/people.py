@@ -110,7 +110,8 @@ def _requests(call: Call, key_arn: str) -> list[Request]:
         if action == "s3:ListBucket":
             return [Request(action, f"arn:aws:s3:::{p['Bucket']}", context={"s3:prefix": p.get("Prefix", "")})]
         key = Request("kms:Decrypt" if action == "s3:GetObject" else "kms:GenerateDataKey", key_arn)
-        return [Request(action, f"arn:aws:s3:::{p['Bucket']}/{p['Key']}"), key]
+        conditional = {"s3:if-none-match": p["IfNoneMatch"]} if "IfNoneMatch" in p else {}
+        return [Request(action, f"arn:aws:s3:::{p['Bucket']}/{p['Key']}", context=conditional), key]
     if call.service == "sagemaker":
         if "ModelPackage" in op:
             resource = p.get("ModelPackageArn") or p["ModelPackageName"]

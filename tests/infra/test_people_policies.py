@@ -5,7 +5,7 @@ allowed is proved where the commands run against moto (tests/infra/test_cli_remo
 
 from __future__ import annotations
 
-from spotrun.seams import PREPARED_PREFIX
+from spotrun.seams import PREPARED_PREFIX, RUN_RECORD
 from tests.infra.iam_simulate import Request, decide
 from tests.infra.people import ACCOUNT, REGION, people_policies
 from tests.infra.render import placeholder
@@ -62,6 +62,17 @@ def test_a_run_user_cannot_approve_train_outside_the_pipeline_or_touch_job_data(
                 f"arn:aws:cloudformation:{REGION}:{ACCOUNT}:stack/dev-Spotrun/0a1b2c3d-0000-4000-8000-000000000000"),
     ]
     assert _denied(_policies(synth)["RunUser"], outside) == []
+
+
+def test_a_run_user_creates_a_run_record_and_cannot_replace_another_runs(synth):
+    """`start` writes its execution's run record with `If-None-Match: *` (spotrun/pipeline/preflight.py); a put
+    without it (an overwrite of run-b's record, which S3 would otherwise accept) is denied."""
+    record = f"arn:aws:s3:::{BUCKET}/checkpoints/run-b/exec-1/{RUN_RECORD}"
+    policies = _policies(synth)["RunUser"]
+    assert decide(policies, [Request("s3:PutObject", record, context={"s3:if-none-match": "*"}),
+                             Request("s3:GetObject", record)]) == ["Allowed", "Allowed"]
+    assert _denied(policies, [Request("s3:PutObject", record),
+                              Request("s3:PutObject", record, context={"s3:if-match": "0a1b2c"})]) == []
 
 
 def test_an_approver_approves_and_cannot_start_upload_or_deploy(synth):

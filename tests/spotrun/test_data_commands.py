@@ -144,6 +144,22 @@ def test_upload_model_checks_the_directory_then_prints_the_model_source(capsys, 
     assert "already holds a model" in capsys.readouterr().err
 
 
+def test_upload_model_uploads_the_top_level_files_the_trainer_loads_not_subfolders(capsys, tmp_path, stage, assets):
+    """`hf download org/name --local-dir DIR` leaves .cache/huggingface/ in DIR, and many hub repositories carry
+    other formats in subfolders (original/consolidated.00.pth: as large as the model): not uploaded."""
+    model = tmp_path / "downloaded"
+    shutil.copytree(assets["model"], model)
+    (model / ".cache" / "huggingface" / "download").mkdir(parents=True)
+    (model / ".cache" / "huggingface" / "download" / "config.json.metadata").write_text("abc\n")
+    (model / "original").mkdir()
+    (model / "original" / "consolidated.00.pth").write_bytes(b"\0" * 4096)
+    assert main(["upload-model", str(model), "--stage", "dev", "--name", "dl"]) == 0
+    out = capsys.readouterr().out
+    keys = _keys(stage, "models/dl/")
+    assert sorted(keys) == sorted(f"models/dl/{p.name}" for p in assets["model"].iterdir() if p.is_file())
+    assert "left out (subfolders the trainer does not load): .cache/, original/" in out, out
+
+
 @pytest.mark.parametrize("damage, message", [
     ("truncate", "the file is truncated"),
     ("index", "missing: model-00002-of-00002.safetensors"),

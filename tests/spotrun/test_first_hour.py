@@ -182,6 +182,70 @@ def test_validate_says_what_it_could_not_check_instead_of_ok(tmp_path, capsys, a
     assert f"spotrun estimate {path}` must check these" in headline
 
 
+def _without_credentials(monkeypatch, tmp_path) -> None:
+    """No AWS credentials anywhere (an S3 read fails as NoCredentialsError), and no request could leave."""
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
+                 "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+                 "AWS_WEB_IDENTITY_TOKEN_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+    monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)  # an earlier test's session caches its credentials
+
+
+@pytest.mark.parametrize("extra, setting", [({"registry": GATE}, "registry.gate"),
+                                            ({"data": {"validation_fraction": 0.1}}, "data.validation_fraction")])
+def test_validate_and_estimate_give_one_status_for_a_split_they_cannot_read(tmp_path, capsys, monkeypatch, extra,
+                                                                             setting):
+    """The same S3 split neither command can read (no credentials, or the examples' placeholder bucket): both say
+    `unchecked`, naming the setting (estimate used to say ok)."""
+    from spotrun.planner.sources import PLACEHOLDER_BUCKET
+
+    _without_credentials(monkeypatch, tmp_path)
+    path = tmp_path / "run.json"
+    for bucket in (BUCKET, PLACEHOLDER_BUCKET):
+        run = {**TOKENS_RUN, "data": {**TOKENS_RUN["data"], "source": f"s3://{bucket}/datasets/d1/"}}
+        for section, values in extra.items():
+            run[section] = {**run.get(section, {}), **values}
+        path.write_text(json.dumps(run))
+        docs = {}
+        for command in ("validate", "estimate"):
+            code = main([command, "--format", "json", str(path)])
+            docs[command] = json.loads(capsys.readouterr().out)
+            assert code == 0, docs[command]
+        assert [d["status"] for d in docs.values()] == ["unchecked", "unchecked"], docs
+        for doc in docs.values():
+            assert [u for u in doc["unchecked"] if u.startswith(f"{setting} against the validation split")], doc
+        assert main(["estimate", str(path)]) == 0
+        headline = capsys.readouterr().out.splitlines()[0]
+        assert headline.startswith(f"== {path}: NOT CHECKED") and setting in headline, headline
+
+
+@pytest.mark.parametrize("change, field, says", [
+    ({"data": {"source": "/nonexistent/data"}}, "data.source", "an existing local path or an s3:// URI"),
+    ({"data": {"validation": "/nonexistent/validation"}}, "data.validation", "an existing local path"),
+    ({"model": {"source": "DATA"}}, "model.source", "a Hugging Face model directory with config.json"),
+    ({"compute": {"warm_pool_minutes": 5}}, "compute.warm_pool_minutes", "cannot be used with spot instances"),
+])
+def test_validate_refuses_what_estimate_and_local_always_refuse(tmp_path, capsys, assets, datasets, change, field,
+                                                                 says):
+    """A missing local source, a model.source that is not a model directory (the data's, swapped) and a warm pool
+    with spot: validate said ok to runs that nothing could start."""
+    run = _run(str(assets["model"]), str(datasets["split"]))
+    for section, values in change.items():
+        run[section] = {**run[section], **{k: str(datasets["split"]) if v == "DATA" else v for k, v in values.items()}}
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(run))
+    docs = {}
+    for command in ("validate", "estimate"):
+        assert main([command, "--format", "json", str(path)]) == 2, command
+        docs[command] = json.loads(capsys.readouterr().out)
+        assert (docs[command]["error"], docs[command]["field"]) == ("InvalidRun", field), docs
+    assert says in docs["validate"]["message"], docs
+
+
 def test_raw_text_for_a_gate_without_a_fraction_is_refused_before_preparing(assets):
     with mock_aws():
         s3 = boto3.client("s3", region_name="us-east-1")
@@ -313,6 +377,38 @@ def test_an_interruption_at_a_time_past_the_plan_is_refused_before_it_starts(tmp
     err = _local(tmp_path, capsys, _run(str(assets["model"]), str(datasets["split"])), "--interrupt-at",
                  f"{max_runtime - 1}s", "--set", "checkpoint.intervl_steps=3")  # within it: refused only by the typo
     assert "--interrupt-at" not in err and "intervl_steps" in err
+
+
+@pytest.mark.parametrize("argv, value", [
+    (["local", "run.json", "--interrupt-at", "-5s"], "-5s"),  # argparse reads '-5s' as a flag
+    (["local", "run.json", "--interrupt-at", "0"], "0"),
+    (["local", "run.json", "--interrupt-at=-5s"], "-5s"),
+    (["demo", "--interrupt-at", "-2s"], "-2s"),
+])
+def test_a_bad_interrupt_at_is_one_line_naming_the_flag_the_value_and_what_it_takes(capsys, argv, value):
+    with pytest.raises(SystemExit) as done:
+        main(argv)
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and err.count("\n") == 1, err  # one line: no usage block
+    assert err.startswith(f"error: InvalidArguments: --interrupt-at={value!r} is invalid: expected a step "), err
+    assert "(e.g. 30s)" in err and "argument --interrupt-at" not in err
+
+
+def test_a_trace_speedup_without_a_trace_is_refused_not_ignored(tmp_path, capsys, assets, datasets):
+    err = _local(tmp_path, capsys, _run(str(assets["model"]), str(datasets["split"])), "--trace-speedup", "60")
+    assert err == "error: --trace-speedup=60 is invalid: expected only with --trace FILE (it scales the trace's time)"
+
+
+def test_other_argument_errors_are_one_line_too(capsys):
+    for argv, says in ((["local", "run.json", "--out", "-x"], "--out='-x' is invalid: a value starting with '-' is "
+                        "read as a flag; write --out=-x"),
+                       (["local", "run.json", "--nproc", "two"], "argument --nproc: invalid int value: 'two'"),
+                       (["estmate", "run.json"], "invalid choice: 'estmate'"),
+                       (["local", "run.json", "--interrupt-at"], "--interrupt-at needs a value (STEP|SECONDSs)")):
+        with pytest.raises(SystemExit) as done:
+            main(argv)
+        err = capsys.readouterr().err
+        assert done.value.code == 2 and err.count("\n") == 1 and says in err, err
 
 
 def test_a_set_typo_is_refused_without_leaving_a_job_directory(tmp_path, capsys, assets, datasets):

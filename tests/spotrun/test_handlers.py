@@ -116,6 +116,18 @@ def test_each_execution_gets_its_own_checkpoint_prefix_and_records_what_it_train
     assert recorded["data_tokens"] == 1_000_000 and recorded["method"] == "full"
 
 
+def test_a_run_record_is_created_once_and_another_runs_record_is_never_replaced(s3):
+    """The CLI's check and the estimate Lambda write the same record (kept); a different run's record already
+    under the execution's prefix (moto enforces If-None-Match: *) refuses the plan and stays as it was."""
+    assert plan(copy.deepcopy(RUN), "exec-1", SETTINGS, s3_client=s3)["status"] == "ok"
+    assert plan(copy.deepcopy(RUN), "exec-1", SETTINGS, s3_client=s3)["status"] == "ok"
+    key = "checkpoints/tiny-run/exec-2/" + RUN_RECORD
+    s3.put_object(Bucket="art-bucket", Key=key, Body=json.dumps({"run": "other-run"}).encode())
+    refused = plan(copy.deepcopy(RUN), "exec-2", SETTINGS, s3_client=s3)
+    assert refused["field"] == "execution" and "another run ('other-run')" in refused["message"], refused
+    assert json.loads(s3.get_object(Bucket="art-bucket", Key=key)["Body"].read()) == {"run": "other-run"}
+
+
 def test_resume_from_continues_an_earlier_executions_checkpoints_with_a_new_lr(s3):
     plan(copy.deepcopy(RUN), "exec-1", SETTINGS, s3_client=s3)
     run = copy.deepcopy(RUN)

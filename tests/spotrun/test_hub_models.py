@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 import socket
+import threading
 from pathlib import Path
 
 import pytest
@@ -24,6 +26,7 @@ from spotrun.seams import HUB_MANIFEST
 from tests.spotrun.hub_mirror import HubMirror
 
 REPO = "tiny-org/tiny-llama"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _run(source: str, data: str = "/data") -> dict:
@@ -168,3 +171,125 @@ def test_a_hub_that_cannot_be_reached_is_one_line_naming_model_source(assets, tm
         load_run(run_path, tmp_path / "out" / "models", hub_endpoint=endpoint, emit=lambda line: None)
     assert err.value.field == "model.source" and "could not be reached" in str(err.value)
     assert "\n" not in str(err.value)
+
+
+class _Listener:
+    """A loopback 'hub' that accepts each connection and then closes it unanswered (`answer=False`: holds it
+    open, silent); counts the connections."""
+
+    def __init__(self, *, close: bool = True):
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.endpoint = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.connections, self.held, self.close = 0, [], close
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:  # closed by the test
+                return
+            self.connections += 1
+            conn.close() if self.close else self.held.append(conn)
+
+    def shut(self):
+        self.sock.close()
+        for conn in self.held:
+            conn.close()
+
+
+COMMIT = "0123456789abcdef" * 2 + "01234567"
+
+
+def test_a_commit_is_asked_of_the_hub_once_and_fetched_or_refused_by_name(hub, tmp_path):
+    commit = hub.repos[REPO].commit
+    path, manifest, _ = fetch_into(tmp_path / "models", parse_hub_id(f"hf://{REPO}@{commit}"), endpoint=hub.endpoint)
+    assert manifest["commit"] == manifest["revision"] == commit and path.name == commit
+    assert ("GET", f"/api/models/{REPO}/revision/{commit}") in hub.requests
+    with pytest.raises(HubFetchError, match=f"the hub has no revision '{COMMIT}'"):
+        fetch_into(tmp_path / "models", parse_hub_id(f"hf://{REPO}@{COMMIT}"), endpoint=hub.endpoint)
+
+
+def test_a_commit_against_a_hub_that_does_not_answer_fails_at_once_in_one_line(tmp_path):
+    """A 40-digit commit is checked on the hub like any revision (one request): huggingface_hub's tree listing,
+    which retries network errors 5 times over ~23 s, is never reached."""
+    hub = _Listener()
+    try:
+        with pytest.raises(HubFetchError, match="the hub could not be reached") as err:
+            fetch_into(tmp_path / "models", parse_hub_id(f"hf://{REPO}@{COMMIT}"), endpoint=hub.endpoint)
+    finally:
+        hub.shut()
+    assert hub.connections == 1 and "\n" not in str(err.value), (hub.connections, str(err.value))
+
+
+def test_a_hub_that_accepts_and_never_answers_is_given_up_after_huggingface_hubs_own_timeout(tmp_path, monkeypatch):
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_ETAG_TIMEOUT", 1)  # HF_HUB_ETAG_TIMEOUT (default 10 s)
+    hub = _Listener(close=False)
+    try:
+        with pytest.raises(HubFetchError, match="the hub could not be reached .*Timeout"):
+            fetch_into(tmp_path / "models", parse_hub_id(f"hf://{REPO}@{COMMIT}"), endpoint=hub.endpoint)
+    finally:
+        hub.shut()
+
+
+# ---- docs/hub-offline.md, as the code does it ----------------------------------------------------------------------
+
+
+def test_the_routes_the_offline_page_names_are_the_ones_a_fetch_calls(hub, tmp_path):
+    page = (ROOT / "docs" / "hub-offline.md").read_text(encoding="utf-8")
+    routes = re.findall(r"`((?:GET|GET\|HEAD) /[^`]+)`", page)
+    assert len(routes) == 3, routes
+    shapes = [(set(m.split("|")), re.compile(re.sub(r"<[a-z]+>", "[^/]+", path) + "$"))
+              for m, path in (r.split(" ", 1) for r in routes)]
+    fetch_into(tmp_path / "models", parse_hub_id(f"hf://{REPO}"), endpoint=hub.endpoint)
+    used = {i for method, path in hub.requests for i, (methods, shape) in enumerate(shapes)
+            if method in methods and shape.match(path)}
+    unmatched = [(m, p) for m, p in hub.requests if not any(m in ms and s.match(p) for ms, s in shapes)]
+    assert unmatched == [] and used == {0, 1, 2}
+
+
+def test_offline_mode_uses_a_complete_copy_and_refuses_a_missing_one_in_one_line(hub, assets, tmp_path,
+                                                                                monkeypatch):
+    from huggingface_hub import constants
+
+    run_path = tmp_path / "run.json"
+    run_path.write_text(json.dumps(_run(f"hf://{REPO}", str(assets["data"]))))
+    load_run(run_path, tmp_path / "out" / "models", hub_endpoint=hub.endpoint, emit=lambda line: None)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)  # HF_HUB_OFFLINE=1, as huggingface_hub reads it
+    asked = len(hub.requests)
+    _, run = load_run(run_path, tmp_path / "out" / "models", hub_endpoint=hub.endpoint, emit=lambda line: None)
+    assert Path(run.model.source) == local_copy(tmp_path / "out" / "models", parse_hub_id(f"hf://{REPO}"))
+    assert len(hub.requests) == asked
+    run_path.write_text(json.dumps(_run(f"hf://{REPO}@v2", str(assets["data"]))))
+    with pytest.raises(RunValidationError) as err:
+        load_run(run_path, tmp_path / "out" / "models", hub_endpoint=hub.endpoint, emit=lambda line: None)
+    assert str(err.value).startswith(f"model.source='hf://{REPO}@v2' is invalid: expected a hub model that can be "
+                                     f"fetched (hf://{REPO}@v2: the hub could not be reached (OfflineModeIsEnabled")
+    assert "\n" not in str(err.value) and len(hub.requests) == asked
+
+
+def test_a_model_downloaded_with_local_dir_is_a_model_source_for_spotrun_local(hub, assets, tmp_path):
+    from huggingface_hub import snapshot_download  # what `hf download REPO --local-dir DIR` calls
+
+    directory = tmp_path / "downloaded"
+    snapshot_download(REPO, local_dir=directory, endpoint=hub.endpoint)
+    assert (directory / ".cache").is_dir()  # huggingface_hub's own metadata, left in the directory
+    run_path = tmp_path / "run.json"
+    run_path.write_text(json.dumps(_run(str(directory), str(assets["data"]))))
+    _, run = load_run(run_path, tmp_path / "out" / "models", emit=lambda line: None)
+    assert run.model.source == str(directory)
+
+
+def test_the_estimate_of_raw_text_with_a_hub_model_says_where_the_tokenizer_comes_from(tmp_path, capsys):
+    (tmp_path / "raw").mkdir()
+    (tmp_path / "raw" / "train.txt").write_text("a document.\n\nanother document.\n")
+    run = {**_run(f"hf://{REPO}", str(tmp_path / "raw")), "model": {"source": f"hf://{REPO}", "config": {
+        "model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "vocab_size": 1000}}}
+    (tmp_path / "run.json").write_text(json.dumps(run))
+    assert main(["estimate", str(tmp_path / "run.json")]) == 2
+    err = capsys.readouterr().err
+    assert "model.source='hf://tiny-org/tiny-llama' is invalid" in err and "the estimate never fetches a hub id" in err
+    assert "OUT/models/_hub/<org>/<name>/<revision>/" in err

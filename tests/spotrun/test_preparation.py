@@ -7,6 +7,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
+from spotrun.pipeline.plan import plan
 from spotrun.pipeline.preparation import (
     PreparationRefused,
     content_key,
@@ -18,7 +19,7 @@ from spotrun.pipeline.preparation import (
 )
 from spotrun.pipeline.preparation_finish import merge_parts
 from spotrun.planner.estimate import load_catalog
-from spotrun.seams import PreparationSettings
+from spotrun.seams import PipelineSettings, PreparationSettings
 
 BUCKET = "art"
 
@@ -122,3 +123,20 @@ def test_the_poll_loop_takes_at_most_300_turns_of_the_executions_history_whateve
     for runtime in (24 * 3600, 777_600):  # the default and CreateProcessingJob's longest MaxRuntime
         assert runtime / preparation_poll_seconds(runtime, 60, 4 * 3600) <= MAX_PREPARATION_POLLS == 300
     assert preparation_poll_seconds(777_600, 60, 600) == 600  # never past the stage's longest poll
+
+
+def test_a_run_the_checks_before_creating_refuse_gets_no_preparation_job(s3):
+    """The estimate step's checks before anything is created (spotrun/pipeline/preflight.py) run before it answers
+    Prepare too: raw data.source is planned a job only for a run they admit, so no job bills for a run refused
+    after it."""
+    s3.put_object(Bucket=BUCKET, Key="models/m/config.json",
+                  Body=b'{"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4}')
+    settings = PipelineSettings(bucket=BUCKET, job_prefix="spotrun-dev-", model_package_group="g")
+    run = {"version": 1, "name": "raw-run", "model": {"source": f"s3://{BUCKET}/models/m/"},
+           "data": {"source": f"s3://{BUCKET}/datasets/raw/", "seq_len": 128},
+           "compute": {"instance_type": "ml.g5.xlarge"}, "budget": {"max_usd": 50}}
+    admitted = plan(run, "exec-1", settings, s3_client=s3, preparation=PreparationSettings())
+    assert admitted["status"] == "Prepare" and admitted["field"] == "data.source"
+    approved = {**run, "registry": {"approval_status": "Approved"}}
+    refused = plan(approved, "exec-1", settings, s3_client=s3, preparation=PreparationSettings())
+    assert (refused["status"], refused["field"]) == ("InvalidRun", "registry.approval_status")

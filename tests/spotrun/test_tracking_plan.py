@@ -8,8 +8,8 @@ import copy
 import pytest
 
 from spotrun.contract.spec import RunValidationError, parse_run
+from spotrun.pipeline.assembly import mlflow_config
 from spotrun.planner.estimate import estimate
-from spotrun.planner.outputs import mlflow_config
 
 SERVER = "arn:aws:sagemaker:us-east-1:123456789012:mlflow-tracking-server/ml-team"
 RUN = {"version": 1, "name": "tiny-tracked",
