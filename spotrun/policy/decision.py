@@ -144,15 +144,22 @@ def _recheck_wait(recheck_s: float, poll_s: float) -> float:
 def first_poll_at(created: float, last_poll: float, target: float, recheck_at: float, *, poll_s: float,
                   max_poll_s: float) -> tuple[float, int]:
     """(the first poll at or after `target` <= recheck_at, the polls up to it) after the poll at `last_poll`,
-    `poll_wait`'s sequence in one step (the simulator's)."""
+    `poll_wait`'s sequence in one step (the simulator's). Every poll before the recheck is on the grid: from a
+    poll whose next grid age is before the recheck, the grid's poll comes first. So the recheck can only cut in
+    at the last poll before the grid's poll at or after `target`, and from there as `poll_wait` cuts it: at
+    least poll_s later (a recheck less than poll_s after a grid poll waits for the poll poll_s later, not the
+    recheck's time counted from an earlier poll)."""
     age = last_poll - created
-    first, i0 = grid_at_or_after(age + poll_s, poll_s, max_poll_s)
+    _, i0 = grid_at_or_after(age + poll_s, poll_s, max_poll_s)
     at, i = grid_at_or_after(max(age + poll_s, target - created), poll_s, max_poll_s)
-    cut = last_poll + _recheck_wait(recheck_at - last_poll, poll_s)
-    if cut < created + at:  # the recheck's poll comes first
-        _, j = grid_at_or_after(cut - created, poll_s, max_poll_s)
-        return cut, max(1, j - i0 + 1)
-    return created + at, i - i0 + 1
+    before = last_poll if i == i0 else created + _grid_age(i - 1, poll_s, max_poll_s)
+    return min(created + at, before + _recheck_wait(recheck_at - before, poll_s)), i - i0 + 1
+
+
+def _grid_age(i: int, poll_s: float, max_poll_s: float) -> float:
+    """The grid's i-th age (`poll_grid`, then every max_poll_s)."""
+    grid = poll_grid(poll_s, max_poll_s)
+    return grid[i] if i < len(grid) else grid[-1] + (i - len(grid) + 1) * max_poll_s
 
 
 def ask_again(status: JobStatus, asked_status: JobStatus, now_s: float, recheck_at_s: float) -> bool:

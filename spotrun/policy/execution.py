@@ -73,12 +73,11 @@ class Run:
             self.i += 1
         return self.trace[self.i] if self.i < len(self.trace) else (INF, INF)
 
-    def advance(self, job: Job, until: float, *, to_change: bool = False) -> None:
-        """Move the job to `until` or to its end, one event at a time (`to_change`: or to its first change of
-        status)."""
-        before = self.status(job)
+    def advance(self, job: Job, until: float, *, unlike: JobStatus | None = None) -> None:
+        """Move the job to `until` or to its end, one event at a time (`unlike`: or until its status is other than
+        this one)."""
         for _ in range(1_000_000):
-            if job.end or job.t >= until - 1e-9 or (to_change and self.status(job) is not before):
+            if job.end or job.t >= until - 1e-9 or (unlike is not None and self.status(job) is not unlike):
                 return
             self._event(job, until)
         raise RuntimeError(f"the execution does not advance at t={job.t} ({job.phase})")
@@ -235,7 +234,8 @@ def execute(plan: SimPlan, trace: list, policy: str, checkpointing: str, *, hori
     asked_status, recheck_at = JobStatus.NONE, 0.0
     while now < horizon_s:
         if switch_to is None:  # the polls before a change of status or the recheck ask nothing: skip them
-            run.advance(job, min(recheck_at, horizon_s), to_change=True)
+            # (the status the policy was last asked at: a new job's first poll asks, even when it still waits)
+            run.advance(job, min(recheck_at, horizon_s), unlike=asked_status)
             now = run.skip_polls(job.created, now, max(job.t, now), recheck_at)
         else:  # stopping: the guard polls every poll_s until the job has ended
             now += plan.poll_s

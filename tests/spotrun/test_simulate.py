@@ -555,6 +555,54 @@ def test_without_a_deadline_when_no_policy_finishes_on_the_confidence_the_reason
     assert "policies that finish on" not in why  # the old wording claimed what the odds deny
 
 
+@pytest.mark.parametrize("policy", ["uniform_progress", "deadline_greedy", "slack_reserve_10", "probing_greedy"])
+def test_the_execution_skipping_polls_asks_the_policy_where_the_guard_polling_one_by_one_asks_it(policy, monkeypatch):
+    """`execute` skips the polls that ask nothing; brute force: the same execution taking every poll, each from the
+    guard's own `next_wait` (spotrun/pipeline/guard.py), asking where `ask_again` says. The same decisions at the
+    same times. Before the fix the skip cut a recheck from the poll that asked, not from the last grid poll before
+    it (where `next_wait` waits at least poll_seconds), and never asked at a new spot job's first poll while it
+    still waited: public-trace windows executed 0.5-0.8 h apart from the state machine (docs/spot-policy.md)."""
+    from types import SimpleNamespace
+
+    from spotrun.pipeline.guard import next_wait
+    from spotrun.policy import decision, execution
+
+    plan = _plan(work_s=5 * H, deadline_s=14 * H, max_wait_s=24 * H, max_runtime_s=48 * H, poll_s=900.0,
+                 max_poll_s=4 * H)
+    guard_plan = SimpleNamespace(poll_seconds=900, max_poll_seconds=4 * 3600, max_usd=INF, usd_per_hour=1.0)
+    spec = TraceSpec(interruptions_per_hour=0.5, horizon_s=60 * H, restart_wait_s=3600.0, burst_p=0.3,
+                     droughts_per_day=2.0, drought_hours=(3.0, 8.0))
+
+    def run(trace) -> tuple[list, execution.Run]:
+        asked = []
+        real = decision.decide
+
+        def recorded(*args):
+            asked.append((round(args[3].elapsed_s, 6), args[3].status, real(*args).action))
+            return real(*args)
+
+        with monkeypatch.context() as m:
+            m.setattr(execution, "decide", recorded)
+            out = execution.execute(plan, trace, policy, "notice")
+        return asked, out
+
+    def one_poll(self, created, now, target, recheck_at):  # the guard's next poll, from this one
+        return now + next_wait(guard_plan, now - created, 0.0, recheck_at - now)
+
+    traces = generated_traces(spec, 40, seed=3)
+    skipping = [run(t) for t in traces]
+    real_advance = execution.Run.advance
+    monkeypatch.setattr(execution.Run, "skip_polls", one_poll)
+    monkeypatch.setattr(execution.Run, "advance",  # only to the next poll: nothing skipped
+                        lambda self, job, until, **skip: None if skip else real_advance(self, job, until))
+    for (asked, out), trace in zip(skipping, traces, strict=True):
+        every_poll, brute = run(trace)
+        assert asked == every_poll
+        assert (out.tally.t, out.tally.spot_s, out.tally.od_s, out.polls) == pytest.approx(
+            (brute.tally.t, brute.tally.spot_s, brute.tally.od_s, brute.polls))
+    assert any(out.tally.switches for _, out in skipping)  # not only runs that stayed on spot
+
+
 def test_when_no_policy_stays_within_the_cap_the_one_likeliest_to_finish_inside_it_is_chosen_not_on_demand():
     """On-demand over the cap bills past it on every trace (the guard ends it there, unfinished): with no policy
     within the cap on 95% of the traces, the choice is the likeliest to stay inside it, even where on-demand's
