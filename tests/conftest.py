@@ -58,3 +58,20 @@ def synth(tmp_path_factory) -> Synth:
     build_app(outdir=str(outdir)).synth()  # raises if cdk-nag reports any unacknowledged finding
     path = next((outdir / "assembly-dev").glob("*.template.json"))
     return Synth(outdir=outdir, template=json.loads(path.read_text()), template_path=path)
+
+
+@pytest.fixture
+def no_aws_credentials(monkeypatch, tmp_path):
+    """No AWS credentials anywhere (an S3 read fails as NoCredentialsError), and no request could leave: no
+    instance metadata call, any endpoint a closed loopback port, boto3's cached default session dropped."""
+    import boto3
+
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
+                 "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+                 "AWS_WEB_IDENTITY_TOKEN_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+    monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)  # an earlier test's session caches its credentials

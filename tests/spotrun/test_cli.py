@@ -219,21 +219,9 @@ def test_estimate_prices_in_the_region_it_names_and_refuses_a_region_without_pri
         capsys.readouterr().err
 
 
-def test_a_remote_command_without_aws_credentials_is_an_aws_failure_not_a_missing_stage(monkeypatch, tmp_path,
-                                                                                         capsys):
+def test_a_remote_command_without_aws_credentials_is_an_aws_failure_not_a_missing_stage(no_aws_credentials, capsys):
     from spotrun.cli.main import main
 
-    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
-                 "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_CONTAINER_CREDENTIALS_FULL_URI",
-                 "AWS_WEB_IDENTITY_TOKEN_FILE"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")  # no instance metadata call: nothing reaches AWS
-    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # and no request could, were credentials found
-    import boto3
-
-    monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)  # an earlier test's session caches its credentials
     code = main(["status", "r", "--stage", "dev"])
     err = capsys.readouterr().err
     assert code == 1, err  # exits.py: 1 is an AWS failure

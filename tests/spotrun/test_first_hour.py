@@ -182,28 +182,14 @@ def test_validate_says_what_it_could_not_check_instead_of_ok(tmp_path, capsys, a
     assert f"spotrun estimate {path}` must check these" in headline
 
 
-def _without_credentials(monkeypatch, tmp_path) -> None:
-    """No AWS credentials anywhere (an S3 read fails as NoCredentialsError), and no request could leave."""
-    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
-                 "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_CONTAINER_CREDENTIALS_FULL_URI",
-                 "AWS_WEB_IDENTITY_TOKEN_FILE"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
-    monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)  # an earlier test's session caches its credentials
-
-
 @pytest.mark.parametrize("extra, setting", [({"registry": GATE}, "registry.gate"),
                                             ({"data": {"validation_fraction": 0.1}}, "data.validation_fraction")])
-def test_validate_and_estimate_give_one_status_for_a_split_they_cannot_read(tmp_path, capsys, monkeypatch, extra,
-                                                                             setting):
+def test_validate_and_estimate_give_one_status_for_a_split_they_cannot_read(tmp_path, capsys, no_aws_credentials,
+                                                                             extra, setting):
     """The same S3 split neither command can read (no credentials, or the examples' placeholder bucket): both say
     `unchecked`, naming the setting (estimate used to say ok)."""
     from spotrun.planner.sources import PLACEHOLDER_BUCKET
 
-    _without_credentials(monkeypatch, tmp_path)
     path = tmp_path / "run.json"
     for bucket in (BUCKET, PLACEHOLDER_BUCKET):
         run = {**TOKENS_RUN, "data": {**TOKENS_RUN["data"], "source": f"s3://{bucket}/datasets/d1/"}}
