@@ -169,9 +169,7 @@ def spot_policy(run, est, catalog: dict, *, n: int = N_TRACES, seed: int = SEED,
     best, why = choose(plan, rows, cap_usd=run.max_usd)
     warnings = []
     if plan.deadline_s is not None and not any(r.p_deadline >= CONFIDENCE for r in rows):
-        warnings.append(f"compute.deadline_hours={plan.deadline_s / 3600:g}: no policy meets it on "
-                        f"{CONFIDENCE:.0%} of the traces (on-demand from the start takes "
-                        f"{rows[0].mean_wall_h:.1f} h); the run would miss it")
+        warnings.append(_missed_deadline(plan, rows))
     if plan.deadline_s is None and not any(r.p_finished >= CONFIDENCE for r in rows):
         warnings.append(f"the run may not finish: no spot policy finishes on {CONFIDENCE:.0%} of the traces (the "
                         f"likeliest, {best.label}, on {best.p_finished:.1%}); compute.on_demand_fallback=true "
@@ -185,6 +183,17 @@ def spot_policy(run, est, catalog: dict, *, n: int = N_TRACES, seed: int = SEED,
                "policies": [_rounded(r) for r in rows], "policy": best.policy, "checkpointing": best.checkpointing,
                "sim_plan": dataclasses.asdict(plan)}
     return PolicyChoice(section=section, warnings=tuple(warnings), p95_usd=best.p95_usd)
+
+
+def _missed_deadline(plan: SimPlan, rows: list[Summary]) -> str:
+    """The warning for a deadline no candidate meets on CONFIDENCE of the traces, naming what would help."""
+    head = f"compute.deadline_hours={plan.deadline_s / 3600:g}: no policy meets it on {CONFIDENCE:.0%} of the traces"
+    on_demand = next((r for r in rows if r.policy == "on_demand"), None)
+    if on_demand is not None:
+        return f"{head} (on-demand from the start takes {on_demand.mean_wall_h:.1f} h); the run would miss it"
+    likeliest = max(rows, key=lambda r: r.p_deadline)
+    return (f"{head} on spot alone (the likeliest, {likeliest.label}, on {likeliest.p_deadline:.1%}); "
+            "compute.on_demand_fallback=true lets the run move to on-demand to meet it")
 
 
 def fitted_source(rate_per_hour: float) -> str:

@@ -490,6 +490,14 @@ def test_a_deadline_no_policy_can_meet_is_a_warning_of_the_estimate():
     feasible = spot_policy(parse_run({**RUN, "compute": {**RUN["compute"], "deadline_hours": round(hours * 2, 1)}}),
                            estimate(parse_run(RUN)), load_catalog(), n=50)
     assert not any("no policy meets it" in w for w in feasible.warnings)
+    # Without the fallback on-demand is no candidate: the warning names spot's odds and the setting that helps,
+    # not an on-demand time the run may not take (a deadline on-demand meets read "would miss it")
+    spot_only = spot_policy(parse_run({**RUN, "compute": {**RUN["compute"], "on_demand_fallback": False,
+                                                          "deadline_hours": round(hours * 1.1, 2)}}),
+                            estimate(parse_run(RUN)), load_catalog(), n=50)
+    missed = [w for w in spot_only.warnings if "no policy meets it" in w]
+    assert missed and "on spot alone" in missed[0] and "compute.on_demand_fallback=true" in missed[0], missed
+    assert "on-demand from the start" not in missed[0]
 
 
 @pytest.mark.parametrize("example", ["qwen2-0.5b-full-small.json", "mistral-7b-lora.json"])
