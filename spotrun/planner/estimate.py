@@ -177,10 +177,12 @@ def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | 
         advice.append(_lora_alternative(run, catalog, model_config, data_tokens, recorded_rates))
     est = _build(run, catalog, work, best, planner.per_rank, (util, util_source), max_runtime, seg, advice,
                  warnings)
-    if chosen_cost > run.max_usd:
+    if chosen_cost > run.max_usd:  # a spot run names the cap its chain needs (more than the spot estimate)
+        smallest = f"; the smallest cap whose chain finishes is {usd(seg.min_cap_usd)}" if run.compute.spot and \
+            seg.min_cap_usd and seg.min_cap_usd > run.max_usd else ""
         raise EstimateRefused("OverBudget", f"estimated {usd(chosen_cost)} exceeds budget.max_usd={usd(run.max_usd)} "
-                              f"({best.fit.layout.describe()}, {(best.wall + best.overhead) / 3600:.1f} h)", est,
-                              field="budget.max_usd")
+                              f"({best.fit.layout.describe()}, {(best.wall + best.overhead) / 3600:.1f} h){smallest}",
+                              est, field="budget.max_usd")
     if not seg.fits:
         raise EstimateRefused("OverBudget", f"budget.max_usd={usd(run.max_usd)} cannot carry the run "
                               f"({best.fit.layout.describe()}, {(best.wall + best.overhead) / 3600:.1f} h, estimated "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import re
 
 import pytest
 
@@ -170,6 +171,18 @@ def test_over_budget_is_refused_with_the_estimate_and_advice():
     assert err.value.code == "OverBudget" and "exceeds budget.max_usd=$5.00" in err.value.message
     assert err.value.estimate.cost_usd["spot"] > 5
     assert any("LoRA" in a for a in err.value.estimate.advice)
+
+
+def test_a_cap_below_the_spot_estimate_names_the_smallest_cap_whose_chain_finishes_and_that_cap_is_accepted():
+    """Below the spot estimate the refusal names the cap the chain needs (it said only 'exceeds': a user who then set
+    the spot estimate was refused again); the named cap is accepted."""
+    with pytest.raises(EstimateRefused) as err:
+        estimate(run(budget={"max_usd": 5}), catalog=CATALOG)
+    named = re.search(r"the smallest cap whose chain finishes is \$([\d,]+\.\d\d)", err.value.message)
+    assert named and "exceeds budget.max_usd=$5.00" in err.value.message, err.value.message
+    smallest = float(named.group(1).replace(",", ""))
+    assert smallest > err.value.estimate.cost_usd["spot"] > 5
+    assert estimate(run(budget={"max_usd": smallest}), catalog=CATALOG).instance_type  # accepted: no refusal
 
 
 def test_over_budget_full_run_is_advised_what_lora_would_cost():
