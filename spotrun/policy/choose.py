@@ -111,7 +111,8 @@ def choose(plan: SimPlan, rows: list[Summary], confidence: float = CONFIDENCE,
                           "at the cap")
         if len(within) < len(rows):
             chosen, why = choose(plan, within, confidence)
-            return chosen, f"{why}; {len(rows) - len(within)} policies left out: P95 cost over the ${cap_usd:,.2f} cap"
+            return chosen, (f"{len(rows) - len(within)} of {len(rows)} policies left out (P95 cost over the "
+                            f"${cap_usd:,.2f} cap); of the rest, {why}")
     if plan.deadline_s is None:  # a run stopped unfinished (at MaxRuntime) costs less and is worth nothing
         done = [r for r in rows if r.p_finished >= confidence]
         if not done:  # without on-demand fallback, spot may not come back before MaxWait or MaxRuntime
@@ -170,6 +171,13 @@ def spot_policy(run, est, catalog: dict, *, n: int = N_TRACES, seed: int = SEED,
     warnings = []
     if plan.deadline_s is not None and not any(r.p_deadline >= CONFIDENCE for r in rows):
         warnings.append(_missed_deadline(plan, rows))
+    meets = [r for r in rows if r.p_deadline is not None and r.p_deadline >= CONFIDENCE]
+    if meets and best.p_deadline is not None and best.p_deadline < CONFIDENCE:  # the cap left out every one
+        cheapest = min(meets, key=lambda r: r.p95_usd)
+        warnings.append(f"compute.deadline_hours={plan.deadline_s / 3600:g}: within the ${run.max_usd:,.2f} cap "
+                        f"the chosen {best.label} meets it on {best.p_deadline:.1%} of the traces; {cheapest.label} "
+                        f"meets it on {cheapest.p_deadline:.1%}, its P95 bill here ${cheapest.p95_usd:,.2f}: a cap "
+                        "above that lets the estimate choose it")
     if plan.deadline_s is None and not any(r.p_finished >= CONFIDENCE for r in rows):
         warnings.append(f"the run may not finish: no spot policy finishes on {CONFIDENCE:.0%} of the traces (the "
                         f"likeliest, {best.label}, on {best.p_finished:.1%}); compute.on_demand_fallback=true "

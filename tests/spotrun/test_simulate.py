@@ -629,3 +629,27 @@ def test_when_no_policy_stays_within_the_cap_the_one_likeliest_to_finish_inside_
     assert by["on_demand"].p95_usd < by["maxwait_fallback"].p95_usd  # the lowest P95 would have been on-demand's
     best, why = choose(plan, rows, cap_usd=cap)
     assert best.policy == "maxwait_fallback" and "(50.0% of them)" in why
+
+
+def test_a_cap_that_leaves_out_every_policy_meeting_the_deadline_is_a_warning_naming_what_would_not():
+    """A new user's run (a deadline with the fallback, a cap under the deadline policies' P95) was chosen a policy
+    that misses the deadline, exit 0 without a word, the reason saying 'no policy meets the deadline' beside table
+    rows at 100% that the cap had left out: the reason says they were left out, and a warning names them."""
+    from spotrun.planner.estimate import estimate, load_catalog
+    from spotrun.policy.choose import CONFIDENCE, spot_policy
+
+    hours = estimate(parse_run(RUN)).wall_seconds / H
+    timed = {**RUN, "compute": {**RUN["compute"], "deadline_hours": round(hours * 1.05, 1)}}  # tight: on-demand
+    free = spot_policy(parse_run(timed), estimate(parse_run(timed)), load_catalog(), n=50).section
+    cap = round(1.2 * min(r["p95_usd"] for r in free["policies"]), 2)  # spot's P95 fits; the deadline rules' not
+    capped = {**timed, "budget": {"max_usd": cap}}
+    choice = spot_policy(parse_run(capped), estimate(parse_run(capped)), load_catalog(), n=50)
+    rows = choice.section["policies"]
+    chosen = next(r for r in rows if r["label"] == choice.section["chosen"])
+    meets = [r for r in rows if r["p_deadline"] >= CONFIDENCE]
+    assert chosen["p_deadline"] < CONFIDENCE and meets and all(r["p95_usd"] > cap for r in meets), rows
+    assert "policies left out (P95 cost over the" in choice.section["why"], choice.section["why"]
+    cheapest = min(meets, key=lambda r: r["p95_usd"])
+    warned = [w for w in choice.warnings if f"within the ${cap:,.2f} cap the chosen {chosen['label']}" in w]
+    assert warned and f"{cheapest['label']} meets it" in warned[0] and f"${cheapest['p95_usd']:,.2f}" in warned[0], \
+        choice.warnings
