@@ -164,7 +164,13 @@ def simulate_command(args: argparse.Namespace) -> int:
         return fail(args.format, Exit.INVALID, "InvalidRun", str(exc))
     chosen = candidates(plan)
     if args.policy:
-        chosen = [c for c in chosen if c[0] in args.policy] or [(p, plan.default_checkpointing()) for p in args.policy]
+        allowed = sorted({p for p, _ in chosen})
+        if not_here := sorted(set(args.policy) - set(allowed)):  # on-demand without the fallback; no deadline
+            return fail(args.format, Exit.INVALID, "InvalidArguments", f"--policy={','.join(not_here)} is not a "
+                        f"policy this run can take: expected one of {', '.join(allowed)} (on_demand needs "
+                        "compute.on_demand_fallback=true or compute.spot=false; the deadline policies need "
+                        "compute.deadline_hours)", "--policy")
+        chosen = [c for c in chosen if c[0] in args.policy]
     report = study(plan, traces, chosen, optimum=not args.no_optimum, source=source, cap_usd=run.max_usd,
                    progress=Progress())
     report["run"] = run.name

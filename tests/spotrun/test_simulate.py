@@ -367,6 +367,22 @@ def test_spotrun_simulate_writes_the_table_json_and_plot_for_generated_and_recor
     assert main(["simulate", str(run), "--traces", str(tmp_path / "gen")]) == 2  # no trace files there
 
 
+def test_spotrun_simulate_refuses_a_policy_the_run_cannot_take(tmp_path, capsys):
+    """`--policy on_demand` on a run without the fallback printed spot's figures labelled on_demand; a deadline
+    policy without a deadline printed maxwait's: each is refused in one line naming what the run can take."""
+    from spotrun.cli.main import main
+
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps({**RUN, "compute": {**RUN["compute"], "on_demand_fallback": False}}))
+    for policy, needs in (("on_demand", "compute.on_demand_fallback=true"), ("uniform_progress",
+                                                                            "compute.deadline_hours")):
+        assert main(["simulate", str(run), "--n", "5", "--no-optimum", "--policy", policy,
+                     "--out", str(tmp_path / policy)]) == 2
+        err = capsys.readouterr().err
+        assert f"--policy={policy} is not a policy this run can take" in err and needs in err, err
+        assert "expected one of maxwait_fallback" in err and not (tmp_path / policy).exists()
+
+
 @pytest.mark.parametrize("policy", ["on_demand", "spot", "maxwait_fallback", "uniform_progress", "deadline_greedy",
                                     "slack_reserve_10"])
 def test_every_policy_keeps_the_books_on_arbitrary_traces(policy):
