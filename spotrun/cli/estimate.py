@@ -23,7 +23,7 @@ from ..contract.refusal import Refusal
 from ..contract.runfile import load_run_file
 from ..contract.spec import RunSpec, RunValidationError, parse_run
 from ..local.pipeline import check_model_source_dir, check_raw_split, prepare_if_raw
-from ..pipeline.plan import with_spot_policy
+from ..pipeline.policy_stage import with_spot_policy
 from ..pipeline.validate import Target, check_catalog, check_target
 from ..planner.estimate import DEFAULT_PRICE_REGION, Estimate, estimate, format_text, load_catalog, regional_catalog
 from ..planner.outputs import check_hyperparameters

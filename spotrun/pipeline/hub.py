@@ -11,6 +11,8 @@ model channel, network-isolated as always.
 - `hub_step`: the estimate's step: the run with model.source replaced by the complete copy, or the fetch job
   (status Prepare, kind model). A copy is reused by every later run naming the same id and revision: the stage
   keeps the commit of the first fetch (name a commit, or another revision, to take a newer one).
+The fetch job's bounds (its processing rate, MaxRuntime under the cap, poll) are the data preparation's
+(spotrun/pipeline/preparation.py), called last in the step: the estimate goes hub -> preparation once.
 Stdlib only (the Lambda runtime).
 """
 
@@ -24,14 +26,7 @@ from typing import Any
 from ..contract.hub_id import HubId
 from ..contract.refusal import Refusal
 from ..seams import HUB_MANIFEST, HUB_MODELS_PREFIX, PREPARE_MODEL, PROCESSING_MODEL_OUTPUT, PlanStatus, Preparation
-from .preparation import (
-    PROCESSING_ROOT,
-    PreparationRefused,
-    list_objects,
-    max_runtime,
-    preparation_poll_seconds,
-    processing_rate,
-)
+from .preparation import PROCESSING_ROOT, PreparationRefused, max_runtime, preparation_poll_seconds, processing_rate
 
 # A fetch moves one model's files: an hour's MaxRuntime holds ~100 GB at the hub's usual rates; the cap bounds it too.
 FETCH_MAX_RUNTIME_S = 3600
@@ -54,7 +49,8 @@ def fetched(s3: Any, bucket: str, hub: HubId) -> dict | None:
     """The manifest of the complete copy of `hub` in the stage's bucket, or None (no copy, or one missing files:
     SageMaker Processing uploads files in no set order, so a manifest alone proves nothing)."""
     prefix = hub_prefix(hub)
-    sizes = {o["Key"][len(prefix):]: o["Size"] for o in list_objects(s3, bucket, prefix)}
+    listed = s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix).search("Contents[]")
+    sizes = {o["Key"][len(prefix):]: o["Size"] for o in listed if o}  # an empty listing's page yields None
     if HUB_MANIFEST not in sizes:
         return None
     manifest = check_manifest(json.loads(s3.get_object(Bucket=bucket, Key=prefix + HUB_MANIFEST)["Body"].read()), hub)

@@ -15,8 +15,8 @@ The run goes through stages, each called once, in order:
    a region the catalog has no prices for is refused), every source's place;
 3. the inputs (spotrun/pipeline/inputs.py `prepare_inputs`): a hub model's copy, raw data's prepared shards;
 4. the planner (spotrun/planner/stage.py `planned`): the sources, the estimate, the hyperparameters' limits;
-5. the spot policy (`with_spot_policy`: spotrun/policy/choose.py `spot_policy`, the cap that finishes at its
-   P95 from the chain, spotrun/pipeline/segments.py `finish_cap_usd`) and its first market;
+5. the spot policy (spotrun/pipeline/policy_stage.py `with_spot_policy`: spotrun/policy/choose.py `spot_policy`,
+   the cap that finishes at its P95 from the chain) and its first market;
 6. what must hold before anything is created (spotrun/pipeline/preflight.py): the registry status,
    `checkpoint.resume_from`, the account's SageMaker quota, the run record beside the checkpoints;
 7. the plan (spotrun/pipeline/assembly.py `assemble`).
@@ -27,21 +27,18 @@ the estimate function's environment) are defined in spotrun/seams.py.
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import math
 from typing import Any, Callable
 
 from ..contract.refusal import Refusal
 from ..contract.spec import parse_run
-from ..planner.estimate import Estimate, load_catalog
+from ..planner.estimate import load_catalog
 from ..planner.stage import planned
-from ..policy import choose
 from ..seams import CANCEL_STATUSES, EXECUTION_TAG, PipelineSettings, PreparationSettings
 from .assembly import CONTRACT_KEYS, assemble, job_name
 from .inputs import prepare_inputs
+from .policy_stage import with_spot_policy
 from .preflight import check_before_creating, check_execution_name, record_run
-from .segments import finish_cap_usd
 from .validate import admit
 
 
@@ -84,18 +81,6 @@ def cancel(detail: dict, sagemaker: Any, *, job_prefix: str, execution_input: st
             sagemaker.stop_training_job(TrainingJobName=job["TrainingJobName"])
             stopped.append(job["TrainingJobName"])
     return stopped
-
-
-def with_spot_policy(run: Any, est: Estimate, catalog: dict, *, poll_s: float = 60.0,
-                     max_poll_s: float = 4 * 3600.0) -> Estimate:
-    """The estimate with its spot policy (spotrun/policy/choose.py `spot_policy`, looked up when called: the
-    replay tests stand a cached one in) and the policy's warnings after its own: a new Estimate, `est` unchanged.
-    The section's `p95_finish_cap_usd` is the smallest cap whose chain finishes a run billed the chosen policy's
-    P95 (None without a chain to plan it on, or when no cap does). `spotrun estimate` shares this stage."""
-    choice = choose.spot_policy(run, est, catalog, poll_s=poll_s, max_poll_s=max_poll_s)
-    finish = finish_cap_usd(est.segments, choice.p95_usd) if est.segments.chain_costs else math.inf
-    section = {**choice.section, "p95_finish_cap_usd": finish if finish < math.inf else None}
-    return dataclasses.replace(est, spot_policy=section, warnings=[*est.warnings, *choice.warnings])
 
 
 def plan(run_raw: Any, execution: str, settings: PipelineSettings, *, s3_client: Any = None,

@@ -4,7 +4,7 @@
 every candidate policy over `N_TRACES` generated traces (fixed seed) and chooses the cheapest in the mean among
 those meeting `compute.deadline_hours` on at least `CONFIDENCE` of the traces (without a deadline, the cheapest);
 it returns a `PolicyChoice` (the section, its warnings, the chosen P95 bill), which the estimate step combines with
-the estimate (spotrun/pipeline/plan.py `with_spot_policy`: the cap that finishes at that P95 is the pipeline's
+the estimate (spotrun/pipeline/policy_stage.py `with_spot_policy`: the cap that finishes at that P95 is the pipeline's
 chain); `policy_text` is its report. Every candidate is simulated as the state machine executes it
 (spotrun/policy/execution.py) and is a rule of spotrun/policy/decision.py, which the cost guard calls with the
 section as the plan carries it (its `sim_plan`, `policy` and `checkpointing`). The traces: the estimate's

@@ -6,7 +6,7 @@ with ast by tests/spotrun/layering.py; nothing is imported):
   fills), and the planner's memory model (TRAINER_ALSO says why);
 - the library parts (contract, planner, policy, pipeline) never import the CLI, the local runner or the handlers,
   and nothing outside spotrun/handlers/ imports a handler module; the policy never imports the pipeline (the
-  estimate step calls it and combines its answer with the chain: spotrun/pipeline/plan.py `with_spot_policy`);
+  estimate step calls it and combines its answer with the chain: spotrun/pipeline/policy_stage.py `with_spot_policy`);
 - what a Lambda handler imports, followed transitively (imports inside functions too), is the `spotrun` package,
   the standard library and boto3/botocore: what the Lambda asset and runtime hold (no torch, numpy, transformers);
 - no import circles among the repository's modules;
@@ -68,7 +68,7 @@ def test_the_library_never_imports_the_cli_the_local_runner_or_the_handlers(edge
 
 def test_the_policy_never_imports_the_pipeline(edges):
     assert forbidden(edges, ("spotrun.policy",), banned=("spotrun.pipeline",)) == []
-    assert any(e.source == "spotrun.pipeline.plan" and e.target.startswith("spotrun.policy") for e in edges)
+    assert any(e.source == "spotrun.pipeline.policy_stage" and e.target.startswith("spotrun.policy") for e in edges)
 
 
 def test_no_module_outside_the_handlers_imports_one(edges):
