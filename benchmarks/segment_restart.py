@@ -1,4 +1,4 @@
-"""What one segment restart costs on the trainer side (spotrun/pipeline/segments.py; catalog `trainer_restart_seconds`).
+"""What one segment restart costs on the trainer side (spotrun/planner/segments.py; catalog `trainer_restart_seconds`).
 
 A run in segments ends each job with a save (the trainer's `segment_seconds`) and starts the next job from the
 checkpoint. Inside the container that restart is: the launcher, torchrun, the imports, building and sharding the

@@ -407,7 +407,7 @@ class GuardAction(str, Enum):
     WAIT = "wait"  # the job runs and the spend stays under the cap until the next poll
     STOP = "stop"  # StopTrainingJob now (the trainer saves on the way out), then keep polling
     # The job ended with its exact bill and the run is not done: create the next segment's job (guard.job_name,
-    # guard.spot, guard.max_runtime_seconds, ...) on the same checkpoints (spotrun/pipeline/segments.py).
+    # guard.spot, guard.max_runtime_seconds, ...) on the same checkpoints (spotrun/planner/segments.py).
     SEGMENT = "segment"
     FALLBACK = "fallback"  # spot never came within MaxWait: the next segment on-demand (a SEGMENT with spot off)
     # The next segment (as SEGMENT) in a fresh execution of the state machine, named guard.next_execution: this
@@ -504,7 +504,7 @@ class Plan(_StateJson):
     max_runtime_cap_seconds: int  # no job of the run runs longer (the single job's MaxRuntime)
     max_wait_extra_seconds: int  # a spot job's MaxWait beyond its MaxRuntime (the accepted delay)
     min_segment_seconds: int  # the shortest segment that trains (a restart, a step, a save); informational
-    segment_overhead_seconds: float  # one segment restart (spotrun/pipeline/segments.py)
+    segment_overhead_seconds: float  # one segment restart (spotrun/planner/segments.py)
     warm_pool_seconds: int  # KeepAlivePeriodInSeconds of the on-demand jobs (billed after each one ends)
     planned_steps: int  # optimizer steps of the whole run, as planned
     seconds_per_step: float  # planned training seconds per step (interruptions' expected cost included)
@@ -528,7 +528,7 @@ class Plan(_StateJson):
     preparation: dict = dataclasses.field(default_factory=dict)
     spent_before_usd: float = 0.0
     # A spot job's expected bill as a share of on-demand (1 - the spot discount): the guard plans the chain of the
-    # segments still to come with it (spotrun/pipeline/segments.py); the cap itself is held at on-demand rates.
+    # segments still to come with it (spotrun/planner/segments.py); the cap itself is held at on-demand rates.
     spot_fraction: float = 1.0
 
 

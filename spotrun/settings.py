@@ -386,7 +386,7 @@ class TrainConfig:
     segment_seconds: float = 0.0
     """Seconds after the trainer's start at which it saves and exits (0: no limit): the end of one segment of a
     run whose job MaxRuntime the cost cap sets; the next job resumes from the checkpoint
-    (spotrun/pipeline/segments.py)."""
+    (spotrun/planner/segments.py)."""
     num_threads: int = 0
     """torch intra-op threads on CPU (0: leave torch's default). Fixed thread counts keep CPU runs bitwise stable."""
     deterministic: bool = False

@@ -143,7 +143,7 @@ def create_training_job_parameters(props: TrainingPipelineProps, *, spot: bool, 
     store = props.store
     params: dict = {
         # The guard holds the current segment's job: its name, MaxRuntime (what the cap still allows at on-demand
-        # rates, spotrun/pipeline/segments.py), MaxWait and hyperparameters (the trainer's segment_seconds).
+        # rates, spotrun/planner/segments.py), MaxWait and hyperparameters (the trainer's segment_seconds).
         "TrainingJobName.$": guard_path("job_name"),
         "RoleArn": props.execution_role.role_arn,
         "AlgorithmSpecification": {

@@ -305,7 +305,7 @@ def run_status(dep: Deployment, execution: dict) -> dict:
     else:
         out["interruptions"] = guard.interruptions
         out["spent_usd"] = guard.cost_usd
-    # The run's jobs so far (spotrun/pipeline/segments.py): the current one and those that ended, with their exact
+    # The run's jobs so far (spotrun/planner/segments.py): the current one and those that ended, with their exact
     # bills.
     out["segment"] = guard.segment
     out["segments"] = guard.segments

@@ -13,6 +13,7 @@ import math
 from ..contract.spec import RunSpec
 from ..planner.estimate import startup_seconds
 from ..planner.outputs import Estimate
+from ..planner.segments import SEGMENT_SUFFIX_MAX, segment_job_name
 from ..policy.decision import starts_on_spot
 from ..seams import (
     EXECUTION_TAG,
@@ -28,7 +29,6 @@ from ..seams import (
 )
 from .gate import gate_of
 from .inputs import Inputs
-from .segments import SEGMENT_SUFFIX_MAX, segment_job_name
 from .validate import Admitted
 
 CONTRACT_KEYS = ("parameters", "trainable_parameters", "training_flops", "gpu_hours", "instance_type",

@@ -7,7 +7,7 @@ same arithmetic on a job as it is now; the cost report's registry metadata (`reg
 AWS and in the local registry of `spotrun local`.
 
 What holds the cap is not the guard: every job's MaxRuntimeInSeconds is what the cap still allows at
-on-demand rates, and SageMaker enforces it (spotrun/pipeline/segments.py). The guard keeps the books and chains
+on-demand rates, and SageMaker enforces it (spotrun/planner/segments.py). The guard keeps the books and chains
 segments:
 
 - a finished job costs BillableTimeInSeconds x on-demand price x instance count (BillableTimeInSeconds is already
@@ -22,7 +22,7 @@ segments:
   step is stopped while it bills nothing (`restart_wasted`): the next segment gets the room its exact bill leaves;
 - a job that ended without finishing the run (its segment's time was up, MaxRuntime, the guard's stop) is
   followed by the next segment while the chain from the newest committed checkpoint still finishes under the cap
-  at the expected bill (`_next_segment`, spotrun/pipeline/segments.py `plan_chain`); spot or
+  at the expected bill (`_next_segment`, spotrun/planner/segments.py `plan_chain`); spot or
   on-demand for it is decided in one place, `next_capacity` (after MaxWait without spot capacity: on-demand when
   the run allows a fallback, never after a stop the cap requested);
 - the estimate's chosen spot policy is executed here through the one decision function the simulator replays
@@ -48,6 +48,18 @@ import math
 from typing import Any, Callable
 
 from ..contract.aws_text import digest, metadata_value
+from ..planner.segments import (
+    MAX_SEGMENTS,
+    SEGMENT_END_MARGIN_S,
+    STOP_BILL_S,
+    ChainCosts,
+    chain_refusal,
+    next_max_runtime,
+    plan_chain,
+    segment_job_name,
+    segment_seconds,
+    smallest_cap,
+)
 from ..policy.decision import (
     Action,
     Decision,
@@ -72,18 +84,6 @@ from ..settings import flatten, parse
 from .aws_events import to_epoch
 from .continuation import EVENTS_PER_CREATE, EVENTS_PER_POLL, EVENTS_PER_STOP, continuation_name, must_continue
 from .report import run_report
-from .segments import (
-    MAX_SEGMENTS,
-    SEGMENT_END_MARGIN_S,
-    STOP_BILL_S,
-    ChainCosts,
-    chain_refusal,
-    next_max_runtime,
-    plan_chain,
-    segment_job_name,
-    segment_seconds,
-    smallest_cap,
-)
 
 STOP_GRACE_S = STOP_BILL_S  # a stopped job bills until the container exits: up to the notice
 # Secondary statuses in which SageMaker has no instances billing for the job: waiting for (spot) capacity.
@@ -378,7 +378,7 @@ def _after_segment(plan: Plan, guard: Guard, describe: dict, spent: float, act: 
 
 
 def chain_costs(plan: Plan) -> ChainCosts:
-    """The plan's figures for the chain of the segments still to come (spotrun/pipeline/segments.py)."""
+    """The plan's figures for the chain of the segments still to come (spotrun/planner/segments.py)."""
     return ChainCosts(usd_per_s=usd_per_second(plan), spot_fraction=plan.spot_fraction,
                       startup_s=plan.segment_overhead_seconds, restart_s=plan.segment_overhead_seconds,
                       save_s=plan.checkpoint_upload_seconds, longest_s=plan.max_runtime_cap_seconds,

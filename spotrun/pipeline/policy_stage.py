@@ -1,6 +1,6 @@
 """The estimate step's spot-policy stage (spotrun/pipeline/plan.py `plan`, stage 5; `spotrun estimate` shares it):
 the planner's estimate with the spot policy the run starts with (spotrun/policy/choose.py `spot_policy`) and the
-cap that finishes at that policy's P95 bill (spotrun/pipeline/segments.py `finish_cap_usd`)."""
+cap that finishes at that policy's P95 bill (spotrun/planner/segments.py `finish_cap_usd`)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import math
 from typing import Any
 
 from ..planner.estimate import Estimate
+from ..planner.segments import finish_cap_usd
 from ..policy import choose
-from .segments import finish_cap_usd
 
 
 def with_spot_policy(run: Any, est: Estimate, catalog: dict, *, poll_s: float = 60.0,

@@ -51,7 +51,6 @@ from dataclasses import dataclass, replace
 
 from ..contract.refusal import Refusal
 from ..contract.spec import MAX_RUNTIME_LIMIT_S, LoraSpec, RunSpec, RunValidationError
-from ..pipeline.segments import SegmentPlan
 from ..seams import StopNotice
 from ..settings import flatten
 from .catalog import CATALOG_PATH, DEFAULT_PRICE_REGION, check_prices, load_catalog, regional_catalog, usd
@@ -69,6 +68,7 @@ from .options import (
 )
 from .outputs import Estimate, first_segment_seconds, format_text, trainer_settings
 from .params import lora_parameters, shape_of
+from .segments import SegmentPlan
 from .topology import layouts
 
 # The planner's names, wherever they are defined (spotrun/planner/catalog.py, options.py, outputs.py).

@@ -4,7 +4,7 @@
 checkpointing; spotrun/planner/memory.py), times it (compute and FSDP collectives; spotrun/planner/topology.py) and
 prices it (`price_option`: startup, the checkpoint policy and interval, expected interruptions, spot and on-demand
 cost).
-`segment_plan` prices the chain of jobs the cap allows for the chosen option (spotrun/pipeline/segments.py);
+`segment_plan` prices the chain of jobs the cap allows for the chosen option (spotrun/planner/segments.py);
 `price_advice` and `checkpoint_advice` explain the chosen option's price and checkpoint policy. The rules
 and the choices made are in spotrun/planner/estimate.py's docstring; `estimate` there chooses among these options.
 """
@@ -16,10 +16,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
 from ..contract.spec import RunSpec
-from ..pipeline.segments import SegmentPlan, plan_segments
 from ..seams import BytesPerParameter, StopNotice
 from .catalog import usd
 from .memory import MemoryEstimate, ModelDims, peak_bytes, training_state_bytes
+from .segments import SegmentPlan, plan_segments
 from .topology import Layout, comm_seconds, divisors_desc, flops_per_token, layouts, step_seconds
 
 
@@ -298,7 +298,7 @@ def segment_overhead_seconds(catalog: dict, itype: str, count: int, ckpt_bytes: 
 
 def segment_plan(run: RunSpec, catalog: dict, best: Option, ckpt_bytes: int, parameters: int,
               longest_s: int) -> SegmentPlan:
-    """The chain of jobs the cap allows (spotrun/pipeline/segments.py), from the chosen layout's expected figures."""
+    """The chain of jobs the cap allows (spotrun/planner/segments.py), from the chosen layout's expected figures."""
     c, d = run.compute, catalog["defaults"]
     family = best.instance_type.split(".")[1]
     discount = c.spot_discount if c.spot_discount is not None else catalog["families"][family]["spot_discount"]

@@ -15,13 +15,15 @@ from ..contract.spec import (
     RunSpec,
     RunValidationError,
 )
-from ..pipeline.segments import SegmentPlan, segment_seconds
 from ..settings import EvalConfig, ExportConfig, LoraConfig, TrackingConfig, TrainConfig, leaf_paths, parse
 from .catalog import usd
+from .segments import SegmentPlan, segment_seconds
 
 
-@dataclass
+@dataclass(frozen=True)
 class Estimate:
+    """The planner's answer for one run; a stage that adds to it (the spot policy) makes a new one."""
+
     parameters: int
     trainable_parameters: int
     tokens: float
@@ -58,7 +60,7 @@ class Estimate:
     hyperparameters: dict[str, str] = field(default_factory=dict)
     utilization_source: str = "catalog default"
     evaluation_seconds: float = 0.0  # validation forwards over the run, inside wall_seconds (evaluation_seconds())
-    segments: SegmentPlan | None = None  # how the cap holds (spotrun/pipeline/segments.py); estimate() sets it
+    segments: SegmentPlan | None = None  # how the cap holds (spotrun/planner/segments.py); estimate() sets it
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -132,7 +134,7 @@ def _tracking(run: RunSpec, given: TrackingConfig) -> TrackingConfig:
 
 
 def first_segment_seconds(est: Estimate) -> int:
-    """The first job's trainer budget: save and exit before its MaxRuntime (spotrun/pipeline/segments.py)."""
+    """The first job's trainer budget: save and exit before its MaxRuntime (spotrun/planner/segments.py)."""
     save_s = est.checkpoint_bytes / (est.upload_gb_per_s_available * 1e9) if est.upload_gb_per_s_available else 0
     return segment_seconds(est.max_runtime_seconds, startup_s=est.segments.overhead_seconds if est.segments else 0.0,
                            save_s=save_s)

@@ -52,7 +52,7 @@ def planned(run: RunSpec, *, catalog: dict, s3_client: Any, rates: dict[str, flo
 
 
 def smallest_cap(run: RunSpec, tokens: int, *, catalog: dict, s3_client: Any) -> float:
-    """The smallest cap whose training chain finishes on `tokens` (spotrun/pipeline/segments.py `smallest_cap`,
+    """The smallest cap whose training chain finishes on `tokens` (spotrun/planner/segments.py `smallest_cap`,
     the planner's own figure). A model it cannot plan is refused here too, before a preparation bills anything."""
     # NOTE: raw text has no index.json yet: the probe names no data.source, only the token count.
     probe = dataclasses.replace(run, max_usd=math.inf, data=dataclasses.replace(run.data, tokens=tokens, source=None))

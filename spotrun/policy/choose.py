@@ -58,7 +58,7 @@ def plan_from_estimate(est, catalog: dict, *, deadline_s: float | None = None,
     step = est.grad_accum * step_seconds(mb.get("compute", 0.0), mb.get("communication", 0.0),
                                          d["comm_overlap_fraction"])
     # A cap between the spot and the on-demand estimate makes the run a chain of segments
-    # (spotrun/pipeline/segments.py): the first job's MaxRuntime is not the run's. The simulator runs the chain as one
+    # (spotrun/planner/segments.py): the first job's MaxRuntime is not the run's. The simulator runs the chain as one
     # job of the single-job
     # MaxRuntime (each segment's MaxWait allowance kept) whose work includes the chain's restarts.
     seg = est.segments

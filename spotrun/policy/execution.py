@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from .decision import Action, JobStatus, Market, Observation, ask_again, decide, first_poll_at
 from .engine import INF, SimPlan, Tally, periodic_interval
 
-SEGMENT_END_MARGIN_S = 60.0  # spotrun/pipeline/segments.py: the trainer ends its segment this long before its save
+SEGMENT_END_MARGIN_S = 60.0  # spotrun/planner/segments.py: the trainer ends its segment this long before its save
 STARTS = {Action.START_SPOT: Market.SPOT, Action.START_ON_DEMAND: Market.ON_DEMAND,
           Action.TO_SPOT: Market.SPOT, Action.TO_ON_DEMAND: Market.ON_DEMAND}
 

@@ -21,9 +21,9 @@ from spotrun.pipeline.aws_events import to_epoch
 from spotrun.pipeline.guard import STOP_GRACE_S, newest_checkpoint
 from spotrun.pipeline.plan import PipelineSettings, cancel, first_job_of, job_name, plan
 from spotrun.pipeline.preflight import RUN_RECORD
-from spotrun.pipeline.segments import MAX_SEGMENTS, next_max_runtime, segment_job_name
 from spotrun.planner.estimate import load_catalog
 from spotrun.planner.measured import record, recorded_rates
+from spotrun.planner.segments import MAX_SEGMENTS, next_max_runtime, segment_job_name
 from spotrun.policy.engine import SimPlan
 from spotrun.seams import (
     CHECKPOINT_MANIFEST,

@@ -20,7 +20,7 @@ from spotrun.contract.strict_json import RunValidationError
 from spotrun.pipeline.plan import job_name
 from spotrun.pipeline.preflight import check_execution_name
 from spotrun.pipeline.preparation import job_name as preparation_job_name
-from spotrun.pipeline.segments import MAX_SEGMENTS, segment_job_name
+from spotrun.planner.segments import MAX_SEGMENTS, segment_job_name
 from stacks.config import MAX_JOB_PREFIX
 
 _SESSION = botocore.session.get_session()

@@ -1,4 +1,4 @@
-"""A segment's end (spotrun/pipeline/segments.py): with `segment_seconds` the trainer saves and exits cleanly, without
+"""A segment's end (spotrun/planner/segments.py): with `segment_seconds` the trainer saves and exits cleanly, without
 completing, and the next job on the same checkpoints finishes the same run; the completion line is what the
 pipeline's completion metric reads."""
 

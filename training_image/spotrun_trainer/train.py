@@ -422,7 +422,7 @@ class Trainer:
     # ---- stopping and the end ------------------------------------------------------------------------------
 
     def _segment_over(self, skew_s: float = 0.0) -> bool:
-        """The segment's time is up (within `skew_s`): save and exit (spotrun/pipeline/segments.py); the next job goes
+        """The segment's time is up (within `skew_s`): save and exit (spotrun/planner/segments.py); the next job goes
         on. The first rank whose clock passes it stops every rank through the agreement; the others, started within
         seconds of it, recognise the segment's end by their own clock rather than a peer's stop signal."""
         limit = self.cfg.segment_seconds

@@ -30,8 +30,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
-from ..planner.catalog import usd
 from ..seams import StopNotice
+from .catalog import usd
 
 STOP_BILL_S = StopNotice.NOTICE_S  # a stop (StopTrainingJob, MaxRuntime) bills until the container exits
 MAX_SEGMENTS = 99  # a longer chain spends more on restarts than it is worth: refused (`-99od`: 5 characters)
