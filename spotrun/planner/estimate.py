@@ -67,7 +67,7 @@ from .options import (
     startup_seconds,
 )
 from .outputs import Estimate, first_segment_seconds, format_text, trainer_settings
-from .params import lora_parameters, shape_of
+from .params import Shape, lora_parameters, shape_of
 from .segments import SegmentPlan
 from .topology import layouts
 
@@ -89,15 +89,15 @@ class EstimateRefused(Refusal):
         self.code = self.status
 
 
-def count_parameters(run: RunSpec, model_config: dict | None) -> tuple[int, int]:
-    """(total parameters, trainable parameters)."""
+def count_parameters(run: RunSpec, model_config: dict | None) -> tuple[int, int, Shape | None]:
+    """(total parameters, trainable parameters, the model's shape: None when only model.parameters is given)."""
     config = model_config or run.model.config  # the source's own config.json wins over an inline copy
     if run.model.parameters is not None:
         if run.training.method == "lora":
             raise EstimateRefused("InvalidRun", "training.method=lora needs the model's shape: give model.config or "
                                   "model.source instead of model.parameters",
                                   field="training.method")
-        return run.model.parameters, run.model.parameters
+        return run.model.parameters, run.model.parameters, None
     if config is None:
         raise EstimateRefused("InvalidRun", f"model.source={run.model.source!r}: its config.json could not be read",
                               field="model.source")
@@ -111,8 +111,8 @@ def count_parameters(run: RunSpec, model_config: dict | None) -> tuple[int, int]
                                  f"count ({exc})") from None
     total = shape.total
     if run.training.method == "lora":
-        return total, lora_parameters(shape, run.training.lora.rank, run.training.lora.target_modules)
-    return total, total
+        return total, lora_parameters(shape, run.training.lora.rank, run.training.lora.target_modules), shape
+    return total, total, shape
 
 
 @dataclass(frozen=True)
@@ -195,7 +195,7 @@ def _count_work(run: RunSpec, defaults: dict, model_config: dict | None, data_to
     """The run's size (refusing a model it cannot count, data without a token count); validation tokens from
     data.validation_fraction when the validation set's size is not given. (A spot run with a warm pool is refused
     by the contract: spotrun/contract/spec.py.)"""
-    total, trainable = count_parameters(run, model_config)
+    total, trainable, shape = count_parameters(run, model_config)
     tokens_per_epoch = run.data.tokens if run.data.tokens is not None else data_tokens
     if not tokens_per_epoch:
         raise EstimateRefused("InvalidRun", f"data.source={run.data.source!r}: no token count (give data.tokens, or "
@@ -207,8 +207,7 @@ def _count_work(run: RunSpec, defaults: dict, model_config: dict | None, data_to
         validation_tokens = round(tokens_per_epoch * f / (1 - f))
     method = run.training.method
     flops = (4 * total + 6 * trainable) * tokens if method == "lora" else 6 * total * tokens
-    config = run.model.config or model_config
-    dims = ModelDims.from_config(config) if config is not None and run.model.parameters is None else None
+    dims = ModelDims.from_shape(shape) if shape is not None else None
     return _Work(total, trainable, tokens, validation_tokens, flops,
                  state=training_state_bytes(total, trainable, method, defaults["compute_bytes"]),
                  ckpt_bytes=checkpoint_bytes(total, trainable, method), dims=dims)

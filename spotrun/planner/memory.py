@@ -39,7 +39,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..seams import BytesPerParameter
-from .params import LLAMA_LIKE, shape_of
+from .params import LLAMA_LIKE, Shape, shape_of
 
 STATE_BYTES_FULL = BytesPerParameter.TRAINING_STATE_FULL
 STATE_BYTES_FROZEN = BytesPerParameter.TRAINING_STATE_FROZEN
@@ -69,23 +69,18 @@ class ModelDims:
 
     @classmethod
     def from_config(cls, cfg: dict) -> "ModelDims":
-        shape = shape_of(cfg)
+        return cls.from_shape(shape_of(cfg))
+
+    @classmethod
+    def from_shape(cls, shape: Shape) -> "ModelDims":
+        """The dimensions of a config read once (spotrun/planner/params.py `shape_of`)."""
         block = sum(lin.fan_in * lin.fan_out + (lin.fan_out if lin.bias else 0) for lin in shape.block_linears)
         block += shape.block_other
-        if cfg["model_type"] in LLAMA_LIKE:
-            h, heads = cfg["hidden_size"], cfg["num_attention_heads"]
-            kv = cfg.get("num_key_value_heads") or heads
-            head_dim = cfg.get("head_dim") or h // heads
-            inter, vocab, arch = cfg["intermediate_size"], cfg["vocab_size"], "llama"
-            tied = bool(cfg.get("tie_word_embeddings", False))
-        else:  # gpt2 (shape_of refuses anything else)
-            h, heads = cfg.get("n_embd", 768), cfg.get("n_head", 12)
-            kv, head_dim = heads, h // heads
-            inter, vocab, arch = cfg.get("n_inner") or 4 * h, cfg.get("vocab_size", 50257), "gpt2"
-            tied = bool(cfg.get("tie_word_embeddings", True))
-        return cls(arch=arch, layers=shape.layers, hidden=h, heads=heads, kv_heads=kv, head_dim=head_dim,
-                   intermediate=inter, vocab=vocab, tied=tied, total_params=shape.total, block_params=block,
-                   embed_params=vocab * h, head_params=0 if tied else vocab * h)
+        h, vocab = shape.hidden, shape.vocab
+        return cls(arch="llama" if shape.model_type in LLAMA_LIKE else "gpt2", layers=shape.layers, hidden=h,
+                   heads=shape.heads, kv_heads=shape.kv_heads, head_dim=shape.head_dim,
+                   intermediate=shape.intermediate, vocab=vocab, tied=shape.tied, total_params=shape.total,
+                   block_params=block, embed_params=vocab * h, head_params=0 if shape.tied else vocab * h)
 
     @property
     def largest_unit_params(self) -> int:

@@ -25,12 +25,21 @@ class Linear:
 
 @dataclass(frozen=True)
 class Shape:
-    """What a decoder LM is made of: the linear layers of one block, and everything else."""
+    """What a decoder LM is made of: the linear layers of one block, and everything else; read once from its config
+    (`shape_of`), then passed down (the parameter count, the memory model's dimensions, the measured shape's key)."""
 
     layers: int
     block_linears: tuple[Linear, ...]
     block_other: int  # norms etc. per block
     outside_blocks: int  # embeddings, final norm, untied head
+    model_type: str  # the config's: llama, mistral, qwen2 or gpt2
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    vocab: int
+    tied: bool  # input and output embeddings shared
 
     @property
     def total(self) -> int:
@@ -96,11 +105,14 @@ def _llama_like(cfg: dict, model_type: str) -> Shape:
         Linear("down_proj", inter, h, mlp_bias),
     )
     outside = vocab * h + h + (0 if tied else vocab * h)  # embeddings, final RMSNorm, lm_head
-    return Shape(layers=layers, block_linears=linears, block_other=2 * h, outside_blocks=outside)
+    return Shape(layers=layers, block_linears=linears, block_other=2 * h, outside_blocks=outside,
+                 model_type=model_type, hidden=h, heads=heads, kv_heads=kv, head_dim=head_dim, intermediate=inter,
+                 vocab=vocab, tied=tied)
 
 
 def _gpt2(cfg: dict) -> Shape:
     e = _get(cfg, "n_embd", 768)
+    heads = _get(cfg, "n_head", 12)
     layers = _get(cfg, "n_layer", 12)
     vocab = _get(cfg, "vocab_size", 50257)
     positions = _get(cfg, "n_positions", 1024)
@@ -113,7 +125,9 @@ def _gpt2(cfg: dict) -> Shape:
         Linear("c_proj", inner, e, True),
     )
     outside = vocab * e + positions * e + 2 * e + (0 if tied else vocab * e)  # wte, wpe, ln_f, head
-    return Shape(layers=layers, block_linears=linears, block_other=4 * e, outside_blocks=outside)
+    return Shape(layers=layers, block_linears=linears, block_other=4 * e, outside_blocks=outside, model_type="gpt2",
+                 hidden=e, heads=heads, kv_heads=heads, head_dim=e // heads, intermediate=inner, vocab=vocab,
+                 tied=tied)
 
 
 def lora_parameters(shape: Shape, rank: int, targets: tuple[str, ...] | str) -> int:
