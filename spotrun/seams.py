@@ -457,6 +457,9 @@ def _state_value(cls: type, what: str, name: str, kind: str, value: object) -> o
     kind = kind.removesuffix(" | None")
     if value is None and optional:
         return None
+    nested = {"PlanEstimate": PlanEstimate}.get(kind)
+    if nested is not None:
+        return nested.from_json(value, f"{what}.{name}")
     enum = {"PlanStatus": PlanStatus, "GuardAction": GuardAction}.get(kind)
     if enum is not None:
         try:
@@ -469,6 +472,39 @@ def _state_value(cls: type, what: str, name: str, kind: str, value: object) -> o
         raise ValueError(f"{what}.{name}={_short(value)} is invalid: expected {kind}"
                          + (" or null" if optional else "") + f" (spotrun.seams.{cls.__name__})")
     return value
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanEstimate(_StateJson):
+    """The planner's figures the plan carries (`Plan.estimate`; spotrun/planner/outputs.py `Estimate` holds them
+    all): what the report, the registry's metadata and the cost guard read, and a refused run's `estimate`."""
+
+    parameters: int
+    trainable_parameters: int
+    training_flops: float
+    gpu_hours: float
+    instance_type: str
+    instance_count: int
+    max_runtime_seconds: int
+    max_wait_seconds: int
+    checkpoint_bytes: int
+    spot_policy: dict  # spotrun/policy/choose.py `spot_policy`'s section: the policy the guard executes
+    notice_upload_gb_per_s: float
+    checkpoint_interval_seconds: int
+    cost_usd: dict  # {"spot", "on_demand"}: the expected bills
+    warnings: list
+    utilization: float
+    utilization_source: str
+    segments: dict  # spotrun/planner/segments.py `SegmentPlan`: how the cap holds
+    wall_seconds: float
+    expected_overhead_seconds: float  # the expected interruptions' cost in wall seconds (the guard's pace)
+    checkpoint_policy: str
+    tokens: float
+    expected_interruptions: float
+    evaluation_seconds: float
+
+
+PLAN_ESTIMATE_FIELDS = tuple(f.name for f in dataclasses.fields(PlanEstimate))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -514,7 +550,7 @@ class Plan(_StateJson):
     price_as_of: str  # the catalog's date for the region's prices
     approval_status: str
     data_source: str
-    estimate: dict
+    estimate: PlanEstimate
     gate: dict = dataclasses.field(default_factory=dict)  # registry.gate's bounds (spotrun/pipeline/gate.py); {}: none
     # CreateTrainingJob's EnableNetworkIsolation: on, unless the run names a tracking server (one the stage lists)
     # or a W&B project, which the trainer must reach (spotrun_trainer/tracking.py, wandb_tracking.py).

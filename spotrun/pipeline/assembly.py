@@ -18,12 +18,14 @@ from ..policy.decision import starts_on_spot
 from ..seams import (
     EXECUTION_TAG,
     METHOD_TAG,
+    PLAN_ESTIMATE_FIELDS,
     REGISTRATION_STATUS,
     RUN_TAG,
     SHAPE_TAG,
     VALIDATION_CHANNEL,
     PipelineSettings,
     Plan,
+    PlanEstimate,
     PlanStatus,
     StopNotice,
 )
@@ -31,11 +33,7 @@ from .gate import gate_of
 from .inputs import Inputs
 from .validate import Admitted
 
-CONTRACT_KEYS = ("parameters", "trainable_parameters", "training_flops", "gpu_hours", "instance_type",
-                 "instance_count", "max_runtime_seconds", "max_wait_seconds", "checkpoint_bytes", "spot_policy",
-                 "notice_upload_gb_per_s", "checkpoint_interval_seconds", "cost_usd", "warnings", "utilization",
-                 "utilization_source", "segments", "wall_seconds", "expected_overhead_seconds",
-                 "checkpoint_policy", "tokens", "expected_interruptions", "evaluation_seconds")  # the report's
+CONTRACT_KEYS = PLAN_ESTIMATE_FIELDS  # the report's, and a refused run's estimate
 MAX_JOB_NAME = 63
 
 
@@ -105,6 +103,7 @@ def assemble(plan_run: RunSpec, est: Estimate, *, shape: str | None, cap_usd: fl
     startup = startup_seconds(catalog["defaults"])
     as_of = catalog["regions"][settings.region].get("as_of", "unknown date")
     upload_gb_per_s = est.upload_gb_per_s_available
+    full = est.to_json()
     result = Plan(
         status=PlanStatus.OK, run_name=plan_run.name, execution=execution, execution_started=started,
         job_name=name, fallback_job_name=segment_job_name(name, 2, spot=False), method=plan_run.training.method,
@@ -139,7 +138,7 @@ def assemble(plan_run: RunSpec, est: Estimate, *, shape: str | None, cap_usd: fl
         price_source=f"on-demand list price in {settings.region} (spotrun catalog as of {as_of})",
         price_as_of=as_of,
         approval_status=REGISTRATION_STATUS, data_source=plan_run.data.source or "",
-        estimate={k: est.to_json()[k] for k in CONTRACT_KEYS}, gate=gate_of(plan_run),
+        estimate=PlanEstimate.from_json({k: full[k] for k in CONTRACT_KEYS}), gate=gate_of(plan_run),
         network_isolation=not (plan_run.tracking.mlflow_uri or plan_run.tracking.wandb_project),
         mlflow_config=tracking,
     )

@@ -165,7 +165,7 @@ def checkpoint_age(describe: dict, newest_checkpoint: float | None, now: float) 
 def policy_section(plan: Plan) -> dict | None:
     """The estimate's chosen spot policy as the plan carries it (spotrun/policy/choose.py), or None (a plan
     without one: the run keeps its market, and MaxWait's fallback is the only switch)."""
-    section = (plan.estimate or {}).get("spot_policy") or {}
+    section = plan.estimate.spot_policy
     if not section.get("sim_plan") or not section.get("policy"):
         return None  # the plan's contract decides whether the run may go on-demand
     return {**section, "sim_plan": {**section["sim_plan"], "on_demand_fallback": plan.on_demand_fallback}}
@@ -326,7 +326,7 @@ def _running(plan: Plan, result: Guard, act: Callable[..., Guard], obs: Observat
                                    wait_seconds=plan.poll_seconds,
                                    history_events=result.history_events + EVENTS_PER_STOP, message=(
                                        f"{result.job_name}: the spot policy "
-                                       f"({(plan.estimate or {}).get('spot_policy', {}).get('chosen')}) moves the "
+                                       f"({plan.estimate.spot_policy.get('chosen')}) moves the "
                                        f"run to {'spot' if to_spot else 'on-demand'}: stopping this job to "
                                        "continue on the same checkpoints"))
     recheck_at = math.inf if result.policy_recheck_at is None else result.policy_recheck_at
@@ -391,7 +391,7 @@ def work_left(plan: Plan, checkpoint_step: int | None) -> float:
     (the interruptions so far are in the bills already). At least a step (or a second): the job ended without
     completing."""
     steps = max(1, plan.planned_steps - (checkpoint_step or 0))
-    interruptions = float((plan.estimate or {}).get("expected_overhead_seconds") or 0.0) / max(1, plan.planned_steps)
+    interruptions = float(plan.estimate.expected_overhead_seconds) / max(1, plan.planned_steps)
     return max(1.0, steps * max(plan.seconds_per_step - interruptions, 0.0))
 
 

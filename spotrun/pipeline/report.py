@@ -41,7 +41,7 @@ def run_report(plan: Plan, *, job_name: str, spot: bool, billable_seconds: float
         "billable_seconds": billable_seconds, "training_seconds": training_seconds, "interruptions": interruptions,
         "spot_savings_pct": spot_savings_pct, "cost_usd": cost_usd,
         "price_basis": price_basis, "cost_basis": cost_basis, "price_region": price_region,
-        "price_as_of": price_as_of, "cap_usd": plan.max_usd, "estimated_cost_usd": plan.estimate["cost_usd"],
+        "price_as_of": price_as_of, "cap_usd": plan.max_usd, "estimated_cost_usd": plan.estimate.cost_usd,
         "final_loss": final_loss, "model_data_url": model_data_url, "data_source": plan.data_source,
         # An interruption at the worst moment seen would have repeated this much work (at the on-demand price).
         "worst_case_lost_usd": worst_case_lost_usd,
@@ -100,11 +100,11 @@ def build_local_report(*, plan: Plan, spot: bool, job_name: str, metrics: dict, 
     report.update({
         "local": True, "cost_usd_at_rates": priced["cost_usd_at_rates"], "priced": priced,
         "estimate": {
-            "wall_seconds": round(est["wall_seconds"], 1), "tokens": est["tokens"],
-            "expected_interruptions": round(est["expected_interruptions"], 4),
-            "expected_overhead_seconds": round(est["expected_overhead_seconds"], 1),
-            "checkpoint_policy": est["checkpoint_policy"],
-            "checkpoint_interval_seconds": est["checkpoint_interval_seconds"],
+            "wall_seconds": round(est.wall_seconds, 1), "tokens": est.tokens,
+            "expected_interruptions": round(est.expected_interruptions, 4),
+            "expected_overhead_seconds": round(est.expected_overhead_seconds, 1),
+            "checkpoint_policy": est.checkpoint_policy,
+            "checkpoint_interval_seconds": est.checkpoint_interval_seconds,
         },
         "actual": {
             "basis": "measured on this machine",
@@ -120,7 +120,7 @@ def build_local_report(*, plan: Plan, spot: bool, job_name: str, metrics: dict, 
         "interruptions_not_injected": history.get("not_injected", []),
         "evaluation": evaluation,
         "samples": samples,
-        "estimated_evaluation_seconds": round(est["evaluation_seconds"], 1),
+        "estimated_evaluation_seconds": round(est.evaluation_seconds, 1),
     })
     return report
 
