@@ -243,8 +243,8 @@ def run_local(run_path: Path, options: LocalOptions, *, emit: Callable[[str], No
     planned = plan_local(raw)  # InvalidRun / OverBudget stop here
     est = planned.estimate
     emit(f"[local] estimate: {planned.instance_count} x {planned.instance_type}, "
-         f"{est['wall_seconds'] / 3600:.2f} h, spot {usd(est['cost_usd']['spot'])} / on-demand "
-         f"{usd(est['cost_usd']['on_demand'])} (cap {usd(planned.max_usd)})")
+         f"{est.wall_seconds / 3600:.2f} h, spot {usd(est.cost_usd['spot'])} / on-demand "
+         f"{usd(est.cost_usd['on_demand'])} (cap {usd(planned.max_usd)})")
     hyper = hyperparameters(planned, options)
     check_one_step(Path(raw["data"]["source"]), parse(planned.hyperparameters), options.nproc)
     job = Job(root=root, log=root / "launcher.log")
