@@ -8,7 +8,8 @@
    through the rendered state machine with the real handlers in moto (tests/infra/replay.py), each against the
    simulator's prediction for the same window (spotrun/policy/execution.py): finish time within one poll, cost
    within 1%. `--jobs N`: the windows in chunks of `--chunk`, each chunk in its own process with its own moto
-   (one synthesized template for all); `--out` is rewritten as each chunk ends.
+   (one synthesized template for all); `--out` is rewritten as each chunk ends. `--only 184,190-199` replays
+   those windows of the `--windows` drawn (the same offsets), in that order.
 2. Deadline met, per policy: the replay's count against the simulator's on the same windows.
 3. `--polls`: on 300 generated traces (40 h of work, 60 h deadline, 0.1 interruptions per hour, the estimate's
    bursts and droughts), the polls per run as the guard executes each policy (9 history events each), and its
@@ -62,8 +63,20 @@ def windows(trace_dir: Path, n: int, seed: int, horizon_s: float) -> list[Window
         rec = recordings[k % len(recordings)]
         offset = rng.uniform(0, rec.length_s)
         label = f"{paths[k % len(paths)].parent.name}/{rec.name}@{offset:.0f}"
-        out.append(Window(POLICIES[k % len(POLICIES)], replay(rec, offset, horizon_s), label))
+        out.append(Window(POLICIES[k % len(POLICIES)], replay(rec, offset, horizon_s), label, k))
     return out
+
+
+def only(spec: str, n: int) -> list[int]:
+    """`--only`'s window numbers ("184,190-199"), each < n; SystemExit naming a bad one."""
+    picked = []
+    for part in spec.split(","):
+        first, _, last = part.strip().partition("-")
+        if not (first.isdigit() and (not last or last.isdigit())) or int(last or first) >= n:
+            raise SystemExit(f"--only={spec!r} is invalid at {part!r}: expected window numbers or ranges (a-b) "
+                             f"below --windows={n}")
+        picked += range(int(first), int(last or first) + 1)
+    return picked
 
 
 def replay_all(synth: Synth, todo: list[Window], jobs: int, chunk: int, out: Path | None) -> list:
@@ -85,8 +98,9 @@ def replay_all(synth: Synth, todo: list[Window], jobs: int, chunk: int, out: Pat
 
 
 def write(out: Path, found: list) -> None:
-    out.write_text(json.dumps([{**a.__dict__, "window": a.window.label, "policy": a.window.policy,
-                                "time_ok": a.time_ok, "cost_ok": a.cost_ok} for a in found], indent=1))
+    out.write_text(json.dumps([{**a.__dict__, "window": a.window.label, "number": a.window.number,
+                                "policy": a.window.policy, "time_ok": a.time_ok, "cost_ok": a.cost_ok}
+                               for a in found], indent=1))
 
 
 def polls() -> None:
@@ -114,6 +128,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, help="write every window's figures here (JSON)")
     parser.add_argument("--jobs", type=int, default=1, help="processes replaying windows at once")
     parser.add_argument("--chunk", type=int, default=25, help="windows per process start (with --jobs > 1)")
+    parser.add_argument("--only", help="replay only these of the windows drawn, in this order (e.g. 184,190-199)")
     args = parser.parse_args()
     if args.polls:
         polls()
@@ -122,17 +137,25 @@ def main() -> int:
         parser.error("--spot-traces DIR is required (or --polls)")
     t0 = time.perf_counter()
     synth = synthesize()
-    found = replay_all(synth, windows(args.spot_traces, args.windows, args.seed, 400 * H), args.jobs, args.chunk,
-                       args.out)
+    drawn = windows(args.spot_traces, args.windows, args.seed, 400 * H)
+    todo = [drawn[k] for k in only(args.only, args.windows)] if args.only else drawn
+    found = replay_all(synth, todo, args.jobs, args.chunk, args.out)
     agree = [a for a in found if a.status == "SUCCEEDED" and a.time_ok and a.cost_ok]
+    agreed = {id(a) for a in agree}
     print(f"{len(agree)} of {len(found)} windows agree (finish within one poll, cost within 1%) "
           f"in {time.perf_counter() - t0:.0f} s")
     for policy in POLICIES:
         mine = [a for a in found if a.window.policy == policy]
         met_replay = sum(1 for a in mine if a.replay_hours is not None and a.replay_hours <= a.deadline_hours)
         met_sim = sum(1 for a in mine if a.predicted_hours is not None and a.predicted_hours <= a.deadline_hours)
-        print(f"  {policy:<18} {len(mine):>4} windows: deadline met replayed {met_replay}, predicted {met_sim}; "
-              f"worst cost gap {max((abs(a.replay_usd / a.predicted_usd - 1) for a in mine), default=0):.3%}")
+        print(f"  {policy:<18} {sum(1 for a in mine if id(a) in agreed):>4} of {len(mine):>3} agree; deadline met "
+              f"replayed {met_replay}, predicted {met_sim}; worst cost gap "
+              f"{max((abs(a.replay_usd / a.predicted_usd - 1) for a in mine), default=0):.3%}")
+    for a in found:
+        if id(a) not in agreed:
+            print(f"  disagrees: window {a.window.number} ({a.window.policy}, {a.window.label}): {a.status}, "
+                  f"finish {a.replay_hours} h replayed / {a.predicted_hours} h predicted, "
+                  f"${a.replay_usd:,.2f} / ${a.predicted_usd:,.2f}")
     if args.out:
         write(args.out, found)
     return 0 if len(agree) == len(found) else 1

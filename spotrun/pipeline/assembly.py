@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import math
 
 from ..contract.spec import RunSpec
 from ..planner.estimate import startup_seconds
@@ -99,7 +98,7 @@ def assemble(plan_run: RunSpec, est: Estimate, *, shape: str | None, cap_usd: fl
     name = job_name(settings.job_prefix, plan_run.name, execution)
     volume_gb = max(100, int(est.checkpoint_bytes * plan_run.checkpoint.keep * 1.5 / 1e9) + 50)
     keep_alive = 0 if plan_run.compute.spot else plan_run.compute.warm_pool_minutes * 60
-    steps = max(1, math.ceil(est.tokens / (est.global_batch_samples * plan_run.data.seq_len)))
+    steps = est.planned_steps(plan_run.data.seq_len)
     startup = startup_seconds(catalog["defaults"])
     as_of = catalog["regions"][settings.region].get("as_of", "unknown date")
     upload_gb_per_s = est.upload_gb_per_s_available

@@ -67,6 +67,7 @@ from ..policy.decision import (
     Market,
     Observation,
     ask_again,
+    committed_progress_s,
     decide_from_section,
     poll_wait,
 )
@@ -192,7 +193,7 @@ def observe(plan: Plan, guard: Guard, describe: dict, *, now: float, newest_chec
     started = to_epoch(plan.execution_started) or to_epoch(describe.get("CreationTime")) or now
     return Observation(
         elapsed_s=max(0.0, now - started),
-        committed_s=min(1.0, (checkpoint_step or 0) / max(1, plan.planned_steps)) * work,
+        committed_s=committed_progress_s(checkpoint_step, work, plan.planned_steps),
         market=Market.SPOT if guard.spot else Market.ON_DEMAND,
         status=JobStatus.NONE if ended else JobStatus.WAITING if secondary in UNBILLED_STATUSES else
         JobStatus.RUNNING,

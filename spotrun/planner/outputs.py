@@ -5,6 +5,7 @@ settings the trainer is sent (`trainer_settings`, spotrun/settings.py's tree) wi
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field, is_dataclass, replace
 from typing import Any
 
@@ -61,6 +62,12 @@ class Estimate:
     utilization_source: str = "catalog default"
     evaluation_seconds: float = 0.0  # validation forwards over the run, inside wall_seconds (evaluation_seconds())
     segments: SegmentPlan | None = None  # how the cap holds (spotrun/planner/segments.py); estimate() sets it
+
+    def planned_steps(self, seq_len: int) -> int:
+        """Optimizer steps of the whole run at `seq_len` tokens a sample (data.seq_len): the plan's
+        `planned_steps`, in which the guard reads committed progress (spotrun/policy/decision.py
+        `committed_progress_s`)."""
+        return max(1, math.ceil(self.tokens / (self.global_batch_samples * seq_len)))
 
     def to_json(self) -> dict:
         return asdict(self)

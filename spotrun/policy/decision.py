@@ -82,19 +82,33 @@ class Observation:
     elapsed_s: float
     """Seconds since the execution started."""
     committed_s: float
-    """Work in the newest committed checkpoint, in seconds of training (step / planned steps x the work)."""
+    """Work in the newest committed checkpoint, in seconds of training (step / planned steps x the work:
+    `committed_progress_s`)."""
     market: Market
     """The current job's market; with status NONE, the market of the job that just ended."""
     status: JobStatus
     job_age_s: float = 0.0
     """Seconds since the current job's creation (MaxWait counts from it); 0 with status NONE."""
     spent_usd: float = 0.0
-    """Exact bills of the ended jobs plus the running job's bound."""
+    """Exact bills of the ended jobs plus the running job's bound (its billed seconds at on-demand rates)."""
     max_wait_exceeded: bool = False
     """With status NONE: the job ended at MaxWait without spot capacity."""
     training_s: float = 0.0
     """Seconds the current job has been training (SecondaryStatus Training) since the newest commit, or since it
     entered Training if later; 0 when it is not training. Work a save on the notice would keep."""
+
+
+def checkpoint_step(committed_s: float, work_s: float, planned_steps: int) -> int:
+    """The step of a checkpoint holding `committed_s` seconds of the work: the whole planned steps in it (the
+    trainer commits whole steps; the simulator's work is in seconds)."""
+    return int(committed_s / (work_s / max(1, planned_steps)))
+
+
+def committed_progress_s(step: int | None, work_s: float, planned_steps: int) -> float:
+    """`Observation.committed_s` as the guard reads it: the newest committed checkpoint's step x the planned step
+    time (work_s / planned_steps), at most the work. The simulator observes its commits through the same two
+    functions (spotrun/policy/execution.py), so a policy's threshold sees the same number on both sides."""
+    return min(1.0, (step or 0) / max(1, planned_steps)) * work_s
 
 
 @dataclass(frozen=True)

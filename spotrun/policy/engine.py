@@ -56,6 +56,9 @@ class SimPlan:
     """The cost guard's longest wait between polls (PipelineSettings.max_poll_seconds)."""
     on_demand_fallback: bool = True
     """The run may go on-demand (compute.on_demand_fallback); without it, a spot job's MaxWait ends the run."""
+    planned_steps: int = 0
+    """The run's optimizer steps as the plan counts them (spotrun/pipeline/assembly.py `planned_steps`): the guard
+    sees committed progress as whole committed steps x work_s / planned_steps (`steps`; 0: steps of step_s)."""
 
     def __post_init__(self):
         for name in ("work_s", "interval_s", "step_s", "spot_usd_per_h", "on_demand_usd_per_h", "od_check_s",
@@ -67,8 +70,15 @@ class SimPlan:
                 raise ValueError(f"{name}={getattr(self, name)!r} is invalid: expected a number >= 0")
         if not self.max_poll_s >= self.poll_s:
             raise ValueError(f"max_poll_s={self.max_poll_s!r} is invalid: expected a number >= poll_s")
+        if not (isinstance(self.planned_steps, int) and self.planned_steps >= 0):
+            raise ValueError(f"planned_steps={self.planned_steps!r} is invalid: expected an integer >= 0")
         if self.deadline_s is not None and not self.deadline_s > 0:
             raise ValueError(f"deadline_s={self.deadline_s!r} is invalid: expected a number > 0 or None")
+
+    @property
+    def steps(self) -> int:
+        """The steps committed progress is counted in: `planned_steps`, else the work in steps of step_s."""
+        return self.planned_steps or max(1, math.ceil(self.work_s / self.step_s - 1e-9))
 
     @property
     def changeover_s(self) -> float:

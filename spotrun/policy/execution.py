@@ -28,7 +28,17 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from .decision import Action, JobStatus, Market, Observation, ask_again, decide, first_poll_at
+from .decision import (
+    Action,
+    JobStatus,
+    Market,
+    Observation,
+    ask_again,
+    checkpoint_step,
+    committed_progress_s,
+    decide,
+    first_poll_at,
+)
 from .engine import INF, SimPlan, Tally, periodic_interval
 
 SEGMENT_END_MARGIN_S = 60.0  # spotrun/planner/segments.py: the trainer ends its segment this long before its save
@@ -201,10 +211,16 @@ class Run:
         return JobStatus.NONE if job.end else JobStatus.WAITING if job.phase == "wait" else JobStatus.RUNNING
 
     def observe(self, job: Job, now: float) -> Observation:
-        """What the guard sees at a poll."""
-        status = self.status(job)
-        spent = (self.tally.spot_s * self.plan.spot_usd_per_h + self.tally.od_s * self.plan.on_demand_usd_per_h)
-        return Observation(elapsed_s=now, committed_s=self.committed, market=job.market, status=status,
+        """What the guard sees at a poll (spotrun/pipeline/guard.py `observe`): the committed work as whole
+        planned steps (`committed_progress_s` of the checkpoint's step), the ended jobs' bills and the running
+        job's billed seconds at on-demand rates (the guard's bound: SageMaker reports a job's billable time at
+        its end)."""
+        p, status = self.plan, self.status(job)
+        spent = self.tally.spot_s * p.spot_usd_per_h + self.tally.od_s * p.on_demand_usd_per_h
+        if not job.end and job.market is Market.SPOT:
+            spent += job.billed * (p.on_demand_usd_per_h - p.spot_usd_per_h)
+        committed = committed_progress_s(checkpoint_step(self.committed, p.work_s, p.steps), p.work_s, p.steps)
+        return Observation(elapsed_s=now, committed_s=committed, market=job.market, status=status,
                            job_age_s=0.0 if job.end else now - job.created, spent_usd=spent / 3600,
                            max_wait_exceeded=job.end == "max_wait",
                            training_s=job.since_commit if job.phase in ("train", "save") and not job.end else 0.0)

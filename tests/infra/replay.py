@@ -48,6 +48,7 @@ class Window:
     policy: str
     trace: list  # capacity windows (s) from the first job's creation
     label: str = ""
+    number: int | None = None  # its place among the windows drawn (benchmarks/replay_bench.py)
 
 
 @dataclass
@@ -211,7 +212,9 @@ def _configure(sim: TraceSimulation, world: World, plan: SimPlan, section: dict,
     world.work_s = plan.work_s
     world.usd_per_instance_hour = plan.on_demand_usd_per_h / plan_json["instance_count"]
     world.spot_discount = 1 - plan.spot_usd_per_h / plan.on_demand_usd_per_h
-    world.step_s = plan.work_s / plan_json["planned_steps"]  # the guard reads progress as step / planned steps
+    # the guard reads progress as step / planned steps; the simulator counts its commits in the same steps
+    assert plan.steps == plan_json["planned_steps"], (plan.steps, plan_json["planned_steps"])
+    world.step_s = plan.work_s / plan_json["planned_steps"]
     ck = section["checkpointing"]
     sim.trainer = Trainer(startup_s=plan.startup_s, restore_s=plan.restore_s, save_s=plan.save_s,
                           interval_s=plan.interval_s if ck in ("periodic", "both") else float("inf"),

@@ -3,8 +3,10 @@ guard's decision function, the recorded-trace reader and the estimate's policy s
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+from types import SimpleNamespace
 
 import pytest
 
@@ -579,20 +581,71 @@ def test_without_a_deadline_when_no_policy_finishes_on_the_confidence_the_reason
     assert "policies that finish on" not in why  # the old wording claimed what the odds deny
 
 
+GUARD_EPOCH = 1e6  # the execution's start on the guard's clock (epoch seconds: 0 would read as absent)
+TRAINING_STATUS = {"wait": "Starting", "start": "Downloading", "train": "Training", "save": "Training",
+                   "stop": "Stopping"}
+ENDED_STATUS = {"completed": "Completed", "segment": "Completed", "max_wait": "MaxWaitTimeExceeded",
+                "max_runtime": "MaxRuntimeExceeded"}
+
+
+class GuardsView:
+    """What the guard reads of a simulated run, built as SageMaker and S3 would show it: DescribeTrainingJob
+    (statuses, CreationTime, the last entry into Training), the newest committed checkpoint's step (whole steps of
+    work / planned steps, as tests/infra/sagemaker_sim.py's trainer writes it) and LastModified; the Observation
+    is then the guard's own (spotrun/pipeline/guard.py `observe`)."""
+
+    def __init__(self, plan: SimPlan, policy: str):
+        self.plan, self.policy = plan, policy
+        self.trained_from: dict[int, float] = {}  # job -> when it last entered Training
+        self.commit_t = None
+
+    def event(self, real, run, job, until) -> None:
+        """One simulated event, noting when a job enters Training and when a checkpoint commits."""
+        phase, committed = job.phase, run.committed
+        real(run, job, until)
+        if phase == "start" and job.phase == "train":
+            self.trained_from[id(job)] = job.t
+        if run.committed != committed:
+            self.commit_t = job.t
+
+    def observe(self, run, job, now: float):
+        from spotrun.pipeline.guard import observe  # the guard's module: this helper is the only caller here
+
+        p = self.plan
+        status = ("Completed" if job.end in ("completed", "segment") else "Stopped") if job.end else "InProgress"
+        secondary = ENDED_STATUS.get(job.end, "Stopped") if job.end else TRAINING_STATUS[job.phase]
+        trained = self.trained_from.get(id(job))
+        describe = {"TrainingJobStatus": status, "SecondaryStatus": secondary,
+                    "CreationTime": GUARD_EPOCH + job.created,
+                    "SecondaryStatusTransitions": [] if trained is None else [
+                        {"Status": "Training", "StartTime": GUARD_EPOCH + trained}]}
+        step = int(run.committed / (p.work_s / p.planned_steps)) if run.committed else None
+        plan = SimpleNamespace(estimate={"spot_policy": {"policy": self.policy, "sim_plan": {"work_s": p.work_s}}},
+                               planned_steps=p.planned_steps, execution_started=GUARD_EPOCH, on_demand_fallback=True)
+        return observe(plan, SimpleNamespace(spot=job.market.value == "spot"), describe, now=GUARD_EPOCH + now,
+                       newest_checkpoint=None if self.commit_t is None else GUARD_EPOCH + self.commit_t,
+                       checkpoint_step=step, spent=0.0)
+
+
 @pytest.mark.parametrize("policy", ["uniform_progress", "deadline_greedy", "slack_reserve_10", "probing_greedy"])
 def test_the_execution_skipping_polls_asks_the_policy_where_the_guard_polling_one_by_one_asks_it(policy, monkeypatch):
     """`execute` skips the polls that ask nothing; brute force: the same execution taking every poll, each from the
     guard's own `next_wait` (spotrun/pipeline/guard.py), asking where `ask_again` says. The same decisions at the
     same times. Before the fix the skip cut a recheck from the poll that asked, not from the last grid poll before
     it (where `next_wait` waits at least poll_seconds), and never asked at a new spot job's first poll while it
-    still waited: public-trace windows executed 0.5-0.8 h apart from the state machine (docs/spot-policy.md)."""
-    from types import SimpleNamespace
+    still waited: public-trace windows executed 0.5-0.8 h apart from the state machine (docs/spot-policy.md).
 
+    And at every poll that asks, the policy sees what the guard's own `observe` makes of the job's statuses and
+    the checkpoint listing (`GuardsView`): the committed progress as whole planned steps, the age, the seconds
+    trained since the commit. Before the fix the simulator read the committed seconds exactly, up to a step
+    (10 s here) more than the guard: replay window 184 went back to spot in the simulator and stayed on-demand in
+    the state machine (0.7 s on a threshold)."""
     from spotrun.pipeline.guard import next_wait
     from spotrun.policy import decision, execution
 
+    # 1,777 planned steps: the guard's step (10.13 s of the work) is not the simulator's step_s (10 s)
     plan = _plan(work_s=5 * H, deadline_s=14 * H, max_wait_s=24 * H, max_runtime_s=48 * H, poll_s=900.0,
-                 max_poll_s=4 * H)
+                 max_poll_s=4 * H, planned_steps=1777)
     guard_plan = SimpleNamespace(poll_seconds=900, max_poll_seconds=4 * 3600, max_usd=INF, usd_per_hour=1.0)
     spec = TraceSpec(interruptions_per_hour=0.5, horizon_s=60 * H, restart_wait_s=3600.0, burst_p=0.3,
                      droughts_per_day=2.0, drought_hours=(3.0, 8.0))
@@ -615,16 +668,49 @@ def test_the_execution_skipping_polls_asks_the_policy_where_the_guard_polling_on
 
     traces = generated_traces(spec, 40, seed=3)
     skipping = [run(t) for t in traces]
-    real_advance = execution.Run.advance
+    real_advance, real_event, real_observe = execution.Run.advance, execution.Run._event, execution.Run.observe
     monkeypatch.setattr(execution.Run, "skip_polls", one_poll)
     monkeypatch.setattr(execution.Run, "advance",  # only to the next poll: nothing skipped
                         lambda self, job, until, **skip: None if skip else real_advance(self, job, until))
+    seen = []
+
+    def compared(self, job, now):
+        mine, guards = real_observe(self, job, now), view.observe(self, job, now)
+        seen.append(mine.committed_s != self.committed)
+        assert dataclasses.asdict(mine) | {"spent_usd": 0.0} == pytest.approx(dataclasses.asdict(guards)), (now, mine)
+        return mine
+
+    monkeypatch.setattr(execution.Run, "_event", lambda self, job, until: view.event(real_event, self, job, until))
+    monkeypatch.setattr(execution.Run, "observe", compared)
     for (asked, out), trace in zip(skipping, traces, strict=True):
+        view = GuardsView(plan, policy)
         every_poll, brute = run(trace)
         assert asked == every_poll
         assert (out.tally.t, out.tally.spot_s, out.tally.od_s, out.polls) == pytest.approx(
             (brute.tally.t, brute.tally.spot_s, brute.tally.od_s, brute.polls))
     assert any(out.tally.switches for _, out in skipping)  # not only runs that stayed on spot
+    assert any(seen)  # polls where the guard's whole steps are not the committed seconds
+
+
+def test_replay_window_184_executes_as_the_state_machine_ran_it():
+    """benchmarks/replay_bench.py's window 184 (uniform_progress on skypilot-org/spot-traces'
+    aws-10-26-2022/us-west-2b_k80_8.json from 1,332,746 s; the plan its estimate made) as far as the run reaches:
+    capacity for 2.6 h, then none until 16.8 h. The rendered state machine with the real handlers (moto,
+    tests/infra/replay.py) finished it at 9.3652 h for $128.20: on-demand from the drought's safety net to the end,
+    the line's return-to-spot test kept off at the poll at 32,871 s, where the guard's committed progress (whole
+    steps: 9,140.69 s) is 0.7 s under the committed seconds. The simulator read the seconds, went back to spot
+    there and predicted 13.21 h and $132.30 (3.1% over)."""
+    from spotrun.policy.execution import execute
+    from spotrun.policy.policies import cost_usd
+
+    plan = SimPlan(work_s=17746.43369723757, startup_s=300.0, restore_s=38.5452539904, save_s=38.5452539904,
+                   interval_s=1863.0, step_s=23.26060557564323, notice_ok=True, spot_usd_per_h=13.1824,
+                   on_demand_usd_per_h=37.664, max_wait_s=86765.0, max_runtime_s=36365.0, deadline_s=14 * H,
+                   poll_s=900, max_poll_s=14400, planned_steps=763)
+    run = execute(plan, [(0.0, 9454.307337013772), (60454.30733701377, INF)], "uniform_progress", "notice")
+    assert run.tally.finished and run.tally.t / H == pytest.approx(9.365155822237332, abs=1e-6)
+    assert sum(cost_usd(plan, run.tally)) == pytest.approx(128.20407111111112, rel=0.01)
+    assert len(run.jobs) == 2  # spot, then on-demand to the end, as replayed
 
 
 def test_when_no_policy_stays_within_the_cap_the_one_likeliest_to_finish_inside_it_is_chosen_not_on_demand():
