@@ -15,12 +15,15 @@ sorted path order, which the estimate's availability model (spotrun/policy/avail
 - Estimated: what the estimate prints for a run on that recording's capacity: its P(deadline) over `--n`
   generated traces (choose.py's `ESTIMATE_TRACES`: the fitted model; seed 0) at the recording's own interruption
   rate (its windows per available hour, as the interruption recorder would measure it), averaged over the windows.
-The difference, per deadline and candidate, is the estimate's calibration on recorded capacity.
+The difference, per deadline and candidate, is the estimate's calibration on recorded capacity; beside it, the 5th
+and 95th percentiles of that difference over the recordings resampled with replacement (their windows together),
+which says how much of it a different handful of recordings would move.
 """
 
 from __future__ import annotations
 
 import argparse
+import random
 import sys
 import time
 from pathlib import Path
@@ -53,8 +56,8 @@ def observed(plan, trace: list, policy: str, ck: str) -> bool:
 
 
 def calibrate(recordings: list, deadline_h: float, every_h: float, n: int,
-              policies: list[str] | None) -> list[tuple[str, float, float, int]]:
-    """(candidate, mean estimated P, observed frequency, windows) at one deadline."""
+              policies: list[str] | None) -> list[tuple[str, float, float, int, tuple[float, float]]]:
+    """(candidate, mean estimated P, observed frequency, windows, the difference's 90% interval) at one deadline."""
     plan = setting(deadline_h)
     todo = windows(recordings, deadline_h, every_h)
     offered = [(p, ck) for p, ck in candidates(plan) if policies is None or p in policies]
@@ -64,8 +67,26 @@ def calibrate(recordings: list, deadline_h: float, every_h: float, n: int,
         label = describe(policy, ck)
         met = [observed(plan, trace, policy, ck) for _, trace in todo]
         promised = [est[i][label] for i, _ in todo]
-        out.append((label, sum(promised) / len(promised), sum(met) / len(met), len(todo)))
+        off = [(i, p - m) for (i, _), p, m in zip(todo, promised, met, strict=True)]
+        out.append((label, sum(promised) / len(promised), sum(met) / len(met), len(todo), interval(off)))
     return out
+
+
+def interval(off: list[tuple[int, float]], draws: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """The 5th and 95th percentiles of the mean difference (estimated - observed, per window) over the windows
+    of the recordings resampled with replacement: how far the figure moves with other recordings of the same
+    kind (windows of one recording overlap and share its spells, so they are resampled together)."""
+    by_rec: dict[int, list[float]] = {}
+    for i, d in off:
+        by_rec.setdefault(i, []).append(d)
+    groups = list(by_rec.values())
+    rng = random.Random(seed)
+    means = []
+    for _ in range(draws):
+        picked = [groups[rng.randrange(len(groups))] for _ in groups]
+        means.append(sum(map(sum, picked)) / sum(map(len, picked)))
+    means.sort()
+    return means[int(0.05 * draws)], means[int(0.95 * draws) - 1]
 
 
 def main() -> None:
@@ -86,14 +107,16 @@ def main() -> None:
     recordings = [read_availability(p) for i, p in enumerate(paths) if keep is None or i % 2 == keep]
     print(f"{len(recordings)} traces ({args.set}); interruptions per available hour "
           f"{min(map(recorded_rate, recordings)):.2f}-{max(map(recorded_rate, recordings)):.2f}")
-    print("| deadline | candidate | windows | estimated P(deadline) | observed | difference (points) |")
-    print("|---|---|---|---|---|---|")
+    print("| deadline | candidate | windows | estimated P(deadline) | observed | difference (points) | "
+          "90% interval, recordings resampled |")
+    print("|---|---|---|---|---|---|---|")
     t0 = time.perf_counter()
     policies = args.policies.split(",") if args.policies else None
     for deadline_h in map(float, args.deadlines.split(",")):
-        for label, promised, met, count in calibrate(recordings, deadline_h, args.every_h, args.n, policies):
+        for label, promised, met, count, (lo, hi) in calibrate(recordings, deadline_h, args.every_h, args.n,
+                                                                policies):
             print(f"| {deadline_h:g} h | {label} | {count} | {promised:.1%} | {met:.1%} | "
-                  f"{100 * (promised - met):+.1f} |", flush=True)
+                  f"{100 * (promised - met):+.1f} | {100 * lo:+.1f} .. {100 * hi:+.1f} |", flush=True)
     print(f"({time.perf_counter() - t0:.0f} s)")
 
 

@@ -4,13 +4,18 @@
 
 Reads every one-node trace of github.com/skypilot-org/spot-traces (`availability/1-node/*/*.json` under DIR; not in
 this repository), in sorted path order; `--set choose` (the default) keeps the traces at even positions, the
-choose set of benchmarks/policy_bench.py, so that benchmarks/calibration_bench.py can report on the others. From
-each trace it takes every stretch with capacity that ended (an interruption) and every stretch without capacity
-between two with it, and prints, as Python to paste into spotrun/policy/availability.py:
-- `UP_SHAPE`: quantiles of the stretches with capacity, each times its own trace's interruption rate (the
-  trace's interruptions per available hour, as the interruption recorder measures a rate), so they have mean 1
-  and the estimate scales them by its own rate;
-- `DOWN_SHAPE`: quantiles of the stretches without capacity, each over its own trace's mean one (mean 1);
+choose set of benchmarks/policy_bench.py, so that benchmarks/calibration_bench.py can report on the others. Each
+trace is a sequence of cycles: a stretch with capacity that ended (an interruption) and the stretch without
+capacity after it. Each stretch with capacity is taken times its own trace's interruption rate (the trace's
+interruptions per available hour, as the interruption recorder measures a rate), each without over its own
+trace's mean one, so that both have mean 1 and the estimate scales them by its own rate.
+
+The cycles' regimes: a two-state hidden Markov model over the cycles (Baum-Welch, Rabiner 1989), each state
+drawing log(up) and log(down) from its own independent normals, the state kept from one cycle to the next with
+its own probability; the most likely state sequence of each trace (Viterbi) labels every cycle. It prints, as
+Python to paste into spotrun/policy/availability.py:
+- per regime (the one with the longer waits first), `up` and `down`: the quantiles of the labelled cycles'
+  stretches, and `stay`: how often a cycle of that regime is followed by one of the same (the labels' counts);
 - `DOWN_MEAN_AT_ONE_PER_HOUR_S`, `DOWN_RATE_EXPONENT`: c and beta of a trace's mean stretch without capacity
   = c x rate^beta (least squares on the logarithms over the traces): where capacity is interrupted more often it
   also takes longer to come back.
@@ -23,6 +28,8 @@ import math
 import sys
 from pathlib import Path
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -31,14 +38,13 @@ from spotrun.policy.traces import read_availability  # noqa: E402
 
 
 def stretches(rec) -> tuple[float, float, list[float], list[float]]:
-    """(interruptions per available hour, mean down in seconds, ups times the rate, downs over their mean): the
-    recording's closed stretches, not wrapped."""
+    """(interruptions per available hour, mean down in seconds, ups times the rate, downs over their mean): every
+    cycle of the recording (a stretch with capacity and the one without after it), not wrapped."""
     ups = [b - a for a, b in rec.windows]
     rate = len(rec.windows) / sum(ups)
     downs = [a2 - b for (_, b), (a2, _) in zip(rec.windows, rec.windows[1:], strict=False)]
-    closed = ups if rec.windows[-1][1] < rec.length_s else ups[:-1]  # a window open at the end was not interrupted
     mean_down = sum(downs) / len(downs)
-    return rate * 3600, mean_down, [u * rate for u in closed], [d / mean_down for d in downs]
+    return rate * 3600, mean_down, [u * rate for u in ups[:len(downs)]], [d / mean_down for d in downs]
 
 
 def power_law(rates: list[float], means: list[float]) -> tuple[float, float]:
@@ -61,6 +67,88 @@ def quantiles(values: list[float], levels: tuple[float, ...]) -> list[float]:
     return out
 
 
+def _log_emissions(x: np.ndarray, mu: np.ndarray, sd: np.ndarray) -> np.ndarray:
+    """log density of each cycle (rows of logs) under each state's independent normals: (T, states)."""
+    z = (x[:, None, :] - mu[None]) / sd[None]
+    return -0.5 * (z ** 2).sum(-1) - np.log(sd).sum(-1)[None] - x.shape[1] * 0.5 * math.log(2 * math.pi)
+
+
+def _forward_backward(x, start, trans, mu, sd):
+    """Scaled forward-backward for one sequence: (state posteriors, summed transition posteriors, log-likelihood)."""
+    b = np.exp(_log_emissions(x, mu, sd))
+    alpha, scale = np.zeros_like(b), np.zeros(len(x))
+    alpha[0] = start * b[0]
+    for t in range(len(x)):
+        if t:
+            alpha[t] = (alpha[t - 1] @ trans) * b[t]
+        scale[t] = alpha[t].sum()
+        alpha[t] /= scale[t]
+    beta = np.ones_like(b)
+    for t in range(len(x) - 2, -1, -1):
+        beta[t] = trans @ (b[t + 1] * beta[t + 1]) / scale[t + 1]
+    gamma = alpha * beta
+    xi = alpha[:-1, :, None] * trans[None] * (b[1:] * beta[1:])[:, None, :] / scale[1:, None, None]
+    return gamma / gamma.sum(1, keepdims=True), xi.sum(0), float(np.log(scale).sum())
+
+
+def fit_hmm(seqs: list[np.ndarray], iters: int = 500, tol: float = 1e-6):
+    """Baum-Welch for a two-state HMM with independent normal emissions per state, over sequences of rows
+    (cycles) of logs. Starts from a split at the median of the first column. Returns (start, trans, mu, sd, ll)."""
+    rows = np.concatenate(seqs)
+    low = rows[:, 0] < np.median(rows[:, 0])
+    mu = np.array([rows[low].mean(0), rows[~low].mean(0)])
+    sd = np.array([rows[low].std(0), rows[~low].std(0)])
+    start, trans, prev = np.full(2, 0.5), np.array([[0.8, 0.2], [0.2, 0.8]]), -math.inf
+    for _ in range(iters):
+        g0, counts, w, s1, s2, ll = np.zeros(2), np.zeros((2, 2)), np.zeros(2), 0.0, 0.0, 0.0
+        for x in seqs:
+            gamma, xi, seq_ll = _forward_backward(x, start, trans, mu, sd)
+            g0, counts, w, ll = g0 + gamma[0], counts + xi, w + gamma.sum(0), ll + seq_ll
+            s1, s2 = s1 + gamma.T @ x, s2 + gamma.T @ x ** 2
+        start, trans = g0 / g0.sum(), counts / counts.sum(1, keepdims=True)
+        mu = s1 / w[:, None]
+        sd = np.sqrt(np.maximum(s2 / w[:, None] - mu ** 2, 1e-6))
+        if ll - prev < tol:
+            break
+        prev = ll
+    return start, trans, mu, sd, ll
+
+
+def viterbi(x: np.ndarray, trans: np.ndarray, mu: np.ndarray, sd: np.ndarray) -> np.ndarray:
+    """The most likely state of each cycle of one sequence (rows of logs); a uniform start."""
+    logb, logt = _log_emissions(x, mu, sd), np.log(trans)
+    v, back = logb[0].copy(), np.zeros((len(x), 2), dtype=int)
+    for t in range(1, len(x)):
+        s = v[:, None] + logt
+        back[t], v = s.argmax(0), s.max(0) + logb[t]
+    states = np.zeros(len(x), dtype=int)
+    states[-1] = v.argmax()
+    for t in range(len(x) - 2, -1, -1):
+        states[t] = back[t + 1][states[t + 1]]
+    return states
+
+
+def regimes(seqs: list[np.ndarray]) -> list[dict]:
+    """Per regime, the longer mean log-down first: its cycles' up and down quantiles and its stay probability,
+    from the Viterbi labels of the fitted HMM (seqs: per trace, rows of (up, down) in mean-1 units)."""
+    logs = [np.log(s) for s in seqs]
+    _, trans, mu, sd, _ = fit_hmm(logs)
+    order = np.argsort(-mu[:, 1])
+    labels = [np.argsort(order)[viterbi(x, trans, mu, sd)] for x in logs]
+    rows, states = np.concatenate(seqs), np.concatenate(labels)
+    out = []
+    for k in range(2):
+        pairs = [(a, b) for lab in labels for a, b in zip(lab[:-1], lab[1:], strict=True) if a == k]
+        out.append({"up": quantiles(list(rows[states == k, 0]), LEVELS),
+                    "down": quantiles(list(rows[states == k, 1]), LEVELS),
+                    "stay": sum(b == k for _, b in pairs) / len(pairs), "cycles": int((states == k).sum())})
+    return out
+
+
+def _table(values: list[float]) -> str:
+    return "(" + ", ".join(f"{v:.4g}" for v in values) + ")"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--spot-traces", type=Path, required=True, help="where skypilot-org/spot-traces is")
@@ -72,17 +160,19 @@ def main() -> None:
         raise SystemExit(f"--spot-traces {args.spot_traces}: no availability/1-node/*/*.json under it")
     keep = {"choose": 0, "held-out": 1}.get(args.set)
     paths = [p for i, p in enumerate(paths) if keep is None or i % 2 == keep]
-    ups, downs, rates, means = [], [], [], []
+    seqs, rates, means = [], [], []
     for p in paths:
         rate, mean_down, u, d = stretches(read_availability(p))
         rates.append(rate)
         means.append(mean_down)
-        ups += u
-        downs += d
+        seqs.append(np.array([u, d]).T)
     c, beta = power_law(rates, means)
-    print(f"# {len(paths)} traces ({args.set}): {len(ups)} stretches with capacity, {len(downs)} without")
-    print(f"UP_SHAPE = ({', '.join(f'{v:.4g}' for v in quantiles(ups, LEVELS))})")
-    print(f"DOWN_SHAPE = ({', '.join(f'{v:.4g}' for v in quantiles(downs, LEVELS))})")
+    print(f"# {len(paths)} traces ({args.set}): {sum(map(len, seqs))} cycles")
+    print("REGIMES = (")
+    for r in regimes(seqs):
+        print(f"    Regime(stay={r['stay']:.4f},  # {r['cycles']} cycles\n"
+              f"           up={_table(r['up'])},\n           down={_table(r['down'])}),")
+    print(")")
     print(f"DOWN_MEAN_AT_ONE_PER_HOUR_S = {c:.0f}")
     print(f"DOWN_RATE_EXPONENT = {beta:.3f}")
 

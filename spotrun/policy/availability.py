@@ -1,19 +1,24 @@
-"""The estimate's availability model: spot capacity as alternating stretches with and without it, fitted to
-recorded capacity.
+"""The estimate's availability model: spot capacity as cycles of a stretch with capacity and one without, in two
+regimes that persist, fitted to recorded capacity.
 
-A generated trace alternates a stretch with capacity (ended by an interruption) and one without (the wait until
-capacity returns, a drought when long). Stretches with capacity are `UP_SHAPE` (mean 1) over the estimate's
-interruption rate: the rate sets how long capacity lasts, the fitted shape how it spreads (many short stretches,
-a few long ones). Stretches without capacity are `DOWN_SHAPE` (mean 1) times a mean that grows with the rate,
+A generated trace is a sequence of cycles: a stretch with capacity (ended by an interruption), then the wait until
+capacity returns (a drought when long). Each cycle belongs to a regime, and the regime is a two-state Markov chain
+over the cycles (a Markov-modulated renewal process): a cycle keeps its predecessor's regime with that regime's
+`stay` probability, so the recordings' bad spells (many short stretches with capacity and long waits, for days)
+and calm ones come in runs instead of being spread evenly. Each regime draws its stretches from its own quantile
+tables (linear between the quantiles: `LEVELS`), in units where the fitted mixture has mean 1: stretches with
+capacity are scaled so that their long-run mean is 1 / the estimate's interruption rate (the rate sets how long
+capacity lasts, the fitted shapes how it spreads and bunches), waits so that their long-run mean is
 `DOWN_MEAN_AT_ONE_PER_HOUR_S` x rate^`DOWN_RATE_EXPONENT` (fitted across the traces: where capacity is
-interrupted more often, it also takes longer to return). Each is drawn from its quantile
-table (linear between the quantiles: `LEVELS`), independently. A job is created at a random moment of that
-process (its stationary state): with capacity with probability mean_up / (mean_up + mean_down), and inside a
-stretch whose length is drawn in proportion to its length (a random moment falls in a long stretch more often).
+interrupted more often, it also takes longer to return). A job is created at a random moment of that process (its
+stationary state): in a regime and a phase (with capacity or not) with probability in proportion to the time the
+process spends there, inside a stretch drawn in proportion to its length (a random moment falls in a long stretch
+more often), at a uniform point of it.
 
 Fitted on the 9 traces at even positions (sorted path order, the choose set of benchmarks/policy_bench.py) of
 the one-node availability traces of github.com/skypilot-org/spot-traces (aws-02-15-2023 and aws-10-26-2022;
-2,040 stretches with capacity, 2,036 without) by
+2,036 cycles) by a two-state hidden Markov model over the cycles (Baum-Welch, then each cycle labelled by the most
+likely state sequence):
 
     python benchmarks/fit_availability.py --spot-traces DIR --set choose
 
@@ -26,20 +31,11 @@ from __future__ import annotations
 import bisect
 import math
 import random
+from dataclasses import dataclass
+from functools import cached_property
 
 INF = math.inf
 LEVELS = (0.0, *(i / 50 for i in range(1, 50)), 0.99, 0.995, 1.0)
-# Pasted from the command above (the quantiles at LEVELS).
-UP_SHAPE = (0.02388, 0.0268, 0.03573, 0.05571, 0.07969, 0.09783, 0.1035, 0.124, 0.1439, 0.1439, 0.1439, 0.1439,
-    0.1548, 0.1957, 0.2124, 0.2205, 0.2205, 0.2205, 0.2205, 0.2259, 0.2259, 0.2283, 0.2879, 0.2931, 0.3084, 0.3096,
-    0.3629, 0.4239, 0.4377, 0.441, 0.4518, 0.4644, 0.5311, 0.6193, 0.642, 0.6777, 0.7503, 0.8478, 0.882, 0.9789,
-    1.103, 1.275, 1.431, 1.696, 1.985, 2.325, 2.787, 3.39, 4.631, 6.616, 9.216, 12.92, 62.03)
-DOWN_SHAPE = (0.04581, 0.04581, 0.059, 0.06108, 0.087, 0.08982, 0.1064, 0.1064, 0.1064, 0.1096, 0.1337, 0.1337,
-    0.1337, 0.174, 0.1926, 0.1926, 0.1926, 0.1926, 0.1926, 0.1926, 0.1944, 0.2024, 0.2096, 0.2592, 0.2675, 0.29,
-    0.377, 0.3851, 0.3892, 0.4022, 0.4255, 0.4692, 0.5319, 0.5777, 0.6033, 0.6678, 0.7114, 0.7703, 0.8714, 0.9628,
-    1.07, 1.237, 1.442, 1.733, 2.126, 2.427, 2.967, 3.771, 5.071, 7.257, 10.23, 15.4, 24.79)
-DOWN_MEAN_AT_ONE_PER_HOUR_S = 6405
-DOWN_RATE_EXPONENT = 0.254
 
 
 def _check(levels: tuple[float, ...], values: tuple[float, ...]) -> None:
@@ -75,8 +71,98 @@ class Stretches:
         return math.sqrt(a * a + rng.random() * (b * b - a * a))  # density in proportion to x on [a, b]
 
 
-UP = Stretches(UP_SHAPE)
-DOWN = Stretches(DOWN_SHAPE)
+@dataclass(frozen=True)
+class Regime:
+    """One regime: how often a cycle in it is followed by another in it, and its stretches' quantile tables
+    (with capacity, in units of 1 / rate; without, in units of the mean wait; the mixture over regimes has mean 1)."""
+
+    stay: float
+    up: tuple[float, ...]
+    down: tuple[float, ...]
+
+    def __post_init__(self):
+        if not 0 < self.stay < 1:
+            raise ValueError(f"stay={self.stay!r} is invalid: expected 0 < stay < 1")
+
+    @cached_property
+    def ups(self) -> Stretches:
+        return Stretches(self.up)
+
+    @cached_property
+    def downs(self) -> Stretches:
+        return Stretches(self.down)
+
+
+# Pasted from the command above.
+REGIMES = (
+    Regime(stay=0.9255,  # 1334 cycles
+           up=(0.02388, 0.0268, 0.02862, 0.03573, 0.05495, 0.06252, 0.09539, 0.09783, 0.1035, 0.1071, 0.1304, 0.1439,
+                0.1439, 0.1439, 0.1439, 0.1526, 0.1548, 0.1957, 0.2124, 0.2205, 0.2205, 0.2205, 0.2205, 0.2259,
+                0.2259, 0.2283, 0.2879, 0.2935, 0.3096, 0.3222, 0.3807, 0.4239, 0.4318, 0.441, 0.4518, 0.4645, 0.5542,
+                0.6193, 0.6615, 0.7191, 0.7753, 0.882, 0.9789, 1.172, 1.431, 1.73, 2.14, 2.619, 3.251, 5.27, 7.25,
+                9.185, 21.07),
+           down=(0.04581, 0.07819, 0.08982, 0.1064, 0.1337, 0.1337, 0.177, 0.1926, 0.1926, 0.1944, 0.2011, 0.203,
+                0.2592, 0.2675, 0.29, 0.377, 0.3851, 0.3889, 0.4012, 0.4022, 0.4255, 0.4575, 0.4692, 0.5319, 0.5474,
+                0.5777, 0.6383, 0.6587, 0.6703, 0.7447, 0.7703, 0.841, 0.8877, 0.9574, 1.015, 1.073, 1.204, 1.305,
+                1.489, 1.631, 1.885, 2.128, 2.339, 2.632, 3.011, 3.503, 4.072, 5.12, 6.544, 9.284, 13.25, 19.18,
+                24.79)),
+    Regime(stay=0.8612,  # 702 cycles
+           up=(0.02862, 0.09539, 0.1062, 0.1439, 0.1439, 0.1548, 0.1548, 0.2205, 0.2205, 0.2205, 0.2205, 0.2205,
+                0.2259, 0.2259, 0.2283, 0.2879, 0.2897, 0.3096, 0.3096, 0.4239, 0.441, 0.441, 0.4518, 0.4644, 0.5217,
+                0.5311, 0.6193, 0.6383, 0.6615, 0.7435, 0.7656, 0.8497, 0.882, 0.9789, 0.9789, 1.103, 1.205, 1.323,
+                1.393, 1.544, 1.758, 1.98, 2.202, 2.64, 2.867, 3.481, 3.929, 5.073, 6.057, 8.285, 12.79, 20.33,
+                62.03),
+           down=(0.04581, 0.04581, 0.04581, 0.04581, 0.059, 0.059, 0.06108, 0.087, 0.087, 0.087, 0.08982, 0.09163,
+                0.1064, 0.1064, 0.1064, 0.1064, 0.1064, 0.1064, 0.1064, 0.1069, 0.116, 0.1198, 0.1337, 0.1337, 0.1337,
+                0.1337, 0.1374, 0.174, 0.1796, 0.1926, 0.1926, 0.1926, 0.1926, 0.1926, 0.1926, 0.1926, 0.1926, 0.1926,
+                0.1926, 0.1926, 0.1944, 0.203, 0.2096, 0.236, 0.2675, 0.2675, 0.2901, 0.354, 0.3851, 0.5036, 0.5777,
+                0.6474, 0.7703)),
+)
+DOWN_MEAN_AT_ONE_PER_HOUR_S = 6405
+DOWN_RATE_EXPONENT = 0.254
+
+
+@dataclass(frozen=True)
+class Chain:
+    """Two regimes as a Markov chain over cycles, with the long-run figures the sampler scales by."""
+
+    regimes: tuple[Regime, Regime]
+
+    @property
+    def occupancy(self) -> tuple[float, float]:
+        """The share of cycles in each regime in the long run (the chain's stationary distribution)."""
+        leave = [1 - r.stay for r in self.regimes]
+        return leave[1] / sum(leave), leave[0] / sum(leave)
+
+    @property
+    def mean_up(self) -> float:
+        return sum(p * r.ups.mean for p, r in zip(self.occupancy, self.regimes, strict=True))
+
+    @property
+    def mean_down(self) -> float:
+        return sum(p * r.downs.mean for p, r in zip(self.occupancy, self.regimes, strict=True))
+
+    def cycles(self, rate_per_hour: float, rng: random.Random):
+        """Endless (regime, up seconds, down seconds) cycles from the stationary state: the first cycle's up (or,
+        when the job is created during a wait, its down) is the remainder of a length-biased stretch, and a job
+        created during a wait starts with an up of 0 s."""
+        up_s = 3600.0 / rate_per_hour / self.mean_up
+        down_s = mean_down_s(rate_per_hour) / self.mean_down
+        weights = [p * w for p, r in zip(self.occupancy, self.regimes, strict=True)
+                   for w in (r.ups.mean * up_s, r.downs.mean * down_s)]
+        phase = rng.choices(range(4), weights)[0]
+        k, regime = phase // 2, self.regimes[phase // 2]
+        if phase % 2 == 0:  # created while capacity is there
+            yield k, rng.random() * regime.ups.draw_length_biased(rng) * up_s, regime.downs.draw(rng) * down_s
+        else:
+            yield k, 0.0, rng.random() * regime.downs.draw_length_biased(rng) * down_s
+        while True:
+            k = k if rng.random() < self.regimes[k].stay else 1 - k
+            regime = self.regimes[k]
+            yield k, regime.ups.draw(rng) * up_s, regime.downs.draw(rng) * down_s
+
+
+CHAIN = Chain(REGIMES)
 
 
 def mean_down_s(rate_per_hour: float) -> float:
@@ -84,20 +170,18 @@ def mean_down_s(rate_per_hour: float) -> float:
     return DOWN_MEAN_AT_ONE_PER_HOUR_S * rate_per_hour ** DOWN_RATE_EXPONENT
 
 
-def renewal_trace(rate_per_hour: float, horizon_s: float, rng: random.Random) -> list[tuple[float, float]]:
+def fitted_trace(rate_per_hour: float, horizon_s: float, rng: random.Random,
+                 chain: Chain = CHAIN) -> list[tuple[float, float]]:
     """One trace: windows with capacity up to `horizon_s` (the last one open), from the stationary state."""
     if rate_per_hour <= 0:
         return [(0.0, INF)]
-    mean_up, mean_down = 3600.0 / rate_per_hour, mean_down_s(rate_per_hour)
-    up_scale, down_scale = mean_up / UP.mean, mean_down / DOWN.mean
     out: list[tuple[float, float]] = []
-    if rng.random() < mean_up / (mean_up + mean_down):  # created while capacity is there
-        t, up = 0.0, rng.random() * UP.draw_length_biased(rng) * up_scale
-    else:
-        t, up = rng.random() * DOWN.draw_length_biased(rng) * down_scale, UP.draw(rng) * up_scale
-    while t + up < horizon_s:
-        out.append((t, t + up))
-        t += up + DOWN.draw(rng) * down_scale
-        up = UP.draw(rng) * up_scale
+    t = 0.0
+    for _, up, down in chain.cycles(rate_per_hour, rng):
+        if t + up >= horizon_s:
+            break
+        if up > 0:
+            out.append((t, t + up))
+        t += up + down
     out.append((t, INF))
     return out

@@ -9,8 +9,8 @@ chain); `policy_text` is its report. Every candidate is simulated as the state m
 (spotrun/policy/execution.py) and is a rule of spotrun/policy/decision.py, which the cost guard calls with the
 section as the plan carries it (its `sim_plan`, `policy` and `checkpointing`). The traces: the estimate's
 interruption rate (recorded by the interruption recorder, else the catalog's, or checkpoint.interruptions_per_hour),
-with stretches with and without capacity shaped as the public recordings' (`ESTIMATE_TRACES`:
-spotrun/policy/availability.py).
+with stretches with and without capacity shaped and bunched (two regimes) as the public recordings'
+(`ESTIMATE_TRACES`: spotrun/policy/availability.py).
 """
 
 from __future__ import annotations
@@ -209,7 +209,7 @@ def _missed_deadline(plan: SimPlan, rows: list[Summary]) -> str:
 def fitted_source(rate_per_hour: float) -> str:
     """What the estimate's traces are, in a line."""
     return (f"generated: {rate_per_hour:.3g} interruptions per job-hour, waits for capacity of "
-            f"{mean_down_s(rate_per_hour) / 3600:.1f} h on average, shaped as the public recordings'")
+            f"{mean_down_s(rate_per_hour) / 3600:.1f} h on average, shaped and bunched as the public recordings'")
 
 
 def _rounded(r: Summary) -> dict:

@@ -33,7 +33,7 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from .availability import renewal_trace
+from .availability import fitted_trace
 
 INF = math.inf
 Windows = list[tuple[float, float]]
@@ -122,7 +122,7 @@ def _subtract(windows: Windows, holes: Windows) -> Windows:
 def generate(spec: TraceSpec, rng: random.Random) -> Windows:
     """One trace: windows of capacity between interruptions, waits and droughts (see the module docstring)."""
     if spec.fitted:
-        return renewal_trace(spec.interruptions_per_hour, spec.horizon_s, rng)
+        return fitted_trace(spec.interruptions_per_hour, spec.horizon_s, rng)
     rate = spec.interruptions_per_hour / 3600
     out: Windows = []
     t, burst = 0.0, False

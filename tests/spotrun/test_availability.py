@@ -1,6 +1,8 @@
 """The estimate's availability model (spotrun/policy/availability.py) and the command that fits it
 (benchmarks/fit_availability.py): the rate it is given is the rate its traces have, a job is created at a random
-moment of the process (not at a return of capacity), and the fit's quantiles and power law are the textbook ones."""
+moment of the process (not at a return of capacity), the sampler reproduces the regimes' occupancy, persistence
+and stretch quantiles it was fitted to, a fit on traces drawn from known regimes recovers them, and the fit's
+quantiles and power law are the textbook ones."""
 
 from __future__ import annotations
 
@@ -8,10 +10,11 @@ import math
 import random
 import statistics
 
+import numpy as np
 import pytest
 
-from benchmarks.fit_availability import power_law, quantiles, stretches
-from spotrun.policy.availability import DOWN, LEVELS, UP, mean_down_s, renewal_trace
+from benchmarks.fit_availability import fit_hmm, power_law, quantiles, regimes, stretches
+from spotrun.policy.availability import CHAIN, LEVELS, Chain, Regime, fitted_trace, mean_down_s
 from spotrun.policy.traces import INF, Recording, TraceSpec, generated_traces
 
 H = 3600.0
@@ -24,10 +27,11 @@ def _available_at(trace: list, t: float) -> bool:
 @pytest.mark.parametrize("rate", [0.1, 1.4])
 def test_fitted_traces_are_interrupted_at_the_rate_asked_for_per_hour_with_capacity(rate):
     """The interruption recorder's rate is interruptions per hour a job runs: the same count over the same hours
-    of generated capacity, whatever the fitted shapes."""
-    traces = generated_traces(TraceSpec(rate, horizon_s=2000 * H, fitted=True), 40, seed=3)
+    of generated capacity up to the horizon (the open last window counted to it), whatever the fitted shapes."""
+    horizon = 2000 * (1 / rate + mean_down_s(rate) / H) * H  # about 2,000 cycles per trace
+    traces = generated_traces(TraceSpec(rate, horizon_s=horizon, fitted=True), 40, seed=3)
     ends = sum(len(t) - 1 for t in traces)
-    up_hours = sum(b - a for t in traces for a, b in t if b < INF) / H
+    up_hours = sum(min(b, horizon) - a for t in traces for a, b in t if a < horizon) / H
     assert ends / up_hours == pytest.approx(rate, rel=0.05)
 
 
@@ -36,7 +40,7 @@ def test_a_job_is_created_at_a_random_moment_not_when_capacity_returns():
     equal the long-run share mean_up / (mean_up + mean_down) measured on the draws themselves (a start at the
     beginning of a window would give 100% at creation)."""
     rng = random.Random(11)
-    traces = [renewal_trace(0.6, 200 * H, rng) for _ in range(2000)]
+    traces = [fitted_trace(0.6, 200 * H, rng) for _ in range(2000)]
     ups = [b - a for t in traces for a, b in t[1:-1]]
     downs = [a2 - b for t in traces for (_, b), (a2, _) in zip(t[1:-1], t[2:-1], strict=False)]
     long_run = statistics.fmean(ups) / (statistics.fmean(ups) + statistics.fmean(downs))
@@ -47,17 +51,99 @@ def test_a_job_is_created_at_a_random_moment_not_when_capacity_returns():
     assert 0.2 < at_zero < 0.95  # neither always on nor always off at this rate
 
 
-def test_waits_for_capacity_grow_with_the_rate_and_keep_the_fitted_shape():
+def test_waits_for_capacity_grow_with_the_rate_and_keep_the_fitted_mean():
     rng = random.Random(5)
     for rate in (0.1, 1.0, 5.0):
         downs = [a2 - b for _ in range(300) for (_, b), (a2, _) in
-                 zip(*(lambda t: (t[:-1], t[1:]))(renewal_trace(rate, 400 * H, rng)), strict=False)]
+                 zip(*(lambda t: (t[:-1], t[1:]))(fitted_trace(rate, 400 * H, rng)), strict=False)]
         assert statistics.fmean(downs) == pytest.approx(mean_down_s(rate), rel=0.1)
     assert mean_down_s(0.1) < mean_down_s(1.0) < mean_down_s(5.0)
-    # the shapes are sample means of 1; the tables (linear between quantiles) keep that within 10%, and a trace is
-    # scaled by the table's own mean
-    assert UP.mean == pytest.approx(1.0, rel=0.1) and DOWN.mean == pytest.approx(1.0, rel=0.1)
-    assert renewal_trace(0.0, 100 * H, rng) == [(0.0, INF)]
+    # the shapes are sample means of 1 over the cycles; the tables (linear between quantiles) keep that within 10%,
+    # and a trace is scaled by the chain's own long-run means
+    assert CHAIN.mean_up == pytest.approx(1.0, rel=0.1) and CHAIN.mean_down == pytest.approx(1.0, rel=0.1)
+    assert fitted_trace(0.0, 100 * H, rng) == [(0.0, INF)]
+
+
+def _cdf_checks(table: tuple[float, ...]) -> list[tuple[float, float]]:
+    """(level, value) at levels from the first to the last decile where the table rises on both sides (a flat
+    step is an atom: the share at or below it is not its level)."""
+    out = []
+    for i, q in enumerate(LEVELS):
+        if 0.1 <= q <= 0.9 and round(q * 50) % 5 == 0 and table[i - 1] < table[i] < table[i + 1]:
+            out.append((q, table[i]))
+    return out
+
+
+def test_the_sampler_reproduces_each_regimes_occupancy_persistence_and_stretch_quantiles():
+    """On 20,000 generated cycles: the share in each regime is the chain's stationary share, a regime is kept
+    with its fitted `stay` probability, and each regime's stretches fall below its table's quantiles as often as
+    the levels say (within ~4 standard errors; regimes persist, so occupancy's error is ~3x a binomial one)."""
+    rng, rate = random.Random(7), 0.5
+    gen = CHAIN.cycles(rate, rng)
+    drawn = [next(gen) for _ in range(20_001)][1:]  # the first cycle is a remainder, not a full draw
+    regimes_seen = [k for k, _, _ in drawn]
+    up_s, down_s = 3600 / rate / CHAIN.mean_up, mean_down_s(rate) / CHAIN.mean_down
+    for k, regime in enumerate(CHAIN.regimes):
+        assert regimes_seen.count(k) / len(drawn) == pytest.approx(CHAIN.occupancy[k], abs=0.04)
+        follows = [b for a, b in zip(regimes_seen, regimes_seen[1:], strict=False) if a == k]
+        assert follows.count(k) / len(follows) == pytest.approx(regime.stay, abs=0.02)
+        ups = [u / up_s for j, u, _ in drawn if j == k]
+        downs = [d / down_s for j, _, d in drawn if j == k]
+        for table, xs in ((regime.up, ups), (regime.down, downs)):
+            checks = _cdf_checks(table)
+            assert checks, "no quantile to check"
+            for q, value in checks:
+                assert sum(x <= value for x in xs) / len(xs) == pytest.approx(q, abs=0.03)
+    # the regimes differ: the first (bad spells) waits longer than the second on average
+    assert CHAIN.regimes[0].downs.mean > 2 * CHAIN.regimes[1].downs.mean
+
+
+def test_long_waits_for_capacity_come_in_runs():
+    """Bunching, the point of the regimes: after a wait for capacity longer than the median, the next one is long
+    more often than half the time (independent draws would give 50%; the fitted regimes differ most in their
+    waits)."""
+    traces = generated_traces(TraceSpec(0.5, horizon_s=2000 * H, fitted=True), 20, seed=4)
+    downs = [[a2 - b for (_, b), (a2, _) in zip(t[1:-1], t[2:-1], strict=False)] for t in traces]
+    median = statistics.median(d for seq in downs for d in seq)
+    after_long = [b > median for seq in downs for a, b in zip(seq, seq[1:], strict=False) if a > median]
+    assert sum(after_long) / len(after_long) > 0.55
+
+
+def _known_chain_sequences(rng: np.random.Generator, stay: tuple[float, float], mu: np.ndarray, sd: np.ndarray,
+                           n_seq: int, length: int) -> list[np.ndarray]:
+    """Cycles (up, down) drawn from a two-state chain with log-normal stretches per state."""
+    out = []
+    for _ in range(n_seq):
+        k, rows = int(rng.integers(2)), []
+        for _ in range(length):
+            rows.append(np.exp(rng.normal(mu[k], sd[k])))
+            k = k if rng.random() < stay[k] else 1 - k
+        out.append(np.array(rows))
+    return out
+
+
+def test_a_fit_on_traces_from_known_regimes_recovers_them():
+    """Cycles drawn from known regimes (stay 0.9 / 0.8; log-normal ups and downs per regime): Baum-Welch recovers
+    the switching probabilities and the per-regime log means, and the Viterbi-labelled tables recover each regime's
+    stay and median stretches."""
+    rng = np.random.default_rng(1)
+    stay = (0.9, 0.8)
+    mu = np.array([[-1.0, 0.5], [0.5, -1.5]])  # regime 0: short ups, long waits; regime 1: the reverse
+    sd = np.array([[0.8, 0.8], [0.8, 0.6]])
+    seqs = _known_chain_sequences(rng, stay, mu, sd, n_seq=4, length=300)
+    _, trans, mu_fit, sd_fit, _ = fit_hmm([np.log(s) for s in seqs])
+    order = np.argsort(-mu_fit[:, 1])  # the longer waits first, as the fit prints them
+    assert np.diag(trans[order][:, order]) == pytest.approx(stay, abs=0.05)
+    assert mu_fit[order] == pytest.approx(mu, abs=0.15)
+    assert sd_fit[order] == pytest.approx(sd, abs=0.15)
+    fitted = regimes(seqs)
+    for k in range(2):
+        assert fitted[k]["stay"] == pytest.approx(stay[k], abs=0.06)
+        median_up, median_down = fitted[k]["up"][LEVELS.index(0.5)], fitted[k]["down"][LEVELS.index(0.5)]
+        assert math.log(median_up) == pytest.approx(mu[k, 0], abs=0.2)
+        assert math.log(median_down) == pytest.approx(mu[k, 1], abs=0.2)
+    chain = Chain(tuple(Regime(stay=r["stay"], up=tuple(r["up"]), down=tuple(r["down"])) for r in fitted))
+    assert chain.occupancy == pytest.approx((2 / 3, 1 / 3), abs=0.08)  # (1 - 0.8) / (0.1 + 0.2) in regime 0
 
 
 def test_the_fits_quantiles_and_power_law_are_the_textbook_ones():
@@ -70,7 +156,7 @@ def test_the_fits_quantiles_and_power_law_are_the_textbook_ones():
     assert (c, beta) == (pytest.approx(3000), pytest.approx(0.4))
 
 
-def test_the_fit_reads_a_recordings_stretches_and_skips_a_window_open_at_its_end():
+def test_the_fit_reads_a_recordings_cycles_and_skips_a_window_open_at_its_end():
     rec = Recording("r", [(0.0, 3600.0), (5400.0, 9000.0), (12600.0, 14400.0)], 14400.0)  # ends with capacity
     rate, mean_down, ups, downs = stretches(rec)
     assert rate == pytest.approx(3 / 2.5)  # 3 windows in 2.5 h with capacity
@@ -78,3 +164,8 @@ def test_the_fit_reads_a_recordings_stretches_and_skips_a_window_open_at_its_end
     assert len(ups) == 2 and ups == pytest.approx([1.2, 1.2])  # the window open at the end was not interrupted
     assert downs == pytest.approx([1800 / 2700, 3600 / 2700])
     assert math.isfinite(sum(downs))
+
+
+def test_a_regime_refuses_a_stay_probability_outside_0_1():
+    with pytest.raises(ValueError, match="stay=1.0 is invalid"):
+        Regime(stay=1.0, up=CHAIN.regimes[0].up, down=CHAIN.regimes[0].down)
