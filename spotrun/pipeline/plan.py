@@ -90,12 +90,31 @@ def with_spot_policy(run: Any, est: Estimate, catalog: dict, *, poll_s: float = 
                      max_poll_s: float = 4 * 3600.0) -> Estimate:
     """The estimate with its spot policy (spotrun/policy/choose.py `spot_policy`, looked up when called: the
     replay tests stand a cached one in) and the policy's warnings after its own: a new Estimate, `est` unchanged.
-    The section's `p95_finish_cap_usd` is the smallest cap whose chain finishes a run billed the chosen policy's
-    P95 (None without a chain to plan it on, or when no cap does). `spotrun estimate` shares this stage."""
+
+    The section's `p95_finish_cap_usd` is the smallest cap whose chain finishes a run billed the P95 of the policy
+    chosen for the run as one job (`p95_finish_policy`, `p95_one_job_usd`; None without a chain to plan it on, or
+    when no cap does). As one job: the cap never enters it, so a user who sets the cap named gets the same cap
+    named (a fixed point). Planned on the chain at the cap set, the P95 would count that chain's restarts, which
+    the finish cap's chain counts again, and would move with the cap (llama3's $155.72 at a $2,500 cap named
+    $166.51 once set). `spotrun estimate` shares this stage."""
     choice = choose.spot_policy(run, est, catalog, poll_s=poll_s, max_poll_s=max_poll_s)
-    finish = finish_cap_usd(est.segments, choice.p95_usd) if est.segments.chain_costs else math.inf
-    section = {**choice.section, "p95_finish_cap_usd": finish if finish < math.inf else None}
+    one_job = _one_job_choice(run, est, catalog, choice, poll_s=poll_s, max_poll_s=max_poll_s)
+    finish = finish_cap_usd(est.segments, one_job.p95_usd) if est.segments.chain_costs else math.inf
+    section = {**choice.section, "p95_finish_cap_usd": finish if finish < math.inf else None,
+               "p95_finish_policy": one_job.section["chosen"], "p95_one_job_usd": round(one_job.p95_usd, 2)}
     return dataclasses.replace(est, spot_policy=section, warnings=[*est.warnings, *choice.warnings])
+
+
+def _one_job_choice(run: Any, est: Estimate, catalog: dict, choice: choose.PolicyChoice, *, poll_s: float,
+                    max_poll_s: float) -> choose.PolicyChoice:
+    """The policy choice for the run as one job under no cap: `choice` itself when the cap set neither splits the
+    run into a chain (the simulation counts a chain's restarts as work) nor leaves out a policy; else simulated
+    again (about as long as the first: only when the cap binds)."""
+    if est.segments.segments <= 1 and not choice.left_out:
+        return choice
+    alone = dataclasses.replace(est, segments=dataclasses.replace(est.segments, segments=1))
+    return choose.spot_policy(dataclasses.replace(run, max_usd=math.inf), alone, catalog, poll_s=poll_s,
+                              max_poll_s=max_poll_s)
 
 
 def plan(run_raw: Any, execution: str, settings: PipelineSettings, *, s3_client: Any = None,

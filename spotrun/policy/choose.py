@@ -16,6 +16,7 @@ spotrun/policy/availability.py).
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
 from ..planner.estimate import startup_seconds
@@ -155,6 +156,7 @@ class PolicyChoice:
     section: dict
     warnings: tuple[str, ...]
     p95_usd: float
+    left_out: tuple[str, ...] = ()  # the labels of the policies the cap left out (their P95 over it)
 
 
 def spot_policy(run, est, catalog: dict, *, n: int = N_TRACES, seed: int = SEED, poll_s: float = 60.0,
@@ -168,16 +170,19 @@ def spot_policy(run, est, catalog: dict, *, n: int = N_TRACES, seed: int = SEED,
     spec = TraceSpec(interruptions_per_hour=est.interruptions_per_hour, horizon_s=horizon_s(plan), **ESTIMATE_TRACES)
     rows = compare(plan, generated_traces(spec, n, seed), candidates(plan), cap_usd=run.max_usd)
     best, why = choose(plan, rows, cap_usd=run.max_usd)
+    left_out = tuple(r.label for r in rows if r.p95_usd > run.max_usd)  # as `choose` leaves them out
     warnings = []
     if plan.deadline_s is not None and not any(r.p_deadline >= CONFIDENCE for r in rows):
         warnings.append(_missed_deadline(plan, rows))
     meets = [r for r in rows if r.p_deadline is not None and r.p_deadline >= CONFIDENCE]
     if meets and best.p_deadline is not None and best.p_deadline < CONFIDENCE:  # the cap left out every one
         cheapest = min(meets, key=lambda r: r.p95_usd)
+        # NOTE: at a larger cap the chain has no more segments (so no more restarts), so this P95 only falls:
+        # a cap of it, rounded up to the cent, keeps the policy in (tests/infra/test_finish_or_refuse.py)
         warnings.append(f"compute.deadline_hours={plan.deadline_s / 3600:g}: within the ${run.max_usd:,.2f} cap "
                         f"the chosen {best.label} meets it on {best.p_deadline:.1%} of the traces; {cheapest.label} "
-                        f"meets it on {cheapest.p_deadline:.1%}, its P95 bill here ${cheapest.p95_usd:,.2f}: a cap "
-                        "above that lets the estimate choose it")
+                        f"meets it on {cheapest.p_deadline:.1%}, its P95 bill here ${cents_up(cheapest.p95_usd):,.2f}: "
+                        "a cap of that or more lets the estimate choose a policy that meets it")
     if plan.deadline_s is None and not any(r.p_finished >= CONFIDENCE for r in rows):
         warnings.append(f"the run may not finish: no spot policy finishes on {CONFIDENCE:.0%} of the traces (the "
                         f"likeliest, {best.label}, on {best.p_finished:.1%}); compute.on_demand_fallback=true "
@@ -188,9 +193,14 @@ def spot_policy(run, est, catalog: dict, *, n: int = N_TRACES, seed: int = SEED,
     section = {"chosen": best.label, "why": why, "p95_finish_cap_usd": None,
                "confidence": CONFIDENCE if plan.deadline_s is not None else None, "traces": n, "seed": seed,
                "trace_source": fitted_source(est.interruptions_per_hour),
-               "policies": [_rounded(r) for r in rows], "policy": best.policy, "checkpointing": best.checkpointing,
-               "sim_plan": dataclasses.asdict(plan)}
-    return PolicyChoice(section=section, warnings=tuple(warnings), p95_usd=best.p95_usd)
+               "policies": [_rounded(r) for r in rows], "left_out": list(left_out), "policy": best.policy,
+               "checkpointing": best.checkpointing, "sim_plan": dataclasses.asdict(plan)}
+    return PolicyChoice(section=section, warnings=tuple(warnings), p95_usd=best.p95_usd, left_out=left_out)
+
+
+def cents_up(usd: float) -> float:
+    """`usd` rounded up to the cent: a cap named from a bill holds that bill (a cap rounded down would not)."""
+    return math.ceil(round(usd * 100, 6)) / 100
 
 
 def _missed_deadline(plan: SimPlan, rows: list[Summary]) -> str:
@@ -215,19 +225,24 @@ def _rounded(r: Summary) -> dict:
 
 
 def policy_text(section: dict) -> str:
-    """The estimate's lines for the policy section."""
+    """The estimate's lines for the policy section: the choice, each candidate's simulated bills (a row the cap
+    left out marked), and the cap to set (`p95_finish_cap_usd`, named by the estimate step)."""
     if not section:
         return ""
+    left_out = set(section.get("left_out") or ())
     lines = [f"spot policy: {section['chosen']} ({section['why']}; {section['traces']} traces, "
              f"{section['trace_source']})",
+             "  each policy's bill simulated on these traces as the cost guard runs it (the cost line is the "
+             "planner's one expected bill):",
              f"  {'policy':<30} {'mean $':>10} {'P50 $':>10} {'P95 $':>10} {'P(deadline)':>11} {'lost h':>7}"]
     for r in section["policies"]:
         met = "-" if r["p_deadline"] is None else f"{r['p_deadline']:.1%}"
         mark = "*" if r["label"] == section["chosen"] else " "
+        out = "  left out: P95 over the cap" if r["label"] in left_out else ""
         lines.append(f"{mark} {r['label']:<30} {r['mean_usd']:>10,.2f} {r['p50_usd']:>10,.2f} {r['p95_usd']:>10,.2f} "
-                     f"{met:>11} "
-                     f"{r['mean_lost_h']:>7.2f}")
+                     f"{met:>11} {r['mean_lost_h']:>7.2f}{out}")
     if section.get("p95_finish_cap_usd") is not None:  # the cap under which a run billed its P95 can strand
-        lines.append(f"  a cap of ${section['p95_finish_cap_usd']:,.2f} or more finishes at the chosen policy's P95 "
-                     "bill: the bill, the chain's restarts and the last job's room at on-demand rates")
+        lines.append(f"  the cap to set: ${section['p95_finish_cap_usd']:,.2f} or more finishes at "
+                     f"{section['p95_finish_policy']}'s P95 bill (${section['p95_one_job_usd']:,.2f} as one job), "
+                     "with the chain's restarts and the last job's room at on-demand rates")
     return "\n".join(lines)
