@@ -176,6 +176,7 @@ class SegmentPlan:
     spot_fraction: float = 1.0  # the expected bill's share of on-demand (the guard's chain uses it)
     min_cap_usd: float = 0.0  # the smallest cap whose expected chain fits
     chain_costs: dict = field(default_factory=dict)  # ChainCosts: what `finish_cap_usd` plans a bill's chain with
+    work_seconds: float = 0.0  # the training the chain carries (`segments_at` plans it at another cap)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -212,7 +213,29 @@ def plan_segments(*, cap_usd: float, usd_per_s: float, spot_fraction: float, run
                        min_segment_seconds=min_segment, overhead_seconds=overhead_s,
                        overhead_fraction=round(overhead_fraction, 4), spot_cost_usd=chain.cost_usd,
                        on_demand_bound_usd=(run_seconds + STOP_BILL_S + warm_pool_s) * usd_per_s, fits=chain.fits,
-                       line=line, spot_fraction=spot_fraction, min_cap_usd=smallest, chain_costs=asdict(costs))
+                       line=line, spot_fraction=spot_fraction, min_cap_usd=smallest, chain_costs=asdict(costs),
+                       work_seconds=work)
+
+
+def one_job_cap_usd(segments: SegmentPlan) -> float:
+    """The smallest cap (to the cent) at which the expected chain of `segments` is one job: its MaxRuntime holds the
+    start, all the work, the save, the margin and a stop at on-demand rates (inf where SageMaker's longest job
+    cannot hold them)."""
+    costs = ChainCosts(**segments.chain_costs)
+    rest = math.ceil(costs.startup_s + segments.work_seconds + costs.save_s + SEGMENT_END_MARGIN_S)
+    if rest > costs.longest_s:
+        return math.inf
+    cap = math.ceil(round((rest + STOP_BILL_S) * costs.usd_per_s * 100, 6)) / 100
+    return cap if segments_at(segments, cap) == 1 else cap + 0.01  # a MaxRuntime floored a second short
+
+
+def segments_at(segments: SegmentPlan, cap_usd: float) -> int:
+    """How many jobs the expected chain of `segments` (planned at the run's cap) has at `cap_usd` instead (where
+    none fits: the jobs it starts). Never more at a larger cap (a second's rounding of MaxRuntime aside): each job's
+    room grows by the added cap at on-demand rates and its bill by at most the spot share of that, so every later
+    job has at least the room and at most the work left."""
+    return plan_chain(cap_usd=cap_usd, spent_usd=0.0, work_s=segments.work_seconds,
+                      costs=ChainCosts(**segments.chain_costs), first=True).segments
 
 
 def finish_cap_usd(segments: SegmentPlan, bill_usd: float) -> float:

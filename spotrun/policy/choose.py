@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..planner.estimate import startup_seconds
@@ -157,12 +158,17 @@ class PolicyChoice:
     warnings: tuple[str, ...]
     p95_usd: float
     left_out: tuple[str, ...] = ()  # the labels of the policies the cap left out (their P95 over it)
+    meeting_p95_usd: float | None = None  # the lowest P95 of the policies meeting the deadline (None: none does)
+    misses_deadline: bool = False  # a deadline the chosen policy meets on fewer than CONFIDENCE of the traces
 
 
 def spot_policy(run, est, catalog: dict, *, n: int = N_TRACES, seed: int = SEED, poll_s: float = 60.0,
-                max_poll_s: float = 4 * 3600.0) -> PolicyChoice:
+                max_poll_s: float = 4 * 3600.0, deadline_cap: Callable[[float], float] | None = None) -> PolicyChoice:
     """The estimate's policy choice: chosen policy, why, and every candidate's odds, as the cost guard polling
-    between `poll_s` and `max_poll_s` executes them. The estimate is read, never changed."""
+    between `poll_s` and `max_poll_s` executes them. The estimate is read, never changed. `deadline_cap(p95)`: the
+    cap the warning names when the cap left out every policy meeting the deadline, from their lowest P95 here (by
+    default that P95 rounded up to the cent; a cap's chain, so the P95, changes with the cap: the estimate step
+    names one that holds, spotrun/pipeline/plan.py)."""
     plan = plan_from_estimate(est, catalog, deadline_s=run.compute.deadline_s,
                               spot_discount=run.compute.spot_discount, poll_s=poll_s, max_poll_s=max_poll_s,
                               on_demand_fallback=run.compute.on_demand_fallback or not run.compute.spot)
@@ -175,14 +181,14 @@ def spot_policy(run, est, catalog: dict, *, n: int = N_TRACES, seed: int = SEED,
     if plan.deadline_s is not None and not any(r.p_deadline >= CONFIDENCE for r in rows):
         warnings.append(_missed_deadline(plan, rows))
     meets = [r for r in rows if r.p_deadline is not None and r.p_deadline >= CONFIDENCE]
-    if meets and best.p_deadline is not None and best.p_deadline < CONFIDENCE:  # the cap left out every one
-        cheapest = min(meets, key=lambda r: r.p95_usd)
-        # NOTE: at a larger cap the chain has no more segments (so no more restarts), so this P95 only falls:
-        # a cap of it, rounded up to the cent, keeps the policy in (tests/infra/test_finish_or_refuse.py)
+    cheapest = min(meets, key=lambda r: r.p95_usd) if meets else None
+    misses = best.p_deadline is not None and best.p_deadline < CONFIDENCE
+    if cheapest and misses:  # the cap left out every one
+        named = (deadline_cap or cents_up)(cheapest.p95_usd)
         warnings.append(f"compute.deadline_hours={plan.deadline_s / 3600:g}: within the ${run.max_usd:,.2f} cap "
                         f"the chosen {best.label} meets it on {best.p_deadline:.1%} of the traces; {cheapest.label} "
-                        f"meets it on {cheapest.p_deadline:.1%}, its P95 bill here ${cents_up(cheapest.p95_usd):,.2f}: "
-                        "a cap of that or more lets the estimate choose a policy that meets it")
+                        f"meets it on {cheapest.p_deadline:.1%}, its P95 bill here ${cheapest.p95_usd:,.2f}: a cap "
+                        f"of ${named:,.2f} lets the estimate choose a policy that meets it")
     if plan.deadline_s is None and not any(r.p_finished >= CONFIDENCE for r in rows):
         warnings.append(f"the run may not finish: no spot policy finishes on {CONFIDENCE:.0%} of the traces (the "
                         f"likeliest, {best.label}, on {best.p_finished:.1%}); compute.on_demand_fallback=true "
@@ -195,7 +201,8 @@ def spot_policy(run, est, catalog: dict, *, n: int = N_TRACES, seed: int = SEED,
                "trace_source": fitted_source(est.interruptions_per_hour),
                "policies": [_rounded(r) for r in rows], "left_out": list(left_out), "policy": best.policy,
                "checkpointing": best.checkpointing, "sim_plan": dataclasses.asdict(plan)}
-    return PolicyChoice(section=section, warnings=tuple(warnings), p95_usd=best.p95_usd, left_out=left_out)
+    return PolicyChoice(section=section, warnings=tuple(warnings), p95_usd=best.p95_usd, left_out=left_out,
+                        meeting_p95_usd=cheapest.p95_usd if cheapest else None, misses_deadline=misses)
 
 
 def cents_up(usd: float) -> float:
