@@ -249,11 +249,11 @@ def finish_cap_usd(segments: SegmentPlan, bill_usd: float) -> float:
     bills only the spot share, and a stop; a cap below this can strand a run whose bill it covers (issue #28). At least
     the expected chain's smallest cap (a bill simulated on traces can be under the chain's expectation).
 
-    Each job of that chain also bills a stop: an interrupted job restarts its trainer, whose segment clock
+    Each job of a spot chain also bills a stop: an interrupted job restarts its trainer, whose segment clock
     (`segment_seconds`) starts again with it, so it trains until SageMaker stops it at MaxRuntime and bills the
     stop a cleanly ended job does not (seen: Llama 3 8B on one g6e.48xlarge, interrupted before its first checkpoint,
     its own bill within the P95, stopped at the cap named without it: $86.65, its chain needing $86.72)."""
     costs = ChainCosts(**segments.chain_costs)
     work = bill_usd / (costs.usd_per_s * costs.spot_fraction) - costs.startup_s - SEGMENT_END_MARGIN_S
     return max(segments.min_cap_usd, smallest_cap(spent_usd=0.0, work_s=max(work, 1.0), costs=costs, first=True,
-                                                  stopped=True))
+                                                  stopped=costs.spot_fraction < 1.0))
