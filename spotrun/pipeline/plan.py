@@ -144,9 +144,10 @@ def _deadline_cap(run: Any, est: Estimate, catalog: dict, p95_usd: float, poll: 
         if there.meeting_p95_usd is None:  # none meets it at this cap's chain
             break
         cap = max(choose.cents_up(there.meeting_p95_usd), cap + 0.01)
-    if one_job.meeting_p95_usd is None:  # none meets it even as one job: no cap makes one meet it
-        return cap
-    return max(one_job_cap_usd(est.segments), choose.cents_up(one_job.meeting_p95_usd))
+    one_job_cap = one_job_cap_usd(est.segments)
+    if one_job.meeting_p95_usd is None or one_job_cap == math.inf:  # none meets it as one job, or no one job
+        return cap  # (of SageMaker's 28 days) holds the run: the last cap tried, not checked
+    return max(one_job_cap, choose.cents_up(one_job.meeting_p95_usd))
 
 
 def plan(run_raw: Any, execution: str, settings: PipelineSettings, *, s3_client: Any = None,
