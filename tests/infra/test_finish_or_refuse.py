@@ -4,8 +4,11 @@ Lambda's own function) either refuses the run, naming the smallest cap whose exp
 cap is accepted and its run finishes uninterrupted), or, under every interruption pattern of the cap scenarios (0,
 1, 2, 3 and 5 interruptions), the run never bills past its cap, finishes uninterrupted, and finishes under every
 pattern whose own bill (one job, the cap not binding) is within the P95 once the cap is the named P95 finish cap or
-more; otherwise it finishes or ends at the cap naming a larger cap that would finish. Every start in the simulated
-world takes the plan's restart time. Issue #28's stranded runs are replayed the same way (`NAMED`).
+more; otherwise it finishes or ends at the cap naming a larger cap that would finish. Every cap an estimate names
+holds when set: the smallest cap a refusal names, and the P95 finish cap every accepted estimate names, set, are
+accepted and named again, and the property holds at the P95 finish cap (`the_named_cap_holds`; on the examples,
+`test_every_cap_an_example_is_told_holds_when_set`). Every start in the simulated world takes the plan's restart
+time. Issue #28's stranded runs are replayed the same way (`NAMED`).
 
 Why not "P95 plus one restart": a running spot job is bounded at on-demand rates, so the last job's MaxRuntime must
 hold its start, training and end at on-demand rates while it bills the spot share: a run whose own bill is close to
