@@ -236,11 +236,12 @@ class TrainingPipeline(Construct):
             mlflow_tracking_servers=tuple(props.mlflow_tracking_servers),
             wandb_api_key_secrets=tuple(props.wandb_api_key_secrets)).to_env(), **props.preparation.to_env()}
         self.estimate_fn = spotrun_function(
-            self, "EstimateFn", handler="spotrun.handlers.estimate.handler", timeout_s=60,
+            self, "EstimateFn", handler="spotrun.handlers.estimate.handler", timeout_s=300,
             # One full vCPU (Lambda allots CPU in proportion to memory: 1,769 MB is one vCPU, per the Lambda
-            # developer guide's "Configuring Lambda function memory"): the policy simulation of the longest run the
-            # contract accepts takes up to 8.8 s of CPU (benchmarks/estimate_lambda_bench.py), about 60 s at
-            # 256 MB's share of a vCPU.
+            # developer guide's "Configuring Lambda function memory"). The policy simulation of the longest run the
+            # contract accepts, with a deadline at 10 interruptions per hour, takes about 30 s of CPU, and a cap that
+            # binds simulates it again as one job (the P95 finish cap) and a deadline warning up to twice more: 300 s
+            # holds that (benchmarks/estimate_lambda_bench.py --cap-x 1.3; docs/spot-policy.md).
             memory_mb=1769,
             description="spotrun planner: validates the run and decides instance, limits, cadence and cost",
             environment=self.estimate_settings)

@@ -16,7 +16,7 @@ The run goes through stages, each called once, in order:
 3. the inputs (spotrun/pipeline/inputs.py `prepare_inputs`): a hub model's copy, raw data's prepared shards;
 4. the planner (spotrun/planner/stage.py `planned`): the sources, the estimate, the hyperparameters' limits;
 5. the spot policy (spotrun/pipeline/policy_stage.py `with_spot_policy`: spotrun/policy/choose.py `spot_policy`,
-   the cap that finishes at its P95 from the chain) and its first market;
+   the cap that finishes at the P95 of the run as one job) and its first market;
 6. what must hold before anything is created (spotrun/pipeline/preflight.py): the registry status,
    `checkpoint.resume_from`, the account's SageMaker quota, the run record beside the checkpoints;
 7. the plan (spotrun/pipeline/assembly.py `assemble`).

@@ -248,12 +248,13 @@ class LayoutPlanner:
 
 
 def price_advice(run: RunSpec, best: Option) -> tuple[list[str], list[str]]:
-    """(the chosen layout's price, spot beside on-demand; the warning when an on-demand fallback exceeds the cap)."""
+    """(the chosen layout and market; the warning when an on-demand fallback exceeds the cap). The prices are the
+    estimate's `cost_usd` (one figure per market, with each job's start and end): not repeated here."""
     layout = best.fit.layout.describe()
     if not run.compute.spot:
-        return [f"on-demand on {layout}: {usd(best.on_demand)}; managed spot would be about {usd(best.spot)}"], []
-    advice = [f"managed spot on {layout}: {usd(best.spot)} expected (on-demand {usd(best.on_demand)}), "
-              f"{best.interruptions:.2f} interruptions expected"]
+        return [f"on-demand on {layout} (compute.spot=false); the cost line's spot figure is what managed spot "
+                "would cost"], []
+    advice = [f"managed spot on {layout}, {best.interruptions:.2f} interruptions expected"]
     warnings = []
     if run.compute.on_demand_fallback and best.on_demand > run.max_usd:
         warnings.append(f"an on-demand fallback would cost {usd(best.on_demand)} > budget {usd(run.max_usd)}; "

@@ -176,10 +176,25 @@ def format_text(est: Estimate) -> str:
                        f"{est.checkpoint_interval_seconds / 60:.1f} min"),
         ("notice upload needed", f"{est.notice_upload_gb_per_s:.3f} GB/s (available "
                                  f"{est.upload_gb_per_s_available:.2f} GB/s)"),
-        ("cost", f"spot {usd(est.cost_usd['spot'])} / on-demand {usd(est.cost_usd['on_demand'])}"),
+        ("cost", _cost_text(est)),
         ("cap", est.segments.line if est.segments else ""),
     ]
     width = max(len(k) for k, _ in rows)
     lines = [f"{k.ljust(width)}  {v}" for k, v in rows]
-    lines += [f"advice: {a}" for a in est.advice] + [f"warning: {w}" for w in est.warnings]
+    cap_line = est.segments.line if est.segments else None  # also the advice's (JSON): printed once
+    lines += [f"advice: {a}" for a in est.advice if a != cap_line] + [f"warning: {w}" for w in est.warnings]
     return "\n".join(lines)
+
+
+def _cost_text(est: Estimate) -> str:
+    """The cost row: the run's own market as planned (the chain of jobs at this cap, each job's start and end, the
+    expected interruptions), the other market as one job; what a cap should be is the spot policy's line."""
+    seg = est.segments
+    jobs = seg.segments if seg and seg.fits else 1
+    planned = f"planned: {jobs} jobs at this cap, each one's start and end" if jobs > 1 else \
+        "planned: one job, its start and end"
+    if est.spot:
+        return (f"spot {usd(est.cost_usd['spot'])} expected ({planned}, the expected interruptions) / on-demand "
+                f"{usd(est.cost_usd['on_demand'])} (one uninterrupted job)")
+    return (f"on-demand {usd(est.cost_usd['on_demand'])} ({planned}) / spot about {usd(est.cost_usd['spot'])} (one "
+            "job with the expected interruptions)")

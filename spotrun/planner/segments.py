@@ -95,11 +95,12 @@ class Chain:
 
 
 def plan_chain(*, cap_usd: float, spent_usd: float, work_s: float, costs: ChainCosts, first: bool,
-               spot: bool = True) -> Chain:
+               spot: bool = True, stopped: bool = False) -> Chain:
     """The greedy chain that trains `work_s` more seconds (its final save included) with the cap less `spent_usd`
     left: each job's MaxRuntime is the room at on-demand rates (`next_max_runtime`), its trainer saves before it
     (`segment_seconds`), and it bills its start, training and save at the expected rate. `first`: the chain's
-    first job is the run's first (its start is `startup_s`, later ones `restart_s`)."""
+    first job is the run's first (its start is `startup_s`, later ones `restart_s`). `stopped`: every job also
+    bills a stop (STOP_BILL_S), as an interrupted one does (`finish_cap_usd`)."""
     share = costs.spot_fraction if spot else 1.0
     warm = 0.0 if spot else costs.warm_pool_s
     left, spent, segments, first_rt = work_s, spent_usd, 0, 0
@@ -120,12 +121,14 @@ def plan_chain(*, cap_usd: float, spent_usd: float, work_s: float, costs: ChainC
         # NOTE: a job bills its end past the trainer's exit (SageMaker's Uploading: the output and the last
         # checkpoint files; billed seconds rounded up), which the trainer's budget reserves as the margin: billed
         # in full, or the smallest cap leaves no slack for it and an uninterrupted run ends a step short (#28)
-        billed = start + trained + (costs.save_s if left > 1e-9 else 0.0) + SEGMENT_END_MARGIN_S
+        billed = start + trained + (costs.save_s if left > 1e-9 else 0.0) + SEGMENT_END_MARGIN_S + \
+            (STOP_BILL_S if stopped else 0.0)
         spent += (billed * share + warm) * costs.usd_per_s
     return Chain(True, segments, first_rt, spent, 1.0, 0, 0)
 
 
-def smallest_cap(*, spent_usd: float, work_s: float, costs: ChainCosts, first: bool, spot: bool = True) -> float:
+def smallest_cap(*, spent_usd: float, work_s: float, costs: ChainCosts, first: bool, spot: bool = True,
+                 stopped: bool = False) -> float:
     """The smallest cap (to the cent) whose chain fits: bisection between what is spent and one job's on-demand
     bound for all the work (a chain fits at the one and not below the other; more room never shortens it)."""
     one_job = spent_usd + (costs.startup_s + costs.restart_s + work_s + costs.save_s + SEGMENT_END_MARGIN_S
@@ -134,7 +137,8 @@ def smallest_cap(*, spent_usd: float, work_s: float, costs: ChainCosts, first: b
         one_job += (work_s // costs.longest_s) * (costs.restart_s + costs.save_s) * costs.usd_per_s * 2
     low, high = spent_usd, max(one_job, spent_usd + 0.01)
     for _ in range(40):  # a chain that needs more than MAX_SEGMENTS jobs fits no cap: inf
-        if plan_chain(cap_usd=high, spent_usd=spent_usd, work_s=work_s, costs=costs, first=first, spot=spot).fits:
+        if plan_chain(cap_usd=high, spent_usd=spent_usd, work_s=work_s, costs=costs, first=first, spot=spot,
+                      stopped=stopped).fits:
             break
         low, high = high, high * 2
     else:
@@ -143,7 +147,7 @@ def smallest_cap(*, spent_usd: float, work_s: float, costs: ChainCosts, first: b
     while high_c - low_c > 1:
         mid = (low_c + high_c) // 2
         fits = plan_chain(cap_usd=mid / 100, spent_usd=spent_usd, work_s=work_s, costs=costs, first=first,
-                          spot=spot).fits
+                          spot=spot, stopped=stopped).fits
         low_c, high_c = (low_c, mid) if fits else (mid, high_c)
     return high_c / 100
 
@@ -176,6 +180,7 @@ class SegmentPlan:
     spot_fraction: float = 1.0  # the expected bill's share of on-demand (the guard's chain uses it)
     min_cap_usd: float = 0.0  # the smallest cap whose expected chain fits
     chain_costs: dict = field(default_factory=dict)  # ChainCosts: what `finish_cap_usd` plans a bill's chain with
+    work_seconds: float = 0.0  # the training the chain carries (`segments_at` plans it at another cap)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -206,13 +211,35 @@ def plan_segments(*, cap_usd: float, usd_per_s: float, spot_fraction: float, run
                 f"({usd(first * usd_per_s)} at on-demand rates)")
     else:
         line = (f"the cap holds on on-demand rates while a job runs: {chain.segments} segments, the first "
-                f"{first / 3600:,.1f} h, overhead {overhead_fraction:.0%}; the smallest cap that finishes is "
-                f"${smallest:,.2f}")
+                f"{first / 3600:,.1f} h, overhead {overhead_fraction:.0%}; the smallest cap that finishes with the "
+                f"expected interruptions is ${smallest:,.2f}")
     return SegmentPlan(segments=chain.segments, first_max_runtime_seconds=first, longest_seconds=longest_s,
                        min_segment_seconds=min_segment, overhead_seconds=overhead_s,
                        overhead_fraction=round(overhead_fraction, 4), spot_cost_usd=chain.cost_usd,
                        on_demand_bound_usd=(run_seconds + STOP_BILL_S + warm_pool_s) * usd_per_s, fits=chain.fits,
-                       line=line, spot_fraction=spot_fraction, min_cap_usd=smallest, chain_costs=asdict(costs))
+                       line=line, spot_fraction=spot_fraction, min_cap_usd=smallest, chain_costs=asdict(costs),
+                       work_seconds=work)
+
+
+def one_job_cap_usd(segments: SegmentPlan) -> float:
+    """The smallest cap (to the cent) at which the expected chain of `segments` is one job: its MaxRuntime holds the
+    start, all the work, the save, the margin and a stop at on-demand rates (inf where SageMaker's longest job
+    cannot hold them)."""
+    costs = ChainCosts(**segments.chain_costs)
+    rest = math.ceil(costs.startup_s + segments.work_seconds + costs.save_s + SEGMENT_END_MARGIN_S)
+    if rest > costs.longest_s:
+        return math.inf
+    cap = math.ceil(round((rest + STOP_BILL_S) * costs.usd_per_s * 100, 6)) / 100
+    return cap if segments_at(segments, cap) == 1 else cap + 0.01  # a MaxRuntime floored a second short
+
+
+def segments_at(segments: SegmentPlan, cap_usd: float) -> int:
+    """How many jobs the expected chain of `segments` (planned at the run's cap) has at `cap_usd` instead (where
+    none fits: the jobs it starts). Never more at a larger cap (a second's rounding of MaxRuntime aside): each job's
+    room grows by the added cap at on-demand rates and its bill by at most the spot share of that, so every later
+    job has at least the room and at most the work left."""
+    return plan_chain(cap_usd=cap_usd, spent_usd=0.0, work_s=segments.work_seconds,
+                      costs=ChainCosts(**segments.chain_costs), first=True).segments
 
 
 def finish_cap_usd(segments: SegmentPlan, bill_usd: float) -> float:
@@ -220,7 +247,13 @@ def finish_cap_usd(segments: SegmentPlan, bill_usd: float) -> float:
     bill's billed time as the chain's work (`segments`: the estimate's expected chain). More than the bill plus one
     restart: the last job's MaxRuntime must hold its start, its training and its end at on-demand rates, of which it
     bills only the spot share, and a stop; a cap below this can strand a run whose bill it covers (issue #28). At least
-    the expected chain's smallest cap (a bill simulated on traces can be under the chain's expectation)."""
+    the expected chain's smallest cap (a bill simulated on traces can be under the chain's expectation).
+
+    Each job of a spot chain also bills a stop: an interrupted job restarts its trainer, whose segment clock
+    (`segment_seconds`) starts again with it, so it trains until SageMaker stops it at MaxRuntime and bills the
+    stop a cleanly ended job does not (seen: Llama 3 8B on one g6e.48xlarge, interrupted before its first checkpoint,
+    its own bill within the P95, stopped at the cap named without it: $86.65, its chain needing $86.72)."""
     costs = ChainCosts(**segments.chain_costs)
     work = bill_usd / (costs.usd_per_s * costs.spot_fraction) - costs.startup_s - SEGMENT_END_MARGIN_S
-    return max(segments.min_cap_usd, smallest_cap(spent_usd=0.0, work_s=max(work, 1.0), costs=costs, first=True))
+    return max(segments.min_cap_usd, smallest_cap(spent_usd=0.0, work_s=max(work, 1.0), costs=costs, first=True,
+                                                  stopped=costs.spot_fraction < 1.0))

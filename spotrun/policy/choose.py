@@ -16,6 +16,8 @@ with stretches with and without capacity shaped and bunched (two regimes) as the
 from __future__ import annotations
 
 import dataclasses
+import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..planner.estimate import startup_seconds
@@ -157,12 +159,18 @@ class PolicyChoice:
     section: dict
     warnings: tuple[str, ...]
     p95_usd: float
+    left_out: tuple[str, ...] = ()  # the labels of the policies the cap left out (their P95 over it)
+    meeting_p95_usd: float | None = None  # the lowest P95 of the policies meeting the deadline (None: none does)
+    misses_deadline: bool = False  # a deadline the chosen policy meets on fewer than CONFIDENCE of the traces
 
 
 def spot_policy(run, est, catalog: dict, *, n: int = N_TRACES, seed: int = SEED, poll_s: float = 60.0,
-                max_poll_s: float = 4 * 3600.0) -> PolicyChoice:
+                max_poll_s: float = 4 * 3600.0, deadline_cap: Callable[[float], float] | None = None) -> PolicyChoice:
     """The estimate's policy choice: chosen policy, why, and every candidate's odds, as the cost guard polling
-    between `poll_s` and `max_poll_s` executes them. The estimate is read, never changed."""
+    between `poll_s` and `max_poll_s` executes them. The estimate is read, never changed. `deadline_cap(p95)`: the
+    cap the warning names when the cap left out every policy meeting the deadline, from their lowest P95 here (by
+    default that P95 rounded up to the cent; a cap's chain, so the P95, changes with the cap: the estimate step
+    names one that holds, spotrun/pipeline/policy_stage.py)."""
     plan = plan_from_estimate(est, catalog, seq_len=run.data.seq_len, deadline_s=run.compute.deadline_s,
                               spot_discount=run.compute.spot_discount, poll_s=poll_s, max_poll_s=max_poll_s,
                               on_demand_fallback=run.compute.on_demand_fallback or not run.compute.spot)
@@ -170,16 +178,19 @@ def spot_policy(run, est, catalog: dict, *, n: int = N_TRACES, seed: int = SEED,
     spec = TraceSpec(interruptions_per_hour=est.interruptions_per_hour, horizon_s=horizon_s(plan), **ESTIMATE_TRACES)
     rows = compare(plan, generated_traces(spec, n, seed), candidates(plan), cap_usd=run.max_usd)
     best, why = choose(plan, rows, cap_usd=run.max_usd)
+    left_out = tuple(r.label for r in rows if r.p95_usd > run.max_usd)  # as `choose` leaves them out
     warnings = []
     if plan.deadline_s is not None and not any(r.p_deadline >= CONFIDENCE for r in rows):
         warnings.append(_missed_deadline(plan, rows))
     meets = [r for r in rows if r.p_deadline is not None and r.p_deadline >= CONFIDENCE]
-    if meets and best.p_deadline is not None and best.p_deadline < CONFIDENCE:  # the cap left out every one
-        cheapest = min(meets, key=lambda r: r.p95_usd)
+    cheapest = min(meets, key=lambda r: r.p95_usd) if meets else None
+    misses = best.p_deadline is not None and best.p_deadline < CONFIDENCE
+    if cheapest and misses:  # the cap left out every one
+        named = (deadline_cap or cents_up)(cheapest.p95_usd)
         warnings.append(f"compute.deadline_hours={plan.deadline_s / 3600:g}: within the ${run.max_usd:,.2f} cap "
                         f"the chosen {best.label} meets it on {best.p_deadline:.1%} of the traces; {cheapest.label} "
                         f"meets it on {cheapest.p_deadline:.1%}, its P95 bill here ${cheapest.p95_usd:,.2f}: a cap "
-                        "above that lets the estimate choose it")
+                        f"of ${named:,.2f} lets the estimate choose a policy that meets it")
     if plan.deadline_s is None and not any(r.p_finished >= CONFIDENCE for r in rows):
         warnings.append(f"the run may not finish: no spot policy finishes on {CONFIDENCE:.0%} of the traces (the "
                         f"likeliest, {best.label}, on {best.p_finished:.1%}); compute.on_demand_fallback=true "
@@ -190,9 +201,15 @@ def spot_policy(run, est, catalog: dict, *, n: int = N_TRACES, seed: int = SEED,
     section = {"chosen": best.label, "why": why, "p95_finish_cap_usd": None,
                "confidence": CONFIDENCE if plan.deadline_s is not None else None, "traces": n, "seed": seed,
                "trace_source": fitted_source(est.interruptions_per_hour),
-               "policies": [_rounded(r) for r in rows], "policy": best.policy, "checkpointing": best.checkpointing,
-               "sim_plan": dataclasses.asdict(plan)}
-    return PolicyChoice(section=section, warnings=tuple(warnings), p95_usd=best.p95_usd)
+               "policies": [_rounded(r) for r in rows], "left_out": list(left_out), "policy": best.policy,
+               "checkpointing": best.checkpointing, "sim_plan": dataclasses.asdict(plan)}
+    return PolicyChoice(section=section, warnings=tuple(warnings), p95_usd=best.p95_usd, left_out=left_out,
+                        meeting_p95_usd=cheapest.p95_usd if cheapest else None, misses_deadline=misses)
+
+
+def cents_up(usd: float) -> float:
+    """`usd` rounded up to the cent: a cap named from a bill holds that bill (a cap rounded down would not)."""
+    return math.ceil(round(usd * 100, 6)) / 100
 
 
 def _missed_deadline(plan: SimPlan, rows: list[Summary]) -> str:
@@ -217,19 +234,24 @@ def _rounded(r: Summary) -> dict:
 
 
 def policy_text(section: dict) -> str:
-    """The estimate's lines for the policy section."""
+    """The estimate's lines for the policy section: the choice, each candidate's simulated bills (a row the cap
+    left out marked), and the cap to set (`p95_finish_cap_usd`, named by the estimate step)."""
     if not section:
         return ""
+    left_out = set(section.get("left_out") or ())
     lines = [f"spot policy: {section['chosen']} ({section['why']}; {section['traces']} traces, "
              f"{section['trace_source']})",
+             "  each policy's bill simulated on these traces as the cost guard runs it (the cost line is the "
+             "planner's one expected bill):",
              f"  {'policy':<30} {'mean $':>10} {'P50 $':>10} {'P95 $':>10} {'P(deadline)':>11} {'lost h':>7}"]
     for r in section["policies"]:
         met = "-" if r["p_deadline"] is None else f"{r['p_deadline']:.1%}"
         mark = "*" if r["label"] == section["chosen"] else " "
+        out = "  left out: P95 over the cap" if r["label"] in left_out else ""
         lines.append(f"{mark} {r['label']:<30} {r['mean_usd']:>10,.2f} {r['p50_usd']:>10,.2f} {r['p95_usd']:>10,.2f} "
-                     f"{met:>11} "
-                     f"{r['mean_lost_h']:>7.2f}")
+                     f"{met:>11} {r['mean_lost_h']:>7.2f}{out}")
     if section.get("p95_finish_cap_usd") is not None:  # the cap under which a run billed its P95 can strand
-        lines.append(f"  a cap of ${section['p95_finish_cap_usd']:,.2f} or more finishes at the chosen policy's P95 "
-                     "bill: the bill, the chain's restarts and the last job's room at on-demand rates")
+        lines.append(f"  the cap to set: ${section['p95_finish_cap_usd']:,.2f} or more finishes at "
+                     f"{section['p95_finish_policy']}'s P95 bill (${section['p95_one_job_usd']:,.2f} as one job), "
+                     "with the chain's restarts and the last job's room at on-demand rates")
     return "\n".join(lines)

@@ -318,3 +318,20 @@ def test_a_short_run_is_refused_only_below_the_smallest_cap_whose_chain_finishes
         estimate(parse_run(doc))
     assert f"the smallest cap whose chain finishes is ${smallest:,.2f}" in str(refused.value)
     assert "room left" in str(refused.value) and "stop bills" in str(refused.value)
+
+
+def test_the_chain_at_another_cap_is_the_estimates_own_and_never_longer_at_a_larger_cap():
+    """`segments_at` (the spot policy's simulation of the run at a cap the estimate names) is the chain the estimate
+    plans at that cap, and never has more jobs at a larger cap: the deadline warning's cap search ends because of
+    it (spotrun/pipeline/plan.py `_deadline_cap`). `one_job_cap_usd` is the smallest cap whose chain is one job."""
+    from spotrun.planner.segments import one_job_cap_usd, segments_at
+
+    small = {"instance_type": "ml.a1.small"}
+    seg = estimate(run(compute=small, budget={"max_usd": 9}), catalog=CATALOG).segments
+    one = one_job_cap_usd(seg)
+    for cap in (seg.min_cap_usd, 7.5, 9.0, 12.34, round(one - 0.01, 2), one, 40.0):
+        assert segments_at(seg, cap) == estimate(run(compute=small, budget={"max_usd": cap}),
+                                                 catalog=CATALOG).segments.segments, cap
+    jobs = [segments_at(seg, c / 100) for c in range(math.floor(seg.min_cap_usd * 100), math.ceil(one * 100) + 50)]
+    assert all(a >= b for a, b in zip(jobs, jobs[1:], strict=False)) and jobs[0] > 2 and jobs[-1] == 1, jobs
+    assert segments_at(seg, one) == 1 < segments_at(seg, round(one - 0.01, 2))

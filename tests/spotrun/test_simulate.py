@@ -7,6 +7,7 @@ import dataclasses
 import json
 import math
 from types import SimpleNamespace
+import re
 
 import pytest
 
@@ -735,25 +736,56 @@ def test_when_no_policy_stays_within_the_cap_the_one_likeliest_to_finish_inside_
     assert best.policy == "maxwait_fallback" and "(50.0% of them)" in why
 
 
-def test_a_cap_that_leaves_out_every_policy_meeting_the_deadline_is_a_warning_naming_what_would_not():
+def test_a_cap_that_leaves_out_every_policy_meeting_the_deadline_is_a_warning_naming_a_cap_that_meets_it(
+        monkeypatch):
     """A new user's run (a deadline with the fallback, a cap under the deadline policies' P95) was chosen a policy
     that misses the deadline, exit 0 without a word, the reason saying 'no policy meets the deadline' beside table
-    rows at 100% that the cap had left out: the reason says they were left out, and a warning names them."""
+    rows at 100% that the cap had left out: the reason says they were left out, the table marks them, and a warning
+    names a cap. Set, that cap must let the estimate choose a policy that meets the deadline: the P95 it named was
+    of the chain at the lower cap, and a larger cap's shorter chain moves it (here $149.27 became $169.27 once set,
+    left out again). Both ways of naming it are checked: estimated again at raised caps, and, past the tries,
+    the cap from which the chain is one job. (Each simulation is made once: the two ways ask for the same ones.)"""
+    from spotrun.pipeline import policy_stage as estimate_step
     from spotrun.planner.estimate import estimate, load_catalog
-    from spotrun.policy.choose import CONFIDENCE, spot_policy
+    from spotrun.policy import choose
+    from spotrun.policy.choose import CONFIDENCE, policy_text
 
+    made, simulated = {}, choose.spot_policy
+
+    def once(*args, **kwargs):  # a call with a warning's callback is never the same (the lambda's repr differs)
+        key = repr((args, kwargs))
+        if key not in made:
+            made[key] = simulated(*args, **kwargs)
+        return made[key]
+
+    monkeypatch.setattr(choose, "spot_policy", once)
     hours = estimate(parse_run(RUN)).wall_seconds / H
     timed = {**RUN, "compute": {**RUN["compute"], "deadline_hours": round(hours * 1.05, 1)}}  # tight: on-demand
-    free = spot_policy(parse_run(timed), estimate(parse_run(timed)), load_catalog(), n=50).section
+    free = simulated(parse_run(timed), estimate(parse_run(timed)), load_catalog(), n=50).section
     cap = round(1.2 * min(r["p95_usd"] for r in free["policies"]), 2)  # spot's P95 fits; the deadline rules' not
-    capped = {**timed, "budget": {"max_usd": cap}}
-    choice = spot_policy(parse_run(capped), estimate(parse_run(capped)), load_catalog(), n=50)
-    rows = choice.section["policies"]
-    chosen = next(r for r in rows if r["label"] == choice.section["chosen"])
-    meets = [r for r in rows if r["p_deadline"] >= CONFIDENCE]
-    assert chosen["p_deadline"] < CONFIDENCE and meets and all(r["p95_usd"] > cap for r in meets), rows
-    assert "policies left out (P95 cost over the" in choice.section["why"], choice.section["why"]
-    cheapest = min(meets, key=lambda r: r["p95_usd"])
-    warned = [w for w in choice.warnings if f"within the ${cap:,.2f} cap the chosen {chosen['label']}" in w]
-    assert warned and f"{cheapest['label']} meets it" in warned[0] and f"${cheapest['p95_usd']:,.2f}" in warned[0], \
-        choice.warnings
+
+    def estimated(max_usd: float):
+        run = parse_run({**timed, "budget": {"max_usd": max_usd}})
+        est = estimate_step.with_spot_policy(run, estimate(run), load_catalog(), n=50)
+        rows = est.spot_policy["policies"]
+        return est, rows, next(r for r in rows if r["label"] == est.spot_policy["chosen"])
+
+    for tries in (estimate_step.DEADLINE_CAP_TRIES, 0):
+        monkeypatch.setattr(estimate_step, "DEADLINE_CAP_TRIES", tries)
+        est, rows, chosen = estimated(cap)
+        meets = [r for r in rows if r["p_deadline"] >= CONFIDENCE]
+        assert chosen["p_deadline"] < CONFIDENCE and meets and all(r["p95_usd"] > cap for r in meets), rows
+        assert "policies left out (P95 cost over the" in est.spot_policy["why"], est.spot_policy["why"]
+        marked = [line for line in policy_text(est.spot_policy).splitlines() if "left out: P95 over the cap" in line]
+        assert len(marked) == len(est.spot_policy["left_out"]) >= len(meets), marked  # on_demand's P95 is over too
+        cheapest = min(meets, key=lambda r: r["p95_usd"])
+        warned = [w for w in est.warnings if f"within the ${cap:,.2f} cap the chosen {chosen['label']}" in w]
+        assert warned and f"{cheapest['label']} meets it" in warned[0], est.warnings
+        named = float(re.search(r"a cap of \$([\d,]+\.\d\d) lets the estimate choose a policy that meets it",
+                                warned[0]).group(1).replace(",", ""))
+        assert named > cap, (named, cap)
+        if tries:  # the P95 the warning names is over the cap it names: estimated again, it had left it out
+            assert float(re.search(r"its P95 bill here \$([\d,]+\.\d\d)", warned[0]).group(1)) < named, warned
+        again, _, chosen = estimated(named)
+        assert chosen["p_deadline"] >= CONFIDENCE, (tries, named, again.spot_policy)
+        assert not [w for w in again.warnings if "lets the estimate choose" in w], again.warnings
