@@ -62,7 +62,7 @@ METRIC_FIELDS = ("loss", "lr", "grad_norm", "tokens_per_s", "mfu", "mem_gb")
 EVAL_LINE_PREFIX = "eval"
 EVAL_METRIC_FIELDS = ("val_loss", "val_ppl", "val_tokens", "eval_s")
 # The trainer's last line, `run_completed step=N final_loss=.. val_loss=.. base_val_loss=..`, carries the
-# exported weights' validation loss (export.weights: last or best) and the base model's: what the registry gate
+# exported weights' validation loss (export.from: last or best) and the base model's: what the registry gate
 # reads from DescribeTrainingJob's FinalMetricDataList. Metric field -> key on that line (and in the export
 # metadata's `evaluation`).
 COMPLETION_LINE_PREFIX = "run_completed"

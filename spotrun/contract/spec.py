@@ -174,6 +174,16 @@ class EvalSpec:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ExportSpec:
+    """`export`: what the run leaves as its model."""
+
+    from_: Literal["last", "best"] = spec("Which weights are exported: the final ones, or the kept best checkpoint's "
+                                          "(needs eval.keep_best).", default="last", at="from",
+                                          accepted='"last" (the final weights) or "best" (the lowest validation '
+                                          "loss)")
+
+
+@dataclass(frozen=True, kw_only=True)
 class GateSpec:
     """`registry.gate`: a model is registered only when its exported weights' validation loss passes every bound
     given."""
@@ -349,10 +359,7 @@ class RunSpec:
     tags: dict[str, str] = spec("Tags on every training job of the run (SageMaker's tag pattern).",
                                 default_factory=dict, decode=values.tags, accepted=values.TAGS)
     eval: EvalSpec = spec("When to evaluate.", default_factory=EvalSpec)
-    export_from: Literal["last", "best"] = spec("Which weights are exported: the final ones, or the kept best "
-                                                "checkpoint's (needs eval.keep_best).", default="last",
-                                                at="export.from", accepted='"last" (the final weights) or "best" '
-                                                "(the lowest validation loss)")
+    export: ExportSpec = spec("What the run exports.", default_factory=ExportSpec)
     gate: GateSpec | None = spec("The bounds a model must pass to be registered (needs validation data).",
                                  default=None, at="registry.gate")
     tracking: TrackingSpec = spec("Experiment tracking.", default_factory=TrackingSpec)
@@ -369,8 +376,8 @@ class RunSpec:
             _needs_validation(self.data, "registry.gate", raw["registry"]["gate"])
         if raw.get("eval"):
             _needs_validation(self.data, "eval", raw["eval"])
-        if self.export_from == "best" and not self.eval.keep_best:
-            raise RunValidationError("export.from", self.export_from, '"last", or eval.keep_best=true with "best" '
+        if self.export.from_ == "best" and not self.eval.keep_best:
+            raise RunValidationError("export.from", self.export.from_, '"last", or eval.keep_best=true with "best" '
                                      "(the best checkpoint must be kept to be exported)")
         return self
 

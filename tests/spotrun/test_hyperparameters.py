@@ -17,7 +17,8 @@ from spotrun.contract.decoder import reference
 from spotrun.contract.spec import RunSpec
 from spotrun.pipeline.plan import PipelineSettings, plan
 from spotrun.seams import DatasetIndex
-from spotrun.settings import TrainConfig, flatten, parse
+from spotrun.settings.tree import TrainConfig
+from spotrun.settings.wire import flatten, job_config, parse
 
 SERVER = "https://mlflow.example.com"
 WANDB_SECRET = "arn:aws:secretsmanager:us-east-1:123456789012:secret:spotrun/wandb-AbCdEf"
@@ -26,7 +27,7 @@ SETTINGS = PipelineSettings(bucket="art-bucket", job_prefix="spotrun-dev-", mode
                             mlflow_tracking_servers=(SERVER,), wandb_api_key_secrets=(WANDB_SECRET,))
 CONFIG = {"model_type": "llama", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2,
           "num_attention_heads": 4, "vocab_size": 1000}
-# A pretrained full run with validation (model.source, the evaluation schedule, export.weights) and a LoRA run
+# A pretrained full run with validation (model.source, the evaluation schedule, export.from) and a LoRA run
 # from random weights (model.config, the LoRA settings, a tracking server and a W&B secret the stage lists):
 # between them, every hyperparameter the pipeline sends.
 FULL = {"version": 1, "name": "hp-full", "model": {"source": "s3://art-bucket/models/base/"},
@@ -98,7 +99,7 @@ def test_the_trainer_reads_each_sent_setting_into_its_leaf(planned):
         hp = p["hyperparameters"]
         channels = {c["ChannelName"] for c in p["input_data_config"]}
         model = {"model.path": "/opt/ml/input/data/model"} if "model" in channels else {}  # as the launcher does
-        config = TrainConfig.from_hyperparameters(hp, **CHANNELS, **model)
+        config = job_config(hp, **CHANNELS, **model)
         for key, text in hp.items():
             typ = leaf_type(key)
             expected = {bool: lambda t: {"true": True, "false": False}[t], dict: json.loads}.get(typ, typ)(text)
@@ -125,7 +126,7 @@ def test_a_setting_named_as_a_run_field_carries_that_fields_value(planned):
 def test_only_what_differs_from_the_trainers_defaults_travels():
     assert flatten(TrainConfig()) == {}
     sent = {"checkpoint.interval_seconds": "450.0", "sharding.group_nodes": "2", "model.config": '{"a":1}',
-            "eval.keep_best": "true", "method": "lora", "epochs": "2.5"}
+            "eval.keep_best": "true", "training.method": "lora", "training.epochs": "2.5"}
     config = parse(sent)
     assert (config.checkpoint.interval_seconds, config.sharding.group_nodes, config.model.config) == (450, 2, {"a": 1})
     assert flatten(config) == sent

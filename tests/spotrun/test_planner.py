@@ -11,7 +11,7 @@ import pytest
 
 from spotrun.contract.spec import parse_run
 from spotrun.planner.estimate import EstimateRefused, estimate, load_catalog
-from spotrun.settings import TrainConfig, parse
+from spotrun.settings.wire import job_config, parse
 
 CATALOG = {
     "defaults": {"utilization": 0.25, "startup_seconds": 180, "trainer_restart_seconds": 60,
@@ -245,12 +245,12 @@ def test_lora_hyperparameters_are_what_the_trainer_config_reads(lora, settings, 
     est = estimate(spec, catalog=CATALOG)
     channels = {"data.path": "/data", "output_dir": "/out", "model.config": json.dumps(llama),
                 "checkpoint.dir": "/opt/ml/checkpoints"}  # the launcher adds it from the job's CheckpointConfig
-    cfg = TrainConfig.from_hyperparameters(est.hyperparameters, **channels)
+    cfg = job_config(est.hyperparameters, **channels)
     assert cfg.method == "lora"
     assert (cfg.lora.rank, cfg.lora.targets) == (lora["rank"], targets)
     assert (cfg.lora.alpha, cfg.lora.dropout) == (spec.training.lora.alpha, spec.training.lora.dropout)
     full = estimate(run(model={"config": llama}), catalog=CATALOG)
-    assert TrainConfig.from_hyperparameters(full.hyperparameters, **channels).method == "full"
+    assert job_config(full.hyperparameters, **channels).method == "full"
     assert not any(k.startswith("lora.") for k in full.hyperparameters)
 
 
