@@ -3,7 +3,7 @@
 The planner and the Lambda handlers (spotrun/), the CDK constructs (training_constructs/) and the trainer image
 (training_image/, which installs this module) all import these names instead of spelling strings:
 
-- `Method`: the training methods. What the planner sends the trainer is the settings tree of spotrun/settings.py
+- `Method`: the training methods. What the planner sends the trainer is the settings tree of spotrun/settings/
   (the trainer's config, flattened to SageMaker hyperparameters under its dotted paths).
 - `METRIC_FIELDS`, `format_metric_line`/`parse_metric_line`, `format_eval_line`/`parse_eval_line`,
   `run_start_total_steps`, `METRIC_DEFINITIONS`, `metric_name`: the lines the trainer prints, their one parser

@@ -180,7 +180,7 @@ def check_raw_split(run: RunSpec) -> None:
 def check_one_step(data_dir: Path, settings: TrainConfig, nproc: int) -> None:
     """The dataset holds at least one step of samples (the launcher checks it too, after its start-up)."""
     index = json.loads((Path(data_dir) / DatasetIndex.FILE).read_text())
-    seq_len, micro_batch = settings.data.seq_len, settings.micro_batch
+    seq_len, micro_batch = settings.data.seq_len, settings.training.micro_batch
     samples = sum(int(s["tokens"]) // seq_len for s in index["shards"])
     if samples < micro_batch * nproc:
         raise RunValidationError("data.source", str(data_dir), f"at least one step of samples: it holds {samples} "

@@ -30,6 +30,7 @@ def test_estimate_lambda_plans_a_lora_run_and_the_trainer_parses_its_hyperparame
     cfg = job_config(hp, **{"data.path": "/opt/ml/input/data/train",
                                                   "output_dir": "/opt/ml/model",
                                                   "checkpoint.dir": "/opt/ml/checkpoints"})  # CheckpointConfig
-    assert cfg.method == "lora" and cfg.lora.rank == 8 and cfg.lora.targets == ("q_proj", "v_proj")
-    assert (cfg.lora.alpha, cfg.lora.dropout) == (24.0, 0.05)
+    lora = cfg.training.lora
+    assert cfg.training.method == "lora" and lora.rank == 8 and lora.targets == ("q_proj", "v_proj")
+    assert (lora.alpha, lora.dropout) == (24.0, 0.05)
     assert cfg.model.config["model_type"] == "llama"

@@ -95,7 +95,7 @@ def test_readme_plans_fit_the_usable_memory_including_activations(plans, name, s
     spec = load_catalog()["instances"][est.instance_type]
     assert m["usable"] == spec["gpu_memory_gb"] * 1e9 * 0.9 - 2e9
     sent = parse(est.hyperparameters)  # what the trainer reads
-    assert (sent.micro_batch, sent.grad_accum) == (est.micro_batch, est.grad_accum)
+    assert (sent.training.micro_batch, sent.training.grad_accum) == (est.micro_batch, est.grad_accum)
     assert est.micro_batch * est.grad_accum == 8  # the run's samples per GPU and step, kept
     assert (sent.sharding.mode, sent.model.activation_checkpointing) == (est.sharding, est.activation_checkpointing)
 
@@ -163,7 +163,7 @@ def test_the_trainer_builds_exactly_the_planned_layout(plans, name, seq):
         "output_dir": "/opt/ml/model", "data.path": "/opt/ml/input/data/train", "model.path": "/m",
         "sharding.nodes": str(est.instance_count), "checkpoint.dir": "/opt/ml/checkpoints"})
     gpus = load_catalog()["instances"][est.instance_type]["gpus"]
-    assert (cfg.micro_batch, cfg.grad_accum) == (est.micro_batch, est.grad_accum)
+    assert (cfg.training.micro_batch, cfg.training.grad_accum) == (est.micro_batch, est.grad_accum)
     assert cfg.model.activation_checkpointing == est.activation_checkpointing
     assert cfg.data.seq_len == seq
     group_nodes = est.instance_count if est.sharding == "full" else est.shard_group_nodes
