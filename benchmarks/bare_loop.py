@@ -68,7 +68,7 @@ def main() -> int:
                               dp_rank=rank, dp_size=world, seed=cfg.training.seed)
     samples_per_step = loader.global_batch * cfg.training.grad_accum
     total = cfg.max_steps or max(1, int(cfg.training.epochs * loader.samples_per_epoch // samples_per_step))
-    scheduler = torch.training.lr_scheduler.LambdaLR(optimizer, lr_lambda(total, o.warmup_steps, o.min_lr_ratio))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(total, o.warmup_steps, o.min_lr_ratio))
 
     sums: list[torch.Tensor] = []
     t0 = None

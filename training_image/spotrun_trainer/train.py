@@ -203,7 +203,7 @@ class Trainer:
         self.tokens_per_step = samples_per_step * cfg.data.seq_len
         self.total_steps = total_steps(self.loader.index, seq_len=cfg.data.seq_len, samples_per_step=samples_per_step,
                                        epochs=t.epochs, max_steps=cfg.max_steps)
-        self.scheduler = torch.training.lr_scheduler.LambdaLR(
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lr_lambda(self.total_steps, o.warmup_steps, o.min_lr_ratio))
         self.state = TrainState()
         self.tracker = make_tracker(cfg.tracking, rank=self.rank, params={
