@@ -150,6 +150,13 @@ def test_the_shared_settings_are_found_on_both_sides():
     assert "optim.lr" not in names and "lr" not in {p[-1] for p in _trainer_leaves() if p[0] != "training"}
 
 
+def test_every_field_of_the_run_sections_the_trainer_owns_is_a_setting_of_the_trainer():
+    """`training`, `eval` and `export` describe the trainer's work: a field added there and not to the trainer's tree
+    would be accepted and never reach it."""
+    owned = [path for path in _run_leaves() if path[0] in ("training", "eval", "export")]
+    assert len(owned) >= 14 and [dotted(p) for p in owned if p not in SHARED] == []
+
+
 def _bounds(rule: FieldRule) -> list[Any]:
     """The extreme values the contract accepts for a numeric or enumerated field, in the user's unit."""
     meta, kind = rule.meta, rule.kind
