@@ -389,22 +389,11 @@ def parse_run(raw: Any) -> RunSpec:
     return decode(RunSpec, raw)
 
 
-# ---- the field reference (docs/run-fields.md, at its mark, when the site is built) ---------------------------
-
-REFERENCE_MARK = ("<!-- run-fields: the table is generated here when the site is built (docs/hooks.py, from "
-                  "spotrun/contract/spec.py) -->")
-
+# ---- the field reference (docs/hooks.py puts it into docs/run-fields.md when the site is built) ---------------
 
 def field_reference() -> str:
     """Every field of a run as a Markdown table: its path, what it accepts, its default and what it means."""
     return markdown_table(reference(RunSpec))
-
-
-def with_reference(page: str) -> str:
-    """`page` (docs/run-fields.md) with the current field reference in place of its mark."""
-    if REFERENCE_MARK not in page:
-        raise ValueError(f"the page has no {REFERENCE_MARK!r} line")
-    return page.replace(REFERENCE_MARK, field_reference())
 
 
 if __name__ == "__main__":
