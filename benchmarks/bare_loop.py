@@ -51,23 +51,23 @@ def main() -> int:
         torch.use_deterministic_algorithms(True)
     perf = cfg.perf.resolved(device.type)
 
-    torch.manual_seed(cfg.seed)
+    torch.manual_seed(cfg.training.seed)
     model = build_sharded_model(cfg.model, mesh=build_mesh(device.type, world, cfg.sharding),
-                                device=device, seed=cfg.seed, perf=perf,
-                                lora=cfg.lora if cfg.method == "lora" else None).model
+                                device=device, seed=cfg.training.seed, perf=perf,
+                                lora=cfg.training.lora if cfg.training.method == "lora" else None).model
     model.train()
-    torch.manual_seed(cfg.seed + 1 + rank)
+    torch.manual_seed(cfg.training.seed + 1 + rank)
     loss_fn = CausalLMLoss(model, perf.loss, perf.loss_chunk_tokens)
     step_tokens = StepTokens(dp_ranks=world)
     o = cfg.optim
     trainable = [p for p in model.parameters() if p.requires_grad]  # LoRA: the adapters only
-    optimizer = torch.optim.AdamW(trainable, lr=o.lr, betas=(o.beta1, o.beta2),
+    optimizer = torch.optim.AdamW(trainable, lr=cfg.training.lr, betas=(o.beta1, o.beta2),
                                   weight_decay=o.weight_decay, **({"fused": True} if perf.fused_optimizer == "on"
                                                                  else {}))
-    loader = TokenShardLoader(Path(cfg.data.path), seq_len=cfg.data.seq_len, micro_batch=cfg.micro_batch,
-                              dp_rank=rank, dp_size=world, seed=cfg.seed)
-    samples_per_step = loader.global_batch * cfg.grad_accum
-    total = cfg.max_steps or max(1, int(cfg.epochs * loader.samples_per_epoch // samples_per_step))
+    loader = TokenShardLoader(Path(cfg.data.path), seq_len=cfg.data.seq_len, micro_batch=cfg.training.micro_batch,
+                              dp_rank=rank, dp_size=world, seed=cfg.training.seed)
+    samples_per_step = loader.global_batch * cfg.training.grad_accum
+    total = cfg.max_steps or max(1, int(cfg.training.epochs * loader.samples_per_epoch // samples_per_step))
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(total, o.warmup_steps, o.min_lr_ratio))
 
     sums: list[torch.Tensor] = []
@@ -79,7 +79,7 @@ def main() -> int:
             dist.barrier()
             t0 = time.perf_counter()
         loss_sum = torch.zeros((), device=device)
-        batches = [loader.next_inputs() for _ in range(cfg.grad_accum)]
+        batches = [loader.next_inputs() for _ in range(cfg.training.grad_accum)]
         step_tokens.start(sum(target_count(b["labels"]) for b in batches))  # the token-weighted step mean
         normalizer = step_tokens.normalizer()
         for batch in batches:

@@ -32,7 +32,7 @@ def measure_saves(model, opt, directory: Path, model_options) -> dict:
     """Async (first and steady state, with the memcpy limit), sync and load timings of the CheckpointManager."""
     import torch.distributed as dist
 
-    from spotrun.settings import CheckpointConfig
+    from spotrun.settings.sections import CheckpointConfig
     from spotrun_trainer.checkpoint import CheckpointManager
     from spotrun_trainer.train import TrainState
 
@@ -130,7 +130,7 @@ def worker(args) -> None:
     import torch.distributed as dist
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
 
-    from spotrun.settings import LoraConfig, ModelConfig, ShardingConfig
+    from spotrun.settings.sections import LoraConfig, ModelConfig, ShardingConfig
     from spotrun_trainer.model import build_mesh, build_sharded_model
 
     dist.init_process_group("gloo")

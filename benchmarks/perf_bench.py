@@ -50,8 +50,8 @@ def step_overhead(work: Path, steps: int, trials: int) -> dict:
     preset = PRESETS["cpu-small"]
     data = synthetic_shards(work / "data-small", preset["model"]["vocab_size"],
                             tokens=(steps + 2) * preset["micro_batch"] * 2 * preset["seq_len"] + preset["seq_len"])
-    hp = {"nproc_per_node": 2, "num_threads": 1, "micro_batch": preset["micro_batch"], "max_steps": steps,
-          "log_every": 10, "data.seq_len": preset["seq_len"], "model.config": preset["model"], "optim.lr": 1e-4}
+    hp = {"nproc_per_node": 2, "num_threads": 1, "training.micro_batch": preset["micro_batch"], "max_steps": steps,
+          "log_every": 10, "data.seq_len": preset["seq_len"], "model.config": preset["model"], "training.lr": 1e-4}
     log_every = hp["log_every"]
     tokens_per_step = preset["micro_batch"] * 2 * preset["seq_len"]
     trainer_s, bare_s, trainer_steady_s, bare_steady_s = [], [], [], []
@@ -94,8 +94,8 @@ def _wait_for(log: Path, needle: str, proc: subprocess.Popen, timeout: float = 9
 def resume_time(work: Path) -> dict:
     seq, micro = 64, 1
     data = synthetic_shards(work / "data-resume", RESUME_MODEL["vocab_size"], tokens=40 * micro * 2 * seq + seq)
-    hp = {"nproc_per_node": 2, "num_threads": 1, "micro_batch": micro, "max_steps": 30, "log_every": 1,
-          "data.seq_len": seq, "model.config": RESUME_MODEL, "optim.lr": 1e-4, "checkpoint.interval_steps": 4}
+    hp = {"nproc_per_node": 2, "num_threads": 1, "training.micro_batch": micro, "max_steps": 30, "log_every": 1,
+          "data.seq_len": seq, "model.config": RESUME_MODEL, "training.lr": 1e-4, "checkpoint.interval_steps": 4}
     sm = _sm_root(work, "resume", hp, data, work / "resume-ckpt")
     log = work / "resume-cold.log"
     t0 = time.monotonic()

@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LARGE = {"model_type": "llama", "hidden_size": 1024, "intermediate_size": 4096, "num_hidden_layers": 24,
          "num_attention_heads": 16, "num_key_value_heads": 8, "max_position_embeddings": 512,
          "tie_word_embeddings": False}
-HP = {"nproc_per_node": 2, "micro_batch": 1, "data.seq_len": 128, "max_steps": 50, "log_every": 1,
+HP = {"nproc_per_node": 2, "training.micro_batch": 1, "data.seq_len": 128, "max_steps": 50, "log_every": 1,
       "num_threads": 1, "checkpoint.interval_steps": 2, "checkpoint.keep": 2}
 
 

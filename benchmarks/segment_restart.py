@@ -25,8 +25,8 @@ from pathlib import Path
 from spotrun.local.examples import build_example
 from spotrun.local.harness import free_port, start_launcher, write_sagemaker_root
 
-HP = {"nproc_per_node": 2, "micro_batch": 2, "max_steps": 8, "log_every": 4, "num_threads": 1, "seed": 3,
-      "data.seq_len": 64, "checkpoint.interval_steps": 4, "checkpoint.keep": 2}
+HP = {"nproc_per_node": 2, "training.micro_batch": 2, "max_steps": 8, "log_every": 4, "num_threads": 1,
+      "training.seed": 3, "data.seq_len": 64, "checkpoint.interval_steps": 4, "checkpoint.keep": 2}
 
 
 def restart_seconds(work: Path, assets: dict) -> float:

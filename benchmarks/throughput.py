@@ -70,12 +70,12 @@ def dry_run(name: str, preset: dict, micro: int) -> dict:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from spotrun.settings import TrainConfig
+    from spotrun.settings.wire import job_config
     from spotrun_trainer.launcher import LAUNCHER_KEYS
 
     hp = {k: json.dumps(v) if isinstance(v, dict) else str(v) for k, v in _hyperparameters(preset, micro, 30).items()
           if k not in LAUNCHER_KEYS}
-    cfg = TrainConfig.from_hyperparameters(hp, **{"data.path": "/opt/ml/input/data/train",
+    cfg = job_config(hp, **{"data.path": "/opt/ml/input/data/train",
                                                   "output_dir": "/opt/ml/model"})
     raw = dict(cfg.model.config)
     with torch.device("meta"):
@@ -90,8 +90,8 @@ def dry_run(name: str, preset: dict, micro: int) -> dict:
 
 
 def _hyperparameters(preset: dict, micro: int, steps: int) -> dict:
-    hp = {"micro_batch": micro, "max_steps": steps, "log_every": 5, "data.seq_len": preset["seq_len"],
-          "model.config": preset["model"], "master_port": free_port(), "optim.lr": 1e-4,
+    hp = {"training.micro_batch": micro, "max_steps": steps, "log_every": 5, "data.seq_len": preset["seq_len"],
+          "model.config": preset["model"], "master_port": free_port(), "training.lr": 1e-4,
           "model.activation_checkpointing": preset["checkpointing"]}
     if preset["nproc"]:  # CPU: the launcher starts one process per GPU when there are GPUs
         hp.update({"nproc_per_node": preset["nproc"], "num_threads": 1})

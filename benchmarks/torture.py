@@ -40,11 +40,13 @@ from spotrun.local.harness import (
 from spotrun.seams import CHECKPOINT_MANIFEST, CHECKPOINT_STEP_PREFIX
 from spotrun_trainer.checkpoint import step_dir, verify
 
-HP = {"nproc_per_node": 2, "micro_batch": 2, "max_steps": 16, "log_every": 4, "num_threads": 1,
-      "deterministic": True, "seed": 5, "optim.lr": 3e-3, "data.seq_len": 64, "checkpoint.interval_steps": 2,
-      "checkpoint.keep": 2, "export.dtype": "float32"}  # exported weights compared at training precision
+# exported weights compared at training precision
+HP = {"nproc_per_node": 2, "training.micro_batch": 2, "max_steps": 16, "log_every": 4, "num_threads": 1,
+      "deterministic": True, "training.seed": 5, "training.lr": 3e-3, "data.seq_len": 64,
+      "checkpoint.interval_steps": 2, "checkpoint.keep": 2, "export.dtype": "float32"}
 # LoRA variant: rank 8 adapters on every linear layer of the same base, dropout on (per-rank RNG must resume too).
-LORA_HP = {"method": "lora", "lora.rank": 8, "lora.alpha": 16, "lora.dropout": 0.1, "optim.lr": 1e-2}
+LORA_HP = {"training.method": "lora", "training.lora.rank": 8, "training.lora.alpha": 16, "training.lora.dropout": 0.1,
+           "training.lr": 1e-2}
 WEIGHTS = {"full": "model.safetensors", "lora": "adapter_model.safetensors"}
 
 
@@ -55,7 +57,8 @@ def make_job(root: Path, assets: dict) -> Path:
 
 
 def same_weights(a: Path, b: Path) -> bool:
-    x, y = load_file(a / WEIGHTS[HP.get("method", "full")]), load_file(b / WEIGHTS[HP.get("method", "full")])
+    weights = WEIGHTS[HP.get("training.method", "full")]
+    x, y = load_file(a / weights), load_file(b / weights)
     return x.keys() == y.keys() and all(x[k].equal(y[k]) for k in x)
 
 

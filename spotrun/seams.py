@@ -3,7 +3,7 @@
 The planner and the Lambda handlers (spotrun/), the CDK constructs (training_constructs/) and the trainer image
 (training_image/, which installs this module) all import these names instead of spelling strings:
 
-- `Method`: the training methods. What the planner sends the trainer is the settings tree of spotrun/settings.py
+- `Method`: the training methods. What the planner sends the trainer is the settings tree of spotrun/settings/
   (the trainer's config, flattened to SageMaker hyperparameters under its dotted paths).
 - `METRIC_FIELDS`, `format_metric_line`/`parse_metric_line`, `format_eval_line`/`parse_eval_line`,
   `run_start_total_steps`, `METRIC_DEFINITIONS`, `metric_name`: the lines the trainer prints, their one parser
@@ -62,7 +62,7 @@ METRIC_FIELDS = ("loss", "lr", "grad_norm", "tokens_per_s", "mfu", "mem_gb")
 EVAL_LINE_PREFIX = "eval"
 EVAL_METRIC_FIELDS = ("val_loss", "val_ppl", "val_tokens", "eval_s")
 # The trainer's last line, `run_completed step=N final_loss=.. val_loss=.. base_val_loss=..`, carries the
-# exported weights' validation loss (export.weights: last or best) and the base model's: what the registry gate
+# exported weights' validation loss (export.from: last or best) and the base model's: what the registry gate
 # reads from DescribeTrainingJob's FinalMetricDataList. Metric field -> key on that line (and in the export
 # metadata's `evaluation`).
 COMPLETION_LINE_PREFIX = "run_completed"

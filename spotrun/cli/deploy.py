@@ -27,6 +27,7 @@ import time
 from botocore.exceptions import ClientError
 
 from ..seams import StackOutput
+from ..settings.wire import parse
 from .remote import Deployment, RemoteError, common, deployment, find_execution, run_command
 
 ADAPTER_CHANNEL = "adapter"
@@ -74,7 +75,7 @@ def approve(args: argparse.Namespace) -> dict:
 def container_for(package: dict, job: dict, *, merged: bool) -> dict:
     """The model's container: from the package (full model) or its image with the base and the adapter (LoRA)."""
     spec = package["InferenceSpecification"]["Containers"][0]
-    method = job.get("HyperParameters", {}).get("method", "full")
+    method = parse(job.get("HyperParameters", {})).training.method  # the trainer's own reading
     if method != "lora":
         return {"ModelPackageName": package["ModelPackageArn"]}
     if merged:
@@ -136,7 +137,7 @@ def deploy(args: argparse.Namespace) -> dict:
         "InitialInstanceCount": 1}])
     sm.create_endpoint(EndpointName=endpoint, EndpointConfigName=name, Tags=tags)
     return {"endpoint": endpoint, "endpoint_config": name, "model": name, "instance_type": args.instance_type,
-            "method": job.get("HyperParameters", {}).get("method", "full"), "execution": execution["name"],
+            "method": parse(job.get("HyperParameters", {})).training.method, "execution": execution["name"],
             "invoke": f"aws sagemaker-runtime invoke-endpoint --endpoint-name {endpoint} --content-type "
                       "application/json --body '{\"inputs\": \"Hello\"}' out.json"}
 

@@ -40,7 +40,9 @@ from ..planner.catalog import usd
 from ..planner.estimate import DEFAULT_PRICE_REGION, load_catalog
 from ..planner.sources import check_seq_len
 from ..seams import EXPORT_METADATA, SAMPLES_FILE, DatasetIndex, PipelineSettings, Plan, PlanStatus
-from ..settings import TrainConfig, flatten, parse
+from ..settings.checks import ConfigError
+from ..settings.tree import TrainConfig
+from ..settings.wire import flatten, parse
 from .harness import free_port, loss_records, val_history, write_sagemaker_root
 from .registry import DEFAULT_GROUP, register
 from .report_files import write_report
@@ -178,7 +180,7 @@ def check_raw_split(run: RunSpec) -> None:
 def check_one_step(data_dir: Path, settings: TrainConfig, nproc: int) -> None:
     """The dataset holds at least one step of samples (the launcher checks it too, after its start-up)."""
     index = json.loads((Path(data_dir) / DatasetIndex.FILE).read_text())
-    seq_len, micro_batch = settings.data.seq_len, settings.micro_batch
+    seq_len, micro_batch = settings.data.seq_len, settings.training.micro_batch
     samples = sum(int(s["tokens"]) // seq_len for s in index["shards"])
     if samples < micro_batch * nproc:
         raise RunValidationError("data.source", str(data_dir), f"at least one step of samples: it holds {samples} "
@@ -289,7 +291,6 @@ def checked_launch(job: Job, hyper: dict[str, str], channels: dict[str, Path]) -
     a typo is refused without leaving an empty job behind. Returns the run's steps (the trainer's total_steps for
     the job's processes on this machine's CPUs)."""
     # NOTE: imported here: the trainer is a separate package, needed only once a run is about to start.
-    from spotrun.settings import ConfigError
     from spotrun_trainer.data import read_index, total_steps
     from spotrun_trainer.launcher import SageMakerEnv, check_inputs, plan_launch
 
@@ -304,8 +305,8 @@ def checked_launch(job: Job, hyper: dict[str, str], channels: dict[str, Path]) -
         raise LocalConfigError(f"invalid configuration: {exc} (found before the job started: no job directory "
                                "was made)") from None
     cfg = launch.config
-    return total_steps(read_index(Path(cfg.data.path)), seq_len=cfg.data.seq_len, epochs=cfg.epochs,
-                       samples_per_step=cfg.micro_batch * launch.nproc_per_node * cfg.grad_accum,
+    return total_steps(read_index(Path(cfg.data.path)), seq_len=cfg.data.seq_len, epochs=cfg.training.epochs,
+                       samples_per_step=cfg.training.micro_batch * launch.nproc_per_node * cfg.training.grad_accum,
                        max_steps=cfg.max_steps)
 
 

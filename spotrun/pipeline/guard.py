@@ -81,7 +81,7 @@ from ..seams import (
     Plan,
     metric_name,
 )
-from ..settings import flatten, parse
+from ..settings.wire import flatten, parse
 from .aws_events import to_epoch
 from .continuation import EVENTS_PER_CREATE, EVENTS_PER_POLL, EVENTS_PER_STOP, continuation_name, must_continue
 from .report import run_report

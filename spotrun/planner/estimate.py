@@ -52,7 +52,7 @@ from dataclasses import dataclass, replace
 from ..contract.refusal import Refusal
 from ..contract.spec import MAX_RUNTIME_LIMIT_S, LoraSpec, RunSpec, RunValidationError
 from ..seams import StopNotice
-from ..settings import flatten
+from ..settings.wire import flatten
 from .catalog import CATALOG_PATH, DEFAULT_PRICE_REGION, check_prices, load_catalog, regional_catalog, usd
 from .memory import ModelDims, checkpoint_bytes, training_state_bytes
 from .options import (

@@ -1,5 +1,5 @@
 """The estimate the planner returns (`Estimate`; spotrun/planner/estimate.py builds it) and what it becomes: the
-settings the trainer is sent (`trainer_settings`, spotrun/settings.py's tree) within CreateTrainingJob's limits
+settings the trainer is sent (`trainer_settings`, spotrun/settings/'s tree) within CreateTrainingJob's limits
 (`check_hyperparameters`) and the text `spotrun estimate` prints.
 """
 
@@ -16,7 +16,9 @@ from ..contract.spec import (
     RunSpec,
     RunValidationError,
 )
-from ..settings import EvalConfig, ExportConfig, LoraConfig, TrackingConfig, TrainConfig, leaf_paths, parse
+from ..settings.sections import EvalConfig, ExportConfig, TrackingConfig
+from ..settings.tree import TrainConfig
+from ..settings.wire import leaves, parse
 from .catalog import usd
 from .segments import SegmentPlan, segment_seconds
 
@@ -74,24 +76,22 @@ class Estimate:
 
 
 def trainer_settings(run: RunSpec, est: Estimate) -> TrainConfig:
-    """What the trainer is sent (spotrun.settings, flattened into the plan's hyperparameters): every setting the
-    run names as the trainer does (`data.seq_len`, `checkpoint.keep`, `eval.*`, `tracking.*`), then the planner's
-    choices, in seconds. The launcher adds the channels' paths and the hosts."""
-    t, given = run.training, parse(same_named(run))
+    """What the trainer is sent (spotrun/settings/, flattened into the plan's hyperparameters): every setting the
+    run holds under the trainer's name (`training.lr`, `data.seq_len`, `checkpoint.keep`, `eval.*`, `tracking.*`),
+    then the planner's choices, in seconds. The launcher adds the channels' paths and the hosts."""
+    given = parse(same_named(run))
     return replace(
         given,
         model=replace(given.model, activation_checkpointing=est.activation_checkpointing,
                       # a pretrained model's config comes with its weights, in the model channel
                       config=given.model.config if run.model.init == "random" else {}),
-        optim=replace(given.optim, lr=t.lr),
+        training=replace(given.training, micro_batch=est.micro_batch, grad_accum=est.grad_accum),
         checkpoint=replace(given.checkpoint, interval_seconds=est.checkpoint_interval_seconds),
         sharding=replace(given.sharding, mode=est.sharding, group_nodes=est.shard_group_nodes),
-        method=t.method, lora=_lora(run),
-        # the trainer evaluates only with validation data
-        eval=given.eval if run.data.has_validation else EvalConfig(), export=_export(run),
-        tracking=_tracking(run, given.tracking),
-        micro_batch=est.micro_batch, grad_accum=est.grad_accum, epochs=t.epochs, seed=t.seed,
-        segment_seconds=first_segment_seconds(est))
+        # the trainer evaluates, and can export the best weights, only with validation data
+        eval=given.eval if run.data.has_validation else EvalConfig(),
+        export=given.export if run.data.has_validation else ExportConfig(),
+        tracking=_tracking(run, given.tracking), segment_seconds=first_segment_seconds(est))
 
 
 def check_hyperparameters(hyper: dict[str, str]) -> None:
@@ -106,29 +106,15 @@ def check_hyperparameters(hyper: dict[str, str]) -> None:
 
 
 def same_named(run: RunSpec) -> dict[str, Any]:
-    """{dotted path: the run's value} of every leaf of the settings tree that the run holds under the same name
-    (after the contract, which converts units: `checkpoint.interval_seconds`), where the run gives one."""
+    """{dotted path: the run's value} of every leaf of the settings tree that the run holds at the same attribute
+    path (after the contract, which converts units: `checkpoint.interval_seconds`), where the run gives one."""
     out = {}
-    for path in leaf_paths():
-        value: Any = run
-        for part in path.split("."):
-            value = getattr(value, part, None)
+    for leaf in leaves():
+        value = leaf.of(run)
         if value is not None and not is_dataclass(value):
-            out[path] = value
+            # a list of names travels as one comma-separated string (LoraConfig.target_modules)
+            out[leaf.key] = ",".join(value) if isinstance(value, tuple) else value
     return out
-
-
-def _lora(run: RunSpec) -> LoraConfig:
-    lora = run.training.lora
-    if run.training.method != "lora" or lora is None:
-        return LoraConfig()
-    targets = lora.target_modules
-    return LoraConfig(rank=lora.rank, alpha=lora.alpha, dropout=lora.dropout,
-                      target_modules=targets if isinstance(targets, str) else ",".join(targets))
-
-
-def _export(run: RunSpec) -> ExportConfig:
-    return ExportConfig(weights=run.export_from) if run.data.has_validation else ExportConfig()
 
 
 def _tracking(run: RunSpec, given: TrackingConfig) -> TrackingConfig:

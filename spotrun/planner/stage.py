@@ -17,7 +17,8 @@ from .measured import shape_key
 from .outputs import check_hyperparameters
 from .sources import read_sources, with_split
 
-MODEL_SOURCE_PATH = "model.source"  # spotrun/settings.py ModelConfig.source: the base an exported adapter names
+# spotrun/settings/sections.py ModelConfig.source: the base an exported adapter names
+MODEL_SOURCE_PATH = "model.source"
 
 
 @dataclass(frozen=True)

@@ -50,3 +50,5 @@ def test_the_docs_site_builds_strictly(tmp_path):
     assert "support-chat" in home  # the README became the home page
     built = {p.parent.name for p in (tmp_path / "site").glob("*/index.html")}
     assert {p.stem for p in (ROOT / "docs").glob("*.md")} - {"index"} <= built
+    fields = (tmp_path / "site" / "run-fields" / "index.html").read_text(encoding="utf-8")
+    assert "<code>training.lr</code>" in fields and "<code>export.from</code>" in fields  # the contract's table

@@ -76,7 +76,7 @@ def _stand_in(image: str, tmp_path, hosts: list[str], hyper: dict, channels: dic
 def test_sagemaker_local_mode_runs_the_demo_plan_bitwise_as_the_stand_in(trainer_image, sdk_ready, demo_plan,
                                                                           tmp_path, count):
     hyper, channels = demo_plan
-    assert hyper["eval.keep_best"] == "true" and hyper["export.weights"] == "best"  # the demo's, as planned
+    assert hyper["eval.keep_best"] == "true" and hyper["export.from"] == "best"  # the demo's, as planned
     assert set(channels) >= {"train", "model"}
     # NOTE: local mode names its network `sagemaker-local` in every job, and its hosts algo-1..N: two jobs at once
     # on one daemon would share it, and `algo-1` could resolve to the other job's container.

@@ -22,7 +22,7 @@ from spotrun.pipeline import launch
 from spotrun.pipeline.plan import PipelineSettings, plan
 from spotrun.planner.estimate import load_catalog
 from spotrun.seams import COMPLETED_METRIC, GUARD_FIELDS, PLAN_FIELDS, REFUSAL_FIELDS, REPORT_FIELDS, Guard, Plan
-from spotrun.settings import TrainConfig
+from spotrun.settings.wire import job_config
 from tests.infra.render import render
 
 
@@ -372,13 +372,13 @@ def test_every_plan_and_guard_path_exists_in_what_the_handlers_return(synth, ren
 
 def test_the_plans_hyperparameters_parse_into_the_trainers_config(synth, rendered):
     p = states_for_every_branch(synth, rendered)[0][1]["plan"]
-    config = TrainConfig.from_hyperparameters(  # with the overrides the launcher adds on SageMaker
+    config = job_config(  # with the overrides the launcher adds on SageMaker
         p["hyperparameters"], **{"data.path": "/opt/ml/input/data/train", "output_dir": "/opt/ml/model",
                                  "checkpoint.dir": "/opt/ml/checkpoints",
                                  "data.validation_path": "/opt/ml/input/data/validation"})
     assert config.data.seq_len == RUN["data"]["seq_len"]
     assert (config.eval.every_steps, config.eval.max_batches, config.eval.keep_best) == (50, 20, True)
-    assert config.export.weights == "best"
+    assert config.export.from_ == "best"
     assert config.checkpoint.interval_seconds == p["checkpoint_interval_seconds"]
     # The segment's budget: the trainer saves and exits before the job's MaxRuntime.
     assert 0 < config.segment_seconds < p["max_runtime_seconds"]

@@ -275,12 +275,12 @@ def test_a_run_needing_more_than_28_days_is_refused_with_the_figure_unless_the_s
 
 @pytest.mark.parametrize("minutes", [1e-9, 0.001, 0.004, 0.5, 7.25, 20])
 def test_a_tiny_checkpoint_interval_reaches_the_trainer_as_planned_never_as_off(minutes):
-    from spotrun.settings import TrainConfig  # the trainer's own parser of SageMaker hyperparameters
+    from spotrun.settings.wire import job_config
 
     raw = copy.deepcopy(RANDOM)
     raw["checkpoint"] = {"interval_minutes": minutes}
     est = estimate(parse_run(raw))
-    cfg = TrainConfig.from_hyperparameters(est.hyperparameters, **{"model.config": "{}", "model.path": "/m",
+    cfg = job_config(est.hyperparameters, **{"model.config": "{}", "model.path": "/m",
                                                                     "data.path": "/d", "output_dir": "/o",
                                                                     "checkpoint.dir": "/opt/ml/checkpoints"})
     assert est.checkpoint_interval_seconds == max(1, round(minutes * 60))

@@ -26,7 +26,7 @@ RUN = {"version": 1, "name": "tiny-eval",
 
 
 def test_the_plan_sends_the_validation_channel_and_the_trainer_parses_the_evaluation_settings():
-    from spotrun.settings import TrainConfig
+    from spotrun.settings.wire import job_config
 
     p = plan(RUN, "exec-1", SETTINGS)
     assert p["status"] == "ok", p
@@ -34,14 +34,14 @@ def test_the_plan_sends_the_validation_channel_and_the_trainer_parses_the_evalua
     assert channel["InputMode"] == "FastFile"
     assert channel["DataSource"]["S3DataSource"]["S3Uri"] == "s3://art-bucket/datasets/d1-val/"
     hp = p["hyperparameters"]
-    assert hp["export.weights"] == "best"
+    assert hp["export.from"] == "best"
     # What the launcher adds on SageMaker: the channels' paths.
-    cfg = TrainConfig.from_hyperparameters(hp, **{"data.path": "/opt/ml/input/data/train",
+    cfg = job_config(hp, **{"data.path": "/opt/ml/input/data/train",
                                                   "data.validation_path": "/opt/ml/input/data/validation",
                                                   "output_dir": "/opt/ml/model",
                                                   "checkpoint.dir": "/opt/ml/checkpoints"})  # CheckpointConfig
     assert (cfg.eval.every_steps, cfg.eval.every_minutes, cfg.eval.max_batches) == (25, 30.0, 64)
-    assert cfg.eval.keep_best is True and cfg.export.weights == "best"
+    assert cfg.eval.keep_best is True and cfg.export.from_ == "best"
 
 
 def test_a_validation_channel_outside_the_datasets_prefix_is_refused_by_field():

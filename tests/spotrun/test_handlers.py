@@ -37,7 +37,7 @@ from spotrun.seams import (
     StopNotice,
     checkpoint_step_dir,
 )
-from spotrun.settings import parse
+from spotrun.settings.wire import parse
 
 
 def decide(plan: dict, guard: dict, describe: dict, **kwargs) -> dict:

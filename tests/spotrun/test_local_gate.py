@@ -23,7 +23,7 @@ def test_a_local_run_that_fails_its_gate_is_reported_and_not_registered(assets, 
     path = tmp_path / "run.json"
     path.write_text(json.dumps(run))
     code = main(["local", str(path), "--out", str(tmp_path / "out"), "--job-name", "gated", "--progress", "none",
-                 "--format", "json", "--set", "max_steps=6", "--set", "micro_batch=2"])
+                 "--format", "json", "--set", "max_steps=6", "--set", "training.micro_batch=2"])
     assert code == 4  # trained, refused by the gate
     report = json.loads((tmp_path / "out" / "gated" / "report.json").read_text())
     assert report["status"] == "GateFailed" and report["gate"]["passed"] is False

@@ -69,8 +69,9 @@ def test_a_dataset_smaller_than_one_step_is_refused(capsys, tmp_path, assets):
 
 
 def test_a_configuration_error_the_launcher_would_find_exits_2_before_the_job_directory(capsys, tmp_path, assets):
-    err = _refused(capsys, tmp_path, [_run_file(tmp_path, assets), "--set", "seed=-1"])
-    assert err.startswith("error: InvalidConfiguration: invalid configuration: ") and "seed" in err
+    err = _refused(capsys, tmp_path, [_run_file(tmp_path, assets), "--set", "training.seed=-1"])
+    assert err.startswith("error: InvalidConfiguration: invalid configuration: ")
+    assert "training.seed=-1 is invalid" in err
 
 
 def test_resume_needs_a_job_and_not_a_run_file_too(capsys, tmp_path, assets):

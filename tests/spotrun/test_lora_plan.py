@@ -17,19 +17,20 @@ LORA_RUN = {"version": 1, "name": "tiny-lora",
 
 
 def test_estimate_lambda_plans_a_lora_run_and_the_trainer_parses_its_hyperparameters():
-    from spotrun.settings import TrainConfig
+    from spotrun.settings.wire import job_config
 
     p = plan(LORA_RUN, "exec-1", SETTINGS)
     assert p["status"] == "ok", p
     hp = p["hyperparameters"]
-    assert hp["method"] == "lora"
-    assert hp["lora.target_modules"] == "q_proj,v_proj"
+    assert hp["training.method"] == "lora"
+    assert hp["training.lora.target_modules"] == "q_proj,v_proj"
     # 2 layers x (q: 8 * (256 + 256), v: 8 * (256 + 256)) adapter parameters, 12 bytes each in a checkpoint
     assert p["estimate"]["trainable_parameters"] == 2 * 2 * 8 * 512
     assert p["estimate"]["checkpoint_bytes"] == 12 * 2 * 2 * 8 * 512
-    cfg = TrainConfig.from_hyperparameters(hp, **{"data.path": "/opt/ml/input/data/train",
+    cfg = job_config(hp, **{"data.path": "/opt/ml/input/data/train",
                                                   "output_dir": "/opt/ml/model",
                                                   "checkpoint.dir": "/opt/ml/checkpoints"})  # CheckpointConfig
-    assert cfg.method == "lora" and cfg.lora.rank == 8 and cfg.lora.targets == ("q_proj", "v_proj")
-    assert (cfg.lora.alpha, cfg.lora.dropout) == (24.0, 0.05)
+    lora = cfg.training.lora
+    assert cfg.training.method == "lora" and lora.rank == 8 and lora.targets == ("q_proj", "v_proj")
+    assert (lora.alpha, lora.dropout) == (24.0, 0.05)
     assert cfg.model.config["model_type"] == "llama"

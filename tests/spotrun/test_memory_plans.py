@@ -23,7 +23,7 @@ from spotrun.planner.memory import (
 )
 from spotrun.planner.plans import LLAMA_31_8B, LLAMA_31_70B, PLAN_RUNS, plan_run
 from spotrun.planner.topology import Layout, comm_seconds, layouts
-from spotrun.settings import parse
+from spotrun.settings.wire import parse
 
 TINY = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
         "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 256, "tie_word_embeddings": False}
@@ -95,7 +95,7 @@ def test_readme_plans_fit_the_usable_memory_including_activations(plans, name, s
     spec = load_catalog()["instances"][est.instance_type]
     assert m["usable"] == spec["gpu_memory_gb"] * 1e9 * 0.9 - 2e9
     sent = parse(est.hyperparameters)  # what the trainer reads
-    assert (sent.micro_batch, sent.grad_accum) == (est.micro_batch, est.grad_accum)
+    assert (sent.training.micro_batch, sent.training.grad_accum) == (est.micro_batch, est.grad_accum)
     assert est.micro_batch * est.grad_accum == 8  # the run's samples per GPU and step, kept
     assert (sent.sharding.mode, sent.model.activation_checkpointing) == (est.sharding, est.activation_checkpointing)
 
@@ -156,14 +156,14 @@ def test_spotrun_estimate_on_a_70b_full_run_prints_a_multi_node_plan_with_period
 @pytest.mark.parametrize("name, seq", [("Llama 3.1 70B full", 8192), ("Llama 3.1 8B full", 2048)])
 def test_the_trainer_builds_exactly_the_planned_layout(plans, name, seq):
     """The plan's hyperparameters through the trainer's own parser, as the launcher does on the first of its nodes."""
-    from spotrun.settings import TrainConfig
+    from spotrun.settings.wire import job_config
 
     est = plans[(name, seq)]
-    cfg = TrainConfig.from_hyperparameters(est.hyperparameters, **{
+    cfg = job_config(est.hyperparameters, **{
         "output_dir": "/opt/ml/model", "data.path": "/opt/ml/input/data/train", "model.path": "/m",
         "sharding.nodes": str(est.instance_count), "checkpoint.dir": "/opt/ml/checkpoints"})
     gpus = load_catalog()["instances"][est.instance_type]["gpus"]
-    assert (cfg.micro_batch, cfg.grad_accum) == (est.micro_batch, est.grad_accum)
+    assert (cfg.training.micro_batch, cfg.training.grad_accum) == (est.micro_batch, est.grad_accum)
     assert cfg.model.activation_checkpointing == est.activation_checkpointing
     assert cfg.data.seq_len == seq
     group_nodes = est.instance_count if est.sharding == "full" else est.shard_group_nodes

@@ -11,7 +11,7 @@ import pytest
 
 from spotrun.contract.spec import parse_run
 from spotrun.planner.estimate import EstimateRefused, estimate, load_catalog
-from spotrun.settings import TrainConfig, parse
+from spotrun.settings.wire import job_config, parse
 
 CATALOG = {
     "defaults": {"utilization": 0.25, "startup_seconds": 180, "trainer_restart_seconds": 60,
@@ -76,7 +76,7 @@ def test_full_fine_tune_worked_example():
     assert est.max_runtime_seconds == math.ceil(2 * (24180 + small_overhead))
     assert est.max_wait_seconds == est.max_runtime_seconds + 24 * 3600
     sent = parse(est.hyperparameters)  # what the trainer reads
-    assert (sent.checkpoint.interval_seconds, sent.sharding.mode, sent.micro_batch) == (1315, "full", 1)
+    assert (sent.checkpoint.interval_seconds, sent.sharding.mode, sent.training.micro_batch) == (1315, "full", 1)
     assert est.warnings == ["model.parameters only: activations, logits and gathered units are not in the memory "
                             "check (give model.config or model.source for a plan that counts them)"]
     big = estimate(run(compute={"instance_type": "ml.a1.big"}), catalog=CATALOG)
@@ -245,13 +245,14 @@ def test_lora_hyperparameters_are_what_the_trainer_config_reads(lora, settings, 
     est = estimate(spec, catalog=CATALOG)
     channels = {"data.path": "/data", "output_dir": "/out", "model.config": json.dumps(llama),
                 "checkpoint.dir": "/opt/ml/checkpoints"}  # the launcher adds it from the job's CheckpointConfig
-    cfg = TrainConfig.from_hyperparameters(est.hyperparameters, **channels)
-    assert cfg.method == "lora"
-    assert (cfg.lora.rank, cfg.lora.targets) == (lora["rank"], targets)
-    assert (cfg.lora.alpha, cfg.lora.dropout) == (spec.training.lora.alpha, spec.training.lora.dropout)
+    cfg = job_config(est.hyperparameters, **channels)
+    assert cfg.training.method == "lora"
+    assert (cfg.training.lora.rank, cfg.training.lora.targets) == (lora["rank"], targets)
+    sent = cfg.training.lora
+    assert (sent.alpha, sent.dropout) == (spec.training.lora.alpha, spec.training.lora.dropout)
     full = estimate(run(model={"config": llama}), catalog=CATALOG)
-    assert TrainConfig.from_hyperparameters(full.hyperparameters, **channels).method == "full"
-    assert not any(k.startswith("lora.") for k in full.hyperparameters)
+    assert job_config(full.hyperparameters, **channels).training.method == "full"
+    assert not any(k.startswith("training.lora.") for k in full.hyperparameters)
 
 
 def test_the_notice_budget_is_the_one_the_launcher_and_trainer_keep(monkeypatch):

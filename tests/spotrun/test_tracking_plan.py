@@ -22,12 +22,12 @@ RUN = {"version": 1, "name": "tiny-tracked",
 
 
 def test_the_tracking_server_and_experiment_are_hyperparameters_the_trainer_parses():
-    from spotrun.settings import TrainConfig
+    from spotrun.settings.wire import job_config
 
     hp = estimate(parse_run(RUN)).hyperparameters
     assert hp["tracking.mlflow_uri"] == SERVER
     assert hp["tracking.experiment"] == "tiny-tracked"  # the run's executions, side by side
-    cfg = TrainConfig.from_hyperparameters(hp, **{"data.path": "/opt/ml/input/data/train",
+    cfg = job_config(hp, **{"data.path": "/opt/ml/input/data/train",
                                                   "output_dir": "/opt/ml/model",
                                                   "checkpoint.dir": "/opt/ml/checkpoints",  # as the launcher sets
                                                   "model.config": '{"model_type": "llama"}'})

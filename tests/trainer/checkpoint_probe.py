@@ -9,7 +9,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
 
-from spotrun.settings import CheckpointConfig, ModelConfig, ShardingConfig
+from spotrun.settings.sections import CheckpointConfig, ModelConfig, ShardingConfig
 from spotrun_trainer.checkpoint import CheckpointManager
 from spotrun_trainer.model import build_mesh, build_sharded_model
 

@@ -12,16 +12,16 @@ from spotrun.local.harness import free_port, loss_history, start_launcher, val_h
 from spotrun_trainer.export import MERGED_DIR
 
 BASE_HP = {
-    "nproc_per_node": 2, "micro_batch": 2, "max_steps": 24, "log_every": 4, "num_threads": 1,
-    "deterministic": True, "seed": 3, "optim.lr": 3e-3, "optim.warmup_steps": 2, "data.seq_len": 64,
+    "nproc_per_node": 2, "training.micro_batch": 2, "max_steps": 24, "log_every": 4, "num_threads": 1,
+    "deterministic": True, "training.seed": 3, "training.lr": 3e-3, "optim.warmup_steps": 2, "data.seq_len": 64,
     "checkpoint.interval_steps": 4, "checkpoint.keep": 2,
     "eval.every_steps": 8,  # and before the first step and at the end: the data's validation/ split
     "export.dtype": "float32",  # bitwise comparisons of exported weights at training precision (default: bf16)
 }
 # A LoRA run on the same base and data: rank 8 on every linear layer, dropout on (its RNG must resume exactly),
 # the merged model exported too.
-LORA_HP = {"method": "lora", "lora.rank": 8, "lora.alpha": 16, "lora.dropout": 0.1, "optim.lr": 1e-2,
-           "export.merge_lora": True, "export.dtype": ""}
+LORA_HP = {"training.method": "lora", "training.lora.rank": 8, "training.lora.alpha": 16, "training.lora.dropout": 0.1,
+           "training.lr": 1e-2, "export.merge_lora": True, "export.dtype": ""}
 LORA_BASELINE_SOURCE = "s3://art-bucket/models/tiny/"  # the run's model.source, as the pipeline sends it
 # What each method exports, compared tensor by tensor between an interrupted run and its uninterrupted reference.
 EXPORTED = {"full": ("model.safetensors",),

@@ -10,7 +10,7 @@ from torch.distributed.fsdp import FSDPModule
 from torch.distributed.tensor import DTensor
 from transformers import AutoModelForCausalLM
 
-from spotrun.settings import ModelConfig, ShardingConfig
+from spotrun.settings.sections import ModelConfig, ShardingConfig
 from spotrun_trainer.model import build_mesh, build_sharded_model
 
 model_dir, out = sys.argv[1], sys.argv[2]

@@ -101,7 +101,7 @@ def test_the_completion_line_carries_the_exported_and_base_validation_loss_for_t
 
     vals = val_history(baseline.output)
     done = next(ln for ln in baseline.text().splitlines() if ln.startswith("run_completed "))
-    expected = {"exported_val_loss": vals[24], "base_val_loss": vals[0]}  # export.weights=last by default
+    expected = {"exported_val_loss": vals[24], "base_val_loss": vals[0]}  # export.from=last by default
     for field in COMPLETION_METRICS:
         regex = next(d["Regex"] for d in DEFINITIONS if d["Name"] == metric_name(field))
         assert float(re.search(regex, done).group(1)) == pytest.approx(expected[field], rel=1e-5)
@@ -114,7 +114,7 @@ def test_keep_best_keeps_the_lowest_validation_loss_checkpoint_and_export_best_e
     from spotrun_trainer.checkpoint import committed_checkpoints
 
     job = job_factory("best", channels={"validation": unrelated_validation},
-                      **{"eval.every_steps": 2, "eval.keep_best": True, "export.weights": "best", "optim.lr": 1e-2})
+                      **{"eval.every_steps": 2, "eval.keep_best": True, "export.from": "best", "training.lr": 1e-2})
     assert job.run() == 0, job.text()[-3000:]
     vals = val_history(job.output)
     best = min((s for s in vals if s > 0), key=vals.get)
@@ -130,7 +130,7 @@ def test_keep_best_keeps_the_lowest_validation_loss_checkpoint_and_export_best_e
 def test_the_schedule_evaluates_on_steps_at_the_end_and_at_the_first_log_step_after_its_minutes(tmp_path):
     import torch.distributed as dist
 
-    from spotrun.settings import EvalConfig
+    from spotrun.settings.sections import EvalConfig
     from spotrun_trainer.evaluate import Evaluator
 
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)

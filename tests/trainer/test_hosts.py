@@ -33,7 +33,7 @@ from .hosts import NAMES, SM_CHECKPOINTS, Cluster, Hosts, unavailable
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(bool(unavailable()), reason=unavailable())]
 
 # 4 ranks x micro_batch 1; few steps: four processes share this machine's cores.
-HP = {**BASE_HP, "micro_batch": 1, "max_steps": 12}
+HP = {**BASE_HP, "training.micro_batch": 1, "max_steps": 12}
 _RANK_FILE = re.compile(r"^__(\d+)_\d+\.distcp$")
 
 

@@ -1,4 +1,4 @@
-"""`eval.keep_best` + `export.weights=best` on several SageMaker hosts whose checkpoint directories are synced
+"""`eval.keep_best` + `export.from=best` on several SageMaker hosts whose checkpoint directories are synced
 with one prefix as SageMaker syncs them (tests/trainer/hosts.py): each host sees only its own checkpoint writes
 during a job and every host's at the next start, and a file a host deletes is deleted from the prefix.
 
@@ -32,8 +32,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(bool(unavailable()), reason=u
 
 # Four ranks x micro_batch 1 in both layouts; every other step evaluated (on the first 8 samples), so a new best
 # gets its own checkpoint.
-HP = {**BASE_HP, "micro_batch": 1, "max_steps": 12, "eval.every_steps": 2, "eval.max_batches": 8,
-      "eval.keep_best": True, "export.weights": "best", "optim.lr": 1e-2, "checkpoint.interval_steps": 4,
+HP = {**BASE_HP, "training.micro_batch": 1, "max_steps": 12, "eval.every_steps": 2, "eval.max_batches": 8,
+      "eval.keep_best": True, "export.from": "best", "training.lr": 1e-2, "checkpoint.interval_steps": 4,
       "checkpoint.keep": 2}
 LAST = HP["max_steps"]
 

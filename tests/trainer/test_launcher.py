@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 from spotrun.local.harness import start_launcher, write_sagemaker_root
-from spotrun.settings import ConfigError, ShardingConfig, TrainConfig
+from spotrun.settings.checks import ConfigError
+from spotrun.settings.sections import ShardingConfig
+from spotrun.settings.wire import job_config
 from spotrun_trainer.launcher import (
     PEER_STOPPED_EXIT,
     SageMakerEnv,
@@ -22,7 +24,7 @@ from spotrun_trainer.launcher import (
 )
 from spotrun_trainer.outcome import Outcome
 
-HP = {"micro_batch": "4", "max_steps": "100", "optim.lr": "1e-4", "checkpoint.interval_seconds": "900"}
+HP = {"training.micro_batch": "4", "max_steps": "100", "training.lr": "1e-4", "checkpoint.interval_seconds": "900"}
 
 
 def sm_root(tmp_path: Path, hosts: list[str], current: str, hp: dict | None = None, ckpt: bool = True) -> Path:
@@ -61,7 +63,7 @@ def test_one_host(tmp_path):
     assert p.config.model.path == str(tmp_path / "input" / "data" / "model")
     assert p.config.output_dir == str(tmp_path / "model")
     assert p.config.checkpoint.dir == "/opt/ml/checkpoints"
-    assert p.config.micro_batch == 4 and p.config.optim.lr == 1e-4 and p.config.checkpoint.interval_seconds == 900
+    assert (p.config.training.micro_batch, p.config.training.lr, p.config.checkpoint.interval_seconds) == (4, 1e-4, 900)
 
 
 def test_two_hosts_second_node(tmp_path):
@@ -156,9 +158,9 @@ def test_cpu_uses_the_configured_process_count(tmp_path):
 
 
 @pytest.mark.parametrize("hp, message", [
-    ({"micro_batch": "four"}, "micro_batch='four' is invalid: expected an integer"),
-    ({"micro_batch": "0"}, "micro_batch=0 is invalid: expected an integer >= 1"),
-    ({"optim.lr": "fast"}, "optim.lr='fast' is invalid: expected a number"),
+    ({"training.micro_batch": "four"}, "training.micro_batch='four' is invalid: expected an integer"),
+    ({"training.micro_batch": "0"}, "training.micro_batch=0 is invalid: expected an integer >= 1"),
+    ({"training.lr": "fast"}, "training.lr='fast' is invalid: expected a number"),
     ({"deterministic": "maybe"}, "deterministic='maybe' is invalid: expected true or false"),
     ({"checkpoint.keep": "1"}, "checkpoint.keep=1 is invalid: expected an integer >= 2"),
     ({"bogus": "1"}, "unknown field 'bogus'"),
@@ -167,14 +169,14 @@ def test_cpu_uses_the_configured_process_count(tmp_path):
     ({"shutdown_timeout": "30"}, "shutdown_timeout=30 is invalid: expected more than the emergency-save budget"),
     ({"model.config": "[1]"}, "model.config='[1]' is invalid: expected a JSON object"),
     # non-finite values pass `lr > 0` (inf) and then train to NaN: refused at config time
-    ({"optim.lr": "inf"}, "optim.lr=inf is invalid: expected a finite number"),
-    ({"optim.lr": "nan"}, "optim.lr=nan is invalid: expected a finite number"),
+    ({"training.lr": "inf"}, "training.lr=inf is invalid: expected a finite number"),
+    ({"training.lr": "nan"}, "training.lr=nan is invalid: expected a finite number"),
     ({"optim.weight_decay": "-Infinity"}, "optim.weight_decay=-inf is invalid: expected a finite number"),
-    ({"epochs": "1e400"}, "epochs=inf is invalid: expected a finite number"),
+    ({"training.epochs": "1e400"}, "training.epochs=inf is invalid: expected a finite number"),
     ({"checkpoint.interval_seconds": "inf"}, "checkpoint.interval_seconds=inf is invalid: expected a finite number"),
     ({"model.config": '{"model_type": "llama", "rope_theta": NaN}'}, "model.config='{\"model_type\": \"llama\""),
-    ({"seed": "-3"}, "seed=-3 is invalid: expected an integer in [0, 4294967295]"),
-    ({"seed": str(2**32)}, "seed=4294967296 is invalid: expected an integer in [0, 4294967295]"),
+    ({"training.seed": "-3"}, "training.seed=-3 is invalid: expected an integer in [0, 4294967295]"),
+    ({"training.seed": str(2**32)}, "training.seed=4294967296 is invalid: expected an integer in [0, 4294967295]"),
     ({"max_steps": str(2**63)}, "max_steps=9223372036854775808 is invalid: expected an integer in ["),
     ({"max_steps": "9" * 5000}, "max_steps='99999"),
     ({"bad\nkey" * 10_000: "1"}, "unknown field 'bad\\nkeybad"),
@@ -192,7 +194,7 @@ def test_bad_hyperparameters_name_the_field(tmp_path, hp, message):
      "weights are kept as a checkpoint (checkpoint.dir, the job's CheckpointConfig)"),
     ({"segment_seconds": "3600"}, "segment_seconds=3600.0 is invalid: expected 0 without checkpoints: the next "
      "segment resumes from the checkpoint"),
-    ({"export.weights": "best"}, "export.weights='best' is invalid: expected last, or best with "
+    ({"export.from": "best"}, "export.from='best' is invalid: expected last, or best with "
      "eval.keep_best=true and validation data"),
 ])
 def test_rules_across_fields_are_configuration_errors_before_torchrun(tmp_path, hp, message):
@@ -209,7 +211,7 @@ def test_current_host_must_be_listed(tmp_path):
 
 def test_non_string_hyperparameter_is_rejected(tmp_path):
     with pytest.raises(ConfigError, match="micro_batch=4 is invalid: SageMaker passes strings"):
-        SageMakerEnv.read(sm_root(tmp_path, ["algo-1"], "algo-1", {"micro_batch": 4}))
+        SageMakerEnv.read(sm_root(tmp_path, ["algo-1"], "algo-1", {"training.micro_batch": 4}))
 
 
 def test_missing_resourceconfig_is_a_clear_error(tmp_path):
@@ -326,7 +328,7 @@ def test_stop_before_launch_exits_cleanly_without_starting_torchrun(tmp_path):
 
 
 def inputs(assets, **hp):
-    return TrainConfig.from_hyperparameters({"data.path": str(assets["data"]), "output_dir": "/unused",
+    return job_config({"data.path": str(assets["data"]), "output_dir": "/unused",
                                              "model.path": str(assets["model"]), **hp})
 
 
@@ -403,7 +405,7 @@ def test_after_a_failure_in_every_worker_each_exits_1_without_an_abort_or_a_sign
     """A failure after the process group is up (LoRA targets the model lacks: found when PEFT wraps it): every
     rank writes its outcome and exits 1 itself; none aborts in the interpreter's teardown (SIGABRT, -6) or dies of
     torchrun's SIGTERM to the survivors in it (-15)."""
-    job = job_factory("worker-failure", **{"method": "lora", "lora.target_modules": "nosuch_proj"})
+    job = job_factory("worker-failure", **{"training.method": "lora", "training.lora.target_modules": "nosuch_proj"})
     assert job.run() == 1, job.text()[-3000:]
     text = job.text()
     codes = re.findall(r"exitcode\s*: (-?\d+)", text)

@@ -20,7 +20,7 @@ from spotrun_trainer.export import MERGED_DIR
 from .conftest import LORA_BASELINE_SOURCE, LORA_HP, assert_same_run
 
 pytestmark = pytest.mark.slow
-RANK, ALPHA = LORA_HP["lora.rank"], LORA_HP["lora.alpha"]
+RANK, ALPHA = LORA_HP["training.lora.rank"], LORA_HP["training.lora.alpha"]
 
 
 def test_lora_trains_the_adapters_only_with_falling_loss(lora_baseline, assets):
@@ -118,7 +118,8 @@ def test_exported_adapter_loads_with_peft_and_gives_the_sharded_models_logits(lo
         logits = model(input_ids=probe["input_ids"]).logits
     torch.testing.assert_close(logits, probe["logits"], rtol=0, atol=1e-5)
     config = json.loads((out / "adapter_config.json").read_text())
-    assert (config["r"], config["lora_alpha"], config["lora_dropout"]) == (RANK, ALPHA, LORA_HP["lora.dropout"])
+    assert (config["r"], config["lora_alpha"], config["lora_dropout"]) == (
+        RANK, ALPHA, LORA_HP["training.lora.dropout"])
     # The base it names is the run's model.source (given explicitly above, as an S3 source needs), never the
     # job's input/data/model link, which is gone with the job.
     assert config["base_model_name_or_path"] == LORA_BASELINE_SOURCE
@@ -126,7 +127,7 @@ def test_exported_adapter_loads_with_peft_and_gives_the_sharded_models_logits(lo
     assert meta["kind"] == "lora_adapter" and meta["needs_base_model"] is True
     assert meta["base_model"]["path"] == str(lora_baseline.root / "sm" / "input" / "data" / "model")
     assert meta["base_model"]["model_type"] == "llama"
-    assert meta["lora"] == {"rank": RANK, "alpha": ALPHA, "dropout": LORA_HP["lora.dropout"],
+    assert meta["lora"] == {"rank": RANK, "alpha": ALPHA, "dropout": LORA_HP["training.lora.dropout"],
                             "target_modules": "all-linear"}
     assert meta["merged"] == {"path": MERGED_DIR, "dtype": "bfloat16"}
 
@@ -180,7 +181,8 @@ def test_mfu_counts_the_frozen_base_at_four_flops_per_token_as_the_planner_does(
 def test_target_modules_that_match_nothing_name_the_field():
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from spotrun.settings import ConfigError, LoraConfig
+    from spotrun.settings.checks import ConfigError
+    from spotrun.settings.sections import LoraConfig
     from spotrun_trainer.lora import apply
 
     config = AutoConfig.for_model("llama", hidden_size=32, intermediate_size=64, num_hidden_layers=1,
@@ -196,16 +198,18 @@ def test_target_modules_that_match_nothing_name_the_field():
 
 
 @pytest.mark.parametrize("hp, message", [
-    ({"method": "qlora"}, "method='qlora' is invalid: expected full or lora"),
-    ({"lora.rank": "0"}, "lora.rank=0 is invalid: expected an integer in [1, 4096]"),
-    ({"lora.alpha": "-2"}, "lora.alpha=-2.0 is invalid: expected a positive finite number"),
-    ({"lora.dropout": "1"}, "lora.dropout=1.0 is invalid: expected a float in [0, 1)"),
-    ({"lora.target_modules": "q-proj"}, "lora.target_modules='q-proj' is invalid: expected all-linear or"),
+    ({"training.method": "qlora"}, "training.method='qlora' is invalid: expected full or lora"),
+    ({"training.lora.rank": "0"}, "training.lora.rank=0 is invalid: expected an integer in [1, 4096]"),
+    ({"training.lora.alpha": "-2"}, "training.lora.alpha=-2.0 is invalid: expected a positive finite number"),
+    ({"training.lora.dropout": "1"}, "training.lora.dropout=1.0 is invalid: expected a float in [0, 1)"),
+    ({"training.lora.target_modules": "q-proj"},
+     "training.lora.target_modules='q-proj' is invalid: expected all-linear or"),
     ({"export.dtype": "fp16"}, "export.dtype='fp16' is invalid: expected bfloat16 or float32"),
 ])
 def test_bad_lora_and_export_settings_name_the_field_and_what_is_accepted(hp, message):
-    from spotrun.settings import ConfigError, TrainConfig
+    from spotrun.settings.checks import ConfigError
+    from spotrun.settings.wire import job_config
 
     with pytest.raises(ConfigError) as err:
-        TrainConfig.from_hyperparameters(hp, **{"data.path": "/d", "model.path": "/m", "output_dir": "/o"})
+        job_config(hp, **{"data.path": "/d", "model.path": "/m", "output_dir": "/o"})
     assert str(err.value).startswith(message)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 
 import pytest
@@ -9,7 +10,9 @@ import torch
 from torch import nn
 
 from spotrun.local.examples import ARCHITECTURES
-from spotrun.settings import ConfigError, ModelConfig, TrainConfig
+from spotrun.settings.checks import ConfigError
+from spotrun.settings.sections import ModelConfig
+from spotrun.settings.wire import from_dict, to_json
 from spotrun_trainer.model import find_blocks, resolve_param_dtype, warn_unsharded_blocks
 
 
@@ -57,8 +60,8 @@ def test_config_errors_name_the_field():
     with pytest.raises(ConfigError, match="model.param_dtype='fp8' is invalid"):
         ModelConfig(path="/m", param_dtype="fp8")
     with pytest.raises(ConfigError, match="model.path/model.config"):  # what a job needs, checked at its entry
-        TrainConfig.from_dict({"data": {"path": "/d"}, "output_dir": "/o"})
+        from_dict({"data": {"path": "/d"}, "output_dir": "/o"})
     with pytest.raises(ConfigError, match="output_dir=''"):
-        TrainConfig.from_dict({"model": {"path": "/m"}, "data": {"path": "/d"}})
-    cfg = TrainConfig.from_dict({"model": {"path": "/m"}, "data": {"path": "/d"}, "output_dir": "/o"})
-    assert TrainConfig.from_dict(__import__("json").loads(cfg.to_json())) == cfg
+        from_dict({"model": {"path": "/m"}, "data": {"path": "/d"}})
+    cfg = from_dict({"model": {"path": "/m"}, "data": {"path": "/d"}, "output_dir": "/o"})
+    assert from_dict(json.loads(to_json(cfg))) == cfg

@@ -10,7 +10,8 @@ import torch
 import torch.nn.functional as F
 
 from spotrun.local.harness import loss_history
-from spotrun.settings import ConfigError, PerfConfig
+from spotrun.settings.checks import ConfigError
+from spotrun.settings.sections import PerfConfig
 from spotrun_trainer.loss import CausalLMLoss, chunked_cross_entropy
 
 TINY_LLAMA = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,

@@ -156,7 +156,7 @@ def test_full_disk_during_an_async_save_fails_naming_the_cause_and_the_intact_ch
 def test_diverging_run_stops_keeps_its_last_good_checkpoint_and_exports_nothing(job_factory, tmp_path, interval,
                                                                                max_steps, what, intact):
     # lr=1e5 is finite (accepted) but sends the weights to NaN after step 4 (measured: gradients are NaN at step 4)
-    job = job_factory("diverge", **{"optim.lr": 1e5, "checkpoint.interval_steps": interval, "max_steps": max_steps})
+    job = job_factory("diverge", **{"training.lr": 1e5, "checkpoint.interval_steps": interval, "max_steps": max_steps})
     assert job.run() == 1, job.text()[-3000:]
     failure = job.failure.read_text()
     assert failure.startswith(f"CheckpointError: training diverged: {what}"), failure

@@ -11,7 +11,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from spotrun.seams import SAMPLES_FILE
-from spotrun.settings import EvalConfig
+from spotrun.settings.sections import EvalConfig
 from spotrun_trainer.data import read_index
 
 pytestmark = pytest.mark.slow

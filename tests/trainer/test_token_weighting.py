@@ -69,7 +69,7 @@ def test_step_loss_and_gradients_are_the_token_mean_over_all_micro_batches_and_r
 
     cfg = {"perf": {"loss": loss, "loss_chunk_tokens": 16}, "model": {"path": str(assets["model"])},
            "data": {"path": str(chat_data), "seq_len": SEQ_LEN},
-           "micro_batch": MICRO_BATCH, "grad_accum": GRAD_ACCUM, "output_dir": str(tmp_path / "out"),
+           "training.micro_batch": MICRO_BATCH, "training.grad_accum": GRAD_ACCUM, "output_dir": str(tmp_path / "out"),
            "num_threads": 1, "deterministic": True, "optim": {"grad_clip": 0.0}}
     (tmp_path / "cfg.json").write_text(json.dumps(cfg))
     (tmp_path / "out").mkdir()

@@ -18,7 +18,9 @@ import pytest
 
 from spotrun.local.harness import free_port, kill_tree, loss_history, val_history, wait_for_step
 from spotrun.seams import parse_metric_line
-from spotrun.settings import ConfigError, TrackingConfig, TrainConfig
+from spotrun.settings.checks import ConfigError
+from spotrun.settings.sections import TrackingConfig
+from spotrun.settings.wire import job_config
 from spotrun_trainer import tracking
 from spotrun_trainer.checkpoint import committed_checkpoints
 
@@ -221,7 +223,8 @@ import sys
 events = []
 sys.addaudithook(lambda event, args: events.append((event, args)) if event.startswith("socket.") else None)
 from spotrun_trainer import train  # the worker module: torch, transformers, the trainer
-from spotrun.settings import TrackingConfig
+from spotrun.settings.sections import TrackingConfig
+from spotrun.settings.wire import job_config
 from spotrun_trainer.tracking import make_tracker
 tracker = make_tracker(TrackingConfig(), rank=0, params={"method": "full"})
 ids = {}
@@ -241,14 +244,14 @@ print("ok")
 
 
 def test_tracking_hyperparameters_parse_and_a_bad_uri_names_the_field():
-    cfg = TrainConfig.from_hyperparameters({"data.path": "d", "output_dir": "o", "model.config": '{"model_type": "x"}',
+    cfg = job_config({"data.path": "d", "output_dir": "o", "model.config": '{"model_type": "x"}',
                                             "tracking.mlflow_uri": "arn:aws:sagemaker:us-east-1:"
                                             "123456789012:mlflow-tracking-server/team",
                                             "tracking.experiment": "support-chat"})
     assert cfg.tracking.mlflow_uri.endswith(":mlflow-tracking-server/team")
     assert cfg.tracking.experiment == "support-chat"
     with pytest.raises(ConfigError, match=r"tracking\.mlflow_uri='ftp://x' is invalid: expected an http"):
-        TrainConfig.from_hyperparameters({"data.path": "d", "output_dir": "o", "model.config": '{"model_type": "x"}',
+        job_config({"data.path": "d", "output_dir": "o", "model.config": '{"model_type": "x"}',
                                           "tracking.mlflow_uri": "ftp://x"})
     # Only rank 0 tracks; the other ranks' tracker does nothing (and never imports MLflow).
     assert type(tracking.make_tracker(TrackingConfig(mlflow_uri="http://127.0.0.1:1"), rank=1, params={})) \

@@ -18,7 +18,9 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from spotrun.settings import ConfigError, TrackingConfig, TrainConfig
+from spotrun.settings.checks import ConfigError
+from spotrun.settings.sections import TrackingConfig
+from spotrun.settings.wire import job_config
 from spotrun_trainer import tracking
 
 pytest.importorskip("wandb")  # training_image/requirements.txt pins it; the trainer runs without it when unused
@@ -160,7 +162,7 @@ def test_the_plan_sends_the_secrets_name_never_the_key_and_the_trainer_parses_it
     assert hyper["tracking.wandb_project"] == "support-chat"
     assert hyper["tracking.wandb_api_key_secret"] == SECRET
     assert planned["network_isolation"] is False  # the job reaches W&B
-    cfg = TrainConfig.from_hyperparameters({**hyper, "data.path": "d", "output_dir": "o",
+    cfg = job_config({**hyper, "data.path": "d", "output_dir": "o",
                                             "checkpoint.dir": "/opt/ml/checkpoints"})  # the launcher adds it
     assert (cfg.tracking.wandb_project, cfg.tracking.wandb_entity, cfg.tracking.wandb_api_key_secret) == (
         "support-chat", "team", SECRET)
@@ -169,5 +171,5 @@ def test_the_plan_sends_the_secrets_name_never_the_key_and_the_trainer_parses_it
     assert (refused["status"], refused["field"]) == ("InvalidRun", "tracking.wandb_api_key_secret"), refused
     assert "one of the stage's W&B API key secrets: none (wandb_api_key_secrets" in refused["message"]
     with pytest.raises(ConfigError, match=r"tracking\.wandb_api_key_secret=''"):
-        TrainConfig.from_hyperparameters({"data.path": "d", "output_dir": "o", "model.config": '{"model_type": "x"}',
+        job_config({"data.path": "d", "output_dir": "o", "model.config": '{"model_type": "x"}',
                                           "tracking.wandb_project": "p"})

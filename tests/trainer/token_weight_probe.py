@@ -9,12 +9,12 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from spotrun.settings import TrainConfig
+from spotrun.settings.wire import from_json_file
 from spotrun_trainer.train import StopFlag, Trainer
 
 cfg_path, out = sys.argv[1], Path(sys.argv[2])
 dist.init_process_group("gloo")
-trainer = Trainer(TrainConfig.from_json_file(cfg_path), local_rank=int(os.environ["LOCAL_RANK"]), stop=StopFlag())
+trainer = Trainer(from_json_file(cfg_path), local_rank=int(os.environ["LOCAL_RANK"]), stop=StopFlag())
 trainer.losses.add(1, trainer.accumulate())
 (_, loss), = trainer.losses.flush()  # what the metric line and loss_history.jsonl carry
 grads = {name: p.grad.full_tensor() for name, p in trainer.model.named_parameters() if p.grad is not None}

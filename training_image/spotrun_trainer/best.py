@@ -1,4 +1,4 @@
-"""BestWeights: the weights of the best validation step, kept in memory for `export.weights=best`.
+"""BestWeights: the weights of the best validation step, kept in memory for `export.from=best`.
 
 NOTE (multi-host): SageMaker uploads each host's checkpoint directory to the one S3 prefix while a job runs and
 copies the prefix down only when a job starts. A checkpoint written during this job is therefore only partly on

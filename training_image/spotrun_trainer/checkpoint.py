@@ -75,7 +75,7 @@ from spotrun.seams import (
     StopNotice,
     checkpoint_step_dir,
 )
-from spotrun.settings import CheckpointConfig
+from spotrun.settings.sections import CheckpointConfig
 
 log = logging.getLogger(__name__)
 
@@ -409,7 +409,7 @@ class CheckpointManager:
         finite when it was taken) is committed first. All ranks call it together."""
         self.wait()
         return CheckpointError(f"training diverged: {what}; nothing after it is saved or exported, "
-                               f"{self.intact_note()}: lower optim.lr or set optim.grad_clip")
+                               f"{self.intact_note()}: lower training.lr or set optim.grad_clip")
 
     def _require_finite_weights(self, step: int) -> None:
         """Every rank checks its own shards; ranks agree (MIN), so all raise together. O(parameters) per save."""

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from spotrun.settings import EvalConfig
+from spotrun.settings.sections import EvalConfig
 
 from .agreement import rank_ordered_sum
 from .data import DataError, TokenShardLoader

@@ -6,7 +6,7 @@
                       standalone model in export.dtype)
     every run         spotrun-export.json (spotrun.seams.EXPORT_METADATA): kind (full | lora_adapter), whether
                       and which base model it needs, the LoRA settings, the weights' dtype, where each artifact
-                      is, and with validation data `evaluation`: which weights (export.weights last | best) of
+                      is, and with validation data `evaluation`: which weights (export.from last | best) of
                       which step, their validation loss, the base model's and the final one
     with validation   samples.json (samples.py): greedy generations from fixed validation prompts, base vs tuned
 
@@ -27,7 +27,7 @@ from torch.distributed.fsdp import FSDPModule
 from transformers import AutoTokenizer
 
 from spotrun.seams import EXPORT_METADATA, Method
-from spotrun.settings import TrainConfig
+from spotrun.settings.tree import TrainConfig
 
 from . import lora, samples
 
@@ -53,7 +53,7 @@ def export(cfg: TrainConfig, model, built, loader, *, evaluation: dict | None = 
     dtype = DTYPES[cfg.export.dtype]
     probe = _probe_logits(cfg, model, loader) if cfg.probe_logits_path else None
     rank = dist.get_rank()
-    if cfg.method == Method.LORA:
+    if cfg.training.method == Method.LORA:
         lora.export_adapter(model, out)
         merged = lora.merged_model(model, built.hf_config, dtype) if cfg.export.merge_lora else None
         if rank == 0:
@@ -95,7 +95,7 @@ def _readable(out: Path) -> None:
 def metadata(cfg: TrainConfig, built, evaluation: dict | None = None) -> dict:
     """The export metadata as a dict (what `write_metadata` writes)."""
     hf = built.hf_config
-    is_lora = cfg.method == Method.LORA
+    is_lora, lora = cfg.training.method == Method.LORA, cfg.training.lora
     return {
         "format": METADATA_FORMAT,
         "kind": "lora_adapter" if is_lora else "full",
@@ -104,9 +104,9 @@ def metadata(cfg: TrainConfig, built, evaluation: dict | None = None) -> dict:
                        "model_type": hf.model_type,
                        "architectures": list(getattr(hf, "architectures", None) or [])},
         "weights_dtype": "float32" if is_lora else cfg.export.dtype,
-        "lora": ({"rank": cfg.lora.rank, "alpha": cfg.lora.alpha, "dropout": cfg.lora.dropout,
-                  "target_modules": cfg.lora.targets if isinstance(cfg.lora.targets, str)
-                  else list(cfg.lora.targets)} if is_lora else None),
+        "lora": ({"rank": lora.rank, "alpha": lora.alpha, "dropout": lora.dropout,
+                  "target_modules": lora.targets if isinstance(lora.targets, str) else list(lora.targets)}
+                 if is_lora else None),
         "merged": ({"path": MERGED_DIR, "dtype": cfg.export.dtype}
                    if is_lora and cfg.export.merge_lora else None),
         "parameters": built.num_params,

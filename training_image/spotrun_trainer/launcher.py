@@ -50,7 +50,9 @@ from pathlib import Path
 import psutil
 
 from spotrun.seams import VALIDATION_CHANNEL, DatasetIndex, StopNotice
-from spotrun.settings import ConfigError, TrainConfig, parse, short_repr
+from spotrun.settings.checks import ConfigError, short_repr
+from spotrun.settings.tree import TrainConfig
+from spotrun.settings.wire import job_config, parse, to_json
 
 from .data import VALIDATION_DIR, DataError, read_index
 from .outcome import OUTCOME_DIR_ENV, Outcome, read_outcomes
@@ -175,7 +177,7 @@ def plan_launch(sm: SageMakerEnv, *, gpu_count: int, efa_devices: list[str], ofi
     if parse(trainer_hp).tracking.mlflow_uri:  # what the tracker logs as the run's parameters
         overrides.update({"tracking.instance_type": sm.instance_type, "tracking.instance_count": str(nnodes),
                           "tracking.params": dict(hp)})
-    config = TrainConfig.from_hyperparameters(trainer_hp, **overrides)
+    config = job_config(trainer_hp, **overrides)
     save_budget = config.checkpoint.notice_seconds - StopNotice.FINISH_S
     if not save_budget < shutdown_timeout <= config.checkpoint.notice_seconds:
         raise ConfigError(f"shutdown_timeout={shutdown_timeout} is invalid: expected more than the emergency-save "
@@ -234,7 +236,7 @@ def check_inputs(config: TrainConfig, *, world_size: int) -> None:
             raise ConfigError(f"data.validation_path={config.data.validation_path!r} is invalid: it holds no "
                               f"sample of data.seq_len={seq_len} tokens")
     samples = sum(int(s["tokens"]) // seq_len for s in index[DatasetIndex.SHARDS])
-    needed = config.micro_batch * world_size
+    needed = config.training.micro_batch * world_size
     if samples < needed:
         raise ConfigError(f"data.seq_len={seq_len} is invalid for this dataset: it holds {samples} samples of "
                           f"{seq_len} tokens and one step needs micro_batch x processes = {needed}")
@@ -525,7 +527,7 @@ def _launch(root: Path, work: Path, stop: StopSignal) -> int:
         write_failure(failure_file, import_failure(exc))
         log.exception("the trainer's imports fail in this image")
         return 1
-    (work / "train_config.json").write_text(plan.config.to_json())
+    (work / "train_config.json").write_text(to_json(plan.config))
     return run(plan, failure_file=failure_file, outcome_dir=work / "outcome", stop=stop)
 
 

@@ -28,7 +28,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-from spotrun.settings import ConfigError, LoraConfig
+from spotrun.settings.checks import ConfigError
+from spotrun.settings.sections import LoraConfig
 
 ADAPTER_NAME = "default"  # PEFT's name for a model's only adapter (files are saved at the top of the directory)
 

@@ -21,7 +21,7 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from spotrun.settings import LoraConfig, ModelConfig, PerfConfig, ShardingConfig
+from spotrun.settings.sections import LoraConfig, ModelConfig, PerfConfig, ShardingConfig
 
 from . import lora as lora_lib
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from spotrun.seams import SAMPLES_FILE, Method
-from spotrun.settings import TrainConfig
+from spotrun.settings.tree import TrainConfig
 
 from .data import TokenShardLoader
 
@@ -59,7 +59,7 @@ def load_exported(cfg: TrainConfig, out: Path):
     # Imported here: only rank 0 at the end of a run needs the loaders (transformers/peft import in seconds).
     from transformers import AutoModelForCausalLM
 
-    if cfg.method != Method.LORA:
+    if cfg.training.method != Method.LORA:
         return AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
     from peft import PeftModel  # LoRA only (see load_exported)
 

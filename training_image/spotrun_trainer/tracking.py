@@ -51,7 +51,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from spotrun.settings import TrackingConfig
+from spotrun.settings.sections import TrackingConfig
 
 from .tracker_base import (  # noqa: F401 (LOSS, VAL_PPL, STEP_METRICS: tracking's names, read by tests)
     LOSS,

@@ -51,7 +51,8 @@ from spotrun.seams import (
     format_eval_line,
     format_metric_line,
 )
-from spotrun.settings import TrainConfig
+from spotrun.settings.tree import TrainConfig
+from spotrun.settings.wire import from_json_file
 
 from . import metrics
 from .agreement import Agreement, LossHistory, StepAgreement
@@ -181,36 +182,37 @@ class Trainer:
         verified = verify_ahead(cfg.checkpoint, local_rank)  # hashes the checkpoints while the model is built
         self.perf = cfg.perf.resolved(self.device.type)
 
-        torch.manual_seed(cfg.seed)  # the same init stream on every rank before sharding
-        self.built = build_sharded_model(cfg.model, mesh=mesh, device=self.device, seed=cfg.seed, perf=self.perf,
-                                         lora=cfg.lora if cfg.method == Method.LORA else None)
+        t = cfg.training
+        torch.manual_seed(t.seed)  # the same init stream on every rank before sharding
+        self.built = build_sharded_model(cfg.model, mesh=mesh, device=self.device, seed=t.seed, perf=self.perf,
+                                         lora=t.lora if t.method == Method.LORA else None)
         self.model = self.built.model
         self.model.train()
-        torch.manual_seed(cfg.seed + 1 + self.rank)  # per-rank stream (dropout) after it; saved per rank
+        torch.manual_seed(t.seed + 1 + self.rank)  # per-rank stream (dropout) after it; saved per rank
         self.loss_fn = CausalLMLoss(self.model, self.perf.loss, self.perf.loss_chunk_tokens)
         self.step_tokens = StepTokens(dp_ranks=self.world)  # every rank reads its own data: all are DP ranks
 
         o = cfg.optim
         fused = {"fused": True} if self.perf.fused_optimizer == "on" else {}
         self.trainable = [p for p in self.model.parameters() if p.requires_grad]  # LoRA: the adapters only
-        self.optimizer = torch.optim.AdamW(self.trainable, lr=o.lr, betas=(o.beta1, o.beta2),
+        self.optimizer = torch.optim.AdamW(self.trainable, lr=t.lr, betas=(o.beta1, o.beta2),
                                            weight_decay=o.weight_decay, **fused)
-        self.loader = TokenShardLoader(Path(cfg.data.path), seq_len=cfg.data.seq_len, micro_batch=cfg.micro_batch,
-                                       dp_rank=self.rank, dp_size=self.world, seed=cfg.seed)
-        samples_per_step = self.loader.global_batch * cfg.grad_accum
+        self.loader = TokenShardLoader(Path(cfg.data.path), seq_len=cfg.data.seq_len, micro_batch=t.micro_batch,
+                                       dp_rank=self.rank, dp_size=self.world, seed=t.seed)
+        samples_per_step = self.loader.global_batch * t.grad_accum
         self.tokens_per_step = samples_per_step * cfg.data.seq_len
         self.total_steps = total_steps(self.loader.index, seq_len=cfg.data.seq_len, samples_per_step=samples_per_step,
-                                       epochs=cfg.epochs, max_steps=cfg.max_steps)
+                                       epochs=t.epochs, max_steps=cfg.max_steps)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lr_lambda(self.total_steps, o.warmup_steps, o.min_lr_ratio))
         self.state = TrainState()
         self.tracker = make_tracker(cfg.tracking, rank=self.rank, params={
-            "method": cfg.method, "world_size": self.world, "parameters": self.built.num_params,
+            "method": t.method, "world_size": self.world, "parameters": self.built.num_params,
             "trainable_parameters": self.built.trainable_params, "total_steps": self.total_steps})
         self.evaluator = None
         if cfg.data.validation_path:
             valset = ValidationSet(Path(cfg.data.validation_path), seq_len=cfg.data.seq_len,
-                                   micro_batch=cfg.micro_batch, dp_rank=self.rank, dp_size=self.world,
+                                   micro_batch=t.micro_batch, dp_rank=self.rank, dp_size=self.world,
                                    max_batches=cfg.eval.max_batches)
             self.evaluator = Evaluator(cfg.eval, valset, model=self.model, loss_fn=self.loss_fn, device=self.device)
         self.ckpt = CheckpointManager(cfg.checkpoint, model=self.model, optimizer=self.optimizer,
@@ -220,14 +222,14 @@ class Trainer:
                                               "scheduler": self.scheduler})
         if cfg.eval.keep_best:  # with checkpoints: TrainConfig's rule
             self.ckpt.keep_also = lambda: {self.state.val["best_step"]} if "best_step" in self.state.val else set()
-        # export.weights=best: the best step's weights, kept in memory when this job found them (see best.py)
+        # export.from=best: the best step's weights, kept in memory when this job found them (see best.py)
         self.best = BestWeights(self.model, self.built.checkpoint_options)
         self.peak_flops = _device_peak(self.device)
         self.predicted = predict(
-            self.built.hf_config, shard_ranks=cfg.sharding.mesh_shape(self.world)[1], micro_batch=cfg.micro_batch,
+            self.built.hf_config, shard_ranks=cfg.sharding.mesh_shape(self.world)[1], micro_batch=t.micro_batch,
             seq_len=cfg.data.seq_len, activation_checkpointing=cfg.model.activation_checkpointing,
             compute_dtype=resolve_param_dtype(cfg.model.param_dtype, self.device.type), device=self.device,
-            method=cfg.method, trainable_params=self.built.trainable_params)
+            method=t.method, trainable_params=self.built.trainable_params)
         self.mem_probe = PeakProbe(self.model, self.optimizer, self.device, cfg.memory_probe)
         self.agreement = StepAgreement()
         # Each rank's step loss is its share of the step's token mean times the ranks (see StepTokens).
@@ -246,7 +248,7 @@ class Trainer:
         if self.rank == 0:
             replicas, shard = self.cfg.sharding.mesh_shape(self.world)
             print(f"{RUN_START_PREFIX} params={self.built.num_params} trainable={self.built.trainable_params} "
-                  f"method={self.cfg.method} world={self.world} blocks={len(self.built.blocks)} "
+                  f"method={self.cfg.training.method} world={self.world} blocks={len(self.built.blocks)} "
                   f"start_step={self.state.step} total_steps={self.total_steps} device={self.device.type} "
                   f"sharding={self.cfg.sharding.mode} mesh={replicas}x{shard}", flush=True)
         if self._missed_eval() and not self._evaluate():  # the base model's value, or one a stop cut short
@@ -270,7 +272,7 @@ class Trainer:
                 if not self._evaluate():
                     return self._stopped("signal-during-eval", save=True)  # the resumed run evaluates it again
                 new_best = self.cfg.eval.keep_best and self.state.val.get("best_step") == step
-                if new_best and self.cfg.export.weights == "best":
+                if new_best and self.cfg.export.from_ == "best":
                     self.best.capture(step)
             self.ckpt.finalize_if_done(agreed.pending_done)
             if (agreed.save_due or new_best) and step < self.total_steps:  # the best weights get a checkpoint
@@ -303,7 +305,7 @@ class Trainer:
         out of the whole step's (all micro-batches, all ranks: see loss.StepTokens). Returns this rank's share of
         the step's mean loss times the ranks, on the device. No host sync."""
         # input_ids and labels (-100 on prompt tokens of chat data: see TokenShardLoader.next_inputs)
-        batches = [self.loader.next_inputs() for _ in range(self.cfg.grad_accum)]
+        batches = [self.loader.next_inputs() for _ in range(self.cfg.training.grad_accum)]
         self.step_tokens.start(sum(target_count(b["labels"]) for b in batches))
         batches = [{k: torch.from_numpy(v) for k, v in b.items()} for b in batches]
         if self.device.type == "cuda":
@@ -341,7 +343,7 @@ class Trainer:
     # ---- evaluation ----------------------------------------------------------------------------------------
 
     def _choose_export_weights(self) -> dict | None:
-        """export.weights=best: put the best step's weights into the model for the export (the final ones are
+        """export.from=best: put the best step's weights into the model for the export (the final ones are
         in the final checkpoint already): from memory when this job found them, else from their checkpoint, which
         was in the checkpoint prefix when this job started (best.py says why a checkpoint of this job cannot be
         read back). Returns the export metadata's `evaluation` (None without validation)."""
@@ -349,7 +351,7 @@ class Trainer:
         if self.evaluator is None or "last" not in val:
             return None
         chosen, step, loss = "last", self.state.step, val["last"]
-        if self.cfg.export.weights == "best" and "best_step" in val:
+        if self.cfg.export.from_ == "best" and "best_step" in val:
             chosen, step, loss = "best", val["best_step"], val["best"]
             if step != self.state.step:
                 if self.best.step == step:
@@ -509,7 +511,7 @@ def main(argv: list[str] | None = None) -> int:
     hf_logging.disable_progress_bar()
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     outcome_dir = os.environ.get(OUTCOME_DIR_ENV, "")
-    cfg = TrainConfig.from_json_file(args.config)
+    cfg = from_json_file(args.config)
     Path(cfg.output_dir).mkdir(parents=True, exist_ok=True)
     stop = StopFlag()
     stop.install()

@@ -31,7 +31,7 @@ from typing import Any
 
 import wandb
 
-from spotrun.settings import TrackingConfig
+from spotrun.settings.sections import TrackingConfig
 
 from .tracker_base import LOSS, RESUMED_FROM_STEP, SUMMARY_PREFIX, VAL_LOSS, VAL_PPL, NullTracker
 
