@@ -169,8 +169,18 @@ class EvalSpec:
                                 lo=0, hi=28 * 24 * 60)
     max_batches: int = spec("Evaluate the first N micro-batches of the validation set (0: all of it).", default=0,
                             lo=0, hi=10**9)
-    keep_best: bool = spec("Keep the lowest-validation-loss checkpoint beside the newest checkpoint.keep.",
-                           default=False)
+    keep_best: bool = spec("Keep the lowest-validation-loss checkpoint beside the newest checkpoint.keep (needs "
+                           "every_steps or every_minutes).", default=False)
+
+    def _across(self, raw: dict, path: str) -> EvalSpec:
+        # Without a cadence the trainer evaluates only before the first step and at the end: no checkpoint is ever
+        # kept as the best, and export.from=best would export the last weights.
+        if self.keep_best and not (self.every_steps or self.every_minutes):
+            raise RunValidationError(f"{path}.keep_best", self.keep_best, f"{path}.every_steps or "
+                                     f"{path}.every_minutes > 0 with it (without either the run evaluates only "
+                                     "before the first step and at the end, so no best checkpoint is kept), or "
+                                     "false")
+        return self
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,0 +1,74 @@
+"""The rest of a new user's first hour (issue #30): settings that would waste a run, refused before anything is paid
+for in one line naming the field, through the CLI (`spotrun validate`, `estimate`) and the estimate Lambda's handler
+alike; every CLI error under `--format json` as JSON; and the wording of the smaller refusals.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+from moto import mock_aws
+
+from spotrun.cli.main import main
+from spotrun.handlers import estimate as estimate_handler
+from spotrun.pipeline.plan import PipelineSettings
+
+BUCKET = "art-bucket"
+SETTINGS = PipelineSettings(bucket=BUCKET, job_prefix="spotrun-dev-", model_package_group="spotrun-models",
+                            poll_seconds=60, project="spotrun", stage="dev", cost_center="ml-platform")
+RUN = {"version": 1, "name": "breaks", "model": {"init": "random", "config": {
+    "model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4}},
+    "data": {"source": f"s3://{BUCKET}/datasets/d1/", "tokens": 1_000_000, "seq_len": 128,
+             "validation": f"s3://{BUCKET}/datasets/d1-val/"},
+    "compute": {"instance_type": "ml.g5.xlarge"}, "budget": {"max_usd": 20}}
+
+
+def _with(**sections) -> dict:
+    run = copy.deepcopy(RUN)
+    for section, values in sections.items():
+        run[section] = {**run.get(section, {}), **values}
+    return run
+
+
+def _cli(tmp_path: Path, capsys, command: str, run: dict) -> tuple[int, dict]:
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(run))
+    code = main([command, "--format", "json", str(path)])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def _lambda(monkeypatch, run: dict) -> dict:
+    """The estimate Lambda's handler itself, with the stage's environment (as the construct writes it)."""
+    for key, value in {**SETTINGS.to_env(), "AWS_REGION": "us-east-1"}.items():
+        monkeypatch.setenv(key, value)
+    with mock_aws():
+        return estimate_handler.handler({"run": run, "execution": "exec-1", "started": "2026-01-01T00:00:00Z"}, None)
+
+
+def _refused_alike(tmp_path, capsys, monkeypatch, run: dict, field: str, *says: str) -> None:
+    """validate, estimate and the Lambda refuse `run` as InvalidRun on `field`, their messages saying `says`."""
+    for command in ("validate", "estimate"):
+        code, doc = _cli(tmp_path, capsys, command, run)
+        assert (code, doc["error"], doc["field"]) == (2, "InvalidRun", field), (command, doc)
+        assert all(s in doc["message"] for s in says), (command, doc["message"])
+    out = _lambda(monkeypatch, run)
+    assert (out["status"], out["field"]) == ("InvalidRun", field), out
+    assert all(s in out["message"] for s in says), out["message"]
+
+
+# ---- 1. eval.keep_best without an evaluation cadence ---------------------------------------------------------------
+
+
+def test_keep_best_without_an_eval_cadence_is_refused_naming_the_fields(tmp_path, capsys, monkeypatch):
+    """Without every_steps or every_minutes the trainer evaluates only before the first step and at the end: no
+    best checkpoint is ever kept, and export.from=best would export the last weights under the name of the best."""
+    run = _with(eval={"keep_best": True}, export={"from": "best"})
+    _refused_alike(tmp_path, capsys, monkeypatch, run, "eval.keep_best", "eval.keep_best=True is invalid",
+                   "eval.every_steps or eval.every_minutes")
+    for cadence in ({"every_steps": 50}, {"every_minutes": 30}):  # either cadence: accepted
+        code, doc = _cli(tmp_path, capsys, "estimate", _with(eval={"keep_best": True, **cadence},
+                                                              export={"from": "best"}))
+        assert code == 0, doc
