@@ -72,3 +72,47 @@ def test_keep_best_without_an_eval_cadence_is_refused_naming_the_fields(tmp_path
         code, doc = _cli(tmp_path, capsys, "estimate", _with(eval={"keep_best": True, **cadence},
                                                               export={"from": "best"}))
         assert code == 0, doc
+
+
+# ---- 2. every error under --format json is JSON ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("argv, field, says", [
+    (["estimate", "--format", "json", "run.json", "--nope"], None, "unrecognized arguments: --nope"),
+    (["local", "run.json", "--format=json", "--nproc", "two"], "--nproc", "invalid int value: 'two'"),
+    (["local", "run.json", "--format", "json", "--interrupt-at", "-5s"], "--interrupt-at",
+     "--interrupt-at='-5s' is invalid: expected a step "),
+    (["validate", "--format", "json"], None, "the following arguments are required: runs"),
+    (["estmate", "--format", "json", "run.json"], None, "invalid choice: 'estmate'"),
+    (["simulate", "run.json", "--format", "json", "--n", "x"], "--n", "invalid int value: 'x'"),
+])
+def test_argument_errors_under_format_json_are_one_json_document_with_the_same_exit_code(capsys, argv, field, says):
+    with pytest.raises(SystemExit) as done:
+        main(argv)
+    out, err = capsys.readouterr()
+    assert done.value.code == 2 and err == "", (out, err)
+    doc = json.loads(out)  # the whole of stdout: one object
+    assert doc["error"] == "InvalidArguments" and says in doc["message"], doc
+    assert doc.get("field") == field, doc
+    text = [a for a in argv if a not in ("--format", "json", "--format=json")]  # the same mistake, as text
+    with pytest.raises(SystemExit) as same:
+        main(text)
+    out, err = capsys.readouterr()
+    assert same.value.code == 2 and out == "" and err.startswith("error: InvalidArguments: ") and says in err, err
+
+
+def test_a_missing_package_under_format_json_is_json_too(tmp_path, capsys, monkeypatch):
+    from spotrun.cli import estimate as estimate_command
+
+    def missing(*_args, **_kwargs):
+        raise ModuleNotFoundError("No module named 'torch'", name="torch")
+
+    monkeypatch.setattr(estimate_command, "check_file", missing)
+    (tmp_path / "run.json").write_text(json.dumps(RUN))
+    assert main(["estimate", "--format", "json", str(tmp_path / "run.json")]) == 1
+    out, err = capsys.readouterr()
+    doc = json.loads(out)
+    assert doc["error"] == "MissingPackage" and "spotrun estimate needs torch" in doc["message"] and err == "", doc
+    assert main(["estimate", str(tmp_path / "run.json")]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("error: spotrun estimate needs torch, which is not installed")
