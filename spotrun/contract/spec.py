@@ -17,6 +17,7 @@ anything starts. See examples/runs/ for complete files.
 from __future__ import annotations
 
 import json
+import math
 import sys
 from dataclasses import dataclass, replace
 from typing import Any, Literal
@@ -379,10 +380,23 @@ class RunSpec:
             _needs_validation(self.data, "registry.gate", raw["registry"]["gate"])
         if raw.get("eval"):
             _needs_validation(self.data, "eval", raw["eval"])
+        _one_step_on_one_gpu(self.data, self.training)
         if self.export_from == "best" and not self.eval.keep_best:
             raise RunValidationError("export.from", self.export_from, '"last", or eval.keep_best=true with "best" '
                                      "(the best checkpoint must be kept to be exported)")
         return self
+
+
+def _one_step_on_one_gpu(data: DataSpec, training: TrainingSpec) -> None:
+    """data.tokens (x epochs) fill at least one optimizer step on one GPU: micro_batch x grad_accum samples of
+    seq_len tokens, the least any layout needs (the planner refuses the same for the layout it chooses)."""
+    samples = training.micro_batch * training.grad_accum
+    if data.tokens is not None and data.tokens * training.epochs < samples * data.seq_len:
+        least = math.ceil(samples * data.seq_len / training.epochs)
+        raise RunValidationError("data.tokens", data.tokens, f"at least {least:,} tokens (one optimizer step on one "
+                                 f"GPU: training.micro_batch x training.grad_accum = {samples} samples of "
+                                 f"data.seq_len={data.seq_len} tokens, over training.epochs={training.epochs:g}); "
+                                 "give more data or a smaller batch")
 
 
 def parse_run(raw: Any) -> RunSpec:

@@ -21,8 +21,7 @@ SETTINGS = PipelineSettings(bucket=BUCKET, job_prefix="spotrun-dev-", model_pack
                             poll_seconds=60, project="spotrun", stage="dev", cost_center="ml-platform")
 RUN = {"version": 1, "name": "breaks", "model": {"init": "random", "config": {
     "model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4}},
-    "data": {"source": f"s3://{BUCKET}/datasets/d1/", "tokens": 1_000_000, "seq_len": 128,
-             "validation": f"s3://{BUCKET}/datasets/d1-val/"},
+    "data": {"source": f"s3://{BUCKET}/datasets/d1/", "tokens": 1_000_000, "seq_len": 128},
     "compute": {"instance_type": "ml.g5.xlarge"}, "budget": {"max_usd": 20}}
 
 
@@ -65,12 +64,12 @@ def _refused_alike(tmp_path, capsys, monkeypatch, run: dict, field: str, *says: 
 def test_keep_best_without_an_eval_cadence_is_refused_naming_the_fields(tmp_path, capsys, monkeypatch):
     """Without every_steps or every_minutes the trainer evaluates only before the first step and at the end: no
     best checkpoint is ever kept, and export.from=best would export the last weights under the name of the best."""
-    run = _with(eval={"keep_best": True}, export={"from": "best"})
+    run = _with(eval={"keep_best": True}, export={"from": "best"}, data={"validation_fraction": 0.1})
     _refused_alike(tmp_path, capsys, monkeypatch, run, "eval.keep_best", "eval.keep_best=True is invalid",
                    "eval.every_steps or eval.every_minutes")
     for cadence in ({"every_steps": 50}, {"every_minutes": 30}):  # either cadence: accepted
         code, doc = _cli(tmp_path, capsys, "estimate", _with(eval={"keep_best": True, **cadence},
-                                                              export={"from": "best"}))
+                                                              export={"from": "best"}, data=run["data"]))
         assert code == 0, doc
 
 
@@ -116,3 +115,43 @@ def test_a_missing_package_under_format_json_is_json_too(tmp_path, capsys, monke
     assert main(["estimate", str(tmp_path / "run.json")]) == 1
     out, err = capsys.readouterr()
     assert out == "" and err.startswith("error: spotrun estimate needs torch, which is not installed")
+
+
+# ---- 3. fewer tokens than one optimizer step -----------------------------------------------------------------------
+
+
+def _minimum(message: str) -> int:
+    return int(message.split("expected at least ")[1].split(" tokens")[0].replace(",", ""))
+
+
+def test_fewer_tokens_than_one_optimizer_step_are_refused_naming_the_minimum(tmp_path, capsys, monkeypatch):
+    """4 GPUs x (micro_batch 4 x grad_accum 2) samples of 128 tokens per step: 2,000 tokens fill one GPU's step,
+    not the plan's. The minimum named is the plan's: one token fewer is refused, that many are planned as one step
+    of the plan's batch."""
+    run = _with(data={"tokens": 2000}, compute={"instance_type": "ml.g5.12xlarge"},
+                training={"micro_batch": 4, "grad_accum": 2})
+    code, doc = _cli(tmp_path, capsys, "estimate", run)
+    assert (code, doc["error"], doc["field"]) == (2, "InvalidRun", "data.tokens"), doc
+    assert doc["message"].startswith("data.tokens=2000 is invalid: expected at least "), doc
+    assert "one optimizer step of this plan" in doc["message"] and "1 x ml.g5.12xlarge" in doc["message"]
+    minimum = _minimum(doc["message"])
+    out = _lambda(monkeypatch, run)
+    assert (out["status"], out["field"]) == ("InvalidRun", "data.tokens") and _minimum(out["message"]) == minimum, out
+    code, doc = _cli(tmp_path, capsys, "estimate", _with(data={"tokens": minimum - 1},
+                                                         compute=run["compute"], training=run["training"]))
+    assert (code, doc["field"]) == (2, "data.tokens"), doc
+    code, doc = _cli(tmp_path, capsys, "estimate", _with(data={"tokens": minimum},
+                                                         compute=run["compute"], training=run["training"]))
+    assert code == 0, doc
+    assert doc["global_batch_samples"] * run["data"]["seq_len"] == minimum  # exactly one step of the plan's batch
+    two_epochs = _with(data={"tokens": minimum // 2}, compute=run["compute"],
+                       training={**run["training"], "epochs": 2})  # epochs count: two passes make the step
+    assert _cli(tmp_path, capsys, "estimate", two_epochs)[0] == 0
+
+
+def test_validate_refuses_fewer_tokens_than_one_step_on_one_gpu(tmp_path, capsys):
+    """validate does not plan a layout, but one GPU's step (micro_batch x grad_accum samples) is the least any
+    layout needs."""
+    code, doc = _cli(tmp_path, capsys, "validate", _with(data={"tokens": 100}))
+    assert (code, doc["field"]) == (2, "data.tokens"), doc
+    assert _minimum(doc["message"]) == 128 and "training.micro_batch" in doc["message"], doc
