@@ -31,7 +31,7 @@ from ..planner.sources import check_local_split, read_sources, split_settings, u
 from ..policy.choose import policy_text
 from ..seams import DatasetIndex, StackOutput, stack_name
 from .exits import HELP as EXIT_CODES_HELP
-from .exits import Exit, fail, for_status
+from .exits import Exit, combined, fail, for_status
 from .remote import stage_region
 
 
@@ -218,12 +218,12 @@ def _print_ok(path: Path, checked: Checked) -> None:
 
 def run_command(args: argparse.Namespace, *, plan: bool, cfn_client: Any = None, s3_client: Any = None) -> int:
     """`spotrun validate` (plan=False) and `spotrun estimate` (plan=True) over args.runs; returns the exit code
-    (the highest of the files')."""
+    (exits.combined: 2 when any file is invalid, else the highest of the files')."""
     try:
         target = target_from_args(args, cfn_client)
     except Refusal as exc:
         return fail(args.format, Exit.INVALID, exc.status, exc.message, exc.field)
-    status, docs = Exit.OK, []
+    codes, docs = [Exit.OK], []
     region = args.region or stage_region(args.stage)  # with --stage, its prices
     if plan and s3_client is None and region:  # the sources in S3 read in the stage's region, not a default one
         import boto3  # NOTE: imported here: a run with local sources plans without boto3 loaded
@@ -236,7 +236,7 @@ def run_command(args: argparse.Namespace, *, plan: bool, cfn_client: Any = None,
         except Refusal as exc:
             result = exc.result()
             doc = {"error": result.pop("status"), **result}
-            status = max(status, for_status(exc.status))
+            codes.append(for_status(exc.status))
             if args.format != "json":
                 print(f"{path}: {exc.line()}", file=sys.stderr)
         else:
@@ -246,7 +246,7 @@ def run_command(args: argparse.Namespace, *, plan: bool, cfn_client: Any = None,
         docs.append({"file": str(path), **doc})
     if args.format == "json":
         print(json.dumps(docs[0] if len(docs) == 1 else docs, indent=2))
-    return int(status)
+    return int(combined(codes))
 
 
 def register(sub: Any) -> None:

@@ -46,7 +46,7 @@ SCHEMA_VERSION = 1
 _NAME = r"(?=[a-zA-Z0-9-]{1,48}\Z)[a-zA-Z0-9](-*[a-zA-Z0-9]){0,47}"
 _REGISTRY_GROUP = r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}"  # CreateModelPackageGroup's EntityName
 _EXECUTION_NAME = r"[A-Za-z0-9_-]{1,80}"  # Step Functions execution names, as the console makes them
-Approval = Literal["PendingManualApproval", "Approved", "Rejected"]
+Approval = Literal["PendingManualApproval"]  # spotrun.seams.REGISTRATION_STATUS: every model is registered for review
 Method = Literal[METHODS]  # seams.METHODS: what the trainer's config accepts
 Init = Literal["pretrained", "random"]
 MAX_RUNTIME_LIMIT_S = 28 * 24 * 3600  # StoppingCondition.MaxRuntimeInSeconds: "The maximum value is 28 days"
@@ -356,7 +356,10 @@ class RunSpec:
                                            at="registry.model_package_group", pattern=_REGISTRY_GROUP,
                                            accepted="a model package group name (1-63 letters, digits, hyphens)")
     approval_status: Approval = spec("The registered model package's approval status.",
-                                     default="PendingManualApproval", at="registry.approval_status")
+                                     default="PendingManualApproval", at="registry.approval_status",
+                                     accepted="PendingManualApproval: the pipeline registers every model for review; "
+                                     "approving it is a separate, permissioned step (`spotrun approve RUN`, or aws "
+                                     "sagemaker update-model-package --model-approval-status Approved)")
     tags: dict[str, str] = spec("Tags on every training job of the run (SageMaker's tag pattern).",
                                 default_factory=dict, decode=values.tags, accepted=values.TAGS)
     eval: EvalSpec = spec("When to evaluate.", default_factory=EvalSpec)

@@ -155,3 +155,35 @@ def test_validate_refuses_fewer_tokens_than_one_step_on_one_gpu(tmp_path, capsys
     code, doc = _cli(tmp_path, capsys, "validate", _with(data={"tokens": 100}))
     assert (code, doc["field"]) == (2, "data.tokens"), doc
     assert _minimum(doc["message"]) == 128 and "training.micro_batch" in doc["message"], doc
+
+
+# ---- 4. invalid input wins over the budget -------------------------------------------------------------------------
+
+
+OVER_BUDGET = {"data": {"tokens": 1_000_000_000}, "budget": {"max_usd": 0.5}}
+
+
+def test_an_invalid_field_in_an_over_budget_run_is_refused_as_invalid(tmp_path, capsys, monkeypatch):
+    """The run must change whatever the cap: exit 2 / InvalidRun naming the field, not 3 / OverBudget."""
+    assert _cli(tmp_path, capsys, "estimate", _with(**OVER_BUDGET))[0] == 3  # the cap alone: over budget
+    run = _with(**OVER_BUDGET, registry={"approval_status": "Approved"})
+    _refused_alike(tmp_path, capsys, monkeypatch, run, "registry.approval_status",
+                   "approving it is a separate, permissioned step")
+
+
+def test_an_execution_to_resume_that_does_not_exist_wins_over_the_budget():
+    from spotrun.pipeline.plan import plan
+
+    run = _with(**OVER_BUDGET, checkpoint={"resume_from": "breaks-20260101-000000"})
+    refused = plan(run, "exec-1", SETTINGS, execution_status=lambda name: None)
+    assert (refused["status"], refused["field"]) == ("InvalidRun", "checkpoint.resume_from"), refused
+
+
+def test_of_several_files_an_invalid_one_decides_the_exit_code(tmp_path, capsys):
+    over, invalid = tmp_path / "over.json", tmp_path / "invalid.json"
+    over.write_text(json.dumps(_with(**OVER_BUDGET)))
+    invalid.write_text(json.dumps(_with(compute={"instance_type": "ml.nope.xlarge"})))
+    for order in ([over, invalid], [invalid, over]):
+        assert main(["estimate", "--format", "json", *map(str, order)]) == 2
+        docs = json.loads(capsys.readouterr().out)
+        assert sorted(d["error"] for d in docs) == ["InvalidRun", "OverBudget"], docs
