@@ -187,3 +187,35 @@ def test_of_several_files_an_invalid_one_decides_the_exit_code(tmp_path, capsys)
         assert main(["estimate", "--format", "json", *map(str, order)]) == 2
         docs = json.loads(capsys.readouterr().out)
         assert sorted(d["error"] for d in docs) == ["InvalidRun", "OverBudget"], docs
+
+
+# ---- 5. a bare hub name as model.source --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["validate", "estimate", "simulate", "local", "start"])
+def test_a_bare_hub_name_that_is_no_local_directory_gets_a_did_you_mean(tmp_path, capsys, command):
+    """The loader made `Qwen/Qwen2-0.5B` a path beside the run file; nothing is there, so the error quotes what was
+    written and names the hub id it probably meant."""
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps({**RUN, "model": {"source": "Qwen/Qwen2-0.5B"}}))
+    with mock_aws():  # `start` reads the stage only after the file: no request may leave if it got that far
+        main([command, str(path), "--format", "json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["error"], doc["field"]) == ("InvalidRun", "model.source"), doc
+    assert doc["message"].startswith("model.source='Qwen/Qwen2-0.5B' is invalid: "), doc
+    assert "did you mean hf://Qwen/Qwen2-0.5B" in doc["message"] and str(tmp_path / "Qwen" / "Qwen2-0.5B") in \
+        doc["message"], doc
+
+
+def test_a_local_directory_named_like_a_hub_id_is_used_as_it_is(tmp_path, capsys):
+    model = tmp_path / "Qwen" / "Qwen2-0.5B"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text(json.dumps(RUN["model"]["config"]))
+    code, doc = _cli(tmp_path, capsys, "validate", {**RUN, "model": {"source": "Qwen/Qwen2-0.5B"}})
+    assert code == 0 and "did you mean" not in json.dumps(doc), doc
+
+
+def test_the_lambda_names_the_hub_id_for_a_bare_hub_name_too(monkeypatch):
+    out = _lambda(monkeypatch, {**RUN, "model": {"source": "Qwen/Qwen2-0.5B"}})
+    assert (out["status"], out["field"]) == ("InvalidRun", "model.source"), out
+    assert "did you mean hf://Qwen/Qwen2-0.5B" in out["message"], out
