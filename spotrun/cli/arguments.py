@@ -28,11 +28,23 @@ class OneLineErrors(argparse.ArgumentParser):
         return super().parse_known_args(args, namespace)
 
     def error(self, message: str) -> NoReturn:
-        line = f"{self._one_line(message)} (`{self.prog} --help` lists the flags)"
+        line = f"{self._one_line(message)} (`{self._command()} --help` lists the flags)"
         if self._wants_json():
             print(json.dumps(error_doc("InvalidArguments", line, _flag(message)), indent=2))
             self.exit(int(Exit.INVALID))
         self.exit(int(Exit.INVALID), f"error: InvalidArguments: {line}\n")
+
+    def _command(self) -> str:
+        """The (sub)command the tokens name: an unknown flag is reported by the top parser, but the flags it may
+        have meant are in the subcommand's `--help`."""
+        parser = self
+        for token in getattr(self, "given", []):
+            # NOTE: argparse keeps a parser's subcommands on its one _SubParsersAction (no public lookup exists)
+            sub = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+            if sub is None:
+                break
+            parser = sub.choices.get(token, parser)
+        return parser.prog
 
     def _wants_json(self) -> bool:
         """Whether the command line asks for `--format json` (its own errors then are JSON too)."""

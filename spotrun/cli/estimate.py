@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import BotoCoreError, ClientError, NoRegionError
 
 from ..contract.hub_id import is_hub_id
 from ..contract.refusal import Refusal
@@ -32,7 +32,7 @@ from ..policy.choose import policy_text
 from ..seams import DatasetIndex, StackOutput, stack_name
 from .exits import HELP as EXIT_CODES_HELP
 from .exits import Exit, combined, fail, for_status
-from .remote import stage_region
+from .remote import stage_region, unlisted_stage
 
 
 @dataclass
@@ -155,6 +155,8 @@ def stage_target(stage: str, region: str | None, cfn_client: Any = None) -> Targ
     try:
         client = cfn_client or boto3.client("cloudformation", region_name=region or stage_region(stage))
         outputs = client.describe_stacks(StackName=stack)["Stacks"][0].get("Outputs", [])
+    except NoRegionError:  # no region given, stacks/config.py does not list the stage, no AWS configuration's
+        raise RunValidationError("--stage", stage, unlisted_stage(stage)) from None
     except (ClientError, BotoCoreError) as exc:
         raise RunValidationError("--stage", stage, f"a deployed stage whose stack {stack} can be read "
                                  f"({type(exc).__name__}); offline, give --bucket and --group") from None

@@ -219,3 +219,68 @@ def test_the_lambda_names_the_hub_id_for_a_bare_hub_name_too(monkeypatch):
     out = _lambda(monkeypatch, {**RUN, "model": {"source": "Qwen/Qwen2-0.5B"}})
     assert (out["status"], out["field"]) == ("InvalidRun", "model.source"), out
     assert "did you mean hf://Qwen/Qwen2-0.5B" in out["message"], out
+
+
+# ---- 6. the smaller refusals' wording ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("argv, prog", [
+    (["local", "run.json", "--nope"], "spotrun local"),
+    (["estimate", "run.json", "--nope"], "spotrun estimate"),
+    (["catalog", "update", "--region", "eu-west-1", "--nope"], "spotrun catalog update"),
+])
+def test_an_unknown_flag_points_to_the_subcommands_help(capsys, argv, prog):
+    with pytest.raises(SystemExit):
+        main(argv)
+    err = capsys.readouterr().err
+    assert err == f"error: InvalidArguments: unrecognized arguments: --nope (`{prog} --help` lists the flags)\n", err
+
+
+def _simulate(tmp_path: Path, capsys, *argv: str) -> tuple[int, str, str]:
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(RUN))
+    code = main(["simulate", str(path), "--n", "5", "--no-optimum", "--out", str(tmp_path / "sim"), *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_a_negative_drought_rate_is_named_by_its_flag(tmp_path, capsys):
+    for value in ("-1", "inf"):  # inf studied "a drought every 0 days": a table of $0.00 runs that never finish
+        code, _, err = _simulate(tmp_path, capsys, "--droughts", value)
+        assert code == 2 and err == f"error: InvalidArguments: --droughts={value} is invalid: expected a number of " \
+            "droughts per day from 0 to 24 (each lasts 6-80 h)\n", err
+
+
+def test_a_traces_folder_that_does_not_exist_is_one_clear_line(tmp_path, capsys):
+    missing = tmp_path / "no-such-traces"
+    code, _, err = _simulate(tmp_path, capsys, "--traces", str(missing))
+    assert code == 2 and err == f"error: InvalidArguments: --traces={missing} is invalid: expected a directory of " \
+        "spot-traces files (*.json); nothing is there\n", err
+    (tmp_path / "empty").mkdir()
+    code, _, err = _simulate(tmp_path, capsys, "--traces", str(tmp_path / "empty"))
+    assert code == 2 and "no *.json trace files under it" in err, err
+
+
+def test_one_recorded_trace_is_one_trace(tmp_path, capsys):
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    (traces / "zone-a.json").write_text(json.dumps({"metadata": {"gap_seconds": 600}, "data": [1, 1, 0, 1] * 50}))
+    code, out, _ = _simulate(tmp_path, capsys, "--traces", str(traces))
+    assert code == 0 and "(1 recorded trace from random start offsets," in out, out
+
+
+@pytest.mark.parametrize("argv", [["status"], ["validate", "RUN"], ["estimate", "RUN"]])
+def test_a_stage_the_checkout_does_not_list_is_named_with_the_ones_it_does(tmp_path, capsys, monkeypatch, argv):
+    """With no region anywhere, a mistyped `--stage` said botocore's NoRegionError."""
+    from stacks.config import ENVIRONMENTS
+
+    for name in ("AWS_DEFAULT_REGION", "AWS_REGION"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    (tmp_path / "run.json").write_text(json.dumps(RUN))
+    with mock_aws():
+        code = main([str(tmp_path / "run.json") if a == "RUN" else a for a in argv] + ["--stage", "prd"])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "NoRegionError" not in err, err
+    listed = ", ".join(env.stage for env in ENVIRONMENTS)
+    assert "'prd'" in err and f"stacks/config.py lists {listed}" in err and "--region" in err, err
