@@ -79,8 +79,6 @@ def hourly_prices(items: Iterator[dict], wanted: set[str], component: str) -> di
 def region_prices(client: Any, region: str, catalog: dict, *, today: str) -> dict:
     """The snapshot of `region`: the catalog's training and processing instance types priced from the price list
     through `client` (a boto3 `pricing` client), dated `today` (YYYY-MM-DD)."""
-    if not REGION_NAME.fullmatch(region):
-        raise PricingError(f"--region={region!r} is invalid: expected an AWS region name such as eu-west-1")
     processing_types = {t for spec in catalog.get("regions", {}).values()
                         for t in spec.get("processing_usd_per_hour", {})}
     snapshot: dict[str, Any] = {"region": region, "as_of": today,
