@@ -379,11 +379,11 @@ class RunSpec:
         return "eval" if self.eval != EvalSpec() else None
 
     def _across(self, raw: dict, path: str) -> RunSpec:
+        _one_step_on_one_gpu(self.data, self.training)
         if self.gate is not None:
             _needs_validation(self.data, "registry.gate", raw["registry"]["gate"])
         if raw.get("eval"):
             _needs_validation(self.data, "eval", raw["eval"])
-        _one_step_on_one_gpu(self.data, self.training)
         if self.export_from == "best" and not self.eval.keep_best:
             raise RunValidationError("export.from", self.export_from, '"last", or eval.keep_best=true with "best" '
                                      "(the best checkpoint must be kept to be exported)")
