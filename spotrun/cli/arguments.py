@@ -1,5 +1,7 @@
 """The command line's argument parser: argparse, with its own errors as one line in the form of every other refusal
-(`error: InvalidArguments: <flag>=<value> is invalid: <what it takes>`, exit 2) instead of a usage block.
+(`error: InvalidArguments: <flag>=<value> is invalid: <what it takes>`, exit 2) instead of a usage block; under
+`--format json` the same error is the one JSON document every command prints (spotrun/cli/exits.py `error_doc`,
+on stdout, exit 2).
 
 NOTE: argparse reads a value starting with '-' that is not a plain negative number (`--interrupt-at -5s`) as a
 flag and reports only "expected one argument"; the error then names the value the user gave and, through the
@@ -9,9 +11,12 @@ flag's own type, what the flag takes.
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 from typing import NoReturn
+
+from .exits import Exit, error_doc
 
 
 class OneLineErrors(argparse.ArgumentParser):
@@ -23,7 +28,29 @@ class OneLineErrors(argparse.ArgumentParser):
         return super().parse_known_args(args, namespace)
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"error: InvalidArguments: {self._one_line(message)} (`{self.prog} --help` lists the flags)\n")
+        line = f"{self._one_line(message)} (`{self._command()} --help` lists the flags)"
+        if self._wants_json():
+            print(json.dumps(error_doc("InvalidArguments", line, _flag(message)), indent=2))
+            self.exit(int(Exit.INVALID))
+        self.exit(int(Exit.INVALID), f"error: InvalidArguments: {line}\n")
+
+    def _command(self) -> str:
+        """The (sub)command the tokens name: an unknown flag is reported by the top parser, but the flags it may
+        have meant are in the subcommand's `--help`."""
+        parser = self
+        for token in getattr(self, "given", []):
+            # NOTE: argparse keeps a parser's subcommands on its one _SubParsersAction (no public lookup exists)
+            sub = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+            if sub is None:
+                break
+            parser = sub.choices.get(token, parser)
+        return parser.prog
+
+    def _wants_json(self) -> bool:
+        """Whether the command line asks for `--format json` (its own errors then are JSON too)."""
+        tokens = getattr(self, "given", [])
+        return "--format=json" in tokens or any(a == "--format" and b == "json"
+                                                 for a, b in zip(tokens, tokens[1:], strict=False))
 
     def _one_line(self, message: str) -> str:
         named = re.fullmatch(r"argument ([^:]+): (.*)", message, re.S)
@@ -47,3 +74,10 @@ class OneLineErrors(argparse.ArgumentParser):
                 if str(exc).startswith(flag):
                     return str(exc)
         return f"{flag}={value!r} is invalid: a value starting with '-' is read as a flag; write {flag}={value}"
+
+
+def _flag(message: str) -> str | None:
+    """The flag an argparse error is about (`argument --nproc: ...`), None for a positional or none."""
+    named = re.match(r"argument ([^:\s]+):", message)
+    flag = named[1].split("/")[-1] if named else None
+    return flag if flag and flag.startswith("-") else None

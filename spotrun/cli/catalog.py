@@ -14,14 +14,18 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from ..planner.catalog import CATALOG_PATH, PRICES_DIR, load_catalog
-from ..planner.pricing import PRICING_API_REGION, PricingError, region_prices, write_snapshot
+from ..planner.pricing import PRICING_API_REGION, REGION_NAME, PricingError, region_prices, write_snapshot
 from .exits import Exit, fail
 
 
 def update_command(args: argparse.Namespace, *, pricing_client: Any = None) -> int:
-    """Read the region's prices and write the snapshot; the exit code (1: AWS or the price list failed)."""
+    """Read the region's prices and write the snapshot; the exit code (2: not a region name, before any request;
+    1: AWS or the price list failed)."""
     import boto3  # NOTE: imported here: only this command and the remote ones talk to AWS
 
+    if not REGION_NAME.fullmatch(args.region):
+        return fail(args.format, Exit.INVALID, "InvalidArguments", f"--region={args.region!r} is invalid: expected "
+                    "an AWS region name such as eu-west-1", "--region")
     try:
         client = pricing_client or boto3.client("pricing", region_name=PRICING_API_REGION)
         snapshot = region_prices(client, args.region, load_catalog(CATALOG_PATH, snapshots=False),

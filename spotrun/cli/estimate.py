@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import BotoCoreError, ClientError, NoRegionError
 
 from ..contract.hub_id import is_hub_id
 from ..contract.refusal import Refusal
@@ -31,8 +31,8 @@ from ..planner.sources import check_local_split, read_sources, split_settings, u
 from ..policy.choose import policy_text
 from ..seams import DatasetIndex, StackOutput, stack_name
 from .exits import HELP as EXIT_CODES_HELP
-from .exits import Exit, fail, for_status
-from .remote import stage_region
+from .exits import Exit, combined, fail, for_status
+from .remote import stage_region, unlisted_stage
 
 
 @dataclass
@@ -155,6 +155,8 @@ def stage_target(stage: str, region: str | None, cfn_client: Any = None) -> Targ
     try:
         client = cfn_client or boto3.client("cloudformation", region_name=region or stage_region(stage))
         outputs = client.describe_stacks(StackName=stack)["Stacks"][0].get("Outputs", [])
+    except NoRegionError:  # no region given, stacks/config.py does not list the stage, no AWS configuration's
+        raise RunValidationError("--stage", stage, unlisted_stage(stage)) from None
     except (ClientError, BotoCoreError) as exc:
         raise RunValidationError("--stage", stage, f"a deployed stage whose stack {stack} can be read "
                                  f"({type(exc).__name__}); offline, give --bucket and --group") from None
@@ -218,12 +220,12 @@ def _print_ok(path: Path, checked: Checked) -> None:
 
 def run_command(args: argparse.Namespace, *, plan: bool, cfn_client: Any = None, s3_client: Any = None) -> int:
     """`spotrun validate` (plan=False) and `spotrun estimate` (plan=True) over args.runs; returns the exit code
-    (the highest of the files')."""
+    (exits.combined: 2 when any file is invalid, else the highest of the files')."""
     try:
         target = target_from_args(args, cfn_client)
     except Refusal as exc:
         return fail(args.format, Exit.INVALID, exc.status, exc.message, exc.field)
-    status, docs = Exit.OK, []
+    codes, docs = [Exit.OK], []
     region = args.region or stage_region(args.stage)  # with --stage, its prices
     if plan and s3_client is None and region:  # the sources in S3 read in the stage's region, not a default one
         import boto3  # NOTE: imported here: a run with local sources plans without boto3 loaded
@@ -236,7 +238,7 @@ def run_command(args: argparse.Namespace, *, plan: bool, cfn_client: Any = None,
         except Refusal as exc:
             result = exc.result()
             doc = {"error": result.pop("status"), **result}
-            status = max(status, for_status(exc.status))
+            codes.append(for_status(exc.status))
             if args.format != "json":
                 print(f"{path}: {exc.line()}", file=sys.stderr)
         else:
@@ -246,7 +248,7 @@ def run_command(args: argparse.Namespace, *, plan: bool, cfn_client: Any = None,
         docs.append({"file": str(path), **doc})
     if args.format == "json":
         print(json.dumps(docs[0] if len(docs) == 1 else docs, indent=2))
-    return int(status)
+    return int(combined(codes))
 
 
 def register(sub: Any) -> None:

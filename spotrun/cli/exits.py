@@ -4,13 +4,16 @@ A refusal's code follows its status (spotrun.contract.refusal.Refusal, the state
 is 2 wherever it was found (the contract, the stage's rules, the sources or the planner's facts: an instance type the
 catalog does not have, a run no instance fits, one longer than SageMaker's 28-day MaxRuntime), OverBudget is 3.
 Each command uses the codes that can happen to it (validate: 0, 2; estimate and start: 0, 2, 3, and 1 for an AWS
-error; local: all of them).
+error; local: all of them). Invalid input wins: a run that is both invalid and over budget is refused as InvalidRun
+(the run must change whatever the cap), and of several run files the code is 2 when any is invalid, else the
+highest (`combined`).
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterable
 from enum import IntEnum
 from typing import Any
 
@@ -41,6 +44,12 @@ HELP = "exit codes:\n" + "\n".join(f"  {int(code):<4} {text}" for code, text in 
 def for_status(status: str) -> Exit:
     """The exit code of a plan's status (PlanStatus value)."""
     return {PlanStatus.OK.value: Exit.OK, PlanStatus.OVER_BUDGET.value: Exit.REFUSED}.get(str(status), Exit.INVALID)
+
+
+def combined(codes: Iterable[Exit]) -> Exit:
+    """The exit code of several run files': 2 when any is invalid (the input to fix first), else the highest."""
+    codes = list(codes)
+    return Exit.INVALID if Exit.INVALID in codes else max(codes, default=Exit.OK)
 
 
 def error_doc(error: str, message: str, field: str | None = None) -> dict:

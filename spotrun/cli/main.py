@@ -27,7 +27,7 @@ from .data import register as register_data
 from .deploy import register as register_deploy
 from .estimate import register as register_estimate
 from .exits import HELP as EXIT_CODES_HELP
-from .exits import Exit
+from .exits import Exit, fail
 from .local import register as register_local
 from .remote import register as register_remote
 from .simulate import register as register_simulate
@@ -73,9 +73,11 @@ def main(argv: list[str] | None = None) -> int:
         top = (exc.name or "").partition(".")[0]
         if top not in OPTIONAL_MODULES:
             raise
-        print(f"error: spotrun {args.cmd} needs {top}, which is not installed: {OPTIONAL_MODULES[top]}",
-              file=sys.stderr)
-        return Exit.FAILED
+        message = f"spotrun {args.cmd} needs {top}, which is not installed: {OPTIONAL_MODULES[top]}"
+        if getattr(args, "format", "text") == "json":  # every error under --format json is its JSON document
+            return fail("json", Exit.FAILED, "MissingPackage", message)
+        print(f"error: {message}", file=sys.stderr)
+        return int(Exit.FAILED)
     except BrokenPipeError:  # the reader (`| head`) closed the pipe: not an error of the command
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes

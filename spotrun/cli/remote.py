@@ -92,10 +92,10 @@ class Deployment:
 STAGE_CONFIG = Path(spotrun.__file__).resolve().parents[1] / "stacks" / "config.py"
 
 
-def stage_region(stage: str | None, config: Path = STAGE_CONFIG) -> str | None:
-    """The region stacks/config.py deploys `stage` to, or None when the file is not here or lists no such stage."""
-    if not stage or not config.is_file():
-        return None
+def _environments(stage: str, config: Path) -> tuple:
+    """stacks/config.py's ENVIRONMENTS (empty when the file is not here); its own errors name `--stage`."""
+    if not config.is_file():
+        return ()
     name = "spotrun_stage_config"
     module = sys.modules.get(name)
     if module is None or getattr(module, "__file__", None) != str(config):
@@ -108,7 +108,21 @@ def stage_region(stage: str | None, config: Path = STAGE_CONFIG) -> str | None:
             del sys.modules[name]
             raise RunValidationError("--stage", stage, f"a stage whose stacks/config.py loads; it says: {exc}"
                                      ) from None
-    return next((env.region for env in module.ENVIRONMENTS if env.stage == stage), None)
+    return tuple(module.ENVIRONMENTS)
+
+
+def stage_region(stage: str | None, config: Path = STAGE_CONFIG) -> str | None:
+    """The region stacks/config.py deploys `stage` to, or None when the file is not here or lists no such stage."""
+    if not stage:
+        return None
+    return next((env.region for env in _environments(stage, config) if env.stage == stage), None)
+
+
+def unlisted_stage(stage: str, config: Path = STAGE_CONFIG) -> str:
+    """What `--stage` accepts, for a stage with no region: stacks/config.py does not list it (a typo?)."""
+    listed = ", ".join(env.stage for env in _environments(stage, config)) or "none: no checkout here"
+    return (f"a stage of this checkout (stacks/config.py lists {listed}), or, for a stage deployed from another "
+            "checkout, --region (or AWS_REGION)")
 
 
 def deployment(stage: str, stack: str | None = None, region: str | None = None) -> Deployment:
@@ -120,9 +134,8 @@ def deployment(stage: str, stack: str | None = None, region: str | None = None) 
     region = region or stage_region(stage)
     try:
         found = boto3.client("cloudformation", region_name=region).describe_stacks(StackName=name)["Stacks"]
-    except NoRegionError:
-        raise RemoteError(f"no AWS region for stage {stage!r}: stacks/config.py (in a checkout) does not list it and "
-                          "the AWS configuration names none; pass --region or set AWS_REGION") from None
+    except NoRegionError:  # no region given, stacks/config.py does not list the stage, no AWS configuration's
+        raise RemoteError(f"--stage={stage!r} is invalid: expected {unlisted_stage(stage)}") from None
     except NoCredentialsError:
         raise  # an AWS failure (exit 1, `run_command`), not a missing stage: deploying would not help
     except (ClientError, BotoCoreError) as exc:

@@ -34,6 +34,7 @@ from .estimate import add_prepared_argument, check_file
 from .exits import Exit, fail, for_status
 
 N_RANGE = (1, 100_000)  # 100,000 traces of every candidate is minutes and ~1 GB here; more is a mistake
+DROUGHTS_MAX = 24.0  # droughts per day: each lasts hours, so more than one an hour is no trace to study
 PROGRESS_AFTER_S = 2.0
 
 
@@ -109,11 +110,12 @@ def traces_for(plan, est, args) -> tuple[list, str]:
         recs = [read_availability(f, est.instance_count) for f in files]
         mean = sum(r.available_fraction for r in recs) / len(recs)
         return (recorded_traces(recs, args.n, horizon, args.seed),
-                f"{len(recs)} recorded traces from random start offsets, {mean:.0%} available on average")
+                f"{len(recs)} recorded trace{'s' * (len(recs) != 1)} from random start offsets, {mean:.0%} "
+                "available on average")
     if args.interruptions:
         gaps = interruption_gaps(read_items(args.interruptions))
         return (resampled_traces(gaps, args.n, horizon, seed=args.seed),
-                f"resampled from {len(gaps)} recorded gaps between interruptions")
+                f"resampled from {len(gaps)} recorded gap{'s' * (len(gaps) != 1)} between interruptions")
     rate = advisor_rate(args.band, est.instance_count) if args.band else est.interruptions_per_hour
     band = f"Advisor band {args.band}: " if args.band else ""
     if args.droughts is None:
@@ -145,10 +147,23 @@ def read_items(path: Path) -> list[dict]:
     return [{k: plain(v) for k, v in item.items()} for item in items if isinstance(item, dict)]
 
 
-def simulate_command(args: argparse.Namespace) -> int:
+def bad_argument(args: argparse.Namespace) -> tuple[str, str] | None:
+    """(flag, one line) for a flag value simulate cannot use, checked before the run is read; None when all are."""
     if not N_RANGE[0] <= args.n <= N_RANGE[1]:
-        return fail(args.format, Exit.INVALID, "InvalidArguments", f"--n={args.n} is invalid: expected an integer "
-                    f"from {N_RANGE[0]} to {N_RANGE[1]:,}", "--n")
+        return "--n", f"--n={args.n} is invalid: expected an integer from {N_RANGE[0]} to {N_RANGE[1]:,}"
+    if args.droughts is not None and not 0 <= args.droughts <= DROUGHTS_MAX:
+        return "--droughts", (f"--droughts={args.droughts:g} is invalid: expected a number of droughts per day from "
+                               f"0 to {DROUGHTS_MAX:g} (each lasts 6-80 h)")
+    if args.traces is not None and not args.traces.is_dir():
+        there = "it is not a directory" if args.traces.exists() else "nothing is there"
+        return "--traces", (f"--traces={args.traces} is invalid: expected a directory of spot-traces files "
+                             f"(*.json); {there}")
+    return None
+
+
+def simulate_command(args: argparse.Namespace) -> int:
+    if bad := bad_argument(args):
+        return fail(args.format, Exit.INVALID, "InvalidArguments", bad[1], bad[0])
     try:
         checked = check_file(args.run, None, plan=True, region=args.region,  # spotrun.contract.runfile's loader
                              prepared=args.prepared, choose_policy=False)  # the study below is the choice

@@ -46,6 +46,18 @@ def is_hub_id(source: str | None) -> bool:
     return isinstance(source, str) and source.startswith(HUB_SCHEME)
 
 
+def meant_hub_id(source: str | None) -> str | None:
+    """The hub id a bare `org/name[@revision]` model.source probably meant (`hf://org/name`), else None: for the
+    error about a source that is no local directory (and no S3 URI), never to guess it in its place."""
+    if not isinstance(source, str) or source.startswith(HUB_SCHEME):
+        return None
+    try:
+        parse_hub_id(HUB_SCHEME + source)
+    except RunValidationError:
+        return None
+    return HUB_SCHEME + source
+
+
 def parse_hub_id(raw: str, path: str = "model.source") -> HubId:
     """`hf://org/name[@revision]` -> HubId, or a RunValidationError naming `path` and what is accepted."""
     body = raw[len(HUB_SCHEME):] if raw.startswith(HUB_SCHEME) else None

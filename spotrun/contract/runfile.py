@@ -5,8 +5,9 @@ In order: the file's size (at most 256 KiB, Step Functions' input limit, checked
 decoder (spotrun.contract.spec.decode_run: a UTF-8 BOM is dropped, UTF-16/32 and non-UTF-8 bytes are refused, duplicate
 keys and huge integers are kept to be refused by field), the contract (parse_run), then local sources made
 absolute: a relative `model.source`, `data.source` or `data.validation` is read relative to the run file's
-directory, wherever the command runs from. s3:// URIs and hub ids (hf://) are left as they are. Every problem is a
-RunValidationError naming the field (`run` for the file itself).
+directory, wherever the command runs from. s3:// URIs and hub ids (hf://) are left as they are; a model.source
+written as a bare hub name (`Qwen/Qwen2-0.5B`) with nothing at its path is refused naming `hf://Qwen/Qwen2-0.5B`.
+Every problem is a RunValidationError naming the field (`run` for the file itself).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .hub_id import HUB_SCHEME
+from .hub_id import HUB_SCHEME, meant_hub_id
 from .spec import MAX_RUN_BYTES, RunSpec, RunValidationError, decode_run, parse_run
 
 SOURCE_FIELDS = (("model", "source"), ("data", "source"), ("data", "validation"))
@@ -68,4 +69,16 @@ def load_run_file(path: Path | str) -> RunFile:
     raw = decode_run(read_run_bytes(path), str(path))
     parse_run(raw)  # the contract first, on the values as written: its errors name the field and that value
     resolved = resolve_sources(raw, path.parent)
+    _hub_name_as_a_path(raw, resolved)
     return RunFile(path=path, raw=resolved, run=parse_run(resolved), written=raw)
+
+
+def _hub_name_as_a_path(written: dict, resolved: dict) -> None:
+    """A model.source written `org/name` (a hub name without hf://) that is no local path: refused naming the hub
+    id it probably meant, quoting what was written rather than the path it was made into."""
+    source = (written.get("model") or {}).get("source")
+    meant = meant_hub_id(source)
+    where = Path(resolved["model"]["source"]) if meant else None
+    if where is not None and not where.exists():
+        raise RunValidationError("model.source", source, f"a local model directory (nothing is at {where}), an "
+                                 f"s3:// URI or a hub id: did you mean {meant}?")

@@ -17,6 +17,7 @@ anything starts. See examples/runs/ for complete files.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -44,7 +45,7 @@ SCHEMA_VERSION = 1
 _NAME = r"(?=[a-zA-Z0-9-]{1,48}\Z)[a-zA-Z0-9](-*[a-zA-Z0-9]){0,47}"
 _REGISTRY_GROUP = r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}"  # CreateModelPackageGroup's EntityName
 _EXECUTION_NAME = r"[A-Za-z0-9_-]{1,80}"  # Step Functions execution names, as the console makes them
-Approval = Literal["PendingManualApproval", "Approved", "Rejected"]
+Approval = Literal["PendingManualApproval"]  # spotrun.seams.REGISTRATION_STATUS: every model is registered for review
 Method = Literal[METHODS]  # seams.METHODS: what the trainer's config accepts
 Init = Literal["pretrained", "random"]
 MAX_RUNTIME_LIMIT_S = 28 * 24 * 3600  # StoppingCondition.MaxRuntimeInSeconds: "The maximum value is 28 days"
@@ -168,8 +169,18 @@ class EvalSpec:
                                 lo=0, hi=28 * 24 * 60)
     max_batches: int = spec("Evaluate the first N micro-batches of the validation set (0: all of it).", default=0,
                             lo=0, hi=10**9)
-    keep_best: bool = spec("Keep the lowest-validation-loss checkpoint beside the newest checkpoint.keep.",
-                           default=False)
+    keep_best: bool = spec("Keep the lowest-validation-loss checkpoint beside the newest checkpoint.keep (needs "
+                           "every_steps or every_minutes).", default=False)
+
+    def _across(self, raw: dict, path: str) -> EvalSpec:
+        # Without a cadence the trainer evaluates only before the first step and at the end: no checkpoint is ever
+        # kept as the best, and export.from=best would export the last weights.
+        if self.keep_best and not (self.every_steps or self.every_minutes):
+            raise RunValidationError(f"{path}.keep_best", self.keep_best, f"{path}.every_steps or "
+                                     f"{path}.every_minutes > 0 with it (without either the run evaluates only "
+                                     "before the first step and at the end, so no best checkpoint is kept), or "
+                                     "false")
+        return self
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -354,7 +365,10 @@ class RunSpec:
                                            at="registry.model_package_group", pattern=_REGISTRY_GROUP,
                                            accepted="a model package group name (1-63 letters, digits, hyphens)")
     approval_status: Approval = spec("The registered model package's approval status.",
-                                     default="PendingManualApproval", at="registry.approval_status")
+                                     default="PendingManualApproval", at="registry.approval_status",
+                                     accepted="PendingManualApproval: the pipeline registers every model for review; "
+                                     "approving it is a separate, permissioned step (`spotrun approve RUN`, or aws "
+                                     "sagemaker update-model-package --model-approval-status Approved)")
     tags: dict[str, str] = spec("Tags on every training job of the run (SageMaker's tag pattern).",
                                 default_factory=dict, decode=values.tags, accepted=values.TAGS)
     eval: EvalSpec = spec("When to evaluate.", default_factory=EvalSpec)
@@ -371,6 +385,7 @@ class RunSpec:
         return "eval" if self.eval != EvalSpec() else None
 
     def _across(self, raw: dict, path: str) -> RunSpec:
+        _one_step_on_one_gpu(self.data, self.training)
         if self.gate is not None:
             _needs_validation(self.data, "registry.gate", raw["registry"]["gate"])
         if raw.get("eval"):
@@ -379,6 +394,18 @@ class RunSpec:
             raise RunValidationError("export.from", self.export.from_, '"last", or eval.keep_best=true with "best" '
                                      "(the best checkpoint must be kept to be exported)")
         return self
+
+
+def _one_step_on_one_gpu(data: DataSpec, training: TrainingSpec) -> None:
+    """data.tokens (x epochs) fill at least one optimizer step on one GPU: micro_batch x grad_accum samples of
+    seq_len tokens, the least any layout needs (the planner refuses the same for the layout it chooses)."""
+    samples = training.micro_batch * training.grad_accum
+    if data.tokens is not None and data.tokens * training.epochs < samples * data.seq_len:
+        least = math.ceil(samples * data.seq_len / training.epochs)
+        raise RunValidationError("data.tokens", data.tokens, f"at least {least:,} tokens (one optimizer step on one "
+                                 f"GPU: training.micro_batch x training.grad_accum = {samples} samples of "
+                                 f"data.seq_len={data.seq_len} tokens, over training.epochs={training.epochs:g}); "
+                                 "give more data or a smaller batch")
 
 
 def parse_run(raw: Any) -> RunSpec:

@@ -17,8 +17,9 @@ The run goes through stages, each called once, in order:
 4. the planner (spotrun/planner/stage.py `planned`): the sources, the estimate, the hyperparameters' limits;
 5. the spot policy (spotrun/pipeline/policy_stage.py `with_spot_policy`: spotrun/policy/choose.py `spot_policy`,
    the cap that finishes at the P95 of the run as one job) and its first market;
-6. what must hold before anything is created (spotrun/pipeline/preflight.py): the registry status,
-   `checkpoint.resume_from`, the account's SageMaker quota, the run record beside the checkpoints;
+6. what must hold before anything is created (spotrun/pipeline/preflight.py): `checkpoint.resume_from`, the
+   account's SageMaker quota, the run record beside the checkpoints (for a run the planner found over budget
+   too, before it says so: invalid input wins);
 7. the plan (spotrun/pipeline/assembly.py `assemble`).
 
 Also here: the canceller's rule (`cancel`: which jobs are an ended execution's). The settings (`PipelineSettings`,
@@ -34,7 +35,7 @@ from ..contract.refusal import Refusal
 from ..contract.spec import parse_run
 from ..planner.estimate import load_catalog
 from ..planner.stage import planned
-from ..seams import CANCEL_STATUSES, EXECUTION_TAG, PipelineSettings, PreparationSettings
+from ..seams import CANCEL_STATUSES, EXECUTION_TAG, PipelineSettings, PlanStatus, PreparationSettings
 from .assembly import CONTRACT_KEYS, assemble, job_name
 from .inputs import prepare_inputs
 from .policy_stage import with_spot_policy
@@ -108,8 +109,13 @@ def plan(run_raw: Any, execution: str, settings: PipelineSettings, *, s3_client:
                                 catalog=admitted.catalog, execution=execution, prepared=prepared)
         done = est = None
         if inputs.prepare is None:
-            done = planned(inputs.run, catalog=admitted.catalog, s3_client=s3_client, rates=rates,
-                           mfu_lookup=mfu_lookup, base_name=base_name)
+            try:
+                done = planned(inputs.run, catalog=admitted.catalog, s3_client=s3_client, rates=rates,
+                               mfu_lookup=mfu_lookup, base_name=base_name)
+            except Refusal as exc:  # invalid input wins: a run over budget is refused first by what it must change
+                if exc.status == PlanStatus.OVER_BUDGET.value:
+                    check_before_creating(inputs.run, quotas_client, execution_status, exc.estimate)
+                raise
             est = with_spot_policy(done.run, done.estimate, admitted.catalog, poll_s=settings.poll_seconds,
                                    max_poll_s=max(settings.poll_seconds, settings.max_poll_seconds))
         # before a preparation job too, so that it bills nothing for a run these refuse

@@ -1,11 +1,11 @@
 """The estimate's refusals that need the deployment: what must hold before an execution creates anything.
 
-The execution's name (it becomes a tag), the registry status, the account's SageMaker service quota (Service
-Quotas), and `checkpoint.resume_from`: the execution it names exists in this pipeline, ran the
-same run and has ended (Step Functions), and trained the same model shape on the same data, as that execution
-recorded in `spotrun-run.json` beside its checkpoints (`run_record`, `record_run`). The stage's maxima are its
-rules (spotrun/pipeline/validate.py `admit`). Each refusal is a RunValidationError
-naming the field. Clients are passed in; nothing here reads the environment.
+The execution's name (it becomes a tag), the account's SageMaker service quota (Service Quotas), and
+`checkpoint.resume_from`: the execution it names exists in this pipeline, ran the same run and has ended (Step
+Functions), and trained the same model shape on the same data, as that execution recorded in `spotrun-run.json`
+beside its checkpoints (`run_record`, `record_run`). The stage's maxima are its rules
+(spotrun/pipeline/validate.py `admit`). Each refusal is a RunValidationError naming the field. Clients are passed
+in; nothing here reads the environment.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from botocore.exceptions import ClientError
 
 from ..contract.aws_text import TAG_VALUE_MAX, aws_text_ok
 from ..contract.spec import RunSpec, RunValidationError
-from ..seams import REGISTRATION_STATUS, RUN_RECORD
+from ..seams import RUN_RECORD
 
 QUOTA_SERVICE = "sagemaker"
 
@@ -79,20 +79,11 @@ def check_resume(record: dict, s3_client: Any, bucket: str, prefix: str, resume_
                                      f"{earlier.get(differ[0])!r}, this run has {record[differ[0]]!r}")
 
 
-def check_approval_status(run: RunSpec) -> None:
-    if run.approval_status != REGISTRATION_STATUS:
-        raise RunValidationError("registry.approval_status", run.approval_status,
-                                 f"{REGISTRATION_STATUS}: the pipeline registers every model for review; approving "
-                                 "it is a separate, permissioned step (aws sagemaker update-model-package "
-                                 "--model-approval-status Approved)")
-
-
 def check_before_creating(run: RunSpec, quotas_client: Any, execution_status: Any, est: Any) -> None:
-    """What refuses the run before anything is created for it: the registry status, `checkpoint.resume_from`
-    (Step Functions) and the quota (Service Quotas) for the estimate's instance type and count. Before a
-    preparation job (`est` None) the same checks, so that the job bills nothing for a run they refuse: the quota
-    then only for an explicit instance type. Local checks first, then the calls."""
-    check_approval_status(run)
+    """What refuses the run before anything is created for it: `checkpoint.resume_from` (Step Functions) and the
+    quota (Service Quotas) for the estimate's instance type and count. Before a preparation job (`est` None) the
+    same checks, so that the job bills nothing for a run they refuse: the quota then only for an explicit instance
+    type. (The registry status is the contract's: spotrun/contract/spec.py `registry.approval_status`.)"""
     if run.checkpoint.resume_from is not None and execution_status is not None:
         check_resumable(run, run.checkpoint.resume_from, execution_status(run.checkpoint.resume_from))
     if quotas_client is None:

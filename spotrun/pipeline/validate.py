@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..contract.hub_id import meant_hub_id
 from ..contract.spec import ModelSpec, RunSpec, RunValidationError
 from ..planner.catalog import regional_catalog, usd
 from ..planner.sources import PLACEHOLDER_BUCKET
@@ -57,6 +58,8 @@ def _require_under(uri: str | None, target: Target, prefix: str, field_path: str
         hint = ""
         if uri and uri.startswith(f"s3://{PLACEHOLDER_BUCKET}/"):
             hint = f"; replace the placeholder {PLACEHOLDER_BUCKET} with the stack's ArtifactBucket output"
+        elif field_path == "model.source" and meant_hub_id(uri):
+            hint = f", or a hub id: did you mean {meant_hub_id(uri)}?"
         raise RunValidationError(field_path, uri, f"an S3 URI under {wanted} (the training role reads only there)"
                                  + hint)
     return uri if uri.endswith("/") else uri + "/"

@@ -132,9 +132,10 @@ class _Work:
 def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | None = None,
              data_tokens: int | None = None, recorded_rates: dict[str, float] | None = None,
              recorded_mfu: dict[str, tuple[float, int]] | None = None,
-             validation_tokens: int | None = None) -> Estimate:
+             validation_tokens: int | None = None, tokens_lower_bound: bool = False) -> Estimate:
     """Estimate a validated run. `model_config`/`data_tokens` (and `validation_tokens`: data.validation's
-    index.json) come from the run's sources (see sources.py);
+    index.json) come from the run's sources (see sources.py); `tokens_lower_bound`: the count is the fewest raw
+    text can make (spotrun/planner/stage.py `smallest_cap`), so fewer than one optimizer step is not refused;
     `recorded_rates` maps instance type to interruptions per instance-hour measured by the recorder;
     `recorded_mfu` maps instance type to (MFU, runs) measured by earlier runs of this shape and method.
 
@@ -154,6 +155,8 @@ def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | 
         raise EstimateRefused("InvalidRun", where + message, field=field_name)
 
     best, warnings = _choose(run, options)
+    if not tokens_lower_bound:
+        _one_step(run, work.tokens, best, planner.per_rank)
     warnings += _deadline(run, options, best)
     max_runtime, runtime_warnings = _limits(run, d, best)
     warnings += _layout_warnings(run, catalog, planner, options, best, work.dims) + runtime_warnings
@@ -259,6 +262,24 @@ def _choose(run: RunSpec, options: list[Option]) -> tuple[Option, list[str]]:
             warnings.append(f"compute.target_hours={c.target_hours}: no layout finishes in time; the fastest, "
                             f"{fastest.fit.layout.describe()}, takes {(fastest.wall + fastest.overhead) / 3600:.1f} h")
     return min(pool, key=lambda o: (price_of(o), o.wall)), warnings
+
+
+def _one_step(run: RunSpec, tokens: float, best: Option, per_rank: int) -> None:
+    """The run's tokens fill at least one optimizer step of the chosen layout: every GPU's micro_batch x
+    grad_accum samples of seq_len tokens (fewer would train one step of repeated samples, or none)."""
+    samples = best.fit.layout.world * per_rank
+    if tokens >= samples * run.data.seq_len:
+        return
+    least = math.ceil(samples * run.data.seq_len / run.training.epochs)
+    given = "data.tokens" if run.data.tokens is not None else "data.source"
+    held = "" if run.data.tokens is not None else f" (its index.json counts {tokens / run.training.epochs:,.0f})"
+    value = run.data.tokens if run.data.tokens is not None else repr(run.data.source)
+    plural = "s" * (samples != 1)
+    raise EstimateRefused("InvalidRun", f"{given}={value} is invalid: expected at least {least:,} tokens{held}: one "
+                          f"optimizer step of this plan is {samples} sample{plural} of data.seq_len={run.data.seq_len} "
+                          f"tokens on {best.fit.layout.describe()} ({per_rank} per GPU: training.micro_batch x "
+                          f"training.grad_accum), over training.epochs={run.training.epochs:g}; give more data, a "
+                          "smaller batch or fewer GPUs", field=given)
 
 
 def _deadline(run: RunSpec, options: list[Option], best: Option) -> list[str]:

@@ -6,7 +6,9 @@ components (the product attribute `platoinstancetype`): `Training` (what a train
 managed spot bills the same rate for fewer seconds) and `Processing` (the preparation job's CPU instances). Each of
 the catalog's instance types gets its one hourly USD on-demand price; a type the region does not offer is left
 out (the estimate then never chooses it there), and two different prices for one type stop the update rather
-than guessing.
+than guessing. The attribute names and values are those public readers of the same price list use
+(github.com/vantage-sh/ec2instances.info, sagemaker.py: `ML Instance` products by `platoinstancetype`, usage types
+such as `USE1-Train:ml.m4.16xlarge`).
 
 A snapshot is `prices/<region>.json` beside this module, with the date it was read: `load_catalog`
 (spotrun/planner/catalog.py) lays each over the catalog's `regions`, so the CLI, the local pipeline and the stage's
@@ -77,8 +79,6 @@ def hourly_prices(items: Iterator[dict], wanted: set[str], component: str) -> di
 def region_prices(client: Any, region: str, catalog: dict, *, today: str) -> dict:
     """The snapshot of `region`: the catalog's training and processing instance types priced from the price list
     through `client` (a boto3 `pricing` client), dated `today` (YYYY-MM-DD)."""
-    if not REGION_NAME.fullmatch(region):
-        raise PricingError(f"--region={region!r} is invalid: expected an AWS region name such as eu-west-1")
     processing_types = {t for spec in catalog.get("regions", {}).values()
                         for t in spec.get("processing_usd_per_hour", {})}
     snapshot: dict[str, Any] = {"region": region, "as_of": today,

@@ -58,5 +58,6 @@ def smallest_cap(run: RunSpec, tokens: int, *, catalog: dict, s3_client: Any) ->
     # NOTE: raw text has no index.json yet: the probe names no data.source, only the token count.
     probe = dataclasses.replace(run, max_usd=math.inf, data=dataclasses.replace(run.data, tokens=tokens, source=None))
     sources = read_sources(probe, s3_client=s3_client)
-    est = estimate(probe, catalog=catalog, model_config=sources.model_config, data_tokens=tokens)
+    est = estimate(probe, catalog=catalog, model_config=sources.model_config, data_tokens=tokens,
+                   tokens_lower_bound=True)
     return float(est.segments.min_cap_usd)

@@ -65,7 +65,8 @@ def relative(report: dict, label: str) -> dict:
 
 
 def table_text(report: dict) -> str:
-    head = (f"{report['traces']} traces ({report['source']}); {report['work_hours']:.1f} h of work; deadline "
+    n = report["traces"]
+    head = (f"{n} trace{'s' * (n != 1)} ({report['source']}); {report['work_hours']:.1f} h of work; deadline "
             + (f"{report['deadline_hours']:g} h" if report["deadline_hours"] else "none"))
     odds = "P(deadline)" if report["deadline_hours"] else "P(finished)"  # without a deadline: does it finish
     lines = [head, f"  {'policy':<28} {'mean $':>11} {'P50 $':>11} {'P95 $':>11} {odds:>11} "

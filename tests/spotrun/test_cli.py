@@ -168,7 +168,7 @@ def test_offline_the_inline_copy_stands_in_for_an_unreadable_source_and_says_so(
     from botocore.stub import Stubber
 
     run = parse_run({"version": 1, "name": "src", "model": {"source": "s3://art-bucket/models/m/", "config": {
-        "model_type": "gpt2"}}, "data": {"tokens": 10, "seq_len": 128}, "budget": {"max_usd": 10}})
+        "model_type": "gpt2"}}, "data": {"tokens": 10_000, "seq_len": 128}, "budget": {"max_usd": 10}})
     s3 = boto3.client("s3", region_name="us-east-1")
     with Stubber(s3) as stub:
         for _ in range(2):

@@ -56,7 +56,7 @@ def test_evaluation_time_is_in_the_wall_time_and_grows_with_the_schedule():
         raw = copy.deepcopy(RUN)
         raw["data"].pop("validation")
         raw["data"]["validation_fraction"] = 0.2  # a quarter of the training tokens held out
-        raw["eval"] = {"keep_best": True, **eval_cfg}
+        raw["eval"], raw["export"] = {"max_batches": 0, **eval_cfg}, {}  # keep_best needs a cadence
         return estimate(parse_run(raw))
 
     none = estimate(parse_run({**RUN, "data": {k: v for k, v in RUN["data"].items() if k != "validation"},

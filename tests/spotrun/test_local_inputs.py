@@ -65,7 +65,9 @@ def test_a_dataset_smaller_than_one_step_is_refused(capsys, tmp_path, assets):
     data.mkdir()
     (data / "a.jsonl").write_text(json.dumps({"text": "the cat saves the weights."}) + "\n")
     err = _refused(capsys, tmp_path, [_run_file(tmp_path, assets, source=str(data))])
-    assert "data.source=" in err and "at least one step of samples: it holds 0 samples of seq_len=64" in err
+    # the planner's refusal (spotrun/planner/estimate.py), before the local one that counts packed samples per process
+    assert "data.source=" in err and "expected at least 64 tokens (its index.json counts " in err, err
+    assert "one optimizer step of this plan is 1 sample of data.seq_len=64" in err
 
 
 def test_a_configuration_error_the_launcher_would_find_exits_2_before_the_job_directory(capsys, tmp_path, assets):

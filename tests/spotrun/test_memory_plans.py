@@ -130,7 +130,7 @@ def test_70b_lora_on_pcie_nodes_is_communication_bound():
 
 def test_the_old_1m_token_sample_is_refused_naming_the_largest_layout():
     run = parse_run({"version": 1, "name": "huge", "model": {"config": LLAMA_31_8B},
-                     "data": {"tokens": 100_000_000, "seq_len": 1_048_576},
+                     "data": {"tokens": 10_000_000_000, "seq_len": 1_048_576},
                      "training": {"micro_batch": 4096}, "budget": {"max_usd": 1e6}})
     with pytest.raises(EstimateRefused) as err:
         estimate(run)

@@ -368,7 +368,7 @@ def test_spotrun_simulate_writes_the_table_json_and_plot_for_generated_and_recor
                  "--no-optimum", "--policy", "uniform_progress", "--policy", "on_demand"]) == 0
     rec = json.loads((tmp_path / "rec" / "simulate.json").read_text())
     assert {r["policy"] for r in rec["policies"]} == {"uniform_progress", "on_demand"}
-    assert "1 recorded traces" in rec["source"] and "optimum" not in rec
+    assert "1 recorded trace from" in rec["source"] and "optimum" not in rec
     assert main(["simulate", str(run), "--traces", str(tmp_path / "gen")]) == 2  # no trace files there
 
 
