@@ -6,8 +6,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from types import SimpleNamespace
 import re
+from types import SimpleNamespace
 
 import pytest
 
