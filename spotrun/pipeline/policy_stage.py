@@ -41,7 +41,20 @@ def with_spot_policy(run: Any, est: Estimate, catalog: dict, *, poll_s: float = 
     finish = finish_cap_usd(est.segments, one_job.p95_usd) if est.segments.chain_costs else math.inf
     section = {**choice.section, "p95_finish_cap_usd": finish if finish < math.inf else None,
                "p95_finish_policy": one_job.section["chosen"], "p95_one_job_usd": round(one_job.p95_usd, 2)}
-    return dataclasses.replace(est, spot_policy=section, warnings=[*est.warnings, *choice.warnings])
+    warnings = [*est.warnings, *choice.warnings, *_under_finish_cap(run.max_usd, finish, section)]
+    return dataclasses.replace(est, spot_policy=section, warnings=warnings)
+
+
+def _under_finish_cap(cap_usd: float, finish_usd: float, section: dict) -> list[str]:
+    """A warning when the cap set is under the cap to set (the P95 finish cap): the run is accepted (its chain
+    finishes uninterrupted) but a run billed the P95 stops OverBudget before it finishes, naming a larger cap (a
+    new user set a cap a cent under the figure they were told, with no word)."""
+    if finish_usd == math.inf or cap_usd >= finish_usd:
+        return []
+    return [f"budget.max_usd=${cap_usd:,.2f} is under the cap to set, ${finish_usd:,.2f}: a run billed "
+            f"{section['p95_finish_policy']}'s P95 (${section['p95_one_job_usd']:,.2f} as one job) would stop "
+            f"OverBudget before it finishes, naming a larger cap; set ${finish_usd:,.2f} or more to finish on 95% "
+            "of the estimate's traces"]
 
 
 def _at_cap(run: Any, est: Estimate, cap_usd: float) -> tuple[Any, Estimate]:

@@ -284,3 +284,20 @@ def test_a_stage_the_checkout_does_not_list_is_named_with_the_ones_it_does(tmp_p
     assert code == 2 and len(err.strip().splitlines()) == 1 and "NoRegionError" not in err, err
     listed = ", ".join(env.stage for env in ENVIRONMENTS)
     assert "'prd'" in err and f"stacks/config.py lists {listed}" in err and "--region" in err, err
+
+
+def test_a_cap_under_the_cap_to_set_is_accepted_with_a_warning_naming_it(tmp_path, capsys):
+    """A new user set a cap a cent under the P95 finish cap the estimate told them ('the cap to set'): accepted
+    (the chain finishes uninterrupted), exit 0, and no word that a run billed the P95 would stop OverBudget. Now a
+    warning names the cap to set; at that cap, none. The figure is the estimate's own, read from its output."""
+    # llama3's chain at its cap has room above its smallest cap (qwen2's smallest cap is its cap to set)
+    example = json.loads((Path(__file__).parents[2] / "examples/runs/llama3-8b-full.json").read_text())
+    code, told = _cli(tmp_path, capsys, "estimate", example)
+    finish = told["spot_policy"]["p95_finish_cap_usd"]
+    assert code == 0 and finish is not None, told
+    for cap, warned in ((round(finish - 0.01, 2), True), (finish, False)):
+        code, out = _cli(tmp_path, capsys, "estimate", {**example, "budget": {**example["budget"], "max_usd": cap}})
+        assert code == 0 and out["spot_policy"]["p95_finish_cap_usd"] == finish, out
+        named = [w for w in out["warnings"] if "under the cap to set" in w]
+        assert bool(named) == warned, (cap, out["warnings"])
+        assert not warned or f"${finish:,.2f}" in named[0], named

@@ -623,7 +623,8 @@ class GuardsView:
                     "SecondaryStatusTransitions": [] if trained is None else [
                         {"Status": "Training", "StartTime": GUARD_EPOCH + trained}]}
         step = int(run.committed / (p.work_s / p.planned_steps)) if run.committed else None
-        plan = SimpleNamespace(estimate={"spot_policy": {"policy": self.policy, "sim_plan": {"work_s": p.work_s}}},
+        plan = SimpleNamespace(estimate=SimpleNamespace(spot_policy={"policy": self.policy,
+                                                                     "sim_plan": {"work_s": p.work_s}}),
                                planned_steps=p.planned_steps, execution_started=GUARD_EPOCH, on_demand_fallback=True)
         return observe(plan, SimpleNamespace(spot=job.market.value == "spot"), describe, now=GUARD_EPOCH + now,
                        newest_checkpoint=None if self.commit_t is None else GUARD_EPOCH + self.commit_t,
