@@ -254,7 +254,7 @@ def run_local(run_path: Path, options: LocalOptions, *, emit: Callable[[str], No
     root.mkdir(parents=True)
     (root / "run.json").write_text(json.dumps(raw, indent=2))
     (root / PLAN_FILE).write_text(json.dumps(planned.to_json(), indent=2))
-    (root / "estimate.json").write_text(json.dumps(est, indent=2))
+    (root / "estimate.json").write_text(json.dumps(est.to_json(), indent=2))
     write_sagemaker_root(job.sm, hyperparameters=hyper, channels=channels_of(planned), checkpoint_dir=job.checkpoints)
     emit(f"[local] job {root} (launcher log {job.log})")
     return _train_and_finish(job, job_name, out, options, emit)
