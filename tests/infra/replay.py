@@ -117,7 +117,7 @@ class _Section:
 
     def __call__(self, run, est, catalog, **kw) -> choose.PolicyChoice:
         if self.choice is None:
-            self.choice = self.real(run, est, catalog, n=100, **kw)
+            self.choice = self.real(run, est, catalog, **{**kw, "n": 100})
         out = copy.deepcopy(self.choice.section)
         out.update(policy=self.policy, chosen=f"{self.policy} ({out['checkpointing']})")
         return dataclasses.replace(self.choice, section=out)

@@ -24,7 +24,7 @@ from spotrun.local.registry import describe, register, versions
 from spotrun.pipeline.guard import REGISTRY_METADATA_KEYS
 
 STEPS = 12
-SETTINGS = [f"max_steps={STEPS}", "checkpoint.interval_steps=4", "micro_batch=2", "log_every=2"]
+SETTINGS = [f"max_steps={STEPS}", "checkpoint.interval_steps=4", "training.micro_batch=2", "log_every=2"]
 
 
 @pytest.fixture(scope="session")

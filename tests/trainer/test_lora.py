@@ -87,7 +87,7 @@ def test_sigterm_during_lora_training_resumes_bitwise(job_factory, lora_baseline
 
 
 def test_two_rank_lora_checkpoint_resumes_on_one_rank(job_factory, lora_baseline):
-    job = job_factory("lora-one-rank", nproc_per_node=1, micro_batch=4, **LORA_HP)  # same global batch
+    job = job_factory("lora-one-rank", nproc_per_node=1, **{**LORA_HP, "training.micro_batch": 4})  # same global batch
     shutil.copytree(lora_baseline.ckpt, job.ckpt)
     shutil.rmtree(job.ckpt / "step-00000024")
 

@@ -48,7 +48,7 @@ def _planned(assets, training: dict) -> int:
 def test_planned_checkpoint_bytes_are_the_bytes_the_trainer_writes(method, request, assets):
     job = request.getfixturevalue("baseline" if method == "full" else "lora_baseline")
     training = {"method": "full"} if method == "full" else {
-        "training.method": "lora", "lora": {"rank": LORA_HP["training.lora.rank"], "target_modules": "all-linear"}}
+        "method": "lora", "lora": {"rank": LORA_HP["training.lora.rank"], "target_modules": "all-linear"}}
     payload, chunks, metadata_bytes, total = _written(job.ckpt)
     assert payload == _planned(assets, training)
     # Everything else is DCP's framing: a header per chunk and the .metadata index (plus RNG and train state).

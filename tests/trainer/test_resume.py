@@ -88,7 +88,7 @@ def test_sigkill_of_the_whole_process_tree_then_restart_is_bitwise_identical(job
 
 
 def test_damaged_newest_checkpoint_falls_back_and_two_rank_checkpoint_resumes_on_one_rank(job_factory, baseline):
-    job = job_factory("one-rank", nproc_per_node=1, micro_batch=4)  # same global batch as 2 x 2
+    job = job_factory("one-rank", nproc_per_node=1, **{"training.micro_batch": 4})  # same global batch as 2 x 2
     shutil.copytree(baseline.ckpt, job.ckpt)
     steps = [s for s, _ in committed_checkpoints(job.ckpt)]
     assert steps == [24, 20]

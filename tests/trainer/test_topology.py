@@ -70,7 +70,8 @@ def _memory_line(text: str) -> dict:
 def topology(tmp_path_factory, assets, baseline) -> dict:
     root = tmp_path_factory.mktemp("topology")
     # Same global batch as the baseline (1 node x 2 ranks x micro_batch 2): 4 ranks x micro_batch 1.
-    full = Cluster(root / "full", assets, TWO_NODES, micro_batch=1, memory_probe=True, **{"sharding.mode": "full"})
+    full = Cluster(root / "full", assets, TWO_NODES, memory_probe=True,
+                   **{"training.micro_batch": 1, "sharding.mode": "full"})
     procs = full.start()
     assert wait_for_step(procs[0], full.output, 9), full.text()[-3000:]
     for p in procs:
@@ -88,9 +89,10 @@ def topology(tmp_path_factory, assets, baseline) -> dict:
         assert rcs == [0] * len(hosts), cluster.text()[-4000:]
         return cluster
 
-    one = resumed("one-node", ("algo-1",), micro_batch=2, memory_probe=True,
-                  **{"model.activation_checkpointing": True})
-    hybrid = resumed("hybrid", TWO_NODES, micro_batch=1, **{"sharding.mode": "hybrid", "sharding.group_nodes": 1})
+    one = resumed("one-node", ("algo-1",), memory_probe=True,
+                  **{"training.micro_batch": 2, "model.activation_checkpointing": True})
+    hybrid = resumed("hybrid", TWO_NODES,
+                     **{"training.micro_batch": 1, "sharding.mode": "hybrid", "sharding.group_nodes": 1})
     return {"full": full, "one": one, "hybrid": hybrid, "stop_step": stop_step, "saved": saved}
 
 
