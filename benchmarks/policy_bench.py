@@ -51,6 +51,7 @@ from spotrun.policy.decision import (
     Market,
     Observation,
     ProbingGreedy,
+    SentinelGreedy,
     risk_s,
     slack_s,
 )
@@ -80,8 +81,10 @@ def windows(recordings: list, deadline_h: float, every_h: float) -> list[tuple[i
     return out
 
 
-BASELINES = ("uniform_progress_code", "ross", "probing_sighted")
+BASELINES = ("uniform_progress_code", "ross", "probing_sighted", "probing_sentinel")
 SIGHTED_STINT_S = 1800.0  # probing_sighted's least time on an on-demand job before it goes back to spot
+SENTINEL_STINT_S = 1800.0  # probing_sentinel: least time on an on-demand job before its sentinel
+SENTINEL_POLL_S = 600.0  # probing_sentinel: the longest wait between the guard's looks at the sentinel
 ROSS_SEED = 0
 
 
@@ -140,6 +143,10 @@ def outcomes(plan: SimPlan, traces: list, policy: str) -> list[tuple[float, bool
             with registered("_bench", ross_rule(plan, rng)) as name:
                 out.append(outcome(plan, trace, name))
         return out
+    if policy == "probing_sentinel":
+        rule = SentinelGreedy(RULES["probing_greedy"].reserve, SENTINEL_STINT_S, SENTINEL_POLL_S)
+        with registered("_bench", rule) as name:
+            return [outcome(plan, trace, name) for trace in traces]
     if policy == "probing_sighted":
         out = []
         for trace in traces:
