@@ -124,12 +124,29 @@ def sighted_rule(trace: list):
     return rule
 
 
-def outcome(plan: SimPlan, trace: list, policy: str) -> tuple[float, bool]:
-    """(cost / on-demand from the start, deadline met)."""
+def outcome(plan: SimPlan, trace: list, policy: str, runs: list | None = None) -> tuple[float, bool]:
+    """(cost / on-demand from the start, deadline met); `runs`: the execution appended to it."""
     od = plan.work_s / 3600 * plan.on_demand_usd_per_h
-    tally = execute(plan, trace, policy, "notice", horizon_s=plan.deadline_s + AFTER_DEADLINE_H * 3600).tally
+    run = execute(plan, trace, policy, "notice", horizon_s=plan.deadline_s + AFTER_DEADLINE_H * 3600)
+    if runs is not None:
+        runs.append(run)
+    tally = run.tally
     usd = (tally.spot_s * plan.spot_usd_per_h + tally.od_s * plan.on_demand_usd_per_h) / 3600
     return usd / od, tally.finished and tally.t <= plan.deadline_s + 1e-6
+
+
+def sentinel_line(plan: SimPlan, runs: list) -> str:
+    """What probing_sentinel's sentinels did, over all windows: how many per run, their bill, the guard's polls."""
+    od = plan.work_s * plan.on_demand_usd_per_h
+    bill = sum(r.sentinel_s for r in runs) * plan.spot_usd_per_h / od / len(runs)
+    polls = [r.polls for r in runs]
+    return (f"  probing_sentinel, all {len(runs)} windows: {sum(r.sentinels for r in runs) / len(runs):.2f} "
+            f"sentinels and {sum(len(r.jobs) for r in runs) / len(runs):.2f} training jobs per run, "
+            f"sentinel bill {bill:.4f} of on-demand per run (mean), "
+            f"guard polls per run {sum(polls) / len(polls):.0f} mean, {max(polls)} max")
+
+
+SENTINEL_RUNS: list = []  # the last probing_sentinel executions (for `sentinel_line`)
 
 
 def outcomes(plan: SimPlan, traces: list, policy: str) -> list[tuple[float, bool]]:
@@ -145,8 +162,9 @@ def outcomes(plan: SimPlan, traces: list, policy: str) -> list[tuple[float, bool
         return out
     if policy == "probing_sentinel":
         rule = SentinelGreedy(RULES["probing_greedy"].reserve, SENTINEL_STINT_S, SENTINEL_POLL_S)
+        SENTINEL_RUNS.clear()
         with registered("_bench", rule) as name:
-            return [outcome(plan, trace, name) for trace in traces]
+            return [outcome(plan, trace, name, SENTINEL_RUNS) for trace in traces]
     if policy == "probing_sighted":
         out = []
         for trace in traces:
@@ -207,6 +225,8 @@ def table(recordings: list, names: list[str], every_h: float, optimum_every: int
                     cells.append(str(sum(1 for i in idx if not res[i][1])))
             rows.append(f"| {deadline} h | {policy} | " + " | ".join(cells) + " |")
             print(rows[-1], flush=True)
+            if policy == "probing_sentinel":
+                print(sentinel_line(plan, SENTINEL_RUNS), flush=True)
         rows.append(f"| {deadline} h | exact optimum | {_mean([floor[i] for i in sets['choose'] if i in floor]):.3f} | "
                     f"| | {_mean([floor[i] for i in sets['held-out'] if i in floor]):.3f} | | | "
                     f"{_mean(list(floor.values())):.3f} | |")
