@@ -131,10 +131,11 @@ def sighted_rule(trace: list):
     return rule
 
 
-def outcome(plan: SimPlan, trace: list, policy: str, runs: list | None = None) -> tuple[float, bool]:
-    """(cost / on-demand from the start, deadline met); `runs`: the execution appended to it."""
+def outcome(plan: SimPlan, trace: list, policy: str, runs: list | None = None, **sentinel) -> tuple[float, bool]:
+    """(cost / on-demand from the start, deadline met); `runs`: the execution appended to it; `sentinel`: the
+    sentinel's assumptions (execute's sentinel_lag_s, sentinel_stop_s)."""
     od = plan.work_s / 3600 * plan.on_demand_usd_per_h
-    run = execute(plan, trace, policy, "notice", horizon_s=plan.deadline_s + AFTER_DEADLINE_H * 3600)
+    run = execute(plan, trace, policy, "notice", horizon_s=plan.deadline_s + AFTER_DEADLINE_H * 3600, **sentinel)
     if runs is not None:
         runs.append(run)
     tally = run.tally
@@ -154,6 +155,7 @@ def sentinel_line(plan: SimPlan, runs: list) -> str:
 
 
 SENTINEL_RUNS: list = []  # the last probing_sentinel executions (for `sentinel_line`)
+SENTINEL_MODEL: dict = {}  # --sentinel-lag-s, --sentinel-stop-s, --sentinel-poll-s when given
 
 
 def outcomes(plan: SimPlan, traces: list, policy: str) -> list[tuple[float, bool]]:
@@ -168,10 +170,11 @@ def outcomes(plan: SimPlan, traces: list, policy: str) -> list[tuple[float, bool
                 out.append(outcome(plan, trace, name))
         return out
     if policy == "probing_sentinel":
-        rule = SentinelGreedy(RULES["probing_greedy"].reserve, SENTINEL_STINT_S, SENTINEL_POLL_S)
+        model = dict(SENTINEL_MODEL)
+        rule = SentinelGreedy(RULES["probing_greedy"].reserve, SENTINEL_STINT_S, model.pop("poll_s", SENTINEL_POLL_S))
         SENTINEL_RUNS.clear()
         with registered("_bench", rule) as name:
-            return [outcome(plan, trace, name, SENTINEL_RUNS) for trace in traces]
+            return [outcome(plan, trace, name, SENTINEL_RUNS, **model) for trace in traces]
     if policy == "probing_sighted":
         out = []
         for trace in traces:
@@ -252,7 +255,17 @@ def main() -> None:
     parser.add_argument("--deadline", type=float, action="append", help="only these deadlines, hours (repeatable)")
     parser.add_argument("--policy", action="append", choices=DEADLINE_RULES + BASELINES,
                         help="only these (repeatable)")
+    parser.add_argument("--sentinel-poll-s", type=float,
+                        help=f"probing_sentinel: the longest wait between looks at it (default {SENTINEL_POLL_S})")
+    parser.add_argument("--sentinel-lag-s", type=float,
+                        help="probing_sentinel: seen with instances only this long into a window (default 0)")
+    parser.add_argument("--sentinel-stop-s", type=float,
+                        help="probing_sentinel: seconds billed at a stop with instances (default 120)")
     args = parser.parse_args()
+    for key, value in (("poll_s", args.sentinel_poll_s), ("sentinel_lag_s", args.sentinel_lag_s),
+                       ("sentinel_stop_s", args.sentinel_stop_s)):
+        if value is not None:
+            SENTINEL_MODEL[key] = value
     files = sorted(args.spot_traces.rglob("availability/1-node/*/*.json"))
     if not files:
         raise SystemExit(f"--spot-traces {args.spot_traces}: no availability/1-node/*/*.json under it")

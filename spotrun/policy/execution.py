@@ -25,7 +25,9 @@ yet): a spot job of the run's instance type and count created at the poll that a
 on-demand job. It waits unbilled and has instances exactly while the trace has capacity; it bills at spot rates
 from each window's start (or its creation) to the window's end or its stop, and a stop that finds it with
 instances bills `SENTINEL_STOP_S` more (at most to the window's end). The guard sees it with instances only at a
-poll (the grid's or the policy's recheck) inside a window, and asks the policy when that changes; the sentinel
+poll (the grid's or the policy's recheck) inside a window (`sentinel_lag_s` or more into it: SageMaker's delay
+from capacity to Downloading, 0 unless asked; billed from the window's start), and asks the policy when that
+changes; the sentinel
 is stopped at the poll where the policy no longer asks for it or the on-demand job ended.
 Not modelled: the cost cap's shorter polls and segments (a run whose cap binds polls more often than this).
 """
@@ -89,6 +91,8 @@ class Run:
     sentinel_at: float | None = None  # when the waiting sentinel was created (None: no sentinel)
     sentinel_s: float = 0.0  # the sentinels' billed seconds (also in tally.spot_s)
     sentinels: int = 0
+    sentinel_lag_s: float = 0.0  # a sentinel is seen with instances this long into a window (billed from its start)
+    sentinel_stop_s: float = SENTINEL_STOP_S  # billed when a sentinel with instances is stopped
     ends: list = field(init=False, repr=False)  # the windows' ends (the sentinel's lookups)
 
     def __post_init__(self):
@@ -101,10 +105,10 @@ class Run:
 
     def next_capacity(self, t: float) -> float:
         """The first time at or after t when spot has capacity (a sentinel would get instances)."""
-        return max(t, self._sentinel_window(t)[0])
+        return max(t, self._sentinel_window(t)[0] + self.sentinel_lag_s)
 
     def capacity_at(self, t: float) -> bool:
-        return self._sentinel_window(t)[0] <= t
+        return self._sentinel_window(t)[0] + self.sentinel_lag_s <= t
 
     def start_sentinel(self, now: float) -> None:
         if self.sentinel_at is None:
@@ -123,7 +127,7 @@ class Run:
             t = b
         a, b = self._sentinel_window(now)
         if a <= now:
-            billed += min(SENTINEL_STOP_S, b - now)
+            billed += min(self.sentinel_stop_s, b - now)
         self.sentinel_at = None
         self.sentinel_s += billed
         self.tally.spot_s += billed
@@ -291,10 +295,12 @@ class Run:
         return job
 
 
-def execute(plan: SimPlan, trace: list, policy: str, checkpointing: str, *, horizon_s: float = INF) -> Run:
+def execute(plan: SimPlan, trace: list, policy: str, checkpointing: str, *, horizon_s: float = INF,
+            sentinel_lag_s: float = 0.0, sentinel_stop_s: float = SENTINEL_STOP_S) -> Run:
     """One trace run as the state machine runs it (see the module docstring); `run.tally` is its outcome. The
-    policy is asked when `decision.ask_again` says the guard asks it."""
-    run = Run(plan, checkpointing, trace)
+    policy is asked when `decision.ask_again` says the guard asks it. `sentinel_lag_s`, `sentinel_stop_s`: a
+    sentinel's assumptions (the module docstring), for sensitivity checks."""
+    run = Run(plan, checkpointing, trace, sentinel_lag_s=sentinel_lag_s, sentinel_stop_s=sentinel_stop_s)
     first = decide(policy, plan, checkpointing, Observation(0.0, 0.0, Market.SPOT, JobStatus.NONE))
     job = run.create(Market.SPOT if first.action is Action.START_SPOT else Market.ON_DEMAND, 0.0)
     now, switch_to = 0.0, None

@@ -127,3 +127,15 @@ def test_never_below_the_exact_optimum_and_never_late_where_on_demand_is_on_time
     assert best.exact and best.usd is not None
     assert best.usd <= _usd(plan, run.tally) * (1 + 1e-9), (trace, run.sentinel_s)
     assert first.action is Action.START_SPOT
+
+
+def test_a_slower_sentinel_is_seen_later_and_billed_from_the_capacity():
+    """SageMaker taking 15 min from capacity to Downloading (`sentinel_lag_s`): the run leaves on-demand no
+    sooner than 15 min after spot came back, and the sentinel bills from the capacity, not from when it was seen;
+    a dearer stop bills what it is told."""
+    plan, trace, lag, stop = _plan(60), [(0.0, 2 * H), (20 * H, math.inf)], 900.0, 300.0
+    with _registered() as name:
+        run = execute(plan, trace, name, "notice", sentinel_lag_s=lag, sentinel_stop_s=stop)
+    assert run.tally.finished and run.tally.t <= plan.deadline_s
+    assert lag + stop <= run.sentinel_s <= lag + RULE.sentinel_poll_s + stop
+    assert run.jobs[-1].market is Market.SPOT and run.jobs[-1].created >= 20 * H + lag
