@@ -93,13 +93,12 @@ class Run:
     sentinels: int = 0
     sentinel_lag_s: float = 0.0  # a sentinel is seen with instances this long into a window (billed from its start)
     sentinel_stop_s: float = SENTINEL_STOP_S  # billed when a sentinel with instances is stopped
-    ends: list = field(init=False, repr=False)  # the windows' ends (the sentinel's lookups)
-
-    def __post_init__(self):
-        self.ends = [b for _, b in self.trace]
+    ends: list | None = field(default=None, repr=False)  # the windows' ends (the sentinel's lookups; built on use)
 
     def _sentinel_window(self, t: float) -> tuple[float, float]:
         """The first window ending after t (a lookup that does not move `i`)."""
+        if self.ends is None:
+            self.ends = [b for _, b in self.trace]
         k = bisect.bisect_right(self.ends, t)
         return self.trace[k] if k < len(self.trace) else (INF, INF)
 
