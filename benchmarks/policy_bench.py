@@ -26,6 +26,13 @@ And a bound, not a policy (measured here only; the guard cannot execute it): `pr
 there): it leaves on-demand for spot after half an hour on it whenever spot is there, and only then. Set beside
 probing_greedy, it shows how much of the gap to the optimum is the blindness of the probes.
 
+And a rule the guard could execute but does not yet (so benchmark-only, not in RULES): `probing_sentinel`
+(`SentinelGreedy`): after `SENTINEL_STINT_S` on an on-demand job it keeps a sentinel, a spot job of the run's
+instance type and count waiting for capacity beside it (unbilled while it waits), looks at it at least every
+`SENTINEL_POLL_S`, and goes to spot at the first poll that sees it with instances; the sentinel's spot seconds
+from capacity to its stop (and the stop's 120 s) are billed in its cost (spotrun/policy/execution.py). Its two
+parameters were chosen on the choose set (docs/spot-policy.md, "Closing the gap to the optimum").
+
 The exact optimum (spotrun/policy/optimum.py) takes about a second per window: it runs on every
 `--optimum-every`-th window, and the gap to it is each policy's mean on those same windows over the optimum's,
 on the windows where the solver reports its answer exact (past its cap it returns a floor; the count is printed).
@@ -51,6 +58,7 @@ from spotrun.policy.decision import (
     Market,
     Observation,
     ProbingGreedy,
+    SentinelGreedy,
     risk_s,
     slack_s,
 )
@@ -80,8 +88,10 @@ def windows(recordings: list, deadline_h: float, every_h: float) -> list[tuple[i
     return out
 
 
-BASELINES = ("uniform_progress_code", "ross", "probing_sighted")
+BASELINES = ("uniform_progress_code", "ross", "probing_sighted", "probing_sentinel")
 SIGHTED_STINT_S = 1800.0  # probing_sighted's least time on an on-demand job before it goes back to spot
+SENTINEL_STINT_S = 3600.0  # probing_sentinel: least time on an on-demand job before its sentinel (chosen)
+SENTINEL_POLL_S = 600.0  # probing_sentinel: the longest wait between the guard's looks at the sentinel
 ROSS_SEED = 0
 
 
@@ -121,12 +131,31 @@ def sighted_rule(trace: list):
     return rule
 
 
-def outcome(plan: SimPlan, trace: list, policy: str) -> tuple[float, bool]:
-    """(cost / on-demand from the start, deadline met)."""
+def outcome(plan: SimPlan, trace: list, policy: str, runs: list | None = None, **sentinel) -> tuple[float, bool]:
+    """(cost / on-demand from the start, deadline met); `runs`: the execution appended to it; `sentinel`: the
+    sentinel's assumptions (execute's sentinel_lag_s, sentinel_stop_s)."""
     od = plan.work_s / 3600 * plan.on_demand_usd_per_h
-    tally = execute(plan, trace, policy, "notice", horizon_s=plan.deadline_s + AFTER_DEADLINE_H * 3600).tally
+    run = execute(plan, trace, policy, "notice", horizon_s=plan.deadline_s + AFTER_DEADLINE_H * 3600, **sentinel)
+    if runs is not None:
+        runs.append(run)
+    tally = run.tally
     usd = (tally.spot_s * plan.spot_usd_per_h + tally.od_s * plan.on_demand_usd_per_h) / 3600
     return usd / od, tally.finished and tally.t <= plan.deadline_s + 1e-6
+
+
+def sentinel_line(plan: SimPlan, runs: list) -> str:
+    """What probing_sentinel's sentinels did, over all windows: how many per run, their bill, the guard's polls."""
+    od = plan.work_s * plan.on_demand_usd_per_h
+    bill = sum(r.sentinel_s for r in runs) * plan.spot_usd_per_h / od / len(runs)
+    polls = [r.polls for r in runs]
+    return (f"  probing_sentinel, all {len(runs)} windows: {sum(r.sentinels for r in runs) / len(runs):.2f} "
+            f"sentinels and {sum(len(r.jobs) for r in runs) / len(runs):.2f} training jobs per run, "
+            f"sentinel bill {bill:.4f} of on-demand per run (mean), "
+            f"guard polls per run {sum(polls) / len(polls):.0f} mean, {max(polls)} max")
+
+
+SENTINEL_RUNS: list = []  # the last probing_sentinel executions (for `sentinel_line`)
+SENTINEL_MODEL: dict = {}  # --sentinel-lag-s, --sentinel-stop-s, --sentinel-poll-s when given
 
 
 def outcomes(plan: SimPlan, traces: list, policy: str) -> list[tuple[float, bool]]:
@@ -140,6 +169,12 @@ def outcomes(plan: SimPlan, traces: list, policy: str) -> list[tuple[float, bool
             with registered("_bench", ross_rule(plan, rng)) as name:
                 out.append(outcome(plan, trace, name))
         return out
+    if policy == "probing_sentinel":
+        model = dict(SENTINEL_MODEL)
+        rule = SentinelGreedy(RULES["probing_greedy"].reserve, SENTINEL_STINT_S, model.pop("poll_s", SENTINEL_POLL_S))
+        SENTINEL_RUNS.clear()
+        with registered("_bench", rule) as name:
+            return [outcome(plan, trace, name, SENTINEL_RUNS, **model) for trace in traces]
     if policy == "probing_sighted":
         out = []
         for trace in traces:
@@ -200,6 +235,8 @@ def table(recordings: list, names: list[str], every_h: float, optimum_every: int
                     cells.append(str(sum(1 for i in idx if not res[i][1])))
             rows.append(f"| {deadline} h | {policy} | " + " | ".join(cells) + " |")
             print(rows[-1], flush=True)
+            if policy == "probing_sentinel":
+                print(sentinel_line(plan, SENTINEL_RUNS), flush=True)
         rows.append(f"| {deadline} h | exact optimum | {_mean([floor[i] for i in sets['choose'] if i in floor]):.3f} | "
                     f"| | {_mean([floor[i] for i in sets['held-out'] if i in floor]):.3f} | | | "
                     f"{_mean(list(floor.values())):.3f} | |")
@@ -218,7 +255,17 @@ def main() -> None:
     parser.add_argument("--deadline", type=float, action="append", help="only these deadlines, hours (repeatable)")
     parser.add_argument("--policy", action="append", choices=DEADLINE_RULES + BASELINES,
                         help="only these (repeatable)")
+    parser.add_argument("--sentinel-poll-s", type=float,
+                        help=f"probing_sentinel: the longest wait between looks at it (default {SENTINEL_POLL_S})")
+    parser.add_argument("--sentinel-lag-s", type=float,
+                        help="probing_sentinel: seen with instances only this long into a window (default 0)")
+    parser.add_argument("--sentinel-stop-s", type=float,
+                        help="probing_sentinel: seconds billed at a stop with instances (default 120)")
     args = parser.parse_args()
+    for key, value in (("poll_s", args.sentinel_poll_s), ("sentinel_lag_s", args.sentinel_lag_s),
+                       ("sentinel_stop_s", args.sentinel_stop_s)):
+        if value is not None:
+            SENTINEL_MODEL[key] = value
     files = sorted(args.spot_traces.rglob("availability/1-node/*/*.json"))
     if not files:
         raise SystemExit(f"--spot-traces {args.spot_traces}: no availability/1-node/*/*.json under it")

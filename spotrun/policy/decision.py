@@ -96,6 +96,10 @@ class Observation:
     training_s: float = 0.0
     """Seconds the current job has been training (SecondaryStatus Training) since the newest commit, or since it
     entered Training if later; 0 when it is not training. Work a save on the notice would keep."""
+    spot_seen: bool = False
+    """A sentinel (a spot job of the run's instance type and count kept waiting beside an on-demand job, asked for
+    by `Decision.sentinel`) has instances at this poll (SecondaryStatus Downloading or Training): spot capacity is
+    there now. False without a sentinel."""
 
 
 def checkpoint_step(committed_s: float, work_s: float, planned_steps: int) -> int:
@@ -116,6 +120,10 @@ class Decision:
     action: Action
     recheck_s: float = INF
     """The longest the policy may go unasked (the guard polls sooner on its own schedule)."""
+    sentinel: bool = False
+    """Keep a sentinel waiting for spot capacity while this decision stands (on an on-demand job): a spot job of
+    the same instance type and count, unbilled while it waits, billed at spot rates from when it gets instances
+    until it is stopped. Only `SentinelGreedy` asks for one; the guard does not execute it yet."""
 
 
 Rule = Callable[[SimPlan, str, Observation], Decision]
@@ -338,6 +346,43 @@ class ProbingGreedy:
                 return Decision(Action.TO_ON_DEMAND)
             return Decision(Action.KEEP, _half(slack - floor) + plan.poll_s)
         return Decision(Action.KEEP, _half(slack - risk) + plan.poll_s)
+
+
+SENTINEL_STOP_S = 120.0  # a sentinel stopped with instances: billed up to the stop's 120 s (SIGTERM allowance)
+
+
+@dataclass(frozen=True)
+class SentinelGreedy:
+    """`probing_greedy` whose returns from on-demand are not blind (a benchmark rule: the guard does not execute
+    it yet, so it is not in RULES; docs/spot-policy.md, "Closing the gap to the optimum").
+
+    After `stint_s` on an on-demand job, while one more changeover still leaves the risk plus `keep` changeovers,
+    it keeps a sentinel (`Decision.sentinel`): a spot job of the run's instance type and count waiting for
+    capacity beside the on-demand job, and asks again every `sentinel_poll_s`. At the first poll that sees the
+    sentinel with instances (`Observation.spot_seen`) it goes to spot (`TO_SPOT`: the on-demand job stops with a
+    save, the sentinel is stopped, a spot job starts and may find the capacity gone). Elsewhere it is
+    `probing_greedy` without the blind probe: spot while it runs, wait until the slack is down to the shrinking
+    reserve, then on-demand."""
+
+    reserve: float
+    stint_s: float
+    """Seconds on an on-demand job before the sentinel is created."""
+    sentinel_poll_s: float
+    """The longest the guard waits between looks at the sentinel."""
+    keep: float = 1.0
+
+    def __call__(self, plan: SimPlan, ck: str, obs: Observation) -> Decision:
+        decision = ProbingGreedy(self.reserve, INF, self.keep)(plan, ck, obs)
+        if obs.market is not Market.ON_DEMAND or obs.status is not JobStatus.RUNNING or \
+                decision.action is not Action.KEEP:
+            return decision
+        if slack_s(plan, ck, obs) - plan.changeover_s <= risk_s(plan, ck) + self.keep * plan.changeover_s:
+            return decision  # no switch fits: on-demand to the end, no sentinel
+        if obs.job_age_s < self.stint_s:
+            return Decision(Action.KEEP, self.stint_s - obs.job_age_s)
+        if obs.spot_seen:
+            return Decision(Action.TO_SPOT, plan.poll_s)
+        return Decision(Action.KEEP, self.sentinel_poll_s, sentinel=True)
 
 
 def on_demand_rule(plan: SimPlan, ck: str, obs: Observation) -> Decision:

@@ -20,15 +20,27 @@ A job, as SageMaker and the trainer run it (spotrun/policy/engine.py states the 
 - the trainer ends its segment (saves, exits: a Completed job that did not finish the run) after
   `max_runtime_s - startup_s - save_s - 60 s` of its own clock (the guard's `segment_seconds`); a job that reaches
   MaxRuntime (`max_runtime_s`, the run's longest) ends the run unfinished, as the guard does.
+A sentinel (`Decision.sentinel`, asked for by `SentinelGreedy` only: a benchmark rule the guard does not execute
+yet): a spot job of the run's instance type and count created at the poll that asks for it, beside the running
+on-demand job. It waits unbilled and has instances exactly while the trace has capacity; it bills at spot rates
+from each window's start (or its creation) to the window's end or its stop, and a stop that finds it with
+instances bills `SENTINEL_STOP_S` more (at most to the window's end). The guard sees it with instances only at a
+poll (the grid's or the policy's recheck) inside a window (`sentinel_lag_s` or more into it: SageMaker's delay
+from capacity to Downloading, 0 unless asked; billed from the window's start), and asks the policy when that
+changes; the sentinel
+is stopped at the poll where the policy no longer asks for it or the on-demand job ended.
 Not modelled: the cost cap's shorter polls and segments (a run whose cap binds polls more often than this).
 """
 
 from __future__ import annotations
 
+import bisect
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
 from .decision import (
+    SENTINEL_STOP_S,
     Action,
     JobStatus,
     Market,
@@ -76,6 +88,48 @@ class Run:
     jobs: list = field(default_factory=list)
     polls: int = 0
     i: int = 0  # the trace window index (time only moves forward)
+    sentinel_at: float | None = None  # when the waiting sentinel was created (None: no sentinel)
+    sentinel_s: float = 0.0  # the sentinels' billed seconds (also in tally.spot_s)
+    sentinels: int = 0
+    sentinel_lag_s: float = 0.0  # a sentinel is seen with instances this long into a window (billed from its start)
+    sentinel_stop_s: float = SENTINEL_STOP_S  # billed when a sentinel with instances is stopped
+    ends: list | None = field(default=None, repr=False)  # the windows' ends (the sentinel's lookups; built on use)
+
+    def _sentinel_window(self, t: float) -> tuple[float, float]:
+        """The first window ending after t (a lookup that does not move `i`)."""
+        if self.ends is None:
+            self.ends = [b for _, b in self.trace]
+        k = bisect.bisect_right(self.ends, t)
+        return self.trace[k] if k < len(self.trace) else (INF, INF)
+
+    def next_capacity(self, t: float) -> float:
+        """The first time at or after t when spot has capacity (a sentinel would get instances)."""
+        return max(t, self._sentinel_window(t)[0] + self.sentinel_lag_s)
+
+    def capacity_at(self, t: float) -> bool:
+        return self._sentinel_window(t)[0] + self.sentinel_lag_s <= t
+
+    def start_sentinel(self, now: float) -> None:
+        if self.sentinel_at is None:
+            self.sentinel_at, self.sentinels = now, self.sentinels + 1
+
+    def stop_sentinel(self, now: float) -> None:
+        """Stop the sentinel at a poll: bill its time with instances since its creation, and the stop."""
+        if self.sentinel_at is None:
+            return
+        billed, t = 0.0, self.sentinel_at
+        while t < now:
+            a, b = self._sentinel_window(t)
+            if a >= now:
+                break
+            billed += min(b, now) - max(a, t)
+            t = b
+        a, b = self._sentinel_window(now)
+        if a <= now:
+            billed += min(self.sentinel_stop_s, b - now)
+        self.sentinel_at = None
+        self.sentinel_s += billed
+        self.tally.spot_s += billed
 
     def window(self, t: float) -> tuple[float, float]:
         """The first window ending after t: (start, end); (inf, inf) past the last."""
@@ -240,24 +294,31 @@ class Run:
         return job
 
 
-def execute(plan: SimPlan, trace: list, policy: str, checkpointing: str, *, horizon_s: float = INF) -> Run:
+def execute(plan: SimPlan, trace: list, policy: str, checkpointing: str, *, horizon_s: float = INF,
+            sentinel_lag_s: float = 0.0, sentinel_stop_s: float = SENTINEL_STOP_S) -> Run:
     """One trace run as the state machine runs it (see the module docstring); `run.tally` is its outcome. The
-    policy is asked when `decision.ask_again` says the guard asks it."""
-    run = Run(plan, checkpointing, trace)
+    policy is asked when `decision.ask_again` says the guard asks it. `sentinel_lag_s`, `sentinel_stop_s`: a
+    sentinel's assumptions (the module docstring), for sensitivity checks."""
+    run = Run(plan, checkpointing, trace, sentinel_lag_s=sentinel_lag_s, sentinel_stop_s=sentinel_stop_s)
     first = decide(policy, plan, checkpointing, Observation(0.0, 0.0, Market.SPOT, JobStatus.NONE))
     job = run.create(Market.SPOT if first.action is Action.START_SPOT else Market.ON_DEMAND, 0.0)
     now, switch_to = 0.0, None
-    asked_status, recheck_at = JobStatus.NONE, 0.0
+    asked_status, recheck_at, asked_seen = JobStatus.NONE, 0.0, False
     while now < horizon_s:
         if switch_to is None:  # the polls before a change of status or the recheck ask nothing: skip them
-            # (the status the policy was last asked at: a new job's first poll asks, even when it still waits)
-            run.advance(job, min(recheck_at, horizon_s), unlike=asked_status)
+            # (the status the policy was last asked at: a new job's first poll asks, even when it still waits;
+            # a waiting sentinel: the polls before it can have instances)
+            until = min(recheck_at, horizon_s)
+            if run.sentinel_at is not None and not asked_seen:
+                until = min(until, run.next_capacity(now))
+            run.advance(job, until, unlike=asked_status)
             now = run.skip_polls(job.created, now, max(job.t, now), recheck_at)
         else:  # stopping: the guard polls every poll_s until the job has ended
             now += plan.poll_s
         run.advance(job, now)
         run.polls += 1
         if job.end == "completed":
+            run.stop_sentinel(now)
             run.tally.t, run.tally.finished, run.tally.progress = job.t, True, plan.work_s
             return run
         if switch_to is not None and not job.end:
@@ -265,9 +326,14 @@ def execute(plan: SimPlan, trace: list, policy: str, checkpointing: str, *, hori
         if job.end == "max_runtime":  # the guard ends a run whose job ran to the longest MaxRuntime unfinished
             break
         status = run.status(job)
-        if ask_again(status, asked_status, now, recheck_at):
-            decision = decide(policy, plan, checkpointing, run.observe(job, now))
-            asked_status, recheck_at = status, now + decision.recheck_s
+        seen = run.sentinel_at is not None and run.capacity_at(now)
+        if ask_again(status, asked_status, now, recheck_at) or seen is not asked_seen:
+            decision = decide(policy, plan, checkpointing, dataclasses.replace(run.observe(job, now), spot_seen=seen))
+            asked_status, recheck_at, asked_seen = status, now + decision.recheck_s, seen
+            if decision.sentinel and not job.end and job.market is Market.ON_DEMAND:
+                run.start_sentinel(now)
+            else:
+                run.stop_sentinel(now)
             if job.end and decision.action is Action.END:
                 break
             if job.end:
@@ -277,5 +343,6 @@ def execute(plan: SimPlan, trace: list, policy: str, checkpointing: str, *, hori
             if decision.action in (Action.TO_SPOT, Action.TO_ON_DEMAND):
                 run.stop(job, "stopped")
                 switch_to = STARTS[decision.action]
+    run.stop_sentinel(now)
     run.tally.t, run.tally.progress = now, run.committed
     return run
