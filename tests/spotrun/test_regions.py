@@ -168,7 +168,9 @@ def _deployed_stage(region: str) -> None:
     """The dev stage's stack in its region, with its bucket, state machine (one execution of run `r`) and outputs."""
     from spotrun.seams import PipelineSettings, StackOutput
 
-    boto3.client("s3", region_name=region).create_bucket(Bucket="art-bucket")
+    s3 = boto3.client("s3", region_name=region)
+    s3.create_bucket(Bucket="art-bucket", **({} if region == "us-east-1" else {
+        "CreateBucketConfiguration": {"LocationConstraint": region}}))  # S3 refuses us-east-1's constraint
     sfn = boto3.client("stepfunctions", region_name=region)
     arn = sfn.create_state_machine(name="pipeline", roleArn="arn:aws:iam::123456789012:role/sfn", definition=json.dumps(
         {"StartAt": "A", "States": {"A": {"Type": "Pass", "End": True}}}))["stateMachineArn"]
@@ -183,21 +185,83 @@ def _deployed_stage(region: str) -> None:
         "Outputs": {key: {"Value": value} for key, value in outputs.items()}}))
 
 
-def test_a_fork_whose_stage_is_in_an_unpriced_region_gets_one_line_from_every_stage_command(tmp_path, monkeypatch,
-                                                                                              capsys):
-    """The README's first deploy step edits stacks/config.py's region: a `--stage` command that loads it says what
-    its checks say in one line (exit 2), not a traceback."""
+def _forked_stage_region(monkeypatch, tmp_path, region: str) -> None:
+    """The README's first deploy step: a fork edits stacks/config.py's region (every stage moves to `region`)."""
     import functools
 
     from spotrun.cli import estimate as estimate_command
     from spotrun.cli import remote
 
     config = tmp_path / "config.py"
-    config.write_text(remote.STAGE_CONFIG.read_text().replace('region="us-east-1"', 'region="eu-west-1"'))
-    assert 'region="eu-west-1"' in config.read_text()
+    config.write_text(remote.STAGE_CONFIG.read_text().replace('region="us-east-1"', f'region="{region}"'))
+    assert f'region="{region}"' in config.read_text()
     forked = functools.partial(remote.stage_region, config=config)
     monkeypatch.setattr(remote, "stage_region", forked)
     monkeypatch.setattr(estimate_command, "stage_region", forked)
+
+
+def test_a_stage_in_a_priced_region_is_stocked_planned_and_started_there(tmp_path, monkeypatch, capsys, assets,
+                                                                          pricing):
+    """A fork deploys `dev` to eu-west-1 and prices it with `catalog update`; with the AWS configuration naming
+    another region, the model and the data go to the stage's bucket, `estimate --stage` and `start` price the run
+    from eu-west-1's snapshot (the estimate function's region: the stage's), and the execution starts there."""
+    monkeypatch.setattr(catalog_module, "PRICES_DIR", tmp_path / "prices")
+    pricing.add_response("get_products", {"FormatVersion": "aws_v1", "PriceList": [
+        _product("ml.g5.xlarge", "Training", "1.5710000000"), _product("ml.p4d.24xlarge", "Training", "41.0")]},
+        _request("Training"))
+    pricing.add_response("get_products", {"FormatVersion": "aws_v1", "PriceList": [
+        _product("ml.m5.xlarge", "Processing", "0.2570000000")]}, _request("Processing"))
+    assert main(["catalog", "update", "--region", REGION, "--out", str(tmp_path / "prices"), "--format", "json"]) == 0
+    as_of = json.loads(capsys.readouterr().out)["as_of"]
+    _forked_stage_region(monkeypatch, tmp_path, REGION)  # loads only now that the region has prices
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "ap-southeast-2")
+    monkeypatch.delenv("AWS_REGION", raising=False)
+    monkeypatch.chdir(tmp_path)  # `prepare --stage` caches its shards in ./prepared
+    run = {"version": 1, "name": "eu", "model": {"source": "s3://art-bucket/models/tiny/"},
+           "data": {"source": "s3://art-bucket/datasets/d/", "seq_len": 64},
+           "compute": {"instance_type": "ml.p4d.24xlarge"}, "budget": {"max_usd": 50}}  # dollars, not cents
+    (tmp_path / "run.json").write_text(json.dumps(run))
+    made: list[tuple[str, str]] = []
+    real_client = boto3.session.Session.client
+
+    def recording(self, service, *args, **kwargs):
+        client = real_client(self, service, *args, **kwargs)
+        made.append((service, client.meta.region_name))
+        return client
+
+    with mock_aws():
+        _deployed_stage(REGION)
+        monkeypatch.setattr(boto3.session.Session, "client", recording)
+        assert main(["upload-model", str(assets["model"]), "--name", "tiny", "--stage", "dev"]) == 0
+        assert main(["prepare", str(assets["corpus"]), "--tokenizer", str(assets["tokenizer"]), "--name", "d",
+                     "--stage", "dev"]) == 0
+        capsys.readouterr()
+        assert main(["estimate", "--format", "json", str(tmp_path / "run.json"), "--stage", "dev"]) == 0
+        staged = json.loads(capsys.readouterr().out)
+        assert main(["start", str(tmp_path / "run.json"), "--stage", "dev", "--format", "json"]) == 0
+        started = json.loads(capsys.readouterr().out)
+        monkeypatch.setattr(boto3.session.Session, "client", real_client)
+        # The same run priced in us-east-1 by the catalog's own prices (no stage: the default price region).
+        assert main(["estimate", "--format", "json", str(tmp_path / "run.json")]) == 0
+        home = json.loads(capsys.readouterr().out)
+        sfn = boto3.client("stepfunctions", region_name=REGION)
+        arn = sfn.list_state_machines()["stateMachines"][0]["stateMachineArn"]
+        executions = [e["name"] for e in sfn.list_executions(stateMachineArn=arn)["executions"]]
+    assert {r for _, r in made} == {REGION}, made
+    assert started["started"] is True and started["execution"] in executions
+    assert started["instance"] == "1 x ml.p4d.24xlarge"
+    assert any(f"in {REGION} (spotrun catalog as of {as_of})" in line for line in staged["checked"]), staged
+    ratio = 41.0 / 37.688  # the snapshot's price over the catalog's us-east-1 price of ml.p4d.24xlarge: same hours
+    assert staged["cost_usd"]["on_demand"] == pytest.approx(home["cost_usd"]["on_demand"] * ratio, rel=0.01)
+    assert started["estimated_cost_usd"] == pytest.approx(staged["cost_usd"], rel=0.01)
+
+
+def test_a_fork_whose_stage_is_in_an_unpriced_region_gets_one_line_from_every_stage_command(tmp_path, monkeypatch,
+                                                                                              capsys):
+    """The README's first deploy step edits stacks/config.py's region: a `--stage` command that loads it says what
+    its checks say in one line (exit 2), not a traceback."""
+    _forked_stage_region(monkeypatch, tmp_path, "eu-west-1")
     run_file = tmp_path / "run.json"
     run_file.write_text(json.dumps({"version": 1, "name": "r", "model": {"source": "s3://b/models/m/"},
                                     "data": {"source": "s3://b/datasets/d/", "seq_len": 64},
