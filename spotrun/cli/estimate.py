@@ -227,6 +227,10 @@ def run_command(args: argparse.Namespace, *, plan: bool, cfn_client: Any = None,
         return fail(args.format, Exit.INVALID, exc.status, exc.message, exc.field)
     codes, docs = [Exit.OK], []
     region = args.region or stage_region(args.stage)  # with --stage, its prices
+    if args.stage and not args.bucket and region is None:  # a stage stacks/config.py does not list: priced
+        import boto3  # NOTE: imported here: only a --stage read loads it (stage_target has already)
+
+        region = boto3.session.Session().region_name  # where stage_target found its stack, as `start` prices it
     if plan and s3_client is None and region:  # the sources in S3 read in the stage's region, not a default one
         import boto3  # NOTE: imported here: a run with local sources plans without boto3 loaded
 

@@ -164,40 +164,134 @@ def test_no_command_falls_back_to_the_default_region(monkeypatch, tmp_path, caps
     assert {r for _, r in made} == {region}, made
 
 
-def _deployed_stage(region: str) -> None:
-    """The dev stage's stack in its region, with its bucket, state machine (one execution of run `r`) and outputs."""
-    from spotrun.seams import PipelineSettings, StackOutput
+def _deployed_stage(region: str, stage: str = "dev") -> None:
+    """The `stage`'s stack in its region, with its bucket, state machine (one execution of run `r`) and outputs."""
+    from spotrun.seams import PipelineSettings, StackOutput, stack_name
 
-    boto3.client("s3", region_name=region).create_bucket(Bucket="art-bucket")
+    s3 = boto3.client("s3", region_name=region)
+    s3.create_bucket(Bucket="art-bucket", **({} if region == "us-east-1" else {
+        "CreateBucketConfiguration": {"LocationConstraint": region}}))  # S3 refuses us-east-1's constraint
     sfn = boto3.client("stepfunctions", region_name=region)
     arn = sfn.create_state_machine(name="pipeline", roleArn="arn:aws:iam::123456789012:role/sfn", definition=json.dumps(
         {"StartAt": "A", "States": {"A": {"Type": "Pass", "End": True}}}))["stateMachineArn"]
     sfn.start_execution(stateMachineArn=arn, name="r-20260101-000000", input="{}")
     settings = PipelineSettings(bucket="art-bucket", job_prefix="spotrun-dev-", model_package_group="spotrun-models",
-                                poll_seconds=60, project="spotrun", stage="dev", cost_center="ml-platform")
+                                poll_seconds=60, project="spotrun", stage=stage, cost_center="ml-platform")
     outputs = {StackOutput.STATE_MACHINE_ARN.value: arn, StackOutput.ARTIFACT_BUCKET.value: "art-bucket",
                StackOutput.MODEL_PACKAGE_GROUP_NAME.value: "spotrun-models",
                StackOutput.ESTIMATE_SETTINGS.value: json.dumps(settings.to_env())}
-    boto3.client("cloudformation", region_name=region).create_stack(StackName="dev-Spotrun", TemplateBody=json.dumps({
-        "Resources": {"Topic": {"Type": "AWS::SNS::Topic"}},
-        "Outputs": {key: {"Value": value} for key, value in outputs.items()}}))
+    template = {"Resources": {"Topic": {"Type": "AWS::SNS::Topic"}},
+                "Outputs": {key: {"Value": value} for key, value in outputs.items()}}
+    boto3.client("cloudformation", region_name=region).create_stack(StackName=stack_name(stage),
+                                                                    TemplateBody=json.dumps(template))
 
 
-def test_a_fork_whose_stage_is_in_an_unpriced_region_gets_one_line_from_every_stage_command(tmp_path, monkeypatch,
-                                                                                              capsys):
-    """The README's first deploy step edits stacks/config.py's region: a `--stage` command that loads it says what
-    its checks say in one line (exit 2), not a traceback."""
+def _forked_stage_region(monkeypatch, tmp_path, region: str) -> None:
+    """The README's first deploy step: a fork edits stacks/config.py's region (every stage moves to `region`)."""
     import functools
 
     from spotrun.cli import estimate as estimate_command
     from spotrun.cli import remote
 
     config = tmp_path / "config.py"
-    config.write_text(remote.STAGE_CONFIG.read_text().replace('region="us-east-1"', 'region="eu-west-1"'))
-    assert 'region="eu-west-1"' in config.read_text()
+    config.write_text(remote.STAGE_CONFIG.read_text().replace('region="us-east-1"', f'region="{region}"'))
+    assert f'region="{region}"' in config.read_text()
     forked = functools.partial(remote.stage_region, config=config)
     monkeypatch.setattr(remote, "stage_region", forked)
     monkeypatch.setattr(estimate_command, "stage_region", forked)
+
+
+def test_a_stage_in_a_priced_region_is_stocked_planned_and_started_there(tmp_path, monkeypatch, capsys, assets,
+                                                                          pricing):
+    """A fork deploys `dev` to eu-west-1 and prices it with `catalog update`; with the AWS configuration naming
+    another region, the model and the data go to the stage's bucket, `estimate --stage` and `start` price the run
+    from eu-west-1's snapshot (the estimate function's region: the stage's), and the execution starts there."""
+    monkeypatch.setattr(catalog_module, "PRICES_DIR", tmp_path / "prices")
+    pricing.add_response("get_products", {"FormatVersion": "aws_v1", "PriceList": [
+        _product("ml.g5.xlarge", "Training", "1.5710000000"), _product("ml.p4d.24xlarge", "Training", "41.0")]},
+        _request("Training"))
+    pricing.add_response("get_products", {"FormatVersion": "aws_v1", "PriceList": [
+        _product("ml.m5.xlarge", "Processing", "0.2570000000")]}, _request("Processing"))
+    assert main(["catalog", "update", "--region", REGION, "--out", str(tmp_path / "prices"), "--format", "json"]) == 0
+    as_of = json.loads(capsys.readouterr().out)["as_of"]
+    _forked_stage_region(monkeypatch, tmp_path, REGION)  # loads only now that the region has prices
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "ap-southeast-2")
+    monkeypatch.delenv("AWS_REGION", raising=False)
+    monkeypatch.chdir(tmp_path)  # `prepare --stage` caches its shards in ./prepared
+    run = {"version": 1, "name": "eu", "model": {"source": "s3://art-bucket/models/tiny/"},
+           "data": {"source": "s3://art-bucket/datasets/d/", "seq_len": 64},
+           "compute": {"instance_type": "ml.p4d.24xlarge"}, "budget": {"max_usd": 50}}  # dollars, not cents
+    (tmp_path / "run.json").write_text(json.dumps(run))
+    made: list[tuple[str, str]] = []
+    real_client = boto3.session.Session.client
+
+    def recording(self, service, *args, **kwargs):
+        client = real_client(self, service, *args, **kwargs)
+        made.append((service, client.meta.region_name))
+        return client
+
+    with mock_aws():
+        _deployed_stage(REGION)
+        monkeypatch.setattr(boto3.session.Session, "client", recording)
+        assert main(["upload-model", str(assets["model"]), "--name", "tiny", "--stage", "dev"]) == 0
+        assert main(["prepare", str(assets["corpus"]), "--tokenizer", str(assets["tokenizer"]), "--name", "d",
+                     "--stage", "dev"]) == 0
+        capsys.readouterr()
+        assert main(["estimate", "--format", "json", str(tmp_path / "run.json"), "--stage", "dev"]) == 0
+        staged = json.loads(capsys.readouterr().out)
+        assert main(["start", str(tmp_path / "run.json"), "--stage", "dev", "--format", "json"]) == 0
+        started = json.loads(capsys.readouterr().out)
+        monkeypatch.setattr(boto3.session.Session, "client", real_client)
+        # The same run priced in us-east-1 by the catalog's own prices (no stage: the default price region).
+        assert main(["estimate", "--format", "json", str(tmp_path / "run.json")]) == 0
+        home = json.loads(capsys.readouterr().out)
+        sfn = boto3.client("stepfunctions", region_name=REGION)
+        arn = sfn.list_state_machines()["stateMachines"][0]["stateMachineArn"]
+        executions = [e["name"] for e in sfn.list_executions(stateMachineArn=arn)["executions"]]
+    assert {r for _, r in made} == {REGION}, made
+    assert started["started"] is True and started["execution"] in executions
+    assert started["instance"] == "1 x ml.p4d.24xlarge"
+    assert any(f"in {REGION} (spotrun catalog as of {as_of})" in line for line in staged["checked"]), staged
+    ratio = 41.0 / 37.688  # the snapshot's price over the catalog's us-east-1 price of ml.p4d.24xlarge: same hours
+    assert staged["cost_usd"]["on_demand"] == pytest.approx(home["cost_usd"]["on_demand"] * ratio, rel=0.01)
+    assert started["estimated_cost_usd"] == pytest.approx(staged["cost_usd"], rel=0.01)
+
+
+def test_a_stage_the_checkout_does_not_list_is_priced_where_its_stack_is(tmp_path, monkeypatch, capsys, pricing):
+    """An installed spotrun (no stacks/config.py) or another checkout's stage: the stack is found in the AWS
+    configuration's region, and `estimate --stage` prices the run there, as `start` (the stage's estimate
+    settings) does, not in the CLI's default price region."""
+    monkeypatch.setattr(catalog_module, "PRICES_DIR", tmp_path / "prices")
+    pricing.add_response("get_products", {"FormatVersion": "aws_v1", "PriceList": [
+        _product("ml.p4d.24xlarge", "Training", "41.0")]}, _request("Training"))
+    pricing.add_response("get_products", {"FormatVersion": "aws_v1", "PriceList": []}, _request("Processing"))
+    assert main(["catalog", "update", "--region", REGION, "--out", str(tmp_path / "prices"), "--format", "json"]) == 0
+    as_of = json.loads(capsys.readouterr().out)["as_of"]
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
+    monkeypatch.delenv("AWS_REGION", raising=False)
+    run = {"version": 1, "name": "eu", "model": {"init": "random", "config": {"model_type": "gpt2", "n_embd": 64,
+                                                                             "n_layer": 2, "n_head": 4}},
+           "data": {"source": "s3://art-bucket/datasets/d/", "tokens": 3_000_000_000, "seq_len": 128},
+           "compute": {"instance_type": "ml.p4d.24xlarge"}, "budget": {"max_usd": 500}}
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(run))
+    with mock_aws():
+        _deployed_stage(REGION, stage="elsewhere")  # stacks/config.py lists no such stage
+        assert main(["estimate", "--format", "json", str(path), "--stage", "elsewhere"]) == 0
+        staged = json.loads(capsys.readouterr().out)
+        assert main(["start", str(path), "--stage", "elsewhere", "--format", "json"]) == 0
+        started = json.loads(capsys.readouterr().out)
+    assert any(f"in {REGION} (spotrun catalog as of {as_of})" in line for line in staged["checked"]), staged
+    assert started["started"] is True and started["estimated_cost_usd"] == staged["cost_usd"]
+
+
+def test_a_fork_whose_stage_is_in_an_unpriced_region_gets_one_line_from_every_stage_command(tmp_path, monkeypatch,
+                                                                                              capsys):
+    """The README's first deploy step edits stacks/config.py's region: a `--stage` command that loads it says what
+    its checks say in one line (exit 2), not a traceback."""
+    _forked_stage_region(monkeypatch, tmp_path, "eu-west-1")
     run_file = tmp_path / "run.json"
     run_file.write_text(json.dumps({"version": 1, "name": "r", "model": {"source": "s3://b/models/m/"},
                                     "data": {"source": "s3://b/datasets/d/", "seq_len": 64},
