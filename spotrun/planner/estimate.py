@@ -40,7 +40,7 @@ Rules, with the choices made here:
   MaxWait = MaxRuntime + the accepted delay (or the user's, refused when below MaxRuntime).
 - The checkpoint interval reaches the trainer as it is planned: whole seconds, at least 1 (a tiny
   `checkpoint.interval_minutes` never rounds to 0, which the trainer reads as "off"), as
-  `checkpoint.interval_seconds`.
+  `checkpoint.interval_s`.
 """
 
 from __future__ import annotations
@@ -367,7 +367,7 @@ def _build(run: RunSpec, catalog: dict, work: _Work, best: Option, per_rank: int
         expected_overhead_seconds=best.overhead, max_runtime_seconds=max_runtime, max_wait_seconds=max_wait,
         checkpoint_bytes=work.ckpt_bytes, notice_upload_gb_per_s=work.ckpt_bytes / StopNotice.UPLOAD_S / 1e9,
         upload_gb_per_s_available=best.upload_available, checkpoint_policy=best.policy,
-        checkpoint_interval_seconds=max(1, round(best.interval_seconds)), interruptions_per_hour=best.rate,
+        checkpoint_interval_seconds=max(1, round(best.interval_s)), interruptions_per_hour=best.rate,
         cost_usd=cost, spot=c.spot, sharding=fit.layout.sharding, shard_group_nodes=fit.layout.group_nodes,
         micro_batch=fit.micro_batch, grad_accum=fit.grad_accum, activation_checkpointing=fit.activation_checkpointing,
         global_batch_samples=fit.layout.world * per_rank,

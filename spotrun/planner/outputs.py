@@ -86,7 +86,7 @@ def trainer_settings(run: RunSpec, est: Estimate) -> TrainConfig:
                       # a pretrained model's config comes with its weights, in the model channel
                       config=given.model.config if run.model.init == "random" else {}),
         training=replace(given.training, micro_batch=est.micro_batch, grad_accum=est.grad_accum),
-        checkpoint=replace(given.checkpoint, interval_seconds=est.checkpoint_interval_seconds),
+        checkpoint=replace(given.checkpoint, interval_s=est.checkpoint_interval_seconds),
         sharding=replace(given.sharding, mode=est.sharding, group_nodes=est.shard_group_nodes),
         # the trainer evaluates, and can export the best weights, only with validation data
         eval=given.eval if run.data.has_validation else EvalConfig(),
@@ -107,7 +107,7 @@ def check_hyperparameters(hyper: dict[str, str]) -> None:
 
 def same_named(run: RunSpec) -> dict[str, Any]:
     """{dotted path: the run's value} of every leaf of the settings tree that the run holds at the same attribute
-    path (after the contract, which converts units: `checkpoint.interval_seconds`), where the run gives one."""
+    path (after the contract, which converts units: `checkpoint.interval_s`), where the run gives one."""
     out = {}
     for leaf in leaves():
         value = leaf.of(run)
