@@ -51,7 +51,7 @@ from dataclasses import dataclass, replace
 
 from ..contract.refusal import Refusal
 from ..contract.spec import MAX_RUNTIME_LIMIT_S, LoraSpec, RunSpec, RunValidationError
-from ..seams import StopNotice
+from ..seams import SegmentPlan, StopNotice
 from ..settings.wire import flatten
 from .catalog import CATALOG_PATH, DEFAULT_PRICE_REGION, check_prices, load_catalog, regional_catalog, usd
 from .memory import ModelDims, checkpoint_bytes, training_state_bytes
@@ -68,7 +68,6 @@ from .options import (
 )
 from .outputs import Estimate, first_segment_seconds, format_text, trainer_settings
 from .params import Shape, lora_parameters, shape_of
-from .segments import SegmentPlan
 from .topology import layouts
 
 # The planner's names, wherever they are defined (spotrun/planner/catalog.py, options.py, outputs.py).

@@ -16,10 +16,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
 from ..contract.spec import RunSpec
-from ..seams import BytesPerParameter, StopNotice
+from ..seams import BytesPerParameter, SegmentPlan, StopNotice
 from .catalog import usd
 from .memory import MemoryEstimate, ModelDims, peak_bytes, training_state_bytes
-from .segments import SegmentPlan, plan_segments
+from .segments import plan_segments
 from .topology import Layout, comm_seconds, divisors_desc, flops_per_token, layouts, step_seconds
 
 
