@@ -626,7 +626,9 @@ class GuardsView:
                     "SecondaryStatusTransitions": [] if trained is None else [
                         {"Status": "Training", "StartTime": GUARD_EPOCH + trained}]}
         step = int(run.committed / (p.work_s / p.planned_steps)) if run.committed else None
-        policy = SimpleNamespace(policy=self.policy, sim_plan={"work_s": p.work_s})
+        policy = SpotPolicy(chosen=self.policy, why="", p95_finish_cap_usd=None, confidence=None, traces=0, seed=0,
+                            trace_source="", policies=[], left_out=[], policy=self.policy, checkpointing="notice",
+                            sim_plan={"work_s": p.work_s})
         plan = SimpleNamespace(estimate=SimpleNamespace(spot_policy=policy),
                                planned_steps=p.planned_steps, execution_started=GUARD_EPOCH, on_demand_fallback=True)
         return observe(plan, SimpleNamespace(spot=job.market.value == "spot"), describe, now=GUARD_EPOCH + now,
