@@ -209,7 +209,7 @@ def _count_work(run: RunSpec, defaults: dict, model_config: dict | None, data_to
         validation_tokens = round(tokens_per_epoch * f / (1 - f))
     method = run.training.method
     flops = (4 * total + 6 * trainable) * tokens if method == "lora" else 6 * total * tokens
-    dims = ModelDims.from_shape(shape) if shape is not None else None
+    dims = ModelDims(shape) if shape is not None else None
     return _Work(total, trainable, tokens, validation_tokens, flops,
                  state=training_state_bytes(total, trainable, method, defaults["compute_bytes"]),
                  ckpt_bytes=checkpoint_bytes(total, trainable, method), dims=dims)
