@@ -598,7 +598,6 @@ class Plan(_StateJson):
     tags: list
     poll_seconds: int
     max_poll_seconds: int
-    checkpoint_interval_seconds: float
     checkpoint_upload_seconds: float  # the planned time for one checkpoint to reach S3
     max_usd: float
     max_runtime_cap_seconds: int  # no job of the run runs longer (the single job's MaxRuntime)

@@ -119,7 +119,6 @@ def assemble(plan_run: RunSpec, est: Estimate, *, shape: str | None, cap_usd: fl
         hyperparameters=est.hyperparameters, input_data_config=channels,
         tags=_tags(plan_run, settings, execution, shape),
         poll_seconds=settings.poll_seconds, max_poll_seconds=max(settings.poll_seconds, settings.max_poll_seconds),
-        checkpoint_interval_seconds=float(est.checkpoint_interval_seconds),
         checkpoint_upload_seconds=(round(est.checkpoint_bytes / (upload_gb_per_s * 1e9), 1) if upload_gb_per_s
                                    else float(StopNotice.UPLOAD_S)),
         max_usd=plan_run.max_usd,
