@@ -75,7 +75,7 @@ def speed(n: int) -> list[str]:
             t0 = time.perf_counter()
             section = spot_policy(run, est, catalog, n=n).section
             best = min(best, time.perf_counter() - t0)
-        rows.append(f"| {name} | {est.instance_count} x {est.instance_type} | {len(section['policies'])} | "
+        rows.append(f"| {name} | {est.instance_count} x {est.instance_type} | {len(section.policies)} | "
                     f"{best:.2f} s |")
     return rows
 

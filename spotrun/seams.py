@@ -30,6 +30,7 @@ The planner and the Lambda handlers (spotrun/), the CDK constructs (training_con
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import os
@@ -424,7 +425,8 @@ class _StateJson:
     error for a malformed one) and encoded on the way out (`to_json`: enums as their values)."""
 
     def to_json(self) -> dict:
-        return {k: v.value if isinstance(v, Enum) else v for k, v in dataclasses.asdict(self).items()}  # type: ignore
+        return {f.name: _json_value(str(f.type), getattr(self, f.name))
+                for f in dataclasses.fields(self)}  # type: ignore[arg-type]
 
     @classmethod
     def from_json(cls, obj: object, what: str = ""):  # the subclass
@@ -443,6 +445,23 @@ class _StateJson:
         return cls(**{n: _state_value(cls, what, n, str(fields[n].type), v) for n, v in obj.items()})
 
 
+def section_json(section: _StateJson | None) -> dict:
+    """A section of the estimate as JSON: an absent one (None: no spot policy chosen yet, as in a refused run's
+    estimate) is `{}`, as the estimate has always written it; `from_json` reads `{}` back as None."""
+    return {} if section is None else section.to_json()
+
+
+def _json_value(kind: str, value: object) -> object:
+    if isinstance(value, _StateJson) or (value is None and kind.removesuffix(" | None") in _sections()):
+        return section_json(value)  # type: ignore[arg-type]
+    return value.value if isinstance(value, Enum) else copy.deepcopy(value)
+
+
+def _sections() -> dict[str, type]:
+    """The nested dataclasses a state's JSON holds, by their annotation's name."""
+    return {"PlanEstimate": PlanEstimate, "SpotPolicy": SpotPolicy, "SegmentPlan": SegmentPlan}
+
+
 def _short(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
@@ -455,9 +474,9 @@ _JSON_KINDS = {"str": (str,), "int": (int,), "float": (int, float), "bool": (boo
 def _state_value(cls: type, what: str, name: str, kind: str, value: object) -> object:
     optional = kind.endswith(" | None")
     kind = kind.removesuffix(" | None")
-    if value is None and optional:
+    nested = _sections().get(kind)
+    if (value is None or (nested is not None and value == {})) and optional:
         return None
-    nested = {"PlanEstimate": PlanEstimate}.get(kind)
     if nested is not None:
         return nested.from_json(value, f"{what}.{name}")
     enum = {"PlanStatus": PlanStatus, "GuardAction": GuardAction}.get(kind)
@@ -475,6 +494,51 @@ def _state_value(cls: type, what: str, name: str, kind: str, value: object) -> o
 
 
 @dataclasses.dataclass(frozen=True)
+class SegmentPlan(_StateJson):
+    """The planned chain of training jobs (spotrun/planner/segments.py `plan_segments`), from expected figures (the
+    guard recomputes it from the real bills at each boundary): the estimate's `segments`."""
+
+    segments: int
+    first_max_runtime_seconds: int
+    longest_seconds: int  # no job runs longer (the single job's MaxRuntime)
+    min_segment_seconds: int  # the shortest segment that trains: a restart, one step, a save and the margin
+    overhead_seconds: float  # one segment restart (provisioning, image, data, model load, restore, final save)
+    overhead_fraction: float  # the chain's restarts over the single job's time
+    spot_cost_usd: float  # the expected bill with the restarts
+    on_demand_bound_usd: float  # the single job's bound at on-demand rates (what one job would need)
+    fits: bool
+    line: str
+    spot_fraction: float = 1.0  # the expected bill's share of on-demand (the guard's chain uses it)
+    min_cap_usd: float = 0.0  # the smallest cap whose expected chain fits
+    # spotrun/planner/segments.py `ChainCosts`' fields: what `finish_cap_usd` plans a bill's chain with
+    chain_costs: dict = dataclasses.field(default_factory=dict)
+    work_seconds: float = 0.0  # the training the chain carries (`segments_at` plans it at another cap)
+
+
+@dataclasses.dataclass(frozen=True)
+class SpotPolicy(_StateJson):
+    """The estimate's spot policy (spotrun/policy/choose.py `spot_policy` chooses it; spotrun/pipeline/
+    policy_stage.py adds the cap to set): the policy the cost guard executes and every candidate's odds."""
+
+    chosen: str  # the chosen candidate's label
+    why: str
+    p95_finish_cap_usd: float | None  # the cap to set (None: none named)
+    confidence: float | None  # the P(deadline) a policy must reach (None without a deadline)
+    traces: int
+    seed: int
+    trace_source: str
+    policies: list  # every candidate's simulated row (spotrun/policy/engine.py `Summary.row`, rounded)
+    left_out: list  # the labels of the candidates the cap left out
+    policy: str  # the chosen rule (spotrun/policy/decision.py)
+    checkpointing: str
+    # spotrun/policy/engine.py `SimPlan`'s fields: the constants the rule decides with; its `deadline_s` is the
+    # run's compute.deadline_hours in seconds, the plan's one copy of it
+    sim_plan: dict
+    p95_finish_policy: str | None = None  # the policy whose P95 bill the cap to set finishes (the run as one job)
+    p95_one_job_usd: float | None = None  # that P95 bill
+
+
+@dataclasses.dataclass(frozen=True)
 class PlanEstimate(_StateJson):
     """The planner's figures the plan carries (`Plan.estimate`; spotrun/planner/outputs.py `Estimate` holds them
     all): what the report, the registry's metadata and the cost guard read, and a refused run's `estimate`."""
@@ -488,14 +552,14 @@ class PlanEstimate(_StateJson):
     max_runtime_seconds: int
     max_wait_seconds: int
     checkpoint_bytes: int
-    spot_policy: dict  # spotrun/policy/choose.py `spot_policy`'s section: the policy the guard executes
+    spot_policy: SpotPolicy | None  # the policy the guard executes (None, `{}` in JSON: none chosen)
     notice_upload_gb_per_s: float
     checkpoint_interval_seconds: int
     cost_usd: dict  # {"spot", "on_demand"}: the expected bills
     warnings: list
     utilization: float
     utilization_source: str
-    segments: dict  # spotrun/planner/segments.py `SegmentPlan`: how the cap holds
+    segments: SegmentPlan  # how the cap holds
     wall_seconds: float
     expected_overhead_seconds: float  # the expected interruptions' cost in wall seconds (the guard's pace)
     checkpoint_policy: str
@@ -534,7 +598,6 @@ class Plan(_StateJson):
     tags: list
     poll_seconds: int
     max_poll_seconds: int
-    checkpoint_interval_seconds: float
     checkpoint_upload_seconds: float  # the planned time for one checkpoint to reach S3
     max_usd: float
     max_runtime_cap_seconds: int  # no job of the run runs longer (the single job's MaxRuntime)

@@ -5,7 +5,7 @@ the JSON (`at="budget.max_usd"` when that is not its own name at its class's lev
 or number range (`lo`, `hi`, `lo_open`), a full-match `pattern`, the choices of a `Literal[...]` type, `auto` (the
 string "auto" for None), or a `decode` function for the values no metadata describes (paths, maps, URLs).
 `unit` converts a number in the user's unit (minutes, hours) to seconds, the only unit past the contract: the JSON
-value is checked and documented as given (`at` names it: `interval_seconds` sits at `interval_minutes`); the field
+value is checked and documented as given (`at` names it: `interval_s` sits at `interval_minutes`); the field
 holds value x unit.
 `accepted` overrides the text that says what is accepted; the same text is used by the error and the docs.
 

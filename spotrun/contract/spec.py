@@ -165,8 +165,8 @@ class EvalSpec:
     """`eval`: when the trainer evaluates the validation loss (besides before the first step and at the end)."""
 
     every_steps: int = spec("Evaluate after every N optimizer steps (0: off).", default=0, lo=0, hi=10**9)
-    every_minutes: float = spec("Evaluate at the first log step after this many minutes (0: off).", default=0.0,
-                                lo=0, hi=28 * 24 * 60)
+    every_s: float = spec("Evaluate at the first log step after this many minutes (0: off).", default=0.0,
+                          lo=0, hi=28 * 24 * 60, at="every_minutes", unit=60)
     max_batches: int = spec("Evaluate the first N micro-batches of the validation set (0: all of it).", default=0,
                             lo=0, hi=10**9)
     keep_best: bool = spec("Keep the lowest-validation-loss checkpoint beside the newest checkpoint.keep (needs "
@@ -175,7 +175,7 @@ class EvalSpec:
     def _across(self, raw: dict, path: str) -> EvalSpec:
         # Without a cadence the trainer evaluates only before the first step and at the end: no checkpoint is ever
         # kept as the best, and export.from=best would export the last weights.
-        if self.keep_best and not (self.every_steps or self.every_minutes):
+        if self.keep_best and not (self.every_steps or self.every_s):
             raise RunValidationError(f"{path}.keep_best", self.keep_best, f"{path}.every_steps or "
                                      f"{path}.every_minutes > 0 with it (without either the run evaluates only "
                                      "before the first step and at the end, so no best checkpoint is kept), or "
@@ -293,7 +293,7 @@ class ComputeSpec:
 class CheckpointSpec:
     """`checkpoint`: how often the trainer saves, and what it resumes from."""
 
-    interval_seconds: float | None = spec("Minutes between periodic saves (auto: Young/Daly from the save cost and "
+    interval_s: float | None = spec("Minutes between periodic saves (auto: Young/Daly from the save cost and "
                                           "the interruption rate; a checkpoint that leaves within the notice saves "
                                           "on it).", default=None, auto=True, lo=0, hi=24 * 60, lo_open=True,
                                           at="interval_minutes", unit=60)

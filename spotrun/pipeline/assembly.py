@@ -107,7 +107,7 @@ def assemble(plan_run: RunSpec, est: Estimate, *, shape: str | None, cap_usd: fl
         status=PlanStatus.OK, run_name=plan_run.name, execution=execution, execution_started=started,
         job_name=name, fallback_job_name=segment_job_name(name, 2, spot=False), method=plan_run.training.method,
         # the first job's market: the chosen policy's first decision (spotrun/policy/decision.py)
-        spot=plan_run.compute.spot and (not est.spot_policy or starts_on_spot(est.spot_policy)),
+        spot=plan_run.compute.spot and (est.spot_policy is None or starts_on_spot(est.spot_policy)),
         on_demand_fallback=plan_run.compute.on_demand_fallback,
         instance_type=est.instance_type, instance_count=est.instance_count,
         resource_config_spot=resource_config(est.instance_type, est.instance_count, volume_gb, settings, catalog),
@@ -119,7 +119,6 @@ def assemble(plan_run: RunSpec, est: Estimate, *, shape: str | None, cap_usd: fl
         hyperparameters=est.hyperparameters, input_data_config=channels,
         tags=_tags(plan_run, settings, execution, shape),
         poll_seconds=settings.poll_seconds, max_poll_seconds=max(settings.poll_seconds, settings.max_poll_seconds),
-        checkpoint_interval_seconds=float(est.checkpoint_interval_seconds),
         checkpoint_upload_seconds=(round(est.checkpoint_bytes / (upload_gb_per_s * 1e9), 1) if upload_gb_per_s
                                    else float(StopNotice.UPLOAD_S)),
         max_usd=plan_run.max_usd,

@@ -79,6 +79,7 @@ from ..seams import (
     Guard,
     GuardAction,
     Plan,
+    SpotPolicy,
     metric_name,
 )
 from ..settings.wire import flatten, parse
@@ -163,13 +164,13 @@ def checkpoint_age(describe: dict, newest_checkpoint: float | None, now: float) 
     return None if reference is None else max(0.0, now - reference)
 
 
-def policy_section(plan: Plan) -> dict | None:
+def policy_section(plan: Plan) -> SpotPolicy | None:
     """The estimate's chosen spot policy as the plan carries it (spotrun/policy/choose.py), or None (a plan
     without one: the run keeps its market, and MaxWait's fallback is the only switch)."""
     section = plan.estimate.spot_policy
-    if not section.get("sim_plan") or not section.get("policy"):
+    if section is None or not section.sim_plan or not section.policy:
         return None  # the plan's contract decides whether the run may go on-demand
-    return {**section, "sim_plan": {**section["sim_plan"], "on_demand_fallback": plan.on_demand_fallback}}
+    return dataclasses.replace(section, sim_plan={**section.sim_plan, "on_demand_fallback": plan.on_demand_fallback})
 
 
 def training_seconds(describe: dict, newest_checkpoint: float | None, now: float) -> float:
@@ -186,8 +187,8 @@ def training_seconds(describe: dict, newest_checkpoint: float | None, now: float
 def observe(plan: Plan, guard: Guard, describe: dict, *, now: float, newest_checkpoint: float | None,
             checkpoint_step: int | None, spent: float) -> Observation:
     """What the spot policy sees at this poll (spotrun/policy/decision.py: Observation)."""
-    section = policy_section(plan) or {}
-    work = float((section.get("sim_plan") or {}).get("work_s") or 0.0)
+    section = policy_section(plan)
+    work = float(section.sim_plan.get("work_s") or 0.0) if section else 0.0
     status, secondary = describe.get("TrainingJobStatus"), describe.get("SecondaryStatus")
     ended = status in ENDED
     started = to_epoch(plan.execution_started) or to_epoch(describe.get("CreationTime")) or now
@@ -327,7 +328,7 @@ def _running(plan: Plan, result: Guard, act: Callable[..., Guard], obs: Observat
                                    wait_seconds=plan.poll_seconds,
                                    history_events=result.history_events + EVENTS_PER_STOP, message=(
                                        f"{result.job_name}: the spot policy "
-                                       f"({plan.estimate.spot_policy.get('chosen')}) moves the "
+                                       f"({plan.estimate.spot_policy.chosen}) moves the "
                                        f"run to {'spot' if to_spot else 'on-demand'}: stopping this job to "
                                        "continue on the same checkpoints"))
     recheck_at = math.inf if result.policy_recheck_at is None else result.policy_recheck_at
@@ -501,4 +502,4 @@ def committed_checkpoints(s3_client: Any, bucket: str, prefix: str) -> tuple[flo
 
 def checkpoint_overdue(plan: Plan, age_s: float) -> float:
     """The checkpoint age against what the plan allows: 2 x the planned interval + one upload (alarm at >= 1)."""
-    return round(age_s / (2 * plan.checkpoint_interval_seconds + plan.checkpoint_upload_seconds), 3)
+    return round(age_s / (2 * plan.estimate.checkpoint_interval_seconds + plan.checkpoint_upload_seconds), 3)

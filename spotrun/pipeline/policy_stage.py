@@ -12,6 +12,7 @@ from typing import Any
 from ..planner.estimate import Estimate
 from ..planner.segments import finish_cap_usd, one_job_cap_usd, segments_at
 from ..policy import choose
+from ..seams import SpotPolicy
 
 DEADLINE_CAP_TRIES = 2  # estimates at a raised cap for the deadline warning's cap (`_deadline_cap`)
 
@@ -39,20 +40,20 @@ def with_spot_policy(run: Any, est: Estimate, catalog: dict, *, poll_s: float = 
     # simulation counts a chain's restarts as work) nor leaves out a policy
     one_job = choice if est.segments.segments <= 1 and not choice.left_out else alone()
     finish = finish_cap_usd(est.segments, one_job.p95_usd) if est.segments.chain_costs else math.inf
-    section = {**choice.section, "p95_finish_cap_usd": finish if finish < math.inf else None,
-               "p95_finish_policy": one_job.section["chosen"], "p95_one_job_usd": round(one_job.p95_usd, 2)}
+    section = dataclasses.replace(choice.section, p95_finish_cap_usd=finish if finish < math.inf else None,
+                                  p95_finish_policy=one_job.section.chosen, p95_one_job_usd=round(one_job.p95_usd, 2))
     warnings = [*est.warnings, *choice.warnings, *_under_finish_cap(run.max_usd, finish, section)]
     return dataclasses.replace(est, spot_policy=section, warnings=warnings)
 
 
-def _under_finish_cap(cap_usd: float, finish_usd: float, section: dict) -> list[str]:
+def _under_finish_cap(cap_usd: float, finish_usd: float, section: SpotPolicy) -> list[str]:
     """A warning when the cap set is under the cap to set (the P95 finish cap): the run is accepted (its chain
     finishes uninterrupted) but a run billed the P95 stops OverBudget before it finishes, naming a larger cap (a
     new user set a cap a cent under the figure they were told, with no word)."""
     if finish_usd == math.inf or cap_usd >= finish_usd:
         return []
     return [f"budget.max_usd=${cap_usd:,.2f} is under the cap to set, ${finish_usd:,.2f}: a run billed "
-            f"{section['p95_finish_policy']}'s P95 (${section['p95_one_job_usd']:,.2f} as one job) would stop "
+            f"{section.p95_finish_policy}'s P95 (${section.p95_one_job_usd:,.2f} as one job) would stop "
             f"OverBudget before it finishes, naming a larger cap; set ${finish_usd:,.2f} or more to finish on 95% "
             "of the estimate's traces"]
 

@@ -40,7 +40,7 @@ Rules, with the choices made here:
   MaxWait = MaxRuntime + the accepted delay (or the user's, refused when below MaxRuntime).
 - The checkpoint interval reaches the trainer as it is planned: whole seconds, at least 1 (a tiny
   `checkpoint.interval_minutes` never rounds to 0, which the trainer reads as "off"), as
-  `checkpoint.interval_seconds`.
+  `checkpoint.interval_s`.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ from dataclasses import dataclass, replace
 
 from ..contract.refusal import Refusal
 from ..contract.spec import MAX_RUNTIME_LIMIT_S, LoraSpec, RunSpec, RunValidationError
-from ..seams import StopNotice
+from ..seams import SegmentPlan, StopNotice
 from ..settings.wire import flatten
 from .catalog import CATALOG_PATH, DEFAULT_PRICE_REGION, check_prices, load_catalog, regional_catalog, usd
 from .memory import ModelDims, checkpoint_bytes, training_state_bytes
@@ -68,7 +68,6 @@ from .options import (
 )
 from .outputs import Estimate, first_segment_seconds, format_text, trainer_settings
 from .params import Shape, lora_parameters, shape_of
-from .segments import SegmentPlan
 from .topology import layouts
 
 # The planner's names, wherever they are defined (spotrun/planner/catalog.py, options.py, outputs.py).
@@ -210,7 +209,7 @@ def _count_work(run: RunSpec, defaults: dict, model_config: dict | None, data_to
         validation_tokens = round(tokens_per_epoch * f / (1 - f))
     method = run.training.method
     flops = (4 * total + 6 * trainable) * tokens if method == "lora" else 6 * total * tokens
-    dims = ModelDims.from_shape(shape) if shape is not None else None
+    dims = ModelDims(shape) if shape is not None else None
     return _Work(total, trainable, tokens, validation_tokens, flops,
                  state=training_state_bytes(total, trainable, method, defaults["compute_bytes"]),
                  ckpt_bytes=checkpoint_bytes(total, trainable, method), dims=dims)
@@ -367,7 +366,7 @@ def _build(run: RunSpec, catalog: dict, work: _Work, best: Option, per_rank: int
         expected_overhead_seconds=best.overhead, max_runtime_seconds=max_runtime, max_wait_seconds=max_wait,
         checkpoint_bytes=work.ckpt_bytes, notice_upload_gb_per_s=work.ckpt_bytes / StopNotice.UPLOAD_S / 1e9,
         upload_gb_per_s_available=best.upload_available, checkpoint_policy=best.policy,
-        checkpoint_interval_seconds=max(1, round(best.interval_seconds)), interruptions_per_hour=best.rate,
+        checkpoint_interval_seconds=max(1, round(best.interval_s)), interruptions_per_hour=best.rate,
         cost_usd=cost, spot=c.spot, sharding=fit.layout.sharding, shard_group_nodes=fit.layout.group_nodes,
         micro_batch=fit.micro_batch, grad_accum=fit.grad_accum, activation_checkpointing=fit.activation_checkpointing,
         global_batch_samples=fit.layout.world * per_rank,

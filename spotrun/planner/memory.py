@@ -37,6 +37,7 @@ Per GPU, at the peak (the start of backward, or inside it with activation checkp
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from ..seams import BytesPerParameter
 from .params import LLAMA_LIKE, Shape, shape_of
@@ -51,58 +52,59 @@ FP32 = 4
 
 @dataclass(frozen=True)
 class ModelDims:
-    """What the memory model needs from an HF config (Llama/Mistral/Qwen2 or GPT-2 shapes)."""
+    """What the memory model reads of a model: a view of its Shape (spotrun/planner/params.py `shape_of`, the one
+    reading of an HF config: Llama/Mistral/Qwen2 or GPT-2), with the parameter counts derived from it."""
 
-    arch: str
-    layers: int
-    hidden: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    intermediate: int
-    vocab: int
-    tied: bool
-    total_params: int
-    block_params: int
-    embed_params: int
-    head_params: int  # 0 when tied to the embeddings
+    shape: Shape
 
     @classmethod
     def from_config(cls, cfg: dict) -> "ModelDims":
-        return cls.from_shape(shape_of(cfg))
-
-    @classmethod
-    def from_shape(cls, shape: Shape) -> "ModelDims":
-        """The dimensions of a config read once (spotrun/planner/params.py `shape_of`)."""
-        block = sum(lin.fan_in * lin.fan_out + (lin.fan_out if lin.bias else 0) for lin in shape.block_linears)
-        block += shape.block_other
-        h, vocab = shape.hidden, shape.vocab
-        return cls(arch="llama" if shape.model_type in LLAMA_LIKE else "gpt2", layers=shape.layers, hidden=h,
-                   heads=shape.heads, kv_heads=shape.kv_heads, head_dim=shape.head_dim,
-                   intermediate=shape.intermediate, vocab=vocab, tied=shape.tied, total_params=shape.total,
-                   block_params=block, embed_params=vocab * h, head_params=0 if shape.tied else vocab * h)
+        return cls(shape_of(cfg))
 
     @property
+    def arch(self) -> str:
+        return "llama" if self.shape.model_type in LLAMA_LIKE else "gpt2"
+
+    @property
+    def total_params(self) -> int:
+        return self.shape.total
+
+    @cached_property  # read at every layout the planner tries
+    def block_params(self) -> int:
+        s = self.shape
+        return sum(lin.fan_in * lin.fan_out + (lin.fan_out if lin.bias else 0) for lin in s.block_linears) + \
+            s.block_other
+
+    @property
+    def embed_params(self) -> int:
+        return self.shape.vocab * self.shape.hidden
+
+    @property
+    def head_params(self) -> int:
+        """0 when tied to the embeddings."""
+        return 0 if self.shape.tied else self.embed_params
+
+    @cached_property
     def largest_unit_params(self) -> int:
         """The largest FSDP unit: a block, or the untied embedding/head (tied ones stay in the root unit)."""
-        outside = self.total_params - self.layers * self.block_params
-        return max(self.block_params, outside if self.tied else max(self.embed_params, self.head_params))
+        outside = self.total_params - self.shape.layers * self.block_params
+        return max(self.block_params, outside if self.shape.tied else max(self.embed_params, self.head_params))
 
 
 def block_activation_bytes_per_token(dims: ModelDims, compute_bytes: int) -> int:
     """Bytes autograd keeps per token for one decoder block without checkpointing."""
-    p, h = compute_bytes, dims.hidden
-    q, kv = dims.heads * dims.head_dim, dims.kv_heads * dims.head_dim
+    p, h = compute_bytes, dims.shape.hidden
+    q, kv = dims.shape.heads * dims.shape.head_dim, dims.shape.kv_heads * dims.shape.head_dim
     if dims.arch == "llama":
         norm = FP32 * h + 2 * p * h + FP32  # fp32 input, normalised and scaled outputs, rsqrt
-        attn = p * (q + 2 * kv) + p * q + FP32 * dims.heads  # q, k, v after RoPE; output; log-sum-exp
-        mlp = 4 * p * dims.intermediate  # gate, up, silu(gate), silu(gate) * up
+        attn = p * (q + 2 * kv) + p * q + FP32 * dims.shape.heads  # q, k, v after RoPE; output; log-sum-exp
+        mlp = 4 * p * dims.shape.intermediate  # gate, up, silu(gate), silu(gate) * up
         return 2 * norm + attn + mlp
     # GPT-2: LayerNorm keeps input and output (+ mean/rstd), c_attn's q/k/v, attention output, GELU in and out,
     # and the residual dropout masks (1 byte each).
     norm = 2 * p * h + 2 * FP32
-    attn = p * 3 * h + p * h + FP32 * dims.heads
-    mlp = 2 * p * dims.intermediate
+    attn = p * 3 * h + p * h + FP32 * dims.shape.heads
+    mlp = 2 * p * dims.shape.intermediate
     return 2 * norm + attn + mlp + 2 * h
 
 
@@ -150,11 +152,11 @@ def peak_bytes(dims: ModelDims, *, method: str = "full", trainable_params: int |
     gathered = unit * (2 * p + reduce) + prefetch_units * unit * 2 * p
     tokens = micro_batch * seq_len
     block = block_activation_bytes_per_token(dims, p)
-    final_norm = FP32 * dims.hidden + 2 * p * dims.hidden + FP32
+    final_norm = FP32 * dims.shape.hidden + 2 * p * dims.shape.hidden + FP32
     if activation_checkpointing:
-        kept = dims.layers * p * dims.hidden + block  # each block's input, one block recomputed
+        kept = dims.shape.layers * p * dims.shape.hidden + block  # each block's input, one block recomputed
     else:
-        kept = dims.layers * block
+        kept = dims.shape.layers * block
     activations = tokens * (kept + final_norm)
-    logits = tokens * dims.vocab * (p + FP32 + (FP32 if p != FP32 else 0))
+    logits = tokens * dims.shape.vocab * (p + FP32 + (FP32 if p != FP32 else 0))
     return MemoryEstimate(state=state, gathered=gathered, activations=activations, logits=logits)

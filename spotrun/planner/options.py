@@ -16,10 +16,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
 from ..contract.spec import RunSpec
-from ..seams import BytesPerParameter, StopNotice
+from ..seams import BytesPerParameter, SegmentPlan, StopNotice
 from .catalog import usd
 from .memory import MemoryEstimate, ModelDims, peak_bytes, training_state_bytes
-from .segments import SegmentPlan, plan_segments
+from .segments import plan_segments
 from .topology import Layout, comm_seconds, divisors_desc, flops_per_token, layouts, step_seconds
 
 
@@ -43,7 +43,7 @@ class Option:
     overhead: float
     interruptions: float
     rate: float
-    interval_seconds: float  # between periodic saves
+    interval_s: float  # between periodic saves (the estimate rounds it once: Estimate.checkpoint_interval_seconds)
     policy: str
     upload_available: float
     on_demand: float
@@ -88,17 +88,14 @@ def price_option(run: RunSpec, catalog: dict, itype: str, count: int, train_seco
     save_cost = ckpt_bytes / (upload * 1e9)
     budget = notice_upload_seconds(step_seconds)
     policy = "save_on_notice" if budget > 0 and ckpt_bytes / budget / 1e9 <= upload else "periodic"
-    if run.checkpoint.interval_seconds is not None:
-        interval_seconds = max(1.0, round(run.checkpoint.interval_seconds))
-    else:
-        interval_seconds = _interval(save_cost, rate)
+    interval_s = run.checkpoint.interval_s if run.checkpoint.interval_s is not None else _interval(save_cost, rate)
     interruptions = rate * wall / 3600 if run.compute.spot else 0.0
-    lost = 0.0 if policy == "save_on_notice" else interval_seconds / 2
+    lost = 0.0 if policy == "save_on_notice" else interval_s / 2
     overhead = interruptions * (lost + startup + save_cost)
     discount = run.compute.spot_discount if run.compute.spot_discount is not None else \
         catalog["families"][family]["spot_discount"]
     price = spec["on_demand_usd_per_hour"] * count
-    return Option(itype, count, wall, overhead, interruptions, rate, interval_seconds, policy, upload,
+    return Option(itype, count, wall, overhead, interruptions, rate, interval_s, policy, upload,
                    on_demand=price * wall / 3600, spot=price * (1 - discount) * (wall + overhead) / 3600)
 
 
@@ -122,7 +119,7 @@ def evaluation_seconds(run: RunSpec, *, parameters: int, validation_tokens: floa
     if e.max_batches:
         validation_tokens = min(validation_tokens, e.max_batches * micro_batch * run.data.seq_len)
     evaluations = 2 + (optimizer_steps // e.every_steps if e.every_steps else 0) + \
-        (train_seconds / 60 // e.every_minutes if e.every_minutes else 0)
+        (train_seconds // e.every_s if e.every_s else 0)
     return evaluations * 2 * parameters * validation_tokens / cluster_flops_per_s
 
 
@@ -273,11 +270,11 @@ def checkpoint_advice(catalog: dict, best: Option, ckpt_bytes: int) -> list[str]
         advice.append(f"the {ckpt_bytes / 1e9:.1f} GB checkpoint leaves within the stop notice ({budget:.0f} s for "
                       f"the upload after a {step_s:.0f} s step) only because {best.count} nodes upload their shards "
                       f"in parallel ({best.upload_available:.2f} GB/s for {ckpt_bytes / 1e9 / budget:.2f} needed); "
-                      f"periodic saves every {best.interval_seconds / 60:.0f} min stay as insurance")
+                      f"periodic saves every {best.interval_s / 60:.0f} min stay as insurance")
     if best.policy == "periodic":
         advice.append(f"a {ckpt_bytes / 1e9:.1f} GB checkpoint cannot leave within the stop notice ({budget:.0f} s "
                       f"left for the upload after a {step_s:.0f} s step) at {best.upload_available:.2f} GB/s: "
-                      f"saving every {best.interval_seconds / 60:.0f} min instead "
+                      f"saving every {best.interval_s / 60:.0f} min instead "
                       f"(Young/Daly: sqrt(2 x {ckpt_bytes / (best.upload_available * 1e9):.0f} s save x "
                       f"{(3600 / best.rate) / 3600 if best.rate else float('inf'):.1f} h between interruptions))")
     if best.comm_s > d["comm_overlap_fraction"] * best.compute_s:

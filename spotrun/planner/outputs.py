@@ -16,11 +16,12 @@ from ..contract.spec import (
     RunSpec,
     RunValidationError,
 )
+from ..seams import SegmentPlan, SpotPolicy, section_json
 from ..settings.sections import EvalConfig, ExportConfig, TrackingConfig
 from ..settings.tree import TrainConfig
 from ..settings.wire import leaves, parse
 from .catalog import usd
-from .segments import SegmentPlan, segment_seconds
+from .segments import segment_seconds
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,7 @@ class Estimate:
     memory_per_gpu: dict = field(default_factory=dict)
     seconds_per_micro_batch: dict = field(default_factory=dict)
     advice: list[str] = field(default_factory=list)
-    spot_policy: dict = field(default_factory=dict)  # spotrun/policy/choose.py: the policy and its odds
+    spot_policy: SpotPolicy | None = None  # spotrun/policy/choose.py: the policy and its odds (the policy stage)
     warnings: list[str] = field(default_factory=list)
     hyperparameters: dict[str, str] = field(default_factory=dict)
     utilization_source: str = "catalog default"
@@ -72,7 +73,7 @@ class Estimate:
         return max(1, math.ceil(self.tokens / (self.global_batch_samples * seq_len)))
 
     def to_json(self) -> dict:
-        return asdict(self)
+        return {**asdict(self), "spot_policy": section_json(self.spot_policy)}
 
 
 def trainer_settings(run: RunSpec, est: Estimate) -> TrainConfig:
@@ -86,7 +87,7 @@ def trainer_settings(run: RunSpec, est: Estimate) -> TrainConfig:
                       # a pretrained model's config comes with its weights, in the model channel
                       config=given.model.config if run.model.init == "random" else {}),
         training=replace(given.training, micro_batch=est.micro_batch, grad_accum=est.grad_accum),
-        checkpoint=replace(given.checkpoint, interval_seconds=est.checkpoint_interval_seconds),
+        checkpoint=replace(given.checkpoint, interval_s=est.checkpoint_interval_seconds),
         sharding=replace(given.sharding, mode=est.sharding, group_nodes=est.shard_group_nodes),
         # the trainer evaluates, and can export the best weights, only with validation data
         eval=given.eval if run.data.has_validation else EvalConfig(),
@@ -107,7 +108,7 @@ def check_hyperparameters(hyper: dict[str, str]) -> None:
 
 def same_named(run: RunSpec) -> dict[str, Any]:
     """{dotted path: the run's value} of every leaf of the settings tree that the run holds at the same attribute
-    path (after the contract, which converts units: `checkpoint.interval_seconds`), where the run gives one."""
+    path (after the contract, which converts units: `checkpoint.interval_s`), where the run gives one."""
     out = {}
     for leaf in leaves():
         value = leaf.of(run)

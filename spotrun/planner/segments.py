@@ -28,9 +28,9 @@ segment's MaxRuntime reserves and does not bill is room for the next one. See do
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
-from ..seams import StopNotice
+from ..seams import SegmentPlan, StopNotice
 from .catalog import usd
 
 STOP_BILL_S = StopNotice.NOTICE_S  # a stop (StopTrainingJob, MaxRuntime) bills until the container exits
@@ -161,29 +161,6 @@ def chain_refusal(chain: Chain, cap_usd: float, smallest: float, costs: ChainCos
             f"training at {basis}, the room left ({chain.room_left_s:,} s) is under the "
             f"{chain.needed_s:,} s the next job needs (its start, one step or the rest, its save and a "
             f"{SEGMENT_END_MARGIN_S} s margin); the smallest cap whose chain finishes is ${smallest:,.2f}")
-
-
-@dataclass(frozen=True)
-class SegmentPlan:
-    """The planned chain, from expected figures (the guard recomputes it from the real bills at each boundary)."""
-
-    segments: int
-    first_max_runtime_seconds: int
-    longest_seconds: int  # no job runs longer (the single job's MaxRuntime)
-    min_segment_seconds: int  # the shortest segment that trains: a restart, one step, a save and the margin
-    overhead_seconds: float  # one segment restart (provisioning, image, data, model load, restore, final save)
-    overhead_fraction: float  # the chain's restarts over the single job's time
-    spot_cost_usd: float  # the expected bill with the restarts
-    on_demand_bound_usd: float  # the single job's bound at on-demand rates (what one job would need)
-    fits: bool
-    line: str
-    spot_fraction: float = 1.0  # the expected bill's share of on-demand (the guard's chain uses it)
-    min_cap_usd: float = 0.0  # the smallest cap whose expected chain fits
-    chain_costs: dict = field(default_factory=dict)  # ChainCosts: what `finish_cap_usd` plans a bill's chain with
-    work_seconds: float = 0.0  # the training the chain carries (`segments_at` plans it at another cap)
-
-    def to_json(self) -> dict:
-        return asdict(self)
 
 
 def plan_segments(*, cap_usd: float, usd_per_s: float, spot_fraction: float, run_seconds: float,

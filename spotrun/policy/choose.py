@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from ..planner.estimate import startup_seconds
 from ..planner.topology import step_seconds
+from ..seams import SpotPolicy
 from . import Summary, compare
 from .availability import mean_down_s
 from .decision import DEADLINE_RULES, RULES
@@ -156,7 +157,7 @@ class PolicyChoice:
     estimate step names it from the pipeline's chain), the warnings it adds to the estimate's, and the chosen
     policy's P95 bill (unrounded: what that cap is planned on)."""
 
-    section: dict
+    section: SpotPolicy
     warnings: tuple[str, ...]
     p95_usd: float
     left_out: tuple[str, ...] = ()  # the labels of the policies the cap left out (their P95 over it)
@@ -198,11 +199,11 @@ def spot_policy(run, est, catalog: dict, *, n: int = N_TRACES, seed: int = SEED,
     if not run.compute.spot:
         alternative = f"; {best.label} would be the choice with spot" if best.policy != "on_demand" else ""
         best, why = rows[0], f"compute.spot=false: on-demand as the run asks{alternative}"
-    section = {"chosen": best.label, "why": why, "p95_finish_cap_usd": None,
-               "confidence": CONFIDENCE if plan.deadline_s is not None else None, "traces": n, "seed": seed,
-               "trace_source": fitted_source(est.interruptions_per_hour),
-               "policies": [_rounded(r) for r in rows], "left_out": list(left_out), "policy": best.policy,
-               "checkpointing": best.checkpointing, "sim_plan": dataclasses.asdict(plan)}
+    section = SpotPolicy(chosen=best.label, why=why, p95_finish_cap_usd=None,
+                         confidence=CONFIDENCE if plan.deadline_s is not None else None, traces=n, seed=seed,
+                         trace_source=fitted_source(est.interruptions_per_hour),
+                         policies=[_rounded(r) for r in rows], left_out=list(left_out), policy=best.policy,
+                         checkpointing=best.checkpointing, sim_plan=dataclasses.asdict(plan))
     return PolicyChoice(section=section, warnings=tuple(warnings), p95_usd=best.p95_usd, left_out=left_out,
                         meeting_p95_usd=cheapest.p95_usd if cheapest else None, misses_deadline=misses)
 
@@ -233,25 +234,24 @@ def _rounded(r: Summary) -> dict:
     return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.row().items()}
 
 
-def policy_text(section: dict) -> str:
+def policy_text(section: SpotPolicy | None) -> str:
     """The estimate's lines for the policy section: the choice, each candidate's simulated bills (a row the cap
     left out marked), and the cap to set (`p95_finish_cap_usd`, named by the estimate step)."""
     if not section:
         return ""
-    left_out = set(section.get("left_out") or ())
-    lines = [f"spot policy: {section['chosen']} ({section['why']}; {section['traces']} traces, "
-             f"{section['trace_source']})",
+    left_out = set(section.left_out)
+    lines = [f"spot policy: {section.chosen} ({section.why}; {section.traces} traces, {section.trace_source})",
              "  each policy's bill simulated on these traces as the cost guard runs it (the cost line is the "
              "planner's one expected bill):",
              f"  {'policy':<30} {'mean $':>10} {'P50 $':>10} {'P95 $':>10} {'P(deadline)':>11} {'lost h':>7}"]
-    for r in section["policies"]:
+    for r in section.policies:
         met = "-" if r["p_deadline"] is None else f"{r['p_deadline']:.1%}"
-        mark = "*" if r["label"] == section["chosen"] else " "
+        mark = "*" if r["label"] == section.chosen else " "
         out = "  left out: P95 over the cap" if r["label"] in left_out else ""
         lines.append(f"{mark} {r['label']:<30} {r['mean_usd']:>10,.2f} {r['p50_usd']:>10,.2f} {r['p95_usd']:>10,.2f} "
                      f"{met:>11} {r['mean_lost_h']:>7.2f}{out}")
-    if section.get("p95_finish_cap_usd") is not None:  # the cap under which a run billed its P95 can strand
-        lines.append(f"  the cap to set: ${section['p95_finish_cap_usd']:,.2f} or more finishes at "
-                     f"{section['p95_finish_policy']}'s P95 bill (${section['p95_one_job_usd']:,.2f} as one job), "
+    if section.p95_finish_cap_usd is not None:  # the cap under which a run billed its P95 can strand
+        lines.append(f"  the cap to set: ${section.p95_finish_cap_usd:,.2f} or more finishes at "
+                     f"{section.p95_finish_policy}'s P95 bill (${section.p95_one_job_usd:,.2f} as one job), "
                      "with the chain's restarts and the last job's room at on-demand rates")
     return "\n".join(lines)

@@ -47,6 +47,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 
+from ..seams import SpotPolicy
 from .engine import INF, SimPlan, periodic_interval
 
 POLL_GROWTH = 0.05  # the guard's next wait as a fraction of the job's age (spotrun/pipeline/guard.py)
@@ -425,14 +426,14 @@ def decide(policy: str, plan: SimPlan, checkpointing: str, obs: Observation) -> 
     return Decision(Action.END if obs.max_wait_exceeded else Action.START_SPOT, decision.recheck_s)
 
 
-def starts_on_spot(section: dict) -> bool:
+def starts_on_spot(section: SpotPolicy) -> bool:
     """The first job's market: the policy's decision before anything ran (the plan's `spot`; the simulator's
     first job)."""
     first = decide_from_section(section, Observation(0.0, 0.0, Market.SPOT, JobStatus.NONE))
     return first.action is Action.START_SPOT
 
 
-def decide_from_section(section: dict, obs: Observation) -> Decision:
+def decide_from_section(section: SpotPolicy, obs: Observation) -> Decision:
     """`decide` from the estimate's policy section as the plan carries it (`policy`, `checkpointing`,
     `sim_plan`): the guard's entry."""
-    return decide(section["policy"], SimPlan(**section["sim_plan"]), section["checkpointing"], obs)
+    return decide(section.policy, SimPlan(**section.sim_plan), section.checkpointing, obs)

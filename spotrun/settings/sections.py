@@ -118,7 +118,7 @@ class CheckpointConfig:
     """Checkpoint directory (SageMaker: /opt/ml/checkpoints, mirrored to S3). Empty disables checkpoints."""
     interval_steps: int = 0
     """Save every N steps (0: off)."""
-    interval_seconds: float = 0.0
+    interval_s: float = 0.0
     """Save when this many seconds passed since the last save (0: off). Ranks agree on it each step."""
     keep: int = 2
     """Newest verified checkpoints to keep (>= 2: the one being written never replaces the only good one)."""
@@ -132,7 +132,7 @@ class CheckpointConfig:
     def __post_init__(self) -> None:
         require_finite(self, "checkpoint.")
         require(self.interval_steps >= 0, "checkpoint.interval_steps", self.interval_steps, "an integer >= 0")
-        require(self.interval_seconds >= 0, "checkpoint.interval_seconds", self.interval_seconds, "a float >= 0")
+        require(self.interval_s >= 0, "checkpoint.interval_s", self.interval_s, "a float >= 0")
         require(self.keep >= 2, "checkpoint.keep", self.keep, "an integer >= 2")
         require(self.resume in ("auto", "never"), "checkpoint.resume", self.resume, "auto or never")
         require(self.notice_seconds > 0, "checkpoint.notice_seconds", self.notice_seconds, "a positive float")
@@ -147,8 +147,8 @@ class EvalConfig:
 
     every_steps: int = 0
     """Evaluate after every N optimizer steps (0: off)."""
-    every_minutes: float = 0.0
-    """Evaluate at the first log step after this many minutes since the last evaluation (0: off). Time-based
+    every_s: float = 0.0
+    """Evaluate at the first log step after this many seconds since the last evaluation (0: off). Time-based
     evaluations land on different steps in a resumed run: use every_steps where the series must repeat."""
     max_batches: int = 0
     """Evaluate on the first N micro-batches (of `micro_batch` samples) of the validation set, whatever the
@@ -166,7 +166,7 @@ class EvalConfig:
     def __post_init__(self) -> None:
         require_finite(self, "eval.")
         require(self.every_steps >= 0, "eval.every_steps", self.every_steps, "an integer >= 0")
-        require(self.every_minutes >= 0, "eval.every_minutes", self.every_minutes, "a float >= 0")
+        require(self.every_s >= 0, "eval.every_s", self.every_s, "a float >= 0")
         require(self.max_batches >= 0, "eval.max_batches", self.max_batches, "an integer >= 0")
         require(self.samples >= 0, "eval.samples", self.samples, "an integer >= 0")
         require(self.sample_prompt_tokens >= 1, "eval.sample_prompt_tokens", self.sample_prompt_tokens,

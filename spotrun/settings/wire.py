@@ -1,6 +1,6 @@
 """The settings tree on the wire: SageMaker hyperparameters keyed by dotted paths, and the JSON file the launcher
 hands every worker. One pair of functions: `flatten` writes each leaf that differs from its default under its
-dotted path (`checkpoint.interval_seconds`, `training.lr`), every value a string; `parse` reads them back.
+dotted path (`checkpoint.interval_s`, `training.lr`), every value a string; `parse` reads them back.
 
 A leaf's dotted path is its attribute path, with one generic rule: a field named after a Python keyword carries a
 trailing underscore (PEP 8), its path does not (`ExportConfig.from_` is `export.from`, the run JSON's name).

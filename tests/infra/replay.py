@@ -10,7 +10,6 @@ estimate's policy section is computed once (its simulation of 1,000 traces is no
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import datetime as dt
 import json
@@ -37,6 +36,7 @@ from spotrun.policy.decision import poll_wait
 from spotrun.policy.engine import SimPlan
 from spotrun.policy.execution import execute
 from spotrun.policy.policies import cost_usd
+from spotrun.seams import SpotPolicy
 from tests.infra.sagemaker_sim import SimClock, World
 from tests.infra.test_cap_holds import Scenario, SimDriver, _run_json
 from tests.infra.test_state_machine_moto import ACCOUNT, REGION, _list_service_quotas
@@ -118,12 +118,12 @@ class _Section:
     def __call__(self, run, est, catalog, **kw) -> choose.PolicyChoice:
         if self.choice is None:
             self.choice = self.real(run, est, catalog, **{**kw, "n": 100})
-        out = copy.deepcopy(self.choice.section)
-        out.update(policy=self.policy, chosen=f"{self.policy} ({out['checkpointing']})")
-        return dataclasses.replace(self.choice, section=out)
+        sec = self.choice.section
+        return dataclasses.replace(self.choice, section=dataclasses.replace(
+            sec, policy=self.policy, chosen=f"{self.policy} ({sec.checkpointing})"))
 
     @property
-    def section(self) -> dict | None:
+    def section(self) -> SpotPolicy | None:
         """The simulated section (None before the first estimate)."""
         return self.choice and self.choice.section
 
@@ -178,15 +178,15 @@ def _one(driver, sim, world: World, section: _Section, window: Window, scenario:
     run["budget"]["max_usd"] = 1e9  # replaced below, once the estimate is known
     est, plan_json = _plan_of(driver, run)
     run["budget"]["max_usd"] = round(3.0 * est["cost_usd"]["on_demand"], 2)  # a cap that never binds
-    sp = section.section or {}
-    plan = SimPlan(**sp["sim_plan"])
+    sp = section.section
+    plan = SimPlan(**sp.sim_plan)
     _configure(sim, world, plan, sp, plan_json)
     started = sim.clock()
     arn = driver.start(name, run)
     desc = driver.wait(arn, timeout=600)
     done = [j.t for j in sim.jobs.values() if j.completed_run and j.ended]
     replay_h = (done[0] - started) / 3600 if done else None
-    predicted = execute(plan, window.trace, window.policy, sp["checkpointing"])
+    predicted = execute(plan, window.trace, window.policy, sp.checkpointing)
     tally = predicted.tally
     pred_h = tally.t / 3600 if tally.finished else None
     finishing = predicted.jobs[-1]
@@ -207,7 +207,7 @@ def _plan_of(driver, run: dict) -> tuple[dict, dict]:
     return p["estimate"], p
 
 
-def _configure(sim: TraceSimulation, world: World, plan: SimPlan, section: dict, plan_json: dict) -> None:
+def _configure(sim: TraceSimulation, world: World, plan: SimPlan, section: SpotPolicy, plan_json: dict) -> None:
     """The simulated SageMaker and trainer run by the plan's own figures (the sim_plan the estimate promised)."""
     world.work_s = plan.work_s
     world.usd_per_instance_hour = plan.on_demand_usd_per_h / plan_json["instance_count"]
@@ -215,7 +215,7 @@ def _configure(sim: TraceSimulation, world: World, plan: SimPlan, section: dict,
     # the guard reads progress as step / planned steps; the simulator counts its commits in the same steps
     assert plan.steps == plan_json["planned_steps"], (plan.steps, plan_json["planned_steps"])
     world.step_s = plan.work_s / plan_json["planned_steps"]
-    ck = section["checkpointing"]
+    ck = section.checkpointing
     sim.trainer = Trainer(startup_s=plan.startup_s, restore_s=plan.restore_s, save_s=plan.save_s,
                           interval_s=plan.interval_s if ck in ("periodic", "both") else float("inf"),
                           step_s=plan.step_s, notice=plan.notice_ok and ck in ("notice", "both"))

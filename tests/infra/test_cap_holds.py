@@ -287,8 +287,8 @@ def _estimate(driver: Driver, run: dict) -> dict:
     run = {**run, "budget": {"max_usd": settings.max_usd_per_run}}  # the stage's largest cap
     p = plan(run, "estimate-only", settings)
     assert p["status"] == "ok", p
-    return {**p["estimate"], "free_plan": p, "checkpoint_interval_seconds": p["checkpoint_interval_seconds"],
-            "segment_overhead_seconds": p["segment_overhead_seconds"], "spot_fraction": p["spot_fraction"],
+    return {**p["estimate"], "free_plan": p, "segment_overhead_seconds": p["segment_overhead_seconds"],
+            "spot_fraction": p["spot_fraction"],
             "checkpoint_upload_seconds": p["checkpoint_upload_seconds"], "usd_per_hour": p["usd_per_hour"],
             "seconds_per_step": p["seconds_per_step"]}
 

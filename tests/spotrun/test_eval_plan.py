@@ -40,7 +40,7 @@ def test_the_plan_sends_the_validation_channel_and_the_trainer_parses_the_evalua
                                                   "data.validation_path": "/opt/ml/input/data/validation",
                                                   "output_dir": "/opt/ml/model",
                                                   "checkpoint.dir": "/opt/ml/checkpoints"})  # CheckpointConfig
-    assert (cfg.eval.every_steps, cfg.eval.every_minutes, cfg.eval.max_batches) == (25, 30.0, 64)
+    assert (cfg.eval.every_steps, cfg.eval.every_s, cfg.eval.max_batches) == (25, 1800.0, 64)
     assert cfg.eval.keep_best is True and cfg.export.from_ == "best"
 
 

@@ -333,7 +333,7 @@ def test_odd_but_valid_runs_are_accepted_by_both(s3, tmp_path, capsys):
         assert main(["estimate", "--format", "json", "--bucket", BUCKET, "--group", GROUP, str(path)]) == 0
         assert json.loads(capsys.readouterr().out)["status"] == "ok"
         assert plan(raw, "exec-1", SETTINGS, s3_client=s3)["status"] == "ok"
-    assert float(plan(odd[1], "e", SETTINGS, s3_client=s3)["hyperparameters"]["checkpoint.interval_seconds"]) > 0
+    assert float(plan(odd[1], "e", SETTINGS, s3_client=s3)["hyperparameters"]["checkpoint.interval_s"]) > 0
 
 
 def test_as_a_process_each_bad_file_is_one_line_on_stderr_and_no_traceback(tmp_path):

@@ -34,6 +34,7 @@ from spotrun.seams import (
     GuardAction,
     Plan,
     PlanStatus,
+    SpotPolicy,
     StopNotice,
     checkpoint_step_dir,
 )
@@ -522,9 +523,10 @@ def test_recorder_is_idempotent_and_feeds_the_interruption_rate():
 SIM_PLAN = dataclasses.asdict(SimPlan(work_s=10 * 3600, startup_s=300, restore_s=60, save_s=60, interval_s=1800,
                                       step_s=4.6, notice_ok=True, spot_usd_per_h=0.3 * RATE, on_demand_usd_per_h=RATE,
                                       deadline_s=12 * 3600))
-DEADLINE_PLAN = {**PLAN, "max_usd": 40, "estimate": {**PLAN["estimate"], "spot_policy": {
-    "chosen": "uniform_progress (notice)", "policy": "uniform_progress", "checkpointing": "notice",
-    "deadline_hours": 12, "sim_plan": SIM_PLAN}}}
+DEADLINE_PLAN = {**PLAN, "max_usd": 40, "estimate": {**PLAN["estimate"], "spot_policy": SpotPolicy(
+    chosen="uniform_progress (notice)", why="the cheapest policy meeting the deadline", p95_finish_cap_usd=None,
+    confidence=0.99, traces=1000, seed=0, trace_source="generated", policies=[], left_out=[],
+    policy="uniform_progress", checkpointing="notice", sim_plan=SIM_PLAN).to_json()}}
 
 
 def _step(fraction: float) -> int:

@@ -1,7 +1,7 @@
 """The settings tree (spotrun/settings/) as it travels: what the estimate Lambda sends is the flattened tree the
 trainer's own parser reads back into the same values, every key a leaf of the trainer's config; and every run field
 that is also a leaf of the trainer's tree (the same attribute path after the contract: `training.lr`,
-`checkpoint.interval_seconds`, `export.from`) is found by walking both trees, accepts within the trainer's limits
+`checkpoint.interval_s`, `export.from`) is found by walking both trees, accepts within the trainer's limits
 everything the contract accepts, and reaches the trainer with the run's value through the real planner. A new
 setting declared on both sides is checked here without a line of this file changing."""
 
@@ -145,7 +145,7 @@ def dotted(path: tuple) -> str:
 def test_the_shared_settings_are_found_on_both_sides():
     names = {dotted(p) for p in SHARED}
     assert {"training.lr", "training.method", "training.lora.rank", "training.epochs", "training.micro_batch",
-            "training.seed", "export.from", "checkpoint.interval_seconds", "checkpoint.keep", "data.seq_len",
+            "training.seed", "export.from", "checkpoint.interval_s", "checkpoint.keep", "data.seq_len",
             "eval.every_steps", "model.source", "tracking.mlflow_uri"} <= names
     assert "optim.lr" not in names and "lr" not in {p[-1] for p in _trainer_leaves() if p[0] != "training"}
 
@@ -246,10 +246,10 @@ def test_every_shared_setting_reaches_the_trainer_with_the_runs_value():
 def test_only_what_differs_from_the_trainers_defaults_travels():
     assert flatten(TrainConfig()) == {}
     sent = {"model.config": '{"a":1}', "training.method": "lora", "training.epochs": "2.5", "training.lr": "0.001",
-            "checkpoint.interval_seconds": "450.0", "sharding.group_nodes": "2", "export.from": "best",
+            "checkpoint.interval_s": "450.0", "sharding.group_nodes": "2", "export.from": "best",
             "eval.keep_best": "true"}
     config = parse(sent)
-    assert (config.checkpoint.interval_seconds, config.sharding.group_nodes, config.model.config) == (450, 2, {"a": 1})
+    assert (config.checkpoint.interval_s, config.sharding.group_nodes, config.model.config) == (450, 2, {"a": 1})
     assert (config.training.lr, config.export.from_) == (0.001, "best")  # a keyword's field: `from_`
     assert flatten(config) == sent
     with pytest.raises(ValueError, match="unknown field 'checkpoint.interval_minutes': accepted fields are async_save"):

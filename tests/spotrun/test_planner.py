@@ -76,7 +76,7 @@ def test_full_fine_tune_worked_example():
     assert est.max_runtime_seconds == math.ceil(2 * (24180 + small_overhead))
     assert est.max_wait_seconds == est.max_runtime_seconds + 24 * 3600
     sent = parse(est.hyperparameters)  # what the trainer reads
-    assert (sent.checkpoint.interval_seconds, sent.sharding.mode, sent.training.micro_batch) == (1315, "full", 1)
+    assert (sent.checkpoint.interval_s, sent.sharding.mode, sent.training.micro_batch) == (1315, "full", 1)
     assert est.warnings == ["model.parameters only: activations, logits and gathered units are not in the memory "
                             "check (give model.config or model.source for a plan that counts them)"]
     big = estimate(run(compute={"instance_type": "ml.a1.big"}), catalog=CATALOG)

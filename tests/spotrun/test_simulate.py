@@ -23,6 +23,7 @@ from spotrun.policy.traces import (
     recorded_traces,
     windows_from_counts,
 )
+from spotrun.seams import SpotPolicy
 
 H = 3600.0
 
@@ -251,31 +252,33 @@ def test_the_estimate_chooses_the_cheapest_policy_meeting_the_deadline_and_state
     hours = est.wall_seconds / H
     with_deadline = parse_run({**RUN, "compute": {**RUN["compute"], "deadline_hours": round(hours * 1.5, 1)}})
     section = spot_policy(with_deadline, est, load_catalog(), n=300).section
-    rows = {r["label"]: r for r in section["policies"]}
-    chosen = rows[section["chosen"]]
+    rows = {r["label"]: r for r in section.policies}
+    chosen = rows[section.chosen]
     assert chosen["p_deadline"] >= 0.99
     assert all(r["mean_usd"] >= chosen["mean_usd"] for r in rows.values() if r["p_deadline"] >= 0.99)
     assert chosen["mean_usd"] <= rows["on_demand"]["mean_usd"]
     assert {"uniform_progress (notice)", "slack_reserve_10 (notice)", "maxwait_fallback (periodic)"} <= set(rows)
     text = policy_text(section)
-    assert section["chosen"] in text and "P(deadline)" in text
+    assert section.chosen in text and "P(deadline)" in text
     from spotrun.policy.decision import DEADLINE_RULES, Action, JobStatus, Market, Observation, decide_from_section
 
-    section = json.loads(json.dumps(section, allow_nan=False))  # as the plan carries it through Step Functions
+    # as the plan carries it through Step Functions
+    section = SpotPolicy.from_json(json.loads(json.dumps(section.to_json(), allow_nan=False)))
     start = decide_from_section(section, Observation(0.0, 0.0, Market.SPOT, JobStatus.NONE))
     assert start.action in (Action.START_SPOT, Action.START_ON_DEMAND)
     # Nothing done at the deadline, spot waiting for capacity: every deadline policy goes on-demand, whichever the
     # estimate chose (at 1.5x the work the MaxWait fallback may meet the deadline on 99% of the traces and be chosen).
     late = Observation(with_deadline.compute.deadline_s, 0.0, Market.SPOT, JobStatus.WAITING)
     for policy in DEADLINE_RULES:
-        assert decide_from_section({**section, "policy": policy}, late).action is Action.TO_ON_DEMAND, policy
+        assert decide_from_section(dataclasses.replace(section, policy=policy), late).action is \
+            Action.TO_ON_DEMAND, policy
     free = spot_policy(run, est, load_catalog(), n=300).section
-    assert free["confidence"] is None
-    assert free["chosen"] == min((r for r in free["policies"] if r["p_finished"] >= 0.99),
+    assert free.confidence is None
+    assert free.chosen == min((r for r in free.policies if r["p_finished"] >= 0.99),
                                  key=lambda r: r["mean_usd"])["label"]
     asked = spot_policy(parse_run({**RUN, "compute": {**RUN["compute"], "spot": False}}), est,
                         load_catalog(), n=50).section
-    assert asked["chosen"] == "on_demand" and "compute.spot=false" in asked["why"]
+    assert asked.chosen == "on_demand" and "compute.spot=false" in asked.why
 
 
 def test_local_trace_replay_turns_each_loss_of_capacity_into_an_injected_interruption(tmp_path):
@@ -487,10 +490,10 @@ def test_with_a_cap_between_spot_and_on_demand_the_chosen_policy_is_simulated_as
     est = estimate(run)
     assert est.segments.segments > 1 and est.segments.fits  # the cap sits between spot and on-demand
     section = spot_policy(run, est, load_catalog(), n=200).section
-    rows = {r["label"]: r for r in section["policies"]}
-    chosen = rows[section["chosen"]]
+    rows = {r["label"]: r for r in section.policies}
+    chosen = rows[section.chosen]
     assert chosen["p95_usd"] <= 200 and chosen["p_finished"] >= 0.99
-    assert rows["on_demand"]["p95_usd"] > 200 and "over the $200.00 cap" in section["why"]
+    assert rows["on_demand"]["p95_usd"] > 200 and "over the $200.00 cap" in section.why
     # the chain's expected bill, as the planner states it, is what the simulator finds for plain spot
     assert chosen["mean_usd"] == pytest.approx(est.segments.spot_cost_usd, rel=0.1)
 
@@ -623,8 +626,10 @@ class GuardsView:
                     "SecondaryStatusTransitions": [] if trained is None else [
                         {"Status": "Training", "StartTime": GUARD_EPOCH + trained}]}
         step = int(run.committed / (p.work_s / p.planned_steps)) if run.committed else None
-        plan = SimpleNamespace(estimate=SimpleNamespace(spot_policy={"policy": self.policy,
-                                                                     "sim_plan": {"work_s": p.work_s}}),
+        policy = SpotPolicy(chosen=self.policy, why="", p95_finish_cap_usd=None, confidence=None, traces=0, seed=0,
+                            trace_source="", policies=[], left_out=[], policy=self.policy, checkpointing="notice",
+                            sim_plan={"work_s": p.work_s})
+        plan = SimpleNamespace(estimate=SimpleNamespace(spot_policy=policy),
                                planned_steps=p.planned_steps, execution_started=GUARD_EPOCH, on_demand_fallback=True)
         return observe(plan, SimpleNamespace(spot=job.market.value == "spot"), describe, now=GUARD_EPOCH + now,
                        newest_checkpoint=None if self.commit_t is None else GUARD_EPOCH + self.commit_t,
@@ -763,22 +768,22 @@ def test_a_cap_that_leaves_out_every_policy_meeting_the_deadline_is_a_warning_na
     hours = estimate(parse_run(RUN)).wall_seconds / H
     timed = {**RUN, "compute": {**RUN["compute"], "deadline_hours": round(hours * 1.05, 1)}}  # tight: on-demand
     free = simulated(parse_run(timed), estimate(parse_run(timed)), load_catalog(), n=50).section
-    cap = round(1.2 * min(r["p95_usd"] for r in free["policies"]), 2)  # spot's P95 fits; the deadline rules' not
+    cap = round(1.2 * min(r["p95_usd"] for r in free.policies), 2)  # spot's P95 fits; the deadline rules' not
 
     def estimated(max_usd: float):
         run = parse_run({**timed, "budget": {"max_usd": max_usd}})
         est = estimate_step.with_spot_policy(run, estimate(run), load_catalog(), n=50)
-        rows = est.spot_policy["policies"]
-        return est, rows, next(r for r in rows if r["label"] == est.spot_policy["chosen"])
+        rows = est.spot_policy.policies
+        return est, rows, next(r for r in rows if r["label"] == est.spot_policy.chosen)
 
     for tries in (estimate_step.DEADLINE_CAP_TRIES, 0):
         monkeypatch.setattr(estimate_step, "DEADLINE_CAP_TRIES", tries)
         est, rows, chosen = estimated(cap)
         meets = [r for r in rows if r["p_deadline"] >= CONFIDENCE]
         assert chosen["p_deadline"] < CONFIDENCE and meets and all(r["p95_usd"] > cap for r in meets), rows
-        assert "policies left out (P95 cost over the" in est.spot_policy["why"], est.spot_policy["why"]
+        assert "policies left out (P95 cost over the" in est.spot_policy.why, est.spot_policy.why
         marked = [line for line in policy_text(est.spot_policy).splitlines() if "left out: P95 over the cap" in line]
-        assert len(marked) == len(est.spot_policy["left_out"]) >= len(meets), marked  # on_demand's P95 is over too
+        assert len(marked) == len(est.spot_policy.left_out) >= len(meets), marked  # on_demand's P95 is over too
         cheapest = min(meets, key=lambda r: r["p95_usd"])
         warned = [w for w in est.warnings if f"within the ${cap:,.2f} cap the chosen {chosen['label']}" in w]
         assert warned and f"{cheapest['label']} meets it" in warned[0], est.warnings

@@ -137,7 +137,7 @@ def test_the_schedule_evaluates_on_steps_at_the_end_and_at_the_first_log_step_af
     try:
         by_steps = Evaluator(EvalConfig(every_steps=5), None, model=None, loss_fn=None, device=torch.device("cpu"))
         assert [s for s in range(1, 13) if by_steps.due(s, total_steps=12, log_step=s % 2 == 0)] == [5, 10, 12]
-        by_time = Evaluator(EvalConfig(every_minutes=0.002), None, model=None, loss_fn=None,
+        by_time = Evaluator(EvalConfig(every_s=0.12), None, model=None, loss_fn=None,
                             device=torch.device("cpu"))
         assert not by_time.due(1, total_steps=12, log_step=True)  # 0.12 s have not passed yet
         time.sleep(0.15)

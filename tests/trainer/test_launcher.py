@@ -24,7 +24,7 @@ from spotrun_trainer.launcher import (
 )
 from spotrun_trainer.outcome import Outcome
 
-HP = {"training.micro_batch": "4", "max_steps": "100", "training.lr": "1e-4", "checkpoint.interval_seconds": "900"}
+HP = {"training.micro_batch": "4", "max_steps": "100", "training.lr": "1e-4", "checkpoint.interval_s": "900"}
 
 
 def sm_root(tmp_path: Path, hosts: list[str], current: str, hp: dict | None = None, ckpt: bool = True) -> Path:
@@ -63,7 +63,7 @@ def test_one_host(tmp_path):
     assert p.config.model.path == str(tmp_path / "input" / "data" / "model")
     assert p.config.output_dir == str(tmp_path / "model")
     assert p.config.checkpoint.dir == "/opt/ml/checkpoints"
-    assert (p.config.training.micro_batch, p.config.training.lr, p.config.checkpoint.interval_seconds) == (4, 1e-4, 900)
+    assert (p.config.training.micro_batch, p.config.training.lr, p.config.checkpoint.interval_s) == (4, 1e-4, 900)
 
 
 def test_two_hosts_second_node(tmp_path):
@@ -173,7 +173,7 @@ def test_cpu_uses_the_configured_process_count(tmp_path):
     ({"training.lr": "nan"}, "training.lr=nan is invalid: expected a finite number"),
     ({"optim.weight_decay": "-Infinity"}, "optim.weight_decay=-inf is invalid: expected a finite number"),
     ({"training.epochs": "1e400"}, "training.epochs=inf is invalid: expected a finite number"),
-    ({"checkpoint.interval_seconds": "inf"}, "checkpoint.interval_seconds=inf is invalid: expected a finite number"),
+    ({"checkpoint.interval_s": "inf"}, "checkpoint.interval_s=inf is invalid: expected a finite number"),
     ({"model.config": '{"model_type": "llama", "rope_theta": NaN}'}, "model.config='{\"model_type\": \"llama\""),
     ({"training.seed": "-3"}, "training.seed=-3 is invalid: expected an integer in [0, 4294967295]"),
     ({"training.seed": str(2**32)}, "training.seed=4294967296 is invalid: expected an integer in [0, 4294967295]"),

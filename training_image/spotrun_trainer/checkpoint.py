@@ -392,7 +392,7 @@ class CheckpointManager:
         if not self.enabled:
             return False
         by_steps = self.cfg.interval_steps and step % self.cfg.interval_steps == 0
-        by_time = self.cfg.interval_seconds and time.monotonic() - self.last_save_time >= self.cfg.interval_seconds
+        by_time = self.cfg.interval_s and time.monotonic() - self.last_save_time >= self.cfg.interval_s
         return bool(by_steps or by_time)
 
     def pending_unfinished(self) -> bool:

@@ -94,9 +94,9 @@ class Evaluator:
         schedule at log steps, agreed across ranks (rank 0's clock decides)."""
         if step == total_steps or (self.cfg.every_steps and step % self.cfg.every_steps == 0):
             return True
-        if not (self.cfg.every_minutes and log_step):
+        if not (self.cfg.every_s and log_step):
             return False
-        flag = torch.tensor([float(time.monotonic() - self._last_t >= self.cfg.every_minutes * 60)])
+        flag = torch.tensor([float(time.monotonic() - self._last_t >= self.cfg.every_s)])
         dist.broadcast(flag, src=0, group=self.group)
         return bool(flag.item())
 
