@@ -15,9 +15,11 @@ with stretches with and without capacity shaped and bunched (two regimes) as the
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 from ..planner.estimate import startup_seconds
@@ -150,6 +152,22 @@ def traces_for_estimate(plan: SimPlan, rate_per_hour: float, n: int = N_TRACES) 
     return max(1, min(n, int(WINDOW_BUDGET / windows_per_trace(plan, rate_per_hour))))
 
 
+_SHARED: ContextVar[dict | None] = ContextVar("shared_simulations", default=None)
+
+
+@contextlib.contextmanager
+def shared_simulations() -> Iterator[None]:
+    """Within it, `spot_policy` generates each set of traces and executes each plan on them once: the estimate
+    step asks for the run at several caps (spotrun/pipeline/policy_stage.py), and a cap whose chain has as many
+    jobs as another's plans the same simulation (the rows are the same; only the cap's share within it is not,
+    which is computed from the tallies). The Lambda's time goes by these simulations."""
+    token = _SHARED.set({})
+    try:
+        yield
+    finally:
+        _SHARED.reset(token)
+
+
 @dataclass(frozen=True)
 class PolicyChoice:
     """What `spot_policy` chose: the estimate's policy section (JSON; its `p95_finish_cap_usd` is None here, the
@@ -176,7 +194,14 @@ def spot_policy(run, est, catalog: dict, *, n: int = N_TRACES, seed: int = SEED,
                               on_demand_fallback=run.compute.on_demand_fallback or not run.compute.spot)
     n = traces_for_estimate(plan, est.interruptions_per_hour, n)
     spec = TraceSpec(interruptions_per_hour=est.interruptions_per_hour, horizon_s=horizon_s(plan), **ESTIMATE_TRACES)
-    rows = compare(plan, generated_traces(spec, n, seed), candidates(plan), cap_usd=run.max_usd)
+    shared = _SHARED.get()
+    if shared is None:
+        rows = compare(plan, generated_traces(spec, n, seed), candidates(plan), cap_usd=run.max_usd)
+    else:  # the traces and this plan's executions made once per estimate (the caps' plans often coincide)
+        if ("traces", spec, n, seed) not in shared:
+            shared["traces", spec, n, seed] = generated_traces(spec, n, seed)
+        rows = compare(plan, shared["traces", spec, n, seed], candidates(plan), cap_usd=run.max_usd,
+                       executions=shared.setdefault(("executions", plan, spec, n, seed), {}))
     best, why = choose(plan, rows, cap_usd=run.max_usd)
     left_out = tuple(r.label for r in rows if r.p95_usd > run.max_usd)  # as `choose` leaves them out
     warnings = []
