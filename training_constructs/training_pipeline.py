@@ -236,12 +236,12 @@ class TrainingPipeline(Construct):
             mlflow_tracking_servers=tuple(props.mlflow_tracking_servers),
             wandb_api_key_secrets=tuple(props.wandb_api_key_secrets)).to_env(), **props.preparation.to_env()}
         self.estimate_fn = spotrun_function(
-            self, "EstimateFn", handler="spotrun.handlers.estimate.handler", timeout_s=300,
+            self, "EstimateFn", handler="spotrun.handlers.estimate.handler", timeout_s=60,
             # One full vCPU (Lambda allots CPU in proportion to memory: 1,769 MB is one vCPU, per the Lambda
-            # developer guide's "Configuring Lambda function memory"). The policy simulation of the longest run the
-            # contract accepts, with a deadline at 10 interruptions per hour, takes about 30 s of CPU, and a cap that
-            # binds simulates it again as one job (the P95 finish cap) and a deadline warning up to twice more: 300 s
-            # holds that (benchmarks/estimate_lambda_bench.py --cap-x 1.3; docs/spot-policy.md).
+            # developer guide's "Configuring Lambda function memory"). The worst run the contract accepts (28 days
+            # at 10 interruptions per hour, a 40-day deadline, a cap that binds: the run simulated at its cap, as
+            # one job for the P95 finish cap, and at a deadline warning's cap) took 30.3 s of CPU on a shared,
+            # loaded machine (benchmarks/estimate_lambda_bench.py --cap-x 1.3; docs/spot-policy.md).
             memory_mb=1769,
             description="spotrun planner: validates the run and decides instance, limits, cadence and cost",
             environment=self.estimate_settings)

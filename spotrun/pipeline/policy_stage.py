@@ -31,14 +31,16 @@ def with_spot_policy(run: Any, est: Estimate, catalog: dict, *, poll_s: float = 
       $155.72 at a $2,500 cap named $166.51 once set).
     - the deadline warning's cap, when the cap left out every policy that meets the deadline (`_deadline_cap`).
     A cap that binds costs a second simulation (the run as one job), a deadline warning up to DEADLINE_CAP_TRIES
-    more."""
+    more; a cap whose plan (its chain's length) was simulated already reuses that simulation
+    (`choose.shared_simulations`)."""
     poll = {"poll_s": poll_s, "max_poll_s": max_poll_s, "n": n}
     alone = functools.cache(lambda: choose.spot_policy(*_at_cap(run, est, math.inf), catalog, **poll))
-    choice = choose.spot_policy(run, est, catalog, **poll,
-                                deadline_cap=lambda p95: _deadline_cap(run, est, catalog, p95, poll, alone()))
-    # the run as one job: the simulation at the cap set when that cap neither splits the run into a chain (the
-    # simulation counts a chain's restarts as work) nor leaves out a policy
-    one_job = choice if est.segments.segments <= 1 and not choice.left_out else alone()
+    with choose.shared_simulations():  # a cap whose plan was simulated already reuses its executions
+        choice = choose.spot_policy(run, est, catalog, **poll,
+                                    deadline_cap=lambda p95: _deadline_cap(run, est, catalog, p95, poll, alone()))
+        # the run as one job: the simulation at the cap set when that cap neither splits the run into a chain
+        # (the simulation counts a chain's restarts as work) nor leaves out a policy
+        one_job = choice if est.segments.segments <= 1 and not choice.left_out else alone()
     finish = finish_cap_usd(est.segments, one_job.p95_usd) if est.segments.chain_costs else math.inf
     section = dataclasses.replace(choice.section, p95_finish_cap_usd=finish if finish < math.inf else None,
                                   p95_finish_policy=one_job.section.chosen, p95_one_job_usd=round(one_job.p95_usd, 2))

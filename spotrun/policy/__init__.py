@@ -97,12 +97,20 @@ def executed(plan: SimPlan, traces: list, policy: str, checkpointing: str | None
 
 
 def compare(plan: SimPlan, traces: list, candidates: list[tuple[str, str]],
-            progress: Callable[[str, int, int], None] | None = None, cap_usd: float | None = None) -> list[Summary]:
+            progress: Callable[[str, int, int], None] | None = None, cap_usd: float | None = None,
+            executions: dict | None = None) -> list[Summary]:
     """Every (policy, checkpointing) candidate over the same traces, as the state machine executes it (with
-    `cap_usd`: each row's share of traces within it). `progress(what, done, total)` is called after each."""
+    `cap_usd`: each row's share of traces within it). `progress(what, done, total)` is called after each.
+    `executions`: the tallies of this plan on these traces by (policy, checkpointing), reused and filled (the
+    estimate step's simulations at other caps: spotrun/policy/choose.py `shared_simulations`)."""
     rows = []
     for done, (p, c) in enumerate(candidates, 1):
-        rows.append(summarize(plan, describe(p, c), p, c, executed(plan, traces, p, c), cap_usd=cap_usd))
+        tallies = executions.get((p, c)) if executions is not None else None
+        if tallies is None:
+            tallies = executed(plan, traces, p, c)
+            if executions is not None:
+                executions[(p, c)] = tallies
+        rows.append(summarize(plan, describe(p, c), p, c, tallies, cap_usd=cap_usd))
         if progress:
             progress("policies", done, len(candidates))
     return rows

@@ -15,9 +15,11 @@ with stretches with and without capacity shaped and bunched (two regimes) as the
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 from ..planner.estimate import startup_seconds
@@ -32,7 +34,11 @@ from .traces import TraceSpec, generated_traces
 N_TRACES = 1000
 SEED = 0
 CONFIDENCE = 0.99
-WINDOW_BUDGET = 100_000  # capacity windows generated over all traces: about 2 s here for the 10 candidates
+# Capacity windows generated over all traces (the Lambda's time goes by them, and by the decisions a policy takes
+# in them: Uniform Progress flapping through 10-per-hour waits takes ~10 per window). 50,000: the worst run the
+# contract accepts (28 days at 10 interruptions per hour, a 40-day deadline, a cap that binds: 3 simulations) in
+# about 26 s of CPU here, under the function's 60 s (docs/spot-policy.md); 100,000 took about 52 s.
+WINDOW_BUDGET = 50_000
 HORIZON_CAP_S = 96 * 24 * 3600.0  # the longest deadline (56 days) and 3 x a 28-day run fit; 10 interruptions/h
 # (the contract's most) x 1.3 over it is ~30,000 windows: one trace of the longest run stays inside the budget
 # The estimate's traces: stretches with and without capacity drawn from the availability model fitted to the
@@ -151,6 +157,22 @@ def traces_for_estimate(plan: SimPlan, rate_per_hour: float, n: int = N_TRACES) 
     return max(1, min(n, int(WINDOW_BUDGET / windows_per_trace(plan, rate_per_hour))))
 
 
+_SHARED: ContextVar[dict | None] = ContextVar("shared_simulations", default=None)
+
+
+@contextlib.contextmanager
+def shared_simulations() -> Iterator[None]:
+    """Within it, `spot_policy` generates each set of traces and executes each plan on them once: the estimate
+    step asks for the run at several caps (spotrun/pipeline/policy_stage.py), and a cap whose chain has as many
+    jobs as another's plans the same simulation (the rows are the same; only the cap's share within it is not,
+    which is computed from the tallies). The Lambda's time goes by these simulations."""
+    token = _SHARED.set({})
+    try:
+        yield
+    finally:
+        _SHARED.reset(token)
+
+
 @dataclass(frozen=True)
 class PolicyChoice:
     """What `spot_policy` chose: the estimate's policy section (JSON; its `p95_finish_cap_usd` is None here, the
@@ -177,7 +199,14 @@ def spot_policy(run, est, catalog: dict, *, n: int = N_TRACES, seed: int = SEED,
                               on_demand_fallback=run.compute.on_demand_fallback or not run.compute.spot)
     n = traces_for_estimate(plan, est.interruptions_per_hour, n)
     spec = TraceSpec(interruptions_per_hour=est.interruptions_per_hour, horizon_s=horizon_s(plan), **ESTIMATE_TRACES)
-    rows = compare(plan, generated_traces(spec, n, seed), candidates(plan), cap_usd=run.max_usd)
+    shared = _SHARED.get()
+    if shared is None:
+        rows = compare(plan, generated_traces(spec, n, seed), candidates(plan), cap_usd=run.max_usd)
+    else:  # the traces and this plan's executions made once per estimate (the caps' plans often coincide)
+        if ("traces", spec, n, seed) not in shared:
+            shared["traces", spec, n, seed] = generated_traces(spec, n, seed)
+        rows = compare(plan, shared["traces", spec, n, seed], candidates(plan), cap_usd=run.max_usd,
+                       executions=shared.setdefault(("executions", plan, spec, n, seed), {}))
     best, why = choose(plan, rows, cap_usd=run.max_usd)
     left_out = tuple(r.label for r in rows if r.p95_usd > run.max_usd)  # as `choose` leaves them out
     warnings = []

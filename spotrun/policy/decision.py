@@ -143,7 +143,10 @@ def poll_grid(poll_s: float, max_poll_s: float) -> tuple[float, ...]:
 
 def grid_at_or_after(age_s: float, poll_s: float, max_poll_s: float) -> tuple[float, int]:
     """(the first grid age >= age_s, its index)."""
-    grid = poll_grid(poll_s, max_poll_s)
+    return _at_or_after(poll_grid(poll_s, max_poll_s), age_s, max_poll_s)
+
+
+def _at_or_after(grid: tuple[float, ...], age_s: float, max_poll_s: float) -> tuple[float, int]:
     if age_s <= grid[-1]:
         i = bisect.bisect_left(grid, age_s - 1e-9)
         return grid[i], i
@@ -172,16 +175,16 @@ def first_poll_at(created: float, last_poll: float, target: float, recheck_at: f
     at the last poll before the grid's poll at or after `target`, and from there as `poll_wait` cuts it: at
     least poll_s later (a recheck less than poll_s after a grid poll waits for the poll poll_s later, not the
     recheck's time counted from an earlier poll)."""
+    grid = poll_grid(poll_s, max_poll_s)
     age = last_poll - created
-    _, i0 = grid_at_or_after(age + poll_s, poll_s, max_poll_s)
-    at, i = grid_at_or_after(max(age + poll_s, target - created), poll_s, max_poll_s)
-    before = last_poll if i == i0 else created + _grid_age(i - 1, poll_s, max_poll_s)
+    _, i0 = _at_or_after(grid, age + poll_s, max_poll_s)
+    at, i = _at_or_after(grid, max(age + poll_s, target - created), max_poll_s)
+    before = last_poll if i == i0 else created + _grid_age(grid, i - 1, max_poll_s)
     return min(created + at, before + _recheck_wait(recheck_at - before, poll_s)), i - i0 + 1
 
 
-def _grid_age(i: int, poll_s: float, max_poll_s: float) -> float:
+def _grid_age(grid: tuple[float, ...], i: int, max_poll_s: float) -> float:
     """The grid's i-th age (`poll_grid`, then every max_poll_s)."""
-    grid = poll_grid(poll_s, max_poll_s)
     return grid[i] if i < len(grid) else grid[-1] + (i - len(grid) + 1) * max_poll_s
 
 
@@ -232,6 +235,48 @@ def line_target_s(plan: SimPlan) -> float:
     return max(plan.deadline_s - RESERVE_CHANGEOVERS * switch_s(plan), plan.deadline_s / 2)
 
 
+class Figures:
+    """The deadline arithmetic above for one plan and checkpointing, its constants computed once: the simulator
+    asks a rule about a million times per estimate on one plan (the same values, in the same order of operations,
+    as the functions: tests/spotrun/test_simulate.py checks them against each other)."""
+
+    __slots__ = ("plan", "deadline", "work", "save", "ready", "interval", "notice", "switch", "risk", "line_target",
+                 "reserves")
+
+    def __init__(self, plan: SimPlan, ck: str):
+        self.plan, self.deadline, self.work, self.save = plan, plan.deadline_s, plan.work_s, plan.save_s
+        self.ready = plan.startup_s + plan.restore_s
+        self.interval, self.notice = periodic_interval(plan, ck), plan.notice_ok and ck != "periodic"
+        self.switch, self.risk = switch_s(plan), risk_s(plan, ck)
+        self.line_target = None if plan.deadline_s is None else line_target_s(plan)
+        self.reserves: dict[float, float] = {}  # a reserve rule's reserve by its fraction
+
+    def od_finish(self, progress: float) -> float:
+        """`od_finish_s`."""
+        remaining = max(0.0, self.work - progress)
+        saves = max(0, math.ceil(remaining / self.interval) - 1) if self.interval < INF else 0
+        return self.ready + remaining + saves * self.save
+
+    def progress(self, obs: Observation) -> float:
+        """`progress_s`."""
+        if self.notice:
+            return min(self.work, obs.committed_s + max(0.0, obs.training_s - self.save))
+        return obs.committed_s
+
+
+_FIGURES: dict[tuple[int, str], Figures] = {}
+
+
+def figures(plan: SimPlan, ck: str) -> Figures:
+    """The plan's `Figures` (kept for the last few plans: a figure holds its plan, so its id is not reused)."""
+    f = _FIGURES.get((id(plan), ck))
+    if f is None or f.plan is not plan:
+        if len(_FIGURES) >= 64:
+            _FIGURES.clear()
+        f = _FIGURES[id(plan), ck] = Figures(plan, ck)
+    return f
+
+
 def _half(seconds: float) -> float:
     """Ask again halfway to a threshold: polls close in on it geometrically, a poll_s apart at the end."""
     return max(0.0, seconds) / 2
@@ -264,37 +309,47 @@ class DeadlineRule:
 
     def on_demand_at(self, plan: SimPlan, ck: str, progress: float) -> float:
         """When, waiting for capacity with this progress, the run moves to on-demand (before the safety net)."""
+        return self._on_demand_at(figures(plan, ck), progress)
+
+    def _on_demand_at(self, f: Figures, progress: float) -> float:
         if self.kind == "line":
-            return progress / plan.work_s * line_target_s(plan)
+            return progress / f.work * f.line_target
         if self.kind == "reserve":
-            start = plan.deadline_s - od_finish_s(plan, ck, 0.0) - risk_s(plan, ck)
-            reserve = risk_s(plan, ck) + self.reserve_fraction * max(0.0, start)
-            return plan.deadline_s - od_finish_s(plan, ck, progress) - reserve
+            reserve = f.reserves.get(self.reserve_fraction)
+            if reserve is None:  # a share of the slack the run starts with, above the risk
+                start = f.deadline - f.od_finish(0.0) - f.risk
+                reserve = f.reserves[self.reserve_fraction] = f.risk + self.reserve_fraction * max(0.0, start)
+            return f.deadline - f.od_finish(progress) - reserve
         return INF
 
     def back_to_spot(self, plan: SimPlan, ck: str, obs: Observation) -> bool:
         """On on-demand: return to spot (blind: a spot job finds out whether there is capacity)? Only when, after
         the changeover, the run is still the hysteresis short of the point where it would come back to on-demand
         (otherwise a spot job without capacity flaps back at once, a changeover each way)."""
+        f = figures(plan, ck)
+        return self._back_to_spot(f, obs, f.progress(obs))
+
+    def _back_to_spot(self, f: Figures, obs: Observation, progress: float) -> bool:
         if self.kind == "greedy":
             return False
-        hysteresis = self.hysteresis * switch_s(plan)
-        ahead = Observation(obs.elapsed_s + switch_s(plan), obs.committed_s, obs.market, obs.status,
-                            training_s=obs.training_s)
-        if slack_s(plan, ck, ahead) <= risk_s(plan, ck) + hysteresis:
+        hysteresis = self.hysteresis * f.switch
+        ahead_s = obs.elapsed_s + f.switch  # after the switch: the same progress, its slack
+        if f.deadline - ahead_s - f.od_finish(progress) <= f.risk + hysteresis:
             return False
-        return ahead.elapsed_s + hysteresis <= self.on_demand_at(plan, ck, progress_s(plan, ck, obs))
+        return ahead_s + hysteresis <= self._on_demand_at(f, progress)
 
     def __call__(self, plan: SimPlan, ck: str, obs: Observation) -> Decision:
         if plan.deadline_s is None:
             return _to(Market.SPOT, obs)
-        slack, risk = slack_s(plan, ck, obs), risk_s(plan, ck)
+        f = figures(plan, ck)
+        progress = f.progress(obs)
+        slack, risk = f.deadline - obs.elapsed_s - f.od_finish(progress), f.risk  # slack_s, risk_s
         if obs.market is Market.ON_DEMAND or slack <= risk or obs.max_wait_exceeded:
-            if slack > risk and self.back_to_spot(plan, ck, obs):
+            if slack > risk and self._back_to_spot(f, obs, progress):
                 return _to(Market.SPOT, obs, _half(slack - risk))
             return _to(Market.ON_DEMAND, obs, OD_RECHECK_S if self.kind != "greedy" else INF)
         if obs.status is JobStatus.WAITING:
-            od_at = min(self.on_demand_at(plan, ck, progress_s(plan, ck, obs)), obs.elapsed_s + slack - risk)
+            od_at = min(self._on_demand_at(f, progress), obs.elapsed_s + slack - risk)
             if obs.elapsed_s >= od_at:
                 return _to(Market.ON_DEMAND, obs, OD_RECHECK_S)
             return Decision(Action.KEEP, _half(od_at - obs.elapsed_s) + plan.poll_s)

@@ -94,6 +94,8 @@ class Run:
     sentinel_lag_s: float = 0.0  # a sentinel is seen with instances this long into a window (billed from its start)
     sentinel_stop_s: float = SENTINEL_STOP_S  # billed when a sentinel with instances is stopped
     ends: list | None = field(default=None, repr=False)  # the windows' ends (the sentinel's lookups; built on use)
+    _seen: tuple = field(default=(None, 0.0), init=False, repr=False)  # (committed work, what the guard sees
+    # of it: whole planned steps) at the last observation
 
     def _sentinel_window(self, t: float) -> tuple[float, float]:
         """The first window ending after t (a lookup that does not move `i`)."""
@@ -140,8 +142,12 @@ class Run:
     def advance(self, job: Job, until: float, *, unlike: JobStatus | None = None) -> None:
         """Move the job to `until` or to its end, one event at a time (`unlike`: or until its status is other than
         this one)."""
+        limit = until - 1e-9
+        # `status(job) is not unlike` for a job that has not ended: running unless it waits (the hot loop's test)
+        stop_waiting, stop_running = unlike is not None and unlike is not JobStatus.WAITING, \
+            unlike is not None and unlike is not JobStatus.RUNNING
         for _ in range(1_000_000):
-            if job.end or job.t >= until - 1e-9 or (unlike is not None and self.status(job) is not unlike):
+            if job.end or job.t >= limit or (stop_waiting if job.phase == "wait" else stop_running):
                 return
             self._event(job, until)
         raise RuntimeError(f"the execution does not advance at t={job.t} ({job.phase})")
@@ -273,8 +279,11 @@ class Run:
         spent = self.tally.spot_s * p.spot_usd_per_h + self.tally.od_s * p.on_demand_usd_per_h
         if not job.end and job.market is Market.SPOT:
             spent += job.billed * (p.on_demand_usd_per_h - p.spot_usd_per_h)
-        committed = committed_progress_s(checkpoint_step(self.committed, p.work_s, p.steps), p.work_s, p.steps)
-        return Observation(elapsed_s=now, committed_s=committed, market=job.market, status=status,
+        if self._seen[0] != self.committed:  # the checkpoint's step, as the guard reads it, when it changed
+            steps = p.steps
+            self._seen = (self.committed, committed_progress_s(checkpoint_step(self.committed, p.work_s, steps),
+                                                               p.work_s, steps))
+        return Observation(elapsed_s=now, committed_s=self._seen[1], market=job.market, status=status,
                            job_age_s=0.0 if job.end else now - job.created, spent_usd=spent / 3600,
                            max_wait_exceeded=job.end == "max_wait",
                            training_s=job.since_commit if job.phase in ("train", "save") and not job.end else 0.0)

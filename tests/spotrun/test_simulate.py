@@ -795,3 +795,57 @@ def test_a_cap_that_leaves_out_every_policy_meeting_the_deadline_is_a_warning_na
         again, _, chosen = estimated(named)
         assert chosen["p_deadline"] >= CONFIDENCE, (tries, named, again.spot_policy)
         assert not [w for w in again.warnings if "lets the estimate choose" in w], again.warnings
+
+
+# ---- the estimate's speed: the same results, fewer operations ------------------------------------------------
+
+
+@pytest.mark.parametrize("ck", ["notice", "periodic", "both"])
+def test_a_rules_precomputed_figures_are_the_deadline_functions_to_the_last_bit(ck):
+    """The deadline rules read the plan's constants once (`decision.Figures`, the estimate's hot loop): the slack,
+    the progress, an on-demand finish, the switch and the risk, each bit-for-bit what the public functions (the
+    guard's and the benchmarks') compute, on random plans and observations."""
+    import random
+
+    from spotrun.policy import decision
+    from spotrun.policy.decision import JobStatus, Market, Observation
+
+    rng = random.Random(7)
+    for _ in range(300):
+        plan = _plan(work_s=rng.uniform(0.1, 700) * H, startup_s=rng.uniform(0, 900), restore_s=rng.uniform(0, 300),
+                     save_s=rng.uniform(0, 300), interval_s=rng.uniform(60, 7200), step_s=rng.uniform(0.01, 30),
+                     notice_ok=rng.random() < 0.5, deadline_s=rng.uniform(1, 1500) * H, poll_s=rng.choice([60., 900.]))
+        f = decision.figures(plan, ck)
+        assert (f.switch, f.risk, f.line_target) == (decision.switch_s(plan), decision.risk_s(plan, ck),
+                                                     decision.line_target_s(plan))
+        obs = Observation(rng.uniform(0, plan.deadline_s), rng.uniform(0, plan.work_s), rng.choice(list(Market)),
+                          rng.choice(list(JobStatus)), training_s=rng.choice([0.0, rng.uniform(0, 2 * plan.save_s)]))
+        progress = f.progress(obs)
+        assert progress == decision.progress_s(plan, ck, obs)
+        assert f.od_finish(progress) == decision.od_finish_s(plan, ck, progress)
+        assert plan.deadline_s - obs.elapsed_s - f.od_finish(progress) == decision.slack_s(plan, ck, obs)
+    assert decision.figures(plan, ck) is f and decision.figures(dataclasses.replace(plan), ck) is not f
+
+
+def test_the_estimate_step_executes_a_plan_once_when_two_caps_plan_the_same_simulation(monkeypatch):
+    """Within `shared_simulations` (the estimate step: the run at its cap, as one job, at a deadline warning's
+    caps), two caps whose chains plan the same simulation execute it once; the rows are those of separate
+    simulations, each with its own cap's share within it. Outside it, each call simulates."""
+    from spotrun import policy
+    from spotrun.planner.estimate import estimate, load_catalog
+    from spotrun.policy import choose
+
+    executed = []
+    real = policy.execute
+    monkeypatch.setattr(policy, "execute", lambda *a, **k: executed.append(1) or real(*a, **k))
+    run = parse_run({**RUN, "compute": {**RUN["compute"], "deadline_hours": 300}})
+    est = estimate(run)
+    assert est.segments.segments <= 1  # no chain at this cap, nor at a larger one: the same plan
+    larger = dataclasses.replace(run, max_usd=run.max_usd * 10)
+    apart = [choose.spot_policy(r, est, load_catalog(), n=30) for r in (run, larger)]
+    once = len(executed)
+    with choose.shared_simulations():
+        shared = [choose.spot_policy(r, est, load_catalog(), n=30) for r in (run, larger)]
+    assert len(executed) - once == once // 2 > 0
+    assert [c.section for c in shared] == [c.section for c in apart]
+    assert [c.p95_usd for c in shared] == [c.p95_usd for c in apart]
