@@ -68,7 +68,7 @@ from .options import (
 )
 from .outputs import Estimate, first_segment_seconds, format_text, trainer_settings
 from .params import Shape, lora_parameters, shape_of
-from .segments import SegmentPlan
+from .segments import SegmentPlan, uncapped_cost_usd
 from .topology import layouts
 
 # The planner's names, wherever they are defined (spotrun/planner/catalog.py, options.py, outputs.py).
@@ -175,21 +175,23 @@ def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | 
         advice.append("spot saves under 10% here once interruptions are counted: on-demand (compute.spot=false) "
                       "costs about the same without the interruptions")
 
-    chosen_cost = seg.spot_cost_usd if seg.fits else best.spot if run.compute.spot else best.on_demand
+    # the chain's expected bill, as the cost row shows it: at this cap, or (refused) where no cap binds
+    chosen_cost = seg.spot_cost_usd if seg.fits else uncapped_cost_usd(seg)
     if chosen_cost > run.max_usd and run.training.method != "lora":  # before the Estimate: it is not changed after
         advice.append(_lora_alternative(run, catalog, model_config, data_tokens, recorded_rates))
     est = _build(run, catalog, work, best, planner.per_rank, (util, util_source), max_runtime, seg, advice,
                  warnings)
-    if chosen_cost > run.max_usd:  # a spot run names the cap its chain needs (more than the spot estimate)
-        smallest = f"; the smallest cap whose chain finishes is {usd(seg.min_cap_usd)}" if run.compute.spot and \
+    market = "spot" if run.compute.spot else "on-demand"
+    if chosen_cost > run.max_usd:  # names the cap its chain needs (more than the estimate)
+        smallest = f"; the smallest cap whose chain finishes is {usd(seg.min_cap_usd)}" if \
             seg.min_cap_usd and seg.min_cap_usd > run.max_usd else ""
-        raise EstimateRefused("OverBudget", f"estimated {usd(chosen_cost)} exceeds budget.max_usd={usd(run.max_usd)} "
-                              f"({best.fit.layout.describe()}, {(best.wall + best.overhead) / 3600:.1f} h){smallest}",
-                              est, field="budget.max_usd")
+        raise EstimateRefused("OverBudget", f"estimated {usd(chosen_cost)} ({market}) exceeds budget.max_usd="
+                              f"{usd(run.max_usd)} ({best.fit.layout.describe()}, "
+                              f"{(best.wall + best.overhead) / 3600:.1f} h){smallest}", est, field="budget.max_usd")
     if not seg.fits:
         raise EstimateRefused("OverBudget", f"budget.max_usd={usd(run.max_usd)} cannot carry the run "
                               f"({best.fit.layout.describe()}, {(best.wall + best.overhead) / 3600:.1f} h, estimated "
-                              f"{usd(chosen_cost)}): {seg.line}", est, field="budget.max_usd")
+                              f"{usd(chosen_cost)} {market}): {seg.line}", est, field="budget.max_usd")
     return est
 
 

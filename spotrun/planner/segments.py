@@ -152,9 +152,9 @@ def smallest_cap(*, spent_usd: float, work_s: float, costs: ChainCosts, first: b
     return high_c / 100
 
 
-def chain_refusal(chain: Chain, cap_usd: float, smallest: float, costs: ChainCosts,
-                  basis: str = "the expected (spot) bill") -> str:
-    """Why no chain fits, with the numbers (`basis`: what the chain's bills were taken at)."""
+def chain_refusal(chain: Chain, cap_usd: float, smallest: float, costs: ChainCosts, spot: bool = True) -> str:
+    """Why no chain fits, with the numbers (`spot`: the chain's jobs bill the spot share, else on-demand rates)."""
+    basis = "the expected (spot) bill" if spot and costs.spot_fraction < 1.0 else "the on-demand bill"
     return (f"no chain of jobs fits ${cap_usd:,.2f}: while a job runs its bill is bounded at on-demand rates "
             f"(${costs.usd_per_s * 3600:,.2f}/h), so each job may run only what the cap leaves at those rates, "
             f"less the {STOP_BILL_S:.0f} s a stop bills; after {chain.segments} job(s) and {chain.reached:.0%} of the "
@@ -231,6 +231,13 @@ def one_job_cap_usd(segments: SegmentPlan) -> float:
         return math.inf
     cap = math.ceil(round((rest + STOP_BILL_S) * costs.usd_per_s * 100, 6)) / 100
     return cap if segments_at(segments, cap) == 1 else cap + 0.01  # a MaxRuntime floored a second short
+
+
+def uncapped_cost_usd(segments: SegmentPlan) -> float:
+    """The expected chain's bill with no cap binding (one job, or SageMaker's longest jobs): what an accepted
+    estimate's cost row shows at a cap that carries the run as one job, and what a refusal quotes."""
+    return plan_chain(cap_usd=math.inf, spent_usd=0.0, work_s=segments.work_seconds,
+                      costs=ChainCosts(**segments.chain_costs), first=True).cost_usd
 
 
 def segments_at(segments: SegmentPlan, cap_usd: float) -> int:
