@@ -253,7 +253,7 @@ def run_command(args: argparse.Namespace, *, plan: bool, cfn_client: Any = None,
 
 def register(sub: Any) -> None:
     """Add the `validate` and `estimate` subcommands to the CLI's subparsers."""
-    val = sub.add_parser("validate", help="check run file(s) against every rule the pipeline applies",
+    val = sub.add_parser("validate", help="check run file(s) without sources or planner (`estimate` checks the rest)",
                          description="Check run file(s): the contract, SageMaker's limits, the catalog's instance "
                          "types and, with --stage or --bucket/--group, the stage's rules.", epilog=EXIT_CODES_HELP,
                          formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -107,3 +107,87 @@ def test_an_on_demand_run_is_refused_on_its_on_demand_figure_naming_a_cap(tmp_pa
             assert f"estimated ${shown:,.2f}" in message and "on-demand" in message, message
             assert "spot" not in message, message
             assert f"the smallest cap whose chain finishes is ${smallest:,.2f}" in message, message
+
+
+# ---- 1. with a deadline, one cap to set ----------------------------------------------------------------------------
+
+
+def test_with_a_deadline_the_estimate_names_one_cap_to_set_which_holds_when_set(tmp_path, capsys):
+    """llama3 with an 11 h deadline and a $300 cap named $346.85 in the deadline warning ('lets the estimate choose
+    a policy that meets it') and $383.78 as 'the cap to set' (the P95 finish cap of a policy the $300 cap left out),
+    without saying which to use; set at $346.85 the run would have been warned under $383.78."""
+    example = json.loads((ROOT / "examples/runs/llama3-8b-full.json").read_text())
+    run = _with(example, compute={"deadline_hours": 11}, budget={"max_usd": 300})
+    code, doc = _cli(tmp_path, capsys, "estimate", run)
+    assert code == 0, doc
+    deadline = [w for w in doc["warnings"] if "lets the estimate choose a policy that meets it" in w]
+    assert len(deadline) == 1, doc["warnings"]
+    named = _dollars(deadline[0].split("a cap of ")[1])[0]
+    under = [w for w in doc["warnings"] if "under the cap to set" in w]
+    assert len(under) == 1 and set(_dollars(under[0])) == {300.0, named}, (named, under)
+    assert doc["spot_policy"]["deadline_cap_usd"] == named >= doc["spot_policy"]["p95_finish_cap_usd"], doc
+    path = tmp_path / "run.json"
+    assert main(["estimate", str(path)]) == 0
+    summary = [line for line in capsys.readouterr().out.splitlines() if "the cap to set:" in line]
+    assert len(summary) == 1 and _dollars(summary[0])[0] == named, summary
+    # set: the deadline is met, no warning, and the cap to set is within it
+    code, there = _cli(tmp_path, capsys, "estimate", _with(run, budget={"max_usd": named}))
+    assert code == 0 and not [w for w in there["warnings"] if "deadline" in w or "under the cap" in w], there
+    assert there["spot_policy"]["p95_finish_cap_usd"] <= named and there["spot_policy"]["deadline_cap_usd"] is None
+
+
+# ---- 4. the first runs a new user tries ---------------------------------------------------------------------------
+
+
+def test_the_demo_run_estimated_before_make_demo_says_to_run_it(capsys):
+    """examples/demo/run.json names assets/ that `make demo` builds beside its copy: before it, the estimate said
+    'did you mean hf://assets/model'."""
+    for command in ("validate", "estimate"):
+        code = main([command, "--format", "json", str(ROOT / "examples/demo/run.json")])
+        doc = json.loads(capsys.readouterr().out)
+        assert (code, doc["error"], doc["field"]) == (2, "InvalidRun", "model.source"), doc
+        assert "make demo" in doc["message"] and "demo-output/run.json" in doc["message"], doc["message"]
+        assert "hf://" not in doc["message"], doc["message"]
+
+
+def test_an_s3_uri_typo_is_quoted_as_written_not_as_a_local_path(tmp_path, capsys, monkeypatch):
+    """`s3:/bucket/...` (one slash) was read as a relative path: the error showed /tmp/.../s3:/bucket/..."""
+    for field, run in (("model.source", _with(RUN, model={"init": None, "source": f"s3:/{BUCKET}/models/m/"})),
+                       ("data.source", _with(RUN, data={"source": f"s3:/{BUCKET}/datasets/d1/"}))):
+        if run["model"].get("init") is None:
+            run["model"].pop("init")
+        typo = run["model"]["source"] if field == "model.source" else run["data"]["source"]
+        for command in ("validate", "estimate"):
+            code, doc = _cli(tmp_path, capsys, command, run)
+            assert (code, doc["field"]) == (2, field), doc
+            assert f"{field}={typo!r} is invalid" in doc["message"] and "s3://" in doc["message"], doc["message"]
+            assert str(tmp_path) not in doc["message"], doc["message"]
+        out = _lambda(monkeypatch, run)
+        assert (out["status"], out["field"]) == ("InvalidRun", field) and typo in out["message"], out
+
+
+def _readme_run(tmp_path: Path) -> Path:
+    text = (ROOT / "README.md").read_text()
+    path = tmp_path / "readme.json"
+    path.write_text(text.split("## A run JSON\n\n```json\n")[1].split("```")[0])
+    return path
+
+
+def test_the_readmes_sample_offline_names_model_config(tmp_path, capsys):
+    """The README's sample names the placeholder bucket: offline it cannot be read, and the error did not say that
+    an inline model.config (as examples/runs/ give) plans without it."""
+    code = main(["estimate", "--format", "json", str(_readme_run(tmp_path))])
+    doc = json.loads(capsys.readouterr().out)
+    assert (code, doc["field"]) == (2, "model.source") and "model.config" in doc["message"], doc
+
+
+def test_the_readme_says_what_validate_does_on_its_sample(tmp_path, capsys):
+    """The README said validate 'checks it against every rule the pipeline applies'; on that very run validate
+    says NOT CHECKED (the split on S3 data, the deadline): the README says so now."""
+    code = main(["validate", "--format", "json", str(_readme_run(tmp_path))])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 0 and doc["status"] == "unchecked", doc
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert "every rule the pipeline applies" not in readme and "`NOT CHECKED`" in readme
+    for setting in ("validation split", "deadline"):
+        assert any(setting in u for u in doc["unchecked"]) and setting in readme, (setting, doc["unchecked"])
