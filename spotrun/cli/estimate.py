@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from botocore.exceptions import BotoCoreError, ClientError, NoRegionError
+from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, NoRegionError
 
 from ..contract.hub_id import is_hub_id
 from ..contract.refusal import Refusal
@@ -32,7 +32,7 @@ from ..policy.choose import policy_text
 from ..seams import DatasetIndex, StackOutput, stack_name
 from .exits import HELP as EXIT_CODES_HELP
 from .exits import Exit, combined, fail, for_status
-from .remote import stage_region, unlisted_stage
+from .remote import aws_message, stage_region, unlisted_stage
 
 
 @dataclass
@@ -157,6 +157,8 @@ def stage_target(stage: str, region: str | None, cfn_client: Any = None) -> Targ
         outputs = client.describe_stacks(StackName=stack)["Stacks"][0].get("Outputs", [])
     except NoRegionError:  # no region given, stacks/config.py does not list the stage, no AWS configuration's
         raise RunValidationError("--stage", stage, unlisted_stage(stage)) from None
+    except NoCredentialsError:
+        raise  # an AWS failure (exit 1, as every command's), not an invalid stage: `run_command`
     except (ClientError, BotoCoreError) as exc:
         raise RunValidationError("--stage", stage, f"a deployed stage whose stack {stack} can be read "
                                  f"({type(exc).__name__}); offline, give --bucket and --group") from None
@@ -225,6 +227,8 @@ def run_command(args: argparse.Namespace, *, plan: bool, cfn_client: Any = None,
         target = target_from_args(args, cfn_client)
     except Refusal as exc:
         return fail(args.format, Exit.INVALID, exc.status, exc.message, exc.field)
+    except NoCredentialsError as exc:
+        return fail(args.format, Exit.FAILED, "AWS", aws_message(exc))
     codes, docs = [Exit.OK], []
     region = args.region or stage_region(args.stage)  # with --stage, its prices
     if plan and s3_client is None and region:  # the sources in S3 read in the stage's region, not a default one

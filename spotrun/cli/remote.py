@@ -125,6 +125,16 @@ def unlisted_stage(stage: str, config: Path = STAGE_CONFIG) -> str:
             "checkout, --region (or AWS_REGION)")
 
 
+def aws_message(exc: Exception) -> str:
+    """An AWS failure's line (exit 1 from every command: spotrun/cli/exits.py), with the fix for missing
+    credentials."""
+    if isinstance(exc, NoCredentialsError):
+        return (f"{exc}: configure credentials for the stage's account (`aws configure`, AWS_PROFILE, or "
+                "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY); offline, `validate`/`estimate` take --bucket and "
+                "--group instead of --stage")
+    return str(exc)
+
+
 def deployment(stage: str, stack: str | None = None, region: str | None = None) -> Deployment:
     """The stage's stack and outputs, in `region`, else the stage's own (stacks/config.py), else the AWS
     configuration's."""
@@ -437,7 +447,7 @@ def run_command(fn, args: argparse.Namespace) -> int:
     except RemoteError as exc:
         return _error(fmt, Exit.INVALID, "RemoteError", str(exc))
     except (ClientError, BotoCoreError) as exc:
-        return _error(fmt, Exit.FAILED, "AWS", str(exc))
+        return _error(fmt, Exit.FAILED, "AWS", aws_message(exc))
     if isinstance(result, int):
         return result
     if fmt == "json":

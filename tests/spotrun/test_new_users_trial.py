@@ -191,3 +191,31 @@ def test_the_readme_says_what_validate_does_on_its_sample(tmp_path, capsys):
     assert "every rule the pipeline applies" not in readme and "`NOT CHECKED`" in readme
     for setting in ("validation split", "deadline"):
         assert any(setting in u for u in doc["unchecked"]) and setting in readme, (setting, doc["unchecked"])
+
+
+# ---- 5. no credentials: one exit code; the input before the credentials ------------------------------------------
+
+
+def test_no_credentials_is_the_same_aws_error_from_every_command(tmp_path, capsys, no_aws_credentials):
+    """`validate --stage` exited 2 (an 'invalid --stage'), `start` and `status` 1, for the same missing
+    credentials: 1 from each (exits.py's 'an AWS error'), one message that says how to give them."""
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(RUN))
+    told = set()
+    for argv in (["validate", str(path)], ["estimate", str(path)], ["start", str(path)], ["status"], ["list"]):
+        code = main([*argv, "--stage", "dev", "--format", "json"])
+        doc = json.loads(capsys.readouterr().out)
+        assert (code, doc["error"]) == (1, "AWS"), (argv, doc)
+        told.add(doc["message"])
+    assert len(told) == 1 and "aws configure" in told.pop()
+
+
+def test_prepare_refuses_an_empty_file_before_it_asks_for_credentials(tmp_path, capsys, no_aws_credentials):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n\n  \n")
+    (tmp_path / "tok").mkdir()
+    (tmp_path / "tok" / "tokenizer.json").write_text("{}")
+    code = main(["prepare", str(empty), "--tokenizer", str(tmp_path / "tok"), "--stage", "dev", "--name", "d",
+                 "--format", "json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 2 and "no documents" in doc["message"] and "credentials" not in doc["message"], doc
