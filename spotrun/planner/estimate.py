@@ -53,7 +53,7 @@ from ..contract.refusal import Refusal
 from ..contract.spec import MAX_RUNTIME_LIMIT_S, LoraSpec, RunSpec, RunValidationError
 from ..seams import StopNotice
 from ..settings.wire import flatten
-from .catalog import CATALOG_PATH, DEFAULT_PRICE_REGION, check_prices, load_catalog, regional_catalog, usd
+from .catalog import CATALOG_PATH, DEFAULT_PRICE_REGION, check_prices, load_catalog, regional_catalog, share_done, usd
 from .memory import ModelDims, checkpoint_bytes, training_state_bytes
 from .options import (
     LayoutPlanner,
@@ -325,7 +325,7 @@ def _limits(run: RunSpec, defaults: dict, best: Option) -> tuple[int, list[str]]
     warnings = []
     if expected_wall > MAX_RUNTIME_LIMIT_S:
         warnings.append(f"the run needs about {expected_wall / 86400:,.1f} days: SageMaker stops it at 28 days "
-                        f"(about {MAX_RUNTIME_LIMIT_S / expected_wall:.0%} of the training; accepted by "
+                        f"(about {share_done(MAX_RUNTIME_LIMIT_S / expected_wall)} of the training; accepted by "
                         "compute.accept_max_runtime_stop)")
     elif d["max_runtime_factor"] * expected_wall > MAX_RUNTIME_LIMIT_S:
         warnings.append(f"MaxRuntime is capped at SageMaker's 28 days: {MAX_RUNTIME_LIMIT_S / expected_wall:.2f}x "

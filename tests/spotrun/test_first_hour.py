@@ -388,7 +388,7 @@ def test_a_trace_speedup_without_a_trace_is_refused_not_ignored(tmp_path, capsys
 def test_other_argument_errors_are_one_line_too(capsys):
     for argv, says in ((["local", "run.json", "--out", "-x"], "--out='-x' is invalid: a value starting with '-' is "
                         "read as a flag; write --out=-x"),
-                       (["local", "run.json", "--nproc", "two"], "argument --nproc: invalid int value: 'two'"),
+                       (["local", "run.json", "--nproc", "two"], "--nproc='two' is invalid: expected a whole number"),
                        (["estmate", "run.json"], "invalid choice: 'estmate'"),
                        (["local", "run.json", "--interrupt-at"], "--interrupt-at needs a value (STEP|SECONDSs)")):
         with pytest.raises(SystemExit) as done:

@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 
 import boto3
+import pytest
 from moto import mock_aws
 
 from spotrun.cli.main import main
@@ -219,3 +220,30 @@ def test_prepare_refuses_an_empty_file_before_it_asks_for_credentials(tmp_path, 
                  "--format", "json"])
     doc = json.loads(capsys.readouterr().out)
     assert code == 2 and "no documents" in doc["message"] and "credentials" not in doc["message"], doc
+
+
+# ---- 6. wording ----------------------------------------------------------------------------------------------------
+
+
+def test_a_chain_short_of_the_end_never_reads_100_percent_of_the_training(tmp_path, capsys):
+    """A cap a cent under the smallest that finishes: the refusal read 'after 9 job(s) and 100% of the training',
+    and then said the next job was needed."""
+    example = json.loads((ROOT / "examples/runs/llama3-8b-full.json").read_text())
+    _, smallest = _accepted_cost(tmp_path, capsys, example)
+    code, doc = _cli(tmp_path, capsys, "estimate", _with(example, budget={"max_usd": round(smallest - 0.01, 2)}))
+    assert code == 3 and "the next job needs" in doc["message"], doc
+    done = re.search(r"job\(s\) and ([0-9.]+)% of the training", doc["message"])
+    assert done and float(done[1]) < 100, doc["message"]
+
+
+def test_argument_type_errors_are_in_the_refusals_words_and_an_unknown_flag_is_the_field(capsys):
+    """`--n abc` printed argparse's 'argument --n: invalid int value: 'abc''; `--format json --bogus` had no field."""
+    with pytest.raises(SystemExit) as done:
+        main(["simulate", "run.json", "--n", "abc"])
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and "--n='abc' is invalid: expected a whole number" in err, err
+    assert "argument --n" not in err and "invalid int value" not in err, err
+    with pytest.raises(SystemExit) as done:
+        main(["estimate", "--format", "json", "--bogus", "run.json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert done.value.code == 2 and doc["field"] == "--bogus", doc
