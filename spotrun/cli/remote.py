@@ -118,6 +118,13 @@ def stage_region(stage: str | None, config: Path = STAGE_CONFIG) -> str | None:
     return next((env.region for env in _environments(stage, config) if env.stage == stage), None)
 
 
+def stage_max_usd(stage: str | None, config: Path = STAGE_CONFIG) -> dict[str, float]:
+    """{stage: its max_usd_per_run} from stacks/config.py: `stage`'s alone when given (empty when not listed), else
+    every stage's (empty when the file is not here)."""
+    listed = {env.stage: float(env.max_usd_per_run) for env in _environments(stage or "", config)}
+    return {stage: listed[stage]} if stage in listed else {} if stage else listed
+
+
 def unlisted_stage(stage: str, config: Path = STAGE_CONFIG) -> str:
     """What `--stage` accepts, for a stage with no region: stacks/config.py does not list it (a typo?)."""
     listed = ", ".join(env.stage for env in _environments(stage, config)) or "none: no checkout here"

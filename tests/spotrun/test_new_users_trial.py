@@ -8,6 +8,7 @@ a refusal's), never recomputed here.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -54,9 +55,9 @@ class _NoQuotasListed:
         return [{"Quotas": []}]
 
 
-def _lambda(monkeypatch, run: dict) -> dict:
+def _lambda(monkeypatch, run: dict, settings: PipelineSettings = SETTINGS) -> dict:
     """The estimate Lambda's handler itself, with the stage's environment (as the construct writes it)."""
-    for key, value in {**SETTINGS.to_env(), "AWS_REGION": "us-east-1"}.items():
+    for key, value in {**settings.to_env(), "AWS_REGION": "us-east-1"}.items():
         monkeypatch.setenv(key, value)
     real = boto3.client
     monkeypatch.setattr(estimate_handler.boto3, "client",
@@ -247,3 +248,24 @@ def test_argument_type_errors_are_in_the_refusals_words_and_an_unknown_flag_is_t
         main(["estimate", "--format", "json", "--bogus", "run.json"])
     doc = json.loads(capsys.readouterr().out)
     assert done.value.code == 2 and doc["field"] == "--bogus", doc
+
+
+def test_a_cap_over_the_stages_maximum_is_refused_with_the_stage_and_warned_without(tmp_path, capsys, monkeypatch):
+    """A $5,000,000 cap was accepted by validate and estimate without a word; the estimate Lambda refuses a cap over
+    the stage's max_usd_per_run (stacks/config.py). With --stage the CLI refuses it in the Lambda's words; without,
+    both commands warn (the stage is not known, the file lists the stages)."""
+    from stacks.config import ENVIRONMENTS
+
+    limit = next(env.max_usd_per_run for env in ENVIRONMENTS if env.stage == "dev")
+    run = _with(RUN, budget={"max_usd": 5_000_000})
+    for command in ("validate", "estimate"):
+        code, doc = _cli(tmp_path, capsys, command, run)
+        assert code == 0 and any("over every stage's max_usd_per_run" in w and "$5,000,000.00" in w
+                                 for w in doc["warnings"]), doc
+        code, doc = _cli(tmp_path, capsys, command, run, "--stage", "dev", "--bucket", BUCKET, "--group", "g")
+        assert (code, doc["field"]) == (2, "budget.max_usd") and f"at most ${limit:,.2f}" in doc["message"], doc
+        code, doc = _cli(tmp_path, capsys, command, _with(RUN, budget={"max_usd": limit}))
+        assert not [w for w in doc.get("warnings", []) if "max_usd_per_run" in w], doc
+    out = _lambda(monkeypatch, run, dataclasses.replace(SETTINGS, max_usd_per_run=limit))
+    assert (out["status"], out["field"]) == ("InvalidRun", "budget.max_usd"), out
+    assert f"at most ${limit:,.2f}" in out["message"], out
