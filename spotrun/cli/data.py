@@ -158,8 +158,9 @@ def upload_model_command(args: argparse.Namespace) -> int:
 
 
 def _upload_model(args: argparse.Namespace) -> int:
-    if args.stage is None:
-        raise RemoteError("spotrun upload-model needs --stage (the deployed stage whose bucket receives the model)")
+    if args.stage is None:  # a missing flag, as argparse's own errors name it
+        return fail(args.format, Exit.INVALID, "InvalidArguments", "--stage is required: the deployed stage whose "
+                    "bucket receives the model (`spotrun upload-model --help` lists the flags)", "--stage")
     emit = (lambda line: print(line, file=sys.stderr, flush=True)) if args.format == "json" else \
         (lambda line: print(line, flush=True))
     checked = check_model_dir(args.model)

@@ -27,7 +27,6 @@ from ..pipeline.policy_stage import with_spot_policy
 from ..pipeline.validate import Target, check_catalog, check_target
 from ..planner.catalog import usd
 from ..planner.estimate import DEFAULT_PRICE_REGION, Estimate, estimate, format_text, load_catalog, regional_catalog
-from ..planner.outputs import check_hyperparameters
 from ..planner.sources import check_local_split, read_sources, split_settings, unchecked_split, with_split
 from ..policy.choose import policy_text
 from ..seams import DatasetIndex, StackOutput, stack_name
@@ -91,7 +90,6 @@ def check_file(path: Path, target: Target | None, *, plan: bool, s3_client: Any 
     catalog = regional_catalog(catalog, priced_in)
     out.estimate = estimate(run, catalog=catalog, model_config=sources.model_config, data_tokens=sources.tokens,
                             validation_tokens=sources.validation_tokens)
-    check_hyperparameters(out.estimate.hyperparameters)
     if choose_policy:
         out.estimate = with_spot_policy(run, out.estimate, catalog)
     if out.warnings:  # printed with the estimate's own

@@ -66,7 +66,7 @@ from .options import (
     segment_plan,
     startup_seconds,
 )
-from .outputs import Estimate, first_segment_seconds, format_text, trainer_settings
+from .outputs import Estimate, check_hyperparameters, first_segment_seconds, format_text, trainer_settings
 from .params import Shape, lora_parameters, shape_of
 from .segments import SegmentPlan, uncapped_cost_usd
 from .topology import layouts
@@ -181,6 +181,7 @@ def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | 
         advice.append(_lora_alternative(run, catalog, model_config, data_tokens, recorded_rates))
     est = _build(run, catalog, work, best, planner.per_rank, (util, util_source), max_runtime, seg, advice,
                  warnings)
+    check_hyperparameters(est.hyperparameters)  # invalid input wins over the budget: the run must change anyway
     market = "spot" if run.compute.spot else "on-demand"
     if chosen_cost > run.max_usd:  # names the cap its chain needs (more than the estimate)
         smallest = f"; the smallest cap whose chain finishes is {usd(seg.min_cap_usd)}" if \

@@ -269,3 +269,32 @@ def test_a_cap_over_the_stages_maximum_is_refused_with_the_stage_and_warned_with
     out = _lambda(monkeypatch, run, dataclasses.replace(SETTINGS, max_usd_per_run=limit))
     assert (out["status"], out["field"]) == ("InvalidRun", "budget.max_usd"), out
     assert f"at most ${limit:,.2f}" in out["message"], out
+
+
+# ---- also ----------------------------------------------------------------------------------------------------------
+
+
+def test_upload_model_without_a_stage_names_the_flag(tmp_path, capsys):
+    """`upload-model DIR --format json` without --stage: an 'InvalidInput' document with no field, and in text a line
+    without the error's name, unlike every other missing flag."""
+    assert main(["upload-model", str(tmp_path), "--format", "json"]) == 2
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["error"], doc.get("field")) == ("InvalidArguments", "--stage"), doc
+    assert main(["upload-model", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.startswith("error: InvalidArguments: --stage is required")
+
+
+def test_hyperparameters_over_createtrainingjobs_limit_win_over_the_budget(tmp_path, capsys, monkeypatch):
+    """The planner checks the hyperparameters it sends against CreateTrainingJob's limits after the budget: a run
+    over both was refused OverBudget (exit 3), and raising the cap only found the invalid input next. The contract
+    already bounds what a run can put there, so the limit is lowered here to make the planner's check the one that
+    fires (the inline model.config, as compact JSON, is over 50 characters)."""
+    from spotrun.planner import outputs
+
+    monkeypatch.setattr(outputs, "HYPERPARAMETER_VALUE_MAX", 50)
+    run = _with(RUN, budget={"max_usd": 0.01})
+    code, doc = _cli(tmp_path, capsys, "estimate", run)
+    assert (code, doc["error"], doc["field"]) == (2, "InvalidRun", "model.config"), doc
+    assert "at most 50 characters" in doc["message"], doc["message"]
+    out = _lambda(monkeypatch, run)
+    assert (out["status"], out["field"]) == ("InvalidRun", "model.config"), out
