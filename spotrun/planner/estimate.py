@@ -51,6 +51,7 @@ from dataclasses import dataclass, replace
 
 from ..contract.refusal import Refusal
 from ..contract.spec import MAX_RUNTIME_LIMIT_S, LoraSpec, RunSpec, RunValidationError
+from ..contract.strict_json import show
 from ..seams import StopNotice
 from ..settings.wire import flatten
 from .catalog import CATALOG_PATH, DEFAULT_PRICE_REGION, check_prices, load_catalog, regional_catalog, share_done, usd
@@ -99,7 +100,7 @@ def count_parameters(run: RunSpec, model_config: dict | None) -> tuple[int, int,
                                   field="training.method")
         return run.model.parameters, run.model.parameters, None
     if config is None:
-        raise EstimateRefused("InvalidRun", f"model.source={run.model.source!r}: its config.json could not be read",
+        raise EstimateRefused("InvalidRun", f"model.source={show(run.model.source)}: its config.json could not be read",
                               field="model.source")
     try:
         shape = shape_of(config)
@@ -204,8 +205,8 @@ def _count_work(run: RunSpec, defaults: dict, model_config: dict | None, data_to
     total, trainable, shape = count_parameters(run, model_config)
     tokens_per_epoch = run.data.tokens if run.data.tokens is not None else data_tokens
     if not tokens_per_epoch:
-        raise EstimateRefused("InvalidRun", f"data.source={run.data.source!r}: no token count (give data.tokens, or "
-                              "point data.source at prepared shards with an index.json)",
+        raise EstimateRefused("InvalidRun", f"data.source={show(run.data.source)}: no token count (give data.tokens, "
+                              "or point data.source at prepared shards with an index.json)",
                               field="data.source")
     tokens = tokens_per_epoch * run.training.epochs
     if validation_tokens is None and run.data.validation_fraction:
@@ -240,7 +241,7 @@ def _candidates(run: RunSpec, catalog: dict) -> tuple[list[str], Iterable[int]]:
     c = run.compute
     if c.instance_type != "auto":
         if c.instance_type not in catalog["instances"]:
-            raise EstimateRefused("InvalidRun", f"compute.instance_type={c.instance_type!r} is not in the catalog: "
+            raise EstimateRefused("InvalidRun", f"compute.instance_type={show(c.instance_type)} is not in the catalog: "
                                   f"accepted {', '.join(sorted(catalog['instances']))} or auto",
                                   field="compute.instance_type")
         candidates = [c.instance_type]

@@ -356,7 +356,7 @@ def test_an_interruption_beyond_the_runs_steps_is_refused_before_it_starts(tmp_p
 
 def test_an_interruption_at_a_time_past_the_plan_is_refused_before_it_starts(tmp_path, capsys, assets, datasets):
     err = _local(tmp_path, capsys, _run(str(assets["model"]), str(datasets["split"])), "--interrupt-at", "99999s")
-    assert err.startswith("error: InvalidRun: --interrupt-at='99999s' is invalid: expected seconds after the start "
+    assert err.startswith('error: InvalidRun: --interrupt-at="99999s" is invalid: expected seconds after the start '
                           "below "), err
     max_runtime = int(err.split("below ")[1].split("s,")[0])
     assert 0 < max_runtime < 99999 and "the plan's MaxRuntime" in err

@@ -162,7 +162,7 @@ def test_an_s3_uri_typo_is_quoted_as_written_not_as_a_local_path(tmp_path, capsy
         for command in ("validate", "estimate"):
             code, doc = _cli(tmp_path, capsys, command, run)
             assert (code, doc["field"]) == (2, field), doc
-            assert f"{field}={typo!r} is invalid" in doc["message"] and "s3://" in doc["message"], doc["message"]
+            assert f'{field}="{typo}" is invalid' in doc["message"] and "s3://" in doc["message"], doc["message"]
             assert str(tmp_path) not in doc["message"], doc["message"]
         out = _lambda(monkeypatch, run)
         assert (out["status"], out["field"]) == ("InvalidRun", field) and typo in out["message"], out
@@ -298,3 +298,20 @@ def test_hyperparameters_over_createtrainingjobs_limit_win_over_the_budget(tmp_p
     assert "at most 50 characters" in doc["message"], doc["message"]
     out = _lambda(monkeypatch, run)
     assert (out["status"], out["field"]) == ("InvalidRun", "model.config"), out
+
+
+def test_refusals_spell_values_as_the_run_file_does(tmp_path, capsys, monkeypatch):
+    """Refusals printed Python's reprs of what the user wrote in JSON: `eval.keep_best=True`, `compute.spot='yes'`,
+    `compute.on_demand_fallback=None`, a cap of 5000000 as `5000000.0`."""
+    cases = ((_with(RUN, eval={"keep_best": True}, export={"from": "best"}, data={"validation_fraction": 0.1}),
+              "eval.keep_best=true is invalid"),
+             (_with(RUN, compute={"spot": "yes"}), 'compute.spot="yes" is invalid'),
+             (_with(RUN, compute={"on_demand_fallback": None}), "compute.on_demand_fallback=null is invalid"))
+    for run, says in cases:
+        code, doc = _cli(tmp_path, capsys, "estimate", run)
+        assert code == 2 and says in doc["message"], (says, doc)
+        out = _lambda(monkeypatch, run)
+        assert says in out["message"], (says, out)
+    limited = dataclasses.replace(SETTINGS, max_usd_per_run=5000)
+    out = _lambda(monkeypatch, _with(RUN, budget={"max_usd": 5_000_000}), limited)
+    assert "budget.max_usd=5000000 is invalid" in out["message"], out
