@@ -32,7 +32,7 @@ import spotrun
 
 from ..contract.refusal import Refusal
 from ..contract.runfile import load_run_file
-from ..contract.strict_json import RunValidationError
+from ..contract.strict_json import RunValidationError, show
 from ..pipeline.guard import decide
 from ..pipeline.plan import plan
 from ..pipeline.report import summary_text
@@ -152,7 +152,7 @@ def deployment(stage: str, stack: str | None = None, region: str | None = None) 
     try:
         found = boto3.client("cloudformation", region_name=region).describe_stacks(StackName=name)["Stacks"]
     except NoRegionError:  # no region given, stacks/config.py does not list the stage, no AWS configuration's
-        raise RemoteError(f"--stage={stage!r} is invalid: expected {unlisted_stage(stage)}") from None
+        raise RemoteError(f"--stage={show(stage)} is invalid: expected {unlisted_stage(stage)}") from None
     except NoCredentialsError:
         raise  # an AWS failure (exit 1, `run_command`), not a missing stage: deploying would not help
     except (ClientError, BotoCoreError) as exc:
