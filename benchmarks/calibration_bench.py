@@ -1,6 +1,7 @@
 """The estimate's P(deadline) against the frequency the executed runs meet it on the public traces.
 
     python benchmarks/calibration_bench.py --spot-traces DIR [--set held-out] [--every-h 6] [--n 1000]
+    python benchmarks/calibration_bench.py --spot-traces DIR --set held-out --stretches 1000
 
 The setting is benchmarks/policy_bench.py's (#26: 40 h of work, a 0.2 h changeover, spot at 0.35 of on-demand,
 saves on the notice, deadlines 48, 60 and 80 h) on every one-node trace of github.com/skypilot-org/spot-traces
@@ -72,6 +73,35 @@ def calibrate(recordings: list, deadline_h: float, every_h: float, n: int,
     return out
 
 
+def lost_at_end(plan, up_s: float) -> float:
+    """Work a job with periodic saves only loses when a stretch with capacity of `up_s` ends under it, the job
+    having started at the stretch's start: nothing before its start-up is done, then cycles of the interval's
+    training and a blocking save (work is committed at a save's end)."""
+    trained = up_s - plan.startup_s - plan.restore_s
+    return 0.0 if trained <= 0 else min(trained % (plan.interval_s + plan.save_s), plan.interval_s)
+
+
+def stretch_rows(plan, recordings: list, names: list[str], n: int) -> list[str]:
+    """Per recording, its stretches with capacity against those of the estimate's `n` generated traces at its rate
+    (seed 0): the share shorter than a start (start-up and restore: no work done, none lost) and the mean work a
+    periodic-only job loses at a stretch's end (`lost_at_end`)."""
+    start = plan.startup_s + plan.restore_s
+    rows = []
+    for name, rec in zip(names, recordings, strict=True):
+        rate = recorded_rate(rec)
+        spec = TraceSpec(interruptions_per_hour=rate, horizon_s=horizon_s(plan), **ESTIMATE_TRACES)
+        gen: list[float] = []
+        for trace in generated_traces(spec, n, 0):
+            gen += [b - a for a, b in trace[:-1] if a > 0]  # whole stretches: not the first (cut by the start)
+        rec_ups = [b - a for a, b in rec.windows[:-1]]  # the last may be cut by the recording's end
+        cells = []
+        for ups in (rec_ups, gen):
+            cells += [f"{sum(u < start for u in ups) / len(ups):.0%}",
+                      f"{sum(lost_at_end(plan, u) for u in ups) / len(ups):.0f}"]
+        rows.append(f"| {name} | {rate:.2f} | {len(rec_ups)} | " + " | ".join(cells) + f" | {len(gen)} |")
+    return rows
+
+
 def interval(off: list[tuple[int, float]], draws: int = 2000, seed: int = 0) -> tuple[float, float]:
     """The 5th and 95th percentiles of the mean difference (estimated - observed, per window) over the windows
     of the recordings resampled with replacement: how far the figure moves with other recordings of the same
@@ -99,12 +129,26 @@ def main() -> None:
                         "was fitted on the others), even positions (choose) or all")
     parser.add_argument("--policies", help="comma-separated: only these candidates (default: every one offered)")
     parser.add_argument("--deadlines", default=",".join(map(str, DEADLINES_H)), help="hours, comma-separated")
+    parser.add_argument("--stretches", type=int, metavar="N", default=0,
+                        help="instead: each recording's stretches with capacity against those of N generated "
+                        "traces at its rate (the share shorter than a start, the work lost at their end with "
+                        "periodic saves)")
     args = parser.parse_args()
     paths = sorted(args.spot_traces.glob("availability/1-node/*/*.json"))
     if not paths:
         raise SystemExit(f"--spot-traces {args.spot_traces}: no availability/1-node/*/*.json under it")
     keep = {"choose": 0, "held-out": 1}.get(args.set)
-    recordings = [read_availability(p) for i, p in enumerate(paths) if keep is None or i % 2 == keep]
+    paths = [p for i, p in enumerate(paths) if keep is None or i % 2 == keep]
+    recordings = [read_availability(p) for p in paths]
+    if args.stretches:
+        plan = setting(float(args.deadlines.split(",")[0]))
+        print(f"| trace ({args.set}) | interruptions per available hour | stretches | recorded: shorter than a start "
+              f"({plan.startup_s + plan.restore_s:g} s) | recorded: lost at the end, periodic saves (s) | generated: "
+              "shorter than a start | generated: lost at the end (s) | generated stretches |")
+        print("|---|---|---|---|---|---|---|---|")
+        print("\n".join(stretch_rows(plan, recordings, [f"{p.parent.name}/{p.stem}" for p in paths],
+                                     args.stretches)))
+        return
     print(f"{len(recordings)} traces ({args.set}); interruptions per available hour "
           f"{min(map(recorded_rate, recordings)):.2f}-{max(map(recorded_rate, recordings)):.2f}")
     print("| deadline | candidate | windows | estimated P(deadline) | observed | difference (points) | "
