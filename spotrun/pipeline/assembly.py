@@ -85,10 +85,12 @@ def mlflow_config(run: RunSpec, execution: str) -> dict[str, str]:
             "MlflowRunName": execution}
 
 
-def assemble(plan_run: RunSpec, est: Estimate, *, shape: str | None, cap_usd: float, admitted: Admitted,
-             inputs: Inputs, ckpt_prefix: str, execution: str, started: str, settings: PipelineSettings) -> dict:
+def assemble(plan_run: RunSpec, est: Estimate, *, shape: str | None, steps: int, cap_usd: float,
+             admitted: Admitted, inputs: Inputs, ckpt_prefix: str, execution: str, started: str,
+             settings: PipelineSettings) -> dict:
     """The plan (`Plan.to_json()`) of the planned run (the admitted run on its inputs) and its estimate with the
-    chosen spot policy; `cap_usd`: the run's own cap (a preparation's bill is spent before the first job);
+    chosen spot policy; `steps`: the run's optimizer steps, as the planner counted them (spotrun/planner/stage.py
+    `Planned.steps`); `cap_usd`: the run's own cap (a preparation's bill is spent before the first job);
     `ckpt_prefix`: the execution's checkpoint prefix (spotrun/pipeline/preflight.py `record_run`)."""
     catalog = admitted.catalog
     tracking = mlflow_config(plan_run, execution)
@@ -98,7 +100,6 @@ def assemble(plan_run: RunSpec, est: Estimate, *, shape: str | None, cap_usd: fl
     name = job_name(settings.job_prefix, plan_run.name, execution)
     volume_gb = max(100, int(est.checkpoint_bytes * plan_run.checkpoint.keep * 1.5 / 1e9) + 50)
     keep_alive = 0 if plan_run.compute.spot else plan_run.compute.warm_pool_minutes * 60
-    steps = est.planned_steps(plan_run.data.seq_len)
     startup = startup_seconds(catalog["defaults"])
     as_of = catalog["regions"][settings.region].get("as_of", "unknown date")
     upload_gb_per_s = est.upload_gb_per_s_available

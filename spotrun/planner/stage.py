@@ -24,13 +24,15 @@ MODEL_SOURCE_PATH = "model.source"
 @dataclass(frozen=True)
 class Planned:
     """The planner's answer for one run: the run as planned (with the validation split its prepared data holds),
-    the estimate, and what the run record is made of (the model's config, the data's tokens, the shape key)."""
+    the estimate, what the run record is made of (the model's config, the data's tokens, the shape key) and the
+    run's optimizer steps at its data.seq_len (the plan's `planned_steps`: `Estimate.planned_steps`)."""
 
     run: RunSpec
     estimate: Estimate
     model_config: dict | None
     tokens: int | None
     shape: str | None
+    steps: int
 
 
 def planned(run: RunSpec, *, catalog: dict, s3_client: Any, rates: dict[str, float] | None,
@@ -49,7 +51,7 @@ def planned(run: RunSpec, *, catalog: dict, s3_client: Any, rates: dict[str, flo
     if base_name:
         est = dataclasses.replace(est, hyperparameters={**est.hyperparameters, MODEL_SOURCE_PATH: base_name})
     check_hyperparameters(est.hyperparameters)
-    return Planned(run, est, sources.model_config, sources.tokens, shape)
+    return Planned(run, est, sources.model_config, sources.tokens, shape, est.planned_steps(run.data.seq_len))
 
 
 def smallest_cap(run: RunSpec, tokens: int, *, catalog: dict, s3_client: Any) -> float:
