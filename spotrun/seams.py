@@ -536,6 +536,7 @@ class SpotPolicy(_StateJson):
     sim_plan: dict
     p95_finish_policy: str | None = None  # the policy whose P95 bill the cap to set finishes (the run as one job)
     p95_one_job_usd: float | None = None  # that P95 bill
+    deadline_cap_usd: float | None = None  # the deadline warning's cap (at least the finish cap): the cap to set
 
 
 @dataclasses.dataclass(frozen=True)

@@ -59,6 +59,13 @@ class OneLineErrors(argparse.ArgumentParser):
         flag, detail = named[1].split("/")[-1], named[2]
         if detail.startswith(flag):  # the flag's type names it, its value and what it takes
             return detail
+        typed = re.fullmatch(r"invalid (int|float) value: '(.*)'", detail, re.S)
+        if typed:  # argparse's own words for a type: int() and float()
+            what = "a whole number (e.g. 1000)" if typed[1] == "int" else "a number (e.g. 0.5)"
+            return f"{flag}={typed[2]!r} is invalid: expected {what}"
+        choice = re.fullmatch(r"invalid choice: '(.*)' \(choose from (.*)\)", detail, re.S)
+        if choice and flag.startswith("-"):
+            return f"{flag}={choice[1]!r} is invalid: expected one of {choice[2]}"
         if detail != "expected one argument":
             return message
         tokens = getattr(self, "given", [])
@@ -77,7 +84,11 @@ class OneLineErrors(argparse.ArgumentParser):
 
 
 def _flag(message: str) -> str | None:
-    """The flag an argparse error is about (`argument --nproc: ...`), None for a positional or none."""
+    """The flag an argparse error is about (`argument --nproc: ...`, the first of `unrecognized arguments: --bogus`),
+    None for a positional or none."""
+    unknown = re.match(r"unrecognized arguments: (\S+)", message)
+    if unknown and unknown[1].startswith("-"):
+        return unknown[1].split("=")[0]
     named = re.match(r"argument ([^:\s]+):", message)
     flag = named[1].split("/")[-1] if named else None
     return flag if flag and flag.startswith("-") else None

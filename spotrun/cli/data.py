@@ -23,6 +23,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from ..seams import DatasetIndex, StackOutput
 from .datasets import (
     PrepareError,
+    check_has_text,
     check_name,
     dataset_key,
     dataset_uri,
@@ -33,7 +34,7 @@ from .datasets import (
 )
 from .exits import Exit, fail
 from .models import ModelDirError, check_model_dir, upload_model
-from .remote import RemoteError, deployment
+from .remote import RemoteError, aws_message, deployment
 
 
 def _stage_args(p, *, required_name: bool) -> None:
@@ -89,7 +90,7 @@ def _guard(fn, args) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return int(Exit.INVALID)
     except (ClientError, BotoCoreError) as exc:
-        return fail(fmt, Exit.FAILED, "AWS", str(exc))
+        return fail(fmt, Exit.FAILED, "AWS", aws_message(exc))
     except KeyboardInterrupt:
         message = "Ctrl-C (nothing half-written is left looking complete; run the command again)"
         if fmt == "json":
@@ -130,10 +131,12 @@ def _prepare(args: argparse.Namespace) -> int:
                                      f'data.source: "{result["data_source"]}"'])
         return 0
     name = check_name(args.name or "")
+    files = input_files(args.inputs)
+    check_has_text(files)  # the inputs first: an empty file is refused before the stage's credentials are asked for
+    key = dataset_key(files, args.tokenizer, text_field=args.text_field, shard_bytes=shard_bytes,
+                      validation_fraction=split)
     bucket, s3 = _bucket(args)
     uri = dataset_uri(bucket, name)
-    key = dataset_key(input_files(args.inputs), args.tokenizer, text_field=args.text_field, shard_bytes=shard_bytes,
-                      validation_fraction=split)
     marker, index_there = remote_marker(s3, bucket, f"datasets/{name}/")
     if marker is not None and marker.get("key") == key and index_there:
         result = {"data_source": uri, "key": key, "reused": True, "uploaded": False,
@@ -155,8 +158,9 @@ def upload_model_command(args: argparse.Namespace) -> int:
 
 
 def _upload_model(args: argparse.Namespace) -> int:
-    if args.stage is None:
-        raise RemoteError("spotrun upload-model needs --stage (the deployed stage whose bucket receives the model)")
+    if args.stage is None:  # a missing flag, as argparse's own errors name it
+        return fail(args.format, Exit.INVALID, "InvalidArguments", "--stage is required: the deployed stage whose "
+                    "bucket receives the model (`spotrun upload-model --help` lists the flags)", "--stage")
     emit = (lambda line: print(line, file=sys.stderr, flush=True)) if args.format == "json" else \
         (lambda line: print(line, flush=True))
     checked = check_model_dir(args.model)

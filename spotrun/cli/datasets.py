@@ -61,6 +61,20 @@ def input_files(inputs: list[Path]) -> list[Path]:
         raise PrepareError(str(exc)) from None
 
 
+def check_has_text(files: list[Path]) -> None:
+    """Refuse inputs that are all empty or blank (the trainer's own refusal, `spotrun_trainer.data.prepare`), read
+    here before anything else is asked for (a stage's credentials): compressed and Parquet files count as text."""
+    for path in files:
+        if path.name.endswith((".gz", ".parquet")):
+            return
+        with path.open("rb") as fh:
+            while chunk := fh.read(_CHUNK):
+                if chunk.strip():
+                    return
+    raise PrepareError(f"{', '.join(map(str, files))}: no documents (0 documents, 0 tokens): the files are empty or "
+                       "hold only blank lines; a dataset needs text to train on")
+
+
 def tokenizer_files(tokenizer_dir: Path) -> list[Path]:
     """Every file a tokenizer may load from the directory: all but the weights (and the marker of a dataset)."""
     root = Path(tokenizer_dir)

@@ -26,6 +26,7 @@ import time
 
 from botocore.exceptions import ClientError
 
+from ..contract.strict_json import show
 from ..seams import StackOutput
 from ..settings.wire import parse
 from .remote import Deployment, RemoteError, common, deployment, find_execution, run_command
@@ -84,7 +85,7 @@ def container_for(package: dict, job: dict, *, merged: bool) -> dict:
     base = job["HyperParameters"].get("model.source", "")
     if not base.startswith("s3://"):
         raise RemoteError(f"training job {job['TrainingJobName']} is a LoRA run without an S3 base model "
-                          f"(model.source={base!r}): deploy its merged export with --merged")
+                          f"(model.source={show(base)}): deploy its merged export with --merged")
     return {"Image": spec["Image"],
             "ModelDataSource": {"S3DataSource": {"S3Uri": base if base.endswith("/") else base + "/",
                                                  "S3DataType": "S3Prefix", "CompressionType": "None"}},

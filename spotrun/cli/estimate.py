@@ -12,11 +12,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from botocore.exceptions import BotoCoreError, ClientError, NoRegionError
+from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, NoRegionError
 
 from ..contract.hub_id import is_hub_id
 from ..contract.refusal import Refusal
@@ -25,14 +25,14 @@ from ..contract.spec import RunSpec, RunValidationError, parse_run
 from ..local.pipeline import check_model_source_dir, check_raw_split, prepare_if_raw
 from ..pipeline.policy_stage import with_spot_policy
 from ..pipeline.validate import Target, check_catalog, check_target
+from ..planner.catalog import usd
 from ..planner.estimate import DEFAULT_PRICE_REGION, Estimate, estimate, format_text, load_catalog, regional_catalog
-from ..planner.outputs import check_hyperparameters
 from ..planner.sources import check_local_split, read_sources, split_settings, unchecked_split, with_split
 from ..policy.choose import policy_text
 from ..seams import DatasetIndex, StackOutput, stack_name
 from .exits import HELP as EXIT_CODES_HELP
 from .exits import Exit, combined, fail, for_status
-from .remote import stage_region, unlisted_stage
+from .remote import aws_message, stage_max_usd, stage_region, unlisted_stage
 
 
 @dataclass
@@ -44,10 +44,12 @@ class Checked:
     checked: list[str] = field(default_factory=list)
     not_checked: list[str] = field(default_factory=list)
     unchecked: list[str] = field(default_factory=list)  # the run's own settings that could not be checked here
+    warnings: list[str] = field(default_factory=list)  # the CLI's own (the estimate's are in `estimate`)
 
 
 def check_file(path: Path, target: Target | None, *, plan: bool, s3_client: Any = None,
-               region: str | None = None, prepared: Path | None = None, choose_policy: bool = True) -> Checked:
+               region: str | None = None, prepared: Path | None = None, choose_policy: bool = True,
+               stage: str | None = None) -> Checked:
     """Every layer the CLI can apply to one run file; a Refusal (RunValidationError, EstimateRefused) otherwise.
     `region`: whose on-demand prices the planner uses (DEFAULT_PRICE_REGION when None, and the output says so).
     `prepared`: where raw local text in data.source is tokenized to be planned (`prepared_text`).
@@ -60,6 +62,7 @@ def check_file(path: Path, target: Target | None, *, plan: bool, s3_client: Any 
     catalog = load_catalog()
     check_catalog(run, catalog)
     out = Checked(run, None, checked=["the run contract and SageMaker's limits on it"])
+    out.warnings.extend(_stage_cap(run, stage))
     if target is not None:
         check_target(run, target)
         out.checked.append(target.describe())
@@ -87,14 +90,30 @@ def check_file(path: Path, target: Target | None, *, plan: bool, s3_client: Any 
     catalog = regional_catalog(catalog, priced_in)
     out.estimate = estimate(run, catalog=catalog, model_config=sources.model_config, data_tokens=sources.tokens,
                             validation_tokens=sources.validation_tokens)
-    check_hyperparameters(out.estimate.hyperparameters)
     if choose_policy:
         out.estimate = with_spot_policy(run, out.estimate, catalog)
+    if out.warnings:  # printed with the estimate's own
+        out.estimate = replace(out.estimate, warnings=[*out.warnings, *out.estimate.warnings])
     out.checked.append("the planner (fit, MaxRuntime/MaxWait, budget) and the hyperparameters' limits")
     out.checked.append(f"costs at on-demand list prices in {priced_in} (spotrun catalog as of "
                        f"{catalog['regions'][priced_in].get('as_of', 'unknown')})"
                        + ("" if region else "; --region prices another region"))
     return out
+
+
+def _stage_cap(run: RunSpec, stage: str | None) -> list[str]:
+    """A cap over the stage's max_usd_per_run (stacks/config.py) is refused as the estimate Lambda refuses it
+    (spotrun/pipeline/validate.py `check_stage_limits`); with no --stage, a cap over every listed stage's is a
+    warning (a new user's $5,000,000 cap was accepted without a word, and `start` would refuse it)."""
+    limits = stage_max_usd(stage)
+    if stage and stage in limits and run.max_usd > limits[stage]:
+        raise RunValidationError("budget.max_usd", run.max_usd, f"at most {usd(limits[stage])} (max_usd_per_run, "
+                                 f"stage {stage}'s limit in stacks/config.py)")
+    if stage or not limits or run.max_usd <= max(limits.values()):
+        return []
+    listed = ", ".join(f"{name} {usd(cap)}" for name, cap in limits.items())
+    return [f"budget.max_usd={usd(run.max_usd)} is over every stage's max_usd_per_run in stacks/config.py "
+            f"({listed}): `spotrun start` refuses it; give --stage to check it against one"]
 
 
 def _without_planner(run: RunSpec, out: Checked) -> None:
@@ -157,6 +176,8 @@ def stage_target(stage: str, region: str | None, cfn_client: Any = None) -> Targ
         outputs = client.describe_stacks(StackName=stack)["Stacks"][0].get("Outputs", [])
     except NoRegionError:  # no region given, stacks/config.py does not list the stage, no AWS configuration's
         raise RunValidationError("--stage", stage, unlisted_stage(stage)) from None
+    except NoCredentialsError:
+        raise  # an AWS failure (exit 1, as every command's), not an invalid stage: `run_command`
     except (ClientError, BotoCoreError) as exc:
         raise RunValidationError("--stage", stage, f"a deployed stage whose stack {stack} can be read "
                                  f"({type(exc).__name__}); offline, give --bucket and --group") from None
@@ -198,6 +219,8 @@ UNCHECKED = "unchecked"  # the status when a setting of the run itself could not
 
 def _ok_doc(checked: Checked) -> dict:
     extra = {"unchecked": checked.unchecked} if checked.unchecked else {}
+    if checked.estimate is None and checked.warnings:  # validate's (estimate's are in the estimate)
+        extra["warnings"] = checked.warnings
     return {"status": UNCHECKED if checked.unchecked else "ok",
             **(checked.estimate.to_json() if checked.estimate else {}),
             "checked": checked.checked, "not_checked": checked.not_checked, **extra}
@@ -213,6 +236,9 @@ def _print_ok(path: Path, checked: Checked) -> None:
     if checked.estimate is not None:
         print(format_text(checked.estimate))
         print(policy_text(checked.estimate.spot_policy))
+    else:
+        for warning in checked.warnings:
+            print(f"warning: {warning}")
     print("checked: " + "; ".join(checked.checked))
     if checked.not_checked:
         print("not checked: " + "; ".join(checked.not_checked))
@@ -225,6 +251,8 @@ def run_command(args: argparse.Namespace, *, plan: bool, cfn_client: Any = None,
         target = target_from_args(args, cfn_client)
     except Refusal as exc:
         return fail(args.format, Exit.INVALID, exc.status, exc.message, exc.field)
+    except NoCredentialsError as exc:
+        return fail(args.format, Exit.FAILED, "AWS", aws_message(exc))
     codes, docs = [Exit.OK], []
     region = args.region or stage_region(args.stage)  # with --stage, its prices
     if args.stage and not args.bucket and region is None:  # a stage stacks/config.py does not list: priced
@@ -238,7 +266,7 @@ def run_command(args: argparse.Namespace, *, plan: bool, cfn_client: Any = None,
     for path in args.runs:
         try:
             checked = check_file(path, target, plan=plan, s3_client=s3_client, region=region,
-                                 prepared=getattr(args, "prepared", None))
+                                 prepared=getattr(args, "prepared", None), stage=args.stage)
         except Refusal as exc:
             result = exc.result()
             doc = {"error": result.pop("status"), **result}
@@ -257,7 +285,7 @@ def run_command(args: argparse.Namespace, *, plan: bool, cfn_client: Any = None,
 
 def register(sub: Any) -> None:
     """Add the `validate` and `estimate` subcommands to the CLI's subparsers."""
-    val = sub.add_parser("validate", help="check run file(s) against every rule the pipeline applies",
+    val = sub.add_parser("validate", help="check run file(s) without sources or planner (`estimate` checks the rest)",
                          description="Check run file(s): the contract, SageMaker's limits, the catalog's instance "
                          "types and, with --stage or --bucket/--group, the stage's rules.", epilog=EXIT_CODES_HELP,
                          formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -3,8 +3,10 @@
 A refusal's code follows its status (spotrun.contract.refusal.Refusal, the state machine's named failures): InvalidRun
 is 2 wherever it was found (the contract, the stage's rules, the sources or the planner's facts: an instance type the
 catalog does not have, a run no instance fits, one longer than SageMaker's 28-day MaxRuntime), OverBudget is 3.
-Each command uses the codes that can happen to it (validate: 0, 2; estimate and start: 0, 2, 3, and 1 for an AWS
-error; local: all of them). Invalid input wins: a run that is both invalid and over budget is refused as InvalidRun
+Each command uses the codes that can happen to it (validate: 0, 2, and 1 for an AWS error with --stage; estimate and
+start: 0, 2, 3, and 1 for an AWS error; local: all of them). An AWS error is 1 from every command, missing
+credentials included (they are not an invalid --stage: `spotrun.cli.remote.aws_message` says how to give them).
+Invalid input wins: a run that is both invalid and over budget is refused as InvalidRun
 (the run must change whatever the cap), and of several run files the code is 2 when any is invalid, else the
 highest (`combined`).
 """

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from ..contract.strict_json import show
+
 INDEX = "model.safetensors.index.json"
 MAX_HEADER = 100 * 1024 * 1024  # safetensors caps its header at 100 MB
 
@@ -110,7 +112,8 @@ def check_model_dir(path: Path) -> CheckedModel:
 
     model_type = config.get("model_type") if isinstance(config, dict) else None
     if model_type not in CONFIG_MAPPING_NAMES or model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
-        raise ModelDirError(f"{root / 'config.json'}: model_type={model_type!r} is not a causal LM transformers knows")
+        raise ModelDirError(f"{root / 'config.json'}: model_type={show(model_type)} is not a causal LM transformers "
+                            "knows")
     files, tensors = _weights(root)
     parameters = 0
     for t in tensors.values():

@@ -32,7 +32,7 @@ import spotrun
 
 from ..contract.refusal import Refusal
 from ..contract.runfile import load_run_file
-from ..contract.strict_json import RunValidationError
+from ..contract.strict_json import RunValidationError, show
 from ..pipeline.guard import decide
 from ..pipeline.plan import plan
 from ..pipeline.report import summary_text
@@ -118,11 +118,28 @@ def stage_region(stage: str | None, config: Path = STAGE_CONFIG) -> str | None:
     return next((env.region for env in _environments(stage, config) if env.stage == stage), None)
 
 
+def stage_max_usd(stage: str | None, config: Path = STAGE_CONFIG) -> dict[str, float]:
+    """{stage: its max_usd_per_run} from stacks/config.py: `stage`'s alone when given (empty when not listed), else
+    every stage's (empty when the file is not here)."""
+    listed = {env.stage: float(env.max_usd_per_run) for env in _environments(stage or "", config)}
+    return {stage: listed[stage]} if stage in listed else {} if stage else listed
+
+
 def unlisted_stage(stage: str, config: Path = STAGE_CONFIG) -> str:
     """What `--stage` accepts, for a stage with no region: stacks/config.py does not list it (a typo?)."""
     listed = ", ".join(env.stage for env in _environments(stage, config)) or "none: no checkout here"
     return (f"a stage of this checkout (stacks/config.py lists {listed}), or, for a stage deployed from another "
             "checkout, --region (or AWS_REGION)")
+
+
+def aws_message(exc: Exception) -> str:
+    """An AWS failure's line (exit 1 from every command: spotrun/cli/exits.py), with the fix for missing
+    credentials."""
+    if isinstance(exc, NoCredentialsError):
+        return (f"{exc}: configure credentials for the stage's account (`aws configure`, AWS_PROFILE, or "
+                "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY); offline, `validate`/`estimate` take --bucket and "
+                "--group instead of --stage")
+    return str(exc)
 
 
 def deployment(stage: str, stack: str | None = None, region: str | None = None) -> Deployment:
@@ -135,7 +152,7 @@ def deployment(stage: str, stack: str | None = None, region: str | None = None) 
     try:
         found = boto3.client("cloudformation", region_name=region).describe_stacks(StackName=name)["Stacks"]
     except NoRegionError:  # no region given, stacks/config.py does not list the stage, no AWS configuration's
-        raise RemoteError(f"--stage={stage!r} is invalid: expected {unlisted_stage(stage)}") from None
+        raise RemoteError(f"--stage={show(stage)} is invalid: expected {unlisted_stage(stage)}") from None
     except NoCredentialsError:
         raise  # an AWS failure (exit 1, `run_command`), not a missing stage: deploying would not help
     except (ClientError, BotoCoreError) as exc:
@@ -437,7 +454,7 @@ def run_command(fn, args: argparse.Namespace) -> int:
     except RemoteError as exc:
         return _error(fmt, Exit.INVALID, "RemoteError", str(exc))
     except (ClientError, BotoCoreError) as exc:
-        return _error(fmt, Exit.FAILED, "AWS", str(exc))
+        return _error(fmt, Exit.FAILED, "AWS", aws_message(exc))
     if isinstance(result, int):
         return result
     if fmt == "json":

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .strict_json import RunValidationError
+from .strict_json import RunValidationError, show
 
 HUB_SCHEME = "hf://"
 DEFAULT_REVISION = "main"  # the hub's default branch
@@ -66,5 +66,5 @@ def parse_hub_id(raw: str, path: str = "model.source") -> HubId:
     if body is None or match is None or any(bad in repo for bad in ("--", "..")):
         raise RunValidationError(path, raw, HUB_ID)
     if "@" in body and not (_REVISION.fullmatch(revision) and ".." not in revision):
-        raise RunValidationError(path, raw, f"{HUB_ID}; the revision {revision!r} is not one")
+        raise RunValidationError(path, raw, f"{HUB_ID}; the revision {show(revision)} is not one")
     return HubId(match["org"], match["name"], revision or DEFAULT_REVISION)

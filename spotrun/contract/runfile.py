@@ -20,6 +20,7 @@ from .hub_id import HUB_SCHEME, meant_hub_id
 from .spec import MAX_RUN_BYTES, RunSpec, RunValidationError, decode_run, parse_run
 
 SOURCE_FIELDS = (("model", "source"), ("data", "source"), ("data", "validation"))
+DEMO_DIR = Path(__file__).resolve().parents[2] / "examples" / "demo"  # `make demo`'s run file, its assets beside
 
 
 @dataclass(frozen=True)
@@ -69,8 +70,24 @@ def load_run_file(path: Path | str) -> RunFile:
     raw = decode_run(read_run_bytes(path), str(path))
     parse_run(raw)  # the contract first, on the values as written: its errors name the field and that value
     resolved = resolve_sources(raw, path.parent)
+    _demo_before_its_assets(path, raw, resolved)
     _hub_name_as_a_path(raw, resolved)
     return RunFile(path=path, raw=resolved, run=parse_run(resolved), written=raw)
+
+
+def _demo_before_its_assets(path: Path, written: dict, resolved: dict) -> None:
+    """The demo's shipped run file read before `make demo` built the sources it names (assets/ beside the copy
+    the demo makes): said so, rather than a missing directory or a hub id it never meant."""
+    if path.resolve().parent != DEMO_DIR:
+        return
+    for section, key in SOURCE_FIELDS:
+        source = (written.get(section) or {}).get(key)
+        where = (resolved.get(section) or {}).get(key)
+        if isinstance(source, str) and where != source and not Path(where).exists():
+            raise RunValidationError(f"{section}.{key}", source, "a source that exists: this file is the demo's "
+                                     f"template, and {source} is built by `make demo` (`spotrun demo --out "
+                                     "demo-output`) beside its copy, demo-output/run.json: run `make demo`, then "
+                                     "`spotrun estimate demo-output/run.json`")
 
 
 def _hub_name_as_a_path(written: dict, resolved: dict) -> None:

@@ -22,7 +22,33 @@ MAX_DEPTH = 16  # HF configs nest 2-3 levels; deeper input is refused before any
 MAX_STRING = 4096  # no field of a run needs more (S3 URIs are <= 1,024)
 MAX_INT = 10**18  # integers beyond this are refused (a planner figure must stay a finite float)
 
-_shorten = reprlib.Repr()
+class _AsJson(reprlib.Repr):
+    """reprlib's shortening, spelled as the run file spells values (JSON): "text", true, false, null, [..], 5000
+    (a user wrote JSON; Python's 'text', True, None and 5000.0 were not theirs)."""
+
+    def repr_str(self, x: str, level: int) -> str:
+        text = repr(x)  # Python's escapes (a line break stays on the line), in JSON's double quotes
+        if text[0] == "'":
+            text = '"' + text[1:-1].replace("\\'", "'").replace('"', '\\"') + '"'
+        if len(text) <= self.maxstring:
+            return text
+        head = max(0, (self.maxstring - 3) // 2)
+        return text[:head] + "..." + text[len(text) - max(0, self.maxstring - 3 - head):]
+
+    def repr_bool(self, x: bool, level: int) -> str:
+        return "true" if x else "false"
+
+    def repr_NoneType(self, x: None, level: int) -> str:  # noqa: N802 - reprlib dispatches on the type's name
+        return "null"
+
+    def repr_tuple(self, x: tuple, level: int) -> str:
+        return self.repr_list(list(x), level)
+
+    def repr_float(self, x: float, level: int) -> str:
+        return str(int(x)) if x.is_integer() and abs(x) < 1e15 else repr(x)
+
+
+_shorten = _AsJson()
 _shorten.maxstring, _shorten.maxother, _shorten.maxlong, _shorten.maxlevel = 60, 60, 40, 2
 _shorten.maxdict = _shorten.maxlist = 4
 

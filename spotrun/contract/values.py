@@ -33,6 +33,9 @@ def source(raw: Any, path: str) -> str:
         raise RunValidationError(path, raw, SOURCE)
     if len(raw) > 1024 or any(ord(c) < 32 or ord(c) == 127 for c in raw):
         raise RunValidationError(path, raw, "a path or URI of at most 1,024 characters without control characters")
+    if raw[:3].lower() == "s3:" and not raw.startswith("s3://"):  # s3:/x, S3://x: a mistyped URI, not a path
+        raise RunValidationError(path, raw, "an s3://bucket/prefix URI (lower-case s3 and two slashes), or a local "
+                                 "path")
     if raw.startswith("s3://") and not _S3_URI.fullmatch(raw):
         raise RunValidationError(path, raw, "an s3://bucket/prefix URI with a valid bucket name")
     if raw.startswith("s3://"):

@@ -23,11 +23,11 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from ..contract.runfile import DEMO_DIR
 from .examples import save_model, train_tokenizer, write_stdlib_corpus
 from .harness import loss_records, val_history
 from .pipeline import InterruptAt, LocalOptions, run_local
 
-DEMO_DIR = Path(__file__).resolve().parents[2] / "examples" / "demo"
 CORPUS_BYTES = 200_000  # ~65k tokens: ~64 steps of 8 x 128 tokens, under a minute of training per run
 VOCAB = 1024
 INTERRUPT_AT = InterruptAt(step=30)  # about halfway

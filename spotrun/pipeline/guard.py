@@ -410,7 +410,7 @@ def _next_segment(plan: Plan, guard: Guard, spent: float, spot: bool, act: Calla
     chain = plan_chain(cap_usd=plan.max_usd, spent_usd=spent, work_s=left, costs=costs, first=False, spot=spot)
     if not chain.fits or segment > MAX_SEGMENTS:
         why = chain_refusal(chain, plan.max_usd, smallest_cap(spent_usd=spent, work_s=left, costs=costs,
-                                                              first=False, spot=spot), costs) if not chain.fits \
+                                                              first=False, spot=spot), costs, spot) if not chain.fits \
             else f"the run would need more than {MAX_SEGMENTS} jobs (segments)"
         return act(GuardAction.OVER_BUDGET, message=(
             f"stopped at the cost cap: ${spent:,.2f} billed (exact, {segment - 1} job(s)) of budget "

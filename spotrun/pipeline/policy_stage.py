@@ -35,23 +35,43 @@ def with_spot_policy(run: Any, est: Estimate, catalog: dict, *, poll_s: float = 
     (`choose.shared_simulations`)."""
     poll = {"poll_s": poll_s, "max_poll_s": max_poll_s, "n": n}
     alone = functools.cache(lambda: choose.spot_policy(*_at_cap(run, est, math.inf), catalog, **poll))
+    alone_finish = functools.cache(lambda: _finish_cap(est, alone()))
+    named: list[float] = []  # the deadline warning's cap, when it names one
+
+    def deadline_cap(p95: float) -> float:
+        # at least the cap to set of the run as one job: one cap meets the deadline and finishes at the P95
+        named.append(_deadline_cap(run, est, catalog, max(p95, alone_finish()), poll, alone()))
+        return named[-1]
+
     with choose.shared_simulations():  # a cap whose plan was simulated already reuses its executions
-        choice = choose.spot_policy(run, est, catalog, **poll,
-                                    deadline_cap=lambda p95: _deadline_cap(run, est, catalog, p95, poll, alone()))
+        choice = choose.spot_policy(run, est, catalog, **poll, deadline_cap=deadline_cap)
         # the run as one job: the simulation at the cap set when that cap neither splits the run into a chain
         # (the simulation counts a chain's restarts as work) nor leaves out a policy
         one_job = choice if est.segments.segments <= 1 and not choice.left_out else alone()
-    finish = finish_cap_usd(est.segments, one_job.p95_usd) if est.segments.chain_costs else math.inf
+    finish = _finish_cap(est, one_job)
     section = dataclasses.replace(choice.section, p95_finish_cap_usd=finish if finish < math.inf else None,
-                                  p95_finish_policy=one_job.section.chosen, p95_one_job_usd=round(one_job.p95_usd, 2))
+                                  p95_finish_policy=one_job.section.chosen, p95_one_job_usd=round(one_job.p95_usd, 2),
+                                  deadline_cap_usd=named[-1] if named else None)
     warnings = [*est.warnings, *choice.warnings, *_under_finish_cap(run.max_usd, finish, section)]
     return dataclasses.replace(est, spot_policy=section, warnings=warnings)
+
+
+def _finish_cap(est: Estimate, one_job: choose.PolicyChoice) -> float:
+    """The P95 finish cap of `one_job`'s P95 bill on the estimate's chain (inf without a chain to plan it on)."""
+    return finish_cap_usd(est.segments, one_job.p95_usd) if est.segments.chain_costs else math.inf
 
 
 def _under_finish_cap(cap_usd: float, finish_usd: float, section: SpotPolicy) -> list[str]:
     """A warning when the cap set is under the cap to set (the P95 finish cap): the run is accepted (its chain
     finishes uninterrupted) but a run billed the P95 stops OverBudget before it finishes, naming a larger cap (a
-    new user set a cap a cent under the figure they were told, with no word)."""
+    new user set a cap a cent under the figure they were told, with no word). With a deadline warning's cap (at
+    least the finish cap), that one is the cap to set: one figure across the warnings and the summary."""
+    deadline = section.deadline_cap_usd
+    if deadline is not None:
+        return [] if cap_usd >= deadline else [
+            f"budget.max_usd=${cap_usd:,.2f} is under the cap to set, ${deadline:,.2f}: set ${deadline:,.2f} or "
+            "more to meet the deadline (the estimate then chooses a policy that meets it) and to finish at its P95 "
+            "bill (the spot policy's last line)"]
     if finish_usd == math.inf or cap_usd >= finish_usd:
         return []
     return [f"budget.max_usd=${cap_usd:,.2f} is under the cap to set, ${finish_usd:,.2f}: a run billed "

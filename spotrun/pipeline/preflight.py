@@ -18,6 +18,7 @@ from botocore.exceptions import ClientError
 
 from ..contract.aws_text import TAG_VALUE_MAX, aws_text_ok
 from ..contract.spec import RunSpec, RunValidationError
+from ..contract.strict_json import show
 from ..seams import RUN_RECORD
 
 QUOTA_SERVICE = "sagemaker"
@@ -60,7 +61,7 @@ def write_run_record(record: dict, s3_client: Any, bucket: str, prefix: str, exe
         if earlier != record:
             raise RunValidationError("execution", execution,
                                      f"a new execution name: s3://{bucket}/{prefix}{RUN_RECORD} already records "
-                                     f"another run ({earlier.get('run')!r}) under this one") from None
+                                     f"another run ({show(earlier.get('run'))}) under this one") from None
 
 
 def check_resume(record: dict, s3_client: Any, bucket: str, prefix: str, resume_from: str) -> None:
@@ -76,7 +77,7 @@ def check_resume(record: dict, s3_client: Any, bucket: str, prefix: str, resume_
         if differ:
             raise RunValidationError("checkpoint.resume_from", resume_from,
                                      f"an execution trained on the same {what}: {differ[0]} was "
-                                     f"{earlier.get(differ[0])!r}, this run has {record[differ[0]]!r}")
+                                     f"{show(earlier.get(differ[0]))}, this run has {show(record[differ[0]])}")
 
 
 def check_before_creating(run: RunSpec, quotas_client: Any, execution_status: Any, est: Any) -> None:
@@ -123,7 +124,7 @@ def check_resumable(run: RunSpec, name: str, found: tuple[str, str | None] | Non
                                  "running and writing its checkpoints: stop it first, or wait)")
     if run_name != run.name:
         raise RunValidationError("checkpoint.resume_from", name, f"an execution of run {run.name} (this one ran "
-                                 f"{run_name!r})")
+                                 f"{show(run_name)})")
 
 
 def check_quota(quotas_client: Any, instance_type: str, count: int, spot: bool) -> None:

@@ -30,6 +30,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from ..contract.refusal import Refusal
+from ..contract.strict_json import show
 from ..seams import (
     EXECUTION_TAG,
     PREPARE_MARKER,
@@ -113,10 +114,10 @@ def tokenizer_objects(s3: Any, uri: str) -> list[dict]:
                     for o in list_objects(s3, bucket, prefix) if not o["Key"].endswith(WEIGHT_SUFFIXES)
                     and not o["Key"].endswith("model.safetensors.index.json")), key=lambda o: o["key"])
     if not any(o["key"] in ("tokenizer.json", "tokenizer_config.json") for o in found):
-        raise PreparationRefused("model.source", f"model.source={uri!r} has no tokenizer.json or "
+        raise PreparationRefused("model.source", f"model.source={show(uri)} has no tokenizer.json or "
                                  "tokenizer_config.json: preparing raw data.source needs the model's tokenizer")
     if len(found) > MAX_TOKENIZER_FILES:
-        raise PreparationRefused("model.source", f"model.source={uri!r} holds {len(found)} files besides the "
+        raise PreparationRefused("model.source", f"model.source={show(uri)} holds {len(found)} files besides the "
                                  f"weights: expected a model directory (at most {MAX_TOKENIZER_FILES})")
     return found
 
@@ -271,7 +272,7 @@ def resolve(run: Any, s3: Any, *, bucket: str, settings: PreparationSettings, ca
                                  "data.validation")
     model = run.model.source
     if not model or not model.startswith("s3://"):
-        raise PreparationRefused("model.source", f"model.source={model!r}: raw data.source ({source}) is prepared "
+        raise PreparationRefused("model.source", f"model.source={show(model)}: raw data.source ({source}) is prepared "
                                  "with the model's tokenizer: expected an s3:// model directory under models/")
     tokenizer = tokenizer_objects(s3, model)
     fraction = float(run.data.validation_fraction or 0.0)
@@ -289,7 +290,7 @@ def resolve(run: Any, s3: Any, *, bucket: str, settings: PreparationSettings, ca
                                        instance_count=int(ours["instance_count"]))
         return done
     if prepared:
-        raise PreparationRefused("data.source", f"data.source={source!r}: the preparation job "
+        raise PreparationRefused("data.source", f"data.source={show(source)}: the preparation job "
                                  f"{prepared.get('job_name')} finished but s3://{bucket}/{prefix} is not complete "
                                  "(no marker with its key): the raw objects or the tokenizer changed meanwhile?")
     rate = processing_rate(catalog, region, settings.instance_type)
@@ -341,7 +342,7 @@ def plan_step(run: Any, s3: Any, *, pipeline: Any, settings: PreparationSettings
 
 def prepare_message(run: Any, job: Preparation) -> str:
     """The Prepare answer's message for a preparation of raw data."""
-    return (f"data.source={run.data.source!r} is raw text ({job.files} file(s)): preparing it with "
+    return (f"data.source={show(run.data.source)} is raw text ({job.files} file(s)): preparing it with "
             f"{job.instance_count} x {job.instance_type} (processing job {job.job_name}, MaxRuntime "
             f"{job.max_runtime_seconds} s, at most ${job.usd_per_hour * job.max_runtime_seconds / 3600:.2f}) into "
             f"{job.output_uri}")

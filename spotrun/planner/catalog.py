@@ -20,6 +20,16 @@ CATALOG_PATH = Path(__file__).with_name("catalog.json")
 PRICES_DIR = Path(__file__).with_name("prices")  # the regions' snapshots (spotrun/planner/pricing.py)
 
 
+def share_done(fraction: float) -> str:
+    """A share of the work done, never rounded up to 100% while some is left (a refusal read "100% of the training"
+    with another job needed): whole percents, one decimal from 99%."""
+    if fraction >= 1:
+        return "100%"
+    if fraction < 0.99:
+        return f"{math.floor(fraction * 100)}%"
+    return f"{math.floor(fraction * 1000) / 10:.1f}%"
+
+
 def usd(amount: float) -> str:
     """A dollar amount for people: cents from $1 (`$1,234.50`), two significant digits below it, so that a cap of
     $0.001 never reads $0.00 (`$0.001`, `$0.012`, `$0.50`)."""

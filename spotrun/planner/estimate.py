@@ -51,9 +51,10 @@ from dataclasses import dataclass, replace
 
 from ..contract.refusal import Refusal
 from ..contract.spec import MAX_RUNTIME_LIMIT_S, LoraSpec, RunSpec, RunValidationError
+from ..contract.strict_json import show
 from ..seams import SegmentPlan, StopNotice
 from ..settings.wire import flatten
-from .catalog import CATALOG_PATH, DEFAULT_PRICE_REGION, check_prices, load_catalog, regional_catalog, usd
+from .catalog import CATALOG_PATH, DEFAULT_PRICE_REGION, check_prices, load_catalog, regional_catalog, share_done, usd
 from .memory import ModelDims, checkpoint_bytes, training_state_bytes
 from .options import (
     LayoutPlanner,
@@ -66,8 +67,9 @@ from .options import (
     segment_plan,
     startup_seconds,
 )
-from .outputs import Estimate, first_segment_seconds, format_text, trainer_settings
+from .outputs import Estimate, check_hyperparameters, first_segment_seconds, format_text, trainer_settings
 from .params import Shape, lora_parameters, shape_of
+from .segments import uncapped_cost_usd
 from .topology import layouts
 
 # The planner's names, wherever they are defined (spotrun/planner/catalog.py, options.py, outputs.py).
@@ -98,7 +100,7 @@ def count_parameters(run: RunSpec, model_config: dict | None) -> tuple[int, int,
                                   field="training.method")
         return run.model.parameters, run.model.parameters, None
     if config is None:
-        raise EstimateRefused("InvalidRun", f"model.source={run.model.source!r}: its config.json could not be read",
+        raise EstimateRefused("InvalidRun", f"model.source={show(run.model.source)}: its config.json could not be read",
                               field="model.source")
     try:
         shape = shape_of(config)
@@ -174,21 +176,24 @@ def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | 
         advice.append("spot saves under 10% here once interruptions are counted: on-demand (compute.spot=false) "
                       "costs about the same without the interruptions")
 
-    chosen_cost = seg.spot_cost_usd if seg.fits else best.spot if run.compute.spot else best.on_demand
+    # the chain's expected bill, as the cost row shows it: at this cap, or (refused) where no cap binds
+    chosen_cost = seg.spot_cost_usd if seg.fits else uncapped_cost_usd(seg)
     if chosen_cost > run.max_usd and run.training.method != "lora":  # before the Estimate: it is not changed after
         advice.append(_lora_alternative(run, catalog, model_config, data_tokens, recorded_rates))
     est = _build(run, catalog, work, best, planner.per_rank, (util, util_source), max_runtime, seg, advice,
                  warnings)
-    if chosen_cost > run.max_usd:  # a spot run names the cap its chain needs (more than the spot estimate)
-        smallest = f"; the smallest cap whose chain finishes is {usd(seg.min_cap_usd)}" if run.compute.spot and \
+    check_hyperparameters(est.hyperparameters)  # invalid input wins over the budget: the run must change anyway
+    market = "spot" if run.compute.spot else "on-demand"
+    if chosen_cost > run.max_usd:  # names the cap its chain needs (more than the estimate)
+        smallest = f"; the smallest cap whose chain finishes is {usd(seg.min_cap_usd)}" if \
             seg.min_cap_usd and seg.min_cap_usd > run.max_usd else ""
-        raise EstimateRefused("OverBudget", f"estimated {usd(chosen_cost)} exceeds budget.max_usd={usd(run.max_usd)} "
-                              f"({best.fit.layout.describe()}, {(best.wall + best.overhead) / 3600:.1f} h){smallest}",
-                              est, field="budget.max_usd")
+        raise EstimateRefused("OverBudget", f"estimated {usd(chosen_cost)} ({market}) exceeds budget.max_usd="
+                              f"{usd(run.max_usd)} ({best.fit.layout.describe()}, "
+                              f"{(best.wall + best.overhead) / 3600:.1f} h){smallest}", est, field="budget.max_usd")
     if not seg.fits:
         raise EstimateRefused("OverBudget", f"budget.max_usd={usd(run.max_usd)} cannot carry the run "
                               f"({best.fit.layout.describe()}, {(best.wall + best.overhead) / 3600:.1f} h, estimated "
-                              f"{usd(chosen_cost)}): {seg.line}", est, field="budget.max_usd")
+                              f"{usd(chosen_cost)} {market}): {seg.line}", est, field="budget.max_usd")
     return est
 
 
@@ -200,8 +205,8 @@ def _count_work(run: RunSpec, defaults: dict, model_config: dict | None, data_to
     total, trainable, shape = count_parameters(run, model_config)
     tokens_per_epoch = run.data.tokens if run.data.tokens is not None else data_tokens
     if not tokens_per_epoch:
-        raise EstimateRefused("InvalidRun", f"data.source={run.data.source!r}: no token count (give data.tokens, or "
-                              "point data.source at prepared shards with an index.json)",
+        raise EstimateRefused("InvalidRun", f"data.source={show(run.data.source)}: no token count (give data.tokens, "
+                              "or point data.source at prepared shards with an index.json)",
                               field="data.source")
     tokens = tokens_per_epoch * run.training.epochs
     if validation_tokens is None and run.data.validation_fraction:
@@ -236,7 +241,7 @@ def _candidates(run: RunSpec, catalog: dict) -> tuple[list[str], Iterable[int]]:
     c = run.compute
     if c.instance_type != "auto":
         if c.instance_type not in catalog["instances"]:
-            raise EstimateRefused("InvalidRun", f"compute.instance_type={c.instance_type!r} is not in the catalog: "
+            raise EstimateRefused("InvalidRun", f"compute.instance_type={show(c.instance_type)} is not in the catalog: "
                                   f"accepted {', '.join(sorted(catalog['instances']))} or auto",
                                   field="compute.instance_type")
         candidates = [c.instance_type]
@@ -322,7 +327,7 @@ def _limits(run: RunSpec, defaults: dict, best: Option) -> tuple[int, list[str]]
     warnings = []
     if expected_wall > MAX_RUNTIME_LIMIT_S:
         warnings.append(f"the run needs about {expected_wall / 86400:,.1f} days: SageMaker stops it at 28 days "
-                        f"(about {MAX_RUNTIME_LIMIT_S / expected_wall:.0%} of the training; accepted by "
+                        f"(about {share_done(MAX_RUNTIME_LIMIT_S / expected_wall)} of the training; accepted by "
                         "compute.accept_max_runtime_stop)")
     elif d["max_runtime_factor"] * expected_wall > MAX_RUNTIME_LIMIT_S:
         warnings.append(f"MaxRuntime is capped at SageMaker's 28 days: {MAX_RUNTIME_LIMIT_S / expected_wall:.2f}x "

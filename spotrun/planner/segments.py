@@ -31,7 +31,7 @@ import math
 from dataclasses import asdict, dataclass
 
 from ..seams import SegmentPlan, StopNotice
-from .catalog import usd
+from .catalog import share_done, usd
 
 STOP_BILL_S = StopNotice.NOTICE_S  # a stop (StopTrainingJob, MaxRuntime) bills until the container exits
 MAX_SEGMENTS = 99  # a longer chain spends more on restarts than it is worth: refused (`-99od`: 5 characters)
@@ -113,7 +113,8 @@ def plan_chain(*, cap_usd: float, spent_usd: float, work_s: float, costs: ChainC
         progress = min(left, max(costs.step_s, 1.0))  # at least a step (or the rest)
         if segments >= MAX_SEGMENTS or (max_rt < rest and trains < progress):
             need = min(rest, int(math.ceil(start + progress + costs.save_s + SEGMENT_END_MARGIN_S)))
-            return Chain(False, segments, first_rt, math.inf, round(1 - left / work_s, 4), max(0, max_rt), need)
+            reached = math.floor((1 - left / work_s) * 1e4) / 1e4  # floored: never 1.0 with work left
+            return Chain(False, segments, first_rt, math.inf, reached, max(0, max_rt), need)
         segments += 1
         first_rt = first_rt or max_rt
         trained = min(left, trains)
@@ -152,14 +153,14 @@ def smallest_cap(*, spent_usd: float, work_s: float, costs: ChainCosts, first: b
     return high_c / 100
 
 
-def chain_refusal(chain: Chain, cap_usd: float, smallest: float, costs: ChainCosts,
-                  basis: str = "the expected (spot) bill") -> str:
-    """Why no chain fits, with the numbers (`basis`: what the chain's bills were taken at)."""
+def chain_refusal(chain: Chain, cap_usd: float, smallest: float, costs: ChainCosts, spot: bool = True) -> str:
+    """Why no chain fits, with the numbers (`spot`: the chain's jobs bill the spot share, else on-demand rates)."""
+    basis = "the expected (spot) bill" if spot and costs.spot_fraction < 1.0 else "the on-demand bill"
     return (f"no chain of jobs fits ${cap_usd:,.2f}: while a job runs its bill is bounded at on-demand rates "
             f"(${costs.usd_per_s * 3600:,.2f}/h), so each job may run only what the cap leaves at those rates, "
-            f"less the {STOP_BILL_S:.0f} s a stop bills; after {chain.segments} job(s) and {chain.reached:.0%} of the "
-            f"training at {basis}, the room left ({chain.room_left_s:,} s) is under the "
-            f"{chain.needed_s:,} s the next job needs (its start, one step or the rest, its save and a "
+            f"less the {STOP_BILL_S:.0f} s a stop bills; after {chain.segments} job(s) and "
+            f"{share_done(chain.reached)} of the training at {basis}, the room left ({chain.room_left_s:,} s) is "
+            f"under the {chain.needed_s:,} s the next job needs (its start, one step or the rest, its save and a "
             f"{SEGMENT_END_MARGIN_S} s margin); the smallest cap whose chain finishes is ${smallest:,.2f}")
 
 
@@ -208,6 +209,13 @@ def one_job_cap_usd(segments: SegmentPlan) -> float:
         return math.inf
     cap = math.ceil(round((rest + STOP_BILL_S) * costs.usd_per_s * 100, 6)) / 100
     return cap if segments_at(segments, cap) == 1 else cap + 0.01  # a MaxRuntime floored a second short
+
+
+def uncapped_cost_usd(segments: SegmentPlan) -> float:
+    """The expected chain's bill with no cap binding (one job, or SageMaker's longest jobs): what an accepted
+    estimate's cost row shows at a cap that carries the run as one job, and what a refusal quotes."""
+    return plan_chain(cap_usd=math.inf, spent_usd=0.0, work_s=segments.work_seconds,
+                      costs=ChainCosts(**segments.chain_costs), first=True).cost_usd
 
 
 def segments_at(segments: SegmentPlan, cap_usd: float) -> int:

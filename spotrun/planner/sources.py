@@ -179,8 +179,10 @@ def read_sources(run: RunSpec, s3_client: Any = None, *, offline: bool = False) 
             out.notes.append(f"read model.source's config.json ({run.model.source})")
         except _Unreadable as exc:
             if not (offline and run.model.config is not None):
+                inline = "; to estimate without reading it, give model.config (a copy of its config.json), as " \
+                    "examples/runs/ do" if offline else ""
                 raise RunValidationError("model.source", run.model.source,
-                                         f"a readable model directory with config.json ({exc})") from None
+                                         f"a readable model directory with config.json ({exc}){inline}") from None
             out.notes.append(f"not checked: model.source ({exc}); planned with the inline model.config")
     index = None
     if run.data.source is not None:

@@ -279,7 +279,12 @@ def policy_text(section: SpotPolicy | None) -> str:
         out = "  left out: P95 over the cap" if r["label"] in left_out else ""
         lines.append(f"{mark} {r['label']:<30} {r['mean_usd']:>10,.2f} {r['p50_usd']:>10,.2f} {r['p95_usd']:>10,.2f} "
                      f"{met:>11} {r['mean_lost_h']:>7.2f}{out}")
-    if section.p95_finish_cap_usd is not None:  # the cap under which a run billed its P95 can strand
+    if section.deadline_cap_usd is not None:  # the deadline warning's cap, at least the finish cap
+        lines.append(f"  the cap to set: ${section.deadline_cap_usd:,.2f} or more: the estimate then chooses a "
+                     "policy that meets the deadline (the deadline warning's cap), and a run billed "
+                     f"{section.p95_finish_policy}'s P95 finishes (its P95 finish cap: "
+                     f"${section.p95_finish_cap_usd:,.2f})")
+    elif section.p95_finish_cap_usd is not None:  # the cap under which a run billed its P95 can strand
         lines.append(f"  the cap to set: ${section.p95_finish_cap_usd:,.2f} or more finishes at "
                      f"{section.p95_finish_policy}'s P95 bill (${section.p95_one_job_usd:,.2f} as one job), "
                      "with the chain's restarts and the last job's room at on-demand rates")

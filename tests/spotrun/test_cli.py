@@ -200,7 +200,7 @@ def test_a_source_config_the_planner_cannot_count_names_the_source(tmp_path, cap
                                "data": {"tokens": 10**6, "seq_len": 128}, "budget": {"max_usd": 10}}))
     assert main(["estimate", "--format", "json", str(run)]) == 2
     out = json.loads(capsys.readouterr().out)
-    assert out["field"] == "model.source" and "model.config.tie_word_embeddings='false'" in out["message"]
+    assert out["field"] == "model.source" and "model.config.tie_word_embeddings=\"false\"" in out["message"]
 
 
 def test_estimate_prices_in_the_region_it_names_and_refuses_a_region_without_prices(capsys):
@@ -215,7 +215,7 @@ def test_estimate_prices_in_the_region_it_names_and_refuses_a_region_without_pri
     assert not any(n.startswith("not checked") for n in doc["not_checked"])  # the heading is not repeated
     # The Lambda refuses a stage in a region the catalog has no prices for; the CLI does the same, by name.
     assert main(["estimate", "--region", "eu-west-1", example]) == EXIT_INVALID
-    assert "region='eu-west-1' is invalid: expected a region the catalog has prices for: us-east-1" in \
+    assert 'region="eu-west-1" is invalid: expected a region the catalog has prices for: us-east-1' in \
         capsys.readouterr().err
 
 

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from spotrun.contract.refusal import Refusal
 from spotrun.contract.spec import RunValidationError, decode_run, parse_run
+from spotrun.contract.strict_json import show
 from spotrun.planner.estimate import EstimateRefused, estimate
 
 EXAMPLES = sorted(Path(__file__).resolve().parents[2].joinpath("examples", "runs").glob("*.json"))
@@ -125,7 +126,7 @@ def test_wrong_value_names_exactly_its_field(path, value):
     with pytest.raises(RunValidationError) as err:
         parse_run(raw)
     assert err.value.field == ".".join(path)
-    assert repr(value)[:20] in str(err.value)
+    assert show(value)[:20] in str(err.value)
 
 
 @pytest.mark.parametrize("mutate, field", [
@@ -195,12 +196,12 @@ def _refused(raw) -> RunValidationError:
 
 
 @pytest.mark.parametrize("mutate, field, says", [
-    (lambda r: r.update(name="tiny\n"), "name", "'tiny\\n'"),  # anchored: a trailing newline is refused
+    (lambda r: r.update(name="tiny\n"), "name", '"tiny\\n"'),  # anchored: a trailing newline is refused
     (lambda r: r.update(version=1.0), "version", "the integer 1"),
     (lambda r: r.update(tags={"project": "mine"}), "tags.project", "pipeline sets these"),
     (lambda r: r.update(tags={"Cost-Center": "x"}), "tags.Cost-Center", "pipeline sets these"),
     (lambda r: r.update(tags={"team": "a*b"}), "tags.team", "_.:/=+-@"),
-    (lambda r: r.update(tags={"emoji\U0001F600": "v"}), "tags.'emoji\U0001F600'", "tag key"),
+    (lambda r: r.update(tags={"emoji\U0001F600": "v"}), 'tags."emoji\U0001F600"', "tag key"),
     (lambda r: r.update(tags={f"t{i}": "v" for i in range(44)}), "tags", "at most 43"),
     (lambda r: r["model"]["config"].update(pad="x" * 2500), "model.config", "this one has 2,"),
     (lambda r: r["model"].pop("init"), None, None),  # a shape alone parses (estimates); the pipeline refuses it
@@ -239,8 +240,8 @@ def test_lora_alpha_and_dropout_are_read():
     ('{"name": "x"}'.encode("utf-16"), "run", "UTF-16"),
     (b'{"name": "\xff"}', "run", "byte 10 is not UTF-8"),
     (b'{"name": "\\ud800"}', "name", "lone surrogate"),
-    (b'{"line\\nbreak": ' + b'"' + b"x" * 100 + b'"}', "'line\\nbreak'", "no such field"),
-    (b'{"' + b"k" * 100_000 + b'": 1}', "'kkkk", "at most 256 characters"),
+    (b'{"line\\nbreak": ' + b'"' + b"x" * 100 + b'"}', '"line\\nbreak"', "no such field"),
+    (b'{"' + b"k" * 100_000 + b'": 1}', '"kkkk', "at most 256 characters"),
     (b" " * (256 * 1024 + 1), "run", "at most 262,144 bytes"),
 ])
 def test_any_bytes_give_one_line_naming_the_field(data, field, says):

@@ -356,7 +356,7 @@ def test_an_interruption_beyond_the_runs_steps_is_refused_before_it_starts(tmp_p
 
 def test_an_interruption_at_a_time_past_the_plan_is_refused_before_it_starts(tmp_path, capsys, assets, datasets):
     err = _local(tmp_path, capsys, _run(str(assets["model"]), str(datasets["split"])), "--interrupt-at", "99999s")
-    assert err.startswith("error: InvalidRun: --interrupt-at='99999s' is invalid: expected seconds after the start "
+    assert err.startswith('error: InvalidRun: --interrupt-at="99999s" is invalid: expected seconds after the start '
                           "below "), err
     max_runtime = int(err.split("below ")[1].split("s,")[0])
     assert 0 < max_runtime < 99999 and "the plan's MaxRuntime" in err
@@ -388,7 +388,7 @@ def test_a_trace_speedup_without_a_trace_is_refused_not_ignored(tmp_path, capsys
 def test_other_argument_errors_are_one_line_too(capsys):
     for argv, says in ((["local", "run.json", "--out", "-x"], "--out='-x' is invalid: a value starting with '-' is "
                         "read as a flag; write --out=-x"),
-                       (["local", "run.json", "--nproc", "two"], "argument --nproc: invalid int value: 'two'"),
+                       (["local", "run.json", "--nproc", "two"], "--nproc='two' is invalid: expected a whole number"),
                        (["estmate", "run.json"], "invalid choice: 'estmate'"),
                        (["local", "run.json", "--interrupt-at"], "--interrupt-at needs a value (STEP|SECONDSs)")):
         with pytest.raises(SystemExit) as done:

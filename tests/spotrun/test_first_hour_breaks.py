@@ -65,7 +65,7 @@ def test_keep_best_without_an_eval_cadence_is_refused_naming_the_fields(tmp_path
     """Without every_steps or every_minutes the trainer evaluates only before the first step and at the end: no
     best checkpoint is ever kept, and export.from=best would export the last weights under the name of the best."""
     run = _with(eval={"keep_best": True}, export={"from": "best"}, data={"validation_fraction": 0.1})
-    _refused_alike(tmp_path, capsys, monkeypatch, run, "eval.keep_best", "eval.keep_best=True is invalid",
+    _refused_alike(tmp_path, capsys, monkeypatch, run, "eval.keep_best", "eval.keep_best=true is invalid",
                    "eval.every_steps or eval.every_minutes")
     for cadence in ({"every_steps": 50}, {"every_minutes": 30}):  # either cadence: accepted
         code, doc = _cli(tmp_path, capsys, "estimate", _with(eval={"keep_best": True, **cadence},
@@ -77,13 +77,14 @@ def test_keep_best_without_an_eval_cadence_is_refused_naming_the_fields(tmp_path
 
 
 @pytest.mark.parametrize("argv, field, says", [
-    (["estimate", "--format", "json", "run.json", "--nope"], None, "unrecognized arguments: --nope"),
-    (["local", "run.json", "--format=json", "--nproc", "two"], "--nproc", "invalid int value: 'two'"),
+    (["estimate", "--format", "json", "run.json", "--nope"], "--nope", "unrecognized arguments: --nope"),
+    (["local", "run.json", "--format=json", "--nproc", "two"], "--nproc",
+     "--nproc='two' is invalid: expected a whole number"),
     (["local", "run.json", "--format", "json", "--interrupt-at", "-5s"], "--interrupt-at",
      "--interrupt-at='-5s' is invalid: expected a step "),
     (["validate", "--format", "json"], None, "the following arguments are required: runs"),
     (["estmate", "--format", "json", "run.json"], None, "invalid choice: 'estmate'"),
-    (["simulate", "run.json", "--format", "json", "--n", "x"], "--n", "invalid int value: 'x'"),
+    (["simulate", "run.json", "--format", "json", "--n", "x"], "--n", "--n='x' is invalid: expected a whole number"),
 ])
 def test_argument_errors_under_format_json_are_one_json_document_with_the_same_exit_code(capsys, argv, field, says):
     with pytest.raises(SystemExit) as done:
@@ -202,7 +203,7 @@ def test_a_bare_hub_name_that_is_no_local_directory_gets_a_did_you_mean(tmp_path
         main([command, str(path), "--format", "json"])
     doc = json.loads(capsys.readouterr().out)
     assert (doc["error"], doc["field"]) == ("InvalidRun", "model.source"), doc
-    assert doc["message"].startswith("model.source='Qwen/Qwen2-0.5B' is invalid: "), doc
+    assert doc["message"].startswith('model.source="Qwen/Qwen2-0.5B" is invalid: '), doc
     assert "did you mean hf://Qwen/Qwen2-0.5B" in doc["message"] and str(tmp_path / "Qwen" / "Qwen2-0.5B") in \
         doc["message"], doc
 
@@ -283,7 +284,7 @@ def test_a_stage_the_checkout_does_not_list_is_named_with_the_ones_it_does(tmp_p
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1 and "NoRegionError" not in err, err
     listed = ", ".join(env.stage for env in ENVIRONMENTS)
-    assert "'prd'" in err and f"stacks/config.py lists {listed}" in err and "--region" in err, err
+    assert '"prd"' in err and f"stacks/config.py lists {listed}" in err and "--region" in err, err
 
 
 def test_a_cap_under_the_cap_to_set_is_accepted_with_a_warning_naming_it(tmp_path, capsys):

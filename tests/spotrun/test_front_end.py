@@ -70,7 +70,7 @@ def test_relative_sources_are_read_relative_to_the_run_file_not_the_cwd(tmp_path
     (runs / "run.json").write_text(json.dumps(run))
     assert main(["estimate", "--format", "json", str(runs / "run.json")]) == 2
     doc = json.loads(capsys.readouterr().out)
-    assert doc["field"] == "data.source" and "/runs/missing' is invalid" in doc["message"]  # absolute
+    assert doc["field"] == "data.source" and '/runs/missing" is invalid' in doc["message"]  # absolute
 
 
 def _example_with(tmp_path: Path, section: str, **values) -> Path:
@@ -85,7 +85,7 @@ def test_validate_refuses_an_instance_type_the_catalog_does_not_have(tmp_path, c
     path = _example_with(tmp_path, "compute", instance_type="ml.zz9.xlarge")
     assert main(["validate", str(path)]) == 2
     err = capsys.readouterr().err
-    assert "InvalidRun: compute.instance_type='ml.zz9.xlarge' is invalid: expected auto or an instance type of " \
+    assert 'InvalidRun: compute.instance_type="ml.zz9.xlarge" is invalid: expected auto or an instance type of ' \
            "spotrun's catalog: " in err and "ml.g5.xlarge" in err
     assert main(["estimate", "--format", "json", str(path)]) == 2
     assert json.loads(capsys.readouterr().out)["field"] == "compute.instance_type"

@@ -125,7 +125,7 @@ def test_a_run_record_is_created_once_and_another_runs_record_is_never_replaced(
     key = "checkpoints/tiny-run/exec-2/" + RUN_RECORD
     s3.put_object(Bucket="art-bucket", Key=key, Body=json.dumps({"run": "other-run"}).encode())
     refused = plan(copy.deepcopy(RUN), "exec-2", SETTINGS, s3_client=s3)
-    assert refused["field"] == "execution" and "another run ('other-run')" in refused["message"], refused
+    assert refused["field"] == "execution" and 'another run ("other-run")' in refused["message"], refused
     assert json.loads(s3.get_object(Bucket="art-bucket", Key=key)["Body"].read()) == {"run": "other-run"}
 
 
@@ -158,7 +158,7 @@ def test_resume_from_is_refused_when_model_or_data_differ_or_nothing_is_there(s3
 @pytest.mark.parametrize("found, says", [
     (None, "no execution has this name"),
     (("RUNNING", "tiny-run"), "still running"),
-    (("SUCCEEDED", "other-run"), "this one ran 'other-run'"),
+    (("SUCCEEDED", "other-run"), 'this one ran "other-run"'),
 ])
 def test_resume_from_names_only_an_ended_execution_of_the_same_run(s3, found, says):
     plan(copy.deepcopy(RUN), "exec-1", SETTINGS, s3_client=s3)

@@ -265,7 +265,7 @@ def test_offline_mode_uses_a_complete_copy_and_refuses_a_missing_one_in_one_line
     run_path.write_text(json.dumps(_run(f"hf://{REPO}@v2", str(assets["data"]))))
     with pytest.raises(RunValidationError) as err:
         load_run(run_path, tmp_path / "out" / "models", hub_endpoint=hub.endpoint, emit=lambda line: None)
-    assert str(err.value).startswith(f"model.source='hf://{REPO}@v2' is invalid: expected a hub model that can be "
+    assert str(err.value).startswith(f'model.source="hf://{REPO}@v2" is invalid: expected a hub model that can be '
                                      f"fetched (hf://{REPO}@v2: the hub could not be reached (OfflineModeIsEnabled")
     assert "\n" not in str(err.value) and len(hub.requests) == asked
 
@@ -291,5 +291,5 @@ def test_the_estimate_of_raw_text_with_a_hub_model_says_where_the_tokenizer_come
     (tmp_path / "run.json").write_text(json.dumps(run))
     assert main(["estimate", str(tmp_path / "run.json")]) == 2
     err = capsys.readouterr().err
-    assert "model.source='hf://tiny-org/tiny-llama' is invalid" in err and "the estimate never fetches a hub id" in err
+    assert 'model.source="hf://tiny-org/tiny-llama" is invalid' in err and "the estimate never fetches a hub id" in err
     assert "OUT/models/_hub/<org>/<name>/<revision>/" in err

@@ -78,7 +78,7 @@ def test_a_configuration_error_the_launcher_would_find_exits_2_before_the_job_di
 
 def test_resume_needs_a_job_and_not_a_run_file_too(capsys, tmp_path, assets):
     assert main(["local", "--resume", "nothing-here", "--out", str(tmp_path)]) == 2
-    assert "--resume='nothing-here'" in capsys.readouterr().err
+    assert '--resume="nothing-here"' in capsys.readouterr().err
     assert main(["local", _run_file(tmp_path, assets), "--resume", "x"]) == 2
 
 

@@ -56,7 +56,7 @@ def test_lora_on_named_modules_only():
 def test_unknown_lora_target_names_the_field():
     with pytest.raises(RunValidationError) as err:
         lora_parameters(shape_of(MISTRAL_7B), 8, ("q_proj", "query"))
-    assert err.value.field == "training.lora.target_modules" and "'query'" in str(err.value)
+    assert err.value.field == "training.lora.target_modules" and '"query"' in str(err.value)
 
 
 @pytest.mark.parametrize("config", [
@@ -83,11 +83,11 @@ def test_count_matches_what_transformers_builds(config):
 
 
 def test_unsupported_architecture_and_bad_sizes_name_the_field():
-    with pytest.raises(RunValidationError, match="model.config.model_type='falcon'"):
+    with pytest.raises(RunValidationError, match='model.config.model_type="falcon"'):
         shape_of({"model_type": "falcon"})
     with pytest.raises(RunValidationError, match="model.config.hidden_size=-1 is invalid: expected a positive"):
         shape_of({**LLAMA2_7B, "hidden_size": -1})
-    with pytest.raises(RunValidationError, match="model.config.vocab_size=None"):
+    with pytest.raises(RunValidationError, match="model.config.vocab_size=null"):
         shape_of({k: v for k, v in LLAMA2_7B.items() if k != "vocab_size"})
 
 

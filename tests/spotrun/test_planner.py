@@ -211,7 +211,7 @@ def test_spot_that_saves_little_is_advised_against():
     ({"model": {"parameters": 10_000_000_000}}, "the model fits no layout tried: the largest, 16 x ml.a1.big, "
                                                 "hybrid sharding: shard groups of 1 node(s) (4 GPUs), 16 replicas, "
                                                 "needs 40.00 GB (state 40.00 + gathered 0.00"),
-    ({"compute": {"instance_type": "ml.zz.huge"}}, "compute.instance_type='ml.zz.huge' is not in the catalog"),
+    ({"compute": {"instance_type": "ml.zz.huge"}}, 'compute.instance_type="ml.zz.huge" is not in the catalog'),
     ({"model": {"parameters": 2_000_000_000}, "compute": {"instance_type": "ml.a1.small"}},
      "compute.instance_type=ml.a1.small: the model fits no layout tried"),
     ({"training": {"method": "lora", "lora": {"rank": 8}}}, "needs the model's shape"),
