@@ -85,12 +85,10 @@ def mlflow_config(run: RunSpec, execution: str) -> dict[str, str]:
             "MlflowRunName": execution}
 
 
-def assemble(plan_run: RunSpec, est: Estimate, *, shape: str | None, steps: int, cap_usd: float,
-             admitted: Admitted, inputs: Inputs, ckpt_prefix: str, execution: str, started: str,
-             settings: PipelineSettings) -> dict:
+def assemble(plan_run: RunSpec, est: Estimate, *, shape: str | None, cap_usd: float, admitted: Admitted,
+             inputs: Inputs, ckpt_prefix: str, execution: str, started: str, settings: PipelineSettings) -> dict:
     """The plan (`Plan.to_json()`) of the planned run (the admitted run on its inputs) and its estimate with the
-    chosen spot policy; `steps`: the run's optimizer steps, as the planner counted them (spotrun/planner/stage.py
-    `Planned.steps`); `cap_usd`: the run's own cap (a preparation's bill is spent before the first job);
+    chosen spot policy; `cap_usd`: the run's own cap (a preparation's bill is spent before the first job);
     `ckpt_prefix`: the execution's checkpoint prefix (spotrun/pipeline/preflight.py `record_run`)."""
     catalog = admitted.catalog
     tracking = mlflow_config(plan_run, execution)
@@ -103,6 +101,7 @@ def assemble(plan_run: RunSpec, est: Estimate, *, shape: str | None, steps: int,
     startup = startup_seconds(catalog["defaults"])
     as_of = catalog["regions"][settings.region].get("as_of", "unknown date")
     upload_gb_per_s = est.upload_gb_per_s_available
+    steps = est.planned_steps  # the planner's count at data.seq_len
     full = est.to_json()
     result = Plan(
         status=PlanStatus.OK, run_name=plan_run.name, execution=execution, execution_started=started,

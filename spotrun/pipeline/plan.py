@@ -129,7 +129,7 @@ def plan(run_raw: Any, execution: str, settings: PipelineSettings, *, s3_client:
             return inputs.prepare
         prefix = record_run(done.run, execution, s3_client, settings.bucket, done.model_config, done.tokens,
                             est.parameters)
-        return assemble(done.run, est, shape=done.shape, steps=done.steps, cap_usd=run.max_usd, admitted=admitted,
+        return assemble(done.run, est, shape=done.shape, cap_usd=run.max_usd, admitted=admitted,
                         inputs=inputs, ckpt_prefix=prefix, execution=execution, started=started, settings=settings)
     except Refusal as exc:  # the contract, the stage's rules, the inputs, the planner or the preflight checks
         return exc.result(CONTRACT_KEYS)

@@ -14,25 +14,19 @@ from typing import Any
 from ..contract.spec import RunSpec
 from .estimate import Estimate, estimate
 from .measured import shape_key
-from .outputs import check_hyperparameters
 from .sources import read_sources, with_split
-
-# spotrun/settings/sections.py ModelConfig.source: the base an exported adapter names
-MODEL_SOURCE_PATH = "model.source"
 
 
 @dataclass(frozen=True)
 class Planned:
     """The planner's answer for one run: the run as planned (with the validation split its prepared data holds),
-    the estimate, what the run record is made of (the model's config, the data's tokens, the shape key) and the
-    run's optimizer steps at its data.seq_len (the plan's `planned_steps`: `Estimate.planned_steps`)."""
+    the estimate, and what the run record is made of (the model's config, the data's tokens, the shape key)."""
 
     run: RunSpec
     estimate: Estimate
     model_config: dict | None
     tokens: int | None
     shape: str | None
-    steps: int
 
 
 def planned(run: RunSpec, *, catalog: dict, s3_client: Any, rates: dict[str, float] | None,
@@ -47,11 +41,9 @@ def planned(run: RunSpec, *, catalog: dict, s3_client: Any, rates: dict[str, flo
     shape = shape_key(config) if config else None
     measured = mfu_lookup(shape, run.training.method) if (mfu_lookup and shape) else None
     est = estimate(run, catalog=catalog, model_config=sources.model_config, data_tokens=sources.tokens,
-                   recorded_rates=rates, recorded_mfu=measured, validation_tokens=sources.validation_tokens)
-    if base_name:
-        est = dataclasses.replace(est, hyperparameters={**est.hyperparameters, MODEL_SOURCE_PATH: base_name})
-    check_hyperparameters(est.hyperparameters)
-    return Planned(run, est, sources.model_config, sources.tokens, shape, est.planned_steps(run.data.seq_len))
+                   recorded_rates=rates, recorded_mfu=measured, validation_tokens=sources.validation_tokens,
+                   base_name=base_name)
+    return Planned(run, est, sources.model_config, sources.tokens, shape)
 
 
 def smallest_cap(run: RunSpec, tokens: int, *, catalog: dict, s3_client: Any) -> float:

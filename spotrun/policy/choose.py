@@ -54,12 +54,12 @@ ESTIMATE_TRACES = {"fitted": True}
 SYNTHETIC_TRACES = {"burst_p": 0.3, "droughts_per_day": 0.1, "drought_hours": (6.0, 80.0), "restart_wait_s": 600.0}
 
 
-def plan_from_estimate(est, catalog: dict, *, seq_len: int, deadline_s: float | None = None,
+def plan_from_estimate(est, catalog: dict, *, deadline_s: float | None = None,
                        spot_discount: float | None = None, poll_s: float = 60.0,
                        max_poll_s: float = 4 * 3600.0, on_demand_fallback: bool = True) -> SimPlan:
     """The simulator's plan for the estimate's layout. The restore (checkpoint download) is taken at the upload
-    rate; the step is grad_accum micro-batches; `seq_len`: the run's data.seq_len (the plan's planned steps, in
-    which the guard reads progress); `poll_s`, `max_poll_s`: the stage's cost-guard poll bounds
+    rate; the step is grad_accum micro-batches; the planned steps (in which the guard reads progress) are the
+    estimate's; `poll_s`, `max_poll_s`: the stage's cost-guard poll bounds
     (PipelineSettings.poll_seconds, max_poll_seconds); `on_demand_fallback`: the run's compute.on_demand_fallback."""
     d = catalog["defaults"]
     startup = startup_seconds(d)  # provisioning, data download and the image pull, at every start
@@ -86,7 +86,7 @@ def plan_from_estimate(est, catalog: dict, *, seq_len: int, deadline_s: float | 
                    max_wait_s=max_runtime + wait_allowance, max_runtime_s=max_runtime,
                    deadline_s=deadline_s, poll_s=poll_s,
                    max_poll_s=max(poll_s, max_poll_s), on_demand_fallback=on_demand_fallback,
-                   planned_steps=est.planned_steps(seq_len))
+                   planned_steps=est.planned_steps)
 
 
 def horizon_s(plan: SimPlan) -> float:
@@ -198,7 +198,7 @@ def spot_policy(run, est, catalog: dict, *, n: int = N_TRACES, seed: int = SEED,
     cap the warning names when the cap left out every policy meeting the deadline, from their lowest P95 here (by
     default that P95 rounded up to the cent; a cap's chain, so the P95, changes with the cap: the estimate step
     names one that holds, `spot_policy_at_caps`)."""
-    plan = plan_from_estimate(est, catalog, seq_len=run.data.seq_len, deadline_s=run.compute.deadline_s,
+    plan = plan_from_estimate(est, catalog, deadline_s=run.compute.deadline_s,
                               spot_discount=run.compute.spot_discount, poll_s=poll_s, max_poll_s=max_poll_s,
                               on_demand_fallback=run.compute.on_demand_fallback or not run.compute.spot)
     n = traces_for_estimate(plan, est.interruptions_per_hour, n)
