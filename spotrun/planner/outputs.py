@@ -1,6 +1,7 @@
 """The estimate the planner returns (`Estimate`; spotrun/planner/estimate.py builds it) and what it becomes: the
-settings the trainer is sent (`trainer_settings`, spotrun/settings/'s tree) within CreateTrainingJob's limits
-(`check_hyperparameters`) and the text `spotrun estimate` prints.
+settings the trainer is sent (`trainer_settings`, spotrun/settings/'s tree) as hyperparameters within
+CreateTrainingJob's limits (`hyperparameters`, `check_hyperparameters`), the run's optimizer steps
+(`planned_steps`) and the text `spotrun estimate` prints.
 """
 
 from __future__ import annotations
