@@ -65,7 +65,7 @@ def test_a_stages_tracking_servers_are_arns_or_urls_and_only_the_arns_get_permis
     for bad, says in (("arn:aws:sagemaker:us-east-1:123456789012:model/x", "expected the ARN of a SageMaker AI MLflow"),
                       ("https://user:pw@mlflow.example.com", "expected a URL without user:password@"),
                       ("mlflow", "expected an http(s):// URL of an MLflow tracking server, or the ARN")):
-        expected = f"mlflow_tracking_servers='{bad}' is invalid: {says}"
+        expected = f'mlflow_tracking_servers="{bad}" is invalid: {says}'
         with pytest.raises(ValueError, match="^" + re.escape(expected)):
             AccountConfig(**base, mlflow_tracking_servers=(bad,))
     with pytest.raises(ValueError, match=r"mlflow_tracking_servers=\['x'\] is invalid: expected a tuple"):
