@@ -10,7 +10,6 @@ checked and what it did not. Exit codes: spotrun/cli/exits.py (a refusal's code 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -22,6 +21,7 @@ from ..contract.hub_id import is_hub_id
 from ..contract.refusal import Refusal
 from ..contract.runfile import load_run_file
 from ..contract.spec import RunSpec, RunValidationError, parse_run
+from ..contract.strict_json import dumps as strict_dumps
 from ..local.pipeline import check_model_source_dir, check_raw_split, prepare_if_raw
 from ..pipeline.policy_stage import with_spot_policy
 from ..pipeline.validate import Target, check_catalog, check_target
@@ -279,7 +279,7 @@ def run_command(args: argparse.Namespace, *, plan: bool, cfn_client: Any = None,
                 _print_ok(path, checked)
         docs.append({"file": str(path), **doc})
     if args.format == "json":
-        print(json.dumps(docs[0] if len(docs) == 1 else docs, indent=2))
+        print(strict_dumps(docs[0] if len(docs) == 1 else docs, indent=2))
     return int(combined(codes))
 
 

@@ -22,6 +22,18 @@ MAX_DEPTH = 16  # HF configs nest 2-3 levels; deeper input is refused before any
 MAX_STRING = 4096  # no field of a run needs more (S3 URIs are <= 1,024)
 MAX_INT = 10**18  # integers beyond this are refused (a planner figure must stay a finite float)
 
+def dumps(value: Any, **options: Any) -> str:
+    """JSON text of what the CLI and the Lambdas emit: strict JSON (a non-finite float raises ValueError here
+    rather than printing NaN or Infinity, which strict parsers refuse)."""
+    return json.dumps(value, allow_nan=False, **options)
+
+
+def strict(value: Any) -> Any:
+    """`value` itself, once checked to encode as strict JSON (a Lambda's answer; the runtime encodes it)."""
+    dumps(value, default=str)
+    return value
+
+
 class _AsJson(reprlib.Repr):
     """reprlib's shortening, spelled as the run file spells values (JSON): "text", true, false, null, [..], 5000
     (a user wrote JSON; Python's 'text', True, None and 5000.0 were not theirs)."""

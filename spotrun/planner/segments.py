@@ -193,7 +193,8 @@ def plan_segments(*, cap_usd: float, usd_per_s: float, spot_fraction: float, run
                 f"expected interruptions is ${smallest:,.2f}")
     return SegmentPlan(segments=chain.segments, first_max_runtime_seconds=first, longest_seconds=longest_s,
                        min_segment_seconds=min_segment, overhead_seconds=overhead_s,
-                       overhead_fraction=round(overhead_fraction, 4), spot_cost_usd=chain.cost_usd,
+                       overhead_fraction=round(overhead_fraction, 4),
+                       spot_cost_usd=chain.cost_usd if chain.fits else None,  # no finite bill: null in JSON
                        on_demand_bound_usd=(run_seconds + STOP_BILL_S + warm_pool_s) * usd_per_s, fits=chain.fits,
                        line=line, spot_fraction=spot_fraction, min_cap_usd=smallest, chain_costs=asdict(costs),
                        work_seconds=work)

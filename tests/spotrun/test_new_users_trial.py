@@ -315,3 +315,27 @@ def test_refusals_spell_values_as_the_run_file_does(tmp_path, capsys, monkeypatc
     limited = dataclasses.replace(SETTINGS, max_usd_per_run=5000)
     out = _lambda(monkeypatch, _with(RUN, budget={"max_usd": 5_000_000}), limited)
     assert "budget.max_usd=5000000 is invalid" in out["message"], out
+
+
+# ---- a second trial (main ec4faf0): strict JSON, the refusal's figures, values as written -------------------------
+
+
+def _strict(text: str):
+    """Parse as a strict parser does: NaN and Infinity are not JSON."""
+    def refuse(token):
+        raise ValueError(f"not strict JSON: {token}")
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_an_over_budget_refusal_is_strict_json_from_the_cli_and_the_lambda(tmp_path, capsys, monkeypatch):
+    """`estimate --format json` of a refusal whose chain never fits printed `"spot_cost_usd": Infinity`."""
+    run = _with(RUN, budget={"max_usd": 0.001})
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(run))
+    assert main(["estimate", "--format", "json", str(path)]) == 3
+    doc = _strict(capsys.readouterr().out)
+    assert doc["error"] == "OverBudget" and doc["estimate"]["segments"]["fits"] is False, doc
+    assert doc["estimate"]["segments"]["spot_cost_usd"] is None, doc["estimate"]["segments"]
+    out = _lambda(monkeypatch, run)
+    assert out["status"] == "OverBudget", out
+    _strict(json.dumps(out))
