@@ -339,3 +339,20 @@ def test_an_over_budget_refusal_is_strict_json_from_the_cli_and_the_lambda(tmp_p
     out = _lambda(monkeypatch, run)
     assert out["status"] == "OverBudget", out
     _strict(json.dumps(out))
+
+
+def test_a_refusals_json_carries_the_figure_its_message_quotes_and_a_tiny_cap_as_given(tmp_path, capsys,
+                                                                                       monkeypatch):
+    """At a $0.001 cap the JSON's cost_usd.spot was 0.22 (the layout's bare cost) where the message said '$0.26
+    (spot)', and the chain's advice read 'no chain of jobs fits $0.00'."""
+    run = _with(RUN, budget={"max_usd": 0.001})
+    code, doc = _cli(tmp_path, capsys, "estimate", run)
+    assert code == 3, doc
+    quoted = re.search(r"estimated \$([0-9.,]+) \(spot\)", doc["message"])
+    assert quoted, doc["message"]
+    assert doc["estimate"]["cost_usd"]["spot"] == pytest.approx(float(quoted.group(1).replace(",", ""))), doc
+    texts = [doc["message"], *doc["estimate"]["advice"], doc["estimate"]["segments"]["line"]]
+    assert not [t for t in texts if "$0.00" in t.replace("$0.001", "")], texts
+    assert any("no chain of jobs fits $0.001" in t for t in texts), texts
+    out = _lambda(monkeypatch, run)
+    assert out["status"] == "OverBudget" and "$0.00:" not in out["message"], out
