@@ -356,3 +356,17 @@ def test_a_refusals_json_carries_the_figure_its_message_quotes_and_a_tiny_cap_as
     assert any("no chain of jobs fits $0.001" in t for t in texts), texts
     out = _lambda(monkeypatch, run)
     assert out["status"] == "OverBudget" and "$0.00:" not in out["message"], out
+
+
+def test_a_number_where_an_integer_goes_is_quoted_as_written(tmp_path, capsys, monkeypatch):
+    """`seq_len: 2048.0` was refused as 'data.seq_len=2048 is invalid: expected an integer', `tokens: 2e7` as
+    'data.tokens=20000000 ... expected an integer': the refusal contradicted itself."""
+    for field, written in (("seq_len", "2048.0"), ("tokens", "2e7")):
+        path = tmp_path / "run.json"
+        path.write_text(json.dumps(RUN).replace(f'"{field}": {RUN["data"][field]}', f'"{field}": {written}'))
+        for command in ("validate", "estimate"):
+            assert main([command, "--format", "json", str(path)]) == 2
+            doc = _strict(capsys.readouterr().out)
+            assert doc["message"].startswith(f"data.{field}={written} is invalid: expected an integer"), doc
+    out = _lambda(monkeypatch, _with(RUN, data={"seq_len": 2048.0}))  # the runtime's own parse: a float
+    assert out["message"].startswith("data.seq_len=2048.0 is invalid: expected an integer"), out
