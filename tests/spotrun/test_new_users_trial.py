@@ -370,3 +370,14 @@ def test_a_number_where_an_integer_goes_is_quoted_as_written(tmp_path, capsys, m
             assert doc["message"].startswith(f"data.{field}={written} is invalid: expected an integer"), doc
     out = _lambda(monkeypatch, _with(RUN, data={"seq_len": 2048.0}))  # the runtime's own parse: a float
     assert out["message"].startswith("data.seq_len=2048.0 is invalid: expected an integer"), out
+
+
+def test_an_empty_local_data_source_is_named_by_validate_and_estimate(tmp_path, capsys):
+    """An empty directory as data.source: `validate` said ok and `estimate` blamed model.source's tokenizer."""
+    (tmp_path / "empty").mkdir()
+    run = _with(RUN, data={"source": "empty"})
+    run["model"] = {"source": f"s3://{BUCKET}/models/m/", "config": run["model"]["config"]}
+    for command in ("validate", "estimate"):
+        code, doc = _cli(tmp_path, capsys, command, run)
+        assert (code, doc.get("field")) == (2, "data.source"), doc
+        assert "raw text files" in doc["message"] and "index.json" in doc["message"], doc
