@@ -182,6 +182,9 @@ def decode(cls: type, raw: Any, path: str = "") -> Any:
         value = holder.get(rule.at[-1])
         if value is None and (rule.optional or rule.at[-1] not in holder):
             values[rule.name] = None if rule.at[-1] in holder else rule.default_value(where)
+        elif value is None and not rule.required:  # null is "not given" only where the default is null
+            raise RunValidationError(where, None, f"{rule.accepted}; null is refused here: leave it out for its "
+                                     "default")
         else:
             values[rule.name] = rule.check(value, where)
     obj = cls(**values)

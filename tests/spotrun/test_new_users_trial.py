@@ -381,3 +381,20 @@ def test_an_empty_local_data_source_is_named_by_validate_and_estimate(tmp_path, 
         code, doc = _cli(tmp_path, capsys, command, run)
         assert (code, doc.get("field")) == (2, "data.source"), doc
         assert "raw text files" in doc["message"] and "index.json" in doc["message"], doc
+
+
+def test_a_null_section_is_refused_saying_to_leave_it_out_as_the_fields_page_says(tmp_path, capsys, monkeypatch):
+    """`compute: null` was refused as 'expected an object' while the run-fields page read as if null were the same
+    as leaving it out; the page and the refusal now say the same: null only where the default is null."""
+    page = (ROOT / "docs" / "run-fields.md").read_text()
+    assert "`null` there is refused" in " ".join(page.split()), "the page says what the contract does"
+    for section in ("compute", "checkpoint"):
+        run = {**copy.deepcopy(RUN), section: None}
+        code, doc = _cli(tmp_path, capsys, "validate", run)
+        out = _lambda(monkeypatch, run)
+        for message in (doc["message"], out["message"]):
+            assert message.startswith(f"{section}=null is invalid: expected an object; null is refused here: leave "
+                                      "it out"), message
+        assert code == 2 and out["field"] == section, (doc, out)
+    code, doc = _cli(tmp_path, capsys, "validate", _with(RUN, compute={"max_wait_hours": None}))
+    assert code == 0, doc  # an optional field's null is its default
