@@ -398,3 +398,20 @@ def test_a_null_section_is_refused_saying_to_leave_it_out_as_the_fields_page_say
         assert code == 2 and out["field"] == section, (doc, out)
     code, doc = _cli(tmp_path, capsys, "validate", _with(RUN, compute={"max_wait_hours": None}))
     assert code == 0, doc  # an optional field's null is its default
+
+
+def test_a_placeholder_data_source_is_named_as_model_source_is_and_one_sample_is_singular(tmp_path, capsys,
+                                                                                          no_aws_credentials):
+    """data.source in the examples' placeholder bucket (no data.tokens) was refused as 'NoCredentialsError', where
+    model.source gets 'still names the placeholder bucket'; a one-sample step read '1 samples per step'."""
+    run = copy.deepcopy(RUN)
+    run["data"] = {"source": "s3://your-artifact-bucket/datasets/quick/", "seq_len": 512}
+    code, doc = _cli(tmp_path, capsys, "estimate", run)
+    assert (code, doc["field"]) == (2, "data.source"), doc
+    assert "still names the placeholder bucket your-artifact-bucket" in doc["message"], doc
+    assert "NoCredentials" not in doc["message"], doc
+    path = tmp_path / "one.json"
+    path.write_text(json.dumps(_with(RUN, data={"tokens": 2_000_000}, training={"micro_batch": 1, "grad_accum": 1})))
+    assert main(["estimate", str(path)]) == 0
+    text = capsys.readouterr().out
+    assert "1 sample per step" in text and "1 samples" not in text, text
