@@ -415,3 +415,16 @@ def test_a_placeholder_data_source_is_named_as_model_source_is_and_one_sample_is
     assert main(["estimate", str(path)]) == 0
     text = capsys.readouterr().out
     assert "1 sample per step" in text and "1 samples" not in text, text
+
+
+def test_the_emitting_edges_refuse_a_non_finite_figure_loudly():
+    """The CLI's prints and the Lambdas' answers go through strict_json.dumps / strict: an Infinity that slips in
+    again is an error where it is made, not invalid JSON for the user or Step Functions."""
+    from spotrun.contract.strict_json import dumps, strict
+
+    for bad in (float("inf"), float("nan")):
+        with pytest.raises(ValueError):
+            strict({"segments": {"spot_cost_usd": bad}})
+        with pytest.raises(ValueError):
+            dumps([bad])
+    assert strict({"spot_cost_usd": None}) == {"spot_cost_usd": None}
