@@ -72,6 +72,8 @@ class _AsJson(reprlib.Repr):
         return x.text if len(x.text) <= self.maxother else x.text[:self.maxother - 3] + "..."
 
     def repr_float(self, x: float, level: int) -> str:
+        if not math.isfinite(x):  # as Python's json writes them (what a run file would hold), not nan/inf
+            return "NaN" if math.isnan(x) else "Infinity" if x > 0 else "-Infinity"
         return str(int(x)) if x.is_integer() and abs(x) < 1e15 else repr(x)
 
 

@@ -428,3 +428,16 @@ def test_the_emitting_edges_refuse_a_non_finite_figure_loudly():
         with pytest.raises(ValueError):
             dumps([bad])
     assert strict({"spot_cost_usd": None}) == {"spot_cost_usd": None}
+
+
+def test_nan_and_infinity_are_quoted_as_json_writes_them(tmp_path, capsys, monkeypatch):
+    """NaN and Infinity in a run were quoted as Python's `nan` and `inf`."""
+    for value, written in ((float("nan"), "NaN"), (float("inf"), "Infinity"), (float("-inf"), "-Infinity")):
+        run = _with(RUN, budget={"max_usd": value})
+        path = tmp_path / "run.json"
+        path.write_text(json.dumps(run))  # Python's json writes NaN / Infinity
+        assert main(["validate", "--format", "json", str(path)]) == 2
+        doc = _strict(capsys.readouterr().out)
+        out = _lambda(monkeypatch, run)
+        for message in (doc["message"], out["message"]):
+            assert message.startswith(f"budget.max_usd={written} is invalid"), message
