@@ -504,7 +504,7 @@ class SegmentPlan(_StateJson):
     min_segment_seconds: int  # the shortest segment that trains: a restart, one step, a save and the margin
     overhead_seconds: float  # one segment restart (provisioning, image, data, model load, restore, final save)
     overhead_fraction: float  # the chain's restarts over the single job's time
-    spot_cost_usd: float  # the expected bill with the restarts
+    spot_cost_usd: float | None  # the expected bill with the restarts; null when no chain fits the cap
     on_demand_bound_usd: float  # the single job's bound at on-demand rates (what one job would need)
     fits: bool
     line: str

@@ -11,11 +11,11 @@ flag's own type, what the flag takes.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 from typing import NoReturn
 
+from ..contract.strict_json import dumps as strict_dumps
 from .exits import Exit, error_doc
 
 
@@ -30,7 +30,7 @@ class OneLineErrors(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         line = f"{self._one_line(message)} (`{self._command()} --help` lists the flags)"
         if self._wants_json():
-            print(json.dumps(error_doc("InvalidArguments", line, _flag(message)), indent=2))
+            print(strict_dumps(error_doc("InvalidArguments", line, _flag(message)), indent=2))
             self.exit(int(Exit.INVALID))
         self.exit(int(Exit.INVALID), f"error: InvalidArguments: {line}\n")
 

@@ -6,13 +6,13 @@ command and, once the stage is redeployed, the stage's functions price runs in t
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from ..contract.strict_json import dumps as strict_dumps
 from ..planner.catalog import CATALOG_PATH, PRICES_DIR, load_catalog
 from ..planner.pricing import PRICING_API_REGION, REGION_NAME, PricingError, region_prices, write_snapshot
 from .exits import Exit, fail
@@ -38,7 +38,7 @@ def update_command(args: argparse.Namespace, *, pricing_client: Any = None) -> i
     path = write_snapshot(snapshot, args.out)
     training = snapshot["on_demand_usd_per_hour"]
     if args.format == "json":
-        print(json.dumps({"region": args.region, "file": str(path), **snapshot}, indent=2))
+        print(strict_dumps({"region": args.region, "file": str(path), **snapshot}, indent=2))
     else:
         missing = sorted(set(load_catalog(CATALOG_PATH, snapshots=False)["instances"]) - set(training))
         print(f"{args.region}: {len(training)} training and {len(snapshot['processing_usd_per_hour'])} processing "

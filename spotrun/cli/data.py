@@ -14,12 +14,12 @@ input or destination (the message names the file and line or the option), 1 an A
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from ..contract.strict_json import dumps as strict_dumps
 from ..seams import DatasetIndex, StackOutput
 from .datasets import (
     PrepareError,
@@ -73,7 +73,7 @@ def register(sub) -> None:
 
 def _print(result: dict, fmt: str, lines: list[str]) -> None:
     if fmt == "json":
-        print(json.dumps(result, indent=2))
+        print(strict_dumps(result, indent=2))
     else:
         print("\n".join(lines))
 

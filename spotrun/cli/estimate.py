@@ -10,7 +10,6 @@ checked and what it did not. Exit codes: spotrun/cli/exits.py (a refusal's code 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -22,7 +21,8 @@ from ..contract.hub_id import is_hub_id
 from ..contract.refusal import Refusal
 from ..contract.runfile import load_run_file
 from ..contract.spec import RunSpec, RunValidationError, parse_run
-from ..local.pipeline import check_model_source_dir, check_raw_split, prepare_if_raw
+from ..contract.strict_json import dumps as strict_dumps
+from ..local.pipeline import check_model_source_dir, check_raw_split, check_raw_text, prepare_if_raw
 from ..pipeline.policy_stage import with_spot_policy
 from ..pipeline.validate import Target, check_catalog, check_target
 from ..planner.catalog import usd
@@ -125,7 +125,8 @@ def _without_planner(run: RunSpec, out: Checked) -> None:
     source = run.data.source or ""
     local = bool(source) and not source.startswith("s3://") and Path(source).is_dir()
     if local and not (Path(source) / DatasetIndex.FILE).is_file():
-        check_raw_split(run)  # raw text: split when it is prepared
+        check_raw_text(source)  # raw text: files to prepare
+        check_raw_split(run)  # split when it is prepared
     elif local and not (run.model.source or "").startswith("s3://"):
         # Everything it names is here: the sources' own checks (the split, the tokenizer, seq_len), no network.
         out.checked.extend(n for n in read_sources(run, None, offline=True).notes if not n.startswith("not "))
@@ -279,7 +280,7 @@ def run_command(args: argparse.Namespace, *, plan: bool, cfn_client: Any = None,
                 _print_ok(path, checked)
         docs.append({"file": str(path), **doc})
     if args.format == "json":
-        print(json.dumps(docs[0] if len(docs) == 1 else docs, indent=2))
+        print(strict_dumps(docs[0] if len(docs) == 1 else docs, indent=2))
     return int(combined(codes))
 
 

@@ -13,12 +13,12 @@ highest (`combined`).
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Iterable
 from enum import IntEnum
 from typing import Any
 
+from ..contract.strict_json import dumps as strict_dumps
 from ..seams import PlanStatus
 
 
@@ -66,7 +66,7 @@ def fail(fmt: str, code: Exit, error: str, message: str, field: str | None = Non
     """Report an error the way the command's --format asks: one JSON document on stdout (json), or one line
     `error: <error>: <message>` on stderr (text); returns the exit code."""
     if fmt == "json":
-        print(json.dumps(error_doc(error, message, field), indent=2))
+        print(strict_dumps(error_doc(error, message, field), indent=2))
     else:
         print(f"error: {error}: {message}", file=sys.stderr)
     return int(code)

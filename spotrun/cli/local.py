@@ -9,12 +9,12 @@ With `--format json` an error is one JSON document on stdout, as the report is.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
 
 from ..contract.refusal import Refusal
+from ..contract.strict_json import dumps as strict_dumps
 from ..local.demo import run_demo
 from ..local.pipeline import (
     LocalConfigError,
@@ -147,7 +147,7 @@ def local_command(args: argparse.Namespace) -> int:
         report = resume_local(args.resume, options, emit=emit) if args.resume else \
             run_local(args.run, options, emit=emit)
         if quiet:
-            print(json.dumps(report, indent=2))
+            print(strict_dumps(report, indent=2))
         else:
             print(summary_text(report))
             for name, path in report["files"].items():

@@ -33,6 +33,7 @@ import spotrun
 from ..contract.refusal import Refusal
 from ..contract.runfile import load_run_file
 from ..contract.strict_json import RunValidationError, show
+from ..contract.strict_json import dumps as strict_dumps
 from ..pipeline.guard import decide
 from ..pipeline.plan import plan
 from ..pipeline.report import summary_text
@@ -458,7 +459,7 @@ def run_command(fn, args: argparse.Namespace) -> int:
     if isinstance(result, int):
         return result
     if fmt == "json":
-        print(json.dumps(result, indent=2, default=str))
+        print(strict_dumps(result, indent=2, default=str))
     elif fn is list_runs:
         print(_table(result))
     else:

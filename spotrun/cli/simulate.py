@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from ..contract.refusal import Refusal
+from ..contract.strict_json import dumps as strict_dumps
 from ..planner.estimate import load_catalog, regional_catalog
 from ..policy.choose import ESTIMATE_TRACES, SYNTHETIC_TRACES, candidates, fitted_source, horizon_s, plan_from_estimate
 from ..policy.decision import RULES
@@ -193,13 +194,13 @@ def simulate_command(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     files = {"report": args.out / "simulate.json", "summary": args.out / "simulate.txt"}
     text = f"{run.name} on {report['layout']}: " + table_text(report)
-    files["report"].write_text(json.dumps(finite(report), indent=2))
+    files["report"].write_text(strict_dumps(finite(report), indent=2))
     files["summary"].write_text(text + "\n")
     if args.plot:
         files["plot"] = plot(report, args.out / "simulate.png", f"{run.name}: {report['layout']}, "
                              f"{report['traces']} traces")
     if args.format == "json":
-        print(json.dumps(finite(report), indent=2))
+        print(strict_dumps(finite(report), indent=2))
     else:
         print(text)
         for name, path in files.items():

@@ -30,7 +30,7 @@ from dataclasses import MISSING, dataclass, fields
 from functools import cache
 from typing import Any, Callable, Literal, get_args, get_origin, get_type_hints
 
-from .strict_json import RunValidationError, join
+from .strict_json import RunValidationError, Written, join
 
 REQUIRED = "a value (this field is required)"
 
@@ -86,8 +86,9 @@ class FieldRule:
             ok = isinstance(value, str) and bool(value) and (pattern is None or pattern.fullmatch(value) is not None)
         else:
             raise TypeError(f"{self.name}: a field of type {kind} needs decode=")
-        if not ok:
-            raise RunValidationError(path, value, self.accepted)
+        if not ok:  # a float where an integer goes is shown with its point (2048.0), as a run file writes it
+            shown = Written(value) if kind is int and type(value) is float else value
+            raise RunValidationError(path, shown, self.accepted)
         return value
 
     def default_value(self, path: str) -> Any:
@@ -181,6 +182,9 @@ def decode(cls: type, raw: Any, path: str = "") -> Any:
         value = holder.get(rule.at[-1])
         if value is None and (rule.optional or rule.at[-1] not in holder):
             values[rule.name] = None if rule.at[-1] in holder else rule.default_value(where)
+        elif value is None and not rule.required:  # null is "not given" only where the default is null
+            raise RunValidationError(where, None, f"{rule.accepted}; null is refused here: leave it out for its "
+                                     "default")
         else:
             values[rule.name] = rule.check(value, where)
     obj = cls(**values)

@@ -22,6 +22,30 @@ MAX_DEPTH = 16  # HF configs nest 2-3 levels; deeper input is refused before any
 MAX_STRING = 4096  # no field of a run needs more (S3 URIs are <= 1,024)
 MAX_INT = 10**18  # integers beyond this are refused (a planner figure must stay a finite float)
 
+def dumps(value: Any, **options: Any) -> str:
+    """JSON text of what the CLI and the Lambdas emit: strict JSON (a non-finite float raises ValueError here
+    rather than printing NaN or Infinity, which strict parsers refuse)."""
+    return json.dumps(value, allow_nan=False, **options)
+
+
+def strict(value: Any) -> Any:
+    """`value` itself, once checked to encode as strict JSON (a Lambda's answer; the runtime encodes it)."""
+    dumps(value, default=str)
+    return value
+
+
+class Written(float):
+    """A number of the run file with its text as written (`2048.0`, `2e7`, `NaN`): what a refusal shows, so that
+    `expected an integer` never quotes `2048`. It is the float itself everywhere else."""
+
+    text: str
+
+    def __new__(cls, value: str | float, text: str | None = None):
+        out = super().__new__(cls, value)
+        out.text = text if text is not None else value if isinstance(value, str) else repr(float(value))
+        return out
+
+
 class _AsJson(reprlib.Repr):
     """reprlib's shortening, spelled as the run file spells values (JSON): "text", true, false, null, [..], 5000
     (a user wrote JSON; Python's 'text', True, None and 5000.0 were not theirs)."""
@@ -44,7 +68,12 @@ class _AsJson(reprlib.Repr):
     def repr_tuple(self, x: tuple, level: int) -> str:
         return self.repr_list(list(x), level)
 
+    def repr_Written(self, x: Written, level: int) -> str:  # noqa: N802 - reprlib dispatches on the type's name
+        return x.text if len(x.text) <= self.maxother else x.text[:self.maxother - 3] + "..."
+
     def repr_float(self, x: float, level: int) -> str:
+        if not math.isfinite(x):  # as Python's json writes them (what a run file would hold), not nan/inf
+            return "NaN" if math.isnan(x) else "Infinity" if x > 0 else "-Infinity"
         return str(int(x)) if x.is_integer() and abs(x) < 1e15 else repr(x)
 
 
@@ -128,7 +157,7 @@ def decode_run(data: bytes, name: str = "run") -> Any:
     except UnicodeDecodeError as exc:
         raise RunValidationError("run", name, f"UTF-8 text (byte {exc.start} is not UTF-8)") from None
     try:
-        return json.loads(text, object_pairs_hook=_pairs,
+        return json.loads(text, object_pairs_hook=_pairs, parse_float=Written, parse_constant=Written,
                           parse_int=lambda s: int(s) if len(s) <= 40 else _BigNumber(s))
     except json.JSONDecodeError as exc:
         problem = exc.msg.removesuffix(" at")  # json's "Unterminated string starting at" + " at line ..."

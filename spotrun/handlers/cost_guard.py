@@ -15,6 +15,7 @@ from typing import Any
 
 import boto3
 
+from ..contract.strict_json import strict
 from ..pipeline.aws_events import emit_metric
 from ..pipeline.guard import checkpoint_overdue, committed_checkpoints, decide
 from ..seams import (
@@ -52,4 +53,4 @@ def handler(event: dict, _context: Any) -> dict:
         emit_metric(env.metrics_namespace, CHECKPOINT_AGE_METRIC, out.checkpoint_age_seconds, "Seconds", dims)
         emit_metric(env.metrics_namespace, CHECKPOINT_OVERDUE_METRIC,
                     checkpoint_overdue(plan, out.checkpoint_age_seconds), "None", {"Stage": env.stage})
-    return out.to_json()
+    return strict(out.to_json())  # strict JSON: a non-finite figure fails here

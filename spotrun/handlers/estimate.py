@@ -17,6 +17,7 @@ from typing import Any
 
 import boto3
 
+from ..contract.strict_json import strict
 from ..pipeline.continuation import NotAContinuation, carried
 from ..pipeline.plan import plan
 from ..pipeline.preflight import count_running, execution_of
@@ -48,8 +49,9 @@ def handler(event: dict, _context: Any) -> dict:
 
         def status_of(name: str) -> tuple[str, str | None] | None:
             return execution_of(sfn, state_machine, name)
-    return plan(event.get("run"), str(event.get("execution", "")), settings, rates=rates,
+    # strict JSON: a non-finite figure fails here, not as an Infinity that Step Functions refuses
+    return strict(plan(event.get("run"), str(event.get("execution", "")), settings, rates=rates,
                 s3_client=boto3.client("s3"), quotas_client=boto3.client("service-quotas"),
                 started=str(event.get("started", "")), mfu_lookup=mfu_lookup, running_executions=running,
                 execution_status=status_of, preparation=PreparationSettings.from_env(dict(os.environ)),
-                prepared=event.get("prepared") if isinstance(event.get("prepared"), dict) else None)
+                prepared=event.get("prepared") if isinstance(event.get("prepared"), dict) else None))

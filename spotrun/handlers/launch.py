@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from ..contract.strict_json import strict
 from ..pipeline.launch import launch
 from ..seams import LaunchEnvironment
 
@@ -19,5 +20,5 @@ def handler(event: dict, _context: Any) -> dict:
     import boto3  # in the Lambda runtime; imported here so that importing the module needs no AWS SDK
 
     env = LaunchEnvironment.from_env(os.environ)
-    return launch(boto3.client("sts"), lambda credentials: boto3.client("sagemaker", **credentials),
-                  env.launcher_role_arn, event)
+    return strict(launch(boto3.client("sts"), lambda credentials: boto3.client("sagemaker", **credentials),
+                         env.launcher_role_arn, event))  # strict JSON: a non-finite figure fails here

@@ -13,6 +13,7 @@ from typing import Any
 
 import boto3
 
+from ..contract.strict_json import strict
 from ..pipeline.preparation_finish import finish
 from ..seams import PrepareEnvironment
 
@@ -23,4 +24,4 @@ def handler(event: dict, _context: Any) -> dict:
     if preparation.get("bucket") != bucket:
         raise ValueError(f"preparation.bucket={preparation.get('bucket')!r} is invalid: expected the stage's "
                          f"artifact bucket {bucket}")
-    return finish(boto3.client("s3"), boto3.client("sagemaker"), preparation)
+    return strict(finish(boto3.client("s3"), boto3.client("sagemaker"), preparation))

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
-from ..cli.datasets import PrepareError, prepare_dataset
+from ..cli.datasets import PrepareError, input_files, prepare_dataset
 from ..contract.hub_id import is_hub_id, parse_hub_id
 from ..contract.refusal import Refusal
 from ..contract.runfile import SOURCE_FIELDS, load_run_file
@@ -145,6 +145,7 @@ def prepare_if_raw(raw: dict, cache: Path, emit: Callable[[str], None] = print) 
     source = Path(raw["data"]["source"])
     if (source / DatasetIndex.FILE).is_file():
         return raw, ""
+    check_raw_text(raw["data"]["source"])  # an empty directory is data.source's fault, not the tokenizer's
     model_source = raw["model"].get("source")
     if not model_source:
         raise RunValidationError("data.source", raw["data"]["source"], "prepared shards (a directory with "
@@ -165,6 +166,16 @@ def prepare_if_raw(raw: dict, cache: Path, emit: Callable[[str], None] = print) 
         raise RunValidationError("data.source", raw["data"]["source"], f"text the trainer can read ({exc})") \
             from None
     return {**raw, "data": {**raw["data"], "source": str(prepared.path)}}, "reused" if prepared.reused else "prepared"
+
+
+def check_raw_text(source: str) -> None:
+    """A local data.source without index.json is raw text: it holds files the trainer tokenizes (its discovery,
+    `spotrun_trainer.data.input_files`), or it is refused by name before the tokenizer in model.source is asked for."""
+    try:
+        input_files([Path(source)])
+    except PrepareError as exc:
+        raise RunValidationError("data.source", source, f"prepared shards (a directory with {DatasetIndex.FILE}) "
+                                 f"or raw text files to prepare ({exc})") from None
 
 
 def check_raw_split(run: RunSpec) -> None:

@@ -359,8 +359,10 @@ def _build(run: RunSpec, catalog: dict, work: _Work, best: Option, per_rank: int
     trainer's hyperparameters (checked against CreateTrainingJob's limits)."""
     c, d, fit = run.compute, catalog["defaults"], best.fit
     cost = {"on_demand": round(best.on_demand, 2), "spot": round(best.spot, 2)}
-    if seg.fits:
-        cost["spot" if c.spot else "on_demand"] = round(seg.spot_cost_usd, 2)
+    # the chain's expected bill: at this cap, or (refused) with no cap binding, the figure the refusal quotes
+    chain_cost = seg.spot_cost_usd if seg.fits else uncapped_cost_usd(seg)
+    if chain_cost is not None and math.isfinite(chain_cost):
+        cost["spot" if c.spot else "on_demand"] = round(chain_cost, 2)
     max_runtime = seg.first_max_runtime_seconds or max_runtime
     # MaxWait follows the first segment's MaxRuntime; the user's stands as given
     max_wait = int(c.max_wait_hours * 3600) if c.max_wait_hours is not None else \

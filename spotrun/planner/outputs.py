@@ -172,7 +172,8 @@ def format_text(est: Estimate) -> str:
         ("sharding", f"{est.sharding}" + (f" (shard groups of {est.shard_group_nodes} node(s))"
                                           if est.sharding == "hybrid" else "")),
         ("batch", f"micro_batch {est.micro_batch} x grad_accum {est.grad_accum} per GPU, "
-                  f"{est.global_batch_samples} samples per step, activation checkpointing "
+                  f"{est.global_batch_samples} sample{'' if est.global_batch_samples == 1 else 's'} per step, "
+                  "activation checkpointing "
                   f"{'on' if est.activation_checkpointing else 'off'}"),
         ("memory per GPU", _memory_text(est.memory_per_gpu)),
         ("wall time", f"{est.wall_seconds / 3600:,.2f} h (+{est.expected_overhead_seconds / 3600:.2f} h expected "

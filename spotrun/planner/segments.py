@@ -156,7 +156,7 @@ def smallest_cap(*, spent_usd: float, work_s: float, costs: ChainCosts, first: b
 def chain_refusal(chain: Chain, cap_usd: float, smallest: float, costs: ChainCosts, spot: bool = True) -> str:
     """Why no chain fits, with the numbers (`spot`: the chain's jobs bill the spot share, else on-demand rates)."""
     basis = "the expected (spot) bill" if spot and costs.spot_fraction < 1.0 else "the on-demand bill"
-    return (f"no chain of jobs fits ${cap_usd:,.2f}: while a job runs its bill is bounded at on-demand rates "
+    return (f"no chain of jobs fits {usd(cap_usd)}: while a job runs its bill is bounded at on-demand rates "
             f"(${costs.usd_per_s * 3600:,.2f}/h), so each job may run only what the cap leaves at those rates, "
             f"less the {STOP_BILL_S:.0f} s a stop bills; after {chain.segments} job(s) and "
             f"{share_done(chain.reached)} of the training at {basis}, the room left ({chain.room_left_s:,} s) is "
@@ -193,7 +193,8 @@ def plan_segments(*, cap_usd: float, usd_per_s: float, spot_fraction: float, run
                 f"expected interruptions is ${smallest:,.2f}")
     return SegmentPlan(segments=chain.segments, first_max_runtime_seconds=first, longest_seconds=longest_s,
                        min_segment_seconds=min_segment, overhead_seconds=overhead_s,
-                       overhead_fraction=round(overhead_fraction, 4), spot_cost_usd=chain.cost_usd,
+                       overhead_fraction=round(overhead_fraction, 4),
+                       spot_cost_usd=chain.cost_usd if chain.fits else None,  # no finite bill: null in JSON
                        on_demand_bound_usd=(run_seconds + STOP_BILL_S + warm_pool_s) * usd_per_s, fits=chain.fits,
                        line=line, spot_fraction=spot_fraction, min_cap_usd=smallest, chain_costs=asdict(costs),
                        work_seconds=work)

@@ -144,6 +144,9 @@ def _data_index(run: RunSpec, s3_client: Any, offline: bool, out: Sources) -> di
     split or the tokenizer is checked against it, one that cannot be read offline is noted (None)."""
     source = run.data.source
     try:
+        reason = _unreadable_here(source) if offline else None  # the placeholder bucket: named, not asked for
+        if reason:
+            raise _Unreadable(reason)
         index = _read_json(source, DatasetIndex.FILE, "data.source", s3_client)
     except _Unreadable as exc:
         if run.data.tokens is None:

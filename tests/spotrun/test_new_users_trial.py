@@ -315,3 +315,129 @@ def test_refusals_spell_values_as_the_run_file_does(tmp_path, capsys, monkeypatc
     limited = dataclasses.replace(SETTINGS, max_usd_per_run=5000)
     out = _lambda(monkeypatch, _with(RUN, budget={"max_usd": 5_000_000}), limited)
     assert "budget.max_usd=5000000 is invalid" in out["message"], out
+
+
+# ---- a second trial (main ec4faf0): strict JSON, the refusal's figures, values as written -------------------------
+
+
+def _strict(text: str):
+    """Parse as a strict parser does: NaN and Infinity are not JSON."""
+    def refuse(token):
+        raise ValueError(f"not strict JSON: {token}")
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_an_over_budget_refusal_is_strict_json_from_the_cli_and_the_lambda(tmp_path, capsys, monkeypatch):
+    """`estimate --format json` of a refusal whose chain never fits printed `"spot_cost_usd": Infinity`."""
+    run = _with(RUN, budget={"max_usd": 0.001})
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(run))
+    assert main(["estimate", "--format", "json", str(path)]) == 3
+    doc = _strict(capsys.readouterr().out)
+    assert doc["error"] == "OverBudget" and doc["estimate"]["segments"]["fits"] is False, doc
+    assert doc["estimate"]["segments"]["spot_cost_usd"] is None, doc["estimate"]["segments"]
+    out = _lambda(monkeypatch, run)
+    assert out["status"] == "OverBudget", out
+    _strict(json.dumps(out))
+
+
+def test_a_refusals_json_carries_the_figure_its_message_quotes_and_a_tiny_cap_as_given(tmp_path, capsys,
+                                                                                       monkeypatch):
+    """At a $0.001 cap the JSON's cost_usd.spot was 0.22 (the layout's bare cost) where the message said '$0.26
+    (spot)', and the chain's advice read 'no chain of jobs fits $0.00'."""
+    run = _with(RUN, budget={"max_usd": 0.001})
+    code, doc = _cli(tmp_path, capsys, "estimate", run)
+    assert code == 3, doc
+    quoted = re.search(r"estimated \$([0-9.,]+) \(spot\)", doc["message"])
+    assert quoted, doc["message"]
+    assert doc["estimate"]["cost_usd"]["spot"] == pytest.approx(float(quoted.group(1).replace(",", ""))), doc
+    texts = [doc["message"], *doc["estimate"]["advice"], doc["estimate"]["segments"]["line"]]
+    assert not [t for t in texts if "$0.00" in t.replace("$0.001", "")], texts
+    assert any("no chain of jobs fits $0.001" in t for t in texts), texts
+    out = _lambda(monkeypatch, run)
+    assert out["status"] == "OverBudget" and "$0.00:" not in out["message"], out
+
+
+def test_a_number_where_an_integer_goes_is_quoted_as_written(tmp_path, capsys, monkeypatch):
+    """`seq_len: 2048.0` was refused as 'data.seq_len=2048 is invalid: expected an integer', `tokens: 2e7` as
+    'data.tokens=20000000 ... expected an integer': the refusal contradicted itself."""
+    for field, written in (("seq_len", "2048.0"), ("tokens", "2e7")):
+        path = tmp_path / "run.json"
+        path.write_text(json.dumps(RUN).replace(f'"{field}": {RUN["data"][field]}', f'"{field}": {written}'))
+        for command in ("validate", "estimate"):
+            assert main([command, "--format", "json", str(path)]) == 2
+            doc = _strict(capsys.readouterr().out)
+            assert doc["message"].startswith(f"data.{field}={written} is invalid: expected an integer"), doc
+    out = _lambda(monkeypatch, _with(RUN, data={"seq_len": 2048.0}))  # the runtime's own parse: a float
+    assert out["message"].startswith("data.seq_len=2048.0 is invalid: expected an integer"), out
+
+
+def test_an_empty_local_data_source_is_named_by_validate_and_estimate(tmp_path, capsys):
+    """An empty directory as data.source: `validate` said ok and `estimate` blamed model.source's tokenizer."""
+    (tmp_path / "empty").mkdir()
+    run = _with(RUN, data={"source": "empty"})
+    run["model"] = {"source": f"s3://{BUCKET}/models/m/", "config": run["model"]["config"]}
+    for command in ("validate", "estimate"):
+        code, doc = _cli(tmp_path, capsys, command, run)
+        assert (code, doc.get("field")) == (2, "data.source"), doc
+        assert "raw text files" in doc["message"] and "index.json" in doc["message"], doc
+
+
+def test_a_null_section_is_refused_saying_to_leave_it_out_as_the_fields_page_says(tmp_path, capsys, monkeypatch):
+    """`compute: null` was refused as 'expected an object' while the run-fields page read as if null were the same
+    as leaving it out; the page and the refusal now say the same: null only where the default is null."""
+    page = (ROOT / "docs" / "run-fields.md").read_text()
+    assert "`null` there is refused" in " ".join(page.split()), "the page says what the contract does"
+    for section in ("compute", "checkpoint"):
+        run = {**copy.deepcopy(RUN), section: None}
+        code, doc = _cli(tmp_path, capsys, "validate", run)
+        out = _lambda(monkeypatch, run)
+        for message in (doc["message"], out["message"]):
+            assert message.startswith(f"{section}=null is invalid: expected an object; null is refused here: leave "
+                                      "it out"), message
+        assert code == 2 and out["field"] == section, (doc, out)
+    code, doc = _cli(tmp_path, capsys, "validate", _with(RUN, compute={"max_wait_hours": None}))
+    assert code == 0, doc  # an optional field's null is its default
+
+
+def test_a_placeholder_data_source_is_named_as_model_source_is_and_one_sample_is_singular(tmp_path, capsys,
+                                                                                          no_aws_credentials):
+    """data.source in the examples' placeholder bucket (no data.tokens) was refused as 'NoCredentialsError', where
+    model.source gets 'still names the placeholder bucket'; a one-sample step read '1 samples per step'."""
+    run = copy.deepcopy(RUN)
+    run["data"] = {"source": "s3://your-artifact-bucket/datasets/quick/", "seq_len": 512}
+    code, doc = _cli(tmp_path, capsys, "estimate", run)
+    assert (code, doc["field"]) == (2, "data.source"), doc
+    assert "still names the placeholder bucket your-artifact-bucket" in doc["message"], doc
+    assert "NoCredentials" not in doc["message"], doc
+    path = tmp_path / "one.json"
+    path.write_text(json.dumps(_with(RUN, data={"tokens": 2_000_000}, training={"micro_batch": 1, "grad_accum": 1})))
+    assert main(["estimate", str(path)]) == 0
+    text = capsys.readouterr().out
+    assert "1 sample per step" in text and "1 samples" not in text, text
+
+
+def test_the_emitting_edges_refuse_a_non_finite_figure_loudly():
+    """The CLI's prints and the Lambdas' answers go through strict_json.dumps / strict: an Infinity that slips in
+    again is an error where it is made, not invalid JSON for the user or Step Functions."""
+    from spotrun.contract.strict_json import dumps, strict
+
+    for bad in (float("inf"), float("nan")):
+        with pytest.raises(ValueError):
+            strict({"segments": {"spot_cost_usd": bad}})
+        with pytest.raises(ValueError):
+            dumps([bad])
+    assert strict({"spot_cost_usd": None}) == {"spot_cost_usd": None}
+
+
+def test_nan_and_infinity_are_quoted_as_json_writes_them(tmp_path, capsys, monkeypatch):
+    """NaN and Infinity in a run were quoted as Python's `nan` and `inf`."""
+    for value, written in ((float("nan"), "NaN"), (float("inf"), "Infinity"), (float("-inf"), "-Infinity")):
+        run = _with(RUN, budget={"max_usd": value})
+        path = tmp_path / "run.json"
+        path.write_text(json.dumps(run))  # Python's json writes NaN / Infinity
+        assert main(["validate", "--format", "json", str(path)]) == 2
+        doc = _strict(capsys.readouterr().out)
+        out = _lambda(monkeypatch, run)
+        for message in (doc["message"], out["message"]):
+            assert message.startswith(f"budget.max_usd={written} is invalid"), message
