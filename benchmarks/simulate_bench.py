@@ -104,7 +104,7 @@ def plans_table(n: int) -> list[str]:
         run = plan_run(name)
         est = estimate(run)
         deadline = round(DEADLINE_FACTOR * est.wall_seconds / 3600, 1)
-        plan = plan_from_estimate(est, catalog, seq_len=run.data.seq_len, deadline_s=deadline * 3600)
+        plan = plan_from_estimate(est, catalog, deadline_s=deadline * 3600)
         rates = {band: advisor_rate(band, est.instance_count) for band in ADVISOR_BANDS}
         rates["catalog"] = est.interruptions_per_hour
         for model, extra in (("no droughts", {**SYNTHETIC_TRACES, "droughts_per_day": 0.0}),

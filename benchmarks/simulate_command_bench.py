@@ -33,7 +33,7 @@ def study_seconds(path: Path, n: int) -> tuple[float, str]:
     checked = check_file(path, None, plan=True, region=None)
     est, run = checked.estimate, checked.run
     catalog = regional_catalog(load_catalog(), "us-east-1")
-    plan = plan_from_estimate(est, catalog, seq_len=run.data.seq_len, deadline_s=run.compute.deadline_s,
+    plan = plan_from_estimate(est, catalog, deadline_s=run.compute.deadline_s,
                               spot_discount=run.compute.spot_discount)
     t0 = time.perf_counter()
     spec = TraceSpec(interruptions_per_hour=est.interruptions_per_hour, horizon_s=horizon_s(plan), **ESTIMATE_TRACES)

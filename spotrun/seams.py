@@ -517,8 +517,8 @@ class SegmentPlan(_StateJson):
 
 @dataclasses.dataclass(frozen=True)
 class SpotPolicy(_StateJson):
-    """The estimate's spot policy (spotrun/policy/choose.py `spot_policy` chooses it; spotrun/pipeline/
-    policy_stage.py adds the cap to set): the policy the cost guard executes and every candidate's odds."""
+    """The estimate's spot policy (spotrun/policy/choose.py `spot_policy` chooses it; `spot_policy_at_caps` adds
+    the cap to set): the policy the cost guard executes and every candidate's odds."""
 
     chosen: str  # the chosen candidate's label
     why: str

@@ -169,7 +169,7 @@ def simulate_command(args: argparse.Namespace) -> int:
                              prepared=args.prepared, choose_policy=False)  # the study below is the choice
         est, run = checked.estimate, checked.run
         catalog = regional_catalog(load_catalog(), args.region or "us-east-1")
-        plan = plan_from_estimate(est, catalog, seq_len=run.data.seq_len, deadline_s=run.compute.deadline_s,
+        plan = plan_from_estimate(est, catalog, deadline_s=run.compute.deadline_s,
                                   spot_discount=run.compute.spot_discount,
                                   on_demand_fallback=run.compute.on_demand_fallback or not run.compute.spot)
         traces, source = traces_for(plan, est, args)

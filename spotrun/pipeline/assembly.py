@@ -98,10 +98,10 @@ def assemble(plan_run: RunSpec, est: Estimate, *, shape: str | None, cap_usd: fl
     name = job_name(settings.job_prefix, plan_run.name, execution)
     volume_gb = max(100, int(est.checkpoint_bytes * plan_run.checkpoint.keep * 1.5 / 1e9) + 50)
     keep_alive = 0 if plan_run.compute.spot else plan_run.compute.warm_pool_minutes * 60
-    steps = est.planned_steps(plan_run.data.seq_len)
     startup = startup_seconds(catalog["defaults"])
     as_of = catalog["regions"][settings.region].get("as_of", "unknown date")
     upload_gb_per_s = est.upload_gb_per_s_available
+    steps = est.planned_steps  # the planner's count at data.seq_len
     full = est.to_json()
     result = Plan(
         status=PlanStatus.OK, run_name=plan_run.name, execution=execution, execution_started=started,

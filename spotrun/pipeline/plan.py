@@ -107,24 +107,29 @@ def plan(run_raw: Any, execution: str, settings: PipelineSettings, *, s3_client:
         admitted = admit(run, settings, catalog or load_catalog(), running_executions)
         inputs = prepare_inputs(run, admitted.data_uri, s3_client, pipeline=settings, settings=preparation,
                                 catalog=admitted.catalog, execution=execution, prepared=prepared)
-        done = est = None
+        done = est = over_budget = None
         if inputs.prepare is None:
             try:
                 done = planned(inputs.run, catalog=admitted.catalog, s3_client=s3_client, rates=rates,
                                mfu_lookup=mfu_lookup, base_name=base_name)
             except Refusal as exc:  # invalid input wins: a run over budget is refused first by what it must change
-                if exc.status == PlanStatus.OVER_BUDGET.value:
-                    check_before_creating(inputs.run, quotas_client, execution_status, exc.estimate)
-                raise
-            est = with_spot_policy(done.run, done.estimate, admitted.catalog, poll_s=settings.poll_seconds,
-                                   max_poll_s=max(settings.poll_seconds, settings.max_poll_seconds))
-        # before a preparation job too, so that it bills nothing for a run these refuse
-        check_before_creating(inputs.run, quotas_client, execution_status, est)
+                if exc.status != PlanStatus.OVER_BUDGET.value:
+                    raise
+                over_budget = exc
+            else:
+                est = with_spot_policy(done.run, done.estimate, admitted.catalog, poll_s=settings.poll_seconds,
+                                       max_poll_s=max(settings.poll_seconds, settings.max_poll_seconds))
+        # before a preparation job too, so that it bills nothing for a run these refuse; and before an over-budget
+        # refusal, on the planner's estimate
+        check_before_creating(inputs.run, quotas_client, execution_status,
+                              over_budget.estimate if over_budget else est)
+        if over_budget is not None:
+            raise over_budget
         if done is None:
             return inputs.prepare
         prefix = record_run(done.run, execution, s3_client, settings.bucket, done.model_config, done.tokens,
                             est.parameters)
-        return assemble(done.run, est, shape=done.shape, cap_usd=run.max_usd, admitted=admitted, inputs=inputs,
-                        ckpt_prefix=prefix, execution=execution, started=started, settings=settings)
+        return assemble(done.run, est, shape=done.shape, cap_usd=run.max_usd, admitted=admitted,
+                        inputs=inputs, ckpt_prefix=prefix, execution=execution, started=started, settings=settings)
     except Refusal as exc:  # the contract, the stage's rules, the inputs, the planner or the preflight checks
         return exc.result(CONTRACT_KEYS)

@@ -53,7 +53,6 @@ from ..contract.refusal import Refusal
 from ..contract.spec import MAX_RUNTIME_LIMIT_S, LoraSpec, RunSpec, RunValidationError
 from ..contract.strict_json import show
 from ..seams import SegmentPlan, StopNotice
-from ..settings.wire import flatten
 from .catalog import CATALOG_PATH, DEFAULT_PRICE_REGION, check_prices, load_catalog, regional_catalog, share_done, usd
 from .memory import ModelDims, checkpoint_bytes, training_state_bytes
 from .options import (
@@ -67,7 +66,7 @@ from .options import (
     segment_plan,
     startup_seconds,
 )
-from .outputs import Estimate, check_hyperparameters, first_segment_seconds, format_text, trainer_settings
+from .outputs import Estimate, first_segment_seconds, format_text, hyperparameters, planned_steps
 from .params import Shape, lora_parameters, shape_of
 from .segments import uncapped_cost_usd
 from .topology import layouts
@@ -77,7 +76,6 @@ __all__ = [
     "CATALOG_PATH", "DEFAULT_PRICE_REGION", "Estimate", "EstimateRefused", "check_prices", "count_parameters",
     "estimate", "evaluation_seconds", "first_segment_seconds", "format_text", "load_catalog",
     "notice_upload_seconds", "regional_catalog", "segment_overhead_seconds", "startup_seconds",
-    "trainer_settings",
 ]
 
 
@@ -133,12 +131,14 @@ class _Work:
 def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | None = None,
              data_tokens: int | None = None, recorded_rates: dict[str, float] | None = None,
              recorded_mfu: dict[str, tuple[float, int]] | None = None,
-             validation_tokens: int | None = None, tokens_lower_bound: bool = False) -> Estimate:
+             validation_tokens: int | None = None, tokens_lower_bound: bool = False,
+             base_name: str | None = None) -> Estimate:
     """Estimate a validated run. `model_config`/`data_tokens` (and `validation_tokens`: data.validation's
     index.json) come from the run's sources (see sources.py); `tokens_lower_bound`: the count is the fewest raw
     text can make (spotrun/planner/stage.py `smallest_cap`), so fewer than one optimizer step is not refused;
     `recorded_rates` maps instance type to interruptions per instance-hour measured by the recorder;
-    `recorded_mfu` maps instance type to (MFU, runs) measured by earlier runs of this shape and method.
+    `recorded_mfu` maps instance type to (MFU, runs) measured by earlier runs of this shape and method;
+    `base_name`: the name an exported adapter gives its base model (outputs.py `hyperparameters`).
 
     The steps: count the work; enumerate the layouts that fit (options.LayoutPlanner); choose the cheapest
     (meeting compute.target_hours); set the time limits; write the advice; build the Estimate; hold the budget."""
@@ -180,9 +180,9 @@ def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | 
     chosen_cost = seg.spot_cost_usd if seg.fits else uncapped_cost_usd(seg)
     if chosen_cost > run.max_usd and run.training.method != "lora":  # before the Estimate: it is not changed after
         advice.append(_lora_alternative(run, catalog, model_config, data_tokens, recorded_rates))
+    # the hyperparameters checked here: invalid input wins over the budget, the run must change anyway
     est = _build(run, catalog, work, best, planner.per_rank, (util, util_source), max_runtime, seg, advice,
-                 warnings)
-    check_hyperparameters(est.hyperparameters)  # invalid input wins over the budget: the run must change anyway
+                 warnings, base_name)
     market = "spot" if run.compute.spot else "on-demand"
     if chosen_cost > run.max_usd:  # names the cap its chain needs (more than the estimate)
         smallest = f"; the smallest cap whose chain finishes is {usd(seg.min_cap_usd)}" if \
@@ -352,9 +352,11 @@ def _layout_warnings(run: RunSpec, catalog: dict, planner: LayoutPlanner, option
 
 
 def _build(run: RunSpec, catalog: dict, work: _Work, best: Option, per_rank: int, utilization: tuple[float, str],
-           max_runtime: int, seg: SegmentPlan, advice: list[str], warnings: list[str]) -> Estimate:
+           max_runtime: int, seg: SegmentPlan, advice: list[str], warnings: list[str],
+           base_name: str | None = None) -> Estimate:
     """The Estimate of the chosen option: MaxRuntime is the first segment's, MaxWait follows it unless the run
-    gives one, the cost is the segment chain's when the cap carries it, and the trainer's hyperparameters."""
+    gives one, the cost is the segment chain's when the cap carries it, the run's optimizer steps, and the
+    trainer's hyperparameters (checked against CreateTrainingJob's limits)."""
     c, d, fit = run.compute, catalog["defaults"], best.fit
     cost = {"on_demand": round(best.on_demand, 2), "spot": round(best.spot, 2)}
     if seg.fits:
@@ -375,6 +377,7 @@ def _build(run: RunSpec, catalog: dict, work: _Work, best: Option, per_rank: int
         cost_usd=cost, spot=c.spot, sharding=fit.layout.sharding, shard_group_nodes=fit.layout.group_nodes,
         micro_batch=fit.micro_batch, grad_accum=fit.grad_accum, activation_checkpointing=fit.activation_checkpointing,
         global_batch_samples=fit.layout.world * per_rank,
+        planned_steps=planned_steps(work.tokens, fit.layout.world * per_rank, run.data.seq_len),
         memory_per_gpu={"state": fit.memory.state, "gathered": fit.memory.gathered,
                         "activations": fit.memory.activations, "logits": fit.memory.logits,
                         "total": fit.memory.total, "usable": int(fit.usable),
@@ -383,7 +386,7 @@ def _build(run: RunSpec, catalog: dict, work: _Work, best: Option, per_rank: int
         advice=advice, warnings=warnings, utilization_source=utilization[1],
         evaluation_seconds=best.eval_seconds, segments=seg,
     )
-    return replace(est, hyperparameters=flatten(trainer_settings(run, est)))
+    return replace(est, hyperparameters=hyperparameters(run, est, base_name))
 
 
 def _lora_alternative(run: RunSpec, catalog: dict, model_config: dict | None, data_tokens: int | None,

@@ -19,9 +19,12 @@ from ..contract.spec import (
 from ..seams import SegmentPlan, SpotPolicy, section_json
 from ..settings.sections import EvalConfig, ExportConfig, TrackingConfig
 from ..settings.tree import TrainConfig
-from ..settings.wire import leaves, parse
+from ..settings.wire import flatten, leaves, parse
 from .catalog import usd
 from .segments import segment_seconds
+
+# spotrun/settings/sections.py ModelConfig.source: the base an exported adapter names
+MODEL_SOURCE_PATH = "model.source"
 
 
 @dataclass(frozen=True)
@@ -65,15 +68,30 @@ class Estimate:
     utilization_source: str = "catalog default"
     evaluation_seconds: float = 0.0  # validation forwards over the run, inside wall_seconds (evaluation_seconds())
     segments: SegmentPlan | None = None  # how the cap holds (spotrun/planner/segments.py); estimate() sets it
-
-    def planned_steps(self, seq_len: int) -> int:
-        """Optimizer steps of the whole run at `seq_len` tokens a sample (data.seq_len): the plan's
-        `planned_steps`, in which the guard reads committed progress (spotrun/policy/decision.py
-        `committed_progress_s`)."""
-        return max(1, math.ceil(self.tokens / (self.global_batch_samples * seq_len)))
+    # optimizer steps of the whole run (`planned_steps`); the plan carries them, the printed estimate does not
+    planned_steps: int = 1
 
     def to_json(self) -> dict:
-        return {**asdict(self), "spot_policy": section_json(self.spot_policy)}
+        out = {**asdict(self), "spot_policy": section_json(self.spot_policy)}
+        del out["planned_steps"]  # the plan's field (Plan.planned_steps), not one of the estimate's figures
+        return out
+
+
+def planned_steps(tokens: float, global_batch_samples: int, seq_len: int) -> int:
+    """Optimizer steps of the whole run at `seq_len` tokens a sample (data.seq_len): the plan's `planned_steps`, in
+    which the guard reads committed progress (spotrun/policy/decision.py `committed_progress_s`)."""
+    return max(1, math.ceil(tokens / (global_batch_samples * seq_len)))
+
+
+def hyperparameters(run: RunSpec, est: Estimate, base_name: str | None = None) -> dict[str, str]:
+    """What the trainer is sent (`trainer_settings`), flattened into CreateTrainingJob's HyperParameters and checked
+    against its limits (`check_hyperparameters`). `base_name`: the name an exported adapter gives its base model
+    (a hub model's hub name, which from_pretrained takes, rather than its copy's place), under `model.source`."""
+    hyper = flatten(trainer_settings(run, est))
+    if base_name:
+        hyper = {**hyper, MODEL_SOURCE_PATH: base_name}
+    check_hyperparameters(hyper)
+    return hyper
 
 
 def trainer_settings(run: RunSpec, est: Estimate) -> TrainConfig:

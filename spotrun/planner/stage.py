@@ -14,11 +14,7 @@ from typing import Any
 from ..contract.spec import RunSpec
 from .estimate import Estimate, estimate
 from .measured import shape_key
-from .outputs import check_hyperparameters
 from .sources import read_sources, with_split
-
-# spotrun/settings/sections.py ModelConfig.source: the base an exported adapter names
-MODEL_SOURCE_PATH = "model.source"
 
 
 @dataclass(frozen=True)
@@ -45,10 +41,8 @@ def planned(run: RunSpec, *, catalog: dict, s3_client: Any, rates: dict[str, flo
     shape = shape_key(config) if config else None
     measured = mfu_lookup(shape, run.training.method) if (mfu_lookup and shape) else None
     est = estimate(run, catalog=catalog, model_config=sources.model_config, data_tokens=sources.tokens,
-                   recorded_rates=rates, recorded_mfu=measured, validation_tokens=sources.validation_tokens)
-    if base_name:
-        est = dataclasses.replace(est, hyperparameters={**est.hyperparameters, MODEL_SOURCE_PATH: base_name})
-    check_hyperparameters(est.hyperparameters)
+                   recorded_rates=rates, recorded_mfu=measured, validation_tokens=sources.validation_tokens,
+                   base_name=base_name)
     return Planned(run, est, sources.model_config, sources.tokens, shape)
 
 

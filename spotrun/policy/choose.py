@@ -3,11 +3,12 @@
 `plan_from_estimate` turns the planner's estimate into a SimPlan; `spot_policy(run, est, catalog)` simulates
 every candidate policy over `N_TRACES` generated traces (fixed seed) and chooses the cheapest in the mean among
 those meeting `compute.deadline_hours` on at least `CONFIDENCE` of the traces (without a deadline, the cheapest);
-it returns a `PolicyChoice` (the section, its warnings, the chosen P95 bill), which the estimate step combines with
-the estimate (spotrun/pipeline/policy_stage.py `with_spot_policy`: the cap that finishes at that P95 is the pipeline's
-chain); `policy_text` is its report. Every candidate is simulated as the state machine executes it
-(spotrun/policy/execution.py) and is a rule of spotrun/policy/decision.py, which the cost guard calls with the
-section as the plan carries it (its `sim_plan`, `policy` and `checkpointing`). The traces: the estimate's
+it returns a `PolicyChoice` (the section, its warnings, the chosen P95 bill). `spot_policy_at_caps` is the estimate
+step's one call (spotrun/pipeline/policy_stage.py `with_spot_policy`): the choice at the cap set and the caps it
+names on the pipeline's chain (the cap that finishes at the P95 of the run as one job, the deadline warning's cap),
+each from the choice at another cap; `policy_text` is its report. Every candidate is simulated as the state
+machine executes it (spotrun/policy/execution.py) and is a rule of spotrun/policy/decision.py, which the cost guard
+calls with the section as the plan carries it (its `sim_plan`, `policy` and `checkpointing`). The traces: the estimate's
 interruption rate (recorded by the interruption recorder, else the catalog's, or checkpoint.interruptions_per_hour),
 with stretches with and without capacity shaped and bunched (two regimes) as the public recordings'
 (`ESTIMATE_TRACES`: spotrun/policy/availability.py).
@@ -17,12 +18,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import math
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
 
 from ..planner.estimate import startup_seconds
+from ..planner.segments import finish_cap_usd, one_job_cap_usd, segments_at
 from ..planner.topology import step_seconds
 from ..seams import SpotPolicy
 from . import Summary, compare
@@ -39,6 +42,7 @@ CONFIDENCE = 0.99
 # contract accepts (28 days at 10 interruptions per hour, a 40-day deadline, a cap that binds: 3 simulations) in
 # about 26 s of CPU here, under the function's 60 s (docs/spot-policy.md); 100,000 took about 52 s.
 WINDOW_BUDGET = 50_000
+DEADLINE_CAP_TRIES = 2  # estimates at a raised cap for the deadline warning's cap (`_deadline_cap`)
 HORIZON_CAP_S = 96 * 24 * 3600.0  # the longest deadline (56 days) and 3 x a 28-day run fit; 10 interruptions/h
 # (the contract's most) x 1.3 over it is ~30,000 windows: one trace of the longest run stays inside the budget
 # The estimate's traces: stretches with and without capacity drawn from the availability model fitted to the
@@ -50,12 +54,12 @@ ESTIMATE_TRACES = {"fitted": True}
 SYNTHETIC_TRACES = {"burst_p": 0.3, "droughts_per_day": 0.1, "drought_hours": (6.0, 80.0), "restart_wait_s": 600.0}
 
 
-def plan_from_estimate(est, catalog: dict, *, seq_len: int, deadline_s: float | None = None,
+def plan_from_estimate(est, catalog: dict, *, deadline_s: float | None = None,
                        spot_discount: float | None = None, poll_s: float = 60.0,
                        max_poll_s: float = 4 * 3600.0, on_demand_fallback: bool = True) -> SimPlan:
     """The simulator's plan for the estimate's layout. The restore (checkpoint download) is taken at the upload
-    rate; the step is grad_accum micro-batches; `seq_len`: the run's data.seq_len (the plan's planned steps, in
-    which the guard reads progress); `poll_s`, `max_poll_s`: the stage's cost-guard poll bounds
+    rate; the step is grad_accum micro-batches; the planned steps (in which the guard reads progress) are the
+    estimate's; `poll_s`, `max_poll_s`: the stage's cost-guard poll bounds
     (PipelineSettings.poll_seconds, max_poll_seconds); `on_demand_fallback`: the run's compute.on_demand_fallback."""
     d = catalog["defaults"]
     startup = startup_seconds(d)  # provisioning, data download and the image pull, at every start
@@ -82,7 +86,7 @@ def plan_from_estimate(est, catalog: dict, *, seq_len: int, deadline_s: float | 
                    max_wait_s=max_runtime + wait_allowance, max_runtime_s=max_runtime,
                    deadline_s=deadline_s, poll_s=poll_s,
                    max_poll_s=max(poll_s, max_poll_s), on_demand_fallback=on_demand_fallback,
-                   planned_steps=est.planned_steps(seq_len))
+                   planned_steps=est.planned_steps)
 
 
 def horizon_s(plan: SimPlan) -> float:
@@ -163,7 +167,7 @@ _SHARED: ContextVar[dict | None] = ContextVar("shared_simulations", default=None
 @contextlib.contextmanager
 def shared_simulations() -> Iterator[None]:
     """Within it, `spot_policy` generates each set of traces and executes each plan on them once: the estimate
-    step asks for the run at several caps (spotrun/pipeline/policy_stage.py), and a cap whose chain has as many
+    step asks for the run at several caps (`spot_policy_at_caps`), and a cap whose chain has as many
     jobs as another's plans the same simulation (the rows are the same; only the cap's share within it is not,
     which is computed from the tallies). The Lambda's time goes by these simulations."""
     token = _SHARED.set({})
@@ -175,9 +179,9 @@ def shared_simulations() -> Iterator[None]:
 
 @dataclass(frozen=True)
 class PolicyChoice:
-    """What `spot_policy` chose: the estimate's policy section (JSON; its `p95_finish_cap_usd` is None here, the
-    estimate step names it from the pipeline's chain), the warnings it adds to the estimate's, and the chosen
-    policy's P95 bill (unrounded: what that cap is planned on)."""
+    """What `spot_policy` chose: the estimate's policy section (JSON; its `p95_finish_cap_usd` is None here,
+    `spot_policy_at_caps` names it from the pipeline's chain), the warnings it adds to the estimate's, and the
+    chosen policy's P95 bill (unrounded: what that cap is planned on)."""
 
     section: SpotPolicy
     warnings: tuple[str, ...]
@@ -193,8 +197,8 @@ def spot_policy(run, est, catalog: dict, *, n: int = N_TRACES, seed: int = SEED,
     between `poll_s` and `max_poll_s` executes them. The estimate is read, never changed. `deadline_cap(p95)`: the
     cap the warning names when the cap left out every policy meeting the deadline, from their lowest P95 here (by
     default that P95 rounded up to the cent; a cap's chain, so the P95, changes with the cap: the estimate step
-    names one that holds, spotrun/pipeline/policy_stage.py)."""
-    plan = plan_from_estimate(est, catalog, seq_len=run.data.seq_len, deadline_s=run.compute.deadline_s,
+    names one that holds, `spot_policy_at_caps`)."""
+    plan = plan_from_estimate(est, catalog, deadline_s=run.compute.deadline_s,
                               spot_discount=run.compute.spot_discount, poll_s=poll_s, max_poll_s=max_poll_s,
                               on_demand_fallback=run.compute.on_demand_fallback or not run.compute.spot)
     n = traces_for_estimate(plan, est.interruptions_per_hour, n)
@@ -240,6 +244,110 @@ def spot_policy(run, est, catalog: dict, *, n: int = N_TRACES, seed: int = SEED,
 def cents_up(usd: float) -> float:
     """`usd` rounded up to the cent: a cap named from a bill holds that bill (a cap rounded down would not)."""
     return math.ceil(round(usd * 100, 6)) / 100
+
+
+@dataclass(frozen=True)
+class CappedChoice:
+    """What the estimate step adds to the estimate (spotrun/pipeline/policy_stage.py `with_spot_policy`): the policy
+    section with the caps it names, and the warnings that follow the estimate's own."""
+
+    section: SpotPolicy
+    warnings: tuple[str, ...]
+
+
+def spot_policy_at_caps(run, est, catalog: dict, *, poll_s: float = 60.0, max_poll_s: float = 4 * 3600.0,
+                        n: int = N_TRACES) -> CappedChoice:
+    """The run's spot policy (`spot_policy` on `n` traces, looked up when called: the replay tests stand a cached
+    one in) at the cap set, and the caps the section names, each from the choice at another cap: the estimate
+    step's one call into the policy.
+
+    Every cap it names holds when set (estimated again at it, the run is accepted and the same cap is named):
+    - `p95_finish_cap_usd`: the smallest cap whose chain finishes a run billed the P95 of the policy chosen for the
+      run as one job (`p95_finish_policy`, `p95_one_job_usd`; None without a chain to plan it on, or when no cap
+      does). As one job, the cap set never enters it. Planned on the chain at the cap set, the P95 would count
+      that chain's restarts, which the finish cap's own chain counts again, and would move with the cap (llama3's
+      $155.72 at a $2,500 cap named $166.51 once set).
+    - the deadline warning's cap (`deadline_cap_usd`), when the cap left out every policy that meets the deadline
+      (`_deadline_cap`), at least the P95 finish cap of the run as one job.
+    A cap that binds costs a second simulation (the run as one job), a deadline warning up to DEADLINE_CAP_TRIES
+    more; a cap whose plan (its chain's length) was simulated already reuses that simulation
+    (`shared_simulations`)."""
+    poll = {"poll_s": poll_s, "max_poll_s": max_poll_s, "n": n}
+    alone = functools.cache(lambda: spot_policy(*_at_cap(run, est, math.inf), catalog, **poll))
+    alone_finish = functools.cache(lambda: _finish_cap(est, alone()))
+    named: list[float] = []  # the deadline warning's cap, when it names one
+
+    def deadline_cap(p95: float) -> float:
+        # at least the cap to set of the run as one job: one cap meets the deadline and finishes at the P95
+        named.append(_deadline_cap(run, est, catalog, max(p95, alone_finish()), poll, alone()))
+        return named[-1]
+
+    with shared_simulations():  # a cap whose plan was simulated already reuses its executions
+        choice = spot_policy(run, est, catalog, **poll, deadline_cap=deadline_cap)
+        # the run as one job: the simulation at the cap set when that cap neither splits the run into a chain
+        # (the simulation counts a chain's restarts as work) nor leaves out a policy
+        one_job = choice if est.segments.segments <= 1 and not choice.left_out else alone()
+    finish = _finish_cap(est, one_job)
+    section = dataclasses.replace(choice.section, p95_finish_cap_usd=finish if finish < math.inf else None,
+                                  p95_finish_policy=one_job.section.chosen, p95_one_job_usd=round(one_job.p95_usd, 2),
+                                  deadline_cap_usd=named[-1] if named else None)
+    return CappedChoice(section, (*choice.warnings, *_under_finish_cap(run.max_usd, finish, section)))
+
+
+def _finish_cap(est, one_job: PolicyChoice) -> float:
+    """The P95 finish cap of `one_job`'s P95 bill on the estimate's chain (inf without a chain to plan it on)."""
+    return finish_cap_usd(est.segments, one_job.p95_usd) if est.segments.chain_costs else math.inf
+
+
+def _under_finish_cap(cap_usd: float, finish_usd: float, section: SpotPolicy) -> list[str]:
+    """A warning when the cap set is under the cap to set (the P95 finish cap): the run is accepted (its chain
+    finishes uninterrupted) but a run billed the P95 stops OverBudget before it finishes, naming a larger cap (a
+    new user set a cap a cent under the figure they were told, with no word). With a deadline warning's cap (at
+    least the finish cap), that one is the cap to set: one figure across the warnings and the summary."""
+    deadline = section.deadline_cap_usd
+    if deadline is not None:
+        return [] if cap_usd >= deadline else [
+            f"budget.max_usd=${cap_usd:,.2f} is under the cap to set, ${deadline:,.2f}: set ${deadline:,.2f} or "
+            "more to meet the deadline (the estimate then chooses a policy that meets it) and to finish at its P95 "
+            "bill (the spot policy's last line)"]
+    if finish_usd == math.inf or cap_usd >= finish_usd:
+        return []
+    return [f"budget.max_usd=${cap_usd:,.2f} is under the cap to set, ${finish_usd:,.2f}: a run billed "
+            f"{section.p95_finish_policy}'s P95 (${section.p95_one_job_usd:,.2f} as one job) would stop "
+            f"OverBudget before it finishes, naming a larger cap; set ${finish_usd:,.2f} or more to finish on 95% "
+            "of the estimate's traces"]
+
+
+def _at_cap(run, est, cap_usd: float) -> tuple:
+    """The run and its estimate at another cap, as `spot_policy` reads them: the cap and the chain's length
+    (one job under no cap)."""
+    jobs = 1 if cap_usd == math.inf else segments_at(est.segments, cap_usd)
+    return (dataclasses.replace(run, max_usd=cap_usd),
+            dataclasses.replace(est, segments=dataclasses.replace(est.segments, segments=jobs)))
+
+
+def _deadline_cap(run, est, catalog: dict, p95_usd: float, poll: dict, one_job: PolicyChoice) -> float:
+    """A cap at which the estimate chooses a policy meeting the deadline, which the run's cap left out
+    (`p95_usd`: their lowest P95 at the run's cap; `one_job`: the choice for the run as one job under no cap).
+
+    A larger cap makes a shorter chain, so fewer restarts to simulate, and a policy's P95 moves (either way: the
+    deadline policies decide on the slack left; seen: $149.27 at a $97.55 cap, $169.27 once set). So the cap is
+    estimated again at that P95 (to the cent, up), raised to the lowest P95 there while no policy that meets the
+    deadline is within it, at most DEADLINE_CAP_TRIES times (each a simulation). Past them: the smallest cap
+    whose chain is one job, or the one-job P95 of the policies meeting it if more: from that cap on the chain is
+    one job, so the simulation is `one_job`'s and that policy is within the cap."""
+    cap = cents_up(p95_usd)
+    for _ in range(DEADLINE_CAP_TRIES):
+        there = spot_policy(*_at_cap(run, est, cap), catalog, **poll)
+        if not there.misses_deadline:
+            return cap
+        if there.meeting_p95_usd is None:  # none meets it at this cap's chain
+            break
+        cap = max(cents_up(there.meeting_p95_usd), cap + 0.01)
+    one_job_cap = one_job_cap_usd(est.segments)
+    if one_job.meeting_p95_usd is None or one_job_cap == math.inf:  # none meets it as one job, or no one job
+        return cap  # (of SageMaker's 28 days) holds the run: the last cap tried, not checked
+    return max(one_job_cap, cents_up(one_job.meeting_p95_usd))
 
 
 def _missed_deadline(plan: SimPlan, rows: list[Summary]) -> str:

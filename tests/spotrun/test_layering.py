@@ -6,7 +6,8 @@ with ast by tests/spotrun/layering.py; nothing is imported):
   fills), and the planner's memory model (TRAINER_ALSO says why);
 - the library parts (contract, planner, policy, pipeline) never import the CLI, the local runner or the handlers,
   and nothing outside spotrun/handlers/ imports a handler module; the policy never imports the pipeline (the
-  estimate step calls it and combines its answer with the chain: spotrun/pipeline/policy_stage.py `with_spot_policy`);
+  estimate step calls it once and adds its answer to the estimate: spotrun/pipeline/policy_stage.py
+  `with_spot_policy`);
 - what a Lambda handler imports, followed transitively (imports inside functions too), is the `spotrun` package,
   the standard library and boto3/botocore: what the Lambda asset and runtime hold (no torch, numpy, transformers);
 - no import circles among the repository's modules;

@@ -324,7 +324,7 @@ def test_a_short_run_is_refused_only_below_the_smallest_cap_whose_chain_finishes
 def test_the_chain_at_another_cap_is_the_estimates_own_and_never_longer_at_a_larger_cap():
     """`segments_at` (the spot policy's simulation of the run at a cap the estimate names) is the chain the estimate
     plans at that cap, and never has more jobs at a larger cap: the deadline warning's cap search ends because of
-    it (spotrun/pipeline/plan.py `_deadline_cap`). `one_job_cap_usd` is the smallest cap whose chain is one job."""
+    it (spotrun/policy/choose.py `_deadline_cap`). `one_job_cap_usd` is the smallest cap whose chain is one job."""
     from spotrun.planner.segments import one_job_cap_usd, segments_at
 
     small = {"instance_type": "ml.a1.small"}

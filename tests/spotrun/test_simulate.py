@@ -776,8 +776,8 @@ def test_a_cap_that_leaves_out_every_policy_meeting_the_deadline_is_a_warning_na
         rows = est.spot_policy.policies
         return est, rows, next(r for r in rows if r["label"] == est.spot_policy.chosen)
 
-    for tries in (estimate_step.DEADLINE_CAP_TRIES, 0):
-        monkeypatch.setattr(estimate_step, "DEADLINE_CAP_TRIES", tries)
+    for tries in (choose.DEADLINE_CAP_TRIES, 0):
+        monkeypatch.setattr(choose, "DEADLINE_CAP_TRIES", tries)
         est, rows, chosen = estimated(cap)
         meets = [r for r in rows if r["p_deadline"] >= CONFIDENCE]
         assert chosen["p_deadline"] < CONFIDENCE and meets and all(r["p95_usd"] > cap for r in meets), rows
