@@ -287,11 +287,34 @@ def spot_policy_at_caps(run, est, catalog: dict, *, poll_s: float = 60.0, max_po
         # the run as one job: the simulation at the cap set when that cap neither splits the run into a chain
         # (the simulation counts a chain's restarts as work) nor leaves out a policy
         one_job = choice if est.segments.segments <= 1 and not choice.left_out else alone()
-    finish = _finish_cap(est, one_job)
+        finish = _finish_cap(est, one_job)
+        kept = [] if named else _deadline_odds_kept(run, est, catalog, finish, poll, one_job)
+    if kept:
+        finish = kept[0]
     section = dataclasses.replace(choice.section, p95_finish_cap_usd=finish if finish < math.inf else None,
                                   p95_finish_policy=one_job.section.chosen, p95_one_job_usd=round(one_job.p95_usd, 2),
-                                  deadline_cap_usd=named[-1] if named else None)
+                                  deadline_cap_usd=named[-1] if named else None,
+                                  p95_finish_keeps_deadline=bool(kept))
     return CappedChoice(section, (*choice.warnings, *_under_finish_cap(run.max_usd, finish, section)))
+
+
+def _chosen_p_deadline(choice: PolicyChoice) -> float:
+    return next(r["p_deadline"] for r in choice.section.policies if r["label"] == choice.section.chosen)
+
+
+def _deadline_odds_kept(run, est, catalog: dict, finish: float, poll: dict, one_job: PolicyChoice) -> list[float]:
+    """With a deadline, the cap to set keeps the odds of meeting it that the run has as one job: a P95 finish cap
+    whose chain has more jobs adds their restarts to the run's time, and the deadline's odds drop (a new user:
+    qwen2 with a 0.3 h deadline, 90.7% at a $50 cap, 0.0% at the $0.73 named). `[cap]`: the smallest cap whose
+    chain is one job (at least `finish`), where they are the one job's; `[]`: `finish` keeps them (or no cap does)."""
+    if run.compute.deadline_s is None or finish == math.inf or segments_at(est.segments, finish) <= 1:
+        return []
+    shown = _chosen_p_deadline(one_job)
+    there = spot_policy(*_at_cap(run, est, finish), catalog, **poll)
+    if _chosen_p_deadline(there) >= min(shown, CONFIDENCE) - 0.0005:  # the rows are rounded to 4 places
+        return []
+    one_job_cap = one_job_cap_usd(est.segments)
+    return [] if one_job_cap == math.inf else [max(finish, one_job_cap)]
 
 
 def _finish_cap(est, one_job: PolicyChoice) -> float:
@@ -312,6 +335,12 @@ def _under_finish_cap(cap_usd: float, finish_usd: float, section: SpotPolicy) ->
             "bill (the spot policy's last line)"]
     if finish_usd == math.inf or cap_usd >= finish_usd:
         return []
+    if section.p95_finish_keeps_deadline:
+        here = next(r["p_deadline"] for r in section.policies if r["label"] == section.chosen)
+        return [f"budget.max_usd=${cap_usd:,.2f} is under the cap to set, ${finish_usd:,.2f}: under it the run is a "
+                f"chain whose restarts lower the deadline's odds ({section.chosen} meets it on {here:.1%} of the "
+                f"traces at this cap); set ${finish_usd:,.2f} or more for the odds of the run as one job and to finish "
+                f"at {section.p95_finish_policy}'s P95 bill"]
     return [f"budget.max_usd=${cap_usd:,.2f} is under the cap to set, ${finish_usd:,.2f}: a run billed "
             f"{section.p95_finish_policy}'s P95 (${section.p95_one_job_usd:,.2f} as one job) would stop "
             f"OverBudget before it finishes, naming a larger cap; set ${finish_usd:,.2f} or more to finish on 95% "
@@ -392,6 +421,11 @@ def policy_text(section: SpotPolicy | None) -> str:
                      "policy that meets the deadline (the deadline warning's cap), and a run billed "
                      f"{section.p95_finish_policy}'s P95 finishes (its P95 finish cap: "
                      f"${section.p95_finish_cap_usd:,.2f})")
+    elif section.p95_finish_keeps_deadline:  # raised to one job: a chain's restarts lower the deadline's odds
+        lines.append(f"  the cap to set: ${section.p95_finish_cap_usd:,.2f} or more: the run is one job, so it "
+                     f"keeps the deadline's odds of the run as one job and finishes at {section.p95_finish_policy}'s "
+                     f"P95 bill (${section.p95_one_job_usd:,.2f}); under it the run is a chain whose restarts lower "
+                     "those odds")
     elif section.p95_finish_cap_usd is not None:  # the cap under which a run billed its P95 can strand
         lines.append(f"  the cap to set: ${section.p95_finish_cap_usd:,.2f} or more finishes at "
                      f"{section.p95_finish_policy}'s P95 bill (${section.p95_one_job_usd:,.2f} as one job), "

@@ -1,0 +1,63 @@
+"""A new user's second trial: the cap the estimate names keeps the deadline's odds it showed, through the CLI and
+the estimate Lambda's handler. The figures compared are the estimate's own, read from its output."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import boto3
+from moto import mock_aws
+
+from spotrun.cli.main import main
+from spotrun.handlers import estimate as estimate_handler
+
+from .test_new_users_trial import BUCKET, SETTINGS, _cli, _NoQuotasListed, _with
+
+ROOT = Path(__file__).parents[2]
+
+
+def _plan(monkeypatch, run: dict) -> dict:
+    """The estimate Lambda's handler itself, with the stage's environment and its bucket: the accepted estimate."""
+    for key, value in {**SETTINGS.to_env(), "AWS_REGION": "us-east-1"}.items():
+        monkeypatch.setenv(key, value)
+    real = boto3.client
+    monkeypatch.setattr(estimate_handler.boto3, "client",
+                        lambda name, *a, **k: _NoQuotasListed() if name == "service-quotas" else real(name, *a, **k))
+    with mock_aws():
+        boto3.client("s3", region_name="us-east-1").create_bucket(Bucket=BUCKET)
+        out = estimate_handler.handler({"run": run, "execution": "exec-1", "started": "2026-01-01T00:00:00Z"}, None)
+    assert "estimate" in out, out
+    return out["estimate"]
+
+
+def _chosen_odds(doc: dict) -> float:
+    policy = doc["spot_policy"]
+    return next(r["p_deadline"] for r in policy["policies"] if r["label"] == policy["chosen"])
+
+
+def test_the_cap_to_set_keeps_the_deadline_odds_without_on_demand_fallback(tmp_path, capsys, monkeypatch):
+    """qwen2 with a 0.3 h deadline and no on-demand fallback: 90.7% at a $50 cap, the cap to set $0.73, where the
+    run is a chain of two jobs whose restarts meet the deadline on 0.0% of the traces, with no word."""
+    example = json.loads((ROOT / "examples/runs/qwen2-0.5b-full-small.json").read_text())
+    example["model"] = {"init": "random", "config": example["model"]["config"]}  # the Lambda reads no S3 here
+    example = _with(example, data={"source": f"s3://{BUCKET}/datasets/quick/"})
+    run = _with(example, compute={"deadline_hours": 0.3, "spot": True, "on_demand_fallback": False},
+                budget={"max_usd": 50})
+    code, doc = _cli(tmp_path, capsys, "estimate", run)
+    assert code == 0, doc
+    shown, named = _chosen_odds(doc), doc["spot_policy"]["p95_finish_cap_usd"]
+    assert shown > 0.5, doc["spot_policy"]
+    for there in (_cli(tmp_path, capsys, "estimate", _with(run, budget={"max_usd": named}))[1],
+                  _plan(monkeypatch, _with(run, budget={"max_usd": named}))):
+        assert there["spot_policy"]["p95_finish_cap_usd"] == named, there["spot_policy"]
+        assert _chosen_odds(there) >= shown - 0.001, (shown, there["spot_policy"])
+        assert not [w for w in there["warnings"] if "under the cap to set" in w], there["warnings"]
+    # a cent under it: the odds it keeps are lost, and the estimate says so, naming the cap
+    code, under = _cli(tmp_path, capsys, "estimate", _with(run, budget={"max_usd": round(named - 0.01, 2)}))
+    assert code == 0 and _chosen_odds(under) < shown, under["spot_policy"]
+    warned = [w for w in under["warnings"] if "under the cap to set" in w]
+    assert len(warned) == 1 and "deadline's odds" in warned[0] and f"${named:,.2f}" in warned[0], under["warnings"]
+    assert main(["estimate", str(tmp_path / "run.json")]) == 0
+    text = capsys.readouterr().out
+    assert f"the cap to set: ${named:,.2f} or more" in text and "deadline's odds" in text, text
