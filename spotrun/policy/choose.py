@@ -189,6 +189,8 @@ class PolicyChoice:
     left_out: tuple[str, ...] = ()  # the labels of the policies the cap left out (their P95 over it)
     meeting_p95_usd: float | None = None  # the lowest P95 of the policies meeting the deadline (None: none does)
     misses_deadline: bool = False  # a deadline the chosen policy meets on fewer than CONFIDENCE of the traces
+    missed: str = ""  # the warning when no candidate meets the deadline (`_missed_deadline`; not in `warnings`:
+    # the estimate step names a larger cap in it where one meets the deadline, `spot_policy_at_caps`)
 
 
 def spot_policy(run, est, catalog: dict, *, n: int = N_TRACES, seed: int = SEED, poll_s: float = 60.0,
@@ -214,8 +216,9 @@ def spot_policy(run, est, catalog: dict, *, n: int = N_TRACES, seed: int = SEED,
     best, why = choose(plan, rows, cap_usd=run.max_usd)
     left_out = tuple(r.label for r in rows if r.p95_usd > run.max_usd)  # as `choose` leaves them out
     warnings = []
+    missed = ""
     if plan.deadline_s is not None and not any(r.p_deadline >= CONFIDENCE for r in rows):
-        warnings.append(_missed_deadline(plan, rows))
+        missed = _missed_deadline(plan, rows)
     meets = [r for r in rows if r.p_deadline is not None and r.p_deadline >= CONFIDENCE]
     cheapest = min(meets, key=lambda r: r.p95_usd) if meets else None
     misses = best.p_deadline is not None and best.p_deadline < CONFIDENCE
@@ -238,7 +241,8 @@ def spot_policy(run, est, catalog: dict, *, n: int = N_TRACES, seed: int = SEED,
                          policies=[_rounded(r) for r in rows], left_out=list(left_out), policy=best.policy,
                          checkpointing=best.checkpointing, sim_plan=dataclasses.asdict(plan))
     return PolicyChoice(section=section, warnings=tuple(warnings), p95_usd=best.p95_usd, left_out=left_out,
-                        meeting_p95_usd=cheapest.p95_usd if cheapest else None, misses_deadline=misses)
+                        meeting_p95_usd=cheapest.p95_usd if cheapest else None, misses_deadline=misses,
+                        missed=missed)
 
 
 def cents_up(usd: float) -> float:
@@ -287,6 +291,18 @@ def spot_policy_at_caps(run, est, catalog: dict, *, poll_s: float = 60.0, max_po
         # the run as one job: the simulation at the cap set when that cap neither splits the run into a chain
         # (the simulation counts a chain's restarts as work) nor leaves out a policy
         one_job = choice if est.segments.segments <= 1 and not choice.left_out else alone()
+        missed = choice.missed
+        if missed and one_job is not choice and one_job.meeting_p95_usd is not None:
+            # none meets the deadline within the cap set (its chain's restarts, or the policies it left out), but
+            # one does as one job: a larger cap meets it (a new user was told 'the run would miss it')
+            cap = deadline_cap(one_job.meeting_p95_usd)
+            label, odds = min((r["p95_usd"], r["label"], r["p_deadline"]) for r in one_job.section.policies
+                              if r["p_deadline"] is not None and r["p_deadline"] >= CONFIDENCE)[1:]
+            missed = (f"compute.deadline_hours={run.compute.deadline_s / 3600:g}: within the ${run.max_usd:,.2f} "
+                      f"cap no policy meets it on {CONFIDENCE:.0%} of the traces ({choice.section.chosen} on "
+                      f"{_chosen_p_deadline(choice):.1%}); "
+                      f"as one job {label} meets it on {odds:.1%}: a cap of ${cap:,.2f} lets the estimate choose "
+                      "a policy that meets it")
         finish = _finish_cap(est, one_job)
         kept = [] if named else _deadline_odds_kept(run, est, catalog, finish, poll, one_job)
     if kept:
@@ -295,7 +311,8 @@ def spot_policy_at_caps(run, est, catalog: dict, *, poll_s: float = 60.0, max_po
                                   p95_finish_policy=one_job.section.chosen, p95_one_job_usd=round(one_job.p95_usd, 2),
                                   deadline_cap_usd=named[-1] if named else None,
                                   p95_finish_keeps_deadline=bool(kept))
-    return CappedChoice(section, (*choice.warnings, *_under_finish_cap(run.max_usd, finish, section)))
+    return CappedChoice(section, (*([missed] if missed else []), *choice.warnings,
+                                  *_under_finish_cap(run.max_usd, finish, section)))
 
 
 def _chosen_p_deadline(choice: PolicyChoice) -> float:
@@ -384,10 +401,18 @@ def _missed_deadline(plan: SimPlan, rows: list[Summary]) -> str:
     head = f"compute.deadline_hours={plan.deadline_s / 3600:g}: no policy meets it on {CONFIDENCE:.0%} of the traces"
     on_demand = next((r for r in rows if r.policy == "on_demand"), None)
     if on_demand is not None:
-        return f"{head} (on-demand from the start takes {on_demand.mean_wall_h:.1f} h); the run would miss it"
+        return f"{head} (on-demand from the start takes {_hours(on_demand.mean_wall_h)}); the run would miss it"
+    uninterrupted_h = (plan.startup_s + plan.work_s) / 3600
+    if uninterrupted_h * 3600 > plan.deadline_s:  # on-demand fallback would not meet it either: no advice to take it
+        return (f"{head}: uninterrupted from the start the run takes {_hours(uninterrupted_h)}, so neither spot nor "
+                "on-demand meets it; the run would miss it")
     likeliest = max(rows, key=lambda r: r.p_deadline)
     return (f"{head} on spot alone (the likeliest, {likeliest.label}, on {likeliest.p_deadline:.1%}); "
             "compute.on_demand_fallback=true lets the run move to on-demand to meet it")
+
+
+def _hours(h: float) -> str:
+    return f"{h:.2f} h" if h < 1 else f"{h:.1f} h"
 
 
 def fitted_source(rate_per_hour: float) -> str:

@@ -12,7 +12,7 @@ from moto import mock_aws
 from spotrun.cli.main import main
 from spotrun.handlers import estimate as estimate_handler
 
-from .test_new_users_trial import BUCKET, SETTINGS, _cli, _NoQuotasListed, _with
+from .test_new_users_trial import BUCKET, SETTINGS, _cli, _dollars, _NoQuotasListed, _with
 
 ROOT = Path(__file__).parents[2]
 
@@ -36,14 +36,47 @@ def _chosen_odds(doc: dict) -> float:
     return next(r["p_deadline"] for r in policy["policies"] if r["label"] == policy["chosen"])
 
 
+def _qwen(**compute) -> dict:
+    example = json.loads((ROOT / "examples/runs/qwen2-0.5b-full-small.json").read_text())
+    example["model"] = {"init": "random", "config": example["model"]["config"]}  # the Lambda reads no S3 here
+    return _with(example, data={"source": f"s3://{BUCKET}/datasets/quick/"}, compute={"spot": True, **compute})
+
+
+def test_a_deadline_a_larger_cap_meets_is_never_said_to_be_missed(tmp_path, capsys, monkeypatch):
+    """qwen2, a 0.3 h deadline with on-demand fallback at a $0.73 cap (a chain of two jobs): 'no policy meets it
+    ... (on-demand from the start takes 0.4 h); the run would miss it', while as one job at $1.28 it is met."""
+    run = _with(_qwen(deadline_hours=0.3, on_demand_fallback=True), budget={"max_usd": 0.73})
+    code, doc = _cli(tmp_path, capsys, "estimate", run)
+    lambda_doc = _plan(monkeypatch, run)
+    assert code == 0, doc
+    for told in (doc, lambda_doc):
+        said = [w for w in told["warnings"] if "deadline_hours" in w]
+        assert said and not [w for w in said if "would miss it" in w], said
+        assert _chosen_odds(told) < 0.99, told["spot_policy"]
+    named = _dollars([w for w in doc["warnings"] if "lets the estimate choose a policy that meets it" in w][0])[-1]
+    assert named > 0.73 and doc["spot_policy"]["deadline_cap_usd"] == named, doc
+    for there in (_cli(tmp_path, capsys, "estimate", _with(run, budget={"max_usd": named}))[1],
+                  _plan(monkeypatch, _with(run, budget={"max_usd": named}))):
+        assert _chosen_odds(there) >= there["spot_policy"]["confidence"], there["spot_policy"]
+        assert not [w for w in there["warnings"] if "deadline_hours" in w or "under the cap" in w], there["warnings"]
+        assert there["spot_policy"]["p95_finish_cap_usd"] <= named, there["spot_policy"]
+
+
+def test_a_deadline_on_demand_cannot_meet_is_not_advised_on_demand_fallback(tmp_path, capsys, monkeypatch):
+    """A 0.05 h deadline accepted as missed: 'THE DEADLINE WILL BE MISSED ... even on on-demand', then
+    'compute.on_demand_fallback=true lets the run move to on-demand to meet it'."""
+    run = _qwen(deadline_hours=0.05, accept_missed_deadline=True)
+    code, doc = _cli(tmp_path, capsys, "estimate", run)
+    assert code == 0, doc
+    for told in (doc, _plan(monkeypatch, run)):
+        said = [w for w in told["warnings"] if "deadline_hours=0.05" in w]
+        assert len(said) == 2 and not [w for w in said if "on_demand_fallback" in w], said
+
+
 def test_the_cap_to_set_keeps_the_deadline_odds_without_on_demand_fallback(tmp_path, capsys, monkeypatch):
     """qwen2 with a 0.3 h deadline and no on-demand fallback: 90.7% at a $50 cap, the cap to set $0.73, where the
     run is a chain of two jobs whose restarts meet the deadline on 0.0% of the traces, with no word."""
-    example = json.loads((ROOT / "examples/runs/qwen2-0.5b-full-small.json").read_text())
-    example["model"] = {"init": "random", "config": example["model"]["config"]}  # the Lambda reads no S3 here
-    example = _with(example, data={"source": f"s3://{BUCKET}/datasets/quick/"})
-    run = _with(example, compute={"deadline_hours": 0.3, "spot": True, "on_demand_fallback": False},
-                budget={"max_usd": 50})
+    run = _with(_qwen(deadline_hours=0.3, on_demand_fallback=False), budget={"max_usd": 50})
     code, doc = _cli(tmp_path, capsys, "estimate", run)
     assert code == 0, doc
     shown, named = _chosen_odds(doc), doc["spot_policy"]["p95_finish_cap_usd"]
