@@ -112,6 +112,13 @@ def candidates(plan: SimPlan, every_checkpointing: bool = False) -> list[tuple[s
     return [(p, ck) for p, ck in out if p in RULES]  # only what the guard can execute
 
 
+def run_candidates(run, plan: SimPlan) -> list[tuple[str, str]]:
+    """The run's candidates (`candidates`): a `compute.spot=false` run takes on-demand alone, so no spot policy is
+    simulated or chosen for it (a new user was told 'maxwait_fallback would be the choice with spot', and
+    `spotrun simulate` chose it for that run)."""
+    return candidates(plan) if run.compute.spot else [c for c in candidates(plan) if c[0] == "on_demand"]
+
+
 def choose(plan: SimPlan, rows: list[Summary], confidence: float = CONFIDENCE,
            cap_usd: float | None = None) -> tuple[Summary, str]:
     """(the chosen row, why). With a cap, a policy whose P95 cost passes it is no candidate: the cost guard ends
@@ -189,8 +196,8 @@ class PolicyChoice:
     left_out: tuple[str, ...] = ()  # the labels of the policies the cap left out (their P95 over it)
     meeting_p95_usd: float | None = None  # the lowest P95 of the policies meeting the deadline (None: none does)
     misses_deadline: bool = False  # a deadline the chosen policy meets on fewer than CONFIDENCE of the traces
-    missed: str = ""  # the warning when no candidate meets the deadline (`_missed_deadline`; not in `warnings`:
-    # the estimate step names a larger cap in it where one meets the deadline, `spot_policy_at_caps`)
+    missed: str = ""  # the warning when no candidate meets the deadline (`_missed_deadline`, the first of
+    # `warnings`): the estimate step names a larger cap instead where one meets the deadline, `spot_policy_at_caps`
 
 
 def spot_policy(run, est, catalog: dict, *, n: int = N_TRACES, seed: int = SEED, poll_s: float = 60.0,
@@ -207,11 +214,11 @@ def spot_policy(run, est, catalog: dict, *, n: int = N_TRACES, seed: int = SEED,
     spec = TraceSpec(interruptions_per_hour=est.interruptions_per_hour, horizon_s=horizon_s(plan), **ESTIMATE_TRACES)
     shared = _SHARED.get()
     if shared is None:
-        rows = compare(plan, generated_traces(spec, n, seed), candidates(plan), cap_usd=run.max_usd)
+        rows = compare(plan, generated_traces(spec, n, seed), run_candidates(run, plan), cap_usd=run.max_usd)
     else:  # the traces and this plan's executions made once per estimate (the caps' plans often coincide)
         if ("traces", spec, n, seed) not in shared:
             shared["traces", spec, n, seed] = generated_traces(spec, n, seed)
-        rows = compare(plan, shared["traces", spec, n, seed], candidates(plan), cap_usd=run.max_usd,
+        rows = compare(plan, shared["traces", spec, n, seed], run_candidates(run, plan), cap_usd=run.max_usd,
                        executions=shared.setdefault(("executions", plan, spec, n, seed), {}))
     best, why = choose(plan, rows, cap_usd=run.max_usd)
     left_out = tuple(r.label for r in rows if r.p95_usd > run.max_usd)  # as `choose` leaves them out
@@ -219,6 +226,7 @@ def spot_policy(run, est, catalog: dict, *, n: int = N_TRACES, seed: int = SEED,
     missed = ""
     if plan.deadline_s is not None and not any(r.p_deadline >= CONFIDENCE for r in rows):
         missed = _missed_deadline(plan, rows)
+        warnings.append(missed)
     meets = [r for r in rows if r.p_deadline is not None and r.p_deadline >= CONFIDENCE]
     cheapest = min(meets, key=lambda r: r.p95_usd) if meets else None
     misses = best.p_deadline is not None and best.p_deadline < CONFIDENCE
@@ -232,12 +240,13 @@ def spot_policy(run, est, catalog: dict, *, n: int = N_TRACES, seed: int = SEED,
         warnings.append(f"the run may not finish: no spot policy finishes on {CONFIDENCE:.0%} of the traces (the "
                         f"likeliest, {best.label}, on {best.p_finished:.1%}); compute.on_demand_fallback=true "
                         "finishes on on-demand when spot does not come back")
-    if not run.compute.spot:
-        alternative = f"; {best.label} would be the choice with spot" if best.policy != "on_demand" else ""
-        best, why = rows[0], f"compute.spot=false: on-demand as the run asks{alternative}"
+    source = fitted_source(est.interruptions_per_hour)
+    if not run.compute.spot:  # on-demand alone (`run_candidates`)
+        why = "compute.spot=false: on-demand as the run asks"
+        source = "on-demand alone: compute.spot=false takes no spot capacity, so no interruption is simulated"
     section = SpotPolicy(chosen=best.label, why=why, p95_finish_cap_usd=None,
                          confidence=CONFIDENCE if plan.deadline_s is not None else None, traces=n, seed=seed,
-                         trace_source=fitted_source(est.interruptions_per_hour),
+                         trace_source=source,
                          policies=[_rounded(r) for r in rows], left_out=list(left_out), policy=best.policy,
                          checkpointing=best.checkpointing, sim_plan=dataclasses.asdict(plan))
     return PolicyChoice(section=section, warnings=tuple(warnings), p95_usd=best.p95_usd, left_out=left_out,
@@ -311,8 +320,8 @@ def spot_policy_at_caps(run, est, catalog: dict, *, poll_s: float = 60.0, max_po
                                   p95_finish_policy=one_job.section.chosen, p95_one_job_usd=round(one_job.p95_usd, 2),
                                   deadline_cap_usd=named[-1] if named else None,
                                   p95_finish_keeps_deadline=bool(kept))
-    return CappedChoice(section, (*([missed] if missed else []), *choice.warnings,
-                                  *_under_finish_cap(run.max_usd, finish, section)))
+    own = [missed if w == choice.missed else w for w in choice.warnings]
+    return CappedChoice(section, (*own, *_under_finish_cap(run.max_usd, finish, section)))
 
 
 def _chosen_p_deadline(choice: PolicyChoice) -> float:

@@ -94,3 +94,18 @@ def test_the_cap_to_set_keeps_the_deadline_odds_without_on_demand_fallback(tmp_p
     assert main(["estimate", str(tmp_path / "run.json")]) == 0
     text = capsys.readouterr().out
     assert f"the cap to set: ${named:,.2f} or more" in text and "deadline's odds" in text, text
+
+
+def test_an_on_demand_run_simulates_and_chooses_on_demand_alone_in_estimate_and_simulate(tmp_path, capsys,
+                                                                                          monkeypatch):
+    """`spot: false`: the estimate simulated spot with no interruptions ('maxwait_fallback would be the choice with
+    spot'), and `spotrun simulate` on the same file chose maxwait_fallback while the estimate chose on_demand."""
+    run = _with(_qwen(), compute={"spot": False})
+    code, doc = _cli(tmp_path, capsys, "estimate", run)
+    assert code == 0, doc
+    for told in (doc, _plan(monkeypatch, run)):
+        policy = told["spot_policy"]
+        assert [r["policy"] for r in policy["policies"]] == ["on_demand"], policy["policies"]
+        assert policy["chosen"].startswith("on_demand") and "with spot" not in policy["why"], policy
+    code, study = _cli(tmp_path, capsys, "simulate", run, "--out", str(tmp_path / "sim"))
+    assert code == 0 and study["chosen"] == doc["spot_policy"]["chosen"], study["chosen"]
