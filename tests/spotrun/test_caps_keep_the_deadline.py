@@ -4,6 +4,7 @@ the estimate Lambda's handler. The figures compared are the estimate's own, read
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import boto3
@@ -12,7 +13,7 @@ from moto import mock_aws
 from spotrun.cli.main import main
 from spotrun.handlers import estimate as estimate_handler
 
-from .test_new_users_trial import BUCKET, SETTINGS, _cli, _dollars, _NoQuotasListed, _with
+from .test_new_users_trial import BUCKET, SETTINGS, _cli, _dollars, _lambda, _NoQuotasListed, _with
 
 ROOT = Path(__file__).parents[2]
 
@@ -109,3 +110,19 @@ def test_an_on_demand_run_simulates_and_chooses_on_demand_alone_in_estimate_and_
         assert policy["chosen"].startswith("on_demand") and "with spot" not in policy["why"], policy
     code, study = _cli(tmp_path, capsys, "simulate", run, "--out", str(tmp_path / "sim"))
     assert code == 0 and study["chosen"] == doc["spot_policy"]["chosen"], study["chosen"]
+
+
+def test_a_refusal_never_says_a_figure_exceeds_the_same_figure(tmp_path, capsys, monkeypatch):
+    """qwen2, `spot: false`, a cap at the cost row's on-demand figure: 'estimated $0.74 (on-demand) exceeds
+    budget.max_usd=$0.74'."""
+    run = _with(_qwen(), compute={"spot": False})
+    code, doc = _cli(tmp_path, capsys, "estimate", run)
+    assert code == 0, doc
+    capped = _with(run, budget={"max_usd": doc["cost_usd"]["on_demand"]})
+    code, refused = _cli(tmp_path, capsys, "estimate", capped)
+    out = _lambda(monkeypatch, capped)
+    assert (code, out["status"]) == (3, "OverBudget"), (refused, out)
+    for message in (refused["message"], out["message"]):
+        said = re.search(r"estimated (\$[0-9.,]+) \(on-demand\) exceeds budget\.max_usd=(\$[0-9.,]+)", message)
+        assert said is None or said[1] != said[2], message
+        assert "smallest cap whose chain finishes" in message, message
