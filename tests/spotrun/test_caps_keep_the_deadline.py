@@ -126,3 +126,18 @@ def test_a_refusal_never_says_a_figure_exceeds_the_same_figure(tmp_path, capsys,
         said = re.search(r"estimated (\$[0-9.,]+) \(on-demand\) exceeds budget\.max_usd=(\$[0-9.,]+)", message)
         assert said is None or said[1] != said[2], message
         assert "smallest cap whose chain finishes" in message, message
+
+
+def test_the_cap_row_says_which_cap_to_set(tmp_path, capsys):
+    """The cap row's 'the smallest cap that finishes with the expected interruptions is $153.58' and the spot
+    policy's 'the cap to set: $158.11' in one estimate, without saying which one to set."""
+    run = _with(_qwen(), budget={"max_usd": 0.73})  # a chain of two jobs
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(run))
+    assert main(["estimate", str(path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    row = [line for line in lines if line.startswith("cap ")]
+    named = [line for line in lines if "the cap to set:" in line]
+    assert len(row) == 1 and "smallest cap that finishes" in row[0] and len(named) == 1, lines
+    assert "the cap to set is the spot policy's last line" in row[0], row
+    assert lines[lines.index(named[0]) + 1].startswith("checked:"), lines  # that line is the policy's last
