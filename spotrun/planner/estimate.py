@@ -161,8 +161,7 @@ def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | 
     warnings += _deadline(run, options, best)
     max_runtime, runtime_warnings = _limits(run, d, best)
     warnings += _layout_warnings(run, catalog, planner, options, best, work.dims) + runtime_warnings
-    advice, price_warnings = price_advice(run, best)
-    warnings += price_warnings
+    advice = price_advice(run, best)
     advice += checkpoint_advice(catalog, best, work.ckpt_bytes)
     util, util_source = utilization(best.instance_type)
     if util_source.startswith("measured"):

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
 
+from ..planner.catalog import usd
 from ..planner.estimate import startup_seconds
 from ..planner.segments import finish_cap_usd, one_job_cap_usd, segments_at
 from ..planner.topology import step_seconds
@@ -321,7 +322,22 @@ def spot_policy_at_caps(run, est, catalog: dict, *, poll_s: float = 60.0, max_po
                                   deadline_cap_usd=named[-1] if named else None,
                                   p95_finish_keeps_deadline=bool(kept))
     own = [missed if w == choice.missed else w for w in choice.warnings]
-    return CappedChoice(section, (*own, *_under_finish_cap(run.max_usd, finish, section)))
+    return CappedChoice(section, (*_fallback_over_cap(run, est, section), *own,
+                                  *_under_finish_cap(run.max_usd, finish, section)))
+
+
+def _fallback_over_cap(run, est, section: SpotPolicy) -> list[str]:
+    """The warning when the run on-demand costs more than the cap, which the cost guard would stop a fallback at:
+    not at or over the cap to set (the chosen policy's P95 bill, fallbacks counted, finishes within it; a new user
+    was warned about the very cap the estimate named)."""
+    to_set = section.deadline_cap_usd or section.p95_finish_cap_usd
+    on_demand = est.cost_usd["on_demand"]
+    if not (run.compute.spot and run.compute.on_demand_fallback and on_demand > run.max_usd):
+        return []
+    if to_set is not None and run.max_usd >= to_set:
+        return []
+    return [f"an on-demand fallback would cost {usd(on_demand)} > budget {usd(run.max_usd)}; the cost guard stops "
+            "it at the cap"]
 
 
 def _chosen_p_deadline(choice: PolicyChoice) -> float:

@@ -141,3 +141,23 @@ def test_the_cap_row_says_which_cap_to_set(tmp_path, capsys):
     assert len(row) == 1 and "smallest cap that finishes" in row[0] and len(named) == 1, lines
     assert "the cap to set is the spot policy's last line" in row[0], row
     assert lines[lines.index(named[0]) + 1].startswith("checked:"), lines  # that line is the policy's last
+
+
+def test_no_warning_about_the_very_cap_the_estimate_names(tmp_path, capsys, monkeypatch):
+    """mistral with on-demand fallback and a 15.16 h deadline: set at the cap the estimate named ($30.82), it
+    warned 'an on-demand fallback would cost $31.48 > budget $30.82; the cost guard stops it at the cap'."""
+    example = json.loads((ROOT / "examples/runs/mistral-7b-lora.json").read_text())
+    example["model"] = {"init": "random", "config": example["model"]["config"]}  # the Lambda reads no S3 here
+    run = _with(example, data={"source": f"s3://{BUCKET}/datasets/summaries/"},
+                compute={"deadline_hours": 15.16, "on_demand_fallback": True}, budget={"max_usd": 300})
+    code, doc = _cli(tmp_path, capsys, "estimate", run)
+    assert code == 0, doc
+    named = doc["spot_policy"]["deadline_cap_usd"] or doc["spot_policy"]["p95_finish_cap_usd"]
+    assert doc["cost_usd"]["on_demand"] > named, (doc["cost_usd"], named)  # the case: on-demand over the cap named
+    set_at = _with(run, budget={"max_usd": named})
+    for there in (_cli(tmp_path, capsys, "estimate", set_at)[1], _plan(monkeypatch, set_at)):
+        assert there["spot_policy"]["p95_finish_cap_usd"] == named, there["spot_policy"]
+        assert not [w for w in there["warnings"] if f"${named:,.2f}" in w], there["warnings"]
+    # under it, the warning stands
+    code, under = _cli(tmp_path, capsys, "estimate", _with(run, budget={"max_usd": round(named / 2, 2)}))
+    assert code == 0 and [w for w in under["warnings"] if "an on-demand fallback would cost" in w], under
