@@ -537,6 +537,9 @@ class SpotPolicy(_StateJson):
     p95_finish_policy: str | None = None  # the policy whose P95 bill the cap to set finishes (the run as one job)
     p95_one_job_usd: float | None = None  # that P95 bill
     deadline_cap_usd: float | None = None  # the deadline warning's cap (at least the finish cap): the cap to set
+    # the cap to set is raised over the P95 finish cap to the smallest whose chain is one job: a longer chain's
+    # restarts lower the deadline's odds (spotrun/policy/choose.py `_deadline_odds_kept`)
+    p95_finish_keeps_deadline: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

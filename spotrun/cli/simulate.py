@@ -18,7 +18,14 @@ from pathlib import Path
 from ..contract.refusal import Refusal
 from ..contract.strict_json import dumps as strict_dumps
 from ..planner.estimate import load_catalog, regional_catalog
-from ..policy.choose import ESTIMATE_TRACES, SYNTHETIC_TRACES, candidates, fitted_source, horizon_s, plan_from_estimate
+from ..policy.choose import (
+    ESTIMATE_TRACES,
+    SYNTHETIC_TRACES,
+    fitted_source,
+    horizon_s,
+    plan_from_estimate,
+    run_candidates,
+)
 from ..policy.decision import RULES
 from ..policy.report import plot, study, table_text
 from ..policy.traces import (
@@ -178,17 +185,17 @@ def simulate_command(args: argparse.Namespace) -> int:
         return fail(args.format, for_status(exc.status), exc.status, exc.message, exc.field)
     except ValueError as exc:  # the traces or interruptions given
         return fail(args.format, Exit.INVALID, "InvalidRun", str(exc))
-    chosen = candidates(plan)
+    chosen = run_candidates(run, plan)  # as the estimate's: on-demand alone for compute.spot=false
     if args.policy:
         allowed = sorted({p for p, _ in chosen})
         if not_here := sorted(set(args.policy) - set(allowed)):  # on-demand without the fallback; no deadline
             return fail(args.format, Exit.INVALID, "InvalidArguments", f"--policy={','.join(not_here)} is not a "
                         f"policy this run can take: expected one of {', '.join(allowed)} (on_demand needs "
                         "compute.on_demand_fallback=true or compute.spot=false; the deadline policies need "
-                        "compute.deadline_hours)", "--policy")
+                        "compute.deadline_hours; compute.spot=false takes on_demand alone)", "--policy")
         chosen = [c for c in chosen if c[0] in args.policy]
-    report = study(plan, traces, chosen, optimum=not args.no_optimum, source=source, cap_usd=run.max_usd,
-                   progress=Progress())
+    report = study(plan, traces, chosen, optimum=not args.no_optimum and run.compute.spot,  # no spot optimum
+                   source=source, cap_usd=run.max_usd, progress=Progress())
     report["run"] = run.name
     report["layout"] = f"{est.instance_count} x {est.instance_type}"
     args.out.mkdir(parents=True, exist_ok=True)

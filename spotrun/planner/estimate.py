@@ -161,8 +161,7 @@ def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | 
     warnings += _deadline(run, options, best)
     max_runtime, runtime_warnings = _limits(run, d, best)
     warnings += _layout_warnings(run, catalog, planner, options, best, work.dims) + runtime_warnings
-    advice, price_warnings = price_advice(run, best)
-    warnings += price_warnings
+    advice = price_advice(run, best)
     advice += checkpoint_advice(catalog, best, work.ckpt_bytes)
     util, util_source = utilization(best.instance_type)
     if util_source.startswith("measured"):
@@ -184,7 +183,9 @@ def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | 
     est = _build(run, catalog, work, best, planner.per_rank, (util, util_source), max_runtime, seg, advice,
                  warnings, base_name)
     market = "spot" if run.compute.spot else "on-demand"
-    if chosen_cost > run.max_usd:  # names the cap its chain needs (more than the estimate)
+    # compared at the cents it is printed at ('estimated $0.74 exceeds budget.max_usd=$0.74' read as no reason): a
+    # cost that rounds to the cap is refused below, where the chain does not fit, on the chain's words
+    if round(chosen_cost, 2) > run.max_usd:  # names the cap its chain needs (more than the estimate)
         smallest = f"; the smallest cap whose chain finishes is {usd(seg.min_cap_usd)}" if \
             seg.min_cap_usd and seg.min_cap_usd > run.max_usd else ""
         raise EstimateRefused("OverBudget", f"estimated {usd(chosen_cost)} ({market}) exceeds budget.max_usd="

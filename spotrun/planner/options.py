@@ -17,7 +17,6 @@ from dataclasses import dataclass, replace
 
 from ..contract.spec import RunSpec
 from ..seams import BytesPerParameter, SegmentPlan, StopNotice
-from .catalog import usd
 from .memory import MemoryEstimate, ModelDims, peak_bytes, training_state_bytes
 from .segments import plan_segments
 from .topology import Layout, comm_seconds, divisors_desc, flops_per_token, layouts, step_seconds
@@ -244,19 +243,16 @@ class LayoutPlanner:
 
 
 
-def price_advice(run: RunSpec, best: Option) -> tuple[list[str], list[str]]:
-    """(the chosen layout and market; the warning when an on-demand fallback exceeds the cap). The prices are the
-    estimate's `cost_usd` (one figure per market, with each job's start and end): not repeated here."""
+def price_advice(run: RunSpec, best: Option) -> list[str]:
+    """The chosen layout and market. The prices are the estimate's `cost_usd` (one figure per market, with each
+    job's start and end): not repeated here. The warning when an on-demand fallback exceeds the cap is the spot
+    policy's (spotrun/policy/choose.py `spot_policy_at_caps`: not at the cap to set, which the chosen policy's P95
+    bill finishes within)."""
     layout = best.fit.layout.describe()
     if not run.compute.spot:
         return [f"on-demand on {layout} (compute.spot=false); the cost line's spot figure is what managed spot "
-                "would cost"], []
-    advice = [f"managed spot on {layout}, {best.interruptions:.2f} interruptions expected"]
-    warnings = []
-    if run.compute.on_demand_fallback and best.on_demand > run.max_usd:
-        warnings.append(f"an on-demand fallback would cost {usd(best.on_demand)} > budget {usd(run.max_usd)}; "
-                        "the cost guard stops it at the cap")
-    return advice, warnings
+                "would cost"]
+    return [f"managed spot on {layout}, {best.interruptions:.2f} interruptions expected"]
 
 
 def checkpoint_advice(catalog: dict, best: Option, ckpt_bytes: int) -> list[str]:

@@ -190,7 +190,8 @@ def plan_segments(*, cap_usd: float, usd_per_s: float, spot_fraction: float, run
     else:
         line = (f"the cap holds on on-demand rates while a job runs: {chain.segments} segments, the first "
                 f"{first / 3600:,.1f} h, overhead {overhead_fraction:.0%}; the smallest cap that finishes with the "
-                f"expected interruptions is ${smallest:,.2f}")
+                f"expected interruptions is ${smallest:,.2f} (the cap to set is the spot policy's "
+                "last line: it also finishes at the simulated P95 bill)")
     return SegmentPlan(segments=chain.segments, first_max_runtime_seconds=first, longest_seconds=longest_s,
                        min_segment_seconds=min_segment, overhead_seconds=overhead_s,
                        overhead_fraction=round(overhead_fraction, 4),

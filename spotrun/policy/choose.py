@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
 
+from ..planner.catalog import usd
 from ..planner.estimate import startup_seconds
 from ..planner.segments import finish_cap_usd, one_job_cap_usd, segments_at
 from ..planner.topology import step_seconds
@@ -112,6 +113,13 @@ def candidates(plan: SimPlan, every_checkpointing: bool = False) -> list[tuple[s
     return [(p, ck) for p, ck in out if p in RULES]  # only what the guard can execute
 
 
+def run_candidates(run, plan: SimPlan) -> list[tuple[str, str]]:
+    """The run's candidates (`candidates`): a `compute.spot=false` run takes on-demand alone, so no spot policy is
+    simulated or chosen for it (a new user was told 'maxwait_fallback would be the choice with spot', and
+    `spotrun simulate` chose it for that run)."""
+    return candidates(plan) if run.compute.spot else [c for c in candidates(plan) if c[0] == "on_demand"]
+
+
 def choose(plan: SimPlan, rows: list[Summary], confidence: float = CONFIDENCE,
            cap_usd: float | None = None) -> tuple[Summary, str]:
     """(the chosen row, why). With a cap, a policy whose P95 cost passes it is no candidate: the cost guard ends
@@ -189,6 +197,8 @@ class PolicyChoice:
     left_out: tuple[str, ...] = ()  # the labels of the policies the cap left out (their P95 over it)
     meeting_p95_usd: float | None = None  # the lowest P95 of the policies meeting the deadline (None: none does)
     misses_deadline: bool = False  # a deadline the chosen policy meets on fewer than CONFIDENCE of the traces
+    missed: str = ""  # the warning when no candidate meets the deadline (`_missed_deadline`, the first of
+    # `warnings`): the estimate step names a larger cap instead where one meets the deadline, `spot_policy_at_caps`
 
 
 def spot_policy(run, est, catalog: dict, *, n: int = N_TRACES, seed: int = SEED, poll_s: float = 60.0,
@@ -205,17 +215,19 @@ def spot_policy(run, est, catalog: dict, *, n: int = N_TRACES, seed: int = SEED,
     spec = TraceSpec(interruptions_per_hour=est.interruptions_per_hour, horizon_s=horizon_s(plan), **ESTIMATE_TRACES)
     shared = _SHARED.get()
     if shared is None:
-        rows = compare(plan, generated_traces(spec, n, seed), candidates(plan), cap_usd=run.max_usd)
+        rows = compare(plan, generated_traces(spec, n, seed), run_candidates(run, plan), cap_usd=run.max_usd)
     else:  # the traces and this plan's executions made once per estimate (the caps' plans often coincide)
         if ("traces", spec, n, seed) not in shared:
             shared["traces", spec, n, seed] = generated_traces(spec, n, seed)
-        rows = compare(plan, shared["traces", spec, n, seed], candidates(plan), cap_usd=run.max_usd,
+        rows = compare(plan, shared["traces", spec, n, seed], run_candidates(run, plan), cap_usd=run.max_usd,
                        executions=shared.setdefault(("executions", plan, spec, n, seed), {}))
     best, why = choose(plan, rows, cap_usd=run.max_usd)
     left_out = tuple(r.label for r in rows if r.p95_usd > run.max_usd)  # as `choose` leaves them out
     warnings = []
+    missed = ""
     if plan.deadline_s is not None and not any(r.p_deadline >= CONFIDENCE for r in rows):
-        warnings.append(_missed_deadline(plan, rows))
+        missed = _missed_deadline(plan, rows)
+        warnings.append(missed)
     meets = [r for r in rows if r.p_deadline is not None and r.p_deadline >= CONFIDENCE]
     cheapest = min(meets, key=lambda r: r.p95_usd) if meets else None
     misses = best.p_deadline is not None and best.p_deadline < CONFIDENCE
@@ -229,16 +241,18 @@ def spot_policy(run, est, catalog: dict, *, n: int = N_TRACES, seed: int = SEED,
         warnings.append(f"the run may not finish: no spot policy finishes on {CONFIDENCE:.0%} of the traces (the "
                         f"likeliest, {best.label}, on {best.p_finished:.1%}); compute.on_demand_fallback=true "
                         "finishes on on-demand when spot does not come back")
-    if not run.compute.spot:
-        alternative = f"; {best.label} would be the choice with spot" if best.policy != "on_demand" else ""
-        best, why = rows[0], f"compute.spot=false: on-demand as the run asks{alternative}"
+    source = fitted_source(est.interruptions_per_hour)
+    if not run.compute.spot:  # on-demand alone (`run_candidates`)
+        why = "compute.spot=false: on-demand as the run asks"
+        source = "on-demand alone: compute.spot=false takes no spot capacity, so no interruption is simulated"
     section = SpotPolicy(chosen=best.label, why=why, p95_finish_cap_usd=None,
                          confidence=CONFIDENCE if plan.deadline_s is not None else None, traces=n, seed=seed,
-                         trace_source=fitted_source(est.interruptions_per_hour),
+                         trace_source=source,
                          policies=[_rounded(r) for r in rows], left_out=list(left_out), policy=best.policy,
                          checkpointing=best.checkpointing, sim_plan=dataclasses.asdict(plan))
     return PolicyChoice(section=section, warnings=tuple(warnings), p95_usd=best.p95_usd, left_out=left_out,
-                        meeting_p95_usd=cheapest.p95_usd if cheapest else None, misses_deadline=misses)
+                        meeting_p95_usd=cheapest.p95_usd if cheapest else None, misses_deadline=misses,
+                        missed=missed)
 
 
 def cents_up(usd: float) -> float:
@@ -287,11 +301,62 @@ def spot_policy_at_caps(run, est, catalog: dict, *, poll_s: float = 60.0, max_po
         # the run as one job: the simulation at the cap set when that cap neither splits the run into a chain
         # (the simulation counts a chain's restarts as work) nor leaves out a policy
         one_job = choice if est.segments.segments <= 1 and not choice.left_out else alone()
-    finish = _finish_cap(est, one_job)
+        missed = choice.missed
+        if missed and one_job is not choice and one_job.meeting_p95_usd is not None:
+            # none meets the deadline within the cap set (its chain's restarts, or the policies it left out), but
+            # one does as one job: a larger cap meets it (a new user was told 'the run would miss it')
+            cap = deadline_cap(one_job.meeting_p95_usd)
+            label, odds = min((r["p95_usd"], r["label"], r["p_deadline"]) for r in one_job.section.policies
+                              if r["p_deadline"] is not None and r["p_deadline"] >= CONFIDENCE)[1:]
+            missed = (f"compute.deadline_hours={run.compute.deadline_s / 3600:g}: within the ${run.max_usd:,.2f} "
+                      f"cap no policy meets it on {CONFIDENCE:.0%} of the traces ({choice.section.chosen} on "
+                      f"{_chosen_p_deadline(choice):.1%}); "
+                      f"as one job {label} meets it on {odds:.1%}: a cap of ${cap:,.2f} lets the estimate choose "
+                      "a policy that meets it")
+        finish = _finish_cap(est, one_job)
+        kept = [] if named else _deadline_odds_kept(run, est, catalog, finish, poll, one_job)
+    if kept:
+        finish = kept[0]
     section = dataclasses.replace(choice.section, p95_finish_cap_usd=finish if finish < math.inf else None,
                                   p95_finish_policy=one_job.section.chosen, p95_one_job_usd=round(one_job.p95_usd, 2),
-                                  deadline_cap_usd=named[-1] if named else None)
-    return CappedChoice(section, (*choice.warnings, *_under_finish_cap(run.max_usd, finish, section)))
+                                  deadline_cap_usd=named[-1] if named else None,
+                                  p95_finish_keeps_deadline=bool(kept))
+    own = [missed if w == choice.missed else w for w in choice.warnings]
+    return CappedChoice(section, (*_fallback_over_cap(run, est, section), *own,
+                                  *_under_finish_cap(run.max_usd, finish, section)))
+
+
+def _fallback_over_cap(run, est, section: SpotPolicy) -> list[str]:
+    """The warning when the run on-demand costs more than the cap, which the cost guard would stop a fallback at:
+    not at or over the cap to set (the chosen policy's P95 bill, fallbacks counted, finishes within it; a new user
+    was warned about the very cap the estimate named)."""
+    to_set = section.deadline_cap_usd or section.p95_finish_cap_usd
+    on_demand = est.cost_usd["on_demand"]
+    if not (run.compute.spot and run.compute.on_demand_fallback and on_demand > run.max_usd):
+        return []
+    if to_set is not None and run.max_usd >= to_set:
+        return []
+    return [f"an on-demand fallback would cost {usd(on_demand)} > budget {usd(run.max_usd)}; the cost guard stops "
+            "it at the cap"]
+
+
+def _chosen_p_deadline(choice: PolicyChoice) -> float:
+    return next(r["p_deadline"] for r in choice.section.policies if r["label"] == choice.section.chosen)
+
+
+def _deadline_odds_kept(run, est, catalog: dict, finish: float, poll: dict, one_job: PolicyChoice) -> list[float]:
+    """With a deadline, the cap to set keeps the odds of meeting it that the run has as one job: a P95 finish cap
+    whose chain has more jobs adds their restarts to the run's time, and the deadline's odds drop (a new user:
+    qwen2 with a 0.3 h deadline, 90.7% at a $50 cap, 0.0% at the $0.73 named). `[cap]`: the smallest cap whose
+    chain is one job (at least `finish`), where they are the one job's; `[]`: `finish` keeps them (or no cap does)."""
+    if run.compute.deadline_s is None or finish == math.inf or segments_at(est.segments, finish) <= 1:
+        return []
+    shown = _chosen_p_deadline(one_job)
+    there = spot_policy(*_at_cap(run, est, finish), catalog, **poll)
+    if _chosen_p_deadline(there) >= min(shown, CONFIDENCE) - 0.0005:  # the rows are rounded to 4 places
+        return []
+    one_job_cap = one_job_cap_usd(est.segments)
+    return [] if one_job_cap == math.inf else [max(finish, one_job_cap)]
 
 
 def _finish_cap(est, one_job: PolicyChoice) -> float:
@@ -312,6 +377,12 @@ def _under_finish_cap(cap_usd: float, finish_usd: float, section: SpotPolicy) ->
             "bill (the spot policy's last line)"]
     if finish_usd == math.inf or cap_usd >= finish_usd:
         return []
+    if section.p95_finish_keeps_deadline:
+        here = next(r["p_deadline"] for r in section.policies if r["label"] == section.chosen)
+        return [f"budget.max_usd=${cap_usd:,.2f} is under the cap to set, ${finish_usd:,.2f}: under it the run is a "
+                f"chain whose restarts lower the deadline's odds ({section.chosen} meets it on {here:.1%} of the "
+                f"traces at this cap); set ${finish_usd:,.2f} or more for the odds of the run as one job and to finish "
+                f"at {section.p95_finish_policy}'s P95 bill"]
     return [f"budget.max_usd=${cap_usd:,.2f} is under the cap to set, ${finish_usd:,.2f}: a run billed "
             f"{section.p95_finish_policy}'s P95 (${section.p95_one_job_usd:,.2f} as one job) would stop "
             f"OverBudget before it finishes, naming a larger cap; set ${finish_usd:,.2f} or more to finish on 95% "
@@ -355,10 +426,18 @@ def _missed_deadline(plan: SimPlan, rows: list[Summary]) -> str:
     head = f"compute.deadline_hours={plan.deadline_s / 3600:g}: no policy meets it on {CONFIDENCE:.0%} of the traces"
     on_demand = next((r for r in rows if r.policy == "on_demand"), None)
     if on_demand is not None:
-        return f"{head} (on-demand from the start takes {on_demand.mean_wall_h:.1f} h); the run would miss it"
+        return f"{head} (on-demand from the start takes {_hours(on_demand.mean_wall_h)}); the run would miss it"
+    uninterrupted_h = (plan.startup_s + plan.work_s) / 3600
+    if uninterrupted_h * 3600 > plan.deadline_s:  # on-demand fallback would not meet it either: no advice to take it
+        return (f"{head}: uninterrupted from the start the run takes {_hours(uninterrupted_h)}, so neither spot nor "
+                "on-demand meets it; the run would miss it")
     likeliest = max(rows, key=lambda r: r.p_deadline)
     return (f"{head} on spot alone (the likeliest, {likeliest.label}, on {likeliest.p_deadline:.1%}); "
             "compute.on_demand_fallback=true lets the run move to on-demand to meet it")
+
+
+def _hours(h: float) -> str:
+    return f"{h:.2f} h" if h < 1 else f"{h:.1f} h"
 
 
 def fitted_source(rate_per_hour: float) -> str:
@@ -392,6 +471,11 @@ def policy_text(section: SpotPolicy | None) -> str:
                      "policy that meets the deadline (the deadline warning's cap), and a run billed "
                      f"{section.p95_finish_policy}'s P95 finishes (its P95 finish cap: "
                      f"${section.p95_finish_cap_usd:,.2f})")
+    elif section.p95_finish_keeps_deadline:  # raised to one job: a chain's restarts lower the deadline's odds
+        lines.append(f"  the cap to set: ${section.p95_finish_cap_usd:,.2f} or more: the run is one job, so it "
+                     f"keeps the deadline's odds of the run as one job and finishes at {section.p95_finish_policy}'s "
+                     f"P95 bill (${section.p95_one_job_usd:,.2f}); under it the run is a chain whose restarts lower "
+                     "those odds")
     elif section.p95_finish_cap_usd is not None:  # the cap under which a run billed its P95 can strand
         lines.append(f"  the cap to set: ${section.p95_finish_cap_usd:,.2f} or more finishes at "
                      f"{section.p95_finish_policy}'s P95 bill (${section.p95_one_job_usd:,.2f} as one job), "

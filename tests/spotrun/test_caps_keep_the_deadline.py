@@ -1,0 +1,163 @@
+"""A new user's second trial: the cap the estimate names keeps the deadline's odds it showed, through the CLI and
+the estimate Lambda's handler. The figures compared are the estimate's own, read from its output."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import boto3
+from moto import mock_aws
+
+from spotrun.cli.main import main
+from spotrun.handlers import estimate as estimate_handler
+
+from .test_new_users_trial import BUCKET, SETTINGS, _cli, _dollars, _lambda, _NoQuotasListed, _with
+
+ROOT = Path(__file__).parents[2]
+
+
+def _plan(monkeypatch, run: dict) -> dict:
+    """The estimate Lambda's handler itself, with the stage's environment and its bucket: the accepted estimate."""
+    for key, value in {**SETTINGS.to_env(), "AWS_REGION": "us-east-1"}.items():
+        monkeypatch.setenv(key, value)
+    real = boto3.client
+    monkeypatch.setattr(estimate_handler.boto3, "client",
+                        lambda name, *a, **k: _NoQuotasListed() if name == "service-quotas" else real(name, *a, **k))
+    with mock_aws():
+        boto3.client("s3", region_name="us-east-1").create_bucket(Bucket=BUCKET)
+        out = estimate_handler.handler({"run": run, "execution": "exec-1", "started": "2026-01-01T00:00:00Z"}, None)
+    assert "estimate" in out, out
+    return out["estimate"]
+
+
+def _chosen_odds(doc: dict) -> float:
+    policy = doc["spot_policy"]
+    return next(r["p_deadline"] for r in policy["policies"] if r["label"] == policy["chosen"])
+
+
+def _qwen(**compute) -> dict:
+    example = json.loads((ROOT / "examples/runs/qwen2-0.5b-full-small.json").read_text())
+    example["model"] = {"init": "random", "config": example["model"]["config"]}  # the Lambda reads no S3 here
+    return _with(example, data={"source": f"s3://{BUCKET}/datasets/quick/"}, compute={"spot": True, **compute})
+
+
+def test_a_deadline_a_larger_cap_meets_is_never_said_to_be_missed(tmp_path, capsys, monkeypatch):
+    """qwen2, a 0.3 h deadline with on-demand fallback at a $0.73 cap (a chain of two jobs): 'no policy meets it
+    ... (on-demand from the start takes 0.4 h); the run would miss it', while as one job at $1.28 it is met."""
+    run = _with(_qwen(deadline_hours=0.3, on_demand_fallback=True), budget={"max_usd": 0.73})
+    code, doc = _cli(tmp_path, capsys, "estimate", run)
+    lambda_doc = _plan(monkeypatch, run)
+    assert code == 0, doc
+    for told in (doc, lambda_doc):
+        said = [w for w in told["warnings"] if "deadline_hours" in w]
+        assert said and not [w for w in said if "would miss it" in w], said
+        assert _chosen_odds(told) < 0.99, told["spot_policy"]
+    named = _dollars([w for w in doc["warnings"] if "lets the estimate choose a policy that meets it" in w][0])[-1]
+    assert named > 0.73 and doc["spot_policy"]["deadline_cap_usd"] == named, doc
+    for there in (_cli(tmp_path, capsys, "estimate", _with(run, budget={"max_usd": named}))[1],
+                  _plan(monkeypatch, _with(run, budget={"max_usd": named}))):
+        assert _chosen_odds(there) >= there["spot_policy"]["confidence"], there["spot_policy"]
+        assert not [w for w in there["warnings"] if "deadline_hours" in w or "under the cap" in w], there["warnings"]
+        assert there["spot_policy"]["p95_finish_cap_usd"] <= named, there["spot_policy"]
+
+
+def test_a_deadline_on_demand_cannot_meet_is_not_advised_on_demand_fallback(tmp_path, capsys, monkeypatch):
+    """A 0.05 h deadline accepted as missed: 'THE DEADLINE WILL BE MISSED ... even on on-demand', then
+    'compute.on_demand_fallback=true lets the run move to on-demand to meet it'."""
+    run = _qwen(deadline_hours=0.05, accept_missed_deadline=True)
+    code, doc = _cli(tmp_path, capsys, "estimate", run)
+    assert code == 0, doc
+    for told in (doc, _plan(monkeypatch, run)):
+        said = [w for w in told["warnings"] if "deadline_hours=0.05" in w]
+        assert len(said) == 2 and not [w for w in said if "on_demand_fallback" in w], said
+
+
+def test_the_cap_to_set_keeps_the_deadline_odds_without_on_demand_fallback(tmp_path, capsys, monkeypatch):
+    """qwen2 with a 0.3 h deadline and no on-demand fallback: 90.7% at a $50 cap, the cap to set $0.73, where the
+    run is a chain of two jobs whose restarts meet the deadline on 0.0% of the traces, with no word."""
+    run = _with(_qwen(deadline_hours=0.3, on_demand_fallback=False), budget={"max_usd": 50})
+    code, doc = _cli(tmp_path, capsys, "estimate", run)
+    assert code == 0, doc
+    shown, named = _chosen_odds(doc), doc["spot_policy"]["p95_finish_cap_usd"]
+    assert shown > 0.5, doc["spot_policy"]
+    for there in (_cli(tmp_path, capsys, "estimate", _with(run, budget={"max_usd": named}))[1],
+                  _plan(monkeypatch, _with(run, budget={"max_usd": named}))):
+        assert there["spot_policy"]["p95_finish_cap_usd"] == named, there["spot_policy"]
+        assert _chosen_odds(there) >= shown - 0.001, (shown, there["spot_policy"])
+        assert not [w for w in there["warnings"] if "under the cap to set" in w], there["warnings"]
+    # a cent under it: the odds it keeps are lost, and the estimate says so, naming the cap
+    code, under = _cli(tmp_path, capsys, "estimate", _with(run, budget={"max_usd": round(named - 0.01, 2)}))
+    assert code == 0 and _chosen_odds(under) < shown, under["spot_policy"]
+    warned = [w for w in under["warnings"] if "under the cap to set" in w]
+    assert len(warned) == 1 and "deadline's odds" in warned[0] and f"${named:,.2f}" in warned[0], under["warnings"]
+    assert main(["estimate", str(tmp_path / "run.json")]) == 0
+    text = capsys.readouterr().out
+    assert f"the cap to set: ${named:,.2f} or more" in text and "deadline's odds" in text, text
+
+
+def test_an_on_demand_run_simulates_and_chooses_on_demand_alone_in_estimate_and_simulate(tmp_path, capsys,
+                                                                                          monkeypatch):
+    """`spot: false`: the estimate simulated spot with no interruptions ('maxwait_fallback would be the choice with
+    spot'), and `spotrun simulate` on the same file chose maxwait_fallback while the estimate chose on_demand."""
+    run = _with(_qwen(), compute={"spot": False})
+    code, doc = _cli(tmp_path, capsys, "estimate", run)
+    assert code == 0, doc
+    for told in (doc, _plan(monkeypatch, run)):
+        policy = told["spot_policy"]
+        assert [r["policy"] for r in policy["policies"]] == ["on_demand"], policy["policies"]
+        assert policy["chosen"].startswith("on_demand") and "with spot" not in policy["why"], policy
+    code, study = _cli(tmp_path, capsys, "simulate", run, "--out", str(tmp_path / "sim"))
+    assert code == 0 and study["chosen"] == doc["spot_policy"]["chosen"], study["chosen"]
+
+
+def test_a_refusal_never_says_a_figure_exceeds_the_same_figure(tmp_path, capsys, monkeypatch):
+    """qwen2, `spot: false`, a cap at the cost row's on-demand figure: 'estimated $0.74 (on-demand) exceeds
+    budget.max_usd=$0.74'."""
+    run = _with(_qwen(), compute={"spot": False})
+    code, doc = _cli(tmp_path, capsys, "estimate", run)
+    assert code == 0, doc
+    capped = _with(run, budget={"max_usd": doc["cost_usd"]["on_demand"]})
+    code, refused = _cli(tmp_path, capsys, "estimate", capped)
+    out = _lambda(monkeypatch, capped)
+    assert (code, out["status"]) == (3, "OverBudget"), (refused, out)
+    for message in (refused["message"], out["message"]):
+        said = re.search(r"estimated (\$[0-9.,]+) \(on-demand\) exceeds budget\.max_usd=(\$[0-9.,]+)", message)
+        assert said is None or said[1] != said[2], message
+        assert "smallest cap whose chain finishes" in message, message
+
+
+def test_the_cap_row_says_which_cap_to_set(tmp_path, capsys):
+    """The cap row's 'the smallest cap that finishes with the expected interruptions is $153.58' and the spot
+    policy's 'the cap to set: $158.11' in one estimate, without saying which one to set."""
+    run = _with(_qwen(), budget={"max_usd": 0.73})  # a chain of two jobs
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(run))
+    assert main(["estimate", str(path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    row = [line for line in lines if line.startswith("cap ")]
+    named = [line for line in lines if "the cap to set:" in line]
+    assert len(row) == 1 and "smallest cap that finishes" in row[0] and len(named) == 1, lines
+    assert "the cap to set is the spot policy's last line" in row[0], row
+    assert lines[lines.index(named[0]) + 1].startswith("checked:"), lines  # that line is the policy's last
+
+
+def test_no_warning_about_the_very_cap_the_estimate_names(tmp_path, capsys, monkeypatch):
+    """mistral with on-demand fallback and a 15.16 h deadline: set at the cap the estimate named ($30.82), it
+    warned 'an on-demand fallback would cost $31.48 > budget $30.82; the cost guard stops it at the cap'."""
+    example = json.loads((ROOT / "examples/runs/mistral-7b-lora.json").read_text())
+    example["model"] = {"init": "random", "config": example["model"]["config"]}  # the Lambda reads no S3 here
+    run = _with(example, data={"source": f"s3://{BUCKET}/datasets/summaries/"},
+                compute={"deadline_hours": 15.16, "on_demand_fallback": True}, budget={"max_usd": 300})
+    code, doc = _cli(tmp_path, capsys, "estimate", run)
+    assert code == 0, doc
+    named = doc["spot_policy"]["deadline_cap_usd"] or doc["spot_policy"]["p95_finish_cap_usd"]
+    assert doc["cost_usd"]["on_demand"] > named, (doc["cost_usd"], named)  # the case: on-demand over the cap named
+    set_at = _with(run, budget={"max_usd": named})
+    for there in (_cli(tmp_path, capsys, "estimate", set_at)[1], _plan(monkeypatch, set_at)):
+        assert there["spot_policy"]["p95_finish_cap_usd"] == named, there["spot_policy"]
+        assert not [w for w in there["warnings"] if f"${named:,.2f}" in w], there["warnings"]
+    # under it, the warning stands
+    code, under = _cli(tmp_path, capsys, "estimate", _with(run, budget={"max_usd": round(named / 2, 2)}))
+    assert code == 0 and [w for w in under["warnings"] if "an on-demand fallback would cost" in w], under
