@@ -23,12 +23,10 @@ from moto import mock_aws
 
 from spotrun.cli.main import main
 from spotrun.handlers import estimate as estimate_handler
-from spotrun.pipeline.plan import PipelineSettings, plan
+from spotrun.pipeline.plan import plan
 from spotrun.seams import DatasetIndex, PreparationSettings
 
-BUCKET = "art-bucket"
-SETTINGS = PipelineSettings(bucket=BUCKET, job_prefix="spotrun-dev-", model_package_group="spotrun-models",
-                            poll_seconds=60, project="spotrun", stage="dev", cost_center="ml-platform")
+from .stage_settings import BUCKET, SETTINGS
 
 
 @pytest.fixture(scope="module")

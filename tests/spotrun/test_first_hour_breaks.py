@@ -14,11 +14,9 @@ from moto import mock_aws
 
 from spotrun.cli.main import main
 from spotrun.handlers import estimate as estimate_handler
-from spotrun.pipeline.plan import PipelineSettings
 
-BUCKET = "art-bucket"
-SETTINGS = PipelineSettings(bucket=BUCKET, job_prefix="spotrun-dev-", model_package_group="spotrun-models",
-                            poll_seconds=60, project="spotrun", stage="dev", cost_center="ml-platform")
+from .stage_settings import BUCKET, SETTINGS
+
 RUN = {"version": 1, "name": "breaks", "model": {"init": "random", "config": {
     "model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4}},
     "data": {"source": f"s3://{BUCKET}/datasets/d1/", "tokens": 1_000_000, "seq_len": 128},

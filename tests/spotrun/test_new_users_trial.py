@@ -21,10 +21,9 @@ from spotrun.cli.main import main
 from spotrun.handlers import estimate as estimate_handler
 from spotrun.pipeline.plan import PipelineSettings
 
+from .stage_settings import BUCKET, SETTINGS
+
 ROOT = Path(__file__).parents[2]
-BUCKET = "art-bucket"
-SETTINGS = PipelineSettings(bucket=BUCKET, job_prefix="spotrun-dev-", model_package_group="spotrun-models",
-                            poll_seconds=60, project="spotrun", stage="dev", cost_center="ml-platform")
 RUN = {"version": 1, "name": "trial", "model": {"init": "random", "config": {
     "model_type": "gpt2", "n_embd": 256, "n_layer": 4, "n_head": 4}},
     "data": {"source": f"s3://{BUCKET}/datasets/d1/", "tokens": 200_000_000, "seq_len": 512},

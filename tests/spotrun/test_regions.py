@@ -27,6 +27,20 @@ from spotrun.planner.pricing import SERVICE_CODE, price_filters
 REGION = "eu-west-1"
 
 
+
+def _recording_clients() -> tuple[list[tuple[str, str]], object]:
+    """A stand-in for boto3's Session.client that makes the real client and records (service, region) in the
+    list returned beside it."""
+    made: list[tuple[str, str]] = []
+    real_client = boto3.session.Session.client
+
+    def recording(self, service, *args, **kwargs):
+        client = real_client(self, service, *args, **kwargs)
+        made.append((service, client.meta.region_name))
+        return client
+
+    return made, recording
+
 def _product(name: str, component: str, usd: str, region: str = REGION) -> str:
     sku = f"SKU{abs(hash((name, component))) % 10**8}"
     return json.dumps({
@@ -147,13 +161,7 @@ def test_no_command_falls_back_to_the_default_region(monkeypatch, tmp_path, caps
     (tmp_path / "run.json").write_text(json.dumps(run))
     values = {"RUN_FILE": str(tmp_path / "run.json"), "CORPUS": str(assets["corpus"]),
               "TOKENIZER": str(assets["tokenizer"]), "MODEL": str(assets["model"])}
-    made: list[tuple[str, str]] = []
-    real_client = boto3.session.Session.client
-
-    def recording(self, service, *args, **kwargs):
-        client = real_client(self, service, *args, **kwargs)
-        made.append((service, client.meta.region_name))
-        return client
+    made, recording = _recording_clients()
 
     with mock_aws():
         _deployed_stage(region)  # so that each command goes past finding the stage
@@ -223,13 +231,8 @@ def test_a_stage_in_a_priced_region_is_stocked_planned_and_started_there(tmp_pat
            "data": {"source": "s3://art-bucket/datasets/d/", "seq_len": 64},
            "compute": {"instance_type": "ml.p4d.24xlarge"}, "budget": {"max_usd": 50}}  # dollars, not cents
     (tmp_path / "run.json").write_text(json.dumps(run))
-    made: list[tuple[str, str]] = []
+    made, recording = _recording_clients()
     real_client = boto3.session.Session.client
-
-    def recording(self, service, *args, **kwargs):
-        client = real_client(self, service, *args, **kwargs)
-        made.append((service, client.meta.region_name))
-        return client
 
     with mock_aws():
         _deployed_stage(REGION)
