@@ -558,7 +558,7 @@ class PlanEstimate(_StateJson):
     checkpoint_bytes: int
     spot_policy: SpotPolicy | None  # the policy the guard executes (None, `{}` in JSON: none chosen)
     notice_upload_gb_per_s: float
-    checkpoint_interval_seconds: int
+    checkpoint_interval_s: int
     cost_usd: dict  # {"spot", "on_demand"}: the expected bills
     warnings: list
     utilization: float

@@ -502,4 +502,4 @@ def committed_checkpoints(s3_client: Any, bucket: str, prefix: str) -> tuple[flo
 
 def checkpoint_overdue(plan: Plan, age_s: float) -> float:
     """The checkpoint age against what the plan allows: 2 x the planned interval + one upload (alarm at >= 1)."""
-    return round(age_s / (2 * plan.estimate.checkpoint_interval_seconds + plan.checkpoint_upload_seconds), 3)
+    return round(age_s / (2 * plan.estimate.checkpoint_interval_s + plan.checkpoint_upload_seconds), 3)

@@ -104,7 +104,7 @@ def build_local_report(*, plan: Plan, spot: bool, job_name: str, metrics: dict, 
             "expected_interruptions": round(est.expected_interruptions, 4),
             "expected_overhead_seconds": round(est.expected_overhead_seconds, 1),
             "checkpoint_policy": est.checkpoint_policy,
-            "checkpoint_interval_seconds": est.checkpoint_interval_seconds,
+            "checkpoint_interval_s": est.checkpoint_interval_s,
         },
         "actual": {
             "basis": "measured on this machine",

@@ -376,7 +376,7 @@ def _build(run: RunSpec, catalog: dict, work: _Work, best: Option, per_rank: int
         expected_overhead_seconds=best.overhead, max_runtime_seconds=max_runtime, max_wait_seconds=max_wait,
         checkpoint_bytes=work.ckpt_bytes, notice_upload_gb_per_s=work.ckpt_bytes / StopNotice.UPLOAD_S / 1e9,
         upload_gb_per_s_available=best.upload_available, checkpoint_policy=best.policy,
-        checkpoint_interval_seconds=max(1, round(best.interval_s)), interruptions_per_hour=best.rate,
+        checkpoint_interval_s=max(1, round(best.interval_s)), interruptions_per_hour=best.rate,
         cost_usd=cost, spot=c.spot, sharding=fit.layout.sharding, shard_group_nodes=fit.layout.group_nodes,
         micro_batch=fit.micro_batch, grad_accum=fit.grad_accum, activation_checkpointing=fit.activation_checkpointing,
         global_batch_samples=fit.layout.world * per_rank,

@@ -42,7 +42,7 @@ class Option:
     overhead: float
     interruptions: float
     rate: float
-    interval_s: float  # between periodic saves (the estimate rounds it once: Estimate.checkpoint_interval_seconds)
+    interval_s: float  # between periodic saves (the estimate rounds it once: Estimate.checkpoint_interval_s)
     policy: str
     upload_available: float
     on_demand: float

@@ -50,7 +50,7 @@ class Estimate:
     notice_upload_gb_per_s: float
     upload_gb_per_s_available: float
     checkpoint_policy: str
-    checkpoint_interval_seconds: int
+    checkpoint_interval_s: int
     interruptions_per_hour: float
     cost_usd: dict
     spot: bool
@@ -106,7 +106,7 @@ def trainer_settings(run: RunSpec, est: Estimate) -> TrainConfig:
                       # a pretrained model's config comes with its weights, in the model channel
                       config=given.model.config if run.model.init == "random" else {}),
         training=replace(given.training, micro_batch=est.micro_batch, grad_accum=est.grad_accum),
-        checkpoint=replace(given.checkpoint, interval_s=est.checkpoint_interval_seconds),
+        checkpoint=replace(given.checkpoint, interval_s=est.checkpoint_interval_s),
         sharding=replace(given.sharding, mode=est.sharding, group_nodes=est.shard_group_nodes),
         # the trainer evaluates, and can export the best weights, only with validation data
         eval=given.eval if run.data.has_validation else EvalConfig(),
@@ -180,7 +180,7 @@ def format_text(est: Estimate) -> str:
                       f"from {est.expected_interruptions:.2f} interruptions)"),
         ("MaxRuntime / MaxWait", f"{est.max_runtime_seconds:,} s / {est.max_wait_seconds:,} s"),
         ("checkpoint", f"{est.checkpoint_bytes / 1e9:,.2f} GB, {est.checkpoint_policy}, every "
-                       f"{est.checkpoint_interval_seconds / 60:.1f} min"),
+                       f"{est.checkpoint_interval_s / 60:.1f} min"),
         ("notice upload needed", f"{est.notice_upload_gb_per_s:.3f} GB/s (available "
                                  f"{est.upload_gb_per_s_available:.2f} GB/s)"),
         ("cost", _cost_text(est)),

@@ -81,7 +81,7 @@ def plan_from_estimate(est, catalog: dict, *, deadline_s: float | None = None,
     wait_allowance = max(0.0, float(est.max_wait_seconds) - float(est.max_runtime_seconds))
     chain_s = max(0, int((seg and seg.segments) or 1) - 1) * float((seg and seg.overhead_seconds) or 0.0)
     return SimPlan(work_s=max(1.0, est.wall_seconds - startup) + chain_s, startup_s=startup,
-                   restore_s=save, save_s=save, interval_s=float(est.checkpoint_interval_seconds),
+                   restore_s=save, save_s=save, interval_s=float(est.checkpoint_interval_s),
                    step_s=max(step, 1e-3), notice_ok=est.checkpoint_policy == "save_on_notice",
                    spot_usd_per_h=per_h * (1 - discount), on_demand_usd_per_h=per_h,
                    max_wait_s=max_runtime + wait_allowance, max_runtime_s=max_runtime,

@@ -299,7 +299,7 @@ def _world(world: World, est: dict, scenario: Scenario) -> None:
     world.work_s = (est["wall_seconds"] - startup_seconds(catalog["defaults"])) * scenario.slowdown
     world.usd_per_instance_hour = est["usd_per_hour"] / est["instance_count"]
     world.spot_discount = catalog["families"][family]["spot_discount"]
-    world.checkpoint_interval_s = est["checkpoint_interval_seconds"]
+    world.checkpoint_interval_s = est["checkpoint_interval_s"]
     world.save_s = est["checkpoint_upload_seconds"]
     # The real pace: the planned one without the expected interruptions' share (those are simulated).
     planned = est["wall_seconds"] - startup_seconds(catalog["defaults"])

@@ -75,11 +75,11 @@ def _world(p: dict, interruptions: int | str) -> World:
     family = p["instance_type"].split(".")[1]
     world = World(work_s=work, usd_per_instance_hour=p["usd_per_hour"] / p["instance_count"],
                   spot_discount=catalog["families"][family]["spot_discount"],
-                  checkpoint_interval_s=est["checkpoint_interval_seconds"], save_s=p["checkpoint_upload_seconds"])
+                  checkpoint_interval_s=est["checkpoint_interval_s"], save_s=p["checkpoint_upload_seconds"])
     world.start_billed_s = p["segment_overhead_seconds"]  # every start as long as the plan's restart
     world.step_s = p["seconds_per_step"] * work / (work + est["expected_overhead_seconds"])
     world.save_on_notice = est["checkpoint_policy"] == "save_on_notice"
-    world.interruptions_at = [est["checkpoint_interval_seconds"] / 2] if interruptions == "early" else \
+    world.interruptions_at = [est["checkpoint_interval_s"] / 2] if interruptions == "early" else \
         [work * (i + 1) / (interruptions + 1) for i in range(interruptions)]  # early: before the first checkpoint
     return world
 

@@ -379,7 +379,7 @@ def test_the_plans_hyperparameters_parse_into_the_trainers_config(synth, rendere
     assert config.data.seq_len == RUN["data"]["seq_len"]
     assert (config.eval.every_steps, config.eval.max_batches, config.eval.keep_best) == (50, 20, True)
     assert config.export.from_ == "best"
-    assert config.checkpoint.interval_s == p["estimate"]["checkpoint_interval_seconds"]
+    assert config.checkpoint.interval_s == p["estimate"]["checkpoint_interval_s"]
     # The segment's budget: the trainer saves and exits before the job's MaxRuntime.
     assert 0 < config.segment_seconds < p["max_runtime_seconds"]
 

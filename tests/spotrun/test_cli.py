@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples" / "runs").glob("*.json"))
 CONTRACT_KEYS = {"parameters", "trainable_parameters", "training_flops", "gpu_hours", "instance_type",
                  "instance_count", "max_runtime_seconds", "max_wait_seconds", "checkpoint_bytes",
-                 "notice_upload_gb_per_s", "checkpoint_interval_seconds", "cost_usd", "warnings"}
+                 "notice_upload_gb_per_s", "checkpoint_interval_s", "cost_usd", "warnings"}
 
 
 def test_python_m_spotrun_estimates_every_example_as_json_offline():

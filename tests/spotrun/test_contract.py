@@ -285,5 +285,5 @@ def test_a_tiny_checkpoint_interval_reaches_the_trainer_as_planned_never_as_off(
     cfg = job_config(est.hyperparameters, **{"model.config": "{}", "model.path": "/m",
                                                                     "data.path": "/d", "output_dir": "/o",
                                                                     "checkpoint.dir": "/opt/ml/checkpoints"})
-    assert est.checkpoint_interval_seconds == max(1, round(minutes * 60))
-    assert cfg.checkpoint.interval_s == est.checkpoint_interval_seconds > 0  # seconds end to end: exact
+    assert est.checkpoint_interval_s == max(1, round(minutes * 60))
+    assert cfg.checkpoint.interval_s == est.checkpoint_interval_s > 0  # seconds end to end: exact

@@ -64,7 +64,7 @@ def test_full_fine_tune_worked_example():
     assert est.checkpoint_bytes == 12e9  # fp32 weights 4 + Adam moments 8 per parameter: what DCP writes
     assert est.notice_upload_gb_per_s == pytest.approx(12 / 90)
     assert est.checkpoint_policy == "periodic"
-    assert est.checkpoint_interval_seconds == round(interval) == 1315
+    assert est.checkpoint_interval_s == round(interval) == 1315
     assert est.expected_interruptions == pytest.approx(small_interruptions)
     # The spot bill is the chain's (one job here), whose start is counted as a restart, as the trainer's segment
     # budget counts it: 180 s + the trainer's 60 s + 14 GB (the 12 GB checkpoint and 2 GB of bf16 weights) read at
@@ -99,7 +99,7 @@ def test_lora_counts_frozen_forward_and_backward_and_checkpoints_only_the_adapte
     assert est.checkpoint_policy == "save_on_notice"
     # Young/Daly gives sqrt(2 * 4.8 s * 7200 s) = 263 s; intervals are clamped to [5 min, 6 h].
     assert round(math.sqrt(2 * (479_723_520 / 0.1e9) * 7200)) == 263
-    assert est.checkpoint_interval_seconds == 300
+    assert est.checkpoint_interval_s == 300
 
 
 EFA_CATALOG = {**CATALOG, "instances": {"ml.a1.big": {**CATALOG["instances"]["ml.a1.big"], "efa": True,
@@ -155,7 +155,7 @@ def test_recorded_interruption_rate_replaces_the_catalog_default():
     est = estimate(run(compute={"instance_type": "ml.a1.small"}), catalog=CATALOG,
                    recorded_rates={"ml.a1.small": 2.0})
     assert est.interruptions_per_hour == 2.0
-    assert est.checkpoint_interval_seconds == round(math.sqrt(2 * 120 * 1800))
+    assert est.checkpoint_interval_s == round(math.sqrt(2 * 120 * 1800))
 
 
 def test_more_instances_than_needed_warns():
