@@ -45,6 +45,7 @@ Rules, with the choices made here:
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
@@ -68,7 +69,7 @@ from .options import (
 )
 from .outputs import Estimate, first_segment_seconds, format_text, hyperparameters, planned_steps
 from .params import Shape, lora_parameters, shape_of
-from .segments import uncapped_cost_usd
+from .segments import JOB_END_S, job_start_s, uncapped_cost_usd
 from .topology import layouts
 
 # The planner's names, wherever they are defined (spotrun/planner/catalog.py, options.py, outputs.py).
@@ -155,10 +156,11 @@ def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | 
         message, field_name = planner.refusal()
         raise EstimateRefused("InvalidRun", where + message, field=field_name)
 
-    best, warnings = _choose(run, options)
+    job_s = functools.partial(uninterrupted_job_s, catalog, ckpt_bytes=work.ckpt_bytes, parameters=work.total)
+    best, warnings = _choose(run, options, job_s)
     if not tokens_lower_bound:
         _one_step(run, work.tokens, best, planner.per_rank)
-    warnings += _deadline(run, options, best)
+    warnings += _deadline(run, options, best, job_s)
     max_runtime, runtime_warnings = _limits(run, d, best)
     warnings += _layout_warnings(run, catalog, planner, options, best, work.dims) + runtime_warnings
     advice = price_advice(run, best)
@@ -253,12 +255,18 @@ def _candidates(run: RunSpec, catalog: dict) -> tuple[list[str], Iterable[int]]:
     return candidates, counts
 
 
-def _choose(run: RunSpec, options: list[Option]) -> tuple[Option, list[str]]:
+def _choose(run: RunSpec, options: list[Option], job_s: Callable[[Option], float]) -> tuple[Option, list[str]]:
     """(the cheapest option, spot or on-demand as the run asks, among those meeting compute.target_hours, or the
-    fastest when none does; the warning that says so)."""
+    fastest when none does; the warning that says so). With compute.deadline_hours, among the layouts whose run
+    meets it: with the expected interruptions where some do, else uninterrupted (`job_s`: one job as the chain
+    bills it); where none does, `_deadline` refuses or warns with the fastest (a new user's `instance_type: auto`
+    picked the cheapest layout whatever the deadline)."""
     c, warnings = run.compute, []
     price_of = (lambda o: o.spot) if c.spot else (lambda o: o.on_demand)
     pool = options
+    if c.deadline_s is not None and not c.target_hours:
+        expected = [o for o in options if job_s(o) + o.overhead <= c.deadline_s]
+        pool = expected or [o for o in options if job_s(o) <= c.deadline_s] or options
     if c.target_hours:
         pool = [o for o in options if o.wall + o.overhead <= c.target_hours * 3600]
         if not pool:
@@ -287,19 +295,28 @@ def _one_step(run: RunSpec, tokens: float, best: Option, per_rank: int) -> None:
                           "smaller batch or fewer GPUs", field=given)
 
 
-def _deadline(run: RunSpec, options: list[Option], best: Option) -> list[str]:
+def uninterrupted_job_s(catalog: dict, option: Option, ckpt_bytes: int, parameters: int) -> float:
+    """The layout's run as one uninterrupted job as the chain bills it (spotrun/planner/segments.py
+    `uninterrupted_s`): its start with the trainer's start and the reads (`segment_overhead_seconds`), the
+    training, its billed end; more than the wall time row, which starts at the catalog's bare startup."""
+    start = segment_overhead_seconds(catalog, option.instance_type, option.count, ckpt_bytes, parameters)
+    return option.wall - startup_seconds(catalog["defaults"]) + start + JOB_END_S
+
+
+def _deadline(run: RunSpec, options: list[Option], best: Option, job_s: Callable[[Option], float]) -> list[str]:
     """compute.deadline_hours against the run's length on on-demand instances (no interruption, no wait: the
-    fastest it can be done on the chosen layout). Shorter: refused with the numbers, or with
-    compute.accept_missed_deadline a warning that it will be missed (no spot policy can meet it)."""
+    fastest it can be done on the chosen layout; `job_s`: a layout's uninterrupted job, as the chain and the
+    simulation bill it). Shorter: refused with the numbers, or with compute.accept_missed_deadline a warning that
+    it will be missed (no spot policy can meet it)."""
     c = run.compute  # the deadline in seconds; messages name the run's field, in hours
-    if c.deadline_s is None or best.wall <= c.deadline_s:
+    if c.deadline_s is None or job_s(best) <= c.deadline_s:
         return []
-    fastest = min(options, key=lambda o: o.wall)
-    faster = (f"; the fastest layout, {fastest.fit.layout.describe()}, takes {fastest.wall / 3600:,.2f} h "
+    fastest = min(options, key=job_s)
+    faster = (f"; the fastest layout, {fastest.fit.layout.describe()}, takes {job_s(fastest) / 3600:,.2f} h "
               f"(compute.target_hours={c.deadline_s / 3600:g} chooses the cheapest that meets it)"
-              if fastest.wall <= c.deadline_s else "")
-    numbers = (f"the run takes {best.wall / 3600:,.2f} h on {best.fit.layout.describe()} even on on-demand "
-               f"instances from the start (startup included, no interruption){faster}")
+              if job_s(fastest) <= c.deadline_s else "")
+    numbers = (f"the run takes {job_s(best) / 3600:,.2f} h on {best.fit.layout.describe()} even on on-demand "
+               f"instances from the start (one job: its start, the training and its end; no interruption){faster}")
     if not c.accept_missed_deadline:
         raise EstimateRefused("InvalidRun", f"compute.deadline_hours={c.deadline_s / 3600:g} cannot be met: "
                               f"{numbers}; give a later deadline, fewer tokens or a faster layout, or set "
@@ -359,7 +376,11 @@ def _build(run: RunSpec, catalog: dict, work: _Work, best: Option, per_rank: int
     gives one, the cost is the segment chain's when the cap carries it, the run's optimizer steps, and the
     trainer's hyperparameters (checked against CreateTrainingJob's limits)."""
     c, d, fit = run.compute, catalog["defaults"], best.fit
-    cost = {"on_demand": round(best.on_demand, 2), "spot": round(best.spot, 2)}
+    # each market's figure as the chain bills a job (its start with the trainer's start and the restore, its end):
+    # the other market's too (a spot run showed on-demand $0.62 where the same run with spot=false showed $0.74)
+    extra_s = max(0.0, job_start_s(seg) + JOB_END_S - startup_seconds(d)) if seg.overhead_seconds else 0.0
+    cost = {"on_demand": round(best.on_demand * (1 + extra_s / best.wall), 2),
+            "spot": round(best.spot * (1 + extra_s / (best.wall + best.overhead)), 2)}
     # the chain's expected bill: at this cap, or (refused) with no cap binding, the figure the refusal quotes
     chain_cost = seg.spot_cost_usd if seg.fits else uncapped_cost_usd(seg)
     if chain_cost is not None and math.isfinite(chain_cost):

@@ -22,7 +22,7 @@ from ..settings.sections import EvalConfig, ExportConfig, TrackingConfig
 from ..settings.tree import TrainConfig
 from ..settings.wire import flatten, leaves, parse
 from .catalog import usd
-from .segments import segment_seconds
+from .segments import JOB_END_S, job_start_s, segment_seconds
 
 # spotrun/settings/sections.py ModelConfig.source: the base an exported adapter names
 MODEL_SOURCE_PATH = "model.source"
@@ -176,8 +176,7 @@ def format_text(est: Estimate) -> str:
                   "activation checkpointing "
                   f"{'on' if est.activation_checkpointing else 'off'}"),
         ("memory per GPU", _memory_text(est.memory_per_gpu)),
-        ("wall time", f"{est.wall_seconds / 3600:,.2f} h (+{est.expected_overhead_seconds / 3600:.2f} h expected "
-                      f"from {est.expected_interruptions:.2f} interruptions)"),
+        ("wall time", _wall_text(est)),
         ("MaxRuntime / MaxWait", f"{est.max_runtime_seconds:,} s / {est.max_wait_seconds:,} s"),
         ("checkpoint", f"{est.checkpoint_bytes / 1e9:,.2f} GB, {est.checkpoint_policy}, every "
                        f"{est.checkpoint_interval_s / 60:.1f} min"),
@@ -191,6 +190,19 @@ def format_text(est: Estimate) -> str:
     cap_line = est.segments.line if est.segments else None  # also the advice's (JSON): printed once
     lines += [f"advice: {a}" for a in est.advice if a != cap_line] + [f"warning: {w}" for w in est.warnings]
     return "\n".join(lines)
+
+
+def _wall_text(est: Estimate) -> str:
+    """The wall time row: the layout's (the catalog's startup and the training), the expected interruptions, and
+    one uninterrupted job as the chain bills it (its start with the trainer's start and the reads, its end): what
+    the deadline check, the cost row and the simulation go by."""
+    text = (f"{est.wall_seconds / 3600:,.2f} h (+{est.expected_overhead_seconds / 3600:.2f} h expected from "
+            f"{est.expected_interruptions:.2f} interruptions)")
+    seg = est.segments
+    if seg and seg.overhead_seconds:
+        one_job = job_start_s(seg) + seg.work_seconds - est.expected_overhead_seconds + JOB_END_S
+        text += f"; one uninterrupted job bills {one_job / 3600:,.2f} h with its start and end"
+    return text
 
 
 def _cost_text(est: Estimate) -> str:

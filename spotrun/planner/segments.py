@@ -38,6 +38,7 @@ MAX_SEGMENTS = 99  # a longer chain spends more on restarts than it is worth: re
 SEGMENT_END_MARGIN_S = 60  # the trainer ends its segment this long before the save must start (a slow step)
 
 
+JOB_END_S = SEGMENT_END_MARGIN_S  # what a job bills past its training: the margin its trainer's budget reserves
 SEGMENT_SUFFIX_MAX = len(f"-{MAX_SEGMENTS}od")  # job names: the first job's name + this, at most
 
 
@@ -201,6 +202,19 @@ def plan_segments(*, cap_usd: float, usd_per_s: float, spot_fraction: float, run
                        work_seconds=work)
 
 
+def job_start_s(segments: SegmentPlan) -> float:
+    """What every job of the chain bills before its first step (the first one's too: `plan_segments`' NOTE):
+    provisioning, image and data, the trainer's start, the weights and the checkpoint read. The simulation of the
+    run starts its jobs with this figure, so one run has one bill in the cost row, the policy table and the caps."""
+    return float(segments.overhead_seconds)
+
+
+def uninterrupted_s(segments: SegmentPlan) -> float:
+    """The run as one uninterrupted job of the chain: its start, all the work, its billed end (the time the deadline
+    check and the on-demand bill go by)."""
+    return job_start_s(segments) + segments.work_seconds + JOB_END_S
+
+
 def one_job_cap_usd(segments: SegmentPlan) -> float:
     """The smallest cap (to the cent) at which the expected chain of `segments` is one job: its MaxRuntime holds the
     start, all the work, the save, the margin and a stop at on-demand rates (inf where SageMaker's longest job
@@ -229,7 +243,15 @@ def segments_at(segments: SegmentPlan, cap_usd: float) -> int:
                       costs=ChainCosts(**segments.chain_costs), first=True).segments
 
 
-def finish_cap_usd(segments: SegmentPlan, bill_usd: float) -> float:
+def on_demand_segments_at(segments: SegmentPlan, cap_usd: float, work_s: float) -> int:
+    """How many jobs an on-demand chain of `work_s` (no expected interruptions) has at `cap_usd` (where none fits:
+    the jobs it starts): what an on-demand policy of a spot run is split into."""
+    costs = ChainCosts(**{**segments.chain_costs, "spot_fraction": 1.0})
+    return plan_chain(cap_usd=cap_usd, spent_usd=0.0, work_s=max(work_s, 1.0), costs=costs, first=True,
+                      spot=False).segments
+
+
+def finish_cap_usd(segments: SegmentPlan, bill_usd: float, spot: bool = True) -> float:
     """The smallest cap whose chain carries a run that one job (the cap not binding) bills `bill_usd` for: that
     bill's billed time as the chain's work (`segments`: the estimate's expected chain). More than the bill plus one
     restart: the last job's MaxRuntime must hold its start, its training and its end at on-demand rates, of which it
@@ -239,8 +261,15 @@ def finish_cap_usd(segments: SegmentPlan, bill_usd: float) -> float:
     Each job of a spot chain also bills a stop: an interrupted job restarts its trainer, whose segment clock
     (`segment_seconds`) starts again with it, so it trains until SageMaker stops it at MaxRuntime and bills the
     stop a cleanly ended job does not (seen: Llama 3 8B on one g6e.48xlarge, interrupted before its first checkpoint,
-    its own bill within the P95, stopped at the cap named without it: $86.65, its chain needing $86.72)."""
+    its own bill within the P95, stopped at the cap named without it: $86.65, its chain needing $86.72).
+
+    `spot`: the bill is billed at spot rates (False: an on-demand policy's, every second at on-demand rates, its
+    jobs never interrupted). The cap depends only on that bill: the same on-demand P95 was told $0.83 with
+    compute.spot=false and several times that with spot=true (its seconds taken at the spot share)."""
     costs = ChainCosts(**segments.chain_costs)
-    work = bill_usd / (costs.usd_per_s * costs.spot_fraction) - costs.startup_s - SEGMENT_END_MARGIN_S
-    return max(segments.min_cap_usd, smallest_cap(spent_usd=0.0, work_s=max(work, 1.0), costs=costs, first=True,
-                                                  stopped=costs.spot_fraction < 1.0))
+    spot = spot and costs.spot_fraction < 1.0
+    if not spot:  # an on-demand chain: no spot share, and its jobs end cleanly (no stop billed)
+        costs = ChainCosts(**{**segments.chain_costs, "spot_fraction": 1.0})
+    work = bill_usd / (costs.usd_per_s * costs.spot_fraction) - costs.startup_s - JOB_END_S
+    finish = smallest_cap(spent_usd=0.0, work_s=max(work, 1.0), costs=costs, first=True, spot=spot, stopped=spot)
+    return max(segments.min_cap_usd, finish)

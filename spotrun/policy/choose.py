@@ -26,7 +26,14 @@ from dataclasses import dataclass
 
 from ..planner.catalog import usd
 from ..planner.estimate import startup_seconds
-from ..planner.segments import finish_cap_usd, one_job_cap_usd, segments_at
+from ..planner.segments import (
+    JOB_END_S,
+    finish_cap_usd,
+    job_start_s,
+    on_demand_segments_at,
+    one_job_cap_usd,
+    segments_at,
+)
 from ..planner.topology import step_seconds
 from ..seams import SpotPolicy
 from . import Summary, compare
@@ -80,14 +87,29 @@ def plan_from_estimate(est, catalog: dict, *, deadline_s: float | None = None,
     max_runtime = float((seg and seg.longest_seconds) or est.max_runtime_seconds)
     wait_allowance = max(0.0, float(est.max_wait_seconds) - float(est.max_runtime_seconds))
     chain_s = max(0, int((seg and seg.segments) or 1) - 1) * float((seg and seg.overhead_seconds) or 0.0)
-    return SimPlan(work_s=max(1.0, est.wall_seconds - startup) + chain_s, startup_s=startup,
-                   restore_s=save, save_s=save, interval_s=float(est.checkpoint_interval_s),
+    # Every job starts and ends as the chain bills it (spotrun/planner/segments.py `job_start_s`, `JOB_END_S`): its
+    # start holds the trainer's start and the restore, and its end is billed; a simulation on the catalog's bare
+    # startup billed a spot=false run $0.62 where its cost row (the chain) said $0.74 (a new user's trial)
+    start, restore, end = (job_start_s(seg), 0.0, JOB_END_S) if seg and seg.overhead_seconds else (startup, save, 0.0)
+    return SimPlan(work_s=max(1.0, est.wall_seconds - startup) + chain_s + end, startup_s=start,
+                   restore_s=restore, save_s=save, interval_s=float(est.checkpoint_interval_s),
                    step_s=max(step, 1e-3), notice_ok=est.checkpoint_policy == "save_on_notice",
                    spot_usd_per_h=per_h * (1 - discount), on_demand_usd_per_h=per_h,
                    max_wait_s=max_runtime + wait_allowance, max_runtime_s=max_runtime,
                    deadline_s=deadline_s, poll_s=poll_s,
                    max_poll_s=max(poll_s, max_poll_s), on_demand_fallback=on_demand_fallback,
                    planned_steps=est.planned_steps)
+
+
+def _on_demand_plan(run, est, plan: SimPlan) -> SimPlan:
+    """The plan the on-demand policy runs: on-demand jobs bill at on-demand rates and are never interrupted, so
+    the cap splits the run into the on-demand chain's jobs, not the spot chain's the plan counts (a spot run at the
+    cap named for its on-demand P95 simulated on-demand with a spot chain's restart and missed its deadline)."""
+    seg = est.segments
+    if not (run.compute.spot and seg and seg.chain_costs):
+        return plan
+    jobs = on_demand_segments_at(seg, run.max_usd, seg.work_seconds - est.expected_overhead_seconds)
+    return dataclasses.replace(plan, work_s=plan.work_s + (jobs - max(1, seg.segments)) * seg.overhead_seconds)
 
 
 def horizon_s(plan: SimPlan) -> float:
@@ -215,12 +237,17 @@ def spot_policy(run, est, catalog: dict, *, n: int = N_TRACES, seed: int = SEED,
     spec = TraceSpec(interruptions_per_hour=est.interruptions_per_hour, horizon_s=horizon_s(plan), **ESTIMATE_TRACES)
     shared = _SHARED.get()
     if shared is None:
-        rows = compare(plan, generated_traces(spec, n, seed), run_candidates(run, plan), cap_usd=run.max_usd)
+        traces = generated_traces(spec, n, seed)
     else:  # the traces and this plan's executions made once per estimate (the caps' plans often coincide)
         if ("traces", spec, n, seed) not in shared:
             shared["traces", spec, n, seed] = generated_traces(spec, n, seed)
-        rows = compare(plan, shared["traces", spec, n, seed], run_candidates(run, plan), cap_usd=run.max_usd,
-                       executions=shared.setdefault(("executions", plan, spec, n, seed), {}))
+        traces = shared["traces", spec, n, seed]
+    on_demand = _on_demand_plan(run, est, plan)
+    rows = []
+    for candidate in run_candidates(run, plan):
+        its = on_demand if candidate[0] == "on_demand" else plan
+        done = None if shared is None else shared.setdefault(("executions", its, spec, n, seed), {})
+        rows += compare(its, traces, [candidate], cap_usd=run.max_usd, executions=done)
     best, why = choose(plan, rows, cap_usd=run.max_usd)
     left_out = tuple(r.label for r in rows if r.p95_usd > run.max_usd)  # as `choose` leaves them out
     warnings = []
@@ -361,7 +388,10 @@ def _deadline_odds_kept(run, est, catalog: dict, finish: float, poll: dict, one_
 
 def _finish_cap(est, one_job: PolicyChoice) -> float:
     """The P95 finish cap of `one_job`'s P95 bill on the estimate's chain (inf without a chain to plan it on)."""
-    return finish_cap_usd(est.segments, one_job.p95_usd) if est.segments.chain_costs else math.inf
+    if not est.segments.chain_costs:
+        return math.inf
+    on_demand = one_job.section.chosen.split(" ")[0] == "on_demand"  # its bill is at on-demand rates
+    return finish_cap_usd(est.segments, one_job.p95_usd, spot=not on_demand)
 
 
 def _under_finish_cap(cap_usd: float, finish_usd: float, section: SpotPolicy) -> list[str]:

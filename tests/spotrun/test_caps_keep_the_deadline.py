@@ -44,9 +44,10 @@ def _qwen(**compute) -> dict:
 
 
 def test_a_deadline_a_larger_cap_meets_is_never_said_to_be_missed(tmp_path, capsys, monkeypatch):
-    """qwen2, a 0.3 h deadline with on-demand fallback at a $0.73 cap (a chain of two jobs): 'no policy meets it
+    """qwen2, a 0.33 h deadline (0.3 h before the jobs were simulated with the chain's start and end; the run takes
+    0.32 h as one job now) with on-demand fallback at a $0.73 cap (a chain of two jobs): 'no policy meets it
     ... (on-demand from the start takes 0.4 h); the run would miss it', while as one job at $1.28 it is met."""
-    run = _with(_qwen(deadline_hours=0.3, on_demand_fallback=True), budget={"max_usd": 0.73})
+    run = _with(_qwen(deadline_hours=0.33, on_demand_fallback=True), budget={"max_usd": 0.73})
     code, doc = _cli(tmp_path, capsys, "estimate", run)
     lambda_doc = _plan(monkeypatch, run)
     assert code == 0, doc
@@ -75,9 +76,10 @@ def test_a_deadline_on_demand_cannot_meet_is_not_advised_on_demand_fallback(tmp_
 
 
 def test_the_cap_to_set_keeps_the_deadline_odds_without_on_demand_fallback(tmp_path, capsys, monkeypatch):
-    """qwen2 with a 0.3 h deadline and no on-demand fallback: 90.7% at a $50 cap, the cap to set $0.73, where the
-    run is a chain of two jobs whose restarts meet the deadline on 0.0% of the traces, with no word."""
-    run = _with(_qwen(deadline_hours=0.3, on_demand_fallback=False), budget={"max_usd": 50})
+    """qwen2 with a 0.33 h deadline (0.3 h before: see above) and no on-demand fallback: 90.7% at a $50 cap, the
+    cap to set $0.73, where the run is a chain of two jobs whose restarts meet the deadline on 0.0% of the traces,
+    with no word."""
+    run = _with(_qwen(deadline_hours=0.33, on_demand_fallback=False), budget={"max_usd": 50})
     code, doc = _cli(tmp_path, capsys, "estimate", run)
     assert code == 0, doc
     shown, named = _chosen_odds(doc), doc["spot_policy"]["p95_finish_cap_usd"]
@@ -144,12 +146,13 @@ def test_the_cap_row_says_which_cap_to_set(tmp_path, capsys):
 
 
 def test_no_warning_about_the_very_cap_the_estimate_names(tmp_path, capsys, monkeypatch):
-    """mistral with on-demand fallback and a 15.16 h deadline: set at the cap the estimate named ($30.82), it
+    """mistral with on-demand fallback and a 15.5 h deadline (15.16 h before the jobs were simulated with the
+    chain's start and end): set at the cap the estimate named ($30.82), it
     warned 'an on-demand fallback would cost $31.48 > budget $30.82; the cost guard stops it at the cap'."""
     example = json.loads((ROOT / "examples/runs/mistral-7b-lora.json").read_text())
     example["model"] = {"init": "random", "config": example["model"]["config"]}  # the Lambda reads no S3 here
     run = _with(example, data={"source": f"s3://{BUCKET}/datasets/summaries/"},
-                compute={"deadline_hours": 15.16, "on_demand_fallback": True}, budget={"max_usd": 300})
+                compute={"deadline_hours": 15.5, "on_demand_fallback": True}, budget={"max_usd": 300})
     code, doc = _cli(tmp_path, capsys, "estimate", run)
     assert code == 0, doc
     named = doc["spot_policy"]["deadline_cap_usd"] or doc["spot_policy"]["p95_finish_cap_usd"]

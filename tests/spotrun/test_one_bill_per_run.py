@@ -1,0 +1,112 @@
+"""What a user is told about one run is one quantity: the chain's bill, in the run's market (the cost row, the
+policy table, the caps it names, the refusals, the deadline check), through the CLI and the estimate Lambda.
+
+The figures compared are the estimate's own, read from its output, never recomputed here.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .test_caps_keep_the_deadline import _plan, _qwen
+from .test_new_users_trial import _cli, _lambda, _with
+
+ROOT = Path(__file__).parents[2]
+
+
+def _row(doc: dict, label: str) -> dict:
+    return next(r for r in doc["spot_policy"]["policies"] if r["label"] == label)
+
+
+def test_an_on_demand_run_shows_one_bill_in_the_cost_row_the_policy_table_and_the_caps(tmp_path, capsys,
+                                                                                        monkeypatch):
+    """`spot: false` (qwen2): the cost row said on-demand $0.74 (the chain: its start with the trainer's start, its
+    end), the policy table's on-demand P95 $0.62 (the catalog's bare startup), and the cap to set was planned on
+    the $0.62; the spot run of the same layout said on-demand $0.62 for the same job."""
+    run = _qwen(spot=False)
+    code, doc = _cli(tmp_path, capsys, "estimate", run)
+    assert code == 0, doc
+    for told in (doc, _plan(monkeypatch, run)):
+        shown = told["cost_usd"]["on_demand"]
+        row = {k: round(v, 2) for k, v in _row(told, "on_demand").items() if k.endswith("_usd")}  # as printed
+        assert row["mean_usd"] == row["p50_usd"] == row["p95_usd"] == told["spot_policy"]["p95_one_job_usd"] == shown
+        # uninterrupted and deterministic: the cap to set is the chain's smallest cap, the same figure
+        assert told["spot_policy"]["p95_finish_cap_usd"] == told["segments"]["min_cap_usd"] > shown, told
+    _, spot_doc = _cli(tmp_path, capsys, "estimate", _qwen())
+    assert spot_doc["cost_usd"]["on_demand"] == doc["cost_usd"]["on_demand"], (spot_doc["cost_usd"], doc["cost_usd"])
+    # a cap under the bill is refused on that bill, naming the cap to set
+    to_set = doc["spot_policy"]["p95_finish_cap_usd"]
+    for cap in (round(doc["cost_usd"]["on_demand"] * 0.9, 2), round(to_set - 0.01, 2)):
+        under = _with(run, budget={"max_usd": cap})
+        code, refused = _cli(tmp_path, capsys, "estimate", under)
+        out = _lambda(monkeypatch, under)
+        assert (code, refused["error"], out["status"]) == (3, "OverBudget", "OverBudget"), (refused, out)
+        for message in (refused["message"], out["message"]):
+            assert f"${to_set:,.2f}" in message, message
+    code, there = _cli(tmp_path, capsys, "estimate", _with(run, budget={"max_usd": to_set}))
+    assert code == 0 and there["spot_policy"]["p95_finish_cap_usd"] == to_set, there
+
+
+def test_the_same_on_demand_bill_names_the_same_cap_to_set_with_spot_true_or_false(tmp_path, capsys, monkeypatch):
+    """qwen2 with a 0.33 h deadline and on-demand fallback: the spot run chooses on_demand (the deadline policies
+    go on-demand from the start), whose P95 is the spot=false run's bill. The cap to set was $1.28 with spot (the
+    bill's seconds taken at the spot share, then raised for a spot chain's restart the on-demand run never has),
+    $0.83 without."""
+    told = {}
+    for spot in (True, False):
+        run = _with(_qwen(spot=spot, deadline_hours=0.33, on_demand_fallback=True),
+                    checkpoint={"interruptions_per_hour": 2})
+        code, doc = _cli(tmp_path, capsys, "estimate", run)
+        assert code == 0, doc
+        assert doc["spot_policy"]["chosen"] == "on_demand", doc["spot_policy"]
+        for there in (doc, _plan(monkeypatch, run)):
+            told.setdefault(spot, []).append((there["spot_policy"]["p95_one_job_usd"],
+                                              there["spot_policy"]["p95_finish_cap_usd"]))
+        cap = doc["spot_policy"]["p95_finish_cap_usd"]
+        code, set_at = _cli(tmp_path, capsys, "estimate", _with(run, budget={"max_usd": cap}))
+        assert code == 0 and set_at["spot_policy"]["p95_finish_cap_usd"] == cap, set_at["spot_policy"]
+        assert not [w for w in set_at["warnings"] if "deadline_hours" in w], set_at["warnings"]
+    assert len(set(told[True] + told[False])) == 1, told
+
+
+def test_a_deadline_shorter_than_the_job_as_billed_is_refused_and_accepted_only_loudly(tmp_path, capsys,
+                                                                                        monkeypatch):
+    """qwen2 takes 0.27 h by the wall time row and 0.32 h as one job billed (its start with the trainer's start,
+    its end): a 0.3 h deadline was 'ok' and then met on 0.0% of the traces once simulated as billed."""
+    run = _qwen(deadline_hours=0.3)
+    code, doc = _cli(tmp_path, capsys, "estimate", run)
+    out = _lambda(monkeypatch, run)
+    assert (code, doc["error"], out["status"]) == (2, "InvalidRun", "InvalidRun"), (doc, out)
+    for message in (doc["message"], out["message"]):
+        assert "compute.deadline_hours=0.3 cannot be met: the run takes 0.32 h" in message, message
+        assert "compute.accept_missed_deadline=true" in message, message
+    accepted = _with(run, compute={"accept_missed_deadline": True})
+    code, doc = _cli(tmp_path, capsys, "estimate", accepted)
+    assert code == 0, doc
+    for told in (doc, _plan(monkeypatch, accepted)):
+        assert told["warnings"][0].startswith("THE DEADLINE WILL BE MISSED: compute.deadline_hours=0.3, and the "
+                                              "run takes 0.32 h"), told["warnings"]
+    path = tmp_path / "accepted.json"
+    path.write_text(json.dumps(accepted))
+    from spotrun.cli.main import main
+    assert main(["estimate", str(path)]) == 0
+    text = capsys.readouterr().out
+    assert "warning: THE DEADLINE WILL BE MISSED: " in text and "one uninterrupted job bills 0.32 h" in text, text
+
+
+def test_an_automatic_layout_meets_the_deadline_when_one_can(tmp_path, capsys, monkeypatch):
+    """`instance_type: auto` with `compute.deadline_hours` picked the cheapest layout whatever the deadline (only
+    `target_hours` was honoured), and the run was then refused as too slow."""
+    example = json.loads((ROOT / "examples/runs/llama3-8b-full.json").read_text())
+    example["model"] = {"init": "random", "config": example["model"]["config"]}
+    run = _with(example, compute={"instance_type": "auto", "spot": False}, budget={"max_usd": 5000})
+    run["compute"].pop("instance_count", None)
+    code, cheapest = _cli(tmp_path, capsys, "estimate", run)
+    assert code == 0, cheapest
+    hours = cheapest["wall_seconds"] / 3600
+    timed = _with(run, compute={"deadline_hours": round(hours / 2, 1)})
+    code, doc = _cli(tmp_path, capsys, "estimate", timed)
+    assert code == 0, doc
+    assert doc["wall_seconds"] / 3600 < round(hours / 2, 1), (doc["wall_seconds"], hours)
+    assert doc["cost_usd"]["on_demand"] >= cheapest["cost_usd"]["on_demand"], (doc["cost_usd"], cheapest["cost_usd"])
