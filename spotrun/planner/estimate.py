@@ -184,6 +184,7 @@ def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | 
     # the hyperparameters checked here: invalid input wins over the budget, the run must change anyway
     est = _build(run, catalog, work, best, planner.per_rank, (util, util_source), max_runtime, seg, advice,
                  warnings, base_name)
+    est = replace(est, warnings=[*est.warnings, *_cap_far_over(run, est)])
     market = "spot" if run.compute.spot else "on-demand"
     # compared at the cents it is printed at ('estimated $0.74 exceeds budget.max_usd=$0.74' read as no reason): a
     # cost that rounds to the cap is refused below, where the chain does not fit, on the chain's words
@@ -411,6 +412,23 @@ def _build(run: RunSpec, catalog: dict, work: _Work, best: Option, per_rank: int
         evaluation_seconds=best.eval_seconds, segments=seg,
     )
     return replace(est, hyperparameters=hyperparameters(run, est, base_name))
+
+
+CAP_FAR_OVER = 100  # a cap this many times the run's on-demand bill as one job is named as probably not meant
+
+
+def _cap_far_over(run: RunSpec, est: Estimate) -> list[str]:
+    """A warning when the cap is far above anything the run can bill (a new user's $5,000,000 for a $0.26 run was
+    accepted without a word): CAP_FAR_OVER times its on-demand bill as one uninterrupted job, the figure named
+    against the estimate's own."""
+    on_demand = est.cost_usd["on_demand"]
+    if not (on_demand > 0 and run.max_usd > CAP_FAR_OVER * on_demand):
+        return []
+    market = "spot" if run.compute.spot else "on_demand"
+    return [f"budget.max_usd={usd(run.max_usd)} is {run.max_usd / on_demand:,.0f}x the run's on-demand bill as one "
+            f"uninterrupted job ({usd(on_demand)}; estimated {usd(est.cost_usd[market])} "
+            f"{market.replace('_', '-')}): a cap that far above the run bounds no mistake (a longer run than "
+            "planned, a stuck job); the cap to set is the spot policy's last line"]
 
 
 def _lora_alternative(run: RunSpec, catalog: dict, model_config: dict | None, data_tokens: int | None,

@@ -480,6 +480,16 @@ def _rounded(r: Summary) -> dict:
     return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.row().items()}
 
 
+def mean_over_p95_note(rows: list[dict]) -> list[str]:
+    """A line when a row's mean is above its P95 (printed cents): not a bug but a long tail, fewer than 5% of the
+    traces costing far more (a long wait for capacity, then on-demand), which the mean carries and the P95 does not."""
+    over = [r["label"] for r in rows if round(r["mean_usd"], 2) > round(r["p95_usd"], 2)]
+    if not over:
+        return []
+    return [f"  mean above P95 ({', '.join(over)}): fewer than 5% of the traces cost far more than the rest (a long "
+            "wait for capacity, then on-demand); the mean counts them, the P95 does not"]
+
+
 def policy_text(section: SpotPolicy | None) -> str:
     """The estimate's lines for the policy section: the choice, each candidate's simulated bills (a row the cap
     left out marked), and the cap to set (`p95_finish_cap_usd`, named by the estimate step)."""
@@ -496,6 +506,7 @@ def policy_text(section: SpotPolicy | None) -> str:
         out = "  left out: P95 over the cap" if r["label"] in left_out else ""
         lines.append(f"{mark} {r['label']:<30} {r['mean_usd']:>10,.2f} {r['p50_usd']:>10,.2f} {r['p95_usd']:>10,.2f} "
                      f"{met:>11} {r['mean_lost_h']:>7.2f}{out}")
+    lines += mean_over_p95_note(section.policies)
     if section.deadline_cap_usd is not None:  # the deadline warning's cap, at least the finish cap
         lines.append(f"  the cap to set: ${section.deadline_cap_usd:,.2f} or more: the estimate then chooses a "
                      "policy that meets the deadline (the deadline warning's cap), and a run billed "

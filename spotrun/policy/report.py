@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from . import compare, quantile
-from .choose import choose
+from .choose import choose, mean_over_p95_note
 from .engine import SimPlan
 from .optimum import solve
 
@@ -84,10 +84,19 @@ def table_text(report: dict) -> str:
         o = report["optimum"]
         met = "-" if o["p_deadline"] is None else f"{o['p_deadline']:.1%}"
         name = "exact optimum" if o.get("exact", True) else "optimum (a floor)"
+        if report["deadline_hours"]:  # over the traces where it can meet the deadline, meeting it
+            name = "optimum meeting the deadline" if o.get("exact", True) else "optimum, deadline (a floor)"
         lines.append(f"  {name:<28} {o['mean_usd']:>11,.2f} {o['p50_usd']:>11,.2f} "
                      f"{o['p95_usd']:>11,.2f} {met:>11}")
+        below = [r["label"] for r in report["policies"] if relative(report, r["label"])["over_optimum"] < -5e-4]
+        if below and report["deadline_hours"]:  # read as a floor broken (a new user)
+            lines.append(f"  below the optimum: {', '.join(below)}: the optimum is the cheapest schedule that meets "
+                         "the deadline (on the traces where one can); a policy that misses it stays on spot longer "
+                         "and can cost less")
+    lines += mean_over_p95_note(report["policies"])
     lines.append(f"chosen: {report['chosen']}: {report['why']}")
     return "\n".join(lines)
+
 
 
 def plot(report: dict, path: Path, title: str) -> Path:

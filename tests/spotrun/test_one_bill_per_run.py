@@ -110,3 +110,54 @@ def test_an_automatic_layout_meets_the_deadline_when_one_can(tmp_path, capsys, m
     assert code == 0, doc
     assert doc["wall_seconds"] / 3600 < round(hours / 2, 1), (doc["wall_seconds"], hours)
     assert doc["cost_usd"]["on_demand"] >= cheapest["cost_usd"]["on_demand"], (doc["cost_usd"], cheapest["cost_usd"])
+
+
+def test_a_cap_far_above_the_run_is_named_against_the_estimate(tmp_path, capsys, monkeypatch):
+    """A $5,000,000 cap on a $0.26 run was accepted without a word (without a stage); under the stage's maximum a
+    $4,000 cap is still 5,000 times the run. Warned, naming the cap and the run's bill, by the CLI and the Lambda."""
+    for cap in (4000, 5_000_000):
+        run = _with(_qwen(), budget={"max_usd": cap})
+        code, doc = _cli(tmp_path, capsys, "estimate", run)
+        assert code == 0, doc
+        told = [doc] if cap > 5000 else [doc, _plan(monkeypatch, run)]  # the stage refuses more than $5,000
+        for there in told:
+            said = [w for w in there["warnings"] if w.startswith(f"budget.max_usd=${cap:,.2f} is ") and "x the" in w]
+            assert len(said) == 1 and f"(${there['cost_usd']['on_demand']:,.2f};" in said[0], there["warnings"]
+    _, doc = _cli(tmp_path, capsys, "estimate", _qwen())  # the example's $50: no such word
+    assert not [w for w in doc["warnings"] if "x the run's on-demand bill" in w], doc["warnings"]
+
+
+def _table_row(label: str, mean: float, p95: float, p_deadline: float) -> dict:
+    return {"label": label, "mean_usd": mean, "p50_usd": min(mean, p95), "p95_usd": p95, "p_deadline": p_deadline,
+            "p_finished": 1.0, "mean_lost_h": 0.0, "mean_wall_h": 10.0, "mean_interruptions": 1.0}
+
+
+def test_the_simulate_table_says_what_its_optimum_is_and_why_a_mean_is_over_its_p95():
+    """`spotrun simulate` with a deadline printed 'exact optimum' over policies 35% below it (they miss the deadline
+    the optimum must meet), and tables showed a mean above the P95 (a long tail, not a bug) without a word."""
+    from spotrun.policy.report import table_text
+
+    report = {"traces": 200, "source": "generated", "work_hours": 13.5, "deadline_hours": 16.0, "chosen": "b",
+              "why": "cheapest meeting it", "policies": [_table_row("on_demand", 31.62, 31.62, 1.0),
+                                                          _table_row("a", 15.85, 28.35, 0.045),
+                                                          _table_row("b", 28.30, 27.10, 1.0)],
+              "optimum": {"mean_usd": 24.68, "p50_usd": 26.35, "p95_usd": 31.62, "p_deadline": 1.0, "exact": True}}
+    text = table_text(report)
+    assert "optimum meeting the deadline" in text and "exact optimum" not in text, text
+    assert "below the optimum: a: the optimum is the cheapest schedule that meets the deadline" in text, text
+    assert "mean above P95 (b): " in text, text
+    calm = {**report, "policies": [_table_row("on_demand", 31.62, 31.62, 1.0), _table_row("b", 28.30, 29.0, 1.0)]}
+    assert "below the optimum" not in table_text(calm) and "mean above P95" not in table_text(calm)
+
+
+def test_every_example_names_its_models_context_so_a_seq_len_beyond_it_is_refused(tmp_path, capsys):
+    """The Qwen example's inline config had no max_position_embeddings: `seq_len: 100000` was caught only as out of
+    memory. Each example carries its model's (Hugging Face config.json) and is refused one token past it."""
+    for path in sorted((ROOT / "examples/runs").glob("*.json")):
+        run = json.loads(path.read_text())
+        limit = run["model"]["config"].get("max_position_embeddings")
+        assert isinstance(limit, int), path.name
+        code, doc = _cli(tmp_path, capsys, "estimate", _with(run, data={"seq_len": limit + 1}))
+        assert (code, doc["field"]) == (2, "data.seq_len"), (path.name, doc)
+        assert f"max_position_embeddings={limit:,}" in doc["message"] or \
+            f"max_position_embeddings={limit}" in doc["message"], doc["message"]

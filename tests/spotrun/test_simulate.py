@@ -358,7 +358,7 @@ def test_spotrun_simulate_writes_the_table_json_and_plot_for_generated_and_recor
     run.write_text(json.dumps({**RUN, "compute": {**RUN["compute"], "deadline_hours": hours}}))
     assert main(["simulate", str(run), "--n", "50", "--out", str(tmp_path / "gen"), "--band", "15-20%", "--plot"]) == 0
     text = capsys.readouterr().out
-    assert "exact optimum" in text and "chosen: " in text and "Advisor band 15-20%" in text
+    assert "optimum meeting the deadline" in text and "chosen: " in text and "Advisor band 15-20%" in text
     report = json.loads((tmp_path / "gen" / "simulate.json").read_text())
     assert report["traces"] == 50 and report["optimum"]["mean_usd"] <= min(
         r["mean_usd"] for r in report["policies"] if r["p_deadline"] == 1.0) * (1 + 1e-9)
