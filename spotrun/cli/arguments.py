@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import shlex
 import sys
 from typing import NoReturn
 
@@ -62,10 +63,11 @@ class OneLineErrors(argparse.ArgumentParser):
         typed = re.fullmatch(r"invalid (int|float) value: '(.*)'", detail, re.S)
         if typed:  # argparse's own words for a type: int() and float()
             what = "a whole number (e.g. 1000)" if typed[1] == "int" else "a number (e.g. 0.5)"
-            return f"{flag}={typed[2]!r} is invalid: expected {what}"
-        choice = re.fullmatch(r"invalid choice: '(.*)' \(choose from (.*)\)", detail, re.S)
-        if choice and flag.startswith("-"):
-            return f"{flag}={choice[1]!r} is invalid: expected one of {choice[2]}"
+            return f"{flag}={as_typed(typed[2])} is invalid: expected {what}"
+        choice = re.fullmatch(r"invalid choice: '?(.*?)'? \(choose from (.*)\)", detail, re.S)
+        if choice and flag.startswith("-"):  # argparse quotes the choices as Python does: unquoted here
+            options = ", ".join(c.strip().strip("'") for c in choice[2].split(","))
+            return f"{flag}={as_typed(choice[1])} is invalid: expected one of {options}"
         if detail != "expected one argument":
             return message
         tokens = getattr(self, "given", [])
@@ -80,7 +82,14 @@ class OneLineErrors(argparse.ArgumentParser):
             except (argparse.ArgumentTypeError, TypeError, ValueError) as exc:
                 if str(exc).startswith(flag):
                     return str(exc)
-        return f"{flag}={value!r} is invalid: a value starting with '-' is read as a flag; write {flag}={value}"
+        return (f"{flag}={as_typed(value)} is invalid: a value starting with '-' is read as a flag; write "
+                f"{flag}={as_typed(value)}")
+
+
+def as_typed(value: str) -> str:
+    """A command-line value as the user typed it (`--format=xml`, `--set='a b'`): quoted only where a shell needs
+    it, never Python's repr (`--format='xml'`)."""
+    return shlex.quote(str(value))
 
 
 def _flag(message: str) -> str | None:

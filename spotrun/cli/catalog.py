@@ -15,6 +15,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from ..contract.strict_json import dumps as strict_dumps
 from ..planner.catalog import CATALOG_PATH, PRICES_DIR, load_catalog
 from ..planner.pricing import PRICING_API_REGION, REGION_NAME, PricingError, region_prices, write_snapshot
+from .arguments import as_typed
 from .exits import Exit, fail
 
 
@@ -24,8 +25,8 @@ def update_command(args: argparse.Namespace, *, pricing_client: Any = None) -> i
     import boto3  # NOTE: imported here: only this command and the remote ones talk to AWS
 
     if not REGION_NAME.fullmatch(args.region):
-        return fail(args.format, Exit.INVALID, "InvalidArguments", f"--region={args.region!r} is invalid: expected "
-                    "an AWS region name such as eu-west-1", "--region")
+        return fail(args.format, Exit.INVALID, "InvalidArguments", f"--region={as_typed(args.region)} is invalid: "
+                    "expected an AWS region name such as eu-west-1", "--region")
     try:
         client = pricing_client or boto3.client("pricing", region_name=PRICING_API_REGION)
         snapshot = region_prices(client, args.region, load_catalog(CATALOG_PATH, snapshots=False),

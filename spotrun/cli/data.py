@@ -21,6 +21,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from ..contract.strict_json import dumps as strict_dumps
 from ..seams import DatasetIndex, StackOutput
+from .arguments import as_typed
 from .datasets import (
     PrepareError,
     check_has_text,
@@ -120,7 +121,7 @@ def _prepare(args: argparse.Namespace) -> int:
     shard_bytes = int(args.shard_mb * 1e6)
     split = args.validation_fraction
     if not 0 <= split <= 0.5:
-        raise PrepareError(f"--validation-fraction={split!r} is invalid: expected a number from 0 to 0.5")
+        raise PrepareError(f"--validation-fraction={as_typed(split)} is invalid: expected a number from 0 to 0.5")
     if args.out is not None:
         done = prepare_dataset(args.inputs, args.tokenizer, args.out, text_field=args.text_field,
                                shard_bytes=shard_bytes, emit=emit, validation_fraction=split)

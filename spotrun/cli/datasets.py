@@ -21,6 +21,7 @@ import json
 import logging
 import os
 import re
+import shlex
 import shutil
 import time
 from dataclasses import dataclass
@@ -189,8 +190,8 @@ def dataset_uri(bucket: str, name: str) -> str:
 
 def check_name(name: str) -> str:
     if not NAME_PATTERN.fullmatch(name or ""):
-        raise PrepareError(f"--name={name!r} is invalid: expected 1-63 of a-z, 0-9, '.', '_', '-' starting with a "
-                           "letter or digit (the dataset's prefix under datasets/)")
+        raise PrepareError(f"--name={shlex.quote(name or '')} is invalid: expected 1-63 of a-z, 0-9, '.', '_', '-' "
+                           "starting with a letter or digit (the dataset's prefix under datasets/)")
     return name
 
 

@@ -27,6 +27,7 @@ from ..local.pipeline import (
 from ..local.supervisor import MAX_RESTARTS, InterruptAt
 from ..pipeline.report import summary_text
 from ..policy.traces import interruption_times, read_availability
+from .arguments import as_typed
 from .exits import Exit, fail, for_status
 
 TRACE_SPEEDUP = 3600.0  # --trace-speedup's default: a trace hour per local second
@@ -42,8 +43,8 @@ def _interrupt(text: str):
 def _setting(text: str) -> tuple[str, str]:
     key, sep, value = text.partition("=")
     if not sep or not key.strip():
-        raise argparse.ArgumentTypeError(f"--set={text!r} is invalid: expected KEY=VALUE (a trainer hyperparameter, "
-                                         "e.g. checkpoint.interval_steps=10)")
+        raise argparse.ArgumentTypeError(f"--set={as_typed(text)} is invalid: expected KEY=VALUE (a trainer "
+                                         "hyperparameter, e.g. checkpoint.interval_steps=10)")
     return key.strip(), value
 
 
@@ -114,7 +115,7 @@ def _end(fmt: str, code, error: str, message: str, line: str, field: str | None 
 def trace_interrupts(path: Path, speedup: float):
     """--trace: the trace's losses of capacity as injected interruptions (seconds after the start)."""
     if not speedup > 0:
-        raise ValueError(f"--trace-speedup={speedup!r} is invalid: expected a number > 0")
+        raise ValueError(f"--trace-speedup={as_typed(speedup)} is invalid: expected a number > 0")
     rec = read_availability(path)
     open_end = [(a, b if b < rec.length_s else float("inf")) for a, b in rec.windows]  # the recording just ends
     times = interruption_times(open_end, MAX_RESTARTS)

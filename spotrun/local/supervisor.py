@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import signal
 import subprocess
 import time
@@ -65,8 +66,8 @@ class InterruptAt:
     def parse(cls, text: str) -> "InterruptAt":
         m = re.fullmatch(r"\s*(\d+)\s*", text) or re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*s\s*", text)
         if not m or float(m[1]) <= 0:
-            raise ValueError(f"--interrupt-at={text!r} is invalid: expected a step (e.g. 12) or seconds after the "
-                             "start (e.g. 30s), greater than 0")
+            raise ValueError(f"--interrupt-at={shlex.quote(text)} is invalid: expected a step (e.g. 12) or seconds "
+                             "after the start (e.g. 30s), greater than 0")
         return cls(step=int(m[1])) if text.strip().isdigit() else cls(seconds=float(m[1]))
 
     def due(self, step: int, elapsed_s: float) -> bool:

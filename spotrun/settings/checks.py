@@ -3,6 +3,7 @@ path), the bad value (shortened by `short_repr`) and what is accepted."""
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import fields
 from typing import Any
@@ -30,7 +31,7 @@ def require_finite(obj: Any, prefix: str) -> None:
     for f in fields(obj):
         value = getattr(obj, f.name)
         if isinstance(value, float) and not math.isfinite(value):
-            raise ConfigError(f"{prefix}{f.name}={value!r} is invalid: expected a finite number")
+            raise ConfigError(f"{prefix}{f.name}={short_repr(value)} is invalid: expected a finite number")
 
 
 def non_finite_path(value: Any, path: str = "") -> tuple[str, float] | None:
@@ -46,9 +47,17 @@ def non_finite_path(value: Any, path: str = "") -> tuple[str, float] | None:
 
 
 def short_repr(value: Any, limit: int = 80) -> str:
-    """repr() cut to a short line: error messages must stay readable whatever was passed (megabytes of text,
-    newlines, integers too long to print)."""
+    """A value as the user wrote it, cut to a short line: a one-line string without surrounding blanks as itself
+    (hyperparameters are strings: `training.lr=fast`, `model.config=[1]`, never Python's `'fast'`), any other
+    string and every other value as JSON (`""`, `{"a": 1}`, `true`), readable whatever was passed (megabytes of
+    text, newlines, integers too long to print)."""
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**limit:
         return f"<an integer of about {int(value.bit_length() * math.log10(2)) + 1} digits>"
-    text = repr(value)
+    if isinstance(value, str) and value and value == value.strip() and value.isprintable():
+        text = value
+    else:
+        try:
+            text = json.dumps(value, ensure_ascii=False)
+        except (TypeError, ValueError):  # not JSON: the type's own spelling
+            text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."

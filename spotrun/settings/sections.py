@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass, field
 
 from ..seams import StopNotice
-from .checks import ConfigError, non_finite_path, require, require_finite
+from .checks import ConfigError, non_finite_path, require, require_finite, short_repr
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ class ModelConfig:
         require(isinstance(self.config, dict), "model.config", self.config, "a JSON object")
         bad = non_finite_path(self.config)
         if bad is not None:
-            raise ConfigError(f"model.config.{bad[0]}={bad[1]!r} is invalid: expected a finite number")
+            raise ConfigError(f"model.config.{bad[0]}={short_repr(bad[1])} is invalid: expected a finite number")
         require(self.param_dtype in ("auto", "bfloat16", "float32"), "model.param_dtype", self.param_dtype,
                  "one of auto, bfloat16, float32")
 

@@ -76,8 +76,23 @@ def parse(hp: Mapping[str, Any]) -> TrainConfig:
         node = nested
         for attr in leaf.attrs[:-1]:
             node = node.setdefault(attr, {})
-        node[leaf.attrs[-1]] = _parse_scalar(leaf.type, value, key)
-    return _construct(TrainConfig, nested)
+        try:
+            node[leaf.attrs[-1]] = _parse_scalar(leaf.type, value, key)
+        except ConfigError as exc:  # nan read as a float: the text as written
+            raise ConfigError(_as_written(str(exc), {key: value})) from None
+    try:
+        return _construct(TrainConfig, nested)
+    except ConfigError as exc:  # a section's check names the parsed value (-1.0): the text as written (-1)
+        raise ConfigError(_as_written(str(exc), hp)) from None
+
+
+def _as_written(message: str, hp: Mapping[str, Any]) -> str:
+    """`message` (`<key>=<value> is invalid: ...`) with the value as `hp` wrote it when it was a string."""
+    for key, raw in hp.items():
+        head = f"{key}="
+        if isinstance(raw, str) and message.startswith(head) and " is invalid" in message:
+            return head + short_repr(raw.strip()) + message[message.index(" is invalid"):]
+    return message
 
 
 def job_config(hp: Mapping[str, Any], **overrides: Any) -> TrainConfig:
@@ -189,7 +204,7 @@ def _parse_scalar(typ: Any, value: Any, name: str) -> Any:
 
 def _finite(value: float, name: str) -> float:
     if not math.isfinite(value):
-        raise ConfigError(f"{name}={value!r} is invalid: expected a finite number")
+        raise ConfigError(f"{name}={short_repr(value)} is invalid: expected a finite number")
     return value
 
 

@@ -374,7 +374,7 @@ def test_a_bad_interrupt_at_is_one_line_naming_the_flag_the_value_and_what_it_ta
         main(argv)
     err = capsys.readouterr().err
     assert done.value.code == 2 and err.count("\n") == 1, err  # one line: no usage block
-    assert err.startswith(f"error: InvalidArguments: --interrupt-at={value!r} is invalid: expected a step "), err
+    assert err.startswith(f"error: InvalidArguments: --interrupt-at={value} is invalid: expected a step "), err
     assert "(e.g. 30s)" in err and "argument --interrupt-at" not in err
 
 
@@ -384,9 +384,9 @@ def test_a_trace_speedup_without_a_trace_is_refused_not_ignored(tmp_path, capsys
 
 
 def test_other_argument_errors_are_one_line_too(capsys):
-    for argv, says in ((["local", "run.json", "--out", "-x"], "--out='-x' is invalid: a value starting with '-' is "
+    for argv, says in ((["local", "run.json", "--out", "-x"], "--out=-x is invalid: a value starting with '-' is "
                         "read as a flag; write --out=-x"),
-                       (["local", "run.json", "--nproc", "two"], "--nproc='two' is invalid: expected a whole number"),
+                       (["local", "run.json", "--nproc", "two"], "--nproc=two is invalid: expected a whole number"),
                        (["estmate", "run.json"], "invalid choice: 'estmate'"),
                        (["local", "run.json", "--interrupt-at"], "--interrupt-at needs a value (STEP|SECONDSs)")):
         with pytest.raises(SystemExit) as done:
@@ -400,6 +400,17 @@ def test_a_set_typo_is_refused_without_leaving_a_job_directory(tmp_path, capsys,
                  "checkpoint.intervl_steps=3")
     assert err.startswith("error: InvalidConfiguration: invalid configuration:") and "intervl_steps" in err, err
     assert "no job directory was made" in err
+
+
+def test_a_bad_set_value_is_quoted_as_the_user_wrote_it(tmp_path, capsys, assets, datasets):
+    """`spotrun local --set training.lr=fast` said `training.lr='fast'` (Python's repr), `model.config=[1]` said
+    `model.config='[1]'`, and `checkpoint.interval_s=-1` said `-1.0`: the values as written, JSON as JSON."""
+    for setting, says in (("training.lr=fast", "training.lr=fast is invalid: expected a number"),
+                          ("model.config=[1]", "model.config=[1] is invalid: expected a JSON object"),
+                          ("checkpoint.interval_s=-1", "checkpoint.interval_s=-1 is invalid"),
+                          ("training.method=", 'training.method="" is invalid')):
+        err = _local(tmp_path, capsys, _run(str(assets["model"]), str(datasets["split"])), "--set", setting)
+        assert err.startswith("error: InvalidConfiguration: invalid configuration:") and says in err, (setting, err)
 
 
 # ---- exports that load anywhere ----------------------------------------------------------------------------------

@@ -77,12 +77,12 @@ def test_keep_best_without_an_eval_cadence_is_refused_naming_the_fields(tmp_path
 @pytest.mark.parametrize("argv, field, says", [
     (["estimate", "--format", "json", "run.json", "--nope"], "--nope", "unrecognized arguments: --nope"),
     (["local", "run.json", "--format=json", "--nproc", "two"], "--nproc",
-     "--nproc='two' is invalid: expected a whole number"),
+     "--nproc=two is invalid: expected a whole number"),
     (["local", "run.json", "--format", "json", "--interrupt-at", "-5s"], "--interrupt-at",
-     "--interrupt-at='-5s' is invalid: expected a step "),
+     "--interrupt-at=-5s is invalid: expected a step "),
     (["validate", "--format", "json"], None, "the following arguments are required: runs"),
     (["estmate", "--format", "json", "run.json"], None, "invalid choice: 'estmate'"),
-    (["simulate", "run.json", "--format", "json", "--n", "x"], "--n", "--n='x' is invalid: expected a whole number"),
+    (["simulate", "run.json", "--format", "json", "--n", "x"], "--n", "--n=x is invalid: expected a whole number"),
 ])
 def test_argument_errors_under_format_json_are_one_json_document_with_the_same_exit_code(capsys, argv, field, says):
     with pytest.raises(SystemExit) as done:

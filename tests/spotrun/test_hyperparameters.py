@@ -252,8 +252,8 @@ def test_only_what_differs_from_the_trainers_defaults_travels():
     assert (config.checkpoint.interval_s, config.sharding.group_nodes, config.model.config) == (450, 2, {"a": 1})
     assert (config.training.lr, config.export.from_) == (0.001, "best")  # a keyword's field: `from_`
     assert flatten(config) == sent
-    with pytest.raises(ValueError, match="unknown field 'checkpoint.interval_minutes': accepted fields are async_save"):
+    with pytest.raises(ValueError, match="unknown field checkpoint.interval_minutes: accepted fields are async_save"):
         parse({"checkpoint.interval_minutes": "7.5"})
     for old in ("optim.lr", "export.weights", "method", "epochs", "seed", "micro_batch", "lora.rank", "export.from_"):
-        with pytest.raises(ValueError, match=f"unknown field '{old}'"):  # one name only
+        with pytest.raises(ValueError, match=f"unknown field {old}:"):  # one name only
             parse({old: "1"})

@@ -137,7 +137,7 @@ def test_interrupt_points_are_steps_or_seconds_and_errors_name_the_value():
     assert InterruptAt.parse("2.5s") == InterruptAt(seconds=2.5)
     assert InterruptAt.parse("12").due(12, 0.0) and not InterruptAt.parse("30s").due(99, 29.0)
     for bad in ("0", "-3", "ten", "5m"):
-        with pytest.raises(ValueError, match=f"--interrupt-at='{bad}' is invalid"):
+        with pytest.raises(ValueError, match=f"--interrupt-at={bad} is invalid"):
             InterruptAt.parse(bad)
 
 

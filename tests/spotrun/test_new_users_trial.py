@@ -241,8 +241,12 @@ def test_argument_type_errors_are_in_the_refusals_words_and_an_unknown_flag_is_t
     with pytest.raises(SystemExit) as done:
         main(["simulate", "run.json", "--n", "abc"])
     err = capsys.readouterr().err
-    assert done.value.code == 2 and "--n='abc' is invalid: expected a whole number" in err, err
+    assert done.value.code == 2 and "--n=abc is invalid: expected a whole number" in err, err
     assert "argument --n" not in err and "invalid int value" not in err, err
+    with pytest.raises(SystemExit) as done:  # argparse's choices as typed, not Python's reprs ('xml', 'text')
+        main(["simulate", "run.json", "--format", "xml"])
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and "--format=xml is invalid: expected one of text, json (" in err, err
     with pytest.raises(SystemExit) as done:
         main(["estimate", "--format", "json", "--bogus", "run.json"])
     doc = json.loads(capsys.readouterr().out)

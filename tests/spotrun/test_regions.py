@@ -123,7 +123,7 @@ def test_two_prices_for_one_type_stop_the_update_without_writing(tmp_path, capsy
 
 def test_a_region_name_that_is_not_one_is_refused_before_any_request(tmp_path, capsys, pricing):
     assert main(["catalog", "update", "--region", "Ireland", "--out", str(tmp_path)]) == 2  # invalid input
-    assert capsys.readouterr().err.startswith("error: InvalidArguments: --region='Ireland' is invalid: expected an "
+    assert capsys.readouterr().err.startswith("error: InvalidArguments: --region=Ireland is invalid: expected an "
                                               "AWS region name")
 
 

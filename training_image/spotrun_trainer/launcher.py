@@ -93,11 +93,13 @@ class SageMakerEnv:
         hosts = resource.get("hosts")
         current = resource.get("current_host")
         if not isinstance(hosts, list) or not hosts or current not in hosts:
-            raise ConfigError(f"resourceconfig.json: current_host={current!r} must be one of hosts={hosts!r}")
+            raise ConfigError(f"resourceconfig.json: current_host={short_repr(current)} must be one of "
+                              f"hosts={short_repr(hosts)}")
         hp = _read_json(cfg_dir / "hyperparameters.json", required=False)
         bad = [k for k, v in hp.items() if not isinstance(v, str)]
         if bad:
-            raise ConfigError(f"hyperparameters.json: {bad[0]}={hp[bad[0]]!r} is invalid: SageMaker passes strings")
+            raise ConfigError(f"hyperparameters.json: {bad[0]}={short_repr(hp[bad[0]])} is invalid: SageMaker "
+                              "passes strings")
         ckpt = _read_json(cfg_dir / "checkpointconfig.json", required=False)
         data_dir = root / "input" / "data"
         channels = {p.name: p for p in sorted(data_dir.iterdir()) if p.is_dir()} if data_dir.is_dir() else {}
@@ -139,9 +141,9 @@ def _int_hp(hp: dict[str, str], key: str, default: int, minimum: int) -> int:
     try:
         value = int(raw)
     except ValueError:
-        raise ConfigError(f"{key}={raw!r} is invalid: expected an integer") from None
+        raise ConfigError(f"{key}={short_repr(raw)} is invalid: expected an integer") from None
     if value < minimum:
-        raise ConfigError(f"{key}={raw!r} is invalid: expected an integer >= {minimum}")
+        raise ConfigError(f"{key}={short_repr(raw)} is invalid: expected an integer >= {minimum}")
     return value
 
 
@@ -225,15 +227,16 @@ def check_inputs(config: TrainConfig, *, world_size: int) -> None:
     try:
         index = read_index(Path(config.data.path))
     except (DataError, OSError) as exc:
-        raise ConfigError(f"data.path={config.data.path!r} is invalid: {exc}") from None
+        raise ConfigError(f"data.path={short_repr(config.data.path)} is invalid: {exc}") from None
     seq_len = config.data.seq_len
     if config.data.validation_path:
         try:
             held_out = read_index(Path(config.data.validation_path))
         except (DataError, OSError) as exc:
-            raise ConfigError(f"data.validation_path={config.data.validation_path!r} is invalid: {exc}") from None
+            raise ConfigError(f"data.validation_path={short_repr(config.data.validation_path)} is invalid: "
+                              f"{exc}") from None
         if not any(int(s["tokens"]) >= seq_len for s in held_out[DatasetIndex.SHARDS]):
-            raise ConfigError(f"data.validation_path={config.data.validation_path!r} is invalid: it holds no "
+            raise ConfigError(f"data.validation_path={short_repr(config.data.validation_path)} is invalid: it holds no "
                               f"sample of data.seq_len={seq_len} tokens")
     samples = sum(int(s["tokens"]) // seq_len for s in index[DatasetIndex.SHARDS])
     needed = config.training.micro_batch * world_size
@@ -254,10 +257,10 @@ def check_network(plan: LaunchPlan, sm: SageMakerEnv, *, interfaces: list[str] |
         return plan
     routed = route_interface(sm.hosts[0])
     if routed is None or routed not in interfaces:
-        raise ConfigError(f"network_interface_name={named!r} in resourceconfig.json is invalid: no such network "
-                          f"interface on this host (found {sorted(interfaces)}) and no route to the master host "
-                          f"{sm.hosts[0]!r} to take the interface from; set {' and '.join(SOCKET_IFNAME_VARS)} in "
-                          "the job's environment to choose one")
+        raise ConfigError(f"network_interface_name={short_repr(named)} in resourceconfig.json is invalid: no such "
+                          f"network interface on this host (found {', '.join(sorted(interfaces))}) and no route to the "
+                          f"master host {sm.hosts[0]} to take the interface from; set "
+                          f"{' and '.join(SOCKET_IFNAME_VARS)} in the job's environment to choose one")
     log.warning("network_interface_name=%r in resourceconfig.json does not exist on this host (found %s): %s bound "
                 "to %s, the interface the route to the master host %s leaves by", named, sorted(interfaces),
                 " and ".join(bound), routed, sm.hosts[0])
@@ -290,12 +293,13 @@ def _check_model(config: TrainConfig) -> None:
         field_name, path = "model.path", Path(model.path)
         config_file = path / "config.json"
         if not config_file.is_file():
-            raise ConfigError(f"model.path={model.path!r} is invalid: expected a Hugging Face model directory "
-                              f"with config.json (the `model` channel); {config_file} not found")
+            raise ConfigError(f"model.path={short_repr(model.path)} is invalid: expected a Hugging Face model "
+                              f"directory with config.json (the `model` channel); {config_file} not found")
         try:
             raw = json.loads(config_file.read_text())
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ConfigError(f"model.path={model.path!r} is invalid: {config_file} unreadable ({exc})") from None
+            raise ConfigError(f"model.path={short_repr(model.path)} is invalid: {config_file} unreadable "
+                              f"({exc})") from None
         model_type = raw.get("model_type") if isinstance(raw, dict) else None
         field_name = "model_type in model.path/config.json"
     else:
@@ -308,7 +312,7 @@ def _check_model(config: TrainConfig) -> None:
         raise ConfigError(f"{field_name}={short_repr(model_type)} is invalid: expected a model type known to "
                           f"transformers{hint}")
     if model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
-        raise ConfigError(f"{field_name}={model_type!r} is invalid: transformers has no causal LM for it "
+        raise ConfigError(f"{field_name}={short_repr(model_type)} is invalid: transformers has no causal LM for it "
                           "(AutoModelForCausalLM); expected a decoder model type such as llama, qwen2, gpt2")
     if model.activation_checkpointing:
         model_class = getattr(transformers, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[model_type])

@@ -28,7 +28,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-from spotrun.settings.checks import ConfigError
+from spotrun.settings.checks import ConfigError, short_repr
 from spotrun.settings.sections import LoraConfig
 
 ADAPTER_NAME = "default"  # PEFT's name for a model's only adapter (files are saved at the top of the directory)
@@ -56,7 +56,7 @@ def apply(model: nn.Module, cfg: LoraConfig, *, base_dtype: torch.dtype, base_mo
     try:
         wrapped = get_peft_model(model, peft_config(cfg, base_model))
     except ValueError as exc:  # PEFT: "Target modules {...} not found in the base model"
-        raise ConfigError(f"lora.target_modules={cfg.target_modules!r} is invalid: {exc}") from None
+        raise ConfigError(f"lora.target_modules={short_repr(cfg.target_modules)} is invalid: {exc}") from None
     # NOTE: get_peft_model replaces the config's base with the model's `name_or_path`: the directory it was loaded
     # from, the job's `input/data/model` channel, which is gone once the job is. The exported adapter_config.json
     # names the run's model.source (an S3 URI, a hub id or a local path) instead.
