@@ -209,12 +209,6 @@ def job_start_s(segments: SegmentPlan) -> float:
     return float(segments.overhead_seconds)
 
 
-def uninterrupted_s(segments: SegmentPlan) -> float:
-    """The run as one uninterrupted job of the chain: its start, all the work, its billed end (the time the deadline
-    check and the on-demand bill go by)."""
-    return job_start_s(segments) + segments.work_seconds + JOB_END_S
-
-
 def one_job_cap_usd(segments: SegmentPlan) -> float:
     """The smallest cap (to the cent) at which the expected chain of `segments` is one job: its MaxRuntime holds the
     start, all the work, the save, the margin and a stop at on-demand rates (inf where SageMaker's longest job
