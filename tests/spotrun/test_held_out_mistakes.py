@@ -1,0 +1,69 @@
+"""A new user's held-out mistakes (issue #30's acceptance: "a held-out list of user mistakes gets clear errors and
+wastes nothing"): each is one line naming the flag or field, a non-zero exit, and nothing trained, prepared or
+left behind.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from spotrun.cli.main import main
+
+
+def _run(model_source: str, data_source: str) -> dict:
+    return {"version": 1, "name": "held-out", "model": {"source": model_source},
+            "data": {"source": data_source, "seq_len": 64}, "compute": {"instance_type": "ml.g5.xlarge"},
+            "budget": {"max_usd": 5}}
+
+
+def _refused(tmp_path: Path, capsys, *argv: str, out: Path | None = None) -> str:
+    """`spotrun local` with these arguments: exit 2, one line on stderr, no job directory anywhere under tmp_path."""
+    before = {p for p in tmp_path.rglob("*")}
+    code = main(["local", *argv, "--out", str(out or tmp_path / "out"), "--progress", "none"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2, err
+    assert err.count("\n") == 0 and "Traceback" not in err, err
+    assert {p for p in tmp_path.rglob("*")} == before  # nothing prepared, trained or left
+    return err
+
+
+@pytest.fixture
+def run_file(tmp_path, assets) -> Path:
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(_run(str(assets["model"]), str(assets["data"]))))
+    return path
+
+
+@pytest.mark.parametrize("name", ["../escape", "a/b", "/tmp/elsewhere", ".", "..", ""])
+def test_a_job_name_that_is_not_one_directory_name_is_refused(tmp_path, capsys, run_file, name):
+    # it was taken as a path: `--job-name ../escape` trained into a directory beside --out, `a/b` nested one
+    err = _refused(tmp_path, capsys, str(run_file), "--job-name", name)
+    assert err.startswith(f"error: --job-name={json.dumps(name)} is invalid: expected one directory name under "
+                          "--out"), err
+
+
+def test_an_out_that_is_a_file_is_refused_in_one_line(tmp_path, capsys, run_file):
+    # it was a NotADirectoryError traceback from preparing the data under it
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    err = _refused(tmp_path, capsys, str(run_file), out=afile)
+    assert err == f"error: --out={json.dumps(str(afile))} is invalid: expected a directory (or a path to create " \
+                  "one at): it is a file", err
+
+
+def test_the_demo_refuses_an_out_that_is_a_file(tmp_path, capsys):
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    code = main(["demo", "--out", str(afile), "--progress", "none"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.startswith(f"error: --out={json.dumps(str(afile))} is invalid"), err
+    assert afile.read_text() == "x"
+
+
+def test_hard_kill_without_an_interruption_is_refused_not_ignored(tmp_path, capsys, run_file):
+    # it trained the whole run with the flag doing nothing
+    err = _refused(tmp_path, capsys, str(run_file), "--hard-kill")
+    assert err.startswith("error: --hard-kill is invalid: expected with --interrupt-at or --trace"), err
