@@ -6,6 +6,7 @@ left behind.
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -67,3 +68,31 @@ def test_hard_kill_without_an_interruption_is_refused_not_ignored(tmp_path, caps
     # it trained the whole run with the flag doing nothing
     err = _refused(tmp_path, capsys, str(run_file), "--hard-kill")
     assert err.startswith("error: --hard-kill is invalid: expected with --interrupt-at or --trace"), err
+
+
+def _model_copy(tmp_path: Path, assets) -> Path:
+    model = tmp_path / "model"
+    shutil.copytree(assets["model"], model)
+    return model
+
+
+def test_truncated_weights_are_refused_before_the_job(tmp_path, capsys, assets):
+    # they trained until the job's from_pretrained failed (exit 1, a job directory left, its start paid for)
+    model = _model_copy(tmp_path, assets)
+    weights = model / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(_run(str(model), str(assets["data"]))))
+    err = _refused(tmp_path, capsys, str(path))
+    assert err.startswith('error: InvalidRun: model.source="') and "is invalid: expected a model directory with " \
+        f"whole safetensors weights ({model / 'model.safetensors'}: " in err and "the file is truncated" in err, err
+
+
+def test_a_model_directory_without_weights_is_refused_before_the_job(tmp_path, capsys, assets):
+    model = _model_copy(tmp_path, assets)
+    (model / "model.safetensors").unlink()
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(_run(str(model), str(assets["data"]))))
+    err = _refused(tmp_path, capsys, str(path))
+    assert err.startswith('error: InvalidRun: model.source="') and "is invalid: expected a model directory with " \
+        f"whole safetensors weights ({model}: no model.safetensors" in err, err
