@@ -96,3 +96,17 @@ def test_a_model_directory_without_weights_is_refused_before_the_job(tmp_path, c
     err = _refused(tmp_path, capsys, str(path))
     assert err.startswith('error: InvalidRun: model.source="') and "is invalid: expected a model directory with " \
         f"whole safetensors weights ({model}: no model.safetensors" in err, err
+
+
+@pytest.mark.parametrize("flag", ["--traces", "--interruptions"])
+def test_simulate_refuses_unusable_traces_before_it_prepares_the_raw_text(tmp_path, capsys, assets, flag):
+    # an empty --traces folder was found after the raw text had been tokenized into prepared/ beside the run file
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(_run(str(assets["model"]), str(assets["corpus"]))))
+    (tmp_path / "empty").mkdir()
+    before = {p for p in tmp_path.rglob("*")}
+    code = main(["simulate", str(path), flag, str(tmp_path / "empty")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.count("\n") == 0, err
+    assert err.startswith(f"error: InvalidArguments: {flag}={tmp_path / 'empty'} is invalid: expected a "), err
+    assert {p for p in tmp_path.rglob("*")} == before  # nothing prepared
