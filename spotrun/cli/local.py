@@ -128,6 +128,12 @@ def local_command(args: argparse.Namespace) -> int:
     if args.trace_speedup is not None and args.trace is None:
         return _bad_argument(args.format, f"--trace-speedup={args.trace_speedup:g} is invalid: expected only with "
                              "--trace FILE (it scales the trace's time)", "--trace-speedup")
+    twice = next((t for i, t in enumerate(args.interrupt_at) if t in args.interrupt_at[:i]), None)
+    if twice is not None:
+        given = twice.step if twice.step is not None else f"{twice.seconds:g}s"
+        return _bad_argument(args.format, f"--interrupt-at={given} is invalid: expected each step or time once (given "
+                             f"{args.interrupt_at.count(twice)} times: the repeat would stop the resumed job again as "
+                             "soon as it starts)", "--interrupt-at")
     speedup = TRACE_SPEEDUP if args.trace_speedup is None else args.trace_speedup
     try:  # --trace: after the --interrupt-at points (the pipeline takes them in order)
         args.interrupt_at = [*args.interrupt_at, *trace_interrupts(args.trace, speedup)] if args.trace \

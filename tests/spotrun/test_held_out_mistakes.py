@@ -110,3 +110,12 @@ def test_simulate_refuses_unusable_traces_before_it_prepares_the_raw_text(tmp_pa
     assert code == 2 and err.count("\n") == 0, err
     assert err.startswith(f"error: InvalidArguments: {flag}={tmp_path / 'empty'} is invalid: expected a "), err
     assert {p for p in tmp_path.rglob("*")} == before  # nothing prepared
+
+
+@pytest.mark.parametrize("given, shown", [(("10", "10"), "10"), (("30s", "5", "30.0s"), "30s")])
+def test_the_same_interruption_twice_is_refused(tmp_path, capsys, run_file, given, shown):
+    # the repeat fired as soon as the resumed job started: a second stop and restart for one typo
+    argv = [a for g in given for a in ("--interrupt-at", g)]
+    err = _refused(tmp_path, capsys, str(run_file), *argv)
+    assert err.startswith(f"error: --interrupt-at={shown} is invalid: expected each step or time once (given 2 "
+                          "times"), err
