@@ -101,8 +101,11 @@ def test_a_model_directory_without_weights_is_refused_before_the_job(tmp_path, c
 @pytest.mark.parametrize("flag", ["--traces", "--interruptions"])
 def test_simulate_refuses_unusable_traces_before_it_prepares_the_raw_text(tmp_path, capsys, assets, flag):
     # an empty --traces folder was found after the raw text had been tokenized into prepared/ beside the run file
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    shutil.copy(assets["corpus"], raw)
     path = tmp_path / "run.json"
-    path.write_text(json.dumps(_run(str(assets["model"]), str(assets["corpus"]))))
+    path.write_text(json.dumps(_run(str(assets["model"]), str(raw))))
     (tmp_path / "empty").mkdir()
     before = {p for p in tmp_path.rglob("*")}
     code = main(["simulate", str(path), flag, str(tmp_path / "empty")])
@@ -119,3 +122,42 @@ def test_the_same_interruption_twice_is_refused(tmp_path, capsys, run_file, give
     err = _refused(tmp_path, capsys, str(run_file), *argv)
     assert err.startswith(f"error: --interrupt-at={shown} is invalid: expected each step or time once (given 2 "
                           "times"), err
+
+
+def _estimate_json(tmp_path: Path, capsys, run: dict) -> tuple[int, dict]:
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(run))
+    code = main(["estimate", "--format", "json", str(path)])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def test_a_lora_run_asks_for_its_merged_model_in_the_run_file(tmp_path, capsys, assets):
+    # `spotrun deploy --merged` serves merged/, written "when the run set export.merge_lora": no run could set it
+    # (the contract refused the field; only `spotrun local --set` reached the trainer's setting)
+    lora = {**_run(str(assets["model"]), str(assets["data"])), "training": {"method": "lora", "lora": {"rank": 4}},
+            "export": {"merge_lora": True}}
+    code, doc = _estimate_json(tmp_path, capsys, lora)
+    assert code == 0, doc
+    assert doc["hyperparameters"]["export.merge_lora"] == "true"  # what the training job is sent
+    code, doc = _estimate_json(tmp_path, capsys, {**lora, "data": {**lora["data"], "source": str(assets["corpus"])}})
+    assert code == 0 and doc["hyperparameters"]["export.merge_lora"] == "true", doc  # without a validation split too
+    code, doc = _estimate_json(tmp_path, capsys, {**lora, "training": {"method": "full"}})
+    assert code == 2 and doc["field"] == "export.merge_lora", doc
+    assert doc["message"] == "export.merge_lora=true is invalid: expected false unless training.method is lora (a " \
+                             "full run exports a standalone model already)", doc
+
+
+def test_a_raw_text_file_is_planned_and_validated_as_local_trains_it(tmp_path, capsys, assets):
+    # `spotrun local` trains on one .jsonl file; `estimate` refused it ("expected a directory holding index.json")
+    # and `validate` left its split unchecked ("not a directory here")
+    run = {**_run(str(assets["model"]), str(assets["corpus"])), "registry": {"gate": {"min_improvement": 0.01}}}
+    code, doc = _estimate_json(tmp_path, capsys, run)
+    assert code == 2 and doc["field"] == "registry.gate" and "data.validation_fraction" in doc["message"], doc
+    path = tmp_path / "run.json"
+    assert main(["validate", "--format", "json", str(path)]) == 2
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["field"] == "registry.gate" and "data.validation_fraction" in doc["message"], doc
+    run["data"]["validation_fraction"] = 0.1
+    code, doc = _estimate_json(tmp_path, capsys, run)
+    assert code == 0, doc
+    assert any(n.startswith("raw data.source prepared as shards in ") for n in doc["checked"]), doc["checked"]
