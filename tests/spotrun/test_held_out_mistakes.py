@@ -161,3 +161,16 @@ def test_a_raw_text_file_is_planned_and_validated_as_local_trains_it(tmp_path, c
     code, doc = _estimate_json(tmp_path, capsys, run)
     assert code == 0, doc
     assert any(n.startswith("raw data.source prepared as shards in ") for n in doc["checked"]), doc["checked"]
+
+
+def test_start_refuses_local_sources_before_asking_for_credentials(tmp_path, capsys, monkeypatch, run_file):
+    # without credentials it said to configure them; with them, that the sources must be in the stage's bucket
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    code = main(["start", str(run_file), "--stage", "dev"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.count("\n") == 0, err
+    assert err.startswith('error: InvalidRun: model.source="') and "is invalid: expected an s3:// URI under the " \
+        "stage's bucket for `spotrun start`" in err, err
