@@ -32,7 +32,7 @@ from botocore.exceptions import ClientError
 
 from ..seams import PREPARE_MARKER, WEIGHT_SUFFIXES, DatasetIndex
 
-KEY_VERSION = 1  # bump when the shard format or the tokenizing changes meaning
+KEY_VERSION = 2  # bump when the shard format or the tokenizing changes meaning (2: chat separators, data.py)
 NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
 _CHUNK = 1 << 20
 

@@ -124,7 +124,8 @@ def _without_planner(run: RunSpec, out: Checked) -> None:
     _check_local_paths(run)
     source = run.data.source or ""
     local = bool(source) and not source.startswith("s3://") and Path(source).is_dir()
-    if local and not (Path(source) / DatasetIndex.FILE).is_file():
+    raw_file = bool(source) and not source.startswith("s3://") and Path(source).is_file()
+    if raw_file or (local and not (Path(source) / DatasetIndex.FILE).is_file()):
         check_raw_text(source)  # raw text: files to prepare
         check_raw_split(run)  # split when it is prepared
     elif local and not (run.model.source or "").startswith("s3://"):
@@ -158,7 +159,8 @@ def prepared_text(raw: dict, cache: Path) -> tuple[RunSpec, str | None]:
     `spotrun local` does (spotrun.local.pipeline.prepare_if_raw: content-addressed under `cache`, reused when the
     same text and tokenizer were prepared there, e.g. by `spotrun demo` or `spotrun local --out DIR`)."""
     source = (raw.get("data") or {}).get("source")
-    if not source or source.startswith("s3://") or not Path(source).is_dir() or \
+    # a raw file is raw text as much as a folder of them is (`spotrun local` trains on either)
+    if not source or source.startswith("s3://") or not Path(source).exists() or \
             (Path(source) / DatasetIndex.FILE).is_file():
         return parse_run(raw), None
     check_raw_split(parse_run(raw))

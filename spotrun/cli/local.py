@@ -9,7 +9,9 @@ With `--format json` an error is one JSON document on stdout, as the report is.
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -30,6 +32,7 @@ from ..policy.traces import interruption_times, read_availability
 from .arguments import as_typed
 from .exits import Exit, fail, for_status
 
+JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # one path component, never .. or /
 TRACE_SPEEDUP = 3600.0  # --trace-speedup's default: a trace hour per local second
 
 
@@ -126,6 +129,12 @@ def local_command(args: argparse.Namespace) -> int:
     if args.trace_speedup is not None and args.trace is None:
         return _bad_argument(args.format, f"--trace-speedup={args.trace_speedup:g} is invalid: expected only with "
                              "--trace FILE (it scales the trace's time)", "--trace-speedup")
+    twice = next((t for i, t in enumerate(args.interrupt_at) if t in args.interrupt_at[:i]), None)
+    if twice is not None:
+        given = twice.step if twice.step is not None else f"{twice.seconds:g}s"
+        return _bad_argument(args.format, f"--interrupt-at={given} is invalid: expected each step or time once (given "
+                             f"{args.interrupt_at.count(twice)} times: the repeat would stop the resumed job again as "
+                             "soon as it starts)", "--interrupt-at")
     speedup = TRACE_SPEEDUP if args.trace_speedup is None else args.trace_speedup
     try:  # --trace: after the --interrupt-at points (the pipeline takes them in order)
         args.interrupt_at = [*args.interrupt_at, *trace_interrupts(args.trace, speedup)] if args.trace \
@@ -134,6 +143,15 @@ def local_command(args: argparse.Namespace) -> int:
         return _bad_argument(args.format, str(exc), "--trace")
     if args.nproc < 1:
         return _bad_argument(args.format, f"--nproc={args.nproc} is invalid: expected an integer >= 1", "--nproc")
+    if args.hard_kill and not args.interrupt_at:
+        return _bad_argument(args.format, "--hard-kill is invalid: expected with --interrupt-at or --trace (it says "
+                             "how their interruptions stop the job; alone it changes nothing)", "--hard-kill")
+    if args.job_name is not None and not JOB_NAME.fullmatch(args.job_name):
+        return _bad_argument(args.format, f"--job-name={json.dumps(args.job_name)} is invalid: expected one "
+                             "directory name under --out: 1-128 letters, digits, '.', '_' or '-', starting with a "
+                             "letter or digit", "--job-name")
+    if _a_file(args.out):
+        return _bad_argument(args.format, _a_file(args.out), "--out")
     if (args.run is None) == (args.resume is None):
         return _bad_argument(args.format, "spotrun local needs a run JSON file, or --resume JOB (not both)", "run")
     options = LocalOptions(out=args.out, interrupts=tuple(args.interrupt_at), hard_kill=args.hard_kill,
@@ -159,11 +177,22 @@ def local_command(args: argparse.Namespace) -> int:
     return _guarded(go, args.format)
 
 
+def _a_file(out: Path) -> str:
+    """The refusal of an --out that is a file (else ''): found before anything is prepared or trained."""
+    if out.exists() and not out.is_dir():
+        return (f"--out={json.dumps(str(out))} is invalid: expected a directory (or a path to create one at): it is "
+                "a file")
+    return ""
+
+
 def _bad_argument(fmt: str, message: str, field: str) -> int:
     return _end(fmt, Exit.INVALID, "InvalidArguments", message, f"error: {message}", field)
 
 
 def demo_command(args: argparse.Namespace) -> int:
+    if _a_file(args.out):
+        return _bad_argument("text", _a_file(args.out), "--out")
+
     def go() -> int:
         kwargs = {"interrupt_at": args.interrupt_at} if args.interrupt_at else {}
         summary = run_demo(args.out, progress=args.progress, **kwargs)

@@ -95,6 +95,12 @@ def _weights(root: Path) -> tuple[list[str], dict]:
     raise ModelDirError(f"{root}: no model.safetensors or {INDEX}{hint}")
 
 
+def check_weights(root: Path) -> list[str]:
+    """The safetensors files the trainer will load from `root`; raises ModelDirError when one is missing or
+    truncated (a copy or download that stopped early), as check_model_dir does."""
+    return _weights(root)[0]
+
+
 def check_model_dir(path: Path) -> CheckedModel:
     """Raises ModelDirError unless `path` holds a model the trainer can load (see the module docstring)."""
     root = Path(path)

@@ -30,8 +30,10 @@ from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, 
 
 import spotrun
 
+from ..contract.hub_id import is_hub_id
 from ..contract.refusal import Refusal
 from ..contract.runfile import load_run_file
+from ..contract.spec import RunSpec
 from ..contract.strict_json import RunValidationError, show
 from ..contract.strict_json import dumps as strict_dumps
 from ..pipeline.guard import decide
@@ -280,9 +282,21 @@ def latest_metrics(logs, job_name: str) -> dict | None:
 # ---- commands ------------------------------------------------------------------------------------------------
 
 
+def _sources_in_s3(run: RunSpec) -> None:
+    """A local path cannot be a stage's source: refused before credentials are asked for (the estimate's own check,
+    spotrun/pipeline/validate.py, names the bucket once the stack is read)."""
+    for field_path, value in (("model.source", run.model.source), ("data.source", run.data.source),
+                              ("data.validation", run.data.validation)):
+        if value and not value.startswith("s3://") and not (field_path == "model.source" and is_hub_id(value)):
+            raise RunValidationError(field_path, value, "an s3:// URI under the stage's bucket for `spotrun start` "
+                                     "(`spotrun prepare --stage` and `spotrun upload-model` upload local data and "
+                                     "models and print it; local paths are for `spotrun local`)")
+
+
 def start(args: argparse.Namespace) -> dict:
     loaded = load_run_file(args.run)  # the run file first: a bad one fails here, before any AWS call
     raw = loaded.raw
+    _sources_in_s3(loaded.run)
     dep = deployment(args.stage, args.stack, args.region)
     name = args.execution_name or execution_name(loaded.run.name, time.time())
     settings = dep.estimate_settings()

@@ -166,6 +166,14 @@ def bad_argument(args: argparse.Namespace) -> tuple[str, str] | None:
         there = "it is not a directory" if args.traces.exists() else "nothing is there"
         return "--traces", (f"--traces={args.traces} is invalid: expected a directory of spot-traces files "
                              f"(*.json); {there}")
+    # before the run is read: reading it prepares raw text, which an unusable flag must not cost
+    if args.traces is not None and not any(args.traces.rglob("*.json")):
+        return "--traces", (f"--traces={args.traces} is invalid: expected a directory of spot-traces files "
+                             "(*.json); no *.json trace files under it")
+    if args.interruptions is not None and not args.interruptions.is_file():
+        there = "it is a directory" if args.interruptions.exists() else "nothing is there"
+        return "--interruptions", (f"--interruptions={args.interruptions} is invalid: expected a file of the "
+                                   f"interruption table's items (a JSON array or a DynamoDB scan); {there}")
     return None
 
 

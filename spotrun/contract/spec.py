@@ -191,6 +191,8 @@ class ExportSpec:
                                           "(needs eval.keep_best).", default="last", at="from",
                                           accepted='"last" (the final weights) or "best" (the lowest validation '
                                           "loss)")
+    merge_lora: bool = spec("LoRA runs: also export the base with the adapter merged in (`merged/` beside the "
+                            "adapter: a standalone model, which `spotrun deploy --merged` serves).", default=False)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -390,6 +392,9 @@ class RunSpec:
             _needs_validation(self.data, "registry.gate", raw["registry"]["gate"])
         if raw.get("eval"):
             _needs_validation(self.data, "eval", raw["eval"])
+        if self.export.merge_lora and self.training.method != "lora":
+            raise RunValidationError("export.merge_lora", True, "false unless training.method is lora (a full run "
+                                     "exports a standalone model already)")
         if self.export.from_ == "best" and not self.eval.keep_best:
             raise RunValidationError("export.from", self.export.from_, '"last", or eval.keep_best=true with "best" '
                                      "(the best checkpoint must be kept to be exported)")

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..cli.datasets import PrepareError, input_files, prepare_dataset
+from ..cli.models import ModelDirError, check_weights
 from ..contract.hub_id import is_hub_id, parse_hub_id
 from ..contract.refusal import Refusal
 from ..contract.runfile import SOURCE_FIELDS, load_run_file
@@ -104,6 +105,7 @@ def load_run(run_path: Path, models: Path | None = None, *, hub_endpoint: str | 
             raise RunValidationError(f"{section}.{key}", written, f"an existing path (looked at {path})")
         if (section, key) == ("model", "source"):
             check_model_source_dir(path, written)
+            check_model_weights(path, written)
     if run.model.source is not None:  # before any preparing: the model's positions bound seq_len
         try:
             config = json.loads((Path(run.model.source) / "config.json").read_text())
@@ -134,6 +136,17 @@ def check_model_source_dir(path: Path, source: str) -> None:
         what = "it is empty" if not found else f"it holds {', '.join(found)}"
         raise RunValidationError("model.source", source, f"a Hugging Face model directory with config.json ({path}: "
                                  f"{what})")
+
+
+def check_model_weights(path: Path, source: str) -> None:
+    """A model directory to train from holds whole safetensors weights (spotrun.cli.models, as `upload-model`
+    checks them): missing or truncated ones would fail only in the job, after its start. The estimate plans on
+    config.json alone and does not ask for them."""
+    try:
+        check_weights(path)
+    except ModelDirError as exc:
+        raise RunValidationError("model.source", source, f"a model directory with whole safetensors weights "
+                                 f"({exc})") from None
 
 
 def prepare_if_raw(raw: dict, cache: Path, emit: Callable[[str], None] = print) -> tuple[dict, str]:

@@ -46,7 +46,7 @@ from ..seams import (
     PreparationSettings,
 )
 
-KEY_VERSION = 1  # bump when the parts' layout or the tokenizing changes meaning
+KEY_VERSION = 2  # bump when the parts' layout or the tokenizing changes meaning (2: chat separators, data.py)
 # SageMaker Processing's container root (the input and output names: seams).
 PROCESSING_ROOT = "/opt/ml/processing"
 MIN_RUNTIME_S = 600  # a preparation job the cap cannot carry for 10 minutes is refused

@@ -221,8 +221,10 @@ def _sample_lines(report: dict) -> list[str]:
     if not doc:
         return ([f"  samples          {report['samples_file']} in the model artifact: base vs fine-tuned "
                  "generations"] if report.get("samples_file") else [])
-    lines = [f"  samples          greedy, {doc['new_tokens']} new tokens after each validation sample's first "
-             f"{doc['prompt_tokens']} (base: {'the base model' if doc['base'] else 'none, built from a config'})"]
+    asked = "context up to its first assistant turn" if doc.get("prompt_ends") == "assistant turn" else \
+        f"first {doc['prompt_tokens']}"
+    lines = [f"  samples          greedy, {doc['new_tokens']} new tokens after each validation sample's {asked} "
+             f"(base: {'the base model' if doc['base'] else 'none, built from a config'})"]
     for i, sample in enumerate(doc["samples"], 1):
         lines += [f"    {i}. prompt     {_shown(sample, 'prompt')}",
                   f"       base       {_shown(sample, 'base')}",

@@ -110,7 +110,7 @@ def trainer_settings(run: RunSpec, est: Estimate) -> TrainConfig:
         sharding=replace(given.sharding, mode=est.sharding, group_nodes=est.shard_group_nodes),
         # the trainer evaluates, and can export the best weights, only with validation data
         eval=given.eval if run.data.has_validation else EvalConfig(),
-        export=given.export if run.data.has_validation else ExportConfig(),
+        export=given.export if run.data.has_validation else ExportConfig(merge_lora=given.export.merge_lora),
         tracking=_tracking(run, given.tracking), segment_seconds=first_segment_seconds(est))
 
 

@@ -426,9 +426,10 @@ def test_a_registered_lora_adapter_and_merged_model_load_elsewhere_once_the_job_
 
     path = tmp_path / "run.json"
     path.write_text(json.dumps(_run(str(assets["model"]), str(datasets["no-split"]),
-                                    training={"method": "lora", "lora": {"rank": 4}})))
+                                    training={"method": "lora", "lora": {"rank": 4}},
+                                    export={"merge_lora": True})))  # the run field, as on AWS (not --set)
     report = run_local(path, LocalOptions(out=tmp_path / "out", job_name="lora", progress="none", overrides={
-        "max_steps": "4", "export.merge_lora": "true"}), emit=lambda line: None)
+        "max_steps": "4"}), emit=lambda line: None)
     scratch = tmp_path / "out" / "lora" / "sm" / "tmp"  # each launch's TMPDIR (torchrun keeps its logs there)
     assert scratch.is_dir() and not list(scratch.glob("spotrun-*"))  # the launcher removed its own directory
     elsewhere = tmp_path / "elsewhere"

@@ -207,6 +207,20 @@ def load_tokenizer(name: str):
                         f"Hugging Face cache ({type(exc).__name__})") from None
 
 
+def separator_mask(ids: list[int], doc_mask: list[int], eos: int) -> int:
+    """The loss mask of the EOS appended after a document (packed documents are separated by it): trained after
+    plain text, and after a conversation whose last trained tokens have no EOS of their own (the EOS ends the
+    assistant's turn: learn to stop). NOTE: not trained where the chat template already ends the assistant's turn
+    with the EOS token and adds markup after it (ChatML with eos_token <|im_end|>, as Qwen2's instruct tokenizers:
+    `...<|im_end|>\n`): the separator would teach "after a newline comes EOS", and the generation prompt ends in
+    that newline (`<|im_start|>assistant\n`), so the fine-tuned model answered every prompt with an empty turn."""
+    if not doc_mask or all(doc_mask):
+        return 1  # plain text is trained in full, its end included
+    if not doc_mask[-1]:
+        return 0
+    return 0 if any(m and t == eos for t, m in zip(ids, doc_mask, strict=True)) else 1
+
+
 class _ShardWriter:
     """Appends documents' tokens (and loss masks) to `tokens_per_shard`-token shard files in one directory."""
 
@@ -221,7 +235,7 @@ class _ShardWriter:
         self.buffer.extend(ids)
         self.buffer.append(eos)
         self.mask.extend(doc_mask)
-        self.mask.append(doc_mask[-1] if doc_mask else 1)  # the EOS ends an assistant's turn: learn to stop
+        self.mask.append(separator_mask(ids, doc_mask, eos))
         self.documents += 1
         self.flush(final=False)
 
