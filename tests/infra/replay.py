@@ -37,7 +37,7 @@ from spotrun.policy.engine import SimPlan
 from spotrun.policy.execution import execute
 from spotrun.policy.policies import cost_usd
 from spotrun.seams import SpotPolicy
-from tests.infra.sagemaker_sim import SimClock, World
+from tests.infra.sagemaker_sim import SimClock, World, s3_clock
 from tests.infra.test_cap_holds import Scenario, SimDriver, _run_json
 from tests.infra.test_state_machine_moto import ACCOUNT, REGION, _list_service_quotas
 from tests.infra.trace_sim import TraceSimulation, Trainer
@@ -103,11 +103,6 @@ class ReplayDriver(SimDriver):
         return self.invoke(None, *args)
 
 
-def _naive_utc(epoch: float) -> dt.datetime:
-    """moto's S3 LastModified clock (naive UTC), on the simulated clock."""
-    return dt.datetime.fromtimestamp(epoch, dt.timezone.utc).replace(tzinfo=None)
-
-
 class _Section:
     """The estimate's policy section, simulated once, with the window's policy."""
 
@@ -156,7 +151,7 @@ def replay_windows(synth, windows: list[Window], *, deadline_hours: float = 14.0
             mock.patch.object(WaitFunction, "_wait_interval",
                               lambda self, env, wait_seconds: clock.advance(wait_seconds)), \
             mock.patch.object(retrier_decl, "time", SimTime), \
-            mock.patch.object(s3_models, "utcnow", lambda: _naive_utc(clock())), \
+            mock.patch.object(s3_models, "utcnow", s3_clock(clock)), \
             mock.patch.object(choose, "spot_policy", section), \
             mock.patch.object(cost_guard, "clock", clock):
         driver = None

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 from spotrun.seams import CHECKPOINT_MANIFEST, COMPLETED_METRIC, checkpoint_step_dir
@@ -62,9 +63,10 @@ class World:
     step_s: float = 0.0  # seconds per optimizer step: committed checkpoints appear in S3 as step-N/manifest.json
     checkpoint_uri: str = ""
 
-    def commit(self, work_s: float) -> None:
+    def commit(self, work_s: float, at: float | None = None) -> None:
         """A checkpoint of the work done so far: its manifest lands under the checkpoint prefix (the guard lists
-        them), as the trainer's commit protocol writes it."""
+        them), as the trainer's commit protocol writes it; `at`: the commit's simulated time, its LastModified
+        under `s3_clock` (a job is advanced to the clock only when it is described, after the commit)."""
         if work_s <= self.committed_s:
             return
         self.committed_s = work_s
@@ -73,8 +75,28 @@ class World:
 
             bucket, _, prefix = self.checkpoint_uri.removeprefix("s3://").partition("/")
             step = int(work_s / self.step_s)
-            boto3.client("s3", region_name="us-east-1").put_object(
-                Bucket=bucket, Key=f"{prefix}{checkpoint_step_dir(step)}/{CHECKPOINT_MANIFEST}", Body=b"{}")
+            token = COMMITTED_AT.set(at)
+            try:
+                boto3.client("s3", region_name="us-east-1").put_object(
+                    Bucket=bucket, Key=f"{prefix}{checkpoint_step_dir(step)}/{CHECKPOINT_MANIFEST}", Body=b"{}")
+            finally:
+                COMMITTED_AT.reset(token)
+
+
+COMMITTED_AT: ContextVar[float | None] = ContextVar("COMMITTED_AT", default=None)
+"""The simulated time of the commit whose manifest `World.commit` is writing (None: now)."""
+
+
+def s3_clock(clock: SimClock):
+    """moto's S3 `utcnow` (naive UTC) on the simulated clock: a manifest's LastModified is its commit's time
+    (`World.commit`'s `at`), anything else's the clock's now. The guard reads the newest manifest's LastModified
+    as the end of the work a save on the notice keeps (spotrun/pipeline/guard.py `training_seconds`)."""
+
+    def utcnow() -> dt.datetime:
+        at = COMMITTED_AT.get()
+        return dt.datetime.fromtimestamp(clock() if at is None else at, dt.timezone.utc).replace(tzinfo=None)
+
+    return utcnow
 
 
 def _ts(epoch: float) -> dt.datetime:

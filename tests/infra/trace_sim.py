@@ -6,7 +6,7 @@ MaxRuntime on billed time, MaxWait on wall time, a stop billed while the trainer
   (Starting, Interrupted) while there is none, and a window's end interrupts it;
 - the trainer as the plan describes it: every (re)start bills the startup and, once a checkpoint exists, the
   restore (Downloading); training saves every `interval_s` of work, each save blocking `save_s` and committing at
-  its end (a manifest under the checkpoint prefix: the guard lists it, its LastModified on the simulated clock);
+  its end (a manifest under the checkpoint prefix: the guard lists it, its LastModified the commit's simulated time);
   on an interruption's notice it saves to the last whole step (when the plan saves on the notice), else the work
   since the last commit is lost; a stop (StopTrainingJob, MaxRuntime, MaxWait) saves the same way, billed
   `save_s`; the final step ends the job at once (the last save is part of the work).
@@ -96,7 +96,7 @@ class TraceJob(SimJob):
             if self.phase == "Stopping":
                 return self._end("Stopped", self.stop_why)
             if self.phase == "Training" and tr.notice:
-                w.commit(self._to_step())
+                w.commit(self._to_step(), self.t)
             self.work, self.saving = w.committed_s, 0.0
             return self._enter("Interrupted", 0.0)
         horizon = min(until, b)
@@ -110,14 +110,14 @@ class TraceJob(SimJob):
                 self.saving -= step
                 if self.saving <= EPS:
                     self.saving = 0.0
-                    w.commit(self.work)
+                    w.commit(self.work, self.t)
                 return None
             self.phase_left -= step
             if self.phase_left <= EPS:
                 if self.phase == "Downloading":
                     self.cycle = 0.0
                     return self._enter("Training", math.inf)
-                w.commit(self.work)
+                w.commit(self.work, self.t)
                 return self._end("Completed" if self.stop_why == "segment" else "Stopped", self.stop_why)
             return None
         segment_left = self.segment_s - self.process_s
@@ -126,7 +126,7 @@ class TraceJob(SimJob):
         self.work += step
         self.cycle += step
         if self.work >= w.work_s - EPS:
-            w.commit(w.work_s)
+            w.commit(w.work_s, self.t)
             w.done, self.completed_run = True, True
             return self._end("Completed", "Completed")
         if step >= segment_left - EPS:  # the trainer's segment_seconds: it saves and exits
