@@ -40,7 +40,7 @@ from spotrun.seams import SpotPolicy
 from tests.infra.sagemaker_sim import SimClock, World
 from tests.infra.test_cap_holds import Scenario, SimDriver, _run_json
 from tests.infra.test_state_machine_moto import ACCOUNT, REGION, _list_service_quotas
-from tests.infra.trace_sim import TraceSimulation, Trainer
+from tests.infra.trace_sim import SentinelJob, TraceSimulation, Trainer
 
 
 @dataclass
@@ -60,9 +60,11 @@ class Agreement:
     replay_usd: float  # what the simulated SageMaker billed
     predicted_usd: float
     poll_hours: float  # the guard's poll interval at the predicted finish (the tolerance on time)
-    jobs: int
+    jobs: int  # training jobs (not sentinels)
     predicted_jobs: int
     deadline_hours: float
+    sentinels: int = 0  # the cost guard's sentinel jobs (tests/infra/trace_sim.py SentinelJob)
+    predicted_sentinels: int = 0
 
     @property
     def time_ok(self) -> bool:
@@ -119,8 +121,12 @@ class _Section:
         if self.choice is None:
             self.choice = self.real(run, est, catalog, **{**kw, "n": 100})
         sec = self.choice.section
+        chosen = f"{self.policy} ({sec.checkpointing})"
+        rows = sec.policies
+        if not any(r["label"] == chosen for r in rows):  # a rule the estimate did not simulate: its row is a
+            rows = [*rows, {**rows[0], "label": chosen}]  # stand-in (the replay compares with `execute`, not it)
         return dataclasses.replace(self.choice, section=dataclasses.replace(
-            sec, policy=self.policy, chosen=f"{self.policy} ({sec.checkpointing})"))
+            sec, policy=self.policy, chosen=chosen, policies=rows))
 
     @property
     def section(self) -> SpotPolicy | None:
@@ -194,7 +200,10 @@ def _one(driver, sim, world: World, section: _Section, window: Window, scenario:
     sim.run_out(0)
     return Agreement(window=window, status=desc["status"], replay_hours=replay_h, predicted_hours=pred_h,
                      replay_usd=sim.truth_usd(), predicted_usd=sum(cost_usd(plan, tally)), poll_hours=poll / 3600,
-                     jobs=len(sim.jobs), predicted_jobs=len(predicted.jobs), deadline_hours=plan.deadline_s / 3600)
+                     jobs=sum(not isinstance(j, SentinelJob) for j in sim.jobs.values()),
+                     predicted_jobs=len(predicted.jobs), deadline_hours=plan.deadline_s / 3600,
+                     sentinels=sum(isinstance(j, SentinelJob) for j in sim.jobs.values()),
+                     predicted_sentinels=predicted.sentinels)
 
 
 def _plan_of(driver, run: dict) -> tuple[dict, dict]:
