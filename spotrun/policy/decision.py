@@ -469,7 +469,7 @@ RULES: dict[str, Rule] = {
     "probing_sentinel": SentinelGreedy(reserve=32.0, stint_s=3600.0, sentinel_poll_s=600.0),
 }
 DEADLINE_RULES = ("uniform_progress", "deadline_greedy", "slack_reserve_5", "slack_reserve_10", "slack_reserve_25",
-                  "probing_greedy")
+                  "probing_greedy", "probing_sentinel")
 
 
 def decide(policy: str, plan: SimPlan, checkpointing: str, obs: Observation) -> Decision:
