@@ -322,8 +322,10 @@ def test_spot_run_polls_completes_and_registers_a_deployable_package(aws):
     output = json.loads(result["output"])
     assert output["model_package_arn"] == packages[0]["ModelPackageArn"]
     assert output["report"]["cost_usd"] == round(900 / 3600 * p["usd_per_hour"], 2)  # billable x on-demand
-    # The guard was called with exactly what the state machine passes: the plan and its previous guard.
-    assert all(set(payload) == {"plan", "guard"} for payload in aws.functions_payloads("PipelineCostGuardFn"))
+    # The guard was called with exactly what the state machine passes: the plan, its previous guard and the
+    # template of a sentinel's request (spotrun/pipeline/guard.py `sentinel_request`).
+    assert all(set(payload) == {"plan", "guard", "sentinel_request"}
+               for payload in aws.functions_payloads("PipelineCostGuardFn"))
 
 
 def test_on_demand_run_creates_a_job_without_spot_with_its_warm_pool(aws):
