@@ -26,12 +26,12 @@ And a bound, not a policy (measured here only; the guard cannot execute it): `pr
 there): it leaves on-demand for spot after half an hour on it whenever spot is there, and only then. Set beside
 probing_greedy, it shows how much of the gap to the optimum is the blindness of the probes.
 
-And a rule the guard could execute but does not yet (so benchmark-only, not in RULES): `probing_sentinel`
-(`SentinelGreedy`): after `SENTINEL_STINT_S` on an on-demand job it keeps a sentinel, a spot job of the run's
-instance type and count waiting for capacity beside it (unbilled while it waits), looks at it at least every
-`SENTINEL_POLL_S`, and goes to spot at the first poll that sees it with instances; the sentinel's spot seconds
-from capacity to its stop (and the stop's 120 s) are billed in its cost (spotrun/policy/execution.py). Its two
-parameters were chosen on the choose set (docs/spot-policy.md, "Closing the gap to the optimum").
+And `probing_sentinel` (`SentinelGreedy`, in RULES: the guard executes it, spotrun/pipeline/guard.py): after
+`SENTINEL_STINT_S` on an on-demand job it keeps a sentinel, a spot job of the run's instance type and count waiting
+for capacity beside it (unbilled while it waits), looks at it at least every `SENTINEL_POLL_S`, and goes to spot at
+the first poll that sees it with instances; the sentinel's spot seconds from capacity to its stop (and the stop's
+120 s) are billed in its cost (spotrun/policy/execution.py). Its two parameters were chosen on the choose set
+(docs/spot-policy.md, "Closing the gap to the optimum").
 
 The exact optimum (spotrun/policy/optimum.py) takes about a second per window: it runs on every
 `--optimum-every`-th window, and the gap to it is each policy's mean on those same windows over the optimum's,
@@ -88,10 +88,10 @@ def windows(recordings: list, deadline_h: float, every_h: float) -> list[tuple[i
     return out
 
 
-BASELINES = ("uniform_progress_code", "ross", "probing_sighted", "probing_sentinel")
+BASELINES = ("uniform_progress_code", "ross", "probing_sighted")  # probing_sentinel is in DEADLINE_RULES
 SIGHTED_STINT_S = 1800.0  # probing_sighted's least time on an on-demand job before it goes back to spot
-SENTINEL_STINT_S = 3600.0  # probing_sentinel: least time on an on-demand job before its sentinel (chosen)
-SENTINEL_POLL_S = 600.0  # probing_sentinel: the longest wait between the guard's looks at the sentinel
+SENTINEL_STINT_S = RULES["probing_sentinel"].stint_s  # least time on an on-demand job before its sentinel (chosen)
+SENTINEL_POLL_S = RULES["probing_sentinel"].sentinel_poll_s  # the longest wait between the guard's looks at it
 ROSS_SEED = 0
 
 

@@ -1,6 +1,7 @@
 """The state machine against the simulator that promised its odds, on public availability traces.
 
     python benchmarks/replay_bench.py --spot-traces DIR [--windows 200] [--jobs 2] [--out FILE]
+        [--policy P ...] [--deadline-hours 14]
     python benchmarks/replay_bench.py --polls      # the guard's polls and history events per run, by policy
 
 1. Agreement: `--windows` windows (a policy and a trace replayed from a random offset into one of the
@@ -34,6 +35,7 @@ sys.path.insert(0, str(ROOT))
 from app import build_app  # noqa: E402
 from spotrun.policy import simulate  # noqa: E402
 from spotrun.policy.choose import SYNTHETIC_TRACES  # noqa: E402
+from spotrun.policy.decision import RULES  # noqa: E402
 from spotrun.policy.engine import SimPlan  # noqa: E402
 from spotrun.policy.execution import execute  # noqa: E402
 from spotrun.policy.policies import cost_usd  # noqa: E402
@@ -52,7 +54,8 @@ def synthesize() -> Synth:
     return Synth(outdir=outdir, template=json.loads(path.read_text()), template_path=path)
 
 
-def windows(trace_dir: Path, n: int, seed: int, horizon_s: float) -> list[Window]:
+def windows(trace_dir: Path, n: int, seed: int, horizon_s: float,
+            policies: tuple[str, ...] = POLICIES) -> list[Window]:
     paths = sorted(trace_dir.glob("availability/1-node/*/*.json"))
     recordings = [read_availability(p) for p in paths]
     if not recordings:
@@ -63,7 +66,7 @@ def windows(trace_dir: Path, n: int, seed: int, horizon_s: float) -> list[Window
         rec = recordings[k % len(recordings)]
         offset = rng.uniform(0, rec.length_s)
         label = f"{paths[k % len(paths)].parent.name}/{rec.name}@{offset:.0f}"
-        out.append(Window(POLICIES[k % len(POLICIES)], replay(rec, offset, horizon_s), label, k))
+        out.append(Window(policies[k % len(policies)], replay(rec, offset, horizon_s), label, k))
     return out
 
 
@@ -79,15 +82,23 @@ def only(spec: str, n: int) -> list[int]:
     return picked
 
 
-def replay_all(synth: Synth, todo: list[Window], jobs: int, chunk: int, out: Path | None) -> list:
+def replay_all(synth: Synth, todo: list[Window], jobs: int, chunk: int, out: Path | None,
+               deadline_hours: float = 14.0) -> list:
     """Every window replayed, in chunks over `jobs` processes (each its own moto); `out` rewritten per chunk."""
     if jobs <= 1:
-        return replay_windows(synth, todo)
+        found = []
+        for i in range(0, len(todo), chunk):
+            found += replay_windows(synth, todo[i:i + chunk], deadline_hours=deadline_hours)
+            print(f"# {len(found)} of {len(todo)} windows replayed", file=sys.stderr, flush=True)
+            if out:
+                write(out, found)
+        return found
     chunks = [todo[i:i + chunk] for i in range(0, len(todo), chunk)]
     found: dict[int, list] = {}
     # fork: the workers inherit the imports and the synthesized template; no moto is active in the parent
     with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork")) as pool:
-        futures = {pool.submit(replay_windows, synth, c): i for i, c in enumerate(chunks)}
+        futures = {pool.submit(replay_windows, synth, c, deadline_hours=deadline_hours): i
+                   for i, c in enumerate(chunks)}
         for f in as_completed(futures):
             found[futures[f]] = f.result()
             done = [a for i in sorted(found) for a in found[i]]
@@ -129,6 +140,10 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=1, help="processes replaying windows at once")
     parser.add_argument("--chunk", type=int, default=25, help="windows per process start (with --jobs > 1)")
     parser.add_argument("--only", help="replay only these of the windows drawn, in this order (e.g. 184,190-199)")
+    parser.add_argument("--policy", action="append", choices=sorted(RULES),
+                        help=f"the windows' policies, in turn (repeatable; default: {', '.join(POLICIES)})")
+    parser.add_argument("--deadline-hours", type=float, default=14.0,
+                        help="the replayed run's deadline (its work is ~5 h; default 14)")
     args = parser.parse_args()
     if args.polls:
         polls()
@@ -137,20 +152,24 @@ def main() -> int:
         parser.error("--spot-traces DIR is required (or --polls)")
     t0 = time.perf_counter()
     synth = synthesize()
-    drawn = windows(args.spot_traces, args.windows, args.seed, 400 * H)
+    policies = tuple(args.policy or POLICIES)
+    drawn = windows(args.spot_traces, args.windows, args.seed, 400 * H, policies)
     todo = [drawn[k] for k in only(args.only, args.windows)] if args.only else drawn
-    found = replay_all(synth, todo, args.jobs, args.chunk, args.out)
+    found = replay_all(synth, todo, args.jobs, args.chunk, args.out, args.deadline_hours)
     agree = [a for a in found if a.status == "SUCCEEDED" and a.time_ok and a.cost_ok]
     agreed = {id(a) for a in agree}
     print(f"{len(agree)} of {len(found)} windows agree (finish within one poll, cost within 1%) "
           f"in {time.perf_counter() - t0:.0f} s")
-    for policy in POLICIES:
+    for policy in policies:
         mine = [a for a in found if a.window.policy == policy]
         met_replay = sum(1 for a in mine if a.replay_hours is not None and a.replay_hours <= a.deadline_hours)
         met_sim = sum(1 for a in mine if a.predicted_hours is not None and a.predicted_hours <= a.deadline_hours)
         print(f"  {policy:<18} {sum(1 for a in mine if id(a) in agreed):>4} of {len(mine):>3} agree; deadline met "
               f"replayed {met_replay}, predicted {met_sim}; worst cost gap "
-              f"{max((abs(a.replay_usd / a.predicted_usd - 1) for a in mine), default=0):.3%}")
+              f"{max((abs(a.replay_usd / a.predicted_usd - 1) for a in mine), default=0):.3%}"
+              + (f"; sentinels replayed {sum(a.sentinels for a in mine)}, predicted "
+                 f"{sum(a.predicted_sentinels for a in mine)}, in {sum(1 for a in mine if a.sentinels)} windows"
+                 if any(a.sentinels or a.predicted_sentinels for a in mine) else ""))
     for a in found:
         if id(a) not in agreed:
             print(f"  disagrees: window {a.window.number} ({a.window.policy}, {a.window.label}): {a.status}, "

@@ -672,6 +672,18 @@ class Guard(_StateJson):
     # execution that continues the run when the action is CONTINUE.
     history_events: int = 0
     next_execution: str = ""
+    # A sentinel (spotrun/policy/decision.py `Decision.sentinel`): a spot job of the run's instance type and count
+    # that waits for capacity beside an on-demand job and trains nothing (spotrun/pipeline/guard.py
+    # `sentinel_request`). Its name while it exists ("" when none), whether the guard has stopped it, its limits,
+    # how many this run has created, their exact bills once ended (also in spent_before_usd), and whether the
+    # policy was last asked seeing it with instances (a change asks the policy again, as the simulator does).
+    sentinel_name: str = ""
+    sentinel_stopping: bool = False
+    sentinel_max_runtime_seconds: int = 0
+    sentinel_max_wait_seconds: int = 0
+    sentinels: int = 0
+    sentinel_bills: list = dataclasses.field(default_factory=list)
+    policy_seen: bool = False
 
 
 PLAN_FIELDS = frozenset(f.name for f in dataclasses.fields(Plan))
@@ -793,10 +805,12 @@ class PipelineSettings(LambdaEnvironment):
 
 @dataclasses.dataclass(frozen=True)
 class CostGuardEnvironment(LambdaEnvironment):
-    """The cost guard function's environment: where its embedded metrics go."""
+    """The cost guard function's environment: where its embedded metrics go, and the launcher role it creates a
+    sentinel job with (as the launch function creates every job: the run's session tag)."""
 
     metrics_namespace: str = METRICS_NAMESPACE
     stage: str = ""
+    launcher_role_arn: str = ""  # empty: the guard creates no sentinel (the policy runs without one)
 
 
 @dataclasses.dataclass(frozen=True)

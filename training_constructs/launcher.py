@@ -1,10 +1,11 @@
 """RunLauncher: the launch function and the launcher role it assumes to create training jobs as their run.
 
-The function (spotrun/handlers/launch.py) assumes the launcher role with the session tag run=<run> and creates
-the job with `SessionChainingConfig.EnableSessionTagChaining`: SageMaker then assumes the training role with that
-tag, whose S3 grants name `${aws:PrincipalTag/run}` (execution_role.py). The launcher role trusts the function's
-role alone, only with a `run` tag and no other, and may create (and tag) the stage's training jobs and pass the
-training role to SageMaker; nothing else. The state machine can no longer pass the training role itself.
+The function (spotrun/handlers/launch.py) assumes the launcher role with the session tag run=<run> and creates the
+job with `SessionChainingConfig.EnableSessionTagChaining`: SageMaker then assumes the training role with that tag,
+whose S3 grants name `${aws:PrincipalTag/run}` (execution_role.py). The launcher role trusts the function's role
+alone (and the cost guard's, which creates sentinel jobs), only with a `run` tag and no other, and may create (and
+tag) the stage's training jobs and pass the training role to SageMaker; nothing else. The state machine can no
+longer pass the training role itself.
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ class RunLauncherProps:
     """The training role the launcher role may pass to SageMaker (and nothing else)."""
     job_arn: str
     """The stage's training jobs (an ARN pattern on the stage's job-name prefix): what the launcher may create."""
+    also_assumed_by: tuple[iam.IRole, ...] = ()
+    """Other functions' roles that create jobs as their run with the same trust conditions (the cost guard's
+    sentinel). Default: none."""
 
 
 class RunLauncher(Construct):
@@ -43,6 +47,11 @@ class RunLauncher(Construct):
                              assumed_by=iam.ArnPrincipal(self.fn.role.role_arn).with_conditions({
                                  "StringLike": {f"aws:RequestTag/{RUN_TAG}": "?*"},
                                  "ForAllValues:StringEquals": {"aws:TagKeys": [RUN_TAG]}}).with_session_tags())
+        for other in props.also_assumed_by:
+            self.role.assume_role_policy.add_statements(iam.PolicyStatement(
+                actions=["sts:AssumeRole", "sts:TagSession"], principals=[iam.ArnPrincipal(other.role_arn)],
+                conditions={"StringLike": {f"aws:RequestTag/{RUN_TAG}": "?*"},
+                            "ForAllValues:StringEquals": {"aws:TagKeys": [RUN_TAG]}}))
         for name, value in LaunchEnvironment(launcher_role_arn=self.role.role_arn).to_env().items():
             self.fn.add_environment(name, value)
         self.fn.add_to_role_policy(iam.PolicyStatement(actions=["sts:AssumeRole", "sts:TagSession"],

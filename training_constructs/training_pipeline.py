@@ -183,6 +183,37 @@ def create_training_job_parameters(props: TrainingPipelineProps, *, spot: bool, 
     return params
 
 
+# A sentinel's container: the run's image with a command that holds the instances and does nothing (GNU
+# coreutils' sleep; SageMaker ends it at MaxRuntime or on StopTrainingJob). As PID 1 without a handler it ignores
+# SIGTERM, so a stop bills the whole 120 s allowance: what the simulator bills (spotrun/policy/decision.py
+# SENTINEL_STOP_S).
+SENTINEL_COMMAND = ("sleep", "infinity")
+
+
+def sentinel_job_parameters(props: TrainingPipelineProps) -> dict:
+    """The template of a sentinel's CreateTrainingJob request (spotrun/pipeline/guard.py `sentinel_request` adds
+    its name and limits): managed spot, the run's spot ResourceConfig (its instance type and count), role, output
+    path and tags, no channels, no checkpoints, no hyperparameters: it trains nothing and writes nothing the run
+    reads. Sent by the cost guard with the launcher role (the run's session tag), as every job is."""
+    store = props.store
+    params: dict = {
+        "RoleArn": props.execution_role.role_arn,
+        "AlgorithmSpecification": {"TrainingImage": props.image_uri, "TrainingInputMode": "File",
+                                   "ContainerEntrypoint": [SENTINEL_COMMAND[0]],
+                                   "ContainerArguments": list(SENTINEL_COMMAND[1:])},
+        "OutputDataConfig": {"S3OutputPath.$": f"States.Format('s3://{store.bucket.bucket_name}/"
+                                               f"{store.output_prefix}{{}}/', {plan_path('run_name')})",
+                             "KmsKeyId": store.key.key_arn},
+        "ResourceConfig.$": plan_path("resource_config_spot"),
+        "EnableManagedSpotTraining": True,
+        "EnableNetworkIsolation": True,
+        "Tags.$": plan_path("tags"),
+    }
+    if props.subnet_ids:
+        params["VpcConfig"] = {"Subnets": list(props.subnet_ids), "SecurityGroupIds": list(props.security_group_ids)}
+    return params
+
+
 @dataclass(frozen=True)
 class _Arns:
     """The stage's SageMaker resources the pipeline's policies are scoped to."""
@@ -213,7 +244,14 @@ class TrainingPipeline(Construct):
         self._functions(props, arns.job)
         # Creates each training job with its run's session tag (launcher.py): the job reaches only its run's data.
         self.launcher = RunLauncher(self, "Launcher", props=RunLauncherProps(execution_role=props.execution_role,
-                                                                          job_arn=arns.job))
+                                                                          job_arn=arns.job,
+                                                                          also_assumed_by=(self.guard_fn.role,)))
+        # The cost guard creates a sentinel spot job as the launch function creates every job (launcher.py).
+        for name, value in CostGuardEnvironment(metrics_namespace=props.metrics_namespace, stage=props.stage,
+                                                launcher_role_arn=self.launcher.role.role_arn).to_env().items():
+            self.guard_fn.add_environment(name, value)
+        self.guard_fn.add_to_role_policy(iam.PolicyStatement(actions=["sts:AssumeRole", "sts:TagSession"],
+                                                             resources=[self.launcher.role.role_arn]))
         self.prepare_fn = preparation_functions(self, props, arns.processing)
         self._state_machine(props, self._definition(props, arns), arns)
         self._estimate_reads_executions()
@@ -257,8 +295,11 @@ class TrainingPipeline(Construct):
             self, "CostGuardFn", handler="spotrun.handlers.cost_guard.handler",
             description="spotrun cost guard: describes the job, checkpoint age, spend against the cap at every poll",
             environment=CostGuardEnvironment(metrics_namespace=props.metrics_namespace, stage=props.stage).to_env())
+        # StopTrainingJob: the sentinel it created (spotrun/pipeline/guard.py); the run's jobs are stopped by the
+        # state machine.
         self.guard_fn.add_to_role_policy(iam.PolicyStatement(
-            actions=["sagemaker:DescribeTrainingJob", "sagemaker:ListTags"], resources=[job_arn]))
+            actions=["sagemaker:DescribeTrainingJob", "sagemaker:ListTags", "sagemaker:StopTrainingJob"],
+            resources=[job_arn]))
         self.guard_fn.add_to_role_policy(iam.PolicyStatement(
             actions=["s3:ListBucket"], resources=[store.bucket.bucket_arn],
             conditions={"StringLike": {"s3:prefix": [f"{store.checkpoints_prefix}*"]}}))
@@ -395,7 +436,8 @@ class TrainingPipeline(Construct):
                     .when(tracked, create_on_demand_tracked).otherwise(create_on_demand))
         guard = tasks.LambdaInvoke(
             self, "CostGuard", lambda_function=self.guard_fn, payload_response_only=True, result_path="$.guard",
-            payload=sfn.TaskInput.from_object({"plan.$": "$.plan", "guard.$": "$.guard"}))
+            payload=sfn.TaskInput.from_object({"plan.$": "$.plan", "guard.$": "$.guard",
+                                               "sentinel_request": sentinel_job_parameters(props)}))
         guard.add_retry(errors=["States.TaskFailed"], interval=Duration.seconds(30), max_attempts=3, backoff_rate=2)
         guard.add_catch(pipeline_error, errors=["States.ALL"], result_path="$.error")
         stop = sdk("StopTrainingJob", "stopTrainingJob", {"TrainingJobName.$": guard_path("job_name")}, [job_arn],

@@ -344,7 +344,9 @@ def run_status(dep: Deployment, execution: dict) -> dict:
     job = training_job(dep.client("sagemaker"), job_name)
     if job is not None:
         out["job_status"], out["secondary_status"] = job["TrainingJobStatus"], job.get("SecondaryStatus")
-        spend = decide(plan, guard, job, now=time.time())  # the cost guard's arithmetic, on the job as it is now
+        # the cost guard's arithmetic, on the job (and the sentinel beside it, if any) as they are now
+        sentinel = training_job(dep.client("sagemaker"), guard.sentinel_name)
+        spend = decide(plan, guard, job, now=time.time(), sentinel=sentinel)
         out["interruptions"] = spend.interruptions
         out["spent_usd"] = spend.cost_usd
     else:

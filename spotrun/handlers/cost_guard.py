@@ -1,9 +1,12 @@
 """Cost guard Lambda: runs at every poll of the training job (the entry point; spotrun/pipeline/guard.py decides).
 
-Input: {"plan": <estimate output>, "guard": <this handler's previous output>}, decoded here into spotrun.seams.Plan
-and Guard (a malformed one is refused with the field named). The handler describes the job,
-reads its tags and lists the run's committed checkpoints, asks `spotrun.pipeline.guard.decide` for the new guard
-(spotrun.seams.Guard) and publishes the run's cost and checkpoint age as CloudWatch embedded metrics.
+Input: {"plan": <estimate output>, "guard": <this handler's previous output>, "sentinel_request": <the state
+machine's template of a sentinel's CreateTrainingJob request>}, decoded here into spotrun.seams.Plan and Guard (a
+malformed one is refused with the field named). The handler describes the job (and the guard's sentinel, if any),
+reads their tags and lists the run's committed checkpoints, asks `spotrun.pipeline.guard.decide` for the new guard
+(spotrun.seams.Guard), creates the sentinel the new guard names (with the launcher role and the run's session tag,
+as the launch function creates every job) or stops the one it stopped, and publishes the run's cost and
+checkpoint age as CloudWatch embedded metrics.
 Environment (read here only): spotrun.seams.CostGuardEnvironment.
 """
 
@@ -14,10 +17,12 @@ import time
 from typing import Any
 
 import boto3
+from botocore.exceptions import ClientError
 
 from ..contract.strict_json import strict
 from ..pipeline.aws_events import emit_metric
-from ..pipeline.guard import checkpoint_overdue, committed_checkpoints, decide
+from ..pipeline.guard import checkpoint_overdue, committed_checkpoints, decide, sentinel_request
+from ..pipeline.launch import launch
 from ..seams import (
     CHECKPOINT_AGE_METRIC,
     CHECKPOINT_OVERDUE_METRIC,
@@ -45,8 +50,14 @@ def handler(event: dict, _context: Any) -> dict:
     describe = sagemaker.describe_training_job(TrainingJobName=guard.job_name)
     tags = {t["Key"]: t["Value"] for t in sagemaker.list_tags(ResourceArn=describe["TrainingJobArn"])["Tags"]}
     newest, step = committed_checkpoints(boto3.client("s3"), plan.checkpoint_bucket, plan.checkpoint_prefix)
+    sentinel = sentinel_tags = None
+    if guard.sentinel_name:
+        sentinel = sagemaker.describe_training_job(TrainingJobName=guard.sentinel_name)
+        sentinel_tags = {t["Key"]: t["Value"]
+                         for t in sagemaker.list_tags(ResourceArn=sentinel["TrainingJobArn"])["Tags"]}
     out = decide(plan, guard, describe, now=clock(), newest_checkpoint=newest, job_tags=tags,
-                 checkpoint_step=step)
+                 checkpoint_step=step, sentinel=sentinel, sentinel_tags=sentinel_tags)
+    _sentinel_calls(env, sagemaker, guard, out, event.get("sentinel_request"))
     dims = {"Stage": env.stage, "Run": plan.run_name}
     emit_metric(env.metrics_namespace, RUN_COST_METRIC, out.cost_usd, "None", dims)
     if out.checkpoint_age_seconds is not None:
@@ -54,3 +65,22 @@ def handler(event: dict, _context: Any) -> dict:
         emit_metric(env.metrics_namespace, CHECKPOINT_OVERDUE_METRIC,
                     checkpoint_overdue(plan, out.checkpoint_age_seconds), "None", {"Stage": env.stage})
     return strict(out.to_json())  # strict JSON: a non-finite figure fails here
+
+
+def _sentinel_calls(env: CostGuardEnvironment, sagemaker, before: Guard, after: Guard, template: dict | None) -> None:
+    """Create the sentinel `after` names and `before` did not; stop the one `after` stopped. A retried poll whose
+    create went through finds its job (ResourceInUse, spotrun/pipeline/launch.py); a stop of a job that has
+    already ended is refused by SageMaker (ValidationException), which is what the stop wanted."""
+    if after.sentinel_name and after.sentinel_name != before.sentinel_name and not after.sentinel_stopping:
+        if not template or not env.launcher_role_arn:
+            raise ValueError("sentinel_request and LAUNCHER_ROLE_ARN are required to create a sentinel "
+                             f"({after.sentinel_name}): the state machine passes the one, the construct sets the other")
+        launch(boto3.client("sts"), lambda credentials: boto3.client("sagemaker", **credentials),
+               env.launcher_role_arn, sentinel_request(template, after))
+    if after.sentinel_name and after.sentinel_stopping and not (
+            before.sentinel_stopping and before.sentinel_name == after.sentinel_name):
+        try:
+            sagemaker.stop_training_job(TrainingJobName=after.sentinel_name)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "ValidationException":
+                raise

@@ -30,6 +30,15 @@ segments:
   status changed and at the policy's recheck (`ask_again`), its TO_ON_DEMAND / TO_SPOT stop the job
   (`switch_requested`, `switch_to_spot`) and the next segment runs on that market; at a job's end its START_*
   picks the next segment's market;
+- a sentinel (the policy's `Decision.sentinel`: spotrun/policy/decision.py `SentinelGreedy`) is a spot job of
+  the run's instance type and count that sleeps (`sentinel_request`: it trains nothing and writes nothing the run
+  reads), created beside the on-demand job when the policy asks for one and stopped when it no longer does (or
+  the on-demand job ends, or the guard stops it). The guard describes it at every poll; with instances
+  (`has_instances`) the policy sees spot capacity (`Observation.spot_seen`) and is asked again, as the simulator
+  asks it (spotrun/policy/execution.py). Its bill is in the run's spent money (bounded at on-demand rates while
+  it runs, exact once it ended) and its MaxRuntime is what the cap leaves after the on-demand job's own
+  MaxRuntime: even if every stop fails, the two jobs together stay under the cap (`sentinel_limits`). The Lambda
+  creates it with the launcher role (the run's session tag, spotrun/pipeline/launch.py) and stops it;
 - a job belongs to this execution when its `execution` tag says so (the name is derived, the tag is set at
   creation): a job name an earlier execution used is refused.
 
@@ -91,6 +100,88 @@ STOP_GRACE_S = STOP_BILL_S  # a stopped job bills until the container exits: up 
 # Secondary statuses in which SageMaker has no instances billing for the job: waiting for (spot) capacity.
 UNBILLED_STATUSES = frozenset({"Starting", "LaunchingMLInstances", "Pending", "Interrupted"})
 ENDED = ("Completed", "Stopped", "Failed")
+SENTINEL_MAX = 99  # sentinels per run (`-sn99`: as long as a segment's `-99od`); past it the policy runs without
+
+
+def sentinel_name(plan: Plan, k: int) -> str:
+    """The run's k-th sentinel: `<first job>-sn<k>` (a name no segment has; the canceller stops it with the
+    run's jobs: every name starts with the first job's)."""
+    return f"{plan.job_name}-sn{k}"
+
+
+def has_instances(describe: dict | None) -> bool:
+    """A sentinel holds instances: in progress, past waiting for capacity (Downloading, Training, ...)."""
+    return bool(describe) and describe.get("TrainingJobStatus") == "InProgress" and \
+        describe.get("SecondaryStatus") not in UNBILLED_STATUSES | {"Stopping"}
+
+
+def sentinel_request(template: dict, guard: Guard) -> dict:
+    """The sentinel's CreateTrainingJob request: the state machine's template (the run's image with a command
+    that sleeps, its output path, role, ResourceConfig and tags: training_constructs/training_pipeline.py
+    `sentinel_job_parameters`) with the guard's name and limits. Managed spot, no input, no checkpoints."""
+    return {**template, "TrainingJobName": guard.sentinel_name, "EnableManagedSpotTraining": True,
+            "StoppingCondition": {"MaxRuntimeInSeconds": int(guard.sentinel_max_runtime_seconds),
+                                  "MaxWaitTimeInSeconds": int(guard.sentinel_max_wait_seconds)}}
+
+
+def sentinel_limits(plan: Plan, guard: Guard, describe: dict, recheck_s: float) -> tuple[int, int] | None:
+    """(MaxRuntime, MaxWait) of a sentinel created now beside the on-demand job `describe`, or None when the cap
+    leaves no room for one that can hold its instances until the guard's next look (`recheck_s`) and its stop.
+    MaxRuntime: what the cap leaves at on-demand rates after what is spent and the on-demand job's whole
+    MaxRuntime, its stop and warm pool, less the sentinel's own stop: if every stop fails, both jobs run to their
+    MaxRuntime and the run still stays under the cap. MaxWait: the on-demand job's MaxRuntime (it need not outlive
+    it)."""
+    rate = usd_per_second(plan)
+    limit = float((describe.get("StoppingCondition") or {}).get("MaxRuntimeInSeconds") or math.inf)
+    od_worst = (limit + STOP_GRACE_S + warm_pool_seconds(describe)) * rate
+    room = (plan.max_usd - float(guard.spent_before_usd) - od_worst) / rate - STOP_GRACE_S
+    runtime = int(min(room, plan.max_runtime_cap_seconds)) if room < math.inf else plan.max_runtime_cap_seconds
+    if runtime < recheck_s + plan.poll_seconds or limit == math.inf:
+        return None
+    return runtime, max(runtime, int(limit))
+
+
+def _sentinel_books(plan: Plan, guard: Guard, sentinel: dict | None, sentinel_tags: dict[str, str] | None,
+                    now: float) -> tuple[Guard, float]:
+    """(the guard with an ended sentinel's exact bill moved into spent_before_usd, the live sentinel's bill so
+    far: bounded at on-demand rates). A job under the sentinel's name that is not this execution's is dropped
+    unbilled (an earlier execution's)."""
+    if not guard.sentinel_name or sentinel is None:
+        return dataclasses.replace(guard, sentinel_name="", sentinel_stopping=False), 0.0
+    if sentinel_tags is not None and sentinel_tags.get(EXECUTION_TAG) != plan.execution:
+        return dataclasses.replace(guard, sentinel_name="", sentinel_stopping=False), 0.0
+    cost, exact = job_cost(plan, sentinel, now)
+    if not exact:
+        return guard, cost
+    bill = {"job_name": guard.sentinel_name, "secondary_status": sentinel.get("SecondaryStatus"),
+            "billable_seconds": sentinel.get("BillableTimeInSeconds"), "cost_usd": round(cost, 4)}
+    return dataclasses.replace(guard, sentinel_name="", sentinel_stopping=False,
+                               spent_before_usd=round(float(guard.spent_before_usd) + cost, 6),
+                               sentinel_bills=[*guard.sentinel_bills, bill]), 0.0
+
+
+def _sentinel_wanted(plan: Plan, guard: Guard, describe: dict, decision: Decision | None) -> dict:
+    """The guard's sentinel fields after the policy's decision at a poll of a running job (None: not asked, the
+    sentinel stays as it is): create one when the policy asks for one on an on-demand job and none exists, stop
+    it when the policy no longer asks."""
+    if decision is None:
+        return {}
+    wanted = decision.sentinel and not guard.spot and describe.get("TrainingJobStatus") == "InProgress"
+    if not wanted:
+        return _sentinel_stopped(guard)
+    if guard.sentinel_name or guard.sentinels >= SENTINEL_MAX:
+        return {}
+    limits = sentinel_limits(plan, guard, describe, decision.recheck_s)
+    if limits is None:  # the cap leaves no room beside the on-demand job: the policy runs without one
+        return {}
+    k = int(guard.sentinels) + 1
+    return {"sentinel_name": sentinel_name(plan, k), "sentinel_stopping": False, "sentinels": k,
+            "sentinel_max_runtime_seconds": limits[0], "sentinel_max_wait_seconds": limits[1]}
+
+
+def _sentinel_stopped(guard: Guard) -> dict:
+    """A live sentinel stopped (the Lambda sends StopTrainingJob; its bill is read when it has ended)."""
+    return {"sentinel_stopping": True} if guard.sentinel_name and not guard.sentinel_stopping else {}
 
 
 def _interruptions(describe: dict) -> int:
@@ -185,7 +276,7 @@ def training_seconds(describe: dict, newest_checkpoint: float | None, now: float
 
 
 def observe(plan: Plan, guard: Guard, describe: dict, *, now: float, newest_checkpoint: float | None,
-            checkpoint_step: int | None, spent: float) -> Observation:
+            checkpoint_step: int | None, spent: float, spot_seen: bool = False) -> Observation:
     """What the spot policy sees at this poll (spotrun/policy/decision.py: Observation)."""
     section = policy_section(plan)
     work = float(section.sim_plan.get("work_s") or 0.0) if section else 0.0
@@ -200,7 +291,7 @@ def observe(plan: Plan, guard: Guard, describe: dict, *, now: float, newest_chec
         JobStatus.RUNNING,
         job_age_s=0.0 if ended else max(0.0, now - (to_epoch(describe.get("CreationTime")) or now)),
         spent_usd=spent, max_wait_exceeded=ended and _no_capacity(describe),
-        training_s=0.0 if ended else training_seconds(describe, newest_checkpoint, now))
+        training_s=0.0 if ended else training_seconds(describe, newest_checkpoint, now), spot_seen=spot_seen)
 
 
 def _no_capacity(describe: dict) -> bool:
@@ -248,19 +339,25 @@ def _policy_poll(plan: Plan, guard: Guard, obs: Observation) -> tuple[Decision |
     guard's fields that record it."""
     section = policy_section(plan)
     recheck_at = math.inf if guard.policy_recheck_at is None else float(guard.policy_recheck_at)
-    if section is None or not ask_again(obs.status, JobStatus(guard.policy_status), obs.elapsed_s, recheck_at):
+    if section is None or not (ask_again(obs.status, JobStatus(guard.policy_status), obs.elapsed_s, recheck_at) or
+                               obs.spot_seen is not bool(guard.policy_seen)):
         return None, {}
     decision = decide_from_section(section, obs)
     at = obs.elapsed_s + decision.recheck_s
-    return decision, {"policy_status": obs.status.value, "policy_recheck_at": None if at == math.inf else at}
+    return decision, {"policy_status": obs.status.value, "policy_recheck_at": None if at == math.inf else at,
+                      "policy_seen": obs.spot_seen}
 
 
 def decide(plan: Plan, guard: Guard, describe: dict, *, now: float, newest_checkpoint: float | None = None,
-           job_tags: dict[str, str] | None = None, checkpoint_step: int | None = None) -> Guard:
+           job_tags: dict[str, str] | None = None, checkpoint_step: int | None = None,
+           sentinel: dict | None = None, sentinel_tags: dict[str, str] | None = None) -> Guard:
     """The new guard after one poll of the guard's job (`describe`: DescribeTrainingJob's answer; `job_tags`: its
-    tags; `newest_checkpoint`, `checkpoint_step`: the newest committed checkpoint's time and step)."""
+    tags; `newest_checkpoint`, `checkpoint_step`: the newest committed checkpoint's time and step; `sentinel`,
+    `sentinel_tags`: DescribeTrainingJob and tags of the guard's sentinel, None without one). The Lambda creates
+    the new guard's sentinel when it names one the old did not, and stops it when `sentinel_stopping` turns on."""
+    guard, sentinel_usd = _sentinel_books(plan, guard, sentinel, sentinel_tags, now)
     cost, exact = job_cost(plan, describe, now)
-    spent = float(guard.spent_before_usd) + cost
+    spent = float(guard.spent_before_usd) + cost + sentinel_usd
     rate = usd_per_second(plan)
     projected = spent + (plan.poll_seconds + STOP_GRACE_S) * rate
     status = describe.get("TrainingJobStatus")
@@ -278,12 +375,13 @@ def decide(plan: Plan, guard: Guard, describe: dict, *, now: float, newest_check
     def act(action: GuardAction, **changes: Any) -> Guard:
         return dataclasses.replace(result, action=action, **changes)
 
+    seen = has_instances(sentinel) and bool(guard.sentinel_name) and not guard.sentinel_stopping
     if job_tags is not None and job_tags.get(EXECUTION_TAG) != plan.execution:
-        return act(GuardAction.FAILED, message=f"{guard.job_name} is not this execution's job: its "
-                                               f"{EXECUTION_TAG} tag is {job_tags.get(EXECUTION_TAG)!r}, this "
-                                               f"execution is {plan.execution!r}")
+        return act(GuardAction.FAILED, **_sentinel_stopped(guard),
+                   message=f"{guard.job_name} is not this execution's job: its {EXECUTION_TAG} tag is "
+                           f"{job_tags.get(EXECUTION_TAG)!r}, this execution is {plan.execution!r}")
     obs = observe(plan, guard, describe, now=now, newest_checkpoint=newest_checkpoint,
-                  checkpoint_step=checkpoint_step, spent=spent)
+                  checkpoint_step=checkpoint_step, spent=spent, spot_seen=seen)
     if status not in ENDED:
         # SageMaker ends the job at its MaxRuntime: when that bound keeps the run under the cap, a stop here
         # would only cut the segment short. The guard stops a job only when its MaxRuntime does not hold it.
@@ -294,10 +392,12 @@ def decide(plan: Plan, guard: Guard, describe: dict, *, now: float, newest_check
                 (projected >= plan.max_usd and not bounded) or
                 restart_wasted(plan, describe, limit, billed_seconds_bound(describe, now))):
             return act(GuardAction.STOP, stop_requested=True, wait_seconds=plan.poll_seconds,
-                       history_events=result.history_events + EVENTS_PER_STOP)
+                       history_events=result.history_events + EVENTS_PER_STOP, **_sentinel_stopped(guard))
         if guard.stop_requested or guard.switch_requested:  # stopping: poll until the job has ended
             return act(GuardAction.WAIT, wait_seconds=plan.poll_seconds)
-        return _running(plan, result, act, obs, status, now - created, spent)
+        return _running(plan, result, act, obs, describe, now - created, spent)
+    # the job ended: a sentinel beside it is stopped (the policy asks for one beside a running job only)
+    result = dataclasses.replace(result, **_sentinel_stopped(guard))
     done = [*guard.segments, _segment_record(guard, describe, cost, exact)]
     result = dataclasses.replace(result, segments=done)
     if status == "Completed" and _final_metric(describe, COMPLETED_METRIC) is not None:
@@ -308,16 +408,19 @@ def decide(plan: Plan, guard: Guard, describe: dict, *, now: float, newest_check
         return act(GuardAction.COMPLETED, report=report)
     section = policy_section(plan)
     decision = decide_from_section(section, obs) if section else None
-    return _after_segment(plan, dataclasses.replace(guard, interruptions=result.interruptions,
-                                                    history_events=result.history_events), describe, spent,
-                          act, decision, checkpoint_step)
+    if decision is not None:
+        result = dataclasses.replace(result, policy_seen=obs.spot_seen)
+    return _after_segment(plan, result, describe, spent, act, decision, checkpoint_step, sentinel_usd)
 
 
-def _running(plan: Plan, result: Guard, act: Callable[..., Guard], obs: Observation, status: str,
+def _running(plan: Plan, result: Guard, act: Callable[..., Guard], obs: Observation, describe: dict,
              job_age_s: float, spent: float) -> Guard:
-    """A poll of a job that has not ended: the spot policy's move (a stop, to continue on the other market), or
-    the wait to the next poll (the policy's recheck if sooner than the guard's grid)."""
+    """A poll of a job that has not ended: the spot policy's move (a stop, to continue on the other market; a
+    sentinel created or stopped), or the wait to the next poll (the policy's recheck if sooner than the guard's
+    grid)."""
+    status = describe.get("TrainingJobStatus")
     decision, asked = _policy_poll(plan, result, obs)
+    asked.update(_sentinel_wanted(plan, result, describe, decision))
     result = dataclasses.replace(result, **asked)
     switch = decision is not None and status == "InProgress" and (
         (decision.action is Action.TO_ON_DEMAND and obs.market is Market.SPOT) or
@@ -346,9 +449,10 @@ def _segment_record(guard: Guard, describe: dict, cost: float, exact: bool) -> d
 
 
 def _after_segment(plan: Plan, guard: Guard, describe: dict, spent: float, act: Callable[..., Guard],
-                   decision: Decision | None, checkpoint_step: int | None) -> Guard:
+                   decision: Decision | None, checkpoint_step: int | None, sentinel_usd: float = 0.0) -> Guard:
     """A job ended without finishing the run: the next segment, or the reason the run ends here. `decision`: the
-    spot policy's at this job's end (None without a policy)."""
+    spot policy's at this job's end (None without a policy); `sentinel_usd`: a live sentinel's bill so far (in
+    `spent`, not carried in spent_before_usd: its exact bill is added when it has ended)."""
     status, secondary = describe.get("TrainingJobStatus"), describe.get("SecondaryStatus")
     stop_requested = bool(guard.stop_requested or guard.switch_requested)
     no_capacity = _no_capacity(describe)
@@ -359,7 +463,7 @@ def _after_segment(plan: Plan, guard: Guard, describe: dict, spent: float, act: 
             return act(GuardAction.FAILED, message=f"{name}: no spot capacity within MaxWait and on-demand "
                                                    "fallback is off (compute.on_demand_fallback)")
         return _next_segment(plan, guard, spent, spot, act, GuardAction.SEGMENT if spot else GuardAction.FALLBACK,
-                             checkpoint_step)
+                             checkpoint_step, sentinel_usd)
     if status == "Failed":
         return act(GuardAction.FAILED, message=f"{name}: {describe.get('FailureReason') or 'training job failed'}")
     if status == "Stopped" and not stop_requested and secondary not in ("MaxRuntimeExceeded",
@@ -376,7 +480,7 @@ def _after_segment(plan: Plan, guard: Guard, describe: dict, spent: float, act: 
     if spot is None:
         return act(GuardAction.FAILED, message=f"{name}: the run may not continue on-demand "
                                                "(compute.on_demand_fallback) and its spot policy ends it")
-    return _next_segment(plan, guard, spent, spot, act, GuardAction.SEGMENT, checkpoint_step)
+    return _next_segment(plan, guard, spent, spot, act, GuardAction.SEGMENT, checkpoint_step, sentinel_usd)
 
 
 def chain_costs(plan: Plan) -> ChainCosts:
@@ -398,7 +502,7 @@ def work_left(plan: Plan, checkpoint_step: int | None) -> float:
 
 
 def _next_segment(plan: Plan, guard: Guard, spent: float, spot: bool, act: Callable[..., Guard],
-                  action: GuardAction, checkpoint_step: int | None) -> Guard:
+                  action: GuardAction, checkpoint_step: int | None, sentinel_usd: float = 0.0) -> Guard:
     """The next segment when the chain from the newest checkpoint still finishes under the cap at the expected
     bill (its MaxRuntime: what the cap leaves at on-demand rates); otherwise the run ends at the cap, saying why."""
     rate = usd_per_second(plan)
@@ -422,7 +526,7 @@ def _next_segment(plan: Plan, guard: Guard, spent: float, spot: bool, act: Calla
         max_rt, startup_s=plan.segment_overhead_seconds, save_s=plan.checkpoint_upload_seconds)))
     fresh = must_continue(int(guard.history_events))  # the next segment in a fresh execution's history
     return act(GuardAction.CONTINUE if fresh else action, job_name=segment_job_name(plan.job_name, segment, spot),
-               spot=spot, segment=segment, spent_before_usd=round(spent, 6),
+               spot=spot, segment=segment, spent_before_usd=round(spent - sentinel_usd, 6),
                interruptions_before=int(guard.interruptions), stop_requested=False, switch_requested=False,
                switch_to_spot=False, policy_status=JobStatus.NONE.value, policy_recheck_at=None,
                max_runtime_seconds=max_rt, max_wait_seconds=max_rt + plan.max_wait_extra_seconds if spot else max_rt,

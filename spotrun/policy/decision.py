@@ -124,7 +124,8 @@ class Decision:
     sentinel: bool = False
     """Keep a sentinel waiting for spot capacity while this decision stands (on an on-demand job): a spot job of
     the same instance type and count, unbilled while it waits, billed at spot rates from when it gets instances
-    until it is stopped. Only `SentinelGreedy` asks for one; the guard does not execute it yet."""
+    until it is stopped. Only `SentinelGreedy` asks for one; the guard creates, describes and stops it
+    (spotrun/pipeline/guard.py)."""
 
 
 Rule = Callable[[SimPlan, str, Observation], Decision]
@@ -409,8 +410,8 @@ SENTINEL_STOP_S = 120.0  # a sentinel stopped with instances: billed up to the s
 
 @dataclass(frozen=True)
 class SentinelGreedy:
-    """`probing_greedy` whose returns from on-demand are not blind (a benchmark rule: the guard does not execute
-    it yet, so it is not in RULES; docs/spot-policy.md, "Closing the gap to the optimum").
+    """`probing_greedy` whose returns from on-demand are not blind (docs/spot-policy.md, "Closing the gap to the
+    optimum"); the guard executes its sentinel (spotrun/pipeline/guard.py).
 
     After `stint_s` on an on-demand job, while one more changeover still leaves the risk plus `keep` changeovers,
     it keeps a sentinel (`Decision.sentinel`): a spot job of the run's instance type and count waiting for
@@ -463,9 +464,12 @@ RULES: dict[str, Rule] = {
     # chosen on the choose-set windows of the public traces (benchmarks/policy_bench.py, docs/spot-policy.md):
     # 32 changeovers of reserve at the start, a probe after 6 h on on-demand
     "probing_greedy": ProbingGreedy(reserve=32.0, stint_s=6 * 3600.0),
+    # probing_greedy's reserve with a sentinel after 1 h on on-demand, looked at every 10 min (chosen on the
+    # choose-set windows: benchmarks/policy_bench.py SENTINEL_STINT_S, SENTINEL_POLL_S)
+    "probing_sentinel": SentinelGreedy(reserve=32.0, stint_s=3600.0, sentinel_poll_s=600.0),
 }
 DEADLINE_RULES = ("uniform_progress", "deadline_greedy", "slack_reserve_5", "slack_reserve_10", "slack_reserve_25",
-                  "probing_greedy")
+                  "probing_greedy", "probing_sentinel")
 
 
 def decide(policy: str, plan: SimPlan, checkpointing: str, obs: Observation) -> Decision:

@@ -20,8 +20,8 @@ A job, as SageMaker and the trainer run it (spotrun/policy/engine.py states the 
 - the trainer ends its segment (saves, exits: a Completed job that did not finish the run) after
   `max_runtime_s - startup_s - save_s - 60 s` of its own clock (the guard's `segment_seconds`); a job that reaches
   MaxRuntime (`max_runtime_s`, the run's longest) ends the run unfinished, as the guard does.
-A sentinel (`Decision.sentinel`, asked for by `SentinelGreedy` only: a benchmark rule the guard does not execute
-yet): a spot job of the run's instance type and count created at the poll that asks for it, beside the running
+A sentinel (`Decision.sentinel`, asked for by `SentinelGreedy` only; executed by spotrun/pipeline/guard.py):
+a spot job of the run's instance type and count created at the poll that asks for it, beside the running
 on-demand job. It waits unbilled and has instances exactly while the trace has capacity; it bills at spot rates
 from each window's start (or its creation) to the window's end or its stop, and a stop that finds it with
 instances bills `SENTINEL_STOP_S` more (at most to the window's end). The guard sees it with instances only at a

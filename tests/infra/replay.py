@@ -20,6 +20,7 @@ from unittest import mock
 
 from moto import mock_aws
 from moto.awslambda_simple.models import LambdaSimpleBackend
+from moto.core.exceptions import JsonRESTError
 from moto.core.responses import ActionResult
 from moto.s3 import models as s3_models
 from moto.sagemaker.models import SageMakerModelBackend
@@ -40,7 +41,7 @@ from spotrun.seams import SpotPolicy
 from tests.infra.sagemaker_sim import SimClock, World, s3_clock
 from tests.infra.test_cap_holds import Scenario, SimDriver, _run_json
 from tests.infra.test_state_machine_moto import ACCOUNT, REGION, _list_service_quotas
-from tests.infra.trace_sim import TraceSimulation, Trainer
+from tests.infra.trace_sim import SentinelJob, TraceSimulation, Trainer
 
 
 @dataclass
@@ -60,9 +61,13 @@ class Agreement:
     replay_usd: float  # what the simulated SageMaker billed
     predicted_usd: float
     poll_hours: float  # the guard's poll interval at the predicted finish (the tolerance on time)
-    jobs: int
+    jobs: int  # training jobs (not sentinels)
     predicted_jobs: int
     deadline_hours: float
+    sentinels: int = 0  # the cost guard's sentinel jobs (tests/infra/trace_sim.py SentinelJob)
+    predicted_sentinels: int = 0
+    cap_usd: float = 0.0  # the run's budget.max_usd
+    ends: tuple = ()  # each job's name and how it ended, in creation order
 
     @property
     def time_ok(self) -> bool:
@@ -79,12 +84,22 @@ class ReplayDriver(SimDriver):
     """test_cap_holds' driver; Step Functions' $$.Execution.StartTime (the estimate's `started`) on the
     simulated clock, as every other time the handlers read."""
 
+    gone_after_sentinel = False  # every Lambda and every stop fails once the guard has named a sentinel
+    gone = False
+
     def invoke(self, backend, function_name, qualifier, body, headers, response_headers) -> bytes:
         payload = json.loads(body)
         if "started" in payload:
             payload["started"] = dt.datetime.fromtimestamp(self.sim.clock(), dt.timezone.utc).isoformat()
             body = json.dumps(payload)
-        return super().invoke(backend, function_name, qualifier, body, headers, response_headers)
+        if self.gone:
+            response_headers["x-amz-function-error"] = "Unhandled"
+            return json.dumps({"errorType": "ServiceException", "errorMessage": "injected: every Lambda is down"
+                               }).encode()
+        out = super().invoke(backend, function_name, qualifier, body, headers, response_headers)
+        if self.gone_after_sentinel and "guard" in payload and json.loads(out).get("sentinel_name"):
+            self.gone = True
+        return out
 
     def wait(self, arn: str, timeout: float = 600) -> dict:
         """Driver.wait, reading the execution's status from moto's backend: a DescribeExecution through botocore
@@ -114,8 +129,12 @@ class _Section:
         if self.choice is None:
             self.choice = self.real(run, est, catalog, **{**kw, "n": 100})
         sec = self.choice.section
+        chosen = f"{self.policy} ({sec.checkpointing})"
+        rows = sec.policies
+        if not any(r["label"] == chosen for r in rows):  # a rule the estimate did not simulate: its row is a
+            rows = [*rows, {**rows[0], "label": chosen}]  # stand-in (the replay compares with `execute`, not it)
         return dataclasses.replace(self.choice, section=dataclasses.replace(
-            sec, policy=self.policy, chosen=f"{self.policy} ({sec.checkpointing})"))
+            sec, policy=self.policy, chosen=chosen, policies=rows))
 
     @property
     def section(self) -> SpotPolicy | None:
@@ -123,7 +142,10 @@ class _Section:
         return self.choice and self.choice.section
 
 
-def replay_windows(synth, windows: list[Window], *, deadline_hours: float = 14.0) -> list[Agreement]:
+def replay_windows(synth, windows: list[Window], *, deadline_hours: float = 14.0,
+                   gone_after_sentinel: bool = False) -> list[Agreement]:
+    """`gone_after_sentinel`: from the poll whose guard created a sentinel, every Lambda and every StopTrainingJob
+    fails and the jobs run until SageMaker ends them (their limits alone hold the cap)."""
     clock = SimClock(time.time())
     section = _Section()
     holder: dict = {}
@@ -136,6 +158,8 @@ def replay_windows(synth, windows: list[Window], *, deadline_hours: float = 14.0
         return job
 
     def stop(self) -> ActionResult:
+        if holder["driver"].gone:
+            raise JsonRESTError("ThrottlingException", "injected: every stop fails")
         holder["sim"].stop(self._get_param("TrainingJobName"))
         return ActionResult({})
 
@@ -159,9 +183,9 @@ def replay_windows(synth, windows: list[Window], *, deadline_hours: float = 14.0
             world = World(work_s=0, usd_per_instance_hour=0, spot_discount=0, checkpoint_interval_s=1)
             holder["sim"] = sim = TraceSimulation(clock, world, None, window.trace)
             if driver is None:
-                driver = ReplayDriver(synth, sim, scenario)
+                holder["driver"] = driver = ReplayDriver(synth, sim, scenario)
                 driver.setup()
-            driver.sim = sim
+            driver.sim, driver.gone, driver.gone_after_sentinel = sim, False, gone_after_sentinel
             section.policy = window.policy
             with mock.patch.object(LambdaSimpleBackend, "invoke", driver.as_lambda):
                 out.append(_one(driver, sim, world, section, window, scenario, f"w{k}-{time.time_ns() % 10**8}"))
@@ -186,10 +210,14 @@ def _one(driver, sim, world: World, section: _Section, window: Window, scenario:
     pred_h = tally.t / 3600 if tally.finished else None
     finishing = predicted.jobs[-1]
     poll = poll_wait(tally.t - finishing.created, float("inf"), poll_s=plan.poll_s, max_poll_s=plan.max_poll_s)
-    sim.run_out(0)
+    sim.run_out(90 * 86400 if driver.gone else 0)
     return Agreement(window=window, status=desc["status"], replay_hours=replay_h, predicted_hours=pred_h,
                      replay_usd=sim.truth_usd(), predicted_usd=sum(cost_usd(plan, tally)), poll_hours=poll / 3600,
-                     jobs=len(sim.jobs), predicted_jobs=len(predicted.jobs), deadline_hours=plan.deadline_s / 3600)
+                     jobs=sum(not isinstance(j, SentinelJob) for j in sim.jobs.values()),
+                     predicted_jobs=len(predicted.jobs), deadline_hours=plan.deadline_s / 3600,
+                     sentinels=sum(isinstance(j, SentinelJob) for j in sim.jobs.values()),
+                     predicted_sentinels=predicted.sentinels, cap_usd=run["budget"]["max_usd"],
+                     ends=tuple((j.job.training_job_name, j.end_secondary) for j in sim.jobs.values()))
 
 
 def _plan_of(driver, run: dict) -> tuple[dict, dict]:

@@ -182,12 +182,14 @@ def test_a_training_job_touches_only_its_own_runs_checkpoints_and_output(synth):
     assert [r for r in DENIED if allowed[repr(r)] == "Allowed"] == []
 
 
-def test_only_the_launch_function_assumes_the_launcher_and_only_as_one_run(synth):
-    """The launcher role's trust (its resource policy) and the launch function's role policy: AssumeRole and
-    TagSession with run=<run> and no other tag; no tag, another tag, or another principal is refused."""
+@pytest.mark.parametrize("creator", ["PipelineLauncherFnRole", "PipelineCostGuardFnRole"])
+def test_only_the_launch_and_cost_guard_functions_assume_the_launcher_and_only_as_one_run(synth, creator):
+    """The launcher role's trust (its resource policy) and the creating function's role policy (the launch
+    function, or the cost guard creating a sentinel): AssumeRole and TagSession with run=<run> and no other tag;
+    no tag, another tag, or another principal is refused."""
     resources = synth.template["Resources"]
     launcher, _ = _role_policies(synth.template, "PipelineLauncherRole")
-    fn_role, fn_policies = _role_policies(synth.template, "PipelineLauncherFnRole")
+    fn_role, fn_policies = _role_policies(synth.template, creator)
     trust = _rendered(resources[launcher]["Properties"]["AssumeRolePolicyDocument"],
                       lambda lid, attr: f"arn:aws:iam::{ACCOUNT}:role/{lid}")
     role_arn, fn_arn = f"arn:aws:iam::{ACCOUNT}:role/{launcher}", f"arn:aws:iam::{ACCOUNT}:role/{fn_role}"

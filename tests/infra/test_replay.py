@@ -36,3 +36,32 @@ def test_each_replayed_window_finishes_within_one_poll_and_costs_within_1pct_of_
     assert not bad, bad
     # Not only the easy windows: some runs were interrupted or changed market.
     assert any(a.jobs > 1 for a in agreements), agreements
+
+
+# Spot for the first hour, then none until 19 h: with a 24 h deadline probing_sentinel waits on spot, moves to
+# on-demand, keeps a sentinel after an hour there, and returns to spot at the first poll that sees it with
+# instances (spotrun/policy/execution.py predicts the same run: tests/spotrun/test_sentinel.py).
+SENTINEL_TRACE = [(0.0, 1 * H), (19 * H, 100 * H)]
+
+
+def test_a_window_where_the_sentinel_fires_agrees_with_the_prediction(synth):
+    (a,) = replay_windows(synth, [Window("probing_sentinel", SENTINEL_TRACE, "sentinel fires")], deadline_hours=24)
+    print(a)
+    assert a.status == "SUCCEEDED" and a.time_ok and a.cost_ok, a
+    # one sentinel, created, seen with instances and stopped by the guard, as predicted; then spot to the end
+    assert a.sentinels == a.predicted_sentinels == 1 and a.jobs == a.predicted_jobs == 3, a
+    sentinel = [end for name, end in a.ends if "-sn" in name]
+    assert sentinel == ["Stopped"], a.ends
+    assert a.replay_usd <= a.cap_usd
+
+
+def test_when_every_lambda_and_stop_fails_beside_a_sentinel_the_jobs_limits_hold_the_cap(synth):
+    """From the poll that creates the sentinel, every Lambda and every StopTrainingJob fails: the on-demand job
+    and the sentinel (which gets capacity at 19 h) run until SageMaker ends them at their MaxRuntime, and the
+    run's whole bill, the sentinel's included, stays under the cap."""
+    (a,) = replay_windows(synth, [Window("probing_sentinel", SENTINEL_TRACE, "all down")], deadline_hours=24,
+                          gone_after_sentinel=True)
+    print(a)
+    assert a.status == "FAILED" and a.sentinels == 1, a
+    assert dict(a.ends)[next(n for n, _ in a.ends if "-sn" in n)] == "MaxRuntimeExceeded", a.ends
+    assert a.replay_usd <= a.cap_usd, a

@@ -21,7 +21,16 @@ from spotrun.pipeline import guard as guard_rules
 from spotrun.pipeline import launch
 from spotrun.pipeline.plan import PipelineSettings, plan
 from spotrun.planner.estimate import load_catalog
-from spotrun.seams import COMPLETED_METRIC, GUARD_FIELDS, PLAN_FIELDS, REFUSAL_FIELDS, REPORT_FIELDS, Guard, Plan
+from spotrun.seams import (
+    COMPLETED_METRIC,
+    EXECUTION_TAG,
+    GUARD_FIELDS,
+    PLAN_FIELDS,
+    REFUSAL_FIELDS,
+    REPORT_FIELDS,
+    Guard,
+    Plan,
+)
 from spotrun.settings.wire import job_config
 from tests.infra.render import render
 
@@ -292,7 +301,7 @@ def prose_rules(action: str, params: dict, problems: list[str]) -> None:
                 problems.append("MaxWaitTimeInSeconds < MaxRuntimeInSeconds")
             if "KeepAlivePeriodInSeconds" in resource:
                 problems.append("managed warm pools cannot be used with spot training")
-        if any(len(v) > 2500 for v in params["HyperParameters"].values()):
+        if any(len(v) > 2500 for v in params.get("HyperParameters", {}).values()):
             problems.append("a hyperparameter value is longer than 2,500 characters")
 
 
@@ -351,6 +360,33 @@ def test_every_request_on_every_branch_is_valid_for_the_real_api(synth, rendered
             assert problems == [], f"{branch} / {name}"
             checked.add(name)
     assert checked == set(calls), set(calls) - checked
+
+
+def test_the_cost_guards_sentinel_request_is_valid_for_the_real_api(synth, rendered):
+    """The sentinel the cost guard creates (spotrun/pipeline/guard.py `sentinel_request`): the CostGuard state's
+    template resolved on a real plan whose run name is cut to fit, the run's last sentinel name and the longest
+    limits, sent as the launch function sends it: valid for botocore's model and the prose rules, managed spot,
+    no channel, no checkpoint, the run's instance type and count, tagged with the run and the execution."""
+    run = copy.deepcopy(RUN)
+    run["name"] = "sentinel-" + "x" * 39  # 48 characters: the longest a run name may be
+    p = plan(run, "exec-sentinel", settings(synth), started="2026-01-01T00:00:00Z")
+    assert p["status"] == "ok", p
+    guard = resolve_parameters(rendered["States"]["InitGuard"]["Parameters"], {"plan": p})
+    payload = resolve_parameters(rendered["States"]["CostGuard"]["Parameters"],
+                                 {"plan": p, "guard": guard})
+    longest = Guard.from_json({**guard, "sentinel_name": guard_rules.sentinel_name(Plan.from_json(p),
+                                                                                   guard_rules.SENTINEL_MAX),
+                               "sentinel_max_runtime_seconds": MAX_RUNTIME_LIMIT_S,
+                               "sentinel_max_wait_seconds": MAX_RUNTIME_LIMIT_S})
+    request = launch.training_job_request(guard_rules.sentinel_request(payload["sentinel_request"], longest))
+    assert launch.run_of(request) == run["name"]
+    problems = request_problems(request, "sagemaker", "CreateTrainingJob")
+    prose_rules("CreateTrainingJob", request, problems)
+    assert problems == [], problems
+    assert len(request["TrainingJobName"]) == 63 and request["EnableManagedSpotTraining"] is True
+    assert request["ResourceConfig"] == p["resource_config_spot"]
+    assert not {"InputDataConfig", "CheckpointConfig", "HyperParameters"} & set(request)
+    assert {"Key": EXECUTION_TAG, "Value": "exec-sentinel"} in request["Tags"]
 
 
 def test_every_plan_and_guard_path_exists_in_what_the_handlers_return(synth, rendered):

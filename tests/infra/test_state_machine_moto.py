@@ -12,6 +12,7 @@ moto's training jobs are Completed the moment they are created; `progress` stand
 from __future__ import annotations
 
 import copy
+import dataclasses
 import datetime as dt
 import importlib
 import json
@@ -30,7 +31,9 @@ from moto.sagemaker.responses import SageMakerResponse
 from moto.servicequotas.responses import ServiceQuotasResponse
 
 from spotrun.handlers import cancel as cancel_handler
-from spotrun.seams import COMPLETED_METRIC
+from spotrun.handlers import cost_guard
+from spotrun.pipeline import guard as guard_rules
+from spotrun.seams import COMPLETED_METRIC, CostGuardEnvironment, Guard, Plan
 from tests.infra.render import render
 
 REGION, ACCOUNT = "us-east-1", "123456789012"
@@ -319,8 +322,10 @@ def test_spot_run_polls_completes_and_registers_a_deployable_package(aws):
     output = json.loads(result["output"])
     assert output["model_package_arn"] == packages[0]["ModelPackageArn"]
     assert output["report"]["cost_usd"] == round(900 / 3600 * p["usd_per_hour"], 2)  # billable x on-demand
-    # The guard was called with exactly what the state machine passes: the plan and its previous guard.
-    assert all(set(payload) == {"plan", "guard"} for payload in aws.functions_payloads("PipelineCostGuardFn"))
+    # The guard was called with exactly what the state machine passes: the plan, its previous guard and the
+    # template of a sentinel's request (spotrun/pipeline/guard.py `sentinel_request`).
+    assert all(set(payload) == {"plan", "guard", "sentinel_request"}
+               for payload in aws.functions_payloads("PipelineCostGuardFn"))
 
 
 def test_on_demand_run_creates_a_job_without_spot_with_its_warm_pool(aws):
@@ -411,6 +416,37 @@ def test_stopping_the_execution_stops_its_training_job(aws):
         assert cancel_handler.handler(event, None) == {"stopped": [p["job_name"]]}  # input read back from SFN
         assert cancel_handler.handler(event, None) == {"stopped": []}  # a duplicate delivery does nothing
     assert aws.job(p["job_name"]).training_job_status == "Stopping"
+
+
+def test_stopping_the_execution_stops_its_training_job_and_its_sentinel(aws):
+    """A sentinel created by the cost guard's own create path (the launcher role, the run's tags) beside the
+    running job: the canceller stops both, and only this execution's."""
+    aws.progress = lambda job, poll: _running(job)
+    arn = aws.start("aborted-sentinel", RUN)
+    deadline = time.monotonic() + 60
+    while not aws.polls and time.monotonic() < deadline:
+        time.sleep(0.2)
+    payload = aws.functions_payloads("PipelineCostGuardFn")[-1]
+    p, before = Plan.from_json(payload["plan"]), Guard.from_json(payload["guard"])
+    after = dataclasses.replace(before, sentinel_name=guard_rules.sentinel_name(p, 1), sentinels=1,
+                                sentinel_max_runtime_seconds=3600, sentinel_max_wait_seconds=3600)
+    env = aws.functions[next(k for k in aws.functions if k.startswith("PipelineCostGuardFn"))]["env"]
+    with mock.patch.dict(os.environ, {**env, "AWS_REGION": REGION}):
+        cost_guard._sentinel_calls(CostGuardEnvironment.from_env(os.environ), aws.sagemaker, before, after,
+                                   payload["sentinel_request"])
+    sentinel = aws.sagemaker.describe_training_job(TrainingJobName=after.sentinel_name)
+    assert sentinel["EnableManagedSpotTraining"] and sentinel["ResourceConfig"] == payload["plan"][
+        "resource_config_spot"]
+    _running(aws.job(after.sentinel_name))
+    aws.sfn.stop_execution(executionArn=arn)
+    desc = aws.wait(arn)
+    event = {"source": "aws.states", "detail-type": "Step Functions Execution Status Change",
+             "detail": {"executionArn": arn, "stateMachineArn": aws.sm_arn, "name": "aborted-sentinel",
+                        "status": "ABORTED", "startDate": int(desc["startDate"].timestamp() * 1000), "input": None}}
+    env = aws.functions[next(k for k in aws.functions if k.startswith("PipelineCancelFn"))]["env"]
+    with mock.patch.dict(os.environ, {**env, "AWS_REGION": REGION}):
+        assert sorted(cancel_handler.handler(event, None)["stopped"]) == sorted([p.job_name, after.sentinel_name])
+    assert aws.job(after.sentinel_name).training_job_status == "Stopping"
 
 
 @pytest.mark.parametrize("mutate, error", [

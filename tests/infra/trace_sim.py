@@ -10,6 +10,12 @@ MaxRuntime on billed time, MaxWait on wall time, a stop billed while the trainer
   on an interruption's notice it saves to the last whole step (when the plan saves on the notice), else the work
   since the last commit is lost; a stop (StopTrainingJob, MaxRuntime, MaxWait) saves the same way, billed
   `save_s`; the final step ends the job at once (the last save is part of the work).
+
+A sentinel (a spot job without CheckpointConfig: the cost guard's, spotrun/pipeline/guard.py `sentinel_request`)
+is a `SentinelJob`: it has instances exactly while the trace has capacity (two jobs at once get it: the trace
+counts instances available), waits unbilled (Starting, Interrupted) while there is none, bills from each window's
+start (Training: it sleeps) to the window's end, its stop or a limit; a stop with instances bills SageMaker's
+120 s allowance (the sleep ignores SIGTERM) unless the window ends first.
 """
 
 from __future__ import annotations
@@ -151,7 +157,73 @@ class TraceSimulation(Simulation):
         self.trainer, self.windows, self.base = trainer, windows, None
 
     def created(self, job) -> None:
+        if not job.checkpoint_config:  # the cost guard's sentinel
+            self.jobs[job.training_job_name] = SentinelJob(job, self.world, self.clock(), self.windows, self.base)
+            return
         self.world.checkpoint_uri = job.checkpoint_config["S3Uri"]
         self.base = self.clock() if self.base is None else self.base
         self.jobs[job.training_job_name] = TraceJob(job, self.world, self.clock(), self.trainer, self.windows,
                                                     self.base)
+
+
+class SentinelJob(SimJob):
+    """A sentinel spot job whose capacity is the trace's (see the module docstring)."""
+
+    def __init__(self, job, world: World, now: float, windows: list, base: float):
+        self.job, self.world, self.windows, self.base = job, world, windows, base
+        self.spot, self.count, self.keep_alive = True, int(job.resource_config["InstanceCount"]), 0.0
+        self.max_runtime = float(job.stopping_condition["MaxRuntimeInSeconds"])
+        self.max_wait = float(job.stopping_condition.get("MaxWaitTimeInSeconds") or math.inf)
+        self.created, self.t, self.billed, self.process_s = now, now, 0.0, 0.0
+        self.phase, self.phase_left = "Starting", 0.0
+        self.ended, self.end_secondary, self.completed_run, self.stop_why = False, "", False, ""
+        self.transitions: list[dict] = [{"Status": "Starting", "StartTime": now}]
+        self._publish()
+
+    _window = TraceJob._window
+
+    def stop(self, secondary: str = "Stopped") -> None:
+        if self.ended or self.phase == "Stopping":
+            return
+        if self.phase in ("Starting", "Interrupted"):
+            self._end("Stopped", secondary)
+            return
+        self.stop_why = secondary
+        self._enter("Stopping", self.world.stop_bill_s)
+
+    def advance(self, until: float) -> None:
+        for _ in range(100_000):
+            if self.ended or self.t >= until - EPS:
+                return
+            self._event(until)
+        raise RuntimeError(f"{self.job.training_job_name}: the sentinel does not advance ({self.phase})")
+
+    def _event(self, until: float) -> None:
+        wait_end = self.created + self.max_wait
+        if self.phase != "Stopping":
+            if self.t >= wait_end - EPS:
+                return self.stop("MaxWaitTimeExceeded")
+            if self.phase == "Training" and self.billed >= self.max_runtime - EPS:
+                return self.stop("MaxRuntimeExceeded")
+        a, b = self._window(self.t)
+        if self.phase in ("Starting", "Interrupted"):
+            if a <= self.t:
+                return self._enter("Training", math.inf)
+            self.t = min(until, a, wait_end)
+            return None
+        if a > self.t:  # the window ended under it: reclaimed (during its stop: it ends)
+            if self.phase == "Stopping":
+                return self._end("Stopped", self.stop_why)
+            return self._enter("Interrupted", 0.0)
+        horizon = min(until, b)
+        if self.phase == "Stopping":
+            step = max(0.0, min(self.phase_left, horizon - self.t))
+        else:
+            step = max(0.0, min(horizon, wait_end, self.t + self.max_runtime - self.billed) - self.t)
+        self.t += step
+        self.billed += step
+        if self.phase == "Stopping":
+            self.phase_left -= step
+            if self.phase_left <= EPS:
+                self._end("Stopped", self.stop_why)
+        return None

@@ -614,3 +614,40 @@ def test_the_cost_guard_decodes_plan_and_guard_at_entry_and_names_what_is_malfor
         cost_guard_handler.handler({"plan": [], "guard": GUARD0}, None)
     with pytest.raises(ValueError, match=r"^plan.status='InvalidRun' is invalid: the cost guard polls"):
         cost_guard_handler.handler({"plan": {**PLAN, "status": "InvalidRun"}, "guard": GUARD0}, None)
+
+
+def test_a_sentinels_bill_is_in_the_spend_bounded_while_it_runs_and_exact_once_it_ended():
+    """The guard's sentinel (spotrun/pipeline/guard.py): while it runs, its billed seconds at on-demand rates are in
+    the spend; once ended, its exact bill moves into spent_before_usd and the guard forgets its name."""
+    on_demand = {**GUARD0, "spot": False, "sentinel_name": f"{PLAN['job_name']}-sn1", "sentinels": 1}
+    held = _running(0, SecondaryStatusTransitions=[{"Status": "Starting", "StartTime": T0 + 3600,
+                                                     "EndTime": T0 + 4000},
+                                                    {"Status": "Training", "StartTime": T0 + 4000}])
+    out = decide(PLAN, on_demand, _running(1), now=T0 + 4600, job_tags=OURS, sentinel=held, sentinel_tags=OURS)
+    assert out["cost_usd"] == pytest.approx((4600 + 600) / 3600 * RATE, abs=1e-4)
+    assert out["sentinel_name"] == on_demand["sentinel_name"] and out["spent_before_usd"] == 0
+    ended = _ended("Stopped", 210)
+    out = decide(PLAN, {**on_demand, "sentinel_stopping": True}, _running(1), now=T0 + 5000, job_tags=OURS,
+                 sentinel=ended, sentinel_tags=OURS)
+    assert out["spent_before_usd"] == pytest.approx(210 / 3600 * RATE, abs=1e-6)
+    assert out["cost_usd"] == pytest.approx((5000 + 210) / 3600 * RATE, abs=1e-4)
+    assert out["sentinel_name"] == "" and not out["sentinel_stopping"] and len(out["sentinel_bills"]) == 1
+    # another execution's job under the name is not this run's: not billed, forgotten
+    out = decide(PLAN, on_demand, _running(1), now=T0 + 4600, job_tags=OURS, sentinel=held,
+                 sentinel_tags={"execution": "exec-0"})
+    assert out["sentinel_name"] == "" and out["cost_usd"] == pytest.approx(4600 / 3600 * RATE, abs=1e-4)
+
+
+def test_a_sentinels_max_runtime_leaves_both_jobs_limits_under_the_cap():
+    """Every stop failing, the on-demand job runs to its MaxRuntime and the sentinel to its own, each billing its
+    stop: together under the cap. No room for a sentinel that can wait for the guard's next look: none."""
+    p, rate = Plan.from_json(PLAN), RATE / 3600
+    guard = Guard.from_json({**GUARD0, "spot": False, "spent_before_usd": 2.5})
+    for limit in (600, 10_000, 30_000):
+        od = _running(0, StoppingCondition={"MaxRuntimeInSeconds": limit})
+        runtime, wait = guard_rules.sentinel_limits(p, guard, od, 600.0)
+        assert 2.5 + (limit + 120) * rate + (runtime + 120) * rate <= p.max_usd + 1e-9
+        assert runtime >= 600 + p.poll_seconds and wait >= max(runtime, limit)
+    full = int(p.max_usd / rate) - 120 - 700  # the on-demand job's limit takes nearly all the cap leaves
+    assert guard_rules.sentinel_limits(p, guard, _running(0, StoppingCondition={"MaxRuntimeInSeconds": full}),
+                                       600.0) is None
