@@ -46,11 +46,10 @@ N_TRACES = 1000
 SEED = 0
 CONFIDENCE = 0.99
 # Capacity windows generated over all traces (the Lambda's time goes by them, and by the decisions a policy takes
-# in them: Uniform Progress flapping through 10-per-hour waits takes ~10 per window; probing_sentinel asks every
-# 10 minutes while its sentinel waits). 35,000: the worst run the contract accepts (28 days at 10 interruptions
-# per hour, a 40-day deadline, a cap that binds: 3 simulations) in 26.1 s of CPU here with probing_sentinel
-# among the candidates, under the function's 60 s (docs/spot-policy.md); 50,000 took 54.7 s with it.
-WINDOW_BUDGET = 35_000
+# in them: Uniform Progress flapping through 10-per-hour waits takes ~10 per window). 50,000: the worst run the
+# contract accepts (28 days at 10 interruptions per hour, a 40-day deadline, a cap that binds: 3 simulations) in
+# about 26 s of CPU here, under the function's 60 s (docs/spot-policy.md); 100,000 took about 52 s.
+WINDOW_BUDGET = 50_000
 DEADLINE_CAP_TRIES = 2  # estimates at a raised cap for the deadline warning's cap (`_deadline_cap`)
 HORIZON_CAP_S = 96 * 24 * 3600.0  # the longest deadline (56 days) and 3 x a 28-day run fit; 10 interruptions/h
 # (the contract's most) x 1.3 over it is ~30,000 windows: one trace of the longest run stays inside the budget
