@@ -177,7 +177,9 @@ def format_text(est: Estimate) -> str:
                   f"{'on' if est.activation_checkpointing else 'off'}"),
         ("memory per GPU", _memory_text(est.memory_per_gpu)),
         ("wall time", _wall_text(est)),
-        ("MaxRuntime / MaxWait", f"{est.max_runtime_seconds:,} s / {est.max_wait_seconds:,} s"),
+        ("MaxRuntime / MaxWait", f"{est.max_runtime_seconds:,} s / "
+                                 + (f"{est.max_wait_seconds:,} s" if est.spot else
+                                    "none (compute.spot=false: an on-demand job has no MaxWait)")),
         ("checkpoint", f"{est.checkpoint_bytes / 1e9:,.2f} GB, {est.checkpoint_policy}, every "
                        f"{est.checkpoint_interval_s / 60:.1f} min"),
         ("notice upload needed", f"{est.notice_upload_gb_per_s:.3f} GB/s (available "

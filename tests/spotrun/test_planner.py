@@ -154,6 +154,19 @@ def test_on_demand_run_has_no_interruption_overhead():
     assert est.max_runtime_seconds == 2 * 24180
 
 
+def test_an_on_demand_runs_text_shows_no_max_wait():
+    """A new user read 'MaxRuntime / MaxWait  3,600 s / 90,000 s' for compute.spot=false: the pipeline sends no
+    MaxWait for an on-demand job (SageMaker takes one with managed spot only)."""
+    from spotrun.planner.outputs import format_text
+
+    rows = {line.split("  ")[0]: line for line in format_text(estimate(
+        run(compute={"spot": False, "instance_type": "ml.a1.small"}), catalog=CATALOG)).splitlines()}
+    assert rows["MaxRuntime / MaxWait"].endswith(f"{2 * 24180:,} s / none (compute.spot=false: an on-demand job "
+                                                 "has no MaxWait)"), rows
+    spot = format_text(estimate(run(compute={"instance_type": "ml.a1.small"}), catalog=CATALOG))
+    assert "has no MaxWait" not in spot
+
+
 def test_recorded_interruption_rate_replaces_the_catalog_default():
     est = estimate(run(compute={"instance_type": "ml.a1.small"}), catalog=CATALOG,
                    recorded_rates={"ml.a1.small": 2.0})
