@@ -468,8 +468,12 @@ RULES: dict[str, Rule] = {
     # choose-set windows: benchmarks/policy_bench.py SENTINEL_STINT_S, SENTINEL_POLL_S)
     "probing_sentinel": SentinelGreedy(reserve=32.0, stint_s=3600.0, sentinel_poll_s=600.0),
 }
+# probing_sentinel is executable (the guard runs it, replayed window by window) but not offered: at the caps the
+# estimate names, the on-demand job's MaxRuntime takes all the cap leaves, so the guard has no room to create the
+# sentinel and the run would be probing_greedy without its probes, which the estimate did not simulate
+# (docs/spot-policy.md, "The sentinel executed by the guard").
 DEADLINE_RULES = ("uniform_progress", "deadline_greedy", "slack_reserve_5", "slack_reserve_10", "slack_reserve_25",
-                  "probing_greedy", "probing_sentinel")
+                  "probing_greedy")
 
 
 def decide(policy: str, plan: SimPlan, checkpointing: str, obs: Observation) -> Decision:

@@ -147,8 +147,7 @@ def test_the_cap_row_says_which_cap_to_set(tmp_path, capsys):
 
 def test_no_warning_about_the_very_cap_the_estimate_names(tmp_path, capsys, monkeypatch):
     """mistral with on-demand fallback and a 15.5 h deadline (15.16 h before the jobs were simulated with the
-    chain's start and end): set at the cap the estimate named ($30.82 when probing_greedy was chosen, less with
-    probing_sentinel), it warned 'an on-demand fallback would cost $31.48 > budget $30.82; the cost guard stops it
+    chain's start and end): set at the cap the estimate named ($30.82), it warned 'an on-demand fallback would cost $31.48 > budget $30.82; the cost guard stops it
     at the cap'."""
     example = json.loads((ROOT / "examples/runs/mistral-7b-lora.json").read_text())
     example["model"] = {"init": "random", "config": example["model"]["config"]}  # the Lambda reads no S3 here
@@ -163,6 +162,6 @@ def test_no_warning_about_the_very_cap_the_estimate_names(tmp_path, capsys, monk
         assert there["spot_policy"]["p95_finish_cap_usd"] == named, there["spot_policy"]
         assert not [w for w in there["warnings"] if f"${named:,.2f}" in w], there["warnings"]
     # under it, the warning stands
-    # (three quarters: half of it is below the smallest cap whose chain finishes since probing_sentinel is chosen)
+    # (three quarters of it: well above the smallest cap whose chain finishes)
     code, under = _cli(tmp_path, capsys, "estimate", _with(run, budget={"max_usd": round(named * 0.75, 2)}))
     assert code == 0 and [w for w in under["warnings"] if "an on-demand fallback would cost" in w], under
