@@ -20,7 +20,7 @@ from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, 
 from ..contract.hub_id import is_hub_id
 from ..contract.refusal import Refusal
 from ..contract.runfile import load_run_file
-from ..contract.spec import RunSpec, RunValidationError, parse_run
+from ..contract.spec import RunSpec, RunValidationError, deadline_hours_text, parse_run
 from ..contract.strict_json import dumps as strict_dumps
 from ..local.pipeline import check_model_source_dir, check_raw_split, check_raw_text, prepare_if_raw
 from ..pipeline.policy_stage import with_spot_policy
@@ -139,8 +139,8 @@ def _without_planner(run: RunSpec, out: Checked) -> None:
         why = "validate reads no S3 object" if source.startswith("s3://") else "not a directory here"
         out.unchecked.append(unchecked_split(run, why))
     if run.compute.deadline_s is not None:
-        out.unchecked.append(f"compute.deadline_hours={run.compute.deadline_s / 3600:g} against the run's length (the "
-                             "planner's hours; validate does not plan)")
+        out.unchecked.append(f"compute.deadline_hours={deadline_hours_text(run.compute.deadline_s)} against the "
+                             "run's length (the planner's hours; validate does not plan)")
 
 
 def _check_local_paths(run: RunSpec) -> None:

@@ -55,6 +55,12 @@ HYPERPARAMETERS_MAX = 100
 DAYS_28_H = 28 * 24
 
 
+def deadline_hours_text(deadline_s: float) -> str:
+    """compute.deadline_hours as the run gives it, for messages: the contract's seconds back in hours, to 12
+    significant digits (`:g` printed 0.123456789 as 0.123457 and 1.0000001 as 1)."""
+    return f"{round(deadline_s / 3600, 12):.12g}"
+
+
 def _needs_validation(data: DataSpec, field_path: str, value: Any) -> None:
     """Without data.source nothing can hold a validation split: the run must name its validation set. With one,
     the sources' check (spotrun/planner/sources.py `check_validation`) decides, on the prepared data's index.json."""

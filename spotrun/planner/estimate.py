@@ -51,7 +51,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
 from ..contract.refusal import Refusal
-from ..contract.spec import MAX_RUNTIME_LIMIT_S, LoraSpec, RunSpec, RunValidationError
+from ..contract.spec import MAX_RUNTIME_LIMIT_S, LoraSpec, RunSpec, RunValidationError, deadline_hours_text
 from ..contract.strict_json import show
 from ..seams import SegmentPlan, StopNotice
 from .catalog import CATALOG_PATH, DEFAULT_PRICE_REGION, check_prices, load_catalog, regional_catalog, share_done, usd
@@ -314,15 +314,15 @@ def _deadline(run: RunSpec, options: list[Option], best: Option, job_s: Callable
         return []
     fastest = min(options, key=job_s)
     faster = (f"; the fastest layout, {fastest.fit.layout.describe()}, takes {job_s(fastest) / 3600:,.2f} h "
-              f"(compute.target_hours={c.deadline_s / 3600:g} chooses the cheapest that meets it)"
+              f"(compute.target_hours={deadline_hours_text(c.deadline_s)} chooses the cheapest that meets it)"
               if job_s(fastest) <= c.deadline_s else "")
     numbers = (f"the run takes {job_s(best) / 3600:,.2f} h on {best.fit.layout.describe()} even on on-demand "
                f"instances from the start (one job: its start, the training and its end; no interruption){faster}")
     if not c.accept_missed_deadline:
-        raise EstimateRefused("InvalidRun", f"compute.deadline_hours={c.deadline_s / 3600:g} cannot be met: "
-                              f"{numbers}; give a later deadline, fewer tokens or a faster layout, or set "
+        raise EstimateRefused("InvalidRun", f"compute.deadline_hours={deadline_hours_text(c.deadline_s)} cannot "
+                              f"be met: {numbers}; give a later deadline, fewer tokens or a faster layout, or set "
                               "compute.accept_missed_deadline=true to start it anyway", field="compute.deadline_hours")
-    return [f"THE DEADLINE WILL BE MISSED: compute.deadline_hours={c.deadline_s / 3600:g}, and {numbers} "
+    return [f"THE DEADLINE WILL BE MISSED: compute.deadline_hours={deadline_hours_text(c.deadline_s)}, and {numbers} "
             "(accepted by compute.accept_missed_deadline)"]
 
 

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
 
+from ..contract.spec import deadline_hours_text
 from ..planner.catalog import usd
 from ..planner.estimate import startup_seconds
 from ..planner.segments import (
@@ -260,8 +261,9 @@ def spot_policy(run, est, catalog: dict, *, n: int = N_TRACES, seed: int = SEED,
     misses = best.p_deadline is not None and best.p_deadline < CONFIDENCE
     if cheapest and misses:  # the cap left out every one
         named = (deadline_cap or cents_up)(cheapest.p95_usd)
-        warnings.append(f"compute.deadline_hours={plan.deadline_s / 3600:g}: within the ${run.max_usd:,.2f} cap "
-                        f"the chosen {best.label} meets it on {best.p_deadline:.1%} of the traces; {cheapest.label} "
+        warnings.append(f"compute.deadline_hours={deadline_hours_text(plan.deadline_s)}: within the "
+                        f"${run.max_usd:,.2f} cap the chosen {best.label} meets it on {best.p_deadline:.1%} of the "
+                        f"traces; {cheapest.label} "
                         f"meets it on {cheapest.p_deadline:.1%}, its P95 bill here ${cheapest.p95_usd:,.2f}: a cap "
                         f"of ${named:,.2f} lets the estimate choose a policy that meets it")
     if plan.deadline_s is None and not any(r.p_finished >= CONFIDENCE for r in rows):
@@ -335,8 +337,9 @@ def spot_policy_at_caps(run, est, catalog: dict, *, poll_s: float = 60.0, max_po
             cap = deadline_cap(one_job.meeting_p95_usd)
             label, odds = min((r["p95_usd"], r["label"], r["p_deadline"]) for r in one_job.section.policies
                               if r["p_deadline"] is not None and r["p_deadline"] >= CONFIDENCE)[1:]
-            missed = (f"compute.deadline_hours={run.compute.deadline_s / 3600:g}: within the ${run.max_usd:,.2f} "
-                      f"cap no policy meets it on {CONFIDENCE:.0%} of the traces ({choice.section.chosen} on "
+            missed = (f"compute.deadline_hours={deadline_hours_text(run.compute.deadline_s)}: within the "
+                      f"${run.max_usd:,.2f} cap no policy meets it on {CONFIDENCE:.0%} of the traces "
+                      f"({choice.section.chosen} on "
                       f"{_chosen_p_deadline(choice):.1%}); "
                       f"as one job {label} meets it on {odds:.1%}: a cap of ${cap:,.2f} lets the estimate choose "
                       "a policy that meets it")
@@ -453,7 +456,8 @@ def _deadline_cap(run, est, catalog: dict, p95_usd: float, poll: dict, one_job: 
 
 def _missed_deadline(plan: SimPlan, rows: list[Summary]) -> str:
     """The warning for a deadline no candidate meets on CONFIDENCE of the traces, naming what would help."""
-    head = f"compute.deadline_hours={plan.deadline_s / 3600:g}: no policy meets it on {CONFIDENCE:.0%} of the traces"
+    head = (f"compute.deadline_hours={deadline_hours_text(plan.deadline_s)}: no policy meets it on {CONFIDENCE:.0%} "
+            "of the traces")
     on_demand = next((r for r in rows if r.policy == "on_demand"), None)
     if on_demand is not None:
         return f"{head} (on-demand from the start takes {_hours(on_demand.mean_wall_h)}); the run would miss it"

@@ -165,3 +165,16 @@ def test_no_warning_about_the_very_cap_the_estimate_names(tmp_path, capsys, monk
     # (three quarters of it: well above the smallest cap whose chain finishes)
     code, under = _cli(tmp_path, capsys, "estimate", _with(run, budget={"max_usd": round(named * 0.75, 2)}))
     assert code == 0 and [w for w in under["warnings"] if "an on-demand fallback would cost" in w], under
+
+
+def test_deadline_messages_quote_the_hours_as_the_run_gives_them(tmp_path, capsys):
+    """`:g` quoted compute.deadline_hours=0.123456789 as 0.123457 and 1.0000001 as 1 (a new user's trial)."""
+    code, doc = _cli(tmp_path, capsys, "estimate", _qwen(deadline_hours=0.123456789))
+    assert code == 2 and doc["message"].startswith("compute.deadline_hours=0.123456789 cannot be met"), doc
+    code, doc = _cli(tmp_path, capsys, "validate", _qwen(deadline_hours=0.123456789))
+    assert code == 0 and "compute.deadline_hours=0.123456789 against the run's length" in json.dumps(doc), doc
+    longer = _with(_qwen(deadline_hours=1.0000001, accept_missed_deadline=True), data={"tokens": 200_000_000})
+    code, doc = _cli(tmp_path, capsys, "estimate", longer)
+    assert code == 0, doc
+    quoted = re.findall(r"compute\.deadline_hours=([0-9.e+-]+)", " ".join(doc["warnings"]))
+    assert quoted and set(quoted) == {"1.0000001"}, doc["warnings"]
