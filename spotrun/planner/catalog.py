@@ -32,9 +32,12 @@ def share_done(fraction: float) -> str:
 
 def usd(amount: float) -> str:
     """A dollar amount for people: cents from $1 (`$1,234.50`), two significant digits below it, so that a cap of
-    $0.001 never reads $0.00 (`$0.001`, `$0.012`, `$0.50`)."""
+    $0.001 never reads $0.00 (`$0.001`, `$0.012`, `$0.50`); under a billionth of a dollar in exponent form, as a
+    run can write it (`budget.max_usd: 1e-300` printed 300 zeros)."""
     if not math.isfinite(amount) or amount == 0 or abs(amount) >= 0.995:
         return f"${amount:,.2f}"
+    if abs(amount) < 1e-9:
+        return f"${amount:.2g}"
     digits = max(2, 1 - math.floor(math.log10(abs(amount))))
     text = f"{amount:.{digits}f}"
     whole, _, cents = text.partition(".")

@@ -517,6 +517,15 @@ def test_a_cap_of_a_tenth_of_a_cent_is_printed_as_such(tmp_path, capsys):
     assert "budget.max_usd=$0.001" in doc["message"] and "$0.00 " not in doc["message"]
 
 
+def test_a_cap_of_1e_300_is_refused_in_one_short_line(tmp_path, capsys):
+    """`budget.max_usd: 1e-300` was refused OverBudget quoting '$0.000...' with 300 zeros."""
+    run = copy.deepcopy(TOKENS_RUN)
+    run["budget"]["max_usd"] = 1e-300
+    code, doc = _estimate(tmp_path, capsys, run)
+    assert (code, doc["error"]) == (3, "OverBudget"), doc
+    assert "budget.max_usd=$1e-300" in doc["message"] and len(doc["message"]) < 400, doc["message"]
+
+
 def test_the_plot_marks_the_step_the_signal_was_sent_the_step_saved_and_the_best_checkpoint():
     from spotrun.local.report_files import loss_figure
 
