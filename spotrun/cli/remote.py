@@ -447,7 +447,16 @@ def _text(value: Any) -> str:
         return "\n\n".join(_text(v) for v in value)
     if isinstance(value, dict) and "billable_seconds" in value and "estimated_cost_usd" in value:
         return summary_text(value)
-    return "\n".join(f"{k:<18} {v}" for k, v in value.items() if v is not None)
+    return "\n".join(_field_text(k, v) for k, v in value.items() if v is not None)
+
+
+def _field_text(key: str, value: Any) -> str:
+    """One field of a text answer; a list of records (`status`'s ended jobs with their bills) one record a line,
+    not as a Python list of dicts on one line."""
+    if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+        records = ("  " + " ".join(f"{k}={v}" for k, v in record.items() if v is not None) for record in value)
+        return f"{key:<18} {len(value)}\n" + "\n".join(records)
+    return f"{key:<18} {value}"
 
 
 def _table(rows: list[dict]) -> str:

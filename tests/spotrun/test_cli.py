@@ -226,3 +226,24 @@ def test_a_remote_command_without_aws_credentials_is_an_aws_failure_not_a_missin
     err = capsys.readouterr().err
     assert code == 1, err  # exits.py: 1 is an AWS failure
     assert "credentials" in err and "cdk deploy" not in err, err
+
+
+def test_status_text_prints_each_ended_job_on_its_own_line(capsys):
+    """`spotrun status` printed the run's ended jobs as a Python list of dicts on one line."""
+    import argparse
+
+    from spotrun.cli.remote import run_command
+
+    ended = [{"segment": k, "job_name": f"run-{k}", "spot": k == 1, "status": "Stopped", "billable_seconds": 600 * k,
+              "cost_usd": 0.5 * k, "exact": True, "interruptions": 0} for k in (1, 2)]
+    status = [{"execution": "run-e", "state": "RUNNING", "job_name": "run-3", "segment": 3, "segments": ended,
+               "spent_usd": 2.0, "cap_usd": 40.0}]
+    assert run_command(lambda _: status, argparse.Namespace(format="text")) == 0
+    lines = capsys.readouterr().out.splitlines()
+    at = lines.index("segments           2")
+    assert lines[at + 1:at + 3] == [
+        "  segment=1 job_name=run-1 spot=True status=Stopped billable_seconds=600 cost_usd=0.5 exact=True "
+        "interruptions=0",
+        "  segment=2 job_name=run-2 spot=False status=Stopped billable_seconds=1200 cost_usd=1.0 exact=True "
+        "interruptions=0"], lines
+    assert lines[at + 3] == "spent_usd          2.0" and not any("[{" in line for line in lines), lines
