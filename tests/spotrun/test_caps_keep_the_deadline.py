@@ -147,8 +147,8 @@ def test_the_cap_row_says_which_cap_to_set(tmp_path, capsys):
 
 def test_no_warning_about_the_very_cap_the_estimate_names(tmp_path, capsys, monkeypatch):
     """mistral with on-demand fallback and a 15.5 h deadline (15.16 h before the jobs were simulated with the
-    chain's start and end): set at the cap the estimate named ($30.82), it warned 'an on-demand fallback would cost $31.48 > budget $30.82; the cost guard stops it
-    at the cap'."""
+    chain's start and end): set at the cap the estimate named ($30.82), it warned 'an on-demand fallback would
+    cost $31.48 > budget $30.82; the cost guard stops it at the cap'."""
     example = json.loads((ROOT / "examples/runs/mistral-7b-lora.json").read_text())
     example["model"] = {"init": "random", "config": example["model"]["config"]}  # the Lambda reads no S3 here
     run = _with(example, data={"source": f"s3://{BUCKET}/datasets/summaries/"},
