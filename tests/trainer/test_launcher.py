@@ -190,7 +190,7 @@ def test_bad_hyperparameters_name_the_field(tmp_path, hp, message):
 
 
 @pytest.mark.parametrize("hp, message", [
-    ({"eval.keep_best": "true"}, "eval.keep_best=True is invalid: expected false without checkpoints: the best "
+    ({"eval.keep_best": "true"}, "eval.keep_best=true is invalid: expected false without checkpoints: the best "
      "weights are kept as a checkpoint (checkpoint.dir, the job's CheckpointConfig)"),
     ({"segment_seconds": "3600"}, "segment_seconds=3600.0 is invalid: expected 0 without checkpoints: the next "
      "segment resumes from the checkpoint"),
@@ -396,7 +396,7 @@ def test_launcher_refuses_keep_best_without_checkpoints_in_one_line_without_star
     assert proc.wait(timeout=300) == 2
     assert "torch.distributed.run" not in (tmp_path / "launcher.log").read_text()
     failure = (root / "output" / "failure").read_text()
-    assert failure.startswith("invalid configuration: eval.keep_best=True is invalid: expected false without "
+    assert failure.startswith("invalid configuration: eval.keep_best=true is invalid: expected false without "
                               "checkpoints") and failure.count("\n") == 1
 
 
