@@ -170,6 +170,6 @@ def test_the_plan_sends_the_secrets_name_never_the_key_and_the_trainer_parses_it
     refused = plan(json.loads(json.dumps(run)), "exec-1", other)
     assert (refused["status"], refused["field"]) == ("InvalidRun", "tracking.wandb_api_key_secret"), refused
     assert "one of the stage's W&B API key secrets: none (wandb_api_key_secrets" in refused["message"]
-    with pytest.raises(ConfigError, match=r"tracking\.wandb_api_key_secret=''"):
+    with pytest.raises(ConfigError, match=r'tracking\.wandb_api_key_secret="" is invalid'):
         job_config({"data.path": "d", "output_dir": "o", "model.config": '{"model_type": "x"}',
                                           "tracking.wandb_project": "p"})
