@@ -11,6 +11,7 @@ does not list the secret refuses the run.
 from __future__ import annotations
 
 import json
+import re
 import struct
 from pathlib import Path
 
@@ -103,7 +104,10 @@ def test_wandb_logs_each_step_once_across_a_restart_with_the_key_from_the_secret
     import wandb
 
     wandb.teardown()  # W&B's service writes the run files behind the process: let it finish them
-    runs = sorted((wandb_env / "wandb").glob(f"offline-run-*-{ids['wandb_run_id']}"))
+    # Two starts within one second: W&B names the second folder with a "-1" after the run id.
+    found = (wandb_env / "wandb").glob("offline-run-*")
+    folder = rf"offline-run-\d{{8}}_\d{{6}}-{ids['wandb_run_id']}(-\d+)?"
+    runs = sorted(p for p in found if re.fullmatch(folder, p.name))
     assert len(runs) == 2  # one W&B run id, continued by the second start
     starts = [[_items(r.history.item) for r in _records(run) if r.WhichOneof("record_type") == "history"]
               for run in runs]
