@@ -221,6 +221,8 @@ def test_missing_resourceconfig_is_a_clear_error(tmp_path):
 
 UNREPORTED = ("stopped by signal; 1 of 2 local workers exited before reporting (still starting, or killed at the "
               "shutdown timeout): the newest complete checkpoint stands")
+TEARDOWN = ("every local worker completed and reported; torchrun then exited with code {} (a worker died in the "
+            "interpreter's teardown, after its work): the run is complete")
 
 
 STOPPED = "stopped at step 7; the newest intact checkpoint is step-00000007 (a restart resumes from it)"
@@ -238,6 +240,11 @@ PEER = ("training did not complete: another host of this job was sent a stop sig
     (1, True, [{"status": "completed"}, {"status": "completed"}], (0, "", "")),
     (1, True, [{"status": "completed"}, {"status": "stopped"}], (0, "", "")),
     (1, True, [{"status": "completed"}], (0, "", UNREPORTED)),
+    # every worker completed, then one died in the interpreter's teardown: the run is done, not failed
+    (-6, False, [{"status": "completed"}] * 2, (0, "", TEARDOWN.format(-6))),
+    (1, False, [{"status": "completed"}] * 2, (0, "", TEARDOWN.format(1))),
+    # one of two completed: the other's part is missing, so the exit code stands
+    (1, False, [{"status": "completed"}], (1, "torchrun exited with code 1 without a worker error report", "")),
     (1, True, [{"status": "failed", "message": "boom"}], (1, "boom", "")),
     (1, False, [{"status": "failed", "message": "CUDA out of memory: turn on"}],
      (1, "CUDA out of memory: turn on", "")),

@@ -368,6 +368,14 @@ def decide_exit(returncode: int, *, signalled: bool, outcomes: list[Outcome], np
                                    f"the same step: {stopped[0].message}"), ""
     if returncode == 0:
         return 0, "", ""
+    completed = sum(1 for o in outcomes if o.status == "completed")
+    if completed == nproc and not signalled:
+        # NOTE: every worker finished its part (the export included) and said so; a worker can still die after
+        # that, in the interpreter's teardown, when gloo's threads outlive it (SIGABRT, "terminate called without
+        # an active exception": pytorch/pytorch#190489, #179291). SageMaker would read the exit code as a failed
+        # job and a retry would pay for work that is done.
+        return 0, "", (f"every local worker completed and reported; torchrun then exited with code {returncode} "
+                       "(a worker died in the interpreter's teardown, after its work): the run is complete")
     if signalled:
         # A worker that had finished (a stop during the export lets it complete) reported as much as one that
         # stopped: either way its part of the run is safe.
