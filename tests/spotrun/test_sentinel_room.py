@@ -16,7 +16,6 @@ from spotrun.pipeline import guard as guard_rules
 from spotrun.policy.decision import RULES
 from spotrun.seams import Guard, Plan
 
-from .test_caps_keep_the_deadline import _plan
 from .test_new_users_trial import BUCKET, _cli, _with
 
 ROOT = Path(__file__).parents[2]
