@@ -16,6 +16,7 @@ from spotrun.pipeline import guard as guard_rules
 from spotrun.policy.decision import RULES
 from spotrun.seams import Guard, Plan
 
+from .test_caps_keep_the_deadline import handler_plan
 from .test_new_users_trial import BUCKET, _cli, _with
 
 ROOT = Path(__file__).parents[2]
@@ -31,33 +32,13 @@ def mistral_run() -> dict:
                  compute={"deadline_hours": 15.5, "on_demand_fallback": True}, budget={"max_usd": 300})
 
 
-def _full_plan(monkeypatch, run: dict) -> dict:
-    """The estimate Lambda's whole plan (what the state machine carries to the cost guard)."""
-    import boto3
-    from moto import mock_aws
-
-    from spotrun.handlers import estimate as estimate_handler
-
-    from .test_new_users_trial import SETTINGS, _NoQuotasListed
-
-    for key, value in {**SETTINGS.to_env(), "AWS_REGION": "us-east-1"}.items():
-        monkeypatch.setenv(key, value)
-    real = boto3.client
-    monkeypatch.setattr(estimate_handler.boto3, "client",
-                        lambda name, *a, **k: _NoQuotasListed() if name == "service-quotas" else real(name, *a, **k))
-    with mock_aws():
-        boto3.client("s3", region_name="us-east-1").create_bucket(Bucket=BUCKET)
-        out = estimate_handler.handler({"run": run, "execution": "exec-1", "started": "2026-01-01T00:00:00Z"}, None)
-    assert out.get("status") == "ok", out
-    return out
-
-
 def test_every_on_demand_job_at_the_named_cap_leaves_the_guard_room_for_its_sentinel(tmp_path, capsys,
                                                                                       monkeypatch, mistral_run):
     code, doc = _cli(tmp_path, capsys, "estimate", mistral_run)
     assert code == 0, doc
     named = doc["spot_policy"]["deadline_cap_usd"] or doc["spot_policy"]["p95_finish_cap_usd"]
-    plan = _full_plan(monkeypatch, _with(mistral_run, budget={"max_usd": named}))
+    plan = handler_plan(monkeypatch, _with(mistral_run, budget={"max_usd": named}))
+    assert plan.get("status") == "ok", plan
     section = plan["estimate"]["spot_policy"]
     assert section["policy"] == "probing_sentinel", section["chosen"]  # chosen at the cap it names, too
     p = Plan.from_json(plan)
