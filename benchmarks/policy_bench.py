@@ -88,7 +88,7 @@ def windows(recordings: list, deadline_h: float, every_h: float) -> list[tuple[i
     return out
 
 
-BASELINES = ("uniform_progress_code", "ross", "probing_sighted", "probing_sentinel")  # not in DEADLINE_RULES
+BASELINES = ("uniform_progress_code", "ross", "probing_sighted")  # probing_sentinel is in DEADLINE_RULES
 SIGHTED_STINT_S = 1800.0  # probing_sighted's least time on an on-demand job before it goes back to spot
 SENTINEL_STINT_S = RULES["probing_sentinel"].stint_s  # least time on an on-demand job before its sentinel (chosen)
 SENTINEL_POLL_S = RULES["probing_sentinel"].sentinel_poll_s  # the longest wait between the guard's looks at it

@@ -79,6 +79,7 @@ from ..policy.decision import (
     committed_progress_s,
     decide_from_section,
     poll_wait,
+    sentinel_room_s,
 )
 from ..seams import (
     CHECKPOINT_MANIFEST,
@@ -488,7 +489,15 @@ def chain_costs(plan: Plan) -> ChainCosts:
     return ChainCosts(usd_per_s=usd_per_second(plan), spot_fraction=plan.spot_fraction,
                       startup_s=plan.segment_overhead_seconds, restart_s=plan.segment_overhead_seconds,
                       save_s=plan.checkpoint_upload_seconds, longest_s=plan.max_runtime_cap_seconds,
-                      step_s=plan.seconds_per_step, warm_pool_s=plan.warm_pool_seconds)
+                      step_s=plan.seconds_per_step, warm_pool_s=plan.warm_pool_seconds,
+                      sentinel_room_s=plan_sentinel_room_s(plan))
+
+
+def plan_sentinel_room_s(plan: Plan) -> float:
+    """What the plan's policy keeps beside an on-demand job for its sentinel (0 without one): an on-demand job's
+    MaxRuntime leaves it, so `sentinel_limits` finds room for the sentinel at any spend."""
+    section = policy_section(plan)
+    return 0.0 if section is None else sentinel_room_s(section.policy, plan.poll_seconds)
 
 
 def work_left(plan: Plan, checkpoint_step: int | None) -> float:
@@ -506,9 +515,9 @@ def _next_segment(plan: Plan, guard: Guard, spent: float, spot: bool, act: Calla
     """The next segment when the chain from the newest checkpoint still finishes under the cap at the expected
     bill (its MaxRuntime: what the cap leaves at on-demand rates); otherwise the run ends at the cap, saying why."""
     rate = usd_per_second(plan)
-    warm = 0 if spot else plan.warm_pool_seconds
+    kept = 0 if spot else plan.warm_pool_seconds + plan_sentinel_room_s(plan)  # on-demand: room for a sentinel
     max_rt = next_max_runtime(cap_usd=plan.max_usd, spent_usd=spent, usd_per_s=rate,
-                              longest_s=plan.max_runtime_cap_seconds, warm_pool_s=warm)
+                              longest_s=plan.max_runtime_cap_seconds, warm_pool_s=kept)
     segment = int(guard.segment) + 1
     costs, left = chain_costs(plan), work_left(plan, checkpoint_step)
     chain = plan_chain(cap_usd=plan.max_usd, spent_usd=spent, work_s=left, costs=costs, first=False, spot=spot)

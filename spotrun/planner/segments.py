@@ -80,6 +80,9 @@ class ChainCosts:
     longest_s: int  # no job runs longer (the single job's MaxRuntime)
     step_s: float = 0.0  # one optimizer step: a segment that cannot train one makes no progress
     warm_pool_s: float = 0.0  # an on-demand job's keep-alive, billed after it ends
+    # kept beside an on-demand job for the policy's sentinel (spotrun/policy/decision.py `sentinel_room_s`): its
+    # MaxRuntime is shorter by it, never billed by the job
+    sentinel_room_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -104,10 +107,11 @@ def plan_chain(*, cap_usd: float, spent_usd: float, work_s: float, costs: ChainC
     bills a stop (STOP_BILL_S), as an interrupted one does (`finish_cap_usd`)."""
     share = costs.spot_fraction if spot else 1.0
     warm = 0.0 if spot else costs.warm_pool_s
+    kept = warm if spot else warm + costs.sentinel_room_s  # what an on-demand job's MaxRuntime leaves unbilled
     left, spent, segments, first_rt = work_s, spent_usd, 0, 0
     while left > 1e-9:
         max_rt = next_max_runtime(cap_usd=cap_usd, spent_usd=spent, usd_per_s=costs.usd_per_s,
-                                  longest_s=costs.longest_s, warm_pool_s=warm)
+                                  longest_s=costs.longest_s, warm_pool_s=kept)
         start = costs.startup_s if first and segments == 0 else costs.restart_s
         rest = int(math.ceil(start + left + costs.save_s + SEGMENT_END_MARGIN_S))  # finishes the run
         trains = max_rt - start - costs.save_s - SEGMENT_END_MARGIN_S
@@ -134,7 +138,7 @@ def smallest_cap(*, spent_usd: float, work_s: float, costs: ChainCosts, first: b
     """The smallest cap (to the cent) whose chain fits: bisection between what is spent and one job's on-demand
     bound for all the work (a chain fits at the one and not below the other; more room never shortens it)."""
     one_job = spent_usd + (costs.startup_s + costs.restart_s + work_s + costs.save_s + SEGMENT_END_MARGIN_S
-                           + STOP_BILL_S + costs.warm_pool_s) * costs.usd_per_s
+                           + STOP_BILL_S + costs.warm_pool_s + costs.sentinel_room_s) * costs.usd_per_s
     if work_s > costs.longest_s:  # SageMaker's 28 days: a chain of the longest jobs
         one_job += (work_s // costs.longest_s) * (costs.restart_s + costs.save_s) * costs.usd_per_s * 2
     low, high = spent_usd, max(one_job, spent_usd + 0.01)
@@ -245,7 +249,7 @@ def on_demand_segments_at(segments: SegmentPlan, cap_usd: float, work_s: float) 
                       spot=False).segments
 
 
-def finish_cap_usd(segments: SegmentPlan, bill_usd: float, spot: bool = True) -> float:
+def finish_cap_usd(segments: SegmentPlan, bill_usd: float, spot: bool = True, sentinel_room_s: float = 0.0) -> float:
     """The smallest cap whose chain carries a run that one job (the cap not binding) bills `bill_usd` for: that
     bill's billed time as the chain's work (`segments`: the estimate's expected chain). More than the bill plus one
     restart: the last job's MaxRuntime must hold its start, its training and its end at on-demand rates, of which it
@@ -259,11 +263,16 @@ def finish_cap_usd(segments: SegmentPlan, bill_usd: float, spot: bool = True) ->
 
     `spot`: the bill is billed at spot rates (False: an on-demand policy's, every second at on-demand rates, its
     jobs never interrupted). The cap depends only on that bill: the same on-demand P95 was told $0.83 with
-    compute.spot=false and several times that with spot=true (its seconds taken at the spot share)."""
+    compute.spot=false and several times that with spot=true (its seconds taken at the spot share).
+
+    `sentinel_room_s`: what the policy keeps beside an on-demand job for its sentinel (spotrun/policy/decision.py
+    `sentinel_room_s`), added at on-demand rates: an on-demand job then has, at any spend, the MaxRuntime it has
+    without a sentinel at the cap without the room, and the guard the room to create the sentinel."""
     costs = ChainCosts(**segments.chain_costs)
     spot = spot and costs.spot_fraction < 1.0
     if not spot:  # an on-demand chain: no spot share, and its jobs end cleanly (no stop billed)
         costs = ChainCosts(**{**segments.chain_costs, "spot_fraction": 1.0})
     work = bill_usd / (costs.usd_per_s * costs.spot_fraction) - costs.startup_s - JOB_END_S
     finish = smallest_cap(spent_usd=0.0, work_s=max(work, 1.0), costs=costs, first=True, spot=spot, stopped=spot)
-    return max(segments.min_cap_usd, finish)
+    room = math.ceil(sentinel_room_s * costs.usd_per_s * 100) / 100  # in cents, up
+    return round(max(segments.min_cap_usd, finish) + room, 2)

@@ -39,7 +39,7 @@ from ..planner.topology import step_seconds
 from ..seams import SpotPolicy
 from . import Summary, compare
 from .availability import mean_down_s
-from .decision import DEADLINE_RULES, RULES
+from .decision import DEADLINE_RULES, RULES, sentinel_room_s
 from .engine import INF, SimPlan
 from .traces import TraceSpec, generated_traces
 
@@ -317,7 +317,7 @@ def spot_policy_at_caps(run, est, catalog: dict, *, poll_s: float = 60.0, max_po
     (`shared_simulations`)."""
     poll = {"poll_s": poll_s, "max_poll_s": max_poll_s, "n": n}
     alone = functools.cache(lambda: spot_policy(*_at_cap(run, est, math.inf), catalog, **poll))
-    alone_finish = functools.cache(lambda: _finish_cap(est, alone()))
+    alone_finish = functools.cache(lambda: _finish_cap(est, alone(), poll_s))
     named: list[float] = []  # the deadline warning's cap, when it names one
 
     def deadline_cap(p95: float) -> float:
@@ -343,7 +343,7 @@ def spot_policy_at_caps(run, est, catalog: dict, *, poll_s: float = 60.0, max_po
                       f"{_chosen_p_deadline(choice):.1%}); "
                       f"as one job {label} meets it on {odds:.1%}: a cap of ${cap:,.2f} lets the estimate choose "
                       "a policy that meets it")
-        finish = _finish_cap(est, one_job)
+        finish = _finish_cap(est, one_job, poll_s, also=choice.section.policy)
         kept = [] if named else _deadline_odds_kept(run, est, catalog, finish, poll, one_job)
     if kept:
         finish = kept[0]
@@ -389,12 +389,15 @@ def _deadline_odds_kept(run, est, catalog: dict, finish: float, poll: dict, one_
     return [] if one_job_cap == math.inf else [max(finish, one_job_cap)]
 
 
-def _finish_cap(est, one_job: PolicyChoice) -> float:
-    """The P95 finish cap of `one_job`'s P95 bill on the estimate's chain (inf without a chain to plan it on)."""
+def _finish_cap(est, one_job: PolicyChoice, poll_s: float, also: str = "") -> float:
+    """The P95 finish cap of `one_job`'s P95 bill on the estimate's chain (inf without a chain to plan it on), with
+    the room a sentinel needs beside an on-demand job (the guard's `poll_s`) when `one_job`'s policy or `also` (the
+    policy chosen at the cap set) keeps one."""
     if not est.segments.chain_costs:
         return math.inf
     on_demand = one_job.section.chosen.split(" ")[0] == "on_demand"  # its bill is at on-demand rates
-    return finish_cap_usd(est.segments, one_job.p95_usd, spot=not on_demand)
+    room = max(sentinel_room_s(one_job.section.policy, poll_s), sentinel_room_s(also, poll_s))
+    return finish_cap_usd(est.segments, one_job.p95_usd, spot=not on_demand, sentinel_room_s=room)
 
 
 def _under_finish_cap(cap_usd: float, finish_usd: float, section: SpotPolicy) -> list[str]:

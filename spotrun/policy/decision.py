@@ -442,6 +442,19 @@ class SentinelGreedy:
         return Decision(Action.KEEP, self.sentinel_poll_s, sentinel=True)
 
 
+def sentinel_room_s(policy: str, poll_s: float) -> float:
+    """Seconds at on-demand rates the cap keeps beside every on-demand job of a run whose policy keeps sentinels
+    (0 for the others): what the guard's sentinel needs to hold its instances from the look that finds them
+    (`sentinel_poll_s`, plus a poll of the guard's grid) to the end of its stop (spotrun/pipeline/guard.py
+    `sentinel_limits`), and a second for the roundings. The on-demand job's MaxRuntime is shorter by it
+    (spotrun/planner/segments.py `plan_chain`), and the cap to set is higher by it: without it, at the cap the
+    estimate named, the on-demand job's MaxRuntime took all the cap left and the run ran without its sentinel."""
+    rule = RULES.get(policy)
+    if not isinstance(rule, SentinelGreedy):
+        return 0.0
+    return rule.sentinel_poll_s + poll_s + SENTINEL_STOP_S + 1.0
+
+
 def on_demand_rule(plan: SimPlan, ck: str, obs: Observation) -> Decision:
     return _to(Market.ON_DEMAND, obs)
 
@@ -468,12 +481,8 @@ RULES: dict[str, Rule] = {
     # choose-set windows: benchmarks/policy_bench.py SENTINEL_STINT_S, SENTINEL_POLL_S)
     "probing_sentinel": SentinelGreedy(reserve=32.0, stint_s=3600.0, sentinel_poll_s=600.0),
 }
-# probing_sentinel is executable (the guard runs it, replayed window by window) but not offered: at the caps the
-# estimate names, the on-demand job's MaxRuntime takes all the cap leaves, so the guard has no room to create the
-# sentinel and the run would be probing_greedy without its probes, which the estimate did not simulate
-# (docs/spot-policy.md, "The sentinel executed by the guard").
 DEADLINE_RULES = ("uniform_progress", "deadline_greedy", "slack_reserve_5", "slack_reserve_10", "slack_reserve_25",
-                  "probing_greedy")
+                  "probing_greedy", "probing_sentinel")
 
 
 def decide(policy: str, plan: SimPlan, checkpointing: str, obs: Observation) -> Decision:

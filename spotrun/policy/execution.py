@@ -35,7 +35,6 @@ Not modelled: the cost cap's shorter polls and segments (a run whose cap binds p
 from __future__ import annotations
 
 import bisect
-import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -270,7 +269,7 @@ class Run:
     def status(job: Job) -> JobStatus:
         return JobStatus.NONE if job.end else JobStatus.WAITING if job.phase == "wait" else JobStatus.RUNNING
 
-    def observe(self, job: Job, now: float) -> Observation:
+    def observe(self, job: Job, now: float, spot_seen: bool = False) -> Observation:
         """What the guard sees at a poll (spotrun/pipeline/guard.py `observe`): the committed work as whole
         planned steps (`committed_progress_s` of the checkpoint's step), the ended jobs' bills and the running
         job's billed seconds at on-demand rates (the guard's bound: SageMaker reports a job's billable time at
@@ -286,7 +285,8 @@ class Run:
         return Observation(elapsed_s=now, committed_s=self._seen[1], market=job.market, status=status,
                            job_age_s=0.0 if job.end else now - job.created, spent_usd=spent / 3600,
                            max_wait_exceeded=job.end == "max_wait",
-                           training_s=job.since_commit if job.phase in ("train", "save") and not job.end else 0.0)
+                           training_s=job.since_commit if job.phase in ("train", "save") and not job.end else 0.0,
+                           spot_seen=spot_seen)
 
     def skip_polls(self, created: float, now: float, target: float, recheck_at: float) -> float:
         """The first poll at or after `target` (counted)."""
@@ -337,7 +337,7 @@ def execute(plan: SimPlan, trace: list, policy: str, checkpointing: str, *, hori
         status = run.status(job)
         seen = run.sentinel_at is not None and run.capacity_at(now)
         if ask_again(status, asked_status, now, recheck_at) or seen is not asked_seen:
-            decision = decide(policy, plan, checkpointing, dataclasses.replace(run.observe(job, now), spot_seen=seen))
+            decision = decide(policy, plan, checkpointing, run.observe(job, now, spot_seen=seen))
             asked_status, recheck_at, asked_seen = status, now + decision.recheck_s, seen
             if decision.sentinel and not job.end and job.market is Market.ON_DEMAND:
                 run.start_sentinel(now)

@@ -56,11 +56,18 @@ class TraceJob(SimJob):
                 return a + self.base, b + self.base
         return math.inf, math.inf
 
-    def stop(self, secondary: str = "Stopped") -> None:
+    def _stop_started(self, secondary: str) -> bool:
+        """A stop that needs nothing more: the job ended or is stopping already, or had no instances (it ends
+        now, unbilled). False: the caller enters Stopping."""
         if self.ended or self.phase == "Stopping":
-            return
+            return True
         if self.phase in ("Starting", "Interrupted"):
             self._end("Stopped", secondary)
+            return True
+        return False
+
+    def stop(self, secondary: str = "Stopped") -> None:
+        if self._stop_started(secondary):
             return
         if self.phase == "Training" and self.trainer.notice:
             self.work = self._to_step()
@@ -181,12 +188,10 @@ class SentinelJob(SimJob):
         self._publish()
 
     _window = TraceJob._window
+    _stop_started = TraceJob._stop_started
 
     def stop(self, secondary: str = "Stopped") -> None:
-        if self.ended or self.phase == "Stopping":
-            return
-        if self.phase in ("Starting", "Interrupted"):
-            self._end("Stopped", secondary)
+        if self._stop_started(secondary):
             return
         self.stop_why = secondary
         self._enter("Stopping", self.world.stop_bill_s)

@@ -20,6 +20,13 @@ ROOT = Path(__file__).parents[2]
 
 def _plan(monkeypatch, run: dict) -> dict:
     """The estimate Lambda's handler itself, with the stage's environment and its bucket: the accepted estimate."""
+    out = handler_plan(monkeypatch, run)
+    assert "estimate" in out, out
+    return out["estimate"]
+
+
+def handler_plan(monkeypatch, run: dict) -> dict:
+    """The estimate Lambda's handler's whole answer (the plan the state machine carries, or a refusal)."""
     for key, value in {**SETTINGS.to_env(), "AWS_REGION": "us-east-1"}.items():
         monkeypatch.setenv(key, value)
     real = boto3.client
@@ -27,9 +34,8 @@ def _plan(monkeypatch, run: dict) -> dict:
                         lambda name, *a, **k: _NoQuotasListed() if name == "service-quotas" else real(name, *a, **k))
     with mock_aws():
         boto3.client("s3", region_name="us-east-1").create_bucket(Bucket=BUCKET)
-        out = estimate_handler.handler({"run": run, "execution": "exec-1", "started": "2026-01-01T00:00:00Z"}, None)
-    assert "estimate" in out, out
-    return out["estimate"]
+        return estimate_handler.handler({"run": run, "execution": "exec-1", "started": "2026-01-01T00:00:00Z"},
+                                        None)
 
 
 def _chosen_odds(doc: dict) -> float:

@@ -683,8 +683,8 @@ def test_the_execution_skipping_polls_asks_the_policy_where_the_guard_polling_on
                         lambda self, job, until, **skip: None if skip else real_advance(self, job, until))
     seen = []
 
-    def compared(self, job, now):
-        mine, guards = real_observe(self, job, now), view.observe(self, job, now)
+    def compared(self, job, now, spot_seen=False):  # (no sentinel in these policies: spot_seen stays False)
+        mine, guards = real_observe(self, job, now, spot_seen), view.observe(self, job, now)
         seen.append(mine.committed_s != self.committed)
         assert dataclasses.asdict(mine) | {"spent_usd": 0.0} == pytest.approx(dataclasses.asdict(guards)), (now, mine)
         return mine
