@@ -39,7 +39,7 @@ from ..planner.topology import step_seconds
 from ..seams import SpotPolicy
 from . import Summary, compare
 from .availability import mean_down_s
-from .decision import DEADLINE_RULES, RULES
+from .decision import DEADLINE_RULES, RULES, sentinel_settings
 from .engine import INF, SimPlan
 from .traces import TraceSpec, generated_traces
 
@@ -278,7 +278,8 @@ def spot_policy(run, est, catalog: dict, *, n: int = N_TRACES, seed: int = SEED,
                          confidence=CONFIDENCE if plan.deadline_s is not None else None, traces=n, seed=seed,
                          trace_source=source,
                          policies=[_rounded(r) for r in rows], left_out=list(left_out), policy=best.policy,
-                         checkpointing=best.checkpointing, sim_plan=dataclasses.asdict(plan))
+                         checkpointing=best.checkpointing, sim_plan=dataclasses.asdict(plan),
+                         sentinel=sentinel_settings(best.policy))
     return PolicyChoice(section=section, warnings=tuple(warnings), p95_usd=best.p95_usd, left_out=left_out,
                         meeting_p95_usd=cheapest.p95_usd if cheapest else None, misses_deadline=misses,
                         missed=missed)
@@ -494,6 +495,16 @@ def mean_over_p95_note(rows: list[dict]) -> list[str]:
             "wait for capacity, then on-demand); the mean counts them, the P95 does not"]
 
 
+def sentinel_text(section: SpotPolicy) -> str:
+    """The policy section's line on the sentinel (`SpotPolicy.sentinel`), the same facts as its JSON."""
+    sentinel = section.sentinel
+    if not sentinel.get("used"):
+        return f"  sentinel: none ({section.policy} keeps no spot job waiting beside an on-demand job)"
+    return (f"  sentinel: yes ({section.policy}): after {sentinel['stint_s'] / 3600:.2f} h on an on-demand job, a "
+            "spot job of the run's instances waits for capacity beside it, looked at every "
+            f"{sentinel['poll_s'] / 60:.0f} min, when the cap leaves room for it (billed in the run's spend)")
+
+
 def policy_text(section: SpotPolicy | None) -> str:
     """The estimate's lines for the policy section: the choice, each candidate's simulated bills (a row the cap
     left out marked), and the cap to set (`p95_finish_cap_usd`, named by the estimate step)."""
@@ -511,6 +522,7 @@ def policy_text(section: SpotPolicy | None) -> str:
         lines.append(f"{mark} {r['label']:<30} {r['mean_usd']:>10,.2f} {r['p50_usd']:>10,.2f} {r['p95_usd']:>10,.2f} "
                      f"{met:>11} {r['mean_lost_h']:>7.2f}{out}")
     lines += mean_over_p95_note(section.policies)
+    lines.append(sentinel_text(section))
     if section.deadline_cap_usd is not None:  # the deadline warning's cap, at least the finish cap
         lines.append(f"  the cap to set: ${section.deadline_cap_usd:,.2f} or more: the estimate then chooses a "
                      "policy that meets the deadline (the deadline warning's cap), and a run billed "
