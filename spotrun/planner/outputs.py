@@ -75,6 +75,8 @@ class Estimate:
     def to_json(self) -> dict:
         out = {**asdict(self), "spot_policy": section_json(self.spot_policy)}
         del out["planned_steps"]  # the plan's field (Plan.planned_steps), not one of the estimate's figures
+        if not self.spot:  # an on-demand job has no MaxWait (the text says so): no figure for one
+            del out["max_wait_seconds"]
         return out
 
 

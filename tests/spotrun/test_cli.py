@@ -271,3 +271,18 @@ def test_the_estimate_says_in_json_as_in_text_whether_the_guard_runs_a_sentinel(
     line = next(x for x in policy_text(probing).splitlines() if "sentinel:" in x)
     assert line.startswith(f"  sentinel: yes (probing_sentinel): after {rule.stint_s / 3600:.2f} h on an "
                            "on-demand job") and f"every {rule.sentinel_poll_s / 60:.0f} min" in line, line
+
+
+def test_an_on_demand_estimates_json_has_no_max_wait(tmp_path, capsys):
+    """The text said 'none (compute.spot=false: an on-demand job has no MaxWait)' while the JSON still gave
+    max_wait_seconds; a spot run's keeps it."""
+    raw = json.loads(EXAMPLES[0].read_text())
+    for spot in (False, True):
+        raw["compute"] = {k: v for k, v in raw["compute"].items() if k not in ("max_wait_hours",
+                                                                              "accepted_delay_hours")}
+        raw["compute"]["spot"] = spot
+        path = tmp_path / f"spot-{spot}.json"
+        path.write_text(json.dumps(raw))
+        assert main(["estimate", "--format", "json", str(path)]) == 0
+        doc = json.loads(capsys.readouterr().out)
+        assert doc["spot"] is spot and ("max_wait_seconds" in doc) is spot, doc.get("max_wait_seconds")
