@@ -25,7 +25,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 
 from ..contract.spec import deadline_hours_text
-from ..planner.catalog import usd
+from ..planner.catalog import hours_text, usd
 from ..planner.estimate import startup_seconds
 from ..planner.segments import (
     JOB_END_S,
@@ -171,11 +171,11 @@ def choose(plan: SimPlan, rows: list[Summary], confidence: float = CONFIDENCE,
     ok = [r for r in rows if r.p_deadline >= confidence]
     if not ok:
         best = max(rows, key=lambda r: (r.p_deadline, -r.mean_usd))
-        return best, (f"no policy meets the {plan.deadline_s / 3600:g} h deadline on {confidence:.0%} of the "
-                      f"traces: the likeliest to meet it ({best.p_deadline:.1%})")
+        return best, (f"no policy meets the {deadline_hours_text(plan.deadline_s)} h deadline on {confidence:.0%} "
+                      f"of the traces: the likeliest to meet it ({best.p_deadline:.1%})")
     best = min(ok, key=lambda r: r.mean_usd)
     return best, (f"the least expected cost of the {len(ok)} of {len(rows)} policies that meet the "
-                  f"{plan.deadline_s / 3600:g} h deadline on >= {confidence:.0%} of the traces")
+                  f"{deadline_hours_text(plan.deadline_s)} h deadline on >= {confidence:.0%} of the traces")
 
 
 def windows_per_trace(plan: SimPlan, rate_per_hour: float) -> float:
@@ -461,18 +461,15 @@ def _missed_deadline(plan: SimPlan, rows: list[Summary]) -> str:
             "of the traces")
     on_demand = next((r for r in rows if r.policy == "on_demand"), None)
     if on_demand is not None:
-        return f"{head} (on-demand from the start takes {_hours(on_demand.mean_wall_h)}); the run would miss it"
+        return (f"{head} (on-demand from the start takes {hours_text(on_demand.mean_wall_h * 3600)}); the run would "
+                "miss it")
     uninterrupted_h = (plan.startup_s + plan.work_s) / 3600
     if uninterrupted_h * 3600 > plan.deadline_s:  # on-demand fallback would not meet it either: no advice to take it
-        return (f"{head}: uninterrupted from the start the run takes {_hours(uninterrupted_h)}, so neither spot nor "
-                "on-demand meets it; the run would miss it")
+        return (f"{head}: uninterrupted from the start the run takes {hours_text(uninterrupted_h * 3600)}, so "
+                "neither spot nor on-demand meets it; the run would miss it")
     likeliest = max(rows, key=lambda r: r.p_deadline)
     return (f"{head} on spot alone (the likeliest, {likeliest.label}, on {likeliest.p_deadline:.1%}); "
             "compute.on_demand_fallback=true lets the run move to on-demand to meet it")
-
-
-def _hours(h: float) -> str:
-    return f"{h:.2f} h" if h < 1 else f"{h:.1f} h"
 
 
 def fitted_source(rate_per_hour: float) -> str:

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from ..contract.spec import deadline_hours_text
 from . import compare, quantile
 from .choose import choose, mean_over_p95_note
 from .engine import SimPlan
@@ -67,7 +68,7 @@ def relative(report: dict, label: str) -> dict:
 def table_text(report: dict) -> str:
     n = report["traces"]
     head = (f"{n} trace{'s' * (n != 1)} ({report['source']}); {report['work_hours']:.1f} h of work; deadline "
-            + (f"{report['deadline_hours']:g} h" if report["deadline_hours"] else "none"))
+            + (f"{deadline_hours_text(report['deadline_hours'] * 3600)} h" if report["deadline_hours"] else "none"))
     odds = "P(deadline)" if report["deadline_hours"] else "P(finished)"  # without a deadline: does it finish
     lines = [head, f"  {'policy':<28} {'mean $':>11} {'P50 $':>11} {'P95 $':>11} {odds:>11} "
              f"{'lost h':>7} {'wall h':>7} {'interr.':>7} {'vs OD':>6} {'vs opt':>7}"]
