@@ -143,6 +143,14 @@ def run_candidates(run, plan: SimPlan) -> list[tuple[str, str]]:
     return candidates(plan) if run.compute.spot else [c for c in candidates(plan) if c[0] == "on_demand"]
 
 
+LEFT_OUT_MARK = "  left out: P95 over the cap"  # a row's mark in the estimate's and simulate's tables
+
+
+def left_out_by_cap(rows: list[Summary], cap_usd: float | None) -> tuple[str, ...]:
+    """The labels of the rows a cap leaves out, as `choose` leaves them out: their P95 bill over it."""
+    return () if cap_usd is None else tuple(r.label for r in rows if r.p95_usd > cap_usd)
+
+
 def choose(plan: SimPlan, rows: list[Summary], confidence: float = CONFIDENCE,
            cap_usd: float | None = None) -> tuple[Summary, str]:
     """(the chosen row, why). With a cap, a policy whose P95 cost passes it is no candidate: the cost guard ends
@@ -250,7 +258,7 @@ def spot_policy(run, est, catalog: dict, *, n: int = N_TRACES, seed: int = SEED,
         done = None if shared is None else shared.setdefault(("executions", its, spec, n, seed), {})
         rows += compare(its, traces, [candidate], cap_usd=run.max_usd, executions=done)
     best, why = choose(plan, rows, cap_usd=run.max_usd)
-    left_out = tuple(r.label for r in rows if r.p95_usd > run.max_usd)  # as `choose` leaves them out
+    left_out = left_out_by_cap(rows, run.max_usd)
     warnings = []
     missed = ""
     if plan.deadline_s is not None and not any(r.p_deadline >= CONFIDENCE for r in rows):
@@ -515,7 +523,7 @@ def policy_text(section: SpotPolicy | None) -> str:
     for r in section.policies:
         met = "-" if r["p_deadline"] is None else f"{r['p_deadline']:.1%}"
         mark = "*" if r["label"] == section.chosen else " "
-        out = "  left out: P95 over the cap" if r["label"] in left_out else ""
+        out = LEFT_OUT_MARK if r["label"] in left_out else ""
         lines.append(f"{mark} {r['label']:<30} {r['mean_usd']:>10,.2f} {r['p50_usd']:>10,.2f} {r['p95_usd']:>10,.2f} "
                      f"{met:>11} {r['mean_lost_h']:>7.2f}{out}")
     lines += mean_over_p95_note(section.policies)
