@@ -36,7 +36,7 @@ from ..contract.runfile import load_run_file
 from ..contract.spec import RunSpec
 from ..contract.strict_json import RunValidationError, show
 from ..contract.strict_json import dumps as strict_dumps
-from ..pipeline.guard import decide
+from ..pipeline.guard import decide, has_instances
 from ..pipeline.plan import plan
 from ..pipeline.report import summary_text
 from ..seams import (
@@ -341,17 +341,23 @@ def run_status(dep: Deployment, execution: dict) -> dict:
         spent_before_usd=plan.spent_before_usd, interruptions_before=0)
     job_name = guard.job_name or plan.job_name
     out["job_name"] = job_name
+    # the current job's market, and the spot policy the guard executes (the estimate's choice, as the plan carries it)
+    out["market"] = "spot" if guard.spot else "on-demand"
+    out["spot_policy"] = plan.estimate.spot_policy.chosen if plan.estimate.spot_policy else None
     job = training_job(dep.client("sagemaker"), job_name)
+    sentinel = training_job(dep.client("sagemaker"), guard.sentinel_name)
     if job is not None:
         out["job_status"], out["secondary_status"] = job["TrainingJobStatus"], job.get("SecondaryStatus")
         # the cost guard's arithmetic, on the job (and the sentinel beside it, if any) as they are now
-        sentinel = training_job(dep.client("sagemaker"), guard.sentinel_name)
         spend = decide(plan, guard, job, now=time.time(), sentinel=sentinel)
         out["interruptions"] = spend.interruptions
         out["spent_usd"] = spend.cost_usd
     else:
         out["interruptions"] = guard.interruptions
         out["spent_usd"] = guard.cost_usd
+    if guard.sentinel_name:  # a spot job waiting for capacity beside the on-demand job (spotrun/pipeline/guard.py)
+        out["sentinel"] = guard.sentinel_name
+        out["sentinel_status"] = _sentinel_status(sentinel, guard.sentinel_stopping)
     # The run's jobs so far (spotrun/planner/segments.py): the current one and those that ended, with their exact
     # bills.
     out["segment"] = guard.segment
@@ -361,6 +367,15 @@ def run_status(dep: Deployment, execution: dict) -> dict:
     if metrics:
         out.update(step=metrics["step"], total_steps=metrics.get("total_steps"), loss=metrics["loss"])
     return out
+
+
+def _sentinel_status(describe: dict | None, stopping: bool) -> str:
+    """A live sentinel's state in a few words: its SageMaker status, and whether it holds spot capacity."""
+    if describe is None:
+        return "being created"
+    state = "/".join(s for s in (describe.get("TrainingJobStatus"), describe.get("SecondaryStatus")) if s)
+    seen = "spot capacity seen" if has_instances(describe) else "waiting for spot capacity"
+    return f"{state} ({seen}{'; the guard is stopping it' if stopping else ''})"
 
 
 def status(args: argparse.Namespace) -> list[dict]:
@@ -518,8 +533,8 @@ def register(sub) -> None:
     p.add_argument("--execution-name", help="execution name (default <run name>-<UTC time>)")
     common(p)
     p.set_defaults(func=lambda a: run_command(start, a))
-    p = sub.add_parser("status", help="state, step, loss, interruptions and spend vs cap of a run (default: the "
-                       "running ones)")
+    p = sub.add_parser("status", help="state, market (spot or on-demand), spot policy, a live sentinel, step, loss, "
+                       "interruptions and spend vs cap of a run (default: the running ones)")
     p.add_argument("run", nargs="?", help="run name, execution name or ARN")
     common(p)
     p.set_defaults(func=lambda a: run_command(status, a))

@@ -31,7 +31,7 @@ class Refusal(Exception):
         out: dict[str, Any] = {"status": self.status, "message": self.message, "field": self.field or "run"}
         if self.estimate is not None:
             est = self.estimate.to_json()
-            out["estimate"] = est if estimate_keys is None else {k: est[k] for k in estimate_keys}
+            out["estimate"] = est if estimate_keys is None else {k: est[k] for k in estimate_keys if k in est}
         return out
 
     def line(self) -> str:

@@ -264,9 +264,11 @@ class ComputeSpec:
     instance_count: int | None = spec("Nodes (auto: the planner's choice).", default=None, auto=True, lo=1, hi=64)
     spot: bool = spec("Managed spot training (interruptions resume from the newest checkpoint).", default=True)
     max_wait_hours: float | None = spec("MaxWait: the job's limit including waits for spot capacity (default: "
-                                        "MaxRuntime + accepted_delay_hours).", default=None, lo=0, hi=DAYS_28_H * 2,
+                                        "MaxRuntime + accepted_delay_hours). Spot only: refused with "
+                                        "compute.spot=false.", default=None, lo=0, hi=DAYS_28_H * 2,
                                         lo_open=True)
-    accepted_delay_hours: float = spec("Waiting for spot capacity accepted beyond the run time.", default=24.0,
+    accepted_delay_hours: float = spec("Waiting for spot capacity accepted beyond the run time. Spot only: "
+                                       "refused with compute.spot=false.", default=24.0,
                                        lo=0, hi=DAYS_28_H)
     on_demand_fallback: bool = spec("After MaxWait without spot capacity, continue on on-demand instances.",
                                     default=False)
@@ -290,6 +292,11 @@ class ComputeSpec:
                                         "be missed.", default=False)
 
     def _across(self, raw: dict, path: str) -> ComputeSpec:
+        for name in ("max_wait_hours", "accepted_delay_hours"):  # spot-only: they size a spot job's MaxWait
+            if not self.spot and raw.get(name) is not None:
+                raise RunValidationError(f"{path}.{name}", raw[name], "no value with compute.spot=false (an "
+                                         "on-demand job has no MaxWait: it never waits for spot capacity), or "
+                                         "compute.spot=true")
         if self.spot and self.warm_pool_minutes:
             raise RunValidationError(f"{path}.warm_pool_minutes", self.warm_pool_minutes, "0 with compute.spot=true "
                                      "(SageMaker managed warm pools cannot be used with spot instances), or "

@@ -136,7 +136,10 @@ def assemble(plan_run: RunSpec, est: Estimate, *, shape: str | None, cap_usd: fl
         price_source=f"on-demand list price in {settings.region} (spotrun catalog as of {as_of})",
         price_as_of=as_of,
         approval_status=REGISTRATION_STATUS, data_source=plan_run.data.source or "",
-        estimate=PlanEstimate.from_json({k: full[k] for k in CONTRACT_KEYS}), gate=gate_of(plan_run),
+        # the plan's copy keeps max_wait_seconds (the state's field), which an on-demand estimate's JSON leaves out
+        estimate=PlanEstimate.from_json({**{k: full[k] for k in CONTRACT_KEYS if k in full},
+                                         "max_wait_seconds": est.max_wait_seconds}),
+        gate=gate_of(plan_run),
         network_isolation=not (plan_run.tracking.mlflow_uri or plan_run.tracking.wandb_project),
         mlflow_config=tracking,
     )

@@ -30,6 +30,13 @@ def share_done(fraction: float) -> str:
     return f"{math.floor(fraction * 1000) / 10:.1f}%"
 
 
+def hours_text(seconds: float) -> str:
+    """A run's length in hours for people, one format wherever it is said (the estimate's wall time row, the
+    deadline and target warnings, the refusals): `1.96 h`, `1,234.50 h` (the same figure read 1.96 h in one line
+    and 2.0 h in the next)."""
+    return f"{seconds / 3600:,.2f} h"
+
+
 def usd(amount: float) -> str:
     """A dollar amount for people: cents from $1 (`$1,234.50`), two significant digits below it, so that a cap of
     $0.001 never reads $0.00 (`$0.001`, `$0.012`, `$0.50`); under a billionth of a dollar in exponent form, as a

@@ -54,7 +54,16 @@ from ..contract.refusal import Refusal
 from ..contract.spec import MAX_RUNTIME_LIMIT_S, LoraSpec, RunSpec, RunValidationError, deadline_hours_text
 from ..contract.strict_json import show
 from ..seams import SegmentPlan, StopNotice
-from .catalog import CATALOG_PATH, DEFAULT_PRICE_REGION, check_prices, load_catalog, regional_catalog, share_done, usd
+from .catalog import (
+    CATALOG_PATH,
+    DEFAULT_PRICE_REGION,
+    check_prices,
+    hours_text,
+    load_catalog,
+    regional_catalog,
+    share_done,
+    usd,
+)
 from .memory import ModelDims, checkpoint_bytes, training_state_bytes
 from .options import (
     LayoutPlanner,
@@ -193,10 +202,10 @@ def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | 
             seg.min_cap_usd and seg.min_cap_usd > run.max_usd else ""
         raise EstimateRefused("OverBudget", f"estimated {usd(chosen_cost)} ({market}) exceeds budget.max_usd="
                               f"{usd(run.max_usd)} ({best.fit.layout.describe()}, "
-                              f"{(best.wall + best.overhead) / 3600:.1f} h){smallest}", est, field="budget.max_usd")
+                              f"{hours_text(best.wall + best.overhead)}){smallest}", est, field="budget.max_usd")
     if not seg.fits:
         raise EstimateRefused("OverBudget", f"budget.max_usd={usd(run.max_usd)} cannot carry the run "
-                              f"({best.fit.layout.describe()}, {(best.wall + best.overhead) / 3600:.1f} h, estimated "
+                              f"({best.fit.layout.describe()}, {hours_text(best.wall + best.overhead)}, estimated "
                               f"{usd(chosen_cost)} {market}): {seg.line}", est, field="budget.max_usd")
     return est
 
@@ -274,7 +283,7 @@ def _choose(run: RunSpec, options: list[Option], job_s: Callable[[Option], float
             fastest = min(options, key=lambda o: (o.wall + o.overhead, price_of(o)))
             pool = [fastest]
             warnings.append(f"compute.target_hours={c.target_hours}: no layout finishes in time; the fastest, "
-                            f"{fastest.fit.layout.describe()}, takes {(fastest.wall + fastest.overhead) / 3600:.1f} h")
+                            f"{fastest.fit.layout.describe()}, takes {hours_text(fastest.wall + fastest.overhead)}")
     return min(pool, key=lambda o: (price_of(o), o.wall)), warnings
 
 
@@ -313,10 +322,10 @@ def _deadline(run: RunSpec, options: list[Option], best: Option, job_s: Callable
     if c.deadline_s is None or job_s(best) <= c.deadline_s:
         return []
     fastest = min(options, key=job_s)
-    faster = (f"; the fastest layout, {fastest.fit.layout.describe()}, takes {job_s(fastest) / 3600:,.2f} h "
+    faster = (f"; the fastest layout, {fastest.fit.layout.describe()}, takes {hours_text(job_s(fastest))} "
               f"(compute.target_hours={deadline_hours_text(c.deadline_s)} chooses the cheapest that meets it)"
               if job_s(fastest) <= c.deadline_s else "")
-    numbers = (f"the run takes {job_s(best) / 3600:,.2f} h on {best.fit.layout.describe()} even on on-demand "
+    numbers = (f"the run takes {hours_text(job_s(best))} on {best.fit.layout.describe()} even on on-demand "
                f"instances from the start (one job: its start, the training and its end; no interruption){faster}")
     if not c.accept_missed_deadline:
         raise EstimateRefused("InvalidRun", f"compute.deadline_hours={deadline_hours_text(c.deadline_s)} cannot "

@@ -21,7 +21,7 @@ from ..seams import SegmentPlan, SpotPolicy, section_json
 from ..settings.sections import EvalConfig, ExportConfig, TrackingConfig
 from ..settings.tree import TrainConfig
 from ..settings.wire import flatten, leaves, parse
-from .catalog import usd
+from .catalog import hours_text, usd
 from .segments import JOB_END_S, job_start_s, segment_seconds
 
 # spotrun/settings/sections.py ModelConfig.source: the base an exported adapter names
@@ -75,6 +75,8 @@ class Estimate:
     def to_json(self) -> dict:
         out = {**asdict(self), "spot_policy": section_json(self.spot_policy)}
         del out["planned_steps"]  # the plan's field (Plan.planned_steps), not one of the estimate's figures
+        if not self.spot:  # an on-demand job has no MaxWait (the text says so): no figure for one
+            del out["max_wait_seconds"]
         return out
 
 
@@ -198,12 +200,12 @@ def _wall_text(est: Estimate) -> str:
     """The wall time row: the layout's (the catalog's startup and the training), the expected interruptions, and
     one uninterrupted job as the chain bills it (its start with the trainer's start and the reads, its end): what
     the deadline check, the cost row and the simulation go by."""
-    text = (f"{est.wall_seconds / 3600:,.2f} h (+{est.expected_overhead_seconds / 3600:.2f} h expected from "
+    text = (f"{hours_text(est.wall_seconds)} (+{hours_text(est.expected_overhead_seconds)} expected from "
             f"{est.expected_interruptions:.2f} interruptions)")
     seg = est.segments
     if seg and seg.overhead_seconds:
         one_job = job_start_s(seg) + seg.work_seconds - est.expected_overhead_seconds + JOB_END_S
-        text += f"; one uninterrupted job bills {one_job / 3600:,.2f} h with its start and end"
+        text += f"; one uninterrupted job bills {hours_text(one_job)} with its start and end"
     return text
 
 

@@ -25,7 +25,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 
 from ..contract.spec import deadline_hours_text
-from ..planner.catalog import usd
+from ..planner.catalog import hours_text, usd
 from ..planner.estimate import startup_seconds
 from ..planner.segments import (
     JOB_END_S,
@@ -39,7 +39,7 @@ from ..planner.topology import step_seconds
 from ..seams import SpotPolicy
 from . import Summary, compare
 from .availability import mean_down_s
-from .decision import DEADLINE_RULES, RULES, sentinel_room_s
+from .decision import DEADLINE_RULES, RULES, sentinel_room_s, sentinel_settings
 from .engine import INF, SimPlan
 from .traces import TraceSpec, generated_traces
 
@@ -143,6 +143,14 @@ def run_candidates(run, plan: SimPlan) -> list[tuple[str, str]]:
     return candidates(plan) if run.compute.spot else [c for c in candidates(plan) if c[0] == "on_demand"]
 
 
+LEFT_OUT_MARK = "  left out: P95 over the cap"  # a row's mark in the estimate's and simulate's tables
+
+
+def left_out_by_cap(rows: list[Summary], cap_usd: float | None) -> tuple[str, ...]:
+    """The labels of the rows a cap leaves out, as `choose` leaves them out: their P95 bill over it."""
+    return () if cap_usd is None else tuple(r.label for r in rows if r.p95_usd > cap_usd)
+
+
 def choose(plan: SimPlan, rows: list[Summary], confidence: float = CONFIDENCE,
            cap_usd: float | None = None) -> tuple[Summary, str]:
     """(the chosen row, why). With a cap, a policy whose P95 cost passes it is no candidate: the cost guard ends
@@ -171,11 +179,11 @@ def choose(plan: SimPlan, rows: list[Summary], confidence: float = CONFIDENCE,
     ok = [r for r in rows if r.p_deadline >= confidence]
     if not ok:
         best = max(rows, key=lambda r: (r.p_deadline, -r.mean_usd))
-        return best, (f"no policy meets the {plan.deadline_s / 3600:g} h deadline on {confidence:.0%} of the "
-                      f"traces: the likeliest to meet it ({best.p_deadline:.1%})")
+        return best, (f"no policy meets the {deadline_hours_text(plan.deadline_s)} h deadline on {confidence:.0%} "
+                      f"of the traces: the likeliest to meet it ({best.p_deadline:.1%})")
     best = min(ok, key=lambda r: r.mean_usd)
     return best, (f"the least expected cost of the {len(ok)} of {len(rows)} policies that meet the "
-                  f"{plan.deadline_s / 3600:g} h deadline on >= {confidence:.0%} of the traces")
+                  f"{deadline_hours_text(plan.deadline_s)} h deadline on >= {confidence:.0%} of the traces")
 
 
 def windows_per_trace(plan: SimPlan, rate_per_hour: float) -> float:
@@ -250,7 +258,7 @@ def spot_policy(run, est, catalog: dict, *, n: int = N_TRACES, seed: int = SEED,
         done = None if shared is None else shared.setdefault(("executions", its, spec, n, seed), {})
         rows += compare(its, traces, [candidate], cap_usd=run.max_usd, executions=done)
     best, why = choose(plan, rows, cap_usd=run.max_usd)
-    left_out = tuple(r.label for r in rows if r.p95_usd > run.max_usd)  # as `choose` leaves them out
+    left_out = left_out_by_cap(rows, run.max_usd)
     warnings = []
     missed = ""
     if plan.deadline_s is not None and not any(r.p_deadline >= CONFIDENCE for r in rows):
@@ -278,7 +286,8 @@ def spot_policy(run, est, catalog: dict, *, n: int = N_TRACES, seed: int = SEED,
                          confidence=CONFIDENCE if plan.deadline_s is not None else None, traces=n, seed=seed,
                          trace_source=source,
                          policies=[_rounded(r) for r in rows], left_out=list(left_out), policy=best.policy,
-                         checkpointing=best.checkpointing, sim_plan=dataclasses.asdict(plan))
+                         checkpointing=best.checkpointing, sim_plan=dataclasses.asdict(plan),
+                         sentinel=sentinel_settings(best.policy))
     return PolicyChoice(section=section, warnings=tuple(warnings), p95_usd=best.p95_usd, left_out=left_out,
                         meeting_p95_usd=cheapest.p95_usd if cheapest else None, misses_deadline=misses,
                         missed=missed)
@@ -463,18 +472,15 @@ def _missed_deadline(plan: SimPlan, rows: list[Summary]) -> str:
             "of the traces")
     on_demand = next((r for r in rows if r.policy == "on_demand"), None)
     if on_demand is not None:
-        return f"{head} (on-demand from the start takes {_hours(on_demand.mean_wall_h)}); the run would miss it"
+        return (f"{head} (on-demand from the start takes {hours_text(on_demand.mean_wall_h * 3600)}); the run would "
+                "miss it")
     uninterrupted_h = (plan.startup_s + plan.work_s) / 3600
     if uninterrupted_h * 3600 > plan.deadline_s:  # on-demand fallback would not meet it either: no advice to take it
-        return (f"{head}: uninterrupted from the start the run takes {_hours(uninterrupted_h)}, so neither spot nor "
-                "on-demand meets it; the run would miss it")
+        return (f"{head}: uninterrupted from the start the run takes {hours_text(uninterrupted_h * 3600)}, so "
+                "neither spot nor on-demand meets it; the run would miss it")
     likeliest = max(rows, key=lambda r: r.p_deadline)
     return (f"{head} on spot alone (the likeliest, {likeliest.label}, on {likeliest.p_deadline:.1%}); "
             "compute.on_demand_fallback=true lets the run move to on-demand to meet it")
-
-
-def _hours(h: float) -> str:
-    return f"{h:.2f} h" if h < 1 else f"{h:.1f} h"
 
 
 def fitted_source(rate_per_hour: float) -> str:
@@ -497,6 +503,16 @@ def mean_over_p95_note(rows: list[dict]) -> list[str]:
             "wait for capacity, then on-demand); the mean counts them, the P95 does not"]
 
 
+def sentinel_text(section: SpotPolicy) -> str:
+    """The policy section's line on the sentinel (`SpotPolicy.sentinel`), the same facts as its JSON."""
+    sentinel = section.sentinel
+    if not sentinel.get("used"):
+        return f"  sentinel: none ({section.policy} keeps no spot job waiting beside an on-demand job)"
+    return (f"  sentinel: yes ({section.policy}): after {sentinel['stint_s'] / 3600:.2f} h on an on-demand job, a "
+            "spot job of the run's instances waits for capacity beside it, looked at every "
+            f"{sentinel['poll_s'] / 60:.0f} min, when the cap leaves room for it (billed in the run's spend)")
+
+
 def policy_text(section: SpotPolicy | None) -> str:
     """The estimate's lines for the policy section: the choice, each candidate's simulated bills (a row the cap
     left out marked), and the cap to set (`p95_finish_cap_usd`, named by the estimate step)."""
@@ -510,10 +526,11 @@ def policy_text(section: SpotPolicy | None) -> str:
     for r in section.policies:
         met = "-" if r["p_deadline"] is None else f"{r['p_deadline']:.1%}"
         mark = "*" if r["label"] == section.chosen else " "
-        out = "  left out: P95 over the cap" if r["label"] in left_out else ""
+        out = LEFT_OUT_MARK if r["label"] in left_out else ""
         lines.append(f"{mark} {r['label']:<30} {r['mean_usd']:>10,.2f} {r['p50_usd']:>10,.2f} {r['p95_usd']:>10,.2f} "
                      f"{met:>11} {r['mean_lost_h']:>7.2f}{out}")
     lines += mean_over_p95_note(section.policies)
+    lines.append(sentinel_text(section))
     if section.deadline_cap_usd is not None:  # the deadline warning's cap, at least the finish cap
         lines.append(f"  the cap to set: ${section.deadline_cap_usd:,.2f} or more: the estimate then chooses a "
                      "policy that meets the deadline (the deadline warning's cap), and a run billed "

@@ -485,6 +485,16 @@ DEADLINE_RULES = ("uniform_progress", "deadline_greedy", "slack_reserve_5", "sla
                   "probing_greedy", "probing_sentinel")
 
 
+def sentinel_settings(policy: str) -> dict:
+    """Whether the cost guard runs a sentinel for `policy` (a rule of RULES), and its settings: `{"used": false}`,
+    or `{"used": true, "stint_s": ..., "poll_s": ...}` (seconds on an on-demand job before it is created, the
+    longest wait between looks at it). The estimate's policy section carries it (`SpotPolicy.sentinel`)."""
+    rule = RULES.get(policy)
+    if not isinstance(rule, SentinelGreedy):
+        return {"used": False}
+    return {"used": True, "stint_s": rule.stint_s, "poll_s": rule.sentinel_poll_s}
+
+
 def decide(policy: str, plan: SimPlan, checkpointing: str, obs: Observation) -> Decision:
     """The named policy's decision under the run's contract (see the module docstring); ValueError naming the
     policy when it is not one of RULES."""

@@ -11,8 +11,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from ..contract.spec import deadline_hours_text
 from . import compare, quantile
-from .choose import choose, mean_over_p95_note
+from .choose import LEFT_OUT_MARK, choose, left_out_by_cap, mean_over_p95_note
 from .engine import SimPlan
 from .optimum import solve
 
@@ -32,7 +33,9 @@ def study(plan: SimPlan, traces: list, candidates: list[tuple[str, str]], *, opt
         why += f" ({len(choose_on)} other traces)"
     out = {"traces": len(traces), "source": source, "deadline_hours": None if plan.deadline_s is None else
            plan.deadline_s / 3600, "on_demand_usd_per_h": plan.on_demand_usd_per_h, "work_hours": plan.work_s / 3600,
-           "policies": [r.row() for r in rows], "chosen": best.label, "why": why, "simulate_seconds": seconds}
+           "policies": [r.row() for r in rows], "chosen": best.label, "why": why, "simulate_seconds": seconds,
+           # the rows the cap leaves out (their P95 bill over it), as the estimate's policy section names them
+           "cap_usd": cap_usd, "left_out": list(left_out_by_cap(rows, cap_usd))}
     if optimum:
         out["optimum"] = optimum_summary(plan, traces, progress)
     return out
@@ -67,10 +70,11 @@ def relative(report: dict, label: str) -> dict:
 def table_text(report: dict) -> str:
     n = report["traces"]
     head = (f"{n} trace{'s' * (n != 1)} ({report['source']}); {report['work_hours']:.1f} h of work; deadline "
-            + (f"{report['deadline_hours']:g} h" if report["deadline_hours"] else "none"))
+            + (f"{deadline_hours_text(report['deadline_hours'] * 3600)} h" if report["deadline_hours"] else "none"))
     odds = "P(deadline)" if report["deadline_hours"] else "P(finished)"  # without a deadline: does it finish
     lines = [head, f"  {'policy':<28} {'mean $':>11} {'P50 $':>11} {'P95 $':>11} {odds:>11} "
              f"{'lost h':>7} {'wall h':>7} {'interr.':>7} {'vs OD':>6} {'vs opt':>7}"]
+    left_out = set(report.get("left_out") or ())
     for r in report["policies"]:
         rel = relative(report, r["label"])
         met = f"{r['p_finished'] if r['p_deadline'] is None else r['p_deadline']:.1%}"
@@ -79,7 +83,7 @@ def table_text(report: dict) -> str:
         lines.append(f"{'*' if r['label'] == report['chosen'] else ' '} {r['label']:<28} {r['mean_usd']:>11,.2f} "
                      f"{r['p50_usd']:>11,.2f} {r['p95_usd']:>11,.2f} {met:>11} {r['mean_lost_h']:>7.2f} "
                      f"{r['mean_wall_h']:>7.1f} {r['mean_interruptions']:>7.2f} {of_od:>6} "
-                     f"{opt:>7}")
+                     f"{opt:>7}" + (LEFT_OUT_MARK if r["label"] in left_out else ""))
     if "optimum" in report:
         o = report["optimum"]
         met = "-" if o["p_deadline"] is None else f"{o['p_deadline']:.1%}"

@@ -266,9 +266,13 @@ def _own_bill(est: dict, scenario: Scenario) -> float:
 
 def _run_json(scenario: Scenario) -> dict:
     compute, tokens = SHAPES[scenario.nodes]
-    compute = {**compute, "spot": scenario.spot, "on_demand_fallback": True, "accepted_delay_hours": 2}
+    compute = {**compute, "spot": scenario.spot, "on_demand_fallback": True}
+    if scenario.spot:  # a spot-only setting (refused with spot false: an on-demand job has no MaxWait)
+        compute["accepted_delay_hours"] = 2
     if scenario.deadline_hours:  # the deadline binds, not MaxWait: the run accepts a long wait for spot
-        compute.update(deadline_hours=scenario.deadline_hours, accepted_delay_hours=scenario.deadline_hours)
+        compute["deadline_hours"] = scenario.deadline_hours
+        if scenario.spot:
+            compute["accepted_delay_hours"] = scenario.deadline_hours
     if scenario.warm_pool_minutes:
         compute["warm_pool_minutes"] = scenario.warm_pool_minutes
     return {"version": 1, "name": "sim-run",

@@ -126,6 +126,7 @@ def test_start_status_logs_cancel_and_list_a_running_run(stage, tmp_path, capsys
     assert (st["step"], st["total_steps"], st["loss"]) == (20, 40, 2.75)
     assert st["cap_usd"] == 25 and st["spent_usd"] >= 0 and st["interruptions"] == 0
     assert st["segment"] == 1 and st["segments"] == []  # the first job, none ended yet
+    assert st["market"] == "spot" and st["spot_policy"] and "sentinel" not in st  # the policy the guard executes
     assert cli_json(capsys, "status", "--stage", "dev")[1][0]["execution"] == started["execution"]  # the running one
 
     assert main(["logs", "moto-run", "--stage", "dev"]) == 0

@@ -184,3 +184,19 @@ def test_deadline_messages_quote_the_hours_as_the_run_gives_them(tmp_path, capsy
     assert code == 0, doc
     quoted = re.findall(r"compute\.deadline_hours=([0-9.e+-]+)", " ".join(doc["warnings"]))
     assert quoted and set(quoted) == {"1.0000001"}, doc["warnings"]
+
+
+def test_a_missed_deadline_says_the_same_hours_the_same_way_in_every_line(tmp_path, capsys, monkeypatch):
+    """The same figure read '1.50 h' in 'THE DEADLINE WILL BE MISSED' and '1.5 h' in the policy's warning, and the
+    deadline itself '1.12346 h' where the run wrote 1.123456789: one format for each, in the CLI and the Lambda."""
+    run = _with(_qwen(deadline_hours=1.123456789, accept_missed_deadline=True, on_demand_fallback=True),
+                data={"tokens": 150_000_000}, budget={"max_usd": 50})
+    code, doc = _cli(tmp_path, capsys, "estimate", run)
+    assert code == 0, doc
+    for told in (doc, _plan(monkeypatch, run)):
+        said = [w for w in told["warnings"] if "deadline_hours=" in w]
+        assert len(said) == 2 and all("deadline_hours=1.123456789" in w for w in said), said
+        takes = [figure for w in said for figure in re.findall(r"takes (\S+ h)", w)]
+        assert len(takes) == 2 and len(set(takes)) == 1 and re.fullmatch(r"\d+\.\d\d h", takes[0]), said
+        assert float(takes[0].split()[0]) >= 1, takes  # where the two formats parted
+        assert "the 1.123456789 h deadline" in told["spot_policy"]["why"], told["spot_policy"]["why"]

@@ -247,3 +247,42 @@ def test_status_text_prints_each_ended_job_on_its_own_line(capsys):
         "  segment=2 job_name=run-2 spot=False status=Stopped billable_seconds=1200 cost_usd=1.0 exact=True "
         "interruptions=0"], lines
     assert lines[at + 3] == "spent_usd          2.0" and not any("[{" in line for line in lines), lines
+
+
+def test_the_estimate_says_in_json_as_in_text_whether_the_guard_runs_a_sentinel(capsys):
+    """The estimate's text and JSON said nothing of the sentinel (decision.py `SentinelGreedy`): both now say, for
+    the chosen policy, whether the guard runs one and with what settings."""
+    from spotrun.policy.choose import policy_text
+    from spotrun.policy.decision import RULES, sentinel_settings
+    from spotrun.seams import SpotPolicy
+
+    example = str(EXAMPLES[0])
+    assert main(["estimate", "--format", "json", example]) == 0
+    section = json.loads(capsys.readouterr().out)["spot_policy"]
+    assert section["sentinel"] == sentinel_settings(section["policy"]) == {"used": False}
+    assert main(["estimate", example]) == 0
+    assert f"  sentinel: none ({section['policy']} keeps no spot job waiting beside an on-demand job)" in \
+        capsys.readouterr().out.splitlines()
+    # The policy that runs one: the same settings in the section's JSON and its text, the rule's own.
+    rule = RULES["probing_sentinel"]
+    probing = SpotPolicy.from_json({**section, "policy": "probing_sentinel",
+                                    "sentinel": sentinel_settings("probing_sentinel")})
+    assert probing.to_json()["sentinel"] == {"used": True, "stint_s": rule.stint_s, "poll_s": rule.sentinel_poll_s}
+    line = next(x for x in policy_text(probing).splitlines() if "sentinel:" in x)
+    assert line.startswith(f"  sentinel: yes (probing_sentinel): after {rule.stint_s / 3600:.2f} h on an "
+                           "on-demand job") and f"every {rule.sentinel_poll_s / 60:.0f} min" in line, line
+
+
+def test_an_on_demand_estimates_json_has_no_max_wait(tmp_path, capsys):
+    """The text said 'none (compute.spot=false: an on-demand job has no MaxWait)' while the JSON still gave
+    max_wait_seconds; a spot run's keeps it."""
+    raw = json.loads(EXAMPLES[0].read_text())
+    for spot in (False, True):
+        raw["compute"] = {k: v for k, v in raw["compute"].items() if k not in ("max_wait_hours",
+                                                                              "accepted_delay_hours")}
+        raw["compute"]["spot"] = spot
+        path = tmp_path / f"spot-{spot}.json"
+        path.write_text(json.dumps(raw))
+        assert main(["estimate", "--format", "json", str(path)]) == 0
+        doc = json.loads(capsys.readouterr().out)
+        assert doc["spot"] is spot and ("max_wait_seconds" in doc) is spot, doc.get("max_wait_seconds")

@@ -287,3 +287,26 @@ def test_a_tiny_checkpoint_interval_reaches_the_trainer_as_planned_never_as_off(
                                                                     "checkpoint.dir": "/opt/ml/checkpoints"})
     assert est.checkpoint_interval_s == max(1, round(minutes * 60))
     assert cfg.checkpoint.interval_s == est.checkpoint_interval_s > 0  # seconds end to end: exact
+
+
+@pytest.mark.parametrize("field, value", [("max_wait_hours", 48), ("accepted_delay_hours", 0)])
+def test_spot_only_settings_are_refused_on_an_on_demand_run_before_it_is_planned(field, value):
+    """compute.spot=false with max_wait_hours or accepted_delay_hours (they size a spot job's MaxWait) was accepted
+    silently; it is refused in one line naming the field, by the contract the CLI and the estimate Lambda share."""
+    from spotrun.pipeline.plan import plan
+    from tests.spotrun.test_handlers import RUN, SETTINGS
+
+    raw = copy.deepcopy(RUN)
+    raw["compute"].update(spot=False, **{field: value})
+    with pytest.raises(RunValidationError) as refused:
+        parse_run(raw)
+    assert refused.value.field == f"compute.{field}"
+    assert refused.value.message == f"compute.{field}={value} is invalid: expected no value with compute.spot=false " \
+        "(an on-demand job has no MaxWait: it never waits for spot capacity), or compute.spot=true"
+    lambda_plan = plan(raw, "exec-1", SETTINGS, started="2026-01-01T00:00:00Z")
+    assert (lambda_plan["status"], lambda_plan["field"]) == ("InvalidRun", f"compute.{field}")
+    raw["compute"]["spot"] = True  # with spot they size MaxWait, as before
+    assert getattr(parse_run(raw).compute, field) == value
+    if field == "max_wait_hours":  # null is no value (accepted_delay_hours refuses null of its own)
+        raw["compute"].update(spot=False, max_wait_hours=None)
+        assert parse_run(raw).compute.spot is False

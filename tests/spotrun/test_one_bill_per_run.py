@@ -102,6 +102,7 @@ def test_an_automatic_layout_meets_the_deadline_when_one_can(tmp_path, capsys, m
     example["model"] = {"init": "random", "config": example["model"]["config"]}
     run = _with(example, compute={"instance_type": "auto", "spot": False}, budget={"max_usd": 5000})
     run["compute"].pop("instance_count", None)
+    run["compute"].pop("accepted_delay_hours", None)  # spot only: refused with spot false
     code, cheapest = _cli(tmp_path, capsys, "estimate", run)
     assert code == 0, cheapest
     hours = cheapest["wall_seconds"] / 3600

@@ -849,3 +849,28 @@ def test_the_estimate_step_executes_a_plan_once_when_two_caps_plan_the_same_simu
     assert len(executed) - once == once // 2 > 0
     assert [c.section for c in shared] == [c.section for c in apart]
     assert [c.p95_usd for c in shared] == [c.p95_usd for c in apart]
+
+
+def test_spotrun_simulate_marks_the_rows_the_cap_left_out_as_the_estimate_does(tmp_path, capsys):
+    """With a cap under some policies' P95 bill, `spotrun simulate` chose among the rest ('N of M policies left
+    out') but its table marked no row; the estimate's marks each one 'left out: P95 over the cap'."""
+    from spotrun.cli.main import main
+    from spotrun.planner.estimate import estimate, load_catalog
+    from spotrun.policy import choose
+    from spotrun.policy.choose import LEFT_OUT_MARK
+
+    hours = estimate(parse_run(RUN)).wall_seconds / H
+    timed = {**RUN, "compute": {**RUN["compute"], "deadline_hours": round(hours * 1.05, 1)}}  # tight: on-demand
+    free = choose.spot_policy(parse_run(timed), estimate(parse_run(timed)), load_catalog(), n=50).section
+    cap = round(1.2 * min(r["p95_usd"] for r in free.policies), 2)  # spot's P95 fits; the deadline rules' not
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps({**timed, "budget": {"max_usd": cap}}))
+    assert main(["simulate", str(run), "--n", "50", "--no-optimum", "--out", str(tmp_path / "out")]) == 0
+    text = capsys.readouterr().out
+    report = json.loads((tmp_path / "out" / "simulate.json").read_text())
+    over = [r["label"] for r in report["policies"] if r["p95_usd"] > cap]
+    assert over and len(over) < len(report["policies"]) and report["left_out"] == over, report["policies"]
+    assert report["cap_usd"] == cap and "policies left out (P95 cost over the" in report["why"], report["why"]
+    rows = [line for line in text.splitlines() if any(f" {r['label']} " in line for r in report["policies"])]
+    marked = [line for line in rows if line.endswith(LEFT_OUT_MARK)]
+    assert len(marked) == len(over) and all(any(f" {label} " in line for line in marked) for label in over), text
