@@ -51,16 +51,14 @@ def merge_parts(parts: dict[str, dict], held_out_parts: dict[str, dict] | None =
     for host in sorted(parts):
         index = parts[host]
         base = f"{PARTS_DIR}/{host}/"
-        shards += [{**s, "file": base + s["file"], **({"mask": base + s["mask"]} if "mask" in s else {})}
-                   for s in index["shards"]]
+        shards += [_rebased(s, base) for s in index["shards"]]
         if index.get("validation"):
             if host not in held_out_parts:
                 raise ValueError(f"part {host}: its index.json names a validation split without its index.json")
             fraction = index["validation"]["fraction"]
             documents += index["validation"]["documents"]
             vbase = f"../{base}{index['validation']['dir']}/"
-            held_out += [{**s, "file": vbase + s["file"], **({"mask": vbase + s["mask"]} if "mask" in s else {})}
-                         for s in held_out_parts[host]["shards"]]
+            held_out += [_rebased(s, vbase) for s in held_out_parts[host]["shards"]]
     common = {k: first[k] for k in one_tokenizer if k in first}
     merged = {**common, "loss_mask": any("mask" in s for s in shards),
               DatasetIndex.TOTAL_TOKENS: sum(s["tokens"] for s in shards), DatasetIndex.SHARDS: shards,
@@ -74,6 +72,12 @@ def merge_parts(parts: dict[str, dict], held_out_parts: dict[str, dict] | None =
                       DatasetIndex.TOTAL_TOKENS: sum(s["tokens"] for s in held_out), DatasetIndex.SHARDS: held_out}
         merged["validation"] = {"dir": "validation", "fraction": fraction, "documents": documents}
     return merged, validation
+
+
+def _rebased(shard: dict, base: str) -> dict:
+    """A part's shard entry with its files (the tokens, and the mask and document starts where it has them)
+    named from `base`."""
+    return {**shard, **{key: base + shard[key] for key in ("file", "mask", "starts") if key in shard}}
 
 
 def job_cost(describe: dict, usd_per_hour: float) -> tuple[float, float]:

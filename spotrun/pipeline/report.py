@@ -221,7 +221,7 @@ def _sample_lines(report: dict) -> list[str]:
     if not doc:
         return ([f"  samples          {report['samples_file']} in the model artifact: base vs fine-tuned "
                  "generations"] if report.get("samples_file") else [])
-    asked = "context up to its first assistant turn" if doc.get("prompt_ends") == "assistant turn" else \
+    asked = "conversation up to an assistant turn" if doc.get("prompt_ends") == "assistant turn" else \
         f"first {doc['prompt_tokens']}"
     lines = [f"  samples          greedy, {doc['new_tokens']} new tokens after each validation sample's {asked} "
              f"(base: {'the base model' if doc['base'] else 'none, built from a config'})"]

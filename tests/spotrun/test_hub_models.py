@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import shutil
 import socket
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -22,7 +25,7 @@ from spotrun.contract.spec import RunValidationError, parse_run
 from spotrun.local.pipeline import load_run
 from spotrun.pipeline.hub_fetch import HubFetchError, fetch_into, local_copy
 from spotrun.planner.sources import read_sources
-from spotrun.seams import HUB_MANIFEST
+from spotrun.seams import EXPORT_METADATA, HUB_MANIFEST
 from tests.spotrun.hub_mirror import HubMirror
 
 REPO = "tiny-org/tiny-llama"
@@ -156,6 +159,41 @@ def test_spotrun_local_trains_a_hub_model_fetched_from_the_mirror(hub, assets, t
     job_run = json.loads((Path(report["files"]["report"]).parent / "run.json").read_text())
     assert job_run["model"]["source"] == str(copy)  # trained from the fetched copy
     assert len(hub.downloads()) == len(json.loads((copy / HUB_MANIFEST).read_text())["files"])
+
+
+@pytest.mark.slow
+def test_a_lora_adapter_of_a_hub_model_names_the_hub_id_and_commit_and_loads_from_the_hub_once_the_job_is_gone(
+        hub, assets, tmp_path, monkeypatch, capsys):
+    """adapter_config.json named the fetched copy (OUT/models/_hub/...) as its base: gone with OUT, and no name the
+    hub knows. It names the hub id and the commit trained on, which PEFT's AutoPeftModel loads from the hub."""
+    run_path = tmp_path / "run.json"
+    run_path.write_text(json.dumps({**_run(f"hf://{REPO}", str(assets["data"])),
+                                    "training": {"method": "lora", "lora": {"rank": 4}}}))
+    monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)  # read by the CLI's entry point
+    code = main(["local", str(run_path), "--out", str(tmp_path / "out"), "--nproc", "1", "--progress", "none",
+                 "--format", "json", "--set", "max_steps=2"])
+    assert code == 0, capsys.readouterr().err
+    report = json.loads(capsys.readouterr().out)
+    elsewhere = tmp_path / "elsewhere"
+    shutil.copytree(report["model_package"], elsewhere)
+    shutil.rmtree(tmp_path / "out")  # the job directory and the fetched copy are gone
+    adapter, commit = elsewhere / "model", hub.repos[REPO].commit
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    assert (config["base_model_name_or_path"], config["revision"]) == (REPO, commit)
+    base = json.loads((adapter / EXPORT_METADATA).read_text())["base_model"]
+    assert (base["source"], base["revision"]) == (REPO, commit)
+    # A user's fresh Python with the hub (here the mirror) and an empty cache: the base comes from the hub.
+    fetched_before = len(hub.downloads())
+    load = ("import sys, torch; from peft import AutoPeftModelForCausalLM; "
+            "model = AutoPeftModelForCausalLM.from_pretrained(sys.argv[1]).eval(); "
+            "print(model.generate(torch.tensor([[1, 2, 3]]), max_new_tokens=3, do_sample=False).shape)")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    done = subprocess.run([sys.executable, "-c", load, str(adapter)], capture_output=True, text=True, timeout=300,
+                          env={**env, "HF_ENDPOINT": hub.endpoint, "HF_HOME": str(tmp_path / "hf-home")})
+    assert done.returncode == 0 and "torch.Size([1, 6])" in done.stdout, done.stderr[-3000:]
+    weights = [n for n in hub.repos[REPO].files if n.endswith(".safetensors")]
+    assert sorted(p.removeprefix(f"/{REPO}/resolve/{commit}/") for p in hub.downloads()[fetched_before:]
+                  if p.endswith(".safetensors")) == sorted(weights)
 
 
 def test_a_hub_that_cannot_be_reached_is_one_line_naming_model_source(assets, tmp_path):

@@ -86,11 +86,13 @@ def test_the_jobs_maxruntime_is_what_the_cap_buys_at_the_processing_rate_and_a_t
 
 def test_merging_refuses_parts_from_different_tokenizers_and_names_every_shard_from_the_root():
     part = {"format": 1, "dtype": "uint16", "eos_token_id": 0, "vocab_size": 300, "loss_mask": True,
-            "total_tokens": 10, "shards": [{"file": "shard-00000.bin", "tokens": 10, "mask": "shard-00000.mask"}]}
+            "total_tokens": 10, "shards": [{"file": "shard-00000.bin", "tokens": 10, "mask": "shard-00000.mask",
+                                            "starts": "shard-00000.starts"}]}
     merged, validation = merge_parts({"algo-2": part, "algo-1": {**part, "loss_mask": False, "shards": [
         {"file": "shard-00000.bin", "tokens": 10}]}})
     assert [s["file"] for s in merged["shards"]] == ["parts/algo-1/shard-00000.bin", "parts/algo-2/shard-00000.bin"]
     assert merged["shards"][1]["mask"] == "parts/algo-2/shard-00000.mask" and merged["loss_mask"] is True
+    assert merged["shards"][1]["starts"] == "parts/algo-2/shard-00000.starts"
     assert merged["total_tokens"] == 20 and validation is None
     with pytest.raises(ValueError, match="dtype='uint32' differs"):
         merge_parts({"algo-1": part, "algo-2": {**part, "dtype": "uint32"}})

@@ -311,3 +311,30 @@ def test_chat_sample_prompts_end_where_the_assistant_turn_begins(chat_shards, tm
     prepare([plain], str(tmp_path / "tokenizer"), tmp_path / "plain", shard_bytes=1 << 20)
     asked, at_turns = prompts(tmp_path / "plain", seq_len=64, count=3, prompt_tokens=8)
     assert not at_turns and [len(ids) for ids in asked] == [8, 8, 8]  # plain text: the first tokens, as before
+
+
+def test_chat_sample_prompts_start_at_their_own_conversations_first_token(chat_shards, tmp_path):
+    # a prompt was the CHAT_CONTEXT x prompt_tokens tokens before the turn: packed conversations are back to back,
+    # so a short one was asked after the end of the one before it (its answer, the EOS, then the question)
+    from spotrun_trainer.samples import prompts
+
+    _, _, tok = chat_shards
+    tok.save_pretrained(tmp_path / "tokenizer")
+    chats = [*CHATS, [{"role": "user", "content": "short?"}, {"role": "assistant", "content": "yes."}]] * 20
+    corpus = tmp_path / "chat.jsonl"
+    corpus.write_text("".join(json.dumps({"messages": m}) + "\n" for m in chats))
+    index = prepare([corpus], str(tmp_path / "tokenizer"), tmp_path / "data", shard_bytes=4096)
+    assert len(index["shards"]) > 1 and all("starts" in s for s in index["shards"])
+    # every conversation's context up to each of its assistant turns, as the chat template renders it
+    asked_as_a_user_would = {tok.apply_chat_template(m[:i], tokenize=False, add_generation_prompt=True)
+                             for m in chats for i in range(len(m)) if m[i]["role"] == "assistant"}
+    # this tokenizer spells text byte by byte: windows and context long enough to hold a turn and its conversation
+    asked, at_turns = prompts(tmp_path / "data", seq_len=256, count=12, prompt_tokens=64)
+    assert at_turns and len(asked) == 12
+    for ids in asked:
+        assert tok.decode(ids) in asked_as_a_user_would, tok.decode(ids)
+    # a conversation longer than the context allowed keeps its own last tokens, never the one before it
+    asked, _ = prompts(tmp_path / "data", seq_len=256, count=12, prompt_tokens=8)
+    for ids in asked:
+        text = tok.decode(ids)
+        assert len(ids) == 32 and text.endswith("<|im_start|>assistant\n") and tok.eos_token not in text, text

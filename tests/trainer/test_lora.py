@@ -122,8 +122,9 @@ def test_exported_adapter_loads_with_peft_and_gives_the_sharded_models_logits(lo
         RANK, ALPHA, LORA_HP["training.lora.dropout"])
     # The base it names is the run's model.source (given explicitly above, as an S3 source needs), never the
     # job's input/data/model link, which is gone with the job.
-    assert config["base_model_name_or_path"] == LORA_BASELINE_SOURCE
+    assert config["base_model_name_or_path"] == LORA_BASELINE_SOURCE and config["revision"] is None
     meta = json.loads((out / EXPORT_METADATA).read_text())
+    assert (meta["base_model"]["source"], meta["base_model"]["revision"]) == (LORA_BASELINE_SOURCE, None)
     assert meta["kind"] == "lora_adapter" and meta["needs_base_model"] is True
     assert meta["base_model"]["path"] == str(lora_baseline.root / "sm" / "input" / "data" / "model")
     assert meta["base_model"]["model_type"] == "llama"

@@ -7,10 +7,14 @@ spotrun.seams.DatasetIndex):
                            "vocab_size": int, "documents": int, "tokenizer_sha256": "sha256:..." (the tokenizer's
                            identity, spotrun.seams.tokenizer_identity; null for a cached name),
                            "total_tokens": int, "shards": [{"file": "shard-00000.bin", "tokens": int,
-                                                             "mask": "shard-00000.mask" (optional)}, ...]}
+                                                             "mask": "shard-00000.mask" (optional),
+                                                             "starts": "shard-00000.starts" (with a mask)}, ...]}
     shard-00000.bin ...   raw little-endian token ids, documents concatenated, each followed by EOS
     shard-00000.mask ...  one uint8 per token: 1 where the loss is taken, 0 where it is masked (only for shards
                           that mask something)
+    shard-00000.starts .. little-endian int64 offsets in the shard of the documents that begin in it (beside a
+                          mask: chat data, whose conversations may hold EOS tokens of their own, so EOS alone does
+                          not tell where one begins; the report's sample prompts start there, samples.py)
 
 With a validation fraction, `prepare` sends each document to `validation/` (the same layout, its own index.json)
 or to the training shards by a stable hash of the document's content (`validation_share`): the split is the same
@@ -229,9 +233,11 @@ class _ShardWriter:
         self.shards: list[dict] = []
         self.buffer: list[int] = []
         self.mask: list[int] = []  # parallel to buffer: 1 where the loss is taken
+        self.starts: list[int] = []  # offsets in buffer of the documents' first tokens
         self.documents = 0
 
     def add(self, ids: list[int], doc_mask: list[int], eos: int) -> None:
+        self.starts.append(len(self.buffer))
         self.buffer.extend(ids)
         self.buffer.append(eos)
         self.mask.extend(doc_mask)
@@ -248,6 +254,8 @@ class _ShardWriter:
         while len(self.buffer) >= n or (final and self.buffer):
             chunk, self.buffer = self.buffer[:n], self.buffer[n:]
             chunk_mask, self.mask = self.mask[:n], self.mask[n:]
+            chunk_starts = [at for at in self.starts if at < len(chunk)]
+            self.starts = [at - len(chunk) for at in self.starts if at >= len(chunk)]
             name = f"shard-{len(self.shards):05d}.bin"
             self.out_dir.mkdir(parents=True, exist_ok=True)
             np.asarray(chunk, dtype=self.dtype).tofile(self.out_dir / name)
@@ -255,6 +263,8 @@ class _ShardWriter:
             if not all(chunk_mask):
                 np.asarray(chunk_mask, dtype=np.uint8).tofile(self.out_dir / name.replace(".bin", ".mask"))
                 self.shards[-1]["mask"] = name.replace(".bin", ".mask")
+                np.asarray(chunk_starts, dtype="<i8").tofile(self.out_dir / name.replace(".bin", ".starts"))
+                self.shards[-1]["starts"] = name.replace(".bin", ".starts")
 
     def index(self, eos: int, vocab_size: int) -> dict:
         self.flush(final=True)

@@ -100,7 +100,9 @@ def metadata(cfg: TrainConfig, built, evaluation: dict | None = None) -> dict:
         "format": METADATA_FORMAT,
         "kind": "lora_adapter" if is_lora else "full",
         "needs_base_model": is_lora,
-        "base_model": {"source": cfg.model.source or None, "path": cfg.model.path or None,
+        # the base as a user loads it (model.py `base_of`: a hub id with its commit, an S3 URI, a local path)
+        "base_model": {"source": built.base_model or None, "revision": built.base_revision or None,
+                       "path": cfg.model.path or None,
                        "model_type": hf.model_type,
                        "architectures": list(getattr(hf, "architectures", None) or [])},
         "weights_dtype": "float32" if is_lora else cfg.export.dtype,

@@ -34,7 +34,7 @@ from spotrun.settings.sections import LoraConfig
 ADAPTER_NAME = "default"  # PEFT's name for a model's only adapter (files are saved at the top of the directory)
 
 
-def peft_config(cfg: LoraConfig, base_model: str = ""):
+def peft_config(cfg: LoraConfig, base_model: str = "", revision: str = ""):
     # peft takes seconds to import: only LoRA runs load it
     from peft import LoraConfig as PeftLoraConfig
     from peft import TaskType
@@ -42,24 +42,27 @@ def peft_config(cfg: LoraConfig, base_model: str = ""):
     targets = cfg.targets
     return PeftLoraConfig(r=cfg.rank, lora_alpha=cfg.alpha, lora_dropout=cfg.dropout,
                           target_modules=targets if targets == "all-linear" else list(targets),
-                          task_type=TaskType.CAUSAL_LM, base_model_name_or_path=base_model or None)
+                          task_type=TaskType.CAUSAL_LM, base_model_name_or_path=base_model or None,
+                          revision=revision or None)
 
 
-def apply(model: nn.Module, cfg: LoraConfig, *, base_dtype: torch.dtype, base_model: str = "") -> nn.Module:
+def apply(model: nn.Module, cfg: LoraConfig, *, base_dtype: torch.dtype, base_model: str = "",
+          revision: str = "") -> nn.Module:
     """Wrap an HF causal LM (on any device, meta included) in PEFT's LoRA; freeze the base in `base_dtype`.
-    `base_model`: what the exported adapter names as its base (adapter_config.json's base_model_name_or_path).
+    `base_model`, `revision`: what the exported adapter names as its base (adapter_config.json's
+    base_model_name_or_path and revision, which PEFT's AutoPeftModel loads; model.py `base_of`).
 
     Call inside `torch.device("meta")` for the model that will be sharded: the adapters are then created there too.
     """
     from peft import get_peft_model  # peft takes seconds to import: only LoRA runs load it
 
     try:
-        wrapped = get_peft_model(model, peft_config(cfg, base_model))
+        wrapped = get_peft_model(model, peft_config(cfg, base_model, revision))
     except ValueError as exc:  # PEFT: "Target modules {...} not found in the base model"
         raise ConfigError(f"lora.target_modules={short_repr(cfg.target_modules)} is invalid: {exc}") from None
     # NOTE: get_peft_model replaces the config's base with the model's `name_or_path`: the directory it was loaded
     # from, the job's `input/data/model` channel, which is gone once the job is. The exported adapter_config.json
-    # names the run's model.source (an S3 URI, a hub id or a local path) instead.
+    # names the base as a user loads it (a hub id, an S3 URI or a local path: model.py `base_of`) instead.
     wrapped.peft_config[ADAPTER_NAME].base_model_name_or_path = base_model or None
     for param in wrapped.parameters():
         if not param.requires_grad and param.dtype != base_dtype:

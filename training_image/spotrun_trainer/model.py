@@ -9,6 +9,7 @@ so the adapters' initial values are broadcast like every other weight.
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,7 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from transformers import AutoConfig, AutoModelForCausalLM
 
+from spotrun.seams import HUB_MANIFEST
 from spotrun.settings.sections import LoraConfig, ModelConfig, PerfConfig, ShardingConfig
 
 from . import lora as lora_lib
@@ -33,6 +35,23 @@ def _hf_config(cfg: ModelConfig):
         return AutoConfig.from_pretrained(cfg.path)
     raw = dict(cfg.config)
     return AutoConfig.for_model(raw.pop("model_type"), **raw)
+
+
+def base_of(cfg: ModelConfig) -> tuple[str, str]:
+    """(name, revision) by which a user loads the base model (an exported adapter's base_model_name_or_path and
+    revision in adapter_config.json; the export metadata's base_model): a hub model's id and the commit its copy
+    holds, read from the copy's HUB_MANIFEST (the preparation step's fetch writes it beside the files, on AWS and in
+    `spotrun local` alike: spotrun/pipeline/hub_fetch.py), else the run's model.source, else the model directory
+    itself (never the job's `input/data/model` link to it, gone with the job). Revision "": none to name."""
+    if cfg.path:
+        manifest_path = Path(cfg.path) / HUB_MANIFEST
+        if manifest_path.is_file():
+            manifest = json.loads(manifest_path.read_text())
+            names = [manifest.get(k) for k in ("repo", "commit")] if isinstance(manifest, dict) else []
+            if len(names) != 2 or not all(isinstance(n, str) and n for n in names):
+                raise ValueError(f"model.path: {manifest_path} names no hub repo and commit")
+            return names[0], names[1]
+    return cfg.source or (str(Path(cfg.path).resolve()) if cfg.path else ""), ""
 
 
 def _materialise_full(cfg: ModelConfig, hf_config, seed: int) -> nn.Module:
@@ -107,6 +126,9 @@ class BuiltModel:
     """Parameters the optimizer updates (all of them in a full run, the adapters in a LoRA run)."""
     checkpoint_options: StateDictOptions | None = None
     """What the checkpoint manager saves of the model (None: everything; LoRA: the trainable parameters)."""
+    base_model: str = ""
+    base_revision: str = ""
+    """How a user loads the base model (`base_of`): its name or place, and the revision ("" for none)."""
 
 
 def build_sharded_model(cfg: ModelConfig, *, mesh: DeviceMesh, device: torch.device, seed: int,
@@ -130,9 +152,8 @@ def build_sharded_model(cfg: ModelConfig, *, mesh: DeviceMesh, device: torch.dev
     model.config.use_cache = False
     if lora is not None:
         with torch.device("meta"):
-            # The adapter's base: the run's model.source, else the model directory itself (not the job's link to it)
-            base = cfg.source or (str(Path(cfg.path).resolve()) if cfg.path else "")
-            model = lora_lib.apply(model, lora, base_dtype=param_dtype, base_model=base)
+            base, revision = base_of(cfg)
+            model = lora_lib.apply(model, lora, base_dtype=param_dtype, base_model=base, revision=revision)
 
     blocks = find_blocks(model)
     if not blocks:
@@ -178,7 +199,9 @@ def build_sharded_model(cfg: ModelConfig, *, mesh: DeviceMesh, device: torch.dev
     del full_sd, full_buffers
 
     num_params = sum(p.numel() for p in model.parameters())
+    base, revision = base_of(cfg)
     return BuiltModel(model=model, blocks=blocks, num_params=num_params, hf_config=hf_config,
+                      base_model=base, base_revision=revision,
                       trainable_params=sum(p.numel() for p in model.parameters() if p.requires_grad),
                       checkpoint_options=lora_lib.checkpoint_options() if lora is not None else None)
 

@@ -2,8 +2,8 @@
 
 After the export, rank 0 loads the exported weights from output_dir (the files a user gets, not the training
 copy) and the base model (model.path), and generates greedily from the same fixed prompts: the first
-`eval.samples` validation samples' first `eval.sample_prompt_tokens` tokens (chat data: the sample's context up to
-its first assistant turn, see `prompts`), `eval.sample_new_tokens` new tokens
+`eval.samples` validation samples' first `eval.sample_prompt_tokens` tokens (chat data: a conversation of the
+sample from its start up to an assistant turn, see `prompts`), `eval.sample_new_tokens` new tokens
 each (no sampling, no early stop: the same tokens on every machine that computes the same logits). The file
 (spotrun.seams.SAMPLES_FILE):
 
@@ -21,6 +21,7 @@ import json
 import logging
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from spotrun.seams import SAMPLES_FILE, Method
@@ -38,10 +39,9 @@ CHAT_CONTEXT = 4  # chat prompts keep up to this many times prompt_tokens before
 
 def prompts(validation_dir: Path, *, seq_len: int, count: int, prompt_tokens: int) -> tuple[list[list[int]], bool]:
     """The first `count` validation samples' first `prompt_tokens` tokens (fewer samples if the set is smaller).
-    Chat data (a loss mask) is asked as a user would: each prompt ends where the sample's first assistant turn
-    begins (after the template's generation prompt) and keeps at most CHAT_CONTEXT x prompt_tokens tokens before
-    it; a sample with no turn beginning in it falls back to its first tokens. Returns the prompts and whether any
-    ends at an assistant turn."""
+    Chat data (a loss mask) is asked as a user would: each prompt is a conversation from its first token up to an
+    assistant turn in the sample (after the template's generation prompt; `chat_prompt`); a sample with no turn
+    beginning in it falls back to its first tokens. Returns the prompts and whether any ends at an assistant turn."""
     reader = TokenShardLoader(validation_dir, seq_len=seq_len, micro_batch=1, dp_rank=0, dp_size=1, seed=0)
     rows = [(s, i) for s, n in enumerate(reader.samples_per_shard) for i in range(n)][:count]
     if not rows:
@@ -49,14 +49,40 @@ def prompts(validation_dir: Path, *, seq_len: int, count: int, prompt_tokens: in
     batch = reader.inputs_for(rows)
     out, at_turns = [], False
     for (shard, sample), row, labels in zip(rows, batch["input_ids"], batch["labels"], strict=True):
-        starts = [i for i in range(1, len(row)) if labels[i] != -100 and labels[i - 1] == -100]
-        if starts:  # a fixed window would start mid-turn and ask the model to continue someone else's words
-            at = sample * seq_len + starts[0]  # in the shard: the context may begin before the window
-            out.append([int(t) for t in reader.shards[shard][max(0, at - CHAT_CONTEXT * prompt_tokens):at]])
+        turns = [sample * seq_len + i for i in range(1, len(row)) if labels[i] != -100 and labels[i - 1] == -100]
+        starts = reader.index["shards"][shard].get("starts")
+        found = chat_prompt(reader.shards[shard], turns, CHAT_CONTEXT * prompt_tokens,
+                            None if starts is None else np.fromfile(Path(validation_dir) / starts, dtype="<i8"))
+        if found:  # a fixed window would start mid-turn and ask the model to continue someone else's words
+            out.append(found)
             at_turns = True
         else:
             out.append([int(t) for t in row[:prompt_tokens]])
     return out, at_turns
+
+
+def chat_prompt(tokens, turns: list[int], most: int, starts) -> list[int]:
+    """The prompt of a chat sample: its conversation from its first token up to the beginning of an assistant turn,
+    [] when `turns` (offsets in the shard `tokens` where a trained run begins) holds none. The first turn whose
+    conversation begins in the shard at most `most` tokens before it is taken, else the first whose conversation
+    begins in the shard, with its last `most` tokens, else the first: never a token of the conversation before
+    (packed shards hold them back to back). `starts`: the offsets of the documents that begin in the shard
+    (data.py's `.starts`; None in shards prepared before they were recorded, where the context is the `most`
+    tokens before the first turn, whichever conversation they are of)."""
+    spans = []  # (first token of the context, the turn, whether that is its conversation's first token)
+    for at in turns:
+        if starts is None:
+            spans.append((max(0, at - most), at, False))
+            continue
+        i = int(np.searchsorted(starts, at, side="right")) - 1
+        begin = int(starts[i]) if i >= 0 else 0  # begun in an earlier shard: every token before `at` is its own
+        if begin < at:  # a trained run at a document's first token is plain text that follows, not a turn
+            spans.append((begin, at, i >= 0))
+    if not spans:
+        return []
+    # the first whole conversation that fits, else the first whole one, else the first (min keeps the first)
+    begin, at, _ = min(spans, key=lambda span: (not span[2], span[1] - span[0] > most))
+    return [int(t) for t in tokens[max(begin, at - most):at]]
 
 
 def generate(model, prompt_ids: list[list[int]], new_tokens: int) -> list[list[int]]:
