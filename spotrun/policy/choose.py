@@ -510,7 +510,8 @@ def sentinel_text(section: SpotPolicy) -> str:
         return f"  sentinel: none ({section.policy} keeps no spot job waiting beside an on-demand job)"
     return (f"  sentinel: yes ({section.policy}): after {sentinel['stint_s'] / 3600:.2f} h on an on-demand job, a "
             "spot job of the run's instances waits for capacity beside it, looked at every "
-            f"{sentinel['poll_s'] / 60:.0f} min, when the cap leaves room for it (billed in the run's spend)")
+            f"{sentinel['poll_s'] / 60:.0f} min, in room every on-demand job leaves under the cap (its MaxRuntime "
+            "is shorter by it; billed in the run's spend)")
 
 
 def policy_text(section: SpotPolicy | None) -> str:
