@@ -513,6 +513,10 @@ class SegmentPlan(_StateJson):
     # spotrun/planner/segments.py `ChainCosts`' fields: what `finish_cap_usd` plans a bill's chain with
     chain_costs: dict = dataclasses.field(default_factory=dict)
     work_seconds: float = 0.0  # the training the chain carries (`segments_at` plans it at another cap)
+    # the chain has more than one job: the smallest cap at which it is one job, and its expected bill there (null:
+    # the run is one job, or no chain fits, or no one job holds it)
+    one_job_cap_usd: float | None = None
+    one_job_expected_usd: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -543,6 +547,12 @@ class SpotPolicy(_StateJson):
     # whether the guard runs a sentinel for the chosen policy (spotrun/policy/decision.py `sentinel_settings`):
     # {"used": false}, or {"used": true, "stint_s": ..., "poll_s": ...}
     sentinel: dict = dataclasses.field(default_factory=lambda: {"used": False})
+    # the cap to set splits the run into a chain of more than one job (null otherwise): that chain's jobs and
+    # expected bill, and the smallest cap at which the run is one job with its expected bill there
+    cap_to_set_jobs: int | None = None
+    cap_to_set_expected_usd: float | None = None
+    one_job_cap_usd: float | None = None
+    one_job_expected_usd: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)

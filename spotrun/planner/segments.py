@@ -197,13 +197,18 @@ def plan_segments(*, cap_usd: float, usd_per_s: float, spot_fraction: float, run
                 f"{first / 3600:,.1f} h, overhead {overhead_fraction:.0%}; the smallest cap that finishes with the "
                 f"expected interruptions is ${smallest:,.2f} (the cap to set is the spot policy's "
                 "last line: it also finishes at the simulated P95 bill)")
+    one_cap, one_cost = (None, None)
+    if chain.fits and chain.segments > 1:  # the user's choice: the chain's restarts, or a larger cap and one job
+        one_cap, one_cost = _one_job(costs, work)
+        if one_cap is not None:
+            line += "; " + one_job_text(one_cap, one_cost, chain.segments, chain.cost_usd, cap_usd)
     return SegmentPlan(segments=chain.segments, first_max_runtime_seconds=first, longest_seconds=longest_s,
                        min_segment_seconds=min_segment, overhead_seconds=overhead_s,
                        overhead_fraction=round(overhead_fraction, 4),
                        spot_cost_usd=chain.cost_usd if chain.fits else None,  # no finite bill: null in JSON
                        on_demand_bound_usd=(run_seconds + STOP_BILL_S + warm_pool_s) * usd_per_s, fits=chain.fits,
                        line=line, spot_fraction=spot_fraction, min_cap_usd=smallest, chain_costs=asdict(costs),
-                       work_seconds=work)
+                       work_seconds=work, one_job_cap_usd=one_cap, one_job_expected_usd=one_cost)
 
 
 def job_start_s(segments: SegmentPlan) -> float:
@@ -213,16 +218,51 @@ def job_start_s(segments: SegmentPlan) -> float:
     return float(segments.overhead_seconds)
 
 
+def _one_job_cap(costs: ChainCosts, work_s: float) -> float:
+    """The smallest cap (to the cent) at which the chain of `work_s` is one job: its MaxRuntime holds the start, all
+    the work, the save, the margin and a stop at on-demand rates (inf where SageMaker's longest job cannot)."""
+    rest = math.ceil(costs.startup_s + work_s + costs.save_s + SEGMENT_END_MARGIN_S)
+    if rest > costs.longest_s:
+        return math.inf
+    cap = math.ceil(round((rest + STOP_BILL_S) * costs.usd_per_s * 100, 6)) / 100
+    one = plan_chain(cap_usd=cap, spent_usd=0.0, work_s=work_s, costs=costs, first=True).segments == 1
+    return cap if one else cap + 0.01  # a MaxRuntime floored a second short
+
+
+def _one_job(costs: ChainCosts, work_s: float) -> tuple[float | None, float | None]:
+    """The one-job cap of the chain of `work_s` and the chain's expected bill there, both by `plan_chain` (None,
+    None where no one job holds the run)."""
+    cap = _one_job_cap(costs, work_s)
+    if cap == math.inf:
+        return None, None
+    return cap, plan_chain(cap_usd=cap, spent_usd=0.0, work_s=work_s, costs=costs, first=True).cost_usd
+
+
+def one_job_text(one_cap_usd: float, one_cost_usd: float, jobs: int, chain_cost_usd: float, cap_usd: float) -> str:
+    """What a chain of `jobs` at `cap_usd` costs beside the run as one job: the smallest cap at which it is one job
+    and the expected bills (the chain's restarts against the caps' difference), so the user can choose."""
+    return (f"the run is one job from a cap of ${one_cap_usd:,.2f}: expected {usd(one_cost_usd)} there, "
+            f"{usd(chain_cost_usd)} as the chain of {jobs} jobs at ${cap_usd:,.2f}")
+
+
+def chain_at(segments: SegmentPlan, cap_usd: float) -> tuple[int, float | None]:
+    """The expected chain of `segments` at `cap_usd`: its jobs and its expected bill (None where it does not fit)."""
+    chain = plan_chain(cap_usd=cap_usd, spent_usd=0.0, work_s=segments.work_seconds,
+                       costs=ChainCosts(**segments.chain_costs), first=True)
+    return chain.segments, chain.cost_usd if chain.fits else None
+
+
+def one_job_at(segments: SegmentPlan) -> tuple[float | None, float | None]:
+    """The smallest cap at which the expected chain of `segments` is one job and its expected bill there (None,
+    None where no one job holds the run)."""
+    return _one_job(ChainCosts(**segments.chain_costs), segments.work_seconds)
+
+
 def one_job_cap_usd(segments: SegmentPlan) -> float:
     """The smallest cap (to the cent) at which the expected chain of `segments` is one job: its MaxRuntime holds the
     start, all the work, the save, the margin and a stop at on-demand rates (inf where SageMaker's longest job
     cannot hold them)."""
-    costs = ChainCosts(**segments.chain_costs)
-    rest = math.ceil(costs.startup_s + segments.work_seconds + costs.save_s + SEGMENT_END_MARGIN_S)
-    if rest > costs.longest_s:
-        return math.inf
-    cap = math.ceil(round((rest + STOP_BILL_S) * costs.usd_per_s * 100, 6)) / 100
-    return cap if segments_at(segments, cap) == 1 else cap + 0.01  # a MaxRuntime floored a second short
+    return _one_job_cap(ChainCosts(**segments.chain_costs), segments.work_seconds)
 
 
 def uncapped_cost_usd(segments: SegmentPlan) -> float:

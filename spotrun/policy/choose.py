@@ -29,10 +29,13 @@ from ..planner.catalog import hours_text, usd
 from ..planner.estimate import startup_seconds
 from ..planner.segments import (
     JOB_END_S,
+    chain_at,
     finish_cap_usd,
     job_start_s,
     on_demand_segments_at,
+    one_job_at,
     one_job_cap_usd,
+    one_job_text,
     segments_at,
 )
 from ..planner.topology import step_seconds
@@ -360,9 +363,26 @@ def spot_policy_at_caps(run, est, catalog: dict, *, poll_s: float = 60.0, max_po
                                   p95_finish_policy=one_job.section.chosen, p95_one_job_usd=round(one_job.p95_usd, 2),
                                   deadline_cap_usd=named[-1] if named else None,
                                   p95_finish_keeps_deadline=bool(kept))
+    section = _one_job_beside(est, section)
     own = [missed if w == choice.missed else w for w in choice.warnings]
     return CappedChoice(section, (*_fallback_over_cap(run, est, section), *own,
                                   *_under_finish_cap(run.max_usd, finish, section)))
+
+
+def _one_job_beside(est, section: SpotPolicy) -> SpotPolicy:
+    """`section` with, when the cap to set splits the run into a chain of more than one job, that chain's expected
+    bill and the smallest cap at which the run is one job with its expected bill there (the planner's chain,
+    spotrun/planner/segments.py `chain_at`, `one_job_at`): a larger cap can cost less in expectation (a new user:
+    qwen2 at the $0.75 named, 2 jobs expected $0.37; one job from $0.83, expected $0.26)."""
+    to_set = section.deadline_cap_usd or section.p95_finish_cap_usd
+    if to_set is None or not est.segments.chain_costs:
+        return section
+    jobs, chain_usd = chain_at(est.segments, to_set)
+    one_cap, one_usd = one_job_at(est.segments)
+    if jobs <= 1 or chain_usd is None or one_cap is None:
+        return section
+    return dataclasses.replace(section, cap_to_set_jobs=jobs, cap_to_set_expected_usd=chain_usd,
+                               one_job_cap_usd=one_cap, one_job_expected_usd=one_usd)
 
 
 def _fallback_over_cap(run, est, section: SpotPolicy) -> list[str]:
@@ -546,4 +566,8 @@ def policy_text(section: SpotPolicy | None) -> str:
         lines.append(f"  the cap to set: ${section.p95_finish_cap_usd:,.2f} or more finishes at "
                      f"{section.p95_finish_policy}'s P95 bill (${section.p95_one_job_usd:,.2f} as one job), "
                      "with the chain's restarts and the last job's room at on-demand rates")
+    if section.one_job_cap_usd is not None:  # the cap to set splits the run: what one job costs beside it
+        to_set = section.deadline_cap_usd or section.p95_finish_cap_usd
+        lines[-1] += "; " + one_job_text(section.one_job_cap_usd, section.one_job_expected_usd,
+                                         section.cap_to_set_jobs, section.cap_to_set_expected_usd, to_set)
     return "\n".join(lines)
