@@ -349,9 +349,13 @@ def _limits(run: RunSpec, defaults: dict, best: Option) -> tuple[int, list[str]]
     max_runtime = int(min(MAX_RUNTIME_LIMIT_S, max(d["min_max_runtime_seconds"],
                                                    math.ceil(d["max_runtime_factor"] * expected_wall))))
     if c.max_wait_hours is not None and c.spot and int(c.max_wait_hours * 3600) < max_runtime:
-        raise EstimateRefused("InvalidRun", f"compute.max_wait_hours={c.max_wait_hours}: MaxWait "
-                              f"({int(c.max_wait_hours * 3600)} s) < MaxRuntime ({max_runtime} s); SageMaker requires "
-                              "MaxWait >= MaxRuntime", field="compute.max_wait_hours")
+        least = math.ceil(max_runtime / 36) / 100  # hours, to the hundredth, up
+        raise EstimateRefused("InvalidRun", f"compute.max_wait_hours={round(c.max_wait_hours, 12):.12g}: MaxWait "
+                              f"({int(c.max_wait_hours * 3600)} s) < MaxRuntime ({max_runtime} s: "
+                              f"{d['max_runtime_factor']:g}x the {hours_text(expected_wall)} the run is expected to "
+                              f"take, the planner's limit for one job); SageMaker requires MaxWait >= MaxRuntime: "
+                              f"give compute.max_wait_hours={least:g} or more, or leave it out",
+                              field="compute.max_wait_hours")
     warnings = []
     if expected_wall > MAX_RUNTIME_LIMIT_S:
         warnings.append(f"the run needs about {expected_wall / 86400:,.1f} days: SageMaker stops it at 28 days "
