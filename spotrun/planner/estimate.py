@@ -172,6 +172,7 @@ def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | 
     warnings += _deadline(run, options, best, job_s)
     max_runtime, runtime_warnings = _limits(run, d, best)
     warnings += _layout_warnings(run, catalog, planner, options, best, work.dims) + runtime_warnings
+    warnings += _settings_without_effect(run)
     advice = price_advice(run, best)
     advice += checkpoint_advice(catalog, best, work.ckpt_bytes)
     util, util_source = utilization(best.instance_type)
@@ -333,6 +334,18 @@ def _deadline(run: RunSpec, options: list[Option], best: Option, job_s: Callable
                               "compute.accept_missed_deadline=true to start it anyway", field="compute.deadline_hours")
     return [f"THE DEADLINE WILL BE MISSED: compute.deadline_hours={deadline_hours_text(c.deadline_s)}, and {numbers} "
             "(accepted by compute.accept_missed_deadline)"]
+
+
+def _settings_without_effect(run: RunSpec) -> list[str]:
+    """Settings the run wrote that another of its settings makes do nothing (both default to false: true was
+    written): said, not refused, as a new user expected them to do something."""
+    c, out = run.compute, []
+    if c.on_demand_fallback and not c.spot:
+        out.append("compute.on_demand_fallback=true does nothing with compute.spot=false: every job is on-demand "
+                   "from the start")
+    if c.accept_missed_deadline and c.deadline_s is None:
+        out.append("compute.accept_missed_deadline=true does nothing without compute.deadline_hours")
+    return out
 
 
 def _limits(run: RunSpec, defaults: dict, best: Option) -> tuple[int, list[str]]:

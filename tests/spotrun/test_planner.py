@@ -254,6 +254,18 @@ def test_a_max_wait_under_max_runtime_names_the_least_that_is_accepted():
         estimate(run(compute={"max_wait_hours": round(least - 0.01, 2)}), catalog=CATALOG)
 
 
+@pytest.mark.parametrize("compute, said", [
+    ({"spot": False, "on_demand_fallback": True}, "compute.on_demand_fallback=true does nothing with compute.spot="
+                                                  "false"),
+    ({"accept_missed_deadline": True}, "compute.accept_missed_deadline=true does nothing without "
+                                       "compute.deadline_hours"),
+])
+def test_a_setting_another_one_makes_do_nothing_is_said(compute, said):
+    assert [w for w in estimate(run(compute=compute), catalog=CATALOG).warnings if said in w]
+    quiet = {k: v for k, v in compute.items() if k == "spot"}  # the same run without the setting: no word
+    assert not [w for w in estimate(run(compute=quiet), catalog=CATALOG).warnings if "does nothing" in w]
+
+
 def test_the_shipped_catalog_covers_the_required_families_with_sources():
     catalog = load_catalog()
     families = {t.split(".")[1] for t in catalog["instances"]}
