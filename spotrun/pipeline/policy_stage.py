@@ -8,8 +8,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from ..planner.catalog import usd
 from ..planner.estimate import Estimate
 from ..policy import choose
+from ..policy.decision import starts_on_spot
 
 
 def with_spot_policy(run: Any, est: Estimate, catalog: dict, *, poll_s: float = 60.0,
@@ -18,4 +20,16 @@ def with_spot_policy(run: Any, est: Estimate, catalog: dict, *, poll_s: float = 
     `n` traces: one call into the policy) and the policy's warnings after its own: a new Estimate, `est`
     unchanged. `spotrun estimate` shares this stage."""
     chosen = choose.spot_policy_at_caps(run, est, catalog, poll_s=poll_s, max_poll_s=max_poll_s, n=n)
-    return dataclasses.replace(est, spot_policy=chosen.section, warnings=[*est.warnings, *chosen.warnings])
+    return dataclasses.replace(est, spot_policy=chosen.section,
+                               warnings=[*est.warnings, *chosen.warnings, *_starts_on_demand(run, chosen.section)])
+
+
+def _starts_on_demand(run: Any, section) -> list[str]:
+    """A warning when a spot run's chosen policy starts it on on-demand instances: the advice names managed spot
+    and the cost line's spot figure, while the run's first job is on-demand (a new user's trial: 'advice: managed
+    spot', the chosen row on_demand at 2.8x the spot figure)."""
+    if not run.compute.spot or section is None or starts_on_spot(section):
+        return []
+    row = next(r for r in section.policies if r["label"] == section.chosen)
+    return [f"the chosen spot policy, {section.chosen}, starts the run on on-demand instances ({section.why}): "
+            f"simulated mean {usd(row['mean_usd'])}, P95 {usd(row['p95_usd'])}, not the cost line's spot figure"]

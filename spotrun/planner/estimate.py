@@ -172,6 +172,7 @@ def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | 
     warnings += _deadline(run, options, best, job_s)
     max_runtime, runtime_warnings = _limits(run, d, best)
     warnings += _layout_warnings(run, catalog, planner, options, best, work.dims) + runtime_warnings
+    warnings += _settings_without_effect(run)
     advice = price_advice(run, best)
     advice += checkpoint_advice(catalog, best, work.ckpt_bytes)
     util, util_source = utilization(best.instance_type)
@@ -335,6 +336,18 @@ def _deadline(run: RunSpec, options: list[Option], best: Option, job_s: Callable
             "(accepted by compute.accept_missed_deadline)"]
 
 
+def _settings_without_effect(run: RunSpec) -> list[str]:
+    """Settings the run wrote that another of its settings makes do nothing (both default to false: true was
+    written): said, not refused, as a new user expected them to do something."""
+    c, out = run.compute, []
+    if c.on_demand_fallback and not c.spot:
+        out.append("compute.on_demand_fallback=true does nothing with compute.spot=false: every job is on-demand "
+                   "from the start")
+    if c.accept_missed_deadline and c.deadline_s is None:
+        out.append("compute.accept_missed_deadline=true does nothing without compute.deadline_hours")
+    return out
+
+
 def _limits(run: RunSpec, defaults: dict, best: Option) -> tuple[int, list[str]]:
     """(MaxRuntime before segmenting, the warnings about SageMaker's 28 days). Refuses a run that needs more than
     28 days unless compute.accept_max_runtime_stop, and a MaxWait below MaxRuntime."""
@@ -349,9 +362,13 @@ def _limits(run: RunSpec, defaults: dict, best: Option) -> tuple[int, list[str]]
     max_runtime = int(min(MAX_RUNTIME_LIMIT_S, max(d["min_max_runtime_seconds"],
                                                    math.ceil(d["max_runtime_factor"] * expected_wall))))
     if c.max_wait_hours is not None and c.spot and int(c.max_wait_hours * 3600) < max_runtime:
-        raise EstimateRefused("InvalidRun", f"compute.max_wait_hours={c.max_wait_hours}: MaxWait "
-                              f"({int(c.max_wait_hours * 3600)} s) < MaxRuntime ({max_runtime} s); SageMaker requires "
-                              "MaxWait >= MaxRuntime", field="compute.max_wait_hours")
+        least = math.ceil(max_runtime / 36) / 100  # hours, to the hundredth, up
+        raise EstimateRefused("InvalidRun", f"compute.max_wait_hours={round(c.max_wait_hours, 12):.12g}: MaxWait "
+                              f"({int(c.max_wait_hours * 3600)} s) < MaxRuntime ({max_runtime} s: "
+                              f"{d['max_runtime_factor']:g}x the {hours_text(expected_wall)} the run is expected to "
+                              f"take, the planner's limit for one job); SageMaker requires MaxWait >= MaxRuntime: "
+                              f"give compute.max_wait_hours={least:g} or more, or leave it out",
+                              field="compute.max_wait_hours")
     warnings = []
     if expected_wall > MAX_RUNTIME_LIMIT_S:
         warnings.append(f"the run needs about {expected_wall / 86400:,.1f} days: SageMaker stops it at 28 days "

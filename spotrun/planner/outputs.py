@@ -209,6 +209,16 @@ def _wall_text(est: Estimate) -> str:
     return text
 
 
+def _chosen_cost_text(section: SpotPolicy | None) -> str:
+    """The chosen spot policy's simulated bill beside the planner's figures: the bill the run gets as the cost
+    guard executes that policy (a new user read the spot figure as the bill of a run whose policy was on-demand)."""
+    row = next((r for r in (section.policies if section else []) if r["label"] == section.chosen), None)
+    if row is None:
+        return ""
+    return (f"; as the chosen spot policy runs it ({section.chosen}), simulated: mean {usd(row['mean_usd'])}, "
+            f"P95 {usd(row['p95_usd'])}")
+
+
 def _cost_text(est: Estimate) -> str:
     """The cost row: the run's own market as planned (the chain of jobs at this cap, each job's start and end, the
     expected interruptions), the other market as one job; what a cap should be is the spot policy's line."""
@@ -218,6 +228,6 @@ def _cost_text(est: Estimate) -> str:
         "planned: one job, its start and end"
     if est.spot:
         return (f"spot {usd(est.cost_usd['spot'])} expected ({planned}, the expected interruptions) / on-demand "
-                f"{usd(est.cost_usd['on_demand'])} (one uninterrupted job)")
+                f"{usd(est.cost_usd['on_demand'])} (one uninterrupted job)" + _chosen_cost_text(est.spot_policy))
     return (f"on-demand {usd(est.cost_usd['on_demand'])} ({planned}) / spot about {usd(est.cost_usd['spot'])} (one "
             "job with the expected interruptions)")

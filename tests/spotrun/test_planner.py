@@ -238,6 +238,34 @@ def test_refusals_are_invalid_runs_with_a_reason(sections, message):
     assert err.value.code == "InvalidRun" and message in err.value.message
 
 
+def test_a_max_wait_under_max_runtime_names_the_least_that_is_accepted():
+    """A new user wrote compute.max_wait_hours: 14 for 13.54 h of work and read 'compute.max_wait_hours=14.0:
+    MaxWait (50400 s) < MaxRuntime (98109 s)', with no field of theirs that sets MaxRuntime. The refusal quotes the
+    value as written, says where MaxRuntime comes from, and names the least MaxWait, which is accepted when set."""
+    with pytest.raises(EstimateRefused) as err:
+        estimate(run(compute={"max_wait_hours": 1}), catalog=CATALOG)
+    message = err.value.message
+    assert message.startswith("compute.max_wait_hours=1: MaxWait (3600 s) < MaxRuntime ("), message
+    assert "the run is expected to take" in message, message
+    least = float(re.search(r"give compute.max_wait_hours=([0-9.]+) or more", message).group(1))
+    accepted = estimate(run(compute={"max_wait_hours": least}), catalog=CATALOG)
+    assert accepted.max_wait_seconds >= accepted.max_runtime_seconds
+    with pytest.raises(EstimateRefused):  # a hundredth under it is refused: it is the least
+        estimate(run(compute={"max_wait_hours": round(least - 0.01, 2)}), catalog=CATALOG)
+
+
+@pytest.mark.parametrize("compute, said", [
+    ({"spot": False, "on_demand_fallback": True}, "compute.on_demand_fallback=true does nothing with compute.spot="
+                                                  "false"),
+    ({"accept_missed_deadline": True}, "compute.accept_missed_deadline=true does nothing without "
+                                       "compute.deadline_hours"),
+])
+def test_a_setting_another_one_makes_do_nothing_is_said(compute, said):
+    assert [w for w in estimate(run(compute=compute), catalog=CATALOG).warnings if said in w]
+    quiet = {k: v for k, v in compute.items() if k == "spot"}  # the same run without the setting: no word
+    assert not [w for w in estimate(run(compute=quiet), catalog=CATALOG).warnings if "does nothing" in w]
+
+
 def test_the_shipped_catalog_covers_the_required_families_with_sources():
     catalog = load_catalog()
     families = {t.split(".")[1] for t in catalog["instances"]}

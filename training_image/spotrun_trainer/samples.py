@@ -3,8 +3,10 @@
 After the export, rank 0 loads the exported weights from output_dir (the files a user gets, not the training
 copy) and the base model (model.path), and generates greedily from the same fixed prompts: the first
 `eval.samples` validation samples' first `eval.sample_prompt_tokens` tokens (chat data: a conversation of the
-sample from its start up to an assistant turn, see `prompts`), `eval.sample_new_tokens` new tokens
-each (no sampling, no early stop: the same tokens on every machine that computes the same logits). The file
+sample from its start up to an assistant turn, see `prompts`), at most `eval.sample_new_tokens` new
+tokens each, ending at the model's end-of-sequence token as a user's `generate` does (its generation config's
+`eos_token_id`: a chat model's end of turn), without sampling: the same tokens on every machine that computes the
+same logits. The file
 (spotrun.seams.SAMPLES_FILE):
 
     {"format": 1, "prompt_tokens": P, "new_tokens": T, "base": "model.path" | null,
@@ -86,13 +88,16 @@ def chat_prompt(tokens, turns: list[int], most: int, starts) -> list[int]:
 
 
 def generate(model, prompt_ids: list[list[int]], new_tokens: int) -> list[list[int]]:
-    """Greedy continuations (new tokens only) of each prompt, one at a time (no padding to get wrong)."""
+    """Greedy continuations (new tokens only, the end-of-sequence token included where the model says it) of each
+    prompt, one at a time (no padding to get wrong). NOTE: no `min_new_tokens`: it suppresses the end-of-sequence
+    token, and a new user read a fine-tuned chat model's answer run on past its end of turn ('... Contact support if
+    it fails. Contact support if it') where their own `generate` stopped."""
     model.eval()
     out = []
     with torch.no_grad():
         for ids in prompt_ids:
             tokens = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-                                    max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
+                                    max_new_tokens=new_tokens, do_sample=False,
                                     pad_token_id=0)
             out.append([int(t) for t in tokens[0, len(ids):]])
     return out

@@ -1,0 +1,53 @@
+"""The cost line and the warnings say what the chosen spot policy bills (a new user's trial: mistral with a 3 h
+deadline and on-demand fallback printed 'cost spot $11.88 expected' and 'advice: managed spot on 5 x
+ml.g6e.xlarge' while the chosen policy was on_demand, simulated at $32.86). The figures compared are the
+estimate's own: its text against its JSON's policy rows, and the Lambda's answer."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from .test_caps_keep_the_deadline import _plan
+from .test_new_users_trial import BUCKET, _cli, _with
+
+ROOT = Path(__file__).parents[2]
+
+
+def _mistral(deadline_hours: float) -> dict:
+    example = json.loads((ROOT / "examples/runs/mistral-7b-lora.json").read_text())
+    example["model"] = {"init": "random", "config": example["model"]["config"]}  # the Lambda reads no S3 here
+    return _with(example, data={"source": f"s3://{BUCKET}/datasets/summaries/"},
+                 compute={"deadline_hours": deadline_hours, "on_demand_fallback": True})
+
+
+def _chosen_row(doc: dict) -> dict:
+    section = doc["spot_policy"]
+    return next(r for r in section["policies"] if r["label"] == section["chosen"])
+
+
+@pytest.mark.parametrize("deadline_hours, on_demand_first", [(3, True), (16, False)])
+def test_the_cost_line_names_the_chosen_policys_bill_and_an_on_demand_start_is_warned(
+        tmp_path, capsys, monkeypatch, deadline_hours, on_demand_first):
+    run = _mistral(deadline_hours)
+    code, doc = _cli(tmp_path, capsys, "estimate", run)
+    assert code == 0, doc
+    row = _chosen_row(doc)
+    assert (row["policy"] == "on_demand") is on_demand_first, row
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(run))
+    from spotrun.cli.main import main
+
+    assert main(["estimate", str(path)]) == 0
+    text = capsys.readouterr().out
+    cost = next(line for line in text.splitlines() if line.startswith("cost "))
+    assert (f"as the chosen spot policy runs it ({doc['spot_policy']['chosen']}), simulated: "
+            f"mean ${row['mean_usd']:,.2f}, P95 ${row['p95_usd']:,.2f}") in cost, cost
+    for told in (doc, _plan(monkeypatch, run)):
+        said = [w for w in told["warnings"] if "starts the run on on-demand instances" in w]
+        if on_demand_first:
+            assert said and f"mean ${row['mean_usd']:,.2f}" in said[0], told["warnings"]
+        else:
+            assert not said, said
