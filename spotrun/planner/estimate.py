@@ -15,9 +15,12 @@ Rules, with the choices made here:
   training state + the gathered FSDP unit(s) + activations + logits must stay under gpu_memory * memory_usable_fraction
   minus memory_allowance_gb (CUDA context, NCCL buffers). For each layout the planner keeps the run's samples per
   rank and optimizer step (training.micro_batch * training.grad_accum) and picks the largest micro-batch dividing
-  it that fits, first without and then with activation checkpointing; grad_accum makes up the rest. These, the
-  sharding and activation checkpointing go to the trainer as hyperparameters. A run given only
-  model.parameters has no shape: its activations are not modelled (a warning says so).
+  it that fits, first without and then with activation checkpointing; grad_accum makes up the rest (the batch
+  row names the run's micro_batch x grad_accum when they changed). These, the
+  sharding and activation checkpointing go to the trainer as hyperparameters. The samples per optimizer step are
+  the GPUs x that: a chosen layout with more GPUs than the fewest that fit (for a deadline, a target, or the
+  price) warns with both batches, both step counts, the unscaled training.lr and how to keep the run's batch.
+  A run given only model.parameters has no shape: its activations are not modelled (a warning says so).
 - Time (spotrun/planner/topology.py): per micro-batch, compute (6 N per token, +2 N with activation checkpointing; LoRA
   4 N + 6 N_adapter) at the data-sheet peak x utilization, and the FSDP
   collectives over the catalog's NVLink/PCIe and EFA bandwidths, hidden behind compute up to a stated fraction.
@@ -173,6 +176,7 @@ def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | 
     max_runtime, runtime_warnings = _limits(run, d, best)
     warnings += _layout_warnings(run, catalog, planner, options, best, work.dims) + runtime_warnings
     warnings += _settings_without_effect(run)
+    warnings += _batch_warnings(run, options, best, planner.per_rank, work.tokens)
     advice = price_advice(run, best)
     advice += checkpoint_advice(catalog, best, work.ckpt_bytes)
     util, util_source = utilization(best.instance_type)
@@ -396,6 +400,43 @@ def _layout_warnings(run: RunSpec, catalog: dict, planner: LayoutPlanner, option
     return warnings
 
 
+def _batch_warnings(run: RunSpec, options: list[Option], best: Option, per_rank: int, tokens: float) -> list[str]:
+    """A warning when the chosen layout's samples per optimizer step differ from what the run's training.micro_batch
+    x training.grad_accum give on the fewest GPUs it fits (the run's own layout when it names one): every GPU adds
+    its samples to the step, so more GPUs mean fewer, larger optimizer steps at the same training.lr (a new user's
+    deadline of 0.5 h chose 64 GPUs: 1024 samples per step instead of 16, 64x fewer steps, without a word)."""
+    c, t, seq = run.compute, run.training, run.data.seq_len
+    price_of = (lambda o: o.spot) if c.spot else (lambda o: o.on_demand)
+    least = min(options, key=lambda o: (o.fit.layout.world, price_of(o)))
+    world, fewest = best.fit.layout.world, least.fit.layout.world
+    if world == fewest:
+        return []
+    planned, written = world * per_rank, fewest * per_rank
+    if c.deadline_s is not None and not c.target_hours:
+        why, later = (f"chosen to meet compute.deadline_hours={deadline_hours_text(c.deadline_s)}",
+                      " with a later compute.deadline_hours")
+    elif c.target_hours:
+        why, later = f"chosen for compute.target_hours={c.target_hours:g}", " without compute.target_hours"
+    else:
+        why, later = "the cheapest layout", ""
+    keep = f"set compute.instance_type={least.instance_type} and compute.instance_count={least.count}{later}"
+    if (per_rank * fewest) % world == 0:
+        wanted = per_rank * fewest // world
+        mb = math.gcd(wanted, t.micro_batch)
+        keep += (f", or lower the samples per GPU to {wanted} on this layout (training.micro_batch={mb}, "
+                 f"training.grad_accum={wanted // mb})")
+    else:
+        keep += f"; on {world} GPUs no whole number of samples per GPU gives {written} per step"
+    gpus = "one GPU" if fewest == 1 else f"{fewest} GPUs"
+    steps, steps_written = planned_steps(tokens, planned, seq), planned_steps(tokens, written, seq)
+    return [f"the batch is {planned / written:g}x the run's: {planned} samples per optimizer step on {world} GPUs "
+            f"({best.count} x {best.instance_type}, {why}), where the run's training.micro_batch={t.micro_batch} x "
+            f"training.grad_accum={t.grad_accum} ({per_rank} per GPU) give {written} on the fewest GPUs that fit "
+            f"({gpus}, {least.count} x {least.instance_type}): {steps:,} optimizer steps instead of "
+            f"{steps_written:,}, and training.lr={show(t.lr)} is not scaled for it; to keep "
+            f"the run's batch, {keep}"]
+
+
 def _build(run: RunSpec, catalog: dict, work: _Work, best: Option, per_rank: int, utilization: tuple[float, str],
            max_runtime: int, seg: SegmentPlan, advice: list[str], warnings: list[str],
            base_name: str | None = None) -> Estimate:
@@ -426,7 +467,9 @@ def _build(run: RunSpec, catalog: dict, work: _Work, best: Option, per_rank: int
         upload_gb_per_s_available=best.upload_available, checkpoint_policy=best.policy,
         checkpoint_interval_s=max(1, round(best.interval_s)), interruptions_per_hour=best.rate,
         cost_usd=cost, spot=c.spot, sharding=fit.layout.sharding, shard_group_nodes=fit.layout.group_nodes,
-        micro_batch=fit.micro_batch, grad_accum=fit.grad_accum, activation_checkpointing=fit.activation_checkpointing,
+        micro_batch=fit.micro_batch, grad_accum=fit.grad_accum,
+        written_batch={"micro_batch": run.training.micro_batch, "grad_accum": run.training.grad_accum},
+        activation_checkpointing=fit.activation_checkpointing,
         global_batch_samples=fit.layout.world * per_rank,
         planned_steps=planned_steps(work.tokens, fit.layout.world * per_rank, run.data.seq_len),
         memory_per_gpu={"state": fit.memory.state, "gathered": fit.memory.gathered,

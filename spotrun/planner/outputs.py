@@ -58,6 +58,9 @@ class Estimate:
     shard_group_nodes: int = 1
     micro_batch: int = 1
     grad_accum: int = 1
+    # the run's training.micro_batch and grad_accum as written ({} when not known): the batch row names them when
+    # the planner changed them (the largest micro-batch that fits, the same samples per GPU)
+    written_batch: dict = field(default_factory=dict)
     activation_checkpointing: bool = False
     global_batch_samples: int = 1
     memory_per_gpu: dict = field(default_factory=dict)
@@ -173,7 +176,7 @@ def format_text(est: Estimate) -> str:
         ("instances", f"{est.instance_count} x {est.instance_type}"),
         ("sharding", f"{est.sharding}" + (f" (shard groups of {est.shard_group_nodes} node(s))"
                                           if est.sharding == "hybrid" else "")),
-        ("batch", f"micro_batch {est.micro_batch} x grad_accum {est.grad_accum} per GPU, "
+        ("batch", f"micro_batch {est.micro_batch} x grad_accum {est.grad_accum} per GPU{_written_text(est)}, "
                   f"{est.global_batch_samples} sample{'' if est.global_batch_samples == 1 else 's'} per step, "
                   "activation checkpointing "
                   f"{'on' if est.activation_checkpointing else 'off'}"),
@@ -194,6 +197,14 @@ def format_text(est: Estimate) -> str:
     cap_line = est.segments.line if est.segments else None  # also the advice's (JSON): printed once
     lines += [f"advice: {a}" for a in est.advice if a != cap_line] + [f"warning: {w}" for w in est.warnings]
     return "\n".join(lines)
+
+
+def _written_text(est: Estimate) -> str:
+    """The batch row's note when the planner changed the run's micro_batch x grad_accum (keeping their product)."""
+    w = est.written_batch
+    if not w or (w["micro_batch"], w["grad_accum"]) == (est.micro_batch, est.grad_accum):
+        return ""
+    return f" (the run wrote {w['micro_batch']} x {w['grad_accum']}; the largest micro_batch that fits)"
 
 
 def _wall_text(est: Estimate) -> str:
