@@ -10,13 +10,10 @@ import json
 import re
 from pathlib import Path
 
-import boto3
-from moto import mock_aws
-
 from spotrun.cli.main import main
-from spotrun.handlers import estimate as estimate_handler
 
-from .test_new_users_trial import BUCKET, SETTINGS, _cli, _NoQuotasListed, _with
+from .test_caps_keep_the_deadline import handler_plan
+from .test_new_users_trial import BUCKET, _cli, _with
 
 ROOT = Path(__file__).parents[2]
 
@@ -27,18 +24,9 @@ def _mistral(**compute) -> dict:
 
 
 def _plan(monkeypatch, run: dict) -> dict:
-    """The estimate Lambda's handler itself (tests/spotrun/test_caps_keep_the_deadline.py `handler_plan`), with the
-    model's config.json in the stage's bucket: the accepted estimate."""
-    for key, value in {**SETTINGS.to_env(), "AWS_REGION": "us-east-1"}.items():
-        monkeypatch.setenv(key, value)
-    real = boto3.client
-    monkeypatch.setattr(estimate_handler.boto3, "client",
-                        lambda name, *a, **k: _NoQuotasListed() if name == "service-quotas" else real(name, *a, **k))
-    with mock_aws():
-        s3 = boto3.client("s3", region_name="us-east-1")
-        s3.create_bucket(Bucket=BUCKET)
-        s3.put_object(Bucket=BUCKET, Key="models/mistral-7b/config.json", Body=json.dumps(run["model"]["config"]))
-        out = estimate_handler.handler({"run": run, "execution": "exec-1", "started": "2026-01-01T00:00:00Z"}, None)
+    """The estimate Lambda's handler itself, with the model's config.json in the stage's bucket: the accepted
+    estimate."""
+    out = handler_plan(monkeypatch, run, {"models/mistral-7b/config.json": json.dumps(run["model"]["config"])})
     assert "estimate" in out, out
     return out["estimate"]
 

@@ -25,15 +25,19 @@ def _plan(monkeypatch, run: dict) -> dict:
     return out["estimate"]
 
 
-def handler_plan(monkeypatch, run: dict) -> dict:
-    """The estimate Lambda's handler's whole answer (the plan the state machine carries, or a refusal)."""
+def handler_plan(monkeypatch, run: dict, objects: dict[str, str] | None = None) -> dict:
+    """The estimate Lambda's handler's whole answer (the plan the state machine carries, or a refusal), with
+    `objects` (key: body) in the stage's bucket."""
     for key, value in {**SETTINGS.to_env(), "AWS_REGION": "us-east-1"}.items():
         monkeypatch.setenv(key, value)
     real = boto3.client
     monkeypatch.setattr(estimate_handler.boto3, "client",
                         lambda name, *a, **k: _NoQuotasListed() if name == "service-quotas" else real(name, *a, **k))
     with mock_aws():
-        boto3.client("s3", region_name="us-east-1").create_bucket(Bucket=BUCKET)
+        s3 = boto3.client("s3", region_name="us-east-1")
+        s3.create_bucket(Bucket=BUCKET)
+        for key, body in (objects or {}).items():
+            s3.put_object(Bucket=BUCKET, Key=key, Body=body)
         return estimate_handler.handler({"run": run, "execution": "exec-1", "started": "2026-01-01T00:00:00Z"},
                                         None)
 
