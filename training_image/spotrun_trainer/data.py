@@ -340,7 +340,9 @@ def prepare(
         if isinstance(doc, list):
             if tokenizer.chat_template is None:
                 raise DataError(f"{where}: chat messages need a chat template, and the tokenizer at "
-                                f"{tokenizer_path} has none (set chat_template in its tokenizer_config.json)")
+                                f"{tokenizer_path} has none (add one: a chat_template.jinja file beside "
+                                "the tokenizer, as transformers saves it, or chat_template in its "
+                                "tokenizer_config.json)")
             ids, doc_mask = chat_tokens(tokenizer, doc, where)
             chats += 1
         else:
