@@ -134,8 +134,11 @@ def _event_line(i: int, event: dict) -> str:
     unit = "s" if event["trigger"].endswith("s") else " steps"
     sent = (f"sent at step {event['signalled_at_step']}, {event['at_s']:.1f} s into the job ({late:g}{unit} late)"
             if late is not None else f"sent {event['at_s']:.1f} s into the job")
-    return (f"      {i}. {event['kind']} asked at {event['trigger']}: {sent}; stopped at step {event['step']}, resumed "
-            f"from checkpoint step {event['checkpoint_step']}; {event['lost_s']:.1f} s lost")
+    # step 0: no checkpoint was committed before it (a hard kill before the first save): the run started again
+    resumed = (f"resumed from checkpoint step {event['checkpoint_step']}" if event["checkpoint_step"] else
+               "started again from the beginning (no checkpoint was committed before it)")
+    return (f"      {i}. {event['kind']} asked at {event['trigger']}: {sent}; stopped at step {event['step']}, "
+            f"{resumed}; {event['lost_s']:.1f} s lost")
 
 
 def _local_lines(report: dict) -> list[str]:
