@@ -185,8 +185,12 @@ def choose(plan: SimPlan, rows: list[Summary], confidence: float = CONFIDENCE,
         return best, (f"no policy meets the {deadline_hours_text(plan.deadline_s)} h deadline on {confidence:.0%} "
                       f"of the traces: the likeliest to meet it ({best.p_deadline:.1%})")
     best = min(ok, key=lambda r: r.mean_usd)
+    # a tie at the printed cents is said (a new user saw four policies at $18.27 and one chosen without a word)
+    tied = [r.label for r in ok if r is not best and round(r.mean_usd, 2) == round(best.mean_usd, 2)]
+    tie = (f"; tied at ${best.mean_usd:,.2f} with {', '.join(tied)}: chosen on the unrounded mean, then the "
+           "table's order" if tied else "")
     return best, (f"the least expected cost of the {len(ok)} of {len(rows)} policies that meet the "
-                  f"{deadline_hours_text(plan.deadline_s)} h deadline on >= {confidence:.0%} of the traces")
+                  f"{deadline_hours_text(plan.deadline_s)} h deadline on >= {confidence:.0%} of the traces{tie}")
 
 
 def windows_per_trace(plan: SimPlan, rate_per_hour: float) -> float:

@@ -51,3 +51,16 @@ def test_the_cost_line_names_the_chosen_policys_bill_and_an_on_demand_start_is_w
             assert said and f"mean ${row['mean_usd']:,.2f}" in said[0], told["warnings"]
         else:
             assert not said, said
+
+
+def test_a_tie_at_the_printed_cents_is_said(tmp_path, capsys):
+    """mistral with a 14 h deadline: four policies at $18.27 and one chosen without a word (a new user's trial).
+    The rows compared are the estimate's own JSON rows."""
+    code, doc = _cli(tmp_path, capsys, "estimate", _mistral(14))
+    assert code == 0, doc
+    section, chosen = doc["spot_policy"], _chosen_row(doc)
+    meeting = [r for r in section["policies"] if r["p_deadline"] is not None and r["p_deadline"] >= 0.99]
+    tied = [r["label"] for r in meeting
+            if r["label"] != chosen["label"] and round(r["mean_usd"], 2) == round(chosen["mean_usd"], 2)]
+    assert tied, section["policies"]  # the case: a tie at the cents
+    assert f"tied at ${chosen['mean_usd']:,.2f} with {', '.join(tied)}" in section["why"], section["why"]
