@@ -8,17 +8,26 @@ choose set of benchmarks/policy_bench.py, so that benchmarks/calibration_bench.p
 trace is a sequence of cycles: a stretch with capacity that ended (an interruption) and the stretch without
 capacity after it. Each stretch with capacity is taken times its own trace's interruption rate (the trace's
 interruptions per available hour, as the interruption recorder measures a rate), each without over its own
-trace's mean one, so that both have mean 1 and the estimate scales them by its own rate.
+trace's mean one, so that both have mean 1 and the estimate scales them by its own rate. Those are the HMM's
+features; what the generator draws splits the stretches with capacity further: the short ones (at most
+`SHORT_UP_S`, 15 minutes: the recordings' blips of a few samples, 13-49% of the stretches at every rate) are kept
+in seconds, the others taken over their own trace's mean long one (mean 1), so that a run at a low rate keeps its
+blips short instead of stretching them by 1 / rate.
 
 The cycles' regimes: a two-state hidden Markov model over the cycles (Baum-Welch, Rabiner 1989), each state
 drawing log(up) and log(down) from its own independent normals, the state kept from one cycle to the next with
 its own probability; the most likely state sequence of each trace (Viterbi) labels every cycle. It prints, as
 Python to paste into spotrun/policy/availability.py:
-- per regime (the one with the longer waits first), `up` and `down`: the quantiles of the labelled cycles'
-  stretches, and `stay`: how often a cycle of that regime is followed by one of the same (the labels' counts);
+- per regime (the one with the longer waits first), `short`: the share of its labelled cycles whose stretch with
+  capacity is short, `up_short`: those stretches' quantiles in seconds, `up`: the quantiles of its other stretches
+  with capacity (over their trace's mean long one), `down`: of its waits, and `stay`: how often a cycle of that
+  regime is followed by one of the same (the labels' counts);
 - `DOWN_MEAN_AT_ONE_PER_HOUR_S`, `DOWN_RATE_EXPONENT`: c and beta of a trace's mean stretch without capacity
   = c x rate^beta (least squares on the logarithms over the traces): where capacity is interrupted more often it
-  also takes longer to come back.
+  also takes longer to come back;
+- `SHORT_FITTED_UP_TO_PER_HOUR`: the fastest trace's rate (the short stretches keep their seconds up to it);
+  `SHORT_SHARE_AT_ONE_PER_HOUR`, `SHORT_SHARE_RATE_EXPONENT`: c and beta of a trace's share of short stretches
+  = c x rate^beta (the same least squares): the regimes' shares are scaled to it at the run's rate.
 """
 
 from __future__ import annotations
@@ -33,7 +42,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from spotrun.policy.availability import LEVELS  # noqa: E402
+from spotrun.policy.availability import LEVELS, SHORT_UP_S  # noqa: E402
 from spotrun.policy.traces import read_availability  # noqa: E402
 
 
@@ -45,6 +54,16 @@ def stretches(rec) -> tuple[float, float, list[float], list[float]]:
     downs = [a2 - b for (_, b), (a2, _) in zip(rec.windows, rec.windows[1:], strict=False)]
     mean_down = sum(downs) / len(downs)
     return rate * 3600, mean_down, [u * rate for u in ups[:len(downs)]], [d / mean_down for d in downs]
+
+
+def blips(rec, short_s: float = SHORT_UP_S) -> tuple[list[bool], list[float], list[float]]:
+    """Per cycle of the recording (as `stretches`), whether its stretch with capacity is short (at most `short_s`
+    seconds, whatever the trace's rate); the short ones in seconds; the others over their own mean (mean 1)."""
+    ups = [b - a for a, b in rec.windows[:-1]]
+    short = [u <= short_s for u in ups]
+    longs = [u for u in ups if u > short_s]
+    mean_long = sum(longs) / len(longs)
+    return short, [u for u in ups if u <= short_s], [u / mean_long for u in longs]
 
 
 def power_law(rates: list[float], means: list[float]) -> tuple[float, float]:
@@ -128,9 +147,13 @@ def viterbi(x: np.ndarray, trans: np.ndarray, mu: np.ndarray, sd: np.ndarray) ->
     return states
 
 
-def regimes(seqs: list[np.ndarray]) -> list[dict]:
+def regimes(seqs: list[np.ndarray], short: list[list[bool]] | None = None,
+            raw_ups: list[list[float]] | None = None) -> list[dict]:
     """Per regime, the longer mean log-down first: its cycles' up and down quantiles and its stay probability,
-    from the Viterbi labels of the fitted HMM (seqs: per trace, rows of (up, down) in mean-1 units)."""
+    from the Viterbi labels of the fitted HMM (seqs: per trace, rows of (up, down) in mean-1 units). With
+    `short` (per trace, per cycle: a short stretch with capacity) and `raw_ups` (per trace, per cycle: the short
+    ones in seconds, the others over their trace's mean long one), also the regime's share of short stretches,
+    their quantiles in seconds (`up_short`), and `up` the quantiles of the others (mean-1 units of long ones)."""
     logs = [np.log(s) for s in seqs]
     _, trans, mu, sd, _ = fit_hmm(logs)
     order = np.argsort(-mu[:, 1])
@@ -139,9 +162,16 @@ def regimes(seqs: list[np.ndarray]) -> list[dict]:
     out = []
     for k in range(2):
         pairs = [(a, b) for lab in labels for a, b in zip(lab[:-1], lab[1:], strict=True) if a == k]
-        out.append({"up": quantiles(list(rows[states == k, 0]), LEVELS),
-                    "down": quantiles(list(rows[states == k, 1]), LEVELS),
-                    "stay": sum(b == k for _, b in pairs) / len(pairs), "cycles": int((states == k).sum())})
+        r = {"up": quantiles(list(rows[states == k, 0]), LEVELS),
+             "down": quantiles(list(rows[states == k, 1]), LEVELS),
+             "stay": sum(b == k for _, b in pairs) / len(pairs), "cycles": int((states == k).sum())}
+        if short is not None and raw_ups is not None:
+            cyc = [(s, u) for lab, sh, ups in zip(labels, short, raw_ups, strict=True)
+                   for st, s, u in zip(lab, sh, ups, strict=True) if st == k]
+            blips = [u for s, u in cyc if s]
+            r.update(short=len(blips) / len(cyc), up_short=quantiles(blips, LEVELS),
+                     up=quantiles([u for s, u in cyc if not s], LEVELS))
+        out.append(r)
     return out
 
 
@@ -160,21 +190,33 @@ def main() -> None:
         raise SystemExit(f"--spot-traces {args.spot_traces}: no availability/1-node/*/*.json under it")
     keep = {"choose": 0, "held-out": 1}.get(args.set)
     paths = [p for i, p in enumerate(paths) if keep is None or i % 2 == keep]
-    seqs, rates, means = [], [], []
+    seqs, rates, means, short, raw_ups, shares = [], [], [], [], [], []
     for p in paths:
-        rate, mean_down, u, d = stretches(read_availability(p))
+        rec = read_availability(p)
+        rate, mean_down, u, d = stretches(rec)
         rates.append(rate)
         means.append(mean_down)
         seqs.append(np.array([u, d]).T)
+        flags, blip_s, longs = blips(rec)
+        blip_it, long_it = iter(blip_s), iter(longs)
+        short.append(flags)
+        shares.append(sum(flags) / len(flags))
+        raw_ups.append([next(blip_it) if f else next(long_it) for f in flags])
     c, beta = power_law(rates, means)
-    print(f"# {len(paths)} traces ({args.set}): {sum(map(len, seqs))} cycles")
+    share_c, share_beta = power_law(rates, shares)
+    print(f"# {len(paths)} traces ({args.set}): {sum(map(len, seqs))} cycles; short stretches with capacity: "
+          f"at most {SHORT_UP_S:g} s")
     print("REGIMES = (")
-    for r in regimes(seqs):
-        print(f"    Regime(stay={r['stay']:.4f},  # {r['cycles']} cycles\n"
+    for r in regimes(seqs, short, raw_ups):
+        print(f"    Regime(stay={r['stay']:.4f}, short={r['short']:.4f},  # {r['cycles']} cycles\n"
+              f"           up_short={_table(r['up_short'])},\n"
               f"           up={_table(r['up'])},\n           down={_table(r['down'])}),")
     print(")")
     print(f"DOWN_MEAN_AT_ONE_PER_HOUR_S = {c:.0f}")
     print(f"DOWN_RATE_EXPONENT = {beta:.3f}")
+    print(f"SHORT_FITTED_UP_TO_PER_HOUR = {max(rates):.3g}")
+    print(f"SHORT_SHARE_AT_ONE_PER_HOUR = {share_c:.3f}")
+    print(f"SHORT_SHARE_RATE_EXPONENT = {share_beta:.3f}")
 
 
 if __name__ == "__main__":

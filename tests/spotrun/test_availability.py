@@ -13,8 +13,18 @@ import statistics
 import numpy as np
 import pytest
 
-from benchmarks.fit_availability import fit_hmm, power_law, quantiles, regimes, stretches
-from spotrun.policy.availability import CHAIN, LEVELS, Chain, Regime, fitted_trace, mean_down_s
+from benchmarks.fit_availability import blips, fit_hmm, power_law, quantiles, regimes, stretches
+from spotrun.policy.availability import (
+    CHAIN,
+    LEVELS,
+    SHORT_FITTED_UP_TO_PER_HOUR,
+    SHORT_UP_S,
+    Chain,
+    Regime,
+    fitted_trace,
+    mean_down_s,
+    short_share_at,
+)
 from spotrun.policy.traces import INF, Recording, TraceSpec, generated_traces
 
 H = 3600.0
@@ -58,8 +68,9 @@ def test_waits_for_capacity_grow_with_the_rate_and_keep_the_fitted_mean():
                  zip(*(lambda t: (t[:-1], t[1:]))(fitted_trace(rate, 400 * H, rng)), strict=False)]
         assert statistics.fmean(downs) == pytest.approx(mean_down_s(rate), rel=0.1)
     assert mean_down_s(0.1) < mean_down_s(1.0) < mean_down_s(5.0)
-    # the shapes are sample means of 1 over the cycles; the tables (linear between quantiles) keep that within 10%,
-    # and a trace is scaled by the chain's own long-run means
+    # the shapes are sample means of 1 over the cycles (the stretches with capacity that are not short: over their
+    # trace's mean long one); the tables (linear between quantiles) keep that within 10%, and a trace is scaled by
+    # the chain's own long-run means
     assert CHAIN.mean_up == pytest.approx(1.0, rel=0.1) and CHAIN.mean_down == pytest.approx(1.0, rel=0.1)
     assert fitted_trace(0.0, 100 * H, rng) == [(0.0, INF)]
 
@@ -76,18 +87,25 @@ def _cdf_checks(table: tuple[float, ...]) -> list[tuple[float, float]]:
 
 def test_the_sampler_reproduces_each_regimes_occupancy_persistence_and_stretch_quantiles():
     """On 20,000 generated cycles: the share in each regime is the chain's stationary share, a regime is kept
-    with its fitted `stay` probability, and each regime's stretches fall below its table's quantiles as often as
-    the levels say (within ~4 standard errors; regimes persist, so occupancy's error is ~3x a binomial one)."""
-    rng, rate = random.Random(7), 0.5
+    with its fitted `stay` probability, its share of short stretches with capacity is its share at the rate, and
+    each regime's other stretches and waits fall below its tables' quantiles as often as the levels say (within ~4
+    standard errors; regimes persist, so occupancy's error is ~3x a binomial one). At 0.1 per hour the other
+    stretches are all longer than `SHORT_UP_S`, so a short one is one drawn from the short table."""
+    rng, rate = random.Random(7), 0.1
     gen = CHAIN.cycles(rate, rng)
     drawn = [next(gen) for _ in range(20_001)][1:]  # the first cycle is a remainder, not a full draw
     regimes_seen = [k for k, _, _ in drawn]
-    up_s, down_s = 3600 / rate / CHAIN.mean_up, mean_down_s(rate) / CHAIN.mean_down
+    shares, short_s, long_s, down_s = CHAIN.scales(rate)
+    assert short_s == 1.0 and min(r.up[0] for r in CHAIN.regimes) * long_s > SHORT_UP_S
     for k, regime in enumerate(CHAIN.regimes):
         assert regimes_seen.count(k) / len(drawn) == pytest.approx(CHAIN.occupancy[k], abs=0.04)
         follows = [b for a, b in zip(regimes_seen, regimes_seen[1:], strict=False) if a == k]
         assert follows.count(k) / len(follows) == pytest.approx(regime.stay, abs=0.02)
-        ups = [u / up_s for j, u, _ in drawn if j == k]
+        all_ups = [u for j, u, _ in drawn if j == k]
+        short = [u for u in all_ups if u <= SHORT_UP_S]
+        assert len(short) / len(all_ups) == pytest.approx(shares[k], abs=0.02)
+        assert min(short) >= regime.up_short[0] and max(short) <= regime.up_short[-1]  # in seconds, as recorded
+        ups = [u / long_s for u in all_ups if u > SHORT_UP_S]
         downs = [d / down_s for j, _, d in drawn if j == k]
         for table, xs in ((regime.up, ups), (regime.down, downs)):
             checks = _cdf_checks(table)
@@ -96,6 +114,33 @@ def test_the_sampler_reproduces_each_regimes_occupancy_persistence_and_stretch_q
                 assert sum(x <= value for x in xs) / len(xs) == pytest.approx(q, abs=0.03)
     # the regimes differ: the first (bad spells) waits longer than the second on average
     assert CHAIN.regimes[0].downs.mean > 2 * CHAIN.regimes[1].downs.mean
+
+
+@pytest.mark.parametrize("rate", [0.1, 0.4, 1.0])
+def test_short_stretches_keep_their_recorded_seconds_at_every_rate(rate):
+    """The recordings' blips (stretches with capacity of at most 15 minutes) are about as common at 0.1 as at 1.4
+    interruptions per hour; the generated traces have the fitted share of them at each rate (the power law), a
+    start of the #26 setting (660 s) finds no time to train in about that many stretches, and they are not
+    stretched by 1 / rate (a model scaling every stretch by the rate has none shorter than a start at 0.1)."""
+    traces = generated_traces(TraceSpec(rate, horizon_s=3000 * H / rate, fitted=True), 4, seed=8)
+    ups = [b - a for t in traces for a, b in t[1:-1]]
+    shares, _, long_s, _ = CHAIN.scales(rate)
+    expected = sum(p * q for p, q in zip(CHAIN.occupancy, shares, strict=True))
+    assert expected == pytest.approx(short_share_at(rate), rel=0.01)
+    longs_below = sum(p * (1 - q) * sum(v * long_s <= SHORT_UP_S for v in r.up) / len(r.up)
+                      for p, q, r in zip(CHAIN.occupancy, shares, CHAIN.regimes, strict=True))
+    assert sum(u <= SHORT_UP_S for u in ups) / len(ups) == pytest.approx(expected + longs_below, abs=0.03)
+    below_start = sum(u < 660 for u in ups) / len(ups)
+    assert below_start > 0.08  # the fitted tables: most blips are 585-600 s
+    assert short_share_at(0.1) < short_share_at(1.0) < short_share_at(5.0) == short_share_at(50.0)
+
+
+def test_past_the_fitted_rates_short_stretches_shrink_with_the_mean_and_the_rate_still_holds():
+    """At 10 interruptions per hour (6 minutes of capacity on average) the short stretches' seconds shrink by
+    1.39 / 10 so that the other stretches keep a positive scale; the rate asked for is still the traces' rate."""
+    shares, short_s, long_s, _ = CHAIN.scales(10.0)
+    assert short_s == pytest.approx(SHORT_FITTED_UP_TO_PER_HOUR / 10.0) and long_s > 0
+    assert max(shares) < 0.95
 
 
 def test_long_waits_for_capacity_come_in_runs():
@@ -144,6 +189,21 @@ def test_a_fit_on_traces_from_known_regimes_recovers_them():
         assert math.log(median_down) == pytest.approx(mu[k, 1], abs=0.2)
     chain = Chain(tuple(Regime(stay=r["stay"], up=tuple(r["up"]), down=tuple(r["down"])) for r in fitted))
     assert chain.occupancy == pytest.approx((2 / 3, 1 / 3), abs=0.08)  # (1 - 0.8) / (0.1 + 0.2) in regime 0
+    # short stretches marked on the same cycles, 40% of regime 0's and 10% of regime 1's (600 s or 780 s, the
+    # others 2 h): each regime's share and short table in seconds come back from its labelled cycles
+    states = [_states_of(s, mu) for s in seqs]
+    short = [[bool(rng.random() < (0.4, 0.1)[k]) for k in st] for st in states]
+    raw = [[float(rng.choice([600.0, 780.0])) if f else 7200.0 for f in fl] for fl in short]
+    fitted = regimes(seqs, short, raw)
+    for k in range(2):
+        assert fitted[k]["short"] == pytest.approx((0.4, 0.1)[k], abs=0.06)
+        assert (min(fitted[k]["up_short"]), max(fitted[k]["up_short"])) == (600.0, 780.0)
+        assert fitted[k]["up"] == [7200.0] * len(LEVELS)
+
+
+def _states_of(seq: np.ndarray, mu: np.ndarray) -> list[int]:
+    """The nearer regime of each cycle by its log down (the regimes' waits are far apart here)."""
+    return [int(abs(math.log(d) - mu[1, 1]) < abs(math.log(d) - mu[0, 1])) for d in seq[:, 1]]
 
 
 def test_the_fits_quantiles_and_power_law_are_the_textbook_ones():
@@ -164,6 +224,10 @@ def test_the_fit_reads_a_recordings_cycles_and_skips_a_window_open_at_its_end():
     assert len(ups) == 2 and ups == pytest.approx([1.2, 1.2])  # the window open at the end was not interrupted
     assert downs == pytest.approx([1800 / 2700, 3600 / 2700])
     assert math.isfinite(sum(downs))
+    # a blip of 10 minutes is short: kept in seconds; the others over their own mean, the open last window left out
+    rec = Recording("r", [(0.0, 600.0), (5400.0, 9000.0), (12600.0, 19800.0), (21600.0, 22000.0)], 22000.0)
+    flags, short_s, longs = blips(rec)
+    assert flags == [True, False, False] and short_s == [600.0] and longs == pytest.approx([2 / 3, 4 / 3])
 
 
 def test_a_regime_refuses_a_stay_probability_outside_0_1():

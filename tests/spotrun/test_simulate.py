@@ -305,8 +305,8 @@ def test_the_estimate_lambdas_plan_carries_the_chosen_policy_and_its_odds():
     run = {"version": 1, "name": "tiny-run",
            "model": {"init": "random", "config": {"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4}},
            "data": {"source": "s3://art-bucket/datasets/d1/", "tokens": 1_000_000, "seq_len": 128},
-           "compute": {"instance_type": "ml.g5.xlarge", "deadline_hours": 2, "on_demand_fallback": True},
-           "budget": {"max_usd": 20}}
+           "compute": {"instance_type": "ml.g5.xlarge", "deadline_hours": 1.5, "on_demand_fallback": True},
+           "budget": {"max_usd": 20}}  # a minute of work: spot alone finds capacity within 1.5 h on < 99% of traces
     with mock_aws():
         import boto3
 
@@ -314,7 +314,7 @@ def test_the_estimate_lambdas_plan_carries_the_chosen_policy_and_its_odds():
         s3.create_bucket(Bucket="art-bucket")
         out = plan(run, "exec-1", settings, s3_client=s3)
     section = out["estimate"]["spot_policy"]
-    assert out["status"] == "ok" and section["sim_plan"]["deadline_s"] == 2 * H and section["traces"] == 1000
+    assert out["status"] == "ok" and section["sim_plan"]["deadline_s"] == 1.5 * H and section["traces"] == 1000
     chosen = next(r for r in section["policies"] if r["label"] == section["chosen"])
     assert chosen["p_deadline"] >= 0.99 and "deadline" in section["why"]
     # Without the fallback no policy may go on-demand (the guard could not execute it): the odds say so.
