@@ -178,12 +178,6 @@ class Chain:
         return leave[1] / sum(leave), leave[0] / sum(leave)
 
     @property
-    def mean_up(self) -> float:
-        """The long-run mean of the stretches with capacity that are not short, in their tables' units."""
-        weights = [p * (1 - r.short) for p, r in zip(self.occupancy, self.regimes, strict=True)]
-        return sum(w * r.ups.mean for w, r in zip(weights, self.regimes, strict=True)) / sum(weights)
-
-    @property
     def mean_down(self) -> float:
         return sum(p * r.downs.mean for p, r in zip(self.occupancy, self.regimes, strict=True))
 
