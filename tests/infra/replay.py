@@ -254,13 +254,18 @@ def _plan_of(driver, run: dict, cap_usd: float | None) -> tuple[dict, dict]:
 
 
 def _configure(sim: TraceSimulation, world: World, plan: SimPlan, section: SpotPolicy, plan_json: dict) -> None:
-    """The simulated SageMaker and trainer run by the plan's own figures (the sim_plan the estimate promised)."""
-    world.work_s = plan.work_s
+    """The simulated SageMaker and trainer run by the plan's own figures (the sim_plan the estimate promised). At a
+    cap that splits the run into a chain, the sim_plan's work holds the chain's restarts (spotrun/policy/choose.py
+    `plan_from_estimate`: the simulator runs the chain as one job): the trainer trains the run's work without them,
+    and the chain's jobs restart for real."""
+    seg = plan_json["estimate"]["segments"]
+    chain_s = max(0, int(seg["segments"] or 1) - 1) * float(seg["overhead_seconds"] or 0.0)
+    world.work_s = plan.work_s - chain_s
     world.usd_per_instance_hour = plan.on_demand_usd_per_h / plan_json["instance_count"]
     world.spot_discount = 1 - plan.spot_usd_per_h / plan.on_demand_usd_per_h
     # the guard reads progress as step / planned steps; the simulator counts its commits in the same steps
     assert plan.steps == plan_json["planned_steps"], (plan.steps, plan_json["planned_steps"])
-    world.step_s = plan.work_s / plan_json["planned_steps"]
+    world.step_s = world.work_s / plan_json["planned_steps"]
     ck = section.checkpointing
     sim.trainer = Trainer(startup_s=plan.startup_s, restore_s=plan.restore_s, save_s=plan.save_s,
                           interval_s=plan.interval_s if ck in ("periodic", "both") else float("inf"),
