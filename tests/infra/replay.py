@@ -68,7 +68,8 @@ class Agreement:
     predicted_sentinels: int = 0
     cap_usd: float = 0.0  # the run's budget.max_usd
     ends: tuple = ()  # each job's name and how it ended, in creation order
-    error: str = ""  # the execution's error when it failed (OVER_BUDGET: the guard ended the run at the cap)
+    error: str = ""  # the execution's error when it failed (OverBudget: the guard ended the run at the cap)
+    cause: str = ""  # and its cause (the guard's message)
 
     @property
     def agrees(self) -> bool:
@@ -238,7 +239,7 @@ def _one(driver, sim, world: World, window: Window, scenario: Scenario, name: st
                      sentinels=sum(isinstance(j, SentinelJob) for j in sim.jobs.values()),
                      predicted_sentinels=predicted.sentinels, cap_usd=run["budget"]["max_usd"],
                      ends=tuple((j.job.training_job_name, j.end_secondary) for j in sim.jobs.values()),
-                     error=desc.get("error") or "")
+                     error=desc.get("error") or "", cause=desc.get("cause") or "")
 
 
 def _plan_of(driver, run: dict, cap_usd: float | None) -> tuple[dict, dict]:
