@@ -1,7 +1,7 @@
 """The state machine against the simulator that promised its odds, on public availability traces.
 
     python benchmarks/replay_bench.py --spot-traces DIR [--windows 200] [--jobs 2] [--out FILE]
-        [--policy P ...] [--deadline-hours 14]
+        [--policy P ...] [--deadline-hours 14] [--cap-x X]
     python benchmarks/replay_bench.py --polls      # the guard's polls and history events per run, by policy
 
 1. Agreement: `--windows` windows (a policy and a trace replayed from a random offset into one of the
@@ -10,7 +10,10 @@
    simulator's prediction for the same window (spotrun/policy/execution.py): finish time within one poll, cost
    within 1%. `--jobs N`: the windows in chunks of `--chunk`, each chunk in its own process with its own moto
    (one synthesized template for all); `--out` is rewritten as each chunk ends. `--only 184,190-199` replays
-   those windows of the `--windows` drawn (the same offsets), in that order.
+   those windows of the `--windows` drawn (the same offsets), in that order. The run's cap never binds (three
+   times the on-demand estimate) unless `--cap-x X`: X times the cap to set the estimate names, each window then
+   against `execute` on the plan the estimate makes at that cap (docs/spot-policy.md, "At a cap that binds"); a
+   window agrees there also when neither side finished.
 2. Deadline met, per policy: the replay's count against the simulator's on the same windows.
 3. `--polls`: on 300 generated traces (40 h of work, 60 h deadline, 0.1 interruptions per hour, the estimate's
    bursts and droughts), the polls per run as the guard executes each policy (9 history events each), and its
