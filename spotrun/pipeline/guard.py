@@ -513,14 +513,22 @@ def work_left(plan: Plan, checkpoint_step: int | None) -> float:
 def _next_segment(plan: Plan, guard: Guard, spent: float, spot: bool, act: Callable[..., Guard],
                   action: GuardAction, checkpoint_step: int | None, sentinel_usd: float = 0.0) -> Guard:
     """The next segment when the chain from the newest checkpoint still finishes under the cap at the expected
-    bill (its MaxRuntime: what the cap leaves at on-demand rates); otherwise the run ends at the cap, saying why."""
+    bill (its MaxRuntime: what the cap leaves at on-demand rates, less the room for a sentinel beside an on-demand
+    job where the chain fits with it); otherwise the run ends at the cap, saying why."""
     rate = usd_per_second(plan)
-    kept = 0 if spot else plan.warm_pool_seconds + plan_sentinel_room_s(plan)  # on-demand: room for a sentinel
-    max_rt = next_max_runtime(cap_usd=plan.max_usd, spent_usd=spent, usd_per_s=rate,
-                              longest_s=plan.max_runtime_cap_seconds, warm_pool_s=kept)
     segment = int(guard.segment) + 1
     costs, left = chain_costs(plan), work_left(plan, checkpoint_step)
     chain = plan_chain(cap_usd=plan.max_usd, spent_usd=spent, work_s=left, costs=costs, first=False, spot=spot)
+    if not chain.fits and not spot and costs.sentinel_room_s:
+        # without the room for a sentinel: the run continues on-demand if the chain fits without it (its jobs take
+        # all the cap leaves, `sentinel_limits` finds no room, no sentinel), not ended at the cap with a finish it
+        # can pay for (benchmarks/replay_bench.py --cap-x 2: a run ended at $56.18 of a $214.54 cap that it
+        # finished at $207.04 without a sentinel); refused even so, the smallest cap named is the one it goes on at
+        costs = dataclasses.replace(costs, sentinel_room_s=0.0)
+        chain = plan_chain(cap_usd=plan.max_usd, spent_usd=spent, work_s=left, costs=costs, first=False, spot=spot)
+    kept = 0 if spot else plan.warm_pool_seconds + costs.sentinel_room_s  # on-demand: room for a sentinel
+    max_rt = next_max_runtime(cap_usd=plan.max_usd, spent_usd=spent, usd_per_s=rate,
+                              longest_s=plan.max_runtime_cap_seconds, warm_pool_s=kept)
     if not chain.fits or segment > MAX_SEGMENTS:
         why = chain_refusal(chain, plan.max_usd, smallest_cap(spent_usd=spent, work_s=left, costs=costs,
                                                               first=False, spot=spot), costs, spot) if not chain.fits \

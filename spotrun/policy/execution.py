@@ -29,7 +29,11 @@ poll (the grid's or the policy's recheck) inside a window (`sentinel_lag_s` or m
 from capacity to Downloading, 0 unless asked; billed from the window's start), and asks the policy when that
 changes; the sentinel
 is stopped at the poll where the policy no longer asks for it or the on-demand job ended.
-Not modelled: the cost cap's shorter polls and segments (a run whose cap binds polls more often than this).
+Not modelled: the cost cap (a run whose cap binds is another run: docs/spot-policy.md, "At a cap that binds",
+replays it): the guard gives each job the MaxRuntime the cap leaves and its trainer ends its segment before it
+(here the chain is one job of the plan's longest MaxRuntime, its restarts in the work), ends the run where the
+chain from the newest checkpoint cannot finish under the cap (here the run bills on), creates a sentinel only
+where the cap leaves room for it, and polls sooner near the cap.
 """
 
 from __future__ import annotations

@@ -68,6 +68,20 @@ class Agreement:
     predicted_sentinels: int = 0
     cap_usd: float = 0.0  # the run's budget.max_usd
     ends: tuple = ()  # each job's name and how it ended, in creation order
+    error: str = ""  # the execution's error when it failed (OverBudget: the guard ended the run at the cap)
+    cause: str = ""  # and its cause (the guard's message)
+
+    @property
+    def agrees(self) -> bool:
+        """Both sides finished (the execution succeeded) or neither did; finish within one poll; cost within 1%."""
+        finished = self.status == "SUCCEEDED" or (self.replay_hours is None and self.predicted_hours is None)
+        return finished and self.time_ok and self.cost_ok
+
+    @property
+    def finish_gap_hours(self) -> float | None:
+        if self.replay_hours is None or self.predicted_hours is None:
+            return None
+        return abs(self.replay_hours - self.predicted_hours)
 
     @property
     def time_ok(self) -> bool:
@@ -119,33 +133,34 @@ class ReplayDriver(SimDriver):
 
 
 class _Section:
-    """The estimate's policy section, simulated once, with the window's policy."""
+    """The estimate's policy section, simulated once per cap and chain (the run's cap and the estimate's segments:
+    what the section's `sim_plan` and left-out rows depend on), with the window's policy."""
 
     def __init__(self) -> None:
-        self.choice, self.policy = None, "uniform_progress"
+        self.choices: dict = {}
+        self.policy = "uniform_progress"
         self.real = choose.spot_policy
 
     def __call__(self, run, est, catalog, **kw) -> choose.PolicyChoice:
-        if self.choice is None:
-            self.choice = self.real(run, est, catalog, **{**kw, "n": 100})
-        sec = self.choice.section
+        key = (run.max_usd, repr(est.segments), kw.get("poll_s"), kw.get("max_poll_s"))
+        if key not in self.choices:
+            self.choices[key] = self.real(run, est, catalog, **{**kw, "n": 100})
+        choice = self.choices[key]
+        sec = choice.section
         chosen = f"{self.policy} ({sec.checkpointing})"
         rows = sec.policies
         if not any(r["label"] == chosen for r in rows):  # a rule the estimate did not simulate: its row is a
             rows = [*rows, {**rows[0], "label": chosen}]  # stand-in (the replay compares with `execute`, not it)
-        return dataclasses.replace(self.choice, section=dataclasses.replace(
+        return dataclasses.replace(choice, section=dataclasses.replace(
             sec, policy=self.policy, chosen=chosen, policies=rows))
-
-    @property
-    def section(self) -> SpotPolicy | None:
-        """The simulated section (None before the first estimate)."""
-        return self.choice and self.choice.section
 
 
 def replay_windows(synth, windows: list[Window], *, deadline_hours: float = 14.0,
-                   gone_after_sentinel: bool = False) -> list[Agreement]:
+                   gone_after_sentinel: bool = False, cap_x: float | None = None) -> list[Agreement]:
     """`gone_after_sentinel`: from the poll whose guard created a sentinel, every Lambda and every StopTrainingJob
-    fails and the jobs run until SageMaker ends them (their limits alone hold the cap)."""
+    fails and the jobs run until SageMaker ends them (their limits alone hold the cap). `cap_x`: the run's
+    budget.max_usd is this many times the cap to set the estimate names (at the stage's largest cap), a cap that
+    can bind; None: three times the on-demand estimate, one that never binds."""
     clock = SimClock(time.time())
     section = _Section()
     holder: dict = {}
@@ -188,16 +203,22 @@ def replay_windows(synth, windows: list[Window], *, deadline_hours: float = 14.0
             driver.sim, driver.gone, driver.gone_after_sentinel = sim, False, gone_after_sentinel
             section.policy = window.policy
             with mock.patch.object(LambdaSimpleBackend, "invoke", driver.as_lambda):
-                out.append(_one(driver, sim, world, section, window, scenario, f"w{k}-{time.time_ns() % 10**8}"))
+                out.append(_one(driver, sim, world, window, scenario, f"w{k}-{time.time_ns() % 10**8}", cap_x))
     return out
 
 
-def _one(driver, sim, world: World, section: _Section, window: Window, scenario: Scenario, name: str) -> Agreement:
+def _one(driver, sim, world: World, window: Window, scenario: Scenario, name: str,
+         cap_x: float | None = None) -> Agreement:
     run = _run_json(scenario)
-    run["budget"]["max_usd"] = 1e9  # replaced below, once the estimate is known
-    est, plan_json = _plan_of(driver, run)
-    run["budget"]["max_usd"] = round(3.0 * est["cost_usd"]["on_demand"], 2)  # a cap that never binds
-    sp = section.section
+    est, plan_json = _plan_of(driver, run, None)  # at the stage's largest cap: the caps are multiples of its
+    if cap_x is None:
+        run["budget"]["max_usd"] = round(3.0 * est["cost_usd"]["on_demand"], 2)  # a cap that never binds
+    else:  # the cap to set the estimate names, times cap_x
+        named = est["spot_policy"]["deadline_cap_usd"] or est["spot_policy"]["p95_finish_cap_usd"]
+        run["budget"]["max_usd"] = round(cap_x * named, 2)
+    est, plan_json = _plan_of(driver, run, run["budget"]["max_usd"])  # the plan the state machine's estimate makes
+    sp = SpotPolicy.from_json(est["spot_policy"])
+    assert sp.policy == window.policy, (sp.policy, window.policy)
     plan = SimPlan(**sp.sim_plan)
     _configure(sim, world, plan, sp, plan_json)
     started = sim.clock()
@@ -217,27 +238,35 @@ def _one(driver, sim, world: World, section: _Section, window: Window, scenario:
                      predicted_jobs=len(predicted.jobs), deadline_hours=plan.deadline_s / 3600,
                      sentinels=sum(isinstance(j, SentinelJob) for j in sim.jobs.values()),
                      predicted_sentinels=predicted.sentinels, cap_usd=run["budget"]["max_usd"],
-                     ends=tuple((j.job.training_job_name, j.end_secondary) for j in sim.jobs.values()))
+                     ends=tuple((j.job.training_job_name, j.end_secondary) for j in sim.jobs.values()),
+                     error=desc.get("error") or "", cause=desc.get("cause") or "")
 
 
-def _plan_of(driver, run: dict) -> tuple[dict, dict]:
-    """The estimate the pipeline makes of this run (the stage's settings, as the Lambda has them)."""
+def _plan_of(driver, run: dict, cap_usd: float | None) -> tuple[dict, dict]:
+    """The estimate the pipeline makes of this run (the stage's settings, as the Lambda has them) at `cap_usd`
+    (None: the stage's largest cap)."""
     env = driver.functions[next(k for k in driver.functions if k.startswith("PipelineEstimateFn"))]["env"]
     settings = PipelineSettings.from_env({**env, "AWS_REGION": "us-east-1", "POLL_SECONDS": "900",
                                           "MAX_POLL_SECONDS": "14400"})
-    p = plan({**run, "budget": {"max_usd": settings.max_usd_per_run}}, "estimate-only", settings)
+    p = plan({**run, "budget": {"max_usd": settings.max_usd_per_run if cap_usd is None else cap_usd}},
+             "estimate-only", settings)
     assert p["status"] == "ok", p
     return p["estimate"], p
 
 
 def _configure(sim: TraceSimulation, world: World, plan: SimPlan, section: SpotPolicy, plan_json: dict) -> None:
-    """The simulated SageMaker and trainer run by the plan's own figures (the sim_plan the estimate promised)."""
-    world.work_s = plan.work_s
+    """The simulated SageMaker and trainer run by the plan's own figures (the sim_plan the estimate promised). At a
+    cap that splits the run into a chain, the sim_plan's work holds the chain's restarts (spotrun/policy/choose.py
+    `plan_from_estimate`: the simulator runs the chain as one job): the trainer trains the run's work without them,
+    and the chain's jobs restart for real."""
+    seg = plan_json["estimate"]["segments"]
+    chain_s = max(0, int(seg["segments"] or 1) - 1) * float(seg["overhead_seconds"] or 0.0)
+    world.work_s = plan.work_s - chain_s
     world.usd_per_instance_hour = plan.on_demand_usd_per_h / plan_json["instance_count"]
     world.spot_discount = 1 - plan.spot_usd_per_h / plan.on_demand_usd_per_h
     # the guard reads progress as step / planned steps; the simulator counts its commits in the same steps
     assert plan.steps == plan_json["planned_steps"], (plan.steps, plan_json["planned_steps"])
-    world.step_s = plan.work_s / plan_json["planned_steps"]
+    world.step_s = world.work_s / plan_json["planned_steps"]
     ck = section.checkpointing
     sim.trainer = Trainer(startup_s=plan.startup_s, restore_s=plan.restore_s, save_s=plan.save_s,
                           interval_s=plan.interval_s if ck in ("periodic", "both") else float("inf"),
