@@ -383,7 +383,9 @@ def _one_job_beside(est, section: SpotPolicy) -> SpotPolicy:
     spotrun/planner/segments.py `chain_at`, `one_job_at`): a larger cap can cost less in expectation (a new user:
     qwen2 at the $0.75 named, 2 jobs expected $0.37; one job from $0.83, expected $0.26)."""
     to_set = section.deadline_cap_usd or section.p95_finish_cap_usd
-    if to_set is None or not est.segments.chain_costs:
+    if to_set is None or not est.segments.chain_costs or section.policy == "on_demand":
+        # on_demand chosen: the run is on-demand jobs, one at the cap to set (its finish cap), not the spot chain
+        # (a spot run choosing on_demand was told 'expected $0.43 as the chain of 2 jobs at $0.83')
         return section
     jobs, chain_usd = chain_at(est.segments, to_set)
     one_cap, one_usd = one_job_at(est.segments)

@@ -224,3 +224,17 @@ def test_an_on_demand_run_labels_the_bill_to_expect_and_the_cap_to_set(tmp_path,
                     "unbilled at on-demand rates, its save and the 120 s a stop bills"), line
     assert doc["spot_policy"]["p95_one_job_on_demand_usd"] == doc["spot_policy"]["p95_one_job_usd"] == bill
 
+
+def test_a_spot_run_choosing_on_demand_is_not_told_of_a_spot_chain_at_the_cap_to_set(tmp_path, capsys,
+                                                                                       monkeypatch):
+    """qwen2 on spot with a 0.45 h deadline: on_demand is chosen, and its cap to set carries one on-demand job. The
+    line went on 'the run is one job from a cap of $0.99: expected $0.31 there, $0.43 as the chain of 2 jobs at
+    $0.83': the spot chain's jobs, which the on-demand run never runs."""
+    run = _with(_qwen(deadline_hours=0.45, on_demand_fallback=True), checkpoint={"interruptions_per_hour": 3})
+    code, doc = _cli(tmp_path, capsys, "estimate", run)
+    assert code == 0 and doc["spot_policy"]["chosen"] == "on_demand", doc
+    for told in (doc, _plan(monkeypatch, run)):
+        section = told["spot_policy"]
+        assert section["cap_to_set_jobs"] is None and section["one_job_cap_usd"] is None, section
+    line = next(x for x in _text(tmp_path, capsys, run).splitlines() if "the cap to set:" in x)
+    assert "as the chain of" not in line and "one job from a cap" not in line, line
