@@ -505,7 +505,9 @@ class SegmentPlan(_StateJson):
     overhead_seconds: float  # one segment restart (provisioning, image, data, model load, restore, final save)
     overhead_fraction: float  # the chain's restarts over the single job's time
     spot_cost_usd: float | None  # the expected bill with the restarts; null when no chain fits the cap
-    on_demand_bound_usd: float  # the single job's bound at on-demand rates (what one job would need)
+    # the single job's bound at on-demand rates (what one job would need: its start, the work, its save and end, a
+    # stop), to the cent up: the one-job cap where SageMaker's longest job holds the run
+    on_demand_bound_usd: float
     fits: bool
     line: str
     spot_fraction: float = 1.0  # the expected bill's share of on-demand (the guard's chain uses it)
@@ -539,7 +541,13 @@ class SpotPolicy(_StateJson):
     # run's compute.deadline_hours in seconds, the plan's one copy of it
     sim_plan: dict
     p95_finish_policy: str | None = None  # the policy whose P95 bill the cap to set finishes (the run as one job)
-    p95_one_job_usd: float | None = None  # that P95 bill
+    p95_one_job_usd: float | None = None  # that P95 bill: what to expect, the cap to set holds it and more
+    # the part of that P95 bill billed at on-demand rates (all of it with compute.spot=false or on_demand chosen);
+    # the cap to set takes it at on-demand rates only where the policy never bills spot (segments.py `finish_cap_usd`)
+    p95_one_job_on_demand_usd: float | None = None
+    # where a policy that can run spot billed its P95 (partly) on-demand: the cap that bill needs on-demand throughout
+    # (what compute.spot=false is told for it); the cap to set takes it at the spot share (null otherwise)
+    p95_on_demand_finish_cap_usd: float | None = None
     deadline_cap_usd: float | None = None  # the deadline warning's cap (at least the finish cap): the cap to set
     # the cap to set is raised over the P95 finish cap to the smallest whose chain is one job: a longer chain's
     # restarts lower the deadline's odds (spotrun/policy/choose.py `_deadline_odds_kept`)

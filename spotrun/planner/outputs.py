@@ -240,5 +240,5 @@ def _cost_text(est: Estimate) -> str:
     if est.spot:
         return (f"spot {usd(est.cost_usd['spot'])} expected ({planned}, the expected interruptions) / on-demand "
                 f"{usd(est.cost_usd['on_demand'])} (one uninterrupted job)" + _chosen_cost_text(est.spot_policy))
-    return (f"on-demand {usd(est.cost_usd['on_demand'])} ({planned}) / spot about {usd(est.cost_usd['spot'])} (one "
-            "job with the expected interruptions)")
+    return (f"on-demand {usd(est.cost_usd['on_demand'])} ({planned}; the bill to expect, the cap to set is the spot "
+            f"policy's last line) / spot about {usd(est.cost_usd['spot'])} (one job with the expected interruptions)")

@@ -206,7 +206,7 @@ def plan_segments(*, cap_usd: float, usd_per_s: float, spot_fraction: float, run
                        min_segment_seconds=min_segment, overhead_seconds=overhead_s,
                        overhead_fraction=round(overhead_fraction, 4),
                        spot_cost_usd=chain.cost_usd if chain.fits else None,  # no finite bill: null in JSON
-                       on_demand_bound_usd=(run_seconds + STOP_BILL_S + warm_pool_s) * usd_per_s, fits=chain.fits,
+                       on_demand_bound_usd=_one_job_bound(costs, work), fits=chain.fits,
                        line=line, spot_fraction=spot_fraction, min_cap_usd=smallest, chain_costs=asdict(costs),
                        work_seconds=work, one_job_cap_usd=one_cap, one_job_expected_usd=one_cost)
 
@@ -216,6 +216,15 @@ def job_start_s(segments: SegmentPlan) -> float:
     provisioning, image and data, the trainer's start, the weights and the checkpoint read. The simulation of the
     run starts its jobs with this figure, so one run has one bill in the cost row, the policy table and the caps."""
     return float(segments.overhead_seconds)
+
+
+def _one_job_bound(costs: ChainCosts, work_s: float) -> float:
+    """What one job of all the work `work_s` needs at on-demand rates (to the cent up): its start as the chain
+    bills it, the work, its save, its end and a stop, with its warm pool; SageMaker's longest job aside. It was
+    the single job's time with the catalog's bare startup and no save or end: $0.69 for qwen2 with
+    compute.spot=false, under the $0.74 the same job bills (issue #28)."""
+    rest = costs.startup_s + work_s + costs.save_s + SEGMENT_END_MARGIN_S + STOP_BILL_S + costs.warm_pool_s
+    return math.ceil(round(rest * costs.usd_per_s * 100, 6)) / 100
 
 
 def _one_job_cap(costs: ChainCosts, work_s: float) -> float:
@@ -301,9 +310,14 @@ def finish_cap_usd(segments: SegmentPlan, bill_usd: float, spot: bool = True, se
     stop a cleanly ended job does not (seen: Llama 3 8B on one g6e.48xlarge, interrupted before its first checkpoint,
     its own bill within the P95, stopped at the cap named without it: $86.65, its chain needing $86.72).
 
-    `spot`: the bill is billed at spot rates (False: an on-demand policy's, every second at on-demand rates, its
-    jobs never interrupted). The cap depends only on that bill: the same on-demand P95 was told $0.83 with
-    compute.spot=false and several times that with spot=true (its seconds taken at the spot share).
+    `spot`: the run can bill spot (False: an on-demand policy's, every second at on-demand rates, its jobs never
+    interrupted). The cap depends only on that bill and the markets the run can bill it in: the same on-demand P95
+    was told $0.83 with compute.spot=false and several times that with on_demand chosen on spot=true (its seconds
+    taken at the spot share). A policy that can run spot keeps the spot share even where its P95 was billed
+    on-demand (`SpotPolicy.p95_one_job_on_demand_usd`): the cap must carry every run billed within the P95, and of
+    the runs billing a sum the one billing it all on spot runs longest, each of its seconds bounded at on-demand
+    rates while its job runs (qwen2 on spot, uniform_progress, a P95 billed on-demand throughout: $1.45, the $0.83
+    the same bill needs on-demand named beside it; docs/cap-and-segments.md).
 
     `sentinel_room_s`: what the policy keeps beside an on-demand job for its sentinel (spotrun/policy/decision.py
     `sentinel_room_s`), added at on-demand rates: an on-demand job then has, at any spend, the MaxRuntime it has

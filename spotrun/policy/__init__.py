@@ -43,6 +43,10 @@ class Summary:
     n: int
     p_within_cap: float | None = None
     """With a cap: the share of traces whose bill is within it (the cost guard ends the others at the cap)."""
+    p95_on_demand_usd: float = 0.0
+    """The part of the P95 bill billed at on-demand rates (the smaller of the two traces' the P95 lies between):
+    a cap planned on the P95 takes those seconds at on-demand rates, the rest at the spot share
+    (spotrun/planner/segments.py `finish_cap_usd`)."""
 
     def row(self) -> dict:
         return dict(self.__dict__)
@@ -64,6 +68,7 @@ def summarize(plan: SimPlan, label: str, policy: str, checkpointing: str, tallie
               costs: list[tuple[float, float]] | None = None, cap_usd: float | None = None) -> Summary:
     costs = costs or [cost_usd(plan, t) for t in tallies]
     totals = sorted(s + o for s, o in costs)
+    by_total = sorted(costs, key=lambda c: c[0] + c[1])
     walls = sorted(t.t for t in tallies)
     n = len(tallies)
     met = None if plan.deadline_s is None else \
@@ -76,7 +81,19 @@ def summarize(plan: SimPlan, label: str, policy: str, checkpointing: str, tallie
                    mean_steps_redone=sum(t.lost_s for t in tallies) / n / plan.step_s,
                    mean_wall_h=sum(walls) / n / 3600, p95_wall_h=quantile(walls, 0.95) / 3600,
                    mean_interruptions=sum(t.interruptions for t in tallies) / n, n=n,
-                   p_within_cap=None if cap_usd is None else sum(1 for c in totals if c <= cap_usd + 1e-9) / n)
+                   p_within_cap=None if cap_usd is None else sum(1 for c in totals if c <= cap_usd + 1e-9) / n,
+                   p95_on_demand_usd=_p95_on_demand(by_total, quantile(totals, 0.95)))
+
+
+def _p95_on_demand(by_total: list[tuple[float, float]], p95: float) -> float:
+    """The on-demand part of the P95 of (spot, on-demand) bills sorted by their sum: the smaller of the two bills'
+    the P95 lies between (`quantile`'s ranks), never more than the P95 (the more of it at the spot share, the larger
+    a cap planned on it)."""
+    if not by_total:
+        return 0.0
+    pos = 0.95 * (len(by_total) - 1)
+    lo, hi = int(pos), min(int(pos) + 1, len(by_total) - 1)
+    return min(by_total[lo][1], by_total[hi][1], p95)
 
 
 def simulate(plan: SimPlan, traces: list, policy: str, checkpointing: str | None = None) -> list[Tally]:

@@ -29,6 +29,7 @@ from ..planner.catalog import hours_text, usd
 from ..planner.estimate import startup_seconds
 from ..planner.segments import (
     JOB_END_S,
+    STOP_BILL_S,
     chain_at,
     finish_cap_usd,
     job_start_s,
@@ -237,6 +238,7 @@ class PolicyChoice:
     misses_deadline: bool = False  # a deadline the chosen policy meets on fewer than CONFIDENCE of the traces
     missed: str = ""  # the warning when no candidate meets the deadline (`_missed_deadline`, the first of
     # `warnings`): the estimate step names a larger cap instead where one meets the deadline, `spot_policy_at_caps`
+    p95_on_demand_usd: float = 0.0  # the part of `p95_usd` billed at on-demand rates (Summary.p95_on_demand_usd)
 
 
 def spot_policy(run, est, catalog: dict, *, n: int = N_TRACES, seed: int = SEED, poll_s: float = 60.0,
@@ -297,7 +299,7 @@ def spot_policy(run, est, catalog: dict, *, n: int = N_TRACES, seed: int = SEED,
                          sentinel=sentinel_settings(best.policy))
     return PolicyChoice(section=section, warnings=tuple(warnings), p95_usd=best.p95_usd, left_out=left_out,
                         meeting_p95_usd=cheapest.p95_usd if cheapest else None, misses_deadline=misses,
-                        missed=missed)
+                        missed=missed, p95_on_demand_usd=best.p95_on_demand_usd)
 
 
 def cents_up(usd: float) -> float:
@@ -365,6 +367,8 @@ def spot_policy_at_caps(run, est, catalog: dict, *, poll_s: float = 60.0, max_po
         finish = kept[0]
     section = dataclasses.replace(choice.section, p95_finish_cap_usd=finish if finish < math.inf else None,
                                   p95_finish_policy=one_job.section.chosen, p95_one_job_usd=round(one_job.p95_usd, 2),
+                                  p95_one_job_on_demand_usd=round(one_job.p95_on_demand_usd, 2),
+                                  p95_on_demand_finish_cap_usd=_on_demand_finish_cap(est, one_job),
                                   deadline_cap_usd=named[-1] if named else None,
                                   p95_finish_keeps_deadline=bool(kept))
     section = _one_job_beside(est, section)
@@ -379,7 +383,9 @@ def _one_job_beside(est, section: SpotPolicy) -> SpotPolicy:
     spotrun/planner/segments.py `chain_at`, `one_job_at`): a larger cap can cost less in expectation (a new user:
     qwen2 at the $0.75 named, 2 jobs expected $0.37; one job from $0.83, expected $0.26)."""
     to_set = section.deadline_cap_usd or section.p95_finish_cap_usd
-    if to_set is None or not est.segments.chain_costs:
+    if to_set is None or not est.segments.chain_costs or section.policy == "on_demand":
+        # on_demand chosen: the run is on-demand jobs, one at the cap to set (its finish cap), not the spot chain
+        # (a spot run choosing on_demand was told 'expected $0.43 as the chain of 2 jobs at $0.83')
         return section
     jobs, chain_usd = chain_at(est.segments, to_set)
     one_cap, one_usd = one_job_at(est.segments)
@@ -428,9 +434,24 @@ def _finish_cap(est, one_job: PolicyChoice, poll_s: float, also: str = "") -> fl
     policy chosen at the cap set) keeps one."""
     if not est.segments.chain_costs:
         return math.inf
-    on_demand = one_job.section.chosen.split(" ")[0] == "on_demand"  # its bill is at on-demand rates
+    on_demand = _on_demand_label(one_job.section.chosen)  # its bill is at on-demand rates
     room = max(sentinel_room_s(one_job.section.policy, poll_s), sentinel_room_s(also, poll_s))
     return finish_cap_usd(est.segments, one_job.p95_usd, spot=not on_demand, sentinel_room_s=room)
+
+
+def _on_demand_label(label: str | None) -> bool:
+    """Whether a policy row's label is the on-demand policy's (it never bills spot)."""
+    return (label or "").split(" ")[0] == "on_demand"
+
+
+def _on_demand_finish_cap(est, one_job: PolicyChoice) -> float | None:
+    """Where the P95 bill of a policy that can run spot was billed (partly) on-demand: the cap the same bill needs
+    on-demand throughout (what compute.spot=false is told for it), beside the cap to set, which takes it at the spot
+    share (spotrun/planner/segments.py `finish_cap_usd`: a run billed within the P95 can bill it on spot). None
+    otherwise."""
+    if not est.segments.chain_costs or _on_demand_label(one_job.section.chosen) or one_job.p95_on_demand_usd <= 0:
+        return None
+    return finish_cap_usd(est.segments, one_job.p95_usd, spot=False)
 
 
 def _under_finish_cap(cap_usd: float, finish_usd: float, section: SpotPolicy) -> list[str]:
@@ -538,6 +559,25 @@ def sentinel_text(section: SpotPolicy) -> str:
             "is shorter by it; billed in the run's spend)")
 
 
+def _p95_market_text(section: SpotPolicy) -> str:
+    """What the cap to set holds above the P95 bill, by the markets the policy bills (spotrun/planner/segments.py
+    `finish_cap_usd`): an on-demand policy's bill is the bill to expect and the cap adds only what a job's MaxRuntime
+    leaves unbilled; a policy that can run spot takes all of it at the spot share, each second bounded at on-demand
+    rates while its job runs, even the part its P95 billed on-demand (a run billed within the P95 can bill it on
+    spot), and says so with the cap that part would need on-demand."""
+    if _on_demand_label(section.p95_finish_policy):
+        return ("; on-demand, the bill to expect): the cap also holds what the job's MaxRuntime leaves unbilled at "
+                f"on-demand rates, its save and the {STOP_BILL_S:.0f} s a stop bills")
+    text = "), with the chain's restarts and the last job's room at on-demand rates"
+    on_demand = section.p95_one_job_on_demand_usd or 0.0
+    if on_demand > 0 and section.p95_on_demand_finish_cap_usd is not None:
+        text = (f", ${on_demand:,.2f} of it on-demand), with the chain's restarts and the last job's room at "
+                "on-demand rates, all of it as if billed on spot: a run billed within the P95 can bill it on spot, "
+                "each second bounded at on-demand rates while its job runs (billed on-demand throughout, that bill "
+                f"needs ${section.p95_on_demand_finish_cap_usd:,.2f}, as compute.spot=false is told)")
+    return text
+
+
 def policy_text(section: SpotPolicy | None) -> str:
     """The estimate's lines for the policy section: the choice, each candidate's simulated bills (a row the cap
     left out marked), and the cap to set (`p95_finish_cap_usd`, named by the estimate step)."""
@@ -568,8 +608,8 @@ def policy_text(section: SpotPolicy | None) -> str:
                      "those odds")
     elif section.p95_finish_cap_usd is not None:  # the cap under which a run billed its P95 can strand
         lines.append(f"  the cap to set: ${section.p95_finish_cap_usd:,.2f} or more finishes at "
-                     f"{section.p95_finish_policy}'s P95 bill (${section.p95_one_job_usd:,.2f} as one job), "
-                     "with the chain's restarts and the last job's room at on-demand rates")
+                     f"{section.p95_finish_policy}'s P95 bill (${section.p95_one_job_usd:,.2f} as one job"
+                     f"{_p95_market_text(section)}")
     if section.one_job_cap_usd is not None:  # the cap to set splits the run: what one job costs beside it
         to_set = section.deadline_cap_usd or section.p95_finish_cap_usd
         lines[-1] += "; " + one_job_text(section.one_job_cap_usd, section.one_job_expected_usd,

@@ -162,3 +162,79 @@ def test_every_example_names_its_models_context_so_a_seq_len_beyond_it_is_refuse
         assert (code, doc["field"]) == (2, "data.seq_len"), (path.name, doc)
         assert f"max_position_embeddings={limit:,}" in doc["message"] or \
             f"max_position_embeddings={limit}" in doc["message"], doc["message"]
+
+
+def _text(tmp_path, capsys, run: dict) -> str:
+    from spotrun.cli.main import main
+    path = tmp_path / "text.json"
+    path.write_text(json.dumps(run))
+    assert main(["estimate", str(path)]) == 0
+    return capsys.readouterr().out
+
+
+def test_a_spot_policy_whose_p95_is_billed_on_demand_says_why_its_cap_is_above_the_on_demand_runs(
+        tmp_path, capsys, monkeypatch):
+    """qwen2 on spot with a 0.6 h deadline, on-demand fallback and 3 interruptions an hour: uniform_progress is
+    chosen (it moves to on-demand when spot falls behind), its P95 trace billed on-demand throughout, the P95 the
+    spot=false run's bill. Its cap to set was several times the $0.83 the spot=false run is told for that same bill,
+    without a word: the cap takes the bill at the spot share because a run billed within the P95 can bill it on spot
+    (each second bounded at on-demand rates while its job runs). The line says so and names the on-demand figure,
+    the spot=false run's own cap to set."""
+    run = _with(_qwen(deadline_hours=0.6, on_demand_fallback=True), checkpoint={"interruptions_per_hour": 3})
+    _, on_demand = _cli(tmp_path, capsys, "estimate", _with(run, compute={"spot": False}))
+    code, doc = _cli(tmp_path, capsys, "estimate", run)
+    assert code == 0, doc
+    section = doc["spot_policy"]
+    assert section["chosen"] != "on_demand" and section["policy"] != "on_demand", section["chosen"]
+    row = _row(doc, section["chosen"])
+    assert 0 < row["mean_spot_usd"] and 0 < row["mean_on_demand_usd"], row  # both markets on some traces
+    bill = on_demand["cost_usd"]["on_demand"]
+    assert section["p95_one_job_usd"] == on_demand["spot_policy"]["p95_one_job_usd"] == bill, (section, bill)
+    assert section["p95_one_job_on_demand_usd"] == bill, section  # its P95 trace on-demand throughout
+    on_demand_cap, to_set = on_demand["spot_policy"]["p95_finish_cap_usd"], section["p95_finish_cap_usd"]
+    assert section["p95_on_demand_finish_cap_usd"] == on_demand_cap < to_set, section
+    assert _plan(monkeypatch, run)["spot_policy"]["p95_on_demand_finish_cap_usd"] == on_demand_cap
+    line = next(x for x in _text(tmp_path, capsys, run).splitlines() if "the cap to set:" in x)
+    assert line.startswith(f"  the cap to set: ${to_set:,.2f} or more finishes at {section['chosen']}'s P95 bill "
+                           f"(${bill:,.2f} as one job, ${bill:,.2f} of it on-demand), "), line
+    assert ("all of it as if billed on spot: a run billed within the P95 can bill it on spot, each second bounded at "
+            f"on-demand rates while its job runs (billed on-demand throughout, that bill needs ${on_demand_cap:,.2f}, "
+            "as compute.spot=false is told)") in line, line
+    # set, it holds: accepted, the same cap named, no word that it is under the cap to set or misses the deadline
+    code, there = _cli(tmp_path, capsys, "estimate", _with(run, budget={"max_usd": to_set}))
+    assert code == 0 and there["spot_policy"]["p95_finish_cap_usd"] == to_set, there["spot_policy"]
+    assert not [w for w in there["warnings"] if "cap to set" in w or "deadline_hours" in w], there["warnings"]
+
+
+def test_an_on_demand_run_labels_the_bill_to_expect_and_the_cap_to_set(tmp_path, capsys, monkeypatch):
+    """`spot: false` (qwen2): the cost row's $0.74 and the $0.83 to set were both 'on-demand' figures without a word
+    on which is the bill, the cap line spoke of a chain's restarts the one on-demand job never has, and the JSON's
+    one-job bound (`segments.on_demand_bound_usd`, $0.69) was under the bill the same job is planned at."""
+    run = _qwen(spot=False)
+    code, doc = _cli(tmp_path, capsys, "estimate", run)
+    assert code == 0, doc
+    bill, to_set = doc["cost_usd"]["on_demand"], doc["spot_policy"]["p95_finish_cap_usd"]
+    assert bill < doc["segments"]["on_demand_bound_usd"] <= to_set, (bill, doc["segments"], to_set)
+    text = _text(tmp_path, capsys, run)
+    assert (f"cost                  on-demand ${bill:,.2f} (planned: one job, its start and end; the bill to expect, "
+            "the cap to set is the spot policy's last line)") in text, text
+    line = next(x for x in text.splitlines() if "the cap to set:" in x)
+    assert line == (f"  the cap to set: ${to_set:,.2f} or more finishes at on_demand's P95 bill (${bill:,.2f} as one "
+                    "job; on-demand, the bill to expect): the cap also holds what the job's MaxRuntime leaves "
+                    "unbilled at on-demand rates, its save and the 120 s a stop bills"), line
+    assert doc["spot_policy"]["p95_one_job_on_demand_usd"] == doc["spot_policy"]["p95_one_job_usd"] == bill
+
+
+def test_a_spot_run_choosing_on_demand_is_not_told_of_a_spot_chain_at_the_cap_to_set(tmp_path, capsys,
+                                                                                       monkeypatch):
+    """qwen2 on spot with a 0.45 h deadline: on_demand is chosen, and its cap to set carries one on-demand job. The
+    line went on 'the run is one job from a cap of $0.99: expected $0.31 there, $0.43 as the chain of 2 jobs at
+    $0.83': the spot chain's jobs, which the on-demand run never runs."""
+    run = _with(_qwen(deadline_hours=0.45, on_demand_fallback=True), checkpoint={"interruptions_per_hour": 3})
+    code, doc = _cli(tmp_path, capsys, "estimate", run)
+    assert code == 0 and doc["spot_policy"]["chosen"] == "on_demand", doc
+    for told in (doc, _plan(monkeypatch, run)):
+        section = told["spot_policy"]
+        assert section["cap_to_set_jobs"] is None and section["one_job_cap_usd"] is None, section
+    line = next(x for x in _text(tmp_path, capsys, run).splitlines() if "the cap to set:" in x)
+    assert "as the chain of" not in line and "one job from a cap" not in line, line
