@@ -44,6 +44,7 @@ from ..seams import EXPORT_METADATA, SAMPLES_FILE, DatasetIndex, PipelineSetting
 from ..settings.checks import ConfigError
 from ..settings.tree import TrainConfig
 from ..settings.wire import flatten, parse
+from .batch import LocalBatch, local_batch, with_batch
 from .harness import free_port, loss_records, val_history, write_sagemaker_root
 from .registry import DEFAULT_GROUP, register
 from .report_files import write_report
@@ -64,8 +65,9 @@ class LocalOptions:
     """When to interrupt (any order: steps are taken in step order, seconds in time order)."""
     hard_kill: bool = False
     """Interrupt with SIGKILL of the whole process tree (an instance vanishing) instead of SIGTERM (a notice)."""
-    nproc: int = 2
-    """Worker processes (the local stand-in for the instance's GPUs)."""
+    nproc: int | None = None
+    """Worker processes (the local stand-in for the instance's GPUs); None: 2, or 1 when the plan's samples per
+    optimizer step are odd (they are shared among the workers: spotrun/local/batch.py)."""
     overrides: dict[str, str] = field(default_factory=dict)
     """Trainer hyperparameters set on top of the planner's (`--set checkpoint.interval_steps=10`)."""
     job_name: str | None = None
@@ -202,7 +204,8 @@ def check_raw_split(run: RunSpec) -> None:
 
 
 def check_one_step(data_dir: Path, settings: TrainConfig, nproc: int) -> None:
-    """The dataset holds at least one step of samples (the launcher checks it too, after its start-up)."""
+    """The dataset holds at least one step of samples (the launcher checks it too, after its start-up);
+    `settings`: the workers' (their micro-batch, spotrun/local/batch.py)."""
     index = json.loads((Path(data_dir) / DatasetIndex.FILE).read_text())
     seq_len, micro_batch = settings.data.seq_len, settings.training.micro_batch
     samples = sum(int(s["tokens"]) // seq_len for s in index["shards"])
@@ -234,11 +237,15 @@ def plan_local(raw: dict) -> Plan:
     return Plan.from_json(planned)
 
 
-def hyperparameters(planned: Plan, options: LocalOptions) -> dict[str, str]:
-    """The plan's hyperparameters (as the AWS path sends them), plus what only a local run needs."""
+def hyperparameters(planned: Plan, options: LocalOptions, batch: LocalBatch | None = None) -> dict[str, str]:
+    """The plan's hyperparameters (as the AWS path sends them) with the plan's samples per step shared among the
+    workers (`batch`: spotrun/local/batch.py `local_batch`, made here when not given), plus what only a local run
+    needs."""
+    settings = parse(planned.hyperparameters)
+    batch = batch or local_batch(planned, settings, options.nproc, options.overrides)
     # No cost cap binds a local run: one job, no segments (its MaxRuntime is SageMaker's, not enforced here).
-    hyper = flatten(replace(parse(planned.hyperparameters), segment_seconds=0.0))
-    hyper.update({"nproc_per_node": str(options.nproc), "master_port": str(free_port()), "num_threads": "1",
+    hyper = flatten(replace(with_batch(settings, batch), segment_seconds=0.0))
+    hyper.update({"nproc_per_node": str(batch.nproc), "master_port": str(free_port()), "num_threads": "1",
                   "deterministic": "true", "log_every": "5"})
     hyper.update({k: str(v) for k, v in options.overrides.items()})
     return hyper
@@ -271,8 +278,11 @@ def run_local(run_path: Path, options: LocalOptions, *, emit: Callable[[str], No
     emit(f"[local] estimate: {planned.instance_count} x {planned.instance_type}, "
          f"{est.wall_seconds / 3600:.2f} h, spot {usd(est.cost_usd['spot'])} / on-demand "
          f"{usd(est.cost_usd['on_demand'])} (cap {usd(planned.max_usd)})")
-    hyper = hyperparameters(planned, options)
-    check_one_step(Path(raw["data"]["source"]), parse(planned.hyperparameters), options.nproc)
+    settings = parse(planned.hyperparameters)
+    batch = local_batch(planned, settings, options.nproc, options.overrides)  # the plan's samples per step
+    emit(f"[local] {batch.line()}")
+    hyper = hyperparameters(planned, options, batch)
+    check_one_step(Path(raw["data"]["source"]), with_batch(settings, batch), batch.nproc)
     job = Job(root=root, log=root / "launcher.log")
     check_interrupts(options.interrupts, checked_launch(job, hyper, channels_of(planned)), planned.max_runtime_seconds)
     root.mkdir(parents=True)
