@@ -22,7 +22,13 @@ from ..contract.refusal import Refusal
 from ..contract.runfile import load_run_file
 from ..contract.spec import RunSpec, RunValidationError, deadline_hours_text, parse_run
 from ..contract.strict_json import dumps as strict_dumps
-from ..local.pipeline import check_model_source_dir, check_raw_split, check_raw_text, prepare_if_raw
+from ..local.pipeline import (
+    check_model_source_dir,
+    check_raw_split,
+    check_raw_text,
+    prepare_if_raw,
+    prepared_beside,
+)
 from ..pipeline.policy_stage import with_spot_policy
 from ..pipeline.validate import Target, check_catalog, check_target
 from ..planner.catalog import usd
@@ -58,7 +64,7 @@ def check_file(path: Path, target: Target | None, *, plan: bool, s3_client: Any 
     loaded = load_run_file(path)
     run, note = loaded.run, None
     if plan:
-        run, note = prepared_text(loaded.raw, prepared or Path(path).parent / "prepared")
+        run, note = prepared_text(loaded.raw, prepared or prepared_beside(Path(path)))
     catalog = load_catalog()
     check_catalog(run, catalog)
     out = Checked(run, None, checked=["the run contract and SageMaker's limits on it"])
@@ -194,7 +200,8 @@ def stage_target(stage: str, region: str | None, cfn_client: Any = None) -> Targ
 def add_prepared_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prepared", type=Path, help="where raw local text in data.source is tokenized to be "
                         "planned (default: prepared/ beside the run file, where `spotrun demo` leaves it; `spotrun "
-                        "local --out DIR` uses DIR/prepared); the same text and tokenizer are never tokenized twice")
+                        "local --out DIR` uses DIR/prepared and reuses what it finds beside the run file); the same "
+                        "text and tokenizer are never tokenized twice")
 
 
 def add_target_arguments(parser: argparse.ArgumentParser) -> None:

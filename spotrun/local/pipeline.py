@@ -52,6 +52,7 @@ from .supervisor import InterruptAt, Job, LocalConfigError, LocalRunError, Local
 
 LOCAL_EXECUTION = "local"  # the execution name a local plan is made for (its job names and tags are not used)
 PLAN_FILE = "plan.json"  # the job's plan, beside run.json: what --resume continues with
+PREPARED_DIR = "prepared"  # the prepared-data cache: under --out (`spotrun local`), beside the run file (`estimate`)
 
 __all__ = ["InterruptAt", "LocalConfigError", "LocalOptions", "LocalRunError", "LocalStopped", "load_run",
            "resume_local", "run_local"]
@@ -151,12 +152,21 @@ def check_model_weights(path: Path, source: str) -> None:
                                  f"({exc})") from None
 
 
-def prepare_if_raw(raw: dict, cache: Path, emit: Callable[[str], None] = print) -> tuple[dict, str]:
+def prepared_beside(run_path: Path) -> Path:
+    """Where `spotrun estimate` prepares a run's raw text (unless --prepared says): prepared/ beside the run file;
+    `spotrun local` looks there too before it tokenizes anything."""
+    return Path(run_path).parent / PREPARED_DIR
+
+
+def prepare_if_raw(raw: dict, cache: Path, emit: Callable[[str], None] = print,
+                   also: tuple[Path, ...] = ()) -> tuple[dict, str]:
     """Tokenize data.source into shards when it is raw text (no index.json); returns the run and what was done
     ("" for prepared shards, "prepared", or "reused").
 
     Shards go to `cache/<key>/` (spotrun.cli.datasets: the inputs' bytes, every tokenizer file of model.source,
-    chat_template.jinja included): a second run on the same text and tokenizer reuses them."""
+    chat_template.jinja included, and the options): a second run on the same text and tokenizer reuses them, as it
+    reuses a complete `<key>/` of the caches in `also` (the key, recorded in each dataset's marker, proves they
+    hold these shards)."""
     source = Path(raw["data"]["source"])
     if (source / DatasetIndex.FILE).is_file():
         return raw, ""
@@ -175,12 +185,21 @@ def prepare_if_raw(raw: dict, cache: Path, emit: Callable[[str], None] = print) 
                                  "(tokenizer.json or tokenizer_config.json), to prepare the raw text in data.source")
     try:
         fraction = raw["data"].get("validation_fraction") or 0.0  # parse_run checked it
-        prepared = prepare_dataset([source], Path(model_source), cache=cache, shard_bytes=4 * 1024 * 1024,
+        prepared = prepare_dataset([source], Path(model_source), cache=cache, also=also, shard_bytes=4 * 1024 * 1024,
                                    emit=emit, validation_fraction=float(fraction))
     except PrepareError as exc:
         raise RunValidationError("data.source", raw["data"]["source"], f"text the trainer can read ({exc})") \
             from None
     return {**raw, "data": {**raw["data"], "source": str(prepared.path)}}, "reused" if prepared.reused else "prepared"
+
+
+def prepared_line(how: str, shards: Path, caches: tuple[Path, ...]) -> str:
+    """What was done with raw text: its shards reused (found under their content key) or prepared now."""
+    if how == "reused":
+        return (f"raw text: reused the shards in {shards} (prepared before from the same inputs, tokenizer and "
+                f"settings: content key {shards.name}); nothing tokenized")
+    return (f"raw text: prepared into {shards} (content key {shards.name}: no shards of these inputs, tokenizer and "
+            f"settings in {' or '.join(str(c) for c in dict.fromkeys(caches))})")
 
 
 def check_raw_text(source: str) -> None:
@@ -270,9 +289,10 @@ def run_local(run_path: Path, options: LocalOptions, *, emit: Callable[[str], No
         raise LocalRunError(f"job directory {root} exists: continue it with `spotrun local --resume {job_name} --out "
                             f"{options.out}`, or choose another --job-name")
     check_raw_split(run)
-    raw, prepared = prepare_if_raw(raw, out / "prepared", emit)
+    caches = (out / PREPARED_DIR, prepared_beside(Path(run_path).resolve()))
+    raw, prepared = prepare_if_raw(raw, caches[0], emit, also=caches[1:])
     if prepared:
-        emit(f"[local] raw text {prepared}: shards in {raw['data']['source']}")
+        emit(f"[local] {prepared_line(prepared, Path(raw['data']['source']), caches)}")
     planned = plan_local(raw)  # InvalidRun / OverBudget stop here
     est = planned.estimate
     emit(f"[local] estimate: {planned.instance_count} x {planned.instance_type}, "
