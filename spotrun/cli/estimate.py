@@ -54,13 +54,12 @@ class Checked:
 
 
 def check_file(path: Path, target: Target | None, *, plan: bool, s3_client: Any = None,
-               region: str | None = None, prepared: Path | None = None, choose_policy: bool = True,
-               stage: str | None = None) -> Checked:
+               region: str | None = None, prepared: Path | None = None, stage: str | None = None) -> Checked:
     """Every layer the CLI can apply to one run file; a Refusal (RunValidationError, EstimateRefused) otherwise.
     `region`: whose on-demand prices the planner uses (DEFAULT_PRICE_REGION when None, and the output says so).
-    `prepared`: where raw local text in data.source is tokenized to be planned (`prepared_text`).
-    `choose_policy=False` leaves out the estimate's policy choice (a simulation of its own: `spotrun simulate` runs
-    its study instead)."""
+    `prepared`: where raw local text in data.source is tokenized to be planned (`prepared_text`). The estimate's
+    policy stage chooses the spot policy (`spotrun simulate` prints its sentinel and cap to set beside its own
+    study)."""
     loaded = load_run_file(path)
     run, note = loaded.run, None
     if plan:
@@ -96,8 +95,7 @@ def check_file(path: Path, target: Target | None, *, plan: bool, s3_client: Any 
     catalog = regional_catalog(catalog, priced_in)
     out.estimate = estimate(run, catalog=catalog, model_config=sources.model_config, data_tokens=sources.tokens,
                             validation_tokens=sources.validation_tokens)
-    if choose_policy:
-        out.estimate = with_spot_policy(run, out.estimate, catalog)
+    out.estimate = with_spot_policy(run, out.estimate, catalog)
     if out.warnings:  # printed with the estimate's own
         out.estimate = replace(out.estimate, warnings=[*out.warnings, *out.estimate.warnings])
     out.checked.append("the planner (fit, MaxRuntime/MaxWait, budget) and the hyperparameters' limits")
