@@ -591,6 +591,9 @@ class PlanEstimate(_StateJson):
     tokens: float
     expected_interruptions: float
     evaluation_seconds: float
+    # samples per optimizer step on the planned layout (its GPUs x training.micro_batch x training.grad_accum): what
+    # `spotrun local` keeps on its workers (spotrun/local/batch.py); 0 in a plan of an older spotrun
+    global_batch_samples: int = 0
 
 
 PLAN_ESTIMATE_FIELDS = tuple(f.name for f in dataclasses.fields(PlanEstimate))

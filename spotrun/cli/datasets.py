@@ -8,7 +8,8 @@
   special tokens, ...) and the options that change the shards. Same key, same shards: never prepared twice.
 - `prepare_dataset`: shards + index.json into a directory, written under a temporary name and renamed into place
   with a marker (`spotrun-prepare.json`, holding the key) only when complete: an interrupted or failed prepare
-  leaves nothing that looks complete.
+  leaves nothing that looks complete. A complete `<key>` directory of another cache (`also`: where another command
+  prepares the same text) is reused rather than tokenized again.
 - `upload_dataset`: a prepared directory to `s3://<bucket>/datasets/<name>/`, index.json and then the marker
   last (the trainer and the estimate read index.json: it appears only over complete shards); the same key already
   there is not uploaded again; another dataset under the name is refused rather than mixed.
@@ -130,11 +131,19 @@ class _Forward(logging.Handler):
             self.forward(f"[prepare] {message.split(':', 1)[1].strip()}")
 
 
+def holds(path: Path, key: str) -> bool:
+    """Whether `path` is a complete prepared dataset of this content key (its marker's key, and index.json)."""
+    marker = read_marker(path)
+    return marker is not None and marker.get("key") == key and (Path(path) / DatasetIndex.FILE).is_file()
+
+
 def prepare_dataset(inputs: list[Path], tokenizer_dir: Path, out: Path | None = None, *, cache: Path | None = None,
-                    text_field: str = "text", shard_bytes: int = 256 * 1024 * 1024,
+                    also: tuple[Path, ...] = (), text_field: str = "text", shard_bytes: int = 256 * 1024 * 1024,
                     emit: Callable[[str], None] = print, progress_seconds: float = 5.0,
                     validation_fraction: float = 0.0) -> Prepared:
     """Shards + index.json of `inputs` at `out` (or at `cache/<key>`), unless it already holds exactly them.
+    `also`: other caches whose `<key>` directory is reused when complete (another command's: `spotrun estimate`
+    prepares beside the run file, `spotrun local` under its --out), so the same text is never tokenized twice.
     `validation_fraction`: that share of the documents goes to `validation/` (spotrun_trainer.data.prepare)."""
     t0 = time.monotonic()
     files = input_files(inputs)
@@ -143,10 +152,10 @@ def prepare_dataset(inputs: list[Path], tokenizer_dir: Path, out: Path | None = 
     if (out is None) == (cache is None):
         raise ValueError("prepare_dataset needs exactly one of out and cache")
     out = Path(out) if out is not None else Path(cache) / key
-    marker = read_marker(out)
-    if marker is not None and marker.get("key") == key and (out / DatasetIndex.FILE).is_file():
-        index = json.loads((out / DatasetIndex.FILE).read_text())
-        return Prepared(out, key, index, reused=True, seconds=round(time.monotonic() - t0, 3))
+    for there in (out, *(Path(c) / key for c in also if cache is not None)):
+        if holds(there, key):
+            index = json.loads((there / DatasetIndex.FILE).read_text())
+            return Prepared(there, key, index, reused=True, seconds=round(time.monotonic() - t0, 3))
     if out.exists() and any(out.iterdir()):
         raise PrepareError(f"{out} already holds other files (another dataset, or other inputs or tokenizer): choose "
                            "another output or remove it")

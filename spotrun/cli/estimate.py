@@ -22,7 +22,13 @@ from ..contract.refusal import Refusal
 from ..contract.runfile import load_run_file
 from ..contract.spec import RunSpec, RunValidationError, deadline_hours_text, parse_run
 from ..contract.strict_json import dumps as strict_dumps
-from ..local.pipeline import check_model_source_dir, check_raw_split, check_raw_text, prepare_if_raw
+from ..local.pipeline import (
+    check_model_source_dir,
+    check_raw_split,
+    check_raw_text,
+    prepare_if_raw,
+    prepared_beside,
+)
 from ..pipeline.policy_stage import with_spot_policy
 from ..pipeline.validate import Target, check_catalog, check_target
 from ..planner.catalog import usd
@@ -48,17 +54,16 @@ class Checked:
 
 
 def check_file(path: Path, target: Target | None, *, plan: bool, s3_client: Any = None,
-               region: str | None = None, prepared: Path | None = None, choose_policy: bool = True,
-               stage: str | None = None) -> Checked:
+               region: str | None = None, prepared: Path | None = None, stage: str | None = None) -> Checked:
     """Every layer the CLI can apply to one run file; a Refusal (RunValidationError, EstimateRefused) otherwise.
     `region`: whose on-demand prices the planner uses (DEFAULT_PRICE_REGION when None, and the output says so).
-    `prepared`: where raw local text in data.source is tokenized to be planned (`prepared_text`).
-    `choose_policy=False` leaves out the estimate's policy choice (a simulation of its own: `spotrun simulate` runs
-    its study instead)."""
+    `prepared`: where raw local text in data.source is tokenized to be planned (`prepared_text`). The estimate's
+    policy stage chooses the spot policy (`spotrun simulate` prints its sentinel and cap to set beside its own
+    study)."""
     loaded = load_run_file(path)
     run, note = loaded.run, None
     if plan:
-        run, note = prepared_text(loaded.raw, prepared or Path(path).parent / "prepared")
+        run, note = prepared_text(loaded.raw, prepared or prepared_beside(Path(path)))
     catalog = load_catalog()
     check_catalog(run, catalog)
     out = Checked(run, None, checked=["the run contract and SageMaker's limits on it"])
@@ -90,8 +95,7 @@ def check_file(path: Path, target: Target | None, *, plan: bool, s3_client: Any 
     catalog = regional_catalog(catalog, priced_in)
     out.estimate = estimate(run, catalog=catalog, model_config=sources.model_config, data_tokens=sources.tokens,
                             validation_tokens=sources.validation_tokens)
-    if choose_policy:
-        out.estimate = with_spot_policy(run, out.estimate, catalog)
+    out.estimate = with_spot_policy(run, out.estimate, catalog)
     if out.warnings:  # printed with the estimate's own
         out.estimate = replace(out.estimate, warnings=[*out.warnings, *out.estimate.warnings])
     out.checked.append("the planner (fit, MaxRuntime/MaxWait, budget) and the hyperparameters' limits")
@@ -194,7 +198,8 @@ def stage_target(stage: str, region: str | None, cfn_client: Any = None) -> Targ
 def add_prepared_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prepared", type=Path, help="where raw local text in data.source is tokenized to be "
                         "planned (default: prepared/ beside the run file, where `spotrun demo` leaves it; `spotrun "
-                        "local --out DIR` uses DIR/prepared); the same text and tokenizer are never tokenized twice")
+                        "local --out DIR` uses DIR/prepared and reuses what it finds beside the run file); the same "
+                        "text and tokenizer are never tokenized twice")
 
 
 def add_target_arguments(parser: argparse.ArgumentParser) -> None:

@@ -68,7 +68,8 @@ def register(sub) -> None:
                      f"second (default {TRACE_SPEEDUP:g}: a trace hour per second)")
     loc.add_argument("--hard-kill", action="store_true", help="interrupt by SIGKILL of the whole process tree (an "
                      "instance vanishing) instead of SIGTERM (SageMaker's stop notice)")
-    loc.add_argument("--nproc", type=int, default=2, help="worker processes (default 2)")
+    loc.add_argument("--nproc", type=int, default=None, help="worker processes (default 2, or 1 when the plan's "
+                     "samples per optimizer step are odd); they share those samples, so it must divide them")
     loc.add_argument("--set", dest="overrides", action="append", type=_setting, default=[], metavar="KEY=VALUE",
                      help="trainer hyperparameter on top of the planner's; repeatable")
     loc.add_argument("--job-name", help="job directory name under --out (default <run name>-<time>)")
@@ -141,7 +142,7 @@ def local_command(args: argparse.Namespace) -> int:
             else args.interrupt_at
     except ValueError as exc:
         return _bad_argument(args.format, str(exc), "--trace")
-    if args.nproc < 1:
+    if args.nproc is not None and args.nproc < 1:
         return _bad_argument(args.format, f"--nproc={args.nproc} is invalid: expected an integer >= 1", "--nproc")
     if args.hard_kill and not args.interrupt_at:
         return _bad_argument(args.format, "--hard-kill is invalid: expected with --interrupt-at or --trace (it says "

@@ -25,6 +25,7 @@ from ..policy.choose import (
     horizon_s,
     plan_from_estimate,
     run_candidates,
+    settings_lines,
 )
 from ..policy.decision import RULES
 from ..policy.report import plot, study, table_text
@@ -181,8 +182,9 @@ def simulate_command(args: argparse.Namespace) -> int:
     if bad := bad_argument(args):
         return fail(args.format, Exit.INVALID, "InvalidArguments", bad[1], bad[0])
     try:
-        checked = check_file(args.run, None, plan=True, region=args.region,  # spotrun.contract.runfile's loader
-                             prepared=args.prepared, choose_policy=False)  # the study below is the choice
+        # spotrun.contract.runfile's loader, and the estimate's own policy stage: its sentinel and cap to set are
+        # printed under the study (which makes its own choice on its own traces)
+        checked = check_file(args.run, None, plan=True, region=args.region, prepared=args.prepared)
         est, run = checked.estimate, checked.run
         catalog = regional_catalog(load_catalog(), args.region or "us-east-1")
         plan = plan_from_estimate(est, catalog, deadline_s=run.compute.deadline_s,
@@ -206,9 +208,14 @@ def simulate_command(args: argparse.Namespace) -> int:
                    source=source, cap_usd=run.max_usd, progress=Progress())
     report["run"] = run.name
     report["layout"] = f"{est.instance_count} x {est.instance_type}"
+    section = est.spot_policy
+    report["estimate_policy"] = {"chosen": section.chosen, "traces": section.traces, "sentinel": section.sentinel,
+                                 "cap_to_set_usd": section.deadline_cap_usd or section.p95_finish_cap_usd}
     args.out.mkdir(parents=True, exist_ok=True)
     files = {"report": args.out / "simulate.json", "summary": args.out / "simulate.txt"}
-    text = f"{run.name} on {report['layout']}: " + table_text(report)
+    text = "\n".join([f"{run.name} on {report['layout']}: " + table_text(report),
+                      f"as `spotrun estimate` sets the run up (its choice: {section.chosen}, on its "
+                      f"{section.traces:,} traces):", *settings_lines(section)])
     files["report"].write_text(strict_dumps(finite(report), indent=2))
     files["summary"].write_text(text + "\n")
     if args.plot:

@@ -44,6 +44,7 @@ from ..seams import EXPORT_METADATA, SAMPLES_FILE, DatasetIndex, PipelineSetting
 from ..settings.checks import ConfigError
 from ..settings.tree import TrainConfig
 from ..settings.wire import flatten, parse
+from .batch import LocalBatch, local_batch, with_batch
 from .harness import free_port, loss_records, val_history, write_sagemaker_root
 from .registry import DEFAULT_GROUP, register
 from .report_files import write_report
@@ -51,6 +52,7 @@ from .supervisor import InterruptAt, Job, LocalConfigError, LocalRunError, Local
 
 LOCAL_EXECUTION = "local"  # the execution name a local plan is made for (its job names and tags are not used)
 PLAN_FILE = "plan.json"  # the job's plan, beside run.json: what --resume continues with
+PREPARED_DIR = "prepared"  # the prepared-data cache: under --out (`spotrun local`), beside the run file (`estimate`)
 
 __all__ = ["InterruptAt", "LocalConfigError", "LocalOptions", "LocalRunError", "LocalStopped", "load_run",
            "resume_local", "run_local"]
@@ -64,8 +66,9 @@ class LocalOptions:
     """When to interrupt (any order: steps are taken in step order, seconds in time order)."""
     hard_kill: bool = False
     """Interrupt with SIGKILL of the whole process tree (an instance vanishing) instead of SIGTERM (a notice)."""
-    nproc: int = 2
-    """Worker processes (the local stand-in for the instance's GPUs)."""
+    nproc: int | None = None
+    """Worker processes (the local stand-in for the instance's GPUs); None: 2, or 1 when the plan's samples per
+    optimizer step are odd (they are shared among the workers: spotrun/local/batch.py)."""
     overrides: dict[str, str] = field(default_factory=dict)
     """Trainer hyperparameters set on top of the planner's (`--set checkpoint.interval_steps=10`)."""
     job_name: str | None = None
@@ -149,12 +152,21 @@ def check_model_weights(path: Path, source: str) -> None:
                                  f"({exc})") from None
 
 
-def prepare_if_raw(raw: dict, cache: Path, emit: Callable[[str], None] = print) -> tuple[dict, str]:
+def prepared_beside(run_path: Path) -> Path:
+    """Where `spotrun estimate` prepares a run's raw text (unless --prepared says): prepared/ beside the run file;
+    `spotrun local` looks there too before it tokenizes anything."""
+    return Path(run_path).parent / PREPARED_DIR
+
+
+def prepare_if_raw(raw: dict, cache: Path, emit: Callable[[str], None] = print,
+                   also: tuple[Path, ...] = ()) -> tuple[dict, str]:
     """Tokenize data.source into shards when it is raw text (no index.json); returns the run and what was done
     ("" for prepared shards, "prepared", or "reused").
 
     Shards go to `cache/<key>/` (spotrun.cli.datasets: the inputs' bytes, every tokenizer file of model.source,
-    chat_template.jinja included): a second run on the same text and tokenizer reuses them."""
+    chat_template.jinja included, and the options): a second run on the same text and tokenizer reuses them, as it
+    reuses a complete `<key>/` of the caches in `also` (the key, recorded in each dataset's marker, proves they
+    hold these shards)."""
     source = Path(raw["data"]["source"])
     if (source / DatasetIndex.FILE).is_file():
         return raw, ""
@@ -173,12 +185,21 @@ def prepare_if_raw(raw: dict, cache: Path, emit: Callable[[str], None] = print) 
                                  "(tokenizer.json or tokenizer_config.json), to prepare the raw text in data.source")
     try:
         fraction = raw["data"].get("validation_fraction") or 0.0  # parse_run checked it
-        prepared = prepare_dataset([source], Path(model_source), cache=cache, shard_bytes=4 * 1024 * 1024,
+        prepared = prepare_dataset([source], Path(model_source), cache=cache, also=also, shard_bytes=4 * 1024 * 1024,
                                    emit=emit, validation_fraction=float(fraction))
     except PrepareError as exc:
         raise RunValidationError("data.source", raw["data"]["source"], f"text the trainer can read ({exc})") \
             from None
     return {**raw, "data": {**raw["data"], "source": str(prepared.path)}}, "reused" if prepared.reused else "prepared"
+
+
+def prepared_line(how: str, shards: Path, caches: tuple[Path, ...]) -> str:
+    """What was done with raw text: its shards reused (found under their content key) or prepared now."""
+    if how == "reused":
+        return (f"raw text: reused the shards in {shards} (prepared before from the same inputs, tokenizer and "
+                f"settings: content key {shards.name}); nothing tokenized")
+    return (f"raw text: prepared into {shards} (content key {shards.name}: no shards of these inputs, tokenizer and "
+            f"settings in {' or '.join(str(c) for c in dict.fromkeys(caches))})")
 
 
 def check_raw_text(source: str) -> None:
@@ -202,7 +223,8 @@ def check_raw_split(run: RunSpec) -> None:
 
 
 def check_one_step(data_dir: Path, settings: TrainConfig, nproc: int) -> None:
-    """The dataset holds at least one step of samples (the launcher checks it too, after its start-up)."""
+    """The dataset holds at least one step of samples (the launcher checks it too, after its start-up);
+    `settings`: the workers' (their micro-batch, spotrun/local/batch.py)."""
     index = json.loads((Path(data_dir) / DatasetIndex.FILE).read_text())
     seq_len, micro_batch = settings.data.seq_len, settings.training.micro_batch
     samples = sum(int(s["tokens"]) // seq_len for s in index["shards"])
@@ -234,11 +256,15 @@ def plan_local(raw: dict) -> Plan:
     return Plan.from_json(planned)
 
 
-def hyperparameters(planned: Plan, options: LocalOptions) -> dict[str, str]:
-    """The plan's hyperparameters (as the AWS path sends them), plus what only a local run needs."""
+def hyperparameters(planned: Plan, options: LocalOptions, batch: LocalBatch | None = None) -> dict[str, str]:
+    """The plan's hyperparameters (as the AWS path sends them) with the plan's samples per step shared among the
+    workers (`batch`: spotrun/local/batch.py `local_batch`, made here when not given), plus what only a local run
+    needs."""
+    settings = parse(planned.hyperparameters)
+    batch = batch or local_batch(planned, settings, options.nproc, options.overrides)
     # No cost cap binds a local run: one job, no segments (its MaxRuntime is SageMaker's, not enforced here).
-    hyper = flatten(replace(parse(planned.hyperparameters), segment_seconds=0.0))
-    hyper.update({"nproc_per_node": str(options.nproc), "master_port": str(free_port()), "num_threads": "1",
+    hyper = flatten(replace(with_batch(settings, batch), segment_seconds=0.0))
+    hyper.update({"nproc_per_node": str(batch.nproc), "master_port": str(free_port()), "num_threads": "1",
                   "deterministic": "true", "log_every": "5"})
     hyper.update({k: str(v) for k, v in options.overrides.items()})
     return hyper
@@ -263,16 +289,20 @@ def run_local(run_path: Path, options: LocalOptions, *, emit: Callable[[str], No
         raise LocalRunError(f"job directory {root} exists: continue it with `spotrun local --resume {job_name} --out "
                             f"{options.out}`, or choose another --job-name")
     check_raw_split(run)
-    raw, prepared = prepare_if_raw(raw, out / "prepared", emit)
+    caches = (out / PREPARED_DIR, prepared_beside(Path(run_path).resolve()))
+    raw, prepared = prepare_if_raw(raw, caches[0], emit, also=caches[1:])
     if prepared:
-        emit(f"[local] raw text {prepared}: shards in {raw['data']['source']}")
+        emit(f"[local] {prepared_line(prepared, Path(raw['data']['source']), caches)}")
     planned = plan_local(raw)  # InvalidRun / OverBudget stop here
     est = planned.estimate
     emit(f"[local] estimate: {planned.instance_count} x {planned.instance_type}, "
          f"{est.wall_seconds / 3600:.2f} h, spot {usd(est.cost_usd['spot'])} / on-demand "
          f"{usd(est.cost_usd['on_demand'])} (cap {usd(planned.max_usd)})")
-    hyper = hyperparameters(planned, options)
-    check_one_step(Path(raw["data"]["source"]), parse(planned.hyperparameters), options.nproc)
+    settings = parse(planned.hyperparameters)
+    batch = local_batch(planned, settings, options.nproc, options.overrides)  # the plan's samples per step
+    emit(f"[local] {batch.line()}")
+    hyper = hyperparameters(planned, options, batch)
+    check_one_step(Path(raw["data"]["source"]), with_batch(settings, batch), batch.nproc)
     job = Job(root=root, log=root / "launcher.log")
     check_interrupts(options.interrupts, checked_launch(job, hyper, channels_of(planned)), planned.max_runtime_seconds)
     root.mkdir(parents=True)

@@ -101,6 +101,7 @@ def build_local_report(*, plan: Plan, spot: bool, job_name: str, metrics: dict, 
         "local": True, "cost_usd_at_rates": priced["cost_usd_at_rates"], "priced": priced,
         "estimate": {
             "wall_seconds": round(est.wall_seconds, 1), "tokens": est.tokens,
+            "samples_per_step": est.global_batch_samples or None,  # None: a plan of an older spotrun
             "expected_interruptions": round(est.expected_interruptions, 4),
             "expected_overhead_seconds": round(est.expected_overhead_seconds, 1),
             "checkpoint_policy": est.checkpoint_policy,
@@ -109,6 +110,7 @@ def build_local_report(*, plan: Plan, spot: bool, job_name: str, metrics: dict, 
         "actual": {
             "basis": "measured on this machine",
             "steps": metrics["steps"], "tokens": metrics["tokens"], "wall_seconds": history["wall_s"],
+            "samples_per_step": metrics.get("samples_per_step"),  # the trainer's (None: an older trainer's)
             "trainer_seconds": round(metrics["wall_s"], 3), "starts": len(history["starts"]),
             "restart_seconds": round(sum(s.get("restart_s", 0.0) for s in history["starts"]), 3),
             "lost_seconds": round(sum(i["lost_s"] for i in interruptions), 3),
@@ -141,12 +143,20 @@ def _event_line(i: int, event: dict) -> str:
             f"{resumed}; {event['lost_s']:.1f} s lost")
 
 
+def _batch_text(act: dict, est: dict) -> str:
+    """The samples per optimizer step the trainer ran, beside the plan's ('' when either is not known)."""
+    ran, planned = act.get("samples_per_step"), est.get("samples_per_step")
+    if not ran or not planned:
+        return ""
+    return f" of {ran} samples" + (", as planned" if ran == planned else f", not the plan's {planned}")
+
+
 def _local_lines(report: dict) -> list[str]:
     est, act, priced = report["estimate"], report["actual"], report["priced"]
     lines = [
         "  measured here:",
-        f"    steps            {act['steps']} ({act['steps_redone']} redone), {act['tokens']:,} tokens "
-        f"(estimated {est['tokens']:,.0f})",
+        f"    steps            {act['steps']} ({act['steps_redone']} redone){_batch_text(act, est)}, "
+        f"{act['tokens']:,} tokens (estimated {est['tokens']:,.0f})",
         f"    wall time        {act['wall_seconds']:.1f} s over {act['starts']} start(s); trainer "
         f"{act['trainer_seconds']:.1f} s; restarts {act.get('restart_seconds', 0.0):.1f} s",
         f"    interruptions    {report['interruptions']} (estimate {est['expected_interruptions']:.3f}); "

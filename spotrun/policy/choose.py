@@ -595,7 +595,14 @@ def policy_text(section: SpotPolicy | None) -> str:
         lines.append(f"{mark} {r['label']:<30} {r['mean_usd']:>10,.2f} {r['p50_usd']:>10,.2f} {r['p95_usd']:>10,.2f} "
                      f"{met:>11} {r['mean_lost_h']:>7.2f}{out}")
     lines += mean_over_p95_note(section.policies)
-    lines.append(sentinel_text(section))
+    return "\n".join(lines + settings_lines(section))
+
+
+def settings_lines(section: SpotPolicy) -> list[str]:
+    """The policy section's lines on what the run is set up with: the sentinel (`sentinel_text`) and the cap to set
+    (`p95_finish_cap_usd`, `deadline_cap_usd`, named by the estimate step). `spotrun estimate` prints them under its
+    table, `spotrun simulate` under its own: the same run says the same."""
+    lines = [sentinel_text(section)]
     if section.deadline_cap_usd is not None:  # the deadline warning's cap, at least the finish cap
         lines.append(f"  the cap to set: ${section.deadline_cap_usd:,.2f} or more: the estimate then chooses a "
                      "policy that meets the deadline (the deadline warning's cap), and a run billed "
@@ -614,4 +621,4 @@ def policy_text(section: SpotPolicy | None) -> str:
         to_set = section.deadline_cap_usd or section.p95_finish_cap_usd
         lines[-1] += "; " + one_job_text(section.one_job_cap_usd, section.one_job_expected_usd,
                                          section.cap_to_set_jobs, section.cap_to_set_expected_usd, to_set)
-    return "\n".join(lines)
+    return lines

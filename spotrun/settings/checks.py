@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import fields
 from typing import Any
 
@@ -47,13 +48,14 @@ def non_finite_path(value: Any, path: str = "") -> tuple[str, float] | None:
 
 
 def short_repr(value: Any, limit: int = 80) -> str:
-    """A value as the user wrote it, cut to a short line: a one-line string without surrounding blanks as itself
-    (hyperparameters are strings: `training.lr=fast`, `model.config=[1]`, never Python's `'fast'`), any other
-    string and every other value as JSON (`""`, `{"a": 1}`, `true`), readable whatever was passed (megabytes of
-    text, newlines, integers too long to print)."""
+    """A value as the user wrote it, in JSON's spelling as the rest of the CLI quotes values, cut to a short line:
+    hyperparameters are strings, so one that is a JSON value as written (`training.lr=-1`, `model.config=[1]`,
+    `eval.keep_best=true`) as itself, any other string quoted (`training.lr="fast"`, `sharding.mode="zero3"`,
+    `""`), never Python's `'fast'`; every other value as JSON (`{"a": 1}`, `true`, `null`), readable whatever was
+    passed (megabytes of text, newlines, integers too long to print)."""
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**limit:
         return f"<an integer of about {int(value.bit_length() * math.log10(2)) + 1} digits>"
-    if isinstance(value, str) and value and value == value.strip() and value.isprintable():
+    if isinstance(value, str) and value and value == value.strip() and value.isprintable() and _is_json(value):
         text = value
     else:
         try:
@@ -61,3 +63,20 @@ def short_repr(value: Any, limit: int = 80) -> str:
         except (TypeError, ValueError):  # not JSON: the type's own spelling
             text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _is_json(text: str) -> bool:
+    """Whether `text` reads as one JSON value: a number (of any length), true/false/null, NaN or Infinity (as
+    Python's json writes them), or an object or array json reads."""
+    if _JSON_WORD.fullmatch(text):
+        return True
+    if not text.startswith(("[", "{")):
+        return False
+    try:
+        json.loads(text)
+    except (ValueError, RecursionError):  # not JSON, or nested deeper than json reads
+        return False
+    return True
+
+
+_JSON_WORD = re.compile(r"-?(0|[1-9]\d*)(\.\d+)?([eE][+-]?\d+)?|true|false|null|NaN|-?Infinity")

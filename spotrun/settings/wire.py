@@ -72,7 +72,8 @@ def parse(hp: Mapping[str, Any]) -> TrainConfig:
     for key, value in hp.items():
         leaf = by_key.get(key)
         if leaf is None:
-            raise ConfigError(f"unknown field {short_repr(key)}: accepted fields are {_accepted(key, by_key)}")
+            name = key if isinstance(key, str) and _is_name(key) else short_repr(key)  # a name, not a value
+            raise ConfigError(f"unknown field {name}: accepted fields are {_accepted(key, by_key)}")
         node = nested
         for attr in leaf.attrs[:-1]:
             node = node.setdefault(attr, {})
@@ -131,6 +132,11 @@ def _flat(raw: Any, prefix: str) -> dict[str, Any]:
         key = f"{prefix}{name}"
         out.update({key: value} if key in keys or not isinstance(value, Mapping) else _flat(value, key + "."))
     return out
+
+
+def _is_name(key: str) -> bool:
+    """A key that reads as a dotted field name, printed as itself (any other is quoted as JSON)."""
+    return bool(key) and len(key) <= 200 and all(part.isidentifier() for part in key.split("."))
 
 
 def _accepted(key: str, by_key: Mapping[str, Leaf]) -> str:

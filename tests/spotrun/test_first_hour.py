@@ -404,8 +404,9 @@ def test_a_set_typo_is_refused_without_leaving_a_job_directory(tmp_path, capsys,
 
 def test_a_bad_set_value_is_quoted_as_the_user_wrote_it(tmp_path, capsys, assets, datasets):
     """`spotrun local --set training.lr=fast` said `training.lr='fast'` (Python's repr), `model.config=[1]` said
-    `model.config='[1]'`, and `checkpoint.interval_s=-1` said `-1.0`: the values as written, JSON as JSON."""
-    for setting, says in (("training.lr=fast", "training.lr=fast is invalid: expected a number"),
+    `model.config='[1]'`, and `checkpoint.interval_s=-1` said `-1.0`: the values in JSON's spelling, as the rest of
+    the CLI quotes them (issue #30): a string quoted (`"fast"`, `""`), what reads as JSON as written."""
+    for setting, says in (("training.lr=fast", "training.lr=\"fast\" is invalid: expected a number"),
                           ("model.config=[1]", "model.config=[1] is invalid: expected a JSON object"),
                           ("checkpoint.interval_s=-1", "checkpoint.interval_s=-1 is invalid"),
                           ("training.method=", 'training.method="" is invalid')):

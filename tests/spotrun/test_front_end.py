@@ -133,7 +133,8 @@ def test_local_sends_the_plans_hyperparameters_not_an_inline_config_of_a_pretrai
     hyper = hyperparameters(planned, LocalOptions(out=tmp_path, overrides={"max_steps": "3"}))
     assert "model.config" not in hyper  # its config comes with its weights, as on AWS
     assert "segment_seconds" not in hyper and hyper["max_steps"] == "3"
-    assert hyper["data.seq_len"] == "64" and hyper["nproc_per_node"] == "2"
+    # the plan's 1 sample per optimizer step (training.micro_batch 1 on one GPU): one worker (spotrun/local/batch.py)
+    assert hyper["data.seq_len"] == "64" and hyper["nproc_per_node"] == "1"
     assert channels_of(planned) == {"train": assets["data"], "model": assets["model"]}
 
 

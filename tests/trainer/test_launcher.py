@@ -95,7 +95,7 @@ def test_a_missing_network_interface_without_a_route_to_the_master_is_a_configur
     sm = SageMakerEnv.read(sm_root(tmp_path, ["algo-1", "algo-2"], "algo-2"))
     p = plan(tmp_path)
     assert check_network(p, sm, interfaces=["lo", "eth1"]) == p
-    with pytest.raises(ConfigError, match=r"^network_interface_name=eth1 in resourceconfig.json is invalid: no "
+    with pytest.raises(ConfigError, match=r"^network_interface_name=\"eth1\" in resourceconfig.json is invalid: no "
                                           r"such network interface on this host \(found eth0, lo\) and no "
                                           r"route to the master host algo-1"):
         check_network(p, sm, interfaces=["lo", "eth0"], route_interface=lambda host: None)
@@ -137,7 +137,7 @@ def test_shard_groups_spanning_nodes_without_efa_warn_about_tcp(tmp_path, hp, re
 
 
 @pytest.mark.parametrize("hp, message", [
-    ({"sharding.mode": "zero3"}, "sharding.mode=zero3 is invalid: expected full or hybrid"),
+    ({"sharding.mode": "zero3"}, "sharding.mode=\"zero3\" is invalid: expected full or hybrid"),
     ({"sharding.mode": "hybrid", "sharding.group_nodes": "3"},
      "sharding.group_nodes=3 is invalid: expected a divisor of sharding.nodes=4"),
 ])
@@ -158,22 +158,22 @@ def test_cpu_uses_the_configured_process_count(tmp_path):
 
 
 @pytest.mark.parametrize("hp, message", [
-    ({"training.micro_batch": "four"}, "training.micro_batch=four is invalid: expected an integer"),
+    ({"training.micro_batch": "four"}, "training.micro_batch=\"four\" is invalid: expected an integer"),
     ({"training.micro_batch": "0"}, "training.micro_batch=0 is invalid: expected an integer >= 1"),
-    ({"training.lr": "fast"}, "training.lr=fast is invalid: expected a number"),
-    ({"deterministic": "maybe"}, "deterministic=maybe is invalid: expected true or false"),
+    ({"training.lr": "fast"}, "training.lr=\"fast\" is invalid: expected a number"),
+    ({"deterministic": "maybe"}, "deterministic=\"maybe\" is invalid: expected true or false"),
     ({"checkpoint.keep": "1"}, "checkpoint.keep=1 is invalid: expected an integer >= 2"),
     ({"bogus": "1"}, "unknown field bogus"),
     ({"optim.momentum": "1"}, "unknown field optim.momentum"),
-    ({"nproc_per_node": "x"}, "nproc_per_node=x is invalid: expected an integer"),
+    ({"nproc_per_node": "x"}, "nproc_per_node=\"x\" is invalid: expected an integer"),
     ({"shutdown_timeout": "30"}, "shutdown_timeout=30 is invalid: expected more than the emergency-save budget"),
     ({"model.config": "[1]"}, "model.config=[1] is invalid: expected a JSON object"),
     # non-finite values pass `lr > 0` (inf) and then train to NaN: refused at config time
-    ({"training.lr": "inf"}, "training.lr=inf is invalid: expected a finite number"),
-    ({"training.lr": "nan"}, "training.lr=nan is invalid: expected a finite number"),
+    ({"training.lr": "inf"}, "training.lr=\"inf\" is invalid: expected a finite number"),
+    ({"training.lr": "nan"}, "training.lr=\"nan\" is invalid: expected a finite number"),
     ({"optim.weight_decay": "-Infinity"}, "optim.weight_decay=-Infinity is invalid: expected a finite number"),
     ({"training.epochs": "1e400"}, "training.epochs=1e400 is invalid: expected a finite number"),
-    ({"checkpoint.interval_s": "inf"}, "checkpoint.interval_s=inf is invalid: expected a finite number"),
+    ({"checkpoint.interval_s": "inf"}, "checkpoint.interval_s=\"inf\" is invalid: expected a finite number"),
     ({"model.config": '{"model_type": "llama", "rope_theta": NaN}'}, "model.config={\"model_type\": \"llama\""),
     ({"training.seed": "-3"}, "training.seed=-3 is invalid: expected an integer in [0, 4294967295]"),
     ({"training.seed": str(2**32)}, "training.seed=4294967296 is invalid: expected an integer in [0, 4294967295]"),
@@ -194,7 +194,7 @@ def test_bad_hyperparameters_name_the_field(tmp_path, hp, message):
      "weights are kept as a checkpoint (checkpoint.dir, the job's CheckpointConfig)"),
     ({"segment_seconds": "3600"}, "segment_seconds=3600.0 is invalid: expected 0 without checkpoints: the next "
      "segment resumes from the checkpoint"),
-    ({"export.from": "best"}, "export.from=best is invalid: expected last, or best with "
+    ({"export.from": "best"}, "export.from=\"best\" is invalid: expected last, or best with "
      "eval.keep_best=true and validation data"),
 ])
 def test_rules_across_fields_are_configuration_errors_before_torchrun(tmp_path, hp, message):
@@ -205,7 +205,7 @@ def test_rules_across_fields_are_configuration_errors_before_torchrun(tmp_path, 
 
 
 def test_current_host_must_be_listed(tmp_path):
-    with pytest.raises(ConfigError, match=r'current_host=algo-9 must be one of hosts=\["algo-1"'):
+    with pytest.raises(ConfigError, match=r'current_host="algo-9" must be one of hosts=\["algo-1"'):
         SageMakerEnv.read(sm_root(tmp_path, ["algo-1"], "algo-9"))
 
 
@@ -348,18 +348,18 @@ def test_good_inputs_pass_the_launchers_checks(assets):
 
 @pytest.mark.parametrize("hp, message", [
     ({"model.path": "", "model.config": '{"model_type": "lama", "hidden_size": 64}'},
-     "model.config.model_type=lama is invalid: expected a model type known to transformers (close matches: llama"),
+     "model.config.model_type=\"lama\" is invalid: expected a model type known to transformers (close matches: llama"),
     ({"model.path": "", "model.config": '{"model_type": 7}'},
      "model.config.model_type=7 is invalid: expected a model type known to transformers"),
     ({"model.path": "", "model.config": '{"model_type": "vit"}'},
-     "model.config.model_type=vit is invalid: transformers has no causal LM for it"),
+     "model.config.model_type=\"vit\" is invalid: transformers has no causal LM for it"),
     ({"model.path": "", "model.config": '{"model_type": "llama", "hidden_size": "wide"}'},
      "model.config is invalid: transformers could not build a llama config from it (Validation error for field "
      "'hidden_size'"),
     ({"model.path": "/nonexistent/model"},
-     "model.path=/nonexistent/model is invalid: expected a Hugging Face model directory with config.json"),
+     "model.path=\"/nonexistent/model\" is invalid: expected a Hugging Face model directory with config.json"),
     ({"data.path": "/nonexistent/data"},
-     "data.path=/nonexistent/data is invalid: /nonexistent/data/index.json not found"),
+     "data.path=\"/nonexistent/data\" is invalid: /nonexistent/data/index.json not found"),
     ({"data.seq_len": "1000000"}, "data.seq_len=1000000 is invalid for this dataset: it holds 0 samples"),
     ({"model.path": "", "model.activation_checkpointing": "true", "model.config": '{"model_type": "ctrl"}'},
      "model.activation_checkpointing=true is invalid for ctrl: CTRLLMHeadModel does not support it"),
@@ -377,7 +377,7 @@ def test_model_directory_with_an_unknown_model_type_is_refused(assets, tmp_path)
     shutil.copytree(assets["model"], model)
     raw = json.loads((model / "config.json").read_text())
     (model / "config.json").write_text(json.dumps({**raw, "model_type": "llama-9"}))
-    with pytest.raises(ConfigError, match=r"^model_type in model.path/config.json=llama-9 is invalid: expected a "
+    with pytest.raises(ConfigError, match=r"^model_type in model.path/config.json=\"llama-9\" is invalid: expected a "
                                           r"model type known to transformers \(close matches: llama"):
         check_inputs(inputs(assets, **{"model.path": str(model)}), world_size=1)
 
@@ -390,7 +390,7 @@ def test_launcher_refuses_an_unknown_model_type_without_starting_torchrun(assets
     log = (tmp_path / "launcher.log").read_text()
     assert "launch:" not in log and "torch.distributed.run" not in log  # no worker start-up was paid for
     failure = (root / "output" / "failure").read_text()
-    assert failure.startswith("invalid configuration: model.config.model_type=lama is invalid")
+    assert failure.startswith("invalid configuration: model.config.model_type=\"lama\" is invalid")
     assert failure.count("\n") == 1 and len(failure) < 300
 
 
@@ -419,7 +419,7 @@ def test_after_a_failure_in_every_worker_each_exits_1_without_an_abort_or_a_sign
     assert codes and set(codes) == {"1"}, text[-3000:]
     assert "terminate called" not in text and "Signal 15" not in text
     failure = job.failure.read_text()
-    assert failure.startswith("ConfigError: lora.target_modules=nosuch_proj is invalid") and \
+    assert failure.startswith("ConfigError: lora.target_modules=\"nosuch_proj\" is invalid") and \
         failure.count("\n") == 1
 
 

@@ -190,7 +190,7 @@ def test_target_modules_that_match_nothing_name_the_field():
                                   num_attention_heads=2, vocab_size=64)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
-        with pytest.raises(ConfigError, match=r"lora.target_modules=query,value is invalid: .*not found"):
+        with pytest.raises(ConfigError, match=r"lora.target_modules=\"query,value\" is invalid: .*not found"):
             apply(model, LoraConfig(rank=4, target_modules="query,value"), base_dtype=torch.float32)
         wrapped = apply(model, LoraConfig(rank=4, target_modules="q_proj,v_proj"), base_dtype=torch.bfloat16)
     frozen = {p.dtype for p in wrapped.parameters() if not p.requires_grad}
@@ -199,13 +199,13 @@ def test_target_modules_that_match_nothing_name_the_field():
 
 
 @pytest.mark.parametrize("hp, message", [
-    ({"training.method": "qlora"}, "training.method=qlora is invalid: expected full or lora"),
+    ({"training.method": "qlora"}, "training.method=\"qlora\" is invalid: expected full or lora"),
     ({"training.lora.rank": "0"}, "training.lora.rank=0 is invalid: expected an integer in [1, 4096]"),
     ({"training.lora.alpha": "-2"}, "training.lora.alpha=-2 is invalid: expected a positive finite number"),
     ({"training.lora.dropout": "1"}, "training.lora.dropout=1 is invalid: expected a float in [0, 1)"),
     ({"training.lora.target_modules": "q-proj"},
-     "training.lora.target_modules=q-proj is invalid: expected all-linear or"),
-    ({"export.dtype": "fp16"}, "export.dtype=fp16 is invalid: expected bfloat16 or float32"),
+     "training.lora.target_modules=\"q-proj\" is invalid: expected all-linear or"),
+    ({"export.dtype": "fp16"}, "export.dtype=\"fp16\" is invalid: expected bfloat16 or float32"),
 ])
 def test_bad_lora_and_export_settings_name_the_field_and_what_is_accepted(hp, message):
     from spotrun.settings.checks import ConfigError

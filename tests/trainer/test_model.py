@@ -57,7 +57,7 @@ def test_param_dtype_defaults_to_bf16_on_gpu_and_fp32_on_cpu():
 
 
 def test_config_errors_name_the_field():
-    with pytest.raises(ConfigError, match="model.param_dtype=fp8 is invalid"):
+    with pytest.raises(ConfigError, match="model.param_dtype=\"fp8\" is invalid"):
         ModelConfig(path="/m", param_dtype="fp8")
     with pytest.raises(ConfigError, match="model.path/model.config"):  # what a job needs, checked at its entry
         from_dict({"data": {"path": "/d"}, "output_dir": "/o"})

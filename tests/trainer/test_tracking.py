@@ -250,7 +250,7 @@ def test_tracking_hyperparameters_parse_and_a_bad_uri_names_the_field():
                                             "tracking.experiment": "support-chat"})
     assert cfg.tracking.mlflow_uri.endswith(":mlflow-tracking-server/team")
     assert cfg.tracking.experiment == "support-chat"
-    with pytest.raises(ConfigError, match=r"tracking\.mlflow_uri=ftp://x is invalid: expected an http"):
+    with pytest.raises(ConfigError, match=r"tracking\.mlflow_uri=\"ftp://x\" is invalid: expected an http"):
         job_config({"data.path": "d", "output_dir": "o", "model.config": '{"model_type": "x"}',
                                           "tracking.mlflow_uri": "ftp://x"})
     # Only rank 0 tracks; the other ranks' tracker does nothing (and never imports MLflow).

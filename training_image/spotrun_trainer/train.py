@@ -199,9 +199,10 @@ class Trainer:
                                            weight_decay=o.weight_decay, **fused)
         self.loader = TokenShardLoader(Path(cfg.data.path), seq_len=cfg.data.seq_len, micro_batch=t.micro_batch,
                                        dp_rank=self.rank, dp_size=self.world, seed=t.seed)
-        samples_per_step = self.loader.global_batch * t.grad_accum
-        self.tokens_per_step = samples_per_step * cfg.data.seq_len
-        self.total_steps = total_steps(self.loader.index, seq_len=cfg.data.seq_len, samples_per_step=samples_per_step,
+        self.samples_per_step = self.loader.global_batch * t.grad_accum  # every rank's micro-batches
+        self.tokens_per_step = self.samples_per_step * cfg.data.seq_len
+        self.total_steps = total_steps(self.loader.index, seq_len=cfg.data.seq_len,
+                                       samples_per_step=self.samples_per_step,
                                        epochs=t.epochs, max_steps=cfg.max_steps)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lr_lambda(self.total_steps, o.warmup_steps, o.min_lr_ratio))
@@ -461,7 +462,8 @@ class Trainer:
         tps_dev = steps_run * self.tokens_per_step / max(wall, 1e-9) / self.world
         summary = {
             "final_loss": self.state.last_loss, "steps": self.state.step, "tokens": self.state.tokens_seen,
-            "parameters": self.built.num_params, "world_size": self.world, "tokens_per_s_per_device": tps_dev,
+            "parameters": self.built.num_params, "world_size": self.world, "samples_per_step": self.samples_per_step,
+            "tokens_per_s_per_device": tps_dev,
             "mfu": metrics.mfu(self.built.num_params, tps_dev, self.peak_flops, self.built.trainable_params),
             "peak_mem_gb": _peak_mem_gb(self.device), "wall_s": wall, "starts": len(segments),
             "segments": segments, "resumed_from_step": restored.step if restored else None,
