@@ -26,6 +26,7 @@ from ..policy.choose import (
     plan_from_estimate,
     run_candidates,
     settings_lines,
+    spot_alone,
 )
 from ..policy.decision import RULES
 from ..policy.report import plot, study, table_text
@@ -204,7 +205,11 @@ def simulate_command(args: argparse.Namespace) -> int:
                         "compute.on_demand_fallback=true or compute.spot=false; the deadline policies need "
                         "compute.deadline_hours; compute.spot=false takes on_demand alone)", "--policy")
         chosen = [c for c in chosen if c[0] in args.policy]
-    report = study(plan, traces, chosen, optimum=not args.no_optimum and run.compute.spot,  # no spot optimum
+    # no optimum without a choice: compute.spot=false runs on-demand alone, and without on_demand_fallback a spot
+    # run has one schedule (spot whenever it has capacity), which every policy runs: the optimum, which may move to
+    # on-demand, would be a floor the run cannot reach
+    one_schedule = run.compute.spot and not run.compute.on_demand_fallback
+    report = study(plan, traces, chosen, optimum=not args.no_optimum and run.compute.spot and not one_schedule,
                    source=source, cap_usd=run.max_usd, progress=Progress())
     report["run"] = run.name
     report["layout"] = f"{est.instance_count} x {est.instance_type}"
@@ -213,7 +218,14 @@ def simulate_command(args: argparse.Namespace) -> int:
                                  "cap_to_set_usd": section.deadline_cap_usd or section.p95_finish_cap_usd}
     args.out.mkdir(parents=True, exist_ok=True)
     files = {"report": args.out / "simulate.json", "summary": args.out / "simulate.txt"}
-    text = "\n".join([f"{run.name} on {report['layout']}: " + table_text(report),
+    notes = []
+    if one_schedule:
+        notes.append("no optimum: compute.on_demand_fallback=false leaves the run one schedule, spot whenever it has "
+                     "capacity, which each policy above runs (an optimum may move to on-demand, which this run may "
+                     "not)")
+        if plan.deadline_s is not None:
+            notes.append(spot_alone(plan.deadline_s, max(r["p_deadline"] for r in report["policies"])))
+    text = "\n".join([f"{run.name} on {report['layout']}: " + table_text(report), *notes,
                       f"as `spotrun estimate` sets the run up (its choice: {section.chosen}, on its "
                       f"{section.traces:,} traces):", *settings_lines(section)])
     files["report"].write_text(strict_dumps(finite(report), indent=2))

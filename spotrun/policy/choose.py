@@ -273,6 +273,8 @@ def spot_policy(run, est, catalog: dict, *, n: int = N_TRACES, seed: int = SEED,
     if plan.deadline_s is not None and not any(r.p_deadline >= CONFIDENCE for r in rows):
         missed = _missed_deadline(plan, rows)
         warnings.append(missed)
+    elif plan.deadline_s is not None and run.compute.spot and not run.compute.on_demand_fallback:
+        warnings.append(spot_alone(plan.deadline_s, best.p_deadline))
     meets = [r for r in rows if r.p_deadline is not None and r.p_deadline >= CONFIDENCE]
     cheapest = min(meets, key=lambda r: r.p95_usd) if meets else None
     misses = best.p_deadline is not None and best.p_deadline < CONFIDENCE
@@ -509,6 +511,17 @@ def _deadline_cap(run, est, catalog: dict, p95_usd: float, poll: dict, one_job: 
     if one_job.meeting_p95_usd is None or one_job_cap == math.inf:  # none meets it as one job, or no one job
         return cap  # (of SageMaker's 28 days) holds the run: the last cap tried, not checked
     return max(one_job_cap, cents_up(one_job.meeting_p95_usd))
+
+
+def spot_alone(deadline_s: float, p_deadline: float) -> str:
+    """The line for a deadline met on spot capacity alone (compute.on_demand_fallback=false): no policy can move
+    to on-demand, so every one runs spot until its MaxWait ends it and the odds are spot capacity's (a new user was
+    told 'ok' at 99.5% by nine policies named for deadlines, all the same spot-only run)."""
+    return (f"compute.deadline_hours={deadline_hours_text(deadline_s)} rests on spot capacity alone: "
+            "compute.on_demand_fallback is false, so no policy moves to on-demand and each runs spot until its "
+            f"MaxWait ends it; the {p_deadline:.1%} is the odds that spot capacity comes in time on these "
+            "traces, not a guarantee; compute.on_demand_fallback=true lets the deadline policies move to on-demand "
+            "to meet it")
 
 
 def _missed_deadline(plan: SimPlan, rows: list[Summary]) -> str:
