@@ -226,8 +226,12 @@ def _chosen_cost_text(section: SpotPolicy | None) -> str:
     row = next((r for r in (section.policies if section else []) if r["label"] == section.chosen), None)
     if row is None:
         return ""
+    # a mean above the P95 is real, not an error: the costliest 5% of the traces pull the mean up (a new user read
+    # 'mean $0.057, P95 $0.056' as a bug)
+    tail = (" (the mean above the P95: the costliest 5% of the traces, a long wait or a missed deadline, pull it up)"
+            if row["mean_usd"] > row["p95_usd"] else "")
     return (f"; as the chosen spot policy runs it ({section.chosen}), simulated: mean {usd(row['mean_usd'])}, "
-            f"P95 {usd(row['p95_usd'])}")
+            f"P95 {usd(row['p95_usd'])}{tail}")
 
 
 def _cost_text(est: Estimate) -> str:
