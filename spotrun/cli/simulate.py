@@ -21,6 +21,7 @@ from ..planner.estimate import load_catalog, regional_catalog
 from ..policy.choose import (
     ESTIMATE_TRACES,
     SYNTHETIC_TRACES,
+    finish_caps,
     fitted_source,
     horizon_s,
     plan_from_estimate,
@@ -205,7 +206,8 @@ def simulate_command(args: argparse.Namespace) -> int:
                         "compute.deadline_hours; compute.spot=false takes on_demand alone)", "--policy")
         chosen = [c for c in chosen if c[0] in args.policy]
     report = study(plan, traces, chosen, optimum=not args.no_optimum and run.compute.spot,  # no spot optimum
-                   source=source, cap_usd=run.max_usd, progress=Progress())
+                   source=source, cap_usd=run.max_usd, progress=Progress(),
+                   finish=finish_caps(est))
     report["run"] = run.name
     report["layout"] = f"{est.instance_count} x {est.instance_type}"
     section = est.spot_policy

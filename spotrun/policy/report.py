@@ -13,29 +13,32 @@ from pathlib import Path
 
 from ..contract.spec import deadline_hours_text
 from . import compare, quantile
-from .choose import LEFT_OUT_MARK, choose, left_out_by_cap, mean_over_p95_note
+from .choose import choose, left_out_by_cap, left_out_mark, mean_over_p95_note, short_of_finish
 from .engine import SimPlan
 from .optimum import solve
 
 
 def study(plan: SimPlan, traces: list, candidates: list[tuple[str, str]], *, optimum: bool = True,
           source: str = "", choose_on: list | None = None, cap_usd: float | None = None,
-          progress: Callable[[str, int, int], None] | None = None) -> dict:
+          progress: Callable[[str, int, int], None] | None = None, finish: dict[str, float] | None = None) -> dict:
     """Rows per policy, the chosen one and why, the offline optimum's mean/P50/P95 and the seconds it took.
     `choose_on`: other traces to choose on (the rows are then out of sample), else these. `progress(what, done,
-    total)` is called as the policies and the optimum go through the traces."""
+    total)` is called as the policies and the optimum go through the traces. `finish`: the caps rows need to
+    finish uninterrupted (spotrun/policy/choose.py `finish_caps`), left out under them as the estimate does."""
     t0 = time.perf_counter()
     rows = compare(plan, traces, candidates, progress, cap_usd=cap_usd)
     seconds = time.perf_counter() - t0
     chosen_on = compare(plan, choose_on, candidates, cap_usd=cap_usd) if choose_on else rows
-    best, why = choose(plan, chosen_on, cap_usd=cap_usd)
+    best, why = choose(plan, chosen_on, cap_usd=cap_usd, finish=finish)
     if choose_on:
         why += f" ({len(choose_on)} other traces)"
     out = {"traces": len(traces), "source": source, "deadline_hours": None if plan.deadline_s is None else
            plan.deadline_s / 3600, "on_demand_usd_per_h": plan.on_demand_usd_per_h, "work_hours": plan.work_s / 3600,
            "policies": [r.row() for r in rows], "chosen": best.label, "why": why, "simulate_seconds": seconds,
-           # the rows the cap leaves out (their P95 bill over it), as the estimate's policy section names them
-           "cap_usd": cap_usd, "left_out": list(left_out_by_cap(rows, cap_usd))}
+           # the rows the cap leaves out (their P95 bill over it, or the cap under their finish cap), as the
+           # estimate's policy section names them
+           "cap_usd": cap_usd, "left_out": list(left_out_by_cap(rows, cap_usd, finish)),
+           "left_out_finish_caps": short_of_finish(rows, cap_usd, finish)}
     if optimum:
         out["optimum"] = optimum_summary(plan, traces, progress)
     return out
@@ -83,7 +86,7 @@ def table_text(report: dict) -> str:
         lines.append(f"{'*' if r['label'] == report['chosen'] else ' '} {r['label']:<28} {r['mean_usd']:>11,.2f} "
                      f"{r['p50_usd']:>11,.2f} {r['p95_usd']:>11,.2f} {met:>11} {r['mean_lost_h']:>7.2f} "
                      f"{r['mean_wall_h']:>7.1f} {r['mean_interruptions']:>7.2f} {of_od:>6} "
-                     f"{opt:>7}" + (LEFT_OUT_MARK if r["label"] in left_out else ""))
+                     f"{opt:>7}" + left_out_mark(r["label"], left_out, report.get("left_out_finish_caps")))
     if "optimum" in report:
         o = report["optimum"]
         met = "-" if o["p_deadline"] is None else f"{o['p_deadline']:.1%}"
