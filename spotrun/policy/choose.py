@@ -364,6 +364,7 @@ class CappedChoice:
 
     section: SpotPolicy
     warnings: tuple[str, ...]
+    missed: str = ""  # the one of `warnings` that says no policy meets the deadline ("" when one does)
 
 
 def spot_policy_at_caps(run, est, catalog: dict, *, poll_s: float = 60.0, max_poll_s: float = 4 * 3600.0,
@@ -424,7 +425,7 @@ def spot_policy_at_caps(run, est, catalog: dict, *, poll_s: float = 60.0, max_po
     section = _one_job_beside(est, section)
     own = [missed if w == choice.missed else w for w in choice.warnings]
     return CappedChoice(section, (*_fallback_over_cap(run, est, section), *own,
-                                  *_under_finish_cap(run.max_usd, finish, section)))
+                                  *_under_finish_cap(run.max_usd, finish, section)), missed=missed)
 
 
 def _one_job_beside(est, section: SpotPolicy) -> SpotPolicy:
