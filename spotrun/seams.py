@@ -561,6 +561,9 @@ class SpotPolicy(_StateJson):
     cap_to_set_expected_usd: float | None = None
     one_job_cap_usd: float | None = None
     one_job_expected_usd: float | None = None
+    # the candidates of `left_out` whose P95 bill is within the cap but whose run needs more to finish (an on-demand
+    # policy's jobs at on-demand rates: spotrun/policy/choose.py `finish_caps`): label -> that cap
+    left_out_finish_caps: dict = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -26,6 +26,7 @@ from ..local.pipeline import (
     check_model_source_dir,
     check_raw_split,
     check_raw_text,
+    local_prepared,
     prepare_if_raw,
     prepared_beside,
 )
@@ -63,7 +64,8 @@ def check_file(path: Path, target: Target | None, *, plan: bool, s3_client: Any 
     loaded = load_run_file(path)
     run, note = loaded.run, None
     if plan:
-        run, note = prepared_text(loaded.raw, prepared or prepared_beside(Path(path)))
+        cache = prepared or prepared_beside(Path(path))
+        run, note = prepared_text(loaded.raw, cache, also=local_prepared(Path(path)))
     catalog = load_catalog()
     check_catalog(run, catalog)
     out = Checked(run, None, checked=["the run contract and SageMaker's limits on it"])
@@ -158,17 +160,19 @@ def _check_local_paths(run: RunSpec) -> None:
         check_model_source_dir(Path(run.model.source), run.model.source)
 
 
-def prepared_text(raw: dict, cache: Path) -> tuple[RunSpec, str | None]:
+def prepared_text(raw: dict, cache: Path, also: tuple[Path, ...] = ()) -> tuple[RunSpec, str | None]:
     """The run to plan, and what was done: raw local text in data.source is planned on its shards, tokenized as
     `spotrun local` does (spotrun.local.pipeline.prepare_if_raw: content-addressed under `cache`, reused when the
-    same text and tokenizer were prepared there, e.g. by `spotrun demo` or `spotrun local --out DIR`)."""
+    same text and tokenizer were prepared there, e.g. by `spotrun demo` or `spotrun local --out DIR`, or in `also`:
+    where `spotrun local` prepares with its default --out, `local_prepared`)."""
     source = (raw.get("data") or {}).get("source")
     # a raw file is raw text as much as a folder of them is (`spotrun local` trains on either)
     if not source or source.startswith("s3://") or not Path(source).exists() or \
             (Path(source) / DatasetIndex.FILE).is_file():
         return parse_run(raw), None
     check_raw_split(parse_run(raw))
-    done, how = prepare_if_raw(raw, cache, emit=lambda line: print(line, file=sys.stderr, flush=True))
+    also = tuple(p for p in also if p.resolve() != Path(cache).resolve())
+    done, how = prepare_if_raw(raw, cache, emit=lambda line: print(line, file=sys.stderr, flush=True), also=also)
     return parse_run(done), (f"raw data.source {how} as shards in {done['data']['source']} (what `spotrun local` "
                              "trains on)")
 
@@ -198,7 +202,8 @@ def stage_target(stage: str, region: str | None, cfn_client: Any = None) -> Targ
 def add_prepared_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prepared", type=Path, help="where raw local text in data.source is tokenized to be "
                         "planned (default: prepared/ beside the run file, where `spotrun demo` leaves it; `spotrun "
-                        "local --out DIR` uses DIR/prepared and reuses what it finds beside the run file); the same "
+                        "local --out DIR` uses DIR/prepared and reuses what it finds beside the run file; shards "
+                        "`spotrun local` prepared under ./runs/prepared, its default, are reused here); the same "
                         "text and tokenizer are never tokenized twice")
 
 

@@ -19,6 +19,7 @@ from ..contract.refusal import Refusal
 from ..contract.strict_json import dumps as strict_dumps
 from ..local.demo import run_demo
 from ..local.pipeline import (
+    LOCAL_OUT,
     LocalConfigError,
     LocalOptions,
     LocalRunError,
@@ -58,8 +59,8 @@ def register(sub) -> None:
                      "to it); not with --resume")
     loc.add_argument("--resume", metavar="JOB", help="continue an interrupted or stopped local job (its name under "
                      "--out, or its directory) on its checkpoints")
-    loc.add_argument("--out", type=Path, default=Path("runs"), help="job directories and the local registry "
-                     "(default ./runs)")
+    loc.add_argument("--out", type=Path, default=LOCAL_OUT, help="job directories, the local registry and the "
+                     f"prepared text (default ./{LOCAL_OUT}; `estimate` and `simulate` reuse ./{LOCAL_OUT}/prepared)")
     loc.add_argument("--interrupt-at", action="append", type=_interrupt, default=[], metavar="STEP|SECONDSs",
                      help="interrupt when the run reaches STEP, or SECONDS after the start (e.g. 30s); repeatable")
     loc.add_argument("--trace", type=Path, help="also interrupt where this availability trace (skypilot-org/"

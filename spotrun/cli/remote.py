@@ -467,10 +467,13 @@ def _text(value: Any) -> str:
 
 def _field_text(key: str, value: Any) -> str:
     """One field of a text answer; a list of records (`status`'s ended jobs with their bills) one record a line,
-    not as a Python list of dicts on one line."""
+    not as a Python list of dicts on one line; a dict (`start`'s estimated costs, `undeploy`'s deleted names) as
+    JSON."""
     if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
         records = ("  " + " ".join(f"{k}={v}" for k, v in record.items() if v is not None) for record in value)
         return f"{key:<18} {len(value)}\n" + "\n".join(records)
+    if isinstance(value, dict):  # JSON, as the user writes it (not a Python dict's repr)
+        return f"{key:<18} {json.dumps(value)}"
     return f"{key:<18} {value}"
 
 

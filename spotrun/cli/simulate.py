@@ -21,6 +21,7 @@ from ..planner.estimate import load_catalog, regional_catalog
 from ..policy.choose import (
     ESTIMATE_TRACES,
     SYNTHETIC_TRACES,
+    finish_caps,
     fitted_source,
     horizon_s,
     plan_from_estimate,
@@ -210,7 +211,8 @@ def simulate_command(args: argparse.Namespace) -> int:
     # on-demand, would be a floor the run cannot reach
     one_schedule = run.compute.spot and not run.compute.on_demand_fallback
     report = study(plan, traces, chosen, optimum=not args.no_optimum and run.compute.spot and not one_schedule,
-                   source=source, cap_usd=run.max_usd, progress=Progress())
+                   source=source, cap_usd=run.max_usd, progress=Progress(),
+                   finish=finish_caps(est))
     report["run"] = run.name
     report["layout"] = f"{est.instance_count} x {est.instance_type}"
     section = est.spot_policy

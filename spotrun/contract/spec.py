@@ -401,6 +401,7 @@ class RunSpec:
 
     def _across(self, raw: dict, path: str) -> RunSpec:
         _one_step_on_one_gpu(self.data, self.training)
+        check_seq_len_within(self.data.seq_len, self.model.config, "model.config")
         if self.gate is not None:
             _needs_validation(self.data, "registry.gate", raw["registry"]["gate"])
         if raw.get("eval"):
@@ -412,6 +413,27 @@ class RunSpec:
             raise RunValidationError("export.from", self.export.from_, '"last", or eval.keep_best=true with "best" '
                                      "(the best checkpoint must be kept to be exported)")
         return self
+
+
+# The config.json fields in which Hugging Face model types keep their longest sequence (llama/qwen2/mistral: the
+# first; gpt2: the second).
+POSITION_FIELDS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
+
+
+def check_seq_len_within(seq_len: int, config: dict | None, where: str) -> None:
+    """data.seq_len within the positions a model config names (the first of POSITION_FIELDS it has; nothing to
+    check without one): beyond them training fails in every worker (an IndexError of the position embedding, or
+    silently wrong rotary positions). The contract checks an inline model.config (`spotrun validate` too: a
+    `seq_len: 100000` on the Qwen example was caught only as out of memory); the planner the source's config.json
+    (spotrun/planner/sources.py `check_seq_len`). `where`: the config's place, named in the error."""
+    if not isinstance(config, dict):
+        return
+    for name in POSITION_FIELDS:
+        limit = config.get(name)
+        if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0:
+            if seq_len > limit:
+                raise RunValidationError("data.seq_len", seq_len, f"at most the model's {name}={limit} ({where})")
+            return
 
 
 def _one_step_on_one_gpu(data: DataSpec, training: TrainingSpec) -> None:

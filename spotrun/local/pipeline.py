@@ -53,6 +53,7 @@ from .supervisor import InterruptAt, Job, LocalConfigError, LocalRunError, Local
 LOCAL_EXECUTION = "local"  # the execution name a local plan is made for (its job names and tags are not used)
 PLAN_FILE = "plan.json"  # the job's plan, beside run.json: what --resume continues with
 PREPARED_DIR = "prepared"  # the prepared-data cache: under --out (`spotrun local`), beside the run file (`estimate`)
+LOCAL_OUT = Path("runs")  # `spotrun local`'s default --out (its job directories, registry and prepared/)
 
 __all__ = ["InterruptAt", "LocalConfigError", "LocalOptions", "LocalRunError", "LocalStopped", "load_run",
            "resume_local", "run_local"]
@@ -156,6 +157,19 @@ def prepared_beside(run_path: Path) -> Path:
     """Where `spotrun estimate` prepares a run's raw text (unless --prepared says): prepared/ beside the run file;
     `spotrun local` looks there too before it tokenizes anything."""
     return Path(run_path).parent / PREPARED_DIR
+
+
+def local_prepared(run_path: Path) -> tuple[Path, ...]:
+    """Where `spotrun local` with its default --out leaves a run's prepared shards: runs/prepared under the working
+    directory, and under the run file's directory (run from there). `spotrun estimate` and `simulate` reuse a
+    complete `<key>/` there, as `local` reuses the estimate's beside the run file, so neither tokenizes the same
+    text twice."""
+    found = []
+    for base in (Path.cwd(), Path(run_path).resolve().parent):
+        cache = (base / LOCAL_OUT / PREPARED_DIR).resolve()
+        if cache not in found:
+            found.append(cache)
+    return tuple(found)
 
 
 def prepare_if_raw(raw: dict, cache: Path, emit: Callable[[str], None] = print,

@@ -9,7 +9,7 @@ import dataclasses
 from typing import Any
 
 from ..planner.catalog import usd
-from ..planner.estimate import Estimate
+from ..planner.estimate import DEADLINE_MISSED, DEADLINE_MISSED_ACCEPTED, Estimate
 from ..policy import choose
 from ..policy.decision import starts_on_spot
 
@@ -20,8 +20,25 @@ def with_spot_policy(run: Any, est: Estimate, catalog: dict, *, poll_s: float = 
     `n` traces: one call into the policy) and the policy's warnings after its own: a new Estimate, `est`
     unchanged. `spotrun estimate` shares this stage."""
     chosen = choose.spot_policy_at_caps(run, est, catalog, poll_s=poll_s, max_poll_s=max_poll_s, n=n)
-    return dataclasses.replace(est, spot_policy=chosen.section,
-                               warnings=[*est.warnings, *chosen.warnings, *_starts_on_demand(run, chosen.section)])
+    warnings = [*est.warnings, *chosen.warnings, *_starts_on_demand(run, chosen.section)]
+    return dataclasses.replace(est, spot_policy=chosen.section, warnings=_missed_once(warnings, chosen))
+
+
+def _missed_once(warnings: list[str], chosen: choose.CappedChoice) -> list[str]:
+    """A run accepted to miss its deadline (compute.accept_missed_deadline) is told so in one loud line with the
+    numbers: the planner's (the run's hours on on-demand from the start against the deadline's) and the policy's
+    (the chosen policy's P(deadline) on the estimate's traces); the policy's own 'no policy meets it' warning,
+    which said the same a second time, is left out."""
+    loud = next((w for w in warnings if w.startswith(DEADLINE_MISSED)), None)
+    section = chosen.section
+    if loud is None or section is None:
+        return warnings
+    row = next(r for r in section.policies if r["label"] == section.chosen)
+    odds = "" if row["p_deadline"] is None else (
+        f"; the chosen policy, {section.chosen}, meets it on {row['p_deadline']:.1%} of the estimate's "
+        f"{section.traces:,} traces")
+    said = loud.removesuffix(DEADLINE_MISSED_ACCEPTED) + odds + DEADLINE_MISSED_ACCEPTED
+    return [said if w is loud else w for w in warnings if not (chosen.missed and w == chosen.missed)]
 
 
 def _starts_on_demand(run: Any, section) -> list[str]:

@@ -318,6 +318,10 @@ def uninterrupted_job_s(catalog: dict, option: Option, ckpt_bytes: int, paramete
     return option.wall - startup_seconds(catalog["defaults"]) + start + JOB_END_S
 
 
+DEADLINE_MISSED = "THE DEADLINE WILL BE MISSED"  # the loud warning of a run accepted to miss its deadline
+DEADLINE_MISSED_ACCEPTED = " (accepted by compute.accept_missed_deadline)"  # its end
+
+
 def _deadline(run: RunSpec, options: list[Option], best: Option, job_s: Callable[[Option], float]) -> list[str]:
     """compute.deadline_hours against the run's length on on-demand instances (no interruption, no wait: the
     fastest it can be done on the chosen layout; `job_s`: a layout's uninterrupted job, as the chain and the
@@ -336,8 +340,8 @@ def _deadline(run: RunSpec, options: list[Option], best: Option, job_s: Callable
         raise EstimateRefused("InvalidRun", f"compute.deadline_hours={deadline_hours_text(c.deadline_s)} cannot "
                               f"be met: {numbers}; give a later deadline, fewer tokens or a faster layout, or set "
                               "compute.accept_missed_deadline=true to start it anyway", field="compute.deadline_hours")
-    return [f"THE DEADLINE WILL BE MISSED: compute.deadline_hours={deadline_hours_text(c.deadline_s)}, and {numbers} "
-            "(accepted by compute.accept_missed_deadline)"]
+    return [f"{DEADLINE_MISSED}: compute.deadline_hours={deadline_hours_text(c.deadline_s)}, and {numbers}"
+            f"{DEADLINE_MISSED_ACCEPTED}"]
 
 
 def _settings_without_effect(run: RunSpec) -> list[str]:

@@ -290,6 +290,16 @@ def segments_at(segments: SegmentPlan, cap_usd: float) -> int:
                       costs=ChainCosts(**segments.chain_costs), first=True).segments
 
 
+def on_demand_cap_usd(segments: SegmentPlan, work_s: float) -> float:
+    """The smallest cap (to the cent) whose on-demand chain of `work_s` (no expected interruptions) finishes: what
+    the cost guard needs to carry an on-demand policy's jobs, each billed at on-demand rates in full (its MaxRuntime
+    is the room the cap leaves at those rates). It is `finish_cap_usd(segments, bill, spot=False)` of that chain's
+    one-job bill, from the work itself: an on-demand row simulated at a binding cap counts its chain's restarts in
+    its bill, which the finish cap's own chain would count again."""
+    costs = ChainCosts(**{**segments.chain_costs, "spot_fraction": 1.0})
+    return smallest_cap(spent_usd=0.0, work_s=max(work_s, 1.0), costs=costs, first=True, spot=False)
+
+
 def on_demand_segments_at(segments: SegmentPlan, cap_usd: float, work_s: float) -> int:
     """How many jobs an on-demand chain of `work_s` (no expected interruptions) has at `cap_usd` (where none fits:
     the jobs it starts): what an on-demand policy of a spot run is split into."""

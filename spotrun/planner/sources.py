@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..contract.hub_id import is_hub_id
-from ..contract.spec import RunSpec, RunValidationError, check_json_tree
+from ..contract.spec import RunSpec, RunValidationError, check_json_tree, check_seq_len_within
 from ..seams import (
     TOKENIZER_DEFINITION,
     TOKENIZER_VOCABULARY_FILES,
@@ -109,26 +109,13 @@ def _unreadable_here(source: str) -> str | None:
     return None
 
 
-# The config.json fields in which Hugging Face model types keep their longest sequence (llama/qwen2/mistral: the
-# first; gpt2: the second).
-POSITION_FIELDS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
-
-
 def check_seq_len(run: RunSpec, model_config: dict | None) -> None:
-    """data.seq_len within the model's positions: beyond them training fails in every worker (an IndexError of the
-    position embedding, or silently wrong rotary positions)."""
-    config = model_config if model_config is not None else run.model.config
-    if not isinstance(config, dict):
-        return
-    for name in POSITION_FIELDS:
-        limit = config.get(name)
-        if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0:
-            if run.data.seq_len > limit:
-                where = f"model.source's config.json ({run.model.source})" if model_config is not None else \
-                    "model.config"
-                raise RunValidationError("data.seq_len", run.data.seq_len, f"at most the model's {name}={limit} "
-                                         f"({where})")
-            return
+    """data.seq_len within the model's positions (spotrun/contract/spec.py `check_seq_len_within`): those of the
+    source's config.json when it was read, else of the inline model.config."""
+    if model_config is not None:
+        check_seq_len_within(run.data.seq_len, model_config, f"model.source's config.json ({run.model.source})")
+    else:
+        check_seq_len_within(run.data.seq_len, run.model.config, "model.config")
 
 
 def _index_tokens(index: dict, field_path: str, source: str) -> int:

@@ -33,6 +33,7 @@ from ..planner.segments import (
     chain_at,
     finish_cap_usd,
     job_start_s,
+    on_demand_cap_usd,
     on_demand_segments_at,
     one_job_at,
     one_job_cap_usd,
@@ -150,27 +151,73 @@ def run_candidates(run, plan: SimPlan) -> list[tuple[str, str]]:
 LEFT_OUT_MARK = "  left out: P95 over the cap"  # a row's mark in the estimate's and simulate's tables
 
 
-def left_out_by_cap(rows: list[Summary], cap_usd: float | None) -> tuple[str, ...]:
-    """The labels of the rows a cap leaves out, as `choose` leaves them out: their P95 bill over it."""
-    return () if cap_usd is None else tuple(r.label for r in rows if r.p95_usd > cap_usd)
+def finish_caps(est) -> dict[str, float]:
+    """policy -> the cap its run needs to finish uninterrupted, where that can be more than its P95 bill: the
+    on-demand policy's. An on-demand job bills at on-demand rates in full and its MaxRuntime is the room the cap
+    leaves at those rates, so the cap must hold the on-demand chain of the run's work (spotrun/planner/segments.py
+    `on_demand_cap_usd`, `finish_cap_usd` with spot=False): under it the cost guard stops the run OverBudget with
+    no interruption at all (seen: 0.5B on 2 x g6e.xlarge, 0.5 h, on_demand chosen at a $2.96 cap over its $2.95
+    P95, stopped a step short naming $3.12). A spot row's jobs are planned on the spot chain, which the estimate
+    refuses at a cap it does not fit (the guard's check at every job's start, at the expected bill); a spot run
+    billed past that expectation is the cap to set's matter (`_under_finish_cap` warns), not a row left out."""
+    seg = est.segments
+    if not seg.chain_costs:
+        return {}
+    return {"on_demand": on_demand_cap_usd(seg, seg.work_seconds - est.expected_overhead_seconds)}
+
+
+def short_of_finish(rows: list[Summary], cap_usd: float | None,
+                    finish: dict[str, float] | None) -> dict[str, float]:
+    """The rows a cap leaves out for their finish cap (`finish_caps`) alone, their P95 bill within it: label -> that
+    finish cap."""
+    if cap_usd is None or not finish:
+        return {}
+    return {r.label: finish[r.policy] for r in rows if r.p95_usd <= cap_usd and cap_usd < finish.get(r.policy, 0.0)}
+
+
+def left_out_by_cap(rows: list[Summary], cap_usd: float | None,
+                    finish: dict[str, float] | None = None) -> tuple[str, ...]:
+    """The labels of the rows a cap leaves out, as `choose` leaves them out: their P95 bill over it, or the cap
+    under their finish cap (`finish`: `finish_caps`)."""
+    if cap_usd is None:
+        return ()
+    return tuple(r.label for r in rows if r.p95_usd > cap_usd or cap_usd < (finish or {}).get(r.policy, 0.0))
+
+
+def left_out_mark(label: str, left_out, short: dict | None) -> str:
+    """A row's mark in the estimate's and simulate's tables: none, P95 over the cap, or the cap under what its
+    jobs need to finish (`short_of_finish`)."""
+    if label in (short or {}):
+        return f"  left out: its jobs need a ${short[label]:,.2f} cap to finish at on-demand rates"
+    return LEFT_OUT_MARK if label in left_out else ""
+
+
+def _short_text(short: dict[str, float]) -> str:
+    return "; ".join(f"{label} bills at on-demand rates and needs a ${cap:,.2f} cap to finish uninterrupted (the "
+                     "guard stops it short under that)" for label, cap in short.items())
 
 
 def choose(plan: SimPlan, rows: list[Summary], confidence: float = CONFIDENCE,
-           cap_usd: float | None = None) -> tuple[Summary, str]:
+           cap_usd: float | None = None, finish: dict[str, float] | None = None) -> tuple[Summary, str]:
     """(the chosen row, why). With a cap, a policy whose P95 cost passes it is no candidate: the cost guard ends
-    such runs at the cap, unfinished (more than 1 - CONFIDENCE of them)."""
+    such runs at the cap, unfinished (more than 1 - CONFIDENCE of them); nor is one whose run needs more than the
+    cap to finish uninterrupted (`finish`: `finish_caps`; the guard ends every such run at the cap)."""
     if cap_usd is not None:
-        within = [r for r in rows if r.p95_usd <= cap_usd]
+        out = set(left_out_by_cap(rows, cap_usd, finish))
+        short = {r.label: (finish or {})[r.policy] for r in rows if cap_usd < (finish or {}).get(r.policy, 0.0)}
+        within = [r for r in rows if r.label not in out]
         if not within:  # the likeliest to finish inside the cap (a policy over it on every trace never does)
-            best = min(rows, key=lambda r: (-(r.p_within_cap or 0.0), r.p95_usd, r.mean_usd))
+            best = min(rows, key=lambda r: (r.label in short, -(r.p_within_cap or 0.0), r.p95_usd, r.mean_usd))
             share = "" if best.p_within_cap is None else f" ({best.p_within_cap:.1%} of them)"
+            never = f"; {_short_text(short)}" if short else ""
             return best, (f"no policy stays within the ${cap_usd:,.2f} cap on 95% of the traces: the likeliest to "
                           f"stay within it{share}, P95 cost ${best.p95_usd:,.2f}; the guard ends the other runs "
-                          "at the cap")
+                          f"at the cap{never}")
         if len(within) < len(rows):
             chosen, why = choose(plan, within, confidence)
+            never = f", or {_short_text(short)}" if short else ""
             return chosen, (f"{len(rows) - len(within)} of {len(rows)} policies left out (P95 cost over the "
-                            f"${cap_usd:,.2f} cap); of the rest, {why}")
+                            f"${cap_usd:,.2f} cap{never}); of the rest, {why}")
     if plan.deadline_s is None:  # a run stopped unfinished (at MaxRuntime) costs less and is worth nothing
         done = [r for r in rows if r.p_finished >= confidence]
         if not done:  # without on-demand fallback, spot may not come back before MaxWait or MaxRuntime
@@ -233,7 +280,8 @@ class PolicyChoice:
     section: SpotPolicy
     warnings: tuple[str, ...]
     p95_usd: float
-    left_out: tuple[str, ...] = ()  # the labels of the policies the cap left out (their P95 over it)
+    # the labels of the policies the cap left out (their P95 over it, or the cap under their finish cap)
+    left_out: tuple[str, ...] = ()
     meeting_p95_usd: float | None = None  # the lowest P95 of the policies meeting the deadline (None: none does)
     misses_deadline: bool = False  # a deadline the chosen policy meets on fewer than CONFIDENCE of the traces
     missed: str = ""  # the warning when no candidate meets the deadline (`_missed_deadline`, the first of
@@ -266,8 +314,9 @@ def spot_policy(run, est, catalog: dict, *, n: int = N_TRACES, seed: int = SEED,
         its = on_demand if candidate[0] == "on_demand" else plan
         done = None if shared is None else shared.setdefault(("executions", its, spec, n, seed), {})
         rows += compare(its, traces, [candidate], cap_usd=run.max_usd, executions=done)
-    best, why = choose(plan, rows, cap_usd=run.max_usd)
-    left_out = left_out_by_cap(rows, run.max_usd)
+    finish = finish_caps(est)
+    best, why = choose(plan, rows, cap_usd=run.max_usd, finish=finish)
+    left_out = left_out_by_cap(rows, run.max_usd, finish)
     warnings = []
     missed = ""
     if plan.deadline_s is not None and not any(r.p_deadline >= CONFIDENCE for r in rows):
@@ -296,7 +345,8 @@ def spot_policy(run, est, catalog: dict, *, n: int = N_TRACES, seed: int = SEED,
     section = SpotPolicy(chosen=best.label, why=why, p95_finish_cap_usd=None,
                          confidence=CONFIDENCE if plan.deadline_s is not None else None, traces=n, seed=seed,
                          trace_source=source,
-                         policies=[_rounded(r) for r in rows], left_out=list(left_out), policy=best.policy,
+                         policies=[_rounded(r) for r in rows], left_out=list(left_out),
+                         left_out_finish_caps=short_of_finish(rows, run.max_usd, finish), policy=best.policy,
                          checkpointing=best.checkpointing, sim_plan=dataclasses.asdict(plan),
                          sentinel=sentinel_settings(best.policy))
     return PolicyChoice(section=section, warnings=tuple(warnings), p95_usd=best.p95_usd, left_out=left_out,
@@ -316,6 +366,7 @@ class CappedChoice:
 
     section: SpotPolicy
     warnings: tuple[str, ...]
+    missed: str = ""  # the one of `warnings` that says no policy meets the deadline ("" when one does)
 
 
 def spot_policy_at_caps(run, est, catalog: dict, *, poll_s: float = 60.0, max_poll_s: float = 4 * 3600.0,
@@ -376,7 +427,7 @@ def spot_policy_at_caps(run, est, catalog: dict, *, poll_s: float = 60.0, max_po
     section = _one_job_beside(est, section)
     own = [missed if w == choice.missed else w for w in choice.warnings]
     return CappedChoice(section, (*_fallback_over_cap(run, est, section), *own,
-                                  *_under_finish_cap(run.max_usd, finish, section)))
+                                  *_under_finish_cap(run.max_usd, finish, section)), missed=missed)
 
 
 def _one_job_beside(est, section: SpotPolicy) -> SpotPolicy:
@@ -604,7 +655,7 @@ def policy_text(section: SpotPolicy | None) -> str:
     for r in section.policies:
         met = "-" if r["p_deadline"] is None else f"{r['p_deadline']:.1%}"
         mark = "*" if r["label"] == section.chosen else " "
-        out = LEFT_OUT_MARK if r["label"] in left_out else ""
+        out = left_out_mark(r["label"], left_out, section.left_out_finish_caps)
         lines.append(f"{mark} {r['label']:<30} {r['mean_usd']:>10,.2f} {r['p50_usd']:>10,.2f} {r['p95_usd']:>10,.2f} "
                      f"{met:>11} {r['mean_lost_h']:>7.2f}{out}")
     lines += mean_over_p95_note(section.policies)

@@ -13,29 +13,32 @@ from pathlib import Path
 
 from ..contract.spec import deadline_hours_text
 from . import compare, quantile
-from .choose import LEFT_OUT_MARK, choose, left_out_by_cap, mean_over_p95_note
+from .choose import choose, left_out_by_cap, left_out_mark, mean_over_p95_note, short_of_finish
 from .engine import SimPlan
 from .optimum import solve
 
 
 def study(plan: SimPlan, traces: list, candidates: list[tuple[str, str]], *, optimum: bool = True,
           source: str = "", choose_on: list | None = None, cap_usd: float | None = None,
-          progress: Callable[[str, int, int], None] | None = None) -> dict:
+          progress: Callable[[str, int, int], None] | None = None, finish: dict[str, float] | None = None) -> dict:
     """Rows per policy, the chosen one and why, the offline optimum's mean/P50/P95 and the seconds it took.
     `choose_on`: other traces to choose on (the rows are then out of sample), else these. `progress(what, done,
-    total)` is called as the policies and the optimum go through the traces."""
+    total)` is called as the policies and the optimum go through the traces. `finish`: the caps rows need to
+    finish uninterrupted (spotrun/policy/choose.py `finish_caps`), left out under them as the estimate does."""
     t0 = time.perf_counter()
     rows = compare(plan, traces, candidates, progress, cap_usd=cap_usd)
     seconds = time.perf_counter() - t0
     chosen_on = compare(plan, choose_on, candidates, cap_usd=cap_usd) if choose_on else rows
-    best, why = choose(plan, chosen_on, cap_usd=cap_usd)
+    best, why = choose(plan, chosen_on, cap_usd=cap_usd, finish=finish)
     if choose_on:
         why += f" ({len(choose_on)} other traces)"
     out = {"traces": len(traces), "source": source, "deadline_hours": None if plan.deadline_s is None else
            plan.deadline_s / 3600, "on_demand_usd_per_h": plan.on_demand_usd_per_h, "work_hours": plan.work_s / 3600,
            "policies": [r.row() for r in rows], "chosen": best.label, "why": why, "simulate_seconds": seconds,
-           # the rows the cap leaves out (their P95 bill over it), as the estimate's policy section names them
-           "cap_usd": cap_usd, "left_out": list(left_out_by_cap(rows, cap_usd))}
+           # the rows the cap leaves out (their P95 bill over it, or the cap under their finish cap), as the
+           # estimate's policy section names them
+           "cap_usd": cap_usd, "left_out": list(left_out_by_cap(rows, cap_usd, finish)),
+           "left_out_finish_caps": short_of_finish(rows, cap_usd, finish)}
     if optimum:
         out["optimum"] = optimum_summary(plan, traces, progress)
     return out
@@ -67,6 +70,18 @@ def relative(report: dict, label: str) -> dict:
     return out
 
 
+def below_the_optimum(report: dict) -> dict[str, float]:
+    """The rows whose mean is below the optimum's because they miss the deadline the optimum meets: label -> the
+    share of the traces on which they miss it. The optimum is the cheapest schedule that meets the deadline (on the
+    traces where one can); a policy that misses it stays on spot longer and can cost less (to -18.7% seen), which
+    the table must not read as beating the floor. Empty without a deadline or an optimum."""
+    if not report.get("deadline_hours") or "optimum" not in report:
+        return {}
+    return {r["label"]: 1.0 - r["p_deadline"] for r in report["policies"]
+            if r["p_deadline"] is not None and r["p_deadline"] < 1.0
+            and relative(report, r["label"])["over_optimum"] < -5e-4}
+
+
 def table_text(report: dict) -> str:
     n = report["traces"]
     head = (f"{n} trace{'s' * (n != 1)} ({report['source']}); {report['work_hours']:.1f} h of work; deadline "
@@ -75,6 +90,7 @@ def table_text(report: dict) -> str:
     lines = [head, f"  {'policy':<28} {'mean $':>11} {'P50 $':>11} {'P95 $':>11} {odds:>11} "
              f"{'lost h':>7} {'wall h':>7} {'interr.':>7} {'vs OD':>6} {'vs opt':>7}"]
     left_out = set(report.get("left_out") or ())
+    below = below_the_optimum(report)
     for r in report["policies"]:
         rel = relative(report, r["label"])
         met = f"{r['p_finished'] if r['p_deadline'] is None else r['p_deadline']:.1%}"
@@ -83,7 +99,9 @@ def table_text(report: dict) -> str:
         lines.append(f"{'*' if r['label'] == report['chosen'] else ' '} {r['label']:<28} {r['mean_usd']:>11,.2f} "
                      f"{r['p50_usd']:>11,.2f} {r['p95_usd']:>11,.2f} {met:>11} {r['mean_lost_h']:>7.2f} "
                      f"{r['mean_wall_h']:>7.1f} {r['mean_interruptions']:>7.2f} {of_od:>6} "
-                     f"{opt:>7}" + (LEFT_OUT_MARK if r["label"] in left_out else ""))
+                     f"{opt:>7}" + left_out_mark(r["label"], left_out, report.get("left_out_finish_caps"))
+                     + (f"  misses the deadline on {below[r['label']]:.1%}: below the optimum that meets it"
+                        if r["label"] in below else ""))
     if "optimum" in report:
         o = report["optimum"]
         met = "-" if o["p_deadline"] is None else f"{o['p_deadline']:.1%}"
@@ -92,9 +110,9 @@ def table_text(report: dict) -> str:
             name = "optimum meeting the deadline" if o.get("exact", True) else "optimum, deadline (a floor)"
         lines.append(f"  {name:<28} {o['mean_usd']:>11,.2f} {o['p50_usd']:>11,.2f} "
                      f"{o['p95_usd']:>11,.2f} {met:>11}")
-        below = [r["label"] for r in report["policies"] if relative(report, r["label"])["over_optimum"] < -5e-4]
-        if below and report["deadline_hours"]:  # read as a floor broken (a new user)
-            lines.append(f"  below the optimum: {', '.join(below)}: the optimum is the cheapest schedule that meets "
+        under = [r["label"] for r in report["policies"] if relative(report, r["label"])["over_optimum"] < -5e-4]
+        if under and report["deadline_hours"]:  # read as a floor broken (a new user)
+            lines.append(f"  below the optimum: {', '.join(under)}: the optimum is the cheapest schedule that meets "
                          "the deadline (on the traces where one can); a policy that misses it stays on spot longer "
                          "and can cost less")
     lines += mean_over_p95_note(report["policies"])

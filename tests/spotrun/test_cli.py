@@ -286,3 +286,14 @@ def test_an_on_demand_estimates_json_has_no_max_wait(tmp_path, capsys):
         assert main(["estimate", "--format", "json", str(path)]) == 0
         doc = json.loads(capsys.readouterr().out)
         assert doc["spot"] is spot and ("max_wait_seconds" in doc) is spot, doc.get("max_wait_seconds")
+
+
+def test_a_text_answer_prints_a_dict_field_as_json_not_a_python_repr():
+    """`spotrun start`'s estimated costs and `undeploy`'s deleted names were printed as Python dicts in text
+    ({'on_demand': 0.2, ...}); they are JSON, as the user writes it."""
+    from spotrun.cli.remote import _text
+
+    text = _text({"estimated_cost_usd": {"on_demand": 0.2, "spot": 0.06},
+                  "deleted": {"endpoint": "support-chat", "models": ["m-1"]}})
+    assert text.splitlines() == ['estimated_cost_usd {"on_demand": 0.2, "spot": 0.06}',
+                                 'deleted            {"endpoint": "support-chat", "models": ["m-1"]}'], text

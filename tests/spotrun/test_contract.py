@@ -310,3 +310,40 @@ def test_spot_only_settings_are_refused_on_an_on_demand_run_before_it_is_planned
     if field == "max_wait_hours":  # null is no value (accepted_delay_hours refuses null of its own)
         raw["compute"].update(spot=False, max_wait_hours=None)
         assert parse_run(raw).compute.spot is False
+
+
+@pytest.mark.parametrize("name", ["qwen2-0.5b-full-small", "mistral-7b-lora", "llama3-8b-full"])
+def test_the_contract_refuses_a_seq_len_past_the_positions_its_inline_config_names(tmp_path, capsys, name):
+    """An inline model.config's max_position_embeddings bounds data.seq_len in the contract itself: `spotrun
+    validate` (which runs no planner) said "ok" to the Qwen example with `seq_len: 100000`, which only the estimate,
+    or the training's out of memory, caught. At the limit the run is valid; one token past it, refused naming the
+    field and the config's figure, as the run wrote it. Each example carries its model's figure (its Hugging Face
+    config.json's)."""
+    from spotrun.cli.main import main
+
+    run = json.loads((Path(__file__).parents[2] / "examples" / "runs" / f"{name}.json").read_text())
+    limit = run["model"]["config"]["max_position_embeddings"]
+    assert parse_run({**run, "data": {**run["data"], "seq_len": limit}}).data.seq_len == limit
+    with pytest.raises(RunValidationError) as refused:
+        parse_run({**run, "data": {**run["data"], "seq_len": limit + 1}})
+    assert (refused.value.field, str(refused.value)) == (
+        "data.seq_len", f"data.seq_len={limit + 1} is invalid: expected at most the model's "
+                        f"max_position_embeddings={limit} (model.config)"), str(refused.value)
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps({**run, "data": {**run["data"], "seq_len": 100_000 if limit < 100_000 else limit + 1}}))
+    code = main(["validate", str(path), "--format", "json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert (code, doc["field"]) == (2, "data.seq_len"), doc
+
+
+def test_a_gpt2_shaped_inline_config_bounds_seq_len_by_its_n_positions():
+    """GPT-2's config keeps its positions in n_positions: the contract reads the first of the fields a model type
+    uses; a config naming none bounds nothing here (the planner reads the source's config.json)."""
+    run = {"version": 1, "name": "g", "model": {"init": "random", "config": {
+        "model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 2, "vocab_size": 1000, "n_positions": 128}},
+        "data": {"source": "s3://art-bucket/datasets/d/", "tokens": 10**6, "seq_len": 129},
+        "compute": {"instance_type": "ml.g5.xlarge"}, "budget": {"max_usd": 5}}
+    with pytest.raises(RunValidationError, match=r"at most the model's n_positions=128 \(model.config\)"):
+        parse_run(run)
+    del run["model"]["config"]["n_positions"]
+    assert parse_run(run).data.seq_len == 129

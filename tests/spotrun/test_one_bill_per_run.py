@@ -146,9 +146,15 @@ def test_the_simulate_table_says_what_its_optimum_is_and_why_a_mean_is_over_its_
     text = table_text(report)
     assert "optimum meeting the deadline" in text and "exact optimum" not in text, text
     assert "below the optimum: a: the optimum is the cheapest schedule that meets the deadline" in text, text
+    # the row itself says why it is below the floor, and the rows that meet the deadline say nothing of it
+    rows = {line[2:].split()[0]: line for line in text.splitlines()[2:5]}
+    assert rows["a"].endswith("-35.8%  misses the deadline on 95.5%: below the optimum that meets it"), rows
+    assert "misses the deadline" not in rows["b"] + rows["on_demand"], rows
     assert "mean above P95 (b): " in text, text
     calm = {**report, "policies": [_table_row("on_demand", 31.62, 31.62, 1.0), _table_row("b", 28.30, 29.0, 1.0)]}
     assert "below the optimum" not in table_text(calm) and "mean above P95" not in table_text(calm)
+    no_deadline = {**report, "deadline_hours": None}  # the optimum is then no deadline's floor: nothing to say
+    assert "misses the deadline" not in table_text(no_deadline), table_text(no_deadline)
 
 
 def test_every_example_names_its_models_context_so_a_seq_len_beyond_it_is_refused(tmp_path, capsys):

@@ -67,3 +67,27 @@ def test_other_bytes_or_a_dataset_whose_key_differs_are_prepared_again_and_said_
     out = _local_until_planned(tmp_path, capsys, path)
     assert "[local] raw text: prepared into " in out and f"settings in {tmp_path / 'out' / 'prepared'} or " \
            f"{beside}" in out, out
+
+
+def test_estimate_and_simulate_reuse_the_shards_local_prepared_under_its_default_out(tmp_path, assets, capsys,
+                                                                                   monkeypatch):
+    """`spotrun local` (default --out ./runs) prepares the raw text into runs/prepared/<key>; `spotrun estimate` and
+    `spotrun simulate` on the same run file then plan on those shards, tokenizing nothing and writing no prepared/
+    beside the run file (they prepared it again there before: the text tokenized twice)."""
+    path, _ = _run_dir(tmp_path, assets)
+    monkeypatch.chdir(tmp_path)
+    code = main(["local", str(path), "--interrupt-at", "99999", "--progress", "none"])  # up to its plan
+    captured = capsys.readouterr()
+    assert code == 2 and "[local] raw text: prepared into " in captured.out, captured
+    (shards,) = [p for p in (tmp_path / "runs" / "prepared").iterdir() if p.is_dir()]
+    before = (shards / "index.json").stat().st_mtime_ns
+    for command in (["estimate", str(path), "--format", "json"],
+                    ["simulate", str(path), "--n", "5", "--no-optimum", "--format", "json",
+                     "--out", str(tmp_path / "sim")]):
+        assert main(command) == 0, command
+        captured = capsys.readouterr()
+        assert "[prepare]" not in captured.err and not prepared_beside(path).exists(), (command, captured.err)
+        if command[0] == "estimate":
+            checked = json.loads(captured.out)["checked"]
+            assert f"raw data.source reused as shards in {shards} (what `spotrun local` trains on)" in checked, checked
+    assert (shards / "index.json").stat().st_mtime_ns == before
