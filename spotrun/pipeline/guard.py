@@ -564,7 +564,7 @@ def _report(plan: Plan, guard: Guard, describe: dict, spent: float) -> dict:
     report = run_report(  # the one report builder (spotrun/pipeline/report.py), as the local pipeline's
         plan, job_name=guard.job_name, spot=any(s["spot"] for s in segments), billable_seconds=billable,
         training_seconds=training, interruptions=guard.interruptions, spot_savings_pct=round(savings, 2),
-        cost_usd=round(spent, 2), price_basis=f"{COST_BASIS_BILLED}; {plan.price_source}",
+        cost_usd=round(spent, 6), price_basis=f"{COST_BASIS_BILLED}; {plan.price_source}",
         cost_basis=COST_BASIS_BILLED, price_region=plan.region, price_as_of=plan.price_as_of,
         final_loss=_final_metric(describe, metric_name("loss")),
         model_data_url=(describe.get("ModelArtifacts") or {}).get("S3ModelArtifacts", ""),

@@ -321,7 +321,8 @@ def test_spot_run_polls_completes_and_registers_a_deployable_package(aws):
 
     output = json.loads(result["output"])
     assert output["model_package_arn"] == packages[0]["ModelPackageArn"]
-    assert output["report"]["cost_usd"] == round(900 / 3600 * p["usd_per_hour"], 2)  # billable x on-demand
+    # billable x on-demand
+    assert output["report"]["cost_usd"] == pytest.approx(900 / 3600 * p["usd_per_hour"], abs=1e-6)
     # The guard was called with exactly what the state machine passes: the plan, its previous guard and the
     # template of a sentinel's request (spotrun/pipeline/guard.py `sentinel_request`).
     assert all(set(payload) == {"plan", "guard", "sentinel_request"}
@@ -378,7 +379,7 @@ def test_spot_that_never_came_falls_back_to_on_demand_on_the_same_checkpoints(aw
     assert spot_job["EnableManagedSpotTraining"] is True and od_job["EnableManagedSpotTraining"] is False
     assert od_job["CheckpointConfig"] == spot_job["CheckpointConfig"]
     report = json.loads(result["output"])["report"]
-    assert report["cost_usd"] == round((120 + 600) / 3600 * p["usd_per_hour"], 2)
+    assert report["cost_usd"] == pytest.approx((120 + 600) / 3600 * p["usd_per_hour"], abs=1e-6)
 
 
 @pytest.mark.parametrize("fallback, status, reason", [

@@ -360,7 +360,11 @@ def test_only_a_job_that_printed_its_completion_is_registered_with_every_segment
     out = decide(PLAN, first, describe, now=T0 + 5000)
     report = out["report"]
     assert out["action"] == "completed"
-    assert report["cost_usd"] == round(4000 / 3600 * RATE, 2)  # billable is already spot-adjusted
+    assert report["cost_usd"] == pytest.approx(4000 / 3600 * RATE, abs=1e-6)  # billable is already spot-adjusted
+    # the report's bill is its jobs' bills added, not rounded to cents beside them (the text printed $0.2500
+    # above a segment's $0.2525)
+    bills = [s["cost_usd"] for s in report["segments"]]  # each at 4 decimals, as printed
+    assert report["cost_usd"] == pytest.approx(sum(bills), abs=5e-5 * len(bills))
     assert report["spot_savings_pct"] == 71.43  # (1 - 4000/14000) * 100
     assert report["interruptions"] == 2 and report["final_loss"] == 1.25
     assert [s["job_name"] for s in report["segments"]] == [PLAN["job_name"], PLAN["job_name"] + "-2"]
