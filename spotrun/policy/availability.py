@@ -244,7 +244,7 @@ class Chain:
     def cycles(self, rate_per_hour: float, rng: random.Random):
         """Endless (regime, up seconds, down seconds) cycles from the stationary state: the first cycle's up (or,
         when the job is created during a wait, its down) is the remainder of a length-biased stretch, and a job
-        created during a wait starts with an up of 0 s. Each stretch with capacity is its regime's at the level
+        created during a wait starts with an up of 0 s. Each stretch with capacity is its regime's
         at the level of the persisting latent score (`level_share`, `level_lag1`), the first one's from its own."""
         shares, short_s, long_s, down_s = self.scales(rate_per_hour)
         weights = [p * w for p, q, r in zip(self.occupancy, shares, self.regimes, strict=True)
