@@ -8,8 +8,8 @@ that regime's `stay` probability, so the recordings' spells of long waits (for d
 runs instead of being spread evenly. Each regime draws its waits from its own quantile table (linear between the
 quantiles: `LEVELS`). The stretches with capacity are drawn from one table for every regime (in the recordings a
 stretch's length hardly depends on the wait after it: the correlation of their logarithms within a cycle is
--0.04, where regimes fitted on both made it -0.18), at the level of a latent normal score that persists across
-cycles: z = sqrt(`UP_LEVEL_SHARE`) x + sqrt(1 - `UP_LEVEL_SHARE`) e, x an AR(1) over cycles with lag-1
+-0.07 on the choose set, where regimes fitted on both made it -0.12: benchmarks/calibration_bench.py --cycles),
+at the level of a latent normal score that persists across cycles: z = sqrt(`UP_LEVEL_SHARE`) x + sqrt(1 - `UP_LEVEL_SHARE`) e, x an AR(1) over cycles with lag-1
 correlation `UP_LEVEL_LAG1`, e drawn afresh (a Gaussian copula: the table, the rate and the share of short
 stretches are unchanged, long and short stretches come in runs as in the recordings, whose normal scores
 correlate 0.17 / 0.11 / 0.09 at 1 / 2 / 3 cycles apart). A stretch with capacity is short (at most 15 minutes:

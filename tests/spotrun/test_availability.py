@@ -274,9 +274,9 @@ def test_stretches_with_capacity_persist_at_the_level_the_chain_is_given():
 
 
 def test_a_stretch_with_capacity_hardly_depends_on_the_wait_after_it():
-    """In the recordings the logarithms of a stretch with capacity and of the wait after it correlate -0.04 (the
-    choose set); regimes that drew both paired short stretches with long waits (-0.18). The fitted chain draws the
-    stretches from one table for every regime of waits."""
+    """In the recordings the logarithms of a stretch with capacity and of the wait after it correlate -0.07 (the
+    choose set, benchmarks/calibration_bench.py --cycles); regimes that drew both paired short stretches with long
+    waits (-0.12). The fitted chain draws the stretches from one table for every regime of waits."""
     rng = random.Random(4)
     gen = CHAIN.cycles(0.3, rng)
     next(gen)
