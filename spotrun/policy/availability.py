@@ -3,27 +3,26 @@ two regimes that persist, stretches with capacity at a level that persists on it
 
 A generated trace is a sequence of cycles: a stretch with capacity (ended by an interruption), then the wait until
 capacity returns (a drought when long). Each cycle belongs to a regime of waits, and the regime is a two-state
-Markov chain over the cycles (a Markov-modulated renewal process): a cycle keeps its predecessor's regime with
-that regime's `stay` probability, so the recordings' spells of long waits (for days) and of brief ones come in
-runs instead of being spread evenly. Each regime draws its waits from its own quantile table (linear between the
+Markov chain over the cycles (a Markov-modulated renewal process): a cycle keeps its predecessor's regime with that
+regime's `stay` probability, so the recordings' spells of long waits (for days) and of brief ones come in runs
+instead of being spread evenly. Each regime draws its waits from its own quantile table (linear between the
 quantiles: `LEVELS`). The stretches with capacity are drawn from one table for every regime (in the recordings a
-stretch's length hardly depends on the wait after it: the correlation of their logarithms within a cycle is
--0.07 on the choose set, where regimes fitted on both made it -0.12: benchmarks/calibration_bench.py --cycles),
-at the level of a latent normal score that persists across cycles: z = sqrt(`UP_LEVEL_SHARE`) x + sqrt(1 - `UP_LEVEL_SHARE`) e, x an AR(1) over cycles with lag-1
-correlation `UP_LEVEL_LAG1`, e drawn afresh (a Gaussian copula: the table, the rate and the share of short
-stretches are unchanged, long and short stretches come in runs as in the recordings, whose normal scores
-correlate 0.17 / 0.11 / 0.09 at 1 / 2 / 3 cycles apart). A stretch with capacity is short (at most 15 minutes:
-the recordings' blips of a few samples; the lowest levels) with a share scaled to the run's rate by a power law
-fitted across the traces (13-49% of the recordings' stretches at every rate, a little more at higher rates), and
-then drawn in seconds as recorded; the others are drawn in units scaled so that all stretches with capacity
-together have a long-run mean of 1 / the estimate's interruption rate (the rate sets how long capacity lasts,
-the fitted shapes how it spreads and bunches). Waits are drawn in units where the fitted mixture has mean 1,
-scaled so that their long-run mean is `DOWN_MEAN_AT_ONE_PER_HOUR_S` x rate^`DOWN_RATE_EXPONENT` (fitted across
-the traces: where capacity is interrupted more often, it also takes longer to return). A job is created at a
-random moment of that process (its stationary state): in a regime and a phase (with capacity or not) with
-probability in proportion to the time the process spends there, inside a stretch drawn in proportion to its
-length (a random moment falls in a long stretch more often), at a uniform point of it (the persisting level
-taken from that stretch's own).
+stretch's length hardly depends on the wait after it: the correlation of their logarithms within a cycle is -0.07 on
+the choose set, where regimes fitted on both made it -0.12: benchmarks/calibration_bench.py --cycles), at the level
+of a latent normal score that persists across cycles: z = sqrt(`UP_LEVEL_SHARE`) x + sqrt(1 - `UP_LEVEL_SHARE`) e, x
+an AR(1) over cycles with lag-1 correlation `UP_LEVEL_LAG1`, e drawn afresh (a Gaussian copula: the table, the rate
+and the share of short stretches are unchanged, long and short stretches come in runs as in the recordings, whose
+normal scores correlate 0.17 / 0.11 / 0.09 at 1 / 2 / 3 cycles apart). A stretch with capacity is short (at most 15
+minutes: the recordings' blips of a few samples; the lowest levels) with a share scaled to the run's rate by a power
+law fitted across the traces (13-49% of the recordings' stretches at every rate, a little more at higher rates), and
+then drawn in seconds as recorded; the others are drawn in units scaled so that all stretches with capacity together
+have a long-run mean of 1 / the estimate's interruption rate (the rate sets how long capacity lasts, the fitted
+shapes how it spreads and bunches). Waits are drawn in units where the fitted mixture has mean 1, scaled so that
+their long-run mean is `DOWN_MEAN_AT_ONE_PER_HOUR_S` x rate^`DOWN_RATE_EXPONENT` (fitted across the traces: where
+capacity is interrupted more often, it also takes longer to return). A job is created at a random moment of that
+process (its stationary state): in a regime and a phase (with capacity or not) with probability in proportion to the
+time the process spends there, inside a stretch drawn in proportion to its length (a random moment falls in a long
+stretch more often), at a uniform point of it (the persisting level taken from that stretch's own).
 
 Fitted on the 9 traces at even positions (sorted path order, the choose set of benchmarks/policy_bench.py) of
 the one-node availability traces of github.com/skypilot-org/spot-traces (aws-02-15-2023 and aws-10-26-2022;
