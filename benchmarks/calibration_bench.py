@@ -2,6 +2,8 @@
 
     python benchmarks/calibration_bench.py --spot-traces DIR [--set held-out] [--every-h 6] [--n 1000]
     python benchmarks/calibration_bench.py --spot-traces DIR --set held-out --stretches 1000
+    python benchmarks/calibration_bench.py --spot-traces DIR --set choose --windows 1000 --deadlines 48
+    python benchmarks/calibration_bench.py --spot-traces DIR --set choose --cycles 20
 
 The setting is benchmarks/policy_bench.py's (#26: 40 h of work, a 0.2 h changeover, spot at 0.35 of on-demand,
 saves on the notice, deadlines 48, 60 and 80 h) on every one-node trace of github.com/skypilot-org/spot-traces
@@ -24,6 +26,7 @@ which says how much of it a different handful of recordings would move.
 from __future__ import annotations
 
 import argparse
+import math
 import random
 import sys
 import time
@@ -34,7 +37,9 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.policy_bench import AFTER_DEADLINE_H, DEADLINES_H, setting, windows  # noqa: E402
 from spotrun.policy import compare  # noqa: E402
+from spotrun.policy.availability import CHAIN  # noqa: E402
 from spotrun.policy.choose import ESTIMATE_TRACES, candidates, horizon_s  # noqa: E402
+from spotrun.policy.engine import INF  # noqa: E402
 from spotrun.policy.execution import execute  # noqa: E402
 from spotrun.policy.policies import describe  # noqa: E402
 from spotrun.policy.traces import TraceSpec, generated_traces, read_availability  # noqa: E402
@@ -45,10 +50,11 @@ def recorded_rate(rec) -> float:
     return len(rec.windows) / (sum(b - a for a, b in rec.windows) / 3600)
 
 
-def estimated(plan, rate: float, n: int, todo: list[tuple[str, str]]) -> dict:
-    """The estimate's P(deadline) per candidate label for a run at `rate` interruptions per job-hour."""
+def estimated(plan, rate: float, n: int, todo: list[tuple[str, str]], seed: int = 0) -> dict:
+    """The estimate's P(deadline) per candidate label for a run at `rate` interruptions per job-hour (its traces
+    drawn from `seed`: the estimate's is 0)."""
     spec = TraceSpec(interruptions_per_hour=rate, horizon_s=horizon_s(plan), **ESTIMATE_TRACES)
-    return {r.label: r.p_deadline for r in compare(plan, generated_traces(spec, n, 0), todo)}
+    return {r.label: r.p_deadline for r in compare(plan, generated_traces(spec, n, seed), todo)}
 
 
 def observed(plan, trace: list, policy: str, ck: str) -> bool:
@@ -56,13 +62,13 @@ def observed(plan, trace: list, policy: str, ck: str) -> bool:
     return tally.finished and tally.t <= plan.deadline_s + 1e-6
 
 
-def calibrate(recordings: list, deadline_h: float, every_h: float, n: int,
-              policies: list[str] | None) -> list[tuple[str, float, float, int, tuple[float, float]]]:
+def calibrate(recordings: list, deadline_h: float, every_h: float, n: int, policies: list[str] | None,
+              seed: int = 0) -> list[tuple[str, float, float, int, tuple[float, float]]]:
     """(candidate, mean estimated P, observed frequency, windows, the difference's 90% interval) at one deadline."""
     plan = setting(deadline_h)
     todo = windows(recordings, deadline_h, every_h)
     offered = [(p, ck) for p, ck in candidates(plan) if policies is None or p in policies]
-    est = [estimated(plan, recorded_rate(rec), n, offered) for rec in recordings]
+    est = [estimated(plan, recorded_rate(rec), n, offered, seed) for rec in recordings]
     out = []
     for policy, ck in offered:
         label = describe(policy, ck)
@@ -102,6 +108,101 @@ def stretch_rows(plan, recordings: list, names: list[str], n: int) -> list[str]:
     return rows
 
 
+def window_figures(plan, trace: list) -> dict:
+    """What a MaxWait run's odds rest on in one trace's first `plan.deadline_s`: its interruptions per hour with
+    capacity, its stretches with capacity shorter than a start and a save (nothing committed in them), its waits
+    after an interruption; and each way of saving's run on it: met the deadline, and the interruptions the run
+    with saves on the notice saw (the calm windows are the ones that meet it)."""
+    end, start = plan.deadline_s, plan.startup_s + plan.restore_s + plan.save_s
+    ups = [min(b, end) - a for a, b in trace if a < end]
+    waits = [a2 - b for (_, b), (a2, _) in zip(trace, trace[1:], strict=False) if b < end and a2 < INF]
+    runs = {ck: execute(plan, trace, "maxwait_fallback", ck, horizon_s=plan.deadline_s + AFTER_DEADLINE_H * 3600)
+            for ck in ("notice", "periodic")}
+    met = {ck: r.tally.finished and r.tally.t <= plan.deadline_s + 1e-6 for ck, r in runs.items()}
+    return {"up_h": sum(ups) / 3600, "ends": sum(1 for a, b in trace if a < end and b < end),
+            "short": sum(u < start for u in ups[:-1]), "stretches": max(0, len(ups) - 1), "waits": waits,
+            "notice": met["notice"], "periodic": met["periodic"],
+            "seen": runs["notice"].tally.interruptions if met["notice"] else None}
+
+
+def _pooled(figs: list[dict], weight: float) -> dict:
+    """Sums of `window_figures` over windows, each counted `weight` times."""
+    seen = [f["seen"] for f in figs if f["seen"] is not None]
+    waits = [w for f in figs for w in f["waits"]]
+    return {"w": weight * len(figs), "up_h": weight * sum(f["up_h"] for f in figs),
+            "ends": weight * sum(f["ends"] for f in figs), "short": weight * sum(f["short"] for f in figs),
+            "stretches": weight * sum(f["stretches"] for f in figs), "waits": weight * sum(waits),
+            "n_waits": weight * len(waits), "notice": weight * sum(f["notice"] for f in figs),
+            "periodic": weight * sum(f["periodic"] for f in figs), "seen": weight * sum(seen),
+            "n_seen": weight * len(seen)}
+
+
+def _cells(acc: dict) -> list[str]:
+    div = lambda a, b: a / b if b else float("nan")  # noqa: E731
+    return [f"{div(acc['ends'], acc['up_h']):.2f}", f"{div(acc['short'], acc['stretches']):.0%}",
+            f"{div(acc['waits'], acc['n_waits']) / 3600:.2f}", f"{div(acc['notice'], acc['w']):.1%}",
+            f"{div(acc['periodic'], acc['w']):.1%}",
+            f"{div(acc['notice'] - acc['periodic'], acc['w']) * 100:.1f}", f"{div(acc['seen'], acc['n_seen']):.1f}"]
+
+
+def window_rows(plan, recordings: list, names: list[str], every_h: float, n: int) -> list[str]:
+    """Per recording and pooled (each recording's generated figures weighted by its windows), the recorded windows'
+    `window_figures` against those of the estimate's `n` generated traces at its rate (seed 0): recorded / generated."""
+    rows, total = [], {"rec": {}, "gen": {}}
+    for name, rec in zip(names, recordings, strict=True):
+        todo = windows([rec], plan.deadline_s / 3600, every_h)
+        spec = TraceSpec(interruptions_per_hour=recorded_rate(rec), horizon_s=horizon_s(plan), **ESTIMATE_TRACES)
+        sides = {"rec": _pooled([window_figures(plan, t) for _, t in todo], 1.0),
+                 "gen": _pooled([window_figures(plan, t) for t in generated_traces(spec, n, 0)], len(todo) / n)}
+        for side, acc in sides.items():
+            for key, v in acc.items():
+                total[side][key] = total[side].get(key, 0.0) + v
+        rows.append(_window_row(name, len(todo), sides))
+    rows.append(_window_row(f"all {len(recordings)}", len(
+        [1 for rec in recordings for _ in windows([rec], plan.deadline_s / 3600, every_h)]), total))
+    return rows
+
+
+def _window_row(name: str, count: int, sides: dict) -> str:
+    cells = [f"{r} / {g}" for r, g in zip(_cells(sides["rec"]), _cells(sides["gen"]), strict=True)]
+    return f"| {name} | {count} | " + " | ".join(cells) + " |"
+
+
+def cycle_rows(recordings: list, names: list[str], repeats: int) -> list[str]:
+    """Recorded against generated (`repeats` traces as long as each recording, in cycles, at its rate): the
+    correlation of log(stretch with capacity) one cycle apart, of log(wait) one cycle apart, and of a stretch's
+    log with the wait after it, pooled over the recordings (each sequence centred on its own mean)."""
+    def corr(pairs: list[tuple[float, float]]) -> float:
+        mx, my = (sum(p[i] for p in pairs) / len(pairs) for i in (0, 1))
+        sxy = sum((x - mx) * (y - my) for x, y in pairs)
+        sxx, syy = sum((x - mx) ** 2 for x, _ in pairs), sum((y - my) ** 2 for _, y in pairs)
+        return sxy / math.sqrt(sxx * syy)
+
+    def figures(seqs: list[list[tuple[float, float]]]) -> list[float]:
+        lag_up, lag_down, same = [], [], []
+        for cyc in seqs:
+            ups, downs = [math.log(u) for u, _ in cyc], [math.log(d) for _, d in cyc]
+            mu, md = sum(ups) / len(ups), sum(downs) / len(downs)
+            ups, downs = [u - mu for u in ups], [d - md for d in downs]
+            lag_up += list(zip(ups, ups[1:], strict=False))
+            lag_down += list(zip(downs, downs[1:], strict=False))
+            same += list(zip(ups, downs, strict=True))
+        return [corr(lag_up), corr(lag_down), corr(same)]
+
+    rec_seqs, gen_seqs = [], []
+    rng = random.Random(0)
+    for rec in recordings:
+        w = rec.windows
+        rec_seqs.append([(b - a, a2 - b) for (a, b), (a2, _) in zip(w, w[1:], strict=False)])
+        for _ in range(repeats):
+            gen = CHAIN.cycles(recorded_rate(rec), rng)
+            next(gen)  # the first cycle is a remainder
+            gen_seqs.append([next(gen)[1:] for _ in range(len(w) - 1)])
+    return [f"| {name} | " + " | ".join(f"{x:+.3f}" for x in figures(seqs)) + " |"
+            for name, seqs in ((f"recorded ({len(names)} traces)", rec_seqs),
+                               (f"generated ({repeats} per trace)", gen_seqs))]
+
+
 def interval(off: list[tuple[int, float]], draws: int = 2000, seed: int = 0) -> tuple[float, float]:
     """The 5th and 95th percentiles of the mean difference (estimated - observed, per window) over the windows
     of the recordings resampled with replacement: how far the figure moves with other recordings of the same
@@ -127,12 +228,23 @@ def main() -> None:
     parser.add_argument("--set", choices=["held-out", "choose", "all"], default="held-out",
                         help="traces at odd positions in sorted path order (held-out: the availability model "
                         "was fitted on the others), even positions (choose) or all")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="draw the estimate's traces from this seed instead of its own 0 (its sampling error)")
     parser.add_argument("--policies", help="comma-separated: only these candidates (default: every one offered)")
     parser.add_argument("--deadlines", default=",".join(map(str, DEADLINES_H)), help="hours, comma-separated")
     parser.add_argument("--stretches", type=int, metavar="N", default=0,
                         help="instead: each recording's stretches with capacity against those of N generated "
                         "traces at its rate (the share shorter than a start, the work lost at their end with "
                         "periodic saves)")
+    parser.add_argument("--windows", type=int, metavar="N", default=0,
+                        help="instead: at the first of --deadlines, each recording's windows against N generated "
+                        "traces at its rate: interruptions per hour with capacity, stretches shorter than a start "
+                        "and a save, the mean wait after an interruption, the MaxWait fallback's P(deadline) with "
+                        "each way of saving, and the interruptions its notice-saving run saw where it met the deadline")
+    parser.add_argument("--cycles", type=int, metavar="N", default=0,
+                        help="instead: how stretches with capacity and waits follow each other, recorded against N "
+                        "generated traces per recording (lag-1 correlations of their logs, and of a stretch with the "
+                        "wait after it)")
     args = parser.parse_args()
     paths = sorted(args.spot_traces.glob("availability/1-node/*/*.json"))
     if not paths:
@@ -140,6 +252,23 @@ def main() -> None:
     keep = {"choose": 0, "held-out": 1}.get(args.set)
     paths = [p for i, p in enumerate(paths) if keep is None or i % 2 == keep]
     recordings = [read_availability(p) for p in paths]
+    names = [f"{p.parent.name}/{p.stem}" for p in paths]
+    if args.cycles:
+        print("| cycles | log stretch with capacity, one cycle apart | log wait, one cycle apart | log stretch and "
+              "the wait after it |")
+        print("|---|---|---|---|")
+        print("\n".join(cycle_rows(recordings, names, args.cycles)))
+        return
+    if args.windows:
+        plan = setting(float(args.deadlines.split(",")[0]))
+        print(f"{plan.deadline_s / 3600:g} h windows, every {args.every_h:g} h; each cell recorded / generated")
+        print(f"| trace ({args.set}) | windows | interruptions per hour with capacity | stretches shorter than a start "
+              f"and a save ({plan.startup_s + plan.restore_s + plan.save_s:g} s) | mean wait after an interruption "
+              "(h) | P(deadline), notice | P(deadline), periodic | notice - periodic (points) | interruptions seen "
+              "by the notice runs that met it |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        print("\n".join(window_rows(plan, recordings, names, args.every_h, args.windows)))
+        return
     if args.stretches:
         plan = setting(float(args.deadlines.split(",")[0]))
         print(f"| trace ({args.set}) | interruptions per available hour | stretches | recorded: shorter than a start "
@@ -158,7 +287,7 @@ def main() -> None:
     policies = args.policies.split(",") if args.policies else None
     for deadline_h in map(float, args.deadlines.split(",")):
         for label, promised, met, count, (lo, hi) in calibrate(recordings, deadline_h, args.every_h, args.n,
-                                                                policies):
+                                                                policies, args.seed):
             print(f"| {deadline_h:g} h | {label} | {count} | {promised:.1%} | {met:.1%} | "
                   f"{100 * (promised - met):+.1f} | {100 * lo:+.1f} .. {100 * hi:+.1f} |", flush=True)
     print(f"({time.perf_counter() - t0:.0f} s)")

@@ -14,36 +14,46 @@ features; what the generator draws splits the stretches with capacity further: t
 in seconds, the others taken over their own trace's mean long one (mean 1), so that a run at a low rate keeps its
 blips short instead of stretching them by 1 / rate.
 
-The cycles' regimes: a two-state hidden Markov model over the cycles (Baum-Welch, Rabiner 1989), each state
-drawing log(up) and log(down) from its own independent normals, the state kept from one cycle to the next with
-its own probability; the most likely state sequence of each trace (Viterbi) labels every cycle. It prints, as
-Python to paste into spotrun/policy/availability.py:
-- per regime (the one with the longer waits first), `short`: the share of its labelled cycles whose stretch with
-  capacity is short, `up_short`: those stretches' quantiles in seconds, `up`: the quantiles of its other stretches
-  with capacity (over their trace's mean long one), `down`: of its waits, and `stay`: how often a cycle of that
-  regime is followed by one of the same (the labels' counts);
+The cycles' regimes of waits: a two-state hidden Markov model over the cycles' waits (Baum-Welch, Rabiner 1989),
+each state drawing log(down) from its own normal, the state kept from one cycle to the next with its own
+probability; the most likely state sequence of each trace (Viterbi) labels every cycle. (`regimes` can also fit
+on log(up) and log(down) together, as the model did before; regimes fitted so paired short stretches with long
+waits, which the recordings do not: docs/spot-policy.md, "Calibration".) It prints, as Python to paste into
+spotrun/policy/availability.py:
+- `SHORT`: the share of the cycles whose stretch with capacity is short, `UP_SHORT`: those stretches' quantiles
+  in seconds, `UP`: the quantiles of the other stretches with capacity (over their trace's mean long one), all
+  traces and regimes together;
+- per regime (the one with the longer waits first), `down`: the quantiles of its waits, and `stay`: how often a
+  cycle of that regime is followed by one of the same (the labels' counts);
+- `UP_LEVEL_SHARE`, `UP_LEVEL_LAG1`: the persisting level of the stretches with capacity (`level_persistence`):
+  the share and lag-1 correlation whose generated stretches, at each trace's rate and length, have the recorded
+  correlations of normal scores (within each trace) at 1-8 cycles apart, by least squares (both curves printed);
 - `DOWN_MEAN_AT_ONE_PER_HOUR_S`, `DOWN_RATE_EXPONENT`: c and beta of a trace's mean stretch without capacity
   = c x rate^beta (least squares on the logarithms over the traces): where capacity is interrupted more often it
   also takes longer to come back;
 - `SHORT_FITTED_UP_TO_PER_HOUR`: the fastest trace's rate (the short stretches keep their seconds up to it);
   `SHORT_SHARE_AT_ONE_PER_HOUR`, `SHORT_SHARE_RATE_EXPONENT`: c and beta of a trace's share of short stretches
-  = c x rate^beta (the same least squares): the regimes' shares are scaled to it at the run's rate.
+  = c x rate^beta (the same least squares): the share is scaled to it at the run's rate.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import random
 import sys
 from pathlib import Path
+from statistics import NormalDist
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from spotrun.policy.availability import LEVELS, SHORT_UP_S  # noqa: E402
+from spotrun.policy.availability import LEVELS, SHORT_UP_S, Chain, Regime  # noqa: E402
 from spotrun.policy.traces import read_availability  # noqa: E402
+
+LAGS = tuple(range(1, 9))  # the lags whose correlations of stretches with capacity the persistent level matches
 
 
 def stretches(rec) -> tuple[float, float, list[float], list[float]]:
@@ -148,15 +158,16 @@ def viterbi(x: np.ndarray, trans: np.ndarray, mu: np.ndarray, sd: np.ndarray) ->
 
 
 def regimes(seqs: list[np.ndarray], short: list[list[bool]] | None = None,
-            raw_ups: list[list[float]] | None = None) -> list[dict]:
+            raw_ups: list[list[float]] | None = None, columns: tuple[int, ...] = (0, 1)) -> list[dict]:
     """Per regime, the longer mean log-down first: its cycles' up and down quantiles and its stay probability,
-    from the Viterbi labels of the fitted HMM (seqs: per trace, rows of (up, down) in mean-1 units). With
+    from the Viterbi labels of the fitted HMM (seqs: per trace, rows of (up, down) in mean-1 units; the HMM sees
+    the `columns` of them: (1,) for the waits alone). With
     `short` (per trace, per cycle: a short stretch with capacity) and `raw_ups` (per trace, per cycle: the short
     ones in seconds, the others over their trace's mean long one), also the regime's share of short stretches,
     their quantiles in seconds (`up_short`), and `up` the quantiles of the others (mean-1 units of long ones)."""
-    logs = [np.log(s) for s in seqs]
+    logs = [np.log(s)[:, list(columns)] for s in seqs]
     _, trans, mu, sd, _ = fit_hmm(logs)
-    order = np.argsort(-mu[:, 1])
+    order = np.argsort(-mu[:, columns.index(1)])
     labels = [np.argsort(order)[viterbi(x, trans, mu, sd)] for x in logs]
     rows, states = np.concatenate(seqs), np.concatenate(labels)
     out = []
@@ -173,6 +184,58 @@ def regimes(seqs: list[np.ndarray], short: list[list[bool]] | None = None,
                      up=quantiles([u for s, u in cyc if not s], LEVELS))
         out.append(r)
     return out
+
+
+def normal_scores(xs) -> np.ndarray:
+    """Each value's normal score within its sequence: the standard normal quantile of its mid-rank (ties share
+    their mean rank)."""
+    xs = np.asarray(xs, dtype=float)
+    ranks = np.empty(len(xs))
+    ranks[xs.argsort(kind="stable")] = np.arange(len(xs))
+    for v in np.unique(xs):
+        ranks[xs == v] = ranks[xs == v].mean()
+    return np.array([NormalDist().inv_cdf((r + 0.5) / len(xs)) for r in ranks])
+
+
+def lag_correlations(seqs: list, lags: tuple[int, ...] = LAGS) -> np.ndarray:
+    """The correlation of normal scores `lag` cycles apart, pooled over the sequences (each scored on its own)."""
+    scores = [normal_scores(x) for x in seqs]
+    return np.array([np.corrcoef(np.concatenate([z[:-lag] for z in scores]),
+                                 np.concatenate([z[lag:] for z in scores]))[0, 1] for lag in lags])
+
+
+def generated_ups(chain: Chain, rates: list[float], lengths: list[int], repeats: int, seed: int = 0) -> list:
+    """`repeats` sequences of generated stretches with capacity per trace, at its rate and of its length in
+    cycles (the first cycle, a remainder, left out)."""
+    rng = random.Random(seed)
+    out = []
+    for rate, n in zip(rates, lengths, strict=True):
+        for _ in range(repeats):
+            gen = chain.cycles(rate, rng)
+            next(gen)
+            out.append([next(gen)[1] for _ in range(n)])
+    return out
+
+
+def level_persistence(ups: list[list[float]], rates: list[float], regimes_: tuple, repeats: int = 10,
+                      seed: int = 0) -> tuple[float, float, np.ndarray, np.ndarray]:
+    """(share, lag1, recorded, generated): the persistent level of the stretches with capacity (Chain's
+    `level_share`, `level_lag1`) whose generated traces, at each trace's rate and length, have the recorded
+    correlations of normal scores at lags 1-8 (least squares; a grid, then a finer one around its best; the same
+    draws for every candidate), with both curves."""
+    target = lag_correlations(ups)
+    lengths = [len(u) for u in ups]
+
+    def error(share: float, lag1: float) -> tuple[float, np.ndarray]:
+        got = lag_correlations(generated_ups(Chain(regimes_, share, lag1), rates, lengths, repeats, seed))
+        return float(((got - target) ** 2).sum()), got
+
+    grid = [(w, phi) for w in np.arange(0.0, 0.51, 0.05) for phi in (0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95)]
+    best = min(grid, key=lambda c: error(*c)[0])
+    fine = [(w, phi) for w in np.arange(best[0] - 0.04, best[0] + 0.041, 0.01) if 0 <= w < 1
+            for phi in np.arange(best[1] - 0.04, best[1] + 0.041, 0.01) if 0 <= phi < 1]
+    share, lag1 = min(fine, key=lambda c: error(*c)[0])
+    return float(share), float(lag1), target, error(share, lag1)[1]
 
 
 def _table(values: list[float]) -> str:
@@ -206,12 +269,27 @@ def main() -> None:
     share_c, share_beta = power_law(rates, shares)
     print(f"# {len(paths)} traces ({args.set}): {sum(map(len, seqs))} cycles; short stretches with capacity: "
           f"at most {SHORT_UP_S:g} s")
+    flags = [f for fl in short for f in fl]
+    blip_s = [u for fl, ups in zip(short, raw_ups, strict=True) for f, u in zip(fl, ups, strict=True) if f]
+    longs = [u for fl, ups in zip(short, raw_ups, strict=True) for f, u in zip(fl, ups, strict=True) if not f]
+    pooled = {"short": sum(flags) / len(flags), "up_short": quantiles(blip_s, LEVELS), "up": quantiles(longs, LEVELS)}
+    print(f"SHORT = {pooled['short']:.4f}")
+    print(f"UP_SHORT = {_table(pooled['up_short'])}")
+    print(f"UP = {_table(pooled['up'])}")
+    fitted = regimes(seqs, columns=(1,))
     print("REGIMES = (")
-    for r in regimes(seqs, short, raw_ups):
-        print(f"    Regime(stay={r['stay']:.4f}, short={r['short']:.4f},  # {r['cycles']} cycles\n"
-              f"           up_short={_table(r['up_short'])},\n"
-              f"           up={_table(r['up'])},\n           down={_table(r['down'])}),")
+    for r in fitted:
+        print(f"    Regime(stay={r['stay']:.4f}, short=SHORT, up_short=UP_SHORT, up=UP,  # {r['cycles']} cycles\n"
+              f"           down={_table(r['down'])}),")
     print(")")
+    chain_regimes = tuple(Regime(stay=round(r["stay"], 4), down=tuple(r["down"]), **{
+        k: tuple(v) if isinstance(v, list) else v for k, v in pooled.items()}) for r in fitted)
+    share, lag1, target, got = level_persistence([list(seq[:, 0]) for seq in seqs], rates, chain_regimes)
+    print(f"UP_LEVEL_SHARE = {share:.2f}")
+    print(f"UP_LEVEL_LAG1 = {lag1:.2f}")
+    print("# correlations of normal scores of the stretches with capacity at lags "
+          f"{LAGS[0]}-{LAGS[-1]}: recorded {' '.join(f'{x:.3f}' for x in target)}; "
+          f"generated {' '.join(f'{x:.3f}' for x in got)}")
     print(f"DOWN_MEAN_AT_ONE_PER_HOUR_S = {c:.0f}")
     print(f"DOWN_RATE_EXPONENT = {beta:.3f}")
     print(f"SHORT_FITTED_UP_TO_PER_HOUR = {max(rates):.3g}")

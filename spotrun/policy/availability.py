@@ -1,27 +1,34 @@
-"""The estimate's availability model: spot capacity as cycles of a stretch with capacity and one without, in two
-regimes that persist, fitted to recorded capacity.
+"""The estimate's availability model: spot capacity as cycles of a stretch with capacity and one without; waits in
+two regimes that persist, stretches with capacity at a level that persists on its own; fitted to recorded capacity.
 
 A generated trace is a sequence of cycles: a stretch with capacity (ended by an interruption), then the wait until
-capacity returns (a drought when long). Each cycle belongs to a regime, and the regime is a two-state Markov chain
-over the cycles (a Markov-modulated renewal process): a cycle keeps its predecessor's regime with that regime's
-`stay` probability, so the recordings' bad spells (many short stretches with capacity and long waits, for days)
-and calm ones come in runs instead of being spread evenly. Each regime draws its stretches from its own quantile
-tables (linear between the quantiles: `LEVELS`). A stretch with capacity is short (at most 15 minutes: the
-recordings' blips of a few samples) with the regime's share, scaled to the run's rate by a power law fitted
-across the traces (13-49% of the recordings' stretches at every rate, a little more at higher rates), and then
-drawn in seconds as recorded; the others are drawn in units scaled so that all stretches with capacity together
+capacity returns (a drought when long). Each cycle belongs to a regime of waits, and the regime is a two-state
+Markov chain over the cycles (a Markov-modulated renewal process): a cycle keeps its predecessor's regime with that
+regime's `stay` probability, so the recordings' spells of long waits (for days) and of brief ones come in runs
+instead of being spread evenly. Each regime draws its waits from its own quantile table (linear between the
+quantiles: `LEVELS`). The stretches with capacity are drawn from one table for every regime (in the recordings a
+stretch's length hardly depends on the wait after it: the correlation of their logarithms within a cycle is -0.07 on
+the choose set, where regimes fitted on both made it -0.12: benchmarks/calibration_bench.py --cycles), at the level
+of a latent normal score that persists across cycles: z = sqrt(`UP_LEVEL_SHARE`) x + sqrt(1 - `UP_LEVEL_SHARE`) e, x
+an AR(1) over cycles with lag-1 correlation `UP_LEVEL_LAG1`, e drawn afresh (a Gaussian copula: the table, the rate
+and the share of short stretches are unchanged, long and short stretches come in runs as in the recordings, whose
+normal scores correlate 0.17 / 0.11 / 0.09 at 1 / 2 / 3 cycles apart). A stretch with capacity is short (at most 15
+minutes: the recordings' blips of a few samples; the lowest levels) with a share scaled to the run's rate by a power
+law fitted across the traces (13-49% of the recordings' stretches at every rate, a little more at higher rates), and
+then drawn in seconds as recorded; the others are drawn in units scaled so that all stretches with capacity together
 have a long-run mean of 1 / the estimate's interruption rate (the rate sets how long capacity lasts, the fitted
 shapes how it spreads and bunches). Waits are drawn in units where the fitted mixture has mean 1, scaled so that
 their long-run mean is `DOWN_MEAN_AT_ONE_PER_HOUR_S` x rate^`DOWN_RATE_EXPONENT` (fitted across the traces: where
 capacity is interrupted more often, it also takes longer to return). A job is created at a random moment of that
-process (its stationary state): in a regime and a phase (with capacity or not) with probability in proportion to
-the time the process spends there, inside a stretch drawn in proportion to its length (a random moment falls in a
-long stretch more often), at a uniform point of it.
+process (its stationary state): in a regime and a phase (with capacity or not) with probability in proportion to the
+time the process spends there, inside a stretch drawn in proportion to its length (a random moment falls in a long
+stretch more often), at a uniform point of it (the persisting level taken from that stretch's own).
 
 Fitted on the 9 traces at even positions (sorted path order, the choose set of benchmarks/policy_bench.py) of
 the one-node availability traces of github.com/skypilot-org/spot-traces (aws-02-15-2023 and aws-10-26-2022;
-2,036 cycles) by a two-state hidden Markov model over the cycles (Baum-Welch, then each cycle labelled by the most
-likely state sequence):
+2,036 cycles): the regimes by a two-state hidden Markov model over the cycles' waits (Baum-Welch, then each cycle
+labelled by the most likely state sequence), the level's share and lag-1 correlation by matching the recorded
+correlations of the stretches' normal scores at 1-8 cycles apart:
 
     python benchmarks/fit_availability.py --spot-traces DIR --set choose
 
@@ -36,6 +43,7 @@ import math
 import random
 from dataclasses import dataclass
 from functools import cached_property
+from statistics import NormalDist
 
 INF = math.inf
 LEVELS = (0.0, *(i / 50 for i in range(1, 50)), 0.99, 0.995, 1.0)
@@ -43,6 +51,7 @@ LEVELS = (0.0, *(i / 50 for i in range(1, 50)), 0.99, 0.995, 1.0)
 # recordings, up to four of the 195 s ones), as common at 0.1 as at 1.4 interruptions per hour, so drawn in seconds
 # instead of in units of 1 / rate (benchmarks/calibration_bench.py --stretches).
 SHORT_UP_S = 900.0
+_NORMAL = NormalDist()
 
 
 def _check(levels: tuple[float, ...], values: tuple[float, ...]) -> None:
@@ -65,11 +74,25 @@ class Stretches:
         self._pairs = pairs
 
     def draw(self, rng: random.Random) -> float:
-        u = rng.random()
+        return self.quantile(rng.random())
+
+    def quantile(self, u: float) -> float:
+        """The value at level u (linear between the table's quantiles)."""
         i = min(bisect.bisect_right(self.levels, u), len(self.levels) - 1)
         q0, q1 = self.levels[i - 1], self.levels[i]
         a, b = self.values[i - 1], self.values[i]
         return a + (b - a) * ((u - q0) / (q1 - q0) if q1 > q0 else 0.0)
+
+    def level(self, x: float, rng: random.Random) -> float:
+        """The level of value x in the table (`quantile`'s inverse); where x is a flat step of the table (an atom),
+        a uniform level within the step's."""
+        v, q = self.values, self.levels
+        i, j = bisect.bisect_left(v, x), bisect.bisect_right(v, x)
+        if i < j:
+            return q[i] + rng.random() * (q[j - 1] - q[i])
+        if i == 0 or i == len(v):
+            return 0.0 if i == 0 else 1.0
+        return q[i - 1] + (q[i] - q[i - 1]) * (x - v[i - 1]) / (v[i] - v[i - 1])
 
     def draw_length_biased(self, rng: random.Random) -> float:
         """A stretch drawn with probability in proportion to its length (density x f(x) / mean)."""
@@ -110,59 +133,58 @@ class Regime:
     def downs(self) -> Stretches:
         return Stretches(self.down)
 
-    def draw_up(self, rng: random.Random, share: float, short_s: float, long_s: float) -> float:
-        """One stretch with capacity in seconds: a short one (its table in seconds times `short_s`, 1 within the
-        fitted rates) with probability `share` (the regime's `short` at the run's rate), else one of the others
-        times `long_s`."""
-        if share and rng.random() < share:
-            return self.shorts.draw(rng) * short_s
-        return self.ups.draw(rng) * long_s
+    def up_at(self, u: float, share: float, short_s: float, long_s: float) -> float:
+        """The stretch with capacity at level u of the regime's mixture, in seconds: the short ones are the levels
+        under `share` (the regime's `short` at the run's rate; their table in seconds times `short_s`, 1 within
+        the fitted rates), the others the levels above it (their table times `long_s`)."""
+        if u < share:
+            return self.shorts.quantile(u / share) * short_s
+        return self.ups.quantile((u - share) / (1 - share)) * long_s
 
     def mean_up_s(self, share: float, short_s: float, long_s: float) -> float:
         return share * self.shorts.mean * short_s + (1 - share) * self.ups.mean * long_s
 
-    def draw_up_length_biased(self, rng: random.Random, share: float, short_s: float, long_s: float) -> float:
-        """A stretch with capacity drawn in proportion to its length, from the mixture of the short and others."""
+    def draw_up_length_biased(self, rng: random.Random, share: float, short_s: float,
+                              long_s: float) -> tuple[float, float]:
+        """A stretch with capacity drawn in proportion to its length, from the mixture of the short and others:
+        (seconds, its level in the mixture as `up_at` reads levels)."""
         if rng.random() * self.mean_up_s(share, short_s, long_s) < share * self.shorts.mean * short_s:
-            return self.shorts.draw_length_biased(rng) * short_s
-        return self.ups.draw_length_biased(rng) * long_s
+            x = self.shorts.draw_length_biased(rng)
+            return x * short_s, share * self.shorts.level(x, rng)
+        x = self.ups.draw_length_biased(rng)
+        return x * long_s, share + (1 - share) * self.ups.level(x, rng)
 
 
 # Pasted from the command above.
+SHORT = 0.3340  # the share of stretches with capacity that are short, all regimes together
+UP_SHORT = (585, 585, 585, 585, 585, 585, 585, 585, 585, 585, 585, 585, 585, 585, 585, 585, 600, 600, 600, 600, 600,
+            600, 600, 600, 600, 600, 600, 600, 600, 600, 600, 600, 600, 600, 600, 600, 600, 600, 600, 600, 600, 600,
+            600, 600, 600, 780, 780, 780, 780, 780, 780, 780, 780)
+UP = (0.03959, 0.04619, 0.05297, 0.0787, 0.1013, 0.1455, 0.1598, 0.1666, 0.1698, 0.1755, 0.2181, 0.2425, 0.2461,
+      0.2461, 0.2597, 0.2597, 0.2597, 0.297, 0.3047, 0.3153, 0.3331, 0.3555, 0.3691, 0.3865, 0.3895, 0.4164, 0.4593,
+      0.4921, 0.5079, 0.5194, 0.5578, 0.6152, 0.6492, 0.6603, 0.7034, 0.7791, 0.8126, 0.9232, 1.016, 1.126, 1.27,
+      1.447, 1.576, 1.755, 2.026, 2.297, 2.724, 3.156, 4.125, 5.71, 8.309, 12.27, 35.89)
 REGIMES = (
-    Regime(stay=0.9255, short=0.3733,  # 1334 cycles
-           up_short=(585, 585, 585, 585, 585, 585, 585, 585, 585, 585, 585, 585, 585, 585, 585, 585, 585, 600, 600,
-                     600, 600, 600, 600, 600, 600, 600, 600, 600, 600, 600, 600, 600, 600, 600, 600, 600, 600, 600,
-                     600, 600, 600, 600, 600, 600, 600, 780, 780, 780, 780, 780, 780, 780, 780),
-           up=(0.03959, 0.0454, 0.05265, 0.05297, 0.0681, 0.09053, 0.1056, 0.1254, 0.1455, 0.1665, 0.1666, 0.1698,
-               0.1755, 0.1919, 0.2194, 0.2425, 0.2461, 0.2498, 0.2597, 0.2597, 0.2633, 0.3047, 0.3153, 0.3153, 0.3331,
-               0.351, 0.3643, 0.3815, 0.3895, 0.4164, 0.4608, 0.4921, 0.5079, 0.5194, 0.5595, 0.6229, 0.6603, 0.7067,
-               0.7791, 0.8613, 0.9654, 1.107, 1.261, 1.477, 1.664, 1.97, 2.224, 2.584, 3.108, 4.721, 6.774, 9.159,
-               17.62),
-           down=(0.04581, 0.07819, 0.08982, 0.1064, 0.1337, 0.1337, 0.177, 0.1926, 0.1926, 0.1944, 0.2011, 0.203,
-                 0.2592, 0.2675, 0.29, 0.377, 0.3851, 0.3889, 0.4012, 0.4022, 0.4255, 0.4575, 0.4692, 0.5319, 0.5474,
-                 0.5777, 0.6383, 0.6587, 0.6703, 0.7447, 0.7703, 0.841, 0.8877, 0.9574, 1.015, 1.073, 1.204, 1.305,
-                 1.489, 1.631, 1.885, 2.128, 2.339, 2.632, 3.011, 3.503, 4.072, 5.12, 6.544, 9.284, 13.25, 19.18,
+    Regime(stay=0.9099, short=SHORT, up_short=UP_SHORT, up=UP,  # 1306 cycles
+           down=(0.04581, 0.059, 0.08756, 0.1065, 0.1337, 0.177, 0.1926, 0.1926, 0.1944, 0.2011, 0.2096, 0.2597,
+                 0.2681, 0.3191, 0.377, 0.3851, 0.3889, 0.4022, 0.4022, 0.4255, 0.464, 0.4695, 0.5312, 0.5349, 0.5777,
+                 0.6033, 0.6481, 0.6687, 0.6997, 0.7686, 0.8024, 0.8511, 0.9361, 0.9628, 1.044, 1.145, 1.249, 1.348,
+                 1.491, 1.728, 1.926, 2.145, 2.349, 2.696, 3.083, 3.562, 4.136, 5.131, 6.547, 9.35, 13.47, 19.58,
                  24.79)),
-    Regime(stay=0.8612, short=0.2593,  # 702 cycles
-           up_short=(585, 585, 585, 585, 585, 585, 585, 585, 585, 585, 585, 585, 585, 600, 600, 600, 600, 600, 600,
-                     600, 600, 600, 600, 600, 600, 600, 600, 600, 600, 600, 600, 600, 600, 600, 600, 600, 600, 600,
-                     600, 600, 600, 600, 600, 600, 600, 600, 600, 780, 780, 780, 780, 780, 780),
-           up=(0.04513, 0.1455, 0.1666, 0.1666, 0.1698, 0.2317, 0.2461, 0.2461, 0.2597, 0.2597, 0.2597, 0.3047, 0.3107,
-               0.3331, 0.3555, 0.3691, 0.3691, 0.3895, 0.3895, 0.4428, 0.4836, 0.4995, 0.5079, 0.5194, 0.5578, 0.6152,
-               0.6492, 0.6588, 0.6603, 0.7021, 0.7495, 0.7791, 0.8509, 0.9128, 1.039, 1.107, 1.167, 1.316, 1.416,
-               1.479, 1.688, 1.824, 2.037, 2.318, 2.717, 2.999, 3.376, 4.128, 4.945, 7.248, 11.59, 16.84, 35.89),
-           down=(0.04581, 0.04581, 0.04581, 0.04581, 0.059, 0.059, 0.06108, 0.087, 0.087, 0.087, 0.08982, 0.09163,
-                 0.1064, 0.1064, 0.1064, 0.1064, 0.1064, 0.1064, 0.1064, 0.1069, 0.116, 0.1198, 0.1337, 0.1337, 0.1337,
-                 0.1337, 0.1374, 0.174, 0.1796, 0.1926, 0.1926, 0.1926, 0.1926, 0.1926, 0.1926, 0.1926, 0.1926, 0.1926,
-                 0.1926, 0.1926, 0.1944, 0.203, 0.2096, 0.236, 0.2675, 0.2675, 0.2901, 0.354, 0.3851, 0.5036, 0.5777,
-                 0.6474, 0.7703)),
+    Regime(stay=0.8393, short=SHORT, up_short=UP_SHORT, up=UP,  # 730 cycles
+           down=(0.04581, 0.04581, 0.04581, 0.059, 0.059, 0.06108, 0.06108, 0.087, 0.087, 0.08982, 0.08982, 0.09163,
+                 0.1064, 0.1064, 0.1064, 0.1064, 0.1064, 0.1064, 0.1064, 0.1069, 0.116, 0.1198, 0.1337, 0.1337,
+                 0.1337, 0.1337, 0.1337, 0.1527, 0.174, 0.1796, 0.1926, 0.1926, 0.1926, 0.1926, 0.1926, 0.1926,
+                 0.1926, 0.1926, 0.1926, 0.1926, 0.1926, 0.1944, 0.203, 0.2096, 0.2249, 0.261, 0.2675, 0.2748, 0.317,
+                 0.3851, 0.4012, 0.551, 0.5777)),
 )
 DOWN_MEAN_AT_ONE_PER_HOUR_S = 6405
 DOWN_RATE_EXPONENT = 0.254
 SHORT_FITTED_UP_TO_PER_HOUR = 1.39
 SHORT_SHARE_AT_ONE_PER_HOUR = 0.339
 SHORT_SHARE_RATE_EXPONENT = 0.270
+UP_LEVEL_SHARE = 0.28
+UP_LEVEL_LAG1 = 0.77
 
 
 @dataclass(frozen=True)
@@ -170,6 +192,16 @@ class Chain:
     """Two regimes as a Markov chain over cycles, with the long-run figures the sampler scales by."""
 
     regimes: tuple[Regime, Regime]
+    level_share: float = 0.0
+    """The share of a stretch with capacity's normal score that is a level persisting across cycles (the rest is
+    drawn afresh each cycle): each stretch is its regime's at the level of z = sqrt(share) x + sqrt(1 - share) e,
+    x an AR(1) over cycles with lag-1 correlation `level_lag1`, e independent (a Gaussian copula)."""
+    level_lag1: float = 0.0
+
+    def __post_init__(self):
+        for name in ("level_share", "level_lag1"):
+            if not 0 <= getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)!r} is invalid: expected 0 <= {name} < 1")
 
     @property
     def occupancy(self) -> tuple[float, float]:
@@ -211,24 +243,32 @@ class Chain:
     def cycles(self, rate_per_hour: float, rng: random.Random):
         """Endless (regime, up seconds, down seconds) cycles from the stationary state: the first cycle's up (or,
         when the job is created during a wait, its down) is the remainder of a length-biased stretch, and a job
-        created during a wait starts with an up of 0 s."""
+        created during a wait starts with an up of 0 s. Each stretch with capacity is its regime's
+        at the level of the persisting latent score (`level_share`, `level_lag1`), the first one's from its own."""
         shares, short_s, long_s, down_s = self.scales(rate_per_hour)
         weights = [p * w for p, q, r in zip(self.occupancy, shares, self.regimes, strict=True)
                    for w in (r.mean_up_s(q, short_s, long_s), r.downs.mean * down_s)]
         phase = rng.choices(range(4), weights)[0]
         k, regime = phase // 2, self.regimes[phase // 2]
+        w, phi = self.level_share, self.level_lag1
         if phase % 2 == 0:  # created while capacity is there
-            yield (k, rng.random() * regime.draw_up_length_biased(rng, shares[k], short_s, long_s),
-                   regime.downs.draw(rng) * down_s)
+            up, level = regime.draw_up_length_biased(rng, shares[k], short_s, long_s)
+            z = _NORMAL.inv_cdf(min(max(level, 1e-12), 1 - 1e-12))
+            x = rng.gauss(math.sqrt(w) * z, math.sqrt(1 - w))  # the level given the first stretch's score
+            yield k, rng.random() * up, regime.downs.draw(rng) * down_s
         else:
+            x = rng.gauss(0.0, 1.0)
             yield k, 0.0, rng.random() * regime.downs.draw_length_biased(rng) * down_s
+        level_sd, own_sd = math.sqrt(1 - phi * phi), math.sqrt(1 - w)
         while True:
             k = k if rng.random() < self.regimes[k].stay else 1 - k
             regime = self.regimes[k]
-            yield k, regime.draw_up(rng, shares[k], short_s, long_s), regime.downs.draw(rng) * down_s
+            x = phi * x + level_sd * rng.gauss(0.0, 1.0)
+            z = math.sqrt(w) * x + own_sd * rng.gauss(0.0, 1.0)
+            yield k, regime.up_at(_NORMAL.cdf(z), shares[k], short_s, long_s), regime.downs.draw(rng) * down_s
 
 
-CHAIN = Chain(REGIMES)
+CHAIN = Chain(REGIMES, UP_LEVEL_SHARE, UP_LEVEL_LAG1)
 
 
 def short_share_at(rate_per_hour: float) -> float:

@@ -183,6 +183,9 @@ def test_a_fit_on_traces_from_known_regimes_recovers_them():
     assert np.diag(trans[order][:, order]) == pytest.approx(stay, abs=0.05)
     assert mu_fit[order] == pytest.approx(mu, abs=0.15)
     assert sd_fit[order] == pytest.approx(sd, abs=0.15)
+    # on the waits alone (the model's regimes: far apart here) the same stays come back
+    for k, r in enumerate(regimes(seqs, columns=(1,))):
+        assert r["stay"] == pytest.approx(stay[k], abs=0.06)
     fitted = regimes(seqs)
     for k in range(2):
         assert fitted[k]["stay"] == pytest.approx(stay[k], abs=0.06)
@@ -235,3 +238,68 @@ def test_the_fit_reads_a_recordings_cycles_and_skips_a_window_open_at_its_end():
 def test_a_regime_refuses_a_stay_probability_outside_0_1():
     with pytest.raises(ValueError, match="stay=1.0 is invalid"):
         Regime(stay=1.0, up=CHAIN.regimes[0].up, down=CHAIN.regimes[0].down)
+
+
+def _normal_score_lags(seqs: list[list[float]], lags: tuple[int, ...]) -> list[float]:
+    from benchmarks.fit_availability import lag_correlations
+    return list(lag_correlations(seqs, lags))
+
+
+def test_a_table_level_is_the_inverse_of_its_quantile_and_spreads_over_a_flat_step():
+    table = Regime(stay=0.5, up=CHAIN.regimes[0].up, down=CHAIN.regimes[0].down, short=0.3,
+                   up_short=CHAIN.regimes[0].up_short)
+    rng = random.Random(1)
+    for u in (0.013, 0.37, 0.5, 0.912, 0.996):
+        assert table.ups.level(table.ups.quantile(u), rng) == pytest.approx(u, abs=1e-9)
+    # 600 s is a flat step of the short table (an atom): its levels spread uniformly over the step's
+    lo = LEVELS[table.up_short.index(600)]
+    hi = LEVELS[len(table.up_short) - 1 - table.up_short[::-1].index(600)]
+    levels = [table.shorts.level(600.0, rng) for _ in range(4000)]
+    assert min(levels) >= lo and max(levels) <= hi
+    assert statistics.fmean(levels) == pytest.approx((lo + hi) / 2, abs=0.01)
+
+
+def test_stretches_with_capacity_persist_at_the_level_the_chain_is_given():
+    """The stretches' normal scores k cycles apart correlate as share x lag1^k (the latent level's), whatever the
+    regime; without a level they do not (the regimes now carry the waits only, and the stretches one table)."""
+    regimes = tuple(Regime(stay=r.stay, up=r.up, down=r.down) for r in CHAIN.regimes)  # no short stretches
+    for share, lag1 in ((0.5, 0.8), (0.0, 0.0)):
+        rng, seqs = random.Random(3), []
+        for _ in range(6):
+            gen = Chain(regimes, share, lag1).cycles(0.3, rng)
+            next(gen)
+            seqs.append([next(gen)[1] for _ in range(4000)])
+        got = _normal_score_lags(seqs, (1, 2, 4))
+        assert got == pytest.approx([share * lag1 ** k for k in (1, 2, 4)], abs=0.03)
+
+
+def test_a_stretch_with_capacity_hardly_depends_on_the_wait_after_it():
+    """In the recordings the logarithms of a stretch with capacity and of the wait after it correlate -0.07 (the
+    choose set, benchmarks/calibration_bench.py --cycles); regimes that drew both paired short stretches with long
+    waits (-0.12). The fitted chain draws the stretches from one table for every regime of waits."""
+    rng = random.Random(4)
+    gen = CHAIN.cycles(0.3, rng)
+    next(gen)
+    cycles = [next(gen) for _ in range(20_000)]
+    r = np.corrcoef([math.log(u) for _, u, _ in cycles], [math.log(d) for _, _, d in cycles])[0, 1]
+    assert abs(r) < 0.06
+    assert all(reg.up == CHAIN.regimes[0].up and reg.short == CHAIN.regimes[0].short for reg in CHAIN.regimes)
+
+
+def test_the_level_fit_recovers_a_known_persistence():
+    """Stretches drawn from a chain with a known level (share 0.3, lag-1 0.8): the fit's least squares over the
+    correlations at 1-8 cycles apart finds them (its own draws are another seed)."""
+    from benchmarks.fit_availability import level_persistence
+    rng, rates, seqs = random.Random(5), [0.2, 0.5, 0.9, 0.3], []
+    for rate in rates:
+        gen = Chain(CHAIN.regimes, 0.3, 0.8).cycles(rate, rng)
+        next(gen)
+        seqs.append([next(gen)[1] for _ in range(2500)])
+    share, lag1, target, got = level_persistence(seqs, rates, CHAIN.regimes, repeats=1, seed=9)
+    assert share == pytest.approx(0.3, abs=0.08) and lag1 == pytest.approx(0.8, abs=0.08)
+    assert got == pytest.approx(target, abs=0.05)
+
+
+def test_a_chain_refuses_a_level_outside_0_1():
+    with pytest.raises(ValueError, match="level_lag1=1.0 is invalid"):
+        Chain(CHAIN.regimes, 0.2, 1.0)

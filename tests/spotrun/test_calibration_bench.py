@@ -19,3 +19,21 @@ def test_lost_at_end_is_what_the_execution_loses_on_one_stretch(trained):
     # the first start restores nothing (no checkpoint yet): the execution trains restore_s longer than the diagnostic
     # assumes, which the diagnostic's later stretches (with a checkpoint) do not; compare on the same training time
     assert run.tally.lost_s == pytest.approx(lost_at_end(plan, up + plan.restore_s), abs=1e-6)
+
+
+def test_window_figures_count_a_windows_interruptions_blips_waits_and_what_each_run_saw():
+    """A 48 h window: 1 h with capacity, a 600 s blip, then capacity to the end; the notice-saving run meets the
+    deadline having seen the two interruptions, the figures count 2 interruptions in 2 h of capacity before the
+    last stretch, one stretch of two shorter than a start and a save, and waits of 1 h and 2 h."""
+    from benchmarks.calibration_bench import window_figures
+    plan = setting(48)
+    h = 3600.0
+    trace = [(0.0, h), (2 * h, 2 * h + 600), (4 * h + 600, math.inf)]
+    f = window_figures(plan, trace)
+    assert f["ends"] == 2 and f["stretches"] == 2 and f["short"] == 1
+    assert f["waits"] == pytest.approx([h, 2 * h])
+    assert f["notice"] and f["seen"] == 2
+    assert f["up_h"] == pytest.approx(1 + 600 / h + 48 - 4 - 600 / h)
+    # a window without enough capacity misses the deadline with both ways of saving; nothing seen is counted
+    f = window_figures(plan, [(0.0, h), (40 * h, math.inf)])
+    assert not f["notice"] and not f["periodic"] and f["seen"] is None
