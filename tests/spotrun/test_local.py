@@ -280,3 +280,25 @@ def test_a_hard_kill_redoes_the_steps_after_the_last_checkpoint_and_registers_th
     assert sorted(by_step) == [s for s, _ in loss_records(out / "reference" / "sm" / "model")]
     assert rep["actual"]["steps"] == STEPS and rep["interruptions"] == 1 and event["lost_s"] > 0
     assert weights_identical(rep["model_data_url"], runs["reference"]["model_data_url"])
+
+
+def test_a_job_name_taken_is_invalid_input_and_a_completed_job_is_not_offered_for_resume(tmp_path, assets, capsys):
+    """`--job-name` of an existing job directory was exit 1 (a failure) and advised `--resume` even for a job that
+    had completed, which `--resume` then refuses."""
+    run = {"version": 1, "name": "taken", "model": {"source": str(assets["model"])},
+           "data": {"source": str(assets["corpus"].parent), "seq_len": 64},
+           "compute": {"instance_type": "ml.g5.xlarge"}, "budget": {"max_usd": 5}}
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(run))
+    out = tmp_path / "out"
+    (out / "done").mkdir(parents=True)
+    (out / "done" / "report.json").write_text("{}")
+    (out / "stopped").mkdir()
+    assert main(["local", str(path), "--out", str(out), "--job-name", "done"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith('error: InvalidRun: --job-name="done" is invalid: expected a name no job directory')
+    assert "completed" in err and "--resume" not in err
+    assert main(["local", str(path), "--out", str(out), "--job-name", "stopped"]) == 2
+    err = capsys.readouterr().err
+    assert f"did not finish: continue it with `spotrun local --resume stopped --out {out}`" in err
+    assert not (out / "prepared").exists()  # refused before the raw text was tokenized
