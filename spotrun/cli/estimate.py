@@ -64,6 +64,7 @@ def check_file(path: Path, target: Target | None, *, plan: bool, s3_client: Any 
     loaded = load_run_file(path)
     run, note = loaded.run, None
     if plan:
+        _check_local_paths(run)  # as validate and local: model.source first (swapped sources are named as such)
         cache = prepared or prepared_beside(Path(path))
         run, note = prepared_text(loaded.raw, cache, also=local_prepared(Path(path)))
     catalog = load_catalog()
