@@ -189,3 +189,20 @@ def test_swapped_sources_are_named_as_model_source_by_estimate_as_by_validate(tm
     assert not (tmp_path / "prepared").exists()  # the model directory was not tokenized as raw text
     assert main(["validate", "--format", "json", str(tmp_path / "run.json")]) == 2
     assert json.loads(capsys.readouterr().out)["field"] == "model.source"
+
+
+def test_an_accepted_missed_deadline_is_said_on_the_first_line(tmp_path, capsys, assets):
+    # docs/checks-before-paying.md: "the run is planned and its estimate warns first"; the text said "== RUN: ok"
+    # and the warning came 18 lines further down, after the plan
+    run = {**_run(str(assets["model"]), str(assets["data"])),
+           "compute": {"instance_type": "ml.g5.xlarge", "deadline_hours": 0.01, "accept_missed_deadline": True}}
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(run))
+    assert main(["estimate", str(path)]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first == (f"== {path}: ok, but THE DEADLINE WILL BE MISSED (accepted by compute.accept_missed_deadline; "
+                     "the warning below says by how much)"), first
+    run["compute"]["deadline_hours"] = 48
+    path.write_text(json.dumps(run))
+    assert main(["estimate", str(path)]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == f"== {path}: ok"
