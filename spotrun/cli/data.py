@@ -14,6 +14,7 @@ input or destination (the message names the file and line or the option), 1 an A
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
@@ -100,6 +101,8 @@ def _guard(fn, args) -> int:
         return int(Exit.STOPPED)
 
 
+MIN_SHARD_BYTES = 1024  # the least spotrun_trainer.data.prepare takes (it names shard_bytes, not the flag)
+
 def _bucket(args) -> tuple[str, object]:
     dep = deployment(args.stage, args.stack, args.region)
     bucket = dep.outputs.get(StackOutput.ARTIFACT_BUCKET.value)
@@ -118,6 +121,9 @@ def _prepare(args: argparse.Namespace) -> int:
     if (args.out is None) == (args.stage is None):
         raise PrepareError("spotrun prepare needs --out DIR (here) or --stage STAGE --name NAME (the stage's "
                            f"bucket), {'not both' if args.out is not None else 'and got neither'}")
+    if not (math.isfinite(args.shard_mb) and args.shard_mb * 1e6 >= MIN_SHARD_BYTES):
+        raise PrepareError(f"--shard-mb={args.shard_mb:g} is invalid: expected a shard size in MB of at least "
+                           f"{MIN_SHARD_BYTES / 1e6:g} ({MIN_SHARD_BYTES:,} bytes; default 256)")
     shard_bytes = int(args.shard_mb * 1e6)
     split = args.validation_fraction
     if not 0 <= split <= 0.5:

@@ -64,6 +64,7 @@ def check_file(path: Path, target: Target | None, *, plan: bool, s3_client: Any 
     loaded = load_run_file(path)
     run, note = loaded.run, None
     if plan:
+        _check_local_paths(run)  # as validate and local: model.source first (swapped sources are named as such)
         cache = prepared or prepared_beside(Path(path))
         run, note = prepared_text(loaded.raw, cache, also=local_prepared(Path(path)))
     catalog = load_catalog()
@@ -239,13 +240,19 @@ def _ok_doc(checked: Checked) -> dict:
             "checked": checked.checked, "not_checked": checked.not_checked, **extra}
 
 
+MISSED = "THE DEADLINE WILL BE MISSED"  # spotrun/planner/estimate.py's warning for an accepted miss
+
+
 def _print_ok(path: Path, checked: Checked) -> None:
     if checked.unchecked:
         who = f"`spotrun estimate {path}` must check these" if checked.estimate is None else \
             "these need what could not be read here; the pipeline's estimate step reads it and refuses a run that fails"
         print(f"== {path}: NOT CHECKED (nothing wrong found, but {who}): " + "; ".join(checked.unchecked))
     else:
-        print(f"== {path}: ok")
+        missed = checked.estimate is not None and any(w.startswith(MISSED) for w in checked.estimate.warnings)
+        # the accepted miss is said first, not only among the warnings under the plan's lines
+        print(f"== {path}: ok" + (f", but {MISSED} (accepted by compute.accept_missed_deadline; the warning below "
+                                  "says by how much)" if missed else ""))
     if checked.estimate is not None:
         print(format_text(checked.estimate))
         print(policy_text(checked.estimate.spot_policy))

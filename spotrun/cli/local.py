@@ -2,7 +2,7 @@
 
 Exit codes (spotrun/cli/exits.py): 0 done; 2 invalid run, arguments or configuration (found before any worker starts,
 or by the launcher); 3 refused by the planner (over budget); 1 training failed; 4 trained but refused by
-registry.gate; 130 stopped by Ctrl-C (the job saved a checkpoint: `spotrun local --resume JOB` continues it).
+registry.gate; 130 stopped by Ctrl-C or SIGTERM (the job saved a checkpoint: `spotrun local --resume JOB` continues it).
 With `--format json` an error is one JSON document on stdout, as the report is.
 """
 
@@ -98,7 +98,7 @@ def _guarded(run, fmt: str = "text") -> int:
         return _end(fmt, for_status(exc.status), exc.status, exc.message, f"error: {exc.status}: {exc.message}",
                     exc.field)
     except LocalStopped as exc:
-        line = f"stopped by Ctrl-C {exc}. Resume with: {exc.resume_hint}"
+        line = f"stopped by {exc.by} {exc}. Resume with: {exc.resume_hint}"
         return _end(fmt, Exit.STOPPED, "Stopped", line, line)
     except LocalConfigError as exc:
         return _end(fmt, Exit.INVALID, "InvalidConfiguration", str(exc), f"error: InvalidConfiguration: {exc}")

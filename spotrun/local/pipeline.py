@@ -299,9 +299,13 @@ def run_local(run_path: Path, options: LocalOptions, *, emit: Callable[[str], No
     raw, run = load_run(run_path, out / "models", hub_endpoint=options.hub_endpoint, emit=emit)
     job_name = options.job_name or f"{run.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     root = out / job_name
-    if root.exists():
-        raise LocalRunError(f"job directory {root} exists: continue it with `spotrun local --resume {job_name} --out "
-                            f"{options.out}`, or choose another --job-name")
+    if root.exists():  # invalid input (exit 2), found before anything is prepared or planned
+        held = (f"{root} holds a job that completed: its report is {root / 'report.txt'}"
+                if (root / "report.json").is_file() else
+                f"{root} holds a job that did not finish: continue it with `spotrun local --resume {job_name} --out "
+                f"{options.out}`")
+        raise RunValidationError("--job-name", job_name, f"a name no job directory under --out has ({held}); or "
+                                 "choose another --job-name")
     check_raw_split(run)
     caches = (out / PREPARED_DIR, prepared_beside(Path(run_path).resolve()))
     raw, prepared = prepare_if_raw(raw, caches[0], emit, also=caches[1:])

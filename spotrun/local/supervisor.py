@@ -24,6 +24,7 @@ import re
 import shlex
 import signal
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,11 +49,22 @@ class LocalConfigError(LocalRunError):
 
 
 class LocalStopped(LocalRunError):
-    """Ctrl-C: the job was stopped cleanly; `resume_hint` says how to continue it."""
+    """Ctrl-C (or SIGTERM): the job was stopped cleanly; `resume_hint` says how to continue it, `by` what stopped
+    it ("Ctrl-C" or "SIGTERM")."""
 
-    def __init__(self, message: str, resume_hint: str):
+    def __init__(self, message: str, resume_hint: str, by: str = "Ctrl-C"):
         super().__init__(message)
-        self.resume_hint = resume_hint
+        self.resume_hint, self.by = resume_hint, by
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM to `spotrun local` itself (`kill PID`, `timeout`, a CI runner's cancel) while a job runs: stopped as
+    Ctrl-C stops it. Without it the CLI died at once and left the launcher, torchrun and the workers training on
+    in the background."""
+
+
+def _terminated(*_signal) -> None:  # signal.signal passes the number and the frame
+    raise Terminated()
 
 
 @dataclass(frozen=True)
@@ -170,17 +182,22 @@ class Supervisor:
         if running:
             raise LocalRunError(f"job {self.job.root} is still running (launcher pid {', '.join(map(str, running))}): "
                                 "stop it before resuming")
+        main = threading.current_thread() is threading.main_thread()  # only the main thread may set handlers
+        previous = signal.signal(signal.SIGTERM, _terminated) if main else None
         try:
             while not self._one_start():
                 pass
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
             self.progress.close()
-            raise self._user_stop() from None
+            raise self._user_stop("SIGTERM" if isinstance(exc, Terminated) else "Ctrl-C") from None
         except BaseException:  # an error here: leave no training processes behind
             if self.proc is not None:
                 kill_tree(self.proc)
             self.progress.close()
             raise
+        finally:
+            if main:
+                signal.signal(signal.SIGTERM, previous)
         self.progress.close()
         for left in self.pending:
             self.timeline["not_injected"].append({"trigger": str(left), "reason": "the run finished first"})
@@ -275,14 +292,15 @@ class Supervisor:
                 "high_water_step": max(self.high_water, reached), "stop_s": round(self.now() - at_s, 3),
                 "checkpoint_step": self._checkpoint_step()}
 
-    def _user_stop(self) -> LocalStopped:
-        """Ctrl-C: SIGTERM (the trainer agrees on a step and saves), a second Ctrl-C kills the job outright."""
+    def _user_stop(self, by: str = "Ctrl-C") -> LocalStopped:
+        """Ctrl-C (or SIGTERM to this process): SIGTERM to the job (the trainer agrees on a step and saves), a
+        second one kills the job outright."""
         proc = self.proc
         at_s = self.now()
         if proc is None:
-            return LocalStopped("before the first start of the launcher", self.resume_hint)
+            return LocalStopped("before the first start of the launcher", self.resume_hint, by)
         if proc.poll() is None:
-            self.emit("[local] Ctrl-C: stopping the job cleanly (the trainer saves a checkpoint; Ctrl-C again "
+            self.emit(f"[local] {by}: stopping the job cleanly (the trainer saves a checkpoint; {by} again "
                       "to kill it)")
             proc.send_signal(signal.SIGTERM)
             try:
@@ -294,7 +312,7 @@ class Supervisor:
         start = self.timeline["starts"][-1]
         start["ended_s"], start["exit_code"] = self.now(), proc.poll()
         self.timeline["user_stops"].append({"at_s": at_s, "step": records[-1][0] if records else 0,
-                                            "checkpoint_step": checkpoint})
+                                            "checkpoint_step": checkpoint, "by": by})
         self._save()
         return LocalStopped(f"at step {records[-1][0] if records else 0}; newest checkpoint: step {checkpoint} in "
-                            f"{self.job.checkpoints}", self.resume_hint)
+                            f"{self.job.checkpoints}", self.resume_hint, by)

@@ -33,6 +33,7 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..contract.strict_json import show
 from .availability import fitted_trace
 
 INF = math.inf
@@ -188,14 +189,14 @@ def read_availability(path: Path, instances: int = 1) -> Recording:
                          f"[instances available, ...]}} ({exc})") from None
     lo, hi = GAP_RANGE_S
     if isinstance(gap, bool) or not isinstance(gap, (int, float)) or not lo <= gap <= hi:
-        raise ValueError(f"{path}: metadata.gap_seconds={gap!r} is invalid: expected a number of seconds from "
+        raise ValueError(f"{path}: metadata.gap_seconds={show(gap)} is invalid: expected a number of seconds from "
                          f"{lo:g} to {hi:g} (recordings sample every few minutes)")
     if not isinstance(data, list) or not data or len(data) > MAX_SAMPLES:
         raise ValueError(f"{path}: data is invalid: expected a list of 1 to {MAX_SAMPLES:,} counts of instances "
                          f"available")
     bad = next((v for v in data if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < INF), None)
     if bad is not None:
-        raise ValueError(f"{path}: data has {bad!r}: expected finite counts of instances available, >= 0")
+        raise ValueError(f"{path}: data has {show(bad)}: expected finite counts of instances available, >= 0")
     if max(data) < instances:
         raise ValueError(f"{path}: no capacity at all: no sample has {instances} or more instances available "
                          f"(the most is {max(data):g}); a spot job would wait on this trace forever")

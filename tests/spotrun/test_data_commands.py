@@ -259,3 +259,14 @@ def test_prepare_splits_validation_by_fraction_as_another_dataset(capsys, tmp_pa
 
 def read_marker_key(path):
     return json.loads((path / PREPARE_MARKER).read_text())["key"]
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf"])
+def test_prepare_refuses_a_shard_size_naming_the_flag(capsys, tmp_path, chat_jsonl_gz, chat_tokenizer, value):
+    """`--shard-mb 0` named the trainer's internal `shard_bytes=0`; `nan` and `inf` were tracebacks."""
+    assert main(["prepare", str(chat_jsonl_gz), "--tokenizer", str(chat_tokenizer), "--out", str(tmp_path / "x"),
+                 f"--shard-mb={value}"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --shard-mb={value} is invalid: expected a shard size in MB of at least 0.001024")
+    assert "shard_bytes" not in err and "Traceback" not in err
+    assert not (tmp_path / "x").exists()

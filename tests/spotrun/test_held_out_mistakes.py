@@ -174,3 +174,35 @@ def test_start_refuses_local_sources_before_asking_for_credentials(tmp_path, cap
     assert code == 2 and err.count("\n") == 0, err
     assert err.startswith('error: InvalidRun: model.source="') and "is invalid: expected an s3:// URI under the " \
         "stage's bucket for `spotrun start`" in err, err
+
+
+@pytest.mark.parametrize("gate", [False, True])
+def test_swapped_sources_are_named_as_model_source_by_estimate_as_by_validate(tmp_path, capsys, assets, gate):
+    # model.source = the prepared data, data.source = the model directory: `validate` and `local` named
+    # model.source, `estimate` blamed registry.gate ("no validation data") or data.source ("no .txt ... files")
+    run = _run(str(assets["data"]), str(assets["model"]))
+    if gate:
+        run["registry"] = {"gate": {"min_improvement": 0.01}}
+    code, doc = _estimate_json(tmp_path, capsys, run)
+    assert code == 2 and doc["field"] == "model.source", doc
+    assert "a Hugging Face model directory with config.json" in doc["message"] and "index.json" in doc["message"]
+    assert not (tmp_path / "prepared").exists()  # the model directory was not tokenized as raw text
+    assert main(["validate", "--format", "json", str(tmp_path / "run.json")]) == 2
+    assert json.loads(capsys.readouterr().out)["field"] == "model.source"
+
+
+def test_an_accepted_missed_deadline_is_said_on_the_first_line(tmp_path, capsys, assets):
+    # docs/checks-before-paying.md: "the run is planned and its estimate warns first"; the text said "== RUN: ok"
+    # and the warning came 18 lines further down, after the plan
+    run = {**_run(str(assets["model"]), str(assets["data"])),
+           "compute": {"instance_type": "ml.g5.xlarge", "deadline_hours": 0.01, "accept_missed_deadline": True}}
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(run))
+    assert main(["estimate", str(path)]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first == (f"== {path}: ok, but THE DEADLINE WILL BE MISSED (accepted by compute.accept_missed_deadline; "
+                     "the warning below says by how much)"), first
+    run["compute"]["deadline_hours"] = 48
+    path.write_text(json.dumps(run))
+    assert main(["estimate", str(path)]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == f"== {path}: ok"

@@ -280,3 +280,69 @@ def test_a_hard_kill_redoes_the_steps_after_the_last_checkpoint_and_registers_th
     assert sorted(by_step) == [s for s, _ in loss_records(out / "reference" / "sm" / "model")]
     assert rep["actual"]["steps"] == STEPS and rep["interruptions"] == 1 and event["lost_s"] > 0
     assert weights_identical(rep["model_data_url"], runs["reference"]["model_data_url"])
+
+
+def test_a_job_name_taken_is_invalid_input_and_a_completed_job_is_not_offered_for_resume(tmp_path, assets, capsys):
+    """`--job-name` of an existing job directory was exit 1 (a failure) and advised `--resume` even for a job that
+    had completed, which `--resume` then refuses."""
+    run = {"version": 1, "name": "taken", "model": {"source": str(assets["model"])},
+           "data": {"source": str(assets["corpus"].parent), "seq_len": 64},
+           "compute": {"instance_type": "ml.g5.xlarge"}, "budget": {"max_usd": 5}}
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(run))
+    out = tmp_path / "out"
+    (out / "done").mkdir(parents=True)
+    (out / "done" / "report.json").write_text("{}")
+    (out / "stopped").mkdir()
+    assert main(["local", str(path), "--out", str(out), "--job-name", "done"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith('error: InvalidRun: --job-name="done" is invalid: expected a name no job directory')
+    assert "completed" in err and "--resume" not in err
+    assert main(["local", str(path), "--out", str(out), "--job-name", "stopped"]) == 2
+    err = capsys.readouterr().err
+    assert f"did not finish: continue it with `spotrun local --resume stopped --out {out}`" in err
+    assert not (out / "prepared").exists()  # refused before the raw text was tokenized
+
+
+@pytest.mark.slow
+def test_sigterm_to_spotrun_local_stops_the_job_cleanly_instead_of_orphaning_it(tmp_path, assets):
+    """`kill PID` (or `timeout`, a CI runner's cancel) of `spotrun local` killed the CLI at once and left the
+    launcher, torchrun and both workers training on in the background, reparented to init; now SIGTERM stops the
+    job as Ctrl-C does: a checkpoint where it stopped, exit 130, the resume hint, no process of the job left."""
+    from spotrun.local.harness import launchers_running
+
+    run = {"version": 1, "name": "term", "model": {"source": str(assets["model"])},
+           "data": {"source": str(assets["data"]), "seq_len": 64}, "training": {"lr": 0.003, "seed": 3},
+           "compute": {"instance_type": "ml.g5.xlarge"}, "budget": {"max_usd": 5}}
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(run))
+    out, job = tmp_path / "out", tmp_path / "out" / "term"
+    argv = [sys.executable, "-m", "spotrun", "local", str(path), "--out", str(out), "--job-name", "term",
+            "--progress", "none", "--set", "max_steps=200", "--set", "checkpoint.interval_steps=50",
+            "--set", "training.micro_batch=2", "--set", "log_every=1"]
+    history = job / "sm" / "model" / "loss_history.jsonl"
+    cli = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           start_new_session=True)  # its own group: only the CLI gets the signal, as `kill PID`
+    deadline = time.monotonic() + 300
+    while not (history.is_file() and len(history.read_text().splitlines()) >= 3):
+        assert cli.poll() is None and time.monotonic() < deadline, cli.communicate()
+        time.sleep(0.05)
+    cli.send_signal(signal.SIGTERM)
+    stdout, stderr = cli.communicate(timeout=300)
+    assert cli.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    assert stderr.splitlines()[-1].startswith("stopped by SIGTERM at step "), stderr
+    assert stderr.splitlines()[-1].endswith(f"Resume with: spotrun local --resume {job}")
+    assert launchers_running(job / "sm") == []
+    left = [p for p in Path("/proc").iterdir() if p.name.isdigit() and _cmdline_has(p, str(job))]
+    assert left == [], left  # no torchrun or worker of the job either
+    stop = json.loads((job / "timeline.json").read_text())["user_stops"][0]
+    assert stop["by"] == "SIGTERM" and stop["checkpoint_step"] == stop["step"] >= 3  # saved where it stopped
+    assert not (job / "report.json").exists()
+
+
+def _cmdline_has(proc: Path, text: str) -> bool:
+    try:
+        return text.encode() in (proc / "cmdline").read_bytes()
+    except OSError:
+        return False

@@ -154,10 +154,12 @@ def test_the_work_is_bounded_on_a_28_day_run_a_one_second_trace_and_a_thousand_w
     ({"metadata": {"gap_seconds": 1e-6}, "data": [1, 0]},
      "gap_seconds=1e-06 is invalid: expected a number of seconds from 1 to 86400"),
     ({"metadata": {"gap_seconds": 1e308}, "data": [1, 0]}, "gap_seconds=1e+308 is invalid"),
-    ({"metadata": {"gap_seconds": "600"}, "data": [1, 0]}, "gap_seconds='600' is invalid"),
+    ({"metadata": {"gap_seconds": "600"}, "data": [1, 0]}, 'gap_seconds="600" is invalid'),  # JSON, not '600'
     ({"metadata": {"gap_seconds": 600}, "data": []}, "data is invalid: expected a list of 1 to"),
     ({"metadata": {"gap_seconds": 600}, "data": [1, -1]}, "data has -1: expected finite counts"),
-    ({"metadata": {"gap_seconds": 600}, "data": [1, float("nan")]}, "data has nan: expected finite counts"),
+    ({"metadata": {"gap_seconds": 600}, "data": [1, float("nan")]}, "data has NaN: expected finite counts"),
+    ({"metadata": {"gap_seconds": 600}, "data": [1, "x", None]}, 'data has "x": expected finite counts'),
+    ({"metadata": {"gap_seconds": None}, "data": [1]}, "gap_seconds=null is invalid"),
     ({"metadata": {"gap_seconds": 600}, "data": [0, 0, 0]}, "no capacity at all"),
 ])
 def test_bad_traces_are_refused_in_one_line(tmp_path, doc, message):
