@@ -2,7 +2,8 @@
 
 Exit codes (spotrun/cli/exits.py): 0 done; 2 invalid run, arguments or configuration (found before any worker starts,
 or by the launcher); 3 refused by the planner (over budget); 1 training failed; 4 trained but refused by
-registry.gate; 130 stopped by Ctrl-C or SIGTERM (the job saved a checkpoint: `spotrun local --resume JOB` continues it).
+registry.gate; 130 stopped by Ctrl-C, SIGTERM or SIGHUP (the job saved a checkpoint: `spotrun local --resume JOB`
+continues it).
 With `--format json` an error is one JSON document on stdout, as the report is.
 """
 

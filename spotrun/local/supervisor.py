@@ -58,13 +58,20 @@ class LocalStopped(LocalRunError):
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM to `spotrun local` itself (`kill PID`, `timeout`, a CI runner's cancel) while a job runs: stopped as
-    Ctrl-C stops it. Without it the CLI died at once and left the launcher, torchrun and the workers training on
-    in the background."""
+    """SIGTERM to `spotrun local` itself (`kill PID`, `timeout`, a CI runner's cancel) or SIGHUP (its terminal
+    closed) while a job runs: stopped as Ctrl-C stops it. Without it the CLI died at once and left the launcher,
+    torchrun and the workers training on in the background. `by`: the signal's name."""
+
+    def __init__(self, by: str = "SIGTERM"):
+        super().__init__(by)
+        self.by = by
 
 
-def _terminated(*_signal) -> None:  # signal.signal passes the number and the frame
-    raise Terminated()
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+def _terminated(signum: int, _frame=None) -> None:  # signal.signal passes the number and the frame
+    raise Terminated(signal.Signals(signum).name)
 
 
 @dataclass(frozen=True)
@@ -183,21 +190,21 @@ class Supervisor:
             raise LocalRunError(f"job {self.job.root} is still running (launcher pid {', '.join(map(str, running))}): "
                                 "stop it before resuming")
         main = threading.current_thread() is threading.main_thread()  # only the main thread may set handlers
-        previous = signal.signal(signal.SIGTERM, _terminated) if main else None
+        previous = {s: signal.signal(s, _terminated) for s in STOP_SIGNALS} if main else {}
         try:
             while not self._one_start():
                 pass
         except KeyboardInterrupt as exc:
             self.progress.close()
-            raise self._user_stop("SIGTERM" if isinstance(exc, Terminated) else "Ctrl-C") from None
+            raise self._user_stop(exc.by if isinstance(exc, Terminated) else "Ctrl-C") from None
         except BaseException:  # an error here: leave no training processes behind
             if self.proc is not None:
                 kill_tree(self.proc)
             self.progress.close()
             raise
         finally:
-            if main:
-                signal.signal(signal.SIGTERM, previous)
+            for number, handler in previous.items():
+                signal.signal(number, handler)
         self.progress.close()
         for left in self.pending:
             self.timeline["not_injected"].append({"trigger": str(left), "reason": "the run finished first"})

@@ -305,7 +305,8 @@ def test_a_job_name_taken_is_invalid_input_and_a_completed_job_is_not_offered_fo
 
 
 @pytest.mark.slow
-def test_sigterm_to_spotrun_local_stops_the_job_cleanly_instead_of_orphaning_it(tmp_path, assets):
+@pytest.mark.parametrize("sent", ["SIGTERM", "SIGHUP"])  # SIGHUP: the terminal it ran in was closed
+def test_sigterm_to_spotrun_local_stops_the_job_cleanly_instead_of_orphaning_it(tmp_path, assets, sent):
     """`kill PID` (or `timeout`, a CI runner's cancel) of `spotrun local` killed the CLI at once and left the
     launcher, torchrun and both workers training on in the background, reparented to init; now SIGTERM stops the
     job as Ctrl-C does: a checkpoint where it stopped, exit 130, the resume hint, no process of the job left."""
@@ -327,17 +328,17 @@ def test_sigterm_to_spotrun_local_stops_the_job_cleanly_instead_of_orphaning_it(
     while not (history.is_file() and len(history.read_text().splitlines()) >= 3):
         assert cli.poll() is None and time.monotonic() < deadline, cli.communicate()
         time.sleep(0.05)
-    cli.send_signal(signal.SIGTERM)
+    cli.send_signal(getattr(signal, sent))
     stdout, stderr = cli.communicate(timeout=300)
     assert cli.returncode == 130, stderr
     assert "Traceback" not in stderr
-    assert stderr.splitlines()[-1].startswith("stopped by SIGTERM at step "), stderr
+    assert stderr.splitlines()[-1].startswith(f"stopped by {sent} at step "), stderr
     assert stderr.splitlines()[-1].endswith(f"Resume with: spotrun local --resume {job}")
     assert launchers_running(job / "sm") == []
     left = [p for p in Path("/proc").iterdir() if p.name.isdigit() and _cmdline_has(p, str(job))]
     assert left == [], left  # no torchrun or worker of the job either
     stop = json.loads((job / "timeline.json").read_text())["user_stops"][0]
-    assert stop["by"] == "SIGTERM" and stop["checkpoint_step"] == stop["step"] >= 3  # saved where it stopped
+    assert stop["by"] == sent and stop["checkpoint_step"] == stop["step"] >= 3  # saved where it stopped
     assert not (job / "report.json").exists()
 
 
