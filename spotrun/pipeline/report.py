@@ -170,7 +170,8 @@ def _local_lines(report: dict) -> list[str]:
         if isinstance(left, dict):
             lines.append(f"      not injected: {left['trigger']} ({left['reason']})")
     lines += [
-        f"  priced, not measured: this machine's {priced['training_seconds']:.1f} s at {report['instance_count']} x "
+        f"  priced, not measured: the {priced['training_seconds']:.1f} s the launcher ran here (of the wall time "
+        f"above) at {report['instance_count']} x "
         f"{report['instance_type']}'s catalog rates (${priced['usd_per_hour']:.4f}/h on-demand"
         + (f", spot {priced['spot_discount']:.0%} off)" if report["spot"] else ")") + ":",
         f"    billable/training {priced['billable_seconds']:.1f} s / {priced['training_seconds']:.1f} s"
