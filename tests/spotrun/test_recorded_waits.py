@@ -1,0 +1,104 @@
+"""The recorder's waits for spot capacity: read from a finished spot job's status transitions, recorded once per
+wait in DynamoDB (moto), and read back per instance type for the estimate."""
+
+from __future__ import annotations
+
+import copy
+from datetime import datetime, timezone
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from spotrun.handlers import interruptions
+from spotrun.planner.measured import record_waits, recorded_waits, wait_items
+from spotrun.seams import RecorderEnvironment
+
+T0 = 1_764_583_200_000  # epoch milliseconds, as EventBridge delivers SageMaker's timestamps
+MIN = 60_000
+
+
+def _event(status: str = "Completed", *, spot: bool = True, name: str = "spotrun-dev-a-1", t0: int = T0,
+           transitions: list[tuple[str, int]] | None = None) -> dict:
+    """A "SageMaker Training Job State Change" event as EventBridge delivers it: the envelope, and a detail of
+    DescribeTrainingJob's shape (times in epoch milliseconds; each transition's StartTime, and EndTime but for the
+    last). `transitions`: (status, minutes after t0). Default: created, 5 min Starting, trained 40 min, interrupted,
+    waited 95 min (Interrupted, then Starting again), then Downloading and Training to the end."""
+    steps = transitions or [("Starting", 0), ("Downloading", 5), ("Training", 6), ("Interrupted", 46),
+                            ("Starting", 100), ("Downloading", 141), ("Training", 143), ("Uploading", 200),
+                            (status, 202)]
+    trans = []
+    for i, (s, m) in enumerate(steps):
+        t = {"Status": s, "StartTime": t0 + m * MIN, "StatusMessage": f"{s}."}
+        if i + 1 < len(steps):
+            t["EndTime"] = t0 + steps[i + 1][1] * MIN
+        trans.append(t)
+    detail = {"TrainingJobName": name,
+              "TrainingJobArn": f"arn:aws:sagemaker:us-east-1:123456789012:training-job/{name}",
+              "TrainingJobStatus": status, "SecondaryStatus": steps[-1][0],
+              "ResourceConfig": {"InstanceType": "ml.g5.xlarge", "InstanceCount": 1, "VolumeSizeInGB": 30},
+              "StoppingCondition": {"MaxRuntimeInSeconds": 86400, "MaxWaitTimeInSeconds": 172800},
+              "CreationTime": t0, "TrainingStartTime": t0 + 5 * MIN, "LastModifiedTime": t0 + steps[-1][1] * MIN,
+              "EnableManagedSpotTraining": spot, "SecondaryStatusTransitions": trans}
+    return {"version": "0", "id": "844e2571-85d4-695f-b930-0153b71dcb42",
+            "detail-type": "SageMaker Training Job State Change", "source": "aws.sagemaker",
+            "account": "123456789012", "time": "2025-12-01T13:00:00Z", "region": "us-east-1",
+            "resources": [detail["TrainingJobArn"]], "detail": detail}
+
+
+def _table():
+    ddb = boto3.resource("dynamodb", region_name="us-east-1")
+    return ddb.create_table(TableName="t", BillingMode="PAY_PER_REQUEST",
+                            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"},
+                                       {"AttributeName": "sk", "KeyType": "RANGE"}],
+                            AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"},
+                                                  {"AttributeName": "sk", "AttributeType": "S"}])
+
+
+def test_a_finished_spot_jobs_waits_run_from_an_interruption_or_its_creation_to_the_next_start_of_work():
+    items = wait_items(_event()["detail"])
+    assert [(i["after"], float(i["seconds"])) for i in items] == [("creation", 5 * 60), ("interruption", 95 * 60)]
+    assert items[1]["sk"] == f"WAIT#{(T0 + 141 * MIN) / 1000:.0f}" and items[1]["instance_type"] == "ml.g5.xlarge"
+    # straight to Training (no Downloading), and times as ISO strings: the same waits
+    iso = _event(transitions=[("Starting", 0), ("Training", 3), ("Interrupted", 30), ("Starting", 31),
+                              ("Training", 90), ("Interrupted", 120), ("Training", 150), ("Completed", 200)])
+    for t in iso["detail"]["SecondaryStatusTransitions"]:
+        t["StartTime"] = datetime.fromtimestamp(t["StartTime"] / 1000, timezone.utc).isoformat()
+    iso["detail"]["CreationTime"] = datetime.fromtimestamp(T0 / 1000, timezone.utc).isoformat()
+    assert [float(i["seconds"]) for i in wait_items(iso["detail"])] == [180, 60 * 60, 30 * 60]
+
+
+def test_no_wait_is_read_from_an_on_demand_job_a_running_one_or_a_wait_the_job_ended_in():
+    assert wait_items(_event(spot=False)["detail"]) == []  # on-demand: its Starting is no wait for spot capacity
+    assert wait_items(_event("InProgress")["detail"]) == []  # recorded once, when the job has finished
+    ended_waiting = _event("Stopped", transitions=[("Starting", 0), ("Training", 4), ("Interrupted", 60),
+                                                   ("Starting", 61), ("MaxWaitTimeExceeded", 600)])
+    assert [i["after"] for i in wait_items(ended_waiting["detail"])] == ["creation"]  # the last wait never ended
+    # no EnableManagedSpotTraining in the detail: a job that was interrupted is a spot job
+    no_flag = _event()
+    del no_flag["detail"]["EnableManagedSpotTraining"]
+    assert len(wait_items(no_flag["detail"])) == 2
+
+
+def test_the_recorder_records_each_wait_once_and_the_estimate_reads_the_mean_after_interruptions(monkeypatch):
+    with mock_aws():
+        table = _table()
+        assert record_waits(_event(), table) == "recorded"
+        assert record_waits(copy.deepcopy(_event()), table) == "duplicate"  # EventBridge delivered it again
+        assert table.scan()["Count"] == 2
+        assert recorded_waits(table) == {}  # one wait after an interruption: under the minimum evidence
+        for k, wait_min in enumerate((30, 60, 120, 240)):
+            ev = _event(name=f"spotrun-dev-b-{k}", transitions=[
+                ("Starting", 0), ("Training", 2), ("Interrupted", 50), ("Starting", 50 + wait_min // 2),
+                ("Training", 50 + wait_min), ("Completed", 300 + wait_min)])
+            assert record_waits(ev, table) == "recorded"
+        mean_s, count = recorded_waits(table)["ml.g5.xlarge"]
+        assert count == 5 and mean_s == pytest.approx((95 + 30 + 60 + 120 + 240) * 60 / 5)
+        assert recorded_waits(table, min_waits=6) == {}
+        # the Lambda: an Interrupted event records the interruption, the finished job's event its waits
+        monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+        for k, v in RecorderEnvironment(table_name="t", stage="dev").to_env().items():
+            monkeypatch.setenv(k, v)
+        done = _event("Stopped", name="spotrun-dev-c-1")
+        assert interruptions.handler(done, None)["waits"] == "recorded"
+        assert recorded_waits(table)["ml.g5.xlarge"][1] == 6
