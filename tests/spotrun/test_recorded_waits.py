@@ -102,3 +102,68 @@ def test_the_recorder_records_each_wait_once_and_the_estimate_reads_the_mean_aft
         done = _event("Stopped", name="spotrun-dev-c-1")
         assert interruptions.handler(done, None)["waits"] == "recorded"
         assert recorded_waits(table)["ml.g5.xlarge"][1] == 6
+
+
+# ---- the estimate ------------------------------------------------------------------------------------------------
+
+H = 3600.0
+RUN = {"version": 1, "name": "w", "model": {"parameters": 1_000_000_000},
+       "data": {"tokens": 2_000_000_000, "seq_len": 2048}, "budget": {"max_usd": 1_000_000},
+       "compute": {"instance_type": "ml.g5.xlarge", "on_demand_fallback": True}}
+
+
+def _run(**checkpoint):
+    from spotrun.contract.spec import parse_run
+
+    return parse_run({**RUN, "checkpoint": checkpoint} if checkpoint else RUN)
+
+
+def test_the_estimate_plans_with_the_runs_mean_wait_else_the_recorded_one_else_the_models_and_says_which():
+    from spotrun.planner.estimate import estimate
+
+    recorded = {"ml.g5.xlarge": (5.1 * H, 12)}
+    plain = estimate(_run())
+    assert plain.mean_wait_seconds is None and "mean_wait_seconds" not in plain.to_json()
+    assert estimate(_run(), recorded_waits={"ml.p4d.24xlarge": (H, 9)}).mean_wait_seconds is None  # another type
+    est = estimate(_run(), recorded_waits=recorded)
+    assert est.mean_wait_seconds == 5.1 * H
+    assert est.mean_wait_source == "recorded: 12 waits for capacity on ml.g5.xlarge"
+    assert est.to_json()["mean_wait_seconds"] == 5.1 * H
+    given = estimate(_run(mean_wait_hours=0.5), recorded_waits=recorded)  # the run's own wins
+    assert given.mean_wait_seconds == 0.5 * H and given.mean_wait_source == "checkpoint.mean_wait_hours=0.5"
+    on_demand = estimate(parse_on_demand(), recorded_waits=recorded)
+    assert on_demand.mean_wait_seconds is None  # no spot capacity waited for
+    # everything else the planner figures is the same: the wait only shapes the policy's traces
+    assert {**est.to_json(), "mean_wait_seconds": None, "mean_wait_source": None} == \
+        {**plain.to_json(), "mean_wait_seconds": None, "mean_wait_source": None}
+
+
+def parse_on_demand():
+    from spotrun.contract.spec import parse_run
+
+    return parse_run({**RUN, "compute": {**RUN["compute"], "spot": False, "on_demand_fallback": False}})
+
+
+def test_a_long_recorded_wait_lowers_the_odds_of_a_policy_that_waits_for_spot_and_the_source_says_so():
+    from spotrun.contract.spec import RunValidationError, parse_run
+    from spotrun.planner.estimate import estimate, load_catalog
+    from spotrun.policy.choose import spot_policy
+
+    plain = estimate(_run())
+    deadline = {**RUN, "compute": {**RUN["compute"], "deadline_hours": round(plain.wall_seconds / H * 1.5, 1)}}
+    run = parse_run(deadline)
+    rows = {}
+    for name, waits in (("model", None), ("short", {"ml.g5.xlarge": (0.05 * H, 20)}),
+                        ("long", {"ml.g5.xlarge": (20 * H, 20)})):
+        est = estimate(run, recorded_waits=waits)
+        section = spot_policy(run, est, load_catalog(), n=200).section
+        rows[name] = {r["label"]: r for r in section.policies}
+        if waits:
+            assert f"({est.mean_wait_source})" in section.trace_source
+            assert f"waits for capacity of {est.mean_wait_seconds / H:.2g} h on average" in section.trace_source
+    maxwait = "maxwait_fallback (notice)"
+    assert rows["long"][maxwait]["p_deadline"] < rows["model"][maxwait]["p_deadline"] <= \
+        rows["short"][maxwait]["p_deadline"]
+    for bad in (0, -1, 169, "5"):
+        with pytest.raises(RunValidationError, match="checkpoint.mean_wait_hours"):
+            parse_run({**RUN, "checkpoint": {"mean_wait_hours": bad}})
