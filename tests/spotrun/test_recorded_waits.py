@@ -167,3 +167,19 @@ def test_a_long_recorded_wait_lowers_the_odds_of_a_policy_that_waits_for_spot_an
     for bad in (0, -1, 169, "5"):
         with pytest.raises(RunValidationError, match="checkpoint.mean_wait_hours"):
             parse_run({**RUN, "checkpoint": {"mean_wait_hours": bad}})
+
+
+def test_the_estimate_step_passes_the_recorded_waits_to_the_plans_spot_policy():
+    from spotrun.pipeline.plan import PipelineSettings, plan
+
+    settings = PipelineSettings(bucket="art-bucket", job_prefix="spotrun-dev-", model_package_group="spotrun-models",
+                                poll_seconds=60, project="spotrun", stage="dev", cost_center="ml-platform")
+    run = {"version": 1, "name": "tiny-run",
+           "model": {"init": "random", "config": {"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4}},
+           "data": {"source": "s3://art-bucket/datasets/d1/", "tokens": 1_000_000, "seq_len": 128},
+           "compute": {"instance_type": "ml.g5.xlarge", "on_demand_fallback": True}, "budget": {"max_usd": 20}}
+    plain = plan(copy.deepcopy(run), "exec-1", settings)
+    waited = plan(copy.deepcopy(run), "exec-1", settings, waits={"ml.g5.xlarge": (7.5 * H, 30)})
+    source = waited["estimate"]["spot_policy"]["trace_source"]
+    assert "waits for capacity of 7.5 h on average (recorded: 30 waits for capacity on ml.g5.xlarge)" in source
+    assert "recorded" not in plain["estimate"]["spot_policy"]["trace_source"]
