@@ -4,6 +4,7 @@
     python benchmarks/calibration_bench.py --spot-traces DIR --set held-out --stretches 1000
     python benchmarks/calibration_bench.py --spot-traces DIR --set choose --windows 1000 --deadlines 48
     python benchmarks/calibration_bench.py --spot-traces DIR --set choose --cycles 20
+    python benchmarks/calibration_bench.py --spot-traces DIR --set held-out --waits recorded
 
 The setting is benchmarks/policy_bench.py's (#26: 40 h of work, a 0.2 h changeover, spot at 0.35 of on-demand,
 saves on the notice, deadlines 48, 60 and 80 h) on every one-node trace of github.com/skypilot-org/spot-traces
@@ -18,6 +19,9 @@ sorted path order, which the estimate's availability model (spotrun/policy/avail
 - Estimated: what the estimate prints for a run on that recording's capacity: its P(deadline) over `--n`
   generated traces (choose.py's `ESTIMATE_TRACES`: the fitted model; seed 0) at the recording's own interruption
   rate (its windows per available hour, as the interruption recorder would measure it), averaged over the windows.
+  `--waits recorded`: each recording's estimate also given its own mean wait for capacity (the mean gap between
+  its windows, as the recorder's waits would measure it), as an estimate with recorded waits is; `model` (the
+  default): the waits' mean from the model's power law at the rate.
 The difference, per deadline and candidate, is the estimate's calibration on recorded capacity; beside it, the 5th
 and 95th percentiles of that difference over the recordings resampled with replacement (their windows together),
 which says how much of it a different handful of recordings would move.
@@ -50,10 +54,22 @@ def recorded_rate(rec) -> float:
     return len(rec.windows) / (sum(b - a for a, b in rec.windows) / 3600)
 
 
-def estimated(plan, rate: float, n: int, todo: list[tuple[str, str]], seed: int = 0) -> dict:
-    """The estimate's P(deadline) per candidate label for a run at `rate` interruptions per job-hour (its traces
-    drawn from `seed`: the estimate's is 0)."""
-    spec = TraceSpec(interruptions_per_hour=rate, horizon_s=horizon_s(plan), **ESTIMATE_TRACES)
+def recorded_wait(rec) -> float:
+    """The mean wait for capacity after an interruption, in seconds: the gaps between the recording's windows."""
+    w = rec.windows
+    gaps = [a2 - b for (_, b), (a2, _) in zip(w, w[1:], strict=False)]
+    return sum(gaps) / len(gaps)
+
+
+def trace_spec(plan, rec, waits: str = "model") -> TraceSpec:
+    """The estimate's traces for a run on `rec`'s capacity: at its rate, and (`waits="recorded"`) its mean wait."""
+    return TraceSpec(interruptions_per_hour=recorded_rate(rec), horizon_s=horizon_s(plan), **ESTIMATE_TRACES,
+                     mean_wait_s=recorded_wait(rec) if waits == "recorded" else None)
+
+
+def estimated(plan, spec: TraceSpec, n: int, todo: list[tuple[str, str]], seed: int = 0) -> dict:
+    """The estimate's P(deadline) per candidate label for a run on `spec`'s traces (drawn from `seed`: the
+    estimate's is 0)."""
     return {r.label: r.p_deadline for r in compare(plan, generated_traces(spec, n, seed), todo)}
 
 
@@ -63,12 +79,12 @@ def observed(plan, trace: list, policy: str, ck: str) -> bool:
 
 
 def calibrate(recordings: list, deadline_h: float, every_h: float, n: int, policies: list[str] | None,
-              seed: int = 0) -> list[tuple[str, float, float, int, tuple[float, float]]]:
+              seed: int = 0, waits: str = "model") -> list[tuple[str, float, float, int, tuple[float, float]]]:
     """(candidate, mean estimated P, observed frequency, windows, the difference's 90% interval) at one deadline."""
     plan = setting(deadline_h)
     todo = windows(recordings, deadline_h, every_h)
     offered = [(p, ck) for p, ck in candidates(plan) if policies is None or p in policies]
-    est = [estimated(plan, recorded_rate(rec), n, offered, seed) for rec in recordings]
+    est = [estimated(plan, trace_spec(plan, rec, waits), n, offered, seed) for rec in recordings]
     out = []
     for policy, ck in offered:
         label = describe(policy, ck)
@@ -87,15 +103,14 @@ def lost_at_end(plan, up_s: float) -> float:
     return 0.0 if trained <= 0 else min(trained % (plan.interval_s + plan.save_s), plan.interval_s)
 
 
-def stretch_rows(plan, recordings: list, names: list[str], n: int) -> list[str]:
+def stretch_rows(plan, recordings: list, names: list[str], n: int, waits: str = "model") -> list[str]:
     """Per recording, its stretches with capacity against those of the estimate's `n` generated traces at its rate
     (seed 0): the share shorter than a start (start-up and restore: no work done, none lost) and the mean work a
     periodic-only job loses at a stretch's end (`lost_at_end`)."""
     start = plan.startup_s + plan.restore_s
     rows = []
     for name, rec in zip(names, recordings, strict=True):
-        rate = recorded_rate(rec)
-        spec = TraceSpec(interruptions_per_hour=rate, horizon_s=horizon_s(plan), **ESTIMATE_TRACES)
+        rate, spec = recorded_rate(rec), trace_spec(plan, rec, waits)
         gen: list[float] = []
         for trace in generated_traces(spec, n, 0):
             gen += [b - a for a, b in trace[:-1] if a > 0]  # whole stretches: not the first (cut by the start)
@@ -145,13 +160,13 @@ def _cells(acc: dict) -> list[str]:
             f"{div(acc['notice'] - acc['periodic'], acc['w']) * 100:.1f}", f"{div(acc['seen'], acc['n_seen']):.1f}"]
 
 
-def window_rows(plan, recordings: list, names: list[str], every_h: float, n: int) -> list[str]:
+def window_rows(plan, recordings: list, names: list[str], every_h: float, n: int, waits: str = "model") -> list[str]:
     """Per recording and pooled (each recording's generated figures weighted by its windows), the recorded windows'
     `window_figures` against those of the estimate's `n` generated traces at its rate (seed 0): recorded / generated."""
     rows, total = [], {"rec": {}, "gen": {}}
     for name, rec in zip(names, recordings, strict=True):
         todo = windows([rec], plan.deadline_s / 3600, every_h)
-        spec = TraceSpec(interruptions_per_hour=recorded_rate(rec), horizon_s=horizon_s(plan), **ESTIMATE_TRACES)
+        spec = trace_spec(plan, rec, waits)
         sides = {"rec": _pooled([window_figures(plan, t) for _, t in todo], 1.0),
                  "gen": _pooled([window_figures(plan, t) for t in generated_traces(spec, n, 0)], len(todo) / n)}
         for side, acc in sides.items():
@@ -168,7 +183,7 @@ def _window_row(name: str, count: int, sides: dict) -> str:
     return f"| {name} | {count} | " + " | ".join(cells) + " |"
 
 
-def cycle_rows(recordings: list, names: list[str], repeats: int) -> list[str]:
+def cycle_rows(recordings: list, names: list[str], repeats: int, waits: str = "model") -> list[str]:
     """Recorded against generated (`repeats` traces as long as each recording, in cycles, at its rate): the
     correlation of log(stretch with capacity) one cycle apart, of log(wait) one cycle apart, and of a stretch's
     log with the wait after it, pooled over the recordings (each sequence centred on its own mean)."""
@@ -195,7 +210,7 @@ def cycle_rows(recordings: list, names: list[str], repeats: int) -> list[str]:
         w = rec.windows
         rec_seqs.append([(b - a, a2 - b) for (a, b), (a2, _) in zip(w, w[1:], strict=False)])
         for _ in range(repeats):
-            gen = CHAIN.cycles(recorded_rate(rec), rng)
+            gen = CHAIN.cycles(recorded_rate(rec), rng, recorded_wait(rec) if waits == "recorded" else None)
             next(gen)  # the first cycle is a remainder
             gen_seqs.append([next(gen)[1:] for _ in range(len(w) - 1)])
     return [f"| {name} | " + " | ".join(f"{x:+.3f}" for x in figures(seqs)) + " |"
@@ -230,6 +245,9 @@ def main() -> None:
                         "was fitted on the others), even positions (choose) or all")
     parser.add_argument("--seed", type=int, default=0,
                         help="draw the estimate's traces from this seed instead of its own 0 (its sampling error)")
+    parser.add_argument("--waits", choices=["model", "recorded"], default="model",
+                        help="the estimate's mean wait for capacity: the model's at the recording's rate, or the "
+                        "recording's own (as the interruption recorder's waits measure it)")
     parser.add_argument("--policies", help="comma-separated: only these candidates (default: every one offered)")
     parser.add_argument("--deadlines", default=",".join(map(str, DEADLINES_H)), help="hours, comma-separated")
     parser.add_argument("--stretches", type=int, metavar="N", default=0,
@@ -257,7 +275,7 @@ def main() -> None:
         print("| cycles | log stretch with capacity, one cycle apart | log wait, one cycle apart | log stretch and "
               "the wait after it |")
         print("|---|---|---|---|")
-        print("\n".join(cycle_rows(recordings, names, args.cycles)))
+        print("\n".join(cycle_rows(recordings, names, args.cycles, args.waits)))
         return
     if args.windows:
         plan = setting(float(args.deadlines.split(",")[0]))
@@ -267,7 +285,7 @@ def main() -> None:
               "(h) | P(deadline), notice | P(deadline), periodic | notice - periodic (points) | interruptions seen "
               "by the notice runs that met it |")
         print("|---|---|---|---|---|---|---|---|---|")
-        print("\n".join(window_rows(plan, recordings, names, args.every_h, args.windows)))
+        print("\n".join(window_rows(plan, recordings, names, args.every_h, args.windows, args.waits)))
         return
     if args.stretches:
         plan = setting(float(args.deadlines.split(",")[0]))
@@ -276,10 +294,12 @@ def main() -> None:
               "shorter than a start | generated: lost at the end (s) | generated stretches |")
         print("|---|---|---|---|---|---|---|---|")
         print("\n".join(stretch_rows(plan, recordings, [f"{p.parent.name}/{p.stem}" for p in paths],
-                                     args.stretches)))
+                                     args.stretches, args.waits)))
         return
     print(f"{len(recordings)} traces ({args.set}); interruptions per available hour "
-          f"{min(map(recorded_rate, recordings)):.2f}-{max(map(recorded_rate, recordings)):.2f}")
+          f"{min(map(recorded_rate, recordings)):.2f}-{max(map(recorded_rate, recordings)):.2f}; waits: {args.waits}"
+          + (f" (recorded means {min(map(recorded_wait, recordings)) / 3600:.2f}-"
+             f"{max(map(recorded_wait, recordings)) / 3600:.2f} h)" if args.waits == "recorded" else ""))
     print("| deadline | candidate | windows | estimated P(deadline) | observed | difference (points) | "
           "90% interval, recordings resampled |")
     print("|---|---|---|---|---|---|---|")
@@ -287,7 +307,7 @@ def main() -> None:
     policies = args.policies.split(",") if args.policies else None
     for deadline_h in map(float, args.deadlines.split(",")):
         for label, promised, met, count, (lo, hi) in calibrate(recordings, deadline_h, args.every_h, args.n,
-                                                                policies, args.seed):
+                                                                policies, args.seed, args.waits):
             print(f"| {deadline_h:g} h | {label} | {count} | {promised:.1%} | {met:.1%} | "
                   f"{100 * (promised - met):+.1f} | {100 * lo:+.1f} .. {100 * hi:+.1f} |", flush=True)
     print(f"({time.perf_counter() - t0:.0f} s)")

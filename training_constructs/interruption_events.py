@@ -2,7 +2,8 @@
 
 - SecondaryStatus=Interrupted, and every terminal status -> the interruption recorder (Lambda -> DynamoDB,
   idempotent under duplicate delivery, PutItem only), which the estimate reads to set the checkpoint interval; for
-  a Completed job it also records the measured MFU (DescribeTrainingJob's final metrics), which later estimates use.
+  a Completed job it also records the measured MFU (DescribeTrainingJob's final metrics), and for a finished spot
+  job its waits for capacity (from the event's status transitions), which later estimates use.
   Events the Lambda could not take after the retries go to a dead-letter queue instead of being dropped.
 Only jobs whose names start with this stage's prefix match: other stacks' jobs never reach these targets.
 Failures are notified once, by the state machine's Notify states (and the canceller): no rule here sends them.

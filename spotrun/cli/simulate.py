@@ -129,9 +129,10 @@ def traces_for(plan, est, args) -> tuple[list, str]:
                 f"resampled from {len(gaps)} recorded gap{'s' * (len(gaps) != 1)} between interruptions")
     rate = advisor_rate(args.band, est.instance_count) if args.band else est.interruptions_per_hour
     band = f"Advisor band {args.band}: " if args.band else ""
-    if args.droughts is None:
-        spec = TraceSpec(interruptions_per_hour=rate, horizon_s=horizon, **ESTIMATE_TRACES)
-        return generated_traces(spec, args.n, args.seed), band + fitted_source(rate)
+    if args.droughts is None:  # the estimate's mean wait (recorded or the run's) goes with its rate, not a band's
+        wait_s = None if args.band else est.mean_wait_seconds
+        spec = TraceSpec(interruptions_per_hour=rate, horizon_s=horizon, **ESTIMATE_TRACES, mean_wait_s=wait_s)
+        return generated_traces(spec, args.n, args.seed), band + fitted_source(rate, wait_s, est.mean_wait_source)
     spec = TraceSpec(interruptions_per_hour=rate, horizon_s=horizon,
                      **{**SYNTHETIC_TRACES, "droughts_per_day": args.droughts})
     droughts = f"a drought every {1 / spec.droughts_per_day:g} days" if spec.droughts_per_day else "no droughts"

@@ -316,6 +316,10 @@ class CheckpointSpec:
                      "one).", default=2, lo=2, hi=100)
     interruptions_per_hour: float | None = spec("The interruption rate to plan with (default: recorded, else the "
                                                 "catalog's).", default=None, lo=0, hi=10)
+    mean_wait_hours: float | None = spec("The mean wait for spot capacity after an interruption to plan with, in "
+                                         "hours (default: recorded on the instance type, else the availability "
+                                         "model's at the interruption rate).", default=None, lo=0, hi=168,
+                                         lo_open=True)
     resume_from: str | None = spec("An earlier, ended execution of this run: continue from its checkpoints.",
                                    default=None, pattern=_EXECUTION_NAME, accepted="the name of an earlier "
                                    "execution of this run (1-80 letters, digits, - or _)")

@@ -21,7 +21,7 @@ from ..contract.strict_json import strict
 from ..pipeline.continuation import NotAContinuation, carried
 from ..pipeline.plan import plan
 from ..pipeline.preflight import count_running, execution_of
-from ..planner.measured import recorded_rates, recorded_utilization
+from ..planner.measured import recorded_rates, recorded_utilization, recorded_waits
 from ..seams import PipelineSettings, PlanStatus, PreparationSettings
 
 
@@ -34,10 +34,10 @@ def handler(event: dict, _context: Any) -> dict:
         except NotAContinuation as exc:
             return {"plan": {"status": PlanStatus.INVALID_RUN.value, "message": str(exc), "field": "continuation"}}
     settings = PipelineSettings.from_env(os.environ)
-    rates, mfu_lookup = None, None
+    rates, waits, mfu_lookup = None, None, None
     if settings.table_name:
         table = boto3.resource("dynamodb").Table(settings.table_name)
-        rates = recorded_rates(table)
+        rates, waits = recorded_rates(table), recorded_waits(table)
 
         def mfu_lookup(shape: str, method: str) -> dict[str, tuple[float, int]]:
             return recorded_utilization(table, shape=shape, method=method)
@@ -54,4 +54,4 @@ def handler(event: dict, _context: Any) -> dict:
                 s3_client=boto3.client("s3"), quotas_client=boto3.client("service-quotas"),
                 started=str(event.get("started", "")), mfu_lookup=mfu_lookup, running_executions=running,
                 execution_status=status_of, preparation=PreparationSettings.from_env(dict(os.environ)),
-                prepared=event.get("prepared") if isinstance(event.get("prepared"), dict) else None))
+                prepared=event.get("prepared") if isinstance(event.get("prepared"), dict) else None, waits=waits))

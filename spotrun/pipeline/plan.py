@@ -89,14 +89,16 @@ def plan(run_raw: Any, execution: str, settings: PipelineSettings, *, s3_client:
          started: str = "", mfu_lookup: Callable[[str, str], dict[str, tuple[float, int]]] | None = None,
          running_executions: int | None = None,
          execution_status: Callable[[str], tuple[str, str | None] | None] | None = None,
-         preparation: PreparationSettings | None = None, prepared: dict | None = None) -> dict:
+         preparation: PreparationSettings | None = None, prepared: dict | None = None,
+         waits: dict[str, tuple[float, int]] | None = None) -> dict:
     """The plan for one execution (see the module docstring); clients None skip the checks that need them.
 
     `running_executions`: executions of the pipeline running now, this one included (the stage's concurrency
     limit); `execution_status(name)`: (status, run name) of an execution of the pipeline, None if none has it
     (what `checkpoint.resume_from` may name).
 
-    `mfu_lookup(shape, method)`: instance type -> (MFU, runs) measured by earlier runs (spotrun/planner/measured.py).
+    `mfu_lookup(shape, method)`: instance type -> (MFU, runs) measured by earlier runs (spotrun/planner/measured.py);
+    `waits`: instance type -> (mean wait for spot capacity after an interruption, waits) recorded there.
     `preparation`: the stage's preparation settings (None: nothing is prepared here, as in the CLI);
     `prepared`: what this execution's preparation job made (the finish step's output; spotrun/pipeline/preparation.py).
     """
@@ -111,7 +113,7 @@ def plan(run_raw: Any, execution: str, settings: PipelineSettings, *, s3_client:
         if inputs.prepare is None:
             try:
                 done = planned(inputs.run, catalog=admitted.catalog, s3_client=s3_client, rates=rates,
-                               mfu_lookup=mfu_lookup, base_name=base_name)
+                               mfu_lookup=mfu_lookup, base_name=base_name, waits=waits)
             except Refusal as exc:  # invalid input wins: a run over budget is refused first by what it must change
                 if exc.status != PlanStatus.OVER_BUDGET.value:
                     raise

@@ -73,6 +73,7 @@ from .options import (
     Option,
     checkpoint_advice,
     evaluation_seconds,
+    mean_wait,
     notice_upload_seconds,
     price_advice,
     segment_overhead_seconds,
@@ -144,6 +145,7 @@ class _Work:
 def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | None = None,
              data_tokens: int | None = None, recorded_rates: dict[str, float] | None = None,
              recorded_mfu: dict[str, tuple[float, int]] | None = None,
+             recorded_waits: dict[str, tuple[float, int]] | None = None,
              validation_tokens: int | None = None, tokens_lower_bound: bool = False,
              base_name: str | None = None) -> Estimate:
     """Estimate a validated run. `model_config`/`data_tokens` (and `validation_tokens`: data.validation's
@@ -151,6 +153,7 @@ def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | 
     text can make (spotrun/planner/stage.py `smallest_cap`), so fewer than one optimizer step is not refused;
     `recorded_rates` maps instance type to interruptions per instance-hour measured by the recorder;
     `recorded_mfu` maps instance type to (MFU, runs) measured by earlier runs of this shape and method;
+    `recorded_waits` maps instance type to (mean wait for capacity after an interruption in seconds, waits);
     `base_name`: the name an exported adapter gives its base model (outputs.py `hyperparameters`).
 
     The steps: count the work; enumerate the layouts that fit (options.LayoutPlanner); choose the cheapest
@@ -199,6 +202,9 @@ def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | 
     est = _build(run, catalog, work, best, planner.per_rank, (util, util_source), max_runtime, seg, advice,
                  warnings, base_name)
     est = replace(est, warnings=[*est.warnings, *_cap_far_over(run, est)])
+    wait_s, wait_source = mean_wait(run, best.instance_type, recorded_waits)
+    if wait_s is not None:  # the spot policy's traces wait this long on average (spotrun/policy/choose.py)
+        est = replace(est, mean_wait_seconds=round(wait_s, 1), mean_wait_source=wait_source)
     market = "spot" if run.compute.spot else "on-demand"
     # compared at the cents it is printed at ('estimated $0.74 exceeds budget.max_usd=$0.74' read as no reason): a
     # cost that rounds to the cap is refused below, where the chain does not fit, on the chain's words

@@ -3,10 +3,19 @@
 The interruption recorder (spotrun/handlers/interruptions.py) turns SageMaker Training Job State Change events
 into items of the interruptions table, idempotently (a duplicate delivery of the same event writes nothing new):
     pk = job name, sk = "INTERRUPTED#<transition start>"   one per spot interruption of a job
+    pk = job name, sk = "WAIT#<training start>"             one per wait of a spot job for capacity (`wait_items`)
     pk = job name, sk = "USAGE"                              instance-hours of a finished job
     pk = job name, sk = "PERFORMANCE"                        shape, method, instance type and count, MFU, tokens/s
 The estimate reads them back (`recorded_rates`: interruptions per instance-hour by instance type;
-`recorded_utilization`: measured MFU by shape and method) instead of the catalog's guesses.
+`recorded_waits`: the mean wait for capacity after an interruption by instance type; `recorded_utilization`:
+measured MFU by shape and method) instead of the catalog's guesses and the availability model's power law.
+
+A wait for capacity is read from a finished spot job's secondary status transitions (the event's
+SecondaryStatusTransitions, the whole history of the job, as DescribeTrainingJob returns it): from an
+Interrupted transition's start (or the job's CreationTime) to the start of the next Downloading or Training
+transition, the job having been Starting (launching instances, retrying while EC2 has no capacity) in between. It
+includes the instances' launch, which a wait of hours dwarfs. A job that ended while waiting (MaxWaitTimeExceeded,
+stopped) records no wait for that last one.
 
 A completed job's final metrics (SageMaker's FinalMetricDataList, parsed from the trainer's metric line through
 the MetricDefinitions: `train:mfu`, `train:tokens_per_s`) make its performance item. The shape and method come
@@ -119,6 +128,74 @@ def usage_item(detail: dict) -> dict | None:
     return {"pk": detail["TrainingJobName"], "sk": "USAGE", "kind": "usage",
             "instance_type": resource.get("InstanceType", "unknown"),
             "instance_hours": str(round(float(seconds) * count / 3600, 6))}
+
+
+RUNNING = ("Downloading", "Training")  # secondary statuses in which the job has its capacity
+
+
+def _spot(detail: dict) -> bool:
+    """A managed spot job: as the event says, else (not said) interrupted (only spot capacity is reclaimed)."""
+    flag = detail.get("EnableManagedSpotTraining")
+    if flag is not None:
+        return flag in (True, "true", "True")
+    return any(t.get("Status") == "Interrupted" for t in detail.get("SecondaryStatusTransitions") or [])
+
+
+def wait_items(detail: dict) -> list[dict]:
+    """The items for a finished spot job's waits for capacity (none for an on-demand job or one still running):
+    each from an interruption (after="interruption") or the job's creation (after="creation") to the next start
+    of Downloading or Training, in whole seconds."""
+    if detail.get("TrainingJobStatus") not in TERMINAL or not _spot(detail):
+        return []
+    resource = detail.get("ResourceConfig") or {}
+    base = {"pk": detail["TrainingJobName"], "kind": "wait", "instance_type": resource.get("InstanceType", "unknown"),
+            "instance_count": int(resource.get("InstanceCount", 1))}
+    since, after = to_epoch(detail.get("CreationTime")), "creation"
+    items = []
+    for t in detail.get("SecondaryStatusTransitions") or []:
+        status, start = t.get("Status"), to_epoch(t.get("StartTime"))
+        if start is None:
+            continue
+        if since is None and status == "Starting":
+            since = start  # no CreationTime: the first Starting is when the job began to wait
+        if status == "Interrupted":
+            since, after = start, "interruption"
+        elif status in RUNNING and since is not None:
+            items.append({**base, "sk": f"WAIT#{start:.0f}", "after": after,
+                          "seconds": str(round(max(0.0, start - since), 3))})
+            since = None  # running: no wait until the next interruption
+    return items
+
+
+def record_waits(event: dict, table: Any) -> str:
+    """Record a finished spot job's waits for capacity: 'recorded' (at least one new), 'duplicate' or 'ignored'."""
+    detail = event.get("detail") or {}
+    if not detail.get("TrainingJobName"):
+        return "ignored"
+    outcomes = [put_once(table, item) for item in wait_items(detail)]
+    if not outcomes:
+        return "ignored"
+    return "recorded" if "recorded" in outcomes else "duplicate"
+
+
+def recorded_waits(table: Any, min_waits: int = 5) -> dict[str, tuple[float, int]]:
+    """instance type -> (mean seconds of a wait for capacity after an interruption, number of waits), for types
+    with at least `min_waits` of them. The waits after a job's creation are recorded but not counted here: the
+    estimate's model starts a job at a random moment itself and needs the waits that follow an interruption.
+
+    NOTE: a Scan, like recorded_rates.
+    """
+    found: dict[str, list[float]] = {}
+    kwargs: dict = {}
+    while True:
+        page = table.scan(**kwargs)
+        for item in page.get("Items", []):
+            if item.get("kind") == "wait" and item.get("after") == "interruption":
+                found.setdefault(item.get("instance_type", "unknown"), []).append(float(item["seconds"]))
+        if "LastEvaluatedKey" not in page:
+            break
+        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+    return {t: (statistics.fmean(v), len(v)) for t, v in found.items() if len(v) >= min_waits}
 
 
 def record(event: dict, table: Any, *, namespace: str, stage: str) -> str:

@@ -107,6 +107,21 @@ def interruption_rate(run: RunSpec, catalog: dict, itype: str, recorded_rates: d
                                       itype, catalog["families"][family]["interruptions_per_instance_hour"]))) or 0.0
 
 
+def mean_wait(run: RunSpec, itype: str,
+              recorded_waits: dict[str, tuple[float, int]] | None) -> tuple[float | None, str]:
+    """The mean wait for spot capacity after an interruption on `itype`, in seconds, and where it came from: the
+    run's checkpoint.mean_wait_hours, else the recorder's (`recorded_waits`: instance type -> (mean, waits)); None
+    (the availability model's at the rate) without either, or on-demand."""
+    if not run.compute.spot:
+        return None, ""
+    if run.checkpoint.mean_wait_hours is not None:
+        return run.checkpoint.mean_wait_hours * 3600, f"checkpoint.mean_wait_hours={run.checkpoint.mean_wait_hours:g}"
+    if itype in (recorded_waits or {}):
+        seconds, count = recorded_waits[itype]
+        return seconds, f"recorded: {count} waits for capacity on {itype}"
+    return None, ""
+
+
 def evaluation_seconds(run: RunSpec, *, parameters: int, validation_tokens: float | None, optimizer_steps: float,
                        train_seconds: float, cluster_flops_per_s: float, micro_batch: int) -> float:
     """The run's evaluation time: forward passes only (2 FLOPs per parameter per token) over the validation

@@ -74,10 +74,16 @@ class Estimate:
     segments: SegmentPlan | None = None  # how the cap holds (spotrun/planner/segments.py); estimate() sets it
     # optimizer steps of the whole run (`planned_steps`); the plan carries them, the printed estimate does not
     planned_steps: int = 1
+    # the mean wait for spot capacity the policy's traces are drawn with, and where it came from (recorded, or
+    # checkpoint.mean_wait_hours); None: the availability model's at the interruption rate (and not printed)
+    mean_wait_seconds: float | None = None
+    mean_wait_source: str = ""
 
     def to_json(self) -> dict:
         out = {**asdict(self), "spot_policy": section_json(self.spot_policy)}
         del out["planned_steps"]  # the plan's field (Plan.planned_steps), not one of the estimate's figures
+        if self.mean_wait_seconds is None:  # the model's: the estimate reads as it did before waits were recorded
+            del out["mean_wait_seconds"], out["mean_wait_source"]
         if not self.spot:  # an on-demand job has no MaxWait (the text says so): no figure for one
             del out["max_wait_seconds"]
         return out

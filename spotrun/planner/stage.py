@@ -31,9 +31,10 @@ class Planned:
 
 def planned(run: RunSpec, *, catalog: dict, s3_client: Any, rates: dict[str, float] | None,
             mfu_lookup: Callable[[str, str], dict[str, tuple[float, int]]] | None,
-            base_name: str | None) -> Planned:
+            base_name: str | None, waits: dict[str, tuple[float, int]] | None = None) -> Planned:
     """Plan `run` on the stage's catalog. `mfu_lookup(shape, method)`: instance type -> (MFU, runs) measured by
-    earlier runs (spotrun/planner/measured.py); `base_name`: the name an exported adapter gives its base model
+    earlier runs (spotrun/planner/measured.py); `waits`: instance type -> (mean wait for capacity after an
+    interruption, waits) recorded (`recorded_waits`); `base_name`: the name an exported adapter gives its base model
     (a hub model's hub name, which from_pretrained takes, rather than its copy's place)."""
     sources = read_sources(run, s3_client=s3_client)
     run = with_split(run, sources)  # the validation split the prepared data holds, when the run names none
@@ -41,8 +42,8 @@ def planned(run: RunSpec, *, catalog: dict, s3_client: Any, rates: dict[str, flo
     shape = shape_key(config) if config else None
     measured = mfu_lookup(shape, run.training.method) if (mfu_lookup and shape) else None
     est = estimate(run, catalog=catalog, model_config=sources.model_config, data_tokens=sources.tokens,
-                   recorded_rates=rates, recorded_mfu=measured, validation_tokens=sources.validation_tokens,
-                   base_name=base_name)
+                   recorded_rates=rates, recorded_mfu=measured, recorded_waits=waits,
+                   validation_tokens=sources.validation_tokens, base_name=base_name)
     return Planned(run, est, sources.model_config, sources.tokens, shape)
 
 

@@ -19,10 +19,12 @@ then drawn in seconds as recorded; the others are drawn in units scaled so that 
 have a long-run mean of 1 / the estimate's interruption rate (the rate sets how long capacity lasts, the fitted
 shapes how it spreads and bunches). Waits are drawn in units where the fitted mixture has mean 1, scaled so that
 their long-run mean is `DOWN_MEAN_AT_ONE_PER_HOUR_S` x rate^`DOWN_RATE_EXPONENT` (fitted across the traces: where
-capacity is interrupted more often, it also takes longer to return). A job is created at a random moment of that
-process (its stationary state): in a regime and a phase (with capacity or not) with probability in proportion to the
-time the process spends there, inside a stretch drawn in proportion to its length (a random moment falls in a long
-stretch more often), at a uniform point of it (the persisting level taken from that stretch's own).
+capacity is interrupted more often, it also takes longer to return), or to a mean wait recorded by the stack's
+own recorder or given by the run (`mean_wait_s`: the tables and regimes kept, only their scale set).
+A job is created at a random moment of that process (its stationary state): in a regime and a phase (with capacity
+or not) with probability in proportion to the time the process spends there, inside a stretch drawn in proportion
+to its length (a random moment falls in a long stretch more often), at a uniform point of it (the persisting level
+taken from that stretch's own).
 
 Fitted on the 9 traces at even positions (sorted path order, the choose set of benchmarks/policy_bench.py) of
 the one-node availability traces of github.com/skypilot-org/spot-traces (aws-02-15-2023 and aws-10-26-2022;
@@ -224,12 +226,14 @@ class Chain:
         level = short_share_at(rate_per_hour) / (self.short_share or 1.0)
         return tuple(min(0.95, r.short * level) for r in self.regimes)
 
-    def scales(self, rate_per_hour: float) -> tuple[tuple[float, float], float, float, float]:
+    def scales(self, rate_per_hour: float,
+               mean_wait_s: float | None = None) -> tuple[tuple[float, float], float, float, float]:
         """(shares, short_s, long_s, down_s): each regime's share of short stretches, and what the short
         stretches' seconds, the other stretches' and the waits' tables are multiplied by at this rate. Short
         stretches keep their recorded seconds up to the fastest rate fitted (`SHORT_FITTED_UP_TO_PER_HOUR`) and
         shrink with 1 / rate beyond it; the others are scaled so that all stretches with capacity together have
-        mean 1 / rate, the waits so that they have `mean_down_s`."""
+        mean 1 / rate, the waits so that they have `mean_wait_s` (a recorded mean wait; None: `mean_down_s` at
+        the rate), each regime's table keeping its shape and the chain its regimes."""
         mean_s = 3600.0 / rate_per_hour
         shares = self.shares(rate_per_hour)
         short_s = min(1.0, SHORT_FITTED_UP_TO_PER_HOUR / rate_per_hour)
@@ -238,14 +242,16 @@ class Chain:
         longs = sum(p * (1 - q) * r.ups.mean for p, q, r in pairs)
         if not shorts < mean_s:
             raise ValueError(f"the short stretches' mean {shorts:g} s is not under the mean stretch {mean_s:g} s")
-        return shares, short_s, (mean_s - shorts) / longs, mean_down_s(rate_per_hour) / self.mean_down
+        wait_s = mean_down_s(rate_per_hour) if mean_wait_s is None else check_mean_wait(mean_wait_s)
+        return shares, short_s, (mean_s - shorts) / longs, wait_s / self.mean_down
 
-    def cycles(self, rate_per_hour: float, rng: random.Random):
+    def cycles(self, rate_per_hour: float, rng: random.Random, mean_wait_s: float | None = None):
         """Endless (regime, up seconds, down seconds) cycles from the stationary state: the first cycle's up (or,
         when the job is created during a wait, its down) is the remainder of a length-biased stretch, and a job
         created during a wait starts with an up of 0 s. Each stretch with capacity is its regime's
-        at the level of the persisting latent score (`level_share`, `level_lag1`), the first one's from its own."""
-        shares, short_s, long_s, down_s = self.scales(rate_per_hour)
+        at the level of the persisting latent score (`level_share`, `level_lag1`), the first one's from its own.
+        `mean_wait_s`: the waits' long-run mean (`scales`)."""
+        shares, short_s, long_s, down_s = self.scales(rate_per_hour, mean_wait_s)
         weights = [p * w for p, q, r in zip(self.occupancy, shares, self.regimes, strict=True)
                    for w in (r.mean_up_s(q, short_s, long_s), r.downs.mean * down_s)]
         phase = rng.choices(range(4), weights)[0]
@@ -282,14 +288,22 @@ def mean_down_s(rate_per_hour: float) -> float:
     return DOWN_MEAN_AT_ONE_PER_HOUR_S * rate_per_hour ** DOWN_RATE_EXPONENT
 
 
+def check_mean_wait(mean_wait_s: float) -> float:
+    """A mean wait for capacity the model can scale its waits to: a finite number of seconds > 0."""
+    if not (isinstance(mean_wait_s, (int, float)) and 0 < mean_wait_s < INF):
+        raise ValueError(f"mean_wait_s={mean_wait_s!r} is invalid: expected a number of seconds > 0")
+    return float(mean_wait_s)
+
+
 def fitted_trace(rate_per_hour: float, horizon_s: float, rng: random.Random,
-                 chain: Chain = CHAIN) -> list[tuple[float, float]]:
-    """One trace: windows with capacity up to `horizon_s` (the last one open), from the stationary state."""
+                 chain: Chain = CHAIN, mean_wait_s: float | None = None) -> list[tuple[float, float]]:
+    """One trace: windows with capacity up to `horizon_s` (the last one open), from the stationary state; its waits
+    with a long-run mean of `mean_wait_s` where given (a recorded mean), else `mean_down_s` at the rate."""
     if rate_per_hour <= 0:
         return [(0.0, INF)]
     out: list[tuple[float, float]] = []
     t = 0.0
-    for _, up, down in chain.cycles(rate_per_hour, rng):
+    for _, up, down in chain.cycles(rate_per_hour, rng, mean_wait_s):
         if t + up >= horizon_s:
             break
         if up > 0:

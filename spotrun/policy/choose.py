@@ -241,18 +241,20 @@ def choose(plan: SimPlan, rows: list[Summary], confidence: float = CONFIDENCE,
                   f"{deadline_hours_text(plan.deadline_s)} h deadline on >= {confidence:.0%} of the traces{tie}")
 
 
-def windows_per_trace(plan: SimPlan, rate_per_hour: float) -> float:
+def windows_per_trace(plan: SimPlan, rate_per_hour: float, mean_wait_s: float | None = None) -> float:
     """Capacity windows a generated trace holds on average: one per stretch with and without capacity over the
-    horizon (a mean stretch with capacity of 1 / rate hours, one without of `mean_down_s`)."""
+    horizon (a mean stretch with capacity of 1 / rate hours, one without of `mean_wait_s`, else `mean_down_s`)."""
     if rate_per_hour <= 0:
         return 1.0
-    return horizon_s(plan) / (3600 / rate_per_hour + mean_down_s(rate_per_hour)) + 2
+    wait_s = mean_down_s(rate_per_hour) if mean_wait_s is None else mean_wait_s
+    return horizon_s(plan) / (3600 / rate_per_hour + wait_s) + 2
 
 
-def traces_for_estimate(plan: SimPlan, rate_per_hour: float, n: int = N_TRACES) -> int:
+def traces_for_estimate(plan: SimPlan, rate_per_hour: float, n: int = N_TRACES,
+                        mean_wait_s: float | None = None) -> int:
     """How many traces the estimate simulates: N, fewer for a long run at a high rate, so that about
     WINDOW_BUDGET windows are generated and replayed in all (the Lambda's time goes by them); at least one."""
-    return max(1, min(n, int(WINDOW_BUDGET / windows_per_trace(plan, rate_per_hour))))
+    return max(1, min(n, int(WINDOW_BUDGET / windows_per_trace(plan, rate_per_hour, mean_wait_s))))
 
 
 _SHARED: ContextVar[dict | None] = ContextVar("shared_simulations", default=None)
@@ -299,8 +301,9 @@ def spot_policy(run, est, catalog: dict, *, n: int = N_TRACES, seed: int = SEED,
     plan = plan_from_estimate(est, catalog, deadline_s=run.compute.deadline_s,
                               spot_discount=run.compute.spot_discount, poll_s=poll_s, max_poll_s=max_poll_s,
                               on_demand_fallback=run.compute.on_demand_fallback or not run.compute.spot)
-    n = traces_for_estimate(plan, est.interruptions_per_hour, n)
-    spec = TraceSpec(interruptions_per_hour=est.interruptions_per_hour, horizon_s=horizon_s(plan), **ESTIMATE_TRACES)
+    n = traces_for_estimate(plan, est.interruptions_per_hour, n, est.mean_wait_seconds)
+    spec = TraceSpec(interruptions_per_hour=est.interruptions_per_hour, horizon_s=horizon_s(plan), **ESTIMATE_TRACES,
+                     mean_wait_s=est.mean_wait_seconds)
     shared = _SHARED.get()
     if shared is None:
         traces = generated_traces(spec, n, seed)
@@ -338,7 +341,7 @@ def spot_policy(run, est, catalog: dict, *, n: int = N_TRACES, seed: int = SEED,
         warnings.append(f"the run may not finish: no spot policy finishes on {CONFIDENCE:.0%} of the traces (the "
                         f"likeliest, {best.label}, on {best.p_finished:.1%}); compute.on_demand_fallback=true "
                         "finishes on on-demand when spot does not come back")
-    source = fitted_source(est.interruptions_per_hour)
+    source = fitted_source(est.interruptions_per_hour, est.mean_wait_seconds, est.mean_wait_source)
     if not run.compute.spot:  # on-demand alone (`run_candidates`)
         why = "compute.spot=false: on-demand as the run asks"
         source = "on-demand alone: compute.spot=false takes no spot capacity, so no interruption is simulated"
@@ -592,10 +595,15 @@ def _missed_deadline(plan: SimPlan, rows: list[Summary]) -> str:
             "compute.on_demand_fallback=true lets the run move to on-demand to meet it")
 
 
-def fitted_source(rate_per_hour: float) -> str:
-    """What the estimate's traces are, in a line."""
+def fitted_source(rate_per_hour: float, mean_wait_s: float | None = None, wait_source: str = "") -> str:
+    """What the estimate's traces are, in a line: the waits' mean the model's at the rate, or the one given (with
+    where it came from: recorded, or the run's checkpoint.mean_wait_hours)."""
+    if mean_wait_s is None:
+        return (f"generated: {rate_per_hour:.3g} interruptions per job-hour, waits for capacity of "
+                f"{mean_down_s(rate_per_hour) / 3600:.1f} h on average, shaped and bunched as the public recordings'")
     return (f"generated: {rate_per_hour:.3g} interruptions per job-hour, waits for capacity of "
-            f"{mean_down_s(rate_per_hour) / 3600:.1f} h on average, shaped and bunched as the public recordings'")
+            f"{mean_wait_s / 3600:.2g} h on average ({wait_source or 'given'}), shaped and bunched as the public "
+            "recordings'")
 
 
 def _rounded(r: Summary) -> dict:

@@ -72,6 +72,9 @@ class TraceSpec:
     fitted: bool = False
     """Draw the stretches with and without capacity from the availability model fitted to recorded capacity
     (spotrun/policy/availability.py) at `interruptions_per_hour`, instead of the waits, bursts and droughts above."""
+    mean_wait_s: float | None = None
+    """With `fitted`: the waits for capacity's long-run mean in seconds (recorded, or the run's
+    checkpoint.mean_wait_hours), instead of the model's power law at `interruptions_per_hour`."""
 
     def __post_init__(self):
         for name in ("interruptions_per_hour", "restart_wait_s", "droughts_per_day"):
@@ -81,6 +84,8 @@ class TraceSpec:
             raise ValueError(f"burst_p={self.burst_p!r} is invalid: expected 0 <= p < 1")
         if not self.horizon_s > 0:
             raise ValueError(f"horizon_s={self.horizon_s!r} is invalid: expected > 0")
+        if self.mean_wait_s is not None and not 0 < self.mean_wait_s < math.inf:
+            raise ValueError(f"mean_wait_s={self.mean_wait_s!r} is invalid: expected a number of seconds > 0")
 
 
 def _droughts(spec: TraceSpec, rng: random.Random) -> Windows:
@@ -123,7 +128,7 @@ def _subtract(windows: Windows, holes: Windows) -> Windows:
 def generate(spec: TraceSpec, rng: random.Random) -> Windows:
     """One trace: windows of capacity between interruptions, waits and droughts (see the module docstring)."""
     if spec.fitted:
-        return fitted_trace(spec.interruptions_per_hour, spec.horizon_s, rng)
+        return fitted_trace(spec.interruptions_per_hour, spec.horizon_s, rng, mean_wait_s=spec.mean_wait_s)
     rate = spec.interruptions_per_hour / 3600
     out: Windows = []
     t, burst = 0.0, False

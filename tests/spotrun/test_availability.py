@@ -77,6 +77,30 @@ def test_waits_for_capacity_grow_with_the_rate_and_keep_the_fitted_mean():
     assert fitted_trace(0.0, 100 * H, rng) == [(0.0, INF)]
 
 
+def test_a_recorded_mean_wait_scales_the_waits_and_keeps_their_shape_regimes_and_the_rate():
+    """Given a mean wait (recorded, or the run's checkpoint.mean_wait_hours), the waits have that long-run mean
+    instead of the power law's at the rate; each regime's table keeps its shape (the same draws, times one
+    factor), the stretches with capacity and the rate are untouched; without one, the traces are the same."""
+    rate, wait = 0.3, 5.1 * H
+    assert mean_down_s(rate) < 0.5 * wait  # far from the power law's, so the check tells them apart
+    plain, scaled = CHAIN.cycles(rate, random.Random(9)), CHAIN.cycles(rate, random.Random(9), wait)
+    pairs = [(next(plain), next(scaled)) for _ in range(20_001)][1:]  # the first cycle is a remainder
+    assert all(a[0] == b[0] and a[1] == b[1] for a, b in pairs)  # regimes and stretches with capacity: the same
+    ratios = {round(b[2] / a[2], 9) for a, b in pairs}
+    assert ratios == {round(wait / mean_down_s(rate), 9)}  # one factor: the tables' shapes are kept
+    assert statistics.fmean(b[2] for _, b in pairs) == pytest.approx(wait, rel=0.1)
+    rng = random.Random(1)
+    spec = TraceSpec(rate, horizon_s=300 * H, fitted=True, mean_wait_s=wait)
+    assert generated_traces(spec, 3, seed=1) == [fitted_trace(rate, 300 * H, rng, mean_wait_s=wait) for _ in range(3)]
+    assert generated_traces(TraceSpec(rate, horizon_s=300 * H, fitted=True), 3, seed=1) != \
+        generated_traces(spec, 3, seed=1)
+    for bad in (0.0, -1.0, math.inf, math.nan):
+        with pytest.raises(ValueError, match="mean_wait_s="):
+            TraceSpec(rate, horizon_s=H, fitted=True, mean_wait_s=bad)
+        with pytest.raises(ValueError, match="mean_wait_s="):
+            CHAIN.scales(rate, bad)
+
+
 def _cdf_checks(table: tuple[float, ...]) -> list[tuple[float, float]]:
     """(level, value) at levels from the first to the last decile where the table rises on both sides (a flat
     step is an atom: the share at or below it is not its level)."""

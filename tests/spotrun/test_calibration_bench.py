@@ -37,3 +37,18 @@ def test_window_figures_count_a_windows_interruptions_blips_waits_and_what_each_
     # a window without enough capacity misses the deadline with both ways of saving; nothing seen is counted
     f = window_figures(plan, [(0.0, h), (40 * h, math.inf)])
     assert not f["notice"] and not f["periodic"] and f["seen"] is None
+
+
+def test_recorded_waits_give_each_recordings_estimate_its_own_mean_wait_beside_its_rate():
+    """`--waits recorded`: the estimate's traces for a recording wait its mean gap between windows (the waits after
+    its interruptions, measured as its rate is); `--waits model`: the model's at the rate, as before."""
+    from benchmarks.calibration_bench import recorded_rate, recorded_wait, trace_spec
+    from spotrun.policy.traces import Recording
+    h = 3600.0
+    rec = Recording("r", [(0.0, 2 * h), (3 * h, 5 * h), (8 * h, 10 * h)], 10 * h)
+    assert recorded_wait(rec) == pytest.approx(2 * h)  # waits of 1 h and 3 h
+    plan = setting(48)
+    assert trace_spec(plan, rec).mean_wait_s is None
+    spec = trace_spec(plan, rec, "recorded")
+    assert spec.mean_wait_s == pytest.approx(2 * h) and spec.interruptions_per_hour == recorded_rate(rec) == 0.5
+    assert spec.fitted
