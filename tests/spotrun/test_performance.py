@@ -22,6 +22,8 @@ from spotrun.planner.measured import (
     shape_key,
 )
 
+from .pipeline_inputs import recorder_table
+
 SETTINGS = PipelineSettings(bucket="art-bucket", job_prefix="spotrun-dev-", model_package_group="spotrun-models",
                             poll_seconds=60, project="spotrun", stage="dev", cost_center="ml-platform")
 LLAMA_1B = {"model_type": "llama", "hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 16,
@@ -52,12 +54,7 @@ def _completed_event(p: dict) -> dict:
 @pytest.fixture
 def table():
     with mock_aws():
-        ddb = boto3.resource("dynamodb", region_name="us-east-1")
-        yield ddb.create_table(TableName="t", BillingMode="PAY_PER_REQUEST",
-                               KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"},
-                                          {"AttributeName": "sk", "KeyType": "RANGE"}],
-                               AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"},
-                                                     {"AttributeName": "sk", "AttributeType": "S"}])
+        yield recorder_table()
 
 
 def test_an_estimate_after_a_recorded_run_uses_the_recorded_mfu(table):

@@ -6,13 +6,14 @@ from __future__ import annotations
 import copy
 from datetime import datetime, timezone
 
-import boto3
 import pytest
 from moto import mock_aws
 
 from spotrun.handlers import interruptions
 from spotrun.planner.measured import record_waits, recorded_waits, wait_items
 from spotrun.seams import RecorderEnvironment
+
+from .pipeline_inputs import SETTINGS, recorder_table, tiny_run
 
 T0 = 1_764_583_200_000  # epoch milliseconds, as EventBridge delivers SageMaker's timestamps
 MIN = 60_000
@@ -46,15 +47,6 @@ def _event(status: str = "Completed", *, spot: bool = True, name: str = "spotrun
             "resources": [detail["TrainingJobArn"]], "detail": detail}
 
 
-def _table():
-    ddb = boto3.resource("dynamodb", region_name="us-east-1")
-    return ddb.create_table(TableName="t", BillingMode="PAY_PER_REQUEST",
-                            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"},
-                                       {"AttributeName": "sk", "KeyType": "RANGE"}],
-                            AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"},
-                                                  {"AttributeName": "sk", "AttributeType": "S"}])
-
-
 def test_a_finished_spot_jobs_waits_run_from_an_interruption_or_its_creation_to_the_next_start_of_work():
     items = wait_items(_event()["detail"])
     assert [(i["after"], float(i["seconds"])) for i in items] == [("creation", 5 * 60), ("interruption", 95 * 60)]
@@ -82,7 +74,7 @@ def test_no_wait_is_read_from_an_on_demand_job_a_running_one_or_a_wait_the_job_e
 
 def test_the_recorder_records_each_wait_once_and_the_estimate_reads_the_mean_after_interruptions(monkeypatch):
     with mock_aws():
-        table = _table()
+        table = recorder_table()
         assert record_waits(_event(), table) == "recorded"
         assert record_waits(copy.deepcopy(_event()), table) == "duplicate"  # EventBridge delivered it again
         assert table.scan()["Count"] == 2
@@ -170,14 +162,9 @@ def test_a_long_recorded_wait_lowers_the_odds_of_a_policy_that_waits_for_spot_an
 
 
 def test_the_estimate_step_passes_the_recorded_waits_to_the_plans_spot_policy():
-    from spotrun.pipeline.plan import PipelineSettings, plan
+    from spotrun.pipeline.plan import plan
 
-    settings = PipelineSettings(bucket="art-bucket", job_prefix="spotrun-dev-", model_package_group="spotrun-models",
-                                poll_seconds=60, project="spotrun", stage="dev", cost_center="ml-platform")
-    run = {"version": 1, "name": "tiny-run",
-           "model": {"init": "random", "config": {"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4}},
-           "data": {"source": "s3://art-bucket/datasets/d1/", "tokens": 1_000_000, "seq_len": 128},
-           "compute": {"instance_type": "ml.g5.xlarge", "on_demand_fallback": True}, "budget": {"max_usd": 20}}
+    settings, run = SETTINGS, tiny_run()
     plain = plan(copy.deepcopy(run), "exec-1", settings)
     waited = plan(copy.deepcopy(run), "exec-1", settings, waits={"ml.g5.xlarge": (7.5 * H, 30)})
     source = waited["estimate"]["spot_policy"]["trace_source"]

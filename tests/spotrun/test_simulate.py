@@ -298,15 +298,12 @@ def test_local_trace_replay_turns_each_loss_of_capacity_into_an_injected_interru
 def test_the_estimate_lambdas_plan_carries_the_chosen_policy_and_its_odds():
     from moto import mock_aws
 
-    from spotrun.pipeline.plan import PipelineSettings, plan
+    from spotrun.pipeline.plan import plan
 
-    settings = PipelineSettings(bucket="art-bucket", job_prefix="spotrun-dev-", model_package_group="g",
-                                poll_seconds=60, project="spotrun", stage="dev", cost_center="ml")
-    run = {"version": 1, "name": "tiny-run",
-           "model": {"init": "random", "config": {"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4}},
-           "data": {"source": "s3://art-bucket/datasets/d1/", "tokens": 1_000_000, "seq_len": 128},
-           "compute": {"instance_type": "ml.g5.xlarge", "deadline_hours": 1.5, "on_demand_fallback": True},
-           "budget": {"max_usd": 20}}  # a minute of work: spot alone finds capacity within 1.5 h on < 99% of traces
+    from .pipeline_inputs import SETTINGS as settings
+    from .pipeline_inputs import tiny_run
+
+    run = tiny_run(deadline_hours=1.5)  # a minute of work: spot alone finds capacity within 1.5 h on < 99% of traces
     with mock_aws():
         import boto3
 
