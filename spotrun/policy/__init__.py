@@ -47,9 +47,11 @@ class Summary:
     """The part of the P95 bill billed at on-demand rates (the smaller of the two traces' the P95 lies between):
     a cap planned on the P95 takes those seconds at on-demand rates, the rest at the spot share
     (spotrun/planner/segments.py `finish_cap_usd`)."""
+    capped: bool = False
+    """The cost cap shaped the run on some trace (spotrun/policy/execution.py `Cap`; not one of the row's figures)."""
 
     def row(self) -> dict:
-        return dict(self.__dict__)
+        return {k: v for k, v in self.__dict__.items() if k != "capped"}
 
 
 def quantile(sorted_values: list[float], q: float) -> float:
@@ -82,7 +84,8 @@ def summarize(plan: SimPlan, label: str, policy: str, checkpointing: str, tallie
                    mean_wall_h=sum(walls) / n / 3600, p95_wall_h=quantile(walls, 0.95) / 3600,
                    mean_interruptions=sum(t.interruptions for t in tallies) / n, n=n,
                    p_within_cap=None if cap_usd is None else sum(1 for c in totals if c <= cap_usd + 1e-9) / n,
-                   p95_on_demand_usd=_p95_on_demand(by_total, quantile(totals, 0.95)))
+                   p95_on_demand_usd=_p95_on_demand(by_total, quantile(totals, 0.95)),
+                   capped=any(t.capped for t in tallies))
 
 
 def _p95_on_demand(by_total: list[tuple[float, float]], p95: float) -> float:
