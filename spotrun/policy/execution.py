@@ -44,6 +44,7 @@ import math
 from dataclasses import dataclass, field
 
 from ..planner.segments import (
+    JOB_END_S,
     ChainCosts,
     cap_wait_s,
     next_max_runtime,
@@ -93,6 +94,7 @@ class Job:
     max_wait_s: float = INF  # its MaxWaitTimeInSeconds from its creation (a spot job's)
     segment_s: float = INF  # its trainer's budget (`segment_seconds`): it ends its segment this long into a start
     interrupted: bool = False  # it lost its capacity at least once (the guard's `restart_wasted` looks at it)
+    end_s: float = 0.0  # the work's last seconds that are the job's end, not its trainer's (`Run.segment_left`)
 
 
 @dataclass
@@ -210,10 +212,10 @@ class Run:
                 self.phase_done(job)
             return None
         interval = periodic_interval(p, self.ck)
-        segment_left = job.segment_s - job.clock
+        segment_left = self.segment_left(job)
         if job.cycle == 0.0 and interval < INF:
             self._whole_cycles(job, interval, min(horizon - job.t, segment_left))
-            segment_left = job.segment_s - job.clock
+            segment_left = self.segment_left(job)
         step = max(0.0, min(horizon - job.t, p.work_s - self.work, interval - job.cycle, segment_left))
         self.bill(job, step)
         job.cycle += step
@@ -226,6 +228,16 @@ class Run:
         elif job.cycle >= interval - 1e-9:
             job.phase, job.left, job.cycle = "save", p.save_s, 0.0
         return None
+
+    def segment_left(self, job: Job) -> float:
+        """The trainer's budget left (`segment_seconds`). With the cap modelled, a job whose work left fits it but
+        for the job's end (`JOB_END_S`: the plan's work holds it, spotrun/policy/choose.py `plan_from_estimate`)
+        finishes: the end is billed past the trainer's exit, within MaxRuntime (a run at the cap at which it is one
+        job is one job)."""
+        left = job.segment_s - job.clock
+        if job.end_s and self.plan.work_s - self.work - job.end_s <= left + 1e-9:
+            return left + job.end_s
+        return left
 
     def _whole_cycles(self, job: Job, interval: float, room: float) -> None:
         """Train-and-save cycles that end strictly inside `room` and before the work is done, in one step: the
@@ -335,7 +347,7 @@ class Run:
         max_runtime, max_wait, segment = limits or (
             p.max_runtime_s, p.max_wait_s, p.max_runtime_s - p.startup_s - p.save_s - SEGMENT_END_MARGIN_S)
         job = Job(market=market, created=now, t=now, max_runtime_s=max_runtime, max_wait_s=max_wait,
-                  segment_s=segment)
+                  segment_s=segment, end_s=JOB_END_S if p.cap_usd is not None else 0.0)
         self.jobs.append(job)
         return job
 

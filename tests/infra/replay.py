@@ -32,6 +32,7 @@ from moto.stepfunctions.parser.models import stepfunctions_parser_backends
 
 from spotrun.handlers import cost_guard
 from spotrun.pipeline.plan import PipelineSettings, plan
+from spotrun.planner.segments import JOB_END_S
 from spotrun.policy import choose
 from spotrun.policy.decision import poll_wait
 from spotrun.policy.engine import SimPlan
@@ -276,7 +277,8 @@ def _configure(sim: TraceSimulation, world: World, plan: SimPlan, section: SpotP
     ck = section.checkpointing
     sim.trainer = Trainer(startup_s=plan.startup_s, restore_s=plan.restore_s, save_s=plan.save_s,
                           interval_s=plan.interval_s if ck in ("periodic", "both") else float("inf"),
-                          step_s=plan.step_s, notice=plan.notice_ok and ck in ("notice", "both"))
+                          step_s=plan.step_s, notice=plan.notice_ok and ck in ("notice", "both"),
+                          end_s=JOB_END_S if plan.cap_usd is not None else 0.0)
 
 
 def windows_json(agreements: list[Agreement]) -> str:
