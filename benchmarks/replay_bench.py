@@ -112,6 +112,14 @@ def replay_all(synth: Synth, todo: list[Window], jobs: int, chunk: int, out: Pat
     return [a for i in sorted(found) for a in found[i]]
 
 
+def _gap(a) -> float:
+    """The cost gap of a window relative to the prediction (0 where both billed nothing: ended at the cap before
+    a job had instances)."""
+    if a.predicted_usd == 0:
+        return 0.0 if a.replay_usd == 0 else float("inf")
+    return abs(a.replay_usd / a.predicted_usd - 1)
+
+
 def write(out: Path, found: list) -> None:
     out.write_text(json.dumps([{**a.__dict__, "window": a.window.label, "number": a.window.number,
                                 "policy": a.window.policy, "time_ok": a.time_ok, "cost_ok": a.cost_ok,
@@ -180,7 +188,7 @@ def main() -> int:
         met_sim = sum(1 for a in mine if a.predicted_hours is not None and a.predicted_hours <= a.deadline_hours)
         print(f"  {policy:<18} {sum(1 for a in mine if id(a) in agreed):>4} of {len(mine):>3} agree; deadline met "
               f"replayed {met_replay}, predicted {met_sim}; worst cost gap "
-              f"{max((abs(a.replay_usd / a.predicted_usd - 1) for a in mine), default=0):.3%}; worst finish gap "
+              f"{max((_gap(a) for a in mine), default=0):.3%}; worst finish gap "
               f"{max((a.finish_gap_hours or 0.0 for a in mine), default=0):.4f} h; unfinished replayed "
               f"{sum(a.replay_hours is None for a in mine)}, predicted {sum(a.predicted_hours is None for a in mine)}"
               + (f"; sentinels replayed {sum(a.sentinels for a in mine)}, predicted "

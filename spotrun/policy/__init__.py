@@ -12,6 +12,7 @@ numpy.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -122,18 +123,31 @@ def compare(plan: SimPlan, traces: list, candidates: list[tuple[str, str]],
     """Every (policy, checkpointing) candidate over the same traces, as the state machine executes it (with
     `cap_usd`: each row's share of traces within it). `progress(what, done, total)` is called after each.
     `executions`: the tallies of this plan on these traces by (policy, checkpointing), reused and filled (the
-    estimate step's simulations at other caps: spotrun/policy/choose.py `shared_simulations`)."""
+    estimate step's simulations at other caps: spotrun/policy/choose.py `shared_simulations`): those of the same
+    plan, or of the plan at a smaller cap that shaped none of them (`_reusable`)."""
     rows = []
     for done, (p, c) in enumerate(candidates, 1):
-        tallies = executions.get((p, c)) if executions is not None else None
+        hit = executions.get((p, c)) if executions is not None else None
+        tallies = hit[1] if hit is not None and _reusable(plan, *hit) else None
         if tallies is None:
             tallies = executed(plan, traces, p, c)
             if executions is not None:
-                executions[(p, c)] = tallies
+                executions[(p, c)] = (plan, tallies)
         rows.append(summarize(plan, describe(p, c), p, c, tallies, cap_usd=cap_usd))
         if progress:
             progress("policies", done, len(candidates))
     return rows
+
+
+def _reusable(plan: SimPlan, earlier: SimPlan, tallies: list[Tally]) -> bool:
+    """Whether the executions of `earlier` are those of `plan`: the same plan, or the same at a cap no smaller than
+    one that shaped none of its runs (`Tally.capped`: each of the cap's rules binds less at a larger cap, so they
+    are the runs without it)."""
+    if earlier == plan:
+        return True
+    if plan.cap_usd is None or earlier.cap_usd is None or plan.cap_usd < earlier.cap_usd:
+        return False
+    return dataclasses.replace(earlier, cap_usd=plan.cap_usd) == plan and not any(t.capped for t in tallies)
 
 
 __all__ = ["SimPlan", "Summary", "compare", "executed", "simulate", "summarize", "quantile"]

@@ -279,7 +279,9 @@ def spot_policy(run, est, catalog: dict, *, n: int = N_TRACES, seed: int = SEED,
     rows = []
     for candidate in run_candidates(run, plan):
         its = on_demand if candidate[0] == "on_demand" else plan
-        done = None if shared is None else shared.setdefault(("executions", its, spec, n, seed), {})
+        # keyed without the cap: `compare` reuses a smaller cap's executions where that cap shaped none of them
+        key = (dataclasses.replace(its, cap_usd=None), its.cap_usd is None)
+        done = None if shared is None else shared.setdefault(("executions", key, spec, n, seed), {})
         rows += compare(its, traces, [candidate], cap_usd=run.max_usd, executions=done)
     best, why = choose(plan, rows, cap_usd=run.max_usd)
     left_out = left_out_by_cap(rows, run.max_usd)

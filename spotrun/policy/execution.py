@@ -29,11 +29,20 @@ poll (the grid's or the policy's recheck) inside a window (`sentinel_lag_s` or m
 from capacity to Downloading, 0 unless asked; billed from the window's start), and asks the policy when that
 changes; the sentinel
 is stopped at the poll where the policy no longer asks for it or the on-demand job ended.
-Not modelled: the cost cap (a run whose cap binds is another run: docs/spot-policy.md, "At a cap that binds",
-replays it): the guard gives each job the MaxRuntime the cap leaves and its trainer ends its segment before it
-(here the chain is one job of the plan's longest MaxRuntime, its restarts in the work), ends the run where the
-chain from the newest checkpoint cannot finish under the cap (here the run bills on), creates a sentinel only
-where the cap leaves room for it, and polls sooner near the cap.
+The cost cap (`SimPlan.cap_usd`; `Cap`), as the guard holds it, through its own rules (spotrun/planner/segments.py,
+which spotrun/pipeline/guard.py calls too): each job's MaxRuntime is what the cap leaves at on-demand rates
+(`next_max_runtime`: the first job's at no spend, a later one's from the jobs' exact bills and a live sentinel's
+bound; an on-demand job less the sentinel's room where the chain fits with it, `next_segment`) and its trainer
+ends its segment `segment_seconds` into each start; at a job's end the run ends at the cap (OverBudget,
+unfinished) where the chain from the newest checkpoint, at the guard's pace (`work_left_s`), does not fit
+(`next_segment`); the polls come no later than the time the cap leaves (`cap_wait_s`, the guard's `next_wait`); a
+sentinel is created only where the cap leaves room for it beside the on-demand job (`sentinel_room`); a spot job
+waiting after an interruption whose MaxRuntime left cannot hold a restart is stopped (`restart_wasted_s`). The
+chain's restarts are its jobs' starts (not added to the work, as without the cap: spotrun/policy/choose.py
+`plan_from_estimate`). Without a cap, or where the cap shaped nothing (`Tally.capped` false), the run is the one
+executed without it. Not modelled: a sentinel's own MaxRuntime and MaxWait (the room kept for it holds its look),
+the guard's second-line stop (every MaxRuntime keeps the run under the cap), a preparation's bill before the
+first job, and a job's end billed at every job (the plan's work holds one end: `Run.segment_left`).
 """
 
 from __future__ import annotations
