@@ -1,7 +1,7 @@
 """The state machine against the simulator that promised its odds, on public availability traces.
 
     python benchmarks/replay_bench.py --spot-traces DIR [--windows 200] [--jobs 2] [--out FILE]
-        [--policy P ...] [--deadline-hours 14] [--cap-x X]
+        [--policy P ...] [--deadline-hours 14] [--cap-x X | --cap-usd USD]
     python benchmarks/replay_bench.py --polls      # the guard's polls and history events per run, by policy
 
 1. Agreement: `--windows` windows (a policy and a trace replayed from a random offset into one of the
@@ -13,7 +13,7 @@
    those windows of the `--windows` drawn (the same offsets), in that order. The run's cap never binds (three
    times the on-demand estimate) unless `--cap-x X`: X times the cap to set the estimate names, each window then
    against `execute` on the plan the estimate makes at that cap (docs/spot-policy.md, "At a cap that binds"); a
-   window agrees there also when neither side finished.
+   window agrees there also when neither side finished. `--cap-usd USD`: that cap itself.
 2. Deadline met, per policy: the replay's count against the simulator's on the same windows.
 3. `--polls`: on 300 generated traces (40 h of work, 60 h deadline, 0.1 interruptions per hour, the estimate's
    bursts and droughts), the polls per run as the guard executes each policy (9 history events each), and its
@@ -86,12 +86,13 @@ def only(spec: str, n: int) -> list[int]:
 
 
 def replay_all(synth: Synth, todo: list[Window], jobs: int, chunk: int, out: Path | None,
-               deadline_hours: float = 14.0, cap_x: float | None = None) -> list:
+               deadline_hours: float = 14.0, cap_x: float | None = None, cap_usd: float | None = None) -> list:
     """Every window replayed, in chunks over `jobs` processes (each its own moto); `out` rewritten per chunk."""
     if jobs <= 1:
         found = []
         for i in range(0, len(todo), chunk):
-            found += replay_windows(synth, todo[i:i + chunk], deadline_hours=deadline_hours, cap_x=cap_x)
+            found += replay_windows(synth, todo[i:i + chunk], deadline_hours=deadline_hours, cap_x=cap_x,
+                                    cap_usd=cap_usd)
             print(f"# {len(found)} of {len(todo)} windows replayed", file=sys.stderr, flush=True)
             if out:
                 write(out, found)
@@ -100,7 +101,7 @@ def replay_all(synth: Synth, todo: list[Window], jobs: int, chunk: int, out: Pat
     found: dict[int, list] = {}
     # fork: the workers inherit the imports and the synthesized template; no moto is active in the parent
     with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork")) as pool:
-        futures = {pool.submit(replay_windows, synth, c, deadline_hours=deadline_hours, cap_x=cap_x): i
+        futures = {pool.submit(replay_windows, synth, c, deadline_hours=deadline_hours, cap_x=cap_x, cap_usd=cap_usd): i
                    for i, c in enumerate(chunks)}
         for f in as_completed(futures):
             found[futures[f]] = f.result()
@@ -109,6 +110,14 @@ def replay_all(synth: Synth, todo: list[Window], jobs: int, chunk: int, out: Pat
             if out:
                 write(out, done)
     return [a for i in sorted(found) for a in found[i]]
+
+
+def _gap(a) -> float:
+    """The cost gap of a window relative to the prediction (0 where both billed nothing: ended at the cap before
+    a job had instances)."""
+    if a.predicted_usd == 0:
+        return 0.0 if a.replay_usd == 0 else float("inf")
+    return abs(a.replay_usd / a.predicted_usd - 1)
 
 
 def write(out: Path, found: list) -> None:
@@ -151,6 +160,9 @@ def main() -> int:
     parser.add_argument("--cap-x", type=float,
                         help="the run's budget.max_usd: this many times the cap to set the estimate names (a cap "
                              "that binds; default: three times the on-demand estimate, a cap that never binds)")
+    parser.add_argument("--cap-usd", type=float,
+                        help="the run's budget.max_usd itself (instead of --cap-x): the same cap whatever the "
+                             "estimate names")
     args = parser.parse_args()
     if args.polls:
         polls()
@@ -162,20 +174,21 @@ def main() -> int:
     policies = tuple(args.policy or POLICIES)
     drawn = windows(args.spot_traces, args.windows, args.seed, 400 * H, policies)
     todo = [drawn[k] for k in only(args.only, args.windows)] if args.only else drawn
-    found = replay_all(synth, todo, args.jobs, args.chunk, args.out, args.deadline_hours, args.cap_x)
+    found = replay_all(synth, todo, args.jobs, args.chunk, args.out, args.deadline_hours, args.cap_x, args.cap_usd)
     agree = [a for a in found if a.agrees]
     agreed = {id(a) for a in agree}
     caps = sorted({a.cap_usd for a in found})
     print(f"{len(agree)} of {len(found)} windows agree (finish within one poll, cost within 1%) "
           f"in {time.perf_counter() - t0:.0f} s; cap ${', $'.join(f'{c:,.2f}' for c in caps)}"
-          + (f" ({args.cap_x} x the cap to set)" if args.cap_x else " (3 x the on-demand estimate)"))
+          + (" (set)" if args.cap_usd else f" ({args.cap_x} x the cap to set)" if args.cap_x
+             else " (3 x the on-demand estimate)"))
     for policy in policies:
         mine = [a for a in found if a.window.policy == policy]
         met_replay = sum(1 for a in mine if a.replay_hours is not None and a.replay_hours <= a.deadline_hours)
         met_sim = sum(1 for a in mine if a.predicted_hours is not None and a.predicted_hours <= a.deadline_hours)
         print(f"  {policy:<18} {sum(1 for a in mine if id(a) in agreed):>4} of {len(mine):>3} agree; deadline met "
               f"replayed {met_replay}, predicted {met_sim}; worst cost gap "
-              f"{max((abs(a.replay_usd / a.predicted_usd - 1) for a in mine), default=0):.3%}; worst finish gap "
+              f"{max((_gap(a) for a in mine), default=0):.3%}; worst finish gap "
               f"{max((a.finish_gap_hours or 0.0 for a in mine), default=0):.4f} h; unfinished replayed "
               f"{sum(a.replay_hours is None for a in mine)}, predicted {sum(a.predicted_hours is None for a in mine)}"
               + (f"; sentinels replayed {sum(a.sentinels for a in mine)}, predicted "

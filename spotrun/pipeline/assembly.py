@@ -11,7 +11,7 @@ import hashlib
 
 from ..contract.spec import RunSpec
 from ..planner.estimate import startup_seconds
-from ..planner.outputs import Estimate
+from ..planner.outputs import Estimate, checkpoint_upload_seconds, guard_seconds_per_step
 from ..planner.segments import SEGMENT_SUFFIX_MAX, segment_job_name
 from ..policy.decision import starts_on_spot
 from ..seams import (
@@ -26,7 +26,6 @@ from ..seams import (
     Plan,
     PlanEstimate,
     PlanStatus,
-    StopNotice,
 )
 from .gate import gate_of
 from .inputs import Inputs
@@ -100,7 +99,6 @@ def assemble(plan_run: RunSpec, est: Estimate, *, shape: str | None, cap_usd: fl
     keep_alive = 0 if plan_run.compute.spot else plan_run.compute.warm_pool_minutes * 60
     startup = startup_seconds(catalog["defaults"])
     as_of = catalog["regions"][settings.region].get("as_of", "unknown date")
-    upload_gb_per_s = est.upload_gb_per_s_available
     steps = est.planned_steps  # the planner's count at data.seq_len
     full = est.to_json()
     result = Plan(
@@ -119,8 +117,7 @@ def assemble(plan_run: RunSpec, est: Estimate, *, shape: str | None, cap_usd: fl
         hyperparameters=est.hyperparameters, input_data_config=channels,
         tags=_tags(plan_run, settings, execution, shape),
         poll_seconds=settings.poll_seconds, max_poll_seconds=max(settings.poll_seconds, settings.max_poll_seconds),
-        checkpoint_upload_seconds=(round(est.checkpoint_bytes / (upload_gb_per_s * 1e9), 1) if upload_gb_per_s
-                                   else float(StopNotice.UPLOAD_S)),
+        checkpoint_upload_seconds=checkpoint_upload_seconds(est),
         max_usd=plan_run.max_usd,
         max_runtime_cap_seconds=int(est.segments.longest_seconds),
         max_wait_extra_seconds=est.max_wait_seconds - est.max_runtime_seconds,
@@ -129,8 +126,7 @@ def assemble(plan_run: RunSpec, est: Estimate, *, shape: str | None, cap_usd: fl
         segment_overhead_seconds=float(est.segments.overhead_seconds),
         warm_pool_seconds=keep_alive,
         planned_steps=steps,
-        # six significant digits: a tiny model's step is well under a millisecond
-        seconds_per_step=float(f"{(est.wall_seconds + est.expected_overhead_seconds - startup) / steps:.6g}"),
+        seconds_per_step=guard_seconds_per_step(est, startup),
         region=settings.region,
         usd_per_hour=catalog["instances"][est.instance_type]["on_demand_usd_per_hour"] * est.instance_count,
         price_source=f"on-demand list price in {settings.region} (spotrun catalog as of {as_of})",

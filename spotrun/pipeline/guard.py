@@ -59,15 +59,17 @@ from typing import Any, Callable
 from ..contract.aws_text import digest, metadata_value
 from ..planner.segments import (
     MAX_SEGMENTS,
-    SEGMENT_END_MARGIN_S,
     STOP_BILL_S,
     ChainCosts,
+    cap_wait_s,
     chain_refusal,
-    next_max_runtime,
-    plan_chain,
+    next_segment,
+    restart_wasted_s,
     segment_job_name,
     segment_seconds,
+    sentinel_room,
     smallest_cap,
+    work_left_s,
 )
 from ..policy.decision import (
     Action,
@@ -132,14 +134,11 @@ def sentinel_limits(plan: Plan, guard: Guard, describe: dict, recheck_s: float) 
     MaxRuntime, its stop and warm pool, less the sentinel's own stop: if every stop fails, both jobs run to their
     MaxRuntime and the run still stays under the cap. MaxWait: the on-demand job's MaxRuntime (it need not outlive
     it)."""
-    rate = usd_per_second(plan)
     limit = float((describe.get("StoppingCondition") or {}).get("MaxRuntimeInSeconds") or math.inf)
-    od_worst = (limit + STOP_GRACE_S + warm_pool_seconds(describe)) * rate
-    room = (plan.max_usd - float(guard.spent_before_usd) - od_worst) / rate - STOP_GRACE_S
-    runtime = int(min(room, plan.max_runtime_cap_seconds)) if room < math.inf else plan.max_runtime_cap_seconds
-    if runtime < recheck_s + plan.poll_seconds or limit == math.inf:
-        return None
-    return runtime, max(runtime, int(limit))
+    return sentinel_room(cap_usd=plan.max_usd, spent_before_usd=float(guard.spent_before_usd),
+                         usd_per_s=usd_per_second(plan), od_max_runtime_s=limit,
+                         od_warm_pool_s=warm_pool_seconds(describe), longest_s=plan.max_runtime_cap_seconds,
+                         recheck_s=recheck_s, poll_s=plan.poll_seconds)
 
 
 def _sentinel_books(plan: Plan, guard: Guard, sentinel: dict | None, sentinel_tags: dict[str, str] | None,
@@ -243,7 +242,7 @@ def next_wait(plan: Plan, job_age_s: float, spent_usd: float, recheck_s: float =
     # second before the grid and the policy's recheck (benchmarks/replay_bench.py found both)
     schedule = poll_wait(math.floor(job_age_s), recheck_s, poll_s=plan.poll_seconds,
                          max_poll_s=plan.max_poll_seconds)
-    schedule = min(schedule, (plan.max_usd - spent_usd) / usd_per_second(plan) - STOP_GRACE_S)
+    schedule = min(schedule, cap_wait_s(cap_usd=plan.max_usd, spent_usd=spent_usd, usd_per_s=usd_per_second(plan)))
     return int(max(plan.poll_seconds, schedule))
 
 
@@ -307,9 +306,8 @@ def restart_wasted(plan: Plan, describe: dict, max_runtime_s: float, billed_s: f
     job has left: it was bounded at on-demand rates and billed at spot)."""
     if describe.get("SecondaryStatus") not in UNBILLED_STATUSES or not _interruptions(describe):
         return False
-    needed = plan.segment_overhead_seconds + max(plan.seconds_per_step, 1.0) + plan.checkpoint_upload_seconds + \
-        SEGMENT_END_MARGIN_S
-    return max_runtime_s - billed_s < needed
+    return restart_wasted_s(max_runtime_s=max_runtime_s, billed_s=billed_s, startup_s=plan.segment_overhead_seconds,
+                            step_s=plan.seconds_per_step, save_s=plan.checkpoint_upload_seconds)
 
 
 def next_capacity(plan: Plan, guard: Guard, *, no_spot_capacity: bool,
@@ -505,9 +503,9 @@ def work_left(plan: Plan, checkpoint_step: int | None) -> float:
     pace without further interruptions: the guard stops a run only when even an uninterrupted finish cannot fit
     (the interruptions so far are in the bills already). At least a step (or a second): the job ended without
     completing."""
-    steps = max(1, plan.planned_steps - (checkpoint_step or 0))
-    interruptions = float(plan.estimate.expected_overhead_seconds) / max(1, plan.planned_steps)
-    return max(1.0, steps * max(plan.seconds_per_step - interruptions, 0.0))
+    return work_left_s(planned_steps=plan.planned_steps, checkpoint_step=checkpoint_step,
+                       seconds_per_step=plan.seconds_per_step,
+                       expected_overhead_s=float(plan.estimate.expected_overhead_seconds))
 
 
 def _next_segment(plan: Plan, guard: Guard, spent: float, spot: bool, act: Callable[..., Guard],
@@ -515,21 +513,12 @@ def _next_segment(plan: Plan, guard: Guard, spent: float, spot: bool, act: Calla
     """The next segment when the chain from the newest checkpoint still finishes under the cap at the expected
     bill (its MaxRuntime: what the cap leaves at on-demand rates, less the room for a sentinel beside an on-demand
     job where the chain fits with it); otherwise the run ends at the cap, saying why."""
-    rate = usd_per_second(plan)
     segment = int(guard.segment) + 1
-    costs, left = chain_costs(plan), work_left(plan, checkpoint_step)
-    chain = plan_chain(cap_usd=plan.max_usd, spent_usd=spent, work_s=left, costs=costs, first=False, spot=spot)
-    if not chain.fits and not spot and costs.sentinel_room_s:
-        # without the room for a sentinel: the run continues on-demand if the chain fits without it (its jobs take
-        # all the cap leaves, `sentinel_limits` finds no room, no sentinel), not ended at the cap with a finish it
-        # can pay for (benchmarks/replay_bench.py --cap-x 2: a run ended at $56.18 of a $214.54 cap that it
-        # finished at $207.04 without a sentinel); refused even so, the smallest cap named is the one it goes on at
-        costs = dataclasses.replace(costs, sentinel_room_s=0.0)
-        chain = plan_chain(cap_usd=plan.max_usd, spent_usd=spent, work_s=left, costs=costs, first=False, spot=spot)
-    kept = 0 if spot else plan.warm_pool_seconds + costs.sentinel_room_s  # on-demand: room for a sentinel
-    max_rt = next_max_runtime(cap_usd=plan.max_usd, spent_usd=spent, usd_per_s=rate,
-                              longest_s=plan.max_runtime_cap_seconds, warm_pool_s=kept)
-    if not chain.fits or segment > MAX_SEGMENTS:
+    left = work_left(plan, checkpoint_step)
+    nxt = next_segment(cap_usd=plan.max_usd, spent_usd=spent, work_s=left, costs=chain_costs(plan), spot=spot,
+                       segment=segment)
+    chain, costs, max_rt = nxt.chain, nxt.costs, nxt.max_runtime_s
+    if not nxt.goes_on:
         why = chain_refusal(chain, plan.max_usd, smallest_cap(spent_usd=spent, work_s=left, costs=costs,
                                                               first=False, spot=spot), costs, spot) if not chain.fits \
             else f"the run would need more than {MAX_SEGMENTS} jobs (segments)"

@@ -17,7 +17,7 @@ from ..contract.spec import (
     RunSpec,
     RunValidationError,
 )
-from ..seams import SegmentPlan, SpotPolicy, section_json
+from ..seams import SegmentPlan, SpotPolicy, StopNotice, section_json
 from ..settings.sections import EvalConfig, ExportConfig, TrackingConfig
 from ..settings.tree import TrainConfig
 from ..settings.wire import flatten, leaves, parse
@@ -155,6 +155,20 @@ def _tracking(run: RunSpec, given: TrackingConfig) -> TrackingConfig:
         return TrackingConfig()
     experiment = run.tracking.experiment or run.name if given.mlflow_uri else TrackingConfig.experiment
     return replace(given, experiment=experiment)
+
+
+def checkpoint_upload_seconds(est: Estimate) -> float:
+    """The plan's `checkpoint_upload_seconds` (the save the guard's chain counts, to the tenth of a second): the
+    checkpoint at the upload rate available, or the notice's upload time without one."""
+    rate = est.upload_gb_per_s_available
+    return round(est.checkpoint_bytes / (rate * 1e9), 1) if rate else float(StopNotice.UPLOAD_S)
+
+
+def guard_seconds_per_step(est: Estimate, startup_s: float) -> float:
+    """The plan's `seconds_per_step`: the planned wall time with the expected interruptions, less one startup
+    (`startup_s`), over the planned steps (the guard's pace: its `work_left`), to six significant digits (a tiny
+    model's step is well under a millisecond)."""
+    return float(f"{(est.wall_seconds + est.expected_overhead_seconds - startup_s) / est.planned_steps:.6g}")
 
 
 def first_segment_seconds(est: Estimate) -> int:

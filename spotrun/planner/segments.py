@@ -28,7 +28,7 @@ segment's MaxRuntime reserves and does not bill is room for the next one. See do
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from ..seams import SegmentPlan, StopNotice
 from .catalog import share_done, usd
@@ -131,6 +131,73 @@ def plan_chain(*, cap_usd: float, spent_usd: float, work_s: float, costs: ChainC
             (STOP_BILL_S if stopped else 0.0)
         spent += (billed * share + warm) * costs.usd_per_s
     return Chain(True, segments, first_rt, spent, 1.0, 0, 0)
+
+
+@dataclass(frozen=True)
+class NextSegment:
+    """The cost guard's next job of a chain (spotrun/pipeline/guard.py `_next_segment`): the chain from the newest
+    checkpoint, the figures it was planned on (without the sentinel's room where only that fits), the job's
+    MaxRuntime, and whether the run goes on (the chain fits and the job is within MAX_SEGMENTS)."""
+
+    chain: Chain
+    costs: ChainCosts
+    max_runtime_s: int
+    goes_on: bool
+
+
+def next_segment(*, cap_usd: float, spent_usd: float, work_s: float, costs: ChainCosts, spot: bool,
+                 segment: int) -> NextSegment:
+    """The guard's rule at a job's end without the run finished (the simulator's too: spotrun/policy/execution.py):
+    segment number `segment` goes on when the chain that trains `work_s` more from `spent_usd` finishes under the cap
+    at the expected bill. An on-demand job keeps the room for a sentinel beside it (`costs.sentinel_room_s`) where
+    the chain fits with it; where it fits only without, the job takes all the cap leaves (no sentinel fits beside
+    it), not the run ended at the cap with a finish it can pay for (benchmarks/replay_bench.py --cap-x 2: a run
+    ended at $56.18 of a $214.54 cap that it finished at $207.04 without a sentinel)."""
+    chain = plan_chain(cap_usd=cap_usd, spent_usd=spent_usd, work_s=work_s, costs=costs, first=False, spot=spot)
+    if not chain.fits and not spot and costs.sentinel_room_s:
+        costs = replace(costs, sentinel_room_s=0.0)
+        chain = plan_chain(cap_usd=cap_usd, spent_usd=spent_usd, work_s=work_s, costs=costs, first=False, spot=spot)
+    kept = 0.0 if spot else costs.warm_pool_s + costs.sentinel_room_s  # on-demand: its warm pool, the sentinel's room
+    max_rt = next_max_runtime(cap_usd=cap_usd, spent_usd=spent_usd, usd_per_s=costs.usd_per_s,
+                              longest_s=costs.longest_s, warm_pool_s=kept)
+    return NextSegment(chain, costs, max_rt, chain.fits and segment <= MAX_SEGMENTS)
+
+
+def work_left_s(*, planned_steps: int, checkpoint_step: int | None, seconds_per_step: float,
+                expected_overhead_s: float) -> float:
+    """Training seconds still to do from the newest committed checkpoint (all of it without one), at the planned
+    pace without further interruptions: the guard stops a run only when even an uninterrupted finish cannot fit
+    (the interruptions so far are in the bills already). At least a step (or a second): the job ended without
+    completing."""
+    steps = max(1, planned_steps - (checkpoint_step or 0))
+    interruptions = float(expected_overhead_s) / max(1, planned_steps)
+    return max(1.0, steps * max(seconds_per_step - interruptions, 0.0))
+
+
+def restart_wasted_s(*, max_runtime_s: float, billed_s: float, startup_s: float, step_s: float,
+                     save_s: float) -> bool:
+    """A job whose MaxRuntime left (`max_runtime_s` less `billed_s`) cannot hold a restart that trains a step: its
+    start, one step (or a second), a save and the margin (the guard's `restart_wasted`)."""
+    return max_runtime_s - billed_s < startup_s + max(step_s, 1.0) + save_s + SEGMENT_END_MARGIN_S
+
+
+def cap_wait_s(*, cap_usd: float, spent_usd: float, usd_per_s: float) -> float:
+    """The longest the guard waits before its next poll by the cap: the seconds left before the cap would be reached
+    at on-demand rates, less the STOP_BILL_S a stop still bills (the guard's `next_wait`)."""
+    return (cap_usd - spent_usd) / usd_per_s - STOP_BILL_S
+
+
+def sentinel_room(*, cap_usd: float, spent_before_usd: float, usd_per_s: float, od_max_runtime_s: float,
+                  od_warm_pool_s: float, longest_s: int, recheck_s: float, poll_s: float) -> tuple[int, int] | None:
+    """(MaxRuntime, MaxWait) of a sentinel created beside an on-demand job of MaxRuntime `od_max_runtime_s`, or None
+    when the cap leaves no room for one that can hold its instances until the guard's next look (`recheck_s`, then a
+    poll) and its stop (the guard's `sentinel_limits`, spotrun/pipeline/guard.py, which says why)."""
+    od_worst = (od_max_runtime_s + STOP_BILL_S + od_warm_pool_s) * usd_per_s
+    room = (cap_usd - spent_before_usd - od_worst) / usd_per_s - STOP_BILL_S
+    runtime = int(min(room, longest_s)) if room < math.inf else longest_s
+    if runtime < recheck_s + poll_s or od_max_runtime_s == math.inf:
+        return None
+    return runtime, max(runtime, int(od_max_runtime_s))
 
 
 def smallest_cap(*, spent_usd: float, work_s: float, costs: ChainCosts, first: bool, spot: bool = True,

@@ -12,6 +12,7 @@ numpy.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -47,9 +48,11 @@ class Summary:
     """The part of the P95 bill billed at on-demand rates (the smaller of the two traces' the P95 lies between):
     a cap planned on the P95 takes those seconds at on-demand rates, the rest at the spot share
     (spotrun/planner/segments.py `finish_cap_usd`)."""
+    capped: bool = False
+    """The cost cap shaped the run on some trace (spotrun/policy/execution.py `Cap`; not one of the row's figures)."""
 
     def row(self) -> dict:
-        return dict(self.__dict__)
+        return {k: v for k, v in self.__dict__.items() if k != "capped"}
 
 
 def quantile(sorted_values: list[float], q: float) -> float:
@@ -82,7 +85,8 @@ def summarize(plan: SimPlan, label: str, policy: str, checkpointing: str, tallie
                    mean_wall_h=sum(walls) / n / 3600, p95_wall_h=quantile(walls, 0.95) / 3600,
                    mean_interruptions=sum(t.interruptions for t in tallies) / n, n=n,
                    p_within_cap=None if cap_usd is None else sum(1 for c in totals if c <= cap_usd + 1e-9) / n,
-                   p95_on_demand_usd=_p95_on_demand(by_total, quantile(totals, 0.95)))
+                   p95_on_demand_usd=_p95_on_demand(by_total, quantile(totals, 0.95)),
+                   capped=any(t.capped for t in tallies))
 
 
 def _p95_on_demand(by_total: list[tuple[float, float]], p95: float) -> float:
@@ -119,18 +123,31 @@ def compare(plan: SimPlan, traces: list, candidates: list[tuple[str, str]],
     """Every (policy, checkpointing) candidate over the same traces, as the state machine executes it (with
     `cap_usd`: each row's share of traces within it). `progress(what, done, total)` is called after each.
     `executions`: the tallies of this plan on these traces by (policy, checkpointing), reused and filled (the
-    estimate step's simulations at other caps: spotrun/policy/choose.py `shared_simulations`)."""
+    estimate step's simulations at other caps: spotrun/policy/choose.py `shared_simulations`): those of the same
+    plan, or of the plan at a smaller cap that shaped none of them (`_reusable`)."""
     rows = []
     for done, (p, c) in enumerate(candidates, 1):
-        tallies = executions.get((p, c)) if executions is not None else None
+        hit = executions.get((p, c)) if executions is not None else None
+        tallies = hit[1] if hit is not None and _reusable(plan, *hit) else None
         if tallies is None:
             tallies = executed(plan, traces, p, c)
             if executions is not None:
-                executions[(p, c)] = tallies
+                executions[(p, c)] = (plan, tallies)
         rows.append(summarize(plan, describe(p, c), p, c, tallies, cap_usd=cap_usd))
         if progress:
             progress("policies", done, len(candidates))
     return rows
+
+
+def _reusable(plan: SimPlan, earlier: SimPlan, tallies: list[Tally]) -> bool:
+    """Whether the executions of `earlier` are those of `plan`: the same plan, or the same at a cap no smaller than
+    one that shaped none of its runs (`Tally.capped`: each of the cap's rules binds less at a larger cap, so they
+    are the runs without it)."""
+    if earlier == plan:
+        return True
+    if plan.cap_usd is None or earlier.cap_usd is None or plan.cap_usd < earlier.cap_usd:
+        return False
+    return dataclasses.replace(earlier, cap_usd=plan.cap_usd) == plan and not any(t.capped for t in tallies)
 
 
 __all__ = ["SimPlan", "Summary", "compare", "executed", "simulate", "summarize", "quantile"]

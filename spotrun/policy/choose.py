@@ -27,9 +27,11 @@ from dataclasses import dataclass
 from ..contract.spec import deadline_hours_text
 from ..planner.catalog import hours_text, usd
 from ..planner.estimate import startup_seconds
+from ..planner.outputs import checkpoint_upload_seconds, guard_seconds_per_step
 from ..planner.segments import (
     JOB_END_S,
     STOP_BILL_S,
+    ChainCosts,
     chain_at,
     finish_cap_usd,
     job_start_s,
@@ -70,11 +72,14 @@ SYNTHETIC_TRACES = {"burst_p": 0.3, "droughts_per_day": 0.1, "drought_hours": (6
 
 def plan_from_estimate(est, catalog: dict, *, deadline_s: float | None = None,
                        spot_discount: float | None = None, poll_s: float = 60.0,
-                       max_poll_s: float = 4 * 3600.0, on_demand_fallback: bool = True) -> SimPlan:
+                       max_poll_s: float = 4 * 3600.0, on_demand_fallback: bool = True,
+                       cap_usd: float | None = None) -> SimPlan:
     """The simulator's plan for the estimate's layout. The restore (checkpoint download) is taken at the upload
     rate; the step is grad_accum micro-batches; the planned steps (in which the guard reads progress) are the
     estimate's; `poll_s`, `max_poll_s`: the stage's cost-guard poll bounds
-    (PipelineSettings.poll_seconds, max_poll_seconds); `on_demand_fallback`: the run's compute.on_demand_fallback."""
+    (PipelineSettings.poll_seconds, max_poll_seconds); `on_demand_fallback`: the run's compute.on_demand_fallback;
+    `cap_usd`: the run's budget.max_usd, which the execution then models as the cost guard holds it (a finite cap
+    on an estimate with a chain to plan: `SimPlan.cap_usd`, the guard's chain figures as the plan carries them)."""
     d = catalog["defaults"]
     startup = startup_seconds(d)  # provisioning, data download and the image pull, at every start
     family = est.instance_type.split(".")[1]
@@ -86,13 +91,20 @@ def plan_from_estimate(est, catalog: dict, *, deadline_s: float | None = None,
     step = est.grad_accum * step_seconds(mb.get("compute", 0.0), mb.get("communication", 0.0),
                                          d["comm_overlap_fraction"])
     # A cap between the spot and the on-demand estimate makes the run a chain of segments
-    # (spotrun/planner/segments.py): the first job's MaxRuntime is not the run's. The simulator runs the chain as one
-    # job of the single-job
-    # MaxRuntime (each segment's MaxWait allowance kept) whose work includes the chain's restarts.
+    # (spotrun/planner/segments.py): the first job's MaxRuntime is not the run's. With the cap (`cap_usd`) the
+    # execution runs the chain's jobs as the guard creates them (spotrun/policy/execution.py `Cap`); without, it runs
+    # the chain as one job of the single-job MaxRuntime (each segment's MaxWait allowance kept) whose work includes
+    # the chain's restarts.
     seg = est.segments
     max_runtime = float((seg and seg.longest_seconds) or est.max_runtime_seconds)
     wait_allowance = max(0.0, float(est.max_wait_seconds) - float(est.max_runtime_seconds))
-    chain_s = max(0, int((seg and seg.segments) or 1) - 1) * float((seg and seg.overhead_seconds) or 0.0)
+    capped = cap_usd is not None and math.isfinite(cap_usd) and bool(seg and seg.chain_costs)
+    chain_s = 0.0 if capped else \
+        max(0, int((seg and seg.segments) or 1) - 1) * float((seg and seg.overhead_seconds) or 0.0)
+    costs = None
+    if capped:  # the guard's figures (spotrun/pipeline/guard.py `chain_costs`, from the plan assembly makes)
+        costs = ChainCosts(**{**seg.chain_costs, "save_s": checkpoint_upload_seconds(est),
+                              "step_s": guard_seconds_per_step(est, startup), "sentinel_room_s": 0.0})
     # Every job starts and ends as the chain bills it (spotrun/planner/segments.py `job_start_s`, `JOB_END_S`): its
     # start holds the trainer's start and the restore, and its end is billed; a simulation on the catalog's bare
     # startup billed a spot=false run $0.62 where its cost row (the chain) said $0.74 (a new user's trial)
@@ -104,7 +116,8 @@ def plan_from_estimate(est, catalog: dict, *, deadline_s: float | None = None,
                    max_wait_s=max_runtime + wait_allowance, max_runtime_s=max_runtime,
                    deadline_s=deadline_s, poll_s=poll_s,
                    max_poll_s=max(poll_s, max_poll_s), on_demand_fallback=on_demand_fallback,
-                   planned_steps=est.planned_steps)
+                   planned_steps=est.planned_steps, cap_usd=cap_usd if capped else None, chain_costs=costs,
+                   expected_overhead_s=float(est.expected_overhead_seconds) if capped else 0.0)
 
 
 def _on_demand_plan(run, est, plan: SimPlan) -> SimPlan:
@@ -112,7 +125,7 @@ def _on_demand_plan(run, est, plan: SimPlan) -> SimPlan:
     the cap splits the run into the on-demand chain's jobs, not the spot chain's the plan counts (a spot run at the
     cap named for its on-demand P95 simulated on-demand with a spot chain's restart and missed its deadline)."""
     seg = est.segments
-    if not (run.compute.spot and seg and seg.chain_costs):
+    if not (run.compute.spot and seg and seg.chain_costs) or plan.cap_usd is not None:  # with the cap: its jobs
         return plan
     jobs = on_demand_segments_at(seg, run.max_usd, seg.work_seconds - est.expected_overhead_seconds)
     return dataclasses.replace(plan, work_s=plan.work_s + (jobs - max(1, seg.segments)) * seg.overhead_seconds)
@@ -289,6 +302,7 @@ class PolicyChoice:
     missed: str = ""  # the warning when no candidate meets the deadline (`_missed_deadline`, the first of
     # `warnings`): the estimate step names a larger cap instead where one meets the deadline, `spot_policy_at_caps`
     p95_on_demand_usd: float = 0.0  # the part of `p95_usd` billed at on-demand rates (Summary.p95_on_demand_usd)
+    capped: bool = False  # the cap shaped some candidate's run on some trace (Summary.capped): not the run as one job
 
 
 def spot_policy(run, est, catalog: dict, *, n: int = N_TRACES, seed: int = SEED, poll_s: float = 60.0,
@@ -300,7 +314,8 @@ def spot_policy(run, est, catalog: dict, *, n: int = N_TRACES, seed: int = SEED,
     names one that holds, `spot_policy_at_caps`)."""
     plan = plan_from_estimate(est, catalog, deadline_s=run.compute.deadline_s,
                               spot_discount=run.compute.spot_discount, poll_s=poll_s, max_poll_s=max_poll_s,
-                              on_demand_fallback=run.compute.on_demand_fallback or not run.compute.spot)
+                              on_demand_fallback=run.compute.on_demand_fallback or not run.compute.spot,
+                              cap_usd=run.max_usd)
     n = traces_for_estimate(plan, est.interruptions_per_hour, n, est.mean_wait_seconds)
     spec = TraceSpec(interruptions_per_hour=est.interruptions_per_hour, horizon_s=horizon_s(plan), **ESTIMATE_TRACES,
                      mean_wait_s=est.mean_wait_seconds)
@@ -315,7 +330,9 @@ def spot_policy(run, est, catalog: dict, *, n: int = N_TRACES, seed: int = SEED,
     rows = []
     for candidate in run_candidates(run, plan):
         its = on_demand if candidate[0] == "on_demand" else plan
-        done = None if shared is None else shared.setdefault(("executions", its, spec, n, seed), {})
+        # keyed without the cap: `compare` reuses a smaller cap's executions where that cap shaped none of them
+        key = (dataclasses.replace(its, cap_usd=None), its.cap_usd is None)
+        done = None if shared is None else shared.setdefault(("executions", key, spec, n, seed), {})
         rows += compare(its, traces, [candidate], cap_usd=run.max_usd, executions=done)
     finish = finish_caps(est)
     best, why = choose(plan, rows, cap_usd=run.max_usd, finish=finish)
@@ -354,7 +371,8 @@ def spot_policy(run, est, catalog: dict, *, n: int = N_TRACES, seed: int = SEED,
                          sentinel=sentinel_settings(best.policy))
     return PolicyChoice(section=section, warnings=tuple(warnings), p95_usd=best.p95_usd, left_out=left_out,
                         meeting_p95_usd=cheapest.p95_usd if cheapest else None, misses_deadline=misses,
-                        missed=missed, p95_on_demand_usd=best.p95_on_demand_usd)
+                        missed=missed, p95_on_demand_usd=best.p95_on_demand_usd,
+                        capped=any(r.capped for r in rows))
 
 
 def cents_up(usd: float) -> float:
@@ -403,7 +421,7 @@ def spot_policy_at_caps(run, est, catalog: dict, *, poll_s: float = 60.0, max_po
         choice = spot_policy(run, est, catalog, **poll, deadline_cap=deadline_cap)
         # the run as one job: the simulation at the cap set when that cap neither splits the run into a chain
         # (the simulation counts a chain's restarts as work) nor leaves out a policy
-        one_job = choice if est.segments.segments <= 1 and not choice.left_out else alone()
+        one_job = choice if est.segments.segments <= 1 and not choice.left_out and not choice.capped else alone()
         missed = choice.missed
         if missed and one_job is not choice and one_job.meeting_p95_usd is not None:
             # none meets the deadline within the cap set (its chain's restarts, or the policies it left out), but

@@ -20,6 +20,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ..planner.segments import ChainCosts
+
 INF = math.inf
 
 
@@ -59,8 +61,21 @@ class SimPlan:
     planned_steps: int = 0
     """The run's optimizer steps as the plan counts them (spotrun/pipeline/assembly.py `planned_steps`): the guard
     sees committed progress as whole committed steps x work_s / planned_steps (`steps`; 0: steps of step_s)."""
+    cap_usd: float | None = None
+    """The run's budget.max_usd where the execution models the cap as the cost guard holds it (each job's
+    MaxRuntime what the cap leaves, the run ended where the chain from the newest checkpoint no longer fits:
+    spotrun/policy/execution.py); None: no cap modelled (each job has `max_runtime_s`)."""
+    chain_costs: ChainCosts | None = None
+    """With `cap_usd`: the guard's figures for the chain of jobs (spotrun/pipeline/guard.py `chain_costs`, its
+    `sentinel_room_s` 0: the execution sets it by the policy)."""
+    expected_overhead_s: float = 0.0
+    """With `cap_usd`: the estimate's expected interruptions' cost (the guard's pace: `work_left_s`)."""
 
     def __post_init__(self):
+        if isinstance(self.chain_costs, dict):  # read back from the section's JSON (`SimPlan(**sim_plan)`)
+            object.__setattr__(self, "chain_costs", ChainCosts(**self.chain_costs))
+        if self.cap_usd is not None and (self.chain_costs is None or not self.cap_usd > 0):
+            raise ValueError(f"cap_usd={self.cap_usd!r} is invalid: expected a number > 0 with chain_costs, or None")
         for name in ("work_s", "interval_s", "step_s", "spot_usd_per_h", "on_demand_usd_per_h", "od_check_s",
                      "poll_s"):
             if not getattr(self, name) > 0:
@@ -106,6 +121,9 @@ class Tally:
     interruptions: int = 0
     switches: int = 0
     finished: bool = False
+    capped: bool = False
+    """The cost cap shaped the run as the guard holds it (spotrun/policy/execution.py `Cap`); without, the run is
+    the one executed with no cap modelled."""
 
 
 def periodic_interval(plan: SimPlan, checkpointing: str) -> float:

@@ -29,19 +29,40 @@ poll (the grid's or the policy's recheck) inside a window (`sentinel_lag_s` or m
 from capacity to Downloading, 0 unless asked; billed from the window's start), and asks the policy when that
 changes; the sentinel
 is stopped at the poll where the policy no longer asks for it or the on-demand job ended.
-Not modelled: the cost cap (a run whose cap binds is another run: docs/spot-policy.md, "At a cap that binds",
-replays it): the guard gives each job the MaxRuntime the cap leaves and its trainer ends its segment before it
-(here the chain is one job of the plan's longest MaxRuntime, its restarts in the work), ends the run where the
-chain from the newest checkpoint cannot finish under the cap (here the run bills on), creates a sentinel only
-where the cap leaves room for it, and polls sooner near the cap.
+The cost cap (`SimPlan.cap_usd`; `Cap`), as the guard holds it, through its own rules (spotrun/planner/segments.py,
+which spotrun/pipeline/guard.py calls too): each job's MaxRuntime is what the cap leaves at on-demand rates
+(`next_max_runtime`: the first job's at no spend, a later one's from the jobs' exact bills and a live sentinel's
+bound; an on-demand job less the sentinel's room where the chain fits with it, `next_segment`) and its trainer
+ends its segment `segment_seconds` into each start; at a job's end the run ends at the cap (OverBudget,
+unfinished) where the chain from the newest checkpoint, at the guard's pace (`work_left_s`), does not fit
+(`next_segment`); the polls come no later than the time the cap leaves (`cap_wait_s`, the guard's `next_wait`); a
+sentinel is created only where the cap leaves room for it beside the on-demand job (`sentinel_room`); a spot job
+waiting after an interruption whose MaxRuntime left cannot hold a restart is stopped (`restart_wasted_s`). The
+chain's restarts are its jobs' starts (not added to the work, as without the cap: spotrun/policy/choose.py
+`plan_from_estimate`). Without a cap, or where the cap shaped nothing (`Tally.capped` false), the run is the one
+executed without it. Not modelled: a sentinel's own MaxRuntime and MaxWait (the room kept for it holds its look),
+the guard's second-line stop (every MaxRuntime keeps the run under the cap), a preparation's bill before the
+first job, and a job's end billed at every job (the plan's work holds one end: `Run.segment_left`).
 """
 
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
+from ..planner.segments import (
+    JOB_END_S,
+    ChainCosts,
+    cap_wait_s,
+    next_max_runtime,
+    next_segment,
+    restart_wasted_s,
+    segment_seconds,
+    sentinel_room,
+    work_left_s,
+)
 from .decision import (
     SENTINEL_STOP_S,
     Action,
@@ -53,6 +74,8 @@ from .decision import (
     committed_progress_s,
     decide,
     first_poll_at,
+    poll_wait,
+    sentinel_room_s,
 )
 from .engine import INF, SimPlan, Tally, periodic_interval
 
@@ -76,6 +99,11 @@ class Job:
     since_commit: float = 0.0  # training seconds since the newest commit or the (re)start (the guard sees it)
     stopping: str = ""  # why the job is on its way out: stopped, max_wait, max_runtime, segment
     end: str = ""  # completed, or the reason it stopped
+    max_runtime_s: float = INF  # its MaxRuntimeInSeconds (billed seconds)
+    max_wait_s: float = INF  # its MaxWaitTimeInSeconds from its creation (a spot job's)
+    segment_s: float = INF  # its trainer's budget (`segment_seconds`): it ends its segment this long into a start
+    interrupted: bool = False  # it lost its capacity at least once (the guard's `restart_wasted` looks at it)
+    end_s: float = 0.0  # the work's last seconds that are the job's end, not its trainer's (`Run.segment_left`)
 
 
 @dataclass
@@ -99,6 +127,8 @@ class Run:
     ends: list | None = field(default=None, repr=False)  # the windows' ends (the sentinel's lookups; built on use)
     _seen: tuple = field(default=(None, 0.0), init=False, repr=False)  # (committed work, what the guard sees
     # of it: whole planned steps) at the last observation
+    capped: bool = False  # the cap shaped the run (a job's MaxRuntime, a poll, a sentinel, its end): `Cap`
+    over_budget: bool = False  # the guard ended the run at the cap (OverBudget: no chain from here fits)
 
     def _sentinel_window(self, t: float) -> tuple[float, float]:
         """The first window ending after t (a lookup that does not move `i`)."""
@@ -118,10 +148,10 @@ class Run:
         if self.sentinel_at is None:
             self.sentinel_at, self.sentinels = now, self.sentinels + 1
 
-    def stop_sentinel(self, now: float) -> None:
-        """Stop the sentinel at a poll: bill its time with instances since its creation, and the stop."""
+    def sentinel_billed(self, now: float) -> float:
+        """The live sentinel's seconds with instances from its creation to `now` (0 without one)."""
         if self.sentinel_at is None:
-            return
+            return 0.0
         billed, t = 0.0, self.sentinel_at
         while t < now:
             a, b = self._sentinel_window(t)
@@ -129,6 +159,13 @@ class Run:
                 break
             billed += min(b, now) - max(a, t)
             t = b
+        return billed
+
+    def stop_sentinel(self, now: float) -> None:
+        """Stop the sentinel at a poll: bill its time with instances since its creation, and the stop."""
+        if self.sentinel_at is None:
+            return
+        billed = self.sentinel_billed(now)
         a, b = self._sentinel_window(now)
         if a <= now:
             billed += min(self.sentinel_stop_s, b - now)
@@ -157,11 +194,11 @@ class Run:
 
     def _event(self, job: Job, until: float) -> None:
         p, spot = self.plan, job.market is Market.SPOT
-        wait_end = job.created + p.max_wait_s if spot else INF
+        wait_end = job.created + job.max_wait_s if spot else INF
         if job.phase != "stop":
             if job.t >= wait_end - 1e-9:
                 return self.stop(job, "max_wait")
-            if job.phase != "wait" and job.billed >= p.max_runtime_s - 1e-9:
+            if job.phase != "wait" and job.billed >= job.max_runtime_s - 1e-9:
                 return self.stop(job, "max_runtime")
         a, b = self.window(job.t) if spot else (job.t, INF)
         if job.phase == "wait":
@@ -175,7 +212,7 @@ class Run:
             return self.interrupted(job)
         horizon = min(until, b)
         if job.phase != "stop":
-            horizon = min(horizon, wait_end, job.t + p.max_runtime_s - job.billed)
+            horizon = min(horizon, wait_end, job.t + job.max_runtime_s - job.billed)
         if job.phase != "train":
             step = max(0.0, min(job.left, horizon - job.t))
             self.bill(job, step)
@@ -184,10 +221,10 @@ class Run:
                 self.phase_done(job)
             return None
         interval = periodic_interval(p, self.ck)
-        segment_left = p.max_runtime_s - p.startup_s - p.save_s - SEGMENT_END_MARGIN_S - job.clock
+        segment_left = self.segment_left(job)
         if job.cycle == 0.0 and interval < INF:
             self._whole_cycles(job, interval, min(horizon - job.t, segment_left))
-            segment_left = p.max_runtime_s - p.startup_s - p.save_s - SEGMENT_END_MARGIN_S - job.clock
+            segment_left = self.segment_left(job)
         step = max(0.0, min(horizon - job.t, p.work_s - self.work, interval - job.cycle, segment_left))
         self.bill(job, step)
         job.cycle += step
@@ -200,6 +237,16 @@ class Run:
         elif job.cycle >= interval - 1e-9:
             job.phase, job.left, job.cycle = "save", p.save_s, 0.0
         return None
+
+    def segment_left(self, job: Job) -> float:
+        """The trainer's budget left (`segment_seconds`). With the cap modelled, a job whose work left fits it but
+        for the job's end (`JOB_END_S`: the plan's work holds it, spotrun/policy/choose.py `plan_from_estimate`)
+        finishes: the end is billed past the trainer's exit, within MaxRuntime (a run at the cap at which it is one
+        job is one job)."""
+        left = job.segment_s - job.clock
+        if job.end_s and self.plan.work_s - self.work - job.end_s <= left + 1e-9:
+            return left + job.end_s
+        return left
 
     def _whole_cycles(self, job: Job, interval: float, room: float) -> None:
         """Train-and-save cycles that end strictly inside `room` and before the work is done, in one step: the
@@ -252,6 +299,7 @@ class Run:
         self.tally.lost_s += self.work - self.committed
         self.work = self.committed
         self.tally.interruptions += 1
+        job.interrupted = True
         if not job.end:
             job.phase, job.left = "wait", 0.0
 
@@ -299,12 +347,125 @@ class Run:
         self.polls += polls - 1  # the poll at `at` is counted where it is taken
         return at
 
-    def create(self, market: Market, now: float) -> Job:
+    def create(self, market: Market, now: float, limits: tuple[float, float, float] | None = None) -> Job:
+        """A job created at `now`; `limits`: its MaxRuntime, MaxWait and trainer's budget (`Cap.limits`; None: the
+        plan's, the cap not binding)."""
         if self.jobs and market is not self.jobs[-1].market:
             self.tally.switches += 1
-        job = Job(market=market, created=now, t=now)
+        p = self.plan
+        max_runtime, max_wait, segment = limits or (
+            p.max_runtime_s, p.max_wait_s, p.max_runtime_s - p.startup_s - p.save_s - SEGMENT_END_MARGIN_S)
+        job = Job(market=market, created=now, t=now, max_runtime_s=max_runtime, max_wait_s=max_wait,
+                  segment_s=segment, end_s=JOB_END_S if p.cap_usd is not None else 0.0)
         self.jobs.append(job)
         return job
+
+    # ---- the cost guard's view of the bills (the cap's rules: `Cap`) -------------------------------------------
+
+    def billed_usd(self) -> float:
+        """What the tally holds: the ended jobs' and sentinels' bills and the live job's so far."""
+        p = self.plan
+        return (self.tally.spot_s * p.spot_usd_per_h + self.tally.od_s * p.on_demand_usd_per_h) / 3600
+
+    def guard_spent(self, cap: Cap, job: Job, t: float, billed_s: float) -> float:
+        """The guard's spent money at a poll at `t` where `job` has billed `billed_s` seconds (it need not have
+        ended): the other jobs' exact bills with their warm pools (spotrun/pipeline/guard.py `job_cost`), the job's
+        bound at on-demand rates (its warm pool with it) and a live sentinel's bound at on-demand rates."""
+        p, od = self.plan, self.plan.on_demand_usd_per_h / 3600
+        own = (p.spot_usd_per_h if job.market is Market.SPOT else p.on_demand_usd_per_h) / 3600
+        warm = cap.costs.warm_pool_s * sum(1 for j in self.jobs if j.market is Market.ON_DEMAND)
+        return self.billed_usd() - job.billed * own + (billed_s + warm + self.sentinel_billed(t)) * od
+
+    def ended_spent(self, cap: Cap, now: float) -> float:
+        """The guard's spent money at the poll that found the run's last job ended: the jobs' exact bills with their
+        warm pools, a live sentinel's bound at on-demand rates (it is stopped at this poll)."""
+        od = self.plan.on_demand_usd_per_h / 3600
+        warm = cap.costs.warm_pool_s * sum(1 for j in self.jobs if j.market is Market.ON_DEMAND)
+        return self.billed_usd() + (warm + self.sentinel_billed(now)) * od
+
+    def skip_polls_capped(self, cap: Cap, job: Job, now: float, target: float, recheck_at: float,
+                          billed_s: float, running: bool) -> float:
+        """`skip_polls` as the guard waits near the cap (`next_wait`: never past the time the cap leaves,
+        `cap_wait_s`), from the poll at `now` where the job had billed `billed_s` (`running`: it bills on to the
+        target, else it waits). Far from the cap (the cut cannot bind before the target: the room shrinks at most at
+        on-demand rates for the job and a sentinel, and no wait is longer than the grid's at the target's age), or
+        where no wait was cut, the grid's poll."""
+        p = self.plan
+        at, polls = first_poll_at(job.created, now, target, recheck_at, poll_s=p.poll_s, max_poll_s=p.max_poll_s)
+        usd_per_s = cap.costs.usd_per_s
+        shrink = (1.0 if running else 0.0) + (1.0 if self.sentinel_at is not None else 0.0)
+        room = cap_wait_s(cap_usd=cap.cap_usd, spent_usd=self.guard_spent(cap, job, now, billed_s),
+                          usd_per_s=usd_per_s)
+        longest_wait = p.poll_s + min(p.max_poll_s, max(p.poll_s, 0.06 * (at - job.created + p.poll_s)))
+        if room - shrink * (at - now) >= longest_wait:
+            self.polls += polls - 1
+            return at
+        t, n, cut = now, 0, False
+        for _ in range(1_000_000):
+            spent = self.guard_spent(cap, job, t, billed_s + (t - now) if running else billed_s)
+            grid = poll_wait(math.floor(t - job.created), recheck_at - t, poll_s=p.poll_s, max_poll_s=p.max_poll_s)
+            left = cap_wait_s(cap_usd=cap.cap_usd, spent_usd=spent, usd_per_s=usd_per_s)
+            cut = cut or left < grid
+            t += int(max(p.poll_s, min(grid, left)))
+            n += 1
+            if t >= target - 1e-9:
+                break
+        if not cut:
+            self.polls += polls - 1
+            return at
+        self.capped = True
+        self.polls += n - 1
+        return t
+
+
+@dataclass(frozen=True)
+class Cap:
+    """The cost cap as the cost guard holds it (spotrun/pipeline/guard.py, its rules in spotrun/planner/segments.py,
+    called here, not copied): the plan's `cap_usd` and the guard's chain figures, with the room the policy keeps
+    beside an on-demand job for its sentinel (the guard's `plan_sentinel_room_s`)."""
+
+    cap_usd: float
+    costs: ChainCosts
+    wait_allowance_s: float  # a spot job's MaxWait past its MaxRuntime (the plan's `max_wait_extra_seconds`)
+
+    @classmethod
+    def of(cls, plan: SimPlan, policy: str) -> Cap | None:
+        if plan.cap_usd is None:
+            return None
+        costs = dataclasses.replace(plan.chain_costs, sentinel_room_s=sentinel_room_s(policy, plan.poll_s))
+        allowance = plan.max_wait_s - plan.max_runtime_s if plan.max_wait_s < INF else INF
+        return cls(plan.cap_usd, costs, allowance)
+
+    def limits(self, plan: SimPlan, market: Market, max_runtime_s: int, first: bool) -> tuple | None:
+        """(MaxRuntime, MaxWait, the trainer's `segment_seconds`) of a job of `max_runtime_s`, or None where it is
+        the plan's longest (the cap does not bind it: `Run.create` takes the plan's). The first job's trainer budget
+        counts the estimate's save (spotrun/planner/outputs.py `first_segment_seconds`), a later one's the guard's."""
+        if max_runtime_s >= self.costs.longest_s:
+            return None
+        save = plan.save_s if first else self.costs.save_s
+        segment = segment_seconds(max_runtime_s, startup_s=self.costs.startup_s, save_s=save)
+        wait = max_runtime_s + self.wait_allowance_s if market is Market.SPOT else INF
+        return float(max_runtime_s), wait, float(segment)
+
+    def first(self, plan: SimPlan, market: Market) -> tuple | None:
+        """The first job's limits: the estimate's MaxRuntime, all the cap allows (the planner's chain: its first job
+        keeps no room, spotrun/planner/segments.py `plan_segments`)."""
+        return self.limits(plan, market, next_max_runtime(cap_usd=self.cap_usd, spent_usd=0.0,
+                                                          usd_per_s=self.costs.usd_per_s,
+                                                          longest_s=self.costs.longest_s), True)
+
+    def work_left(self, plan: SimPlan, committed: float) -> float:
+        """The guard's `work_left` from the checkpoint's step as it reads it."""
+        return work_left_s(planned_steps=plan.steps, checkpoint_step=checkpoint_step(committed, plan.work_s,
+                                                                                     plan.steps),
+                           seconds_per_step=self.costs.step_s, expected_overhead_s=plan.expected_overhead_s)
+
+    def restart_wasted(self, job: Job) -> bool:
+        """The guard stops a spot job waiting for capacity after an interruption whose MaxRuntime left cannot hold
+        a restart that trains a step (`restart_wasted`)."""
+        return job.market is Market.SPOT and job.phase == "wait" and job.interrupted and not job.end and \
+            restart_wasted_s(max_runtime_s=job.max_runtime_s, billed_s=job.billed, startup_s=self.costs.startup_s,
+                             step_s=self.costs.step_s, save_s=self.costs.save_s)
 
 
 def execute(plan: SimPlan, trace: list, policy: str, checkpointing: str, *, horizon_s: float = INF,
@@ -313,10 +474,14 @@ def execute(plan: SimPlan, trace: list, policy: str, checkpointing: str, *, hori
     policy is asked when `decision.ask_again` says the guard asks it. `sentinel_lag_s`, `sentinel_stop_s`: a
     sentinel's assumptions (the module docstring), for sensitivity checks."""
     run = Run(plan, checkpointing, trace, sentinel_lag_s=sentinel_lag_s, sentinel_stop_s=sentinel_stop_s)
+    cap = Cap.of(plan, policy)
     first = decide(policy, plan, checkpointing, Observation(0.0, 0.0, Market.SPOT, JobStatus.NONE))
-    job = run.create(Market.SPOT if first.action is Action.START_SPOT else Market.ON_DEMAND, 0.0)
+    market = Market.SPOT if first.action is Action.START_SPOT else Market.ON_DEMAND
+    job = run.create(market, 0.0, cap and cap.first(plan, market))
+    run.capped = run.capped or job.max_runtime_s < plan.max_runtime_s
     now, switch_to = 0.0, None
     asked_status, recheck_at, asked_seen = JobStatus.NONE, 0.0, False
+    billed_at_poll, running_at_poll = 0.0, False
     while now < horizon_s:
         if switch_to is None:  # the polls before a change of status or the recheck ask nothing: skip them
             # (the status the policy was last asked at: a new job's first poll asks, even when it still waits;
@@ -325,37 +490,70 @@ def execute(plan: SimPlan, trace: list, policy: str, checkpointing: str, *, hori
             if run.sentinel_at is not None and not asked_seen:
                 until = min(until, run.next_capacity(now))
             run.advance(job, until, unlike=asked_status)
-            now = run.skip_polls(job.created, now, max(job.t, now), recheck_at)
+            if cap is None:
+                now = run.skip_polls(job.created, now, max(job.t, now), recheck_at)
+            else:
+                now = run.skip_polls_capped(cap, job, now, max(job.t, now), recheck_at, billed_at_poll,
+                                            running_at_poll)
         else:  # stopping: the guard polls every poll_s until the job has ended
             now += plan.poll_s
         run.advance(job, now)
         run.polls += 1
+        billed_at_poll, running_at_poll = job.billed, not job.end and job.phase != "wait"
         if job.end == "completed":
             run.stop_sentinel(now)
             run.tally.t, run.tally.finished, run.tally.progress = job.t, True, plan.work_s
+            run.tally.capped = run.capped
             return run
         if switch_to is not None and not job.end:
             continue
-        if job.end == "max_runtime":  # the guard ends a run whose job ran to the longest MaxRuntime unfinished
-            break
+        if job.end == "max_runtime" and job.max_runtime_s >= plan.max_runtime_s:
+            break  # the guard ends a run whose job ran to the longest MaxRuntime unfinished
+        if cap is not None and switch_to is None and cap.restart_wasted(job):
+            run.stop(job, "stopped")  # the guard's stop, asking the policy nothing: the next job on this market
+            switch_to, run.capped = job.market, True
+            continue
         status = run.status(job)
+        # the guard's spent money when the job ended: a live sentinel's bound before this poll stops it
+        spent_end = run.ended_spent(cap, now) if cap is not None and job.end else 0.0
         seen = run.sentinel_at is not None and run.capacity_at(now)
         if ask_again(status, asked_status, now, recheck_at) or seen is not asked_seen:
             decision = decide(policy, plan, checkpointing, run.observe(job, now, spot_seen=seen))
             asked_status, recheck_at, asked_seen = status, now + decision.recheck_s, seen
             if decision.sentinel and not job.end and job.market is Market.ON_DEMAND:
-                run.start_sentinel(now)
+                if cap is None or run.sentinel_at is not None or sentinel_room(
+                        cap_usd=cap.cap_usd, spent_before_usd=run.guard_spent(cap, job, now, 0.0) - (
+                            cap.costs.warm_pool_s * plan.on_demand_usd_per_h / 3600),
+                        usd_per_s=cap.costs.usd_per_s, od_max_runtime_s=job.max_runtime_s,
+                        od_warm_pool_s=cap.costs.warm_pool_s, longest_s=cap.costs.longest_s,
+                        recheck_s=decision.recheck_s, poll_s=plan.poll_s) is not None:
+                    run.start_sentinel(now)
+                else:  # the cap leaves no room beside the on-demand job: the policy runs without one
+                    run.capped = True
             else:
                 run.stop_sentinel(now)
             if job.end and decision.action is Action.END:
                 break
             if job.end:
-                job = run.create(switch_to or STARTS.get(decision.action, job.market), now)
+                market = switch_to or STARTS.get(decision.action, job.market)
+                limits = None
+                if cap is not None:  # the guard's `_next_segment`: the chain from the newest checkpoint must fit
+                    nxt = next_segment(cap_usd=cap.cap_usd, spent_usd=spent_end,
+                                       work_s=cap.work_left(plan, run.committed), costs=cap.costs,
+                                       spot=market is Market.SPOT, segment=len(run.jobs) + 1)
+                    if not nxt.goes_on:
+                        run.capped = run.over_budget = True
+                        break
+                    limits = cap.limits(plan, market, nxt.max_runtime_s, False)
+                    run.capped = run.capped or limits is not None
+                job = run.create(market, now, limits)
                 switch_to, asked_status = None, JobStatus.NONE
+                billed_at_poll, running_at_poll = 0.0, False
                 continue
             if decision.action in (Action.TO_SPOT, Action.TO_ON_DEMAND):
                 run.stop(job, "stopped")
                 switch_to = STARTS[decision.action]
     run.stop_sentinel(now)
     run.tally.t, run.tally.progress = now, run.committed
+    run.tally.capped = run.capped
     return run

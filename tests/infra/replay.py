@@ -32,6 +32,7 @@ from moto.stepfunctions.parser.models import stepfunctions_parser_backends
 
 from spotrun.handlers import cost_guard
 from spotrun.pipeline.plan import PipelineSettings, plan
+from spotrun.planner.segments import JOB_END_S
 from spotrun.policy import choose
 from spotrun.policy.decision import poll_wait
 from spotrun.policy.engine import SimPlan
@@ -156,11 +157,13 @@ class _Section:
 
 
 def replay_windows(synth, windows: list[Window], *, deadline_hours: float = 14.0,
-                   gone_after_sentinel: bool = False, cap_x: float | None = None) -> list[Agreement]:
+                   gone_after_sentinel: bool = False, cap_x: float | None = None,
+                   cap_usd: float | None = None) -> list[Agreement]:
     """`gone_after_sentinel`: from the poll whose guard created a sentinel, every Lambda and every StopTrainingJob
     fails and the jobs run until SageMaker ends them (their limits alone hold the cap). `cap_x`: the run's
     budget.max_usd is this many times the cap to set the estimate names (at the stage's largest cap), a cap that
-    can bind; None: three times the on-demand estimate, one that never binds."""
+    can bind; None: three times the on-demand estimate, one that never binds. `cap_usd`: the run's budget.max_usd
+    itself (instead of `cap_x`)."""
     clock = SimClock(time.time())
     section = _Section()
     holder: dict = {}
@@ -203,15 +206,18 @@ def replay_windows(synth, windows: list[Window], *, deadline_hours: float = 14.0
             driver.sim, driver.gone, driver.gone_after_sentinel = sim, False, gone_after_sentinel
             section.policy = window.policy
             with mock.patch.object(LambdaSimpleBackend, "invoke", driver.as_lambda):
-                out.append(_one(driver, sim, world, window, scenario, f"w{k}-{time.time_ns() % 10**8}", cap_x))
+                out.append(_one(driver, sim, world, window, scenario, f"w{k}-{time.time_ns() % 10**8}", cap_x,
+                                cap_usd))
     return out
 
 
 def _one(driver, sim, world: World, window: Window, scenario: Scenario, name: str,
-         cap_x: float | None = None) -> Agreement:
+         cap_x: float | None = None, cap_usd: float | None = None) -> Agreement:
     run = _run_json(scenario)
     est, plan_json = _plan_of(driver, run, None)  # at the stage's largest cap: the caps are multiples of its
-    if cap_x is None:
+    if cap_usd is not None:
+        run["budget"]["max_usd"] = cap_usd
+    elif cap_x is None:
         run["budget"]["max_usd"] = round(3.0 * est["cost_usd"]["on_demand"], 2)  # a cap that never binds
     else:  # the cap to set the estimate names, times cap_x
         named = est["spot_policy"]["deadline_cap_usd"] or est["spot_policy"]["p95_finish_cap_usd"]
@@ -255,12 +261,13 @@ def _plan_of(driver, run: dict, cap_usd: float | None) -> tuple[dict, dict]:
 
 
 def _configure(sim: TraceSimulation, world: World, plan: SimPlan, section: SpotPolicy, plan_json: dict) -> None:
-    """The simulated SageMaker and trainer run by the plan's own figures (the sim_plan the estimate promised). At a
-    cap that splits the run into a chain, the sim_plan's work holds the chain's restarts (spotrun/policy/choose.py
-    `plan_from_estimate`: the simulator runs the chain as one job): the trainer trains the run's work without them,
-    and the chain's jobs restart for real."""
+    """The simulated SageMaker and trainer run by the plan's own figures (the sim_plan the estimate promised). A
+    sim_plan without the cap modelled (`SimPlan.cap_usd` None) runs a chain as one job whose work holds the chain's
+    restarts (spotrun/policy/choose.py `plan_from_estimate`): the trainer trains the run's work without them, and
+    the chain's jobs restart for real. With the cap modelled, the work is the run's."""
     seg = plan_json["estimate"]["segments"]
-    chain_s = max(0, int(seg["segments"] or 1) - 1) * float(seg["overhead_seconds"] or 0.0)
+    chain_s = 0.0 if plan.cap_usd is not None else \
+        max(0, int(seg["segments"] or 1) - 1) * float(seg["overhead_seconds"] or 0.0)
     world.work_s = plan.work_s - chain_s
     world.usd_per_instance_hour = plan.on_demand_usd_per_h / plan_json["instance_count"]
     world.spot_discount = 1 - plan.spot_usd_per_h / plan.on_demand_usd_per_h
@@ -270,7 +277,8 @@ def _configure(sim: TraceSimulation, world: World, plan: SimPlan, section: SpotP
     ck = section.checkpointing
     sim.trainer = Trainer(startup_s=plan.startup_s, restore_s=plan.restore_s, save_s=plan.save_s,
                           interval_s=plan.interval_s if ck in ("periodic", "both") else float("inf"),
-                          step_s=plan.step_s, notice=plan.notice_ok and ck in ("notice", "both"))
+                          step_s=plan.step_s, notice=plan.notice_ok and ck in ("notice", "both"),
+                          end_s=JOB_END_S if plan.cap_usd is not None else 0.0)
 
 
 def windows_json(agreements: list[Agreement]) -> str:

@@ -38,6 +38,10 @@ class Trainer:
     interval_s: float  # inf: no periodic saves
     step_s: float  # a save on the notice keeps whole steps of this length
     notice: bool  # saves on the notice (and on a stop)
+    # the work's last seconds that are the job's end, billed past the trainer's exit (the sim_plan's work holds
+    # them: spotrun/policy/choose.py `plan_from_estimate`): a job whose training left fits its segment_seconds
+    # finishes them (spotrun/policy/execution.py `Run.segment_left`)
+    end_s: float = 0.0
 
 
 class TraceJob(SimJob):
@@ -134,6 +138,8 @@ class TraceJob(SimJob):
                 return self._end("Completed" if self.stop_why == "segment" else "Stopped", self.stop_why)
             return None
         segment_left = self.segment_s - self.process_s
+        if tr.end_s and w.work_s - self.work - tr.end_s <= segment_left + EPS:
+            segment_left += tr.end_s
         step = max(0.0, min(horizon - self.t, w.work_s - self.work, tr.interval_s - self.cycle, segment_left))
         self._bill(step)
         self.work += step

@@ -183,7 +183,10 @@ def test_the_cap_row_says_which_cap_to_set(tmp_path, capsys):
 def test_no_warning_about_the_very_cap_the_estimate_names(tmp_path, capsys, monkeypatch):
     """mistral with on-demand fallback and a 15.5 h deadline (15.16 h before the jobs were simulated with the
     chain's start and end): set at the cap the estimate named ($30.82), it warned 'an on-demand fallback would
-    cost $31.48 > budget $30.82; the cost guard stops it at the cap'."""
+    cost $31.48 > budget $30.82; the cost guard stops it at the cap'. With the cap modelled as the guard holds it
+    (spotrun/policy/execution.py `Cap`), no policy meets the deadline on 99% of the traces at the cap named before
+    ($22.19: 89.7% at best, the other runs ended at the cap), and the cap named is the deadline's ($31.91), above
+    the on-demand estimate."""
     example = json.loads((ROOT / "examples/runs/mistral-7b-lora.json").read_text())
     example["model"] = {"init": "random", "config": example["model"]["config"]}  # the Lambda reads no S3 here
     run = _with(example, data={"source": f"s3://{BUCKET}/datasets/summaries/"},
@@ -191,13 +194,13 @@ def test_no_warning_about_the_very_cap_the_estimate_names(tmp_path, capsys, monk
     code, doc = _cli(tmp_path, capsys, "estimate", run)
     assert code == 0, doc
     named = doc["spot_policy"]["deadline_cap_usd"] or doc["spot_policy"]["p95_finish_cap_usd"]
-    assert doc["cost_usd"]["on_demand"] > named, (doc["cost_usd"], named)  # the case: on-demand over the cap named
     set_at = _with(run, budget={"max_usd": named})
     for there in (_cli(tmp_path, capsys, "estimate", set_at)[1], _plan(monkeypatch, set_at)):
         assert there["spot_policy"]["p95_finish_cap_usd"] == named, there["spot_policy"]
         assert not [w for w in there["warnings"] if f"${named:,.2f}" in w], there["warnings"]
     # under it, the warning stands
-    # (three quarters of it: well above the smallest cap whose chain finishes)
+    # (three quarters of it: well above the smallest cap whose chain finishes, under the on-demand estimate)
+    assert doc["cost_usd"]["on_demand"] > round(named * 0.75, 2), (doc["cost_usd"], named)
     code, under = _cli(tmp_path, capsys, "estimate", _with(run, budget={"max_usd": round(named * 0.75, 2)}))
     assert code == 0 and [w for w in under["warnings"] if "an on-demand fallback would cost" in w], under
 
