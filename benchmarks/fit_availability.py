@@ -204,38 +204,58 @@ def lag_correlations(seqs: list, lags: tuple[int, ...] = LAGS) -> np.ndarray:
                                  np.concatenate([z[lag:] for z in scores]))[0, 1] for lag in lags])
 
 
-def generated_ups(chain: Chain, rates: list[float], lengths: list[int], repeats: int, seed: int = 0) -> list:
-    """`repeats` sequences of generated stretches with capacity per trace, at its rate and of its length in
-    cycles (the first cycle, a remainder, left out)."""
+def generated_ups(chain: Chain, rates: list[float], lengths: list[int], repeats: int, seed: int = 0,
+                  column: int = 1) -> list:
+    """`repeats` sequences of generated stretches with capacity (`column` 2: the waits) per trace, at its rate
+    and of its length in cycles (the first cycle, a remainder, left out)."""
     rng = random.Random(seed)
     out = []
     for rate, n in zip(rates, lengths, strict=True):
         for _ in range(repeats):
             gen = chain.cycles(rate, rng)
             next(gen)
-            out.append([next(gen)[1] for _ in range(n)])
+            out.append([next(gen)[column] for _ in range(n)])
     return out
+
+
+def _persistence(seqs: list[list[float]], rates: list[float], chain, column: int, repeats: int, seed: int,
+                 grid_lag1: tuple[float, ...]) -> tuple[float, float, np.ndarray, np.ndarray]:
+    """(share, lag1, recorded, generated): the latent level (share, lag-1) for which `chain(share, lag1)`'s
+    generated `column`, at each trace's rate and length, has the recorded correlations of normal scores at lags
+    1-8 (least squares; a grid, then a finer one around its best; the same draws for every candidate)."""
+    target = lag_correlations(seqs)
+    lengths = [len(u) for u in seqs]
+
+    def error(share: float, lag1: float) -> tuple[float, np.ndarray]:
+        got = lag_correlations(generated_ups(chain(share, lag1), rates, lengths, repeats, seed, column))
+        return float(((got - target) ** 2).sum()), got
+
+    grid = [(w, phi) for w in np.arange(0.0, 0.51, 0.05) for phi in grid_lag1]
+    best = min(grid, key=lambda c: error(*c)[0])
+    fine = [(w, phi) for w in np.arange(best[0] - 0.04, best[0] + 0.041, 0.01) if 0 <= w < 1
+            for phi in np.arange(best[1] - 0.04, best[1] + 0.041, 0.01) if 0 <= phi < 1]
+    share, lag1 = min(fine, key=lambda c: error(*c)[0])
+    return float(share), float(lag1), target, error(share, lag1)[1]
 
 
 def level_persistence(ups: list[list[float]], rates: list[float], regimes_: tuple, repeats: int = 10,
                       seed: int = 0) -> tuple[float, float, np.ndarray, np.ndarray]:
     """(share, lag1, recorded, generated): the persistent level of the stretches with capacity (Chain's
     `level_share`, `level_lag1`) whose generated traces, at each trace's rate and length, have the recorded
-    correlations of normal scores at lags 1-8 (least squares; a grid, then a finer one around its best; the same
-    draws for every candidate), with both curves."""
-    target = lag_correlations(ups)
-    lengths = [len(u) for u in ups]
+    correlations of normal scores at lags 1-8 (`_persistence`), with both curves."""
+    return _persistence(ups, rates, lambda w, phi: Chain(regimes_, w, phi), 1, repeats, seed,
+                        (0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95))
 
-    def error(share: float, lag1: float) -> tuple[float, np.ndarray]:
-        got = lag_correlations(generated_ups(Chain(regimes_, share, lag1), rates, lengths, repeats, seed))
-        return float(((got - target) ** 2).sum()), got
 
-    grid = [(w, phi) for w in np.arange(0.0, 0.51, 0.05) for phi in (0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95)]
-    best = min(grid, key=lambda c: error(*c)[0])
-    fine = [(w, phi) for w in np.arange(best[0] - 0.04, best[0] + 0.041, 0.01) if 0 <= w < 1
-            for phi in np.arange(best[1] - 0.04, best[1] + 0.041, 0.01) if 0 <= phi < 1]
-    share, lag1 = min(fine, key=lambda c: error(*c)[0])
-    return float(share), float(lag1), target, error(share, lag1)[1]
+def wait_persistence(downs: list[list[float]], rates: list[float], regimes_: tuple, repeats: int = 10,
+                     seed: int = 0, level: tuple[float, float] = (0.0, 0.0)) -> tuple[float, float, np.ndarray,
+                                                                                       np.ndarray]:
+    """(share, lag1, recorded, generated): the waits' persistent level (Chain's `wait_share`, `wait_lag1`; the
+    regimes keep their shares of the cycles, `regimes_`' occupancy) whose generated waits, at each trace's rate
+    and length, have the recorded correlations of normal scores at lags 1-8 (`_persistence`); `level`: the
+    stretches' (share, lag1), which the waits do not depend on."""
+    return _persistence(downs, rates, lambda w, phi: Chain(regimes_, *level, w, phi), 2, repeats, seed,
+                        (0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.97))
 
 
 def _table(values: list[float]) -> str:
@@ -277,11 +297,6 @@ def main() -> None:
     print(f"UP_SHORT = {_table(pooled['up_short'])}")
     print(f"UP = {_table(pooled['up'])}")
     fitted = regimes(seqs, columns=(1,))
-    print("REGIMES = (")
-    for r in fitted:
-        print(f"    Regime(stay={r['stay']:.4f}, short=SHORT, up_short=UP_SHORT, up=UP,  # {r['cycles']} cycles\n"
-              f"           down={_table(r['down'])}),")
-    print(")")
     chain_regimes = tuple(Regime(stay=round(r["stay"], 4), down=tuple(r["down"]), **{
         k: tuple(v) if isinstance(v, list) else v for k, v in pooled.items()}) for r in fitted)
     share, lag1, target, got = level_persistence([list(seq[:, 0]) for seq in seqs], rates, chain_regimes)
@@ -290,6 +305,24 @@ def main() -> None:
     print("# correlations of normal scores of the stretches with capacity at lags "
           f"{LAGS[0]}-{LAGS[-1]}: recorded {' '.join(f'{x:.3f}' for x in target)}; "
           f"generated {' '.join(f'{x:.3f}' for x in got)}")
+    before = lag_correlations(generated_ups(Chain(chain_regimes, share, lag1), rates, [len(q) for q in seqs], 10,
+                                            0, column=2))
+    wait_share, wait_lag1, target, got = wait_persistence([list(seq[:, 1]) for seq in seqs], rates, chain_regimes,
+                                                          level=(share, lag1))
+    stays = Chain(chain_regimes, share, lag1, round(wait_share, 2), round(wait_lag1, 2)).implied_stays
+    print(f"# the regimes' stay as the hidden Markov model labelled them: {fitted[0]['stay']:.4f}, "
+          f"{fitted[1]['stay']:.4f}; pasted: at the waits' level below (each regime's share of the cycles kept)")
+    print("REGIMES = (")
+    for r, stay in zip(fitted, stays, strict=True):
+        print(f"    Regime(stay={stay:.4f}, short=SHORT, up_short=UP_SHORT, up=UP,  # {r['cycles']} cycles\n"
+              f"           down={_table(r['down'])}),")
+    print(")")
+    print(f"WAIT_LEVEL_SHARE = {wait_share:.2f}")
+    print(f"WAIT_LEVEL_LAG1 = {wait_lag1:.2f}")
+    print("# correlations of normal scores of the waits at lags "
+          f"{LAGS[0]}-{LAGS[-1]}: recorded {' '.join(f'{x:.3f}' for x in target)}; "
+          f"generated {' '.join(f'{x:.3f}' for x in got)}; the regimes' Markov chain alone (their fitted stay) "
+          f"{' '.join(f'{x:.3f}' for x in before)}")
     print(f"DOWN_MEAN_AT_ONE_PER_HOUR_S = {c:.0f}")
     print(f"DOWN_RATE_EXPONENT = {beta:.3f}")
     print(f"SHORT_FITTED_UP_TO_PER_HOUR = {max(rates):.3g}")

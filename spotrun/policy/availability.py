@@ -167,13 +167,13 @@ UP = (0.03959, 0.04619, 0.05297, 0.0787, 0.1013, 0.1455, 0.1598, 0.1666, 0.1698,
       0.4921, 0.5079, 0.5194, 0.5578, 0.6152, 0.6492, 0.6603, 0.7034, 0.7791, 0.8126, 0.9232, 1.016, 1.126, 1.27,
       1.447, 1.576, 1.755, 2.026, 2.297, 2.724, 3.156, 4.125, 5.71, 8.309, 12.27, 35.89)
 REGIMES = (
-    Regime(stay=0.9099, short=SHORT, up_short=UP_SHORT, up=UP,  # 1306 cycles
+    Regime(stay=0.6798, short=SHORT, up_short=UP_SHORT, up=UP,  # 1306 cycles
            down=(0.04581, 0.059, 0.08756, 0.1065, 0.1337, 0.177, 0.1926, 0.1926, 0.1944, 0.2011, 0.2096, 0.2597,
                  0.2681, 0.3191, 0.377, 0.3851, 0.3889, 0.4022, 0.4022, 0.4255, 0.464, 0.4695, 0.5312, 0.5349, 0.5777,
                  0.6033, 0.6481, 0.6687, 0.6997, 0.7686, 0.8024, 0.8511, 0.9361, 0.9628, 1.044, 1.145, 1.249, 1.348,
                  1.491, 1.728, 1.926, 2.145, 2.349, 2.696, 3.083, 3.562, 4.136, 5.131, 6.547, 9.35, 13.47, 19.58,
                  24.79)),
-    Regime(stay=0.8393, short=SHORT, up_short=UP_SHORT, up=UP,  # 730 cycles
+    Regime(stay=0.4290, short=SHORT, up_short=UP_SHORT, up=UP,  # 730 cycles
            down=(0.04581, 0.04581, 0.04581, 0.059, 0.059, 0.06108, 0.06108, 0.087, 0.087, 0.08982, 0.08982, 0.09163,
                  0.1064, 0.1064, 0.1064, 0.1064, 0.1064, 0.1064, 0.1064, 0.1069, 0.116, 0.1198, 0.1337, 0.1337,
                  0.1337, 0.1337, 0.1337, 0.1527, 0.174, 0.1796, 0.1926, 0.1926, 0.1926, 0.1926, 0.1926, 0.1926,
@@ -187,6 +187,8 @@ SHORT_SHARE_AT_ONE_PER_HOUR = 0.339
 SHORT_SHARE_RATE_EXPONENT = 0.270
 UP_LEVEL_SHARE = 0.28
 UP_LEVEL_LAG1 = 0.77
+WAIT_LEVEL_SHARE = 0.21
+WAIT_LEVEL_LAG1 = 0.84
 
 
 @dataclass(frozen=True)
@@ -199,17 +201,52 @@ class Chain:
     drawn afresh each cycle): each stretch is its regime's at the level of z = sqrt(share) x + sqrt(1 - share) e,
     x an AR(1) over cycles with lag-1 correlation `level_lag1`, e independent (a Gaussian copula)."""
     level_lag1: float = 0.0
+    wait_share: float | None = None
+    """None: the regimes are a Markov chain over cycles, each kept with its `stay`. A number: the waits' own latent
+    level, as the stretches': each cycle's wait is the regimes' mixture at the level of z = sqrt(share) y +
+    sqrt(1 - share) e, y an AR(1) over cycles with lag-1 correlation `wait_lag1` (a Gaussian copula); the levels
+    under the calm regime's share are its waits (in its table's order), the others the rough regime's, so each
+    regime keeps its share of the cycles (`occupancy`, from the regimes' `stay`) and its table, and a regime is
+    kept from one cycle to the next as often as the level says (`implied_stays`)."""
+    wait_lag1: float = 0.0
 
     def __post_init__(self):
-        for name in ("level_share", "level_lag1"):
+        for name in ("level_share", "level_lag1", "wait_lag1"):
             if not 0 <= getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)!r} is invalid: expected 0 <= {name} < 1")
+        if self.wait_share is not None and not 0 <= self.wait_share < 1:
+            raise ValueError(f"wait_share={self.wait_share!r} is invalid: expected 0 <= wait_share < 1")
 
     @property
     def occupancy(self) -> tuple[float, float]:
         """The share of cycles in each regime in the long run (the chain's stationary distribution)."""
         leave = [1 - r.stay for r in self.regimes]
         return leave[1] / sum(leave), leave[0] / sum(leave)
+
+    @property
+    def implied_stays(self) -> tuple[float, float]:
+        """How often a cycle of each regime is followed by one of the same: the regimes' `stay` without a wait
+        level; with one, the chance that the latent score stays on its side of the calm regime's share from one
+        cycle to the next (their correlation is wait_share x wait_lag1)."""
+        if self.wait_share is None:
+            return self.regimes[0].stay, self.regimes[1].stay
+        rough, calm = self.occupancy
+        both = _both_above(_NORMAL.inv_cdf(calm), self.wait_share * self.wait_lag1)
+        return both / rough, (calm - rough + both) / calm  # P(both below) = 1 - 2 P(above) + P(both above)
+
+    def _wait(self, z: float, down_s: float) -> tuple[int, float]:
+        """(regime, seconds): the wait at latent score z (the calm regime's levels first, then the rough one's)."""
+        calm = self.occupancy[1]
+        u = _NORMAL.cdf(z)
+        if u < calm:
+            return 1, self.regimes[1].downs.quantile(u / calm) * down_s
+        return 0, self.regimes[0].downs.quantile((u - calm) / (1 - calm)) * down_s
+
+    def _wait_score(self, k: int, level: float) -> float:
+        """The latent score of a wait at `level` of regime k's table (`_wait`'s inverse)."""
+        calm = self.occupancy[1]
+        u = level * calm if k == 1 else calm + level * (1 - calm)
+        return _NORMAL.inv_cdf(min(max(u, 1e-12), 1 - 1e-12))
 
     @property
     def mean_down(self) -> float:
@@ -261,20 +298,55 @@ class Chain:
             up, level = regime.draw_up_length_biased(rng, shares[k], short_s, long_s)
             z = _NORMAL.inv_cdf(min(max(level, 1e-12), 1 - 1e-12))
             x = rng.gauss(math.sqrt(w) * z, math.sqrt(1 - w))  # the level given the first stretch's score
-            yield k, rng.random() * up, regime.downs.draw(rng) * down_s
+            if self.wait_share is None:
+                yield k, rng.random() * up, regime.downs.draw(rng) * down_s
+            else:
+                wait_level = rng.random()
+                y = self._first_wait_level(k, wait_level, rng)
+                yield k, rng.random() * up, regime.downs.quantile(wait_level) * down_s
         else:
             x = rng.gauss(0.0, 1.0)
-            yield k, 0.0, rng.random() * regime.downs.draw_length_biased(rng) * down_s
+            down = regime.downs.draw_length_biased(rng)
+            if self.wait_share is not None:
+                y = self._first_wait_level(k, regime.downs.level(down, rng), rng)
+            yield k, 0.0, rng.random() * down * down_s
         level_sd, own_sd = math.sqrt(1 - phi * phi), math.sqrt(1 - w)
+        if self.wait_share is None:
+            while True:
+                k = k if rng.random() < self.regimes[k].stay else 1 - k
+                regime = self.regimes[k]
+                x = phi * x + level_sd * rng.gauss(0.0, 1.0)
+                z = math.sqrt(w) * x + own_sd * rng.gauss(0.0, 1.0)
+                yield k, regime.up_at(_NORMAL.cdf(z), shares[k], short_s, long_s), regime.downs.draw(rng) * down_s
+        wd, psi = self.wait_share, self.wait_lag1
+        wait_level_sd, wait_own_sd = math.sqrt(1 - psi * psi), math.sqrt(1 - wd)
         while True:
-            k = k if rng.random() < self.regimes[k].stay else 1 - k
-            regime = self.regimes[k]
+            y = psi * y + wait_level_sd * rng.gauss(0.0, 1.0)
+            k, down = self._wait(math.sqrt(wd) * y + wait_own_sd * rng.gauss(0.0, 1.0), down_s)
             x = phi * x + level_sd * rng.gauss(0.0, 1.0)
             z = math.sqrt(w) * x + own_sd * rng.gauss(0.0, 1.0)
-            yield k, regime.up_at(_NORMAL.cdf(z), shares[k], short_s, long_s), regime.downs.draw(rng) * down_s
+            yield k, self.regimes[k].up_at(_NORMAL.cdf(z), shares[k], short_s, long_s), down
+
+    def _first_wait_level(self, k: int, level: float, rng: random.Random) -> float:
+        """The waits' persisting level y given the first wait (regime k, at `level` of its table)."""
+        wd = self.wait_share
+        return rng.gauss(math.sqrt(wd) * self._wait_score(k, level), math.sqrt(1 - wd))
 
 
-CHAIN = Chain(REGIMES, UP_LEVEL_SHARE, UP_LEVEL_LAG1)
+def _both_above(c: float, rho: float, steps: int = 2000) -> float:
+    """P(Z1 > c and Z2 > c) for standard normals with correlation rho (Simpson's rule over Z1 from c to c + 12)."""
+    if rho == 0:
+        return (1 - _NORMAL.cdf(c)) ** 2
+    sd = math.sqrt(1 - rho * rho)
+    h = 12.0 / steps
+
+    def f(a: float) -> float:
+        return _NORMAL.pdf(a) * (1 - _NORMAL.cdf((c - rho * a) / sd))
+
+    total = f(c) + f(c + 12.0) + sum((4 if i % 2 else 2) * f(c + i * h) for i in range(1, steps))
+    return total * h / 3
+
+CHAIN = Chain(REGIMES, UP_LEVEL_SHARE, UP_LEVEL_LAG1, WAIT_LEVEL_SHARE, WAIT_LEVEL_LAG1)
 
 
 def short_share_at(rate_per_hour: float) -> float:
