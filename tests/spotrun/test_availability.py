@@ -327,3 +327,82 @@ def test_the_level_fit_recovers_a_known_persistence():
 def test_a_chain_refuses_a_level_outside_0_1():
     with pytest.raises(ValueError, match="level_lag1=1.0 is invalid"):
         Chain(CHAIN.regimes, 0.2, 1.0)
+
+
+def test_waits_persist_at_the_level_the_chain_is_given():
+    """With regimes whose waits do not overlap (the calm one's all shorter), the waits' normal scores k cycles apart
+    correlate as wait_share x wait_lag1^k (the latent level's); each regime keeps its share of the cycles and is
+    kept from one cycle to the next as often as `implied_stays` says; the mean wait is the fitted one."""
+    calm = tuple(0.05 + 0.2 * q for q in LEVELS)
+    rough = tuple(0.5 + 3.0 * q for q in LEVELS)
+    regimes = (Regime(stay=0.8, up=CHAIN.regimes[0].up, down=rough), Regime(stay=0.6, up=CHAIN.regimes[0].up,
+                                                                           down=calm))
+    for share, lag1 in ((0.4, 0.85), (0.0, 0.0)):
+        chain = Chain(regimes, 0.0, 0.0, share, lag1)
+        rng, seqs, ks = random.Random(6), [], []
+        for _ in range(6):
+            gen = chain.cycles(0.3, rng)
+            next(gen)
+            cycles = [next(gen) for _ in range(4000)]
+            seqs.append([d for _, _, d in cycles])
+            ks.append([k for k, _, _ in cycles])
+        got = _normal_score_lags(seqs, (1, 2, 4))
+        assert got == pytest.approx([share * lag1 ** k for k in (1, 2, 4)], abs=0.03)
+        flat = [k for seq in ks for k in seq]
+        assert flat.count(0) / len(flat) == pytest.approx(chain.occupancy[0], abs=0.03)
+        for k in range(2):
+            follows = [b for seq in ks for a, b in zip(seq, seq[1:], strict=False) if a == k]
+            assert follows.count(k) / len(follows) == pytest.approx(chain.implied_stays[k], abs=0.02)
+        assert statistics.fmean(d for seq in seqs for d in seq) == pytest.approx(mean_down_s(0.3), rel=0.05)
+    # independent waits: each regime is kept as often as its share of the cycles
+    assert Chain(regimes, wait_share=0.0).implied_stays == pytest.approx(Chain(regimes).occupancy)
+
+
+# The recorded correlations of the waits' normal scores at 1-8 cycles apart on the 9 choose traces, as
+# benchmarks/fit_availability.py --set choose prints them (the fit's target; docs/spot-policy.md, "Calibration").
+RECORDED_WAIT_LAGS = (0.152, 0.121, 0.090, 0.089, 0.050, 0.077, 0.043, 0.041)
+
+
+def test_the_fitted_chain_reproduces_the_recorded_persistence_of_waits():
+    """The generated waits' normal scores correlate at 1-8 cycles apart as the recordings' do (within 0.04 at each
+    lag; lag 1 within 0.03), each regime keeps its stay at the level (the pasted `stay` is the implied one, so the
+    regimes keep their shares of the cycles); the regimes' Markov chain at the hidden Markov model's stays (0.910 /
+    0.839, the model before) made them persist almost twice as much one cycle apart."""
+    assert CHAIN.implied_stays == pytest.approx([r.stay for r in CHAIN.regimes], abs=1e-3)
+    assert CHAIN.occupancy[0] == pytest.approx((1 - 0.8393) / (2 - 0.9099 - 0.8393), abs=1e-3)
+
+    def lags(chain: Chain) -> list[float]:
+        rng, seqs = random.Random(8), []
+        for rate in (0.15, 0.3, 0.6, 1.2):
+            for _ in range(4):
+                gen = chain.cycles(rate, rng)
+                next(gen)
+                seqs.append([next(gen)[2] for _ in range(1500)])
+        return _normal_score_lags(seqs, tuple(range(1, 9)))
+
+    got = lags(CHAIN)
+    assert got == pytest.approx(RECORDED_WAIT_LAGS, abs=0.04)
+    assert got[0] == pytest.approx(RECORDED_WAIT_LAGS[0], abs=0.03)
+    before = Chain(tuple(Regime(stay=s, up=r.up, down=r.down) for s, r in zip((0.9099, 0.8393), CHAIN.regimes,
+                                                                              strict=True)))
+    assert lags(before)[0] > RECORDED_WAIT_LAGS[0] + 0.08
+
+
+def test_the_wait_fit_recovers_a_known_persistence():
+    """Waits drawn from the fitted regimes at a known level (share 0.3, lag-1 0.8): the fit's least squares over the
+    correlations at 1-8 cycles apart finds them (its own draws are another seed)."""
+    from benchmarks.fit_availability import wait_persistence
+    rng, rates, seqs = random.Random(5), [0.2, 0.5, 0.9, 0.3], []
+    for rate in rates:
+        gen = Chain(CHAIN.regimes, 0.0, 0.0, 0.3, 0.8).cycles(rate, rng)
+        next(gen)
+        seqs.append([next(gen)[2] for _ in range(2000)])
+    share, lag1, target, got = wait_persistence(seqs, rates, CHAIN.regimes, repeats=1, seed=9)
+    assert share == pytest.approx(0.3, abs=0.08) and lag1 == pytest.approx(0.8, abs=0.08)
+    assert got == pytest.approx(target, abs=0.05)
+
+
+@pytest.mark.parametrize("field, value", [("wait_share", 1.0), ("wait_share", -0.1), ("wait_lag1", 1.0)])
+def test_a_chain_refuses_a_wait_level_outside_0_1(field, value):
+    with pytest.raises(ValueError, match=f"{field}={value!r} is invalid"):
+        Chain(CHAIN.regimes, **{"wait_share": 0.2, field: value})
