@@ -25,6 +25,9 @@ spotrun/policy/availability.py:
   traces and regimes together;
 - per regime (the one with the longer waits first), `down`: the quantiles of its waits, and `stay`: how often a
   cycle of that regime is followed by one of the same (the labels' counts);
+- the waits' own persisting level (Chain's `wait_share`, `wait_lag1`: `wait_persistence`, the same least squares
+  on the waits' normal scores, the regimes keeping their shares of the cycles), with the stay probabilities it
+  implies and the recorded, regime-chain and level correlations: measured, not pasted (docs/spot-policy.md);
 - `UP_LEVEL_SHARE`, `UP_LEVEL_LAG1`: the persisting level of the stretches with capacity (`level_persistence`):
   the share and lag-1 correlation whose generated stretches, at each trace's rate and length, have the recorded
   correlations of normal scores (within each trace) at 1-8 cycles apart, by least squares (both curves printed);
@@ -310,19 +313,17 @@ def main() -> None:
     wait_share, wait_lag1, target, got = wait_persistence([list(seq[:, 1]) for seq in seqs], rates, chain_regimes,
                                                           level=(share, lag1))
     stays = Chain(chain_regimes, share, lag1, round(wait_share, 2), round(wait_lag1, 2)).implied_stays
-    print(f"# the regimes' stay as the hidden Markov model labelled them: {fitted[0]['stay']:.4f}, "
-          f"{fitted[1]['stay']:.4f}; pasted: at the waits' level below (each regime's share of the cycles kept)")
     print("REGIMES = (")
-    for r, stay in zip(fitted, stays, strict=True):
-        print(f"    Regime(stay={stay:.4f}, short=SHORT, up_short=UP_SHORT, up=UP,  # {r['cycles']} cycles\n"
+    for r in fitted:
+        print(f"    Regime(stay={r['stay']:.4f}, short=SHORT, up_short=UP_SHORT, up=UP,  # {r['cycles']} cycles\n"
               f"           down={_table(r['down'])}),")
     print(")")
-    print(f"WAIT_LEVEL_SHARE = {wait_share:.2f}")
-    print(f"WAIT_LEVEL_LAG1 = {wait_lag1:.2f}")
     print("# correlations of normal scores of the waits at lags "
-          f"{LAGS[0]}-{LAGS[-1]}: recorded {' '.join(f'{x:.3f}' for x in target)}; "
-          f"generated {' '.join(f'{x:.3f}' for x in got)}; the regimes' Markov chain alone (their fitted stay) "
-          f"{' '.join(f'{x:.3f}' for x in before)}")
+          f"{LAGS[0]}-{LAGS[-1]}: recorded {' '.join(f'{x:.3f}' for x in target)}; the regimes' Markov chain "
+          f"(REGIMES) {' '.join(f'{x:.3f}' for x in before)}")
+    print(f"# the waits' own level instead (Chain's wait_share, wait_lag1; not in CHAIN: no better calibrated, "
+          f"docs/spot-policy.md): {wait_share:.2f}, {wait_lag1:.2f}, generated {' '.join(f'{x:.3f}' for x in got)}; "
+          f"the regimes' stay at it {stays[0]:.4f}, {stays[1]:.4f} (their shares of the cycles kept)")
     print(f"DOWN_MEAN_AT_ONE_PER_HOUR_S = {c:.0f}")
     print(f"DOWN_RATE_EXPONENT = {beta:.3f}")
     print(f"SHORT_FITTED_UP_TO_PER_HOUR = {max(rates):.3g}")

@@ -2,35 +2,33 @@
 two regimes that persist, stretches with capacity at a level that persists on its own; fitted to recorded capacity.
 
 A generated trace is a sequence of cycles: a stretch with capacity (ended by an interruption), then the wait until
-capacity returns (a drought when long). Each cycle belongs to one of two regimes of waits, each with its share of
-the cycles and its own quantile table of waits (linear between the quantiles: `LEVELS`). The waits persist through a
-latent normal score of their own, as the stretches' below: y' = sqrt(`WAIT_LEVEL_SHARE`) y + sqrt(1 -
-`WAIT_LEVEL_SHARE`) e, y an AR(1) over cycles with lag-1 correlation `WAIT_LEVEL_LAG1`; a score under the calm
-regime's share is a calm wait at that level of its table, one over it a rough wait (a Gaussian copula over the two
-regimes' mixture: each regime keeps its share and its table, and the recordings' spells of long waits, for days, and
-of brief ones come in runs, as persistent as recorded: normal scores of the waits 0.15 / 0.12 / 0.09 at 1 / 2 / 3
-cycles apart on the choose set, where the regimes run as a Markov chain at the hidden Markov model's stay
-probabilities, 0.910 / 0.839, made them 0.27 / 0.20 / 0.14). A regime's `stay` is how often the level keeps it from
-one cycle to the next (`Chain.implied_stays`; without a wait level, `Chain(wait_share=None)`, the regimes are that
-Markov chain). The stretches with capacity are drawn from one table for every regime (in the recordings a
-stretch's length hardly depends on the wait after it: the correlation of their logarithms within a cycle is -0.07 on
-the choose set, where regimes fitted on both made it -0.12: benchmarks/calibration_bench.py --cycles), at the level
-of a latent normal score that persists across cycles: z = sqrt(`UP_LEVEL_SHARE`) x + sqrt(1 - `UP_LEVEL_SHARE`) e, x
-an AR(1) over cycles with lag-1 correlation `UP_LEVEL_LAG1`, e drawn afresh (a Gaussian copula: the table, the rate
-and the share of short stretches are unchanged, long and short stretches come in runs as in the recordings, whose
-normal scores correlate 0.17 / 0.11 / 0.09 at 1 / 2 / 3 cycles apart). A stretch with capacity is short (at most 15
-minutes: the recordings' blips of a few samples; the lowest levels) with a share scaled to the run's rate by a power
-law fitted across the traces (13-49% of the recordings' stretches at every rate, a little more at higher rates), and
-then drawn in seconds as recorded; the others are drawn in units scaled so that all stretches with capacity together
-have a long-run mean of 1 / the estimate's interruption rate (the rate sets how long capacity lasts, the fitted
-shapes how it spreads and bunches). Waits are drawn in units where the fitted mixture has mean 1, scaled so that
-their long-run mean is `DOWN_MEAN_AT_ONE_PER_HOUR_S` x rate^`DOWN_RATE_EXPONENT` (fitted across the traces: where
-capacity is interrupted more often, it also takes longer to return), or to a mean wait recorded by the stack's
-own recorder or given by the run (`mean_wait_s`: the tables and regimes kept, only their scale set).
-A job is created at a random moment of that process (its stationary state): in a regime and a phase (with capacity
-or not) with probability in proportion to the time the process spends there, inside a stretch drawn in proportion
-to its length (a random moment falls in a long stretch more often), at a uniform point of it (the persisting level
-taken from that stretch's own).
+capacity returns (a drought when long). Each cycle belongs to a regime of waits, and the regime is a two-state
+Markov chain over the cycles (a Markov-modulated renewal process): a cycle keeps its predecessor's regime with that
+regime's `stay` probability, so the recordings' spells of long waits (for days) and of brief ones come in runs
+instead of being spread evenly. Each regime draws its waits from its own quantile table (linear between the
+quantiles: `LEVELS`). The waits persist more than recorded (normal scores 0.27 / 0.20 / 0.14 at 1 / 2 / 3 cycles
+apart against 0.15 / 0.12 / 0.09 on the choose set); `Chain(wait_share=...)` instead draws them at a latent level of
+their own that reproduces the recorded persistence (fitted and printed by the fit command below; each regime keeps
+its share of the cycles and its table), but the estimate's calibration on the recordings was no better with it
+(docs/spot-policy.md, "Calibration"), so `CHAIN` keeps the Markov chain. The stretches with capacity are drawn from
+one table for every regime (in the recordings a stretch's length hardly depends on the wait after it: the
+correlation of their logarithms within a cycle is -0.07 on the choose set, where regimes fitted on both made it
+-0.12: benchmarks/calibration_bench.py --cycles), at the level of a latent normal score that persists across cycles:
+z = sqrt(`UP_LEVEL_SHARE`) x + sqrt(1 - `UP_LEVEL_SHARE`) e, x an AR(1) over cycles with lag-1 correlation
+`UP_LEVEL_LAG1`, e drawn afresh (a Gaussian copula: the table, the rate and the share of short stretches are
+unchanged, long and short stretches come in runs as in the recordings, whose normal scores correlate 0.17 / 0.11 /
+0.09 at 1 / 2 / 3 cycles apart). A stretch with capacity is short (at most 15 minutes: the recordings' blips of a
+few samples; the lowest levels) with a share scaled to the run's rate by a power law fitted across the traces
+(13-49% of the recordings' stretches at every rate, a little more at higher rates), and then drawn in seconds as
+recorded; the others are drawn in units scaled so that all stretches with capacity together have a long-run mean of
+1 / the estimate's interruption rate (the rate sets how long capacity lasts, the fitted shapes how it spreads and
+bunches). Waits are drawn in units where the fitted mixture has mean 1, scaled so that their long-run mean is
+`DOWN_MEAN_AT_ONE_PER_HOUR_S` x rate^`DOWN_RATE_EXPONENT` (fitted across the traces: where capacity is interrupted
+more often, it also takes longer to return), or to a mean wait recorded by the stack's own recorder or given by the
+run (`mean_wait_s`: the tables and regimes kept, only their scale set). A job is created at a random moment of that
+process (its stationary state): in a regime and a phase (with capacity or not) with probability in proportion to the
+time the process spends there, inside a stretch drawn in proportion to its length (a random moment falls in a long
+stretch more often), at a uniform point of it (the persisting level taken from that stretch's own).
 
 Fitted on the 9 traces at even positions (sorted path order, the choose set of benchmarks/policy_bench.py) of
 the one-node availability traces of github.com/skypilot-org/spot-traces (aws-02-15-2023 and aws-10-26-2022;
@@ -173,13 +171,13 @@ UP = (0.03959, 0.04619, 0.05297, 0.0787, 0.1013, 0.1455, 0.1598, 0.1666, 0.1698,
       0.4921, 0.5079, 0.5194, 0.5578, 0.6152, 0.6492, 0.6603, 0.7034, 0.7791, 0.8126, 0.9232, 1.016, 1.126, 1.27,
       1.447, 1.576, 1.755, 2.026, 2.297, 2.724, 3.156, 4.125, 5.71, 8.309, 12.27, 35.89)
 REGIMES = (
-    Regime(stay=0.6798, short=SHORT, up_short=UP_SHORT, up=UP,  # 1306 cycles
+    Regime(stay=0.9099, short=SHORT, up_short=UP_SHORT, up=UP,  # 1306 cycles
            down=(0.04581, 0.059, 0.08756, 0.1065, 0.1337, 0.177, 0.1926, 0.1926, 0.1944, 0.2011, 0.2096, 0.2597,
                  0.2681, 0.3191, 0.377, 0.3851, 0.3889, 0.4022, 0.4022, 0.4255, 0.464, 0.4695, 0.5312, 0.5349, 0.5777,
                  0.6033, 0.6481, 0.6687, 0.6997, 0.7686, 0.8024, 0.8511, 0.9361, 0.9628, 1.044, 1.145, 1.249, 1.348,
                  1.491, 1.728, 1.926, 2.145, 2.349, 2.696, 3.083, 3.562, 4.136, 5.131, 6.547, 9.35, 13.47, 19.58,
                  24.79)),
-    Regime(stay=0.4290, short=SHORT, up_short=UP_SHORT, up=UP,  # 730 cycles
+    Regime(stay=0.8393, short=SHORT, up_short=UP_SHORT, up=UP,  # 730 cycles
            down=(0.04581, 0.04581, 0.04581, 0.059, 0.059, 0.06108, 0.06108, 0.087, 0.087, 0.08982, 0.08982, 0.09163,
                  0.1064, 0.1064, 0.1064, 0.1064, 0.1064, 0.1064, 0.1064, 0.1069, 0.116, 0.1198, 0.1337, 0.1337,
                  0.1337, 0.1337, 0.1337, 0.1527, 0.174, 0.1796, 0.1926, 0.1926, 0.1926, 0.1926, 0.1926, 0.1926,
@@ -193,8 +191,6 @@ SHORT_SHARE_AT_ONE_PER_HOUR = 0.339
 SHORT_SHARE_RATE_EXPONENT = 0.270
 UP_LEVEL_SHARE = 0.28
 UP_LEVEL_LAG1 = 0.77
-WAIT_LEVEL_SHARE = 0.21
-WAIT_LEVEL_LAG1 = 0.84
 
 
 @dataclass(frozen=True)
@@ -352,7 +348,7 @@ def _both_above(c: float, rho: float, steps: int = 2000) -> float:
     total = f(c) + f(c + 12.0) + sum((4 if i % 2 else 2) * f(c + i * h) for i in range(1, steps))
     return total * h / 3
 
-CHAIN = Chain(REGIMES, UP_LEVEL_SHARE, UP_LEVEL_LAG1, WAIT_LEVEL_SHARE, WAIT_LEVEL_LAG1)
+CHAIN = Chain(REGIMES, UP_LEVEL_SHARE, UP_LEVEL_LAG1)
 
 
 def short_share_at(rate_per_hour: float) -> float:
