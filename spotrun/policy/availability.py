@@ -308,10 +308,10 @@ class Chain:
                 yield k, rng.random() * up, regime.downs.quantile(wait_level) * down_s
         else:
             x = rng.gauss(0.0, 1.0)
-            down = regime.downs.draw_length_biased(rng)
+            at, down = rng.random(), regime.downs.draw_length_biased(rng)  # in this order: the same draws as before
             if self.wait_share is not None:
                 y = self._first_wait_level(k, regime.downs.level(down, rng), rng)
-            yield k, 0.0, rng.random() * down * down_s
+            yield k, 0.0, at * down * down_s
         level_sd, own_sd = math.sqrt(1 - phi * phi), math.sqrt(1 - w)
         if self.wait_share is None:
             while True:
@@ -347,6 +347,7 @@ def _both_above(c: float, rho: float, steps: int = 2000) -> float:
 
     total = f(c) + f(c + 12.0) + sum((4 if i % 2 else 2) * f(c + i * h) for i in range(1, steps))
     return total * h / 3
+
 
 CHAIN = Chain(REGIMES, UP_LEVEL_SHARE, UP_LEVEL_LAG1)
 
