@@ -84,10 +84,11 @@ def optimum_summary(plan: SimPlan, traces: list, progress: Callable[[str, int, i
 
 
 def relative(report: dict, label: str) -> dict:
-    """A row's mean cost against on-demand from the start and against the optimum."""
+    """A row's mean cost against on-demand from the start and against the optimum. None against an on-demand row
+    that does not always finish (a cap under its finish cap ends it there: its bill is the cap's, not the run's)."""
     rows = {r["label"]: r for r in report["policies"]}
     row, od = rows[label], rows.get("on_demand")
-    out = {"of_on_demand": row["mean_usd"] / od["mean_usd"] if od else None}
+    out = {"of_on_demand": row["mean_usd"] / od["mean_usd"] if od and od["p_finished"] == 1.0 else None}
     if "optimum" in report:
         out["over_optimum"] = row["mean_usd"] / report["optimum"]["mean_usd"] - 1
     return out
@@ -130,7 +131,8 @@ def table_text(report: dict) -> str:
         rel = relative(report, r["label"])
         met = f"{r['p_finished'] if r['p_deadline'] is None else r['p_deadline']:.1%}"
         opt = f"{rel['over_optimum']:+.1%}" if "over_optimum" in rel else "-"
-        of_od = "-" if rel["of_on_demand"] is None else f"{rel['of_on_demand']:.2f}"  # a run without fallback
+        # a run without fallback, or its on-demand row ended at the cap
+        of_od = "-" if rel["of_on_demand"] is None else f"{rel['of_on_demand']:.2f}"
         lines.append(f"{'*' if r['label'] == report['chosen'] else ' '} {r['label']:<28} {r['mean_usd']:>11,.2f} "
                      f"{r['p50_usd']:>11,.2f} {r['p95_usd']:>11,.2f} {met:>11} {r['mean_lost_h']:>7.2f} "
                      f"{r['mean_wall_h']:>7.1f} {r['mean_interruptions']:>7.2f} {of_od:>6} "

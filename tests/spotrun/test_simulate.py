@@ -863,6 +863,7 @@ def test_at_a_cap_that_binds_spotrun_simulate_prints_the_estimates_rows_and_mark
     from spotrun.planner.estimate import estimate, load_catalog
     from spotrun.policy import choose
     from spotrun.policy.choose import left_out_mark
+    from spotrun.policy.report import relative
 
     # the estimate step on 50 traces (its own N is 1,000), for `spotrun estimate` and simulate's estimate alike
     monkeypatch.setattr(estimate_cli, "with_spot_policy", partial(estimate_cli.with_spot_policy, n=50))
@@ -895,3 +896,6 @@ def test_at_a_cap_that_binds_spotrun_simulate_prints_the_estimates_rows_and_mark
         mark = left_out_mark(label, section["left_out"], section["left_out_finish_caps"])
         assert (mark in line) if mark else ("left out" not in line), (label, line)
     assert "  optimum, cap ignored" in text and f"the optimum ignores the ${cap:,.2f} cap" in text, text
+    # on-demand ended at the cap (its finish cap is over it) is no yardstick: no 'vs OD' against its bill
+    on_demand = next(r for r in report["policies"] if r["policy"] == "on_demand")
+    assert on_demand["p_finished"] < 1 and relative(report, on_demand["label"])["of_on_demand"] is None
