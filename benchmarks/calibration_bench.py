@@ -5,7 +5,8 @@
     python benchmarks/calibration_bench.py --spot-traces DIR --set choose --windows 1000 --deadlines 48
     python benchmarks/calibration_bench.py --spot-traces DIR --set choose --cycles 20
     python benchmarks/calibration_bench.py --spot-traces DIR --set held-out --waits recorded
-    python benchmarks/calibration_bench.py --spot-traces DIR --set held-out --cap-x 0.6
+    python benchmarks/calibration_bench.py --spot-traces DIR --set held-out --cap-x 0.8
+    python benchmarks/calibration_bench.py --spot-traces DIR --set held-out --cap-x 0.8 --bills 200
 
 The setting is benchmarks/policy_bench.py's (#26: 40 h of work, a 0.2 h changeover, spot at 0.35 of on-demand,
 saves on the notice, deadlines 48, 60 and 80 h) on every one-node trace of github.com/skypilot-org/spot-traces
@@ -31,7 +32,9 @@ At a cap (`--cap-usd USD`, or `--cap-x X`: X times the run's bill on-demand from
 sides execute every candidate with the cap modelled as the cost guard holds it (`SimPlan.cap_usd`, its chain
 figures from this setting: spotrun/policy/execution.py `Cap`), as the estimate does at a run's cap: a run the cap
 ends (OverBudget, unfinished) misses the deadline, so P(deadline) is finishing by the deadline inside the cap.
-Beside each row, the share of runs the cap ended (estimated / observed).
+Beside each row, the share of runs the cap ended (estimated / observed). `--bills N` instead executes every
+candidate without the cap (N generated traces per recording) and prints, estimated / observed, the share of bills
+over the cap, the mean bill and the mean on-demand hours: where the cap's odds come from.
 """
 
 from __future__ import annotations
@@ -110,6 +113,36 @@ def estimated_at_cap(plan, spec: TraceSpec, n: int, todo: list[tuple[str, str]],
         row = summarize(plan, describe(p, ck), p, ck, [r.tally for r in runs])
         out[row.label] = (row.p_deadline, sum(r.over_budget for r in runs) / len(runs))
     return out
+
+
+def bill_rows(recordings: list, deadline_h: float, every_h: float, n: int, policies: list[str] | None,
+              cap_usd: float | None, cap_x: float | None, waits: str = "model") -> list[str]:
+    """Per candidate executed without the cap, estimated (`n` generated traces per recording, weighted by its
+    windows) / observed (the recorded windows): the share of bills over the cap, the mean bill, the mean on-demand
+    hours."""
+    plan = setting(deadline_h)
+    cap = cap_usd if cap_x is None else cap_x * on_demand_usd(plan)
+    todo = windows(recordings, deadline_h, every_h)
+    per_rec = [sum(1 for i, _ in todo if i == k) / len(todo) for k in range(len(recordings))]
+    rows = []
+    for policy, ck in [(p, ck) for p, ck in candidates(plan) if policies is None or p in policies]:
+        est = [0.0, 0.0, 0.0]
+        for k, rec in enumerate(recordings):
+            if not per_rec[k]:
+                continue
+            tallies = [execute(plan, t, policy, ck).tally for t in generated_traces(trace_spec(plan, rec, waits), n, 0)]
+            bills = [sum(cost_usd(plan, t)) for t in tallies]
+            figures = (sum(b > cap + 1e-9 for b in bills), sum(bills), sum(t.od_s for t in tallies) / 3600)
+            for j, v in enumerate(figures):
+                est[j] += per_rec[k] * v / n
+        tallies = [execute(plan, t, policy, ck, horizon_s=plan.deadline_s + AFTER_DEADLINE_H * 3600).tally
+                   for _, t in todo]
+        bills = [sum(cost_usd(plan, t)) for t in tallies]
+        obs = [sum(b > cap + 1e-9 for b in bills) / len(bills), sum(bills) / len(bills),
+               sum(t.od_s for t in tallies) / 3600 / len(tallies)]
+        rows.append(f"| {deadline_h:g} h | ${cap:,.2f} | {describe(policy, ck)} | {len(todo)} | {est[0]:.1%} / "
+                    f"{obs[0]:.1%} | ${est[1]:,.2f} / ${obs[1]:,.2f} | {est[2]:.2f} / {obs[2]:.2f} |")
+    return rows
 
 
 def observed(plan, trace: list, policy: str, ck: str) -> tuple[bool, bool]:
@@ -306,6 +339,10 @@ def main() -> None:
                         "cost guard holds it, on both sides")
     parser.add_argument("--cap-x", type=float, help="the cap as this multiple of the run's bill on-demand from the "
                         "start, at each deadline")
+    parser.add_argument("--bills", type=int, metavar="N", default=0,
+                        help="instead, with --cap-usd or --cap-x: every candidate without the cap on N generated "
+                        "traces per recording and on the recorded windows: bills over the cap, mean bill, on-demand "
+                        "hours")
     parser.add_argument("--policies", help="comma-separated: only these candidates (default: every one offered)")
     parser.add_argument("--deadlines", default=",".join(map(str, DEADLINES_H)), help="hours, comma-separated")
     parser.add_argument("--stretches", type=int, metavar="N", default=0,
@@ -334,6 +371,17 @@ def main() -> None:
     paths = [p for i, p in enumerate(paths) if keep is None or i % 2 == keep]
     recordings = [read_availability(p) for p in paths]
     names = [f"{p.parent.name}/{p.stem}" for p in paths]
+    if args.bills:
+        if args.cap_usd is None and args.cap_x is None:
+            parser.error("--bills needs --cap-usd or --cap-x")
+        print(f"| deadline | cap | candidate ({args.set}, no cap) | windows | bills over the cap (estimated / "
+              "observed) | mean bill | on-demand hours |")
+        print("|---|---|---|---|---|---|---|")
+        policies = args.policies.split(",") if args.policies else None
+        for deadline_h in map(float, args.deadlines.split(",")):
+            print("\n".join(bill_rows(recordings, deadline_h, args.every_h, args.bills, policies, args.cap_usd,
+                                      args.cap_x, args.waits)), flush=True)
+        return
     if args.cycles:
         print("| cycles | log stretch with capacity, one cycle apart | log wait, one cycle apart | log stretch and "
               "the wait after it |")
