@@ -244,9 +244,12 @@ def choose(plan: SimPlan, rows: list[Summary], confidence: float = CONFIDENCE,
                           f"at the cap{never}")
         if len(within) < len(rows):
             chosen, why = choose(plan, within, confidence)
-            never = f", or {_short_text(short)}" if short else ""
-            return chosen, (f"{len(rows) - len(within)} of {len(rows)} policies left out (P95 cost over the "
-                            f"${cap_usd:,.2f} cap{never}); of the rest, {why}")
+            # the reasons that left some row out: a P95 over the cap (none where the cap is modelled: the guard
+            # ends those runs at it), a finish cap over it
+            reasons = [f"P95 cost over the ${cap_usd:,.2f} cap"] * any(r.p95_usd > cap_usd for r in rows)
+            reasons += [f"at the ${cap_usd:,.2f} cap, {_short_text(short)}"] * bool(short)
+            return chosen, (f"{len(rows) - len(within)} of {len(rows)} policies left out ({', or '.join(reasons)}); "
+                            f"of the rest, {why}")
     if plan.deadline_s is None:  # a run stopped unfinished (at MaxRuntime) costs less and is worth nothing
         done = [r for r in rows if r.p_finished >= confidence]
         if not done:  # without on-demand fallback, spot may not come back before MaxWait or MaxRuntime

@@ -890,6 +890,8 @@ def test_at_a_cap_that_binds_spotrun_simulate_prints_the_estimates_rows_and_mark
     assert report["chosen"] == section["chosen"]
     assert report["left_out"] == section["left_out"] and report["left_out"], (report["left_out"], section)
     assert report["left_out_finish_caps"] == section["left_out_finish_caps"]
+    # why: the finish cap left on-demand out, not a P95 over the cap (none is: the said reason was wrong)
+    assert "P95 cost over the" not in report["why"] and "needs a $" in report["why"], report["why"]
     lines = {r["label"]: next(line for line in text.splitlines() if f" {r['label']} " in line)
              for r in report["policies"]}
     for label, line in lines.items():  # the estimate's mark (spotrun/policy/choose.py `policy_text`), or none
