@@ -5,6 +5,8 @@
     python benchmarks/calibration_bench.py --spot-traces DIR --set choose --windows 1000 --deadlines 48
     python benchmarks/calibration_bench.py --spot-traces DIR --set choose --cycles 20
     python benchmarks/calibration_bench.py --spot-traces DIR --set held-out --waits recorded
+    python benchmarks/calibration_bench.py --spot-traces DIR --set held-out --cap-x 0.8
+    python benchmarks/calibration_bench.py --spot-traces DIR --set held-out --cap-x 0.8 --bills 200
 
 The setting is benchmarks/policy_bench.py's (#26: 40 h of work, a 0.2 h changeover, spot at 0.35 of on-demand,
 saves on the notice, deadlines 48, 60 and 80 h) on every one-node trace of github.com/skypilot-org/spot-traces
@@ -25,11 +27,20 @@ sorted path order, which the estimate's availability model (spotrun/policy/avail
 The difference, per deadline and candidate, is the estimate's calibration on recorded capacity; beside it, the 5th
 and 95th percentiles of that difference over the recordings resampled with replacement (their windows together),
 which says how much of it a different handful of recordings would move.
+
+At a cap (`--cap-usd USD`, or `--cap-x X`: X times the run's bill on-demand from the start at each deadline), both
+sides execute every candidate with the cap modelled as the cost guard holds it (`SimPlan.cap_usd`, its chain
+figures from this setting: spotrun/policy/execution.py `Cap`), as the estimate does at a run's cap: a run the cap
+ends (OverBudget, unfinished) misses the deadline, so P(deadline) is finishing by the deadline inside the cap.
+Beside each row, the share of runs the cap ended (estimated / observed). `--bills N` instead executes every
+candidate without the cap (N generated traces per recording) and prints, estimated / observed, the share of bills
+over the cap, the mean bill and the mean on-demand hours: where the cap's odds come from.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import random
 import sys
@@ -40,12 +51,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.policy_bench import AFTER_DEADLINE_H, DEADLINES_H, setting, windows  # noqa: E402
-from spotrun.policy import compare  # noqa: E402
+from spotrun.contract.spec import MAX_RUNTIME_LIMIT_S  # noqa: E402
+from spotrun.planner.segments import ChainCosts  # noqa: E402
+from spotrun.policy import compare, summarize  # noqa: E402
 from spotrun.policy.availability import CHAIN  # noqa: E402
 from spotrun.policy.choose import ESTIMATE_TRACES, candidates, horizon_s  # noqa: E402
 from spotrun.policy.engine import INF  # noqa: E402
 from spotrun.policy.execution import execute  # noqa: E402
-from spotrun.policy.policies import describe  # noqa: E402
+from spotrun.policy.policies import cost_usd, describe  # noqa: E402
 from spotrun.policy.traces import TraceSpec, generated_traces, read_availability  # noqa: E402
 
 
@@ -73,25 +86,99 @@ def estimated(plan, spec: TraceSpec, n: int, todo: list[tuple[str, str]], seed: 
     return {r.label: r.p_deadline for r in compare(plan, generated_traces(spec, n, seed), todo)}
 
 
-def observed(plan, trace: list, policy: str, ck: str) -> bool:
-    tally = execute(plan, trace, policy, ck, horizon_s=plan.deadline_s + AFTER_DEADLINE_H * 3600).tally
-    return tally.finished and tally.t <= plan.deadline_s + 1e-6
+def on_demand_usd(plan) -> float:
+    """The run's bill on-demand from the start (uninterrupted, no cap): what `--cap-x` multiplies."""
+    uncapped = dataclasses.replace(plan, cap_usd=None, chain_costs=None)
+    return sum(cost_usd(uncapped, execute(uncapped, [(0.0, INF)], "on_demand", "notice").tally))
+
+
+def capped(plan, cap_usd: float):
+    """`plan` with the cap modelled as the cost guard holds it: the guard's chain figures from the setting (on-demand
+    rates as the bound while a job runs, the spot share, a first start of the start-up, a later one with the
+    restore, the save, one step; no job longer than SageMaker's 28 days)."""
+    costs = ChainCosts(usd_per_s=plan.on_demand_usd_per_h / 3600,
+                       spot_fraction=plan.spot_usd_per_h / plan.on_demand_usd_per_h, startup_s=plan.startup_s,
+                       restart_s=plan.startup_s + plan.restore_s, save_s=plan.save_s, longest_s=MAX_RUNTIME_LIMIT_S,
+                       step_s=plan.step_s)
+    return dataclasses.replace(plan, cap_usd=cap_usd, chain_costs=costs)
+
+
+def estimated_at_cap(plan, spec: TraceSpec, n: int, todo: list[tuple[str, str]], seed: int = 0) -> dict:
+    """`estimated` with, per label, (P(deadline), the share of runs the cap ended): `compare`'s rows, the runs
+    kept to count those ended at the cap."""
+    traces = generated_traces(spec, n, seed)
+    out = {}
+    for p, ck in todo:
+        runs = [execute(plan, trace, p, ck) for trace in traces]
+        row = summarize(plan, describe(p, ck), p, ck, [r.tally for r in runs])
+        out[row.label] = (row.p_deadline, sum(r.over_budget for r in runs) / len(runs))
+    return out
+
+
+def bill_rows(recordings: list, deadline_h: float, every_h: float, n: int, policies: list[str] | None,
+              cap_usd: float | None, cap_x: float | None, waits: str = "model") -> list[str]:
+    """Per candidate executed without the cap, estimated (`n` generated traces per recording, weighted by its
+    windows) / observed (the recorded windows): the share of bills over the cap, the mean bill, the mean on-demand
+    hours."""
+    plan = setting(deadline_h)
+    cap = cap_usd if cap_x is None else cap_x * on_demand_usd(plan)
+    todo = windows(recordings, deadline_h, every_h)
+    per_rec = [sum(1 for i, _ in todo if i == k) / len(todo) for k in range(len(recordings))]
+    rows = []
+    for policy, ck in [(p, ck) for p, ck in candidates(plan) if policies is None or p in policies]:
+        est = [0.0, 0.0, 0.0]
+        for k, rec in enumerate(recordings):
+            if not per_rec[k]:
+                continue
+            tallies = [execute(plan, t, policy, ck).tally for t in generated_traces(trace_spec(plan, rec, waits), n, 0)]
+            bills = [sum(cost_usd(plan, t)) for t in tallies]
+            figures = (sum(b > cap + 1e-9 for b in bills), sum(bills), sum(t.od_s for t in tallies) / 3600)
+            for j, v in enumerate(figures):
+                est[j] += per_rec[k] * v / n
+        tallies = [execute(plan, t, policy, ck, horizon_s=plan.deadline_s + AFTER_DEADLINE_H * 3600).tally
+                   for _, t in todo]
+        bills = [sum(cost_usd(plan, t)) for t in tallies]
+        obs = [sum(b > cap + 1e-9 for b in bills) / len(bills), sum(bills) / len(bills),
+               sum(t.od_s for t in tallies) / 3600 / len(tallies)]
+        rows.append(f"| {deadline_h:g} h | ${cap:,.2f} | {describe(policy, ck)} | {len(todo)} | {est[0]:.1%} / "
+                    f"{obs[0]:.1%} | ${est[1]:,.2f} / ${obs[1]:,.2f} | {est[2]:.2f} / {obs[2]:.2f} |")
+    return rows
+
+
+def observed(plan, trace: list, policy: str, ck: str) -> tuple[bool, bool]:
+    """(met the deadline, the cap ended the run) on one recorded window."""
+    run = execute(plan, trace, policy, ck, horizon_s=plan.deadline_s + AFTER_DEADLINE_H * 3600)
+    return run.tally.finished and run.tally.t <= plan.deadline_s + 1e-6, run.over_budget
 
 
 def calibrate(recordings: list, deadline_h: float, every_h: float, n: int, policies: list[str] | None,
-              seed: int = 0, waits: str = "model") -> list[tuple[str, float, float, int, tuple[float, float]]]:
-    """(candidate, mean estimated P, observed frequency, windows, the difference's 90% interval) at one deadline."""
+              seed: int = 0, waits: str = "model", cap_usd: float | None = None, cap_x: float | None = None
+              ) -> list[tuple]:
+    """(candidate, mean estimated P, observed frequency, windows, the difference's 90% interval) at one deadline;
+    with a cap (`cap_usd`, or `cap_x` times the bill on-demand), also the shares of runs the cap ended (estimated,
+    observed) and the cap."""
     plan = setting(deadline_h)
+    cap = cap_usd if cap_x is None else cap_x * on_demand_usd(plan)
+    if cap is not None:
+        plan = capped(plan, cap)
     todo = windows(recordings, deadline_h, every_h)
     offered = [(p, ck) for p, ck in candidates(plan) if policies is None or p in policies]
-    est = [estimated(plan, trace_spec(plan, rec, waits), n, offered, seed) for rec in recordings]
+    if cap is None:
+        est = [{k: (v, 0.0) for k, v in estimated(plan, trace_spec(plan, rec, waits), n, offered, seed).items()}
+               for rec in recordings]
+    else:
+        est = [estimated_at_cap(plan, trace_spec(plan, rec, waits), n, offered, seed) for rec in recordings]
     out = []
     for policy, ck in offered:
         label = describe(policy, ck)
-        met = [observed(plan, trace, policy, ck) for _, trace in todo]
-        promised = [est[i][label] for i, _ in todo]
+        seen = [observed(plan, trace, policy, ck) for _, trace in todo]
+        met = [m for m, _ in seen]
+        promised = [est[i][label][0] for i, _ in todo]
         off = [(i, p - m) for (i, _), p, m in zip(todo, promised, met, strict=True)]
-        out.append((label, sum(promised) / len(promised), sum(met) / len(met), len(todo), interval(off)))
+        row = (label, sum(promised) / len(promised), sum(met) / len(met), len(todo), interval(off))
+        if cap is not None:
+            row += (sum(est[i][label][1] for i, _ in todo) / len(todo), sum(o for _, o in seen) / len(seen), cap)
+        out.append(row)
     return out
 
 
@@ -248,6 +335,14 @@ def main() -> None:
     parser.add_argument("--waits", choices=["model", "recorded"], default="model",
                         help="the estimate's mean wait for capacity: the model's at the recording's rate, or the "
                         "recording's own (as the interruption recorder's waits measure it)")
+    parser.add_argument("--cap-usd", type=float, help="execute every candidate at this cap (budget.max_usd), as the "
+                        "cost guard holds it, on both sides")
+    parser.add_argument("--cap-x", type=float, help="the cap as this multiple of the run's bill on-demand from the "
+                        "start, at each deadline")
+    parser.add_argument("--bills", type=int, metavar="N", default=0,
+                        help="instead, with --cap-usd or --cap-x: every candidate without the cap on N generated "
+                        "traces per recording and on the recorded windows: bills over the cap, mean bill, on-demand "
+                        "hours")
     parser.add_argument("--policies", help="comma-separated: only these candidates (default: every one offered)")
     parser.add_argument("--deadlines", default=",".join(map(str, DEADLINES_H)), help="hours, comma-separated")
     parser.add_argument("--stretches", type=int, metavar="N", default=0,
@@ -264,6 +359,11 @@ def main() -> None:
                         "generated traces per recording (lag-1 correlations of their logs, and of a stretch with the "
                         "wait after it)")
     args = parser.parse_args()
+    if args.cap_usd is not None and args.cap_x is not None:
+        parser.error("--cap-usd and --cap-x: give one")
+    for flag, value in (("--cap-usd", args.cap_usd), ("--cap-x", args.cap_x)):
+        if value is not None and not (math.isfinite(value) and value > 0):
+            parser.error(f"{flag}={value:g} is invalid: expected a number > 0")
     paths = sorted(args.spot_traces.glob("availability/1-node/*/*.json"))
     if not paths:
         raise SystemExit(f"--spot-traces {args.spot_traces}: no availability/1-node/*/*.json under it")
@@ -271,6 +371,17 @@ def main() -> None:
     paths = [p for i, p in enumerate(paths) if keep is None or i % 2 == keep]
     recordings = [read_availability(p) for p in paths]
     names = [f"{p.parent.name}/{p.stem}" for p in paths]
+    if args.bills:
+        if args.cap_usd is None and args.cap_x is None:
+            parser.error("--bills needs --cap-usd or --cap-x")
+        print(f"| deadline | cap | candidate ({args.set}, no cap) | windows | bills over the cap (estimated / "
+              "observed) | mean bill | on-demand hours |")
+        print("|---|---|---|---|---|---|---|")
+        policies = args.policies.split(",") if args.policies else None
+        for deadline_h in map(float, args.deadlines.split(",")):
+            print("\n".join(bill_rows(recordings, deadline_h, args.every_h, args.bills, policies, args.cap_usd,
+                                      args.cap_x, args.waits)), flush=True)
+        return
     if args.cycles:
         print("| cycles | log stretch with capacity, one cycle apart | log wait, one cycle apart | log stretch and "
               "the wait after it |")
@@ -300,16 +411,21 @@ def main() -> None:
           f"{min(map(recorded_rate, recordings)):.2f}-{max(map(recorded_rate, recordings)):.2f}; waits: {args.waits}"
           + (f" (recorded means {min(map(recorded_wait, recordings)) / 3600:.2f}-"
              f"{max(map(recorded_wait, recordings)) / 3600:.2f} h)" if args.waits == "recorded" else ""))
-    print("| deadline | candidate | windows | estimated P(deadline) | observed | difference (points) | "
-          "90% interval, recordings resampled |")
-    print("|---|---|---|---|---|---|---|")
+    at_cap = args.cap_usd is not None or args.cap_x is not None
+    print("| deadline | " + ("cap | " if at_cap else "") + "candidate | windows | estimated P(deadline) | observed | "
+          "difference (points) | 90% interval, recordings resampled |"
+          + (" ended at the cap (estimated / observed) |" if at_cap else ""))
+    print("|---|" + "---|" * (7 if at_cap else 6) + ("---|" if at_cap else ""))
     t0 = time.perf_counter()
     policies = args.policies.split(",") if args.policies else None
     for deadline_h in map(float, args.deadlines.split(",")):
-        for label, promised, met, count, (lo, hi) in calibrate(recordings, deadline_h, args.every_h, args.n,
-                                                                policies, args.seed, args.waits):
-            print(f"| {deadline_h:g} h | {label} | {count} | {promised:.1%} | {met:.1%} | "
-                  f"{100 * (promised - met):+.1f} | {100 * lo:+.1f} .. {100 * hi:+.1f} |", flush=True)
+        for label, promised, met, count, (lo, hi), *capped_row in calibrate(
+                recordings, deadline_h, args.every_h, args.n, policies, args.seed, args.waits, args.cap_usd,
+                args.cap_x):
+            cap_cell = f"${capped_row[2]:,.2f} | " if capped_row else ""
+            ended = f" {capped_row[0]:.1%} / {capped_row[1]:.1%} |" if capped_row else ""
+            print(f"| {deadline_h:g} h | {cap_cell}{label} | {count} | {promised:.1%} | {met:.1%} | "
+                  f"{100 * (promised - met):+.1f} | {100 * lo:+.1f} .. {100 * hi:+.1f} |{ended}", flush=True)
     print(f"({time.perf_counter() - t0:.0f} s)")
 
 

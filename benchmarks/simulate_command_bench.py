@@ -21,7 +21,7 @@ from pathlib import Path
 from spotrun.cli.estimate import check_file
 from spotrun.contract.refusal import Refusal
 from spotrun.planner.catalog import load_catalog, regional_catalog
-from spotrun.policy.choose import ESTIMATE_TRACES, candidates, horizon_s, plan_from_estimate
+from spotrun.policy.choose import ESTIMATE_TRACES, horizon_s, policy_plans, run_candidates, run_plan
 from spotrun.policy.report import study
 from spotrun.policy.traces import TraceSpec, generated_traces
 
@@ -33,11 +33,12 @@ def study_seconds(path: Path, n: int) -> tuple[float, str]:
     checked = check_file(path, None, plan=True, region=None)
     est, run = checked.estimate, checked.run
     catalog = regional_catalog(load_catalog(), "us-east-1")
-    plan = plan_from_estimate(est, catalog, deadline_s=run.compute.deadline_s,
-                              spot_discount=run.compute.spot_discount)
+    plan = run_plan(run, est, catalog)  # the command's: the estimate's plan at the run's cap
     t0 = time.perf_counter()
-    spec = TraceSpec(interruptions_per_hour=est.interruptions_per_hour, horizon_s=horizon_s(plan), **ESTIMATE_TRACES)
-    report = study(plan, generated_traces(spec, n, 0), candidates(plan))
+    spec = TraceSpec(interruptions_per_hour=est.interruptions_per_hour, horizon_s=horizon_s(plan), **ESTIMATE_TRACES,
+                     mean_wait_s=est.mean_wait_seconds)
+    report = study(plan, generated_traces(spec, n, 0), run_candidates(run, plan), cap_usd=run.max_usd,
+                   plan_of=policy_plans(run, est, plan))
     exact = "exact" if report["optimum"]["exact"] else "a floor"
     return time.perf_counter() - t0, f"{len(report['policies'])} policies, optimum {exact}"
 

@@ -118,16 +118,20 @@ def prepare_command(args: argparse.Namespace) -> int:
 def _prepare(args: argparse.Namespace) -> int:
     emit = (lambda line: print(line, file=sys.stderr, flush=True)) if args.format == "json" else \
         (lambda line: print(line, flush=True))
+    # the flags' refusals as every command's (`error: InvalidArguments: ...`, its JSON naming the flag)
     if (args.out is None) == (args.stage is None):
-        raise PrepareError("spotrun prepare needs --out DIR (here) or --stage STAGE --name NAME (the stage's "
-                           f"bucket), {'not both' if args.out is not None else 'and got neither'}")
+        return fail(args.format, Exit.INVALID, "InvalidArguments", "spotrun prepare needs --out DIR (here) or "
+                    "--stage STAGE --name NAME (the stage's bucket), "
+                    f"{'not both' if args.out is not None else 'and got neither'}", "--out")
     if not (math.isfinite(args.shard_mb) and args.shard_mb * 1e6 >= MIN_SHARD_BYTES):
-        raise PrepareError(f"--shard-mb={args.shard_mb:g} is invalid: expected a shard size in MB of at least "
-                           f"{MIN_SHARD_BYTES / 1e6:g} ({MIN_SHARD_BYTES:,} bytes; default 256)")
+        return fail(args.format, Exit.INVALID, "InvalidArguments", f"--shard-mb={args.shard_mb:g} is invalid: "
+                    f"expected a shard size in MB of at least {MIN_SHARD_BYTES / 1e6:g} ({MIN_SHARD_BYTES:,} bytes; "
+                    "default 256)", "--shard-mb")
     shard_bytes = int(args.shard_mb * 1e6)
     split = args.validation_fraction
     if not 0 <= split <= 0.5:
-        raise PrepareError(f"--validation-fraction={as_typed(split)} is invalid: expected a number from 0 to 0.5")
+        return fail(args.format, Exit.INVALID, "InvalidArguments", f"--validation-fraction={as_typed(split)} is "
+                    "invalid: expected a number from 0 to 0.5", "--validation-fraction")
     if args.out is not None:
         done = prepare_dataset(args.inputs, args.tokenizer, args.out, text_field=args.text_field,
                                shard_bytes=shard_bytes, emit=emit, validation_fraction=split)

@@ -189,7 +189,7 @@ def _a_file(out: Path) -> str:
 
 
 def _bad_argument(fmt: str, message: str, field: str) -> int:
-    return _end(fmt, Exit.INVALID, "InvalidArguments", message, f"error: {message}", field)
+    return _end(fmt, Exit.INVALID, "InvalidArguments", message, f"error: InvalidArguments: {message}", field)
 
 
 def demo_command(args: argparse.Namespace) -> int:

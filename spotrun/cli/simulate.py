@@ -24,8 +24,9 @@ from ..policy.choose import (
     finish_caps,
     fitted_source,
     horizon_s,
-    plan_from_estimate,
+    policy_plans,
     run_candidates,
+    run_plan,
     settings_lines,
     spot_alone,
 )
@@ -190,9 +191,9 @@ def simulate_command(args: argparse.Namespace) -> int:
         checked = check_file(args.run, None, plan=True, region=args.region, prepared=args.prepared)
         est, run = checked.estimate, checked.run
         catalog = regional_catalog(load_catalog(), args.region or "us-east-1")
-        plan = plan_from_estimate(est, catalog, deadline_s=run.compute.deadline_s,
-                                  spot_discount=run.compute.spot_discount,
-                                  on_demand_fallback=run.compute.on_demand_fallback or not run.compute.spot)
+        # the estimate's plan, at the run's cap (as the cost guard holds it): at a cap that binds, the rows are the
+        # estimate's on the same traces (a table planned without the cap differed from the estimate's there)
+        plan = run_plan(run, est, catalog)
         traces, source = traces_for(plan, est, args)
     except Refusal as exc:
         return fail(args.format, for_status(exc.status), exc.status, exc.message, exc.field)
@@ -213,7 +214,7 @@ def simulate_command(args: argparse.Namespace) -> int:
     one_schedule = run.compute.spot and not run.compute.on_demand_fallback
     report = study(plan, traces, chosen, optimum=not args.no_optimum and run.compute.spot and not one_schedule,
                    source=source, cap_usd=run.max_usd, progress=Progress(),
-                   finish=finish_caps(est))
+                   finish=finish_caps(est), plan_of=policy_plans(run, est, plan))
     report["run"] = run.name
     report["layout"] = f"{est.instance_count} x {est.instance_type}"
     section = est.spot_policy

@@ -120,6 +120,22 @@ def plan_from_estimate(est, catalog: dict, *, deadline_s: float | None = None,
                    expected_overhead_s=float(est.expected_overhead_seconds) if capped else 0.0)
 
 
+def run_plan(run, est, catalog: dict, *, poll_s: float = 60.0, max_poll_s: float = 4 * 3600.0) -> SimPlan:
+    """The plan the estimate simulates `run` on (`plan_from_estimate` at the run's deadline, spot discount,
+    fallback and cap: the cap modelled as the cost guard holds it): `spot_policy`'s, and `spotrun simulate`'s, so
+    that at a cap that binds both print the same rows on the same traces."""
+    return plan_from_estimate(est, catalog, deadline_s=run.compute.deadline_s,
+                              spot_discount=run.compute.spot_discount, poll_s=poll_s, max_poll_s=max_poll_s,
+                              on_demand_fallback=run.compute.on_demand_fallback or not run.compute.spot,
+                              cap_usd=run.max_usd)
+
+
+def policy_plans(run, est, plan: SimPlan) -> Callable[[str], SimPlan]:
+    """policy -> the plan it is executed on: the on-demand policy's own (`_on_demand_plan`), `plan` for the rest."""
+    on_demand = _on_demand_plan(run, est, plan)
+    return lambda policy: on_demand if policy == "on_demand" else plan
+
+
 def _on_demand_plan(run, est, plan: SimPlan) -> SimPlan:
     """The plan the on-demand policy runs: on-demand jobs bill at on-demand rates and are never interrupted, so
     the cap splits the run into the on-demand chain's jobs, not the spot chain's the plan counts (a spot run at the
@@ -228,9 +244,12 @@ def choose(plan: SimPlan, rows: list[Summary], confidence: float = CONFIDENCE,
                           f"at the cap{never}")
         if len(within) < len(rows):
             chosen, why = choose(plan, within, confidence)
-            never = f", or {_short_text(short)}" if short else ""
-            return chosen, (f"{len(rows) - len(within)} of {len(rows)} policies left out (P95 cost over the "
-                            f"${cap_usd:,.2f} cap{never}); of the rest, {why}")
+            # the reasons that left some row out: a P95 over the cap (none where the cap is modelled: the guard
+            # ends those runs at it), a finish cap over it
+            reasons = [f"P95 cost over the ${cap_usd:,.2f} cap"] * any(r.p95_usd > cap_usd for r in rows)
+            reasons += [f"at the ${cap_usd:,.2f} cap, {_short_text(short)}"] * bool(short)
+            return chosen, (f"{len(rows) - len(within)} of {len(rows)} policies left out ({', or '.join(reasons)}); "
+                            f"of the rest, {why}")
     if plan.deadline_s is None:  # a run stopped unfinished (at MaxRuntime) costs less and is worth nothing
         done = [r for r in rows if r.p_finished >= confidence]
         if not done:  # without on-demand fallback, spot may not come back before MaxWait or MaxRuntime
@@ -312,10 +331,7 @@ def spot_policy(run, est, catalog: dict, *, n: int = N_TRACES, seed: int = SEED,
     cap the warning names when the cap left out every policy meeting the deadline, from their lowest P95 here (by
     default that P95 rounded up to the cent; a cap's chain, so the P95, changes with the cap: the estimate step
     names one that holds, `spot_policy_at_caps`)."""
-    plan = plan_from_estimate(est, catalog, deadline_s=run.compute.deadline_s,
-                              spot_discount=run.compute.spot_discount, poll_s=poll_s, max_poll_s=max_poll_s,
-                              on_demand_fallback=run.compute.on_demand_fallback or not run.compute.spot,
-                              cap_usd=run.max_usd)
+    plan = run_plan(run, est, catalog, poll_s=poll_s, max_poll_s=max_poll_s)
     n = traces_for_estimate(plan, est.interruptions_per_hour, n, est.mean_wait_seconds)
     spec = TraceSpec(interruptions_per_hour=est.interruptions_per_hour, horizon_s=horizon_s(plan), **ESTIMATE_TRACES,
                      mean_wait_s=est.mean_wait_seconds)
@@ -326,10 +342,10 @@ def spot_policy(run, est, catalog: dict, *, n: int = N_TRACES, seed: int = SEED,
         if ("traces", spec, n, seed) not in shared:
             shared["traces", spec, n, seed] = generated_traces(spec, n, seed)
         traces = shared["traces", spec, n, seed]
-    on_demand = _on_demand_plan(run, est, plan)
+    plan_of = policy_plans(run, est, plan)
     rows = []
     for candidate in run_candidates(run, plan):
-        its = on_demand if candidate[0] == "on_demand" else plan
+        its = plan_of(candidate[0])
         # keyed without the cap: `compare` reuses a smaller cap's executions where that cap shaped none of them
         key = (dataclasses.replace(its, cap_usd=None), its.cap_usd is None)
         done = None if shared is None else shared.setdefault(("executions", key, spec, n, seed), {})

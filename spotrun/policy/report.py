@@ -20,15 +20,19 @@ from .optimum import solve
 
 def study(plan: SimPlan, traces: list, candidates: list[tuple[str, str]], *, optimum: bool = True,
           source: str = "", choose_on: list | None = None, cap_usd: float | None = None,
-          progress: Callable[[str, int, int], None] | None = None, finish: dict[str, float] | None = None) -> dict:
+          progress: Callable[[str, int, int], None] | None = None, finish: dict[str, float] | None = None,
+          plan_of: Callable[[str], SimPlan] | None = None) -> dict:
     """Rows per policy, the chosen one and why, the offline optimum's mean/P50/P95 and the seconds it took.
     `choose_on`: other traces to choose on (the rows are then out of sample), else these. `progress(what, done,
     total)` is called as the policies and the optimum go through the traces. `finish`: the caps rows need to
-    finish uninterrupted (spotrun/policy/choose.py `finish_caps`), left out under them as the estimate does."""
+    finish uninterrupted (spotrun/policy/choose.py `finish_caps`), left out under them as the estimate does.
+    `plan_of(policy)`: the plan each policy is executed on (spotrun/policy/choose.py `policy_plans`: the
+    estimate's), else `plan`. A plan with `cap_usd` executes every policy at the cap as the cost guard holds it;
+    the optimum knows no cap (spotrun/policy/optimum.py), which its row then says (`optimum_summary`)."""
     t0 = time.perf_counter()
-    rows = compare(plan, traces, candidates, progress, cap_usd=cap_usd)
+    rows = _rows(plan, traces, candidates, progress, cap_usd, plan_of)
     seconds = time.perf_counter() - t0
-    chosen_on = compare(plan, choose_on, candidates, cap_usd=cap_usd) if choose_on else rows
+    chosen_on = _rows(plan, choose_on, candidates, None, cap_usd, plan_of) if choose_on else rows
     best, why = choose(plan, chosen_on, cap_usd=cap_usd, finish=finish)
     if choose_on:
         why += f" ({len(choose_on)} other traces)"
@@ -38,15 +42,33 @@ def study(plan: SimPlan, traces: list, candidates: list[tuple[str, str]], *, opt
            # the rows the cap leaves out (their P95 bill over it, or the cap under their finish cap), as the
            # estimate's policy section names them
            "cap_usd": cap_usd, "left_out": list(left_out_by_cap(rows, cap_usd, finish)),
-           "left_out_finish_caps": short_of_finish(rows, cap_usd, finish)}
+           "left_out_finish_caps": short_of_finish(rows, cap_usd, finish),
+           # the cap shaped some policy's run on some trace (Summary.capped): the rows are not the run without it
+           "cap_binds": any(r.capped for r in rows)}
     if optimum:
         out["optimum"] = optimum_summary(plan, traces, progress)
     return out
 
 
+def _rows(plan: SimPlan, traces: list, candidates: list[tuple[str, str]],
+          progress: Callable[[str, int, int], None] | None, cap_usd: float | None,
+          plan_of: Callable[[str], SimPlan] | None) -> list:
+    """`compare` of every candidate on its own plan (`plan_of`), in the candidates' order."""
+    if plan_of is None:
+        return compare(plan, traces, candidates, progress, cap_usd=cap_usd)
+    rows = []
+    for done, candidate in enumerate(candidates, 1):
+        rows += compare(plan_of(candidate[0]), traces, [candidate], cap_usd=cap_usd)
+        if progress:
+            progress("policies", done, len(candidates))
+    return rows
+
+
 def optimum_summary(plan: SimPlan, traces: list, progress: Callable[[str, int, int], None] | None = None) -> dict:
     """The exact optimum over the traces: mean/P50/P95 over those where the deadline can be met, how many can,
-    and whether every one was exact (spotrun/policy/optimum.py)."""
+    and whether every one was exact (spotrun/policy/optimum.py). It knows no cap: with the plan's `cap_usd`,
+    `over_cap` counts the traces whose optimal schedule bills more than the cap (a schedule the guard would end
+    at it), None without a cap."""
     t0 = time.perf_counter()
     results = []
     for n, trace in enumerate(traces, 1):
@@ -57,14 +79,16 @@ def optimum_summary(plan: SimPlan, traces: list, progress: Callable[[str, int, i
     return {"mean_usd": sum(feasible) / len(feasible) if feasible else float("nan"),
             "p50_usd": quantile(feasible, 0.5), "p95_usd": quantile(feasible, 0.95),
             "p_deadline": None if plan.deadline_s is None else len(feasible) / len(traces),
-            "exact": all(r.exact for r in results), "seconds": time.perf_counter() - t0}
+            "exact": all(r.exact for r in results), "seconds": time.perf_counter() - t0,
+            "over_cap": None if plan.cap_usd is None else sum(1 for u in feasible if u > plan.cap_usd + 1e-9)}
 
 
 def relative(report: dict, label: str) -> dict:
-    """A row's mean cost against on-demand from the start and against the optimum."""
+    """A row's mean cost against on-demand from the start and against the optimum. None against an on-demand row
+    that does not always finish (a cap under its finish cap ends it there: its bill is the cap's, not the run's)."""
     rows = {r["label"]: r for r in report["policies"]}
     row, od = rows[label], rows.get("on_demand")
-    out = {"of_on_demand": row["mean_usd"] / od["mean_usd"] if od else None}
+    out = {"of_on_demand": row["mean_usd"] / od["mean_usd"] if od and od["p_finished"] == 1.0 else None}
     if "optimum" in report:
         out["over_optimum"] = row["mean_usd"] / report["optimum"]["mean_usd"] - 1
     return out
@@ -82,6 +106,18 @@ def below_the_optimum(report: dict) -> dict[str, float]:
             and relative(report, r["label"])["over_optimum"] < -5e-4}
 
 
+def optimum_ignores_cap(report: dict) -> bool:
+    """Whether the optimum's row is not the floor of the rows: the cap shaped some policy's run (`cap_binds`), or
+    the optimum's own schedule bills over the cap on some trace (`over_cap`); the optimum knows no cap."""
+    o = report.get("optimum") or {}
+    return report.get("cap_usd") is not None and bool(report.get("cap_binds") or o.get("over_cap"))
+
+
+def _optimum_traces(report: dict, o: dict) -> int:
+    """The traces on which the optimum exists (meets the deadline; every trace without one)."""
+    return report["traces"] if o.get("p_deadline") is None else round(o["p_deadline"] * report["traces"])
+
+
 def table_text(report: dict) -> str:
     n = report["traces"]
     head = (f"{n} trace{'s' * (n != 1)} ({report['source']}); {report['work_hours']:.1f} h of work; deadline "
@@ -95,7 +131,8 @@ def table_text(report: dict) -> str:
         rel = relative(report, r["label"])
         met = f"{r['p_finished'] if r['p_deadline'] is None else r['p_deadline']:.1%}"
         opt = f"{rel['over_optimum']:+.1%}" if "over_optimum" in rel else "-"
-        of_od = "-" if rel["of_on_demand"] is None else f"{rel['of_on_demand']:.2f}"  # a run without fallback
+        # a run without fallback, or its on-demand row ended at the cap
+        of_od = "-" if rel["of_on_demand"] is None else f"{rel['of_on_demand']:.2f}"
         lines.append(f"{'*' if r['label'] == report['chosen'] else ' '} {r['label']:<28} {r['mean_usd']:>11,.2f} "
                      f"{r['p50_usd']:>11,.2f} {r['p95_usd']:>11,.2f} {met:>11} {r['mean_lost_h']:>7.2f} "
                      f"{r['mean_wall_h']:>7.1f} {r['mean_interruptions']:>7.2f} {of_od:>6} "
@@ -105,16 +142,27 @@ def table_text(report: dict) -> str:
     if "optimum" in report:
         o = report["optimum"]
         met = "-" if o["p_deadline"] is None else f"{o['p_deadline']:.1%}"
+        no_cap = optimum_ignores_cap(report)
         name = "exact optimum" if o.get("exact", True) else "optimum (a floor)"
         if report["deadline_hours"]:  # over the traces where it can meet the deadline, meeting it
             name = "optimum meeting the deadline" if o.get("exact", True) else "optimum, deadline (a floor)"
+        if no_cap:  # the floor of the run without the cap, which the rows are not
+            name = "optimum, cap ignored" if o.get("exact", True) else "optimum, cap ignored (floor)"
         lines.append(f"  {name:<28} {o['mean_usd']:>11,.2f} {o['p50_usd']:>11,.2f} "
                      f"{o['p95_usd']:>11,.2f} {met:>11}")
+        if no_cap:
+            over = o.get("over_cap") or 0
+            meeting = ", meeting the deadline" if report["deadline_hours"] else ""
+            billed = (f"; on {over:,} of the {_optimum_traces(report, o):,} traces where it exists it bills over "
+                      "the cap" if over else "")
+            lines.append(f"  the optimum ignores the ${report['cap_usd']:,.2f} cap (it knows none): the cheapest "
+                         f"schedule of the run without the cap{meeting}{billed}; the rows are the run at the cap, "
+                         "which the guard ends where the chain of jobs left no longer fits it")
         under = [r["label"] for r in report["policies"] if relative(report, r["label"])["over_optimum"] < -5e-4]
         if under and report["deadline_hours"]:  # read as a floor broken (a new user)
             lines.append(f"  below the optimum: {', '.join(under)}: the optimum is the cheapest schedule that meets "
                          "the deadline (on the traces where one can); a policy that misses it stays on spot longer "
-                         "and can cost less")
+                         + ("or is ended at the cap unfinished, " if no_cap else "") + "and can cost less")
     lines += mean_over_p95_note(report["policies"])
     lines.append(f"chosen: {report['chosen']}: {report['why']}")
     return "\n".join(lines)

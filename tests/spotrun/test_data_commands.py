@@ -267,6 +267,7 @@ def test_prepare_refuses_a_shard_size_naming_the_flag(capsys, tmp_path, chat_jso
     assert main(["prepare", str(chat_jsonl_gz), "--tokenizer", str(chat_tokenizer), "--out", str(tmp_path / "x"),
                  f"--shard-mb={value}"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"error: --shard-mb={value} is invalid: expected a shard size in MB of at least 0.001024")
+    assert err.startswith(f"error: InvalidArguments: --shard-mb={value} is invalid: expected a shard size in MB of at "
+                          "least 0.001024")
     assert "shard_bytes" not in err and "Traceback" not in err
     assert not (tmp_path / "x").exists()

@@ -380,7 +380,8 @@ def test_a_bad_interrupt_at_is_one_line_naming_the_flag_the_value_and_what_it_ta
 
 def test_a_trace_speedup_without_a_trace_is_refused_not_ignored(tmp_path, capsys, assets, datasets):
     err = _local(tmp_path, capsys, _run(str(assets["model"]), str(datasets["split"])), "--trace-speedup", "60")
-    assert err == "error: --trace-speedup=60 is invalid: expected only with --trace FILE (it scales the trace's time)"
+    assert err == ("error: InvalidArguments: --trace-speedup=60 is invalid: expected only with --trace FILE (it "
+                   "scales the trace's time)")
 
 
 def test_other_argument_errors_are_one_line_too(capsys):

@@ -42,8 +42,8 @@ def run_file(tmp_path, assets) -> Path:
 def test_a_job_name_that_is_not_one_directory_name_is_refused(tmp_path, capsys, run_file, name):
     # it was taken as a path: `--job-name ../escape` trained into a directory beside --out, `a/b` nested one
     err = _refused(tmp_path, capsys, str(run_file), "--job-name", name)
-    assert err.startswith(f"error: --job-name={json.dumps(name)} is invalid: expected one directory name under "
-                          "--out"), err
+    assert err.startswith(f"error: InvalidArguments: --job-name={json.dumps(name)} is invalid: expected one "
+                          "directory name under --out"), err
 
 
 def test_an_out_that_is_a_file_is_refused_in_one_line(tmp_path, capsys, run_file):
@@ -51,8 +51,8 @@ def test_an_out_that_is_a_file_is_refused_in_one_line(tmp_path, capsys, run_file
     afile = tmp_path / "afile"
     afile.write_text("x")
     err = _refused(tmp_path, capsys, str(run_file), out=afile)
-    assert err == f"error: --out={json.dumps(str(afile))} is invalid: expected a directory (or a path to create " \
-                  "one at): it is a file", err
+    assert err == f"error: InvalidArguments: --out={json.dumps(str(afile))} is invalid: expected a directory (or a " \
+                  "path to create one at): it is a file", err
 
 
 def test_the_demo_refuses_an_out_that_is_a_file(tmp_path, capsys):
@@ -60,14 +60,15 @@ def test_the_demo_refuses_an_out_that_is_a_file(tmp_path, capsys):
     afile.write_text("x")
     code = main(["demo", "--out", str(afile), "--progress", "none"])
     err = capsys.readouterr().err.strip()
-    assert code == 2 and err.startswith(f"error: --out={json.dumps(str(afile))} is invalid"), err
+    assert code == 2 and err.startswith(f"error: InvalidArguments: --out={json.dumps(str(afile))} is invalid"), err
     assert afile.read_text() == "x"
 
 
 def test_hard_kill_without_an_interruption_is_refused_not_ignored(tmp_path, capsys, run_file):
     # it trained the whole run with the flag doing nothing
     err = _refused(tmp_path, capsys, str(run_file), "--hard-kill")
-    assert err.startswith("error: --hard-kill is invalid: expected with --interrupt-at or --trace"), err
+    assert err.startswith("error: InvalidArguments: --hard-kill is invalid: expected with --interrupt-at or "
+                          "--trace"), err
 
 
 def _model_copy(tmp_path: Path, assets) -> Path:
@@ -120,8 +121,8 @@ def test_the_same_interruption_twice_is_refused(tmp_path, capsys, run_file, give
     # the repeat fired as soon as the resumed job started: a second stop and restart for one typo
     argv = [a for g in given for a in ("--interrupt-at", g)]
     err = _refused(tmp_path, capsys, str(run_file), *argv)
-    assert err.startswith(f"error: --interrupt-at={shown} is invalid: expected each step or time once (given 2 "
-                          "times"), err
+    assert err.startswith(f"error: InvalidArguments: --interrupt-at={shown} is invalid: expected each step or time "
+                          "once (given 2 times"), err
 
 
 def _estimate_json(tmp_path: Path, capsys, run: dict) -> tuple[int, dict]:

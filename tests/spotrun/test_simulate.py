@@ -848,26 +848,56 @@ def test_the_estimate_step_executes_a_plan_once_when_two_caps_plan_the_same_simu
     assert [c.p95_usd for c in shared] == [c.p95_usd for c in apart]
 
 
-def test_spotrun_simulate_marks_the_rows_the_cap_left_out_as_the_estimate_does(tmp_path, capsys):
-    """With a cap under some policies' P95 bill, `spotrun simulate` chose among the rest ('N of M policies left
-    out') but its table marked no row; the estimate's marks each one 'left out: P95 over the cap'."""
+def test_at_a_cap_that_binds_spotrun_simulate_prints_the_estimates_rows_and_marks_what_it_left_out(
+        tmp_path, capsys, monkeypatch):
+    """`spotrun simulate` planned its policies without the run's cap, so at a cap that binds its table was not the
+    estimate's: the deadline policies met the deadline on 100% of the traces with P95 bills over the cap (marked
+    left out), where the estimate, which executes them at the cap as the cost guard holds it, had them ended at
+    the cap on a third of the traces. The same run, at a cap that binds, on the same generated traces: the same
+    rows to the estimate's four places, the same choice, the same rows left out and marked the same way, no P95
+    over the cap; the optimum, which knows no cap, is labelled as ignoring it."""
+    from functools import partial
+
+    from spotrun.cli import estimate as estimate_cli
     from spotrun.cli.main import main
     from spotrun.planner.estimate import estimate, load_catalog
     from spotrun.policy import choose
-    from spotrun.policy.choose import LEFT_OUT_MARK
+    from spotrun.policy.choose import left_out_mark
+    from spotrun.policy.report import relative
 
+    # the estimate step on 50 traces (its own N is 1,000), for `spotrun estimate` and simulate's estimate alike
+    monkeypatch.setattr(estimate_cli, "with_spot_policy", partial(estimate_cli.with_spot_policy, n=50))
     hours = estimate(parse_run(RUN)).wall_seconds / H
     timed = {**RUN, "compute": {**RUN["compute"], "deadline_hours": round(hours * 1.05, 1)}}  # tight: on-demand
     free = choose.spot_policy(parse_run(timed), estimate(parse_run(timed)), load_catalog(), n=50).section
     cap = round(1.2 * min(r["p95_usd"] for r in free.policies), 2)  # spot's P95 fits; the deadline rules' not
     run = tmp_path / "run.json"
     run.write_text(json.dumps({**timed, "budget": {"max_usd": cap}}))
-    assert main(["simulate", str(run), "--n", "50", "--no-optimum", "--out", str(tmp_path / "out")]) == 0
+    assert main(["estimate", str(run), "--format", "json"]) == 0
+    section = json.loads(capsys.readouterr().out)["spot_policy"]
+    assert main(["simulate", str(run), "--n", str(section["traces"]), "--out", str(tmp_path / "out")]) == 0
     text = capsys.readouterr().out
     report = json.loads((tmp_path / "out" / "simulate.json").read_text())
-    over = [r["label"] for r in report["policies"] if r["p95_usd"] > cap]
-    assert over and len(over) < len(report["policies"]) and report["left_out"] == over, report["policies"]
-    assert report["cap_usd"] == cap and "policies left out (P95 cost over the" in report["why"], report["why"]
-    rows = [line for line in text.splitlines() if any(f" {r['label']} " in line for r in report["policies"])]
-    marked = [line for line in rows if line.endswith(LEFT_OUT_MARK)]
-    assert len(marked) == len(over) and all(any(f" {label} " in line for line in marked) for label in over), text
+    # the cap binds: deadline policies meeting the deadline on every trace without it are ended at it on some
+    met_free = {r["label"]: r["p_deadline"] for r in free.policies}
+    assert report["cap_binds"] and [r for r in report["policies"] if met_free[r["label"]] == 1.0 > r["p_deadline"]]
+    theirs = {r["label"]: r for r in section["policies"]}
+    assert [r["label"] for r in report["policies"]] == list(theirs)
+    for r in report["policies"]:  # the estimate's rows are rounded to 4 places
+        for key in ("mean_usd", "p50_usd", "p95_usd", "p_deadline", "p_within_cap", "mean_lost_h"):
+            assert abs(r[key] - theirs[r["label"]][key]) <= 5e-5, (r["label"], key, r[key], theirs[r["label"]])
+        assert r["p95_usd"] <= cap + 1e-9, r  # the cap modelled: no run bills past it
+    assert report["chosen"] == section["chosen"]
+    assert report["left_out"] == section["left_out"] and report["left_out"], (report["left_out"], section)
+    assert report["left_out_finish_caps"] == section["left_out_finish_caps"]
+    # why: the finish cap left on-demand out, not a P95 over the cap (none is: the said reason was wrong)
+    assert "P95 cost over the" not in report["why"] and "needs a $" in report["why"], report["why"]
+    lines = {r["label"]: next(line for line in text.splitlines() if f" {r['label']} " in line)
+             for r in report["policies"]}
+    for label, line in lines.items():  # the estimate's mark (spotrun/policy/choose.py `policy_text`), or none
+        mark = left_out_mark(label, section["left_out"], section["left_out_finish_caps"])
+        assert (mark in line) if mark else ("left out" not in line), (label, line)
+    assert "  optimum, cap ignored" in text and f"the optimum ignores the ${cap:,.2f} cap" in text, text
+    # on-demand ended at the cap (its finish cap is over it) is no yardstick: no 'vs OD' against its bill
+    on_demand = next(r for r in report["policies"] if r["policy"] == "on_demand")
+    assert on_demand["p_finished"] < 1 and relative(report, on_demand["label"])["of_on_demand"] is None
