@@ -544,6 +544,11 @@ def _on_demand_finish_cap(est, one_job: PolicyChoice) -> float | None:
     return finish_cap_usd(est.segments, one_job.p95_usd, spot=False)
 
 
+BINDING_CAP_ODDS = ("Odds at a cap that binds rest on the tail of the generated traces' waits for capacity: on "
+                    "the public recordings they promised more than was met (docs/spot-policy.md, 'Calibration at a "
+                    "cap that binds').")
+
+
 def _under_finish_cap(cap_usd: float, finish_usd: float, section: SpotPolicy) -> list[str]:
     """A warning when the cap set is under the cap to set (the P95 finish cap): the run is accepted (its chain
     finishes uninterrupted) but a run billed the P95 stops OverBudget before it finishes, naming a larger cap (a
@@ -562,7 +567,7 @@ def _under_finish_cap(cap_usd: float, finish_usd: float, section: SpotPolicy) ->
         return [f"budget.max_usd=${cap_usd:,.2f} is under the cap to set, ${finish_usd:,.2f}: under it the run is a "
                 f"chain whose restarts lower the deadline's odds ({section.chosen} meets it on {here:.1%} of the "
                 f"traces at this cap); set ${finish_usd:,.2f} or more for the odds of the run as one job and to finish "
-                f"at {section.p95_finish_policy}'s P95 bill"]
+                f"at {section.p95_finish_policy}'s P95 bill. {BINDING_CAP_ODDS}"]
     return [f"budget.max_usd=${cap_usd:,.2f} is under the cap to set, ${finish_usd:,.2f}: a run billed "
             f"{section.p95_finish_policy}'s P95 (${section.p95_one_job_usd:,.2f} as one job) would stop "
             f"OverBudget before it finishes, naming a larger cap; set ${finish_usd:,.2f} or more to finish on 95% "

@@ -13,6 +13,7 @@ from moto import mock_aws
 
 from spotrun.cli.main import main
 from spotrun.handlers import estimate as estimate_handler
+from spotrun.policy.choose import BINDING_CAP_ODDS
 
 from .test_new_users_trial import BUCKET, SETTINGS, _cli, _dollars, _lambda, _NoQuotasListed, _with
 
@@ -129,6 +130,11 @@ def test_the_cap_to_set_keeps_the_deadline_odds_without_on_demand_fallback(tmp_p
     assert code == 0 and _chosen_odds(under) < shown, under["spot_policy"]
     warned = [w for w in under["warnings"] if "under the cap to set" in w]
     assert len(warned) == 1 and "deadline's odds" in warned[0] and f"${named:,.2f}" in warned[0], under["warnings"]
+    # the odds it gives at that cap are the ones the public recordings showed over-promised: it says so, naming
+    # the measurement (a section the docs hold)
+    assert warned[0].endswith(BINDING_CAP_ODDS), warned
+    section = re.search(r"docs/spot-policy.md, '([^']+)'", BINDING_CAP_ODDS).group(1)
+    assert f"### {section}\n" in (ROOT / "docs/spot-policy.md").read_text(), section
     assert main(["estimate", str(tmp_path / "run.json")]) == 0
     text = capsys.readouterr().out
     assert f"the cap to set: ${named:,.2f} or more" in text and "deadline's odds" in text, text
