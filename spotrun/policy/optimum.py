@@ -150,24 +150,36 @@ class _Solver:
             return []
         po, best, slack, left = self.po, self.best, self.slack, self.plan.work_s - self.tau
         base, m, cut = self.ps * (overhead + left), po - self.ps, []
-        caps, gains = self.caps, self.gains
-        for lo, hi, j in pieces:
-            lo, hi = max(lo, -left), min(hi, slack)  # work done tau - sigma past W: the job finished before
-            if m <= 0:
+        past, n = -left, len(self.gains) if self.knapsack else -1
+        if m <= 0:
+            for lo, hi, j in pieces:
+                lo, hi = max(lo, past), min(hi, slack)
                 if lo <= hi and j + base - m * hi < best:
                     cut.append((lo, hi, j))
+        caps, gains = self.caps, self.gains
+        for lo, hi, j in pieces if m > 0 else ():
+            if hi > slack:
+                hi = slack
+            low = (j + base - best) / m
+            if low < past:  # work done tau - sigma past W: the job finished before
+                low = past
+            if low > lo:
+                lo = low
+            if lo > hi:
                 continue
-            lo = max(lo, (j + base - best) / m)
             c = best - j - po * left  # K(R) < best - paid: G(R) < c (`least_rest`, inline)
-            if c <= 0 and lo <= hi and self.knapsack:
+            if c <= 0 and n >= 0:
                 i = bisect_right(gains, -c)
-                if i == len(gains):
+                if i == n:
                     continue
                 cap0, gain0 = (caps[i - 1], gains[i - 1]) if i else (0.0, 0.0)
-                lo = max(lo, cap0 + (-c - gain0) / (gains[i] - gain0) * (caps[i] - cap0) - left)
-            if lo <= hi:
-                cut.append((lo, hi, j))
-        out = pareto(cut, self.po) if len(cut) > 1 else cut
+                low = cap0 + (-c - gain0) / (gains[i] - gain0) * (caps[i] - cap0) - left
+                if low > lo:
+                    lo = low
+                if lo > hi:
+                    continue
+            cut.append((lo, hi, j))
+        out = pareto(cut, po) if len(cut) > 1 else cut
         if len(out) > MAX_PIECES:
             out = self.relax(out)
         self.most = max(self.most, len(out))
@@ -291,11 +303,12 @@ def solve(plan: SimPlan, trace: list, *, pruned: bool = True) -> Optimum:
 def greedy(plan: SimPlan, usable: list, dearest: float = INF, best: float = INF) -> float:
     """A schedule's cost, a first best to prune against: spot in every window whose price a second of work
     (ps x length / (length - startup)) is at most `dearest` (each a job, from the window's start to its end or
-    the finish), and on-demand to the finish from the start or from any window's end; the cheapest of those that
-    meet the deadline and `best` (INF: none)."""
+    the finish), and from the start or any window's end either on-demand to the finish or an on-demand block
+    that leaves the next window just enough work to finish in; the cheapest of those that meet the deadline and
+    `best` (INF: none)."""
     ps, po = plan.spot_usd_per_h / 3600, plan.on_demand_usd_per_h / 3600
     deadline = plan.deadline_s if plan.deadline_s is not None else INF
-    paid, done, t = 0.0, 0.0, 0.0
+    paid, done, t, restart = 0.0, 0.0, 0.0, plan.startup_s + plan.restore_s
     for a, b in usable + [(INF, INF)]:
         if paid >= best:
             break
@@ -306,6 +319,10 @@ def greedy(plan: SimPlan, usable: list, dearest: float = INF, best: float = INF)
             break
         if a + o + plan.work_s - done <= min(b, deadline):  # spot finishes in this window
             return min(best, paid + ps * (o + plan.work_s - done))
+        # or an on-demand block of the least work x that lets it, stopped one save before the window opens
+        x = plan.work_s - done - (min(b, deadline) - a - restart)
+        if a - plan.save_s - x - o >= t:
+            best = min(best, paid + po * (o + x + plan.save_s) + ps * (restart + plan.work_s - done - x))
         if b >= deadline:
             break
         if b - a <= o or ps * (b - a) > dearest * (b - a - plan.startup_s):
