@@ -36,8 +36,9 @@ Bounds (for any plan: the horizon is the deadline; without one, the trace's last
 stays open the answer is one spot job in it, the least any schedule costs): windows no longer
 than a startup are skipped (no job gains work in them); each event costs O(P log P) for P pieces, P is capped
 at `MAX_PIECES` per frontier: past the cap the neighbouring pieces whose costs differ least merge, at the
-lesser cost (a relaxation: still a floor) and `Optimum.exact` is false. Time O(windows x MAX_PIECES log
-MAX_PIECES), memory O(MAX_PIECES).
+lesser cost (a relaxation: still a floor) and `Optimum.exact` is false; the first schedules are at most
+`FIRST_SCHEDULES`, O(windows) each. Time O(windows x (FIRST_SCHEDULES + MAX_PIECES log MAX_PIECES)), memory
+O(windows + MAX_PIECES).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from itertools import accumulate
 from .engine import INF, SimPlan
 
 MAX_PIECES = 512
+FIRST_SCHEDULES = 32  # the most first schedules (`greedy`) costed before the program
 Piece = tuple[float, float, float]  # (sigma_lo, sigma_hi, J): cost J - po sigma
 
 
@@ -278,8 +280,11 @@ def solve(plan: SimPlan, trace: list, *, pruned: bool = True) -> Optimum:
         if w > 0 and sv.ps * length < sv.po * w:
             offers.append((sv.ps * length / w, k, w, sv.po * w - sv.ps * length))
     offers.sort()
-    if pruned:
-        for dearest in [INF] + sorted({price for price, *_ in offers}):
+    if pruned:  # at most FIRST_SCHEDULES thresholds, spread over the prices (O(windows) each)
+        prices = sorted({price for price, *_ in offers})
+        if len(prices) > FIRST_SCHEDULES:
+            prices = [prices[round(i * (len(prices) - 1) / (FIRST_SCHEDULES - 1))] for i in range(FIRST_SCHEDULES)]
+        for dearest in [INF, *prices]:
             sv.best = greedy(plan, usable, dearest, sv.best)
     sv.knapsack = pruned
     windows, bound = 0, -1
