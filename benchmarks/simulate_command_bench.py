@@ -1,8 +1,9 @@
 """`spotrun simulate` on every example run: the seconds its study takes (1,000 generated traces, every candidate
 policy and the exact optimum) and the whole command in a fresh process (imports too; the PNG is `--plot`'s,
-not drawn here): goal <= 2 s.
+not drawn here): goal <= 2 s. `--traces DIR`: recorded traces instead (every *.json under DIR, in the
+skypilot-org/spot-traces format, replayed from random start offsets: `spotrun simulate --traces DIR`).
 
-    python benchmarks/simulate_command_bench.py [--n 1000] [--repeat 3]
+    python benchmarks/simulate_command_bench.py [--n 1000] [--repeat 3] [--traces DIR]
 
 Prints one Markdown row per example (best of `--repeat`); an example that cannot be planned here (the demo's run
 needs `make demo`'s assets) prints why.
@@ -23,34 +24,40 @@ from spotrun.contract.refusal import Refusal
 from spotrun.planner.catalog import load_catalog, regional_catalog
 from spotrun.policy.choose import ESTIMATE_TRACES, horizon_s, policy_plans, run_candidates, run_plan
 from spotrun.policy.report import study
-from spotrun.policy.traces import TraceSpec, generated_traces
+from spotrun.policy.traces import TraceSpec, generated_traces, read_availability, recorded_traces
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((ROOT / "examples/runs").glob("*.json")) + [ROOT / "examples/demo/run.json"]
 
 
-def study_seconds(path: Path, n: int) -> tuple[float, str]:
+def study_seconds(path: Path, n: int, traces: Path | None) -> tuple[float, str]:
     checked = check_file(path, None, plan=True, region=None)
     est, run = checked.estimate, checked.run
     catalog = regional_catalog(load_catalog(), "us-east-1")
     plan = run_plan(run, est, catalog)  # the command's: the estimate's plan at the run's cap
     t0 = time.perf_counter()
-    spec = TraceSpec(interruptions_per_hour=est.interruptions_per_hour, horizon_s=horizon_s(plan), **ESTIMATE_TRACES,
-                     mean_wait_s=est.mean_wait_seconds)
-    report = study(plan, generated_traces(spec, n, 0), run_candidates(run, plan), cap_usd=run.max_usd,
+    if traces is None:
+        spec = TraceSpec(interruptions_per_hour=est.interruptions_per_hour, horizon_s=horizon_s(plan),
+                         **ESTIMATE_TRACES, mean_wait_s=est.mean_wait_seconds)
+        windows = generated_traces(spec, n, 0)
+    else:  # as `spotrun simulate --traces` reads and replays them
+        recordings = [read_availability(f, est.instance_count) for f in sorted(traces.rglob("*.json"))]
+        windows = recorded_traces(recordings, n, horizon_s(plan), 0)
+    report = study(plan, windows, run_candidates(run, plan), cap_usd=run.max_usd,
                    plan_of=policy_plans(run, est, plan))
     exact = "exact" if report["optimum"]["exact"] else "a floor"
     return time.perf_counter() - t0, f"{len(report['policies'])} policies, optimum {exact}"
 
 
-def command_seconds(path: Path, n: int) -> tuple[float, float]:
+def command_seconds(path: Path, n: int, traces: Path | None) -> tuple[float, float]:
     """(wall, CPU) seconds of the whole command in a fresh process: on a shared machine the CPU seconds are the
     figure that does not depend on the other processes."""
+    recorded = [] if traces is None else ["--traces", str(traces)]
     with tempfile.TemporaryDirectory() as out:
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "spotrun", "simulate", str(path), "--n", str(n), "--out", out],
-                       check=True, capture_output=True)
+        subprocess.run([sys.executable, "-m", "spotrun", "simulate", str(path), "--n", str(n), "--out", out,
+                        *recorded], check=True, capture_output=True)
         wall = time.perf_counter() - t0
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         return wall, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
@@ -60,17 +67,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=1000)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--traces", type=Path, help="a directory of recorded availability traces (default: "
+                        "generated traces)")
     args = parser.parse_args()
-    print(f"| example | study of {args.n} traces (s) | whole command: wall (s) | whole command: CPU (s) | |\n"
+    kind = "generated" if args.traces is None else "recorded"
+    print(f"| example | study of {args.n} {kind} traces (s) | whole command: wall (s) | whole command: CPU (s) | |\n"
           "|---|---|---|---|---|")
     for path in EXAMPLES:
         name = path.relative_to(ROOT)
         try:
-            runs = [study_seconds(path, args.n) for _ in range(args.repeat)]
+            runs = [study_seconds(path, args.n, args.traces) for _ in range(args.repeat)]
         except (Refusal, ValueError) as exc:
             print(f"| {name} | - | - | not planned here: {str(exc).splitlines()[0]} |")
             continue
-        wall, cpu = min(command_seconds(path, args.n) for _ in range(args.repeat))
+        wall, cpu = min(command_seconds(path, args.n, args.traces) for _ in range(args.repeat))
         print(f"| {name} | {min(s for s, _ in runs):.2f} | {wall:.2f} | {cpu:.2f} | {runs[0][1]} |", flush=True)
 
 

@@ -12,10 +12,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spotrun.policy import simulate
+from spotrun.policy import optimum, simulate
 from spotrun.policy.engine import INF, SimPlan, Tally, segment
 from spotrun.policy.optimum import MAX_PIECES, solve
 from spotrun.policy.policies import POLICIES, cost_usd
+from spotrun.policy.traces import Recording, replay, windows_from_counts
 
 H = 3600.0
 Q = 60.0  # the brute force's grid: every time below is a multiple of it
@@ -85,6 +86,30 @@ def test_the_optimum_equals_an_exhaustive_search_of_the_engines_schedules_on_tin
     assert met >= 40  # most cases have a schedule that meets the deadline
 
 
+def test_the_optimum_equals_an_exhaustive_search_on_tiny_flickering_traces_mostly_without_a_deadline():
+    """Recorded traces in small: many windows of a few ticks, most too short to pay for their startup (the
+    first schedules and the knapsack bound see them at their price a second of work), mostly no deadline."""
+    rng = random.Random(27)
+    for _ in range(60):
+        t, trace = 0.0, []
+        for _ in range(rng.randint(3, 9)):
+            t += Q * rng.randint(1, 4)
+            up = Q * rng.randint(1, 4)
+            trace.append((t, t + up))
+            t += up
+        trace.append((INF, INF))
+        work = Q * rng.randint(3, 12)
+        deadline = None if rng.random() < 0.7 else work + Q * rng.randint(2, 30)
+        plan = SimPlan(work_s=work, startup_s=Q, restore_s=Q * rng.randint(0, 1), save_s=Q * rng.randint(0, 1),
+                       interval_s=1e6, step_s=Q, notice_ok=True, spot_usd_per_h=rng.choice([0.2, 0.35, 0.7]),
+                       on_demand_usd_per_h=1.0, deadline_s=deadline)
+        brute = _brute_force(plan, trace, t + 2 * work + 6 * Q)
+        result = solve(plan, trace)
+        assert result.exact and (brute is None) == (result.usd is None), (plan, trace, brute, result)
+        if brute is not None:
+            assert result.usd == pytest.approx(brute, rel=1e-9, abs=1e-12), (plan, trace, brute, result)
+
+
 def test_on_a_clear_trace_the_optimum_is_spot_from_the_start_and_on_none_on_demand():
     plan = SimPlan(work_s=40 * H, startup_s=600, restore_s=60, save_s=60, interval_s=1800, step_s=10,
                    notice_ok=True, spot_usd_per_h=0.35, on_demand_usd_per_h=1.0, deadline_s=48 * H)
@@ -145,6 +170,59 @@ def test_the_work_is_bounded_on_a_28_day_run_a_one_second_trace_and_a_thousand_w
     result = solve(plan, many + [(INF, INF)])
     assert result.windows == 100 and result.pieces <= MAX_PIECES and not result.exact
     assert 0 < result.usd <= (plan.work_s + plan.startup_s) / H
+
+
+def _recorded_like(rng: random.Random, days: float = 5.0) -> list:
+    """A trace like the public recordings replayed without a deadline: 10-minute samples over 27 days whose
+    capacity comes and goes every few samples (us-west-2b's v100_8 averages runs of 4.5 samples up, 5.2 down),
+    seen from a random offset up to a horizon of days (no capacity after it)."""
+    data, up = [], rng.random() < 0.5
+    for _ in range(3895):
+        data.append(int(up))
+        if rng.random() < (1 / 4.5 if up else 1 / 5.2):
+            up = not up
+    rec = Recording("like", windows_from_counts(data, 600.0), 3895 * 600.0)
+    return replay(rec, rng.uniform(0, rec.length_s), days * 24 * H)
+
+
+def _plan_8b(**changes) -> SimPlan:
+    """examples/runs/llama3-8b-full.json's plan as `spotrun simulate` sets it (no deadline)."""
+    plan = SimPlan(work_s=35552.9, startup_s=465.0, restore_s=0.0, save_s=38.5, interval_s=1863.0, step_s=23.3,
+                   notice_ok=True, spot_usd_per_h=13.1824, on_demand_usd_per_h=37.664, deadline_s=None)
+    return SimPlan(**{**plan.__dict__, **changes})
+
+
+def test_on_recorded_like_traces_without_a_deadline_the_optimum_is_exact_and_equals_the_plain_program(monkeypatch):
+    """Weeks of windows of a few samples each, no deadline: the plain program past its cap merges pieces and
+    gives a floor; the pruned one (first schedules, the knapsack bound, the early end) stays far under the cap,
+    says exact, and equals the plain program with no cap."""
+    rng = random.Random(3)
+    cases = [(_plan_8b(restore_s=rng.choice([0.0, 60.0]), save_s=rng.choice([0.0, 38.5])), _recorded_like(rng))
+             for _ in range(10)]
+    pruned = [solve(plan, trace) for plan, trace in cases]
+    assert all(r.exact and r.pieces <= MAX_PIECES // 4 for r in pruned)
+    assert sum(not solve(plan, trace, pruned=False).exact for plan, trace in cases) >= 1  # the case sped up
+    monkeypatch.setattr(optimum, "MAX_PIECES", 10**6)
+    for (plan, trace), r in zip(cases, pruned, strict=True):
+        plain = solve(plan, trace, pruned=False)
+        assert plain.exact and r.usd == pytest.approx(plain.usd, rel=1e-9), (plan, trace)
+        assert r.usd < (plan.startup_s + plan.work_s) * plan.on_demand_usd_per_h / H  # spot did part of it
+        assert r.windows <= plain.windows
+
+
+def test_with_spot_dearer_than_on_demand_the_optimum_is_on_demand_from_the_start():
+    """Every schedule bills at least a startup and the work; at prices no less than on-demand's, on-demand from
+    the start is the optimum. (An on-demand job run past the work's end, through an outage longer than the work,
+    once entered a spot window shorter than a restart with the work left negative and came out below that.)"""
+    rng = random.Random(8)
+    cases = [(_plan_8b(restore_s=300.0, spot_usd_per_h=39.5472), [(0.0, 18545.5), (74120.5, 74705.5), (INF, INF)])]
+    for _ in range(20):
+        outage = [(0.0, 5 * H)] + [(a + 20 * H, b + 20 * H) for a, b in _recorded_like(rng)]
+        cases.append((_plan_8b(restore_s=300.0, spot_usd_per_h=rng.choice([37.664, 39.5472, 75.0])), outage))
+    for plan, trace in cases:
+        least = (plan.startup_s + plan.work_s) * plan.on_demand_usd_per_h / H
+        for pruned in (True, False):
+            assert solve(plan, trace, pruned=pruned).usd == pytest.approx(least, rel=1e-12), (pruned, trace)
 
 
 # ---- trace input and `spotrun simulate`'s bounds -----------------------------------------------------------
