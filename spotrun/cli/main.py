@@ -78,6 +78,12 @@ def main(argv: list[str] | None = None) -> int:
             return fail("json", Exit.FAILED, "MissingPackage", message)
         print(f"error: {message}", file=sys.stderr)
         return int(Exit.FAILED)
+    except KeyboardInterrupt:  # Ctrl-C in a command without its own handling (estimate, simulate, ...): one line
+        message = f"Ctrl-C: spotrun {args.cmd} stopped before it finished (run it again)"
+        if getattr(args, "format", "text") == "json":
+            return fail("json", Exit.STOPPED, "Stopped", message)
+        print(f"stopped: {message}", file=sys.stderr)
+        return int(Exit.STOPPED)
     except BrokenPipeError:  # the reader (`| head`) closed the pipe: not an error of the command
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes

@@ -212,6 +212,12 @@ def simulate_command(args: argparse.Namespace) -> int:
     # run has one schedule (spot whenever it has capacity), which every policy runs: the optimum, which may move to
     # on-demand, would be a floor the run cannot reach
     one_schedule = run.compute.spot and not run.compute.on_demand_fallback
+    try:  # before the study: an --out that cannot be written is said now, not after minutes of simulating
+        args.out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return fail(args.format, Exit.INVALID, "InvalidArguments", f"--out={json.dumps(str(args.out))} is invalid: "
+                    f"expected a directory (or a path to create one at): "
+                    f"{'it is a file' if args.out.is_file() else exc.strerror or exc}", "--out")
     report = study(plan, traces, chosen, optimum=not args.no_optimum and run.compute.spot and not one_schedule,
                    source=source, cap_usd=run.max_usd, progress=Progress(),
                    finish=finish_caps(est), plan_of=policy_plans(run, est, plan))
@@ -220,7 +226,6 @@ def simulate_command(args: argparse.Namespace) -> int:
     section = est.spot_policy
     report["estimate_policy"] = {"chosen": section.chosen, "traces": section.traces, "sentinel": section.sentinel,
                                  "cap_to_set_usd": section.deadline_cap_usd or section.p95_finish_cap_usd}
-    args.out.mkdir(parents=True, exist_ok=True)
     files = {"report": args.out / "simulate.json", "summary": args.out / "simulate.txt"}
     notes = []
     if one_schedule:

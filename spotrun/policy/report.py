@@ -7,6 +7,7 @@ offline optimum (spotrun/policy/optimum.py) as the floor (matplotlib, headless).
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -89,9 +90,15 @@ def relative(report: dict, label: str) -> dict:
     rows = {r["label"]: r for r in report["policies"]}
     row, od = rows[label], rows.get("on_demand")
     out = {"of_on_demand": row["mean_usd"] / od["mean_usd"] if od and od["p_finished"] == 1.0 else None}
-    if "optimum" in report:
+    if has_optimum(report):
         out["over_optimum"] = row["mean_usd"] / report["optimum"]["mean_usd"] - 1
     return out
+
+
+def has_optimum(report: dict) -> bool:
+    """An optimum with a cost: none where no schedule meets the deadline on any trace (an accepted missed
+    deadline), whose mean is nan in the study and null in the JSON."""
+    return "optimum" in report and math.isfinite(report["optimum"]["mean_usd"])
 
 
 def below_the_optimum(report: dict) -> dict[str, float]:
@@ -99,7 +106,7 @@ def below_the_optimum(report: dict) -> dict[str, float]:
     share of the traces on which they miss it. The optimum is the cheapest schedule that meets the deadline (on the
     traces where one can); a policy that misses it stays on spot longer and can cost less (to -18.7% seen), which
     the table must not read as beating the floor. Empty without a deadline or an optimum."""
-    if not report.get("deadline_hours") or "optimum" not in report:
+    if not report.get("deadline_hours") or not has_optimum(report):
         return {}
     return {r["label"]: 1.0 - r["p_deadline"] for r in report["policies"]
             if r["p_deadline"] is not None and r["p_deadline"] < 1.0
@@ -139,7 +146,11 @@ def table_text(report: dict) -> str:
                      f"{opt:>7}" + left_out_mark(r["label"], left_out, report.get("left_out_finish_caps"))
                      + (f"  misses the deadline on {below[r['label']]:.1%}: below the optimum that meets it"
                         if r["label"] in below else ""))
-    if "optimum" in report:
+    if "optimum" in report and not has_optimum(report):
+        hours = deadline_hours_text(report["deadline_hours"] * 3600)
+        lines.append(f"  no optimum: no schedule meets the {hours} h deadline on any of the traces, on-demand from the "
+                     "start included")
+    elif "optimum" in report:
         o = report["optimum"]
         met = "-" if o["p_deadline"] is None else f"{o['p_deadline']:.1%}"
         no_cap = optimum_ignores_cap(report)
@@ -183,7 +194,7 @@ def plot(report: dict, path: Path, title: str) -> Path:
         chosen = r["label"] == report["chosen"]
         ax.scatter([x], [r["mean_usd"]], s=160 if chosen else 45, marker="*" if chosen else markers[i % 10],
                    zorder=3, label=r["label"] + (" (chosen)" if chosen else ""))
-    if "optimum" in report:
+    if has_optimum(report):
         o = report["optimum"]
         x = o["p_deadline"] if o["p_deadline"] is not None else o.get("p_finished", 1.0)
         ax.axhline(o["mean_usd"], color="black", linestyle="--", linewidth=1, label="exact offline optimum")

@@ -901,3 +901,65 @@ def test_at_a_cap_that_binds_spotrun_simulate_prints_the_estimates_rows_and_mark
     # on-demand ended at the cap (its finish cap is over it) is no yardstick: no 'vs OD' against its bill
     on_demand = next(r for r in report["policies"] if r["policy"] == "on_demand")
     assert on_demand["p_finished"] < 1 and relative(report, on_demand["label"])["of_on_demand"] is None
+
+
+def test_an_out_that_is_a_file_is_refused_before_anything_is_simulated(tmp_path, capsys, monkeypatch):
+    """A new user's `--out` naming a file: a FileExistsError traceback, exit 1, after the whole simulation ran."""
+    from spotrun.cli import simulate as simulate_cli
+    from spotrun.cli.main import main
+
+    def never(*a, **k):
+        raise AssertionError("simulated before --out was checked")
+
+    monkeypatch.setattr(simulate_cli, "study", never)
+    run, afile = tmp_path / "run.json", tmp_path / "afile"
+    run.write_text(json.dumps(RUN))
+    afile.write_text("mine")
+    assert main(["simulate", str(run), "--n", "5", "--out", str(afile)]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == (f"error: InvalidArguments: --out={json.dumps(str(afile))} is invalid: expected a "
+                           "directory (or a path to create one at): it is a file"), err
+    assert afile.read_text() == "mine"
+    assert main(["simulate", str(run), "--n", "5", "--out", str(afile / "sub"), "--format", "json"]) == 2
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["error"] == "InvalidArguments" and doc["field"] == "--out", doc
+
+
+def test_ctrl_c_in_simulate_or_estimate_is_one_line_and_exit_130(tmp_path, capsys, monkeypatch):
+    """Ctrl-C during `spotrun simulate` (or the estimate's policy stage) printed a 16-frame KeyboardInterrupt
+    traceback; `spotrun local` prints one line."""
+    from spotrun.cli import simulate as simulate_cli
+    from spotrun.cli.main import main
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(simulate_cli, "study", interrupted)
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps(RUN))
+    assert main(["simulate", str(run), "--n", "5", "--out", str(tmp_path / "out")]) == 130
+    captured = capsys.readouterr()
+    assert captured.err == "stopped: Ctrl-C: spotrun simulate stopped before it finished (run it again)\n", captured
+    assert main(["simulate", str(run), "--n", "5", "--out", str(tmp_path / "out"), "--format", "json"]) == 130
+    assert json.loads(capsys.readouterr().out)["error"] == "Stopped"
+
+
+def test_an_accepted_missed_deadline_has_no_optimum_and_no_nan_in_the_table(tmp_path, capsys):
+    """With compute.accept_missed_deadline and a deadline no schedule meets, every row's 'vs opt' read '+nan%' and
+    the optimum's row 'nan nan nan 0.0%'."""
+    from spotrun.cli.main import main
+    from spotrun.planner.estimate import estimate
+
+    hours = estimate(parse_run(RUN)).wall_seconds / H
+    missed = {**RUN, "compute": {**RUN["compute"], "deadline_hours": round(hours / 2, 1),
+                                 "accept_missed_deadline": True}}
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps(missed))
+    assert main(["simulate", str(run), "--n", "20", "--out", str(tmp_path / "out"), "--plot"]) == 0
+    text = capsys.readouterr().out
+    assert "nan" not in text.lower(), text
+    deadline = missed["compute"]["deadline_hours"]
+    assert (f"  no optimum: no schedule meets the {deadline:g} h deadline on any of the traces, on-demand from the "
+            "start included") in text, text
+    report = json.loads((tmp_path / "out" / "simulate.json").read_text())
+    assert report["optimum"]["mean_usd"] is None and report["optimum"]["p_deadline"] == 0.0, report["optimum"]
