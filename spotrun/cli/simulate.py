@@ -113,6 +113,19 @@ def register(sub) -> None:
     sim.set_defaults(func=simulate_command)
 
 
+REPLAY_WINDOW_BUDGET = 2_000_000  # windows replayed in all (about 110 bytes each held, each executed per policy)
+
+
+class TooManyWindows(ValueError):
+    """Recordings whose replay over the run's horizon would hold more windows than simulate bounds itself to."""
+
+
+def replay_windows(recs: list, n: int, horizon_s: float) -> int:
+    """About how many windows `n` replays of the recordings (in turn) hold over `horizon_s`."""
+    per = [len(r.windows) / r.length_s * horizon_s + 1 for r in recs]
+    return int(sum(per[i % len(recs)] for i in range(n)))
+
+
 def traces_for(plan, est, args) -> tuple[list, str]:
     horizon = horizon_s(plan)
     if args.traces:
@@ -120,6 +133,12 @@ def traces_for(plan, est, args) -> tuple[list, str]:
         if not files:
             raise ValueError(f"--traces={args.traces}: no *.json trace files under it")
         recs = [read_availability(f, est.instance_count) for f in files]
+        if (held := replay_windows(recs, args.n, horizon)) > REPLAY_WINDOW_BUDGET:
+            most = max(1, int(args.n * REPLAY_WINDOW_BUDGET / held))
+            raise TooManyWindows(
+                f"--n={args.n} is invalid with --traces={json.dumps(str(args.traces))}: its recordings change "
+                f"capacity so often that {args.n:,} replays over the run's {horizon / 3600:,.1f} h horizon hold about "
+                f"{held:,} windows, over the {REPLAY_WINDOW_BUDGET:,} simulate holds; expected --n {most:,} or less")
         mean = sum(r.available_fraction for r in recs) / len(recs)
         return (recorded_traces(recs, args.n, horizon, args.seed),
                 f"{len(recs)} recorded trace{'s' * (len(recs) != 1)} from random start offsets, {mean:.0%} "
@@ -197,6 +216,8 @@ def simulate_command(args: argparse.Namespace) -> int:
         traces, source = traces_for(plan, est, args)
     except Refusal as exc:
         return fail(args.format, for_status(exc.status), exc.status, exc.message, exc.field)
+    except TooManyWindows as exc:
+        return fail(args.format, Exit.INVALID, "InvalidArguments", str(exc), "--n")
     except ValueError as exc:  # the traces or interruptions given
         return fail(args.format, Exit.INVALID, "InvalidRun", str(exc))
     chosen = run_candidates(run, plan)  # as the estimate's: on-demand alone for compute.spot=false

@@ -963,3 +963,42 @@ def test_an_accepted_missed_deadline_has_no_optimum_and_no_nan_in_the_table(tmp_
             "start included") in text, text
     report = json.loads((tmp_path / "out" / "simulate.json").read_text())
     assert report["optimum"]["mean_usd"] is None and report["optimum"]["p_deadline"] == 0.0, report["optimum"]
+
+
+def test_a_recording_that_flickers_every_second_is_bounded_by_n_not_held_in_gigabytes(tmp_path, capsys, monkeypatch):
+    """A recording sampled every second whose capacity flickers (accepted: 1 s gaps, up to 10 M samples) held
+    every replay's windows up front: 8.3 GB and no end at --n 1000. Refused before anything is simulated, naming
+    the --n that fits; at that --n the replays built hold no more windows than the bound."""
+    from spotrun.cli import simulate as simulate_cli
+    from spotrun.cli.main import main
+
+    class Built(Exception):
+        pass
+
+    held = []
+
+    def count(plan, traces, *a, **k):
+        held.append(sum(len(t) for t in traces))
+        raise Built
+
+    monkeypatch.setattr(simulate_cli, "study", count)
+    rec = tmp_path / "traces" / "flicker.json"
+    rec.parent.mkdir()
+    rec.write_text(json.dumps({"metadata": {"gap_seconds": 1}, "data": [i % 2 for i in range(200_000)]}))
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps(RUN))
+    args = ["simulate", str(run), "--traces", str(rec.parent), "--out", str(tmp_path / "out")]
+    assert main([*args, "--n", "1000"]) == 2 and not held
+    err = capsys.readouterr().err
+    most = int(re.search(r"expected --n ([\d,]+) or less$", err.strip()).group(1).replace(",", ""))
+    assert err.startswith("error: InvalidArguments: --n=1000 is invalid with --traces=") and 1 <= most < 1000, err
+    with pytest.raises(Built):
+        main([*args, "--n", str(most)])
+    assert held[0] <= simulate_cli.REPLAY_WINDOW_BUDGET, held
+    # a recording at the public ones' scale (600 s samples, capacity for days at a time) is far from the bound
+    calm = tmp_path / "calm"
+    calm.mkdir()
+    (calm / "calm.json").write_text(json.dumps({"metadata": {"gap_seconds": 600}, "data": ([1] * 500 + [0] * 20) * 40}))
+    with pytest.raises(Built):
+        main(["simulate", str(run), "--traces", str(calm), "--out", str(tmp_path / "out"), "--n", "1000"])
+    assert held[1] < 10 * 1000, held
