@@ -166,9 +166,12 @@ def table_text(report: dict) -> str:
             meeting = ", meeting the deadline" if report["deadline_hours"] else ""
             billed = (f"; on {over:,} of the {_optimum_traces(report, o):,} traces where it exists it bills over "
                       "the cap" if over else "")
+            ended = any(r["p_finished"] < 1.0 for r in report["policies"])
+            at_cap = ("which the guard ends where the chain of jobs left no longer fits it" if ended else
+                      "which sets its jobs' MaxRuntime and the guard's polls (every run finished)")
             lines.append(f"  the optimum ignores the ${report['cap_usd']:,.2f} cap (it knows none): the cheapest "
                          f"schedule of the run without the cap{meeting}{billed}; the rows are the run at the cap, "
-                         "which the guard ends where the chain of jobs left no longer fits it")
+                         + at_cap)
         under = [r["label"] for r in report["policies"] if relative(report, r["label"])["over_optimum"] < -5e-4]
         if under and report["deadline_hours"]:  # read as a floor broken (a new user)
             lines.append(f"  below the optimum: {', '.join(under)}: the optimum is the cheapest schedule that meets "

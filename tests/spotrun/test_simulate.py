@@ -1002,3 +1002,21 @@ def test_a_recording_that_flickers_every_second_is_bounded_by_n_not_held_in_giga
     with pytest.raises(Built):
         main(["simulate", str(run), "--traces", str(calm), "--out", str(tmp_path / "out"), "--n", "1000"])
     assert held[1] < 10 * 1000, held
+
+
+def test_a_cap_that_only_sets_the_jobs_maxruntime_is_not_said_to_end_runs(tmp_path, capsys):
+    """At a cap over every bill that still sets the jobs' MaxRuntime (the cap shapes the runs, none ends at it),
+    simulate said 'the rows are the run at the cap, which the guard ends where the chain of jobs left no longer
+    fits it' (a new user read it as runs ended at the cap)."""
+    from spotrun.cli.main import main
+    from spotrun.planner.estimate import estimate
+
+    on_demand = estimate(parse_run(RUN)).cost_usd["on_demand"]
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps({**RUN, "budget": {"max_usd": round(1.5 * on_demand, 2)}}))
+    assert main(["simulate", str(run), "--n", "50", "--out", str(tmp_path / "out")]) == 0
+    text = capsys.readouterr().out
+    report = json.loads((tmp_path / "out" / "simulate.json").read_text())
+    assert report["cap_binds"] and all(r["p_finished"] == 1.0 for r in report["policies"]), report["policies"]
+    assert "no longer fits it" not in text and "sets its jobs' MaxRuntime and the guard's polls (every run " \
+        "finished)" in text, text
