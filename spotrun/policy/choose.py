@@ -371,9 +371,15 @@ def spot_policy(run, est, catalog: dict, *, n: int = N_TRACES, seed: int = SEED,
                         f"meets it on {cheapest.p_deadline:.1%}, its P95 bill here ${cheapest.p95_usd:,.2f}: a cap "
                         f"of ${named:,.2f} lets the estimate choose a policy that meets it")
     if plan.deadline_s is None and not any(r.p_finished >= CONFIDENCE for r in rows):
-        warnings.append(f"the run may not finish: no spot policy finishes on {CONFIDENCE:.0%} of the traces (the "
-                        f"likeliest, {best.label}, on {best.p_finished:.1%}); compute.on_demand_fallback=true "
-                        "finishes on on-demand when spot does not come back")
+        if run.compute.on_demand_fallback or not run.compute.spot:  # on-demand is there: the cap ends the others
+            warnings.append(f"the run may not finish: within the ${run.max_usd:,.2f} cap no policy finishes on "
+                            f"{CONFIDENCE:.0%} of the traces (the likeliest, {best.label}, on "
+                            f"{best.p_finished:.1%}); the guard ends the others at the cap (OverBudget): a larger "
+                            "cap lets more of them finish")
+        else:
+            warnings.append(f"the run may not finish: no spot policy finishes on {CONFIDENCE:.0%} of the traces (the "
+                            f"likeliest, {best.label}, on {best.p_finished:.1%}); compute.on_demand_fallback=true "
+                            "finishes on on-demand when spot does not come back")
     source = fitted_source(est.interruptions_per_hour, est.mean_wait_seconds, est.mean_wait_source)
     if not run.compute.spot:  # on-demand alone (`run_candidates`)
         why = "compute.spot=false: on-demand as the run asks"

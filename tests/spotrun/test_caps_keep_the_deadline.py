@@ -238,3 +238,20 @@ def test_a_missed_deadline_says_the_same_hours_the_same_way_in_every_line(tmp_pa
         assert len(takes) == 1 and re.fullmatch(r"\d+\.\d\d h", takes[0]), said
         assert float(takes[0].split()[0]) >= 1, takes  # where the two formats parted
         assert "the 1.123456789 h deadline" in told["spot_policy"]["why"], told["spot_policy"]["why"]
+
+
+def test_a_run_with_the_on_demand_fallback_is_not_told_to_set_it_when_the_cap_ends_its_runs(tmp_path, capsys):
+    """The 8B example (compute.on_demand_fallback=true) at its cap to set: 'the run may not finish: no spot policy
+    finishes on 99% ...; compute.on_demand_fallback=true finishes on on-demand when spot does not come back', advice
+    the run already follows: what ends its unfinished runs is the cap."""
+    run = json.loads((ROOT / "examples/runs/llama3-8b-full.json").read_text())
+    assert run["compute"]["on_demand_fallback"] is True and "deadline_hours" not in run["compute"]
+    code, doc = _cli(tmp_path, capsys, "estimate", run)
+    to_set = doc["spot_policy"]["p95_finish_cap_usd"]
+    code, there = _cli(tmp_path, capsys, "estimate", _with(run, budget={"max_usd": to_set}))
+    assert code == 0, there
+    finished = max(r["p_finished"] for r in there["spot_policy"]["policies"])
+    said = [w for w in there["warnings"] if w.startswith("the run may not finish")]
+    assert finished < 0.99 and len(said) == 1, (finished, there["warnings"])  # the case: under 99% at the cap to set
+    assert "on_demand_fallback" not in said[0] and f"within the ${to_set:,.2f} cap" in said[0] and \
+        "the guard ends the others at the cap (OverBudget)" in said[0], said
