@@ -1020,3 +1020,39 @@ def test_a_cap_that_only_sets_the_jobs_maxruntime_is_not_said_to_end_runs(tmp_pa
     assert report["cap_binds"] and all(r["p_finished"] == 1.0 for r in report["policies"]), report["policies"]
     assert "no longer fits it" not in text and "sets its jobs' MaxRuntime and the guard's polls (every run " \
         "finished)" in text, text
+
+
+def test_simulate_on_recordings_says_where_the_estimates_cap_to_set_is_not_borne_out(tmp_path, capsys):
+    """The 8B example at its cap to set, on recordings: the chosen policy finished 46.9% of the public recordings'
+    windows, printed under 'the cap to set ... finishes at its P95 bill', with no word (a new user)."""
+    from pathlib import Path
+
+    from spotrun.cli.main import main
+
+    path = Path(__file__).parents[2] / "examples/runs/llama3-8b-full.json"
+    example = json.loads(path.read_text())
+    assert main(["estimate", "--format", "json", str(path)]) == 0
+    section = json.loads(capsys.readouterr().out)["spot_policy"]
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps({**example, "budget": {"max_usd": section["p95_finish_cap_usd"]}}))
+    lines = {}
+    for name, (up, down) in {"scarce": (12, 288), "plenty": (2000, 2)}.items():  # 600 s samples: 2 h in 50 h
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "t.json").write_text(json.dumps({"metadata": {"gap_seconds": 600},
+                                                            "data": ([1] * up + [0] * down) * 20}))
+        assert main(["simulate", str(run), "--n", "40", "--traces", str(tmp_path / name), "--no-optimum",
+                     "--out", str(tmp_path / f"out-{name}")]) == 0
+        report = json.loads((tmp_path / f"out-{name}" / "simulate.json").read_text())
+        here = next(r["p_finished"] for r in report["policies"] if r["label"] == report["estimate_policy"]["chosen"])
+        lines[name] = (here, [line for line in capsys.readouterr().out.splitlines() if "not borne out" in line])
+    assert main(["estimate", "--format", "json", str(run)]) == 0  # the estimate at that cap: what it tells
+    at_cap = json.loads(capsys.readouterr().out)["spot_policy"]
+    told = next(r["p_finished"] for r in at_cap["policies"] if r["label"] == at_cap["chosen"])
+    here, said = lines["scarce"]
+    assert here < told - 0.01 and len(said) == 1, lines
+    cap = section["p95_finish_cap_usd"]
+    assert said[0].startswith(f"  not borne out here: on these traces, at the run's ${cap:,.2f} cap, "
+                              f"{at_cap['chosen']} finishes on {here:.1%}, against {told:.1%} on the estimate's "
+                              "generated traces"), said
+    here, said = lines["plenty"]
+    assert here >= told - 0.01 and not said, lines
