@@ -34,14 +34,18 @@ from ..policy.decision import RULES
 from ..policy.report import plot, study, table_text
 from ..policy.traces import (
     ADVISOR_BANDS,
+    SHOWN_ERRORS,
+    LeftOut,
+    TraceFileError,
     TraceSpec,
     advisor_rate,
     generated_traces,
     interruption_gaps,
-    read_availability,
+    read_recordings,
     recorded_traces,
     resampled_traces,
 )
+from .arguments import as_typed
 from .estimate import add_prepared_argument, check_file
 from .exits import Exit, fail, for_status
 
@@ -52,20 +56,22 @@ PROGRESS_AFTER_S = 2.0
 
 class Progress:
     """A progress bar on stderr (`what [#####.....] done/total`), shown only once the command has taken
-    PROGRESS_AFTER_S, redrawn at most every REDRAW_S."""
+    PROGRESS_AFTER_S, redrawn at most every REDRAW_S, and only on a terminal: redrawn with carriage returns, a bar
+    in a CI log or a `2> file` is a line per redraw of noise (there, nothing: the report says what was done)."""
 
     WIDTH = 30
     REDRAW_S = 0.2
 
     def __init__(self, stream=None):
         self.stream = stream or sys.stderr
+        self.live = bool(getattr(self.stream, "isatty", lambda: False)())
         self.t0 = time.perf_counter()
         self.drawn = -1.0
         self.shown = False
 
     def __call__(self, what: str, done: int, total: int) -> None:
         now = time.perf_counter()
-        if now - self.t0 < PROGRESS_AFTER_S or (done != total and now - self.drawn < self.REDRAW_S):
+        if not self.live or now - self.t0 < PROGRESS_AFTER_S or (done != total and now - self.drawn < self.REDRAW_S):
             return
         self.shown, self.drawn = True, now
         filled = self.WIDTH * done // max(1, total)
@@ -126,13 +132,38 @@ def replay_windows(recs: list, n: int, horizon_s: float) -> int:
     return int(sum(per[i % len(recs)] for i in range(n)))
 
 
-def traces_for(plan, est, args) -> tuple[list, str]:
+class BadTraceInput(ValueError):
+    """A --traces or --interruptions file simulate cannot use; `flag` names the flag (one line)."""
+
+    def __init__(self, flag: str, message: str):
+        self.flag = flag
+        super().__init__(message)
+
+
+def trace_files(directory: Path) -> list[Path]:
+    """The trace files under a --traces directory: every *.json file (a directory named *.json is no trace)."""
+    return sorted(p for p in Path(directory).rglob("*.json") if p.is_file())
+
+
+def left_out_line(left: list[LeftOut], kept: int, directory: Path, instances: int) -> str:
+    """The recordings a directory's replay leaves out (no sample has the job's node count), named relative to the
+    directory (the public recordings repeat names across dates)."""
+    names = [str(x.path.relative_to(directory)) if x.path.is_relative_to(directory) else str(x.path)
+             for x in left]
+    more = f" and {len(names) - SHOWN_ERRORS:,} more (simulate.json lists them)" if len(names) > SHOWN_ERRORS else ""
+    return (f"left out {len(left)} of {len(left) + kept} trace files in which no sample has {instances} instance"
+            f"{'s' * (instances != 1)} available (the most is {max(x.most for x in left):g}): "
+            f"{', '.join(names[:SHOWN_ERRORS])}{more}")
+
+
+def traces_for(plan, est, args) -> tuple[list, str, list[LeftOut]]:
     horizon = horizon_s(plan)
     if args.traces:
-        files = sorted(Path(args.traces).rglob("*.json"))
-        if not files:
-            raise ValueError(f"--traces={args.traces}: no *.json trace files under it")
-        recs = [read_availability(f, est.instance_count) for f in files]
+        where = f"--traces={as_typed(str(args.traces))}"
+        try:
+            recs, left = read_recordings(trace_files(args.traces), est.instance_count)
+        except TraceFileError as exc:
+            raise BadTraceInput("--traces", f"{where}: {exc}") from None
         if (held := replay_windows(recs, args.n, horizon)) > REPLAY_WINDOW_BUDGET:
             most = max(1, int(args.n * REPLAY_WINDOW_BUDGET / held))
             raise TooManyWindows(
@@ -140,36 +171,54 @@ def traces_for(plan, est, args) -> tuple[list, str]:
                 f"capacity so often that {args.n:,} replays over the run's {horizon / 3600:,.1f} h horizon hold about "
                 f"{held:,} windows, over the {REPLAY_WINDOW_BUDGET:,} simulate holds; expected --n {most:,} or less")
         mean = sum(r.available_fraction for r in recs) / len(recs)
-        return (recorded_traces(recs, args.n, horizon, args.seed),
-                f"{len(recs)} recorded trace{'s' * (len(recs) != 1)} from random start offsets, {mean:.0%} "
-                "available on average")
+        source = (f"{len(recs)} recorded trace{'s' * (len(recs) != 1)} from random start offsets, {mean:.0%} "
+                  "available on average")
+        if left:
+            source += f"; {left_out_line(left, len(recs), args.traces, est.instance_count)}"
+        return recorded_traces(recs, args.n, horizon, args.seed), source, left
     if args.interruptions:
-        gaps = interruption_gaps(read_items(args.interruptions))
-        return (resampled_traces(gaps, args.n, horizon, seed=args.seed),
-                f"resampled from {len(gaps)} recorded gap{'s' * (len(gaps) != 1)} between interruptions")
+        where = f"--interruptions={as_typed(str(args.interruptions))}"
+        try:
+            gaps = interruption_gaps(read_items(args.interruptions))
+            traces = resampled_traces(gaps, args.n, horizon, seed=args.seed)
+        except ValueError as exc:
+            raise BadTraceInput("--interruptions", f"{where}: {exc}") from None
+        return (traces, f"resampled from {len(gaps)} recorded gap{'s' * (len(gaps) != 1)} between interruptions", [])
     rate = advisor_rate(args.band, est.instance_count) if args.band else est.interruptions_per_hour
     band = f"Advisor band {args.band}: " if args.band else ""
     if args.droughts is None:  # the estimate's mean wait (recorded or the run's) goes with its rate, not a band's
         wait_s = None if args.band else est.mean_wait_seconds
         spec = TraceSpec(interruptions_per_hour=rate, horizon_s=horizon, **ESTIMATE_TRACES, mean_wait_s=wait_s)
-        return generated_traces(spec, args.n, args.seed), band + fitted_source(rate, wait_s, est.mean_wait_source)
+        return generated_traces(spec, args.n, args.seed), band + fitted_source(rate, wait_s, est.mean_wait_source), []
     spec = TraceSpec(interruptions_per_hour=rate, horizon_s=horizon,
                      **{**SYNTHETIC_TRACES, "droughts_per_day": args.droughts})
     droughts = f"a drought every {1 / spec.droughts_per_day:g} days" if spec.droughts_per_day else "no droughts"
     return (generated_traces(spec, args.n, args.seed),
             f"generated (synthetic): {band}{rate:.3g} interruptions per job-hour, {spec.burst_p:.0%} in bursts, "
-            f"{droughts}")
+            f"{droughts}", [])
 
 
 def read_items(path: Path) -> list[dict]:
-    """DynamoDB items from a JSON array or `aws dynamodb scan` output (typed attribute values: {"S": ...})."""
+    """DynamoDB items from a JSON array or `aws dynamodb scan` output (typed attribute values: {"S": ...});
+    ValueError (one line, without the file's name) when the file is not one."""
+    expected = "expected a JSON array of the interruption table's items or `aws dynamodb scan` output"
     try:
-        doc = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"--interruptions={path}: expected a JSON array of items or a DynamoDB scan ({exc})") from None
-    items = doc.get("Items", []) if isinstance(doc, dict) else doc
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        raise ValueError(f"cannot be read ({exc.strerror or 'an operating-system error'}): {expected}") from None
+    if not raw.strip():
+        raise ValueError(f"the file is empty: {expected}")
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"not text (byte {exc.start:,} is not UTF-8: a binary file?): {expected}") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not valid JSON ({exc.msg.removesuffix(' at')} at line {exc.lineno} column {exc.colno}): "
+                         f"{expected}") from None
+    items = doc.get("Items") if isinstance(doc, dict) else doc
     if not isinstance(items, list):
-        raise ValueError(f"--interruptions={path}: expected a JSON array of items or a DynamoDB scan")
+        found = "an object without an \"Items\" array" if isinstance(doc, dict) else "a single JSON value, not an array"
+        raise ValueError(f"the document is {found}: {expected}")
 
     def plain(value):
         if isinstance(value, dict) and len(value) == 1 and next(iter(value)) in ("S", "N", "BOOL"):
@@ -191,7 +240,7 @@ def bad_argument(args: argparse.Namespace) -> tuple[str, str] | None:
         return "--traces", (f"--traces={args.traces} is invalid: expected a directory of spot-traces files "
                              f"(*.json); {there}")
     # before the run is read: reading it prepares raw text, which an unusable flag must not cost
-    if args.traces is not None and not any(args.traces.rglob("*.json")):
+    if args.traces is not None and not trace_files(args.traces):
         return "--traces", (f"--traces={args.traces} is invalid: expected a directory of spot-traces files "
                              "(*.json); no *.json trace files under it")
     if args.interruptions is not None and not args.interruptions.is_file():
@@ -229,13 +278,13 @@ def simulate_command(args: argparse.Namespace) -> int:
         # the estimate's plan, at the run's cap (as the cost guard holds it): at a cap that binds, the rows are the
         # estimate's on the same traces (a table planned without the cap differed from the estimate's there)
         plan = run_plan(run, est, catalog)
-        traces, source = traces_for(plan, est, args)
+        traces, source, left_out = traces_for(plan, est, args)
     except Refusal as exc:
         return fail(args.format, for_status(exc.status), exc.status, exc.message, exc.field)
     except TooManyWindows as exc:
         return fail(args.format, Exit.INVALID, "InvalidArguments", str(exc), "--n")
-    except ValueError as exc:  # the traces or interruptions given
-        return fail(args.format, Exit.INVALID, "InvalidRun", str(exc))
+    except BadTraceInput as exc:  # the traces or interruptions given
+        return fail(args.format, Exit.INVALID, "InvalidArguments", str(exc), exc.flag)
     chosen = run_candidates(run, plan)  # as the estimate's: on-demand alone for compute.spot=false
     if args.policy:
         allowed = sorted({p for p, _ in chosen})
@@ -259,6 +308,8 @@ def simulate_command(args: argparse.Namespace) -> int:
                    source=source, cap_usd=run.max_usd, progress=Progress(),
                    finish=finish_caps(est), plan_of=policy_plans(run, est, plan))
     report["run"] = run.name
+    if left_out:
+        report["traces_left_out"] = [{"file": str(x.path), "reason": x.reason} for x in left_out]
     report["layout"] = f"{est.instance_count} x {est.instance_type}"
     section = est.spot_policy
     report["estimate_policy"] = {"chosen": section.chosen, "traces": section.traces, "sentinel": section.sentinel,

@@ -183,25 +183,40 @@ def table_text(report: dict) -> str:
 
 
 
+def probability_axis(xs: list[float]) -> tuple[float, float]:
+    """The limits of a probability axis holding `xs`: it ends at 1.0 (no odds past certainty), starts a tenth of
+    the points' spread (at least 0.01) below the lowest, never below 0."""
+    lo = min(xs, default=0.0)
+    return max(0.0, lo - max(0.01, (1.0 - lo) * 0.1)), 1.0
+
+
 def plot(report: dict, path: Path, title: str) -> Path:
-    """Mean cost against P(deadline met), one point per policy; the optimum's cost as the frontier."""
+    """Mean cost against P(deadline met), one point per policy; the optimum's cost as the frontier. The
+    probability axis ends at 100% (`probability_axis`); points on it are drawn whole (unclipped)."""
     import matplotlib  # matplotlib: requirements-dev.txt, not the CLI's; only `spotrun simulate` draws
 
     matplotlib.use("Agg")  # headless: no display on servers and CI
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import PercentFormatter
 
     fig, ax = plt.subplots(figsize=(10, 5), dpi=100)
     markers = "osv^<>pPhX"
+    xs = []
     for i, r in enumerate(report["policies"]):
         x = r["p_deadline"] if r["p_deadline"] is not None else r["p_finished"]
+        xs.append(x)
         chosen = r["label"] == report["chosen"]
         ax.scatter([x], [r["mean_usd"]], s=160 if chosen else 45, marker="*" if chosen else markers[i % 10],
-                   zorder=3, label=r["label"] + (" (chosen)" if chosen else ""))
+                   zorder=3, clip_on=False, label=r["label"] + (" (chosen)" if chosen else ""))
     if has_optimum(report):
         o = report["optimum"]
         x = o["p_deadline"] if o["p_deadline"] is not None else o.get("p_finished", 1.0)
         ax.axhline(o["mean_usd"], color="black", linestyle="--", linewidth=1, label="exact offline optimum")
-        ax.scatter([x], [o["mean_usd"]], color="black", marker="D", zorder=3, label="offline optimum's odds")
+        xs.append(x)
+        ax.scatter([x], [o["mean_usd"]], color="black", marker="D", zorder=3, clip_on=False,
+                   label="offline optimum's odds")
+    ax.set_xlim(*probability_axis(xs))
+    ax.xaxis.set_major_formatter(PercentFormatter(1.0))
     ax.set_xlabel("P(deadline met)" if report["deadline_hours"] else "P(finished) (no deadline)")
     ax.set_ylabel("mean cost (USD)")
     ax.set_title(title)

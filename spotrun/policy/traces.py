@@ -30,6 +30,7 @@ import bisect
 import json
 import math
 import random
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -179,34 +180,152 @@ class Recording:
 
 GAP_RANGE_S = (1.0, 86400.0)  # what recordings have: spot-traces samples every 195-600 s; 1 s to 1 day accepted
 MAX_SAMPLES = 10_000_000
+MAX_TRACE_BYTES = 512 * 2**20  # a 10,000,000-sample recording is ~30 MB of JSON; more is not a trace
+TRACE_FORMAT = '{"metadata": {"gap_seconds": N}, "data": [instances available, ...]}'
+
+
+class TraceFileError(ValueError):
+    """A trace file that cannot be read as a recording: one line naming the file, the field, what was found and
+    what is accepted."""
+
+
+class NoCapacity(TraceFileError):
+    """A well-formed recording in which no sample has the job's instance count available: it records nothing a
+    job of that size could run on (a trace without capacity, or one recorded for fewer nodes)."""
+
+    def __init__(self, path: Path, instances: int, most: float):
+        self.path, self.instances, self.most = Path(path), instances, most
+        super().__init__(f"{path}: no capacity at all for the job: no sample has {instances} instance"
+                         f"{'s' * (instances != 1)} available (the most is {most:g}); a spot job would wait on this "
+                         "trace forever")
+
+    @property
+    def reason(self) -> str:
+        return (f"no sample has {self.instances} instance{'s' * (self.instances != 1)} available, the most is "
+                f"{self.most:g}")
+
+
+def _kind(value) -> str:
+    """A JSON value's kind in JSON's words (an object, an array, a string...)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"{'true' if value else 'false'}"
+    return {dict: "an object", list: "an array", str: f"the string {show(value)}"}.get(type(value), show(value))
+
+
+def _document(path: Path):
+    """The JSON value of a trace file, or TraceFileError naming the file and what is wrong with its bytes."""
+    try:
+        if Path(path).stat().st_size > MAX_TRACE_BYTES:
+            raise TraceFileError(f"{path}: {Path(path).stat().st_size:,} bytes is too large: expected a spot-traces "
+                                 f"file of at most {MAX_TRACE_BYTES // 2**20} MiB")
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        raise TraceFileError(f"{path}: cannot be read ({exc.strerror or 'an operating-system error'}): expected a "
+                             f"spot-traces file {TRACE_FORMAT}") from None
+    if not raw.strip():
+        raise TraceFileError(f"{path}: the file is empty: expected a spot-traces file {TRACE_FORMAT}")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise TraceFileError(f"{path}: not text (byte {exc.start:,} is not UTF-8: a binary file?): expected a "
+                             f"spot-traces JSON file {TRACE_FORMAT}") from None
+    try:
+        return json.loads(text, parse_constant=lambda name: name)  # NaN/Infinity: kept as text, refused below
+    except json.JSONDecodeError as exc:
+        problem = exc.msg.removesuffix(" at")
+        raise TraceFileError(f"{path}: not valid JSON ({problem} at line {exc.lineno} column {exc.colno}): expected "
+                             f"a spot-traces file {TRACE_FORMAT}") from None
+    except RecursionError:
+        raise TraceFileError(f"{path}: JSON nested too deep: expected a spot-traces file {TRACE_FORMAT}") from None
+
+
+def _count(value) -> bool:
+    """Whether a sample is a count of instances: a whole number >= 0 (1.0 is 1)."""
+    return (not isinstance(value, bool) and isinstance(value, (int, float)) and 0 <= value < INF
+            and float(value).is_integer())
 
 
 def read_availability(path: Path, instances: int = 1) -> Recording:
-    """A trace file in the skypilot-org/spot-traces format; ValueError (one line) naming the file, the field,
-    the bad value and what is accepted: gap_seconds a finite number in GAP_RANGE_S, data a non-empty list of
-    finite counts >= 0 with at least one of `instances` or more (a trace without capacity is refused: every
-    spot policy would wait on it forever)."""
-    try:
-        doc = json.loads(Path(path).read_text())
-        gap, data = doc["metadata"]["gap_seconds"], doc["data"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ValueError(f"{path}: expected a spot-traces file {{\"metadata\": {{\"gap_seconds\": N}}, \"data\": "
-                         f"[instances available, ...]}} ({exc})") from None
+    """A trace file in the skypilot-org/spot-traces format; TraceFileError (a ValueError, one line) naming the
+    file, the field (`metadata.gap_seconds`, `data[i]`), what was found and what is accepted: an object whose
+    metadata.gap_seconds is a number of seconds in GAP_RANGE_S and whose data is a list of 1 to MAX_SAMPLES whole
+    counts >= 0; NoCapacity (a TraceFileError) when no sample has `instances` or more (every spot policy would
+    wait on it forever)."""
+    doc = _document(path)
+    if not isinstance(doc, dict):
+        raise TraceFileError(f"{path}: the document is {_kind(doc)}: expected an object {TRACE_FORMAT}")
+    for key in ("metadata", "data"):
+        if key not in doc:
+            raise TraceFileError(f"{path}: no \"{key}\" field: expected an object {TRACE_FORMAT}")
+    meta, data = doc["metadata"], doc["data"]
+    if not isinstance(meta, dict) or "gap_seconds" not in meta:
+        found = "no gap_seconds in it" if isinstance(meta, dict) else f"it is {_kind(meta)}"
+        raise TraceFileError(f"{path}: metadata is invalid ({found}): expected an object {{\"gap_seconds\": N}}, the "
+                             "seconds between samples")
+    gap = meta["gap_seconds"]
     lo, hi = GAP_RANGE_S
     if isinstance(gap, bool) or not isinstance(gap, (int, float)) or not lo <= gap <= hi:
-        raise ValueError(f"{path}: metadata.gap_seconds={show(gap)} is invalid: expected a number of seconds from "
-                         f"{lo:g} to {hi:g} (recordings sample every few minutes)")
+        shown = gap if isinstance(gap, str) and gap in ("NaN", "Infinity", "-Infinity") else show(gap)
+        raise TraceFileError(f"{path}: metadata.gap_seconds={shown} is invalid: expected a number of seconds from "
+                             f"{lo:g} to {hi:g} (recordings sample every few minutes)")
     if not isinstance(data, list) or not data or len(data) > MAX_SAMPLES:
-        raise ValueError(f"{path}: data is invalid: expected a list of 1 to {MAX_SAMPLES:,} counts of instances "
-                         f"available")
-    bad = next((v for v in data if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < INF), None)
-    if bad is not None:
-        raise ValueError(f"{path}: data has {show(bad)}: expected finite counts of instances available, >= 0")
+        found = (f"{len(data):,} samples" if isinstance(data, list) and data else "an empty array"
+                 if isinstance(data, list) else _kind(data))
+        raise TraceFileError(f"{path}: data is invalid ({found}): expected an array of 1 to {MAX_SAMPLES:,} counts "
+                             "of instances available, one per gap_seconds")
+    at = next((i for i, v in enumerate(data) if not _count(v)), None)
+    if at is not None:
+        bad = data[at]
+        shown = bad if isinstance(bad, str) and bad in ("NaN", "Infinity", "-Infinity") else show(bad)
+        raise TraceFileError(f"{path}: data[{at:,}]={shown} is invalid: expected a whole count of instances "
+                             "available, 0 or more")
     if max(data) < instances:
-        raise ValueError(f"{path}: no capacity at all: no sample has {instances} or more instances available "
-                         f"(the most is {max(data):g}); a spot job would wait on this trace forever")
+        raise NoCapacity(path, instances, max(data))
     gap = float(gap)
     return Recording(Path(path).name, windows_from_counts(data, gap, instances), gap * len(data))
+
+
+@dataclass(frozen=True)
+class LeftOut:
+    """A recording left out of a directory's replay, and why."""
+
+    path: Path
+    reason: str
+    most: float
+    """The most instances any sample has."""
+
+
+SHOWN_ERRORS = 5  # of several unusable files, this many are named in the one line; the rest are counted
+
+
+def read_recordings(files: list[Path], instances: int = 1) -> tuple[list[Recording], list[LeftOut]]:
+    """The recordings of a directory's trace files and those left out: a file no sample of which has `instances`
+    available (NoCapacity) is left out and named, so that a directory of 1- and 16-node recordings serves a run
+    of either size; refused (TraceFileError, one line) when any file is not a recording (every such file named,
+    up to SHOWN_ERRORS: a broken file is a mistake to fix, not data to skip) or when none has the capacity."""
+    recs, left, broken = [], [], []
+    for path in files:
+        try:
+            recs.append(read_availability(path, instances))
+        except NoCapacity as exc:
+            left.append(LeftOut(Path(path), exc.reason, exc.most))
+        except TraceFileError as exc:
+            broken.append(str(exc))
+    if broken:
+        more = f"; and {len(broken) - SHOWN_ERRORS:,} more" if len(broken) > SHOWN_ERRORS else ""
+        head = f"{len(broken)} of {len(files)} trace files are not recordings: " if len(broken) > 1 else ""
+        raise TraceFileError(head + "; ".join(broken[:SHOWN_ERRORS]) + more)
+    if not recs and len(left) == 1:
+        raise NoCapacity(left[0].path, instances, left[0].most)
+    if not recs:
+        most = max((x.most for x in left), default=0.0)
+        raise TraceFileError(f"none of the {len(files)} trace file{'s' * (len(files) != 1)} has capacity for the "
+                             f"job: no sample has {instances} instance{'s' * (instances != 1)} available in any (the "
+                             f"most is {most:g}); expected recordings of at least {instances} node"
+                             f"{'s' * (instances != 1)}")
+    return recs, left
 
 
 def replay(rec: Recording, offset_s: float, horizon_s: float) -> Windows:
@@ -255,14 +374,27 @@ def interruption_times(windows: Windows, limit: int) -> list[float]:
     return out
 
 
+INTERRUPTED_SK = re.compile(r"INTERRUPTED#(\d{1,12}(?:\.\d+)?)")  # the recorder's sort key: epoch seconds
+
+
 def interruption_gaps(items: list[dict], instance_type: str | None = None) -> list[float]:
     """Seconds between consecutive interruptions of the same job, from the interruption recorder's items
-    (spotrun/planner/measured.py: pk = job, sk = "INTERRUPTED#<epoch>"), optionally of one instance type."""
+    (spotrun/planner/measured.py: pk = job, sk = "INTERRUPTED#<epoch>"), optionally of one instance type. Items come
+    in any order (a table scan's); ValueError (one line) naming the item, its field and value when an interruption
+    has no job name or its sk is not "INTERRUPTED#" and a time in epoch seconds >= 0."""
     by_job: dict[str, list[float]] = {}
-    for item in items:
+    for n, item in enumerate(items):
         if item.get("kind") != "interruption" or (instance_type and item.get("instance_type") != instance_type):
             continue
-        by_job.setdefault(str(item["pk"]), []).append(float(str(item["sk"]).split("#", 1)[1]))
+        job, key = item.get("pk"), item.get("sk")
+        if not isinstance(job, str) or not job:
+            raise ValueError(f"items[{n}]: pk={show(job)} is invalid: expected the job's name (an interruption "
+                             "item's key)")
+        when = INTERRUPTED_SK.fullmatch(key) if isinstance(key, str) else None
+        if when is None:
+            raise ValueError(f"items[{n}] (job {show(job)}): sk={show(key)} is invalid: expected \"INTERRUPTED#\" and "
+                             "the interruption's time in epoch seconds, 0 or more (e.g. \"INTERRUPTED#1764806400\")")
+        by_job.setdefault(job, []).append(float(when[1]))
     return [b - a for times in by_job.values() for a, b in zip(sorted(times), sorted(times)[1:], strict=False)
             if b > a]
 

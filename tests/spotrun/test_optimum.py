@@ -233,10 +233,10 @@ def test_with_spot_dearer_than_on_demand_the_optimum_is_on_demand_from_the_start
      "gap_seconds=1e-06 is invalid: expected a number of seconds from 1 to 86400"),
     ({"metadata": {"gap_seconds": 1e308}, "data": [1, 0]}, "gap_seconds=1e+308 is invalid"),
     ({"metadata": {"gap_seconds": "600"}, "data": [1, 0]}, 'gap_seconds="600" is invalid'),  # JSON, not '600'
-    ({"metadata": {"gap_seconds": 600}, "data": []}, "data is invalid: expected a list of 1 to"),
-    ({"metadata": {"gap_seconds": 600}, "data": [1, -1]}, "data has -1: expected finite counts"),
-    ({"metadata": {"gap_seconds": 600}, "data": [1, float("nan")]}, "data has NaN: expected finite counts"),
-    ({"metadata": {"gap_seconds": 600}, "data": [1, "x", None]}, 'data has "x": expected finite counts'),
+    ({"metadata": {"gap_seconds": 600}, "data": []}, "data is invalid (an empty array): expected an array of 1 to"),
+    ({"metadata": {"gap_seconds": 600}, "data": [1, -1]}, "data[1]=-1 is invalid: expected a whole count"),
+    ({"metadata": {"gap_seconds": 600}, "data": [1, float("nan")]}, "data[1]=NaN is invalid: expected a whole count"),
+    ({"metadata": {"gap_seconds": 600}, "data": [1, "x", None]}, 'data[1]="x" is invalid: expected a whole count'),
     ({"metadata": {"gap_seconds": None}, "data": [1]}, "gap_seconds=null is invalid"),
     ({"metadata": {"gap_seconds": 600}, "data": [0, 0, 0]}, "no capacity at all"),
 ])

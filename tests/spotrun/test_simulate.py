@@ -562,10 +562,14 @@ def test_simulate_draws_a_progress_bar_on_stderr_only_once_it_has_taken_two_seco
 
     from spotrun.cli.simulate import PROGRESS_AFTER_S, Progress
 
-    quick = Progress(io.StringIO())
+    class Terminal(io.StringIO):  # the bar is drawn on a terminal only (tests/spotrun/test_traces_input.py)
+        def isatty(self) -> bool:
+            return True
+
+    quick = Progress(Terminal())
     quick("policies", 10, 10)
     assert quick.stream.getvalue() == "" and not quick.shown
-    slow = Progress(io.StringIO())
+    slow = Progress(Terminal())
     slow.t0 -= PROGRESS_AFTER_S + 1
     slow("exact optimum", 250, 1000)
     slow("exact optimum", 1000, 1000)
