@@ -98,7 +98,8 @@ def register(sub) -> None:
     sim.add_argument("run", type=Path, help="run JSON file")
     add_prepared_argument(sim)
     sim.add_argument("--traces", type=Path, help="a directory of availability traces (skypilot-org/spot-traces "
-                     "format; every *.json under it); default: generated traces")
+                     "format; every *.json file under it; one in which the run's node count is never available is "
+                     "left out and named); default: generated traces")
     sim.add_argument("--interruptions", type=Path, help="the interruption table's items (a JSON array, or `aws "
                      "dynamodb scan --table-name T` output): windows drawn from the gaps between a job's interruptions")
     sim.add_argument("--policy", action="append", choices=sorted(RULES),

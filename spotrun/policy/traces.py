@@ -19,7 +19,9 @@ Sources (stdlib only: the estimate Lambda runs this):
   {"gap_seconds": N}, "data": [...]}`, each value the number of instances available, per that repository's
   README), turned into windows where at least the job's instance count is available; `recorded_traces` replays
   one from N start offsets, wrapping around its end; after the replay's horizon there is no capacity (the
-  sentinel window `(inf, inf)`: the end of a recording is never read as capacity).
+  sentinel window `(inf, inf)`: the end of a recording is never read as capacity). `read_recordings` reads a
+  directory's files: broken ones refuse it (TraceFileError, each named), those without the job's node count are
+  left out (NoCapacity) and named.
 - The interruption recorder's table: `interruption_gaps` (time between a job's consecutive interruptions) and
   `resampled_traces` (windows drawn from those gaps).
 """
