@@ -227,3 +227,21 @@ def test_the_plots_probability_axis_ends_at_100_percent(tmp_path, monkeypatch):
     shown = figures[0].axes[0].xaxis.get_major_formatter()(1.0, 0)  # in percent: 100% or 100.00%
     assert shown.endswith("%") and float(shown.rstrip("%")) == 100.0, shown
     assert probability_axis([0.0, 0.5]) == (0.0, 1.0)
+
+
+@pytest.mark.parametrize("flag, value, expected", [
+    ("--n", "10.5", "--n=10.5 is invalid: expected a whole number (e.g. 1000)"),
+    ("--n", "1e3", "--n=1e3 is invalid: expected a whole number (e.g. 1000)"),
+    ("--seed", "1.5", "--seed=1.5 is invalid: expected a whole number (e.g. 1000)"),
+    ("--droughts", "nan", "--droughts=nan is invalid: expected a number of droughts per day from 0 to 24"),
+])
+def test_simulate_refuses_a_count_that_is_not_whole_naming_the_flag_and_value(tmp_path, capsys, flag, value, expected):
+    """Guards (these were refused before issue 26's trial too): a count flag takes whole numbers only."""
+    from spotrun.cli.main import main
+
+    try:
+        code = main(["simulate", str(_run(tmp_path)), flag, value, "--out", str(tmp_path / "o")])
+    except SystemExit as exc:  # argparse's own refusals exit
+        code = exc.code
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith(f"error: InvalidArguments: {expected}") and err.count("\n") == 1, err
