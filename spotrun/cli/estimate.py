@@ -30,7 +30,7 @@ from ..local.pipeline import (
     prepare_if_raw,
     prepared_beside,
 )
-from ..pipeline.policy_stage import with_spot_policy
+from ..pipeline.policy_stage import layout_ranker, with_spot_policy
 from ..pipeline.validate import Target, check_catalog, check_target
 from ..planner.catalog import usd
 from ..planner.estimate import DEFAULT_PRICE_REGION, Estimate, estimate, format_text, load_catalog, regional_catalog
@@ -96,9 +96,10 @@ def check_file(path: Path, target: Target | None, *, plan: bool, s3_client: Any 
                                "for estimates only; the pipeline refuses to train it")
     priced_in = region or DEFAULT_PRICE_REGION
     catalog = regional_catalog(catalog, priced_in)
+    ranker = layout_ranker(catalog)  # a spot run with a deadline: its layout by the spot policy's simulated bill
     out.estimate = estimate(run, catalog=catalog, model_config=sources.model_config, data_tokens=sources.tokens,
-                            validation_tokens=sources.validation_tokens)
-    out.estimate = with_spot_policy(run, out.estimate, catalog)
+                            validation_tokens=sources.validation_tokens, layout_cost=ranker)
+    out.estimate = with_spot_policy(run, out.estimate, catalog, ranker=ranker)
     if out.warnings:  # printed with the estimate's own
         out.estimate = replace(out.estimate, warnings=[*out.warnings, *out.estimate.warnings])
     out.checked.append("the planner (fit, MaxRuntime/MaxWait, budget) and the hyperparameters' limits")

@@ -38,7 +38,7 @@ from ..planner.stage import planned
 from ..seams import CANCEL_STATUSES, EXECUTION_TAG, PipelineSettings, PlanStatus, PreparationSettings
 from .assembly import CONTRACT_KEYS, assemble, job_name
 from .inputs import prepare_inputs
-from .policy_stage import with_spot_policy
+from .policy_stage import layout_ranker, with_spot_policy
 from .preflight import check_before_creating, check_execution_name, record_run
 from .validate import admit
 
@@ -111,16 +111,18 @@ def plan(run_raw: Any, execution: str, settings: PipelineSettings, *, s3_client:
                                 catalog=admitted.catalog, execution=execution, prepared=prepared)
         done = est = over_budget = None
         if inputs.prepare is None:
+            poll = {"poll_s": settings.poll_seconds,
+                    "max_poll_s": max(settings.poll_seconds, settings.max_poll_seconds)}
+            ranker = layout_ranker(admitted.catalog, **poll)  # the layout by the spot policy's simulated bill
             try:
                 done = planned(inputs.run, catalog=admitted.catalog, s3_client=s3_client, rates=rates,
-                               mfu_lookup=mfu_lookup, base_name=base_name, waits=waits)
+                               mfu_lookup=mfu_lookup, base_name=base_name, waits=waits, layout_cost=ranker)
             except Refusal as exc:  # invalid input wins: a run over budget is refused first by what it must change
                 if exc.status != PlanStatus.OVER_BUDGET.value:
                     raise
                 over_budget = exc
             else:
-                est = with_spot_policy(done.run, done.estimate, admitted.catalog, poll_s=settings.poll_seconds,
-                                       max_poll_s=max(settings.poll_seconds, settings.max_poll_seconds))
+                est = with_spot_policy(done.run, done.estimate, admitted.catalog, **poll, ranker=ranker)
         # before a preparation job too, so that it bills nothing for a run these refuse; and before an over-budget
         # refusal, on the planner's estimate
         check_before_creating(inputs.run, quotas_client, execution_status,

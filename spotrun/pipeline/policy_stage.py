@@ -10,18 +10,48 @@ from typing import Any
 
 from ..planner.catalog import usd
 from ..planner.estimate import DEADLINE_MISSED, DEADLINE_MISSED_ACCEPTED, Estimate
+from ..planner.options import SPOT_ADVICE
 from ..policy import choose
 from ..policy.decision import starts_on_spot
 
 
+def layout_ranker(catalog: dict, *, poll_s: float = 60.0, max_poll_s: float = 4 * 3600.0,
+                  n: int = choose.N_TRACES) -> choose.LayoutRanker:
+    """The planner's `layout_cost` for this stage (spotrun/policy/choose.py `LayoutRanker`: a layout by the bill of
+    the spot policy this stage would choose on it, on its traces and polls); pass it to `with_spot_policy` as
+    `ranker`, whose simulations the stage then reuses."""
+    return choose.LayoutRanker(catalog, poll_s=poll_s, max_poll_s=max_poll_s, n=n)
+
+
 def with_spot_policy(run: Any, est: Estimate, catalog: dict, *, poll_s: float = 60.0,
-                     max_poll_s: float = 4 * 3600.0, n: int = choose.N_TRACES) -> Estimate:
+                     max_poll_s: float = 4 * 3600.0, n: int = choose.N_TRACES,
+                     ranker: choose.LayoutRanker | None = None) -> Estimate:
     """The estimate with its spot policy and the caps it names (spotrun/policy/choose.py `spot_policy_at_caps` on
     `n` traces: one call into the policy) and the policy's warnings after its own: a new Estimate, `est`
-    unchanged. `spotrun estimate` shares this stage."""
-    chosen = choose.spot_policy_at_caps(run, est, catalog, poll_s=poll_s, max_poll_s=max_poll_s, n=n)
+    unchanged. `spotrun estimate` shares this stage. `ranker`: the `layout_ranker` the planner chose the layout
+    with (its simulations reused)."""
+    chosen = choose.spot_policy_at_caps(run, est, catalog, poll_s=poll_s, max_poll_s=max_poll_s, n=n,
+                                        simulations=ranker.store if ranker is not None else None)
     warnings = [*est.warnings, *chosen.warnings, *_starts_on_demand(run, chosen.section)]
-    return dataclasses.replace(est, spot_policy=chosen.section, warnings=_missed_once(warnings, chosen))
+    return dataclasses.replace(est, spot_policy=chosen.section, warnings=_missed_once(warnings, chosen),
+                               advice=_market_advice(run, est, chosen.section))
+
+
+def _market_advice(run: Any, est: Estimate, section) -> list[str]:
+    """The estimate's advice with its market line (spotrun/planner/options.py `price_advice`: 'managed spot on ...')
+    naming on-demand where the chosen spot policy starts the run on on-demand instances (a new user read 'advice:
+    managed spot on 1 x ml.g6e.48xlarge' above a chosen on_demand policy billing 2.8x the spot figure)."""
+    if not run.compute.spot or section is None or starts_on_spot(section):
+        return est.advice
+    spot_line = next((a for a in est.advice if a.startswith(SPOT_ADVICE)), None)
+    if spot_line is None:
+        return est.advice
+    layout = spot_line.removeprefix(SPOT_ADVICE).split(", ")[0]
+    later = ("every job on on-demand: no spot capacity is used" if section.policy == "on_demand" else
+             "on-demand first, spot only where the policy moves to it")
+    line = (f"on-demand on {layout} from the start: the chosen spot policy, {section.chosen}, runs {later} "
+            "(see the spot policy below)")
+    return [line if a is spot_line else a for a in est.advice]
 
 
 def _missed_once(warnings: list[str], chosen: choose.CappedChoice) -> list[str]:

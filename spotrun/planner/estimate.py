@@ -30,7 +30,9 @@ Rules, with the choices made here:
   instance type (recorded by spotrun/planner/measured.py), else the catalog's 0.25; the estimate says which.
 - Choice: the cheapest layout that fits (spot or on-demand, as the run asks), among those meeting
   compute.target_hours when given (the fastest, with a warning, when none does). A model that fits nothing is
-  refused naming the largest layout tried and what it would need.
+  refused naming the largest layout tried and what it would need. A spot run with compute.deadline_hours, given
+  the policy stage's `layout_cost`, takes among its cheapest layouts (and the fastest) the one whose chosen spot
+  policy is simulated to bill least (`_by_policy`): a cheaper, slower layout leaves the deadline policies less slack.
 - Checkpoint bytes (spotrun/planner/memory.py): 12/param full (fp32 weights + Adam moments), 12/adapter param LoRA. The
   notice leaves 90 s to upload: needed rate = bytes / 90 s; if the nodes' S3 upload rate covers it, save on notice
   (and periodically as insurance), else save on a schedule. Save cost C = bytes / upload rate; Young/Daly interval
@@ -147,17 +149,20 @@ def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | 
              recorded_mfu: dict[str, tuple[float, int]] | None = None,
              recorded_waits: dict[str, tuple[float, int]] | None = None,
              validation_tokens: int | None = None, tokens_lower_bound: bool = False,
-             base_name: str | None = None) -> Estimate:
+             base_name: str | None = None, layout_cost: LayoutCost | None = None) -> Estimate:
     """Estimate a validated run. `model_config`/`data_tokens` (and `validation_tokens`: data.validation's
     index.json) come from the run's sources (see sources.py); `tokens_lower_bound`: the count is the fewest raw
     text can make (spotrun/planner/stage.py `smallest_cap`), so fewer than one optimizer step is not refused;
     `recorded_rates` maps instance type to interruptions per instance-hour measured by the recorder;
     `recorded_mfu` maps instance type to (MFU, runs) measured by earlier runs of this shape and method;
     `recorded_waits` maps instance type to (mean wait for capacity after an interruption in seconds, waits);
-    `base_name`: the name an exported adapter gives its base model (outputs.py `hyperparameters`).
+    `base_name`: the name an exported adapter gives its base model (outputs.py `hyperparameters`);
+    `layout_cost`: the spot policy's simulated bill of a layout's Estimate (spotrun/policy/choose.py
+    `LayoutRanker`), by which a spot run with a deadline chooses among its cheapest layouts (`_by_policy`).
 
     The steps: count the work; enumerate the layouts that fit (options.LayoutPlanner); choose the cheapest
-    (meeting compute.target_hours); set the time limits; write the advice; build the Estimate; hold the budget."""
+    (meeting compute.target_hours); set the time limits; write the advice; build the Estimate; hold the budget;
+    with `layout_cost` and a deadline, the layout whose chosen spot policy bills least."""
     catalog = catalog or load_catalog()
     d = catalog["defaults"]
     work = _count_work(run, d, model_config, data_tokens, validation_tokens)
@@ -172,53 +177,62 @@ def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | 
         raise EstimateRefused("InvalidRun", where + message, field=field_name)
 
     job_s = functools.partial(uninterrupted_job_s, catalog, ckpt_bytes=work.ckpt_bytes, parameters=work.total)
-    best, warnings = _choose(run, options, job_s)
-    if not tokens_lower_bound:
-        _one_step(run, work.tokens, best, planner.per_rank)
-    warnings += _deadline(run, options, best, job_s)
-    max_runtime, runtime_warnings = _limits(run, d, best)
-    warnings += _layout_warnings(run, catalog, planner, options, best, work.dims) + runtime_warnings
-    warnings += _settings_without_effect(run)
-    warnings += _batch_warnings(run, options, best, planner.per_rank, work.tokens)
-    advice = price_advice(run, best)
-    advice += checkpoint_advice(catalog, best, work.ckpt_bytes)
-    util, util_source = utilization(best.instance_type)
-    if util_source.startswith("measured"):
-        advice.append(f"utilization {util:.2f} ({util_source}) instead of the {d['utilization']:.2f} default")
-    if run.data.validation is not None and work.validation_tokens is None and not run.eval.max_batches:
-        warnings.append("data.validation's size is not known here: evaluation time is not in the estimate (give "
-                        "eval.max_batches, or a data.validation with a readable index.json)")
-    seg = segment_plan(run, catalog, best, work.ckpt_bytes, work.total, max_runtime)
-    advice.append(seg.line)
-    if run.compute.spot and best.spot >= 0.9 * best.on_demand:
-        advice.append("spot saves under 10% here once interruptions are counted: on-demand (compute.spot=false) "
-                      "costs about the same without the interruptions")
+    best, warnings, pool = _choose(run, options, job_s)
 
-    # the chain's expected bill, as the cost row shows it: at this cap, or (refused) where no cap binds
-    chosen_cost = seg.spot_cost_usd if seg.fits else uncapped_cost_usd(seg)
-    if chosen_cost > run.max_usd and run.training.method != "lora":  # before the Estimate: it is not changed after
-        advice.append(_lora_alternative(run, catalog, model_config, data_tokens, recorded_rates))
-    # the hyperparameters checked here: invalid input wins over the budget, the run must change anyway
-    est = _build(run, catalog, work, best, planner.per_rank, (util, util_source), max_runtime, seg, advice,
-                 warnings, base_name)
-    est = replace(est, warnings=[*est.warnings, *_cap_far_over(run, est)])
-    wait_s, wait_source = mean_wait(run, best.instance_type, recorded_waits)
-    if wait_s is not None:  # the spot policy's traces wait this long on average (spotrun/policy/choose.py)
-        est = replace(est, mean_wait_seconds=round(wait_s, 1), mean_wait_source=wait_source)
-    market = "spot" if run.compute.spot else "on-demand"
-    # compared at the cents it is printed at ('estimated $0.74 exceeds budget.max_usd=$0.74' read as no reason): a
-    # cost that rounds to the cap is refused below, where the chain does not fit, on the chain's words
-    if round(chosen_cost, 2) > run.max_usd:  # names the cap its chain needs (more than the estimate)
-        smallest = f"; the smallest cap whose chain finishes is {usd(seg.min_cap_usd)}" if \
-            seg.min_cap_usd and seg.min_cap_usd > run.max_usd else ""
-        raise EstimateRefused("OverBudget", f"estimated {usd(chosen_cost)} ({market}) exceeds budget.max_usd="
-                              f"{usd(run.max_usd)} ({best.fit.layout.describe()}, "
-                              f"{hours_text(best.wall + best.overhead)}){smallest}", est, field="budget.max_usd")
-    if not seg.fits:
-        raise EstimateRefused("OverBudget", f"budget.max_usd={usd(run.max_usd)} cannot carry the run "
-                              f"({best.fit.layout.describe()}, {hours_text(best.wall + best.overhead)}, estimated "
-                              f"{usd(chosen_cost)} {market}): {seg.line}", est, field="budget.max_usd")
-    return est
+    def build(best: Option, warnings: list[str]) -> Estimate:
+        """The Estimate of the layout `best` (refused where the run cannot have it)."""
+        if not tokens_lower_bound:
+            _one_step(run, work.tokens, best, planner.per_rank)
+        warnings += _deadline(run, options, best, job_s)
+        max_runtime, runtime_warnings = _limits(run, d, best)
+        warnings += _layout_warnings(run, catalog, planner, options, best, work.dims) + runtime_warnings
+        warnings += _settings_without_effect(run)
+        warnings += _batch_warnings(run, options, best, planner.per_rank, work.tokens)
+        advice = price_advice(run, best)
+        advice += checkpoint_advice(catalog, best, work.ckpt_bytes)
+        util, util_source = utilization(best.instance_type)
+        if util_source.startswith("measured"):
+            advice.append(f"utilization {util:.2f} ({util_source}) instead of the {d['utilization']:.2f} default")
+        if run.data.validation is not None and work.validation_tokens is None and not run.eval.max_batches:
+            warnings.append("data.validation's size is not known here: evaluation time is not in the estimate (give "
+                            "eval.max_batches, or a data.validation with a readable index.json)")
+        seg = segment_plan(run, catalog, best, work.ckpt_bytes, work.total, max_runtime)
+        advice.append(seg.line)
+        if run.compute.spot and best.spot >= 0.9 * best.on_demand:
+            advice.append("spot saves under 10% here once interruptions are counted: on-demand (compute.spot=false) "
+                          "costs about the same without the interruptions")
+
+        # the chain's expected bill, as the cost row shows it: at this cap, or (refused) where no cap binds
+        chosen_cost = seg.spot_cost_usd if seg.fits else uncapped_cost_usd(seg)
+        if chosen_cost > run.max_usd and run.training.method != "lora":  # before the Estimate: not changed after
+            advice.append(_lora_alternative(run, catalog, model_config, data_tokens, recorded_rates))
+        # the hyperparameters checked here: invalid input wins over the budget, the run must change anyway
+        est = _build(run, catalog, work, best, planner.per_rank, (util, util_source), max_runtime, seg, advice,
+                     warnings, base_name)
+        est = replace(est, warnings=[*est.warnings, *_cap_far_over(run, est)])
+        wait_s, wait_source = mean_wait(run, best.instance_type, recorded_waits)
+        if wait_s is not None:  # the spot policy's traces wait this long on average (spotrun/policy/choose.py)
+            est = replace(est, mean_wait_seconds=round(wait_s, 1), mean_wait_source=wait_source)
+        market = "spot" if run.compute.spot else "on-demand"
+        # compared at the cents it is printed at ('estimated $0.74 exceeds budget.max_usd=$0.74' read as no reason): a
+        # cost that rounds to the cap is refused below, where the chain does not fit, on the chain's words
+        if round(chosen_cost, 2) > run.max_usd:  # names the cap its chain needs (more than the estimate)
+            smallest = f"; the smallest cap whose chain finishes is {usd(seg.min_cap_usd)}" if \
+                seg.min_cap_usd and seg.min_cap_usd > run.max_usd else ""
+            raise EstimateRefused("OverBudget", f"estimated {usd(chosen_cost)} ({market}) exceeds budget.max_usd="
+                                  f"{usd(run.max_usd)} ({best.fit.layout.describe()}, "
+                                  f"{hours_text(best.wall + best.overhead)}){smallest}", est, field="budget.max_usd")
+        if not seg.fits:
+            raise EstimateRefused("OverBudget", f"budget.max_usd={usd(run.max_usd)} cannot carry the run "
+                                  f"({best.fit.layout.describe()}, {hours_text(best.wall + best.overhead)}, estimated "
+                                  f"{usd(chosen_cost)} {market}): {seg.line}", est, field="budget.max_usd")
+        return est
+
+    est = build(best, list(warnings))
+    if layout_cost is None or not _policy_ranks_layouts(run):
+        return est
+    return _by_policy(run, est, best, _policy_candidates(pool, best, job_s),
+                      lambda option: build(option, list(warnings)), layout_cost)
 
 
 def _count_work(run: RunSpec, defaults: dict, model_config: dict | None, data_tokens: int | None,
@@ -276,12 +290,13 @@ def _candidates(run: RunSpec, catalog: dict) -> tuple[list[str], Iterable[int]]:
     return candidates, counts
 
 
-def _choose(run: RunSpec, options: list[Option], job_s: Callable[[Option], float]) -> tuple[Option, list[str]]:
+def _choose(run: RunSpec, options: list[Option],
+            job_s: Callable[[Option], float]) -> tuple[Option, list[str], list[Option]]:
     """(the cheapest option, spot or on-demand as the run asks, among those meeting compute.target_hours, or the
     fastest when none does; the warning that says so). With compute.deadline_hours, among the layouts whose run
     meets it: with the expected interruptions where some do, else uninterrupted (`job_s`: one job as the chain
     bills it); where none does, `_deadline` refuses or warns with the fastest (a new user's `instance_type: auto`
-    picked the cheapest layout whatever the deadline)."""
+    picked the cheapest layout whatever the deadline); the pool it was chosen from last."""
     c, warnings = run.compute, []
     price_of = (lambda o: o.spot) if c.spot else (lambda o: o.on_demand)
     pool = options
@@ -295,7 +310,101 @@ def _choose(run: RunSpec, options: list[Option], job_s: Callable[[Option], float
             pool = [fastest]
             warnings.append(f"compute.target_hours={c.target_hours}: no layout finishes in time; the fastest, "
                             f"{fastest.fit.layout.describe()}, takes {hours_text(fastest.wall + fastest.overhead)}")
-    return min(pool, key=lambda o: (price_of(o), o.wall)), warnings
+    return min(pool, key=lambda o: (price_of(o), o.wall)), warnings, pool
+
+
+@dataclass(frozen=True)
+class LayoutBill:
+    """What the spot policy chosen on a layout is simulated to bill (spotrun/policy/choose.py `LayoutRanker`): its
+    label, mean bill and P(deadline), and whether that meets the deadline at the policy stage's confidence."""
+
+    policy: str
+    mean_usd: float
+    p_deadline: float | None
+    meets: bool
+
+
+# (run, a layout's Estimate) -> its chosen policy's simulated bill, or None where the estimate's time bound leaves
+# that layout out (the simulation is not made)
+LayoutCost = Callable[[RunSpec, Estimate], "LayoutBill | None"]
+POLICY_LAYOUTS = 3  # the cheapest layouts by spot rate (one per instance type and count) compared, plus the fastest
+
+
+def _policy_ranks_layouts(run: RunSpec) -> bool:
+    """Whether the spot policy stage can overturn the planner's price ranking of layouts: a spot run with a
+    deadline, where a cheaper but slower layout leaves the deadline policies less slack, so they buy more on-demand
+    (a new user: 10.2 h chose 1 x ml.g6e.48xlarge, whose policies meeting it all ran on-demand at $376.83, where
+    10.05 h's 1 x ml.p5.48xlarge ran spot at $154.70). Without a deadline the policies choose by their mean alone
+    and run spot until MaxWait: the simulated mean follows the planner's spot figure."""
+    return run.compute.spot and run.compute.deadline_s is not None
+
+
+def _policy_candidates(pool: list[Option], best: Option, job_s: Callable[[Option], float]) -> list[Option]:
+    """The layouts the spot policy is simulated on: the cheapest of each instance type and count by spot rate,
+    the POLICY_LAYOUTS cheapest of them (`best` first), and the fastest of the pool (the most slack)."""
+    cheapest: dict[tuple[str, int], Option] = {(best.instance_type, best.count): best}
+    for o in sorted(pool, key=lambda o: (o.spot, o.wall)):
+        cheapest.setdefault((o.instance_type, o.count), o)
+    out = list(cheapest.values())[:POLICY_LAYOUTS]
+    fastest = min(pool, key=lambda o: (job_s(o) + o.overhead, o.spot))
+    if all((o.instance_type, o.count) != (fastest.instance_type, fastest.count) for o in out):
+        out.append(fastest)
+    return out
+
+
+def _by_policy(run: RunSpec, est: Estimate, best: Option, options: list[Option],
+               build: Callable[[Option], Estimate], layout_cost: LayoutCost) -> Estimate:
+    """The Estimate of the layout among `options` whose chosen spot policy bills least in the simulated mean,
+    among those whose policy meets the deadline on the confidence the policy stage chooses by (the same rule); the
+    planner's `est` (of `best`, the cheapest spot rate) where none beats it or none meets it. Its advice says which
+    layouts were compared and, where the choice is not the cheapest spot rate, why (one line)."""
+    bill = layout_cost(run, est)
+    if len(options) < 2 or bill is None:
+        return est
+    compared = [(best, est, bill)]
+    skipped = []
+    for option in options[1:]:
+        try:
+            other = build(option)
+        except EstimateRefused:  # this layout is not one the run can have (its cap, its batch): not compared
+            continue
+        other_bill = layout_cost(run, other)
+        if other_bill is None:
+            skipped.append(option)
+            continue
+        compared.append((option, other, other_bill))
+    meeting = [c for c in compared if c[2].meets]
+    chosen = min(meeting, key=lambda c: c[2].mean_usd) if meeting else compared[0]
+    if meeting and compared[0][2].meets and chosen[2].mean_usd >= compared[0][2].mean_usd - 0.005:
+        chosen = compared[0]  # no cheaper to the cent: the planner's own
+    line = _compared_line(run, compared, chosen, skipped)
+    out = chosen[1]
+    return replace(out, advice=[*out.advice[:1], line, *out.advice[1:]])
+
+
+def _compared_line(run: RunSpec, compared: list, chosen: tuple, skipped: list[Option]) -> str:
+    """The advice line naming the layouts compared by their chosen spot policy's simulated mean."""
+    def row(c: tuple) -> str:
+        option, _, bill = c
+        odds = "" if bill.meets or bill.p_deadline is None else f", meets it on only {bill.p_deadline:.1%}"
+        return f"{option.count} x {option.instance_type}: {bill.policy}, mean {usd(bill.mean_usd)}{odds}"
+
+    deadline = deadline_hours_text(run.compute.deadline_s)
+    head = (f"layouts compared by their chosen spot policy's simulated mean (meeting compute.deadline_hours="
+            f"{deadline} on the policy stage's confidence): ")
+    rows = "; ".join(row(c) + (" (chosen)" if c is chosen else "") for c in compared)
+    cheapest = compared[0]
+    why = ""
+    if chosen is not cheapest:
+        slower = cheapest[0].wall + cheapest[0].overhead > chosen[0].wall + chosen[0].overhead
+        why = (f"; {chosen[0].count} x {chosen[0].instance_type} over the cheapest spot rate, {cheapest[0].count} x "
+               f"{cheapest[0].instance_type} ({usd(cheapest[1].cost_usd['spot'])} planned), whose "
+               + (("policy meeting the deadline bills more in the simulated mean"
+                   + (" (slower: less slack to the deadline)" if slower else ""))
+                  if cheapest[2].meets else "policies do not meet the deadline on that confidence"))
+    left = ("; not compared within the estimate's time bound: "
+            + ", ".join(f"{o.count} x {o.instance_type}" for o in skipped)) if skipped else ""
+    return head + rows + why + left
 
 
 def _one_step(run: RunSpec, tokens: float, best: Option, per_rank: int) -> None:

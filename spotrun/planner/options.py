@@ -258,6 +258,10 @@ class LayoutPlanner:
 
 
 
+SPOT_ADVICE = "managed spot on "  # the market line's start on a spot run (the policy stage names on-demand instead
+# where the chosen policy starts the run on it: spotrun/pipeline/policy_stage.py `_market_advice`)
+
+
 def price_advice(run: RunSpec, best: Option) -> list[str]:
     """The chosen layout and market. The prices are the estimate's `cost_usd` (one figure per market, with each
     job's start and end): not repeated here. The warning when an on-demand fallback exceeds the cap is the spot
@@ -267,7 +271,7 @@ def price_advice(run: RunSpec, best: Option) -> list[str]:
     if not run.compute.spot:
         return [f"on-demand on {layout} (compute.spot=false); the cost line's spot figure is what managed spot "
                 "would cost"]
-    return [f"managed spot on {layout}, {best.interruptions:.2f} interruptions expected"]
+    return [f"{SPOT_ADVICE}{layout}, {best.interruptions:.2f} interruptions expected"]
 
 
 def checkpoint_advice(catalog: dict, best: Option, ckpt_bytes: int) -> list[str]:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..contract.spec import RunSpec
-from .estimate import Estimate, estimate
+from .estimate import Estimate, LayoutCost, estimate
 from .measured import shape_key
 from .sources import read_sources, with_split
 
@@ -31,11 +31,13 @@ class Planned:
 
 def planned(run: RunSpec, *, catalog: dict, s3_client: Any, rates: dict[str, float] | None,
             mfu_lookup: Callable[[str, str], dict[str, tuple[float, int]]] | None,
-            base_name: str | None, waits: dict[str, tuple[float, int]] | None = None) -> Planned:
+            base_name: str | None, waits: dict[str, tuple[float, int]] | None = None,
+            layout_cost: LayoutCost | None = None) -> Planned:
     """Plan `run` on the stage's catalog. `mfu_lookup(shape, method)`: instance type -> (MFU, runs) measured by
     earlier runs (spotrun/planner/measured.py); `waits`: instance type -> (mean wait for capacity after an
     interruption, waits) recorded (`recorded_waits`); `base_name`: the name an exported adapter gives its base model
-    (a hub model's hub name, which from_pretrained takes, rather than its copy's place)."""
+    (a hub model's hub name, which from_pretrained takes, rather than its copy's place); `layout_cost`: the spot
+    policy stage's bill of a layout (spotrun/planner/estimate.py `estimate`)."""
     sources = read_sources(run, s3_client=s3_client)
     run = with_split(run, sources)  # the validation split the prepared data holds, when the run names none
     config = run.model.config or sources.model_config
@@ -43,7 +45,7 @@ def planned(run: RunSpec, *, catalog: dict, s3_client: Any, rates: dict[str, flo
     measured = mfu_lookup(shape, run.training.method) if (mfu_lookup and shape) else None
     est = estimate(run, catalog=catalog, model_config=sources.model_config, data_tokens=sources.tokens,
                    recorded_rates=rates, recorded_mfu=measured, recorded_waits=waits,
-                   validation_tokens=sources.validation_tokens, base_name=base_name)
+                   validation_tokens=sources.validation_tokens, base_name=base_name, layout_cost=layout_cost)
     return Planned(run, est, sources.model_config, sources.tokens, shape)
 
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from ..contract.spec import deadline_hours_text
 from ..planner.catalog import hours_text, usd
-from ..planner.estimate import startup_seconds
+from ..planner.estimate import LayoutBill, startup_seconds
 from ..planner.outputs import checkpoint_upload_seconds, guard_seconds_per_step
 from ..planner.segments import (
     JOB_END_S,
@@ -293,12 +293,14 @@ _SHARED: ContextVar[dict | None] = ContextVar("shared_simulations", default=None
 
 
 @contextlib.contextmanager
-def shared_simulations() -> Iterator[None]:
+def shared_simulations(store: dict | None = None) -> Iterator[None]:
     """Within it, `spot_policy` generates each set of traces and executes each plan on them once: the estimate
     step asks for the run at several caps (`spot_policy_at_caps`), and a cap whose chain has as many
     jobs as another's plans the same simulation (the rows are the same; only the cap's share within it is not,
-    which is computed from the tallies). The Lambda's time goes by these simulations."""
-    token = _SHARED.set({})
+    which is computed from the tallies). The Lambda's time goes by these simulations. `store`: the simulations
+    made already (`LayoutRanker.store`: the planner's layouts compared; keyed by the plan, which holds all the
+    layout's figures the simulation reads)."""
+    token = _SHARED.set({} if store is None else store)
     try:
         yield
     finally:
@@ -397,6 +399,42 @@ def spot_policy(run, est, catalog: dict, *, n: int = N_TRACES, seed: int = SEED,
                         capped=any(r.capped for r in rows))
 
 
+# Capacity windows the planner's layouts compared may simulate beyond the first (`LayoutRanker`): about one
+# worst-case simulation more (WINDOW_BUDGET), so the estimate stays inside the Lambda's 60 s (docs/spot-policy.md).
+LAYOUT_WINDOW_BUDGET = WINDOW_BUDGET
+
+
+class LayoutRanker:
+    """The planner's `layout_cost` (spotrun/planner/estimate.py `_by_policy`): a layout's Estimate -> the bill of
+    the spot policy `spot_policy` chooses on it at the run's cap (its label, simulated mean, P(deadline), and
+    whether it meets the deadline on CONFIDENCE of the traces: the rule the policy stage chooses by), on the policy
+    stage's traces and polls. The first layout asked (the planner's cheapest) is simulated anyway by the stage; the
+    others within LAYOUT_WINDOW_BUDGET capacity windows in all (None past it: not compared). `store`: the
+    simulations made, which the stage reuses (`spot_policy_at_caps(simulations=...)`)."""
+
+    def __init__(self, catalog: dict, *, poll_s: float = 60.0, max_poll_s: float = 4 * 3600.0, n: int = N_TRACES):
+        self.catalog, self.poll = catalog, {"poll_s": poll_s, "max_poll_s": max_poll_s, "n": n}
+        self.store: dict = {}
+        self.windows = 0.0  # spent on the layouts after the first
+        self.asked = 0
+
+    def __call__(self, run, est) -> LayoutBill | None:
+        plan = run_plan(run, est, self.catalog, poll_s=self.poll["poll_s"], max_poll_s=self.poll["max_poll_s"])
+        n = traces_for_estimate(plan, est.interruptions_per_hour, self.poll["n"], est.mean_wait_seconds)
+        windows = n * windows_per_trace(plan, est.interruptions_per_hour, est.mean_wait_seconds)
+        self.asked += 1
+        if self.asked > 1:
+            if self.windows + windows > LAYOUT_WINDOW_BUDGET:
+                return None
+            self.windows += windows
+        with shared_simulations(self.store):
+            choice = spot_policy(run, est, self.catalog, **self.poll)
+        row = next(r for r in choice.section.policies if r["label"] == choice.section.chosen)
+        p = row["p_deadline"]
+        return LayoutBill(policy=choice.section.chosen, mean_usd=row["mean_usd"], p_deadline=p,
+                          meets=p is None or p >= CONFIDENCE)
+
+
 def cents_up(usd: float) -> float:
     """`usd` rounded up to the cent: a cap named from a bill holds that bill (a cap rounded down would not)."""
     return math.ceil(round(usd * 100, 6)) / 100
@@ -413,7 +451,7 @@ class CappedChoice:
 
 
 def spot_policy_at_caps(run, est, catalog: dict, *, poll_s: float = 60.0, max_poll_s: float = 4 * 3600.0,
-                        n: int = N_TRACES) -> CappedChoice:
+                        n: int = N_TRACES, simulations: dict | None = None) -> CappedChoice:
     """The run's spot policy (`spot_policy` on `n` traces, looked up when called: the replay tests stand a cached
     one in) at the cap set, and the caps the section names, each from the choice at another cap: the estimate
     step's one call into the policy.
@@ -428,7 +466,7 @@ def spot_policy_at_caps(run, est, catalog: dict, *, poll_s: float = 60.0, max_po
       (`_deadline_cap`), at least the P95 finish cap of the run as one job.
     A cap that binds costs a second simulation (the run as one job), a deadline warning up to DEADLINE_CAP_TRIES
     more; a cap whose plan (its chain's length) was simulated already reuses that simulation
-    (`shared_simulations`)."""
+    (`shared_simulations`, from `simulations` where the planner's layouts compared made them: `LayoutRanker`)."""
     poll = {"poll_s": poll_s, "max_poll_s": max_poll_s, "n": n}
     alone = functools.cache(lambda: spot_policy(*_at_cap(run, est, math.inf), catalog, **poll))
     alone_finish = functools.cache(lambda: _finish_cap(est, alone(), poll_s))
@@ -439,7 +477,7 @@ def spot_policy_at_caps(run, est, catalog: dict, *, poll_s: float = 60.0, max_po
         named.append(_deadline_cap(run, est, catalog, max(p95, alone_finish()), poll, alone()))
         return named[-1]
 
-    with shared_simulations():  # a cap whose plan was simulated already reuses its executions
+    with shared_simulations(simulations):  # a cap whose plan was simulated already reuses its executions
         choice = spot_policy(run, est, catalog, **poll, deadline_cap=deadline_cap)
         # the run as one job: the simulation at the cap set when that cap neither splits the run into a chain
         # (the simulation counts a chain's restarts as work) nor leaves out a policy

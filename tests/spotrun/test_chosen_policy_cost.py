@@ -16,11 +16,17 @@ from .test_new_users_trial import BUCKET, _cli, _with
 ROOT = Path(__file__).parents[2]
 
 
-def _mistral(deadline_hours: float) -> dict:
+def _mistral(deadline_hours: float, **compute) -> dict:
     example = json.loads((ROOT / "examples/runs/mistral-7b-lora.json").read_text())
     example["model"] = {"init": "random", "config": example["model"]["config"]}  # the Lambda reads no S3 here
     return _with(example, data={"source": f"s3://{BUCKET}/datasets/summaries/"},
-                 compute={"deadline_hours": deadline_hours, "on_demand_fallback": True})
+                 compute={"deadline_hours": deadline_hours, "on_demand_fallback": True, **compute})
+
+
+# The trial's layout at 3 h (the cheapest spot rate meeting it), pinned: with `instance_type: auto` the estimate now
+# compares layouts by the chosen policy's bill and takes one on which a spot policy meets 3 h
+# (tests/spotrun/test_layout_by_policy.py); on this one only on_demand does.
+TRIAL_LAYOUT = {"instance_type": "ml.g6e.xlarge", "instance_count": 5}
 
 
 def _chosen_row(doc: dict) -> dict:
@@ -28,10 +34,10 @@ def _chosen_row(doc: dict) -> dict:
     return next(r for r in section["policies"] if r["label"] == section["chosen"])
 
 
-@pytest.mark.parametrize("deadline_hours, on_demand_first", [(3, True), (16, False)])
+@pytest.mark.parametrize("deadline_hours, layout, on_demand_first", [(3, TRIAL_LAYOUT, True), (16, {}, False)])
 def test_the_cost_line_names_the_chosen_policys_bill_and_an_on_demand_start_is_warned(
-        tmp_path, capsys, monkeypatch, deadline_hours, on_demand_first):
-    run = _mistral(deadline_hours)
+        tmp_path, capsys, monkeypatch, deadline_hours, layout, on_demand_first):
+    run = _mistral(deadline_hours, **layout)
     code, doc = _cli(tmp_path, capsys, "estimate", run)
     assert code == 0, doc
     row = _chosen_row(doc)
@@ -56,8 +62,11 @@ def test_the_cost_line_names_the_chosen_policys_bill_and_an_on_demand_start_is_w
 def test_a_tie_at_the_printed_cents_is_said(tmp_path, capsys):
     """mistral with a 14 h deadline: four policies at $18.27 and one chosen without a word (a new user's trial, on
     the availability model before short stretches were drawn in seconds; on today's model the four tie at 14.25 h).
-    The rows compared are the estimate's own JSON rows."""
-    code, doc = _cli(tmp_path, capsys, "estimate", _mistral(14.25))
+    The rows compared are the estimate's own JSON rows. The trial's layout, the cheapest spot rate, pinned: with
+    `instance_type: auto` the estimate now takes 3 x ml.g6e.xlarge, whose chosen policy bills less
+    (tests/spotrun/test_layout_by_policy.py), and no tie there."""
+    code, doc = _cli(tmp_path, capsys, "estimate",
+                     _mistral(14.25, instance_type="ml.g6e.xlarge", instance_count=1))
     assert code == 0, doc
     section, chosen = doc["spot_policy"], _chosen_row(doc)
     meeting = [r for r in section["policies"] if r["p_deadline"] is not None and r["p_deadline"] >= 0.99]

@@ -31,7 +31,12 @@ def mistral_run() -> dict:
     example = json.loads((ROOT / "examples/runs/mistral-7b-lora.json").read_text())
     example["model"] = {"init": "random", "config": example["model"]["config"]}  # the Lambda reads no S3 here
     return _with(example, data={"source": f"s3://{BUCKET}/datasets/summaries/"},
-                 compute={"deadline_hours": 15.5, "on_demand_fallback": True}, budget={"max_usd": 300})
+                 compute={"deadline_hours": 15.5, "on_demand_fallback": True,
+                          # the trial's layout (the cheapest spot rate), where probing_sentinel is chosen: with
+                          # `auto` the estimate compares layouts by the chosen policy's bill and takes 3 nodes,
+                          # deadline_greedy (tests/spotrun/test_layout_by_policy.py)
+                          "instance_type": "ml.g6e.xlarge", "instance_count": 1},
+                 budget={"max_usd": 300})
 
 
 def test_every_on_demand_job_at_the_named_cap_leaves_the_guard_room_for_its_sentinel(tmp_path, capsys,
