@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import math
 import random
 import sys
@@ -55,12 +56,24 @@ from benchmarks.policy_bench import AFTER_DEADLINE_H, DEADLINES_H, setting, wind
 from spotrun.contract.spec import MAX_RUNTIME_LIMIT_S  # noqa: E402
 from spotrun.planner.segments import ChainCosts  # noqa: E402
 from spotrun.policy import compare, summarize  # noqa: E402
-from spotrun.policy.availability import CHAIN  # noqa: E402
+from spotrun.policy import traces as _traces  # noqa: E402
+from spotrun.policy.availability import CHAIN, CHAIN_DROUGHTS, CHAIN_DROUGHTS_LEVEL, fitted_trace  # noqa: E402
 from spotrun.policy.choose import ESTIMATE_TRACES, candidates, horizon_s  # noqa: E402
 from spotrun.policy.engine import INF  # noqa: E402
 from spotrun.policy.execution import execute  # noqa: E402
 from spotrun.policy.policies import cost_usd, describe  # noqa: E402
 from spotrun.policy.traces import TraceSpec, generated_traces, read_availability  # noqa: E402
+
+MODELS = {"regimes": CHAIN, "droughts": CHAIN_DROUGHTS, "droughts-level": CHAIN_DROUGHTS_LEVEL}
+
+
+def use_model(name: str) -> None:
+    """Draw the estimate's generated traces (and `--cycles`') from availability model `name` in this process:
+    `regimes` (the estimate's CHAIN), `droughts` (CHAIN_DROUGHTS) or `droughts-level` (CHAIN_DROUGHTS_LEVEL: with
+    each trace's own level of waits); the last two measured, not shipped."""
+    global CHAIN
+    CHAIN = MODELS[name]
+    _traces.fitted_trace = functools.partial(fitted_trace, chain=MODELS[name])
 
 
 def recorded_rate(rec) -> float:
@@ -400,6 +413,11 @@ def main() -> None:
                         help="instead, with --cap-usd or --cap-x: every candidate without the cap on N generated "
                         "traces per recording and on the recorded windows: bills over the cap, mean bill, on-demand "
                         "hours")
+    parser.add_argument("--model", choices=sorted(MODELS), default="regimes",
+                        help="the availability model of the generated traces: the estimate's (regimes) or with "
+                        "droughts drawn in recorded hours (droughts), and each trace's own level of waits "
+                        "(droughts-level): "
+                        "measured, not shipped")
     parser.add_argument("--policies", help="comma-separated: only these candidates (default: every one offered)")
     parser.add_argument("--deadlines", default=",".join(map(str, DEADLINES_H)), help="hours, comma-separated")
     parser.add_argument("--stretches", type=int, metavar="N", default=0,
@@ -420,6 +438,7 @@ def main() -> None:
                         "generated traces per recording (lag-1 correlations of their logs, and of a stretch with the "
                         "wait after it)")
     args = parser.parse_args()
+    use_model(args.model)
     if args.cap_usd is not None and args.cap_x is not None:
         parser.error("--cap-usd and --cap-x: give one")
     for flag, value in (("--cap-usd", args.cap_usd), ("--cap-x", args.cap_x)):
