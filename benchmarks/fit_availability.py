@@ -45,6 +45,7 @@ import argparse
 import dataclasses
 import math
 import random
+import statistics
 import sys
 from pathlib import Path
 from statistics import NormalDist
@@ -137,18 +138,11 @@ def generated_tail(chain: Chain, rates: list[float], counts: dict[float, list[in
     return window_tail(samples)
 
 
-def wait_level_spread(target: list[float], chain: Chain, rates: list[float], counts: dict[float, list[int]],
-                      n: int = 200, grid: tuple[float, ...] = tuple(i / 20 for i in range(31)), seed: int = 0
-                      ) -> tuple[float, list[float]]:
-    """(sd, the generated tail at it): Chain's `wait_level_sd` on `grid` whose generated windows' hours without
-    capacity (`generated_tail`) are nearest `target` (the recordings' `window_tail`), by least squares."""
-    best = None
-    for sd in grid:
-        got = generated_tail(dataclasses.replace(chain, wait_level_sd=sd), rates, counts, n, seed)
-        loss = sum((g - t) ** 2 for g, t in zip(got, target, strict=True))
-        if best is None or loss < best[0]:
-            best = (loss, sd, got)
-    return best[1], best[2]
+def level_spread(rates: list[float], means: list[float]) -> float:
+    """The standard deviation (n - 1) of log(a trace's mean wait / the power law's at its rate) (`power_law` fitted
+    on the same traces): how far traces at one rate spread around it (Chain's `wait_level_sd`)."""
+    c, beta = power_law(rates, means)
+    return statistics.stdev(math.log(m / (c * r ** beta)) for r, m in zip(rates, means, strict=True))
 
 
 def droughts(rates: list[float], waits: list[list[float]], drought_s: float = DROUGHT_S
@@ -396,12 +390,15 @@ def main() -> None:
             samples[d] = [(unavailable_h(t, d * 3600), 1.0) for _, t in todo]
             counts[d] = [sum(1 for k, _ in todo if k == i) for i in range(len(recs))]
         target = window_tail(samples)
-        sd, got = wait_level_spread(target, chain, rates, counts)
+        sd = level_spread(rates, means)
         print(f"WAIT_LEVEL_SD = {sd:.2f}")
+        leveled = dataclasses.replace(chain, wait_level_sd=round(sd, 2))
         print(f"# hours without capacity in the first {'/'.join(f'{d:g}' for d in TAIL_DEADLINES_H)} h of a window "
               f"every {TAIL_EVERY_H:g} h, P{'/P'.join(f'{100 * q:g}' for q in TAIL_LEVELS)}: recorded "
-              f"{' '.join(f'{x:.1f}' for x in target)}; generated {' '.join(f'{x:.1f}' for x in got)}; "
-              f"without the level {' '.join(f'{x:.1f}' for x in generated_tail(chain, rates, counts, 200))}")
+              f"{' '.join(f'{x:.1f}' for x in target)}; the droughts "
+              f"{' '.join(f'{x:.1f}' for x in generated_tail(chain, rates, counts, 200))}; and the level "
+              f"{' '.join(f'{x:.1f}' for x in generated_tail(leveled, rates, counts, 200))}; neither "
+              f"{' '.join(f'{x:.1f}' for x in generated_tail(CHAIN, rates, counts, 200))}")
         return
     c, beta = power_law(rates, means)
     share_c, share_beta = power_law(rates, shares)

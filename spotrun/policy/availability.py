@@ -205,7 +205,7 @@ DROUGHTS = (4.38e+04, 4.485e+04, 4.544e+04, 4.56e+04, 4.62e+04, 4.622e+04, 4.68e
             6.552e+04, 6.63e+04, 6.806e+04, 7.14e+04, 7.2e+04, 7.508e+04, 7.62e+04, 7.62e+04, 7.8e+04, 7.8e+04,
             8.346e+04, 8.404e+04, 8.97e+04, 1.03e+05, 1.104e+05, 1.188e+05, 1.566e+05, 1.667e+05, 2.25e+05, 2.328e+05,
             2.79e+05, 2.839e+05, 2.864e+05, 2.888e+05)
-WAIT_LEVEL_SD = 0.60
+WAIT_LEVEL_SD = 0.48
 
 
 @dataclass(frozen=True)
@@ -236,8 +236,8 @@ class Chain:
     drought_rate_exponent: float = 0.0
     wait_level_sd: float = 0.0
     """0: every trace's waits have the long-run mean the rate gives. Above 0: each trace's waits (droughts too) are
-    scaled by its own level exp(sd Z - sd^2 / 2), Z standard normal, drawn once per trace (mean 1: the mean wait
-    kept over traces), as the recordings' mean waits spread around the rate's power law; not where the run gives its
+    scaled by its own level exp(sd Z), Z standard normal, drawn once per trace, as the recordings' mean waits spread
+    around the rate's power law (fitted on logarithms: the median trace's mean wait); not where the run gives its
     own mean wait (`mean_wait_s`). Measured, not in CHAIN (docs/spot-policy.md)."""
 
     def __post_init__(self):
@@ -350,7 +350,7 @@ class Chain:
         table = self.drought_table if p else None
         if self.wait_level_sd and mean_wait_s is None:  # this trace's own level of waits
             sd = self.wait_level_sd
-            level = math.exp(sd * rng.gauss(0.0, 1.0) - sd * sd / 2)
+            level = math.exp(sd * rng.gauss(0.0, 1.0))
             down_s, drought_s = down_s * level, drought_s * level
 
         def wait(regime: Regime) -> float:
