@@ -194,7 +194,7 @@ SHORT_SHARE_RATE_EXPONENT = 0.270
 UP_LEVEL_SHARE = 0.28
 UP_LEVEL_LAG1 = 0.77
 # Droughts (waits over DROUGHT_S, in seconds as recorded): fitted by `fit_availability.py --droughts` on the choose
-# set; measured, not in CHAIN (docs/spot-policy.md, "Droughts").
+# set; measured, not in CHAIN (docs/spot-policy.md, "Droughts and each trace's level of waits").
 MAX_DROUGHT_SHARE = 0.5
 MAX_DROUGHT_PART = 0.5
 DROUGHT_SHARE_AT_ONE_PER_HOUR = 0.0304
