@@ -4,6 +4,7 @@
     python benchmarks/calibration_bench.py --spot-traces DIR --set held-out --stretches 1000
     python benchmarks/calibration_bench.py --spot-traces DIR --set choose --windows 1000 --deadlines 48
     python benchmarks/calibration_bench.py --spot-traces DIR --set choose --cycles 20
+    python benchmarks/calibration_bench.py --spot-traces DIR --set choose --unavailable 200 --deadlines 40,48,60,80
     python benchmarks/calibration_bench.py --spot-traces DIR --set held-out --waits recorded
     python benchmarks/calibration_bench.py --spot-traces DIR --set held-out --cap-x 0.8
     python benchmarks/calibration_bench.py --spot-traces DIR --set held-out --cap-x 0.8 --bills 200
@@ -41,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import math
 import random
 import sys
@@ -54,12 +56,24 @@ from benchmarks.policy_bench import AFTER_DEADLINE_H, DEADLINES_H, setting, wind
 from spotrun.contract.spec import MAX_RUNTIME_LIMIT_S  # noqa: E402
 from spotrun.planner.segments import ChainCosts  # noqa: E402
 from spotrun.policy import compare, summarize  # noqa: E402
-from spotrun.policy.availability import CHAIN  # noqa: E402
+from spotrun.policy import traces as _traces  # noqa: E402
+from spotrun.policy.availability import CHAIN, CHAIN_DROUGHTS, CHAIN_DROUGHTS_LEVEL, fitted_trace  # noqa: E402
 from spotrun.policy.choose import ESTIMATE_TRACES, candidates, horizon_s  # noqa: E402
 from spotrun.policy.engine import INF  # noqa: E402
 from spotrun.policy.execution import execute  # noqa: E402
 from spotrun.policy.policies import cost_usd, describe  # noqa: E402
 from spotrun.policy.traces import TraceSpec, generated_traces, read_availability  # noqa: E402
+
+MODELS = {"regimes": CHAIN, "droughts": CHAIN_DROUGHTS, "droughts-level": CHAIN_DROUGHTS_LEVEL}
+
+
+def use_model(name: str) -> None:
+    """Draw the estimate's generated traces (and `--cycles`') from availability model `name` in this process:
+    `regimes` (the estimate's CHAIN), `droughts` (CHAIN_DROUGHTS) or `droughts-level` (CHAIN_DROUGHTS_LEVEL: with
+    each trace's own level of waits); the last two measured, not shipped."""
+    global CHAIN
+    CHAIN = MODELS[name]
+    _traces.fitted_trace = functools.partial(fitted_trace, chain=MODELS[name])
 
 
 def recorded_rate(rec) -> float:
@@ -305,6 +319,62 @@ def cycle_rows(recordings: list, names: list[str], repeats: int, waits: str = "m
                                (f"generated ({repeats} per trace)", gen_seqs))]
 
 
+def unavailable(trace: list, end_s: float) -> tuple[float, float]:
+    """(hours without capacity, the longest single stretch without capacity in hours) in a trace's first `end_s`
+    (a stretch cut by `end_s` counts up to it; a trace that starts without capacity, from 0)."""
+    up, longest, t = 0.0, 0.0, 0.0
+    for a, b in trace:
+        if a >= end_s:
+            break
+        longest = max(longest, a - t)
+        up += min(b, end_s) - a
+        t = min(b, end_s)
+    longest = max(longest, end_s - t)
+    return (end_s - up) / 3600, longest / 3600
+
+
+def weighted_quantile(pairs: list[tuple[float, float]], q: float) -> float:
+    """The q quantile of (value, weight) pairs: the least value whose cumulative weight reaches q of the total."""
+    pairs = sorted(pairs)
+    total, acc = sum(w for _, w in pairs), 0.0
+    for v, w in pairs:
+        acc += w
+        if acc >= q * total - 1e-9:
+            return v
+    return pairs[-1][0]
+
+
+def unavailable_rows(recordings: list, deadline_h: float, every_h: float, n: int, set_name: str,
+                     waits: str = "model") -> list[str]:
+    """At one D (`deadline_h`), on the windows the calibration makes (a job started every `every_h` hours while D
+    fits) and on the estimate's `n` generated traces per recording at its rate (seed 0; each recording's weighted
+    by its windows, so both sides have the same counts): the hours without capacity in the first D hours (mean,
+    P90, P95, P99, the share of windows over D / 4) and the longest single stretch without capacity (mean, P95,
+    P99)."""
+    plan = setting(deadline_h)
+    end = deadline_h * 3600
+    todo = windows(recordings, deadline_h, every_h)
+    rec_side: list[tuple[tuple[float, float], float]] = [(unavailable(t, end), 1.0) for _, t in todo]
+    gen_side: list[tuple[tuple[float, float], float]] = []
+    for k, rec in enumerate(recordings):
+        count = sum(1 for i, _ in todo if i == k)
+        if count:
+            gen_side += [(unavailable(t, end), count / n)
+                         for t in generated_traces(trace_spec(plan, rec, waits), n, 0)]
+    rows = []
+    for side, figs in (("recorded", rec_side), ("generated", gen_side)):
+        down = [(d, w) for (d, _), w in figs]
+        longest = [(m, w) for (_, m), w in figs]
+        total = sum(w for _, w in down)
+        cells = [sum(d * w for d, w in down) / total, *(weighted_quantile(down, q) for q in (0.9, 0.95, 0.99))]
+        over = sum(w for d, w in down if d > deadline_h / 4) / total
+        lcells = [sum(m * w for m, w in longest) / total, *(weighted_quantile(longest, q) for q in (0.95, 0.99))]
+        rows.append(f"| {deadline_h:g} h | {set_name}: {side} | {len(todo)} | "
+                    + " | ".join(f"{c:.2f}" for c in cells) + f" | {over:.1%} | "
+                    + " | ".join(f"{c:.2f}" for c in lcells) + " |")
+    return rows
+
+
 def interval(off: list[tuple[int, float]], draws: int = 2000, seed: int = 0) -> tuple[float, float]:
     """The 5th and 95th percentiles of the mean difference (estimated - observed, per window) over the windows
     of the recordings resampled with replacement: how far the figure moves with other recordings of the same
@@ -343,6 +413,11 @@ def main() -> None:
                         help="instead, with --cap-usd or --cap-x: every candidate without the cap on N generated "
                         "traces per recording and on the recorded windows: bills over the cap, mean bill, on-demand "
                         "hours")
+    parser.add_argument("--model", choices=sorted(MODELS), default="regimes",
+                        help="the availability model of the generated traces: the estimate's (regimes) or with "
+                        "droughts drawn in recorded hours (droughts), and each trace's own level of waits "
+                        "(droughts-level): "
+                        "measured, not shipped")
     parser.add_argument("--policies", help="comma-separated: only these candidates (default: every one offered)")
     parser.add_argument("--deadlines", default=",".join(map(str, DEADLINES_H)), help="hours, comma-separated")
     parser.add_argument("--stretches", type=int, metavar="N", default=0,
@@ -354,11 +429,16 @@ def main() -> None:
                         "traces at its rate: interruptions per hour with capacity, stretches shorter than a start "
                         "and a save, the mean wait after an interruption, the MaxWait fallback's P(deadline) with "
                         "each way of saving, and the interruptions its notice-saving run saw where it met the deadline")
+    parser.add_argument("--unavailable", type=int, metavar="N", default=0,
+                        help="instead: at each of --deadlines D, the hours without capacity in the first D hours of "
+                        "each window against N generated traces per recording at its rate (mean, P90, P95, P99, "
+                        "the share over D / 4) and the longest single stretch without capacity (mean, P95, P99)")
     parser.add_argument("--cycles", type=int, metavar="N", default=0,
                         help="instead: how stretches with capacity and waits follow each other, recorded against N "
                         "generated traces per recording (lag-1 correlations of their logs, and of a stretch with the "
                         "wait after it)")
     args = parser.parse_args()
+    use_model(args.model)
     if args.cap_usd is not None and args.cap_x is not None:
         parser.error("--cap-usd and --cap-x: give one")
     for flag, value in (("--cap-usd", args.cap_usd), ("--cap-x", args.cap_x)):
@@ -381,6 +461,14 @@ def main() -> None:
         for deadline_h in map(float, args.deadlines.split(",")):
             print("\n".join(bill_rows(recordings, deadline_h, args.every_h, args.bills, policies, args.cap_usd,
                                       args.cap_x, args.waits)), flush=True)
+        return
+    if args.unavailable:
+        print("| D | windows | count | hours without capacity in the first D: mean | P90 | P95 | P99 | over D / 4 "
+              "| longest stretch without capacity (h): mean | P95 | P99 |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
+        for deadline_h in map(float, args.deadlines.split(",")):
+            print("\n".join(unavailable_rows(recordings, deadline_h, args.every_h, args.unavailable, args.set,
+                                            args.waits)), flush=True)
         return
     if args.cycles:
         print("| cycles | log stretch with capacity, one cycle apart | log wait, one cycle apart | log stretch and "

@@ -42,8 +42,10 @@ spotrun/policy/availability.py:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import random
+import statistics
 import sys
 from pathlib import Path
 from statistics import NormalDist
@@ -53,9 +55,21 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from spotrun.policy.availability import LEVELS, SHORT_UP_S, Chain, Regime  # noqa: E402
+from benchmarks.policy_bench import windows  # noqa: E402
+from spotrun.policy.availability import (  # noqa: E402
+    CHAIN,
+    DROUGHT_S,
+    LEVELS,
+    SHORT_UP_S,
+    Chain,
+    Regime,
+    fitted_trace,
+)
 from spotrun.policy.traces import read_availability  # noqa: E402
 
+TAIL_DEADLINES_H = (40.0, 48.0, 60.0, 80.0)  # the first D hours whose hours without capacity the spread matches
+TAIL_LEVELS = (0.9, 0.95, 0.99)  # at these quantiles over the windows
+TAIL_EVERY_H = 6.0  # a window every this many hours of a recording (benchmarks/calibration_bench.py's)
 LAGS = tuple(range(1, 9))  # the lags whose correlations of stretches with capacity the persistent level matches
 
 
@@ -85,6 +99,74 @@ def power_law(rates: list[float], means: list[float]) -> tuple[float, float]:
     mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
     beta = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
     return math.exp(my - beta * mx), beta
+
+
+def unavailable_h(trace: list, end_s: float) -> float:
+    """Hours without capacity in a trace's first `end_s` seconds."""
+    return (end_s - sum(min(b, end_s) - a for a, b in trace if a < end_s)) / 3600
+
+
+def weighted_quantile(pairs: list[tuple[float, float]], q: float) -> float:
+    """The q quantile of (value, weight) pairs: the least value whose cumulative weight reaches q of the total."""
+    pairs = sorted(pairs)
+    total, acc = sum(w for _, w in pairs), 0.0
+    for v, w in pairs:
+        acc += w
+        if acc >= q * total - 1e-9:
+            return v
+    return pairs[-1][0]
+
+
+def window_tail(samples: dict[float, list[tuple[float, float]]]) -> list[float]:
+    """The `TAIL_LEVELS` quantiles of hours without capacity (value, weight) at each D of `samples`, in order."""
+    return [weighted_quantile(samples[d], q) for d in sorted(samples) for q in TAIL_LEVELS]
+
+
+def generated_tail(chain: Chain, rates: list[float], counts: dict[float, list[int]], n: int, seed: int = 0
+                   ) -> list[float]:
+    """`window_tail` of `n` traces of `chain` per rate, each trace's first D hours weighted by its rate's windows
+    at D (`counts`) over n."""
+    rng = random.Random(seed)
+    far = max(counts) * 3600
+    samples: dict[float, list[tuple[float, float]]] = {d: [] for d in counts}
+    for k, rate in enumerate(rates):
+        for _ in range(n):
+            trace = fitted_trace(rate, far, rng, chain)
+            for d in counts:
+                if counts[d][k]:
+                    samples[d].append((unavailable_h(trace, d * 3600), counts[d][k] / n))
+    return window_tail(samples)
+
+
+def level_spread(rates: list[float], means: list[float]) -> float:
+    """The standard deviation (n - 1) of log(a trace's mean wait / the power law's at its rate) (`power_law` fitted
+    on the same traces): how far traces at one rate spread around it (Chain's `wait_level_sd`)."""
+    c, beta = power_law(rates, means)
+    return statistics.stdev(math.log(m / (c * r ** beta)) for r, m in zip(rates, means, strict=True))
+
+
+def droughts(rates: list[float], waits: list[list[float]], drought_s: float = DROUGHT_S
+             ) -> tuple[float, float, list[float]]:
+    """(c, beta, table) of the droughts (waits over `drought_s` seconds) of traces at `rates` (interruptions per
+    available hour; `waits` each trace's waits in seconds): the share of a trace's waits that are droughts = c x
+    rate^beta, by maximum likelihood with each trace's count of droughts binomial in its waits (a trace without any
+    counts, where least squares on logarithms could not take it), and the droughts' quantiles in seconds, pooled."""
+    counts = [sum(w > drought_s for w in ws) for ws in waits]
+    sizes = [len(ws) for ws in waits]
+    if not sum(counts):
+        raise ValueError(f"no wait over {drought_s:g} s in these traces: no droughts to fit")
+
+    def fit(beta: float) -> tuple[float, float]:
+        c = sum(counts) / sum(n * r ** beta for n, r in zip(sizes, rates, strict=True))
+        ll = 0.0
+        for k, n, r in zip(counts, sizes, rates, strict=True):
+            p = min(c * r ** beta, 1 - 1e-12)
+            ll += (k * math.log(p) if k else 0.0) + (n - k) * math.log(1 - p)
+        return ll, c
+
+    best = max((fit(b / 1000), b / 1000) for b in range(-3000, 3001))
+    (_, c), beta = best
+    return c, beta, quantiles([w for ws in waits for w in ws if w > drought_s], LEVELS)
 
 
 def quantiles(values: list[float], levels: tuple[float, ...]) -> list[float]:
@@ -270,6 +352,9 @@ def main() -> None:
     parser.add_argument("--spot-traces", type=Path, required=True, help="where skypilot-org/spot-traces is")
     parser.add_argument("--set", choices=["choose", "held-out", "all"], default="choose",
                         help="which traces: even positions (choose), odd (held-out) or all")
+    parser.add_argument("--droughts", action="store_true",
+                        help="only the droughts (waits over DROUGHT_S): their share of the waits as a power law of "
+                        "the rate and their quantiles in seconds (Chain's droughts: measured, not in CHAIN)")
     args = parser.parse_args()
     paths = sorted(args.spot_traces.glob("availability/1-node/*/*.json"))
     if not paths:
@@ -288,6 +373,33 @@ def main() -> None:
         short.append(flags)
         shares.append(sum(flags) / len(flags))
         raw_ups.append([next(blip_it) if f else next(long_it) for f in flags])
+    if args.droughts:
+        recs = [read_availability(p) for p in paths]
+        waits = [[a2 - b for (_, b), (a2, _) in zip(r.windows, r.windows[1:], strict=False)] for r in recs]
+        dc, dbeta, table = droughts(rates, waits)
+        print(f"# {len(paths)} traces ({args.set}): {sum(map(len, waits))} waits, "
+              f"{sum(w > DROUGHT_S for ws in waits for w in ws)} over {DROUGHT_S:g} s")
+        print(f"DROUGHT_SHARE_AT_ONE_PER_HOUR = {dc:.4f}")
+        print(f"DROUGHT_SHARE_RATE_EXPONENT = {dbeta:.3f}")
+        print(f"DROUGHTS = {_table(table)}")
+        chain = dataclasses.replace(CHAIN, droughts=tuple(table), drought_share_at_one_per_hour=round(dc, 4),
+                                    drought_rate_exponent=round(dbeta, 3))
+        samples, counts = {}, {}
+        for d in TAIL_DEADLINES_H:
+            todo = windows(recs, d, TAIL_EVERY_H)
+            samples[d] = [(unavailable_h(t, d * 3600), 1.0) for _, t in todo]
+            counts[d] = [sum(1 for k, _ in todo if k == i) for i in range(len(recs))]
+        target = window_tail(samples)
+        sd = level_spread(rates, means)
+        print(f"WAIT_LEVEL_SD = {sd:.2f}")
+        leveled = dataclasses.replace(chain, wait_level_sd=round(sd, 2))
+        print(f"# hours without capacity in the first {'/'.join(f'{d:g}' for d in TAIL_DEADLINES_H)} h of a window "
+              f"every {TAIL_EVERY_H:g} h, P{'/P'.join(f'{100 * q:g}' for q in TAIL_LEVELS)}: recorded "
+              f"{' '.join(f'{x:.1f}' for x in target)}; the droughts "
+              f"{' '.join(f'{x:.1f}' for x in generated_tail(chain, rates, counts, 200))}; and the level "
+              f"{' '.join(f'{x:.1f}' for x in generated_tail(leveled, rates, counts, 200))}; neither "
+              f"{' '.join(f'{x:.1f}' for x in generated_tail(CHAIN, rates, counts, 200))}")
+        return
     c, beta = power_law(rates, means)
     share_c, share_beta = power_law(rates, shares)
     print(f"# {len(paths)} traces ({args.set}): {sum(map(len, seqs))} cycles; short stretches with capacity: "

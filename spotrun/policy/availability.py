@@ -57,6 +57,8 @@ LEVELS = (0.0, *(i / 50 for i in range(1, 50)), 0.99, 0.995, 1.0)
 # recordings, up to four of the 195 s ones), as common at 0.1 as at 1.4 interruptions per hour, so drawn in seconds
 # instead of in units of 1 / rate (benchmarks/calibration_bench.py --stretches).
 SHORT_UP_S = 900.0
+# A wait for capacity longer than this is a drought (Chain's `droughts`: measured, not in CHAIN).
+DROUGHT_S = 12 * 3600.0
 _NORMAL = NormalDist()
 
 
@@ -191,6 +193,19 @@ SHORT_SHARE_AT_ONE_PER_HOUR = 0.339
 SHORT_SHARE_RATE_EXPONENT = 0.270
 UP_LEVEL_SHARE = 0.28
 UP_LEVEL_LAG1 = 0.77
+# Droughts (waits over DROUGHT_S, in seconds as recorded): fitted by `fit_availability.py --droughts` on the choose
+# set; measured, not in CHAIN (docs/spot-policy.md, "Droughts and each trace's level of waits").
+MAX_DROUGHT_SHARE = 0.5
+MAX_DROUGHT_PART = 0.5
+DROUGHT_SHARE_AT_ONE_PER_HOUR = 0.0304
+DROUGHT_SHARE_RATE_EXPONENT = 0.928
+DROUGHTS = (4.38e+04, 4.485e+04, 4.544e+04, 4.56e+04, 4.62e+04, 4.622e+04, 4.68e+04, 4.797e+04, 4.797e+04, 4.8e+04,
+            4.8e+04, 4.856e+04, 4.856e+04, 4.86e+04, 4.914e+04, 4.914e+04, 5.1e+04, 5.28e+04, 5.34e+04, 5.52e+04,
+            5.558e+04, 5.558e+04, 5.558e+04, 5.733e+04, 5.733e+04, 5.88e+04, 6.12e+04, 6.532e+04, 6.552e+04,
+            6.552e+04, 6.63e+04, 6.806e+04, 7.14e+04, 7.2e+04, 7.508e+04, 7.62e+04, 7.62e+04, 7.8e+04, 7.8e+04,
+            8.346e+04, 8.404e+04, 8.97e+04, 1.03e+05, 1.104e+05, 1.188e+05, 1.566e+05, 1.667e+05, 2.25e+05, 2.328e+05,
+            2.79e+05, 2.839e+05, 2.864e+05, 2.888e+05)
+WAIT_LEVEL_SD = 0.48
 
 
 @dataclass(frozen=True)
@@ -211,6 +226,19 @@ class Chain:
     regime keeps its share of the cycles (`occupancy`, from the regimes' `stay`) and its table, and a regime is
     kept from one cycle to the next as often as the level says (`implied_stays`)."""
     wait_lag1: float = 0.0
+    droughts: tuple[float, ...] | None = None
+    """None: every wait is its regime's. A quantile table in seconds (at `LEVELS`): a wait is instead, with
+    probability `drought_share_at_one_per_hour` x rate^`drought_rate_exponent` (the rate at most the fastest fitted,
+    the share at most `MAX_DROUGHT_SHARE`), a drought drawn in its recorded seconds, whatever the regime; the
+    regimes' waits are scaled down so that all waits together keep their long-run mean (the droughts take at most
+    `MAX_DROUGHT_PART` of it, shortened where they would take more). Measured, not in CHAIN (docs/spot-policy.md)."""
+    drought_share_at_one_per_hour: float = 0.0
+    drought_rate_exponent: float = 0.0
+    wait_level_sd: float = 0.0
+    """0: every trace's waits have the long-run mean the rate gives. Above 0: each trace's waits (droughts too) are
+    scaled by its own level exp(sd Z), Z standard normal, drawn once per trace, as the recordings' mean waits spread
+    around the rate's power law (fitted on logarithms: the median trace's mean wait); not where the run gives its
+    own mean wait (`mean_wait_s`). Measured, not in CHAIN (docs/spot-policy.md)."""
 
     def __post_init__(self):
         for name in ("level_share", "level_lag1", "wait_lag1"):
@@ -218,6 +246,31 @@ class Chain:
                 raise ValueError(f"{name}={getattr(self, name)!r} is invalid: expected 0 <= {name} < 1")
         if self.wait_share is not None and not 0 <= self.wait_share < 1:
             raise ValueError(f"wait_share={self.wait_share!r} is invalid: expected 0 <= wait_share < 1")
+        if not 0 <= self.wait_level_sd < 5:
+            raise ValueError(f"wait_level_sd={self.wait_level_sd!r} is invalid: expected 0 <= wait_level_sd < 5")
+        if self.droughts is not None:
+            _check(LEVELS, self.droughts)
+            if self.wait_share is not None:
+                raise ValueError("droughts and wait_share together are not modelled: give one")
+            if not 0 < self.drought_share_at_one_per_hour < 1:
+                raise ValueError(f"drought_share_at_one_per_hour={self.drought_share_at_one_per_hour!r} is "
+                                 "invalid: expected 0 < share < 1")
+
+    @cached_property
+    def drought_table(self) -> Stretches:
+        return Stretches(self.droughts)
+
+    def drought_scales(self, rate_per_hour: float, wait_s: float) -> tuple[float, float, float]:
+        """(share, drought_s, down_s): the share of waits that are droughts at this rate, what the droughts'
+        seconds are multiplied by (1 unless they would take more than `MAX_DROUGHT_PART` of the mean wait `wait_s`)
+        and what the regimes' tables are multiplied by, so that all waits together have mean `wait_s`."""
+        if self.droughts is None:
+            return 0.0, 1.0, wait_s / self.mean_down
+        rate = min(rate_per_hour, SHORT_FITTED_UP_TO_PER_HOUR)
+        share = min(MAX_DROUGHT_SHARE, self.drought_share_at_one_per_hour * rate ** self.drought_rate_exponent)
+        part = share * self.drought_table.mean
+        drought_s = min(1.0, MAX_DROUGHT_PART * wait_s / part)
+        return share, drought_s, (wait_s - part * drought_s) / ((1 - share) * self.mean_down)
 
     @property
     def occupancy(self) -> tuple[float, float]:
@@ -291,8 +344,24 @@ class Chain:
         at the level of the persisting latent score (`level_share`, `level_lag1`), the first one's from its own.
         `mean_wait_s`: the waits' long-run mean (`scales`)."""
         shares, short_s, long_s, down_s = self.scales(rate_per_hour, mean_wait_s)
-        weights = [p * w for p, q, r in zip(self.occupancy, shares, self.regimes, strict=True)
-                   for w in (r.mean_up_s(q, short_s, long_s), r.downs.mean * down_s)]
+        p, drought_s = 0.0, 1.0
+        if self.droughts is not None:  # (without, the same draws and arithmetic as before droughts were modelled)
+            p, drought_s, down_s = self.drought_scales(rate_per_hour, down_s * self.mean_down)
+        table = self.drought_table if p else None
+        if self.wait_level_sd and mean_wait_s is None:  # this trace's own level of waits
+            sd = self.wait_level_sd
+            level = math.exp(sd * rng.gauss(0.0, 1.0))
+            down_s, drought_s = down_s * level, drought_s * level
+
+        def wait(regime: Regime) -> float:
+            if p and rng.random() < p:
+                return table.draw(rng) * drought_s
+            return regime.downs.draw(rng) * down_s
+
+        drought_mean = p * table.mean * drought_s if p else 0.0
+        weights = [occ * w for occ, q, r in zip(self.occupancy, shares, self.regimes, strict=True)
+                   for w in (r.mean_up_s(q, short_s, long_s),
+                             (1 - p) * r.downs.mean * down_s + drought_mean if p else r.downs.mean * down_s)]
         phase = rng.choices(range(4), weights)[0]
         k, regime = phase // 2, self.regimes[phase // 2]
         w, phi = self.level_share, self.level_lag1
@@ -301,17 +370,21 @@ class Chain:
             z = _NORMAL.inv_cdf(min(max(level, 1e-12), 1 - 1e-12))
             x = rng.gauss(math.sqrt(w) * z, math.sqrt(1 - w))  # the level given the first stretch's score
             if self.wait_share is None:
-                yield k, rng.random() * up, regime.downs.draw(rng) * down_s
+                yield k, rng.random() * up, wait(regime)
             else:
                 wait_level = rng.random()
                 y = self._first_wait_level(k, wait_level, rng)
                 yield k, rng.random() * up, regime.downs.quantile(wait_level) * down_s
         else:
             x = rng.gauss(0.0, 1.0)
-            at, down = rng.random(), regime.downs.draw_length_biased(rng)  # in this order: the same draws as before
-            if self.wait_share is not None:
-                y = self._first_wait_level(k, regime.downs.level(down, rng), rng)
-            yield k, 0.0, at * down * down_s
+            if p and rng.random() * weights[phase] / self.occupancy[k] < drought_mean:
+                at, down = rng.random(), table.draw_length_biased(rng)
+                yield k, 0.0, at * down * drought_s
+            else:
+                at, down = rng.random(), regime.downs.draw_length_biased(rng)  # in this order: the same draws as before
+                if self.wait_share is not None:
+                    y = self._first_wait_level(k, regime.downs.level(down, rng), rng)
+                yield k, 0.0, at * down * down_s
         level_sd, own_sd = math.sqrt(1 - phi * phi), math.sqrt(1 - w)
         if self.wait_share is None:
             while True:
@@ -319,7 +392,7 @@ class Chain:
                 regime = self.regimes[k]
                 x = phi * x + level_sd * rng.gauss(0.0, 1.0)
                 z = math.sqrt(w) * x + own_sd * rng.gauss(0.0, 1.0)
-                yield k, regime.up_at(_NORMAL.cdf(z), shares[k], short_s, long_s), regime.downs.draw(rng) * down_s
+                yield k, regime.up_at(_NORMAL.cdf(z), shares[k], short_s, long_s), wait(regime)
         wd, psi = self.wait_share, self.wait_lag1
         wait_level_sd, wait_own_sd = math.sqrt(1 - psi * psi), math.sqrt(1 - wd)
         while True:
@@ -350,6 +423,12 @@ def _both_above(c: float, rho: float, steps: int = 2000) -> float:
 
 
 CHAIN = Chain(REGIMES, UP_LEVEL_SHARE, UP_LEVEL_LAG1)
+CHAIN_DROUGHTS = Chain(REGIMES, UP_LEVEL_SHARE, UP_LEVEL_LAG1, droughts=DROUGHTS,
+                       drought_share_at_one_per_hour=DROUGHT_SHARE_AT_ONE_PER_HOUR,
+                       drought_rate_exponent=DROUGHT_SHARE_RATE_EXPONENT)
+CHAIN_DROUGHTS_LEVEL = Chain(REGIMES, UP_LEVEL_SHARE, UP_LEVEL_LAG1, droughts=DROUGHTS,
+                             drought_share_at_one_per_hour=DROUGHT_SHARE_AT_ONE_PER_HOUR,
+                             drought_rate_exponent=DROUGHT_SHARE_RATE_EXPONENT, wait_level_sd=WAIT_LEVEL_SD)
 
 
 def short_share_at(rate_per_hour: float) -> float:

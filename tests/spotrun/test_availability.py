@@ -7,6 +7,7 @@ recovers it, and the fit's quantiles and power law are the textbook ones."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import statistics
@@ -14,14 +15,32 @@ import statistics
 import numpy as np
 import pytest
 
-from benchmarks.fit_availability import blips, fit_hmm, power_law, quantiles, regimes, stretches
+from benchmarks.fit_availability import (
+    blips,
+    droughts,
+    fit_hmm,
+    level_spread,
+    power_law,
+    quantiles,
+    regimes,
+    stretches,
+)
 from spotrun.policy.availability import (
     CHAIN,
+    CHAIN_DROUGHTS,
+    DROUGHT_S,
+    DROUGHT_SHARE_AT_ONE_PER_HOUR,
+    DROUGHT_SHARE_RATE_EXPONENT,
+    DROUGHTS,
     LEVELS,
+    REGIMES,
     SHORT_FITTED_UP_TO_PER_HOUR,
     SHORT_UP_S,
+    UP,
+    WAIT_LEVEL_SD,
     Chain,
     Regime,
+    Stretches,
     fitted_trace,
     mean_down_s,
     short_share_at,
@@ -408,3 +427,80 @@ def test_the_wait_fit_recovers_a_known_persistence():
 def test_a_chain_refuses_a_wait_level_outside_0_1(field, value):
     with pytest.raises(ValueError, match=f"{field}={value!r} is invalid"):
         Chain(CHAIN.regimes, **{"wait_share": 0.2, field: value})
+
+
+# Droughts and each trace's level of waits (Chain's `droughts`, `wait_level_sd`: measured, not in CHAIN).
+
+def _bounded_regimes() -> tuple[Regime, Regime]:
+    """Two regimes whose waits stay under 2.2x their tables' mean (0.87): at the mean waits below (3-4 h, the
+    droughts' part taken out) every wait over DROUGHT_S is a drought."""
+    return (Regime(stay=0.9, up=UP, down=tuple(0.2 + 2.0 * q for q in LEVELS)),
+            Regime(stay=0.8, up=UP, down=tuple(0.1 + 0.2 * q for q in LEVELS)))
+
+
+def _waits(chain: Chain, rate: float, cycles: int, seed: int, mean_wait_s: float | None = None) -> list[float]:
+    gen = chain.cycles(rate, random.Random(seed), mean_wait_s)
+    next(gen)  # the first cycle is a remainder
+    return [next(gen)[2] for _ in range(cycles)]
+
+
+@pytest.mark.parametrize("rate", [0.3, 1.2])
+def test_the_generator_draws_the_fitted_droughts_at_their_share_and_quantiles_and_keeps_the_mean_wait(rate):
+    chain = Chain(_bounded_regimes(), droughts=DROUGHTS, drought_share_at_one_per_hour=DROUGHT_SHARE_AT_ONE_PER_HOUR,
+                  drought_rate_exponent=DROUGHT_SHARE_RATE_EXPONENT)
+    waits = _waits(chain, rate, 200_000, 1, mean_wait_s=3 * H)
+    droughts_ = [w for w in waits if w > DROUGHT_S]
+    share = DROUGHT_SHARE_AT_ONE_PER_HOUR * rate ** DROUGHT_SHARE_RATE_EXPONENT
+    assert len(droughts_) / len(waits) == pytest.approx(share, rel=0.08)
+    for q in (0.1, 0.5, 0.9):
+        assert quantiles(droughts_, (q,))[0] == pytest.approx(Stretches(DROUGHTS).quantile(q), rel=0.1)
+    assert statistics.fmean(waits) == pytest.approx(3 * H, rel=0.05)
+    # without droughts the same chain's waits never reach DROUGHT_S
+    assert max(_waits(Chain(_bounded_regimes()), rate, 20_000, 1, mean_wait_s=3 * H)) < DROUGHT_S
+
+
+def test_droughts_take_at_most_their_part_of_a_short_mean_wait():
+    """At a recorded mean wait of 10 minutes the droughts are shortened to half of it; the mean wait holds."""
+    share, drought_s, down_s = CHAIN_DROUGHTS.drought_scales(1.0, 600.0)
+    assert share * Stretches(DROUGHTS).mean * drought_s == pytest.approx(0.5 * 600.0)
+    assert statistics.fmean(_waits(CHAIN_DROUGHTS, 1.0, 100_000, 2, mean_wait_s=600.0)) == pytest.approx(600, rel=0.05)
+
+
+def test_a_drought_fit_on_waits_drawn_with_a_known_share_recovers_it():
+    table = tuple(15 * H + 15 * H * q for q in LEVELS)
+    chain = Chain(_bounded_regimes(), droughts=table, drought_share_at_one_per_hour=0.05, drought_rate_exponent=0.5)
+    rates = [0.2, 0.5, 1.0, 1.4]
+    waits = [_waits(chain, r, 40_000, 3 + i, mean_wait_s=4 * H) for i, r in enumerate(rates)]
+    c, beta, fitted = droughts(rates, waits)
+    assert c == pytest.approx(0.05, rel=0.06)
+    assert beta == pytest.approx(0.5, abs=0.06)
+    assert fitted[len(LEVELS) // 2] == pytest.approx(22.5 * H, rel=0.03)
+    with pytest.raises(ValueError, match="no wait over"):
+        droughts([0.5], [[H, 2 * H]])
+
+
+def test_each_trace_draws_its_own_level_of_waits_at_the_fitted_spread_not_with_a_recorded_mean():
+    chain = dataclasses.replace(CHAIN_DROUGHTS, wait_level_sd=WAIT_LEVEL_SD)
+    logs = [math.log(statistics.fmean(_waits(chain, 0.5, 2000, seed))) for seed in range(200)]
+    # each trace's mean of 2,000 waits is within a few percent of its level's: the spread is the level's
+    assert statistics.stdev(logs) == pytest.approx(WAIT_LEVEL_SD, rel=0.15)
+    # the power law is fitted on logarithms: the median trace's mean wait is the law's
+    assert statistics.median(logs) == pytest.approx(math.log(mean_down_s(0.5)), abs=0.1)
+    recorded = [math.log(statistics.fmean(_waits(chain, 0.5, 3000, seed, mean_wait_s=H))) for seed in range(30)]
+    assert statistics.stdev(recorded) < 0.1
+
+
+def test_the_level_fit_recovers_a_known_spread_around_the_power_law():
+    rng = random.Random(4)
+    rates = [0.1 + 0.05 * i for i in range(200)]
+    means = [900 * r ** 0.3 * math.exp(0.6 * rng.gauss(0, 1)) for r in rates]
+    assert level_spread(rates, means) == pytest.approx(0.6, rel=0.12)
+    assert level_spread(rates, [900 * r ** 0.3 for r in rates]) == pytest.approx(0.0, abs=1e-9)
+
+
+@pytest.mark.parametrize("kwargs", [{"drought_share_at_one_per_hour": 0.0}, {"drought_share_at_one_per_hour": 1.0},
+                                    {"drought_share_at_one_per_hour": 0.1, "wait_share": 0.3},
+                                    {"drought_share_at_one_per_hour": 0.1, "wait_level_sd": -0.1}])
+def test_a_chain_refuses_a_drought_share_outside_0_1_droughts_with_a_wait_level_and_a_negative_spread(kwargs):
+    with pytest.raises(ValueError, match="invalid|not modelled"):
+        Chain(REGIMES, droughts=DROUGHTS, **kwargs)

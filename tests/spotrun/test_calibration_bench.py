@@ -52,3 +52,16 @@ def test_recorded_waits_give_each_recordings_estimate_its_own_mean_wait_beside_i
     spec = trace_spec(plan, rec, "recorded")
     assert spec.mean_wait_s == pytest.approx(2 * h) and spec.interruptions_per_hour == recorded_rate(rec) == 0.5
     assert spec.fitted
+
+
+def test_unavailable_counts_the_hours_without_capacity_and_the_longest_wait_in_the_first_d_hours():
+    """Windows [1 h, 3 h) and [10 h, inf) over the first 12 h: 1 h + 7 h without capacity, the longest 7 h; a wait
+    cut by the end counts up to it; a trace with no window in the first D is all waiting."""
+    from benchmarks.calibration_bench import unavailable, weighted_quantile
+    h = 3600.0
+    assert unavailable([(h, 3 * h), (10 * h, math.inf)], 12 * h) == pytest.approx((8.0, 7.0))
+    assert unavailable([(0.0, 2 * h), (20 * h, math.inf)], 12 * h) == pytest.approx((10.0, 10.0))
+    assert unavailable([(30 * h, math.inf)], 12 * h) == pytest.approx((12.0, 12.0))
+    # weights count as repeated values: 1 (weight 9) and 5 (weight 1): the P90 is 1, the P95 5
+    assert weighted_quantile([(5.0, 1.0), (1.0, 9.0)], 0.9) == 1.0
+    assert weighted_quantile([(5.0, 1.0), (1.0, 9.0)], 0.95) == 5.0
