@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -52,6 +53,9 @@ from .exits import Exit, fail, for_status
 N_RANGE = (1, 100_000)  # 100,000 traces of every candidate is minutes and ~1 GB here; more is a mistake
 DROUGHTS_MAX = 24.0  # droughts per day: each lasts hours, so more than one an hour is no trace to study
 PROGRESS_AFTER_S = 2.0
+JOBS_RANGE = (1, 64)
+JOBS_DEFAULT_MAX = 8  # the default --jobs: the machine's CPUs, at most this many
+POOL_AFTER_WINDOWS = 20_000  # by default a study of fewer windows runs in the command's process (no pool to start)
 
 
 class Progress:
@@ -115,6 +119,9 @@ def register(sub) -> None:
     sim.add_argument("--out", type=Path, default=Path("simulate-output"), help="where simulate.json, simulate.txt "
                      "and simulate.png go (default ./simulate-output)")
     sim.add_argument("--no-optimum", action="store_true", help="skip the exact offline optimum")
+    sim.add_argument("--jobs", type=int, help=f"processes the policies and the optimum run in, {JOBS_RANGE[0]} to "
+                     f"{JOBS_RANGE[1]} (the same report; default: the machine's CPUs, at most {JOBS_DEFAULT_MAX}, "
+                     f"once the traces hold over {POOL_AFTER_WINDOWS:,} windows, else 1: in the command's process)")
     sim.add_argument("--plot", action="store_true", help="also draw simulate.png (matplotlib: a second or more)")
     sim.add_argument("--format", choices=["text", "json"], default="text")
     sim.set_defaults(func=simulate_command)
@@ -229,10 +236,23 @@ def read_items(path: Path) -> list[dict]:
     return [{k: plain(v) for k, v in item.items()} for item in items if isinstance(item, dict)]
 
 
+def jobs(given: int | None, traces: list) -> int:
+    """The processes the study runs in: --jobs, else the machine's CPUs (at most JOBS_DEFAULT_MAX) for a study
+    of over POOL_AFTER_WINDOWS windows, else 1 (starting processes would cost more than they save)."""
+    if given is not None:
+        return given
+    if sum(len(t) for t in traces) <= POOL_AFTER_WINDOWS:
+        return 1
+    return max(1, min(JOBS_DEFAULT_MAX, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                      else os.cpu_count() or 1))
+
+
 def bad_argument(args: argparse.Namespace) -> tuple[str, str] | None:
     """(flag, one line) for a flag value simulate cannot use, checked before the run is read; None when all are."""
     if not N_RANGE[0] <= args.n <= N_RANGE[1]:
         return "--n", f"--n={args.n} is invalid: expected an integer from {N_RANGE[0]} to {N_RANGE[1]:,}"
+    if args.jobs is not None and not JOBS_RANGE[0] <= args.jobs <= JOBS_RANGE[1]:
+        return "--jobs", f"--jobs={args.jobs} is invalid: expected an integer from {JOBS_RANGE[0]} to {JOBS_RANGE[1]}"
     if args.droughts is not None and not 0 <= args.droughts <= DROUGHTS_MAX:
         return "--droughts", (f"--droughts={args.droughts:g} is invalid: expected a number of droughts per day from "
                                f"0 to {DROUGHTS_MAX:g} (each lasts 6-80 h)")
@@ -307,7 +327,7 @@ def simulate_command(args: argparse.Namespace) -> int:
                     f"{'it is a file' if args.out.is_file() else exc.strerror or exc}", "--out")
     report = study(plan, traces, chosen, optimum=not args.no_optimum and run.compute.spot and not one_schedule,
                    source=source, cap_usd=run.max_usd, progress=Progress(),
-                   finish=finish_caps(est), plan_of=policy_plans(run, est, plan))
+                   finish=finish_caps(est), plan_of=policy_plans(run, est, plan), workers=jobs(args.jobs, traces))
     report["run"] = run.name
     if left_out:
         report["traces_left_out"] = [{"file": str(x.path), "reason": x.reason} for x in left_out]

@@ -159,8 +159,14 @@ def poll_wait(job_age_s: float, recheck_s: float, *, poll_s: float, max_poll_s: 
     """Seconds to the next poll: the next age on the guard's grid (`poll_grid`) at least poll_s away, or the
     policy's recheck if sooner (never below poll_s). The guard also cuts it to the time the cost cap leaves
     (spotrun/pipeline/guard.py)."""
-    grid, _ = grid_at_or_after(job_age_s + poll_s, poll_s, max_poll_s)
-    return min(grid - job_age_s, _recheck_wait(recheck_s, poll_s))
+    return wait_on_grid(poll_grid(poll_s, max_poll_s), job_age_s, recheck_s, poll_s, max_poll_s)
+
+
+def wait_on_grid(grid: tuple[float, ...], job_age_s: float, recheck_s: float, poll_s: float,
+                 max_poll_s: float) -> float:
+    """`poll_wait` with the grid given (`poll_grid(poll_s, max_poll_s)`): for a loop over many polls."""
+    at, _ = _at_or_after(grid, job_age_s + poll_s, max_poll_s)
+    return min(at - job_age_s, _recheck_wait(recheck_s, poll_s))
 
 
 def _recheck_wait(recheck_s: float, poll_s: float) -> float:

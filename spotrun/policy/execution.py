@@ -74,8 +74,9 @@ from .decision import (
     committed_progress_s,
     decide,
     first_poll_at,
-    poll_wait,
+    poll_grid,
     sentinel_room_s,
+    wait_on_grid,
 )
 from .engine import INF, SimPlan, Tally, periodic_interval
 
@@ -371,10 +372,17 @@ class Run:
         """The guard's spent money at a poll at `t` where `job` has billed `billed_s` seconds (it need not have
         ended): the other jobs' exact bills with their warm pools (spotrun/pipeline/guard.py `job_cost`), the job's
         bound at on-demand rates (its warm pool with it) and a live sentinel's bound at on-demand rates."""
-        p, od = self.plan, self.plan.on_demand_usd_per_h / 3600
-        own = (p.spot_usd_per_h if job.market is Market.SPOT else p.on_demand_usd_per_h) / 3600
-        warm = cap.costs.warm_pool_s * sum(1 for j in self.jobs if j.market is Market.ON_DEMAND)
-        return self.billed_usd() - job.billed * own + (billed_s + warm + self.sentinel_billed(t)) * od
+        od = self.plan.on_demand_usd_per_h / 3600
+        return self.billed_usd() - job.billed * self._own_usd_per_s(job) + \
+            (billed_s + self._warm_s(cap) + self.sentinel_billed(t)) * od
+
+    def _own_usd_per_s(self, job: Job) -> float:
+        p = self.plan
+        return (p.spot_usd_per_h if job.market is Market.SPOT else p.on_demand_usd_per_h) / 3600
+
+    def _warm_s(self, cap: Cap) -> float:
+        """The warm pools' seconds the guard counts: one per on-demand job."""
+        return cap.costs.warm_pool_s * sum(1 for j in self.jobs if j.market is Market.ON_DEMAND)
 
     def ended_spent(self, cap: Cap, now: float) -> float:
         """The guard's spent money at the poll that found the run's last job ended: the jobs' exact bills with their
@@ -401,9 +409,16 @@ class Run:
             self.polls += polls - 1
             return at
         t, n, cut = now, 0, False
+        # `guard_spent`'s and `poll_wait`'s parts that no poll of the loop changes, taken out of it (the same
+        # arithmetic in the same order: the same floats); a long run near its cap polls here thousands of times
+        od = p.on_demand_usd_per_h / 3600
+        others = self.billed_usd() - job.billed * self._own_usd_per_s(job)
+        warm = self._warm_s(cap)
+        grid_ages, sentinel = poll_grid(p.poll_s, p.max_poll_s), self.sentinel_at is not None
         for _ in range(1_000_000):
-            spent = self.guard_spent(cap, job, t, billed_s + (t - now) if running else billed_s)
-            grid = poll_wait(math.floor(t - job.created), recheck_at - t, poll_s=p.poll_s, max_poll_s=p.max_poll_s)
+            billed = billed_s + (t - now) if running else billed_s
+            spent = others + (billed + warm + (self.sentinel_billed(t) if sentinel else 0.0)) * od
+            grid = wait_on_grid(grid_ages, math.floor(t - job.created), recheck_at - t, p.poll_s, p.max_poll_s)
             left = cap_wait_s(cap_usd=cap.cap_usd, spent_usd=spent, usd_per_s=usd_per_s)
             cut = cut or left < grid
             t += int(max(p.poll_s, min(grid, left)))

@@ -69,44 +69,61 @@ class Optimum:
 def pareto(pieces: list[Piece], po: float) -> list[Piece]:
     """The states of the pieces that no other state beats on both slack and cost, as disjoint pieces sorted by
     sigma: a sweep over the pieces' ends with a heap of the open ones (least J first) and the least cost of
-    everything to the left (`left`)."""
+    everything to the left (`left`). The hot loop of the program: `_append`, `max` and `min` are written out
+    inline (the same comparisons, so the same floats)."""
     if not pieces:
         return []
     cuts = sorted({p[0] for p in pieces} | {p[1] for p in pieces})
-    by_lo = sorted(pieces)
+    # by sigma_lo only: the heap's top is its least (J, sigma_hi) whatever the order the ties were pushed in
+    by_lo = sorted(pieces, key=_lo)
+    push, pop = heapq.heappush, heapq.heappop
     heap: list[tuple[float, float]] = []  # (J, sigma_hi)
     out: list[Piece] = []
-    left, i = INF, 0
+    left, i, total, last = INF, 0, len(by_lo), len(cuts) - 1
     for n, c in enumerate(cuts):
-        while i < len(by_lo) and by_lo[i][0] <= c:
-            heapq.heappush(heap, (by_lo[i][2], by_lo[i][1]))
+        while i < total and by_lo[i][0] <= c:
+            lo, hi, j = by_lo[i]
+            push(heap, (j, hi))
             i += 1
         while heap and heap[0][1] < c:
-            heapq.heappop(heap)
+            pop(heap)
         if not heap:
             continue
-        at_c = heap[0][0] - po * c
-        if at_c < left:
-            _append(out, (c, c, heap[0][0]))
-            left = at_c
-        nxt = cuts[n + 1] if n + 1 < len(cuts) else None
-        while heap and heap[0][1] <= c:  # pieces ending here do not reach the next cut
-            heapq.heappop(heap)
-        if nxt is None or not heap:
-            continue
         j = heap[0][0]
-        start = max(c, (j - left) / po) if left < INF else c
+        at_c = j - po * c
+        if at_c < left:
+            if out and out[-1][2] == j and out[-1][1] >= c:  # _append
+                prev = out[-1]
+                out[-1] = (prev[0], c if c > prev[1] else prev[1], j)
+            else:
+                out.append((c, c, j))
+            left = at_c
+        while heap and heap[0][1] <= c:  # pieces ending here do not reach the next cut
+            pop(heap)
+        if n == last or not heap:
+            continue
+        nxt = cuts[n + 1]
+        j = heap[0][0]
+        if left < INF:
+            start = (j - left) / po
+            if not start > c:
+                start = c
+        else:
+            start = c
         if start < nxt:
-            _append(out, (start, nxt, j))
-            left = min(left, j - po * nxt)
+            if out and out[-1][2] == j and out[-1][1] >= start:  # _append
+                prev = out[-1]
+                out[-1] = (prev[0], nxt if nxt > prev[1] else prev[1], j)
+            else:
+                out.append((start, nxt, j))
+            at_nxt = j - po * nxt
+            if at_nxt < left:
+                left = at_nxt
     return out
 
 
-def _append(out: list[Piece], piece: Piece) -> None:
-    if out and out[-1][2] == piece[2] and out[-1][1] >= piece[0]:
-        out[-1] = (out[-1][0], max(out[-1][1], piece[1]), piece[2])
-    else:
-        out.append(piece)
+def _lo(piece: Piece) -> float:
+    return piece[0]
 
 
 class _Solver:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import Executor, ProcessPoolExecutor
+from contextlib import nullcontext
 from pathlib import Path
 
 from ..contract.spec import deadline_hours_text
@@ -22,18 +24,34 @@ from .optimum import solve
 def study(plan: SimPlan, traces: list, candidates: list[tuple[str, str]], *, optimum: bool = True,
           source: str = "", choose_on: list | None = None, cap_usd: float | None = None,
           progress: Callable[[str, int, int], None] | None = None, finish: dict[str, float] | None = None,
-          plan_of: Callable[[str], SimPlan] | None = None) -> dict:
+          plan_of: Callable[[str], SimPlan] | None = None, workers: int = 1) -> dict:
     """Rows per policy, the chosen one and why, the offline optimum's mean/P50/P95 and the seconds it took.
     `choose_on`: other traces to choose on (the rows are then out of sample), else these. `progress(what, done,
     total)` is called as the policies and the optimum go through the traces. `finish`: the caps rows need to
     finish uninterrupted (spotrun/policy/choose.py `finish_caps`), left out under them as the estimate does.
     `plan_of(policy)`: the plan each policy is executed on (spotrun/policy/choose.py `policy_plans`: the
     estimate's), else `plan`. A plan with `cap_usd` executes every policy at the cap as the cost guard holds it;
-    the optimum knows no cap (spotrun/policy/optimum.py), which its row then says (`optimum_summary`)."""
-    t0 = time.perf_counter()
-    rows = _rows(plan, traces, candidates, progress, cap_usd, plan_of)
-    seconds = time.perf_counter() - t0
-    chosen_on = _rows(plan, choose_on, candidates, None, cap_usd, plan_of) if choose_on else rows
+    the optimum knows no cap (spotrun/policy/optimum.py), which its row then says (`optimum_summary`).
+    `workers` > 1: the candidates and the optimum's traces go to that many processes (`worker_pool`; the same
+    report, each trace's result being its own)."""
+    with worker_pool(workers) as pool:
+        t0 = time.perf_counter()
+        executing = _executing(plan, traces, candidates, cap_usd, plan_of, pool)
+        solving = _solving(plan, traces, pool) if optimum else None  # queued behind the rows: no idle process
+        rows = _rows(executing, candidates, progress)
+        seconds = time.perf_counter() - t0
+        chosen_on = rows
+        if choose_on:
+            chosen_on = _rows(_executing(plan, choose_on, candidates, cap_usd, plan_of, pool), candidates, None)
+        report = _report(plan, traces, rows, chosen_on, source, choose_on, cap_usd, finish, seconds)
+        if optimum:
+            report["optimum"] = optimum_summary(plan, traces, progress, solving=solving)
+    return report
+
+
+def _report(plan: SimPlan, traces: list, rows: list, chosen_on: list, source: str, choose_on: list | None,
+            cap_usd: float | None, finish: dict[str, float] | None, seconds: float) -> dict:
+    """`study`'s report less the optimum."""
     best, why = choose(plan, chosen_on, cap_usd=cap_usd, finish=finish)
     if choose_on:
         why += f" ({len(choose_on)} other traces)"
@@ -46,36 +64,64 @@ def study(plan: SimPlan, traces: list, candidates: list[tuple[str, str]], *, opt
            "left_out_finish_caps": short_of_finish(rows, cap_usd, finish),
            # the cap shaped some policy's run on some trace (Summary.capped): the rows are not the run without it
            "cap_binds": any(r.capped for r in rows)}
-    if optimum:
-        out["optimum"] = optimum_summary(plan, traces, progress)
     return out
 
 
-def _rows(plan: SimPlan, traces: list, candidates: list[tuple[str, str]],
-          progress: Callable[[str, int, int], None] | None, cap_usd: float | None,
-          plan_of: Callable[[str], SimPlan] | None) -> list:
-    """`compare` of every candidate on its own plan (`plan_of`), in the candidates' order."""
-    if plan_of is None:
-        return compare(plan, traces, candidates, progress, cap_usd=cap_usd)
+def worker_pool(workers: int):
+    """A pool of `workers` processes for `study` (a context manager), or none (`nullcontext`) for one: the
+    command line's, never the Lambda's (no /dev/shm there for multiprocessing's locks)."""
+    return ProcessPoolExecutor(workers) if workers > 1 else nullcontext()
+
+
+def _executing(plan: SimPlan, traces: list, candidates: list[tuple[str, str]], cap_usd: float | None,
+               plan_of: Callable[[str], SimPlan] | None, pool: Executor | None) -> Iterator[list]:
+    """`compare` of every candidate on its own plan (`plan_of`, else `plan`), one list of rows each, in the
+    candidates' order: lazily, or each candidate queued at once in a process of the `pool`."""
+    plans = [plan if plan_of is None else plan_of(candidate[0]) for candidate in candidates]
+    if pool is None:
+        return (compare(p, traces, [c], cap_usd=cap_usd) for p, c in zip(plans, candidates, strict=True))
+    n = len(candidates)
+    return pool.map(compare, plans, [traces] * n, [[c] for c in candidates], [None] * n, [cap_usd] * n)
+
+
+def _rows(executing: Iterator[list], candidates: list, progress: Callable[[str, int, int], None] | None) -> list:
+    """The rows `_executing` gives, `progress` called after each candidate."""
     rows = []
-    for done, candidate in enumerate(candidates, 1):
-        rows += compare(plan_of(candidate[0]), traces, [candidate], cap_usd=cap_usd)
+    for done, row in enumerate(executing, 1):
+        rows += row
         if progress:
             progress("policies", done, len(candidates))
     return rows
 
 
-def optimum_summary(plan: SimPlan, traces: list, progress: Callable[[str, int, int], None] | None = None) -> dict:
+OPTIMUM_CHUNK = 20  # traces a process of the pool solves at a time
+
+
+def _solve_all(plan: SimPlan, traces: list) -> list:
+    return [solve(plan, trace) for trace in traces]
+
+
+def _solving(plan: SimPlan, traces: list, pool: Executor | None) -> Iterator[list]:
+    """Each trace's `solve` in order, in lists: lazily one by one, or OPTIMUM_CHUNK at a time queued at once in
+    the processes of the `pool`."""
+    if pool is None:
+        return ([solve(plan, trace)] for trace in traces)
+    chunks = [traces[i:i + OPTIMUM_CHUNK] for i in range(0, len(traces), OPTIMUM_CHUNK)]
+    return pool.map(_solve_all, [plan] * len(chunks), chunks)
+
+
+def optimum_summary(plan: SimPlan, traces: list, progress: Callable[[str, int, int], None] | None = None, *,
+                    solving: Iterator[list] | None = None) -> dict:
     """The exact optimum over the traces: mean/P50/P95 over those where the deadline can be met, how many can,
     and whether every one was exact (spotrun/policy/optimum.py). It knows no cap: with the plan's `cap_usd`,
     `over_cap` counts the traces whose optimal schedule bills more than the cap (a schedule the guard would end
-    at it), None without a cap."""
+    at it), None without a cap. `solving`: the traces' solutions under way (`_solving`), else solved here."""
     t0 = time.perf_counter()
     results = []
-    for n, trace in enumerate(traces, 1):
-        results.append(solve(plan, trace))
+    for chunk in solving if solving is not None else _solving(plan, traces, None):
+        results += chunk
         if progress:
-            progress("exact optimum", n, len(traces))
+            progress("exact optimum", len(results), len(traces))
     feasible = sorted(r.usd for r in results if r.usd is not None)
     return {"mean_usd": sum(feasible) / len(feasible) if feasible else float("nan"),
             "p50_usd": quantile(feasible, 0.5), "p95_usd": quantile(feasible, 0.95),

@@ -1060,3 +1060,44 @@ def test_simulate_on_recordings_says_where_the_estimates_cap_to_set_is_not_borne
                               "generated traces"), said
     here, said = lines["plenty"]
     assert here >= told - 0.01 and not said, lines
+
+
+
+def test_the_study_in_processes_is_the_study_in_one_figure_for_figure():
+    """Issue 26 item 5: a long run with a deadline took minutes in `spotrun simulate`; its policies and its
+    optimum now go to processes (`--jobs`). The report is the one process's, figure for figure (less the seconds
+    it took): here a 60-hour run with a 90-hour deadline (every deadline policy, the on-demand policy on a plan of
+    its own, the optimum over its traces in two chunks of the pool and a part), each row's share within a cap."""
+    from spotrun.policy.choose import candidates
+    from spotrun.policy.report import OPTIMUM_CHUNK, study
+
+    plan = _plan(work_s=60 * H, deadline_s=90 * H, max_wait_s=90 * H, max_runtime_s=90 * H)
+    on_demand = dataclasses.replace(plan, max_wait_s=0.0)
+    traces = generated_traces(TraceSpec(0.2, 90 * H, mean_wait_s=1800.0), 2 * OPTIMUM_CHUNK + 3, seed=4)
+    reports = []
+    for workers in (1, 2):
+        report = study(plan, traces, candidates(plan), cap_usd=35.0, workers=workers,
+                       plan_of=lambda p: on_demand if p == "on_demand" else plan)
+        report.pop("simulate_seconds")
+        report["optimum"].pop("seconds")
+        reports.append(report)
+    one, two = reports
+    assert len(one["policies"]) >= 8 and one["optimum"]["mean_usd"] > 0
+    assert len({r["p_within_cap"] for r in one["policies"]}) > 1  # the cap leaves some rows more runs than others
+    assert json.dumps(one) == json.dumps(two)
+
+
+def test_simulate_takes_jobs_in_a_range_and_by_default_one_process_for_few_windows(tmp_path, capsys):
+    from spotrun.cli.main import main
+    from spotrun.cli.simulate import JOBS_DEFAULT_MAX, POOL_AFTER_WINDOWS, jobs
+
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps(RUN))
+    for bad in ("0", "65"):
+        assert main(["simulate", str(run), "--jobs", bad, "--out", str(tmp_path / "o")]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: InvalidArguments: --jobs={bad} is invalid: expected an integer from 1 to "
+                              "64") and err.count("\n") == 1, err
+    few = [[(0.0, 1.0)] * 10] * (POOL_AFTER_WINDOWS // 10)
+    assert jobs(None, few) == 1 and jobs(3, few) == 3
+    assert 1 <= jobs(None, few + [[(0.0, 1.0)]]) <= JOBS_DEFAULT_MAX
