@@ -432,7 +432,7 @@ class LayoutRanker:
         row = next(r for r in choice.section.policies if r["label"] == choice.section.chosen)
         p = row["p_deadline"]
         return LayoutBill(policy=choice.section.chosen, mean_usd=row["mean_usd"], p_deadline=p,
-                          meets=p is None or p >= CONFIDENCE)
+                          meets=p is None or p >= CONFIDENCE, p95_usd=row.get("p95_usd"))
 
 
 def cents_up(usd: float) -> float:
