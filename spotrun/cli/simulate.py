@@ -187,11 +187,17 @@ def traces_for(plan, est, args) -> tuple[list, str, list[LeftOut]]:
     if args.interruptions:
         where = f"--interruptions={as_typed(str(args.interruptions))}"
         try:
-            gaps = interruption_gaps(read_items(args.interruptions))
+            items = read_items(args.interruptions)
+            gaps = interruption_gaps(items)
+            if not gaps:
+                raise ValueError(no_gaps_text(items))
             traces = resampled_traces(gaps, args.n, horizon, seed=args.seed)
         except ValueError as exc:
             raise BadTraceInput("--interruptions", f"{where}: {exc}") from None
-        return (traces, f"resampled from {len(gaps)} recorded gap{'s' * (len(gaps) != 1)} between interruptions", [])
+        few = (f"; only {len(gaps)}: every trace repeats {'it' if len(gaps) == 1 else 'them'}, so the odds say "
+               "little until more runs are recorded") if len(gaps) < FEW_GAPS else ""
+        return (traces, f"resampled from {len(gaps)} recorded gap{'s' * (len(gaps) != 1)} between interruptions"
+                f"{few}", [])
     rate = advisor_rate(args.band, est.instance_count) if args.band else est.interruptions_per_hour
     band = f"Advisor band {args.band}: " if args.band else ""
     if args.droughts is None:  # the estimate's mean wait (recorded or the run's) goes with its rate, not a band's
@@ -204,6 +210,22 @@ def traces_for(plan, est, args) -> tuple[list, str, list[LeftOut]]:
     return (generated_traces(spec, args.n, args.seed),
             f"generated (synthetic): {band}{rate:.3g} interruptions per job-hour, {spec.burst_p:.0%} in bursts, "
             f"{droughts}", [])
+
+
+FEW_GAPS = 20  # recorded gaps under which simulate's source line says the odds rest on too few
+
+
+def no_gaps_text(items: list[dict]) -> str:
+    """Why an interruption table gives no gap to resample: how many items, how many interruptions (the recorder's
+    items carry kind="interruption"), how many jobs; each gap is between two interruptions of one job."""
+    kinds = [i for i in items if isinstance(i, dict) and i.get("kind") == "interruption"]
+    jobs = {i.get("pk") for i in kinds}
+    if not kinds:
+        return (f"{len(items):,} item{'s' * (len(items) != 1)}, none with kind=\"interruption\" (the interruption "
+                "recorder's items carry it, beside pk and sk): no interruption to take gaps between")
+    return (f"{len(kinds):,} interruption item{'s' * (len(kinds) != 1)} over {len(jobs):,} job"
+            f"{'s' * (len(jobs) != 1)}, none interrupted twice at different times: a gap is between two "
+            "interruptions of one job; record more runs, or generate traces from a rate")
 
 
 def read_items(path: Path) -> list[dict]:

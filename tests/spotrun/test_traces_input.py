@@ -132,6 +132,12 @@ def _run(tmp_path, **compute):
     ("obj.json", {"Items": 5}, 'the document is an object without an "Items" array'),
     ("text.json", [{"kind": "interruption", "pk": "j", "sk": "INTERRUPTED#soon"}], 'items[0] (job "j"): '
      'sk="INTERRUPTED#soon" is invalid'),
+    # a new user's items as the docs showed them, without the recorder's kind: "no recorded gaps" said nothing of it
+    ("nokind.json", [{"pk": "j", "sk": "INTERRUPTED#100"}, {"pk": "j", "sk": "INTERRUPTED#4000"}],
+     '2 items, none with kind="interruption" (the interruption recorder\'s items carry it, beside pk and sk)'),
+    ("once.json", [{"kind": "interruption", "pk": "a", "sk": "INTERRUPTED#100"},
+                   {"kind": "interruption", "pk": "b", "sk": "INTERRUPTED#200"}],
+     "2 interruption items over 2 jobs, none interrupted twice at different times"),
 ])
 def test_spotrun_simulate_refuses_a_bad_interruptions_file_in_one_line(tmp_path, capsys, name, content, expected):
     from spotrun.cli.main import main
@@ -245,3 +251,18 @@ def test_simulate_refuses_a_count_that_is_not_whole_naming_the_flag_and_value(tm
         code = exc.code
     err = capsys.readouterr().err
     assert code == 2 and err.startswith(f"error: InvalidArguments: {expected}") and err.count("\n") == 1, err
+
+
+def test_spotrun_simulate_says_when_a_few_recorded_gaps_are_all_its_traces_repeat(tmp_path, capsys):
+    """A new user: one recorded gap gave '1000 traces (resampled from 1 recorded gap ...)' with no word that every
+    trace repeats that one gap."""
+    from spotrun.cli.main import main
+
+    path = _write(tmp_path / "one.json", [{"kind": "interruption", "pk": "j", "sk": "INTERRUPTED#100"},
+                                          {"kind": "interruption", "pk": "j", "sk": "INTERRUPTED#7300"}])
+    out = tmp_path / "out"
+    assert main(["simulate", str(_run(tmp_path)), "--interruptions", str(path), "--n", "10", "--no-optimum",
+                 "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert ("resampled from 1 recorded gap between interruptions; only 1: every trace repeats it, so the odds say "
+            "little until more runs are recorded") in text, text
