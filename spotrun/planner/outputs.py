@@ -248,8 +248,11 @@ def _chosen_cost_text(section: SpotPolicy | None) -> str:
         return ""
     # a mean above the P95 is real, not an error: the costliest 5% of the traces pull the mean up (a new user read
     # 'mean $0.057, P95 $0.056' as a bug)
-    tail = (" (the mean above the P95: the costliest 5% of the traces, a long wait or a missed deadline, pull it up)"
-            if row["mean_usd"] > row["p95_usd"] else "")
+    # a new user read 'mean $0.26, P95 $0.26 (the mean above the P95 ...)': said only where the printed cents
+    # differ, and a missed deadline named only where the run has one
+    missed = " or a missed deadline" if row.get("p_deadline") is not None else ""
+    tail = (f" (the mean above the P95: the costliest 5% of the traces, a long wait{missed}, pull it up)"
+            if usd(row["mean_usd"]) != usd(row["p95_usd"]) and row["mean_usd"] > row["p95_usd"] else "")
     return (f"; as the chosen spot policy runs it ({section.chosen}), simulated: mean {usd(row['mean_usd'])}, "
             f"P95 {usd(row['p95_usd'])}{tail}")
 
