@@ -120,7 +120,8 @@ def plan(run_raw: Any, execution: str, settings: PipelineSettings, *, s3_client:
                 over_budget = exc
             else:
                 est = with_spot_policy(done.run, done.estimate, admitted.catalog, poll_s=settings.poll_seconds,
-                                       max_poll_s=max(settings.poll_seconds, settings.max_poll_seconds))
+                                       max_poll_s=max(settings.poll_seconds, settings.max_poll_seconds),
+                                       stage_limits={settings.stage or "?": settings.max_usd_per_run})
         # before a preparation job too, so that it bills nothing for a run these refuse; and before an over-budget
         # refusal, on the planner's estimate
         check_before_creating(inputs.run, quotas_client, execution_status,

@@ -250,8 +250,11 @@ def _chosen_cost_text(section: SpotPolicy | None) -> str:
     # 'mean $0.057, P95 $0.056' as a bug)
     tail = (" (the mean above the P95: the costliest 5% of the traces, a long wait or a missed deadline, pull it up)"
             if row["mean_usd"] > row["p95_usd"] else "")
+    # at a cap that ends runs unfinished the mean counts their bills as if they had finished (a new user's trial)
+    ended = (f"; {row['p_finished']:.1%} of the simulated runs finish: the mean and P95 count the runs the cap ends "
+             "unfinished at what they billed" if row["p_finished"] < 1.0 else "")
     return (f"; as the chosen spot policy runs it ({section.chosen}), simulated: mean {usd(row['mean_usd'])}, "
-            f"P95 {usd(row['p95_usd'])}{tail}")
+            f"P95 {usd(row['p95_usd'])}{tail}{ended}")
 
 
 def _cost_text(est: Estimate) -> str:

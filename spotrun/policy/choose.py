@@ -815,12 +815,15 @@ def policy_text(section: SpotPolicy | None) -> str:
     if not section:
         return ""
     left_out = set(section.left_out)
+    # without a deadline the odds column is the share that finishes (at a cap that binds, the cap ends the rest)
+    deadline = any(r["p_deadline"] is not None for r in section.policies)
+    odds = "P(deadline)" if deadline else "P(finished)"
     lines = [f"spot policy: {section.chosen} ({section.why}; {section.traces} traces, {section.trace_source})",
              "  each policy's bill simulated on these traces as the cost guard runs it (the cost line is the "
              "planner's one expected bill):",
-             f"  {'policy':<30} {'mean $':>10} {'P50 $':>10} {'P95 $':>10} {'P(deadline)':>11} {'lost h':>7}"]
+             f"  {'policy':<30} {'mean $':>10} {'P50 $':>10} {'P95 $':>10} {odds:>11} {'lost h':>7}"]
     for r in section.policies:
-        met = "-" if r["p_deadline"] is None else f"{r['p_deadline']:.1%}"
+        met = f"{r['p_finished']:.1%}" if not deadline else "-" if r["p_deadline"] is None else f"{r['p_deadline']:.1%}"
         mark = "*" if r["label"] == section.chosen else " "
         out = left_out_mark(r["label"], left_out, section.left_out_finish_caps)
         lines.append(f"{mark} {r['label']:<30} {r['mean_usd']:>10,.2f} {r['p50_usd']:>10,.2f} {r['p95_usd']:>10,.2f} "
