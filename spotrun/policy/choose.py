@@ -443,14 +443,15 @@ def spot_policy_at_caps(run, est, catalog: dict, *, poll_s: float = 60.0, max_po
     alone_finish = functools.cache(lambda: _finish_cap(est, alone(), poll_s))
     named: list[float] = []  # the deadline warning's cap, when it names one
     proven: list[Summary] = []  # the chosen policy's row simulated at the cap to set (`_settled_cap`)
+    to_the_cent: list[bool] = []  # whether that search ended to the cent
 
     def deadline_cap(p95: float) -> float:
         # at least the cap to set of the run as one job: one cap meets the deadline and finishes at the P95
         cap = _deadline_cap(run, est, catalog, max(p95, alone_finish()), poll, alone())
         # proven on simulations at it, and the least that holds (a cap a cent under it meets the deadline less)
-        settled, row = _settled_cap(run, est, catalog, poll, cap, alone(), least=True)
+        settled, row, exact = _settled_cap(run, est, catalog, poll, cap, alone(), least=True)
         if row is not None:
-            cap, proven[:] = settled, [row]
+            cap, proven[:], to_the_cent[:] = settled, [row], [exact]
         named.append(cap)
         return named[-1]
 
@@ -477,16 +478,17 @@ def spot_policy_at_caps(run, est, catalog: dict, *, poll_s: float = 60.0, max_po
         if kept:
             finish = kept[0]
         if not named:  # the cap to set, proven on simulations at it (with a deadline, the least that holds)
-            finish, row = _settled_cap(run, est, catalog, poll, finish, one_job,
-                                       least=run.compute.deadline_s is not None)
-            proven[:] = [] if row is None else [row]
+            finish, row, exact = _settled_cap(run, est, catalog, poll, finish, one_job,
+                                              least=run.compute.deadline_s is not None)
+            proven[:], to_the_cent[:] = ([], []) if row is None else ([row], [exact])
     section = dataclasses.replace(choice.section, p95_finish_cap_usd=finish if finish < math.inf else None,
                                   p95_finish_policy=one_job.section.chosen, p95_one_job_usd=round(one_job.p95_usd, 2),
                                   p95_one_job_on_demand_usd=round(one_job.p95_on_demand_usd, 2),
                                   p95_on_demand_finish_cap_usd=_on_demand_finish_cap(est, one_job),
                                   deadline_cap_usd=named[-1] if named else None,
                                   p95_finish_keeps_deadline=bool(kept) and not proven,
-                                  cap_to_set_row=_rounded(proven[-1]) if proven else None)
+                                  cap_to_set_row=_rounded(proven[-1]) if proven else None,
+                                  cap_to_set_least=bool(to_the_cent and to_the_cent[-1]))
     section = _one_job_beside(est, section)
     own = [missed if w == choice.missed else w for w in choice.warnings]
     return CappedChoice(section, (*_fallback_over_cap(run, est, section), *own,
@@ -545,7 +547,11 @@ def _deadline_odds_kept(run, est, catalog: dict, finish: float, poll: dict, one_
 
 
 FINISH_SHARE = 0.95  # without a deadline, the cap to set finishes the chosen policy's run on this share of traces
-CAP_RAISES = 6  # raises of the named cap (each doubling its gap over the P95 bill) tried when it does not hold
+CAP_RAISES = 8  # raises of the named cap (by 1% of it, 2%, 4%, ...) tried when it does not hold
+# the simulations of every policy the search of the cap to set runs at most (each as long as the estimate's own; the
+# chosen policy's alone, a tenth of one, are not counted): past them the least cap proven so far is named, not to
+# the cent (the estimate Lambda's 60 s: a 28-day run took 56 s of CPU with 25 of them)
+FULL_SEARCH_SIMULATIONS = 8
 
 
 def _needed(one_row: dict, deadline: bool) -> tuple[str, float]:
@@ -557,9 +563,9 @@ def _needed(one_row: dict, deadline: bool) -> tuple[str, float]:
 
 
 def _settled_cap(run, est, catalog: dict, poll: dict, cap: float, one_job: PolicyChoice,
-                 least: bool) -> tuple[float, Summary | None]:
-    """The cap to set, proven on simulations at it: (the cap, the chosen policy's row simulated at it; None where
-    none was simulated: no chain to plan a cap on, or no cap tried held).
+                 least: bool) -> tuple[float, Summary | None, bool]:
+    """The cap to set, proven on simulations at it: (the cap, the chosen policy's row simulated at it, None where
+    none was simulated: no chain to plan a cap on, or no cap tried held; whether it is the least to the cent).
 
     A cap holds when the estimate, simulated at it (`spot_policy`), chooses the policy chosen for the run as one
     job (`one_job`) and that policy keeps its odds there (`_needed`): the run at the cap is the run simulated, its
@@ -570,7 +576,7 @@ def _settled_cap(run, est, catalog: dict, poll: dict, cap: float, one_job: Polic
     for odds its shorter chain met). The search bisects on the chosen policy's row alone (one simulation a step);
     the cap it ends on is checked on every policy's, and bisected further up on them where the choice moved."""
     if cap == math.inf or not est.segments.chain_costs:
-        return cap, None
+        return cap, None, False
     label, deadline = one_job.section.chosen, run.compute.deadline_s is not None
     one_row = next(r for r in one_job.section.policies if r["label"] == label)
     key, need = _needed(one_row, deadline)
@@ -589,46 +595,55 @@ def _settled_cap(run, est, catalog: dict, poll: dict, cap: float, one_job: Polic
         row = row_at(at)
         return row if getattr(row, key) >= need and row.mean_usd <= rival else None
 
+    full = [0]  # the simulations of every policy the search ran (FULL_SEARCH_SIMULATIONS at most)
+
     def holds(at: float) -> Summary | None:  # where the estimate chooses it and it keeps the odds
+        full[0] += 1
         if spot_policy(*_at_cap(run, est, at), catalog, **poll).section.chosen != label:
             return None
         row = row_at(at)  # the same executions, reused
         return row if getattr(row, key) >= need else None
 
+    def more() -> bool:
+        return full[0] < FULL_SEARCH_SIMULATIONS
+
     low = cents_up(one_job.p95_usd)  # under the P95 bill the cap ends more than 5% of the runs unfinished
     high, top = cents_up(cap), holds(cents_up(cap))
     tries = 0
     while top is None and tries < CAP_RAISES:  # raised until it holds
-        low, high = high, cents_up(high + (high - cents_up(one_job.p95_usd) + 0.01) * 2 ** tries)
+        step = 0.01 * high * 2 ** tries
+        low, high = high, cents_up(high + step)
         top, tries = holds(high), tries + 1
     if top is None:
-        return cap, None
+        return cap, None, False
     if not least:  # from the P95 finish cap up: the least that holds over it
-        return (high, top) if not tries else _bisect(low, high, top, holds)
+        return (high, top, True) if not tries else _bisect(low, high, top, holds, more)
     proven, proven_row = high, top  # the estimate chooses the policy there, and it keeps its odds
     if row_holds(low) is not None:
         high = low
     else:
         high = _bisect(low, high, top, row_holds)[0]
     if high == proven:
-        return proven, proven_row
-    checked = holds(high)
+        return proven, proven_row, True
+    checked = holds(high) if more() else None
     if checked is None:  # the choice moved at the least cap the row alone allows: bisected on every policy's
-        return _bisect(high, proven, proven_row, holds)
-    return high, checked
+        return _bisect(high, proven, proven_row, holds, more)
+    return high, checked, True
 
 
-def _bisect(fails: float, holds_at: float, row: Summary, holds: Callable[[float], Summary | None]) -> tuple:
-    """The least cap, to the cent, in (fails, holds_at] at which `holds`, by bisection: (the cap, its row)."""
+def _bisect(fails: float, holds_at: float, row: Summary, holds: Callable[[float], Summary | None],
+            more: Callable[[], bool] = lambda: True) -> tuple[float, Summary, bool]:
+    """The least cap, to the cent, in (fails, holds_at] at which `holds`, by bisection while `more()` allows:
+    (the cap, its row, whether it is to the cent)."""
     lo, hi = round(fails * 100), round(holds_at * 100)
-    while hi - lo > 1:
+    while hi - lo > 1 and more():
         mid = (lo + hi) // 2
         there = holds(mid / 100)
         if there is None:
             lo = mid
         else:
             hi, row = mid, there
-    return hi / 100, row
+    return hi / 100, row, hi - lo <= 1
 
 
 def _finish_cap(est, one_job: PolicyChoice, poll_s: float, also: str = "") -> float:
@@ -832,6 +847,11 @@ def policy_text(section: SpotPolicy | None) -> str:
     return "\n".join(lines + settings_lines(section))
 
 
+def _least_text(section: SpotPolicy) -> str:
+    return ("the least cap, to the cent," if section.cap_to_set_least else
+            f"the least cap found in {FULL_SEARCH_SIMULATIONS} simulations of every policy (a smaller one may hold)")
+
+
 def _proven_text(section: SpotPolicy) -> str:
     """What the simulation at the cap to set showed of the chosen policy (`cap_to_set_row`)."""
     row = section.cap_to_set_row
@@ -848,7 +868,7 @@ def settings_lines(section: SpotPolicy) -> list[str]:
     table, `spotrun simulate` under its own: the same run says the same."""
     lines = [sentinel_text(section)]
     if section.deadline_cap_usd is not None and section.cap_to_set_row is not None:  # searched on simulations
-        lines.append(f"  the cap to set: ${section.deadline_cap_usd:,.2f} or more: the least cap, to the cent, at "
+        lines.append(f"  the cap to set: ${section.deadline_cap_usd:,.2f} or more: {_least_text(section)} at "
                      f"which the estimate simulated at it chooses {section.cap_to_set_row['label']} and "
                      f"{_proven_text(section)} (the deadline warning's cap)")
     elif section.deadline_cap_usd is not None:  # the deadline warning's cap, at least the finish cap
@@ -857,7 +877,7 @@ def settings_lines(section: SpotPolicy) -> list[str]:
                      f"{section.p95_finish_policy}'s P95 finishes (its P95 finish cap: "
                      f"${section.p95_finish_cap_usd:,.2f})")
     elif section.cap_to_set_row is not None and section.confidence is not None:  # searched on simulations
-        lines.append(f"  the cap to set: ${section.p95_finish_cap_usd:,.2f} or more: the least cap, to the cent, at "
+        lines.append(f"  the cap to set: ${section.p95_finish_cap_usd:,.2f} or more: {_least_text(section)} at "
                      f"which the estimate simulated at it chooses {section.cap_to_set_row['label']} and "
                      f"{_proven_text(section)}")
     elif section.p95_finish_keeps_deadline:  # raised to one job: a chain's restarts lower the deadline's odds
