@@ -550,8 +550,9 @@ FINISH_SHARE = 0.95  # without a deadline, the cap to set finishes the chosen po
 CAP_RAISES = 8  # raises of the named cap (by 1% of it, 2%, 4%, ...) tried when it does not hold
 # the simulations of every policy the search of the cap to set runs at most (each as long as the estimate's own; the
 # chosen policy's alone, a tenth of one, are not counted): past them the least cap proven so far is named, not to
-# the cent (the estimate Lambda's 60 s: a 28-day run took 56 s of CPU with 25 of them)
-FULL_SEARCH_SIMULATIONS = 8
+# the cent (the estimate Lambda's 60 s: the longest run at 10 interruptions per hour, a 40-day deadline and a cap
+# that binds took 83 s of CPU with 8, 57 s with 4, under load: benchmarks/estimate_lambda_bench.py's case)
+FULL_SEARCH_SIMULATIONS = 2
 
 
 def _needed(one_row: dict, deadline: bool) -> tuple[str, float]:
@@ -571,10 +572,12 @@ def _settled_cap(run, est, catalog: dict, poll: dict, cap: float, one_job: Polic
     job (`one_job`) and that policy keeps its odds there (`_needed`): the run at the cap is the run simulated, its
     sentinel's room and the chain's restarts included (a cap named $381.31 for a $249.03 P95 left a sentinel policy
     no room beside its $376.83 on-demand job: at it the estimate chose another policy). `cap` (the P95 finish cap)
-    is raised while it does not hold; with `least` (a deadline), the cap is then searched down to the cent, to the
-    least that holds, from the P95 bill (a chain's restarts can cost no odds: a long run was told 2.8x its P95 bill
-    for odds its shorter chain met). The search bisects on the chosen policy's row alone (one simulation a step);
-    the cap it ends on is checked on every policy's, and bisected further up on them where the choice moved."""
+    is raised (1%, 2%, 4%, ... of it) while it does not hold, then bisected to the cent; with `least` (a deadline)
+    the cap is searched down to the cent from the P95 bill (a chain's restarts can cost no odds: a long run was told
+    2.8x its P95 bill for odds its shorter chain met). The search runs on the chosen policy's row alone (one
+    simulation of one policy a step: `row_holds`, its odds kept and its mean no more than the cheapest other's that
+    keeps them as one job); the cap it ends on is checked on every policy's, and raised then bisected on them where
+    the choice moved, in FULL_SEARCH_SIMULATIONS at most (else the least proven so far: not to the cent)."""
     if cap == math.inf or not est.segments.chain_costs:
         return cap, None, False
     label, deadline = one_job.section.chosen, run.compute.deadline_s is not None
@@ -585,8 +588,11 @@ def _settled_cap(run, est, catalog: dict, poll: dict, cap: float, one_job: Polic
 
     # the policy stays the choice where it keeps the odds and costs no more in the mean than the cheapest other
     # that keeps them as one job (a cap ends runs unfinished, which then miss: a cap raises no other's odds)
+    # (with a deadline; without one, a policy's mean at a cap that binds counts the runs it ends, and every
+    # other's rises with the chain's restarts as its own does)
     rival = min((r["mean_usd"] for r in one_job.section.policies
-                 if r["label"] != label and r[key] is not None and r[key] >= need), default=math.inf)
+                 if r["label"] != label and r[key] is not None and r[key] >= need), default=math.inf) \
+        if deadline else math.inf
 
     def row_at(at: float) -> Summary:  # the chosen policy's row at the cap
         return _simulated(*_at_cap(run, est, at), catalog, [candidate], **sim)[1][0]
@@ -608,27 +614,28 @@ def _settled_cap(run, est, catalog: dict, poll: dict, cap: float, one_job: Polic
         return full[0] < FULL_SEARCH_SIMULATIONS
 
     low = cents_up(one_job.p95_usd)  # under the P95 bill the cap ends more than 5% of the runs unfinished
-    high, top = cents_up(cap), holds(cents_up(cap))
+    high, top = cents_up(cap), row_holds(cents_up(cap))
     tries = 0
-    while top is None and tries < CAP_RAISES:  # raised until it holds
-        step = 0.01 * high * 2 ** tries
-        low, high = high, cents_up(high + step)
-        top, tries = holds(high), tries + 1
+    below = high
+    while top is None and tries < CAP_RAISES:  # raised on the policy's row until it holds
+        below, high = high, cents_up(high + 0.01 * high * 2 ** tries)
+        top, tries = row_holds(high), tries + 1
     if top is None:
         return cap, None, False
-    if not least:  # from the P95 finish cap up: the least that holds over it
-        return (high, top, True) if not tries else _bisect(low, high, top, holds, more)
-    proven, proven_row = high, top  # the estimate chooses the policy there, and it keeps its odds
-    if row_holds(low) is not None:
-        high = low
-    else:
-        high = _bisect(low, high, top, row_holds)[0]
-    if high == proven:
-        return proven, proven_row, True
-    checked = holds(high) if more() else None
-    if checked is None:  # the choice moved at the least cap the row alone allows: bisected on every policy's
-        return _bisect(high, proven, proven_row, holds, more)
-    return high, checked, True
+    if least:  # the least over the P95 bill
+        high = low if row_holds(low) is not None else _bisect(low, high, top, row_holds)[0]
+    elif tries:  # the least over the P95 finish cap
+        high = _bisect(below, high, top, row_holds)[0]
+    checked = holds(high)
+    if checked is not None:
+        return high, checked, True
+    failed = high  # the choice moved where the row alone holds: raised, then bisected, on every policy's
+    while checked is None and more():
+        high = cents_up(high + 0.01 * high * 2 ** (full[0] - 1))
+        checked = holds(high)
+    if checked is None:
+        return cap, None, False
+    return _bisect(failed, high, checked, holds, more)
 
 
 def _bisect(fails: float, holds_at: float, row: Summary, holds: Callable[[float], Summary | None],
