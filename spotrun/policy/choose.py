@@ -481,6 +481,8 @@ def spot_policy_at_caps(run, est, catalog: dict, *, poll_s: float = 60.0, max_po
             finish, row, exact = _settled_cap(run, est, catalog, poll, finish, one_job,
                                               least=run.compute.deadline_s is not None)
             proven[:], to_the_cent[:] = ([], []) if row is None else ([row], [exact])
+        elif proven:  # the deadline warning's cap, proven: the cap to set, which the finish cap is not over
+            finish = min(finish, named[-1])
     section = dataclasses.replace(choice.section, p95_finish_cap_usd=finish if finish < math.inf else None,
                                   p95_finish_policy=one_job.section.chosen, p95_one_job_usd=round(one_job.p95_usd, 2),
                                   p95_one_job_on_demand_usd=round(one_job.p95_on_demand_usd, 2),
