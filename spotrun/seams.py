@@ -552,6 +552,10 @@ class SpotPolicy(_StateJson):
     # the cap to set is raised over the P95 finish cap to the smallest whose chain is one job: a longer chain's
     # restarts lower the deadline's odds (spotrun/policy/choose.py `_deadline_odds_kept`)
     p95_finish_keeps_deadline: bool = False
+    # the chosen policy's row (`policies`' shape) simulated at the cap to set, which proves it: there the estimate
+    # chooses that policy and it keeps its odds (spotrun/policy/choose.py `_settled_cap`); null where none was
+    cap_to_set_row: dict | None = None
+    cap_to_set_least: bool = False  # that search ended to the cent (else on its budget of simulations)
     # whether the guard runs a sentinel for the chosen policy (spotrun/policy/decision.py `sentinel_settings`):
     # {"used": false}, or {"used": true, "stint_s": ..., "poll_s": ...}
     sentinel: dict = dataclasses.field(default_factory=lambda: {"used": False})

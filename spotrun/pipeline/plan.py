@@ -122,7 +122,8 @@ def plan(run_raw: Any, execution: str, settings: PipelineSettings, *, s3_client:
                     raise
                 over_budget = exc
             else:
-                est = with_spot_policy(done.run, done.estimate, admitted.catalog, **poll, ranker=ranker)
+                est = with_spot_policy(done.run, done.estimate, admitted.catalog, **poll, ranker=ranker,
+                                       stage_limits={settings.stage or "?": settings.max_usd_per_run})
         # before a preparation job too, so that it bills nothing for a run these refuse; and before an over-budget
         # refusal, on the planner's estimate
         check_before_creating(inputs.run, quotas_client, execution_status,

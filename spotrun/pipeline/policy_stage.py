@@ -25,14 +25,17 @@ def layout_ranker(catalog: dict, *, poll_s: float = 60.0, max_poll_s: float = 4 
 
 def with_spot_policy(run: Any, est: Estimate, catalog: dict, *, poll_s: float = 60.0,
                      max_poll_s: float = 4 * 3600.0, n: int = choose.N_TRACES,
-                     ranker: choose.LayoutRanker | None = None) -> Estimate:
+                     ranker: choose.LayoutRanker | None = None,
+                     stage_limits: dict[str, float] | None = None) -> Estimate:
     """The estimate with its spot policy and the caps it names (spotrun/policy/choose.py `spot_policy_at_caps` on
     `n` traces: one call into the policy) and the policy's warnings after its own: a new Estimate, `est`
     unchanged. `spotrun estimate` shares this stage. `ranker`: the `layout_ranker` the planner chose the layout
-    with (its simulations reused)."""
+    with (its simulations reused). `stage_limits`: stage -> its max_usd_per_run, where known (the stage's
+    settings; the CLI's stacks/config.py): a cap to set over one is said (`cap_to_set_over_limit`)."""
     chosen = choose.spot_policy_at_caps(run, est, catalog, poll_s=poll_s, max_poll_s=max_poll_s, n=n,
                                         simulations=ranker.store if ranker is not None else None)
-    warnings = [*est.warnings, *chosen.warnings, *_starts_on_demand(run, chosen.section)]
+    warnings = [*est.warnings, *chosen.warnings, *_starts_on_demand(run, chosen.section),
+                *cap_to_set_over_limit(chosen.section, stage_limits or {})]
     return dataclasses.replace(est, spot_policy=chosen.section, warnings=_missed_once(warnings, chosen),
                                advice=_market_advice(run, est, chosen.section))
 
@@ -52,6 +55,20 @@ def _market_advice(run: Any, est: Estimate, section) -> list[str]:
     line = (f"on-demand on {layout} from the start: the chosen spot policy, {section.chosen}, runs {later} "
             "(see the spot policy below)")
     return [line if a is spot_line else a for a in est.advice]
+
+
+def cap_to_set_over_limit(section, limits: dict[str, float]) -> list[str]:
+    """A warning when the cap to set (the spot policy's last line) is over a stage's max_usd_per_run: the stage
+    refuses a budget.max_usd over it, so that cap cannot be set there (a long run with a deadline was told a cap to
+    set that the stage's limit never met, without a word)."""
+    to_set = section and (section.deadline_cap_usd or section.p95_finish_cap_usd)
+    over = {stage: limit for stage, limit in limits.items() if limit and to_set and to_set > limit}
+    if not over:
+        return []
+    named = ", ".join(f"stage {stage}'s ${limit:,.2f}" for stage, limit in over.items())
+    return [f"the cap to set, ${to_set:,.2f}, is over max_usd_per_run ({named}, stacks/config.py): the stage refuses "
+            "a budget.max_usd over it, so the run there gets the odds of a cap within it (the spot policy's table "
+            "at the cap set); raise the stage's limit or plan a shorter run"]
 
 
 def _missed_once(warnings: list[str], chosen: choose.CappedChoice) -> list[str]:

@@ -253,8 +253,11 @@ def _chosen_cost_text(section: SpotPolicy | None) -> str:
     missed = " or a missed deadline" if row.get("p_deadline") is not None else ""
     tail = (f" (the mean above the P95: the costliest 5% of the traces, a long wait{missed}, pull it up)"
             if usd(row["mean_usd"]) != usd(row["p95_usd"]) and row["mean_usd"] > row["p95_usd"] else "")
+    # at a cap that ends runs unfinished the mean counts their bills as if they had finished (a new user's trial)
+    ended = (f"; {row['p_finished']:.1%} of the simulated runs finish: the mean and P95 count the runs the cap ends "
+             "unfinished at what they billed" if row["p_finished"] < 1.0 else "")
     return (f"; as the chosen spot policy runs it ({section.chosen}), simulated: mean {usd(row['mean_usd'])}, "
-            f"P95 {usd(row['p95_usd'])}{tail}")
+            f"P95 {usd(row['p95_usd'])}{tail}{ended}")
 
 
 def _cost_text(est: Estimate) -> str:

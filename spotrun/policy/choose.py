@@ -333,25 +333,7 @@ def spot_policy(run, est, catalog: dict, *, n: int = N_TRACES, seed: int = SEED,
     cap the warning names when the cap left out every policy meeting the deadline, from their lowest P95 here (by
     default that P95 rounded up to the cent; a cap's chain, so the P95, changes with the cap: the estimate step
     names one that holds, `spot_policy_at_caps`)."""
-    plan = run_plan(run, est, catalog, poll_s=poll_s, max_poll_s=max_poll_s)
-    n = traces_for_estimate(plan, est.interruptions_per_hour, n, est.mean_wait_seconds)
-    spec = TraceSpec(interruptions_per_hour=est.interruptions_per_hour, horizon_s=horizon_s(plan), **ESTIMATE_TRACES,
-                     mean_wait_s=est.mean_wait_seconds)
-    shared = _SHARED.get()
-    if shared is None:
-        traces = generated_traces(spec, n, seed)
-    else:  # the traces and this plan's executions made once per estimate (the caps' plans often coincide)
-        if ("traces", spec, n, seed) not in shared:
-            shared["traces", spec, n, seed] = generated_traces(spec, n, seed)
-        traces = shared["traces", spec, n, seed]
-    plan_of = policy_plans(run, est, plan)
-    rows = []
-    for candidate in run_candidates(run, plan):
-        its = plan_of(candidate[0])
-        # keyed without the cap: `compare` reuses a smaller cap's executions where that cap shaped none of them
-        key = (dataclasses.replace(its, cap_usd=None), its.cap_usd is None)
-        done = None if shared is None else shared.setdefault(("executions", key, spec, n, seed), {})
-        rows += compare(its, traces, [candidate], cap_usd=run.max_usd, executions=done)
+    plan, rows, n = _simulated(run, est, catalog, None, n=n, seed=seed, poll_s=poll_s, max_poll_s=max_poll_s)
     finish = finish_caps(est)
     best, why = choose(plan, rows, cap_usd=run.max_usd, finish=finish)
     left_out = left_out_by_cap(rows, run.max_usd, finish)
@@ -435,6 +417,33 @@ class LayoutRanker:
                           meets=p is None or p >= CONFIDENCE, p95_usd=row.get("p95_usd"))
 
 
+def _simulated(run, est, catalog: dict, only: list[tuple[str, str]] | None, *, n: int, seed: int, poll_s: float,
+               max_poll_s: float) -> tuple[SimPlan, list[Summary], int]:
+    """The run's plan, the rows of its candidates (`only`: those alone) on the estimate's traces, executed as
+    the cost guard runs them at the run's cap, and the traces' number (with `shared_simulations`, each set of
+    traces and each plan's executions made once)."""
+    plan = run_plan(run, est, catalog, poll_s=poll_s, max_poll_s=max_poll_s)
+    n = traces_for_estimate(plan, est.interruptions_per_hour, n, est.mean_wait_seconds)
+    spec = TraceSpec(interruptions_per_hour=est.interruptions_per_hour, horizon_s=horizon_s(plan), **ESTIMATE_TRACES,
+                     mean_wait_s=est.mean_wait_seconds)
+    shared = _SHARED.get()
+    if shared is None:
+        traces = generated_traces(spec, n, seed)
+    else:  # the traces and this plan's executions made once per estimate (the caps' plans often coincide)
+        if ("traces", spec, n, seed) not in shared:
+            shared["traces", spec, n, seed] = generated_traces(spec, n, seed)
+        traces = shared["traces", spec, n, seed]
+    plan_of = policy_plans(run, est, plan)
+    rows = []
+    for candidate in run_candidates(run, plan) if only is None else only:
+        its = plan_of(candidate[0])
+        # keyed without the cap: `compare` reuses a smaller cap's executions where that cap shaped none of them
+        key = (dataclasses.replace(its, cap_usd=None), its.cap_usd is None)
+        done = None if shared is None else shared.setdefault(("executions", key, spec, n, seed), {})
+        rows += compare(its, traces, [candidate], cap_usd=run.max_usd, executions=done)
+    return plan, rows, n
+
+
 def cents_up(usd: float) -> float:
     """`usd` rounded up to the cent: a cap named from a bill holds that bill (a cap rounded down would not)."""
     return math.ceil(round(usd * 100, 6)) / 100
@@ -471,10 +480,17 @@ def spot_policy_at_caps(run, est, catalog: dict, *, poll_s: float = 60.0, max_po
     alone = functools.cache(lambda: spot_policy(*_at_cap(run, est, math.inf), catalog, **poll))
     alone_finish = functools.cache(lambda: _finish_cap(est, alone(), poll_s))
     named: list[float] = []  # the deadline warning's cap, when it names one
+    proven: list[Summary] = []  # the chosen policy's row simulated at the cap to set (`_settled_cap`)
+    to_the_cent: list[bool] = []  # whether that search ended to the cent
 
     def deadline_cap(p95: float) -> float:
         # at least the cap to set of the run as one job: one cap meets the deadline and finishes at the P95
-        named.append(_deadline_cap(run, est, catalog, max(p95, alone_finish()), poll, alone()))
+        cap = _deadline_cap(run, est, catalog, max(p95, alone_finish()), poll, alone())
+        # proven on simulations at it, and the least that holds (a cap a cent under it meets the deadline less)
+        settled, row, exact = _settled_cap(run, est, catalog, poll, cap, alone(), least=True)
+        if row is not None:
+            cap, proven[:], to_the_cent[:] = settled, [row], [exact]
+        named.append(cap)
         return named[-1]
 
     with shared_simulations(simulations):  # a cap whose plan was simulated already reuses its executions
@@ -497,14 +513,22 @@ def spot_policy_at_caps(run, est, catalog: dict, *, poll_s: float = 60.0, max_po
                       "a policy that meets it")
         finish = _finish_cap(est, one_job, poll_s, also=choice.section.policy)
         kept = [] if named else _deadline_odds_kept(run, est, catalog, finish, poll, one_job)
-    if kept:
-        finish = kept[0]
+        if kept:
+            finish = kept[0]
+        if not named:  # the cap to set, proven on simulations at it (with a deadline, the least that holds)
+            finish, row, exact = _settled_cap(run, est, catalog, poll, finish, one_job,
+                                              least=run.compute.deadline_s is not None)
+            proven[:], to_the_cent[:] = ([], []) if row is None else ([row], [exact])
+        elif proven:  # the deadline warning's cap, proven: the cap to set, which the finish cap is not over
+            finish = min(finish, named[-1])
     section = dataclasses.replace(choice.section, p95_finish_cap_usd=finish if finish < math.inf else None,
                                   p95_finish_policy=one_job.section.chosen, p95_one_job_usd=round(one_job.p95_usd, 2),
                                   p95_one_job_on_demand_usd=round(one_job.p95_on_demand_usd, 2),
                                   p95_on_demand_finish_cap_usd=_on_demand_finish_cap(est, one_job),
                                   deadline_cap_usd=named[-1] if named else None,
-                                  p95_finish_keeps_deadline=bool(kept))
+                                  p95_finish_keeps_deadline=bool(kept) and not proven,
+                                  cap_to_set_row=_rounded(proven[-1]) if proven else None,
+                                  cap_to_set_least=bool(to_the_cent and to_the_cent[-1]))
     section = _one_job_beside(est, section)
     own = [missed if w == choice.missed else w for w in choice.warnings]
     return CappedChoice(section, (*_fallback_over_cap(run, est, section), *own,
@@ -562,6 +586,113 @@ def _deadline_odds_kept(run, est, catalog: dict, finish: float, poll: dict, one_
     return [] if one_job_cap == math.inf else [max(finish, one_job_cap)]
 
 
+FINISH_SHARE = 0.95  # without a deadline, the cap to set finishes the chosen policy's run on this share of traces
+CAP_RAISES = 8  # raises of the named cap (by 1% of it, 2%, 4%, ...) tried when it does not hold
+# the simulations of every policy the search of the cap to set runs at most (each as long as the estimate's own; the
+# chosen policy's alone, a tenth of one, are not counted): past them the least cap proven so far is named, not to
+# the cent (the estimate Lambda's 60 s: the longest run at 10 interruptions per hour, a 40-day deadline and a cap
+# that binds took 83 s of CPU with 8, 57 s with 4, under load: benchmarks/estimate_lambda_bench.py's case)
+FULL_SEARCH_SIMULATIONS = 2
+
+
+def _needed(one_row: dict, deadline: bool) -> tuple[str, float]:
+    """What the cap to set keeps of the chosen policy's run as one job (`one_row`, rounded to 4 places): with a
+    deadline its P(deadline), at most CONFIDENCE; without, the share that finishes, at most FINISH_SHARE."""
+    if deadline:
+        return "p_deadline", min(CONFIDENCE, one_row["p_deadline"]) - 0.00005
+    return "p_finished", min(FINISH_SHARE, one_row["p_finished"]) - 0.00005
+
+
+def _settled_cap(run, est, catalog: dict, poll: dict, cap: float, one_job: PolicyChoice,
+                 least: bool) -> tuple[float, Summary | None, bool]:
+    """The cap to set, proven on simulations at it: (the cap, the chosen policy's row simulated at it, None where
+    none was simulated: no chain to plan a cap on, or no cap tried held; whether it is the least to the cent).
+
+    A cap holds when the estimate, simulated at it (`spot_policy`), chooses the policy chosen for the run as one
+    job (`one_job`) and that policy keeps its odds there (`_needed`): the run at the cap is the run simulated, its
+    sentinel's room and the chain's restarts included (a cap named $381.31 for a $249.03 P95 left a sentinel policy
+    no room beside its $376.83 on-demand job: at it the estimate chose another policy). `cap` (the P95 finish cap)
+    is raised (1%, 2%, 4%, ... of it) while it does not hold, then bisected to the cent; with `least` (a deadline)
+    the cap is searched down to the cent from the P95 bill (a chain's restarts can cost no odds: a long run was told
+    2.8x its P95 bill for odds its shorter chain met). The search runs on the chosen policy's row alone (one
+    simulation of one policy a step: `row_holds`, its odds kept and its mean no more than the cheapest other's that
+    keeps them as one job); the cap it ends on is checked on every policy's, and raised then bisected on them where
+    the choice moved, in FULL_SEARCH_SIMULATIONS at most (else the least proven so far: not to the cent)."""
+    if cap == math.inf or not est.segments.chain_costs:
+        return cap, None, False
+    label, deadline = one_job.section.chosen, run.compute.deadline_s is not None
+    one_row = next(r for r in one_job.section.policies if r["label"] == label)
+    key, need = _needed(one_row, deadline)
+    n, candidate = poll["n"], (one_job.section.policy, one_job.section.checkpointing)
+    sim = {"n": n, "seed": SEED, "poll_s": poll["poll_s"], "max_poll_s": poll["max_poll_s"]}
+
+    # the policy stays the choice where it keeps the odds and costs no more in the mean than the cheapest other
+    # that keeps them as one job (a cap ends runs unfinished, which then miss: a cap raises no other's odds)
+    # (with a deadline; without one, a policy's mean at a cap that binds counts the runs it ends, and every
+    # other's rises with the chain's restarts as its own does)
+    rival = min((r["mean_usd"] for r in one_job.section.policies
+                 if r["label"] != label and r[key] is not None and r[key] >= need), default=math.inf) \
+        if deadline else math.inf
+
+    def row_at(at: float) -> Summary:  # the chosen policy's row at the cap
+        return _simulated(*_at_cap(run, est, at), catalog, [candidate], **sim)[1][0]
+
+    def row_holds(at: float) -> Summary | None:  # where it keeps the odds, and likely stays the choice
+        row = row_at(at)
+        return row if getattr(row, key) >= need and row.mean_usd <= rival else None
+
+    full = [0]  # the simulations of every policy the search ran (FULL_SEARCH_SIMULATIONS at most)
+
+    def holds(at: float) -> Summary | None:  # where the estimate chooses it and it keeps the odds
+        full[0] += 1
+        if spot_policy(*_at_cap(run, est, at), catalog, **poll).section.chosen != label:
+            return None
+        row = row_at(at)  # the same executions, reused
+        return row if getattr(row, key) >= need else None
+
+    def more() -> bool:
+        return full[0] < FULL_SEARCH_SIMULATIONS
+
+    low = cents_up(one_job.p95_usd)  # under the P95 bill the cap ends more than 5% of the runs unfinished
+    high, top = cents_up(cap), row_holds(cents_up(cap))
+    tries = 0
+    below = high
+    while top is None and tries < CAP_RAISES:  # raised on the policy's row until it holds
+        below, high = high, cents_up(high + 0.01 * high * 2 ** tries)
+        top, tries = row_holds(high), tries + 1
+    if top is None:
+        return cap, None, False
+    if least:  # the least over the P95 bill
+        high = low if row_holds(low) is not None else _bisect(low, high, top, row_holds)[0]
+    elif tries:  # the least over the P95 finish cap
+        high = _bisect(below, high, top, row_holds)[0]
+    checked = holds(high)
+    if checked is not None:
+        return high, checked, True
+    failed = high  # the choice moved where the row alone holds: raised, then bisected, on every policy's
+    while checked is None and more():
+        high = cents_up(high + 0.01 * high * 2 ** (full[0] - 1))
+        checked = holds(high)
+    if checked is None:
+        return cap, None, False
+    return _bisect(failed, high, checked, holds, more)
+
+
+def _bisect(fails: float, holds_at: float, row: Summary, holds: Callable[[float], Summary | None],
+            more: Callable[[], bool] = lambda: True) -> tuple[float, Summary, bool]:
+    """The least cap, to the cent, in (fails, holds_at] at which `holds`, by bisection while `more()` allows:
+    (the cap, its row, whether it is to the cent)."""
+    lo, hi = round(fails * 100), round(holds_at * 100)
+    while hi - lo > 1 and more():
+        mid = (lo + hi) // 2
+        there = holds(mid / 100)
+        if there is None:
+            lo = mid
+        else:
+            hi, row = mid, there
+    return hi / 100, row, hi - lo <= 1
+
+
 def _finish_cap(est, one_job: PolicyChoice, poll_s: float, also: str = "") -> float:
     """The P95 finish cap of `one_job`'s P95 bill on the estimate's chain (inf without a chain to plan it on), with
     the room a sentinel needs beside an on-demand job (the guard's `poll_s`) when `one_job`'s policy or `also` (the
@@ -594,28 +725,35 @@ BINDING_CAP_ODDS = ("Odds at a cap that binds rest on the tail of the generated 
 
 
 def _under_finish_cap(cap_usd: float, finish_usd: float, section: SpotPolicy) -> list[str]:
-    """A warning when the cap set is under the cap to set (the P95 finish cap): the run is accepted (its chain
-    finishes uninterrupted) but a run billed the P95 stops OverBudget before it finishes, naming a larger cap (a
-    new user set a cap a cent under the figure they were told, with no word). With a deadline warning's cap (at
-    least the finish cap), that one is the cap to set: one figure across the warnings and the summary."""
+    """A warning when the cap set is under the cap to set: the run is accepted, and the warning says what the
+    simulation at this cap showed, the share of the chosen policy's runs that finish (and meet the deadline), beside
+    what it showed at the cap to set (a new user set a cap a cent under the figure they were told, with no word;
+    the next was told a run billed the P95 'would stop OverBudget' while 97.6% of the simulated runs finished).
+    With a deadline warning's cap, that one is the cap to set: one figure across the warnings and the summary."""
+    if section.deadline_cap_usd is not None and section.cap_to_set_row is not None:
+        finish_usd = section.deadline_cap_usd  # proven on simulations at it: one figure, as below
     deadline = section.deadline_cap_usd
-    if deadline is not None:
+    if deadline is not None and section.cap_to_set_row is None:
         return [] if cap_usd >= deadline else [
             f"budget.max_usd=${cap_usd:,.2f} is under the cap to set, ${deadline:,.2f}: set ${deadline:,.2f} or "
             "more to meet the deadline (the estimate then chooses a policy that meets it) and to finish at its P95 "
             "bill (the spot policy's last line)"]
     if finish_usd == math.inf or cap_usd >= finish_usd:
         return []
-    if section.p95_finish_keeps_deadline:
-        here = next(r["p_deadline"] for r in section.policies if r["label"] == section.chosen)
-        return [f"budget.max_usd=${cap_usd:,.2f} is under the cap to set, ${finish_usd:,.2f}: under it the run is a "
-                f"chain whose restarts lower the deadline's odds ({section.chosen} meets it on {here:.1%} of the "
-                f"traces at this cap); set ${finish_usd:,.2f} or more for the odds of the run as one job and to finish "
-                f"at {section.p95_finish_policy}'s P95 bill. {BINDING_CAP_ODDS}"]
-    return [f"budget.max_usd=${cap_usd:,.2f} is under the cap to set, ${finish_usd:,.2f}: a run billed "
-            f"{section.p95_finish_policy}'s P95 (${section.p95_one_job_usd:,.2f} as one job) would stop "
-            f"OverBudget before it finishes, naming a larger cap; set ${finish_usd:,.2f} or more to finish on 95% "
-            "of the estimate's traces"]
+    deadline = section.confidence is not None
+    here = next(r for r in section.policies if r["label"] == section.chosen)
+    proven = section.cap_to_set_row
+    there = "" if proven is None else f" ({_shares_text(proven, deadline)}, simulated at it)"
+    return [f"budget.max_usd=${cap_usd:,.2f} is under the cap to set, ${finish_usd:,.2f}: at this cap "
+            f"{_shares_text(here, deadline)} of the estimate's traces; set ${finish_usd:,.2f} or more for "
+            f"{(proven or {}).get('label', section.p95_finish_policy)}'s run as the estimate simulated it{there}"
+            + (f". {BINDING_CAP_ODDS}" if deadline else "")]
+
+
+def _shares_text(row: dict, deadline: bool) -> str:
+    """A policy row's simulated shares: the runs that finish (and meet the deadline)."""
+    met = f" and {row['p_deadline']:.1%} meet the deadline" if deadline and row["p_deadline"] is not None else ""
+    return f"{row['label']}'s runs finish on {row['p_finished']:.1%}{met}"
 
 
 def _at_cap(run, est, cap_usd: float) -> tuple:
@@ -739,12 +877,15 @@ def policy_text(section: SpotPolicy | None) -> str:
     if not section:
         return ""
     left_out = set(section.left_out)
+    # without a deadline the odds column is the share that finishes (at a cap that binds, the cap ends the rest)
+    deadline = any(r["p_deadline"] is not None for r in section.policies)
+    odds = "P(deadline)" if deadline else "P(finished)"
     lines = [f"spot policy: {section.chosen} ({section.why}; {section.traces} traces, {section.trace_source})",
              "  each policy's bill simulated on these traces as the cost guard runs it (the cost line is the "
              "planner's one expected bill):",
-             f"  {'policy':<30} {'mean $':>10} {'P50 $':>10} {'P95 $':>10} {'P(deadline)':>11} {'lost h':>7}"]
+             f"  {'policy':<30} {'mean $':>10} {'P50 $':>10} {'P95 $':>10} {odds:>11} {'lost h':>7}"]
     for r in section.policies:
-        met = "-" if r["p_deadline"] is None else f"{r['p_deadline']:.1%}"
+        met = f"{r['p_finished']:.1%}" if not deadline else "-" if r["p_deadline"] is None else f"{r['p_deadline']:.1%}"
         mark = "*" if r["label"] == section.chosen else " "
         out = left_out_mark(r["label"], left_out, section.left_out_finish_caps)
         lines.append(f"{mark} {r['label']:<30} {r['mean_usd']:>10,.2f} {r['p50_usd']:>10,.2f} {r['p95_usd']:>10,.2f} "
@@ -753,16 +894,39 @@ def policy_text(section: SpotPolicy | None) -> str:
     return "\n".join(lines + settings_lines(section))
 
 
+def _least_text(section: SpotPolicy) -> str:
+    return ("the least cap, to the cent," if section.cap_to_set_least else
+            f"the least cap found in {FULL_SEARCH_SIMULATIONS} simulations of every policy (a smaller one may hold)")
+
+
+def _proven_text(section: SpotPolicy) -> str:
+    """What the simulation at the cap to set showed of the chosen policy (`cap_to_set_row`)."""
+    row = section.cap_to_set_row
+    met = ("" if section.confidence is None or row["p_deadline"] is None else
+           f"it meets the {deadline_hours_text(section.sim_plan['deadline_s'])} h deadline on {row['p_deadline']:.1%} "
+           "of the traces, ")
+    return (f"{met}its runs finish on {row['p_finished']:.1%} (mean bill there ${row['mean_usd']:,.2f}, P95 "
+            f"${row['p95_usd']:,.2f})")
+
+
 def settings_lines(section: SpotPolicy) -> list[str]:
     """The policy section's lines on what the run is set up with: the sentinel (`sentinel_text`) and the cap to set
     (`p95_finish_cap_usd`, `deadline_cap_usd`, named by the estimate step). `spotrun estimate` prints them under its
     table, `spotrun simulate` under its own: the same run says the same."""
     lines = [sentinel_text(section)]
-    if section.deadline_cap_usd is not None:  # the deadline warning's cap, at least the finish cap
+    if section.deadline_cap_usd is not None and section.cap_to_set_row is not None:  # searched on simulations
+        lines.append(f"  the cap to set: ${section.deadline_cap_usd:,.2f} or more: {_least_text(section)} at "
+                     f"which the estimate simulated at it chooses {section.cap_to_set_row['label']} and "
+                     f"{_proven_text(section)} (the deadline warning's cap)")
+    elif section.deadline_cap_usd is not None:  # the deadline warning's cap, at least the finish cap
         lines.append(f"  the cap to set: ${section.deadline_cap_usd:,.2f} or more: the estimate then chooses a "
                      "policy that meets the deadline (the deadline warning's cap), and a run billed "
                      f"{section.p95_finish_policy}'s P95 finishes (its P95 finish cap: "
                      f"${section.p95_finish_cap_usd:,.2f})")
+    elif section.cap_to_set_row is not None and section.confidence is not None:  # searched on simulations
+        lines.append(f"  the cap to set: ${section.p95_finish_cap_usd:,.2f} or more: {_least_text(section)} at "
+                     f"which the estimate simulated at it chooses {section.cap_to_set_row['label']} and "
+                     f"{_proven_text(section)}")
     elif section.p95_finish_keeps_deadline:  # raised to one job: a chain's restarts lower the deadline's odds
         lines.append(f"  the cap to set: ${section.p95_finish_cap_usd:,.2f} or more: the run is one job, so it "
                      f"keeps the deadline's odds of the run as one job and finishes at {section.p95_finish_policy}'s "
@@ -772,6 +936,9 @@ def settings_lines(section: SpotPolicy) -> list[str]:
         lines.append(f"  the cap to set: ${section.p95_finish_cap_usd:,.2f} or more finishes at "
                      f"{section.p95_finish_policy}'s P95 bill (${section.p95_one_job_usd:,.2f} as one job"
                      f"{_p95_market_text(section)}")
+        if section.cap_to_set_row is not None:
+            lines[-1] += (f"; simulated at it, the estimate chooses {section.cap_to_set_row['label']} and "
+                          f"{_proven_text(section)}")
     if section.one_job_cap_usd is not None:  # the cap to set splits the run: what one job costs beside it
         to_set = section.deadline_cap_usd or section.p95_finish_cap_usd
         lines[-1] += "; " + one_job_text(section.one_job_cap_usd, section.one_job_expected_usd,

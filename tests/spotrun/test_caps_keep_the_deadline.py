@@ -127,9 +127,13 @@ def test_the_cap_to_set_keeps_the_deadline_odds_without_on_demand_fallback(tmp_p
         assert not [w for w in there["warnings"] if "under the cap to set" in w], there["warnings"]
     # a cent under it: the odds it keeps are lost, and the estimate says so, naming the cap
     code, under = _cli(tmp_path, capsys, "estimate", _with(run, budget={"max_usd": round(named - 0.01, 2)}))
-    assert code == 0 and _chosen_odds(under) < shown, under["spot_policy"]
+    # (or the estimate there chooses another policy than the one simulated at the cap to set: issue #26)
+    assert code == 0 and (_chosen_odds(under) < shown or under["spot_policy"]["chosen"] != doc["spot_policy"][
+        "cap_to_set_row"]["label"]), under["spot_policy"]
     warned = [w for w in under["warnings"] if "under the cap to set" in w]
-    assert len(warned) == 1 and "deadline's odds" in warned[0] and f"${named:,.2f}" in warned[0], under["warnings"]
+    # the odds it states at this cap are the simulation's there (issue #26: the shares, not a claim)
+    assert len(warned) == 1 and f"{_chosen_odds(under):.1%} meet the deadline" in warned[0] \
+        and f"${named:,.2f}" in warned[0], under["warnings"]
     # the odds it gives at that cap are the ones the public recordings showed over-promised: it says so, naming
     # the measurement (a section the docs hold)
     assert warned[0].endswith(BINDING_CAP_ODDS), warned
@@ -137,7 +141,7 @@ def test_the_cap_to_set_keeps_the_deadline_odds_without_on_demand_fallback(tmp_p
     assert f"### {section}\n" in (ROOT / "docs/spot-policy.md").read_text(), section
     assert main(["estimate", str(tmp_path / "run.json")]) == 0
     text = capsys.readouterr().out
-    assert f"the cap to set: ${named:,.2f} or more" in text and "deadline's odds" in text, text
+    assert f"the cap to set: ${named:,.2f} or more" in text and "h deadline on" in text, text
 
 
 def test_an_on_demand_run_simulates_and_chooses_on_demand_alone_in_estimate_and_simulate(tmp_path, capsys,

@@ -9,8 +9,9 @@ from spotrun.planner.outputs import _chosen_cost_text
 
 
 def _section(mean: float, p95: float) -> SimpleNamespace:
-    rows = [{"label": "maxwait_fallback (notice)", "mean_usd": mean, "p95_usd": p95},
-            {"label": "on_demand", "mean_usd": 1.0, "p95_usd": 0.5}]  # not chosen: its tail is not the run's
+    rows = [{"label": "maxwait_fallback (notice)", "mean_usd": mean, "p95_usd": p95, "p_finished": 1.0},
+            {"label": "on_demand", "mean_usd": 1.0, "p95_usd": 0.5, "p_finished": 1.0}]  # not chosen: its tail is
+    # not the run's (every row as the estimate carries it: `p_finished`, the share of the runs that finish)
     return SimpleNamespace(chosen="maxwait_fallback (notice)", policies=rows)
 
 
