@@ -50,7 +50,9 @@ def test_the_cap_to_set_leaves_the_sentinel_its_room(tmp_path, capsys):
     """llama3-8b with a 12 h deadline chose probing_sentinel and named $381.31 'or more'; at $381.31 its sentinel
     had no room beside the $376.83 on-demand job, and the estimate there chose another policy. The cap named is
     now one at which the estimate chooses the same policy meeting the deadline, and a cent under it is not."""
-    run = _llama(compute={"deadline_hours": 12})
+    # pinned to the layout of the issue: `auto` now compares layouts by the policy's bill and takes 1 x p5, whose
+    # chosen policy keeps no sentinel (tests/spotrun/test_layout_by_policy.py)
+    run = _llama(compute={"deadline_hours": 12, "instance_type": "ml.g6e.48xlarge", "instance_count": 1})
     doc = _at(tmp_path, capsys, run, 2500)
     chosen, cap = doc["spot_policy"]["chosen"], _cap_to_set(doc)
     assert doc["spot_policy"]["sentinel"]["used"], doc["spot_policy"]  # the case of the issue: a sentinel policy
