@@ -25,7 +25,7 @@ import subprocess
 import sys
 
 from spotrun.contract.spec import parse_run
-from spotrun.planner.estimate import EstimateRefused, estimate
+from spotrun.planner.estimate import EstimateRefused, estimate, load_catalog
 
 LIMIT_BYTES = 256 * 1024 * 1024
 CPU_LIMIT_S = 60  # the estimate function's timeout (training_constructs/training_pipeline.py)
@@ -50,8 +50,8 @@ print(json.dumps({{"status": out.get("status"), "message": out.get("message"), "
 """
 
 
-def longest_run(deadline_days: float | None, tokens: int, max_usd: float = 1_000_000) -> dict:
-    compute = {"instance_type": "ml.g5.xlarge", "on_demand_fallback": True}
+def longest_run(deadline_days: float | None, tokens: int, max_usd: float = 1_000_000, auto: bool = False) -> dict:
+    compute = {"instance_type": "auto" if auto else "ml.g5.xlarge", "on_demand_fallback": True}
     if deadline_days:
         compute["deadline_hours"] = deadline_days * 24
     return {"version": 1, "name": "longest", "model": {"init": "random", "config": {
@@ -96,6 +96,9 @@ def main() -> None:
                         "also leaves out the policies meeting it, a deadline warning's simulations on top)")
     parser.add_argument("--cap-x", type=float, default=None,
                         help="the cap as this multiple of the spot estimate (default: $1,000,000, not binding)")
+    parser.add_argument("--auto", action="store_true",
+                        help="the runs' compute.instance_type 'auto' (every instance type at the rate): with a "
+                        "deadline the planner compares layouts by the spot policy's bill, simulations on top")
     args = parser.parse_args()
     print(f"| case | outcome (limits: {LIMIT_BYTES >> 20} MiB address space, {CPU_LIMIT_S} s CPU) |\n|---|---|")
     for rate in sorted({args.rate, 0.05}):
@@ -103,8 +106,10 @@ def main() -> None:
         spot = estimate(parse_run(longest_run(None, tokens)), recorded_rates={"ml.g5.xlarge": rate}).cost_usd["spot"]
         cap = round(args.cap_x * spot, 2) if args.cap_x else 1_000_000
         for deadline in (None, *args.deadline_days):
-            case = {"run": longest_run(deadline, tokens, cap), "rates": {"ml.g5.xlarge": rate}}
-            label = f"{rate:g}/h, " + (f"deadline {deadline:g} days" if deadline else "no deadline") + \
+            rates = dict.fromkeys(load_catalog()["instances"], rate) if args.auto else {"ml.g5.xlarge": rate}
+            case = {"run": longest_run(deadline, tokens, cap, args.auto), "rates": rates}
+            label = ("auto, " if args.auto else "") + f"{rate:g}/h, "
+            label += (f"deadline {deadline:g} days" if deadline else "no deadline") + \
                 (f", cap ${cap:,.2f} ({args.cap_x:g}x spot)" if args.cap_x else "")
             print(f"| {label} | {measure(case)} |", flush=True)
 
