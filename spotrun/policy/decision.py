@@ -142,11 +142,6 @@ def poll_grid(poll_s: float, max_poll_s: float) -> tuple[float, ...]:
     return tuple(ages)
 
 
-def grid_at_or_after(age_s: float, poll_s: float, max_poll_s: float) -> tuple[float, int]:
-    """(the first grid age >= age_s, its index)."""
-    return _at_or_after(poll_grid(poll_s, max_poll_s), age_s, max_poll_s)
-
-
 def _at_or_after(grid: tuple[float, ...], age_s: float, max_poll_s: float) -> tuple[float, int]:
     if age_s <= grid[-1]:
         i = bisect.bisect_left(grid, age_s - 1e-9)
