@@ -52,6 +52,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.fit_availability import weighted_quantile  # noqa: E402
 from benchmarks.policy_bench import AFTER_DEADLINE_H, DEADLINES_H, setting, windows  # noqa: E402
 from spotrun.contract.spec import MAX_RUNTIME_LIMIT_S  # noqa: E402
 from spotrun.planner.segments import ChainCosts  # noqa: E402
@@ -331,17 +332,6 @@ def unavailable(trace: list, end_s: float) -> tuple[float, float]:
         t = min(b, end_s)
     longest = max(longest, end_s - t)
     return (end_s - up) / 3600, longest / 3600
-
-
-def weighted_quantile(pairs: list[tuple[float, float]], q: float) -> float:
-    """The q quantile of (value, weight) pairs: the least value whose cumulative weight reaches q of the total."""
-    pairs = sorted(pairs)
-    total, acc = sum(w for _, w in pairs), 0.0
-    for v, w in pairs:
-        acc += w
-        if acc >= q * total - 1e-9:
-            return v
-    return pairs[-1][0]
 
 
 def unavailable_rows(recordings: list, deadline_h: float, every_h: float, n: int, set_name: str,
