@@ -82,15 +82,14 @@ def _print(result: dict, fmt: str, lines: list[str]) -> None:
 
 def _guard(fn, args) -> int:
     """Run a command; its exit code from spotrun/cli/exits.py. With `--format json` an error is one JSON document on
-    stdout (as the result is), else one line on stderr."""
+    stdout (as the result is), else `error: <error>: <message>` on stderr: InvalidInput (the inputs, the tokenizer or
+    the model directory), RemoteError (the stage or its stack), as `spotrun start` and the other stage commands
+    say it."""
     fmt = getattr(args, "format", "text")
     try:
         return fn(args)
     except (PrepareError, ModelDirError, RemoteError) as exc:
-        if fmt == "json":
-            return fail(fmt, Exit.INVALID, "InvalidInput", str(exc))
-        print(f"error: {exc}", file=sys.stderr)
-        return int(Exit.INVALID)
+        return fail(fmt, Exit.INVALID, "RemoteError" if isinstance(exc, RemoteError) else "InvalidInput", str(exc))
     except (ClientError, BotoCoreError) as exc:
         return fail(fmt, Exit.FAILED, "AWS", aws_message(exc))
     except KeyboardInterrupt:

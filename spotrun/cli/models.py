@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from ..contract.json_text import JsonSyntaxError, loads, with_excerpt
 from ..contract.strict_json import show
 
 INDEX = "model.safetensors.index.json"
@@ -76,8 +77,11 @@ def _weights(root: Path) -> tuple[list[str], dict]:
     index_path = root / INDEX
     if index_path.is_file():
         try:
-            weight_map = json.loads(index_path.read_text())["weight_map"]
-        except (OSError, json.JSONDecodeError, KeyError, TypeError) as exc:
+            weight_map = loads(index_path.read_text(encoding="utf-8"))["weight_map"]
+        except JsonSyntaxError as exc:
+            raise ModelDirError(with_excerpt(f"{index_path}: not valid JSON ({exc.where_what}): expected a "
+                                             "safetensors index with a weight_map", exc.excerpt)) from None
+        except (OSError, ValueError, KeyError, TypeError) as exc:
             raise ModelDirError(f"{index_path}: not a safetensors index with a weight_map ({exc})") from None
         files = sorted(set(weight_map.values()))
         missing = [f for f in files if not (root / f).is_file()]
@@ -107,11 +111,15 @@ def check_model_dir(path: Path) -> CheckedModel:
     if not root.is_dir():
         raise ModelDirError(f"{root} is not a directory (expected a Hugging Face model directory)")
     try:
-        config = json.loads((root / "config.json").read_text())
+        config = loads((root / "config.json").read_text(encoding="utf-8"))
     except OSError:
         raise ModelDirError(f"{root}: no config.json (expected save_pretrained's layout)") from None
-    except json.JSONDecodeError as exc:
-        raise ModelDirError(f"{root / 'config.json'}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    except JsonSyntaxError as exc:
+        raise ModelDirError(with_excerpt(f"{root / 'config.json'}: not valid JSON ({exc.where_what})", exc.excerpt)
+                            ) from None
+    except (UnicodeDecodeError, RecursionError, ValueError):
+        raise ModelDirError(f"{root / 'config.json'}: not a JSON text in UTF-8 (expected a model's config.json)"
+                            ) from None
     # transformers is optional for the CLI (OPTIONAL_MODULES in main.py) and takes ~5 s to import
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES

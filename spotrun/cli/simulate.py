@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+from ..contract.json_text import JsonSyntaxError, loads, with_excerpt
 from ..contract.refusal import Refusal
 from ..contract.strict_json import dumps as strict_dumps
 from ..planner.estimate import load_catalog, regional_catalog
@@ -239,12 +240,13 @@ def read_items(path: Path) -> list[dict]:
     if not raw.strip():
         raise ValueError(f"the file is empty: {expected}")
     try:
-        doc = json.loads(raw.decode("utf-8"))
+        doc = loads(raw.decode("utf-8"))
     except UnicodeDecodeError as exc:
         raise ValueError(f"not text (byte {exc.start:,} is not UTF-8: a binary file?): {expected}") from None
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"not valid JSON ({exc.msg.removesuffix(' at')} at line {exc.lineno} column {exc.colno}): "
-                         f"{expected}") from None
+    except JsonSyntaxError as exc:
+        raise ValueError(with_excerpt(f"not valid JSON ({exc.where_what}): {expected}", exc.excerpt)) from None
+    except RecursionError:
+        raise ValueError(f"JSON nested too deep: {expected}") from None
     items = doc.get("Items") if isinstance(doc, dict) else doc
     if not isinstance(items, list):
         found = "an object without an \"Items\" array" if isinstance(doc, dict) else "a single JSON value, not an array"

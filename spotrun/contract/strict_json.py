@@ -15,6 +15,7 @@ import reprlib
 from typing import Any
 
 from ..seams import PlanStatus
+from .json_text import JsonSyntaxError, loads, with_excerpt
 from .refusal import Refusal
 
 MAX_RUN_BYTES = 256 * 1024  # a run is a Step Functions execution input: at most 256 KiB
@@ -110,10 +111,12 @@ class RunValidationError(Refusal, ValueError):
     """The run JSON is invalid (a Refusal with status InvalidRun); `.field` is the dotted path of the offending
     field."""
 
-    def __init__(self, field_path: str, value: Any, accepted: str):
+    def __init__(self, field_path: str, value: Any, accepted: str, *, excerpt: str = ""):
+        """`excerpt`: lines shown under the message (a JSON file's line with a caret, spotrun.contract.json_text)."""
         field_path = field_path if len(field_path) <= 200 else field_path[:197] + "..."
         message = f"{field_path}={show(value)} is invalid: expected {accepted}"
-        super().__init__(PlanStatus.INVALID_RUN.value, " ".join(message.splitlines()), field=field_path)
+        super().__init__(PlanStatus.INVALID_RUN.value, with_excerpt(" ".join(message.splitlines()), excerpt),
+                         field=field_path)
 
 
 # ---- decoding: bytes of a run file -> a JSON value whose oddities are reported by field -----------------
@@ -157,11 +160,10 @@ def decode_run(data: bytes, name: str = "run") -> Any:
     except UnicodeDecodeError as exc:
         raise RunValidationError("run", name, f"UTF-8 text (byte {exc.start} is not UTF-8)") from None
     try:
-        return json.loads(text, object_pairs_hook=_pairs, parse_float=Written, parse_constant=Written,
-                          parse_int=lambda s: int(s) if len(s) <= 40 else _BigNumber(s))
-    except json.JSONDecodeError as exc:
-        problem = exc.msg.removesuffix(" at")  # json's "Unterminated string starting at" + " at line ..."
-        raise RunValidationError("run", name, f"valid JSON ({problem} at line {exc.lineno} column {exc.colno})"
+        return loads(text, object_pairs_hook=_pairs, parse_float=Written, parse_constant=Written,
+                     parse_int=lambda s: int(s) if len(s) <= 40 else _BigNumber(s))
+    except JsonSyntaxError as exc:
+        raise RunValidationError("run", name, f"valid JSON: at {exc.at}, {exc.expected}", excerpt=exc.excerpt
                                  ) from None
     except RecursionError:
         raise RunValidationError("run", name, f"JSON nested at most {MAX_DEPTH} levels deep") from None

@@ -30,6 +30,7 @@ from typing import Callable
 from ..cli.datasets import PrepareError, input_files, prepare_dataset
 from ..cli.models import ModelDirError, check_weights
 from ..contract.hub_id import is_hub_id, parse_hub_id
+from ..contract.json_text import JsonSyntaxError, loads
 from ..contract.refusal import Refusal
 from ..contract.runfile import SOURCE_FIELDS, load_run_file
 from ..contract.spec import RunSpec, RunValidationError, parse_run
@@ -112,9 +113,13 @@ def load_run(run_path: Path, models: Path | None = None, *, hub_endpoint: str | 
             check_model_weights(path, written)
     if run.model.source is not None:  # before any preparing: the model's positions bound seq_len
         try:
-            config = json.loads((Path(run.model.source) / "config.json").read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise RunValidationError("model.source", run.model.source, f"a readable config.json ({exc})") from None
+            config = loads((Path(run.model.source) / "config.json").read_text(encoding="utf-8"))
+        except JsonSyntaxError as exc:
+            raise RunValidationError("model.source", run.model.source, f"a valid JSON config.json (not JSON "
+                                     f"{exc.where_what})", excerpt=exc.excerpt) from None
+        except (OSError, ValueError, RecursionError) as exc:  # ValueError: also text that is not UTF-8
+            raise RunValidationError("model.source", run.model.source, "a readable config.json "
+                                     f"({getattr(exc, 'strerror', None) or 'not UTF-8 JSON text'})") from None
         check_seq_len(run, config)
     return raw, run
 

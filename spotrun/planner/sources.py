@@ -14,12 +14,12 @@ the model's (`check_tokenizer`), and data.seq_len within the model's positions (
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from ..contract.hub_id import is_hub_id
+from ..contract.json_text import JsonSyntaxError, loads
 from ..contract.spec import RunSpec, RunValidationError, check_json_tree, check_seq_len_within
 from ..seams import (
     TOKENIZER_DEFINITION,
@@ -87,8 +87,14 @@ def _read_json(source: str, name: str, field_path: str, s3_client: Any) -> dict:
     if len(body) > MAX_SOURCE_JSON_BYTES:
         raise RunValidationError(field_path, source, f"a {name} of at most {MAX_SOURCE_JSON_BYTES:,} bytes")
     try:
-        value = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError, ValueError):
+        value = loads(body.removeprefix(b"\xef\xbb\xbf").decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise RunValidationError(field_path, source, f"a valid JSON {name} (UTF-8 text; its byte {exc.start:,} is "
+                                 "not UTF-8)") from None
+    except JsonSyntaxError as exc:
+        raise RunValidationError(field_path, source, f"a valid JSON {name} (not JSON {exc.where_what})",
+                                 excerpt=exc.excerpt) from None
+    except (RecursionError, ValueError):  # nested deeper than json reads; an integer of over 4,300 digits
         raise RunValidationError(field_path, source, f"a valid JSON {name}") from None
     if not isinstance(value, dict):
         raise RunValidationError(field_path, source, f"a {name} holding a JSON object")

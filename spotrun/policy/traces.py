@@ -29,13 +29,13 @@ Sources (stdlib only: the estimate Lambda runs this):
 from __future__ import annotations
 
 import bisect
-import json
 import math
 import random
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..contract.json_text import JsonSyntaxError, loads, with_excerpt
 from ..contract.strict_json import show
 from .availability import fitted_trace
 
@@ -234,11 +234,10 @@ def _document(path: Path):
         raise TraceFileError(f"{path}: not text (byte {exc.start:,} is not UTF-8: a binary file?): expected a "
                              f"spot-traces JSON file {TRACE_FORMAT}") from None
     try:
-        return json.loads(text, parse_constant=lambda name: name)  # NaN/Infinity: kept as text, refused below
-    except json.JSONDecodeError as exc:
-        problem = exc.msg.removesuffix(" at")
-        raise TraceFileError(f"{path}: not valid JSON ({problem} at line {exc.lineno} column {exc.colno}): expected "
-                             f"a spot-traces file {TRACE_FORMAT}") from None
+        return loads(text, parse_constant=lambda name: name)  # NaN/Infinity: kept as text, refused below
+    except JsonSyntaxError as exc:
+        raise TraceFileError(with_excerpt(f"{path}: not valid JSON ({exc.where_what}): expected a spot-traces "
+                                          f"file {TRACE_FORMAT}", exc.excerpt)) from None
     except RecursionError:
         raise TraceFileError(f"{path}: JSON nested too deep: expected a spot-traces file {TRACE_FORMAT}") from None
 

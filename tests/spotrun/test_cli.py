@@ -77,10 +77,32 @@ def test_invalid_and_refused_runs_exit_with_their_own_codes_and_the_field(tmp_pa
     broken.write_text("{")
     assert main(["estimate", str(broken)]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "InvalidRun: run=" in err and "valid JSON" in err
+    assert err.count("\n") == 3 and "InvalidRun: run=" in err and "valid JSON" in err  # the line, a caret under it
     # validate does not plan: the over-budget run is a valid run file.
     assert main(["validate", str(poor)]) == 0
     assert main(["validate", str(poor), str(bad)]) == 2
+
+
+def test_a_run_file_that_is_not_json_is_refused_in_the_users_words(tmp_path, capsys):
+    """A missing comma was refused in the decoder's words ("Expecting ',' delimiter at line 4 column 3"): now the
+    file, the line and column, what is needed there, and the line with a caret under the column."""
+    lines = json.dumps(json.loads(EXAMPLES[0].read_text()), indent=2).splitlines()
+    assert lines[2].endswith(",")
+    lines[2] = lines[2][:-1]  # the comma after the second field left out
+    broken = tmp_path / "broken.json"
+    broken.write_text("\n".join(lines))
+    for command in ("validate", "estimate"):
+        assert main([command, str(broken)]) == 2
+        first, shown, caret = capsys.readouterr().err.rstrip("\n").split("\n")
+        assert first.startswith(f"{broken}: InvalidRun: run=") and first.endswith(
+            " is invalid: expected valid JSON: at line 4 column 3, a ',' between this and what comes before it, or '}' "
+            "to end the object"), first
+        assert shown.strip() == lines[3].strip() and shown[caret.index("^")] == '"' and caret.strip() == "^"
+        assert main([command, "--format", "json", str(broken)]) == 2
+        doc = json.loads(capsys.readouterr().out)
+        assert (doc["error"], doc["field"]) == ("InvalidRun", "run") and doc["message"].split("\n") == \
+            [first.removeprefix(f"{broken}: InvalidRun: "), shown, caret]
+        assert "Expecting" not in doc["message"] and "delimiter" not in doc["message"]
 
 
 def test_validate_applies_the_stage_rules_given_offline(tmp_path, capsys):
@@ -201,6 +223,23 @@ def test_a_source_config_the_planner_cannot_count_names_the_source(tmp_path, cap
     assert main(["estimate", "--format", "json", str(run)]) == 2
     out = json.loads(capsys.readouterr().out)
     assert out["field"] == "model.source" and "model.config.tie_word_embeddings=\"false\"" in out["message"]
+
+
+def test_a_source_config_that_is_not_json_says_where(tmp_path, capsys):
+    """A model.source whose config.json is not JSON was `expected a valid JSON config.json`, without where: now its
+    line and column, what is needed there, and the line with a caret."""
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text('{\n  "model_type": "llama",\n  "hidden_size": 64,\n}\n')
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps({"version": 1, "name": "src", "model": {"source": str(model)},
+                               "data": {"tokens": 10**6, "seq_len": 128}, "budget": {"max_usd": 10}}))
+    assert main(["estimate", str(run)]) == 2
+    first, shown, caret = capsys.readouterr().err.rstrip("\n").split("\n")
+    assert first.startswith(f"{run}: InvalidRun: model.source=") and first.endswith(
+        "is invalid: expected a valid JSON config.json (not JSON at line 4 column 1: expected another field after the "
+        "',' (JSON allows no ',' before '}'))"), first
+    assert (shown.strip(), caret.strip()) == ("}", "^") and shown[caret.index("^")] == "}"
 
 
 def test_estimate_prices_in_the_region_it_names_and_refuses_a_region_without_prices(capsys):

@@ -88,7 +88,12 @@ def test_invalid_input_is_named_by_file_and_line_and_leaves_nothing_that_looks_c
     out = tmp_path / "data"
     assert main(["prepare", str(raw), "--tokenizer", str(assets["tokenizer"]), "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == f"error: {raw / 'a.jsonl'}:3: not valid JSON (Expecting value at column 10)"
+    # named as every error is (the line began `error: <file>`); the column, what is needed there (not the decoder's
+    # "Expecting value"), and the line with a caret under the column
+    value = 'a value (a "string", a number, an object {...}, an array [...], true, false or null)'
+    assert err == (f"error: InvalidInput: {raw / 'a.jsonl'}:3: not valid JSON (at column 10: expected {value}: a word "
+                   'other than true, false or null is a string, in double quotes)\n    {"text": broken}\n'
+                   "             ^")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["raw"]  # no output, no staging directory left
     assert main(["prepare", str(raw), "--tokenizer", str(assets["tokenizer"])]) == 2
     assert "--out DIR (here) or --stage STAGE --name NAME" in capsys.readouterr().err
@@ -183,7 +188,7 @@ def test_upload_model_refuses_an_incomplete_directory_and_uploads_nothing(capsys
         (model / "config.json").unlink()
     assert main(["upload-model", str(model), "--stage", "dev", "--name", "m"]) == 2
     err = capsys.readouterr().err
-    assert message in err and len(err.strip().splitlines()) == 1
+    assert message in err and len(err.strip().splitlines()) == 1 and err.startswith("error: InvalidInput: ")
     assert _keys(stage, "models/") == []
 
 

@@ -37,7 +37,9 @@ FRONT = ("spotrun.cli", "spotrun.local", "spotrun.handlers")
 # The trainer's one import beyond the seams, on purpose: the planner's memory model (stdlib only) predicts this rank's
 # peak beside the measured one in the job's log (spotrun_trainer/memory_check.py, docs/trainer.md), so that the log
 # holds the plan's own figure, not a copy's.
-TRAINER_ALSO = ("spotrun.planner.memory",)
+# And the one reader of JSON text a user wrote (stdlib only), so that a JSONL record that is not JSON is refused in the
+# words of every other JSON file (spotrun/contract/json_text.py).
+TRAINER_ALSO = ("spotrun.planner.memory", "spotrun.contract.json_text")
 SEAMS_OF_THE_TRAINER = ("spotrun.seams", "spotrun.settings")  # the settings tree is the trainer's config
 HANDLERS = sorted(n for n in modules(ROOT) if n.startswith("spotrun.handlers."))
 

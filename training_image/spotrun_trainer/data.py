@@ -49,6 +49,7 @@ from pathlib import Path
 
 import numpy as np
 
+from spotrun.contract.json_text import JsonSyntaxError, loads, with_excerpt
 from spotrun.seams import RAW_SUFFIXES, DatasetIndex, directory_tokenizer_identity
 
 log = logging.getLogger(__name__)
@@ -123,9 +124,12 @@ def _utf8(raw: bytes, where: str) -> str:
 
 def _record(line: str, where: str, text_field: str) -> str | list:
     try:
-        record = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise DataError(f"{where}: not valid JSON ({exc.msg.removesuffix(' at')} at column {exc.colno})") from None
+        record = loads(line)
+    except JsonSyntaxError as exc:  # one record per line: its column, what it needs there, the line with a caret
+        raise DataError(with_excerpt(f"{where}: not valid JSON (at column {exc.column}: expected {exc.expected})",
+                                     exc.excerpt)) from None
+    except RecursionError:
+        raise DataError(f"{where}: not valid JSON (nested too deep)") from None
     if isinstance(record, dict) and "messages" in record:
         return _messages(record["messages"], where)
     if not isinstance(record, dict) or not isinstance(record.get(text_field), str):
