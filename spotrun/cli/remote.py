@@ -489,16 +489,17 @@ def _table(rows: list[dict]) -> str:
 
 def run_command(fn, args: argparse.Namespace) -> int:
     """Run a remote command; its exit code from spotrun/cli/exits.py. With `--format json` an error is one JSON
-    document on stdout (as a refused `start` is), else one line on stderr."""
+    document on stdout (as a refused `start` is), else one line on stderr, `error: <error>: <message>` as every
+    command's (RemoteError: the stage, its stack or the run is not as the command needs)."""
     fmt = getattr(args, "format", "text")
     try:
         result = fn(args)
     except Refusal as exc:  # the run file (spotrun.contract.runfile.load_run_file)
-        return _error(fmt, for_status(exc.status), exc.status, exc.message, exc.field)
+        return fail(fmt, for_status(exc.status), exc.status, exc.message, exc.field)
     except RemoteError as exc:
-        return _error(fmt, Exit.INVALID, "RemoteError", str(exc))
+        return fail(fmt, Exit.INVALID, "RemoteError", str(exc))
     except (ClientError, BotoCoreError) as exc:
-        return _error(fmt, Exit.FAILED, "AWS", aws_message(exc))
+        return fail(fmt, Exit.FAILED, "AWS", aws_message(exc))
     if isinstance(result, int):
         return result
     if fmt == "json":
@@ -511,12 +512,6 @@ def run_command(fn, args: argparse.Namespace) -> int:
         return int(for_status(result["error"]))
     return int(Exit.OK)
 
-
-def _error(fmt: str, code: int, error: str, message: str, field: str | None = None) -> int:
-    if fmt == "json":
-        return fail(fmt, code, error, message, field)
-    print(f"error: {message}" if error == "RemoteError" else f"error: {error}: {message}", file=sys.stderr)
-    return int(code)
 
 
 def common(p, *, fmt: bool = True) -> None:

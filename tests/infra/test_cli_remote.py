@@ -214,7 +214,8 @@ def test_commands_name_the_missing_stack(monkeypatch, capsys):
     monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
     with mock_aws():
         assert main(["list", "--stage", "prod"]) == 2
-    assert f"stack {stack_name('prod')} not readable" in capsys.readouterr().err
+    # named as every other error is (`error: InvalidInput: ...`); the line began `error: stack ...`
+    assert capsys.readouterr().err.startswith(f"error: RemoteError: stack {stack_name('prod')} not readable")
 
 
 def test_deploy_names_a_stack_without_a_serving_role(monkeypatch, capsys):
