@@ -177,7 +177,7 @@ def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | 
         raise EstimateRefused("InvalidRun", where + message, field=field_name)
 
     job_s = functools.partial(uninterrupted_job_s, catalog, ckpt_bytes=work.ckpt_bytes, parameters=work.total)
-    best, warnings, pool = _choose(run, options, job_s)
+    best, warnings, pool, pool_words = _choose(run, options, job_s)
 
     def build(best: Option, warnings: list[str]) -> Estimate:
         """The Estimate of the layout `best` (refused where the run cannot have it)."""
@@ -232,7 +232,8 @@ def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | 
     if layout_cost is None or not _policy_ranks_layouts(run):
         return est
     return _by_policy(run, est, best, _policy_candidates(pool, best, job_s),
-                      lambda option: build(option, list(warnings)), layout_cost)
+                      lambda option: build(option, list(warnings)), layout_cost,
+                      _candidates_why(pool, pool_words))
 
 
 def _count_work(run: RunSpec, defaults: dict, model_config: dict | None, data_tokens: int | None,
@@ -291,26 +292,34 @@ def _candidates(run: RunSpec, catalog: dict) -> tuple[list[str], Iterable[int]]:
 
 
 def _choose(run: RunSpec, options: list[Option],
-            job_s: Callable[[Option], float]) -> tuple[Option, list[str], list[Option]]:
+            job_s: Callable[[Option], float]) -> tuple[Option, list[str], list[Option], str]:
     """(the cheapest option, spot or on-demand as the run asks, among those meeting compute.target_hours, or the
     fastest when none does; the warning that says so). With compute.deadline_hours, among the layouts whose run
     meets it: with the expected interruptions where some do, else uninterrupted (`job_s`: one job as the chain
     bills it); where none does, `_deadline` refuses or warns with the fastest (a new user's `instance_type: auto`
-    picked the cheapest layout whatever the deadline); the pool it was chosen from last."""
+    picked the cheapest layout whatever the deadline); then the pool it was chosen from and what the pool is, in
+    words (`meeting the deadline with the expected interruptions`: the layouts compared by the policy's bill are
+    of it, and the words say why they change between nearby deadlines)."""
     c, warnings = run.compute, []
     price_of = (lambda o: o.spot) if c.spot else (lambda o: o.on_demand)
-    pool = options
+    pool, words = options, "the planner has"
     if c.deadline_s is not None and not c.target_hours:
         expected = [o for o in options if job_s(o) + o.overhead <= c.deadline_s]
-        pool = expected or [o for o in options if job_s(o) <= c.deadline_s] or options
+        plain = [o for o in options if job_s(o) <= c.deadline_s]
+        pool = expected or plain or options
+        words = ("meeting the deadline with the expected interruptions" if expected else
+                 "meeting the deadline uninterrupted (none does with the expected interruptions)" if plain else
+                 "the planner has (none meets the deadline)")
     if c.target_hours:
         pool = [o for o in options if o.wall + o.overhead <= c.target_hours * 3600]
+        words = f"finishing within compute.target_hours={c.target_hours}"
         if not pool:
             fastest = min(options, key=lambda o: (o.wall + o.overhead, price_of(o)))
             pool = [fastest]
+            words = f"the planner has (none finishes within compute.target_hours={c.target_hours})"
             warnings.append(f"compute.target_hours={c.target_hours}: no layout finishes in time; the fastest, "
                             f"{fastest.fit.layout.describe()}, takes {hours_text(fastest.wall + fastest.overhead)}")
-    return min(pool, key=lambda o: (price_of(o), o.wall)), warnings, pool
+    return min(pool, key=lambda o: (price_of(o), o.wall)), warnings, pool, words
 
 
 @dataclass(frozen=True)
@@ -360,21 +369,34 @@ def _policy_candidates(pool: list[Option], best: Option, job_s: Callable[[Option
     return out
 
 
+def _candidates_why(pool: list[Option], pool_words: str) -> str:
+    """Which layouts `_policy_candidates` takes from `pool`, and why those, in one clause of the advice line: the
+    pool is what changes between nearby deadlines (a layout just fast enough joins it)."""
+    layouts = len({(o.instance_type, o.count) for o in pool})
+    of = f"the {layouts} layout{'s' * (layouts != 1)} (instance type and count) {pool_words}"
+    if layouts <= POLICY_LAYOUTS:
+        return f"{'all' if layouts > 1 else 'the one'} of {of}"
+    return (f"the {POLICY_LAYOUTS} cheapest by spot rate of {of}, and the fastest of them (the most slack to the "
+            "deadline)")
+
+
 def _by_policy(run: RunSpec, est: Estimate, best: Option, options: list[Option],
-               build: Callable[[Option], Estimate], layout_cost: LayoutCost) -> Estimate:
+               build: Callable[[Option], Estimate], layout_cost: LayoutCost, why_these: str = "") -> Estimate:
     """The Estimate of the layout among `options` whose chosen spot policy bills least in the simulated mean,
     among those whose policy meets the deadline on the confidence the policy stage chooses by (the same rule); the
     planner's `est` (of `best`, the cheapest spot rate) where none beats it or none meets it. Its advice says which
-    layouts were compared and, where the choice is not the cheapest spot rate, why (one line)."""
+    layouts were compared (`why_these`: which and why those, `_candidates_why`) and, where the choice is not the
+    cheapest spot rate, why (one line)."""
     bill = layout_cost(run, est)
     if len(options) < 2 or bill is None:
         return est
     compared = [(best, est, bill)]
-    skipped = []
+    skipped, refused = [], []
     for option in options[1:]:
         try:
             other = build(option)
         except EstimateRefused:  # this layout is not one the run can have (its cap, its batch): not compared
+            refused.append(option)
             continue
         other_bill = layout_cost(run, other)
         if other_bill is None:
@@ -382,7 +404,7 @@ def _by_policy(run: RunSpec, est: Estimate, best: Option, options: list[Option],
             continue
         compared.append((option, other, other_bill))
     chosen = _policy_choice(compared)
-    line = _compared_line(run, compared, chosen, skipped)
+    line = _compared_line(run, compared, chosen, skipped, why_these, refused)
     out = chosen[1]
     if chosen is not compared[0]:
         out = replace(out, warnings=[_policy_batch_reason(w, chosen, compared[0]) for w in out.warnings])
@@ -432,8 +454,11 @@ def _policy_batch_reason(warning: str, chosen: tuple, first: tuple) -> str:
     return out.replace(" with a later compute.deadline_hours", "") if first[2].meets else out
 
 
-def _compared_line(run: RunSpec, compared: list, chosen: tuple, skipped: list[Option]) -> str:
-    """The advice line naming the layouts compared by their chosen spot policy's simulated mean."""
+def _compared_line(run: RunSpec, compared: list, chosen: tuple, skipped: list[Option], why_these: str = "",
+                   refused: tuple | list = ()) -> str:
+    """The advice line naming the layouts compared by their chosen spot policy's simulated mean, which ones and why
+    those (`why_these`), and those left out: refused by the estimate (the run cannot have them) or past its time
+    bound."""
     def row(c: tuple) -> str:
         option, _, bill = c
         odds = "" if bill.meets or bill.p_deadline is None else f", meets it on only {bill.p_deadline:.1%}"
@@ -441,8 +466,9 @@ def _compared_line(run: RunSpec, compared: list, chosen: tuple, skipped: list[Op
         return f"{option.count} x {option.instance_type}: {bill.policy}, mean {usd(bill.mean_usd)}{p95}{odds}"
 
     deadline = deadline_hours_text(run.compute.deadline_s)
+    these = f"; {why_these}" if why_these else ""
     head = (f"layouts compared by their chosen spot policy's simulated mean (meeting compute.deadline_hours="
-            f"{deadline} on the policy stage's confidence): ")
+            f"{deadline} on the policy stage's confidence{these}): ")
     rows = "; ".join(row(c) + (" (chosen)" if c is chosen else "") for c in compared)
     cheapest = compared[0]
     why = ""
@@ -460,6 +486,9 @@ def _compared_line(run: RunSpec, compared: list, chosen: tuple, skipped: list[Op
                "generated traces alone)")
     left = ("; not compared within the estimate's time bound: "
             + ", ".join(f"{o.count} x {o.instance_type}" for o in skipped)) if skipped else ""
+    if refused:
+        left += ("; not compared, the run cannot have them (the estimate refuses them): "
+                 + ", ".join(f"{o.count} x {o.instance_type}" for o in refused))
     return head + rows + why + left
 
 

@@ -86,6 +86,23 @@ def test_the_layouts_compared_are_named_with_why_the_cheapest_spot_rate_lost(swe
         assert f"{chosen} over the cheapest spot rate, {cheapest}" in line, line
 
 
+def test_the_line_says_which_layouts_were_compared_and_why_those(sweep):
+    """From 10.05 h to 10.2 h the layouts compared changed (1 x ml.g6e.48xlarge came in) and the line did not say
+    why: it now says they are the 3 cheapest by spot rate of the layouts meeting the deadline with the expected
+    interruptions, and how many those are; the g6e joins the line where that count grows."""
+    import re
+
+    lines, counts = {}, {}
+    for hours in (10.05, 10.2):
+        lines[hours] = next(a for a in sweep[hours].advice if a.startswith("layouts compared"))
+        found = re.search(r"; the 3 cheapest by spot rate of the (\d+) layouts \(instance type and count\) meeting "
+                          r"the deadline with the expected interruptions, and the fastest of them", lines[hours])
+        assert found, lines[hours]
+        counts[hours] = int(found[1])
+    assert counts[10.2] > counts[10.05] > 3, counts
+    assert "1 x ml.g6e.48xlarge: " in lines[10.2] and "1 x ml.g6e.48xlarge: " not in lines[10.05], lines
+
+
 @pytest.mark.parametrize("compute", [{}, {"target_hours": 12}, {"deadline_hours": 12, "spot": False}],
                          ids=["no deadline", "target_hours", "spot=false"])
 def test_runs_without_a_deadline_or_spot_keep_the_planners_layout(compute):
