@@ -38,7 +38,7 @@ from ..planner.sources import check_local_split, read_sources, split_settings, u
 from ..policy.choose import policy_text
 from ..seams import DatasetIndex, StackOutput, stack_name
 from .exits import HELP as EXIT_CODES_HELP
-from .exits import Exit, combined, fail, for_status
+from .exits import Exit, combined, fail, for_status, split_excerpt
 from .remote import aws_message, stage_max_usd, stage_region, unlisted_stage
 
 
@@ -291,7 +291,7 @@ def run_command(args: argparse.Namespace, *, plan: bool, cfn_client: Any = None,
                                  prepared=getattr(args, "prepared", None), stage=args.stage)
         except Refusal as exc:
             result = exc.result()
-            doc = {"error": result.pop("status"), **result}
+            doc = split_excerpt({"error": result.pop("status"), **result})
             codes.append(for_status(exc.status))
             if args.format != "json":
                 print(f"{path}: {exc.line()}", file=sys.stderr)

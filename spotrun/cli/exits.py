@@ -55,11 +55,19 @@ def combined(codes: Iterable[Exit]) -> Exit:
 
 
 def error_doc(error: str, message: str, field: str | None = None) -> dict:
-    """The JSON error document every command prints with `--format json`."""
+    """The JSON error document every command prints with `--format json` (`message` one line, `excerpt` where the
+    message has more: `split_excerpt`)."""
     doc: dict[str, Any] = {"error": error, "message": message}
     if field is not None:
         doc["field"] = field
-    return doc
+    return split_excerpt(doc)
+
+
+def split_excerpt(doc: dict) -> dict:
+    """`doc` whose message has lines under its first (a JSON file's line and a caret under the column,
+    spotrun/contract/json_text.py), with `message` its first line and `excerpt` the others; else `doc` itself."""
+    first, more, excerpt = str(doc.get("message", "")).partition("\n")
+    return {**doc, "message": first, "excerpt": excerpt} if more else doc
 
 
 def fail(fmt: str, code: Exit, error: str, message: str, field: str | None = None) -> int:

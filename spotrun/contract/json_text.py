@@ -17,6 +17,8 @@ EXCERPT_WIDTH = 72  # characters of a long line shown around the column
 INDENT = "    "
 
 VALUE = 'a value (a "string", a number, an object {...}, an array [...], true, false or null)'
+NUL_TEXT = ("text without NUL bytes (this file has some: UTF-16 or UTF-32 without a byte-order mark, or a binary file; "
+            "save it as UTF-8)")
 ESCAPES = "one of the escapes \\\" \\\\ \\/ \\b \\f \\n \\r \\t \\uXXXX after a '\\' (a Windows path: write \\\\ or /)"
 
 
@@ -66,6 +68,8 @@ def syntax_error(decoder_message: str, text: str, pos: int) -> JsonSyntaxError:
     column = pos - start + 1
     if not text.strip():
         return JsonSyntaxError(line, column, "a JSON value (the file is empty)", "")
+    if "\x00" in text:  # valid UTF-8, but no text file holds NUL: the caret would point into noise
+        return JsonSyntaxError(line, column, NUL_TEXT, "")
     return JsonSyntaxError(line, column, _expected(decoder_message, text, pos), _excerpt(line_text.rstrip("\r"),
                                                                                           pos - start))
 

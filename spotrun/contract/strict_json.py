@@ -15,7 +15,7 @@ import reprlib
 from typing import Any
 
 from ..seams import PlanStatus
-from .json_text import JsonSyntaxError, loads, with_excerpt
+from .json_text import NUL_TEXT, JsonSyntaxError, loads, with_excerpt
 from .refusal import Refusal
 
 MAX_RUN_BYTES = 256 * 1024  # a run is a Step Functions execution input: at most 256 KiB
@@ -159,6 +159,8 @@ def decode_run(data: bytes, name: str = "run") -> Any:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise RunValidationError("run", name, f"UTF-8 text (byte {exc.start} is not UTF-8)") from None
+    if "\x00" in text:  # UTF-8 it is, but a JSON text holds no NUL outside a \u0000 escape
+        raise RunValidationError("run", name, f"UTF-8 {NUL_TEXT}") from None
     try:
         return loads(text, object_pairs_hook=_pairs, parse_float=Written, parse_constant=Written,
                      parse_int=lambda s: int(s) if len(s) <= 40 else _BigNumber(s))

@@ -100,9 +100,15 @@ def test_a_run_file_that_is_not_json_is_refused_in_the_users_words(tmp_path, cap
         assert shown.strip() == lines[3].strip() and shown[caret.index("^")] == '"' and caret.strip() == "^"
         assert main([command, "--format", "json", str(broken)]) == 2
         doc = json.loads(capsys.readouterr().out)
-        assert (doc["error"], doc["field"]) == ("InvalidRun", "run") and doc["message"].split("\n") == \
-            [first.removeprefix(f"{broken}: InvalidRun: "), shown, caret]
+        assert (doc["error"], doc["field"]) == ("InvalidRun", "run"), doc  # one line, the caret in `excerpt`
+        assert (doc["message"], doc["excerpt"]) == (first.removeprefix(f"{broken}: InvalidRun: "), f"{shown}\n{caret}")
         assert "Expecting" not in doc["message"] and "delimiter" not in doc["message"]
+    # UTF-16 without a byte-order mark is valid UTF-8 (NUL bytes): it read as a JSON error at line 1 column 1
+    wide = tmp_path / "wide.json"
+    wide.write_bytes(EXAMPLES[0].read_text().encode("utf-16-le"))
+    assert main(["validate", str(wide)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "UTF-16 or UTF-32 without a byte-order mark" in err, err
 
 
 def test_validate_applies_the_stage_rules_given_offline(tmp_path, capsys):
