@@ -30,7 +30,7 @@ from dataclasses import MISSING, dataclass, fields
 from functools import cache
 from typing import Any, Callable, Literal, get_args, get_origin, get_type_hints
 
-from .strict_json import RunValidationError, Written, join
+from .strict_json import ABSENT, RunValidationError, Written, join
 
 REQUIRED = "a value (this field is required)"
 
@@ -161,7 +161,7 @@ def _check_keys(raw: Any, path: str, tree: dict) -> None:
                                      f"no such field; accepted fields: {', '.join(sorted(tree))}")
     for key in sorted(k for k, node in tree.items() if _required(node)):
         if key not in raw:
-            raise RunValidationError(join(path, key), None, REQUIRED)
+            raise RunValidationError(join(path, key), ABSENT, REQUIRED)
     for key, node in tree.items():
         if isinstance(node, dict) and key in raw:
             _check_keys(raw[key], join(path, key), node)

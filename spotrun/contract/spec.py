@@ -26,6 +26,7 @@ from . import values
 from .decoder import decode, markdown_table, reference, spec
 from .hub_id import HubId, is_hub_id, parse_hub_id
 from .strict_json import (  # noqa: F401 - re-exported: the contract's public names
+    ABSENT,
     MAX_DEPTH,
     MAX_INT,
     MAX_RUN_BYTES,
@@ -106,7 +107,7 @@ class ModelSpec:
                 raise RunValidationError("model.source", raw["source"], 'no model.source with model.init="random" '
                                          "(random weights take only the shape: model.config)")
             if self.config is None:
-                raise RunValidationError("model.config", None, "the model's shape (an HF config) with "
+                raise RunValidationError("model.config", ABSENT, "the model's shape (an HF config) with "
                                          'model.init="random"')
             size = len(json.dumps(self.config, separators=(",", ":")))
             if size > HYPERPARAMETER_VALUE_MAX:
@@ -120,7 +121,7 @@ class ModelSpec:
             # cannot be read here (offline); the pipeline reads the source's own config.json.
             return replace(self, init="pretrained")
         if self.init == "pretrained":
-            raise RunValidationError("model.source", None, "the model directory holding the pretrained weights "
+            raise RunValidationError("model.source", ABSENT, "the model directory holding the pretrained weights "
                                      '(with model.init="pretrained")')
         if self.config is None:
             raise RunValidationError("model", raw, "model.source (pretrained weights), model.config (a shape: with "

@@ -3,7 +3,8 @@
 `decode_run` decodes strictly (UTF-8 with an optional BOM, at most 256 KiB) and keeps what `json` would hide for
 `check_json_tree` to report by field: a key given twice, an integer too long to convert. Every error is a
 `RunValidationError`: one line `field=value is invalid: expected ...` (the trainer's ConfigError format) naming the
-dotted field path, the value shortened by `show`, and what is accepted.
+dotted field path, the value shortened by `show`, and what is accepted; `field is missing: expected ...` for a
+required field the file does not have (ABSENT).
 """
 
 from __future__ import annotations
@@ -107,14 +108,21 @@ def join(path: str, key: Any) -> str:
     return f"{path}.{_key(key)}" if path else _key(key)
 
 
+ABSENT = object()
+"""The value of a required field the run file does not have (RunValidationError says `is missing`)."""
+
+
 class RunValidationError(Refusal, ValueError):
     """The run JSON is invalid (a Refusal with status InvalidRun); `.field` is the dotted path of the offending
     field."""
 
     def __init__(self, field_path: str, value: Any, accepted: str, *, excerpt: str = ""):
-        """`excerpt`: lines shown under the message (a JSON file's line with a caret, spotrun.contract.json_text)."""
+        """`value` ABSENT: the field is not in the file (`field is missing: expected ...`, not `field=null`, which
+        the user did not write); `excerpt`: lines shown under the message (a JSON file's line with a caret,
+        spotrun.contract.json_text)."""
         field_path = field_path if len(field_path) <= 200 else field_path[:197] + "..."
-        message = f"{field_path}={show(value)} is invalid: expected {accepted}"
+        given = " is missing" if value is ABSENT else f"={show(value)} is invalid"
+        message = f"{field_path}{given}: expected {accepted}"
         super().__init__(PlanStatus.INVALID_RUN.value, with_excerpt(" ".join(message.splitlines()), excerpt),
                          field=field_path)
 

@@ -33,7 +33,7 @@ from ..contract.hub_id import is_hub_id, parse_hub_id
 from ..contract.json_text import JsonSyntaxError, loads
 from ..contract.refusal import Refusal
 from ..contract.runfile import SOURCE_FIELDS, load_run_file
-from ..contract.spec import RunSpec, RunValidationError, parse_run
+from ..contract.spec import ABSENT, RunSpec, RunValidationError, parse_run
 from ..pipeline.hub_fetch import HubFetchError, fetch_into
 from ..pipeline.plan import plan
 from ..pipeline.report import build_local_report
@@ -93,7 +93,7 @@ def load_run(run_path: Path, models: Path | None = None, *, hub_endpoint: str | 
         raw = fetch_hub_model(raw, models, hub_endpoint, emit)
         run = parse_run(raw)
     if run.data.source is None:
-        raise RunValidationError("data.source", None, "a local path of raw .txt/.jsonl text or prepared shards "
+        raise RunValidationError("data.source", ABSENT, "a local path of raw .txt/.jsonl text or prepared shards "
                                  "(`spotrun local` trains on real data; data.tokens alone only estimates)")
     if run.model.parameters is not None:
         raise RunValidationError("model.parameters", run.model.parameters, "model.source or model.config "

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..contract.hub_id import meant_hub_id
-from ..contract.spec import ModelSpec, RunSpec, RunValidationError
+from ..contract.spec import ABSENT, ModelSpec, RunSpec, RunValidationError
 from ..planner.catalog import regional_catalog, usd
 from ..planner.sources import PLACEHOLDER_BUCKET
 from ..seams import METHODS, PipelineSettings
@@ -91,7 +91,7 @@ def check_target(run: RunSpec, target: Target) -> tuple[str, str | None]:
                                  'model.config with model.init="random": training needs weights (a bare count only '
                                  "estimates)")
     if run.model.init is None:
-        raise RunValidationError("model.init", None, '"random" to train the inline model.config from random weights '
+        raise RunValidationError("model.init", ABSENT, '"random" to train the inline model.config from random weights '
                                  "(an explicit choice), or a model.source holding pretrained weights to fine-tune")
     if run.training.method not in METHODS:
         raise RunValidationError("training.method", run.training.method, " or ".join(METHODS))

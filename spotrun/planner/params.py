@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..contract.spec import RunValidationError
+from ..contract.spec import ABSENT, RunValidationError
 
 LLAMA_LIKE = ("llama", "mistral", "qwen2")
 SUPPORTED = LLAMA_LIKE + ("gpt2",)
@@ -55,7 +55,8 @@ def _get(cfg: dict, key: str, default=None, *, required: bool = True):
     if value is None:  # absent or null: the HF default
         value = default
     if required and value is None:
-        raise RunValidationError(f"model.config.{key}", None, "a value (needed to count parameters)")
+        raise RunValidationError(f"model.config.{key}", ABSENT if key not in cfg else None,
+                                 "a value (needed to count parameters)")
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_DIMENSION):
         raise RunValidationError(f"model.config.{key}", value, f"a positive integer <= {MAX_DIMENSION:,}")
     return value

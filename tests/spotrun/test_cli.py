@@ -231,6 +231,17 @@ def test_a_source_config_the_planner_cannot_count_names_the_source(tmp_path, cap
     assert out["field"] == "model.source" and "model.config.tie_word_embeddings=\"false\"" in out["message"]
 
 
+def test_a_required_field_left_out_is_missing_not_null(tmp_path, capsys):
+    """A run without `data` was refused as `data=null is invalid`: the user wrote no null."""
+    example = json.loads(EXAMPLES[0].read_text())
+    del example["data"]
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps(example))
+    assert main(["validate", "--format", "json", str(run)]) == 2
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["field"], doc["message"]) == ("data", "data is missing: expected a value (this field is required)")
+
+
 def test_a_source_config_that_is_not_json_says_where(tmp_path, capsys):
     """A model.source whose config.json is not JSON was `expected a valid JSON config.json`, without where: now its
     line and column, what is needed there, and the line with a caret."""

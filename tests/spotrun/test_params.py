@@ -87,8 +87,11 @@ def test_unsupported_architecture_and_bad_sizes_name_the_field():
         shape_of({"model_type": "falcon"})
     with pytest.raises(RunValidationError, match="model.config.hidden_size=-1 is invalid: expected a positive"):
         shape_of({**LLAMA2_7B, "hidden_size": -1})
-    with pytest.raises(RunValidationError, match="model.config.vocab_size=null"):
+    # absent, it was `model.config.vocab_size=null`, a value the config did not hold; null itself is still quoted
+    with pytest.raises(RunValidationError, match="model.config.vocab_size is missing: expected a value"):
         shape_of({k: v for k, v in LLAMA2_7B.items() if k != "vocab_size"})
+    with pytest.raises(RunValidationError, match="model.config.vocab_size=null is invalid: expected a value"):
+        shape_of({**LLAMA2_7B, "vocab_size": None})
 
 
 PEFT_SHAPES = {  # small configs of each supported family, with the features that change the count
