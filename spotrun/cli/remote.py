@@ -421,7 +421,10 @@ def cancel(args: argparse.Namespace) -> dict:
     return out
 
 
-def list_runs(args: argparse.Namespace) -> list[dict]:
+def list_runs(args: argparse.Namespace) -> list[dict] | int:
+    if args.limit < 1:  # before the stack is read; a slice by -3 listed all but the oldest 3
+        return fail(getattr(args, "format", "text"), Exit.INVALID, "InvalidArguments", f"--limit={args.limit} is "
+                    "invalid: expected a whole number of runs, 1 or more (default 50)", "--limit")
     dep = deployment(args.stage, args.stack, args.region)
     return [{"execution": e["name"], "state": e["status"], "started": str(e["startDate"]),
              "stopped": str(e["stopDate"]) if e.get("stopDate") else None}

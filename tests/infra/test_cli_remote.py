@@ -208,6 +208,14 @@ def test_report_of_a_finished_run_gives_billing_savings_cost_and_the_package(sta
     assert f"segment 1        {rep['job_name']} (spot): Completed/Completed, billable 900 s" in text
 
 
+@pytest.mark.parametrize("limit", ["0", "-3"])
+def test_list_refuses_a_limit_below_one_before_reading_the_stage(capsys, limit):
+    """`list --limit -3` listed all but the oldest 3 runs (a Python slice), `--limit 0` none, without a word."""
+    assert main(["list", "--limit", limit, "--stage", "dev"]) == 2
+    assert capsys.readouterr().err == (f"error: InvalidArguments: --limit={limit} is invalid: expected a whole number "
+                                       "of runs, 1 or more (default 50)\n")
+
+
 def test_commands_name_the_missing_stack(monkeypatch, capsys):
     from moto import mock_aws
 
