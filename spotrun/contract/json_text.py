@@ -84,6 +84,8 @@ def _expected(decoder_message: str, text: str, pos: int) -> str:
             return f"{VALUE}, but the text ends here (is the file cut short?)"
         if here == "]" and before == ",":
             return "another item after the ',' (JSON allows no ',' before ']')"
+        if here == "," and before in (",", "["):
+            return f"{VALUE} before this ',' (two ',' in a row, or one first in the array?)"
         if here == "'":
             return f"{VALUE}: strings take double quotes (\"text\"), not single ones"
         if here in ("/", "#"):
@@ -107,6 +109,9 @@ def _expected(decoder_message: str, text: str, pos: int) -> str:
             return "another item after the ',' (JSON allows no ',' before ']')"
         if here == "'":
             return "a field name in double quotes (\"name\"), not single ones"
+        if here == "," and before in (",", "{"):
+            return ("a field name in double quotes (\"name\") before this ',' (two ',' in a row, or one first in "
+                    "the object?)")
         if not text[pos:].strip():
             return "a field name in double quotes or '}', but the text ends here (is the file cut short?)"
         return "a field name in double quotes (\"name\") or '}'"

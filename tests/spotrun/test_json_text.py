@@ -26,6 +26,8 @@ CASES = [  # (text, line, column, words of what is expected there)
     ('{"a": 1} x', 1, 10, "one JSON value ended before this"),
     ('{"a":', 1, 6, "the text ends here (is the file cut short?)"),
     ('', 1, 1, "the file is empty"),
+    ('{"a": 1,, "b": 2}', 1, 9, "two ',' in a row"),
+    ('[1,, 2]', 1, 4, "two ',' in a row"),
     ('\x00{\x00"\x00a\x00"\x00:\x001\x00}', 1, 1, "UTF-16 or UTF-32 without a byte-order mark"),
 ]
 
