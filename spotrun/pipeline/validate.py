@@ -18,6 +18,7 @@ layer 2 with the stage's own limits (`admit`: its maxima, allowed instance types
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 
 from ..contract.hub_id import meant_hub_id
@@ -80,8 +81,10 @@ def check_catalog(run: RunSpec, catalog: dict) -> None:
     """compute.instance_type is `auto` or a type of spotrun's catalog (the planner knows no other)."""
     wanted = run.compute.instance_type
     if wanted != "auto" and wanted not in catalog["instances"]:
-        raise RunValidationError("compute.instance_type", wanted, "auto or an instance type of spotrun's catalog: "
-                                 + ", ".join(sorted(catalog["instances"])))
+        near = difflib.get_close_matches(wanted, list(catalog["instances"]), n=1, cutoff=0.85)
+        meant = f" (did you mean {near[0]}?)" if near else ""  # a typo's answer first, before the whole list
+        raise RunValidationError("compute.instance_type", wanted, f"auto or an instance type of spotrun's "
+                                 f"catalog{meant}: " + ", ".join(sorted(catalog["instances"])))
 
 
 def check_target(run: RunSpec, target: Target) -> tuple[str, str | None]:

@@ -89,6 +89,11 @@ def test_validate_refuses_an_instance_type_the_catalog_does_not_have(tmp_path, c
            "spotrun's catalog: " in err and "ml.g5.xlarge" in err
     assert main(["estimate", "--format", "json", str(path)]) == 2
     assert json.loads(capsys.readouterr().out)["field"] == "compute.instance_type"
+    assert "did you mean" not in err  # nothing near it
+    # a typo: the type meant, before the whole list
+    assert main(["validate", str(_example_with(tmp_path, "compute", instance_type="ml.g6e.xlarg"))]) == 2
+    assert "expected auto or an instance type of spotrun's catalog (did you mean ml.g6e.xlarge?): " in \
+        capsys.readouterr().err
 
 
 def test_an_invalid_run_the_planner_finds_exits_2_and_over_budget_3(tmp_path, capsys):
