@@ -21,6 +21,7 @@ field with the same texts.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import math
 import re
@@ -157,8 +158,10 @@ def _check_keys(raw: Any, path: str, tree: dict) -> None:
         raise RunValidationError(path or "run", raw, "an object")
     for key in raw:
         if key not in tree:
+            near = difflib.get_close_matches(str(key), list(tree), n=1, cutoff=0.8)
+            meant = f" (did you mean {near[0]}?)" if near else ""  # a typo: the field meant, before the list
             raise RunValidationError(join(path, key), raw[key],
-                                     f"no such field; accepted fields: {', '.join(sorted(tree))}")
+                                     f"no such field{meant}; accepted fields: {', '.join(sorted(tree))}")
     for key in sorted(k for k, node in tree.items() if _required(node)):
         if key not in raw:
             raise RunValidationError(join(path, key), ABSENT, REQUIRED)

@@ -109,6 +109,7 @@ def test_a_new_field_is_one_declaration_decoded_checked_and_documented():
         ({"rate": 1, "limits": {"mode": "slow"}}, "limits.mode", "fast or exact"),
         ({"rate": 1, "limits": {"window": 1.0}}, "limits.window", "an integer in [1, 64]"),
         ({"rate": 1, "extra": 1}, "extra", "accepted fields: budget, count, limits, rate"),
+        ({"rate": 1, "budget": {"caps": 1}}, "budget.caps", "no such field (did you mean cap?); accepted fields: cap"),
     ]:
         with pytest.raises(RunValidationError) as err:
             decode(_Toy, raw)
