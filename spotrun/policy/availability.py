@@ -39,7 +39,9 @@ correlations of the stretches' (or the waits') normal scores at 1-8 cycles apart
     python benchmarks/fit_availability.py --spot-traces DIR --set choose
 
 and checked on the other 8 by benchmarks/calibration_bench.py (docs/spot-policy.md, "Calibration"). The traces
-themselves are not in this repository. Stdlib only (the estimate Lambda runs it).
+themselves are not in this repository (`Bootstrap`, measured and not in the estimate, resamples the choose set's
+own cycles, stored in spotrun/policy/spells.py: `fit_availability.py --spells`). Stdlib only (the estimate Lambda
+runs it).
 """
 
 from __future__ import annotations
