@@ -37,6 +37,10 @@ spotrun/policy/availability.py:
 - `SHORT_FITTED_UP_TO_PER_HOUR`: the fastest trace's rate (the short stretches keep their seconds up to it);
   `SHORT_SHARE_AT_ONE_PER_HOUR`, `SHORT_SHARE_RATE_EXPONENT`: c and beta of a trace's share of short stretches
   = c x rate^beta (the same least squares): the share is scaled to it at the run's rate.
+
+`--droughts` prints the droughts' tables instead, and `--spells` the recorded cycles themselves as the module
+spotrun/policy/spells.py (`Bootstrap`'s table: every stretch with capacity that was interrupted and the wait after it,
+in recorded seconds, with each recording's rate); both measured, not in CHAIN (docs/spot-policy.md).
 """
 
 from __future__ import annotations
