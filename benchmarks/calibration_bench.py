@@ -58,20 +58,30 @@ from spotrun.contract.spec import MAX_RUNTIME_LIMIT_S  # noqa: E402
 from spotrun.planner.segments import ChainCosts  # noqa: E402
 from spotrun.policy import compare, summarize  # noqa: E402
 from spotrun.policy import traces as _traces  # noqa: E402
-from spotrun.policy.availability import CHAIN, CHAIN_DROUGHTS, CHAIN_DROUGHTS_LEVEL, fitted_trace  # noqa: E402
+from spotrun.policy.availability import (  # noqa: E402
+    BOOTSTRAP,
+    BOOTSTRAP_RECORDED_WAITS,
+    CHAIN,
+    CHAIN_DROUGHTS,
+    CHAIN_DROUGHTS_LEVEL,
+    fitted_trace,
+)
 from spotrun.policy.choose import ESTIMATE_TRACES, candidates, horizon_s  # noqa: E402
 from spotrun.policy.engine import INF  # noqa: E402
 from spotrun.policy.execution import execute  # noqa: E402
 from spotrun.policy.policies import cost_usd, describe  # noqa: E402
 from spotrun.policy.traces import TraceSpec, generated_traces, read_availability  # noqa: E402
 
-MODELS = {"regimes": CHAIN, "droughts": CHAIN_DROUGHTS, "droughts-level": CHAIN_DROUGHTS_LEVEL}
+MODELS = {"regimes": CHAIN, "droughts": CHAIN_DROUGHTS, "droughts-level": CHAIN_DROUGHTS_LEVEL,
+          "bootstrap": BOOTSTRAP, "bootstrap-recorded-waits": BOOTSTRAP_RECORDED_WAITS}
 
 
 def use_model(name: str) -> None:
     """Draw the estimate's generated traces (and `--cycles`') from availability model `name` in this process:
-    `regimes` (the estimate's CHAIN), `droughts` (CHAIN_DROUGHTS) or `droughts-level` (CHAIN_DROUGHTS_LEVEL: with
-    each trace's own level of waits); the last two measured, not shipped."""
+    `regimes` (the estimate's CHAIN), `droughts` (CHAIN_DROUGHTS), `droughts-level` (CHAIN_DROUGHTS_LEVEL: with
+    each trace's own level of waits), `bootstrap` (BOOTSTRAP: the choose set's recorded cycles resampled in blocks,
+    the waits rescaled by the rate's power law) or `bootstrap-recorded-waits` (the waits in recorded seconds); all
+    but the first measured, not shipped."""
     global CHAIN
     CHAIN = MODELS[name]
     _traces.fitted_trace = functools.partial(fitted_trace, chain=MODELS[name])
@@ -406,8 +416,9 @@ def main() -> None:
     parser.add_argument("--model", choices=sorted(MODELS), default="regimes",
                         help="the availability model of the generated traces: the estimate's (regimes) or with "
                         "droughts drawn in recorded hours (droughts), and each trace's own level of waits "
-                        "(droughts-level): "
-                        "measured, not shipped")
+                        "(droughts-level), or the choose set's recorded cycles resampled in blocks, rescaled to the "
+                        "rate, the waits by the rate's power law (bootstrap) or in recorded seconds "
+                        "(bootstrap-recorded-waits): measured, not shipped")
     parser.add_argument("--policies", help="comma-separated: only these candidates (default: every one offered)")
     parser.add_argument("--deadlines", default=",".join(map(str, DEADLINES_H)), help="hours, comma-separated")
     parser.add_argument("--stretches", type=int, metavar="N", default=0,

@@ -39,7 +39,9 @@ correlations of the stretches' (or the waits') normal scores at 1-8 cycles apart
     python benchmarks/fit_availability.py --spot-traces DIR --set choose
 
 and checked on the other 8 by benchmarks/calibration_bench.py (docs/spot-policy.md, "Calibration"). The traces
-themselves are not in this repository. Stdlib only (the estimate Lambda runs it).
+themselves are not in this repository (`Bootstrap`, measured and not in the estimate, resamples the choose set's
+own cycles, stored in spotrun/policy/spells.py: `fit_availability.py --spells`). Stdlib only (the estimate Lambda
+runs it).
 """
 
 from __future__ import annotations
@@ -50,6 +52,8 @@ import random
 from dataclasses import dataclass
 from functools import cached_property
 from statistics import NormalDist
+
+from .spells import SPELLS
 
 INF = math.inf
 LEVELS = (0.0, *(i / 50 for i in range(1, 50)), 0.99, 0.995, 1.0)
@@ -465,3 +469,118 @@ def fitted_trace(rate_per_hour: float, horizon_s: float, rng: random.Random,
         t += up + down
     out.append((t, INF))
     return out
+
+
+BOOTSTRAP_MEAN_BLOCK = 20.0  # cycles: the recorded stretches' normal scores still correlate 0.05 at 8 cycles apart
+
+
+@dataclass(frozen=True)
+class Bootstrap:
+    """Capacity as the recorded cycles themselves: a stationary block bootstrap (Politis and Romano 1994) of the
+    choose set's (stretch with capacity, wait after it) pairs, each rescaled in time to the run's rate. Measured, not
+    in the estimate (docs/spot-policy.md, "A block bootstrap of the recorded spells").
+
+    Each cycle follows the one before it in its recording (the last of a recording wraps to its first) or, with
+    probability 1 / `mean_block`, is a cycle drawn uniformly from all of them: blocks of a geometric number of
+    consecutive recorded cycles (mean `mean_block`), so runs of long waits and of blips come as recorded, across
+    every lag shorter than a block. Every cycle is drawn equally often in the long run, so the table's means are the
+    trace's. The scaling is the parametric model's (`Chain.scales`): a short stretch with capacity (at most
+    `SHORT_UP_S`) keeps its recorded seconds up to the fastest rate fitted and shrinks with 1 / rate beyond it; a
+    longer one is rescaled from its recording's rate to the run's (times its recording's rate / the run's) and all of
+    those by one factor so that the stretches with capacity together have mean 1 / rate exactly. The waits:
+    `waits="power"` rescales each by (the run's rate / its recording's)^`DOWN_RATE_EXPONENT` (the power law's
+    exponent, each recording keeping its own level around the law); `"recorded"` keeps their recorded seconds. A
+    `mean_wait_s` (recorded, or the run's) scales all waits to that mean instead, their shape kept.
+
+    `spells`: per recording, (its interruptions per available hour, its cycles as a flat tuple up_s, wait_s, up_s,
+    wait_s, ...) in recorded seconds (`fit_availability.py --spells`)."""
+
+    spells: tuple[tuple[float, tuple[float, ...]], ...]
+    mean_block: float = BOOTSTRAP_MEAN_BLOCK
+    waits: str = "power"
+
+    def __post_init__(self):
+        if not (isinstance(self.mean_block, (int, float)) and 1 <= self.mean_block < INF):
+            raise ValueError(f"mean_block={self.mean_block!r} is invalid: expected a number of cycles >= 1")
+        if self.waits not in ("power", "recorded"):
+            raise ValueError(f"waits={self.waits!r} is invalid: expected 'power' or 'recorded'")
+        if not self.spells:
+            raise ValueError("spells is empty: expected at least one recording's cycles")
+        for i, (rate, flat) in enumerate(self.spells):
+            if not 0 < rate < INF:
+                raise ValueError(f"spells[{i}]: rate={rate!r} is invalid: expected interruptions per hour > 0")
+            if not flat or len(flat) % 2 or any(not 0 <= x < INF for x in flat) or min(flat[0::2]) <= 0:
+                raise ValueError(f"spells[{i}]: expected (up_s, wait_s) pairs, every up_s > 0 and wait_s >= 0")
+
+    @cached_property
+    def table(self) -> tuple[tuple[int, float, float, float], ...]:
+        """Every recorded cycle: (recording, up_s, wait_s, its recording's rate), recordings in order."""
+        return tuple((i, flat[k], flat[k + 1], rate) for i, (rate, flat) in enumerate(self.spells)
+                     for k in range(0, len(flat), 2))
+
+    @cached_property
+    def following(self) -> tuple[int, ...]:
+        """The index of the cycle after each one in its own recording (the last wraps to the first)."""
+        out, start = [], 0
+        for _, flat in self.spells:
+            n = len(flat) // 2
+            out += [start + (k + 1) % n for k in range(n)]
+            start += n
+        return tuple(out)
+
+    def scales(self, rate_per_hour: float) -> tuple[float, float]:
+        """(short_s, long_s): what a short stretch's recorded seconds are multiplied by, and what a longer one's
+        seconds times its recording's rate / the run's are, so that all stretches have mean 1 / rate."""
+        short_s = min(1.0, SHORT_FITTED_UP_TO_PER_HOUR / rate_per_hour)
+        n = len(self.table)
+        shorts = sum(up for _, up, _, _ in self.table if up <= SHORT_UP_S) * short_s / n
+        longs = sum(up * r / rate_per_hour for _, up, _, r in self.table if up > SHORT_UP_S) / n
+        mean_s = 3600.0 / rate_per_hour
+        if not (shorts < mean_s and longs > 0):
+            raise ValueError(f"the short stretches' mean {shorts:g} s is not under the mean stretch {mean_s:g} s")
+        return short_s, (mean_s - shorts) / longs
+
+    def scaled(self, rate_per_hour: float, mean_wait_s: float | None = None) -> tuple[list[float], list[float]]:
+        """Every recorded cycle's (up seconds, wait seconds) at this rate (`table`'s order)."""
+        short_s, long_s = self.scales(rate_per_hour)
+        ups = [up * short_s if up <= SHORT_UP_S else up * r / rate_per_hour * long_s for _, up, _, r in self.table]
+        if self.waits == "power":
+            downs = [w * (rate_per_hour / r) ** DOWN_RATE_EXPONENT for _, _, w, r in self.table]
+        else:
+            downs = [w for _, _, w, _ in self.table]
+        if mean_wait_s is not None:
+            f = check_mean_wait(mean_wait_s) / (sum(downs) / len(downs))
+            downs = [d * f for d in downs]
+        return ups, downs
+
+    def _prepared(self, rate_per_hour: float, mean_wait_s: float | None):
+        key = (rate_per_hour, mean_wait_s)
+        memo = self.__dict__.setdefault("_memo", {})
+        if key not in memo:
+            ups, downs = self.scaled(rate_per_hour, mean_wait_s)
+            ends, t = [], 0.0
+            for u, d in zip(ups, downs, strict=True):
+                t += u + d
+                ends.append(t)
+            if len(memo) > 256:
+                memo.clear()
+            memo[key] = ups, downs, ends
+        return memo[key]
+
+    def cycles(self, rate_per_hour: float, rng: random.Random, mean_wait_s: float | None = None):
+        """Endless (cycle index in `table`, up seconds, down seconds) from the stationary state: the job is created
+        at a uniform moment of a cycle drawn in proportion to its length (every cycle equally often in the long run),
+        the first up (or, created during the wait, down after an up of 0 s) its remainder."""
+        ups, downs, ends = self._prepared(rate_per_hour, mean_wait_s)
+        x = rng.random() * ends[-1]
+        j = min(bisect.bisect_right(ends, x), len(ends) - 1)
+        at = x - (ends[j - 1] if j else 0.0)
+        yield (j, ups[j] - at, downs[j]) if at < ups[j] else (j, 0.0, ups[j] + downs[j] - at)
+        jump, following, n = 1.0 / self.mean_block, self.following, len(ups)
+        while True:
+            j = rng.randrange(n) if rng.random() < jump else following[j]
+            yield j, ups[j], downs[j]
+
+
+BOOTSTRAP = Bootstrap(SPELLS)
+BOOTSTRAP_RECORDED_WAITS = Bootstrap(SPELLS, waits="recorded")

@@ -23,11 +23,15 @@ from benchmarks.fit_availability import (
     power_law,
     quantiles,
     regimes,
+    spells,
     stretches,
 )
 from spotrun.policy.availability import (
+    BOOTSTRAP,
+    BOOTSTRAP_RECORDED_WAITS,
     CHAIN,
     CHAIN_DROUGHTS,
+    DOWN_RATE_EXPONENT,
     DROUGHT_S,
     DROUGHT_SHARE_AT_ONE_PER_HOUR,
     DROUGHT_SHARE_RATE_EXPONENT,
@@ -38,6 +42,7 @@ from spotrun.policy.availability import (
     SHORT_UP_S,
     UP,
     WAIT_LEVEL_SD,
+    Bootstrap,
     Chain,
     Regime,
     Stretches,
@@ -504,3 +509,109 @@ def test_the_level_fit_recovers_a_known_spread_around_the_power_law():
 def test_a_chain_refuses_a_drought_share_outside_0_1_droughts_with_a_wait_level_and_a_negative_spread(kwargs):
     with pytest.raises(ValueError, match="invalid|not modelled"):
         Chain(REGIMES, droughts=DROUGHTS, **kwargs)
+
+
+@pytest.mark.parametrize("model", [BOOTSTRAP, BOOTSTRAP_RECORDED_WAITS], ids=["power", "recorded"])
+@pytest.mark.parametrize("rate", [0.1, 0.6, 1.4, 3.0])
+def test_the_bootstrap_keeps_the_rate_asked_for_per_hour_with_capacity(model, rate):
+    """Recorded cycles from recordings at 0.15-1.39 interruptions per hour, rescaled: the traces are interrupted at
+    the run's rate (the same count over the same hours as the parametric model's test), at either end of the
+    recorded rates and past them."""
+    horizon = 3000 / rate * H  # about 2,000-3,000 cycles per trace
+    rng = random.Random(3)
+    traces = [fitted_trace(rate, horizon, rng, chain=model) for _ in range(30)]
+    ends = sum(len(t) - 1 for t in traces)
+    up_hours = sum(min(b, horizon) - a for t in traces for a, b in t if a < horizon) / H
+    assert ends / up_hours == pytest.approx(rate, rel=0.05)
+
+
+def _recorded_cycles() -> list[tuple[float, float, float]]:
+    """(up_s, wait_s, its recording's rate) of every recorded cycle, read from the table as stored."""
+    return [(flat[k], flat[k + 1], rate) for rate, flat in BOOTSTRAP.spells for k in range(0, len(flat), 2)]
+
+
+@pytest.mark.parametrize("rate", [0.2, 0.9])
+def test_the_bootstrap_draws_only_recorded_cycles_scaled_to_the_rate(rate):
+    """Every cycle after the first is a recorded one: its wait the recorded seconds (recorded waits) or those times
+    (rate / its recording's rate)^beta (power waits); its stretch with capacity a short one's recorded seconds, or a
+    longer one's seconds times its recording's rate / the run's, all of those by one common factor."""
+    cycles = _recorded_cycles()
+    for model in (BOOTSTRAP, BOOTSTRAP_RECORDED_WAITS):
+        gen = model.cycles(rate, random.Random(9))
+        next(gen)  # the first is a remainder
+        factors = set()
+        for _ in range(3000):
+            j, up, down = next(gen)
+            up_s, wait_s, r = cycles[j]
+            want = wait_s * (rate / r) ** DOWN_RATE_EXPONENT if model.waits == "power" else wait_s
+            assert down == pytest.approx(want, rel=1e-12)
+            if up_s <= SHORT_UP_S:
+                assert up == up_s
+            else:
+                factors.add(round(up / (up_s * r / rate), 9))
+        assert len(factors) == 1 and 0.8 < factors.pop() < 1.25  # one factor, near 1 (the rates are the recorded)
+
+
+def test_the_bootstrap_keeps_runs_of_recorded_cycles_in_blocks_of_the_mean_length():
+    """A cycle follows its predecessor in its recording except at a block's start (probability 1 / mean_block); all
+    cycles are drawn about equally often."""
+    following = BOOTSTRAP.following
+    gen = BOOTSTRAP.cycles(0.5, random.Random(2))
+    js = [next(gen)[0] for _ in range(100_000)]
+    breaks = sum(b != following[a] for a, b in zip(js, js[1:], strict=False))
+    assert len(js) / (breaks or 1) == pytest.approx(BOOTSTRAP.mean_block, rel=0.1)
+    counts = [0] * len(following)
+    for j in js:
+        counts[j] += 1
+    assert len(BOOTSTRAP.table) == 2036 and min(counts) > 0  # every recorded cycle drawn
+    gen = Bootstrap(BOOTSTRAP.spells, mean_block=1.0).cycles(0.5, random.Random(2))
+    js = [next(gen)[0] for _ in range(20_000)]
+    kept = sum(b == following[a] for a, b in zip(js, js[1:], strict=False)) / len(js)
+    assert kept < 0.01  # mean_block 1: every cycle drawn afresh (uniform: 1 in 2,036 follows its predecessor)
+
+
+def test_a_bootstrap_trace_from_a_fixed_seed_reproduces_and_another_seed_differs():
+    one = [fitted_trace(0.7, 300 * H, random.Random(5), chain=BOOTSTRAP) for _ in range(2)]
+    other = fitted_trace(0.7, 300 * H, random.Random(6), chain=BOOTSTRAP)
+    assert one[0] == one[1] and one[0] != other and len(one[0]) > 10
+    assert generated_traces(TraceSpec(0.7, 300 * H, fitted=True), 3, seed=4) != [one[0]] * 3  # not the default's
+
+
+def test_a_bootstrap_with_a_recorded_mean_wait_scales_its_waits_to_it_and_keeps_their_shape():
+    """`mean_wait_s` (recorded, or the run's): the waits' mean is that, each wait the recorded one times one
+    factor."""
+    ups, downs = BOOTSTRAP_RECORDED_WAITS.scaled(0.5, mean_wait_s=7200.0)
+    assert statistics.fmean(downs) == pytest.approx(7200.0)
+    recorded = [w for _, w, _ in _recorded_cycles()]
+    assert len({round(d / w, 9) for d, w in zip(downs, recorded, strict=True) if w}) == 1
+    assert ups == BOOTSTRAP_RECORDED_WAITS.scaled(0.5)[0]  # the stretches with capacity unchanged
+
+
+def test_a_bootstrap_job_is_created_at_a_random_moment_not_when_capacity_returns():
+    rng = random.Random(11)
+    traces = [fitted_trace(0.6, 200 * H, rng, chain=BOOTSTRAP) for _ in range(2000)]
+    at_zero = sum(_available_at(t, 0.0) for t in traces) / len(traces)
+    later = sum(_available_at(t, 100 * H) for t in traces) / len(traces)
+    assert at_zero == pytest.approx(later, abs=0.04)
+    assert 0.2 < at_zero < 0.95
+
+
+def test_the_spells_fit_reads_a_recordings_cycles_in_seconds_and_skips_a_window_open_at_its_end():
+    rec = Recording("r", [(0.0, 600.0), (5400.0, 9000.0), (12600.0, 19800.0), (21600.0, 22000.0)], 22000.0)
+    rate, flat = spells(rec)
+    assert rate == pytest.approx(4 / (11800 / H))  # 4 windows in 11,800 s with capacity
+    assert flat == [600.0, 4800.0, 3600.0, 3600.0, 7200.0, 1800.0]
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    ({"mean_block": 0.5}, "mean_block=0.5 is invalid: expected a number of cycles >= 1"),
+    ({"waits": "model"}, "waits='model' is invalid: expected 'power' or 'recorded'"),
+    ({"spells": ()}, "spells is empty"),
+    ({"spells": ((0.0, (600.0, 60.0)),)}, "spells[0]: rate=0.0 is invalid"),
+    ({"spells": ((0.5, (600.0,)),)}, "spells[0]: expected (up_s, wait_s) pairs"),
+    ({"spells": ((0.5, (0.0, 60.0)),)}, "spells[0]: expected (up_s, wait_s) pairs"),
+])
+def test_a_bootstrap_refuses_a_short_block_an_unknown_waits_and_a_broken_table(kwargs, words):
+    with pytest.raises(ValueError) as err:
+        Bootstrap(**{"spells": BOOTSTRAP.spells, **kwargs})
+    assert words in str(err.value)

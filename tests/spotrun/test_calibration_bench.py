@@ -2,12 +2,15 @@
 with capacity ends is what the executed run (spotrun/policy/execution.py) loses on a trace of that one stretch."""
 
 import math
+import random
 
 import pytest
 
-from benchmarks.calibration_bench import lost_at_end
+from benchmarks.calibration_bench import MODELS, lost_at_end, use_model
 from benchmarks.policy_bench import setting
+from spotrun.policy.availability import CHAIN, fitted_trace
 from spotrun.policy.execution import execute
+from spotrun.policy.traces import TraceSpec, generated_traces
 
 
 @pytest.mark.parametrize("trained", [-300.0, 0.0, 10.0, 900.0, 1799.0, 1830.0, 1861.0, 3000.0, 5000.0])
@@ -65,3 +68,20 @@ def test_unavailable_counts_the_hours_without_capacity_and_the_longest_wait_in_t
     # weights count as repeated values: 1 (weight 9) and 5 (weight 1): the P90 is 1, the P95 5
     assert weighted_quantile([(5.0, 1.0), (1.0, 9.0)], 0.9) == 1.0
     assert weighted_quantile([(5.0, 1.0), (1.0, 9.0)], 0.95) == 5.0
+
+
+@pytest.mark.parametrize("name", ["bootstrap", "bootstrap-recorded-waits"])
+def test_the_model_option_draws_the_estimates_traces_from_the_bootstrap(name):
+    """`--model bootstrap` (and with recorded waits): the estimate's generated traces in this process are the
+    bootstrap's own draws from the same seed, not the shipped model's; `regimes` puts the shipped model back."""
+    spec = TraceSpec(0.4, horizon_s=200 * 3600.0, fitted=True)
+    try:
+        use_model(name)
+        drawn = generated_traces(spec, 3, seed=1)
+    finally:
+        use_model("regimes")
+    rng = random.Random(1)
+    assert drawn == [fitted_trace(0.4, spec.horizon_s, rng, chain=MODELS[name]) for _ in range(3)]
+    rng = random.Random(1)
+    assert drawn != [fitted_trace(0.4, spec.horizon_s, rng, chain=CHAIN) for _ in range(3)]
+    assert generated_traces(spec, 3, seed=1) != drawn  # the shipped model back
