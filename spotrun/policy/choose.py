@@ -288,10 +288,9 @@ def _tie_text(best: Summary, least: Summary, rows: list[Summary]) -> str:
     tied = [r.label for r in rows if r is not best and unresolved(r.mean_usd - least.mean_usd, _paired_se(r, least))]
     if not tied:
         return ""
-    lead = "" if best is least else (f" ({least.label}'s ${best.mean_usd - least.mean_usd:,.2f} lower mean among "
-                                     "them)")
-    return (f"; tied within the simulation's noise ({NOISE_SES:g} standard errors of the paired difference, or "
-            f"half a cent){lead} with {', '.join(tied)}: chosen by the lowest P95 bill, then the table's order")
+    lead = "" if best is least else f"; the least, {least.label}'s, ${best.mean_usd - least.mean_usd:,.2f} lower"
+    return (f"; tied with {', '.join(tied)} within the simulation's noise (half a cent, or {NOISE_SES:g} standard "
+            f"errors of the paired difference{lead}): chosen by the lowest P95 bill, then the table's order")
 
 
 def windows_per_trace(plan: SimPlan, rate_per_hour: float, mean_wait_s: float | None = None) -> float:
