@@ -85,6 +85,7 @@ from .options import (
 from .outputs import Estimate, first_segment_seconds, format_text, hyperparameters, planned_steps
 from .params import Shape, lora_parameters, shape_of
 from .segments import JOB_END_S, job_start_s, uncapped_cost_usd
+from .ties import NOISE_SES, by_tail, unpaired_se
 from .topology import layouts
 
 # The planner's names, wherever they are defined (spotrun/planner/catalog.py, options.py, outputs.py).
@@ -332,6 +333,7 @@ class LayoutBill:
     p_deadline: float | None
     meets: bool
     p95_usd: float | None = None
+    se_usd: float = 0.0  # the standard error of `mean_usd` over its traces (spotrun/planner/ties.py)
 
 
 # (run, a layout's Estimate) -> its chosen policy's simulated bill, or None where the estimate's time bound leaves
@@ -413,27 +415,50 @@ def _by_policy(run: RunSpec, est: Estimate, best: Option, options: list[Option],
 
 def _policy_choice(compared: list) -> tuple:
     """Of the layouts compared (the planner's first), the one to run: where the planner's layout meets the deadline
-    on the confidence, another that meets it and saves a cent of its simulated mean on as many GPUs, more than
-    LAYOUT_SWITCH_SHARE of it on another GPU count (another batch): the least mean of those; where it does not,
-    the one meeting it with the least mean, or, where none does, the one likeliest to meet it by more than a point
-    (the planner's otherwise: a user who gave a deadline no layout meets on the confidence is better served by the
-    likeliest than by the cheapest)."""
+    on the confidence, of it, the others that meet it on as many GPUs and those of another GPU count (another batch)
+    that save more than LAYOUT_SWITCH_SHARE of its simulated mean, the least mean, or where others' means are within
+    the simulation's noise of it, the lowest P95 of those (`_least_by_tail`); where it does not, the same of those
+    meeting it, or, where none does, the one likeliest to meet it by more than a point (the planner's otherwise: a
+    user who gave a deadline no layout meets on the confidence is better served by the likeliest than by the
+    cheapest)."""
     first = compared[0]
     meeting = [c for c in compared if c[2].meets]
     if first[2].meets:
-        def saves(c: tuple) -> bool:
+        def eligible(c: tuple) -> bool:
             same_batch = c[0].fit.layout.world == first[0].fit.layout.world
-            return c[2].mean_usd < (first[2].mean_usd - 0.005 if same_batch
-                                    else first[2].mean_usd * (1 - LAYOUT_SWITCH_SHARE))
-        cheaper = [c for c in meeting if saves(c)]
-        return min(cheaper, key=lambda c: c[2].mean_usd) if cheaper else first
+            return c is first or same_batch or c[2].mean_usd < first[2].mean_usd * (1 - LAYOUT_SWITCH_SHARE)
+        return _least_by_tail([c for c in meeting if eligible(c)])[0]
     if meeting:
-        return min(meeting, key=lambda c: c[2].mean_usd)
+        return _least_by_tail(meeting)[0]
     odds = [c for c in compared if c[2].p_deadline is not None]
     if first[2].p_deadline is None or not odds:
         return first
     likeliest = max(odds, key=lambda c: (c[2].p_deadline, -c[2].mean_usd))
     return likeliest if likeliest[2].p_deadline > first[2].p_deadline + 0.01 else first
+
+
+def _layouts_se(a: tuple, b: tuple) -> float:
+    """The standard error of the difference of two layouts' means: each draws its own traces (unpaired)."""
+    return unpaired_se(a[2].se_usd, b[2].se_usd)
+
+
+def _least_by_tail(layouts: list) -> tuple:
+    """(the layout chosen, the least mean) of `layouts` (in the order compared): the least simulated mean, where
+    another's is within the simulation's noise of it (spotrun/planner/ties.py: NOISE_SES standard errors of the
+    difference, or half a cent) the lowest P95 bill of those (the cap to set follows it), then the order compared
+    (a new user: 1 x ml.g6e.48xlarge kept over 1 x ml.p5.48xlarge for $151.11 against $152.08, a lead the noise
+    of 1,000 traces holds, at a P95 of $304.09 against $164.97)."""
+    return by_tail(layouts, lambda c: c[2].mean_usd,
+                   lambda c: math.inf if c[2].p95_usd is None else c[2].p95_usd, _layouts_se)
+
+
+def _tail_why(chosen: tuple, least: tuple) -> str:
+    """Why a layout whose mean is not the least was chosen: the lead is within the noise, its P95 lower."""
+    lead, se = chosen[2].mean_usd - least[2].mean_usd, _layouts_se(chosen, least)
+    return (f"{least[0].count} x {least[0].instance_type}'s {usd(lead)} lower mean is within the simulation's noise "
+            f"({NOISE_SES:g} standard errors of the difference: {usd(NOISE_SES * se)}), and {chosen[0].count} x "
+            f"{chosen[0].instance_type}'s P95 bill is lower ({usd(chosen[2].p95_usd)} against "
+            f"{usd(least[2].p95_usd)})")
 
 
 def _policy_batch_reason(warning: str, chosen: tuple, first: tuple) -> str:
@@ -444,7 +469,11 @@ def _policy_batch_reason(warning: str, chosen: tuple, first: tuple) -> str:
     if deadline_why < 0:
         return warning
     end = warning.index(")", deadline_why)
-    if first[2].meets:
+    if first[2].meets and chosen[2].mean_usd >= first[2].mean_usd:  # a tie the noise holds, broken by the P95
+        why = (f"{POLICY_MEAN_WHY} within the simulation's noise of {first[0].count} x {first[0].instance_type}'s "
+               f"({usd(chosen[2].mean_usd)} against {usd(first[2].mean_usd)}) and its lower P95 bill "
+               f"({usd(chosen[2].p95_usd)} against {usd(first[2].p95_usd)}), which meets the deadline too")
+    elif first[2].meets:
         why = (f"{POLICY_MEAN_WHY}, {usd(chosen[2].mean_usd)} against {usd(first[2].mean_usd)} on "
                f"{first[0].count} x {first[0].instance_type}, which meets the deadline too")
     else:
@@ -468,11 +497,21 @@ def _compared_line(run: RunSpec, compared: list, chosen: tuple, skipped: list[Op
     deadline = deadline_hours_text(run.compute.deadline_s)
     these = f"; {why_these}" if why_these else ""
     head = (f"layouts compared by their chosen spot policy's simulated mean (meeting compute.deadline_hours="
-            f"{deadline} on the policy stage's confidence{these}): ")
+            f"{deadline} on the policy stage's confidence{these}; a lead within the simulation's noise goes to the "
+            "lower P95): ")
     rows = "; ".join(row(c) + (" (chosen)" if c is chosen else "") for c in compared)
     cheapest = compared[0]
     why = ""
-    if chosen is not cheapest:
+    # a layout on as many GPUs with a lower mean, chosen over for its P95 (`_least_by_tail`)
+    lower = [c for c in compared if c[2].meets and chosen[2].meets and c[2].mean_usd < chosen[2].mean_usd - 0.005
+             and c[0].fit.layout.world == chosen[0].fit.layout.world]
+    tail = _tail_why(chosen, min(lower, key=lambda c: c[2].mean_usd)) if lower else ""
+    if chosen is not cheapest and tail:
+        why = (f"; {chosen[0].count} x {chosen[0].instance_type} over the cheapest spot rate, {cheapest[0].count} x "
+               f"{cheapest[0].instance_type} ({usd(cheapest[1].cost_usd['spot'])} planned): {tail}")
+    elif tail:
+        why = f"; the cheapest spot rate's layout kept: {tail}"
+    elif chosen is not cheapest:
         slower = cheapest[0].wall + cheapest[0].overhead > chosen[0].wall + chosen[0].overhead
         why = (f"; {chosen[0].count} x {chosen[0].instance_type} over the cheapest spot rate, {cheapest[0].count} x "
                f"{cheapest[0].instance_type} ({usd(cheapest[1].cost_usd['spot'])} planned), whose "

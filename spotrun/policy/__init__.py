@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .decision import RULES
 from .engine import SimPlan, Tally
@@ -50,9 +50,12 @@ class Summary:
     (spotrun/planner/segments.py `finish_cap_usd`)."""
     capped: bool = False
     """The cost cap shaped the run on some trace (spotrun/policy/execution.py `Cap`; not one of the row's figures)."""
+    bills: tuple[float, ...] = field(default=(), repr=False, compare=False)
+    """Each trace's bill, in the traces' order (not one of the row's figures): what the noise of the mean and of
+    a difference between two rows on the same traces is measured on (spotrun/planner/ties.py)."""
 
     def row(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if k != "capped"}
+        return {k: v for k, v in self.__dict__.items() if k not in ("capped", "bills")}
 
 
 def quantile(sorted_values: list[float], q: float) -> float:
@@ -86,7 +89,7 @@ def summarize(plan: SimPlan, label: str, policy: str, checkpointing: str, tallie
                    mean_interruptions=sum(t.interruptions for t in tallies) / n, n=n,
                    p_within_cap=None if cap_usd is None else sum(1 for c in totals if c <= cap_usd + 1e-9) / n,
                    p95_on_demand_usd=_p95_on_demand(by_total, quantile(totals, 0.95)),
-                   capped=any(t.capped for t in tallies))
+                   capped=any(t.capped for t in tallies), bills=tuple(s + o for s, o in costs))
 
 
 def _p95_on_demand(by_total: list[tuple[float, float]], p95: float) -> float:

@@ -42,6 +42,7 @@ from ..planner.segments import (
     one_job_text,
     segments_at,
 )
+from ..planner.ties import NOISE_SES, by_tail, paired_se, se_of_mean, unresolved
 from ..planner.topology import step_seconds
 from ..seams import SpotPolicy
 from . import Summary, compare
@@ -256,21 +257,40 @@ def choose(plan: SimPlan, rows: list[Summary], confidence: float = CONFIDENCE,
             best = max(rows, key=lambda r: (r.p_finished, -r.mean_usd))
             return best, (f"no deadline, and no policy finishes on >= {confidence:.0%} of the traces: the likeliest "
                           f"to finish ({best.p_finished:.1%}; its expected cost counts the unfinished runs' bills)")
-        best = min(done, key=lambda r: r.mean_usd)
+        best, least = least_mean_by_tail(done)
         return best, (f"no deadline: the least expected cost of the {len(done)} of {len(rows)} policies that "
-                      f"finish on >= {confidence:.0%} of the traces")
+                      f"finish on >= {confidence:.0%} of the traces{_tie_text(best, least, done)}")
     ok = [r for r in rows if r.p_deadline >= confidence]
     if not ok:
         best = max(rows, key=lambda r: (r.p_deadline, -r.mean_usd))
         return best, (f"no policy meets the {deadline_hours_text(plan.deadline_s)} h deadline on {confidence:.0%} "
                       f"of the traces: the likeliest to meet it ({best.p_deadline:.1%})")
-    best = min(ok, key=lambda r: r.mean_usd)
-    # a tie at the printed cents is said (a new user saw four policies at $18.27 and one chosen without a word)
-    tied = [r.label for r in ok if r is not best and round(r.mean_usd, 2) == round(best.mean_usd, 2)]
-    tie = (f"; tied at ${best.mean_usd:,.2f} with {', '.join(tied)}: chosen on the unrounded mean, then the "
-           "table's order" if tied else "")
+    best, least = least_mean_by_tail(ok)
     return best, (f"the least expected cost of the {len(ok)} of {len(rows)} policies that meet the "
-                  f"{deadline_hours_text(plan.deadline_s)} h deadline on >= {confidence:.0%} of the traces{tie}")
+                  f"{deadline_hours_text(plan.deadline_s)} h deadline on >= {confidence:.0%} of the traces"
+                  f"{_tie_text(best, least, ok)}")
+
+
+def _paired_se(a: Summary, b: Summary) -> float:
+    return paired_se(a.bills, b.bills)
+
+
+def least_mean_by_tail(rows: list[Summary]) -> tuple[Summary, Summary]:
+    """(the row chosen, the least mean) of rows simulated on the same traces: the least mean, where another's
+    mean is within the simulation's noise of it (spotrun/planner/ties.py: half a cent, or NOISE_SES standard errors
+    of the paired difference) the lowest P95 of those, then the table's order (`candidates`: a fixed order, so the
+    name does not flip between adjacent deadlines with the same bills)."""
+    return by_tail(rows, lambda r: r.mean_usd, lambda r: r.p95_usd, _paired_se)
+
+
+def _tie_text(best: Summary, least: Summary, rows: list[Summary]) -> str:
+    """The why's clause on a tie (a new user saw four policies at $18.27 and one chosen without a word)."""
+    tied = [r.label for r in rows if r is not best and unresolved(r.mean_usd - least.mean_usd, _paired_se(r, least))]
+    if not tied:
+        return ""
+    lead = "" if best is least else f"; the least, {least.label}'s, ${best.mean_usd - least.mean_usd:,.2f} lower"
+    return (f"; tied with {', '.join(tied)} within the simulation's noise (half a cent, or {NOISE_SES:g} standard "
+            f"errors of the paired difference{lead}): chosen by the lowest P95 bill, then the table's order")
 
 
 def windows_per_trace(plan: SimPlan, rate_per_hour: float, mean_wait_s: float | None = None) -> float:
@@ -324,6 +344,7 @@ class PolicyChoice:
     # `warnings`): the estimate step names a larger cap instead where one meets the deadline, `spot_policy_at_caps`
     p95_on_demand_usd: float = 0.0  # the part of `p95_usd` billed at on-demand rates (Summary.p95_on_demand_usd)
     capped: bool = False  # the cap shaped some candidate's run on some trace (Summary.capped): not the run as one job
+    se_usd: float = 0.0  # the standard error of the chosen policy's mean bill (the layouts' noise: `LayoutRanker`)
 
 
 def spot_policy(run, est, catalog: dict, *, n: int = N_TRACES, seed: int = SEED, poll_s: float = 60.0,
@@ -378,7 +399,7 @@ def spot_policy(run, est, catalog: dict, *, n: int = N_TRACES, seed: int = SEED,
     return PolicyChoice(section=section, warnings=tuple(warnings), p95_usd=best.p95_usd, left_out=left_out,
                         meeting_p95_usd=cheapest.p95_usd if cheapest else None, misses_deadline=misses,
                         missed=missed, p95_on_demand_usd=best.p95_on_demand_usd,
-                        capped=any(r.capped for r in rows))
+                        capped=any(r.capped for r in rows), se_usd=se_of_mean(best.bills))
 
 
 # Capacity windows the planner's layouts compared may simulate beyond the first (`LayoutRanker`): about one
@@ -414,7 +435,7 @@ class LayoutRanker:
         row = next(r for r in choice.section.policies if r["label"] == choice.section.chosen)
         p = row["p_deadline"]
         return LayoutBill(policy=choice.section.chosen, mean_usd=row["mean_usd"], p_deadline=p,
-                          meets=p is None or p >= CONFIDENCE, p95_usd=row.get("p95_usd"))
+                          meets=p is None or p >= CONFIDENCE, p95_usd=row.get("p95_usd"), se_usd=choice.se_usd)
 
 
 def _simulated(run, est, catalog: dict, only: list[tuple[str, str]] | None, *, n: int, seed: int, poll_s: float,
