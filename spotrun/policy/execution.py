@@ -465,11 +465,19 @@ class Cap:
 
     @classmethod
     def of(cls, plan: SimPlan, policy: str) -> Cap | None:
+        """The plan's cap for `policy` (made once per plan and policy: each of a plan's traces asks for it)."""
         if plan.cap_usd is None:
             return None
+        made = _CAPS.get((id(plan), policy))
+        if made is not None and made[0] is plan:
+            return made[1]
         costs = dataclasses.replace(plan.chain_costs, sentinel_room_s=sentinel_room_s(policy, plan.poll_s))
         allowance = plan.max_wait_s - plan.max_runtime_s if plan.max_wait_s < INF else INF
-        return cls(plan.cap_usd, costs, allowance)
+        if len(_CAPS) >= 64:
+            _CAPS.clear()
+        cap = cls(plan.cap_usd, costs, allowance)
+        _CAPS[id(plan), policy] = (plan, cap)  # the plan held: its id is not reused while kept
+        return cap
 
     def limits(self, plan: SimPlan, market: Market, max_runtime_s: int, first: bool) -> tuple | None:
         """(MaxRuntime, MaxWait, the trainer's `segment_seconds`) of a job of `max_runtime_s`, or None where it is
@@ -503,6 +511,10 @@ class Cap:
                              step_s=self.costs.step_s, save_s=self.costs.save_s)
 
 
+_CAPS: dict[tuple[int, str], tuple[SimPlan, Cap]] = {}  # `Cap.of`'s, by the plan's id and the policy
+FIRST = Observation(0.0, 0.0, _SPOT, _NO_JOB)  # what the first job's market is decided on
+
+
 def execute(plan: SimPlan, trace: list, policy: str, checkpointing: str, *, horizon_s: float = INF,
             sentinel_lag_s: float = 0.0, sentinel_stop_s: float = SENTINEL_STOP_S) -> Run:
     """One trace run as the state machine runs it (see the module docstring); `run.tally` is its outcome. The
@@ -510,7 +522,7 @@ def execute(plan: SimPlan, trace: list, policy: str, checkpointing: str, *, hori
     sentinel's assumptions (the module docstring), for sensitivity checks."""
     run = Run(plan, checkpointing, trace, sentinel_lag_s=sentinel_lag_s, sentinel_stop_s=sentinel_stop_s)
     cap = Cap.of(plan, policy)
-    first = decide(policy, plan, checkpointing, Observation(0.0, 0.0, _SPOT, _NO_JOB))
+    first = decide(policy, plan, checkpointing, FIRST)
     market = _SPOT if first.action is _START_SPOT else _ON_DEMAND
     job = run.create(market, 0.0, cap and cap.first(plan, market))
     run.capped = run.capped or job.max_runtime_s < plan.max_runtime_s
