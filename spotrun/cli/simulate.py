@@ -23,6 +23,7 @@ from ..planner.estimate import load_catalog, regional_catalog
 from ..policy.choose import (
     ESTIMATE_TRACES,
     SYNTHETIC_TRACES,
+    estimate_executions,
     finish_caps,
     fitted_source,
     horizon_s,
@@ -30,6 +31,7 @@ from ..policy.choose import (
     run_candidates,
     run_plan,
     settings_lines,
+    shared_simulations,
     spot_alone,
 )
 from ..policy.decision import RULES
@@ -165,7 +167,9 @@ def left_out_line(left: list[LeftOut], kept: int, directory: Path, instances: in
             f"{', '.join(names[:SHOWN_ERRORS])}{more}")
 
 
-def traces_for(plan, est, args) -> tuple[list, str, list[LeftOut]]:
+def traces_for(plan, est, args) -> tuple[list, str, list[LeftOut], tuple | None]:
+    """The traces, their source line, the recordings left out, and (spec, n, seed) where they are generated as the
+    estimate generates its own (`estimate_executions` then holds the estimate's executions on them), else None."""
     horizon = horizon_s(plan)
     if args.traces:
         where = f"--traces={as_typed(str(args.traces))}"
@@ -184,7 +188,7 @@ def traces_for(plan, est, args) -> tuple[list, str, list[LeftOut]]:
                   "available on average")
         if left:
             source += f"; {left_out_line(left, len(recs), args.traces, est.instance_count)}"
-        return recorded_traces(recs, args.n, horizon, args.seed), source, left
+        return recorded_traces(recs, args.n, horizon, args.seed), source, left, None
     if args.interruptions:
         where = f"--interruptions={as_typed(str(args.interruptions))}"
         try:
@@ -198,19 +202,20 @@ def traces_for(plan, est, args) -> tuple[list, str, list[LeftOut]]:
         few = (f"; only {len(gaps)}: every trace repeats {'it' if len(gaps) == 1 else 'them'}, so the odds say "
                "little until more runs are recorded") if len(gaps) < FEW_GAPS else ""
         return (traces, f"resampled from {len(gaps)} recorded gap{'s' * (len(gaps) != 1)} between interruptions"
-                f"{few}", [])
+                f"{few}", [], None)
     rate = advisor_rate(args.band, est.instance_count) if args.band else est.interruptions_per_hour
     band = f"Advisor band {args.band}: " if args.band else ""
     if args.droughts is None:  # the estimate's mean wait (recorded or the run's) goes with its rate, not a band's
         wait_s = None if args.band else est.mean_wait_seconds
         spec = TraceSpec(interruptions_per_hour=rate, horizon_s=horizon, **ESTIMATE_TRACES, mean_wait_s=wait_s)
-        return generated_traces(spec, args.n, args.seed), band + fitted_source(rate, wait_s, est.mean_wait_source), []
+        return (generated_traces(spec, args.n, args.seed), band + fitted_source(rate, wait_s, est.mean_wait_source),
+                [], (spec, args.n, args.seed))
     spec = TraceSpec(interruptions_per_hour=rate, horizon_s=horizon,
                      **{**SYNTHETIC_TRACES, "droughts_per_day": args.droughts})
     droughts = f"a drought every {1 / spec.droughts_per_day:g} days" if spec.droughts_per_day else "no droughts"
     return (generated_traces(spec, args.n, args.seed),
             f"generated (synthetic): {band}{rate:.3g} interruptions per job-hour, {spec.burst_p:.0%} in bursts, "
-            f"{droughts}", [])
+            f"{droughts}", [], None)
 
 
 FEW_GAPS = 20  # recorded gaps under which simulate's source line says the odds rest on too few
@@ -314,6 +319,11 @@ def not_borne_out(report: dict, section, recorded: bool) -> list[str]:
 def simulate_command(args: argparse.Namespace) -> int:
     if bad := bad_argument(args):
         return fail(args.format, Exit.INVALID, "InvalidArguments", bad[1], bad[0])
+    with shared_simulations():  # the estimate's executions, which the study reuses on the same traces
+        return _simulate(args)
+
+
+def _simulate(args: argparse.Namespace) -> int:
     try:
         # spotrun.contract.runfile's loader, and the estimate's own policy stage: its sentinel and cap to set are
         # printed under the study (which makes its own choice on its own traces)
@@ -323,7 +333,7 @@ def simulate_command(args: argparse.Namespace) -> int:
         # the estimate's plan, at the run's cap (as the cost guard holds it): at a cap that binds, the rows are the
         # estimate's on the same traces (a table planned without the cap differed from the estimate's there)
         plan = run_plan(run, est, catalog)
-        traces, source, left_out = traces_for(plan, est, args)
+        traces, source, left_out, generated = traces_for(plan, est, args)
     except Refusal as exc:
         return fail(args.format, for_status(exc.status), exc.status, exc.message, exc.field)
     except TooManyWindows as exc:
@@ -351,7 +361,8 @@ def simulate_command(args: argparse.Namespace) -> int:
                     f"{'it is a file' if args.out.is_file() else exc.strerror or exc}", "--out")
     report = study(plan, traces, chosen, optimum=not args.no_optimum and run.compute.spot and not one_schedule,
                    source=source, cap_usd=run.max_usd, progress=Progress(),
-                   finish=finish_caps(est), plan_of=policy_plans(run, est, plan), workers=jobs(args.jobs, traces))
+                   finish=finish_caps(est), plan_of=policy_plans(run, est, plan), workers=jobs(args.jobs, traces),
+                   executions=None if generated is None else lambda p: estimate_executions(p, *generated))
     report["run"] = run.name
     if left_out:
         report["traces_left_out"] = [{"file": str(x.path), "reason": x.reason} for x in left_out]

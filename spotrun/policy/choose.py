@@ -319,8 +319,9 @@ def shared_simulations(store: dict | None = None) -> Iterator[None]:
     jobs as another's plans the same simulation (the rows are the same; only the cap's share within it is not,
     which is computed from the tallies). The Lambda's time goes by these simulations. `store`: the simulations
     made already (`LayoutRanker.store`: the planner's layouts compared; keyed by the plan, which holds all the
-    layout's figures the simulation reads)."""
-    token = _SHARED.set({} if store is None else store)
+    layout's figures the simulation reads). Without `store`, an enclosing one's if any (`spotrun simulate` holds one
+    around the estimate and its study: `estimate_executions`), else a new one."""
+    token = _SHARED.set(store if store is not None else _SHARED.get() if _SHARED.get() is not None else {})
     try:
         yield
     finally:
@@ -348,13 +349,16 @@ class PolicyChoice:
 
 
 def spot_policy(run, est, catalog: dict, *, n: int = N_TRACES, seed: int = SEED, poll_s: float = 60.0,
-                max_poll_s: float = 4 * 3600.0, deadline_cap: Callable[[float], float] | None = None) -> PolicyChoice:
+                max_poll_s: float = 4 * 3600.0, deadline_cap: Callable[[float], float] | None = None,
+                keep: bool = False) -> PolicyChoice:
     """The estimate's policy choice: chosen policy, why, and every candidate's odds, as the cost guard polling
     between `poll_s` and `max_poll_s` executes them. The estimate is read, never changed. `deadline_cap(p95)`: the
     cap the warning names when the cap left out every policy meeting the deadline, from their lowest P95 here (by
     default that P95 rounded up to the cent; a cap's chain, so the P95, changes with the cap: the estimate step
-    names one that holds, `spot_policy_at_caps`)."""
-    plan, rows, n = _simulated(run, est, catalog, None, n=n, seed=seed, poll_s=poll_s, max_poll_s=max_poll_s)
+    names one that holds, `spot_policy_at_caps`). `keep`: within `shared_simulations`, keep these executions (the
+    run at its cap) for `estimate_executions`."""
+    plan, rows, n = _simulated(run, est, catalog, None, n=n, seed=seed, poll_s=poll_s, max_poll_s=max_poll_s,
+                               keep=keep)
     finish = finish_caps(est)
     best, why = choose(plan, rows, cap_usd=run.max_usd, finish=finish)
     left_out = left_out_by_cap(rows, run.max_usd, finish)
@@ -417,7 +421,8 @@ class LayoutRanker:
 
     def __init__(self, catalog: dict, *, poll_s: float = 60.0, max_poll_s: float = 4 * 3600.0, n: int = N_TRACES):
         self.catalog, self.poll = catalog, {"poll_s": poll_s, "max_poll_s": max_poll_s, "n": n}
-        self.store: dict = {}
+        # an enclosing `shared_simulations`'s store (`spotrun simulate`'s), else its own
+        self.store: dict = _SHARED.get() if _SHARED.get() is not None else {}
         self.windows = 0.0  # spent on the layouts after the first
         self.asked = 0
 
@@ -439,10 +444,11 @@ class LayoutRanker:
 
 
 def _simulated(run, est, catalog: dict, only: list[tuple[str, str]] | None, *, n: int, seed: int, poll_s: float,
-               max_poll_s: float) -> tuple[SimPlan, list[Summary], int]:
+               max_poll_s: float, keep: bool = False) -> tuple[SimPlan, list[Summary], int]:
     """The run's plan, the rows of its candidates (`only`: those alone) on the estimate's traces, executed as
     the cost guard runs them at the run's cap, and the traces' number (with `shared_simulations`, each set of
-    traces and each plan's executions made once)."""
+    traces and each plan's executions made once; with `keep`, these kept apart for `estimate_executions`: a
+    later simulation at another cap of the same plan replaces them in the store)."""
     plan = run_plan(run, est, catalog, poll_s=poll_s, max_poll_s=max_poll_s)
     n = traces_for_estimate(plan, est.interruptions_per_hour, n, est.mean_wait_seconds)
     spec = TraceSpec(interruptions_per_hour=est.interruptions_per_hour, horizon_s=horizon_s(plan), **ESTIMATE_TRACES,
@@ -455,6 +461,7 @@ def _simulated(run, est, catalog: dict, only: list[tuple[str, str]] | None, *, n
             shared["traces", spec, n, seed] = generated_traces(spec, n, seed)
         traces = shared["traces", spec, n, seed]
     plan_of = policy_plans(run, est, plan)
+    kept = None if shared is None or not keep else shared.setdefault(("kept", spec, n, seed), {})
     rows = []
     for candidate in run_candidates(run, plan) if only is None else only:
         its = plan_of(candidate[0])
@@ -462,7 +469,19 @@ def _simulated(run, est, catalog: dict, only: list[tuple[str, str]] | None, *, n
         key = (dataclasses.replace(its, cap_usd=None), its.cap_usd is None)
         done = None if shared is None else shared.setdefault(("executions", key, spec, n, seed), {})
         rows += compare(its, traces, [candidate], cap_usd=run.max_usd, executions=done)
+        if kept is not None:
+            kept.setdefault(its, {})[candidate] = done[candidate]
     return plan, rows, n
+
+
+def estimate_executions(plan: SimPlan, spec: TraceSpec, n: int, seed: int) -> dict | None:
+    """Within `shared_simulations`, the executions the estimate made of `plan` at the run's cap on the traces of
+    `spec`, `n` and `seed` (a copy of `compare`'s `executions` for it), or None: `spotrun simulate` holds the
+    store around the estimate and its study, whose rows on the estimate's own traces are then the estimate's
+    executions, not made twice."""
+    shared = _SHARED.get()
+    kept = None if shared is None else shared.get(("kept", spec, n, seed), {}).get(plan)
+    return None if kept is None else dict(kept)
 
 
 def cents_up(usd: float) -> float:
@@ -515,7 +534,7 @@ def spot_policy_at_caps(run, est, catalog: dict, *, poll_s: float = 60.0, max_po
         return named[-1]
 
     with shared_simulations(simulations):  # a cap whose plan was simulated already reuses its executions
-        choice = spot_policy(run, est, catalog, **poll, deadline_cap=deadline_cap)
+        choice = spot_policy(run, est, catalog, **poll, deadline_cap=deadline_cap, keep=True)
         # the run as one job: the simulation at the cap set when that cap neither splits the run into a chain
         # (the simulation counts a chain's restarts as work) nor leaves out a policy
         one_job = choice if est.segments.segments <= 1 and not choice.left_out and not choice.capped else alone()

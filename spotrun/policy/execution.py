@@ -80,9 +80,16 @@ from .decision import (
 )
 from .engine import INF, SimPlan, Tally, periodic_interval
 
+# The members as module names: an Enum member looked up on its class costs about 0.2 us in Python 3.11, and the
+# simulator makes these tests millions of times per estimate (the same objects: `is` holds as before).
+_SPOT, _ON_DEMAND = Market.SPOT, Market.ON_DEMAND
+_RUNNING, _WAITING, _NO_JOB = JobStatus.RUNNING, JobStatus.WAITING, JobStatus.NONE
+_KEEP, _TO_ON_DEMAND, _TO_SPOT, _END = Action.KEEP, Action.TO_ON_DEMAND, Action.TO_SPOT, Action.END
+_START_SPOT, _START_ON_DEMAND = Action.START_SPOT, Action.START_ON_DEMAND
+
 SEGMENT_END_MARGIN_S = 60.0  # spotrun/planner/segments.py: the trainer ends its segment this long before its save
-STARTS = {Action.START_SPOT: Market.SPOT, Action.START_ON_DEMAND: Market.ON_DEMAND,
-          Action.TO_SPOT: Market.SPOT, Action.TO_ON_DEMAND: Market.ON_DEMAND}
+STARTS = {_START_SPOT: _SPOT, _START_ON_DEMAND: _ON_DEMAND,
+          _TO_SPOT: _SPOT, _TO_ON_DEMAND: _ON_DEMAND}
 
 
 @dataclass
@@ -130,6 +137,11 @@ class Run:
     # of it: whole planned steps) at the last observation
     capped: bool = False  # the cap shaped the run (a job's MaxRuntime, a poll, a sentinel, its end): `Cap`
     over_budget: bool = False  # the guard ended the run at the cap (OverBudget: no chain from here fits)
+    on_demand_jobs: int = field(default=0, init=False)  # the jobs on on-demand so far (their warm pools: `_warm_s`)
+    interval: float = field(default=INF, init=False)  # `periodic_interval(plan, ck)`, asked at every training event
+
+    def __post_init__(self):
+        self.interval = periodic_interval(self.plan, self.ck)
 
     def _sentinel_window(self, t: float) -> tuple[float, float]:
         """The first window ending after t (a lookup that does not move `i`)."""
@@ -185,8 +197,8 @@ class Run:
         this one)."""
         limit = until - 1e-9
         # `status(job) is not unlike` for a job that has not ended: running unless it waits (the hot loop's test)
-        stop_waiting, stop_running = unlike is not None and unlike is not JobStatus.WAITING, \
-            unlike is not None and unlike is not JobStatus.RUNNING
+        stop_waiting, stop_running = unlike is not None and unlike is not _WAITING, \
+            unlike is not None and unlike is not _RUNNING
         for _ in range(1_000_000):
             if job.end or job.t >= limit or (stop_waiting if job.phase == "wait" else stop_running):
                 return
@@ -194,14 +206,21 @@ class Run:
         raise RuntimeError(f"the execution does not advance at t={job.t} ({job.phase})")
 
     def _event(self, job: Job, until: float) -> None:
-        p, spot = self.plan, job.market is Market.SPOT
+        p, spot = self.plan, job.market is _SPOT
         wait_end = job.created + job.max_wait_s if spot else INF
         if job.phase != "stop":
             if job.t >= wait_end - 1e-9:
                 return self.stop(job, "max_wait")
             if job.phase != "wait" and job.billed >= job.max_runtime_s - 1e-9:
                 return self.stop(job, "max_runtime")
-        a, b = self.window(job.t) if spot else (job.t, INF)
+        if spot:  # `window(job.t)`, inline: the hot loop's
+            trace, i, t = self.trace, self.i, job.t
+            while i < len(trace) and trace[i][1] <= t:
+                i += 1
+            self.i = i
+            a, b = trace[i] if i < len(trace) else (INF, INF)
+        else:
+            a, b = job.t, INF
         if job.phase == "wait":
             job.t = min(until, max(a, job.t), wait_end)
             if a <= job.t < wait_end:
@@ -221,7 +240,7 @@ class Run:
             if job.left <= 1e-9:
                 self.phase_done(job)
             return None
-        interval = periodic_interval(p, self.ck)
+        interval = self.interval
         segment_left = self.segment_left(job)
         if job.cycle == 0.0 and interval < INF:
             self._whole_cycles(job, interval, min(horizon - job.t, segment_left))
@@ -271,7 +290,7 @@ class Run:
             job.clock += seconds
         if job.phase in ("train", "save"):
             job.since_commit += seconds
-        if job.market is Market.SPOT:
+        if job.market is _SPOT:
             self.tally.spot_s += seconds
         else:
             self.tally.od_s += seconds
@@ -320,7 +339,7 @@ class Run:
 
     @staticmethod
     def status(job: Job) -> JobStatus:
-        return JobStatus.NONE if job.end else JobStatus.WAITING if job.phase == "wait" else JobStatus.RUNNING
+        return _NO_JOB if job.end else _WAITING if job.phase == "wait" else _RUNNING
 
     def observe(self, job: Job, now: float, spot_seen: bool = False) -> Observation:
         """What the guard sees at a poll (spotrun/pipeline/guard.py `observe`): the committed work as whole
@@ -329,7 +348,7 @@ class Run:
         its end)."""
         p, status = self.plan, self.status(job)
         spent = self.tally.spot_s * p.spot_usd_per_h + self.tally.od_s * p.on_demand_usd_per_h
-        if not job.end and job.market is Market.SPOT:
+        if not job.end and job.market is _SPOT:
             spent += job.billed * (p.on_demand_usd_per_h - p.spot_usd_per_h)
         if self._seen[0] != self.committed:  # the checkpoint's step, as the guard reads it, when it changed
             steps = p.steps
@@ -359,6 +378,7 @@ class Run:
         job = Job(market=market, created=now, t=now, max_runtime_s=max_runtime, max_wait_s=max_wait,
                   segment_s=segment, end_s=JOB_END_S if p.cap_usd is not None else 0.0)
         self.jobs.append(job)
+        self.on_demand_jobs += market is _ON_DEMAND
         return job
 
     # ---- the cost guard's view of the bills (the cap's rules: `Cap`) -------------------------------------------
@@ -378,17 +398,17 @@ class Run:
 
     def _own_usd_per_s(self, job: Job) -> float:
         p = self.plan
-        return (p.spot_usd_per_h if job.market is Market.SPOT else p.on_demand_usd_per_h) / 3600
+        return (p.spot_usd_per_h if job.market is _SPOT else p.on_demand_usd_per_h) / 3600
 
     def _warm_s(self, cap: Cap) -> float:
         """The warm pools' seconds the guard counts: one per on-demand job."""
-        return cap.costs.warm_pool_s * sum(1 for j in self.jobs if j.market is Market.ON_DEMAND)
+        return cap.costs.warm_pool_s * self.on_demand_jobs
 
     def ended_spent(self, cap: Cap, now: float) -> float:
         """The guard's spent money at the poll that found the run's last job ended: the jobs' exact bills with their
         warm pools, a live sentinel's bound at on-demand rates (it is stopped at this poll)."""
         od = self.plan.on_demand_usd_per_h / 3600
-        warm = cap.costs.warm_pool_s * sum(1 for j in self.jobs if j.market is Market.ON_DEMAND)
+        warm = cap.costs.warm_pool_s * self.on_demand_jobs
         return self.billed_usd() + (warm + self.sentinel_billed(now)) * od
 
     def skip_polls_capped(self, cap: Cap, job: Job, now: float, target: float, recheck_at: float,
@@ -445,11 +465,19 @@ class Cap:
 
     @classmethod
     def of(cls, plan: SimPlan, policy: str) -> Cap | None:
+        """The plan's cap for `policy` (made once per plan and policy: each of a plan's traces asks for it)."""
         if plan.cap_usd is None:
             return None
+        made = _CAPS.get((id(plan), policy))
+        if made is not None and made[0] is plan:
+            return made[1]
         costs = dataclasses.replace(plan.chain_costs, sentinel_room_s=sentinel_room_s(policy, plan.poll_s))
         allowance = plan.max_wait_s - plan.max_runtime_s if plan.max_wait_s < INF else INF
-        return cls(plan.cap_usd, costs, allowance)
+        if len(_CAPS) >= 64:
+            _CAPS.clear()
+        cap = cls(plan.cap_usd, costs, allowance)
+        _CAPS[id(plan), policy] = (plan, cap)  # the plan held: its id is not reused while kept
+        return cap
 
     def limits(self, plan: SimPlan, market: Market, max_runtime_s: int, first: bool) -> tuple | None:
         """(MaxRuntime, MaxWait, the trainer's `segment_seconds`) of a job of `max_runtime_s`, or None where it is
@@ -459,7 +487,7 @@ class Cap:
             return None
         save = plan.save_s if first else self.costs.save_s
         segment = segment_seconds(max_runtime_s, startup_s=self.costs.startup_s, save_s=save)
-        wait = max_runtime_s + self.wait_allowance_s if market is Market.SPOT else INF
+        wait = max_runtime_s + self.wait_allowance_s if market is _SPOT else INF
         return float(max_runtime_s), wait, float(segment)
 
     def first(self, plan: SimPlan, market: Market) -> tuple | None:
@@ -478,9 +506,13 @@ class Cap:
     def restart_wasted(self, job: Job) -> bool:
         """The guard stops a spot job waiting for capacity after an interruption whose MaxRuntime left cannot hold
         a restart that trains a step (`restart_wasted`)."""
-        return job.market is Market.SPOT and job.phase == "wait" and job.interrupted and not job.end and \
+        return job.market is _SPOT and job.phase == "wait" and job.interrupted and not job.end and \
             restart_wasted_s(max_runtime_s=job.max_runtime_s, billed_s=job.billed, startup_s=self.costs.startup_s,
                              step_s=self.costs.step_s, save_s=self.costs.save_s)
+
+
+_CAPS: dict[tuple[int, str], tuple[SimPlan, Cap]] = {}  # `Cap.of`'s, by the plan's id and the policy
+FIRST = Observation(0.0, 0.0, _SPOT, _NO_JOB)  # what the first job's market is decided on
 
 
 def execute(plan: SimPlan, trace: list, policy: str, checkpointing: str, *, horizon_s: float = INF,
@@ -490,12 +522,12 @@ def execute(plan: SimPlan, trace: list, policy: str, checkpointing: str, *, hori
     sentinel's assumptions (the module docstring), for sensitivity checks."""
     run = Run(plan, checkpointing, trace, sentinel_lag_s=sentinel_lag_s, sentinel_stop_s=sentinel_stop_s)
     cap = Cap.of(plan, policy)
-    first = decide(policy, plan, checkpointing, Observation(0.0, 0.0, Market.SPOT, JobStatus.NONE))
-    market = Market.SPOT if first.action is Action.START_SPOT else Market.ON_DEMAND
+    first = decide(policy, plan, checkpointing, FIRST)
+    market = _SPOT if first.action is _START_SPOT else _ON_DEMAND
     job = run.create(market, 0.0, cap and cap.first(plan, market))
     run.capped = run.capped or job.max_runtime_s < plan.max_runtime_s
     now, switch_to = 0.0, None
-    asked_status, recheck_at, asked_seen = JobStatus.NONE, 0.0, False
+    asked_status, recheck_at, asked_seen = _NO_JOB, 0.0, False
     billed_at_poll, running_at_poll = 0.0, False
     while now < horizon_s:
         if switch_to is None:  # the polls before a change of status or the recheck ask nothing: skip them
@@ -535,7 +567,7 @@ def execute(plan: SimPlan, trace: list, policy: str, checkpointing: str, *, hori
         if ask_again(status, asked_status, now, recheck_at) or seen is not asked_seen:
             decision = decide(policy, plan, checkpointing, run.observe(job, now, spot_seen=seen))
             asked_status, recheck_at, asked_seen = status, now + decision.recheck_s, seen
-            if decision.sentinel and not job.end and job.market is Market.ON_DEMAND:
+            if decision.sentinel and not job.end and job.market is _ON_DEMAND:
                 if cap is None or run.sentinel_at is not None or sentinel_room(
                         cap_usd=cap.cap_usd, spent_before_usd=run.guard_spent(cap, job, now, 0.0) - (
                             cap.costs.warm_pool_s * plan.on_demand_usd_per_h / 3600),
@@ -547,7 +579,7 @@ def execute(plan: SimPlan, trace: list, policy: str, checkpointing: str, *, hori
                     run.capped = True
             else:
                 run.stop_sentinel(now)
-            if job.end and decision.action is Action.END:
+            if job.end and decision.action is _END:
                 break
             if job.end:
                 market = switch_to or STARTS.get(decision.action, job.market)
@@ -555,20 +587,21 @@ def execute(plan: SimPlan, trace: list, policy: str, checkpointing: str, *, hori
                 if cap is not None:  # the guard's `_next_segment`: the chain from the newest checkpoint must fit
                     nxt = next_segment(cap_usd=cap.cap_usd, spent_usd=spent_end,
                                        work_s=cap.work_left(plan, run.committed), costs=cap.costs,
-                                       spot=market is Market.SPOT, segment=len(run.jobs) + 1)
+                                       spot=market is _SPOT, segment=len(run.jobs) + 1)
                     if not nxt.goes_on:
                         run.capped = run.over_budget = True
                         break
                     limits = cap.limits(plan, market, nxt.max_runtime_s, False)
                     run.capped = run.capped or limits is not None
                 job = run.create(market, now, limits)
-                switch_to, asked_status = None, JobStatus.NONE
+                switch_to, asked_status = None, _NO_JOB
                 billed_at_poll, running_at_poll = 0.0, False
                 continue
-            if decision.action in (Action.TO_SPOT, Action.TO_ON_DEMAND):
+            if decision.action in (_TO_SPOT, _TO_ON_DEMAND):
                 run.stop(job, "stopped")
                 switch_to = STARTS[decision.action]
     run.stop_sentinel(now)
     run.tally.t, run.tally.progress = now, run.committed
     run.tally.capped = run.capped
     return run
+

@@ -24,7 +24,8 @@ from .optimum import solve
 def study(plan: SimPlan, traces: list, candidates: list[tuple[str, str]], *, optimum: bool = True,
           source: str = "", choose_on: list | None = None, cap_usd: float | None = None,
           progress: Callable[[str, int, int], None] | None = None, finish: dict[str, float] | None = None,
-          plan_of: Callable[[str], SimPlan] | None = None, workers: int = 1) -> dict:
+          plan_of: Callable[[str], SimPlan] | None = None, workers: int = 1,
+          executions: Callable[[SimPlan], dict | None] | None = None) -> dict:
     """Rows per policy, the chosen one and why, the offline optimum's mean/P50/P95 and the seconds it took.
     `choose_on`: other traces to choose on (the rows are then out of sample), else these. `progress(what, done,
     total)` is called as the policies and the optimum go through the traces. `finish`: the caps rows need to
@@ -33,10 +34,12 @@ def study(plan: SimPlan, traces: list, candidates: list[tuple[str, str]], *, opt
     estimate's), else `plan`. A plan with `cap_usd` executes every policy at the cap as the cost guard holds it;
     the optimum knows no cap (spotrun/policy/optimum.py), which its row then says (`optimum_summary`).
     `workers` > 1: the candidates and the optimum's traces go to that many processes (`worker_pool`; the same
-    report, each trace's result being its own)."""
+    report, each trace's result being its own). `executions(plan)`: executions of `plan` on these traces made
+    already (spotrun/policy/choose.py `estimate_executions`: the estimate's, which `spotrun simulate` reuses), reused
+    in the command's process as `compare` reuses them."""
     with worker_pool(workers) as pool:
         t0 = time.perf_counter()
-        executing = _executing(plan, traces, candidates, cap_usd, plan_of, pool)
+        executing = _executing(plan, traces, candidates, cap_usd, plan_of, pool, executions)
         solving = _solving(plan, traces, pool) if optimum else None  # queued behind the rows: no idle process
         rows = _rows(executing, candidates, progress)
         seconds = time.perf_counter() - t0
@@ -74,12 +77,16 @@ def worker_pool(workers: int):
 
 
 def _executing(plan: SimPlan, traces: list, candidates: list[tuple[str, str]], cap_usd: float | None,
-               plan_of: Callable[[str], SimPlan] | None, pool: Executor | None) -> Iterator[list]:
+               plan_of: Callable[[str], SimPlan] | None, pool: Executor | None,
+               executions: Callable[[SimPlan], dict | None] | None = None) -> Iterator[list]:
     """`compare` of every candidate on its own plan (`plan_of`, else `plan`), one list of rows each, in the
-    candidates' order: lazily, or each candidate queued at once in a process of the `pool`."""
+    candidates' order: lazily (with the `executions` of each plan made already), or each candidate queued at once
+    in a process of the `pool`."""
     plans = [plan if plan_of is None else plan_of(candidate[0]) for candidate in candidates]
     if pool is None:
-        return (compare(p, traces, [c], cap_usd=cap_usd) for p, c in zip(plans, candidates, strict=True))
+        made = {} if executions is None else {p: executions(p) for p in set(plans)}
+        return (compare(p, traces, [c], cap_usd=cap_usd, executions=made.get(p))
+                for p, c in zip(plans, candidates, strict=True))
     n = len(candidates)
     return pool.map(compare, plans, [traces] * n, [[c] for c in candidates], [None] * n, [cap_usd] * n)
 

@@ -1102,3 +1102,32 @@ def test_simulate_takes_jobs_in_a_range_and_by_default_one_process_for_few_windo
     few = [[(0.0, 1.0)] * 10] * (POOL_AFTER_WINDOWS // 10)
     assert jobs(None, few) == 1 and jobs(3, few) == 3
     assert 1 <= jobs(None, few + [[(0.0, 1.0)]]) <= JOBS_DEFAULT_MAX
+
+
+def test_spotrun_simulate_executes_each_policy_once_on_the_estimates_own_traces(tmp_path, capsys, monkeypatch):
+    """`spotrun simulate` on the estimate's own traces (generated, the estimate's count and seed) ran the estimate,
+    then executed every policy again on the same plan and the same traces for its table. Now the study takes the
+    estimate's executions: the command executes what `spotrun estimate` executes, no more; the report is the one
+    the study makes on its own (in processes, `--jobs 2`, where nothing is shared)."""
+    from pathlib import Path
+
+    from spotrun import policy
+    from spotrun.cli.main import main
+
+    run = Path(__file__).resolve().parents[2] / "examples" / "runs" / "qwen2-0.5b-full-small.json"
+    made = []
+    real = policy.execute
+    monkeypatch.setattr(policy, "execute", lambda *a, **k: made.append(1) or real(*a, **k))
+    assert main(["estimate", str(run)]) == 0
+    by_estimate = len(made)
+    capsys.readouterr()
+    made.clear()
+    assert main(["simulate", str(run), "--no-optimum", "--format", "json", "--out", str(tmp_path / "a")]) == 0
+    shared = json.loads(capsys.readouterr().out)
+    assert shared["traces"] == 1000 and len(shared["policies"]) >= 2
+    assert by_estimate > 0 and len(made) == by_estimate
+    assert main(["simulate", str(run), "--no-optimum", "--format", "json", "--jobs", "2",
+                 "--out", str(tmp_path / "b")]) == 0
+    alone = json.loads(capsys.readouterr().out)
+    shared.pop("simulate_seconds"), alone.pop("simulate_seconds")
+    assert shared == alone
