@@ -331,7 +331,9 @@ def _odds_not_borne_out(report: dict, section, row: dict) -> list[str]:
 
 def _cap_to_set_not_borne_out(report: dict, section, row: dict) -> list[str]:
     to_set = section.deadline_cap_usd or section.p95_finish_cap_usd
-    if not to_set or round(row["p95_usd"], 2) <= round(to_set, 2):
+    cap = report.get("cap_usd")
+    # at a run's cap at or under the cap to set, the rows are the run there: the odds line says it
+    if not to_set or round(row["p95_usd"], 2) <= round(to_set, 2) or (cap is not None and cap <= to_set + 0.005):
         return []
     return [f"  not borne out here at the cap to set: on these traces {section.chosen}'s P95 bill is "
             f"${row['p95_usd']:,.2f} (mean ${row['mean_usd']:,.2f}), over the ${to_set:,.2f} the estimate names: a "
