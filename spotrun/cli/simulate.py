@@ -301,19 +301,50 @@ def bad_argument(args: argparse.Namespace) -> tuple[str, str] | None:
 
 
 def not_borne_out(report: dict, section, recorded: bool) -> list[str]:
-    """On recorded (or resampled) traces, the line that says where the estimate's chosen policy does worse here
+    """On recorded (or resampled) traces, the lines that say where the estimate's chosen policy does worse here
     than on the estimate's generated traces, on which its figures and the cap to set rest (a new user: the cap to
-    set finished 46.9% of the public recordings' windows, printed under a line promising 95%)."""
+    set finished 46.9% of the public recordings' windows, printed under a line promising 95%): its odds at the run's
+    cap, with why its runs end unfinished (`unfinished_text`: at the cap, or at MaxWait without fallback, which no
+    cap fixes), and its P95 bill against the cap to set (a new user was told 'the cap to set: $160.39 or more' under
+    a P95 of $371.51 on the recordings, without a word)."""
+    row = next((r for r in report["policies"] if r["label"] == section.chosen), None)
+    if not recorded or row is None:
+        return []
+    return _odds_not_borne_out(report, section, row) + _cap_to_set_not_borne_out(report, section, row)
+
+
+def _odds_not_borne_out(report: dict, section, row: dict) -> list[str]:
     key = "p_deadline" if report["deadline_hours"] else "p_finished"
-    here = next((r[key] for r in report["policies"] if r["label"] == section.chosen), None)
+    here = row[key]
     told = next((r.get(key) for r in section.policies if r["label"] == section.chosen), None)
-    if not recorded or here is None or told is None or here >= told - 0.01:
+    if here is None or told is None or here >= told - 0.01:
         return []
     what = "meets the deadline" if report["deadline_hours"] else "finishes"
     cap = f"at the run's ${report['cap_usd']:,.2f} cap" if report.get("cap_usd") is not None else "without a cap"
-    return [f"  not borne out here: on these traces, {cap}, {section.chosen} {what} on {here:.1%}, against "
-            f"{told:.1%} on the estimate's generated traces, on which its figures and the cap to set rest: "
-            "where these traces are the capacity the run will meet, the cap to set is not enough"]
+    line = (f"  not borne out here: on these traces, {cap}, {section.chosen} {what} on {here:.1%}, against "
+            f"{told:.1%} on the estimate's generated traces, on which its figures and the cap to set rest")
+    unfinished = 1.0 - row["p_finished"]
+    at_cap = row.get("p_over_budget", 0.0)
+    fallback = bool(section.sim_plan.get("on_demand_fallback", True))
+    if unfinished > 1e-9 and at_cap < unfinished / 2 and not fallback:  # the cap is not what ends them
+        return [line + f": {unfinished - at_cap:.1%} wait out MaxWait with no spot capacity and end unfinished "
+                "(compute.on_demand_fallback=false: no on-demand job follows); where these traces are the capacity "
+                "the run will meet, no cap finishes them: compute.on_demand_fallback=true does (or a longer "
+                "compute.accepted_delay_hours)"]
+    return [line + ": where these traces are the capacity the run will meet, the cap to set is not enough"]
+
+
+def _cap_to_set_not_borne_out(report: dict, section, row: dict) -> list[str]:
+    to_set = section.deadline_cap_usd or section.p95_finish_cap_usd
+    cap = report.get("cap_usd")
+    # at a run's cap at or under the cap to set, the rows are the run there: the odds line says it
+    if not to_set or round(row["p95_usd"], 2) <= round(to_set, 2) or (cap is not None and cap <= to_set + 0.005):
+        return []
+    return [f"  not borne out here at the cap to set: on these traces {section.chosen}'s P95 bill is "
+            f"${row['p95_usd']:,.2f} (mean ${row['mean_usd']:,.2f}), over the ${to_set:,.2f} the estimate names: a "
+            "run capped there ends unfinished at the cap (OverBudget) wherever it would bill more, on 5% or "
+            "more of these traces; where they are the capacity the run will meet, set a cap above that P95 (simulate "
+            "the run with budget.max_usd at a cap to see its odds there)"]
 
 
 def simulate_command(args: argparse.Namespace) -> int:

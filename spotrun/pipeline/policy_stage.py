@@ -35,6 +35,7 @@ def with_spot_policy(run: Any, est: Estimate, catalog: dict, *, poll_s: float = 
     chosen = choose.spot_policy_at_caps(run, est, catalog, poll_s=poll_s, max_poll_s=max_poll_s, n=n,
                                         simulations=ranker.store if ranker is not None else None)
     warnings = [*est.warnings, *chosen.warnings, *_starts_on_demand(run, chosen.section),
+                *tail_over_on_demand(run, est, chosen.section),
                 *cap_to_set_over_limit(chosen.section, stage_limits or {})]
     return dataclasses.replace(est, spot_policy=chosen.section, warnings=_missed_once(warnings, chosen),
                                advice=_market_advice(run, est, chosen.section))
@@ -97,3 +98,19 @@ def _starts_on_demand(run: Any, section) -> list[str]:
     row = next(r for r in section.policies if r["label"] == section.chosen)
     return [f"the chosen spot policy, {section.chosen}, starts the run on on-demand instances ({section.why}): "
             f"simulated mean {usd(row['mean_usd'])}, P95 {usd(row['p95_usd'])}, not the cost line's spot figure"]
+
+
+def tail_over_on_demand(run: Any, est: Estimate, section) -> list[str]:
+    """A warning when the chosen spot policy's simulated P95 bill is above the run's on-demand bill (the cost row's
+    on-demand figure): at the tail, spot costs more than on-demand from the start would (a new user's 70B run: mean
+    $2,510.54, P95 $3,998.37 against on-demand's $3,945.89, without a word)."""
+    if not run.compute.spot or section is None:
+        return []
+    row = next(r for r in section.policies if r["label"] == section.chosen)
+    on_demand = est.cost_usd["on_demand"]
+    if round(row["p95_usd"], 2) <= round(on_demand, 2):
+        return []
+    return [f"the chosen spot policy's P95 bill, {usd(row['p95_usd'])}, is above on-demand's {usd(on_demand)}: on "
+            f"the costliest 5% of the simulated runs ({section.chosen}: long waits for spot capacity, interruptions "
+            "redone, then on-demand) spot bills more than on-demand from the start would; spot is cheaper on "
+            f"average (mean {usd(row['mean_usd'])}), on-demand (compute.spot=false) at the tail"]

@@ -75,9 +75,11 @@ from .options import (
     Option,
     checkpoint_advice,
     evaluation_seconds,
+    interruption_rate,
     mean_wait,
     notice_upload_seconds,
     price_advice,
+    price_option,
     segment_overhead_seconds,
     segment_plan,
     startup_seconds,
@@ -86,7 +88,7 @@ from .outputs import Estimate, first_segment_seconds, format_text, hyperparamete
 from .params import Shape, lora_parameters, shape_of
 from .segments import JOB_END_S, job_start_s, uncapped_cost_usd
 from .ties import NOISE_SES, by_tail, unpaired_se
-from .topology import layouts
+from .topology import layouts, step_seconds
 
 # The planner's names, wherever they are defined (spotrun/planner/catalog.py, options.py, outputs.py).
 __all__ = [
@@ -211,6 +213,9 @@ def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | 
         est = _build(run, catalog, work, best, planner.per_rank, (util, util_source), max_runtime, seg, advice,
                      warnings, base_name)
         est = replace(est, warnings=[*est.warnings, *_cap_far_over(run, est)])
+        if not run.compute.spot:  # the cost row's spot figure: the same layout as a spot run plans it
+            est = replace(est, cost_usd={**est.cost_usd, "spot": spot_view_cost(run, catalog, work, best,
+                                                                                recorded_rates)})
         wait_s, wait_source = mean_wait(run, best.instance_type, recorded_waits)
         if wait_s is not None:  # the spot policy's traces wait this long on average (spotrun/policy/choose.py)
             est = replace(est, mean_wait_seconds=round(wait_s, 1), mean_wait_source=wait_source)
@@ -696,6 +701,7 @@ def _build(run: RunSpec, catalog: dict, work: _Work, best: Option, per_rank: int
     chain_cost = seg.spot_cost_usd if seg.fits else uncapped_cost_usd(seg)
     if chain_cost is not None and math.isfinite(chain_cost):
         cost["spot" if c.spot else "on_demand"] = round(chain_cost, 2)
+    cost = with_periodic_saves(cost, run, catalog, best, work.ckpt_bytes)
     max_runtime = seg.first_max_runtime_seconds or max_runtime
     # MaxWait follows the first segment's MaxRuntime; the user's stands as given
     max_wait = int(c.max_wait_hours * 3600) if c.max_wait_hours is not None else \
@@ -760,3 +766,53 @@ def _lora_alternative(run: RunSpec, catalog: dict, model_config: dict | None, da
     key = "spot" if run.compute.spot else "on_demand"
     return (f"LoRA (training.method=lora, rank 16, all-linear) would train {alt.trainable_parameters:,} "
             f"parameters on {alt.instance_count} x {alt.instance_type} for about ${alt.cost_usd[key]:.2f}")
+
+
+def periodic_saves_s(work_s: float, interval_s: float, save_s: float) -> float:
+    """The seconds a run's periodic saves block its training: one every `interval_s` of `work_s` but at its end,
+    `save_s` each (spotrun/policy/execution.py bills them so)."""
+    return max(0, math.ceil(work_s / interval_s) - 1) * save_s if interval_s > 0 else 0.0
+
+
+def with_periodic_saves(cost: dict, run: RunSpec, catalog: dict, best: Option, ckpt_bytes: int) -> dict:
+    """Both markets' figures with the periodic saves of a layout that saves on a schedule (checkpoint policy
+    periodic: the stop notice cannot carry its checkpoint), as the spot policy's simulation bills them
+    (spotrun/policy/choose.py `plan_from_estimate`: the work, the interval as the estimate rounds it, the save at the
+    upload rate): the cost row said on-demand $2,967.51 where the policy table's on_demand row, the same run,
+    said $2,977.32 (a new user's 70B LoRA: 944 saves of 1 s in 78.7 h). A layout that saves on the notice is
+    simulated without its insurance saves, and priced so."""
+    if best.policy != "periodic" or not best.upload_available:
+        return cost
+    d, c, family = catalog["defaults"], run.compute, best.instance_type.split(".")[1]
+    per_s = catalog["instances"][best.instance_type]["on_demand_usd_per_hour"] * best.count / 3600
+    discount = c.spot_discount if c.spot_discount is not None else catalog["families"][family]["spot_discount"]
+    saves = periodic_saves_s(best.wall - startup_seconds(d) + JOB_END_S, max(1, round(best.interval_s)),
+                             ckpt_bytes / (best.upload_available * 1e9))
+    return {**cost, "on_demand": round(cost["on_demand"] + saves * per_s, 2),
+            "spot": round(cost["spot"] + saves * per_s * (1 - discount), 2)}
+
+
+def spot_view_cost(run: RunSpec, catalog: dict, work: _Work, best: Option,
+                   recorded_rates: dict[str, float] | None) -> float:
+    """A compute.spot=false run's spot figure: its layout priced as the same run with compute.spot=true plans it (its
+    interruption rate, checkpoint interval, expected interruptions, chain of jobs at the cap and periodic saves).
+    The on-demand option has no interruptions: the cost row said 'spot about $145.13 (one job with the expected
+    interruptions)' where the spot run on that layout said $147.13 (a new user's 8B)."""
+    spot_run = replace(run, compute=replace(run.compute, spot=True))
+    d = catalog["defaults"]
+    step = best.fit.grad_accum * step_seconds(best.compute_s, best.comm_s, d["comm_overlap_fraction"])
+    rate = interruption_rate(spot_run, catalog, best.instance_type, recorded_rates)
+    spot = replace(price_option(spot_run, catalog, best.instance_type, best.count, best.train_seconds,
+                                work.ckpt_bytes, rate, step),
+                   fit=best.fit, train_seconds=best.train_seconds, compute_s=best.compute_s, comm_s=best.comm_s,
+                   eval_seconds=best.eval_seconds)
+    try:
+        max_runtime, _ = _limits(spot_run, d, spot)
+    except EstimateRefused:  # a spot run would be refused (28 days): the one job with its interruptions
+        return round(spot.spot, 2)
+    seg = segment_plan(spot_run, catalog, spot, work.ckpt_bytes, work.total, max_runtime)
+    chain = seg.spot_cost_usd if seg.fits else uncapped_cost_usd(seg)
+    if chain is None or not math.isfinite(chain):
+        return round(spot.spot, 2)
+    return with_periodic_saves({"on_demand": 0.0, "spot": round(chain, 2)}, spot_run, catalog, spot,
+                               work.ckpt_bytes)["spot"]

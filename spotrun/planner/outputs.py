@@ -240,10 +240,15 @@ def _wall_text(est: Estimate) -> str:
     return text
 
 
+def _chosen_row(section: SpotPolicy | None) -> dict | None:
+    """The chosen spot policy's simulated row (None without a policy section)."""
+    return next((r for r in (section.policies if section else []) if r["label"] == section.chosen), None)
+
+
 def _chosen_cost_text(section: SpotPolicy | None) -> str:
-    """The chosen spot policy's simulated bill beside the planner's figures: the bill the run gets as the cost
-    guard executes that policy (a new user read the spot figure as the bill of a run whose policy was on-demand)."""
-    row = next((r for r in (section.policies if section else []) if r["label"] == section.chosen), None)
+    """The chosen spot policy's simulated bill, 'mean $X, P95 $Y' and its notes: a mean above its P95, and the runs
+    that do not finish ('' without a policy section)."""
+    row = _chosen_row(section)
     if row is None:
         return ""
     # a mean above the P95 is real, not an error: the costliest 5% of the traces pull the mean up (a new user read
@@ -253,22 +258,52 @@ def _chosen_cost_text(section: SpotPolicy | None) -> str:
     missed = " or a missed deadline" if row.get("p_deadline") is not None else ""
     tail = (f" (the mean above the P95: the costliest 5% of the traces, a long wait{missed}, pull it up)"
             if usd(row["mean_usd"]) != usd(row["p95_usd"]) and row["mean_usd"] > row["p95_usd"] else "")
-    # at a cap that ends runs unfinished the mean counts their bills as if they had finished (a new user's trial)
-    ended = (f"; {row['p_finished']:.1%} of the simulated runs finish: the mean and P95 count the runs the cap ends "
-             "unfinished at what they billed" if row["p_finished"] < 1.0 else "")
-    return (f"; as the chosen spot policy runs it ({section.chosen}), simulated: mean {usd(row['mean_usd'])}, "
-            f"P95 {usd(row['p95_usd'])}{tail}{ended}")
+    fallback = bool(getattr(section, "sim_plan", {}).get("on_demand_fallback", True))
+    return f"mean {usd(row['mean_usd'])}, P95 {usd(row['p95_usd'])}{tail}" + unfinished_text(row, fallback)
+
+
+NO_FALLBACK_FIX = "compute.on_demand_fallback=true finishes them on on-demand"
+
+
+def unfinished_text(row: dict, fallback: bool) -> str:
+    """Why a policy's unfinished runs end, by their cause (`Summary.p_over_budget`): at the cap (OverBudget), which
+    a larger cap finishes, or at MaxWait without spot capacity and no on-demand fallback, which only
+    compute.on_demand_fallback=true finishes (a new user read 'the runs the cap ends' at a $50 cap for a $0.26
+    run whose runs ended at MaxWait); `fallback`: the run's compute.on_demand_fallback (or compute.spot=false)."""
+    if row["p_finished"] >= 1.0:
+        return ""
+    unfinished = 1.0 - row["p_finished"]
+    at_cap = min(unfinished, row.get("p_over_budget", 0.0))
+    causes = []
+    if at_cap > 0:
+        causes.append(f"{at_cap:.1%} ended at the cap (OverBudget: a larger budget.max_usd finishes them)")
+    if unfinished - at_cap > 1e-9 and fallback:
+        causes.append(f"{unfinished - at_cap:.1%} ran to the longest MaxRuntime unfinished")
+    elif unfinished - at_cap > 1e-9:
+        causes.append(f"{unfinished - at_cap:.1%} waited out MaxWait with no spot capacity "
+                      f"({NO_FALLBACK_FIX}; a larger cap does not)")
+    return (f"; {row['p_finished']:.1%} of the simulated runs finish: {' and '.join(causes)}; the mean and P95 "
+            "count the unfinished runs at what they billed")
 
 
 def _cost_text(est: Estimate) -> str:
-    """The cost row: the run's own market as planned (the chain of jobs at this cap, each job's start and end, the
-    expected interruptions), the other market as one job; what a cap should be is the spot policy's line."""
+    """The cost row. A spot run leads with the chosen spot policy's simulated mean and P95 (the bill the run gets as
+    the cost guard executes that policy; a new user read the planner's 'spot $1,975.13 expected' as the bill of a
+    run whose simulated mean was $2,510.54), then on-demand as one job, then the planner's expected bill (the chain
+    of jobs at this cap, each job's start and end, the expected interruptions, no wait for capacity). An on-demand
+    run: its bill, then what managed spot would cost on the same layout. What a cap should be is the spot policy's
+    line."""
     seg = est.segments
     jobs = seg.segments if seg and seg.fits else 1
     planned = f"planned: {jobs} jobs at this cap, each one's start and end" if jobs > 1 else \
         "planned: one job, its start and end"
-    if est.spot:
-        return (f"spot {usd(est.cost_usd['spot'])} expected ({planned}, the expected interruptions) / on-demand "
-                f"{usd(est.cost_usd['on_demand'])} (one uninterrupted job)" + _chosen_cost_text(est.spot_policy))
-    return (f"on-demand {usd(est.cost_usd['on_demand'])} ({planned}; the bill to expect, the cap to set is the spot "
-            f"policy's last line) / spot about {usd(est.cost_usd['spot'])} (one job with the expected interruptions)")
+    if not est.spot:
+        return (f"on-demand {usd(est.cost_usd['on_demand'])} ({planned}; the bill to expect, the cap to set is the "
+                f"spot policy's last line) / spot about {usd(est.cost_usd['spot'])} (the same layout on managed spot: "
+                "one job with the expected interruptions, no wait for capacity)")
+    on_demand = f"on-demand {usd(est.cost_usd['on_demand'])} (one uninterrupted job)"
+    if _chosen_row(est.spot_policy) is None:
+        return f"spot {usd(est.cost_usd['spot'])} expected ({planned}, the expected interruptions) / {on_demand}"
+    return (f"spot as the chosen spot policy runs it ({est.spot_policy.chosen}, simulated): "
+            f"{_chosen_cost_text(est.spot_policy)} / {on_demand}; the planner's expected spot bill "
+            f"{usd(est.cost_usd['spot'])} ({planned}, the expected interruptions; no wait for capacity)")

@@ -48,6 +48,10 @@ class Summary:
     """The part of the P95 bill billed at on-demand rates (the smaller of the two traces' the P95 lies between):
     a cap planned on the P95 takes those seconds at on-demand rates, the rest at the spot share
     (spotrun/planner/segments.py `finish_cap_usd`)."""
+    p_over_budget: float = 0.0
+    """The share of traces the guard ended unfinished at the cap (OverBudget); the rest of the unfinished ones
+    ended at MaxWait with no spot capacity and no on-demand fallback, or at MaxRuntime: a larger cap finishes
+    only these."""
     capped: bool = False
     """The cost cap shaped the run on some trace (spotrun/policy/execution.py `Cap`; not one of the row's figures)."""
     bills: tuple[float, ...] = field(default=(), repr=False, compare=False)
@@ -89,6 +93,7 @@ def summarize(plan: SimPlan, label: str, policy: str, checkpointing: str, tallie
                    mean_interruptions=sum(t.interruptions for t in tallies) / n, n=n,
                    p_within_cap=None if cap_usd is None else sum(1 for c in totals if c <= cap_usd + 1e-9) / n,
                    p95_on_demand_usd=_p95_on_demand(by_total, quantile(totals, 0.95)),
+                   p_over_budget=sum(1 for t in tallies if t.over_budget) / n,
                    capped=any(t.capped for t in tallies), bills=tuple(s + o for s, o in costs))
 
 

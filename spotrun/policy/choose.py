@@ -921,8 +921,8 @@ def policy_text(section: SpotPolicy | None) -> str:
     deadline = any(r["p_deadline"] is not None for r in section.policies)
     odds = "P(deadline)" if deadline else "P(finished)"
     lines = [f"spot policy: {section.chosen} ({section.why}; {section.traces} traces, {section.trace_source})",
-             "  each policy's bill simulated on these traces as the cost guard runs it (the cost line is the "
-             "planner's one expected bill):",
+             "  each policy's bill simulated on these traces as the cost guard runs it (the chosen row, *, is the "
+             "cost line's first figure):",
              f"  {'policy':<30} {'mean $':>10} {'P50 $':>10} {'P95 $':>10} {odds:>11} {'lost h':>7}"]
     for r in section.policies:
         met = f"{r['p_finished']:.1%}" if not deadline else "-" if r["p_deadline"] is None else f"{r['p_deadline']:.1%}"

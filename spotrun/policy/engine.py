@@ -124,6 +124,9 @@ class Tally:
     capped: bool = False
     """The cost cap shaped the run as the guard holds it (spotrun/policy/execution.py `Cap`); without, the run is
     the one executed with no cap modelled."""
+    over_budget: bool = False
+    """The guard ended the run unfinished at the cap (OverBudget: no chain from its checkpoint fits what is left);
+    an unfinished run without it ended at MaxWait with no capacity (no on-demand fallback) or at MaxRuntime."""
 
 
 def periodic_interval(plan: SimPlan, checkpointing: str) -> float:

@@ -602,6 +602,6 @@ def execute(plan: SimPlan, trace: list, policy: str, checkpointing: str, *, hori
                 switch_to = STARTS[decision.action]
     run.stop_sentinel(now)
     run.tally.t, run.tally.progress = now, run.committed
-    run.tally.capped = run.capped
+    run.tally.capped, run.tally.over_budget = run.capped, run.over_budget
     return run
 

@@ -66,7 +66,9 @@ def _report(plan: SimPlan, traces: list, rows: list, chosen_on: list, source: st
            "cap_usd": cap_usd, "left_out": list(left_out_by_cap(rows, cap_usd, finish)),
            "left_out_finish_caps": short_of_finish(rows, cap_usd, finish),
            # the cap shaped some policy's run on some trace (Summary.capped): the rows are not the run without it
-           "cap_binds": any(r.capped for r in rows)}
+           "cap_binds": any(r.capped for r in rows),
+           # whether a spot job left without capacity past its MaxWait is followed by an on-demand one
+           "on_demand_fallback": plan.on_demand_fallback}
     return out
 
 
@@ -178,6 +180,27 @@ def _optimum_traces(report: dict, o: dict) -> int:
     return report["traces"] if o.get("p_deadline") is None else round(o["p_deadline"] * report["traces"])
 
 
+def _at_cap_text(report: dict) -> str:
+    """What the cap does to the rows: it sets the jobs' MaxRuntime and the guard's polls, and, on the rows whose
+    runs do not all finish, ends some at the cap (OverBudget), each row's share said; the other unfinished runs
+    ended at MaxWait without capacity (no fallback) or at the longest MaxRuntime, which the cap does not (a new
+    user read 'the guard ends' them above a P(deadline) column, while the JSON said maxwait_fallback (periodic)
+    finished on 94.7%)."""
+    ended = [r for r in report["policies"] if r["p_finished"] < 1.0]
+    if not ended:
+        return "which sets its jobs' MaxRuntime and the guard's polls (every run finished)"
+    other = ("waited out MaxWait with no spot capacity (no on-demand fallback)" if
+             report.get("on_demand_fallback") is False else "ran to the longest MaxRuntime")
+    shares = []
+    for r in ended:
+        at_cap = min(1.0 - r["p_finished"], r.get("p_over_budget", 0.0))
+        rest = 1.0 - r["p_finished"] - at_cap
+        why = [f"{at_cap:.1%} ended at the cap"] if at_cap > 0 else []
+        why += [f"{rest:.1%} {other}"] if rest > 1e-9 else []
+        shares.append(f"{r['label']} finishes on {r['p_finished']:.1%} ({', '.join(why)})")
+    return ("which sets its jobs' MaxRuntime and the guard's polls; runs that do not finish: " + "; ".join(shares))
+
+
 def table_text(report: dict) -> str:
     n = report["traces"]
     head = (f"{n} trace{'s' * (n != 1)} ({report['source']}); {report['work_hours']:.1f} h of work; deadline "
@@ -219,9 +242,7 @@ def table_text(report: dict) -> str:
             meeting = ", meeting the deadline" if report["deadline_hours"] else ""
             billed = (f"; on {over:,} of the {_optimum_traces(report, o):,} traces where it exists it bills over "
                       "the cap" if over else "")
-            ended = any(r["p_finished"] < 1.0 for r in report["policies"])
-            at_cap = ("which the guard ends where the chain of jobs left no longer fits it" if ended else
-                      "which sets its jobs' MaxRuntime and the guard's polls (every run finished)")
+            at_cap = _at_cap_text(report)
             lines.append(f"  the optimum ignores the ${report['cap_usd']:,.2f} cap (it knows none): the cheapest "
                          f"schedule of the run without the cap{meeting}{billed}; the rows are the run at the cap, "
                          + at_cap)

@@ -59,7 +59,7 @@ def test_the_named_cap_of_qwen_shows_the_one_job_cap_and_both_expected_bills(tmp
     row = next(line for line in lines if line.startswith("cap "))
     cost = next(line for line in lines if line.startswith("cost "))
     assert _figures(row) == (one_cap, round(one_usd, 2), doc["cost_usd"]["spot"], seg["segments"], named), row
-    assert f"spot ${doc['cost_usd']['spot']:,.2f} expected" in cost, cost
+    assert f"the planner's expected spot bill ${doc['cost_usd']['spot']:,.2f}" in cost, cost
 
     # the estimate Lambda's plan carries the same figures
     plan = _plan(monkeypatch, set_at)

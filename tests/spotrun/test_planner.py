@@ -74,8 +74,12 @@ def test_full_fine_tune_worked_example():
     chain_spot = 2.0 * (1 - 0.6) * (24180 + small_overhead + first_start_extra) / 3600
     # The on-demand figure is one uninterrupted job billed the same way (its start and end), not the bare wall: the
     # same run with compute.spot=false shows the chain's figure there (one quantity per market).
-    assert est.cost_usd == {"on_demand": round(2.0 * (24180 + first_start_extra) / 3600, 2),
-                            "spot": round(chain_spot, 2)}
+    # Both markets count the periodic saves the simulation bills (issue #26): one every 1,315 s of the 24,000 s of
+    # training and the job's 60 s end but at its end, 120 s each: 18 saves, 2,160 s.
+    saves = (math.ceil((24180 - 180 + 60) / 1315) - 1) * 120
+    assert saves == 2160
+    assert est.cost_usd == {"on_demand": round(2.0 * (24180 + first_start_extra + saves) / 3600, 2),
+                            "spot": round(chain_spot + 2.0 * (1 - 0.6) * saves / 3600, 2)}
     assert est.max_runtime_seconds == math.ceil(2 * (24180 + small_overhead))
     assert est.max_wait_seconds == est.max_runtime_seconds + 24 * 3600
     sent = parse(est.hyperparameters)  # what the trainer reads
@@ -85,7 +89,8 @@ def test_full_fine_tune_worked_example():
     big = estimate(run(compute={"instance_type": "ml.a1.big"}), catalog=CATALOG)
     assert big.seconds_per_micro_batch["communication"] == pytest.approx(1.2)
     assert big.wall_seconds == pytest.approx(big_wall)
-    assert big.cost_usd["spot"] == round(big_spot + 8.0 * (1 - 0.6) * first_start_extra / 3600, 2)  # the same start
+    big_saves = (math.ceil((big_wall - 180 + 60) / 1315) - 1) * 120
+    assert big.cost_usd["spot"] == round(big_spot + 8.0 * (1 - 0.6) * (first_start_extra + big_saves) / 3600, 2)
 
 
 def test_lora_counts_frozen_forward_and_backward_and_checkpoints_only_the_adapter():

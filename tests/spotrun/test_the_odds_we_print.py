@@ -1,0 +1,190 @@
+"""Issue #26, "the odds we print are the odds the run gets": what `spotrun estimate` and `spotrun simulate` tell a
+user against what the simulation of the run gives, one test per mismatch a new user's trial found (the runs are
+examples/runs/llama3-8b-full.json with the trial's changes).
+
+1. the cost row's on-demand bill is the policy table's on_demand row (the periodic saves counted in both);
+2. a spot run's cost row leads with the chosen policy's simulated mean and P95, and a P95 above on-demand's bill
+   is a warning;
+3. a `spot: false` run's spot figure is the same layout's as a spot run plans it (its expected interruptions);
+4. runs that end unfinished are named by their cause: MaxWait without on-demand fallback (no cap fixes it), or the
+   cap (OverBudget);
+5. simulate on recordings says where the chosen policy's P95 there is over the cap to set;
+6. simulate's table says, where the cap binds, which rows' runs do not all finish and why."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+from spotrun.cli.main import main
+from spotrun.cli.simulate import not_borne_out
+from spotrun.planner.outputs import unfinished_text
+from spotrun.policy import compare
+from spotrun.policy.engine import INF, SimPlan
+from spotrun.policy.report import table_text
+
+from .test_binding_cap import OD_PER_H, H
+from .test_binding_cap import _plan as _capped_plan
+from .test_new_users_trial import _with
+
+ROOT = Path(__file__).parents[2]
+LLAMA_70B = {"model_type": "llama", "hidden_size": 8192, "intermediate_size": 28672, "num_hidden_layers": 80,
+             "num_attention_heads": 64, "num_key_value_heads": 8, "vocab_size": 128256,
+             "tie_word_embeddings": False, "max_position_embeddings": 8192}
+
+
+def _example(name: str) -> dict:
+    return json.loads((ROOT / "examples/runs" / name).read_text())
+
+
+def _estimate(tmp_path: Path, capsys, run: dict) -> tuple[dict, str]:
+    """The estimate's JSON and its text for `run`."""
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(run))
+    assert main(["estimate", "--format", "json", str(path)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert main(["estimate", str(path)]) == 0
+    return doc, capsys.readouterr().out
+
+
+def _row(doc: dict, label: str | None = None) -> dict:
+    section = doc["spot_policy"]
+    return next(r for r in section["policies"] if r["label"] == (label or section["chosen"]))
+
+
+def _cost_line(text: str) -> str:
+    return next(line for line in text.splitlines() if line.startswith("cost ")).removeprefix("cost").strip()
+
+
+def test_the_cost_rows_on_demand_bill_is_the_policy_tables_on_demand_row(tmp_path, capsys):
+    """The trial's 70B LoRA saves every 5 min (its checkpoint cannot leave within the notice): the cost row said
+    on-demand $2,967.51, the policy table's on_demand row $2,977.32, the saves counted only in the table."""
+    base = _example("llama3-8b-full.json")
+    run = _with(base, model={"config": LLAMA_70B}, budget={"max_usd": 4000},
+                training={"method": "lora", "lora": {"rank": 16, "target_modules": "all-linear"}})
+    doc, text = _estimate(tmp_path, capsys, run)
+    assert doc["checkpoint_policy"] == "periodic", doc["checkpoint_policy"]  # the case: saves on a schedule
+    on_demand_row = _row(doc, "on_demand")
+    assert on_demand_row["p95_usd"] == on_demand_row["mean_usd"]  # one bill: no interruption on-demand
+    assert round(doc["cost_usd"]["on_demand"], 2) == round(on_demand_row["mean_usd"], 2), (doc["cost_usd"],
+                                                                                          on_demand_row)
+    assert f"on-demand ${on_demand_row['mean_usd']:,.2f} (one uninterrupted job)" in _cost_line(text), text
+
+
+def test_a_spot_runs_cost_row_leads_with_the_simulated_bill_and_a_tail_over_on_demand_is_warned(tmp_path, capsys):
+    """The trial's 70B full fine-tune: 'spot $1,975.13 expected' came first while the chosen policy's simulated mean
+    was $2,510.54 and its P95, $3,998.37, above on-demand's $3,945.89, without a word."""
+    run = _with(_example("llama3-8b-full.json"), model={"config": LLAMA_70B}, budget={"max_usd": 20000})
+    doc, text = _estimate(tmp_path, capsys, run)
+    row, section = _row(doc), doc["spot_policy"]
+    assert _cost_line(text).startswith(f"spot as the chosen spot policy runs it ({section['chosen']}, simulated): "
+                                       f"mean ${row['mean_usd']:,.2f}, P95 ${row['p95_usd']:,.2f}"), text
+    assert f"the planner's expected spot bill ${doc['cost_usd']['spot']:,.2f}" in _cost_line(text), text
+    on_demand = doc["cost_usd"]["on_demand"]
+    assert row["p95_usd"] > on_demand, (row, on_demand)  # the case: a tail above on-demand's bill
+    tail = [w for w in doc["warnings"] if "is above on-demand's" in w]
+    assert tail and f"P95 bill, ${row['p95_usd']:,.2f}, is above on-demand's ${on_demand:,.2f}" in tail[0], \
+        doc["warnings"]
+    assert f"warning: {tail[0]}" in text
+
+
+def test_a_p95_within_on_demand_is_not_warned(tmp_path, capsys):
+    doc, _ = _estimate(tmp_path, capsys, _example("qwen2-0.5b-full-small.json"))
+    assert _row(doc)["p95_usd"] <= doc["cost_usd"]["on_demand"]
+    assert not [w for w in doc["warnings"] if "is above on-demand's" in w], doc["warnings"]
+
+
+def test_an_on_demand_runs_spot_figure_is_the_same_layouts_spot_run(tmp_path, capsys):
+    """The trial's 8B with `spot: false` said 'spot about $145.13 (one job with the expected interruptions)' where
+    the spot run on its layout (1 x ml.p5.48xlarge) said $147.13: the on-demand option has no interruptions."""
+    base = _example("llama3-8b-full.json")
+    od_run = _with(base, compute={"spot": False}, budget={"max_usd": 2500})
+    for spot_only in ("accepted_delay_hours", "on_demand_fallback"):  # the trial's l8-od.json
+        del od_run["compute"][spot_only]
+    on_demand, _ = _estimate(tmp_path, capsys, od_run)
+    layout = {"instance_type": on_demand["instance_type"], "instance_count": on_demand["instance_count"]}
+    spot, _ = _estimate(tmp_path, capsys, _with(base, compute=layout, budget={"max_usd": 2500}))
+    assert spot["expected_interruptions"] > 0.1  # the case: interruptions a spot run expects
+    assert on_demand["cost_usd"]["spot"] == spot["cost_usd"]["spot"], (on_demand["cost_usd"], spot["cost_usd"])
+
+
+def _no_fallback_plan() -> SimPlan:
+    """test_binding_cap's plan without a deadline, a cap or on-demand fallback, with a 20 h MaxWait."""
+    return dataclasses.replace(_capped_plan(None), deadline_s=None, on_demand_fallback=False, max_wait_s=20 * H)
+
+
+def test_runs_ended_at_maxwait_without_fallback_are_not_said_to_be_ended_by_the_cap(tmp_path, capsys):
+    """A trace without capacity past MaxWait ends a run without fallback unfinished at any cap: the summary keeps
+    no OverBudget for it, and the text names MaxWait and compute.on_demand_fallback, not the cap (the trial's
+    qwen2 at a $50 cap for a $0.26 run: 'the mean and P95 count the runs the cap ends')."""
+    plan = _no_fallback_plan()
+    never = [(1000 * H, INF)]
+    row = compare(plan, [[(0.0, INF)], never], [("maxwait_fallback", "notice")], cap_usd=1e6)[0].row()
+    assert row["p_finished"] == 0.5 and row["p_over_budget"] == 0.0, row
+    text = unfinished_text(row, fallback=False)
+    assert "50.0% waited out MaxWait with no spot capacity (compute.on_demand_fallback=true finishes them" in text
+    assert "ended at the cap" not in text
+    doc, est_text = _estimate(tmp_path, capsys, _example("qwen2-0.5b-full-small.json"))
+    assert _row(doc)["p_finished"] < 1.0 and _row(doc)["p_over_budget"] == 0.0  # the case
+    assert "waited out MaxWait with no spot capacity" in _cost_line(est_text), est_text
+    assert "the cap ends" not in est_text
+
+
+def test_runs_the_guard_ends_at_the_cap_are_counted_and_named():
+    """Spot for an hour, then none: the guard ends deadline_greedy's run at the $60 cap (OverBudget,
+    tests/spotrun/test_binding_cap.py); on a trace with capacity throughout it finishes."""
+    plan = _capped_plan(60.0)
+    rows = compare(plan, [[(0.0, INF)], [(0.0, 1 * H), (500 * H, 1000 * H)]], [("deadline_greedy", "notice")],
+                   cap_usd=60.0)
+    row = rows[0].row()
+    assert row["p_finished"] == 0.5 and row["p_over_budget"] == 0.5, row
+    assert "50.0% ended at the cap (OverBudget: a larger budget.max_usd finishes them)" in \
+        unfinished_text(row, fallback=True)
+    # simulate's table: the optimum ignores a cap that binds, and the rows' unfinished share is said by cause
+    report = {"traces": 2, "source": "two traces", "deadline_hours": 30.0, "on_demand_usd_per_h": OD_PER_H,
+              "work_hours": 10.0, "policies": [row], "chosen": row["label"], "why": "the one policy",
+              "cap_usd": 60.0, "left_out": [], "left_out_finish_caps": {}, "cap_binds": True,
+              "on_demand_fallback": True,
+              "optimum": {"mean_usd": 40.0, "p50_usd": 40.0, "p95_usd": 40.0, "p_deadline": 1.0, "exact": True,
+                          "over_cap": 0}}
+    text = table_text(report)
+    assert "optimum, cap ignored" in text
+    assert f"{row['label']} finishes on 50.0% (50.0% ended at the cap)" in text, text
+
+
+def _section(p95_cap: float, fallback: bool, told_finished: float) -> SimpleNamespace:
+    row = {"label": "maxwait_fallback (notice)", "mean_usd": 1.0, "p95_usd": 1.0, "p_finished": told_finished,
+           "p_deadline": None, "p_over_budget": 0.0}
+    return SimpleNamespace(chosen=row["label"], policies=[row], deadline_cap_usd=None, p95_finish_cap_usd=p95_cap,
+                           sim_plan={"on_demand_fallback": fallback})
+
+
+def _recorded(p95: float, finished: float, over_budget: float = 0.0, cap: float = 50.0) -> dict:
+    return {"deadline_hours": None, "cap_usd": cap,
+            "policies": [{"label": "maxwait_fallback (notice)", "mean_usd": 0.27, "p95_usd": p95,
+                          "p_finished": finished, "p_deadline": None, "p_over_budget": over_budget}]}
+
+
+def test_simulate_names_maxwait_without_fallback_not_the_cap_where_the_recordings_do_not_finish():
+    """qwen2 on the public recordings: 93.3% finish at the run's $50 cap, told 'the cap to set is not enough'; the
+    others waited out MaxWait with no capacity and no fallback, which no cap fixes."""
+    lines = not_borne_out(_recorded(0.43, 0.933), _section(0.75, fallback=False, told_finished=0.999), True)
+    assert len(lines) == 1 and "6.7% wait out MaxWait with no spot capacity" in lines[0], lines
+    assert "compute.on_demand_fallback=true does" in lines[0] and "the cap to set is not enough" not in lines[0]
+    # at the cap: the cap is what ends them, and the cap to set is what to change
+    at_cap = not_borne_out(_recorded(0.43, 0.933, 0.067), _section(0.75, fallback=True, told_finished=0.999), True)
+    assert "the cap to set is not enough" in at_cap[0], at_cap
+
+
+def test_simulate_says_where_the_recordings_p95_is_over_the_cap_to_set():
+    """llama3-8b-full on the public recordings: the chosen policy's P95 there $371.51, the cap to set $160.39, at
+    which the recordings finished 47.6%: no word."""
+    told = _section(160.39, fallback=True, told_finished=1.0)
+    lines = not_borne_out(_recorded(371.51, 1.0, cap=2500.0), told, True)  # the example's cap
+    assert len(lines) == 1 and "P95 bill is $371.51 (mean $0.27), over the $160.39 the estimate names" in lines[0]
+    assert not not_borne_out(_recorded(150.0, 1.0, cap=2500.0), told, True)
+    assert not not_borne_out(_recorded(371.51, 1.0, cap=2500.0), told, False)  # generated traces: the estimate's
+    # at the cap to set itself the rows are the run there, and the odds line speaks for it
+    assert not not_borne_out(_recorded(371.51, 1.0, cap=160.39), told, True)
