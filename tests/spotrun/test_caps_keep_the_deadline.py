@@ -13,7 +13,7 @@ from moto import mock_aws
 
 from spotrun.cli.main import main
 from spotrun.handlers import estimate as estimate_handler
-from spotrun.policy.choose import BINDING_CAP_ODDS
+from spotrun.policy.choose import AT_THIS_CAP, BINDING_CAP_ODDS
 
 from .test_new_users_trial import BUCKET, SETTINGS, _cli, _dollars, _lambda, _NoQuotasListed, _with
 
@@ -141,7 +141,7 @@ def test_the_cap_to_set_keeps_the_deadline_odds_without_on_demand_fallback(tmp_p
     assert f"### {section}\n" in (ROOT / "docs/spot-policy.md").read_text(), section
     assert main(["estimate", str(tmp_path / "run.json")]) == 0
     text = capsys.readouterr().out
-    assert f"the cap to set: ${named:,.2f} or more" in text and "h deadline on" in text, text
+    assert f"the cap to set: ${named:,.2f} ({AT_THIS_CAP})" in text and "h deadline on" in text, text
 
 
 def test_an_on_demand_run_simulates_and_chooses_on_demand_alone_in_estimate_and_simulate(tmp_path, capsys,
