@@ -528,7 +528,7 @@ class SpotPolicy(_StateJson):
 
     chosen: str  # the chosen candidate's label
     why: str
-    p95_finish_cap_usd: float | None  # the cap to set (None: none named)
+    p95_finish_cap_usd: float | None  # the P95 finish cap (the cap to set where no deadline warning names one)
     confidence: float | None  # the P(deadline) a policy must reach (None without a deadline)
     traces: int
     seed: int
@@ -568,6 +568,9 @@ class SpotPolicy(_StateJson):
     # the candidates of `left_out` whose P95 bill is within the cap but whose run needs more to finish (an on-demand
     # policy's jobs at on-demand rates: spotrun/policy/choose.py `finish_caps`): label -> that cap
     left_out_finish_caps: dict = dataclasses.field(default_factory=dict)
+    # the cap to set, the one the text names (the spot policy's last line): `deadline_cap_usd` where the deadline
+    # warning names one, else `p95_finish_cap_usd` (null: none named)
+    cap_to_set_usd: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -545,6 +545,8 @@ def spot_policy_at_caps(run, est, catalog: dict, *, poll_s: float = 60.0, max_po
             cap = deadline_cap(one_job.meeting_p95_usd)
             label, odds = min((r["p95_usd"], r["label"], r["p_deadline"]) for r in one_job.section.policies
                               if r["p_deadline"] is not None and r["p_deadline"] >= CONFIDENCE)[1:]
+            if proven:  # the policy the cap was proven for, as the last line names it (one policy for one cap)
+                label, odds = proven[-1].label, _chosen_p_deadline(one_job, proven[-1].label)
             missed = (f"compute.deadline_hours={deadline_hours_text(run.compute.deadline_s)}: within the "
                       f"${run.max_usd:,.2f} cap no policy meets it on {CONFIDENCE:.0%} of the traces "
                       f"({choice.section.chosen} on "
@@ -569,10 +571,13 @@ def spot_policy_at_caps(run, est, catalog: dict, *, poll_s: float = 60.0, max_po
                                   p95_finish_keeps_deadline=bool(kept) and not proven,
                                   cap_to_set_row=_rounded(proven[-1]) if proven else None,
                                   cap_to_set_least=bool(to_the_cent and to_the_cent[-1]))
+    section = dataclasses.replace(section, cap_to_set_usd=section.deadline_cap_usd or section.p95_finish_cap_usd)
     section = _one_job_beside(est, section)
     own = [missed if w == choice.missed else w for w in choice.warnings]
-    return CappedChoice(section, (*_fallback_over_cap(run, est, section), *own,
-                                  *_under_finish_cap(run.max_usd, finish, section)), missed=missed)
+    # one warning names the cap to set: where the deadline's already does, the cap's own would say it twice
+    named_in = section.cap_to_set_usd is not None and any(f"${section.cap_to_set_usd:,.2f}" in w for w in own)
+    under = [] if named_in else _under_finish_cap(run.max_usd, finish, section)
+    return CappedChoice(section, (*_fallback_over_cap(run, est, section), *own, *under), missed=missed)
 
 
 def _one_job_beside(est, section: SpotPolicy) -> SpotPolicy:
@@ -607,8 +612,9 @@ def _fallback_over_cap(run, est, section: SpotPolicy) -> list[str]:
             "it at the cap"]
 
 
-def _chosen_p_deadline(choice: PolicyChoice) -> float:
-    return next(r["p_deadline"] for r in choice.section.policies if r["label"] == choice.section.chosen)
+def _chosen_p_deadline(choice: PolicyChoice, label: str | None = None) -> float:
+    """The P(deadline) of the chosen policy's row (of `label`'s where given)."""
+    return next(r["p_deadline"] for r in choice.section.policies if r["label"] == (label or choice.section.chosen))
 
 
 def _deadline_odds_kept(run, est, catalog: dict, finish: float, poll: dict, one_job: PolicyChoice) -> list[float]:
@@ -626,7 +632,6 @@ def _deadline_odds_kept(run, est, catalog: dict, finish: float, poll: dict, one_
     return [] if one_job_cap == math.inf else [max(finish, one_job_cap)]
 
 
-FINISH_SHARE = 0.95  # without a deadline, the cap to set finishes the chosen policy's run on this share of traces
 CAP_RAISES = 8  # raises of the named cap (by 1% of it, 2%, 4%, ...) tried when it does not hold
 # the simulations of every policy the search of the cap to set runs at most (each as long as the estimate's own; the
 # chosen policy's alone, a tenth of one, are not counted): past them the least cap proven so far is named, not to
@@ -637,10 +642,11 @@ FULL_SEARCH_SIMULATIONS = 2
 
 def _needed(one_row: dict, deadline: bool) -> tuple[str, float]:
     """What the cap to set keeps of the chosen policy's run as one job (`one_row`, rounded to 4 places): with a
-    deadline its P(deadline), at most CONFIDENCE; without, the share that finishes, at most FINISH_SHARE."""
-    if deadline:
-        return "p_deadline", min(CONFIDENCE, one_row["p_deadline"]) - 0.00005
-    return "p_finished", min(FINISH_SHARE, one_row["p_finished"]) - 0.00005
+    deadline its P(deadline), without the share that finishes: each at most CONFIDENCE, the share `choose` requires
+    (at 95% a cap named for llama3-8b finished 97.7% of its runs, and the estimate at it warned that no policy
+    finishes on 99%)."""
+    key = "p_deadline" if deadline else "p_finished"
+    return key, min(CONFIDENCE, one_row[key]) - 0.00005
 
 
 def _settled_cap(run, est, catalog: dict, poll: dict, cap: float, one_job: PolicyChoice,
@@ -775,17 +781,29 @@ def _under_finish_cap(cap_usd: float, finish_usd: float, section: SpotPolicy) ->
     deadline = section.deadline_cap_usd
     if deadline is not None and section.cap_to_set_row is None:
         return [] if cap_usd >= deadline else [
-            f"budget.max_usd=${cap_usd:,.2f} is under the cap to set, ${deadline:,.2f}: set ${deadline:,.2f} or "
-            "more to meet the deadline (the estimate then chooses a policy that meets it) and to finish at its P95 "
+            f"budget.max_usd=${cap_usd:,.2f} is under the cap to set, ${deadline:,.2f}: set ${deadline:,.2f} "
+            "to meet the deadline (the estimate then chooses a policy that meets it) and to finish at its P95 "
             "bill (the spot policy's last line)"]
     if finish_usd == math.inf or cap_usd >= finish_usd:
         return []
     deadline = section.confidence is not None
     here = next(r for r in section.policies if r["label"] == section.chosen)
     proven = section.cap_to_set_row
+    if proven is not None:  # said only where this cap loses odds or money against the cap to set
+        odds = [k for k in ("p_finished", "p_deadline") if k == "p_finished" or deadline]
+        lower = any((here[k] or 0.0) < (proven[k] or 0.0) for k in odds)
+        dearer = round(here["mean_usd"], 2) > round(proven["mean_usd"], 2)
+        if not lower and not dearer:  # (at $388.19 a user was warned of $399.83, both 100%/100%)
+            return []
+        if not lower:  # money alone: the odds here are as good or better (a user was pushed to worse odds)
+            return [f"budget.max_usd=${cap_usd:,.2f} is under the cap to set, ${finish_usd:,.2f}: at this cap "
+                    f"{_shares_text(here, deadline)} of the estimate's traces at a mean bill of "
+                    f"${here['mean_usd']:,.2f}; at ${finish_usd:,.2f} the estimate chooses {proven['label']}, whose "
+                    f"mean bill is ${proven['mean_usd']:,.2f} ({_shares_text(proven, deadline)}): set "
+                    f"${finish_usd:,.2f} for the lower expected bill, or keep this cap for these odds"]
     there = "" if proven is None else f" ({_shares_text(proven, deadline)}, simulated at it)"
     return [f"budget.max_usd=${cap_usd:,.2f} is under the cap to set, ${finish_usd:,.2f}: at this cap "
-            f"{_shares_text(here, deadline)} of the estimate's traces; set ${finish_usd:,.2f} or more for "
+            f"{_shares_text(here, deadline)} of the estimate's traces; set ${finish_usd:,.2f} for "
             f"{(proven or {}).get('label', section.p95_finish_policy)}'s run as the estimate simulated it{there}"
             + (f". {BINDING_CAP_ODDS}" if deadline else "")]
 
@@ -934,6 +952,12 @@ def policy_text(section: SpotPolicy | None) -> str:
     return "\n".join(lines + settings_lines(section))
 
 
+# what the cap to set promises: the choice and odds at it, proven by estimating there; a larger cap is another estimate
+# (its shorter chain can let a cheaper policy meet the odds: qwen2 with on-demand fallback chose on_demand at
+# $0.83-0.86 and maxwait_fallback at $0.90), so no "or more"
+AT_THIS_CAP = "at this cap; a larger one can change the choice"
+
+
 def _least_text(section: SpotPolicy) -> str:
     return ("the least cap, to the cent," if section.cap_to_set_least else
             f"the least cap found in {FULL_SEARCH_SIMULATIONS} simulations of every policy (a smaller one may hold)")
@@ -955,25 +979,25 @@ def settings_lines(section: SpotPolicy) -> list[str]:
     table, `spotrun simulate` under its own: the same run says the same."""
     lines = [sentinel_text(section)]
     if section.deadline_cap_usd is not None and section.cap_to_set_row is not None:  # searched on simulations
-        lines.append(f"  the cap to set: ${section.deadline_cap_usd:,.2f} or more: {_least_text(section)} at "
+        lines.append(f"  the cap to set: ${section.deadline_cap_usd:,.2f} ({AT_THIS_CAP}): {_least_text(section)} at "
                      f"which the estimate simulated at it chooses {section.cap_to_set_row['label']} and "
                      f"{_proven_text(section)} (the deadline warning's cap)")
     elif section.deadline_cap_usd is not None:  # the deadline warning's cap, at least the finish cap
-        lines.append(f"  the cap to set: ${section.deadline_cap_usd:,.2f} or more: the estimate then chooses a "
+        lines.append(f"  the cap to set: ${section.deadline_cap_usd:,.2f} ({AT_THIS_CAP}): the estimate then chooses a "
                      "policy that meets the deadline (the deadline warning's cap), and a run billed "
                      f"{section.p95_finish_policy}'s P95 finishes (its P95 finish cap: "
                      f"${section.p95_finish_cap_usd:,.2f})")
     elif section.cap_to_set_row is not None and section.confidence is not None:  # searched on simulations
-        lines.append(f"  the cap to set: ${section.p95_finish_cap_usd:,.2f} or more: {_least_text(section)} at "
+        lines.append(f"  the cap to set: ${section.p95_finish_cap_usd:,.2f} ({AT_THIS_CAP}): {_least_text(section)} at "
                      f"which the estimate simulated at it chooses {section.cap_to_set_row['label']} and "
                      f"{_proven_text(section)}")
     elif section.p95_finish_keeps_deadline:  # raised to one job: a chain's restarts lower the deadline's odds
-        lines.append(f"  the cap to set: ${section.p95_finish_cap_usd:,.2f} or more: the run is one job, so it "
+        lines.append(f"  the cap to set: ${section.p95_finish_cap_usd:,.2f} ({AT_THIS_CAP}): the run is one job, so it "
                      f"keeps the deadline's odds of the run as one job and finishes at {section.p95_finish_policy}'s "
                      f"P95 bill (${section.p95_one_job_usd:,.2f}); under it the run is a chain whose restarts lower "
                      "those odds")
     elif section.p95_finish_cap_usd is not None:  # the cap under which a run billed its P95 can strand
-        lines.append(f"  the cap to set: ${section.p95_finish_cap_usd:,.2f} or more finishes at "
+        lines.append(f"  the cap to set: ${section.p95_finish_cap_usd:,.2f} ({AT_THIS_CAP}) finishes at "
                      f"{section.p95_finish_policy}'s P95 bill (${section.p95_one_job_usd:,.2f} as one job"
                      f"{_p95_market_text(section)}")
         if section.cap_to_set_row is not None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from spotrun.policy.choose import AT_THIS_CAP
+
 from .test_caps_keep_the_deadline import _plan, _qwen
 from .test_new_users_trial import _cli, _lambda, _with
 
@@ -204,9 +206,9 @@ def test_a_spot_policy_whose_p95_is_billed_on_demand_says_why_its_cap_is_above_t
     line = next(x for x in _text(tmp_path, capsys, run).splitlines() if "the cap to set:" in x)
     # with a deadline the cap to set is the least proven on simulations at it (tests/spotrun/test_cap_to_set_proven.py):
     # the line says so, with the odds there, instead of deriving it from the P95 bill's markets
-    assert line.startswith(f"  the cap to set: ${to_set:,.2f} or more: the least cap, to the cent, at which the "
-                           f"estimate simulated at it chooses {section['chosen']} and it meets the 0.6 h deadline on "
-                           ), line
+    assert line.startswith(f"  the cap to set: ${to_set:,.2f} ({AT_THIS_CAP}): the least cap, to the cent, at "
+                           f"which the estimate simulated at it chooses {section['chosen']} and it meets the 0.6 h "
+                           "deadline on "), line
     # set, it holds: accepted, the same cap named, no word that it is under the cap to set or misses the deadline
     code, there = _cli(tmp_path, capsys, "estimate", _with(run, budget={"max_usd": to_set}))
     assert code == 0 and there["spot_policy"]["p95_finish_cap_usd"] == to_set, there["spot_policy"]
@@ -226,9 +228,10 @@ def test_an_on_demand_run_labels_the_bill_to_expect_and_the_cap_to_set(tmp_path,
     assert (f"cost                  on-demand ${bill:,.2f} (planned: one job, its start and end; the bill to expect, "
             "the cap to set is the spot policy's last line)") in text, text
     line = next(x for x in text.splitlines() if "the cap to set:" in x)
-    assert line == (f"  the cap to set: ${to_set:,.2f} or more finishes at on_demand's P95 bill (${bill:,.2f} as one "
-                    "job; on-demand, the bill to expect): the cap also holds what the job's MaxRuntime leaves "
-                    "unbilled at on-demand rates, its save and the 120 s a stop bills; simulated at it, the estimate "
+    assert line == (f"  the cap to set: ${to_set:,.2f} ({AT_THIS_CAP}) finishes at on_demand's P95 bill "
+                    f"(${bill:,.2f} as one job; on-demand, the bill to expect): the cap also holds what the job's "
+                    "MaxRuntime leaves unbilled at on-demand rates, its save and the 120 s a stop bills; simulated at "
+                    "it, the estimate "
                     f"chooses on_demand and its runs finish on 100.0% (mean bill there ${bill:,.2f}, P95 "
                     f"${bill:,.2f})"), line
     assert doc["spot_policy"]["p95_one_job_on_demand_usd"] == doc["spot_policy"]["p95_one_job_usd"] == bill

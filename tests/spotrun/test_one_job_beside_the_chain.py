@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 from spotrun.cli.main import main
 
@@ -36,7 +37,9 @@ def _figures(line: str) -> tuple[float, float, float, int, float]:
 def test_the_named_cap_of_qwen_shows_the_one_job_cap_and_both_expected_bills(tmp_path, capsys, monkeypatch):
     code, at_50 = _cli(tmp_path, capsys, "estimate", _qwen())
     assert code == 0, at_50
-    named = at_50["spot_policy"]["p95_finish_cap_usd"]
+    # the cap to set then, $0.75 (a chain of 2 jobs); since #26 it is $0.88, where the runs finish on 99%: one job
+    named = 0.75
+    assert at_50["spot_policy"]["cap_to_set_usd"] > named, at_50["spot_policy"]
     set_at = _with(_qwen(), budget={"max_usd": named})
     code, doc = _cli(tmp_path, capsys, "estimate", set_at)
     assert code == 0, doc
@@ -66,12 +69,20 @@ def test_the_named_cap_of_qwen_shows_the_one_job_cap_and_both_expected_bills(tmp
     assert (plan["segments"]["one_job_cap_usd"], plan["segments"]["one_job_expected_usd"]) == (one_cap, one_usd)
 
     # at a cap that carries the run as one job, the cap to set still splits it: the policy's last line says so
-    policy = at_50["spot_policy"]
-    assert at_50["segments"]["segments"] == 1 and at_50["segments"]["one_job_cap_usd"] is None, at_50["segments"]
-    assert (policy["one_job_cap_usd"], policy["one_job_expected_usd"]) == (one_cap, one_usd), policy
-    assert (policy["cap_to_set_jobs"], policy["cap_to_set_expected_usd"]) == (seg["segments"], seg["spot_cost_usd"])
-    named_line = next(line for line in _text(tmp_path, capsys, _qwen()) if "the cap to set:" in line)
-    assert _figures(named_line) == (one_cap, round(one_usd, 2), doc["cost_usd"]["spot"], seg["segments"], named)
+    # (qwen2's cap to set is one job since #26, where its runs finish on 99%: mistral-7b-lora's splits)
+    mistral = json.loads((Path(__file__).parents[2] / "examples/runs/mistral-7b-lora.json").read_text())
+    code, told = _cli(tmp_path, capsys, "estimate", mistral)
+    policy, to_set = told["spot_policy"], told["spot_policy"]["cap_to_set_usd"]
+    assert told["segments"]["segments"] == 1 and told["segments"]["one_job_cap_usd"] is None, told["segments"]
+    code, at_set = _cli(tmp_path, capsys, "estimate", _with(mistral, budget={"max_usd": to_set}))
+    chain = at_set["segments"]
+    assert code == 0 and chain["segments"] > 1, chain
+    assert (policy["one_job_cap_usd"], policy["one_job_expected_usd"]) == \
+        (chain["one_job_cap_usd"], chain["one_job_expected_usd"]), policy
+    assert (policy["cap_to_set_jobs"], policy["cap_to_set_expected_usd"]) == (chain["segments"], chain["spot_cost_usd"])
+    named_line = next(line for line in _text(tmp_path, capsys, mistral) if "the cap to set:" in line)
+    assert _figures(named_line) == (chain["one_job_cap_usd"], round(chain["one_job_expected_usd"], 2),
+                                    at_set["cost_usd"]["spot"], chain["segments"], to_set), named_line
 
 
 def test_a_run_that_is_one_job_shows_nothing_new(tmp_path, capsys, monkeypatch):
