@@ -685,7 +685,10 @@ def _settled_cap(run, est, catalog: dict, poll: dict, cap: float, one_job: Polic
 
     def row_holds(at: float) -> Summary | None:  # where it keeps the odds, and likely stays the choice
         row = row_at(at)
-        return row if getattr(row, key) >= need and row.mean_usd <= rival else None
+        # a mean over the rival's by less than the simulation resolves is a tie the lower P95 may win (`by_tail`):
+        # the full check (`holds`) decides
+        cheap = row.mean_usd <= rival or unresolved(row.mean_usd - rival, se_of_mean(row.bills))
+        return row if getattr(row, key) >= need and cheap else None
 
     full = [0]  # the simulations of every policy the search ran (FULL_SEARCH_SIMULATIONS at most)
 
