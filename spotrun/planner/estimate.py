@@ -78,6 +78,7 @@ from .options import (
     interruption_rate,
     mean_wait,
     notice_upload_seconds,
+    periodic_saves_seconds,
     price_advice,
     price_option,
     segment_overhead_seconds,
@@ -699,9 +700,11 @@ def _build(run: RunSpec, catalog: dict, work: _Work, best: Option, per_rank: int
             "spot": round(best.spot * (1 + extra_s / (best.wall + best.overhead)), 2)}
     # the chain's expected bill: at this cap, or (refused) with no cap binding, the figure the refusal quotes
     chain_cost = seg.spot_cost_usd if seg.fits else uncapped_cost_usd(seg)
+    chained = None  # the market whose figure is the chain's (its periodic saves counted: `segment_plan`)
     if chain_cost is not None and math.isfinite(chain_cost):
-        cost["spot" if c.spot else "on_demand"] = round(chain_cost, 2)
-    cost = with_periodic_saves(cost, run, catalog, best, work.ckpt_bytes)
+        chained = "spot" if c.spot else "on_demand"
+        cost[chained] = round(chain_cost, 2)
+    cost = with_periodic_saves(cost, run, catalog, best, work.ckpt_bytes, chained=chained)
     max_runtime = seg.first_max_runtime_seconds or max_runtime
     # MaxWait follows the first segment's MaxRuntime; the user's stands as given
     max_wait = int(c.max_wait_hours * 3600) if c.max_wait_hours is not None else \
@@ -768,28 +771,22 @@ def _lora_alternative(run: RunSpec, catalog: dict, model_config: dict | None, da
             f"parameters on {alt.instance_count} x {alt.instance_type} for about ${alt.cost_usd[key]:.2f}")
 
 
-def periodic_saves_s(work_s: float, interval_s: float, save_s: float) -> float:
-    """The seconds a run's periodic saves block its training: one every `interval_s` of `work_s` but at its end,
-    `save_s` each (spotrun/policy/execution.py bills them so)."""
-    return max(0, math.ceil(work_s / interval_s) - 1) * save_s if interval_s > 0 else 0.0
-
-
-def with_periodic_saves(cost: dict, run: RunSpec, catalog: dict, best: Option, ckpt_bytes: int) -> dict:
+def with_periodic_saves(cost: dict, run: RunSpec, catalog: dict, best: Option, ckpt_bytes: int,
+                        chained: str | None = None) -> dict:
     """Both markets' figures with the periodic saves of a layout that saves on a schedule (checkpoint policy
     periodic: the stop notice cannot carry its checkpoint), as the spot policy's simulation bills them
-    (spotrun/policy/choose.py `plan_from_estimate`: the work, the interval as the estimate rounds it, the save at the
-    upload rate): the cost row said on-demand $2,967.51 where the policy table's on_demand row, the same run,
-    said $2,977.32 (a new user's 70B LoRA: 944 saves of 1 s in 78.7 h). A layout that saves on the notice is
-    simulated without its insurance saves, and priced so."""
-    if best.policy != "periodic" or not best.upload_available:
+    (spotrun/planner/options.py `periodic_saves_seconds`): the cost row said on-demand $2,967.51 where the policy
+    table's on_demand row, the same run, said $2,977.32 (a new user's 70B LoRA: 944 saves of 1 s in 78.7 h).
+    `chained`: the market whose figure is the chain's (`segment_plan` counts the saves in its work already). A
+    layout that saves on the notice is simulated without its insurance saves, and priced so."""
+    saves = periodic_saves_seconds(catalog, best, ckpt_bytes)
+    if not saves:
         return cost
-    d, c, family = catalog["defaults"], run.compute, best.instance_type.split(".")[1]
+    c, family = run.compute, best.instance_type.split(".")[1]
     per_s = catalog["instances"][best.instance_type]["on_demand_usd_per_hour"] * best.count / 3600
     discount = c.spot_discount if c.spot_discount is not None else catalog["families"][family]["spot_discount"]
-    saves = periodic_saves_s(best.wall - startup_seconds(d) + JOB_END_S, max(1, round(best.interval_s)),
-                             ckpt_bytes / (best.upload_available * 1e9))
-    return {**cost, "on_demand": round(cost["on_demand"] + saves * per_s, 2),
-            "spot": round(cost["spot"] + saves * per_s * (1 - discount), 2)}
+    added = {"on_demand": saves * per_s, "spot": saves * per_s * (1 - discount)}
+    return {**cost, **{market: round(cost[market] + added[market], 2) for market in added if market != chained}}
 
 
 def spot_view_cost(run: RunSpec, catalog: dict, work: _Work, best: Option,
@@ -813,6 +810,6 @@ def spot_view_cost(run: RunSpec, catalog: dict, work: _Work, best: Option,
     seg = segment_plan(spot_run, catalog, spot, work.ckpt_bytes, work.total, max_runtime)
     chain = seg.spot_cost_usd if seg.fits else uncapped_cost_usd(seg)
     if chain is None or not math.isfinite(chain):
-        return round(spot.spot, 2)
-    return with_periodic_saves({"on_demand": 0.0, "spot": round(chain, 2)}, spot_run, catalog, spot,
-                               work.ckpt_bytes)["spot"]
+        return with_periodic_saves({"on_demand": 0.0, "spot": round(spot.spot, 2)}, spot_run, catalog, spot,
+                                   work.ckpt_bytes)["spot"]
+    return round(chain, 2)  # its periodic saves in the chain's work (`segment_plan`)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from ..contract.spec import RunSpec
 from ..seams import BytesPerParameter, SegmentPlan, StopNotice
 from .memory import MemoryEstimate, ModelDims, peak_bytes, training_state_bytes
-from .segments import plan_segments
+from .segments import JOB_END_S, plan_segments
 from .topology import Layout, comm_seconds, divisors_desc, flops_per_token, layouts, step_seconds
 
 
@@ -318,10 +318,31 @@ def segment_plan(run: RunSpec, catalog: dict, best: Option, ckpt_bytes: int, par
     usd_per_s = catalog["instances"][best.instance_type]["on_demand_usd_per_hour"] * best.count / 3600
     return plan_segments(
         cap_usd=run.max_usd, usd_per_s=usd_per_s, spot_fraction=(1 - discount) if c.spot else 1.0,
-        # A run accepted to stop at SageMaker's 28 days plans that much (compute.accept_max_runtime_stop).
-        run_seconds=min(best.wall + best.overhead, longest_s),
+        # A run accepted to stop at SageMaker's 28 days plans that much (compute.accept_max_runtime_stop). The
+        # periodic saves are the chain's time too: its bill, its smallest cap and the refusal count them, as the
+        # spot policy's simulation bills them (`periodic_saves_seconds`)
+        run_seconds=min(best.wall + best.overhead + periodic_saves_seconds(catalog, best, ckpt_bytes), longest_s),
         startup_s=startup_seconds(d),
         overhead_s=segment_overhead_seconds(catalog, best.instance_type, best.count, ckpt_bytes, parameters),
         save_s=ckpt_bytes / (best.upload_available * 1e9), longest_s=longest_s,
         warm_pool_s=0 if c.spot else c.warm_pool_minutes * 60,
         step_s=best.fit.grad_accum * step_seconds(best.compute_s, best.comm_s, d["comm_overlap_fraction"]))
+
+
+def periodic_saves_s(work_s: float, interval_s: float, save_s: float) -> float:
+    """The seconds a run's periodic saves block its training: one every `interval_s` of `work_s` but at its end,
+    `save_s` each (spotrun/policy/execution.py bills them so)."""
+    return max(0, math.ceil(work_s / interval_s) - 1) * save_s if interval_s > 0 else 0.0
+
+
+def periodic_saves_seconds(catalog: dict, best: Option, ckpt_bytes: int) -> float:
+    """The seconds the periodic saves of a layout that saves on a schedule (checkpoint policy periodic: the stop
+    notice cannot carry its checkpoint) add to one run, as the spot policy's simulation bills them
+    (spotrun/policy/choose.py `plan_from_estimate`: the work with the job's end, the interval as the estimate rounds
+    it, each save at the upload rate). The chain of jobs (`segment_plan`) and the cost row's other market count them
+    (spotrun/planner/estimate.py `with_periodic_saves`): before, the OverBudget check, the chain's smallest cap and
+    the cap to set priced the 70B LoRA of issue #26 without its 944 saves. 0 on a layout that saves on the notice."""
+    if best.policy != "periodic" or not best.upload_available:
+        return 0.0
+    work = best.wall - startup_seconds(catalog["defaults"]) + JOB_END_S
+    return periodic_saves_s(work, max(1, round(best.interval_s)), ckpt_bytes / (best.upload_available * 1e9))

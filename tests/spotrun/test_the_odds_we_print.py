@@ -15,14 +15,19 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 from types import SimpleNamespace
 
 from spotrun.cli.main import main
 from spotrun.cli.simulate import not_borne_out
+from spotrun.contract.spec import RunSpec, parse_run
+from spotrun.planner.estimate import Estimate, EstimateRefused, estimate, load_catalog
 from spotrun.planner.outputs import unfinished_text
 from spotrun.policy import compare
+from spotrun.policy.choose import policy_plans, run_plan
 from spotrun.policy.engine import INF, SimPlan
+from spotrun.policy.execution import execute
 from spotrun.policy.report import table_text
 
 from .test_binding_cap import OD_PER_H, H
@@ -108,6 +113,67 @@ def test_an_on_demand_runs_spot_figure_is_the_same_layouts_spot_run(tmp_path, ca
     spot, _ = _estimate(tmp_path, capsys, _with(base, compute=layout, budget={"max_usd": 2500}))
     assert spot["expected_interruptions"] > 0.1  # the case: interruptions a spot run expects
     assert on_demand["cost_usd"]["spot"] == spot["cost_usd"]["spot"], (on_demand["cost_usd"], spot["cost_usd"])
+
+
+
+def _lora_70b(cap_usd: float, **compute) -> RunSpec:
+    """The trial's 70B LoRA (l70-lora.json) at `cap_usd`: 1 x ml.g6e.48xlarge saves its 2.5 GB every few minutes
+    (the checkpoint cannot leave within the notice), `compute` changed."""
+    run = _with(_example("llama3-8b-full.json"), model={"config": LLAMA_70B}, budget={"max_usd": cap_usd},
+                training={"method": "lora", "lora": {"rank": 16, "target_modules": "all-linear"}}, compute=compute)
+    for spot_only in (() if run["compute"].get("spot", True) else ("accepted_delay_hours", "on_demand_fallback")):
+        run["compute"].pop(spot_only, None)
+    return parse_run(run)
+
+
+def _planned(run: RunSpec) -> tuple[Estimate | None, str | None]:
+    """(the estimate, or the refused one; the refusal's status or None)."""
+    try:
+        return estimate(run), None
+    except EstimateRefused as exc:
+        return exc.estimate, exc.code
+
+
+def test_a_cap_the_periodic_saves_do_not_fit_is_refused_as_the_simulated_guard_ends_the_run():
+    """The on-demand 70B LoRA on 1 x ml.g6e.48xlarge, one uninterrupted job: its saves (every 6 h) are in the
+    simulation's bill and the guard's, not in the chain the refusal checked. Between the chain's smallest cap
+    without them ($2,968.79) and with them, the estimate accepted a cap at which the simulated run, as the cost guard
+    holds the cap, ends OverBudget unfinished; the cost row said $2,967.65 where that run bills $2,967.64. Now the
+    estimate accepts exactly the caps at which the simulated run finishes, and its cost row is that run's bill."""
+    catalog = load_catalog()
+    named = None
+    for cap in (2968.79, 2968.85, 2968.91, 2968.93, 2975.0):
+        run = _lora_70b(cap, spot=False, instance_type="ml.g6e.48xlarge", instance_count=1)
+        est, refused = _planned(run)
+        assert est.checkpoint_policy == "periodic", est.checkpoint_policy  # the case: saves on a schedule
+        plan = policy_plans(run, est, run_plan(run, est, catalog))("on_demand")
+        simulated = execute(plan, [(0.0, INF)], "on_demand", "periodic").tally  # capacity throughout: on-demand
+        assert simulated.capped, cap  # the cap splits the run or binds its job: the guard's rules decide
+        assert (refused is None) == simulated.finished, (cap, refused, simulated)
+        if refused is None:
+            assert est.cost_usd["on_demand"] == round(simulated.od_s * plan.on_demand_usd_per_h / 3600, 2), cap
+        else:
+            assert refused == "OverBudget", refused
+            named = est.segments.min_cap_usd
+    assert named is not None and named > 2968.79  # some cap refused, naming a larger smallest cap than before
+    at_named, refused = _planned(_lora_70b(named, spot=False, instance_type="ml.g6e.48xlarge", instance_count=1))
+    assert refused is None, (named, refused)
+
+
+def test_a_spot_chains_bill_is_one_figure_with_its_periodic_saves():
+    """The trial's 70B LoRA on spot at $1,080: accepted with 'the smallest cap that finishes ... is $1,077.94' and
+    'expected ... $1,068.74 as the chain of 11 jobs' in the cap line while the cost row said $1,072.17 (the saves
+    added to the row only). Now $1,080 is refused naming the chain's smallest cap with its saves, and at a cap
+    that fits the cost row, the cap line and the JSON's chain are one figure."""
+    est, refused = _planned(_lora_70b(1080))
+    assert est.checkpoint_policy == "periodic", est.checkpoint_policy
+    assert refused == "OverBudget" and est.segments.min_cap_usd > 1080, (refused, est.segments.min_cap_usd)
+    est, refused = _planned(_lora_70b(round(est.segments.min_cap_usd + 1, 2)))
+    assert refused is None and est.segments.segments > 1, (refused, est.segments)
+    chain = re.search(r"expected \$[\d,.]+ there, \$([\d,.]+) as the chain of (\d+) jobs", est.segments.line)
+    assert chain and int(chain[2]) == est.segments.segments, est.segments.line
+    assert float(chain[1].replace(",", "")) == est.cost_usd["spot"] == round(est.segments.spot_cost_usd, 2), (
+        est.segments.line, est.cost_usd)
 
 
 def _no_fallback_plan() -> SimPlan:
