@@ -379,7 +379,7 @@ def test_the_chain_at_another_cap_is_the_estimates_own_and_never_longer_at_a_lar
     small = {"instance_type": "ml.a1.small"}
     seg = estimate(run(compute=small, budget={"max_usd": 9}), catalog=CATALOG).segments
     one = one_job_cap_usd(seg)
-    for cap in (seg.min_cap_usd, 7.5, 9.0, 12.34, round(one - 0.01, 2), one, 40.0):
+    for cap in (seg.min_cap_usd, round(seg.min_cap_usd + 0.3, 2), 9.0, 12.34, round(one - 0.01, 2), one, 40.0):
         assert segments_at(seg, cap) == estimate(run(compute=small, budget={"max_usd": cap}),
                                                  catalog=CATALOG).segments.segments, cap
     jobs = [segments_at(seg, c / 100) for c in range(math.floor(seg.min_cap_usd * 100), math.ceil(one * 100) + 50)]
