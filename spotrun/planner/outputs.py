@@ -22,6 +22,7 @@ from ..settings.sections import EvalConfig, ExportConfig, TrackingConfig
 from ..settings.tree import TrainConfig
 from ..settings.wire import flatten, leaves, parse
 from .catalog import hours_text, usd
+from .options import periodic_saves_s
 from .segments import JOB_END_S, job_start_s, segment_seconds
 
 # spotrun/settings/sections.py ModelConfig.source: the base an exported adapter names
@@ -165,10 +166,17 @@ def checkpoint_upload_seconds(est: Estimate) -> float:
 
 
 def guard_seconds_per_step(est: Estimate, startup_s: float) -> float:
-    """The plan's `seconds_per_step`: the planned wall time with the expected interruptions, less one startup
-    (`startup_s`), over the planned steps (the guard's pace: its `work_left`), to six significant digits (a tiny
-    model's step is well under a millisecond)."""
-    return float(f"{(est.wall_seconds + est.expected_overhead_seconds - startup_s) / est.planned_steps:.6g}")
+    """The plan's `seconds_per_step`: the planned wall time with the expected interruptions and a periodic layout's
+    saves, less one startup (`startup_s`), over the planned steps (the guard's pace: its `work_left`), to six
+    significant digits (a tiny model's step is well under a millisecond). The saves as the chain of jobs counts
+    them (spotrun/planner/options.py `periodic_saves_seconds`): the guard's chain from a checkpoint is the
+    planner's, which the refusal checked (without them it went on with a chain the saves do not fit)."""
+    saves = 0.0
+    if est.checkpoint_policy == "periodic" and est.upload_gb_per_s_available:
+        saves = periodic_saves_s(est.wall_seconds - startup_s + JOB_END_S, est.checkpoint_interval_s,
+                                 est.checkpoint_bytes / (est.upload_gb_per_s_available * 1e9))
+    work = est.wall_seconds + est.expected_overhead_seconds + saves - startup_s
+    return float(f"{work / est.planned_steps:.6g}")
 
 
 def first_segment_seconds(est: Estimate) -> int:

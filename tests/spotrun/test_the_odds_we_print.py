@@ -9,7 +9,9 @@ examples/runs/llama3-8b-full.json with the trial's changes).
 4. runs that end unfinished are named by their cause: MaxWait without on-demand fallback (no cap fixes it), or the
    cap (OverBudget);
 5. simulate on recordings says where the chosen policy's P95 there is over the cap to set;
-6. simulate's table says, where the cap binds, which rows' runs do not all finish and why."""
+6. simulate's table says, where the cap binds, which rows' runs do not all finish and why;
+7. a periodic layout's saves are in the chain's bill, its smallest cap and the refusal, and in the guard's pace, as the
+   simulation bills them."""
 
 from __future__ import annotations
 
@@ -19,11 +21,14 @@ import re
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 from spotrun.cli.main import main
 from spotrun.cli.simulate import not_borne_out
 from spotrun.contract.spec import RunSpec, parse_run
-from spotrun.planner.estimate import Estimate, EstimateRefused, estimate, load_catalog
-from spotrun.planner.outputs import unfinished_text
+from spotrun.planner.estimate import Estimate, EstimateRefused, estimate, load_catalog, startup_seconds
+from spotrun.planner.outputs import guard_seconds_per_step, unfinished_text
+from spotrun.planner.segments import work_left_s
 from spotrun.policy import compare
 from spotrun.policy.choose import policy_plans, run_plan
 from spotrun.policy.engine import INF, SimPlan
@@ -174,6 +179,22 @@ def test_a_spot_chains_bill_is_one_figure_with_its_periodic_saves():
     assert chain and int(chain[2]) == est.segments.segments, est.segments.line
     assert float(chain[1].replace(",", "")) == est.cost_usd["spot"] == round(est.segments.spot_cost_usd, 2), (
         est.segments.line, est.cost_usd)
+
+
+
+def test_the_guards_chain_from_the_start_is_the_planners_with_the_periodic_saves():
+    """The cost guard plans the chain from a checkpoint at the plan's pace (`seconds_per_step`, its `work_left`),
+    the simulation too: that pace left out the saves the planner's chain (and the refusal) counts, so the guard went
+    on with chains the saves do not fit. From the first step, the guard's work is the planner's chain's less the
+    expected interruptions (which the guard finds in the bills)."""
+    est, refused = _planned(_lora_70b(1100))
+    assert refused is None and est.checkpoint_policy == "periodic", (refused, est.checkpoint_policy)
+    pace = guard_seconds_per_step(est, startup_seconds(load_catalog()["defaults"]))
+    guard_work = work_left_s(planned_steps=est.planned_steps, checkpoint_step=None, seconds_per_step=pace,
+                             expected_overhead_s=est.expected_overhead_seconds)
+    assert guard_work == pytest.approx(est.segments.work_seconds - est.expected_overhead_seconds, rel=1e-5), (
+        guard_work, est.segments.work_seconds, est.expected_overhead_seconds)
+
 
 
 def _no_fallback_plan() -> SimPlan:
