@@ -274,6 +274,13 @@ def price_advice(run: RunSpec, best: Option) -> list[str]:
     return [f"{SPOT_ADVICE}{layout}, {best.interruptions:.2f} interruptions expected"]
 
 
+# What a save-on-notice layout's periodic saves are (the trainer is sent the interval on every layout: its
+# `checkpoint.interval_s`, spotrun/planner/outputs.py `hyperparameters`) and what the figures leave out of them
+INSURANCE_WORDS = ("the trainer saves on this interval too, in the background, training paused while each save is "
+                   "staged; not counted in the cost row, the cap or the spot policy's simulation, which count only "
+                   "the save on the notice")
+
+
 def checkpoint_advice(catalog: dict, best: Option, ckpt_bytes: int) -> list[str]:
     """Why the checkpoint policy is what it is (the notice's upload budget against the nodes' upload rate), and
     collectives that compute does not hide."""
@@ -285,7 +292,7 @@ def checkpoint_advice(catalog: dict, best: Option, ckpt_bytes: int) -> list[str]
         advice.append(f"the {ckpt_bytes / 1e9:.1f} GB checkpoint leaves within the stop notice ({budget:.0f} s for "
                       f"the upload after a {step_s:.0f} s step) only because {best.count} nodes upload their shards "
                       f"in parallel ({best.upload_available:.2f} GB/s for {ckpt_bytes / 1e9 / budget:.2f} needed); "
-                      f"periodic saves every {best.interval_s / 60:.0f} min stay as insurance")
+                      f"periodic saves every {best.interval_s / 60:.0f} min stay as insurance ({INSURANCE_WORDS})")
     if best.policy == "periodic":
         advice.append(f"a {ckpt_bytes / 1e9:.1f} GB checkpoint cannot leave within the stop notice ({budget:.0f} s "
                       f"left for the upload after a {step_s:.0f} s step) at {best.upload_available:.2f} GB/s: "

@@ -11,7 +11,7 @@ examples/runs/llama3-8b-full.json with the trial's changes).
 5. simulate on recordings says where the chosen policy's P95 there is over the cap to set;
 6. simulate's table says, where the cap binds, which rows' runs do not all finish and why;
 7. a periodic layout's saves are in the chain's bill, its smallest cap and the refusal, and in the guard's pace, as the
-   simulation bills them."""
+   simulation bills them; a save-on-notice layout's insurance saves are said to be made and not counted."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ from spotrun.planner.outputs import guard_seconds_per_step, unfinished_text
 from spotrun.planner.segments import work_left_s
 from spotrun.policy import compare
 from spotrun.policy.choose import policy_plans, run_plan
-from spotrun.policy.engine import INF, SimPlan
+from spotrun.policy.engine import INF, SimPlan, periodic_interval
 from spotrun.policy.execution import execute
 from spotrun.policy.report import table_text
 
@@ -195,6 +195,20 @@ def test_the_guards_chain_from_the_start_is_the_planners_with_the_periodic_saves
     assert guard_work == pytest.approx(est.segments.work_seconds - est.expected_overhead_seconds, rel=1e-5), (
         guard_work, est.segments.work_seconds, est.expected_overhead_seconds)
 
+
+
+def test_the_insurance_saves_advice_says_the_trainer_makes_them_and_the_figures_leave_them_out():
+    """The 70B full fine-tune on 8 x ml.p5e.48xlarge saves on the notice (8 nodes upload in parallel); its advice
+    said 'periodic saves every 8 min stay as insurance', and they are made (the trainer is sent the interval) but
+    billed nowhere: not in the cost row, the chain or the simulation (whose notice rows save on the notice only)."""
+    run = parse_run(_with(_example("llama3-8b-full.json"), model={"config": LLAMA_70B}, budget={"max_usd": 20000}))
+    est = estimate(run)
+    assert est.checkpoint_policy == "save_on_notice" and est.instance_count > 1, (est.checkpoint_policy, est)
+    assert float(est.hyperparameters["checkpoint.interval_s"]) == est.checkpoint_interval_s > 0  # the trainer saves
+    plan = run_plan(run, est, load_catalog())
+    assert plan.notice_ok and periodic_interval(plan, "notice") == INF  # the notice rows bill no periodic save
+    line = next(a for a in est.advice if "stay as insurance" in a)
+    assert "the trainer saves on this interval too" in line and "not counted in the cost row" in line, line
 
 
 def _no_fallback_plan() -> SimPlan:
