@@ -557,10 +557,13 @@ def _one_step(run: RunSpec, tokens: float, best: Option, per_rank: int) -> None:
 
 def uninterrupted_job_s(catalog: dict, option: Option, ckpt_bytes: int, parameters: int) -> float:
     """The layout's run as one uninterrupted job as the chain bills it (spotrun/planner/segments.py `job_start_s`,
-    `JOB_END_S`): its start with the trainer's start and the reads (`segment_overhead_seconds`), the training, its
-    billed end; more than the wall time row's figure, which starts at the catalog's bare startup."""
+    `JOB_END_S`): its start with the trainer's start and the reads (`segment_overhead_seconds`), the training with a
+    periodic layout's saves (`periodic_saves_seconds`, as the chain and the simulation count them: a deadline between
+    the job without them and with them was accepted and missed on every simulated trace), its billed end; more than
+    the wall time row's figure, which starts at the catalog's bare startup."""
     start = segment_overhead_seconds(catalog, option.instance_type, option.count, ckpt_bytes, parameters)
-    return option.wall - startup_seconds(catalog["defaults"]) + start + JOB_END_S
+    saves = periodic_saves_seconds(catalog, option, ckpt_bytes)
+    return option.wall - startup_seconds(catalog["defaults"]) + start + saves + JOB_END_S
 
 
 DEADLINE_MISSED = "THE DEADLINE WILL BE MISSED"  # the loud warning of a run accepted to miss its deadline

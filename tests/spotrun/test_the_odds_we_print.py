@@ -165,6 +165,24 @@ def test_a_cap_the_periodic_saves_do_not_fit_is_refused_as_the_simulated_guard_e
     assert refused is None, (named, refused)
 
 
+
+def test_a_deadline_the_periodic_saves_do_not_fit_is_refused_as_the_simulated_run_misses_it():
+    """The same on-demand 70B LoRA: the deadline check's uninterrupted job left out its 13 saves, so deadlines of
+    78.789-78.792 h were accepted while the simulated run (capacity throughout, nothing to wait for) ends at
+    78.793 h. Now a deadline is accepted exactly where that run meets it."""
+    layout = {"spot": False, "instance_type": "ml.g6e.48xlarge", "instance_count": 1}
+    run = _lora_70b(4000, **layout)
+    est = estimate(run)
+    assert est.checkpoint_policy == "periodic", est.checkpoint_policy
+    plan = policy_plans(run, est, run_plan(run, est, load_catalog()))("on_demand")
+    simulated = execute(plan, [(0.0, INF)], "on_demand", "periodic").tally
+    assert simulated.finished
+    for hours in (78.789, 78.79, 78.792, 78.793, 78.8):
+        _, refused = _planned(_lora_70b(4000, **layout, deadline_hours=hours))
+        assert refused in (None, "InvalidRun"), refused  # the deadline check refuses an unreachable deadline
+        assert (refused is None) == (simulated.t <= hours * 3600), (hours, refused, simulated.t / 3600)
+
+
 def test_a_spot_chains_bill_is_one_figure_with_its_periodic_saves():
     """The trial's 70B LoRA on spot at $1,080: accepted with 'the smallest cap that finishes ... is $1,077.94' and
     'expected ... $1,068.74 as the chain of 11 jobs' in the cap line while the cost row said $1,072.17 (the saves
