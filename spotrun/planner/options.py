@@ -323,5 +323,5 @@ def segment_plan(run: RunSpec, catalog: dict, best: Option, ckpt_bytes: int, par
         startup_s=startup_seconds(d),
         overhead_s=segment_overhead_seconds(catalog, best.instance_type, best.count, ckpt_bytes, parameters),
         save_s=ckpt_bytes / (best.upload_available * 1e9), longest_s=longest_s,
-        warm_pool_s=0 if c.spot else c.warm_pool_minutes * 60,
+        warm_pool_s=0 if c.spot else c.warm_pool_minutes * 60, spot=c.spot,
         step_s=best.fit.grad_accum * step_seconds(best.compute_s, best.comm_s, d["comm_overlap_fraction"]))
