@@ -202,6 +202,7 @@ def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | 
                             "eval.max_batches, or a data.validation with a readable index.json)")
         seg = segment_plan(run, catalog, best, work.ckpt_bytes, work.total, max_runtime)
         advice.append(seg.line)
+        warnings += _idle_warm_pool(run, seg)
         if run.compute.spot and best.spot >= 0.9 * best.on_demand:
             advice.append("spot saves under 10% here once interruptions are counted: on-demand (compute.spot=false) "
                           "costs about the same without the interruptions")
@@ -602,6 +603,20 @@ def _settings_without_effect(run: RunSpec) -> list[str]:
     if c.accept_missed_deadline and c.deadline_s is None:
         out.append("compute.accept_missed_deadline=true does nothing without compute.deadline_hours")
     return out
+
+
+def _idle_warm_pool(run: RunSpec, seg) -> list[str]:
+    """A warning where the run's warm pool only bills: its keep-alive bills at on-demand rates after each job, and
+    the chain's last job leaves it to no job (with one job planned, all of it). The bill, the cap and the simulation
+    count it (a new user's qwen2 with 30 min of warm pool was told $0.74 and would have paid $1.90)."""
+    warm_s = run.compute.warm_pool_minutes * 60
+    if run.compute.spot or not warm_s or not seg.chain_costs or seg.segments != 1:
+        return []
+    idle = warm_s * seg.chain_costs["usd_per_s"]
+    return [f"compute.warm_pool_minutes={run.compute.warm_pool_minutes} keeps the instances billed for "
+            f"{run.compute.warm_pool_minutes} min after the job ends ({usd(idle)} at on-demand rates, in the bill and "
+            "the cap): the run is one job, so no later job takes the pool; 0 saves it (a warm pool pays where "
+            "jobs follow one another: the next run started within the keep-alive)"]
 
 
 def _limits(run: RunSpec, defaults: dict, best: Option) -> tuple[int, list[str]]:

@@ -297,8 +297,9 @@ def checkpoint_advice(catalog: dict, best: Option, ckpt_bytes: int) -> list[str]
         advice.append(f"a {ckpt_bytes / 1e9:.1f} GB checkpoint cannot leave within the stop notice ({budget:.0f} s "
                       f"left for the upload after a {step_s:.0f} s step) at {best.upload_available:.2f} GB/s: "
                       f"saving every {best.interval_s / 60:.0f} min instead "
-                      f"(Young/Daly: sqrt(2 x {ckpt_bytes / (best.upload_available * 1e9):.0f} s save x "
-                      f"{(3600 / best.rate) / 3600 if best.rate else float('inf'):.1f} h between interruptions))")
+                      + (f"(Young/Daly: sqrt(2 x {ckpt_bytes / (best.upload_available * 1e9):.0f} s save x "
+                         f"{1 / best.rate:.1f} h between interruptions))" if best.rate else
+                         "(no interruptions expected: the saves are insurance)"))
     if best.comm_s > d["comm_overlap_fraction"] * best.compute_s:
         exposed = step_seconds(best.compute_s, best.comm_s, d["comm_overlap_fraction"]) - best.compute_s
         advice.append(f"communication is not fully hidden: {best.comm_s:.2f} s of collectives per micro-batch "
@@ -332,7 +333,7 @@ def segment_plan(run: RunSpec, catalog: dict, best: Option, ckpt_bytes: int, par
         startup_s=startup_seconds(d),
         overhead_s=segment_overhead_seconds(catalog, best.instance_type, best.count, ckpt_bytes, parameters),
         save_s=ckpt_bytes / (best.upload_available * 1e9), longest_s=longest_s,
-        warm_pool_s=0 if c.spot else c.warm_pool_minutes * 60,
+        warm_pool_s=0 if c.spot else c.warm_pool_minutes * 60, spot=c.spot,
         step_s=best.fit.grad_accum * step_seconds(best.compute_s, best.comm_s, d["comm_overlap_fraction"]))
 
 

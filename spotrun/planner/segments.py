@@ -238,9 +238,10 @@ def chain_refusal(chain: Chain, cap_usd: float, smallest: float, costs: ChainCos
 
 def plan_segments(*, cap_usd: float, usd_per_s: float, spot_fraction: float, run_seconds: float,
                   startup_s: float, overhead_s: float, save_s: float, longest_s: int,
-                  warm_pool_s: float = 0.0, step_s: float = 0.0) -> SegmentPlan:
+                  warm_pool_s: float = 0.0, step_s: float = 0.0, spot: bool = True) -> SegmentPlan:
     """The expected chain of the whole run: `run_seconds` is the single job's expected time (startup, training,
-    the expected interruptions), `spot_fraction` the billed share of on-demand (1 - discount; 1 on-demand)."""
+    the expected interruptions), `spot_fraction` the billed share of on-demand (1 - discount; 1 on-demand), `spot`
+    whether its jobs are spot jobs (an on-demand job's MaxRuntime leaves room for its warm pool, which it bills)."""
     # NOTE: the first job's start is counted as a restart, as the first job's trainer budget counts it
     # (spotrun/planner/outputs.py `first_segment_seconds`): the trainer trains `segment_seconds` and no more, so a
     # chain planned on the shorter first start expected work the job never does (seen: accepted at $11.10, the
@@ -248,14 +249,17 @@ def plan_segments(*, cap_usd: float, usd_per_s: float, spot_fraction: float, run
     costs = ChainCosts(usd_per_s=usd_per_s, spot_fraction=spot_fraction, startup_s=overhead_s, restart_s=overhead_s,
                        save_s=save_s, longest_s=longest_s, step_s=step_s, warm_pool_s=warm_pool_s)
     work = run_seconds - startup_s  # training still to do (with the expected interruptions' cost)
-    chain = plan_chain(cap_usd=cap_usd, spent_usd=0.0, work_s=work, costs=costs, first=True)
-    smallest = smallest_cap(spent_usd=0.0, work_s=work, costs=costs, first=True)
+    # NOTE: the market is passed on: an on-demand run's chain planned as spot left its warm pool out of both the
+    # MaxRuntime and the bill (a new user's qwen2 with compute.spot=false and 30 min of warm pool was accepted at
+    # $0.83 with MaxRuntime 0.3 h and 'the bill to expect' $0.74; its warm pool alone bills $1.16)
+    chain = plan_chain(cap_usd=cap_usd, spent_usd=0.0, work_s=work, costs=costs, first=True, spot=spot)
+    smallest = smallest_cap(spent_usd=0.0, work_s=work, costs=costs, first=True, spot=spot)
     min_segment = int(math.ceil(overhead_s + max(step_s, 1.0) + save_s + SEGMENT_END_MARGIN_S))
     billed = chain.cost_usd / usd_per_s / spot_fraction if chain.fits else 0.0  # incl. warm pools: an upper side
     overhead_fraction = max(0.0, billed - run_seconds) / run_seconds if chain.fits else 0.0
     first = chain.first_max_runtime_seconds
     if not chain.fits:
-        line = chain_refusal(chain, cap_usd, smallest, costs)
+        line = chain_refusal(chain, cap_usd, smallest, costs, spot=spot)
     elif chain.segments == 1:
         line = (f"the cap holds on on-demand rates while a job runs: one job, MaxRuntime {first / 3600:,.1f} h "
                 f"({usd(first * usd_per_s)} at on-demand rates)")
@@ -345,7 +349,7 @@ def uncapped_cost_usd(segments: SegmentPlan) -> float:
     """The expected chain's bill with no cap binding (one job, or SageMaker's longest jobs): what an accepted
     estimate's cost row shows at a cap that carries the run as one job, and what a refusal quotes."""
     return plan_chain(cap_usd=math.inf, spent_usd=0.0, work_s=segments.work_seconds,
-                      costs=ChainCosts(**segments.chain_costs), first=True).cost_usd
+                      costs=ChainCosts(**segments.chain_costs), first=True, spot=_spot(segments)).cost_usd
 
 
 def segments_at(segments: SegmentPlan, cap_usd: float) -> int:
@@ -354,7 +358,13 @@ def segments_at(segments: SegmentPlan, cap_usd: float) -> int:
     room grows by the added cap at on-demand rates and its bill by at most the spot share of that, so every later
     job has at least the room and at most the work left."""
     return plan_chain(cap_usd=cap_usd, spent_usd=0.0, work_s=segments.work_seconds,
-                      costs=ChainCosts(**segments.chain_costs), first=True).segments
+                      costs=ChainCosts(**segments.chain_costs), first=True, spot=_spot(segments)).segments
+
+
+def _spot(segments: SegmentPlan) -> bool:
+    """Whether the expected chain's jobs are spot jobs (an on-demand run's bill the whole on-demand rate, and its
+    jobs' warm pools: only an on-demand run has one)."""
+    return segments.spot_fraction < 1.0 or not segments.chain_costs.get("warm_pool_s")
 
 
 def on_demand_cap_usd(segments: SegmentPlan, work_s: float) -> float:
@@ -403,6 +413,9 @@ def finish_cap_usd(segments: SegmentPlan, bill_usd: float, spot: bool = True, se
     spot = spot and costs.spot_fraction < 1.0
     if not spot:  # an on-demand chain: no spot share, and its jobs end cleanly (no stop billed)
         costs = ChainCosts(**{**segments.chain_costs, "spot_fraction": 1.0})
+    # an on-demand run's bill holds its last job's warm pool (spotrun/policy/execution.py `bill_last_warm_pool`),
+    # which is no work: the chain bills every job's pool itself
+    bill_usd = max(0.0, bill_usd - costs.warm_pool_s * costs.usd_per_s)
     work = bill_usd / (costs.usd_per_s * costs.spot_fraction) - costs.startup_s - JOB_END_S
     finish = smallest_cap(spent_usd=0.0, work_s=max(work, 1.0), costs=costs, first=True, spot=spot, stopped=spot)
     room = math.ceil(sentinel_room_s * costs.usd_per_s * 100) / 100  # in cents, up

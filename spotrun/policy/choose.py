@@ -118,7 +118,8 @@ def plan_from_estimate(est, catalog: dict, *, deadline_s: float | None = None,
                    deadline_s=deadline_s, poll_s=poll_s,
                    max_poll_s=max(poll_s, max_poll_s), on_demand_fallback=on_demand_fallback,
                    planned_steps=est.planned_steps, cap_usd=cap_usd if capped else None, chain_costs=costs,
-                   expected_overhead_s=float(est.expected_overhead_seconds) if capped else 0.0)
+                   expected_overhead_s=float(est.expected_overhead_seconds) if capped else 0.0,
+                   warm_pool_s=float(((seg and seg.chain_costs) or {}).get("warm_pool_s", 0.0)))
 
 
 def run_plan(run, est, catalog: dict, *, poll_s: float = 60.0, max_poll_s: float = 4 * 3600.0) -> SimPlan:

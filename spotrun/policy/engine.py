@@ -70,6 +70,9 @@ class SimPlan:
     `sentinel_room_s` 0: the execution sets it by the policy)."""
     expected_overhead_s: float = 0.0
     """With `cap_usd`: the estimate's expected interruptions' cost (the guard's pace: `work_left_s`)."""
+    warm_pool_s: float = 0.0
+    """An on-demand run's warm pool (compute.warm_pool_minutes): its last job's keep-alive bills after the run
+    (`Run.bill_last_warm_pool` in spotrun/policy/execution.py)."""
 
     def __post_init__(self):
         if isinstance(self.chain_costs, dict):  # read back from the section's JSON (`SimPlan(**sim_plan)`)

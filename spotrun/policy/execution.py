@@ -400,6 +400,16 @@ class Run:
         p = self.plan
         return (p.spot_usd_per_h if job.market is _SPOT else p.on_demand_usd_per_h) / 3600
 
+    def bill_last_warm_pool(self) -> None:
+        """The run's bill gets the last on-demand job's warm pool: its keep-alive bills at on-demand rates after the
+        job ends and no later job takes it (SageMaker bills a warm pool's instances until a matching job reuses it
+        or the keep-alive ends: the guide's "SageMaker Managed Warm Pools"); an earlier job's pool is taken by the
+        next job of the chain when it starts, which the guard's bound (`_warm_s`, one per job) does not assume.
+        Only an on-demand run has one (the contract refuses compute.warm_pool_minutes with spot). The run's bill
+        left it out: a new user's qwen2 with 30 min of warm pool was told $0.74, the keep-alive alone bills $1.16."""
+        if self.plan.warm_pool_s and self.on_demand_jobs:
+            self.tally.od_s += self.plan.warm_pool_s
+
     def _warm_s(self, cap: Cap) -> float:
         """The warm pools' seconds the guard counts: one per on-demand job."""
         return cap.costs.warm_pool_s * self.on_demand_jobs
@@ -551,6 +561,7 @@ def execute(plan: SimPlan, trace: list, policy: str, checkpointing: str, *, hori
             run.stop_sentinel(now)
             run.tally.t, run.tally.finished, run.tally.progress = job.t, True, plan.work_s
             run.tally.capped = run.capped
+            run.bill_last_warm_pool()
             return run
         if switch_to is not None and not job.end:
             continue
@@ -603,5 +614,6 @@ def execute(plan: SimPlan, trace: list, policy: str, checkpointing: str, *, hori
     run.stop_sentinel(now)
     run.tally.t, run.tally.progress = now, run.committed
     run.tally.capped, run.tally.over_budget = run.capped, run.over_budget
+    run.bill_last_warm_pool()
     return run
 

@@ -444,3 +444,35 @@ def test_nan_and_infinity_are_quoted_as_json_writes_them(tmp_path, capsys, monke
         out = _lambda(monkeypatch, run)
         for message in (doc["message"], out["message"]):
             assert message.startswith(f"budget.max_usd={written} is invalid"), message
+
+
+def test_an_advisor_band_says_how_far_it_is_from_the_estimates_rate(tmp_path, capsys):
+    """`simulate --band ">20%"` read as the worst case by a new user gave every policy the bill of no interruption:
+    the band is a monthly share of instances reclaimed, hundreds of times calmer than the estimate's rate. The
+    source line says by how much, against the estimate's rate printed by the estimate itself."""
+    run = json.loads((ROOT / "examples/runs/qwen2-0.5b-full-small.json").read_text())
+    code, est = _cli(tmp_path, capsys, "estimate", run)
+    assert code == 0
+    code, sim = _cli(tmp_path, capsys, "simulate", run, "--band", ">20%", "--n", "20", "--no-optimum",
+                     "--out", str(tmp_path / "out"))
+    assert code == 0
+    said = re.search(r"Advisor band >20% \(a monthly share of instances reclaimed: ([\d,]+)x fewer interruptions "
+                     r"than the estimate's ([\d.]+) per job-hour\): generated: ([\d.e-]+) interruptions",
+                     sim["source"])
+    assert said, sim["source"]
+    assert float(said[2]) == pytest.approx(est["interruptions_per_hour"], rel=0.05)
+    assert int(said[1].replace(",", "")) == round(est["interruptions_per_hour"] / float(said[3]))
+
+
+def test_an_on_demand_periodic_layouts_advice_prints_no_python_infinity(tmp_path, capsys):
+    """A 70B on-demand run's checkpoint advice said 'x inf h between interruptions' (Python's float)."""
+    run = _with(RUN, model={"init": "random", "config": {
+        "model_type": "llama", "hidden_size": 8192, "intermediate_size": 28672, "num_hidden_layers": 80,
+        "num_attention_heads": 64, "num_key_value_heads": 8, "vocab_size": 128256}},
+        compute={"instance_type": "auto", "instance_count": "auto", "spot": False},
+        data={"tokens": 20_000_000, "seq_len": 2048}, budget={"max_usd": 20000})
+    code, est = _cli(tmp_path, capsys, "estimate", run)
+    assert code == 0, est
+    periodic = [a for a in est["advice"] if "cannot leave within the stop notice" in a]
+    assert periodic and "no interruptions expected" in periodic[0]
+    assert not re.search(r"\binf\b|\bnan\b", json.dumps(est).replace("Infinity", ""), re.I)
