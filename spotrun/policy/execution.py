@@ -54,6 +54,7 @@ from dataclasses import dataclass, field
 
 from ..planner.segments import (
     JOB_END_S,
+    STOP_BILL_S,
     ChainCosts,
     cap_wait_s,
     next_max_runtime,
@@ -76,7 +77,6 @@ from .decision import (
     first_poll_at,
     poll_grid,
     sentinel_room_s,
-    wait_on_grid,
 )
 from .engine import INF, SimPlan, Tally, periodic_interval
 
@@ -87,6 +87,7 @@ _RUNNING, _WAITING, _NO_JOB = JobStatus.RUNNING, JobStatus.WAITING, JobStatus.NO
 _KEEP, _TO_ON_DEMAND, _TO_SPOT, _END = Action.KEEP, Action.TO_ON_DEMAND, Action.TO_SPOT, Action.END
 _START_SPOT, _START_ON_DEMAND = Action.START_SPOT, Action.START_ON_DEMAND
 
+_new = object.__new__  # an instance without its __init__ (`Run.observe`, `execute_all`: fields set at once)
 SEGMENT_END_MARGIN_S = 60.0  # spotrun/planner/segments.py: the trainer ends its segment this long before its save
 STARTS = {_START_SPOT: _SPOT, _START_ON_DEMAND: _ON_DEMAND,
           _TO_SPOT: _SPOT, _TO_ON_DEMAND: _ON_DEMAND}
@@ -383,11 +384,15 @@ class Run:
             steps = p.steps
             self._seen = (self.committed, committed_progress_s(checkpoint_step(self.committed, p.work_s, steps),
                                                                p.work_s, steps))
-        return Observation(elapsed_s=now, committed_s=self._seen[1], market=job.market, status=status,
-                           job_age_s=0.0 if job.end else now - job.created, spent_usd=spent / 3600,
-                           max_wait_exceeded=job.end == "max_wait",
-                           training_s=job.since_commit if job.phase in ("train", "save") and not job.end else 0.0,
-                           spot_seen=spot_seen)
+        # the frozen dataclass's fields set at once (its __init__ sets them one `object.__setattr__` at a time:
+        # a tenth of an estimate's time went there); the same object, equal to `Observation(...)` of the fields
+        obs = _new(Observation)
+        obs.__dict__.update(elapsed_s=now, committed_s=self._seen[1], market=job.market, status=status,
+                            job_age_s=0.0 if job.end else now - job.created, spent_usd=spent / 3600,
+                            max_wait_exceeded=job.end == "max_wait",
+                            training_s=job.since_commit if job.phase in ("train", "save") and not job.end else 0.0,
+                            spot_seen=spot_seen)
+        return obs
 
     def skip_polls(self, created: float, now: float, target: float, recheck_at: float) -> float:
         """The first poll at or after `target` (counted)."""
@@ -464,13 +469,22 @@ class Run:
         others = self.billed_usd() - job.billed * self._own_usd_per_s(job)
         warm = self._warm_s(cap)
         grid_ages, sentinel = poll_grid(p.poll_s, p.max_poll_s), self.sentinel_at is not None
+        # `wait_on_grid` and `cap_wait_s` written out too (the same arithmetic)
+        last, created, cap_usd, poll_s, max_poll_s = grid_ages[-1], job.created, cap.cap_usd, p.poll_s, p.max_poll_s
         for _ in range(1_000_000):
             billed = billed_s + (t - now) if running else billed_s
             spent = others + (billed + warm + (self.sentinel_billed(t) if sentinel else 0.0)) * od
-            grid = wait_on_grid(grid_ages, math.floor(t - job.created), recheck_at - t, p.poll_s, p.max_poll_s)
-            left = cap_wait_s(cap_usd=cap.cap_usd, spent_usd=spent, usd_per_s=usd_per_s)
+            job_age = math.floor(t - created)
+            age_s = job_age + poll_s
+            if age_s <= last:
+                at_age = grid_ages[bisect.bisect_left(grid_ages, age_s - 1e-9)]
+            else:
+                at_age = last + math.ceil((age_s - last) / max_poll_s - 1e-9) * max_poll_s
+            recheck_s = recheck_at - t
+            grid = min(at_age - job_age, INF if recheck_s == INF else float(max(poll_s, math.ceil(recheck_s - 1e-9))))
+            left = (cap_usd - spent) / usd_per_s - STOP_BILL_S
             cut = cut or left < grid
-            t += int(max(p.poll_s, min(grid, left)))
+            t += int(max(poll_s, min(grid, left)))
             n += 1
             if t >= target - 1e-9:
                 break
@@ -652,7 +666,9 @@ def execute_all(plan: SimPlan, traces: list, policy: str, checkpointing: str) ->
     out = []
     for trace in traces:
         if past == -INF or (trace and trace[0][0] == 0.0 and trace[0][1] > past):
-            out.append(dataclasses.replace(shared.tally))
+            tally = _new(Tally)
+            tally.__dict__.update(shared.tally.__dict__)  # a copy (`dataclasses.replace` without its __init__)
+            out.append(tally)
         else:
             out.append(execute(plan, trace, policy, checkpointing).tally)
     return out
