@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from .decision import RULES
 from .engine import SimPlan, Tally
-from .execution import execute
+from .execution import execute_all
 from .policies import POLICIES, cost_usd, describe
 
 
@@ -122,7 +122,7 @@ def executed(plan: SimPlan, traces: list, policy: str, checkpointing: str | None
     if policy not in RULES:
         raise ValueError(f"policy={policy!r} is invalid: expected one of {', '.join(RULES)}")
     ck = checkpointing or plan.default_checkpointing()
-    return [execute(plan, trace, policy, ck).tally for trace in traces]
+    return execute_all(plan, traces, policy, ck)
 
 
 def compare(plan: SimPlan, traces: list, candidates: list[tuple[str, str]],

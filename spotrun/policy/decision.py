@@ -150,14 +150,6 @@ def poll_grid(poll_s: float, max_poll_s: float) -> tuple[float, ...]:
     return tuple(ages)
 
 
-def _at_or_after(grid: tuple[float, ...], age_s: float, max_poll_s: float) -> tuple[float, int]:
-    if age_s <= grid[-1]:
-        i = bisect.bisect_left(grid, age_s - 1e-9)
-        return grid[i], i
-    k = math.ceil((age_s - grid[-1]) / max_poll_s - 1e-9)
-    return grid[-1] + k * max_poll_s, len(grid) - 1 + k
-
-
 def poll_wait(job_age_s: float, recheck_s: float, *, poll_s: float, max_poll_s: float) -> float:
     """Seconds to the next poll: the next age on the guard's grid (`poll_grid`) at least poll_s away, or the
     policy's recheck if sooner (never below poll_s). The guard also cuts it to the time the cost cap leaves
@@ -167,19 +159,13 @@ def poll_wait(job_age_s: float, recheck_s: float, *, poll_s: float, max_poll_s: 
 
 def wait_on_grid(grid: tuple[float, ...], job_age_s: float, recheck_s: float, poll_s: float,
                  max_poll_s: float) -> float:
-    """`poll_wait` with the grid given (`poll_grid(poll_s, max_poll_s)`): for a loop over many polls
-    (`_at_or_after` and `_recheck_wait` written out: the same arithmetic, without their calls)."""
+    """`poll_wait` with the grid given (`poll_grid(poll_s, max_poll_s)`): for a loop over many polls."""
     age_s = job_age_s + poll_s
     if age_s <= grid[-1]:
         at = grid[bisect.bisect_left(grid, age_s - 1e-9)]
     else:
         at = grid[-1] + math.ceil((age_s - grid[-1]) / max_poll_s - 1e-9) * max_poll_s
     return min(at - job_age_s, INF if recheck_s == INF else float(max(poll_s, math.ceil(recheck_s - 1e-9))))
-
-
-def _recheck_wait(recheck_s: float, poll_s: float) -> float:
-    """Whole seconds to the recheck (a Wait state's seconds), at least poll_s."""
-    return INF if recheck_s == INF else float(max(poll_s, math.ceil(recheck_s - 1e-9)))
 
 
 def first_poll_at(created: float, last_poll: float, target: float, recheck_at: float, *, poll_s: float,
@@ -190,17 +176,29 @@ def first_poll_at(created: float, last_poll: float, target: float, recheck_at: f
     at the last poll before the grid's poll at or after `target`, and from there as `poll_wait` cuts it: at
     least poll_s later (a recheck less than poll_s after a grid poll waits for the poll poll_s later, not the
     recheck's time counted from an earlier poll)."""
+    # the grid's index at or after an age, twice, written out (no calls: the simulator takes this step about a
+    # million times per estimate)
     grid = poll_grid(poll_s, max_poll_s)
-    age = last_poll - created
-    _, i0 = _at_or_after(grid, age + poll_s, max_poll_s)
-    at, i = _at_or_after(grid, max(age + poll_s, target - created), max_poll_s)
-    before = last_poll if i == i0 else created + _grid_age(grid, i - 1, max_poll_s)
-    return min(created + at, before + _recheck_wait(recheck_at - before, poll_s)), i - i0 + 1
-
-
-def _grid_age(grid: tuple[float, ...], i: int, max_poll_s: float) -> float:
-    """The grid's i-th age (`poll_grid`, then every max_poll_s)."""
-    return grid[i] if i < len(grid) else grid[-1] + (i - len(grid) + 1) * max_poll_s
+    last, n = grid[-1], len(grid)
+    soonest = last_poll - created + poll_s
+    if soonest <= last:
+        i0 = bisect.bisect_left(grid, soonest - 1e-9)
+    else:
+        i0 = n - 1 + math.ceil((soonest - last) / max_poll_s - 1e-9)
+    age = max(soonest, target - created)
+    if age <= last:
+        i = bisect.bisect_left(grid, age - 1e-9)
+        at = grid[i]
+    else:
+        k = math.ceil((age - last) / max_poll_s - 1e-9)
+        at, i = last + k * max_poll_s, n - 1 + k
+    if i == i0:
+        before = last_poll
+    else:
+        before = created + (grid[i - 1] if i - 1 < n else last + (i - n) * max_poll_s)
+    wait = recheck_at - before
+    wait = INF if wait == INF else float(max(poll_s, math.ceil(wait - 1e-9)))
+    return min(created + at, before + wait), i - i0 + 1
 
 
 def ask_again(status: JobStatus, asked_status: JobStatus, now_s: float, recheck_at_s: float) -> bool:

@@ -54,6 +54,7 @@ from dataclasses import dataclass, field
 
 from ..planner.segments import (
     JOB_END_S,
+    STOP_BILL_S,
     ChainCosts,
     cap_wait_s,
     next_max_runtime,
@@ -76,7 +77,6 @@ from .decision import (
     first_poll_at,
     poll_grid,
     sentinel_room_s,
-    wait_on_grid,
 )
 from .engine import INF, SimPlan, Tally, periodic_interval
 
@@ -87,6 +87,7 @@ _RUNNING, _WAITING, _NO_JOB = JobStatus.RUNNING, JobStatus.WAITING, JobStatus.NO
 _KEEP, _TO_ON_DEMAND, _TO_SPOT, _END = Action.KEEP, Action.TO_ON_DEMAND, Action.TO_SPOT, Action.END
 _START_SPOT, _START_ON_DEMAND = Action.START_SPOT, Action.START_ON_DEMAND
 
+_new = object.__new__  # an instance without its __init__ (`Run.observe`, `execute_all`: fields set at once)
 SEGMENT_END_MARGIN_S = 60.0  # spotrun/planner/segments.py: the trainer ends its segment this long before its save
 STARTS = {_START_SPOT: _SPOT, _START_ON_DEMAND: _ON_DEMAND,
           _TO_SPOT: _SPOT, _TO_ON_DEMAND: _ON_DEMAND}
@@ -139,6 +140,9 @@ class Run:
     over_budget: bool = False  # the guard ended the run at the cap (OverBudget: no chain from here fits)
     on_demand_jobs: int = field(default=0, init=False)  # the jobs on on-demand so far (their warm pools: `_warm_s`)
     interval: float = field(default=INF, init=False)  # `periodic_interval(plan, ck)`, asked at every training event
+    reach: float | None = field(default=None, repr=False)  # with a number: the time past which the first window's
+    # end no longer changes anything the run reads (`_reached`; -inf: it read no window, an on-demand run's;
+    # `execute_all` shares the uninterrupted run by it)
 
     def __post_init__(self):
         self.interval = periodic_interval(self.plan, self.ck)
@@ -147,6 +151,8 @@ class Run:
         """The first window ending after t (a lookup that does not move `i`)."""
         if self.ends is None:
             self.ends = [b for _, b in self.trace]
+        if self.reach is not None:
+            self._reached(t)
         k = bisect.bisect_right(self.ends, t)
         return self.trace[k] if k < len(self.trace) else (INF, INF)
 
@@ -166,6 +172,8 @@ class Run:
         if self.sentinel_at is None:
             return 0.0
         billed, t = 0.0, self.sentinel_at
+        if self.reach is not None:
+            self._reached(now)
         while t < now:
             a, b = self._sentinel_window(t)
             if a >= now:
@@ -180,6 +188,8 @@ class Run:
             return
         billed = self.sentinel_billed(now)
         a, b = self._sentinel_window(now)
+        if self.reach is not None:
+            self._reached(now + self.sentinel_stop_s)
         if a <= now:
             billed += min(self.sentinel_stop_s, b - now)
         self.sentinel_at = None
@@ -219,8 +229,11 @@ class Run:
                 i += 1
             self.i = i
             a, b = trace[i] if i < len(trace) else (INF, INF)
+            reach = self.reach is not None
+            if reach:
+                self._reached(t)
         else:
-            a, b = job.t, INF
+            a, b, reach = job.t, INF, False
         if job.phase == "wait":
             job.t = min(until, max(a, job.t), wait_end)
             if a <= job.t < wait_end:
@@ -235,6 +248,8 @@ class Run:
             horizon = min(horizon, wait_end, job.t + job.max_runtime_s - job.billed)
         if job.phase != "train":
             step = max(0.0, min(job.left, horizon - job.t))
+            if reach:
+                self._reached(min(horizon, job.t + job.left))
             self.bill(job, step)
             job.left -= step
             if job.left <= 1e-9:
@@ -243,9 +258,15 @@ class Run:
         interval = self.interval
         segment_left = self.segment_left(job)
         if job.cycle == 0.0 and interval < INF:
+            if reach:  # the whole cycles' count reads the window's end below (k + 1) cycles or the segment
+                k = math.ceil((p.work_s - self.work) / interval) - 2
+                if k > 0:
+                    self._reached(min(horizon, job.t + min(segment_left, (k + 1) * (interval + p.save_s))))
             self._whole_cycles(job, interval, min(horizon - job.t, segment_left))
             segment_left = self.segment_left(job)
         step = max(0.0, min(horizon - job.t, p.work_s - self.work, interval - job.cycle, segment_left))
+        if reach:
+            self._reached(min(horizon, job.t + min(p.work_s - self.work, interval - job.cycle, segment_left)))
         self.bill(job, step)
         job.cycle += step
         self.work += step
@@ -257,6 +278,15 @@ class Run:
         elif job.cycle >= interval - 1e-9:
             job.phase, job.left, job.cycle = "save", p.save_s, 0.0
         return None
+
+    def _reached(self, t: float) -> None:
+        """With `reach` recorded (a run on `UNINTERRUPTED`, whose first window never ends): the run read the
+        window's end where one at or before `t` would have read otherwise (an interruption, or a step, save or
+        whole cycles cut short by it). A trace whose first window starts at 0 and ends past every such `t` (by
+        REACH_MARGIN_S, for the roundings of `end - t`) is executed exactly as this run: the same reads, the same
+        floats (`execute_all`)."""
+        if t > self.reach:
+            self.reach = t
 
     def segment_left(self, job: Job) -> float:
         """The trainer's budget left (`segment_seconds`). With the cap modelled, a job whose work left fits it but
@@ -354,11 +384,15 @@ class Run:
             steps = p.steps
             self._seen = (self.committed, committed_progress_s(checkpoint_step(self.committed, p.work_s, steps),
                                                                p.work_s, steps))
-        return Observation(elapsed_s=now, committed_s=self._seen[1], market=job.market, status=status,
-                           job_age_s=0.0 if job.end else now - job.created, spent_usd=spent / 3600,
-                           max_wait_exceeded=job.end == "max_wait",
-                           training_s=job.since_commit if job.phase in ("train", "save") and not job.end else 0.0,
-                           spot_seen=spot_seen)
+        # the frozen dataclass's fields set at once (its __init__ sets them one `object.__setattr__` at a time:
+        # a tenth of an estimate's time went there); the same object, equal to `Observation(...)` of the fields
+        obs = _new(Observation)
+        obs.__dict__.update(elapsed_s=now, committed_s=self._seen[1], market=job.market, status=status,
+                            job_age_s=0.0 if job.end else now - job.created, spent_usd=spent / 3600,
+                            max_wait_exceeded=job.end == "max_wait",
+                            training_s=job.since_commit if job.phase in ("train", "save") and not job.end else 0.0,
+                            spot_seen=spot_seen)
+        return obs
 
     def skip_polls(self, created: float, now: float, target: float, recheck_at: float) -> float:
         """The first poll at or after `target` (counted)."""
@@ -445,13 +479,22 @@ class Run:
         others = self.billed_usd() - job.billed * self._own_usd_per_s(job)
         warm = self._warm_s(cap)
         grid_ages, sentinel = poll_grid(p.poll_s, p.max_poll_s), self.sentinel_at is not None
+        # `wait_on_grid` and `cap_wait_s` written out too (the same arithmetic)
+        last, created, cap_usd, poll_s, max_poll_s = grid_ages[-1], job.created, cap.cap_usd, p.poll_s, p.max_poll_s
         for _ in range(1_000_000):
             billed = billed_s + (t - now) if running else billed_s
             spent = others + (billed + warm + (self.sentinel_billed(t) if sentinel else 0.0)) * od
-            grid = wait_on_grid(grid_ages, math.floor(t - job.created), recheck_at - t, p.poll_s, p.max_poll_s)
-            left = cap_wait_s(cap_usd=cap.cap_usd, spent_usd=spent, usd_per_s=usd_per_s)
+            job_age = math.floor(t - created)
+            age_s = job_age + poll_s
+            if age_s <= last:
+                at_age = grid_ages[bisect.bisect_left(grid_ages, age_s - 1e-9)]
+            else:
+                at_age = last + math.ceil((age_s - last) / max_poll_s - 1e-9) * max_poll_s
+            recheck_s = recheck_at - t
+            grid = min(at_age - job_age, INF if recheck_s == INF else float(max(poll_s, math.ceil(recheck_s - 1e-9))))
+            left = (cap_usd - spent) / usd_per_s - STOP_BILL_S
             cut = cut or left < grid
-            t += int(max(p.poll_s, min(grid, left)))
+            t += int(max(poll_s, min(grid, left)))
             n += 1
             if t >= target - 1e-9:
                 break
@@ -526,11 +569,13 @@ FIRST = Observation(0.0, 0.0, _SPOT, _NO_JOB)  # what the first job's market is 
 
 
 def execute(plan: SimPlan, trace: list, policy: str, checkpointing: str, *, horizon_s: float = INF,
-            sentinel_lag_s: float = 0.0, sentinel_stop_s: float = SENTINEL_STOP_S) -> Run:
+            sentinel_lag_s: float = 0.0, sentinel_stop_s: float = SENTINEL_STOP_S, reach: bool = False) -> Run:
     """One trace run as the state machine runs it (see the module docstring); `run.tally` is its outcome. The
     policy is asked when `decision.ask_again` says the guard asks it. `sentinel_lag_s`, `sentinel_stop_s`: a
-    sentinel's assumptions (the module docstring), for sensitivity checks."""
-    run = Run(plan, checkpointing, trace, sentinel_lag_s=sentinel_lag_s, sentinel_stop_s=sentinel_stop_s)
+    sentinel's assumptions (the module docstring), for sensitivity checks. `reach`: record `Run.reach` (on
+    `UNINTERRUPTED`: `execute_all`)."""
+    run = Run(plan, checkpointing, trace, sentinel_lag_s=sentinel_lag_s, sentinel_stop_s=sentinel_stop_s,
+              reach=-INF if reach else None)
     cap = Cap.of(plan, policy)
     first = decide(policy, plan, checkpointing, FIRST)
     market = _SPOT if first.action is _START_SPOT else _ON_DEMAND
@@ -616,4 +661,27 @@ def execute(plan: SimPlan, trace: list, policy: str, checkpointing: str, *, hori
     run.tally.capped, run.tally.over_budget = run.capped, run.over_budget
     run.bill_last_warm_pool()
     return run
+
+
+UNINTERRUPTED = [(0.0, INF)]  # capacity from the start, never lost
+REACH_MARGIN_S = 1.0  # past `Run.reach` by more than the roundings of a window's end less a time (< 1e-6 s)
+
+
+def execute_all(plan: SimPlan, traces: list, policy: str, checkpointing: str) -> list[Tally]:
+    """`execute(...).tally` on every trace, the runs that no interruption reaches executed once: a trace whose
+    first window starts at 0 and ends past the uninterrupted run's `Run.reach` (by REACH_MARGIN_S) is read by
+    the run exactly as `UNINTERRUPTED` is (`Run._reached` says where the window's end is read), so its tally is
+    that run's (a copy each); where the run read no window (on-demand throughout), every trace's. At the
+    estimate's rates many traces are such (the runs are hours, the traces' horizons days)."""
+    shared = execute(plan, UNINTERRUPTED, policy, checkpointing, reach=True)
+    past = shared.reach + REACH_MARGIN_S
+    out = []
+    for trace in traces:
+        if past == -INF or (trace and trace[0][0] == 0.0 and trace[0][1] > past):
+            tally = _new(Tally)
+            tally.__dict__.update(shared.tally.__dict__)  # a copy (`dataclasses.replace` without its __init__)
+            out.append(tally)
+        else:
+            out.append(execute(plan, trace, policy, checkpointing).tally)
+    return out
 

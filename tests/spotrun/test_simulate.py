@@ -833,13 +833,12 @@ def test_the_estimate_step_executes_a_plan_once_when_two_caps_plan_the_same_simu
     """Within `shared_simulations` (the estimate step: the run at its cap, as one job, at a deadline warning's
     caps), two caps whose chains plan the same simulation execute it once; the rows are those of separate
     simulations, each with its own cap's share within it. Outside it, each call simulates."""
-    from spotrun import policy
     from spotrun.planner.estimate import estimate, load_catalog
-    from spotrun.policy import choose
+    from spotrun.policy import choose, execution
 
-    executed = []
-    real = policy.execute
-    monkeypatch.setattr(policy, "execute", lambda *a, **k: executed.append(1) or real(*a, **k))
+    executed = []  # the trace runs (`execute_all` runs the uninterrupted one once for the traces it stands for)
+    real = execution.execute
+    monkeypatch.setattr(execution, "execute", lambda *a, **k: executed.append(1) or real(*a, **k))
     run = parse_run({**RUN, "compute": {**RUN["compute"], "deadline_hours": 300}})
     est = estimate(run)
     assert est.segments.segments <= 1  # no chain at this cap, nor at a larger one: the same plan
@@ -1111,13 +1110,13 @@ def test_spotrun_simulate_executes_each_policy_once_on_the_estimates_own_traces(
     the study makes on its own (in processes, `--jobs 2`, where nothing is shared)."""
     from pathlib import Path
 
-    from spotrun import policy
     from spotrun.cli.main import main
+    from spotrun.policy import execution
 
     run = Path(__file__).resolve().parents[2] / "examples" / "runs" / "qwen2-0.5b-full-small.json"
-    made = []
-    real = policy.execute
-    monkeypatch.setattr(policy, "execute", lambda *a, **k: made.append(1) or real(*a, **k))
+    made = []  # the trace runs (`execute_all`'s)
+    real = execution.execute
+    monkeypatch.setattr(execution, "execute", lambda *a, **k: made.append(1) or real(*a, **k))
     assert main(["estimate", str(run)]) == 0
     by_estimate = len(made)
     capsys.readouterr()
