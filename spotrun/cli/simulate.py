@@ -326,7 +326,24 @@ def not_borne_out(report: dict, section, recorded: bool) -> list[str]:
     row = next((r for r in report["policies"] if r["label"] == section.chosen), None)
     if not recorded or row is None:
         return []
-    return _odds_not_borne_out(report, section, row) + _cap_to_set_not_borne_out(report, section, row)
+    cap_line = _cap_to_set_not_borne_out(report, section, row)
+    return _odds_not_borne_out(report, section, row) + (cap_line or _bill_not_borne_out(section, row))
+
+
+BILL_NOT_BORNE_OUT = 0.05  # the recordings' mean over the estimate's by more than this share is said
+
+
+def _bill_not_borne_out(section, row: dict) -> list[str]:
+    """The chosen policy's mean bill on these traces against the estimate's: a new user's 8B with a 12 h deadline
+    billed $196.53 on the public recordings (P95 $322.52) against the $152.80 (P95 $165.00) the estimate told,
+    without a word, since its cap still held."""
+    told = next((r for r in section.policies if r["label"] == section.chosen), None)
+    if told is None or not told.get("mean_usd") or row["mean_usd"] <= told["mean_usd"] * (1 + BILL_NOT_BORNE_OUT):
+        return []
+    return [f"  not borne out here in the bill: on these traces {section.chosen}'s mean bill is "
+            f"${row['mean_usd']:,.2f} (P95 ${row['p95_usd']:,.2f}), {row['mean_usd'] / told['mean_usd'] - 1:.0%} over "
+            f"the estimate's ${told['mean_usd']:,.2f} (P95 ${told['p95_usd']:,.2f}) on its generated traces: where "
+            "these traces are the capacity the run will meet, expect this bill"]
 
 
 def _odds_not_borne_out(report: dict, section, row: dict) -> list[str]:

@@ -307,3 +307,21 @@ def test_simulate_says_where_the_recordings_p95_is_over_the_cap_to_set():
     assert not not_borne_out(_recorded(371.51, 1.0, cap=2500.0), told, False)  # generated traces: the estimate's
     # at the cap to set itself the rows are the run there, and the odds line speaks for it
     assert not not_borne_out(_recorded(371.51, 1.0, cap=160.39), told, True)
+
+
+def test_simulate_says_where_the_recordings_bill_is_over_the_estimates():
+    """llama3-8b with a 12 h deadline on the public recordings: deadline_greedy billed a mean $196.53 (P95 $322.52)
+    against the estimate's $152.80 (P95 $165.00), without a word since its cap to set, $327.53, still held."""
+    row = {"label": "deadline_greedy (notice)", "mean_usd": 152.80, "p95_usd": 165.00, "p_finished": 1.0,
+           "p_deadline": 1.0, "p_over_budget": 0.0}
+    told = SimpleNamespace(chosen=row["label"], policies=[row], deadline_cap_usd=327.53, p95_finish_cap_usd=None,
+                           sim_plan={"on_demand_fallback": True})
+    here = {"deadline_hours": 12.0, "cap_usd": 2500.0,
+            "policies": [{**row, "mean_usd": 196.53, "p95_usd": 322.52}]}
+    lines = not_borne_out(here, told, True)
+    assert len(lines) == 1 and "mean bill is $196.53 (P95 $322.52), 29% over the estimate's $152.80" in lines[0]
+    assert not not_borne_out({**here, "policies": [{**row, "mean_usd": 160.0}]}, told, True)  # within 5%
+    assert not not_borne_out(here, told, False)  # the estimate's own traces
+    # over the cap to set as well: the cap's line, which gives the mean, is the one said
+    over = not_borne_out({**here, "policies": [{**row, "mean_usd": 196.53, "p95_usd": 371.51}]}, told, True)
+    assert len(over) == 1 and "not borne out here at the cap to set" in over[0]
