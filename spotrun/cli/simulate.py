@@ -122,7 +122,7 @@ def register(sub) -> None:
                      "estimate's availability model fitted to recorded capacity")
     sim.add_argument("--region", help="price in this region (default us-east-1)")
     sim.add_argument("--out", type=Path, default=Path("simulate-output"), help="where simulate.json, simulate.txt "
-                     "and simulate.png go (default ./simulate-output)")
+                     "and, with --plot, simulate.png go (default ./simulate-output)")
     sim.add_argument("--no-optimum", action="store_true", help="skip the exact offline optimum")
     sim.add_argument("--jobs", type=int, help=f"processes the policies and the optimum run in, {JOBS_RANGE[0]} to "
                      f"{JOBS_RANGE[1]} (the same report; default: the machine's CPUs, at most {JOBS_DEFAULT_MAX}, "
