@@ -45,7 +45,7 @@ from ..planner.segments import (
 from ..planner.ties import NOISE_SES, by_tail, paired_se, se_of_mean, unresolved
 from ..planner.topology import step_seconds
 from ..seams import SpotPolicy
-from . import Summary, compare
+from . import Summary, compare, executed
 from .availability import mean_down_s
 from .decision import DEADLINE_RULES, RULES, sentinel_room_s, sentinel_settings
 from .engine import INF, SimPlan
@@ -706,7 +706,13 @@ def _settled_cap(run, est, catalog: dict, poll: dict, cap: float, one_job: Polic
     def row_at(at: float) -> Summary:  # the chosen policy's row at the cap
         return _simulated(*_at_cap(run, est, at), catalog, [candidate], **sim)[1][0]
 
-    def row_holds(at: float) -> Summary | None:  # where it keeps the odds, and likely stays the choice
+    # without a deadline the share that finishes decides: a cap that ends too many runs unfinished is told by the
+    # traces likeliest to end so, executed first (`_Unfinished`)
+    unfinished = None if deadline else _Unfinished(run, est, catalog, candidate, sim, need)
+
+    def row_holds(at: float) -> Summary | bool | None:  # where it keeps the odds, and likely stays the choice
+        if unfinished is not None:  # (True: it holds; its row is simulated by the full check, `holds`)
+            return None if unfinished.too_many(at) else True
         row = row_at(at)
         # a mean over the rival's by less than the simulation resolves is a tie the lower P95 may win (`by_tail`):
         # the full check (`holds`) decides
@@ -748,6 +754,43 @@ def _settled_cap(run, est, catalog: dict, poll: dict, cap: float, one_job: Polic
     if checked is None:
         return cap, None, False
     return _bisect(failed, high, checked, holds, more)
+
+
+class _Unfinished:
+    """Without a deadline, whether a cap ends more of the chosen policy's runs unfinished than `need` allows, told
+    by the traces likeliest to (those a cap tried ended unfinished, and those whose bill as one uncapped job is the
+    highest), executed alone first: where more than allowed end unfinished among them, the cap fails on them alone,
+    exactly (the other traces can only add to them); otherwise the other traces are executed too.
+    The search of the cap to set without a deadline ran the row on every trace a dozen times (llama3-8b: 5.6 s of
+    CPU), and about half its caps fail."""
+
+    def __init__(self, run, est, catalog: dict, candidate: tuple[str, str], sim: dict, need: float):
+        self.run, self.est, self.catalog, self.candidate, self.sim = run, est, catalog, candidate, sim
+        # the run as one job, uncapped (the estimate simulated it already: reused), its costliest traces first
+        bills = _simulated(*_at_cap(run, est, math.inf), catalog, [candidate], **sim)[1][0].bills
+        self.n = len(bills)
+        self.allowed = self.n - math.ceil(round(need * self.n, 9))  # unfinished runs the share allows
+        self.likely = sorted(range(self.n), key=lambda i: -bills[i])[:max(10, 5 * self.allowed)]
+
+    def too_many(self, at: float) -> bool:
+        run, est = _at_cap(self.run, self.est, at)
+        plan = run_plan(run, est, self.catalog, poll_s=self.sim["poll_s"], max_poll_s=self.sim["max_poll_s"])
+        if traces_for_estimate(plan, est.interruptions_per_hour, self.sim["n"], est.mean_wait_seconds) != self.n:
+            return False  # (not the traces the row is simulated on: the row decides)
+        spec = TraceSpec(interruptions_per_hour=est.interruptions_per_hour, horizon_s=horizon_s(plan),
+                         **ESTIMATE_TRACES, mean_wait_s=est.mean_wait_seconds)
+        key, shared = ("traces", spec, self.n, self.sim["seed"]), _SHARED.get()
+        traces = shared[key] if shared is not None and key in shared else generated_traces(spec, self.n,
+                                                                                            self.sim["seed"])
+        its, ended = policy_plans(run, est, plan)(self.candidate[0]), []
+        first = set(self.likely)
+        for which in (self.likely, [i for i in range(self.n) if i not in first]):
+            tallies = executed(its, [traces[i] for i in which], *self.candidate)
+            ended += [i for i, t in zip(which, tallies, strict=True) if not t.finished]
+            if len(ended) > self.allowed:
+                break
+        self.likely = [*ended, *(i for i in self.likely if i not in set(ended))]
+        return len(ended) > self.allowed
 
 
 def _bisect(fails: float, holds_at: float, row: Summary, holds: Callable[[float], Summary | None],
