@@ -1,7 +1,8 @@
 """Issue #26, 'the odds we print are the odds the run gets', a new user's third trial: the cap to set is a fixed
-point. Estimated again at the cap C it names, the estimate chooses the same layout and policy, with the odds the
-chooser requires (or the run's own where those are below them), gives no 'under the cap to set' warning and names C
-again; a cent under C, a warning is printed only where the user loses odds or money there, once, and what it states
+point. Estimated again at the cap C it names, the estimate chooses the same layout (or, with an auto layout and a
+deadline, the one it names with C: the layouts are ranked at C) and policy, with the odds the chooser requires
+(or the run's own where those are below them), gives no 'under the cap to set' warning and names C again; a cent
+under C, a warning is printed only where the user loses odds or money there, once, and what it states
 is what the simulation at that cap showed. Every figure compared is read from the estimate's own output."""
 
 from __future__ import annotations
