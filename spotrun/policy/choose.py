@@ -564,9 +564,8 @@ def spot_policy_at_caps(run, est, catalog: dict, *, poll_s: float = 60.0, max_po
                               if r["p_deadline"] is not None and r["p_deadline"] >= CONFIDENCE)[1:]
             lets = "a cap of ${cap:,.2f} lets the estimate choose a policy that meets it"
             if proven and moved:  # proven on the layout the estimate takes there, with its odds there
-                lets = (f"a cap of ${cap:,.2f} lets the estimate choose {_row_label(proven[-1])} on {moved[-1]} (the "
-                        "layouts ranked at that cap), which meets it on "
-                        f"{_row_value(proven[-1], 'p_deadline'):.1%} simulated at it")
+                lets += (f": {_row_label(proven[-1])} on {moved[-1]} (the layouts ranked at that cap), on "
+                         f"{_row_value(proven[-1], 'p_deadline'):.1%} simulated at it")
             elif proven:  # the policy the cap was proven for, as the last line names it (one policy for one cap)
                 label, odds = proven[-1].label, _chosen_p_deadline(one_job, proven[-1].label)
             missed = (f"compute.deadline_hours={deadline_hours_text(run.compute.deadline_s)}: within the "
