@@ -571,6 +571,10 @@ class SpotPolicy(_StateJson):
     # the cap to set, the one the text names (the spot policy's last line): `deadline_cap_usd` where the deadline
     # warning names one, else `p95_finish_cap_usd` (null: none named)
     cap_to_set_usd: float | None = None
+    # the layout ("1 x ml.p5.48xlarge") the estimate at the cap to set runs, where it is not this estimate's: a spot
+    # run with a deadline ranks its layouts at its cap, so the cap to set is the one at which the layouts ranked
+    # take the layout it was searched on (spotrun/policy/choose.py `_settled_layout`); null: this estimate's layout
+    cap_to_set_layout: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)

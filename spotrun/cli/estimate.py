@@ -97,10 +97,15 @@ def check_file(path: Path, target: Target | None, *, plan: bool, s3_client: Any 
     priced_in = region or DEFAULT_PRICE_REGION
     catalog = regional_catalog(catalog, priced_in)
     ranker = layout_ranker(catalog)  # a spot run with a deadline: its layout by the spot policy's simulated bill
-    out.estimate = estimate(run, catalog=catalog, model_config=sources.model_config, data_tokens=sources.tokens,
-                            validation_tokens=sources.validation_tokens, layout_cost=ranker)
+    def replan(cap: float, layout_cost) -> Any:  # the estimate at another cap (the cap to set's layouts ranked)
+        return estimate(replace(run, max_usd=cap), catalog=catalog, model_config=sources.model_config,
+                        data_tokens=sources.tokens, validation_tokens=sources.validation_tokens,
+                        layout_cost=layout_cost)
+
+    out.estimate = replan(run.max_usd, ranker)
     # the stage's max_usd_per_run (--stage), else every listed stage's: a cap to set over one is said
-    out.estimate = with_spot_policy(run, out.estimate, catalog, ranker=ranker, stage_limits=stage_max_usd(stage))
+    out.estimate = with_spot_policy(run, out.estimate, catalog, ranker=ranker, stage_limits=stage_max_usd(stage),
+                                    replan=replan)
     if out.warnings:  # printed with the estimate's own
         out.estimate = replace(out.estimate, warnings=[*out.warnings, *out.estimate.warnings])
     out.checked.append("the planner (fit, MaxRuntime/MaxWait, budget) and the hyperparameters' limits")

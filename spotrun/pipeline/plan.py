@@ -123,6 +123,7 @@ def plan(run_raw: Any, execution: str, settings: PipelineSettings, *, s3_client:
                 over_budget = exc
             else:
                 est = with_spot_policy(done.run, done.estimate, admitted.catalog, **poll, ranker=ranker,
+                                       replan=done.replan,
                                        stage_limits={settings.stage or "?": settings.max_usd_per_run})
         # before a preparation job too, so that it bills nothing for a run these refuse; and before an over-budget
         # refusal, on the planner's estimate

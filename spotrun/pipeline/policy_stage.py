@@ -6,10 +6,12 @@ spotrun/planner/segments.py `finish_cap_usd`, and the deadline warning's cap).""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
+from ..contract.refusal import Refusal
 from ..planner.catalog import usd
-from ..planner.estimate import DEADLINE_MISSED, DEADLINE_MISSED_ACCEPTED, Estimate
+from ..planner.estimate import DEADLINE_MISSED, DEADLINE_MISSED_ACCEPTED, Estimate, LayoutCost
 from ..planner.options import SPOT_ADVICE
 from ..policy import choose
 from ..policy.decision import starts_on_spot
@@ -26,19 +28,41 @@ def layout_ranker(catalog: dict, *, poll_s: float = 60.0, max_poll_s: float = 4 
 def with_spot_policy(run: Any, est: Estimate, catalog: dict, *, poll_s: float = 60.0,
                      max_poll_s: float = 4 * 3600.0, n: int = choose.N_TRACES,
                      ranker: choose.LayoutRanker | None = None,
-                     stage_limits: dict[str, float] | None = None) -> Estimate:
+                     stage_limits: dict[str, float] | None = None,
+                     replan: Callable[[float, LayoutCost], Estimate] | None = None) -> Estimate:
     """The estimate with its spot policy and the caps it names (spotrun/policy/choose.py `spot_policy_at_caps` on
     `n` traces: one call into the policy) and the policy's warnings after its own: a new Estimate, `est`
     unchanged. `spotrun estimate` shares this stage. `ranker`: the `layout_ranker` the planner chose the layout
     with (its simulations reused). `stage_limits`: stage -> its max_usd_per_run, where known (the stage's
-    settings; the CLI's stacks/config.py): a cap to set over one is said (`cap_to_set_over_limit`)."""
-    chosen = choose.spot_policy_at_caps(run, est, catalog, poll_s=poll_s, max_poll_s=max_poll_s, n=n,
-                                        simulations=ranker.store if ranker is not None else None)
+    settings; the CLI's stacks/config.py): a cap to set over one is said (`cap_to_set_over_limit`).
+    `replan(cap, layout_cost)`: the planner's estimate of the run at another budget.max_usd on the same sources,
+    its layouts ranked by `layout_cost`; where the planner ranked the layouts by their spot policy (`ranker` asked),
+    the cap to set is the one at which they rank the same (spotrun/policy/choose.py `_settled_layout`)."""
+    poll = {"poll_s": poll_s, "max_poll_s": max_poll_s, "n": n}
+    ranked = replan is not None and ranker is not None and ranker.asked > 0 and _auto_layout(run)
+    chosen = choose.spot_policy_at_caps(run, est, catalog, **poll,
+                                        simulations=ranker.store if ranker is not None else None,
+                                        replan=(lambda cap: _ranked_at(replan, cap, catalog, poll)) if ranked else None)
     warnings = [*est.warnings, *chosen.warnings, *_starts_on_demand(run, chosen.section),
                 *tail_over_on_demand(run, est, chosen.section),
                 *cap_to_set_over_limit(chosen.section, stage_limits or {})]
     return dataclasses.replace(est, spot_policy=chosen.section, warnings=_missed_once(warnings, chosen),
                                advice=_market_advice(run, est, chosen.section))
+
+
+def _auto_layout(run: Any) -> bool:
+    """Whether the planner chooses the run's layout (compute.instance_type or instance_count auto)."""
+    return run.compute.instance_type == "auto" or run.compute.instance_count is None
+
+
+def _ranked_at(replan: Callable[[float, LayoutCost], Estimate], cap: float, catalog: dict,
+               poll: dict) -> Estimate | None:
+    """The estimate at `cap` with its layouts ranked as a fresh estimate ranks them (a new ranker: its own budget of
+    windows; the simulations made already reused through the enclosing store), or None where it refuses."""
+    try:
+        return replan(cap, layout_ranker(catalog, **poll))
+    except Refusal:
+        return None
 
 
 def _market_advice(run: Any, est: Estimate, section) -> list[str]:

@@ -27,6 +27,9 @@ class Planned:
     model_config: dict | None
     tokens: int | None
     shape: str | None
+    # (cap, layout_cost) -> the estimate of `run` at that budget.max_usd on the same sources, its layouts ranked by
+    # `layout_cost` (the policy stage ranks them at the cap to set: spotrun/pipeline/policy_stage.py)
+    replan: Callable[[float, LayoutCost | None], Estimate] | None = None
 
 
 def planned(run: RunSpec, *, catalog: dict, s3_client: Any, rates: dict[str, float] | None,
@@ -43,10 +46,13 @@ def planned(run: RunSpec, *, catalog: dict, s3_client: Any, rates: dict[str, flo
     config = run.model.config or sources.model_config
     shape = shape_key(config) if config else None
     measured = mfu_lookup(shape, run.training.method) if (mfu_lookup and shape) else None
-    est = estimate(run, catalog=catalog, model_config=sources.model_config, data_tokens=sources.tokens,
-                   recorded_rates=rates, recorded_mfu=measured, recorded_waits=waits,
-                   validation_tokens=sources.validation_tokens, base_name=base_name, layout_cost=layout_cost)
-    return Planned(run, est, sources.model_config, sources.tokens, shape)
+    def replan(cap: float, cost: LayoutCost | None) -> Estimate:
+        return estimate(dataclasses.replace(run, max_usd=cap), catalog=catalog, model_config=sources.model_config,
+                        data_tokens=sources.tokens, recorded_rates=rates, recorded_mfu=measured,
+                        recorded_waits=waits, validation_tokens=sources.validation_tokens, base_name=base_name,
+                        layout_cost=cost)
+
+    return Planned(run, replan(run.max_usd, layout_cost), sources.model_config, sources.tokens, shape, replan)
 
 
 def smallest_cap(run: RunSpec, tokens: int, *, catalog: dict, s3_client: Any) -> float:

@@ -45,7 +45,7 @@ from ..planner.segments import (
 from ..planner.ties import NOISE_SES, by_tail, paired_se, se_of_mean, unresolved
 from ..planner.topology import step_seconds
 from ..seams import SpotPolicy
-from . import Summary, compare
+from . import Summary, compare, executed
 from .availability import HELD_OUT_OVER_AT_CAP_POINTS, mean_down_s
 from .decision import DEADLINE_RULES, RULES, sentinel_room_s, sentinel_settings
 from .engine import INF, SimPlan
@@ -501,7 +501,8 @@ class CappedChoice:
 
 
 def spot_policy_at_caps(run, est, catalog: dict, *, poll_s: float = 60.0, max_poll_s: float = 4 * 3600.0,
-                        n: int = N_TRACES, simulations: dict | None = None) -> CappedChoice:
+                        n: int = N_TRACES, simulations: dict | None = None,
+                        replan: Callable[[float], object] | None = None) -> CappedChoice:
     """The run's spot policy (`spot_policy` on `n` traces, looked up when called: the replay tests stand a cached
     one in) at the cap set, and the caps the section names, each from the choice at another cap: the estimate
     step's one call into the policy.
@@ -516,19 +517,35 @@ def spot_policy_at_caps(run, est, catalog: dict, *, poll_s: float = 60.0, max_po
       (`_deadline_cap`), at least the P95 finish cap of the run as one job.
     A cap that binds costs a second simulation (the run as one job), a deadline warning up to DEADLINE_CAP_TRIES
     more; a cap whose plan (its chain's length) was simulated already reuses that simulation
-    (`shared_simulations`, from `simulations` where the planner's layouts compared made them: `LayoutRanker`)."""
+    (`shared_simulations`, from `simulations` where the planner's layouts compared made them: `LayoutRanker`).
+
+    `replan(cap)`: the estimate of the run at another cap with its layouts ranked there (None where it refuses),
+    given where the planner ranks layouts by their spot policy (a spot run with a deadline and an auto layout): the
+    cap to set is then the one at which the estimate takes the layout it was searched on (`_settled_layout`)."""
     poll = {"poll_s": poll_s, "max_poll_s": max_poll_s, "n": n}
     alone = functools.cache(lambda: spot_policy(*_at_cap(run, est, math.inf), catalog, **poll))
     alone_finish = functools.cache(lambda: _finish_cap(est, alone(), poll_s))
     named: list[float] = []  # the deadline warning's cap, when it names one
-    proven: list[Summary] = []  # the chosen policy's row simulated at the cap to set (`_settled_cap`)
+    proven: list[Summary | dict] = []  # the chosen policy's row simulated at the cap to set (`_settled_cap`)
     to_the_cent: list[bool] = []  # whether that search ended to the cent
+    moved: list[str] = []  # the layout the estimate takes at the cap to set, where it is not `est`'s
+
+    def across_layouts(cap: float, row: Summary | dict | None, exact: bool) -> tuple[float, Summary | dict | None,
+                                                                                     bool]:
+        # the cap to set of the layout the estimate takes at `cap` (`_settled_layout`): the same where it is est's
+        if replan is None or row is None:
+            return cap, row, exact
+        other = _settled_layout(run, est, catalog, poll, cap, replan)
+        if other is None:
+            return cap, row, exact
+        moved[:] = [other[3]]
+        return other[:3]
 
     def deadline_cap(p95: float) -> float:
         # at least the cap to set of the run as one job: one cap meets the deadline and finishes at the P95
         cap = _deadline_cap(run, est, catalog, max(p95, alone_finish()), poll, alone())
         # proven on simulations at it, and the least that holds (a cap a cent under it meets the deadline less)
-        settled, row, exact = _settled_cap(run, est, catalog, poll, cap, alone(), least=True)
+        settled, row, exact = across_layouts(*_settled_cap(run, est, catalog, poll, cap, alone(), least=True))
         if row is not None:
             cap, proven[:], to_the_cent[:] = settled, [row], [exact]
         named.append(cap)
@@ -546,21 +563,24 @@ def spot_policy_at_caps(run, est, catalog: dict, *, poll_s: float = 60.0, max_po
             cap = deadline_cap(one_job.meeting_p95_usd)
             label, odds = min((r["p95_usd"], r["label"], r["p_deadline"]) for r in one_job.section.policies
                               if r["p_deadline"] is not None and r["p_deadline"] >= CONFIDENCE)[1:]
-            if proven:  # the policy the cap was proven for, as the last line names it (one policy for one cap)
+            lets = "a cap of ${cap:,.2f} lets the estimate choose a policy that meets it"
+            if proven and moved:  # proven on the layout the estimate takes there, with its odds there
+                lets += (f": {_row_label(proven[-1])} on {moved[-1]} (the layouts ranked at that cap), on "
+                         f"{_row_value(proven[-1], 'p_deadline'):.1%} simulated at it")
+            elif proven:  # the policy the cap was proven for, as the last line names it (one policy for one cap)
                 label, odds = proven[-1].label, _chosen_p_deadline(one_job, proven[-1].label)
             missed = (f"compute.deadline_hours={deadline_hours_text(run.compute.deadline_s)}: within the "
                       f"${run.max_usd:,.2f} cap no policy meets it on {CONFIDENCE:.0%} of the traces "
                       f"({choice.section.chosen} on "
                       f"{_chosen_p_deadline(choice):.1%}); "
-                      f"as one job {label} meets it on {odds:.1%}: a cap of ${cap:,.2f} lets the estimate choose "
-                      "a policy that meets it")
+                      f"as one job {label} meets it on {odds:.1%}: {lets.format(cap=cap)}")
         finish = _finish_cap(est, one_job, poll_s, also=choice.section.policy)
         kept = [] if named else _deadline_odds_kept(run, est, catalog, finish, poll, one_job)
         if kept:
             finish = kept[0]
         if not named:  # the cap to set, proven on simulations at it (with a deadline, the least that holds)
-            finish, row, exact = _settled_cap(run, est, catalog, poll, finish, one_job,
-                                              least=run.compute.deadline_s is not None)
+            finish, row, exact = across_layouts(*_settled_cap(run, est, catalog, poll, finish, one_job,
+                                                              least=run.compute.deadline_s is not None))
             proven[:], to_the_cent[:] = ([], []) if row is None else ([row], [exact])
         elif proven:  # the deadline warning's cap, proven: the cap to set, which the finish cap is not over
             finish = min(finish, named[-1])
@@ -570,10 +590,12 @@ def spot_policy_at_caps(run, est, catalog: dict, *, poll_s: float = 60.0, max_po
                                   p95_on_demand_finish_cap_usd=_on_demand_finish_cap(est, one_job),
                                   deadline_cap_usd=named[-1] if named else None,
                                   p95_finish_keeps_deadline=bool(kept) and not proven,
-                                  cap_to_set_row=_rounded(proven[-1]) if proven else None,
-                                  cap_to_set_least=bool(to_the_cent and to_the_cent[-1]))
+                                  cap_to_set_row=_row_dict(proven[-1]) if proven else None,
+                                  cap_to_set_least=bool(to_the_cent and to_the_cent[-1]),
+                                  cap_to_set_layout=moved[-1] if moved else None)
     section = dataclasses.replace(section, cap_to_set_usd=section.deadline_cap_usd or section.p95_finish_cap_usd)
-    section = _one_job_beside(est, section)
+    if not moved:  # (the chain at the cap to set is the other layout's where it moved)
+        section = _one_job_beside(est, section)
     own = [missed if w == choice.missed else w for w in choice.warnings]
     # one warning names the cap to set: where the deadline's already does, the cap's own would say it twice
     named_in = section.cap_to_set_usd is not None and any(f"${section.cap_to_set_usd:,.2f}" in w for w in own)
@@ -684,7 +706,13 @@ def _settled_cap(run, est, catalog: dict, poll: dict, cap: float, one_job: Polic
     def row_at(at: float) -> Summary:  # the chosen policy's row at the cap
         return _simulated(*_at_cap(run, est, at), catalog, [candidate], **sim)[1][0]
 
-    def row_holds(at: float) -> Summary | None:  # where it keeps the odds, and likely stays the choice
+    # without a deadline the share that finishes decides: a cap that ends too many runs unfinished is told by the
+    # traces likeliest to end so, executed first (`_Unfinished`)
+    unfinished = None if deadline else _Unfinished(run, est, catalog, candidate, sim, need)
+
+    def row_holds(at: float) -> Summary | bool | None:  # where it keeps the odds, and likely stays the choice
+        if unfinished is not None:  # (True: it holds; its row is simulated by the full check, `holds`)
+            return None if unfinished.too_many(at) else True
         row = row_at(at)
         # a mean over the rival's by less than the simulation resolves is a tie the lower P95 may win (`by_tail`):
         # the full check (`holds`) decides
@@ -728,6 +756,43 @@ def _settled_cap(run, est, catalog: dict, poll: dict, cap: float, one_job: Polic
     return _bisect(failed, high, checked, holds, more)
 
 
+class _Unfinished:
+    """Without a deadline, whether a cap ends more of the chosen policy's runs unfinished than `need` allows, told
+    by the traces likeliest to (those a cap tried ended unfinished, and those whose bill as one uncapped job is the
+    highest), executed alone first: where more than allowed end unfinished among them, the cap fails on them alone,
+    exactly (the other traces can only add to them); otherwise the other traces are executed too.
+    The search of the cap to set without a deadline ran the row on every trace a dozen times (llama3-8b: 5.6 s of
+    CPU), and about half its caps fail."""
+
+    def __init__(self, run, est, catalog: dict, candidate: tuple[str, str], sim: dict, need: float):
+        self.run, self.est, self.catalog, self.candidate, self.sim = run, est, catalog, candidate, sim
+        # the run as one job, uncapped (the estimate simulated it already: reused), its costliest traces first
+        bills = _simulated(*_at_cap(run, est, math.inf), catalog, [candidate], **sim)[1][0].bills
+        self.n = len(bills)
+        self.allowed = self.n - math.ceil(round(need * self.n, 9))  # unfinished runs the share allows
+        self.likely = sorted(range(self.n), key=lambda i: -bills[i])[:max(10, 5 * self.allowed)]
+
+    def too_many(self, at: float) -> bool:
+        run, est = _at_cap(self.run, self.est, at)
+        plan = run_plan(run, est, self.catalog, poll_s=self.sim["poll_s"], max_poll_s=self.sim["max_poll_s"])
+        if traces_for_estimate(plan, est.interruptions_per_hour, self.sim["n"], est.mean_wait_seconds) != self.n:
+            return False  # (not the traces the row is simulated on: the row decides)
+        spec = TraceSpec(interruptions_per_hour=est.interruptions_per_hour, horizon_s=horizon_s(plan),
+                         **ESTIMATE_TRACES, mean_wait_s=est.mean_wait_seconds)
+        key, shared = ("traces", spec, self.n, self.sim["seed"]), _SHARED.get()
+        traces = shared[key] if shared is not None and key in shared else generated_traces(spec, self.n,
+                                                                                            self.sim["seed"])
+        its, ended = policy_plans(run, est, plan)(self.candidate[0]), []
+        first = set(self.likely)
+        for which in (self.likely, [i for i in range(self.n) if i not in first]):
+            tallies = executed(its, [traces[i] for i in which], *self.candidate)
+            ended += [i for i, t in zip(which, tallies, strict=True) if not t.finished]
+            if len(ended) > self.allowed:
+                break
+        self.likely = [*ended, *(i for i in self.likely if i not in set(ended))]
+        return len(ended) > self.allowed
+
+
 def _bisect(fails: float, holds_at: float, row: Summary, holds: Callable[[float], Summary | None],
             more: Callable[[], bool] = lambda: True) -> tuple[float, Summary, bool]:
     """The least cap, to the cent, in (fails, holds_at] at which `holds`, by bisection while `more()` allows:
@@ -741,6 +806,59 @@ def _bisect(fails: float, holds_at: float, row: Summary, holds: Callable[[float]
         else:
             hi, row = mid, there
     return hi / 100, row, hi - lo <= 1
+
+
+LAYOUT_SETTLE_TRIES = 3  # layouts the cap to set is searched on at most (`_settled_layout`)
+
+
+def layout_words(est) -> str:
+    """An estimate's layout as the text names it: '1 x ml.p5.48xlarge'."""
+    return f"{est.instance_count} x {est.instance_type}"
+
+
+def _layout_key(est) -> tuple:
+    return est.instance_type, est.instance_count, est.sharding, est.shard_group_nodes
+
+
+def _settled_layout(run, est, catalog: dict, poll: dict, cap: float,
+                    replan: Callable[[float], object]) -> tuple[float, dict, bool, str] | None:
+    """Where the planner ranks the layouts by their spot policy's simulated bill at the run's cap
+    (spotrun/planner/estimate.py `_by_policy`), the cap to set of `est`'s layout (`cap`) can bring another layout
+    (a new user: 8B, 12 h, $445.38 named on 2 x ml.g6e.48xlarge; at it the estimate chose 1 x ml.p5.48xlarge and
+    named $399.83). The layouts are ranked at `cap` (`replan`): None where the estimate there takes `est`'s layout
+    (`cap` holds); else that layout's cap to set, searched on it as on `est`'s (`spot_policy_at_caps` at `cap`),
+    and ranked again there, up to LAYOUT_SETTLE_TRIES layouts: (that cap, its chosen policy's row there, whether
+    it is the least to the cent, the layout in words) where the estimate at it takes the layout it was searched on.
+    Where none settles (the estimate refuses a cap, names none, or the layouts cycle), `cap` is kept: None."""
+    layout, found, tried = _layout_key(est), None, {_layout_key(est)}
+    for _ in range(LAYOUT_SETTLE_TRIES):
+        there = replan(cap)
+        if there is None:
+            return None
+        if _layout_key(there) == layout:
+            return found
+        if _layout_key(there) in tried:
+            return None
+        at = spot_policy_at_caps(dataclasses.replace(run, max_usd=cap), there, catalog, **poll).section
+        if at.cap_to_set_usd is None or at.cap_to_set_row is None:
+            return None
+        layout, cap = _layout_key(there), at.cap_to_set_usd
+        tried.add(layout)
+        found = (cap, at.cap_to_set_row, at.cap_to_set_least, layout_words(there))
+    return None
+
+
+def _row_dict(row: Summary | dict) -> dict:
+    """A policy row as the section holds it (rounded): from a Summary, or already one (another layout's)."""
+    return row if isinstance(row, dict) else _rounded(row)
+
+
+def _row_label(row: Summary | dict) -> str:
+    return _row_dict(row)["label"]
+
+
+def _row_value(row: Summary | dict, key: str):
+    return _row_dict(row)[key]
 
 
 def _finish_cap(est, one_job: PolicyChoice, poll_s: float, also: str = "") -> float:
@@ -802,14 +920,22 @@ def _under_finish_cap(cap_usd: float, finish_usd: float, section: SpotPolicy) ->
         if not lower:  # money alone: the odds here are as good or better (a user was pushed to worse odds)
             return [f"budget.max_usd=${cap_usd:,.2f} is under the cap to set, ${finish_usd:,.2f}: at this cap "
                     f"{_shares_text(here, deadline)} of the estimate's traces at a mean bill of "
-                    f"${here['mean_usd']:,.2f}; at ${finish_usd:,.2f} the estimate chooses {proven['label']}, whose "
+                    f"${here['mean_usd']:,.2f}; at ${finish_usd:,.2f} the estimate chooses {proven['label']}"
+                    f"{_on_layout(section)}, whose "
                     f"mean bill is ${proven['mean_usd']:,.2f} ({_shares_text(proven, deadline)}): set "
                     f"${finish_usd:,.2f} for the lower expected bill, or keep this cap for these odds"]
     there = "" if proven is None else f" ({_shares_text(proven, deadline)}, simulated at it)"
     return [f"budget.max_usd=${cap_usd:,.2f} is under the cap to set, ${finish_usd:,.2f}: at this cap "
             f"{_shares_text(here, deadline)} of the estimate's traces; set ${finish_usd:,.2f} for "
-            f"{(proven or {}).get('label', section.p95_finish_policy)}'s run as the estimate simulated it{there}"
+            f"{(proven or {}).get('label', section.p95_finish_policy)}'s run{_on_layout(section)} as the estimate "
+            f"simulated it{there}"
             + (f". {BINDING_CAP_ODDS}" if deadline else "")]
+
+
+def _on_layout(section: SpotPolicy) -> str:
+    """Where the estimate at the cap to set takes another layout than this one (`_settled_layout`): which."""
+    layout = section.cap_to_set_layout
+    return f" on {layout} (the layouts ranked at that cap)" if layout else ""
 
 
 def _shares_text(row: dict, deadline: bool) -> str:
@@ -1000,7 +1126,8 @@ def settings_lines(section: SpotPolicy) -> list[str]:
     lines = [sentinel_text(section)]
     if section.deadline_cap_usd is not None and section.cap_to_set_row is not None:  # searched on simulations
         lines.append(f"  the cap to set: ${section.deadline_cap_usd:,.2f} ({AT_THIS_CAP}): {_least_text(section)} at "
-                     f"which the estimate simulated at it chooses {section.cap_to_set_row['label']} and "
+                     f"which the estimate simulated at it chooses {section.cap_to_set_row['label']}"
+                     f"{_on_layout(section)} and "
                      f"{_proven_text(section)} (the deadline warning's cap)")
     elif section.deadline_cap_usd is not None:  # the deadline warning's cap, at least the finish cap
         lines.append(f"  the cap to set: ${section.deadline_cap_usd:,.2f} ({AT_THIS_CAP}): the estimate then chooses a "
@@ -1009,7 +1136,8 @@ def settings_lines(section: SpotPolicy) -> list[str]:
                      f"${section.p95_finish_cap_usd:,.2f})")
     elif section.cap_to_set_row is not None and section.confidence is not None:  # searched on simulations
         lines.append(f"  the cap to set: ${section.p95_finish_cap_usd:,.2f} ({AT_THIS_CAP}): {_least_text(section)} at "
-                     f"which the estimate simulated at it chooses {section.cap_to_set_row['label']} and "
+                     f"which the estimate simulated at it chooses {section.cap_to_set_row['label']}"
+                     f"{_on_layout(section)} and "
                      f"{_proven_text(section)}")
     elif section.p95_finish_keeps_deadline:  # raised to one job: a chain's restarts lower the deadline's odds
         lines.append(f"  the cap to set: ${section.p95_finish_cap_usd:,.2f} ({AT_THIS_CAP}): the run is one job, so it "

@@ -1,7 +1,8 @@
 """Issue #26, 'the odds we print are the odds the run gets', a new user's third trial: the cap to set is a fixed
-point. Estimated again at the cap C it names, the estimate chooses the same layout and policy, with the odds the
-chooser requires (or the run's own where those are below them), gives no 'under the cap to set' warning and names C
-again; a cent under C, a warning is printed only where the user loses odds or money there, once, and what it states
+point. Estimated again at the cap C it names, the estimate chooses the same layout (or, with an auto layout and a
+deadline, the one it names with C: the layouts are ranked at C) and policy, with the odds the chooser requires
+(or the run's own where those are below them), gives no 'under the cap to set' warning and names C again; a cent
+under C, a warning is printed only where the user loses odds or money there, once, and what it states
 is what the simulation at that cap showed. Every figure compared is read from the estimate's own output."""
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from spotrun.planner.estimate import EstimateRefused
 from spotrun.policy.choose import CONFIDENCE, policy_text
 
 from .test_new_users_trial import _with
+from .test_the_odds_we_print import LLAMA_70B
 
 ROOT = Path(__file__).parents[2]
 UNDER = "is under the cap to set"
@@ -31,6 +33,11 @@ def _llama(**compute) -> dict:
     if "deadline_hours" in compute:
         run["compute"].pop("accepted_delay_hours")
     return _with(run, compute=compute)
+
+
+def _llama70(**compute) -> dict:
+    """The 8B example with Llama 3 70B's shape (a new user's 70B trial)."""
+    return _with(_llama(**compute), model={"config": LLAMA_70B})
 
 
 def _qwen(**compute) -> dict:
@@ -62,13 +69,18 @@ def _layout(est) -> str:
 
 
 def _assert_fixed_point(tmp_path: Path, run: dict, start_cap: float) -> None:
-    first, _ = _estimate(tmp_path, run, start_cap)
+    first, first_text = _estimate(tmp_path, run, start_cap)
     named = first.spot_policy.cap_to_set_usd
     proven = first.spot_policy.cap_to_set_row
     assert named is not None and proven is not None, first.spot_policy
+    # the layout the estimate takes at the cap to set: this one, or the one the cap to set's line names
+    layout = getattr(first.spot_policy, "cap_to_set_layout", None) or _layout(first)  # (not on older sections)
+    if layout != _layout(first):
+        assert f" on {layout} " in first_text.splitlines()[-1], first_text
     there, text = _estimate(tmp_path, run, named)
     section = there.spot_policy
-    assert _layout(there) == _layout(first), (named, _layout(first), _layout(there))
+    assert _layout(there) == layout, (named, layout, _layout(there))
+    assert getattr(section, "cap_to_set_layout", None) is None, section
     assert section.chosen == proven["label"], (named, section.chosen, proven)
     key, row = _key(section), _chosen_row(section)
     assert row[key] >= CONFIDENCE or row[key] == proven[key], (named, row, proven)
@@ -104,6 +116,18 @@ FIXED_POINT_CASES = {
     "llama3-8b 12 h p5": (_llama(deadline_hours=12, instance_type="ml.p5.48xlarge", instance_count=1), 200),
     "llama3-8b 12.8 h p5": (_llama(deadline_hours=12.8, instance_type="ml.p5.48xlarge", instance_count=1), 2500),
     "llama3-8b 10.05 h auto": (_llama(deadline_hours=10.05), 2500),  # the planner's layout: 1 x ml.p5.48xlarge
+    # an auto layout with a deadline: the layouts are ranked at the cap, so at the cap to set too (a new user: 12 h
+    # at $200 named $445.38 on 2 x ml.g6e.48xlarge; at it the estimate chose 1 x ml.p5.48xlarge and named $399.83)
+    "llama3-8b 10.05 h auto, cap under": (_llama(deadline_hours=10.05), 200),
+    "llama3-8b 12 h auto, cap under": (_llama(deadline_hours=12), 200),
+    "llama3-8b 12 h auto, at the cap once named": (_llama(deadline_hours=12), 445.38),
+    "llama3-8b 12 h auto, cap over": (_llama(deadline_hours=12), 2500),
+    "llama3-8b 12.8 h auto, cap under": (_llama(deadline_hours=12.8), 200),
+    "llama3-8b 12.8 h auto, cap over": (_llama(deadline_hours=12.8), 2500),
+    "llama3-8b 24 h auto, cap under": (_llama(deadline_hours=24), 200),
+    "llama3-8b 24 h auto, cap over": (_llama(deadline_hours=24), 2500),
+    "llama3-70b 8 h auto, cap under": (_llama70(deadline_hours=8), 4900),
+    "llama3-70b 8 h auto, cap over": (_llama70(deadline_hours=8), 20000),
 }
 
 
