@@ -1,0 +1,55 @@
+"""Issue #26, 'what the user is told vs what happens': an OverBudget refusal names caps that hold what it says.
+The qwen2 example refused at $0.72 named $0.73 'the smallest cap whose chain finishes'; at $0.73 the estimate's own
+simulation ended every run at the cap, the uninterrupted one too: the simulator spread the job's billed end over
+the planned steps (0.586 s a step for a 0.537 s step), so the first job committed 867 steps where the planner's
+chain counted 947, and the guard's chain from there no longer fitted. Every figure compared here is read from the
+estimate's own output at the cap the refusal names."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from spotrun.cli.estimate import check_file
+from spotrun.planner.estimate import DEFAULT_PRICE_REGION, load_catalog, regional_catalog
+from spotrun.policy import choose
+from spotrun.policy.engine import INF
+from spotrun.policy.execution import execute
+
+from .test_new_users_trial import _cli, _with
+
+ROOT = Path(__file__).parents[2]
+EXAMPLES = ("qwen2-0.5b-full-small", "mistral-7b-lora", "llama3-8b-full")
+
+
+def _example(name: str, cap: float | None = None) -> dict:
+    run = json.loads((ROOT / "examples/runs" / f"{name}.json").read_text())
+    run["compute"].pop("accepted_delay_hours", None)
+    return run if cap is None else _with(run, budget={"max_usd": cap})
+
+
+def _smallest(tmp_path, capsys, name: str) -> float:
+    code, doc = _cli(tmp_path, capsys, "estimate", _example(name, 5000))
+    assert code == 0, doc
+    return doc["segments"]["min_cap_usd"]
+
+
+def _uninterrupted_finishes(tmp_path: Path, run: dict) -> bool:
+    """The estimate's simulation of `run` on a trace where spot never goes away: the chosen policy finishes."""
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(run))
+    out = check_file(path, None, plan=True)
+    section = out.estimate.spot_policy
+    plan = choose.run_plan(out.run, out.estimate, regional_catalog(load_catalog(), DEFAULT_PRICE_REGION))
+    return execute(plan, [(0.0, INF)], section.policy, section.checkpointing).tally.finished
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_at_the_smallest_cap_whose_chain_finishes_the_uninterrupted_run_finishes(tmp_path, capsys, name):
+    smallest = _smallest(tmp_path, capsys, name)
+    code, doc = _cli(tmp_path, capsys, "estimate", _example(name, round(smallest - 0.01, 2)))
+    assert (code, doc["error"]) == (3, "OverBudget"), doc
+    assert f"the smallest cap whose chain finishes is ${smallest:,.2f}" in doc["message"], doc["message"]
+    assert _uninterrupted_finishes(tmp_path, _example(name, smallest))
