@@ -8,6 +8,7 @@ estimate's own output at the cap the refusal names."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -44,6 +45,36 @@ def _uninterrupted_finishes(tmp_path: Path, run: dict) -> bool:
     section = out.estimate.spot_policy
     plan = choose.run_plan(out.run, out.estimate, regional_catalog(load_catalog(), DEFAULT_PRICE_REGION))
     return execute(plan, [(0.0, INF)], section.policy, section.checkpointing).tally.finished
+
+
+def _row(doc: dict) -> dict:
+    policy = doc["spot_policy"]
+    return next(r for r in policy["policies"] if r["label"] == policy["chosen"])
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_a_refusal_a_cent_under_names_caps_whose_simulation_holds_its_words(tmp_path, capsys, name):
+    """llama3-8b-full refused at $153.57 named $153.58, where 58.4% of the simulated runs finish, and not the cap
+    to set ($164.09); mistral-7b-lora named $12.39 (53.8%), not $12.98. Now the refusal says both, each with the
+    odds the estimate there shows, and the uninterrupted run at the smallest cap finishes."""
+    smallest = _smallest(tmp_path, capsys, name)
+    code, doc = _cli(tmp_path, capsys, "estimate", _example(name, round(smallest - 0.01, 2)))
+    assert (code, doc["error"]) == (3, "OverBudget"), doc
+    message = doc["message"]
+    said = re.search(r"the smallest cap whose chain finishes is \$([0-9.,]+) \(the planner's chain\): simulated "
+                     r"there, the run finishes uninterrupted and ([0-9.]+)% of its 1,000 simulated runs finish; the "
+                     r"cap to set is \$([0-9.,]+): simulated at it, the estimate chooses (.+?) and ([0-9.]+)% of its",
+                     message)
+    assert said, message
+    assert float(said[1]) == smallest
+    assert _uninterrupted_finishes(tmp_path, _example(name, smallest))
+    to_set = float(said[3].replace(",", ""))
+    assert to_set > smallest and doc["estimate"]["spot_policy"]["cap_to_set_usd"] == to_set, doc["estimate"]
+    for cap, odds, chosen in ((smallest, said[2], None), (to_set, said[5], said[4])):
+        code, there = _cli(tmp_path, capsys, "estimate", _example(name, cap))
+        assert code == 0, there
+        assert f"{_row(there)['p_finished']:.1%}" == f"{odds}%", (cap, there["spot_policy"])
+        assert chosen is None or there["spot_policy"]["chosen"] == chosen
 
 
 @pytest.mark.parametrize("name", EXAMPLES)
