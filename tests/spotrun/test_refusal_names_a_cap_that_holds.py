@@ -84,3 +84,23 @@ def test_at_the_smallest_cap_whose_chain_finishes_the_uninterrupted_run_finishes
     assert (code, doc["error"]) == (3, "OverBudget"), doc
     assert f"the smallest cap whose chain finishes is ${smallest:,.2f}" in doc["message"], doc["message"]
     assert _uninterrupted_finishes(tmp_path, _example(name, smallest))
+
+
+def test_a_cap_to_set_over_the_on_demand_bill_is_said_with_what_bounds_the_run_for_less(tmp_path, capsys):
+    """llama3-8b-full with a 12 h deadline and no on-demand fallback named $344.52 to set, over the $322.52 the run
+    bills on-demand, for one trace in 1,000 more meeting the deadline, without a word. With the fallback the cap to
+    set is within what on-demand from the start needs, and nothing is said."""
+    run = _example("llama3-8b-full")
+    warned = []
+    for fallback in (False, True):
+        code, doc = _cli(tmp_path, capsys, "estimate", _with(run, compute={"deadline_hours": 12,
+                                                                            "on_demand_fallback": fallback}))
+        assert code == 0, doc
+        to_set, on_demand = doc["spot_policy"]["cap_to_set_usd"], doc["cost_usd"]["on_demand"]
+        said = [w for w in doc["warnings"] if w.startswith(f"the cap to set, ${to_set:,.2f}, is over the run's "
+                                                            f"on-demand bill, ${on_demand:,.2f}")]
+        warned.append((to_set > on_demand, said))
+    (over, said), (_, with_fallback) = warned
+    assert over and len(said) == 1, warned
+    assert "compute.spot=false" in said[0] and "compute.on_demand_fallback=true" in said[0], said
+    assert with_fallback == [], with_fallback
