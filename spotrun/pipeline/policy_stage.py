@@ -187,7 +187,10 @@ def cap_to_set_over_on_demand(run: Any, est: Estimate, section) -> list[str]:
     fallback = "" if run.compute.on_demand_fallback else (
         "; or compute.on_demand_fallback=true, which lets a late or stranded run finish on on-demand (estimate "
         "again: its cap to set can be lower)")
+    row = next(r for r in section.policies if r["label"] == section.chosen)
+    mean = ", at a higher mean bill" if on_demand > row["mean_usd"] else ", at no higher mean bill"
     return [f"the cap to set, ${to_set:,.2f}, is over the run's on-demand bill, {usd(on_demand)} (one "
             f"uninterrupted job on {est.instance_count} x {est.instance_type}): it is held for the few spot runs "
-            f"that wait and are interrupted the most; cheaper to bound: compute.spot=false, billed "
-            f"{usd(on_demand)} with no interruptions under a cap of ${od_cap:,.2f}{fallback}"]
+            f"that wait and are interrupted the most, while {section.chosen}'s simulated mean bill is "
+            f"{usd(row['mean_usd'])}; a lower bound{mean}: compute.spot=false, billed {usd(on_demand)} "
+            f"with no interruptions under a cap of ${od_cap:,.2f}{fallback}"]
