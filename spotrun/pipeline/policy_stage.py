@@ -172,6 +172,9 @@ def _odds(row: dict, section) -> str:
     return odds
 
 
+OVER_ON_DEMAND = "is over the run's on-demand bill"  # `cap_to_set_over_on_demand`'s words
+
+
 def cap_to_set_over_on_demand(run: Any, est: Estimate, section) -> list[str]:
     """A warning when a spot run's cap to set (the spot policy's last line) is over the run's on-demand bill (the
     cost row's on-demand figure, one uninterrupted job): the cap is then held for the rare runs that wait and are
@@ -189,7 +192,7 @@ def cap_to_set_over_on_demand(run: Any, est: Estimate, section) -> list[str]:
         "again: its cap to set can be lower)")
     row = next(r for r in section.policies if r["label"] == section.chosen)
     mean = ", at a higher mean bill" if on_demand > row["mean_usd"] else ", at no higher mean bill"
-    return [f"the cap to set, ${to_set:,.2f}, is over the run's on-demand bill, {usd(on_demand)} (one "
+    return [f"the cap to set, ${to_set:,.2f}, {OVER_ON_DEMAND}, {usd(on_demand)} (one "
             f"uninterrupted job on {est.instance_count} x {est.instance_type}): it is held for the few spot runs "
             f"that wait and are interrupted the most, while {section.chosen}'s simulated mean bill is "
             f"{usd(row['mean_usd'])}; a lower bound{mean}: compute.spot=false, billed {usd(on_demand)} "

@@ -352,7 +352,8 @@ class Run:
             spent += job.billed * (p.on_demand_usd_per_h - p.spot_usd_per_h)
         if self._seen[0] != self.committed:  # the checkpoint's step, as the guard reads it, when it changed
             steps = p.steps
-            self._seen = (self.committed, committed_progress_s(trainer_step(p, self.committed), p.work_s, steps))
+            self._seen = (self.committed, committed_progress_s(checkpoint_step(self.committed, p.work_s, steps),
+                                                               p.work_s, steps))
         return Observation(elapsed_s=now, committed_s=self._seen[1], market=job.market, status=status,
                            job_age_s=0.0 if job.end else now - job.created, spent_usd=spent / 3600,
                            max_wait_exceeded=job.end == "max_wait",
@@ -515,7 +516,8 @@ def trainer_step(plan: SimPlan, committed_s: float) -> int:
     past the trainer's exit, not trained: the planned steps span the rest. Spread over all of the work, each step
     was 0.586 s of a 0.537 s step on the qwen2 example, and a run at the cap its refusal named committed 867 steps
     in its first job where the planner's chain counted 947; the guard's chain then needed 190 s more work, not 153,
-    and none of the runs finished (issue #26)."""
+    and none of the runs finished (issue #26). NOTE: the policy's observation (`Run.observe`) still reads progress
+    over all of the work, its end included: a deadline policy's thresholds were tuned on it."""
     end = JOB_END_S if plan.cap_usd is not None else 0.0
     return min(plan.steps, checkpoint_step(committed_s, max(plan.work_s - end, 1e-9), plan.steps))
 
