@@ -192,8 +192,9 @@ def cap_to_set_over_on_demand(run: Any, est: Estimate, section) -> list[str]:
         "again: its cap to set can be lower)")
     row = next(r for r in section.policies if r["label"] == section.chosen)
     mean = ", at a higher mean bill" if on_demand > row["mean_usd"] else ", at no higher mean bill"
-    return [f"the cap to set, ${to_set:,.2f}, {OVER_ON_DEMAND}, {usd(on_demand)} (one "
+    # the cap's figure is said once, on the policy's last line (and the deadline warning's): not again here
+    return [f"the cap to set (the spot policy's last line) {OVER_ON_DEMAND}, {usd(on_demand)} (one "
             f"uninterrupted job on {est.instance_count} x {est.instance_type}): it is held for the few spot runs "
-            f"that wait and are interrupted the most, while {section.chosen}'s simulated mean bill is "
+            f"that wait and are interrupted the most, while the chosen policy's simulated mean bill is "
             f"{usd(row['mean_usd'])}; a lower bound{mean}: compute.spot=false, billed {usd(on_demand)} "
             f"with no interruptions under a cap of ${od_cap:,.2f}{fallback}"]

@@ -13,7 +13,6 @@ import pytest
 
 from spotrun.cli.estimate import check_file
 from spotrun.cli.main import main
-from spotrun.pipeline.policy_stage import OVER_ON_DEMAND
 from spotrun.planner.estimate import EstimateRefused
 from spotrun.policy.choose import CONFIDENCE, policy_text
 
@@ -83,8 +82,7 @@ def _assert_fixed_point(tmp_path: Path, run: dict, start_cap: float) -> None:
     except EstimateRefused as refused:  # under the smallest cap whose chain finishes: refused, naming C
         assert f"${named:,.2f}" in str(refused), str(refused)
         return
-    # (the over-on-demand-bill warning names it too: what bounds the run lower, not odds lost, #26)
-    said = [w for w in under.warnings if f"${named:,.2f}" in w and OVER_ON_DEMAND not in w]
+    said = [w for w in under.warnings if f"${named:,.2f}" in w]
     assert len(said) <= 1, said
     here = _chosen_row(under.spot_policy)
     key = _key(under.spot_policy)

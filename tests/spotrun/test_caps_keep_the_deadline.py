@@ -13,7 +13,6 @@ from moto import mock_aws
 
 from spotrun.cli.main import main
 from spotrun.handlers import estimate as estimate_handler
-from spotrun.pipeline.policy_stage import OVER_ON_DEMAND
 from spotrun.policy.choose import AT_THIS_CAP, BINDING_CAP_ODDS
 
 from .test_new_users_trial import BUCKET, SETTINGS, _cli, _dollars, _lambda, _NoQuotasListed, _with
@@ -208,9 +207,7 @@ def test_no_warning_about_the_very_cap_the_estimate_names(tmp_path, capsys, monk
     set_at = _with(run, budget={"max_usd": named})
     for there in (_cli(tmp_path, capsys, "estimate", set_at)[1], _plan(monkeypatch, set_at)):
         assert there["spot_policy"]["p95_finish_cap_usd"] == named, there["spot_policy"]
-        # (the one word on it allowed: that it is over the on-demand bill, with what bounds the run lower, #26)
-        assert not [w for w in there["warnings"] if f"${named:,.2f}" in w and OVER_ON_DEMAND not in w], \
-            there["warnings"]
+        assert not [w for w in there["warnings"] if f"${named:,.2f}" in w], there["warnings"]
     # under it, the warning stands
     # (three quarters of it: well above the smallest cap whose chain finishes, under the on-demand estimate)
     assert doc["cost_usd"]["on_demand"] > round(named * 0.75, 2), (doc["cost_usd"], named)

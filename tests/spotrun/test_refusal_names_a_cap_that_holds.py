@@ -97,8 +97,8 @@ def test_a_cap_to_set_over_the_on_demand_bill_is_said_with_what_bounds_the_run_f
                                                                             "on_demand_fallback": fallback}))
         assert code == 0, doc
         to_set, on_demand = doc["spot_policy"]["cap_to_set_usd"], doc["cost_usd"]["on_demand"]
-        said = [w for w in doc["warnings"] if w.startswith(f"the cap to set, ${to_set:,.2f}, is over the run's "
-                                                            f"on-demand bill, ${on_demand:,.2f}")]
+        said = [w for w in doc["warnings"] if w.startswith("the cap to set (the spot policy's last line) is over "
+                                                            f"the run's on-demand bill, ${on_demand:,.2f}")]
         warned.append((to_set > on_demand, said))
     (over, said), (_, with_fallback) = warned
     assert over and len(said) == 1, warned
