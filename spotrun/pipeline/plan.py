@@ -38,7 +38,7 @@ from ..planner.stage import planned
 from ..seams import CANCEL_STATUSES, EXECUTION_TAG, PipelineSettings, PlanStatus, PreparationSettings
 from .assembly import CONTRACT_KEYS, assemble, job_name
 from .inputs import prepare_inputs
-from .policy_stage import layout_ranker, with_spot_policy
+from .policy_stage import layout_ranker, over_budget_with_caps, with_spot_policy
 from .preflight import check_before_creating, check_execution_name, record_run
 from .validate import admit
 
@@ -120,7 +120,12 @@ def plan(run_raw: Any, execution: str, settings: PipelineSettings, *, s3_client:
             except Refusal as exc:  # invalid input wins: a run over budget is refused first by what it must change
                 if exc.status != PlanStatus.OVER_BUDGET.value:
                     raise
-                over_budget = exc
+                # the caps it names, as the estimate's simulation holds them (issue #26)
+                over_budget = over_budget_with_caps(
+                    inputs.run, exc, lambda at: planned(at, catalog=admitted.catalog, s3_client=s3_client,
+                                                        rates=rates, mfu_lookup=mfu_lookup, base_name=base_name,
+                                                        waits=waits, layout_cost=ranker).estimate,
+                    admitted.catalog, **poll)
             else:
                 est = with_spot_policy(done.run, done.estimate, admitted.catalog, **poll, ranker=ranker,
                                        replan=done.replan,
