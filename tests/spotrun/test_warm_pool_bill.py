@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from spotrun.cli.main import main
 from spotrun.planner.estimate import load_catalog
+
+from .test_new_users_trial import _cli
 
 ROOT = Path(__file__).parents[2]
 WARM_MIN = 30
@@ -34,10 +35,7 @@ def _run(max_usd: float, warm_min: int = WARM_MIN) -> dict:
 
 
 def _estimate(tmp_path: Path, capsys, run: dict) -> tuple[int, dict]:
-    path = tmp_path / "run.json"
-    path.write_text(json.dumps(run))
-    rc = main(["estimate", "--format", "json", str(path)])
-    return rc, json.loads(capsys.readouterr().out)
+    return _cli(tmp_path, capsys, "estimate", run)
 
 
 @pytest.fixture(scope="module")
