@@ -179,6 +179,18 @@ def run_candidates(run, plan: SimPlan) -> list[tuple[str, str]]:
     return candidates(plan) if run.compute.spot else [c for c in candidates(plan) if c[0] == "on_demand"]
 
 
+def run_policies(run) -> list[str]:
+    """The policies `run_candidates` gives the run, in their order, from the run alone (no estimate): `spotrun
+    simulate --policy` refuses one the run cannot take before the estimate runs (a new user waited 9.7 s on the 8B
+    for the refusal). A plan's `on_demand_fallback` and `deadline_s` are the run's (`run_plan`)."""
+    if not run.compute.spot:
+        return ["on_demand"]
+    out = ["on_demand"] * run.compute.on_demand_fallback + ["maxwait_fallback"]
+    if run.compute.deadline_s is not None:
+        out += DEADLINE_RULES
+    return [p for p in out if p in RULES]
+
+
 LEFT_OUT_MARK = "  left out: P95 over the cap"  # a row's mark in the estimate's and simulate's tables
 
 

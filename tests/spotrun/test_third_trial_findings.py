@@ -1,0 +1,91 @@
+"""Issue #26, "the odds we print are the odds the run gets": what a user is told is what happens. The findings of a
+new user's third trial of `spotrun estimate` and `spotrun simulate`, one test (or more) each:
+
+1. an on-demand run's simulate says what is simulated for it (no spot capacity: the traces change nothing);
+2. `simulate --policy` with a policy the run cannot take is refused before the estimate runs;
+3. the cost line of a spot run whose chosen policy is on_demand does not call its bill spot's;
+4. runs that end at the longest MaxRuntime are said with why and what to do, in text and JSON;
+5. the cap to set across layouts that never settle names a layout and odds that are true, and says so.
+
+The trial's runs are written here (the trial's files were examples/runs/llama3-8b-full.json with changes)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from spotrun.cli.main import main
+from spotrun.contract.spec import parse_run
+from spotrun.planner.estimate import estimate, load_catalog, regional_catalog
+from spotrun.policy.choose import run_candidates, run_plan, run_policies
+
+LLAMA_8B = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+            "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256, "tie_word_embeddings": False,
+            "max_position_embeddings": 8192}
+TRIAL_8B = {"version": 1, "name": "llama3-8b-support-chat",
+            "model": {"source": "s3://your-artifact-bucket/models/llama3-8b/", "config": LLAMA_8B},
+            "data": {"source": "s3://your-artifact-bucket/datasets/support-chat/", "tokens": 200_000_000,
+                     "seq_len": 4096},
+            "training": {"method": "full", "epochs": 2, "micro_batch": 1, "grad_accum": 8, "lr": 1e-05, "seed": 7},
+            "compute": {"instance_type": "auto", "instance_count": "auto", "spot": True},
+            "checkpoint": {"interval_minutes": "auto", "keep": 2}, "budget": {"max_usd": 2500},
+            "registry": {"approval_status": "PendingManualApproval"}, "tags": {"team": "support"}}
+# a small run the planner estimates in a moment (tests/spotrun/test_new_users_trial.py's)
+SMALL = {"version": 1, "name": "trial", "model": {"init": "random", "config": {
+    "model_type": "gpt2", "n_embd": 256, "n_layer": 4, "n_head": 4}},
+    "data": {"source": "s3://your-artifact-bucket/datasets/d1/", "tokens": 200_000_000, "seq_len": 512},
+    "compute": {"instance_type": "ml.g5.xlarge"}, "budget": {"max_usd": 500}}
+
+
+def _run(base: dict, **compute) -> dict:
+    out = copy.deepcopy(base)
+    out["compute"] = {**out["compute"], **compute}
+    return out
+
+
+def _write(tmp_path: Path, run: dict) -> Path:
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(run))
+    return path
+
+
+# ---- 2. --policy refused before the estimate -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("compute, policy, can", [
+    ({"deadline_hours": 12, "on_demand_fallback": False}, "on_demand", "deadline_greedy, maxwait_fallback"),
+    ({"spot": False}, "uniform_progress", "expected one of on_demand ("),
+    ({}, "deadline_greedy", "expected one of maxwait_fallback ("),
+])
+def test_a_policy_the_run_cannot_take_is_refused_before_the_estimate_runs(tmp_path, capsys, monkeypatch, compute,
+                                                                          policy, can):
+    """The trial's 8B with a 12 h deadline and no fallback, `--policy on_demand`: refused after 9.7 s of estimate.
+    The estimate here raises: a refusal that needs it fails the test."""
+    import spotrun.cli.simulate as simulate_cli
+
+    def no_estimate(*_a, **_k):
+        raise AssertionError("the estimate ran before --policy was refused")
+
+    monkeypatch.setattr(simulate_cli, "check_file", no_estimate)
+    path = _write(tmp_path, _run(TRIAL_8B, **compute))
+    assert main(["simulate", str(path), "--policy", policy, "--out", str(tmp_path / "out"), "--format", "json"]) == 2
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["field"] == "--policy", doc
+    assert f"--policy={policy} is not a policy this run can take" in doc["message"], doc
+    assert can in doc["message"], doc
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("compute", [{}, {"on_demand_fallback": True}, {"deadline_hours": 200},
+                                     {"deadline_hours": 200, "on_demand_fallback": True}, {"spot": False},
+                                     {"spot": False, "deadline_hours": 200}])
+def test_the_policies_checked_before_the_estimate_are_the_candidates_it_simulates(compute):
+    """`run_policies` (from the run alone) against `run_candidates` on the estimate's own plan."""
+    run = parse_run(_run(SMALL, **compute))
+    catalog = regional_catalog(load_catalog(), "us-east-1")
+    plan = run_plan(run, estimate(run, catalog=catalog), catalog)
+    simulated = list(dict.fromkeys(p for p, _ in run_candidates(run, plan)))
+    assert run_policies(run) == simulated
