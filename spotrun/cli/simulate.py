@@ -28,6 +28,7 @@ from ..policy.choose import (
     finish_caps,
     fitted_source,
     horizon_s,
+    on_demand_source,
     policy_plans,
     run_candidates,
     run_plan,
@@ -416,6 +417,9 @@ def _simulate(args: argparse.Namespace) -> int:
         # estimate's on the same traces (a table planned without the cap differed from the estimate's there)
         plan = run_plan(run, est, catalog)
         traces, source, left_out, generated = traces_for(plan, est, args)
+        if not run.compute.spot:  # on-demand alone: what the traces are changes nothing, which the line says
+            given = args.traces or args.interruptions or args.band or args.droughts is not None
+            source = on_demand_source(source if given else "")
     except Refusal as exc:
         return fail(args.format, for_status(exc.status), exc.status, exc.message, exc.field)
     except TooManyWindows as exc:

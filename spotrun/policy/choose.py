@@ -191,6 +191,19 @@ def run_policies(run) -> list[str]:
     return [p for p in out if p in RULES]
 
 
+# what the traces are for a compute.spot=false run: nothing (its jobs are on-demand, never interrupted, never waiting);
+# a new user read simulate's "1000 traces (generated: 0 interruptions per job-hour, ... shaped and bunched as the
+# public recordings')" as spot capacity simulated for an on-demand run
+ON_DEMAND_ALONE = ("on-demand alone: compute.spot=false takes no spot capacity, so no interruption or wait for "
+                   "capacity is simulated and the traces change nothing: every one bills the same on-demand run")
+
+
+def on_demand_source(given: str = "") -> str:
+    """The source line of a compute.spot=false run's simulation (`ON_DEMAND_ALONE`); `given`: the traces the command
+    was given (`spotrun simulate --traces`, `--interruptions`, `--band`, `--droughts`), said to change nothing."""
+    return ON_DEMAND_ALONE + (f"; the traces given change nothing either: {given}" if given else "")
+
+
 LEFT_OUT_MARK = "  left out: P95 over the cap"  # a row's mark in the estimate's and simulate's tables
 
 
@@ -405,7 +418,7 @@ def spot_policy(run, est, catalog: dict, *, n: int = N_TRACES, seed: int = SEED,
     source = fitted_source(est.interruptions_per_hour, est.mean_wait_seconds, est.mean_wait_source)
     if not run.compute.spot:  # on-demand alone (`run_candidates`)
         why = "compute.spot=false: on-demand as the run asks"
-        source = "on-demand alone: compute.spot=false takes no spot capacity, so no interruption is simulated"
+        source = ON_DEMAND_ALONE
     section = SpotPolicy(chosen=best.label, why=why, p95_finish_cap_usd=None,
                          confidence=CONFIDENCE if plan.deadline_s is not None else None, traces=n, seed=seed,
                          trace_source=source,

@@ -89,3 +89,39 @@ def test_the_policies_checked_before_the_estimate_are_the_candidates_it_simulate
     plan = run_plan(run, estimate(run, catalog=catalog), catalog)
     simulated = list(dict.fromkeys(p for p, _ in run_candidates(run, plan)))
     assert run_policies(run) == simulated
+
+
+# ---- 1. an on-demand run's simulate says what is simulated for it ------------------------------------------------
+
+
+def _simulate(tmp_path: Path, capsys, run: dict, *flags: str) -> tuple[dict, str]:
+    """simulate's JSON and its text for `run`."""
+    path = _write(tmp_path, run)
+    out = str(tmp_path / "out")
+    assert main(["simulate", str(path), "--n", "50", "--out", out, "--format", "json", *flags]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert main(["simulate", str(path), "--n", "50", "--out", out, *flags]) == 0
+    return doc, capsys.readouterr().out
+
+
+def test_an_on_demand_runs_simulation_says_no_spot_capacity_is_simulated_in_text_and_json(tmp_path, capsys):
+    """`spotrun simulate` on the trial's spot=false 8B said '1000 traces (generated: 0 interruptions per job-hour,
+    waits for capacity of 0.0 h on average, shaped and bunched as the public recordings')'. Said now: on-demand
+    alone, the traces change nothing; and they do not: the rows are the same with an Advisor band's traces."""
+    run = _run(SMALL, spot=False)
+    doc, text = _simulate(tmp_path, capsys, run)
+    for source in (doc["source"], text.splitlines()[0]):
+        assert "on-demand alone: compute.spot=false takes no spot capacity" in source, source
+        assert "generated" not in source and "shaped and bunched" not in source, source
+    banded, banded_text = _simulate(tmp_path, capsys, run, "--band", ">20%")
+    assert "the traces given change nothing either: Advisor band >20%" in banded["source"], banded["source"]
+    assert banded["source"] in banded_text.splitlines()[0]
+    assert banded["policies"] == doc["policies"] and [r["label"] for r in doc["policies"]] == ["on_demand"]
+    row = doc["policies"][0]
+    assert row["mean_interruptions"] == 0 and row["p50_usd"] == row["p95_usd"], row
+    assert row["mean_usd"] == pytest.approx(row["p95_usd"], rel=1e-12), row  # one bill (a float sum's last bit)
+    # the estimate's policy line says the same of its traces
+    path = _write(tmp_path, run)
+    assert main(["estimate", str(path), "--format", "json"]) == 0
+    section = json.loads(capsys.readouterr().out)["spot_policy"]
+    assert doc["source"] == section["trace_source"], (doc["source"], section["trace_source"])
