@@ -312,6 +312,11 @@ def _cost_text(est: Estimate) -> str:
     on_demand = f"on-demand {usd(est.cost_usd['on_demand'])} (one uninterrupted job)"
     if _chosen_row(est.spot_policy) is None:
         return f"spot {usd(est.cost_usd['spot'])} expected ({planned}, the expected interruptions) / {on_demand}"
+    expected = (f"the planner's expected spot bill {usd(est.cost_usd['spot'])} ({planned}, the expected "
+                "interruptions; no wait for capacity)")
+    if est.spot_policy.policy == "on_demand":  # its bill is on-demand's: 'spot as ... runs it' misnamed it (a trial)
+        return (f"on-demand throughout, as the chosen spot policy runs it ({est.spot_policy.chosen}, simulated: no "
+                f"spot capacity taken): {_chosen_cost_text(est.spot_policy)} / {on_demand}; {expected}, which the "
+                "chosen policy does not take")
     return (f"spot as the chosen spot policy runs it ({est.spot_policy.chosen}, simulated): "
-            f"{_chosen_cost_text(est.spot_policy)} / {on_demand}; the planner's expected spot bill "
-            f"{usd(est.cost_usd['spot'])} ({planned}, the expected interruptions; no wait for capacity)")
+            f"{_chosen_cost_text(est.spot_policy)} / {on_demand}; {expected}")
