@@ -575,6 +575,11 @@ class SpotPolicy(_StateJson):
     # run with a deadline ranks its layouts at its cap, so the cap to set is the one at which the layouts ranked
     # take the layout it was searched on (spotrun/policy/choose.py `_settled_layout`); null: this estimate's layout
     cap_to_set_layout: str | None = None
+    # where the layouts ranked at the caps to set never settle (A's cap brings B, B's brings A, or they move past
+    # spotrun/policy/choose.py's LAYOUT_SETTLE_TRIES): each layout searched, {"layout", "cap_to_set_usd", "brings"},
+    # this estimate's first; the cap to set is then this layout's, and `cap_to_set_layout` and `cap_to_set_row` are
+    # the layout and the chosen policy's row the estimate at it takes (`_settled_layout`); null: they settled
+    cap_to_set_unsettled: list | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -554,6 +554,7 @@ def spot_policy_at_caps(run, est, catalog: dict, *, poll_s: float = 60.0, max_po
     proven: list[Summary | dict] = []  # the chosen policy's row simulated at the cap to set (`_settled_cap`)
     to_the_cent: list[bool] = []  # whether that search ended to the cent
     moved: list[str] = []  # the layout the estimate takes at the cap to set, where it is not `est`'s
+    unsettled: list[list | None] = []  # where the layouts ranked did not settle: `_settled_layout`'s hops
 
     def across_layouts(cap: float, row: Summary | dict | None, exact: bool) -> tuple[float, Summary | dict | None,
                                                                                      bool]:
@@ -563,7 +564,7 @@ def spot_policy_at_caps(run, est, catalog: dict, *, poll_s: float = 60.0, max_po
         other = _settled_layout(run, est, catalog, poll, cap, replan)
         if other is None:
             return cap, row, exact
-        moved[:] = [other[3]]
+        moved[:], unsettled[:] = [other[3]], [other[4]]
         return other[:3]
 
     def deadline_cap(p95: float) -> float:
@@ -590,7 +591,8 @@ def spot_policy_at_caps(run, est, catalog: dict, *, poll_s: float = 60.0, max_po
                               if r["p_deadline"] is not None and r["p_deadline"] >= CONFIDENCE)[1:]
             lets = "a cap of ${cap:,.2f} lets the estimate choose a policy that meets it"
             if proven and moved:  # proven on the layout the estimate takes there, with its odds there
-                lets += (f": {_row_label(proven[-1])} on {moved[-1]} (the layouts ranked at that cap), on "
+                settle = "; they do not settle" if unsettled and unsettled[-1] else ""
+                lets += (f": {_row_label(proven[-1])} on {moved[-1]} (the layouts ranked at that cap{settle}), on "
                          f"{_row_value(proven[-1], 'p_deadline'):.1%} simulated at it")
             elif proven:  # the policy the cap was proven for, as the last line names it (one policy for one cap)
                 label, odds = proven[-1].label, _chosen_p_deadline(one_job, proven[-1].label)
@@ -617,7 +619,8 @@ def spot_policy_at_caps(run, est, catalog: dict, *, poll_s: float = 60.0, max_po
                                   p95_finish_keeps_deadline=bool(kept) and not proven,
                                   cap_to_set_row=_row_dict(proven[-1]) if proven else None,
                                   cap_to_set_least=bool(to_the_cent and to_the_cent[-1]),
-                                  cap_to_set_layout=moved[-1] if moved else None)
+                                  cap_to_set_layout=moved[-1] if moved else None,
+                                  cap_to_set_unsettled=unsettled[-1] if unsettled else None)
     section = dataclasses.replace(section, cap_to_set_usd=section.deadline_cap_usd or section.p95_finish_cap_usd)
     if not moved:  # (the chain at the cap to set is the other layout's where it moved)
         section = _one_job_beside(est, section)
@@ -846,31 +849,43 @@ def _layout_key(est) -> tuple:
 
 
 def _settled_layout(run, est, catalog: dict, poll: dict, cap: float,
-                    replan: Callable[[float], object]) -> tuple[float, dict, bool, str] | None:
+                    replan: Callable[[float], object]) -> tuple[float, dict, bool, str, list | None] | None:
     """Where the planner ranks the layouts by their spot policy's simulated bill at the run's cap
     (spotrun/planner/estimate.py `_by_policy`), the cap to set of `est`'s layout (`cap`) can bring another layout
     (a new user: 8B, 12 h, $445.38 named on 2 x ml.g6e.48xlarge; at it the estimate chose 1 x ml.p5.48xlarge and
     named $399.83). The layouts are ranked at `cap` (`replan`): None where the estimate there takes `est`'s layout
     (`cap` holds); else that layout's cap to set, searched on it as on `est`'s (`spot_policy_at_caps` at `cap`),
     and ranked again there, up to LAYOUT_SETTLE_TRIES layouts: (that cap, its chosen policy's row there, whether
-    it is the least to the cent, the layout in words) where the estimate at it takes the layout it was searched on.
-    Where none settles (the estimate refuses a cap, names none, or the layouts cycle), `cap` is kept: None."""
+    it is the least to the cent, the layout in words, None) where the estimate at it takes the layout it was
+    searched on. Where none settles (the layouts cycle, or move past LAYOUT_SETTLE_TRIES; the estimate refuses a
+    later cap, or names none there) `cap` is kept, and what is true at it is named: (`cap`, the row of the policy
+    the estimate chooses at `cap` on the layout it takes there, not the least, that layout, the hops: one
+    {"layout", "cap_to_set_usd", "brings"} per layout searched, `est`'s first; "brings" null where the estimate
+    refused or named no cap). None where the estimate at `cap` itself refuses or names none."""
     layout, found, tried = _layout_key(est), None, {_layout_key(est)}
+    hops = [{"layout": layout_words(est), "cap_to_set_usd": cap, "brings": None}]
+    first = None  # (the row chosen at `cap` on the layout the estimate takes there, that layout): true at `cap`
     for _ in range(LAYOUT_SETTLE_TRIES):
         there = replan(cap)
-        if there is None:
-            return None
-        if _layout_key(there) == layout:
+        if there is not None and _layout_key(there) == layout:
             return found
-        if _layout_key(there) in tried:
-            return None
+        if there is not None:
+            hops[-1]["brings"] = layout_words(there)
+        if there is None or _layout_key(there) in tried:
+            break
         at = spot_policy_at_caps(dataclasses.replace(run, max_usd=cap), there, catalog, **poll).section
+        if first is None:
+            first = (next(r for r in at.policies if r["label"] == at.chosen), layout_words(there))
+        hops.append({"layout": layout_words(there), "cap_to_set_usd": None, "brings": None})
         if at.cap_to_set_usd is None or at.cap_to_set_row is None:
-            return None
+            break
         layout, cap = _layout_key(there), at.cap_to_set_usd
         tried.add(layout)
-        found = (cap, at.cap_to_set_row, at.cap_to_set_least, layout_words(there))
-    return None
+        hops[-1]["cap_to_set_usd"] = cap
+        found = (cap, at.cap_to_set_row, at.cap_to_set_least, layout_words(there), None)
+    if first is None:
+        return None
+    return hops[0]["cap_to_set_usd"], first[0], False, first[1], hops
 
 
 def _row_dict(row: Summary | dict) -> dict:
@@ -960,7 +975,25 @@ def _under_finish_cap(cap_usd: float, finish_usd: float, section: SpotPolicy) ->
 def _on_layout(section: SpotPolicy) -> str:
     """Where the estimate at the cap to set takes another layout than this one (`_settled_layout`): which."""
     layout = section.cap_to_set_layout
-    return f" on {layout} (the layouts ranked at that cap)" if layout else ""
+    return f" on {layout} (the layouts ranked at that cap{_unsettled_text(section)})" if layout else ""
+
+
+def _unsettled_text(section: SpotPolicy) -> str:
+    """Where the layouts ranked at the caps to set never settle (`SpotPolicy.cap_to_set_unsettled`): that they do
+    not, each layout with its own cap to set in turn, and that the cap named is this layout's, at which the
+    estimate takes the other (a cap where the run's layout and odds hold still was not found)."""
+    hops = section.cap_to_set_unsettled
+    if not hops:
+        return ""
+    chain = [f"{h['layout']} (" + ("no cap to set" if h["cap_to_set_usd"] is None else
+                                   f"its cap to set ${h['cap_to_set_usd']:,.2f}") + ")" for h in hops]
+    end = hops[-1]["brings"]
+    if end:
+        chain.append(f"{end}{' again' if any(h['layout'] == end for h in hops) else ''}")
+    elif hops[-1]["cap_to_set_usd"] is not None:  # the search stopped (LAYOUT_SETTLE_TRIES, or a refusal there)
+        chain[-1] = chain[-1][:-1] + ", not ranked at it)"
+    return (f"; they do not settle: {' brings '.join(chain)}: the cap named is {hops[0]['layout']}'s, and what it "
+            "says is the estimate at it")
 
 
 def _shares_text(row: dict, deadline: bool) -> str:
@@ -1130,6 +1163,8 @@ AT_THIS_CAP = "at this cap; a larger one can change the choice"
 
 
 def _least_text(section: SpotPolicy) -> str:
+    if section.cap_to_set_unsettled:  # this layout's cap to set, at which the estimate takes another (`_on_layout`)
+        return f"the cap to set searched on {section.cap_to_set_unsettled[0]['layout']},"
     return ("the least cap, to the cent," if section.cap_to_set_least else
             f"the least cap found in {FULL_SEARCH_SIMULATIONS} simulations of every policy (a smaller one may hold)")
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -125,3 +126,73 @@ def test_an_on_demand_runs_simulation_says_no_spot_capacity_is_simulated_in_text
     assert main(["estimate", str(path), "--format", "json"]) == 0
     section = json.loads(capsys.readouterr().out)["spot_policy"]
     assert doc["source"] == section["trace_source"], (doc["source"], section["trace_source"])
+
+
+# ---- 5. the cap to set across layouts that never settle -----------------------------------------------------------
+
+
+def _layout(words: str) -> SimpleNamespace:
+    """A stand-in estimate: a layout ('2 x ml.g6e.48xlarge'), as `_settled_layout` reads it."""
+    count, kind = words.split(" x ")
+    return SimpleNamespace(instance_type=kind, instance_count=int(count), sharding="full", shard_group_nodes=1)
+
+
+def _row(label: str, p_deadline: float) -> dict:
+    return {"label": label, "p_deadline": p_deadline, "p_finished": 1.0, "mean_usd": 100.0, "p95_usd": 120.0}
+
+
+A, B, C, D = "2 x ml.g6e.48xlarge", "1 x ml.p5.48xlarge", "1 x ml.p4d.24xlarge", "2 x ml.g6e.24xlarge"
+
+
+@pytest.mark.parametrize("ranked, caps, hops", [
+    # A at its cap ($300) brings B; B's cap to set ($250) brings A: a cycle
+    ({300.0: B, 250.0: A}, {B: 250.0}, [(A, 300.0, B), (B, 250.0, A)]),
+    # A's brings B, B's C, C's D, past LAYOUT_SETTLE_TRIES (3): D is not ranked at its own cap
+    ({300.0: B, 250.0: C, 220.0: D}, {B: 250.0, C: 220.0, D: 210.0},
+     [(A, 300.0, B), (B, 250.0, C), (C, 220.0, D), (D, 210.0, None)]),
+])
+def test_layouts_that_never_settle_name_the_layout_and_odds_the_estimate_takes_at_the_cap_named(monkeypatch, ranked,
+                                                                                                caps, hops):
+    """Stand-in rankings (`replan`: the layout the estimate takes at a cap) and stand-in searches on each layout
+    (`spot_policy_at_caps`: its chosen policy's row at the cap asked, and its own cap to set). Before, the loop
+    returned None and A's cap was named with A's odds, while the estimate at that cap takes B."""
+    from spotrun.policy import choose
+    from spotrun.seams import SpotPolicy
+
+    at_cap = {B: _row("deadline_greedy (notice)", 0.93), C: _row("uniform_progress (notice)", 0.9),
+              D: _row("maxwait_fallback (notice)", 0.5)}  # each layout's chosen row at the cap it is ranked at
+    proven = _row("deadline_greedy (notice)", 0.995)  # a layout's row at its own cap to set
+
+    def search(run_at, there, _catalog, **_poll):
+        words = f"{there.instance_count} x {there.instance_type}"
+        row = at_cap[words]
+        return SimpleNamespace(section=SimpleNamespace(
+            chosen=row["label"], policies=[_row("on_demand", 1.0), row], cap_to_set_usd=caps.get(words),
+            cap_to_set_row=proven, cap_to_set_least=True))
+
+    monkeypatch.setattr(choose, "spot_policy_at_caps", search)
+    run = parse_run(_run(SMALL, deadline_hours=12, on_demand_fallback=True))
+    out = choose._settled_layout(run, _layout(A), {}, {}, 300.0, lambda cap: _layout(ranked[cap]))
+    assert out is not None, "the layouts did not settle and nothing was said"
+    cap, row, least, layout, said = out
+    # true at the cap named: A's cap to set, at which the estimate takes B with B's odds there, not the least
+    assert (cap, layout, least) == (300.0, B, False)
+    assert row == at_cap[B]
+    assert [(h["layout"], h["cap_to_set_usd"], h["brings"]) for h in said] == hops
+    # and said: the cap to set's line names B, its odds at that cap, and that the layouts do not settle
+    section = SpotPolicy(chosen="deadline_greedy (notice)", why="", p95_finish_cap_usd=300.0, confidence=0.99,
+                         traces=1000, seed=0, trace_source="", policies=[], left_out=[], policy="deadline_greedy",
+                         checkpointing="notice", sim_plan={"deadline_s": 12 * 3600.0}, cap_to_set_row=row,
+                         cap_to_set_usd=cap, deadline_cap_usd=cap, cap_to_set_layout=layout,
+                         cap_to_set_unsettled=said)
+    line = choose.settings_lines(section)[-1]
+    assert line.startswith("  the cap to set: $300.00"), line
+    assert f"the cap to set searched on {A}, at which the estimate simulated at it chooses deadline_greedy " \
+           f"(notice) on {B}" in line, line
+    assert "meets the 12 h deadline on 93.0%" in line and "99.5%" not in line, line
+    said_at = [line.find(f"{h[0]} (its cap to set ${h[1]:,.2f}") for h in hops]  # each layout in turn
+    assert line.find("they do not settle: ") < said_at[0] and said_at == sorted(said_at), line
+    assert line.count(f"{A} again") == (hops[-1][2] == A), line
+    assert line.count(", not ranked at it)") == (hops[-1][2] is None), line
+    assert "the least cap" not in line, line
+
