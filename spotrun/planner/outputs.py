@@ -271,6 +271,16 @@ def _chosen_cost_text(section: SpotPolicy | None) -> str:
 
 
 NO_FALLBACK_FIX = "compute.on_demand_fallback=true finishes them on on-demand"
+# why runs end at the longest MaxRuntime with a cap far from binding, and what to do (a new user's 70B at a $5,000
+# cap: "maxwait_fallback (periodic) finishes on 99.7% (0.3% ran to the longest MaxRuntime)" and nothing else): no
+# bug in the chain's MaxRuntime, the cap or SageMaker's 28 days: the one job's MaxRuntime is the planner's limit
+# (spotrun/planner/estimate.py `_limits`), and the guard ends a run whose job reaches it (spotrun/pipeline/guard.py)
+LONGEST_MAX_RUNTIME_WHY = ("a spot job's MaxRuntime counts every billed second, its restarts and the work its "
+                           "interruptions lost, so the runs interrupted the most reach the longest, the planner's "
+                           "limit for one job (set from the expected wall time, not from the cap: a larger cap does "
+                           "not lift it), and the guard ends them (Failed) with their newest checkpoint")
+LONGEST_MAX_RUNTIME_FIX = ("checkpoint.resume_from, naming the ended execution, continues such a run from that "
+                           "checkpoint in a new execution; compute.spot=false is never interrupted")
 
 
 def unfinished_text(row: dict, fallback: bool) -> str:
@@ -286,7 +296,8 @@ def unfinished_text(row: dict, fallback: bool) -> str:
     if at_cap > 0:
         causes.append(f"{at_cap:.1%} ended at the cap (OverBudget: a larger budget.max_usd finishes them)")
     if unfinished - at_cap > 1e-9 and fallback:
-        causes.append(f"{unfinished - at_cap:.1%} ran to the longest MaxRuntime unfinished")
+        causes.append(f"{unfinished - at_cap:.1%} ran to the longest MaxRuntime unfinished ({LONGEST_MAX_RUNTIME_WHY}: "
+                      f"{LONGEST_MAX_RUNTIME_FIX})")
     elif unfinished - at_cap > 1e-9:
         causes.append(f"{unfinished - at_cap:.1%} waited out MaxWait with no spot capacity "
                       f"({NO_FALLBACK_FIX}; a larger cap does not)")

@@ -15,6 +15,7 @@ from contextlib import nullcontext
 from pathlib import Path
 
 from ..contract.spec import deadline_hours_text
+from ..planner.outputs import LONGEST_MAX_RUNTIME_FIX, LONGEST_MAX_RUNTIME_WHY
 from . import compare, quantile
 from .choose import choose, left_out_by_cap, left_out_mark, mean_over_p95_note, short_of_finish
 from .engine import SimPlan
@@ -68,8 +69,35 @@ def _report(plan: SimPlan, traces: list, rows: list, chosen_on: list, source: st
            # the cap shaped some policy's run on some trace (Summary.capped): the rows are not the run without it
            "cap_binds": any(r.capped for r in rows),
            # whether a spot job left without capacity past its MaxWait is followed by an on-demand one
-           "on_demand_fallback": plan.on_demand_fallback}
+           "on_demand_fallback": plan.on_demand_fallback,
+           "longest_max_runtime": None}
+    out["longest_max_runtime"] = longest_max_runtime(plan, out["policies"])
     return out
+
+
+def longest_max_runtime(plan: SimPlan, rows: list[dict]) -> dict | None:
+    """The runs that ended at the longest MaxRuntime (the planner's limit for one job, `SimPlan.max_runtime_s`):
+    with on-demand fallback, a row's unfinished runs the cap did not end (without it those are said as MaxWait's,
+    `_at_cap_text`). {"max_runtime_s", "ended": label -> share, "why", "advice"} (spotrun/planner/outputs.py's
+    words, as the estimate's cost line says them), or None where no run ended there."""
+    if not plan.on_demand_fallback:
+        return None
+    ended = {r["label"]: round(rest, 6) for r in rows
+             if (rest := 1.0 - r["p_finished"] - min(1.0 - r["p_finished"], r.get("p_over_budget", 0.0))) > 1e-9}
+    if not ended:
+        return None
+    return {"max_runtime_s": plan.max_runtime_s, "ended": ended, "why": LONGEST_MAX_RUNTIME_WHY,
+            "advice": LONGEST_MAX_RUNTIME_FIX}
+
+
+def longest_max_runtime_line(report: dict) -> list[str]:
+    """simulate's line under the table for `longest_max_runtime` (its JSON), with or without the optimum's line."""
+    said = report.get("longest_max_runtime")
+    if not said:
+        return []
+    shares = ", ".join(f"{label} {share:.1%}" for label, share in said["ended"].items())
+    return [f"  ran to the longest MaxRuntime, {said['max_runtime_s'] / 3600:,.1f} h, unfinished ({shares}): "
+            f"{said['why']}; {said['advice']}"]
 
 
 def worker_pool(workers: int):
@@ -251,7 +279,7 @@ def table_text(report: dict) -> str:
             lines.append(f"  below the optimum: {', '.join(under)}: the optimum is the cheapest schedule that meets "
                          "the deadline (on the traces where one can); a policy that misses it stays on spot longer "
                          + ("or is ended at the cap unfinished, " if no_cap else "") + "and can cost less")
-    lines += mean_over_p95_note(report["policies"])
+    lines += mean_over_p95_note(report["policies"]) + longest_max_runtime_line(report)
     lines.append(f"chosen: {report['chosen']}: {report['why']}")
     return "\n".join(lines)
 

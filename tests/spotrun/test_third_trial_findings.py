@@ -196,3 +196,37 @@ def test_layouts_that_never_settle_name_the_layout_and_odds_the_estimate_takes_a
     assert line.count(", not ranked at it)") == (hops[-1][2] is None), line
     assert "the least cap" not in line, line
 
+
+# ---- 4. runs that end at the longest MaxRuntime: why, and what to do -----------------------------------------------
+
+
+def test_runs_ended_at_the_longest_maxruntime_are_said_with_why_and_what_to_do_in_text_and_json():
+    """The trial's 70B at a $5,000 cap: 'maxwait_fallback (periodic) finishes on 99.7% (0.3% ran to the longest
+    MaxRuntime)' and nothing said why. The cause, here by hand: a spot job interrupted every 20 min never commits a
+    save (every 30 min of work), and its billed seconds, restarts included, reach the longest MaxRuntime (20 h,
+    from no cap) long before its MaxWait; the guard ends the run there. On capacity throughout it finishes."""
+    from spotrun.planner.outputs import unfinished_text
+    from spotrun.policy.engine import INF, SimPlan
+    from spotrun.policy.report import study, table_text
+
+    h = 3600.0
+    plan = SimPlan(work_s=10 * h, startup_s=600.0, restore_s=0.0, save_s=60.0, interval_s=1800.0, step_s=10.0,
+                   notice_ok=False, spot_usd_per_h=3.5, on_demand_usd_per_h=10.0, max_wait_s=60 * h,
+                   max_runtime_s=20 * h, deadline_s=None, on_demand_fallback=True)
+    choppy = [(k * 21 * 60.0, k * 21 * 60.0 + 20 * 60.0) for k in range(300)]  # 20 min up, 1 min down
+    report = study(plan, [choppy, [(0.0, INF)]], [("maxwait_fallback", "periodic")], optimum=False)
+    row = report["policies"][0]
+    assert row["p_finished"] == 0.5 and row["p_over_budget"] == 0.0, row  # the case: one run ended, not by a cap
+    said = report["longest_max_runtime"]
+    assert said["max_runtime_s"] == 20 * h and said["ended"] == {row["label"]: 0.5}, said
+    assert "counts every billed second, its restarts and the work its interruptions lost" in said["why"]
+    assert "checkpoint.resume_from" in said["advice"] and "compute.spot=false" in said["advice"]
+    text = table_text(report)
+    assert f"ran to the longest MaxRuntime, 20.0 h, unfinished ({row['label']} 50.0%): {said['why']}; " \
+           f"{said['advice']}" in text, text
+    # the estimate's cost line says the same of its chosen row
+    cost = unfinished_text(row, fallback=True)
+    assert f"50.0% ran to the longest MaxRuntime unfinished ({said['why']}: {said['advice']})" in cost, cost
+    # where every run finishes, nothing is said
+    calm = study(plan, [[(0.0, INF)]], [("maxwait_fallback", "periodic")], optimum=False)
+    assert calm["longest_max_runtime"] is None and "longest MaxRuntime" not in table_text(calm)
