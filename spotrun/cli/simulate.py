@@ -112,8 +112,10 @@ def register(sub) -> None:
                      "left out and named); default: generated traces")
     sim.add_argument("--interruptions", type=Path, help="the interruption table's items (a JSON array, or `aws "
                      "dynamodb scan --table-name T` output): windows drawn from the gaps between a job's interruptions")
-    sim.add_argument("--policy", action="append", choices=sorted(RULES),
-                     help="only these policies (repeatable; each as the cost guard executes it)")
+    sim.add_argument("--policy", action="append", metavar="NAME",
+                     help=f"only this policy (repeatable; each as the cost guard executes it): one of "
+                     f"{', '.join(sorted(RULES))} that the run can take (one it cannot, or another name, is refused "
+                     "from the run file, before the estimate, naming those it can)")
     sim.add_argument("--n", type=int, default=1000, help=f"traces, {N_RANGE[0]} to {N_RANGE[1]:,} (default 1000)")
     sim.add_argument("--seed", type=int, default=0, help="seed of the generated traces and start offsets")
     sim.add_argument("--band", choices=list(ADVISOR_BANDS), help="interruptions at this Spot Instance Advisor band "
@@ -324,6 +326,9 @@ def bad_policy(policies: list[str], run) -> str | None:
     a deadline policy without a deadline; a spot policy with compute.spot=false), naming those it can; None when it
     can take them all. From the run alone: checked before the estimate."""
     allowed = sorted(run_policies(run))
+    if unknown := sorted(set(policies) - set(RULES)):  # no policy at all (argparse no longer lists them)
+        return (f"--policy={','.join(unknown)} is invalid: no such policy; expected one this run can take: "
+                f"{', '.join(allowed)} (the policies: {', '.join(sorted(RULES))})")
     if not (not_here := sorted(set(policies) - set(allowed))):
         return None
     return (f"--policy={','.join(not_here)} is not a policy this run can take: expected one of {', '.join(allowed)} "
