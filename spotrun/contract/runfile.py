@@ -12,6 +12,7 @@ Every problem is a RunValidationError naming the field (`run` for the file itsel
 
 from __future__ import annotations
 
+import errno
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,8 +47,25 @@ def read_run_bytes(path: Path) -> bytes:
     except (OSError, ValueError) as exc:
         if isinstance(exc, RunValidationError):
             raise
-        raise RunValidationError("run", str(path), f"a readable file ({getattr(exc, 'strerror', None) or exc})"
-                                 ) from None
+        raise RunValidationError("run", str(path), f"a readable file ({_unreadable(exc)})") from None
+
+
+def _unreadable(exc: Exception) -> str:
+    """Why the run file cannot be read, in the words the other inputs use (a source's 'nothing is there'), not the
+    operating system's text ('No such file or directory', a new user's `simulate missing.json`)."""
+    if isinstance(exc, FileNotFoundError):
+        return "nothing is there"
+    if isinstance(exc, IsADirectoryError):
+        return "it is a directory"
+    if isinstance(exc, PermissionError):
+        return "you may not read it: permission denied"
+    if isinstance(exc, NotADirectoryError):
+        return "a part of the path is a file, not a directory"
+    if isinstance(exc, ValueError):  # a NUL in the path
+        return "not a usable path: it holds a NUL character"
+    if isinstance(exc, OSError) and exc.errno == errno.ENAMETOOLONG:
+        return "its name is too long for the system"
+    return "the system could not read it"
 
 
 def resolve_sources(raw: dict, base: Path) -> dict:
