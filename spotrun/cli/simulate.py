@@ -376,15 +376,51 @@ def _odds_not_borne_out(report: dict, section, row: dict) -> list[str]:
     cap = f"at the run's ${report['cap_usd']:,.2f} cap" if report.get("cap_usd") is not None else "without a cap"
     line = (f"  not borne out here: on these traces, {cap}, {section.chosen} {what} on {here:.1%}, against "
             f"{told:.1%} on the estimate's generated traces, on which its figures and the cap to set rest")
+    causes = _missed_by_cause(row, bool(section.sim_plan.get("on_demand_fallback", True)),
+                              late=bool(report["deadline_hours"]))
+    return [line + (f": {causes}" if causes else "") + "; " + _what_was_simulated(report, section)]
+
+
+def _missed_by_cause(row: dict, fallback: bool, late: bool) -> str:
+    """Why the chosen policy's runs miss here, each cause with its share and what would change it: ended at the cap
+    (a larger cap finishes them), MaxWait without spot capacity and no fallback (no cap does: the fallback or a longer
+    delay does), the longest MaxRuntime reached unfinished, or (`late`, with a deadline) finished after it. A new user
+    was told '6.4% wait out MaxWait ... no cap finishes them' where 6.1% more had ended at the cap."""
     unfinished = 1.0 - row["p_finished"]
-    at_cap = row.get("p_over_budget", 0.0)
-    fallback = bool(section.sim_plan.get("on_demand_fallback", True))
-    if unfinished > 1e-9 and at_cap < unfinished / 2 and not fallback:  # the cap is not what ends them
-        return [line + f": {unfinished - at_cap:.1%} wait out MaxWait with no spot capacity and end unfinished "
-                "(compute.on_demand_fallback=false: no on-demand job follows); where these traces are the capacity "
-                "the run will meet, no cap finishes them: compute.on_demand_fallback=true does (or a longer "
-                "compute.accepted_delay_hours)"]
-    return [line + ": where these traces are the capacity the run will meet, the cap to set is not enough"]
+    at_cap = min(unfinished, row.get("p_over_budget", 0.0))
+    rest = unfinished - at_cap
+    causes = []
+    if late and row.get("p_deadline") is not None and row["p_finished"] - row["p_deadline"] > 1e-9:
+        causes.append((row["p_finished"] - row["p_deadline"], f"{row['p_finished'] - row['p_deadline']:.1%} finish "
+                                                              "after the deadline"))
+    if at_cap > 1e-9:
+        causes.append((at_cap, f"{at_cap:.1%} end unfinished at the cap (OverBudget: a larger cap "
+                               f"{'lets them go on' if late else 'finishes them'})"))
+    if rest > 1e-9 and not fallback:
+        causes.append((rest, f"{rest:.1%} wait out MaxWait with no spot capacity and end unfinished "
+                             "(compute.on_demand_fallback=false: no on-demand job follows; no cap finishes them: "
+                             "compute.on_demand_fallback=true does, or a longer compute.accepted_delay_hours)"))
+    elif rest > 1e-9:
+        causes.append((rest, f"{rest:.1%} run to the longest MaxRuntime unfinished"))
+    return ", ".join(text for _, text in sorted(causes, key=lambda c: -c[0]))
+
+
+def _what_was_simulated(report: dict, section) -> str:
+    """What these rows are: the run at its own cap on the estimate's layout. Where the cap to set is another cap (or
+    runs another layout) it was not simulated here: a new user's 8B at a $200 cap on 2 x g6e was told 'the cap to set
+    is not enough' of a $327.53 cap on 1 x p5 that this study never ran."""
+    to_set = section.deadline_cap_usd or section.p95_finish_cap_usd
+    cap = report.get("cap_usd")
+    where = "where these traces are the capacity the run will meet"
+    if to_set and cap is not None and abs(cap - to_set) < 0.005 and not section.cap_to_set_layout:
+        return f"{where}, the cap to set (${to_set:,.2f}, the run's cap here) does not give the estimate's odds"
+    simulated = f"the run's ${cap:,.2f} cap" if cap is not None else "the run without a cap"
+    if not to_set:
+        return f"{where}, expect these odds ({simulated} on {report['layout']} was simulated)"
+    other = f" on {section.cap_to_set_layout}" if section.cap_to_set_layout else ""
+    return (f"{where}, expect these odds at {simulated} on {report['layout']}, the one simulated here: the cap to set "
+            f"(${to_set:,.2f}{other}) was not (set budget.max_usd to it and simulate again for its odds on these "
+            "traces)")
 
 
 def _cap_to_set_not_borne_out(report: dict, section, row: dict) -> list[str]:
