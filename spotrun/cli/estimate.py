@@ -35,7 +35,7 @@ from ..pipeline.validate import Target, check_catalog, check_target
 from ..planner.catalog import usd
 from ..planner.estimate import DEFAULT_PRICE_REGION, Estimate, estimate, format_text, load_catalog, regional_catalog
 from ..planner.sources import check_local_split, read_sources, split_settings, unchecked_split, with_split
-from ..policy.choose import policy_text
+from ..policy.choose import held_out_margin, policy_text
 from ..seams import DatasetIndex, StackOutput, stack_name
 from .exits import HELP as EXIT_CODES_HELP
 from .exits import Exit, combined, fail, for_status, split_excerpt
@@ -249,6 +249,9 @@ def _ok_doc(checked: Checked) -> dict:
     extra = {"unchecked": checked.unchecked} if checked.unchecked else {}
     if checked.estimate is None and checked.warnings:  # validate's (estimate's are in the estimate)
         extra["warnings"] = checked.warnings
+    if checked.estimate is not None:  # the text's line under the policy table (`policy_text`), where there is one
+        section = checked.estimate.spot_policy
+        extra["held_out_margin"] = held_out_margin(section.policies) if section else None
     return {"status": UNCHECKED if checked.unchecked else "ok",
             **(checked.estimate.to_json() if checked.estimate else {}),
             "checked": checked.checked, "not_checked": checked.not_checked, **extra}

@@ -1162,9 +1162,7 @@ def held_out_margin_lines(rows: list[dict], odds: str) -> list[str]:
     """Where the cap ends some of a row's runs (`p_over_budget`) and the row's odds are above 0: how far such odds
     read high on the recordings the availability model was not fitted on (`HELD_OUT_OVER_AT_CAP_POINTS`; issue #26:
     no model measured was within the 1 point asked there, so the margin is said, not hidden)."""
-    ended = [r["label"] for r in rows
-             if r.get("p_over_budget", 0.0) > 0 and (r["p_deadline"] if r["p_deadline"] is not None
-                                                     else r["p_finished"]) > 0]
+    ended = ended_at_cap_with_odds(rows)
     if not ended:
         return []
     mean, largest = HELD_OUT_OVER_AT_CAP_POINTS
@@ -1172,6 +1170,26 @@ def held_out_margin_lines(rows: list[dict], odds: str) -> list[str]:
             f"availability model was not fitted on, the {odds} of policies at caps that end runs read {mean:.1f} "
             f"points high on average and up to {largest:.1f} (docs/spot-policy.md, \"Calibration at a cap that "
             "binds\"): expect that much less"]
+
+
+def ended_at_cap_with_odds(rows: list[dict]) -> list[str]:
+    """The labels of the rows `held_out_margin_lines` names: the cap ends some of their runs, their odds are above 0."""
+    return [r["label"] for r in rows
+            if r.get("p_over_budget", 0.0) > 0 and (r["p_deadline"] if r.get("p_deadline") is not None
+                                                    else r["p_finished"]) > 0]
+
+
+def held_out_margin(rows: list[dict], odds: str | None = None) -> dict | None:
+    """`held_out_margin_lines` for the JSON (the estimate's and simulate's `held_out_margin`; null where the cap ends
+    no run with odds to lose): the rows it names, the margin in points and its line (a new user's `--format json`
+    carried a binding cap's odds without it). `odds`: the column's name; by default as `policy_text` names it."""
+    ended = ended_at_cap_with_odds(rows)
+    if not ended:
+        return None
+    odds = odds or ("P(deadline)" if any(r["p_deadline"] is not None for r in rows) else "P(finished)")
+    mean, largest = HELD_OUT_OVER_AT_CAP_POINTS
+    return {"policies": ended, "odds": odds, "mean_points": mean, "largest_points": largest,
+            "line": held_out_margin_lines(rows, odds)[0].strip()}
 
 
 # what the cap to set promises: the choice and odds at it, proven by estimating there; a larger cap is another estimate
