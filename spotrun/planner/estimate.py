@@ -87,7 +87,7 @@ from .options import (
 )
 from .outputs import Estimate, first_segment_seconds, format_text, hyperparameters, planned_steps
 from .params import Shape, lora_parameters, shape_of
-from .segments import JOB_END_S, job_start_s, uncapped_cost_usd
+from .segments import JOB_END_S, job_start_s, segments_at, uncapped_cost_usd
 from .ties import NOISE_SES, by_tail, unpaired_se
 from .topology import layouts, step_seconds
 
@@ -216,8 +216,8 @@ def estimate(run: RunSpec, *, catalog: dict | None = None, model_config: dict | 
                      warnings, base_name)
         est = replace(est, warnings=[*est.warnings, *_cap_far_over(run, est)])
         if not run.compute.spot:  # the cost row's spot figure: the same layout as a spot run plans it
-            est = replace(est, cost_usd={**est.cost_usd, "spot": spot_view_cost(run, catalog, work, best,
-                                                                                recorded_rates)})
+            spot_usd, spot_jobs = spot_view_cost(run, catalog, work, best, recorded_rates)
+            est = replace(est, cost_usd={**est.cost_usd, "spot": spot_usd}, spot_figure_jobs=spot_jobs)
         wait_s, wait_source = mean_wait(run, best.instance_type, recorded_waits)
         if wait_s is not None:  # the spot policy's traces wait this long on average (spotrun/policy/choose.py)
             est = replace(est, mean_wait_seconds=round(wait_s, 1), mean_wait_source=wait_source)
@@ -808,11 +808,12 @@ def with_periodic_saves(cost: dict, run: RunSpec, catalog: dict, best: Option, c
 
 
 def spot_view_cost(run: RunSpec, catalog: dict, work: _Work, best: Option,
-                   recorded_rates: dict[str, float] | None) -> float:
+                   recorded_rates: dict[str, float] | None) -> tuple[float, int]:
     """A compute.spot=false run's spot figure: its layout priced as the same run with compute.spot=true plans it (its
     interruption rate, checkpoint interval, expected interruptions, chain of jobs at the cap and periodic saves).
     The on-demand option has no interruptions: the cost row said 'spot about $145.13 (one job with the expected
-    interruptions)' where the spot run on that layout said $147.13 (a new user's 8B)."""
+    interruptions)' where the spot run on that layout said $147.13 (a new user's 8B). With the jobs of that chain,
+    which the cost row names (a 70B LoRA's $1,054.43 was labelled one job, where it was the chain of 2 at its cap)."""
     spot_run = replace(run, compute=replace(run.compute, spot=True))
     d = catalog["defaults"]
     step = best.fit.grad_accum * step_seconds(best.compute_s, best.comm_s, d["comm_overlap_fraction"])
@@ -824,10 +825,11 @@ def spot_view_cost(run: RunSpec, catalog: dict, work: _Work, best: Option,
     try:
         max_runtime, _ = _limits(spot_run, d, spot)
     except EstimateRefused:  # a spot run would be refused (28 days): the one job with its interruptions
-        return round(spot.spot, 2)
+        return round(spot.spot, 2), 1
     seg = segment_plan(spot_run, catalog, spot, work.ckpt_bytes, work.total, max_runtime)
     chain = seg.spot_cost_usd if seg.fits else uncapped_cost_usd(seg)
     if chain is None or not math.isfinite(chain):
         return with_periodic_saves({"on_demand": 0.0, "spot": round(spot.spot, 2)}, spot_run, catalog, spot,
-                                   work.ckpt_bytes)["spot"]
-    return round(chain, 2)  # its periodic saves in the chain's work (`segment_plan`)
+                                   work.ckpt_bytes)["spot"], 1
+    # its periodic saves in the chain's work (`segment_plan`)
+    return round(chain, 2), seg.segments if seg.fits else segments_at(seg, math.inf)

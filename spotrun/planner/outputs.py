@@ -79,6 +79,9 @@ class Estimate:
     # checkpoint.mean_wait_hours); None: the availability model's at the interruption rate (and not printed)
     mean_wait_seconds: float | None = None
     mean_wait_source: str = ""
+    # a compute.spot=false run: the jobs of the chain its spot figure (`cost_usd.spot`) is the bill of, the same run
+    # on managed spot at this cap (spotrun/planner/estimate.py `spot_view_cost`); None for a spot run
+    spot_figure_jobs: int | None = None
 
     def to_json(self) -> dict:
         out = {**asdict(self), "spot_policy": section_json(self.spot_policy)}
@@ -87,6 +90,8 @@ class Estimate:
             del out["mean_wait_seconds"], out["mean_wait_source"]
         if not self.spot:  # an on-demand job has no MaxWait (the text says so): no figure for one
             del out["max_wait_seconds"]
+        else:  # the planner's own spot figure: its chain is `segments`'
+            del out["spot_figure_jobs"]
         return out
 
 
@@ -305,6 +310,13 @@ def unfinished_text(row: dict, fallback: bool) -> str:
             "count the unfinished runs at what they billed")
 
 
+def _spot_figure_text(jobs: int) -> str:
+    """What an on-demand run's spot figure is the bill of: one job, or the chain of jobs the same run on spot has at
+    this cap (its MaxRuntime bounded at on-demand rates leaves room for less than the whole run)."""
+    return ("one job with the expected interruptions" if jobs == 1 else
+            f"a chain of {jobs} jobs at this cap, each one's start and end, the expected interruptions")
+
+
 def _cost_text(est: Estimate) -> str:
     """The cost row. A spot run leads with the chosen spot policy's simulated mean and P95 (the bill the run gets as
     the cost guard executes that policy; a new user read the planner's 'spot $1,975.13 expected' as the bill of a
@@ -319,7 +331,7 @@ def _cost_text(est: Estimate) -> str:
     if not est.spot:
         return (f"on-demand {usd(est.cost_usd['on_demand'])} ({planned}; the bill to expect, the cap to set is the "
                 f"spot policy's last line) / spot about {usd(est.cost_usd['spot'])} (the same layout on managed spot: "
-                "one job with the expected interruptions, no wait for capacity)")
+                f"{_spot_figure_text(est.spot_figure_jobs or 1)}, no wait for capacity)")
     on_demand = f"on-demand {usd(est.cost_usd['on_demand'])} (one uninterrupted job)"
     if _chosen_row(est.spot_policy) is None:
         return f"spot {usd(est.cost_usd['spot'])} expected ({planned}, the expected interruptions) / {on_demand}"
