@@ -34,6 +34,7 @@ from ..pipeline.policy_stage import layout_ranker, over_budget_with_caps, with_s
 from ..pipeline.validate import Target, check_catalog, check_target
 from ..planner.catalog import usd
 from ..planner.estimate import DEFAULT_PRICE_REGION, Estimate, estimate, format_text, load_catalog, regional_catalog
+from ..planner.outputs import speed_margin_note
 from ..planner.sources import check_local_split, read_sources, split_settings, unchecked_split, with_split
 from ..policy.choose import held_out_margin, policy_text
 from ..seams import DatasetIndex, StackOutput, stack_name
@@ -252,6 +253,7 @@ def _ok_doc(checked: Checked) -> dict:
     if checked.estimate is not None:  # the text's line under the policy table (`policy_text`), where there is one
         section = checked.estimate.spot_policy
         extra["held_out_margin"] = held_out_margin(section.policies) if section else None
+        extra["cap_to_set_speed_margin"] = speed_margin_note(checked.estimate)
     return {"status": UNCHECKED if checked.unchecked else "ok",
             **(checked.estimate.to_json() if checked.estimate else {}),
             "checked": checked.checked, "not_checked": checked.not_checked, **extra}
@@ -273,6 +275,8 @@ def _print_ok(path: Path, checked: Checked) -> None:
     if checked.estimate is not None:
         print(format_text(checked.estimate))
         print(policy_text(checked.estimate.spot_policy))
+        if note := speed_margin_note(checked.estimate):  # under the cap to set, the policy text's last line
+            print("  " + note["line"])
     else:
         for warning in checked.warnings:
             print(f"warning: {warning}")

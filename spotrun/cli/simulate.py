@@ -21,6 +21,7 @@ from ..contract.refusal import Refusal
 from ..contract.runfile import load_run_file
 from ..contract.strict_json import dumps as strict_dumps
 from ..planner.estimate import load_catalog, regional_catalog
+from ..planner.outputs import speed_margin_note
 from ..policy.choose import (
     ESTIMATE_TRACES,
     SYNTHETIC_TRACES,
@@ -491,8 +492,10 @@ def _simulate(args: argparse.Namespace) -> int:
         report["traces_left_out"] = [{"file": str(x.path), "reason": x.reason} for x in left_out]
     report["layout"] = f"{est.instance_count} x {est.instance_type}"
     section = est.spot_policy
+    speed = speed_margin_note(est)  # an on-demand chain's: how much slower the trainer may be at the cap to set
     report["estimate_policy"] = {"chosen": section.chosen, "traces": section.traces, "sentinel": section.sentinel,
-                                 "cap_to_set_usd": section.deadline_cap_usd or section.p95_finish_cap_usd}
+                                 "cap_to_set_usd": section.deadline_cap_usd or section.p95_finish_cap_usd,
+                                 "cap_to_set_speed_margin": speed}
     files = {"report": args.out / "simulate.json", "summary": args.out / "simulate.txt"}
     # the availability model's odds at a cap that ends runs read high on recordings it was not fitted on (as the
     # estimate says under its table); on recorded or resampled traces the odds are those traces' own
@@ -509,6 +512,7 @@ def _simulate(args: argparse.Namespace) -> int:
     text = "\n".join([f"{run.name} on {report['layout']}: " + table_text(report), *notes,
                       f"as `spotrun estimate` sets the run up (its choice: {section.chosen}, on its "
                       f"{section.traces:,} traces):", *settings_lines(section),
+                      *(["  " + speed["line"]] if speed else []),
                       *not_borne_out(report, section, recorded=recorded)])
     files["report"].write_text(strict_dumps(finite(report), indent=2))
     files["summary"].write_text(text + "\n")

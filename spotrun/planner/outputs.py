@@ -23,7 +23,7 @@ from ..settings.tree import TrainConfig
 from ..settings.wire import flatten, leaves, parse
 from .catalog import hours_text, usd
 from .options import periodic_saves_s
-from .segments import JOB_END_S, job_start_s, segment_seconds
+from .segments import JOB_END_S, job_start_s, segment_seconds, speed_margin
 
 # spotrun/settings/sections.py ModelConfig.source: the base an exported adapter names
 MODEL_SOURCE_PATH = "model.source"
@@ -343,3 +343,43 @@ def _cost_text(est: Estimate) -> str:
                 "chosen policy does not take")
     return (f"spot as the chosen spot policy runs it ({est.spot_policy.chosen}, simulated): "
             f"{_chosen_cost_text(est.spot_policy)} / {on_demand}; {expected}")
+
+
+SPEED_MARGIN_PRICED = 0.10  # the slower trainer the speed line names a cap for (no measured spread to size it by)
+
+
+def speed_margin_note(est: Estimate) -> dict | None:
+    """Where the run's jobs bill on-demand throughout (compute.spot=false, or on_demand chosen): how much slower
+    than planned the trainer may train before the cap to set ends the run (`speed_margin`), what the planned speed
+    rests on, and the cap that carries a trainer SPEED_MARGIN_PRICED slower. A new user's on-demand caps to set left
+    seconds (mistral-7b LoRA at $31.70: MaxRuntime 48,942 s for a 13.59 h bill; a 70B LoRA under a second of 78.7 h,
+    its speed the catalog's utilization 0.25). None for a spot policy (its cap to set holds the P95 of simulated
+    interruptions), without a cap to set, or where the cap to set runs another layout. The planner carries no
+    measured spread of its speed (a recorded MFU is the median of earlier runs), so the cap to set adds none."""
+    section, seg = est.spot_policy, est.segments
+    cap = section and (section.cap_to_set_usd or section.deadline_cap_usd or section.p95_finish_cap_usd)
+    if not cap or seg is None or section.cap_to_set_layout or (est.spot and section.policy != "on_demand"):
+        return None
+    share = speed_margin(seg, cap, spot=False)
+    low_c = math.floor(cap * 100)  # the least cap, in cents, that carries a trainer SPEED_MARGIN_PRICED slower
+    high_c = max(low_c + 1, math.ceil(cap * (1 + 2 * SPEED_MARGIN_PRICED) * 100) + 100)
+    while speed_margin(seg, high_c / 100, spot=False) < SPEED_MARGIN_PRICED:
+        high_c *= 2
+    while high_c - low_c > 1:
+        mid = (low_c + high_c) // 2
+        low_c, high_c = (mid, high_c) if speed_margin(seg, mid / 100, spot=False) < SPEED_MARGIN_PRICED else \
+            (low_c, mid)
+    roomy = high_c / 100
+    seconds = share * seg.work_seconds
+    line = (f"  speed margin: at the cap to set ({usd(cap)}) the trainer may train {share * 100:.2g}% slower than "
+            f"planned ({seconds:,.0f} s over {hours_text(seg.work_seconds)} of training); slower, its job's time "
+            "(MaxRuntime, what the cap allows at on-demand rates) is up first: the trainer saves and exits "
+            "unfinished, no next job fits in what the cap leaves, and the guard ends the run at the cap (OverBudget), "
+            "about the cap billed, with its newest checkpoint (checkpoint.resume_from continues it under a larger "
+            f"cap) and no model. The planned speed rests on utilization {est.utilization:g} "
+            f"({est.utilization_source}), with no measured spread to add to the cap: a cap of {usd(roomy)} carries a "
+            f"trainer {SPEED_MARGIN_PRICED:.0%} slower")
+    return {"cap_usd": cap, "slower_share": share, "slower_seconds": round(seconds, 1),
+            "planned_training_seconds": round(seg.work_seconds, 1), "utilization": est.utilization,
+            "utilization_source": est.utilization_source, "priced_slower_share": SPEED_MARGIN_PRICED,
+            "cap_for_priced_usd": roomy, "line": line.strip()}

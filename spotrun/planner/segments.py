@@ -420,3 +420,28 @@ def finish_cap_usd(segments: SegmentPlan, bill_usd: float, spot: bool = True, se
     finish = smallest_cap(spent_usd=0.0, work_s=max(work, 1.0), costs=costs, first=True, spot=spot, stopped=spot)
     room = math.ceil(sentinel_room_s * costs.usd_per_s * 100) / 100  # in cents, up
     return round(max(segments.min_cap_usd, finish) + room, 2)
+
+
+def speed_margin(segments: SegmentPlan, cap_usd: float, spot: bool = False) -> float:
+    """How much slower than planned the trainer may train (a share of the planned training time) before the chain at
+    `cap_usd` no longer carries the run: past it the job's MaxRuntime comes first, the trainer saves and exits at its
+    segment's end (`segment_seconds`), and the next job does not fit in what the cap leaves, so the guard ends the
+    run at the cap (OverBudget) with its newest checkpoint and no model. At an on-demand run's cap to set it was
+    seconds (mistral-7b LoRA at $31.70: 8 s of 13.45 h); `spot`: the chain at the spot share (0.0: none fits)."""
+    costs, work = ChainCosts(**segments.chain_costs), segments.work_seconds
+
+    def fits(share: float) -> bool:
+        return plan_chain(cap_usd=cap_usd, spent_usd=0.0, work_s=work * (1 + share), costs=costs, first=True,
+                          spot=spot).fits
+
+    if work <= 0 or not fits(0.0):
+        return 0.0
+    low, high = 0.0, 1e-4
+    while fits(high):  # more work never fits where less does not
+        low, high = high, high * 2
+        if high > 1e3:
+            return math.inf
+    for _ in range(40):
+        mid = (low + high) / 2
+        low, high = (mid, high) if fits(mid) else (low, mid)
+    return low
