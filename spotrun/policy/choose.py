@@ -485,6 +485,18 @@ def estimate_executions(plan: SimPlan, spec: TraceSpec, n: int, seed: int) -> di
     return None if kept is None else dict(kept)
 
 
+def shared_traces(spec: TraceSpec, n: int, seed: int) -> list:
+    """`generated_traces(spec, n, seed)`, made once within `shared_simulations`: `spotrun simulate`'s study replays
+    the estimate's own traces (the same spec, n and seed) and generated them a second time (a tenth of the 8B
+    example's command)."""
+    shared = _SHARED.get()
+    if shared is None:
+        return generated_traces(spec, n, seed)
+    if ("traces", spec, n, seed) not in shared:
+        shared["traces", spec, n, seed] = generated_traces(spec, n, seed)
+    return shared["traces", spec, n, seed]
+
+
 def cents_up(usd: float) -> float:
     """`usd` rounded up to the cent: a cap named from a bill holds that bill (a cap rounded down would not)."""
     return math.ceil(round(usd * 100, 6)) / 100

@@ -1130,3 +1130,23 @@ def test_spotrun_simulate_executes_each_policy_once_on_the_estimates_own_traces(
     alone = json.loads(capsys.readouterr().out)
     shared.pop("simulate_seconds"), alone.pop("simulate_seconds")
     assert shared == alone
+
+
+def test_spotrun_simulate_generates_the_estimates_traces_once(tmp_path, capsys, monkeypatch):
+    """The study replays the estimate's own traces (the same spec, count and seed): made once, not generated again
+    for the study (a tenth of the 8B example's command)."""
+    from pathlib import Path
+
+    import spotrun.cli.simulate as simulate_cli
+    from spotrun.cli.main import main
+    from spotrun.policy import choose
+
+    run = Path(__file__).resolve().parents[2] / "examples" / "runs" / "qwen2-0.5b-full-small.json"
+    made = []
+    for module in (choose, simulate_cli):
+        real = module.generated_traces
+        monkeypatch.setattr(module, "generated_traces",
+                            lambda spec, n, seed, real=real: made.append((spec, n, seed)) or real(spec, n, seed))
+    assert main(["simulate", str(run), "--no-optimum", "--out", str(tmp_path)]) == 0
+    assert "1000 traces (generated" in capsys.readouterr().out
+    assert len(made) == 1 and made[0][1:] == (1000, 0)
