@@ -57,7 +57,6 @@ from ..planner.segments import (
     JOB_END_S,
     STOP_BILL_S,
     ChainCosts,
-    cap_wait_s,
     next_max_runtime,
     next_segment,
     restart_wasted_s,
@@ -238,8 +237,12 @@ class Run:
                 self._reached(t)
         else:
             a, b, reach = job.t, INF, False
+        # min() and max() written out below (the hot loop's): `y if y < x else x` is min(x, y), `y if y > x else x`
+        # max(x, y), to the bit (the builtins keep the first of equals and compare with the same operators)
         if job.phase == "wait":
-            job.t = min(until, max(a, job.t), wait_end)
+            t = job.t if job.t > a else a  # min(until, max(a, job.t), wait_end)
+            t = t if t < until else until
+            job.t = wait_end if wait_end < t else t
             if a <= job.t < wait_end:
                 restore = p.restore_s if self.committed > 0 else 0.0
                 job.phase, job.left, job.clock, job.cycle = "start", p.startup_s + restore, 0.0, 0.0
@@ -247,11 +250,15 @@ class Run:
             return None
         if a > job.t:  # the window ended under the job
             return self.interrupted(job)
-        horizon = min(until, b)
-        if job.phase != "stop":
-            horizon = min(horizon, wait_end, job.t + job.max_runtime_s - job.billed)
+        horizon = b if b < until else until  # min(until, b)
+        if job.phase != "stop":  # min(horizon, wait_end, job.t + job.max_runtime_s - job.billed)
+            horizon = wait_end if wait_end < horizon else horizon
+            runtime_end = job.t + job.max_runtime_s - job.billed
+            horizon = runtime_end if runtime_end < horizon else horizon
         if job.phase != "train":
-            step = max(0.0, min(job.left, horizon - job.t))
+            step = horizon - job.t  # max(0.0, min(job.left, horizon - job.t))
+            step = step if step < job.left else job.left
+            step = step if step > 0.0 else 0.0
             if reach:
                 self._reached(min(horizon, job.t + job.left))
             self.bill(job, step)
@@ -268,7 +275,12 @@ class Run:
                     self._reached(min(horizon, job.t + min(segment_left, (k + 1) * (interval + p.save_s))))
             self._whole_cycles(job, interval, min(horizon - job.t, segment_left))
             segment_left = self.segment_left(job)
-        step = max(0.0, min(horizon - job.t, p.work_s - self.work, interval - job.cycle, segment_left))
+        # max(0.0, min(horizon - job.t, p.work_s - self.work, interval - job.cycle, segment_left))
+        step, work_left, cycle_left = horizon - job.t, p.work_s - self.work, interval - job.cycle
+        step = work_left if work_left < step else step
+        step = cycle_left if cycle_left < step else step
+        step = segment_left if segment_left < step else step
+        step = step if step > 0.0 else 0.0
         if reach:
             self._reached(min(horizon, job.t + min(p.work_s - self.work, interval - job.cycle, segment_left)))
         self.bill(job, step)
@@ -466,23 +478,28 @@ class Run:
         target, else it waits). Far from the cap (the cut cannot bind before the target: the room shrinks at most at
         on-demand rates for the job and a sentinel, and no wait is longer than the grid's at the target's age), or
         where no wait was cut, the grid's poll."""
-        p = self.plan
+        p, tally, sentinel = self.plan, self.tally, self.sentinel_at is not None
         at, polls = first_poll_at(job.created, now, target, recheck_at, poll_s=p.poll_s, max_poll_s=p.max_poll_s)
         usd_per_s = cap.costs.usd_per_s
-        shrink = (1.0 if running else 0.0) + (1.0 if self.sentinel_at is not None else 0.0)
-        room = cap_wait_s(cap_usd=cap.cap_usd, spent_usd=self.guard_spent(cap, job, now, billed_s),
-                          usd_per_s=usd_per_s)
-        longest_wait = p.poll_s + min(p.max_poll_s, max(p.poll_s, 0.06 * (at - job.created + p.poll_s)))
+        shrink = (1.0 if running else 0.0) + (1.0 if sentinel else 0.0)
+        # `cap_wait_s` of `guard_spent` at `now`, written out (the same arithmetic in the same order: the same
+        # floats; every poll the guard skips comes here), with the parts that no poll of the loop below changes
+        # (a long run near its cap polls there thousands of times)
+        od = p.on_demand_usd_per_h / 3600
+        others = (tally.spot_s * p.spot_usd_per_h + tally.od_s * p.on_demand_usd_per_h) / 3600 - \
+            job.billed * ((p.spot_usd_per_h if job.market is _SPOT else p.on_demand_usd_per_h) / 3600)
+        warm = cap.costs.warm_pool_s * self.on_demand_jobs
+        room = (cap.cap_usd - (others + (billed_s + warm + (self.sentinel_billed(now) if sentinel else 0.0)) * od)) \
+            / usd_per_s - STOP_BILL_S
+        # p.poll_s + min(p.max_poll_s, max(p.poll_s, 0.06 * (...))), written out as in `Run._event`
+        longest_wait = 0.06 * (at - job.created + p.poll_s)
+        longest_wait = longest_wait if longest_wait > p.poll_s else p.poll_s
+        longest_wait = p.poll_s + (longest_wait if longest_wait < p.max_poll_s else p.max_poll_s)
         if room - shrink * (at - now) >= longest_wait:
             self.polls += polls - 1
             return at
         t, n, cut = now, 0, False
-        # `guard_spent`'s and `poll_wait`'s parts that no poll of the loop changes, taken out of it (the same
-        # arithmetic in the same order: the same floats); a long run near its cap polls here thousands of times
-        od = p.on_demand_usd_per_h / 3600
-        others = self.billed_usd() - job.billed * self._own_usd_per_s(job)
-        warm = self._warm_s(cap)
-        grid_ages, sentinel = poll_grid(p.poll_s, p.max_poll_s), self.sentinel_at is not None
+        grid_ages = poll_grid(p.poll_s, p.max_poll_s)
         # `wait_on_grid` and `cap_wait_s` written out too (the same arithmetic)
         last, created, cap_usd, poll_s, max_poll_s = grid_ages[-1], job.created, cap.cap_usd, p.poll_s, p.max_poll_s
         # a floor under the room left at a poll at t: `room` less its shrink since `now` (the job's bound and a
@@ -704,7 +721,8 @@ def execute(plan: SimPlan, trace: list, policy: str, checkpointing: str, *, hori
                                             running_at_poll)
         else:  # stopping: the guard polls every poll_s until the job has ended
             now += plan.poll_s
-        run.advance(job, now)
+        if not job.end and job.t < now - 1e-9:  # (`advance`'s own first test: most polls find the job there)
+            run.advance(job, now)
         run.polls += 1
         billed_at_poll, running_at_poll = job.billed, not job.end and job.phase != "wait"
         if job.end == "completed":
