@@ -1134,7 +1134,7 @@ def test_spotrun_simulate_executes_each_policy_once_on_the_estimates_own_traces(
 
 def test_spotrun_simulate_generates_the_estimates_traces_once(tmp_path, capsys, monkeypatch):
     """The study replays the estimate's own traces (the same spec, count and seed): made once, not generated again
-    for the study (a tenth of the 8B example's command)."""
+    for the study (0.04 s of CPU of the 8B example's 1.2 s)."""
     from pathlib import Path
 
     import spotrun.cli.simulate as simulate_cli
