@@ -38,6 +38,7 @@ from ..policy.choose import (
     run_policies,
     settings_lines,
     shared_simulations,
+    shared_traces,
     spot_alone,
 )
 from ..policy.decision import RULES
@@ -218,7 +219,7 @@ def traces_for(plan, est, args) -> tuple[list, str, list[LeftOut], tuple | None]
     if args.droughts is None:  # the estimate's mean wait (recorded or the run's) goes with its rate, not a band's
         wait_s = None if args.band else est.mean_wait_seconds
         spec = TraceSpec(interruptions_per_hour=rate, horizon_s=horizon, **ESTIMATE_TRACES, mean_wait_s=wait_s)
-        return (generated_traces(spec, args.n, args.seed), band + fitted_source(rate, wait_s, est.mean_wait_source),
+        return (shared_traces(spec, args.n, args.seed), band + fitted_source(rate, wait_s, est.mean_wait_source),
                 [], (spec, args.n, args.seed))
     spec = TraceSpec(interruptions_per_hour=rate, horizon_s=horizon,
                      **{**SYNTHETIC_TRACES, "droughts_per_day": args.droughts})

@@ -26,10 +26,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-import httpx2  # huggingface_hub 2.x's HTTP client: a network failure is its error, not an OSError
-from huggingface_hub import HfApi, constants, snapshot_download
-from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
-
 from ..contract.hub_id import COMMIT, HubId, parse_hub_id
 from ..contract.strict_json import RunValidationError
 from ..seams import HUB_MANIFEST, HUB_MODELS_PREFIX, PROCESSING_MODEL_OUTPUT
@@ -62,6 +58,13 @@ def resolve_commit(hub: HubId, endpoint: str | None, token: str | None = None) -
     the commit exists, and a hub that cannot be reached fails here at once. NOTE: snapshot_download itself skips
     this for a commit and goes to its tree listing, which retries network errors 5 times (~23 s) and has no
     setting for it. The request's timeout is huggingface_hub's own for metadata (HF_HUB_ETAG_TIMEOUT, 10 s)."""
+    # NOTE: huggingface_hub and its HTTP client are imported where the hub is asked: at the top of this module
+    # (spotrun/local/pipeline.py imports it) they took ~0.15 s of every `spotrun` command's start, a tenth of a
+    # `spotrun simulate`
+    import httpx2  # huggingface_hub 2.x's HTTP client: a network failure is its error, not an OSError
+    from huggingface_hub import HfApi, constants
+    from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
+
     try:
         sha = HfApi(endpoint=endpoint, token=token).model_info(hub.repo, revision=hub.revision,
                                                                timeout=constants.HF_HUB_ETAG_TIMEOUT).sha
@@ -79,6 +82,11 @@ def resolve_commit(hub: HubId, endpoint: str | None, token: str | None = None) -
 
 def fetch(hub: HubId, out: Path, *, endpoint: str | None = None, token: str | None = None) -> dict:
     """Download the model's files at the revision's commit into `out` (made or emptied), the manifest last."""
+    # NOTE: imported here, as in `resolve_commit`: only a fetch loads huggingface_hub
+    import httpx2
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HfHubHTTPError
+
     commit = resolve_commit(hub, endpoint, token)
     with tempfile.TemporaryDirectory(prefix="spotrun-hub-") as cache:
         try:

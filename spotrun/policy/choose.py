@@ -48,7 +48,7 @@ from ..seams import SpotPolicy
 from . import Summary, compare, executed
 from .availability import HELD_OUT_OVER_AT_CAP_POINTS, mean_down_s
 from .decision import DEADLINE_RULES, RULES, sentinel_room_s, sentinel_settings
-from .engine import INF, SimPlan
+from .engine import INF, SimPlan, Tally
 from .traces import TraceSpec, generated_traces
 
 N_TRACES = 1000
@@ -528,6 +528,18 @@ def estimate_executions(plan: SimPlan, spec: TraceSpec, n: int, seed: int) -> di
     return None if kept is None else dict(kept)
 
 
+def shared_traces(spec: TraceSpec, n: int, seed: int) -> list:
+    """`generated_traces(spec, n, seed)`, made once within `shared_simulations`: `spotrun simulate`'s study replays
+    the estimate's own traces (the same spec, n and seed) and generated them a second time (0.04 s of CPU of the 8B
+    example's 1.2 s)."""
+    shared = _SHARED.get()
+    if shared is None:
+        return generated_traces(spec, n, seed)
+    if ("traces", spec, n, seed) not in shared:
+        shared["traces", spec, n, seed] = generated_traces(spec, n, seed)
+    return shared["traces", spec, n, seed]
+
+
 def cents_up(usd: float) -> float:
     """`usd` rounded up to the cent: a cap named from a bill holds that bill (a cap rounded down would not)."""
     return math.ceil(round(usd * 100, 6)) / 100
@@ -816,7 +828,8 @@ class _Unfinished:
         bills = _simulated(*_at_cap(run, est, math.inf), catalog, [candidate], **sim)[1][0].bills
         self.n = len(bills)
         self.allowed = self.n - math.ceil(round(need * self.n, 9))  # unfinished runs the share allows
-        self.likely = sorted(range(self.n), key=lambda i: -bills[i])[:max(10, 5 * self.allowed)]
+        self.order = sorted(range(self.n), key=lambda i: -bills[i])
+        self.likely = self.order[:max(10, 5 * self.allowed)]
 
     def too_many(self, at: float) -> bool:
         run, est = _at_cap(self.run, self.est, at)
@@ -830,12 +843,23 @@ class _Unfinished:
                                                                                             self.sim["seed"])
         its, ended = policy_plans(run, est, plan)(self.candidate[0]), []
         first = set(self.likely)
-        for which in (self.likely, [i for i in range(self.n) if i not in first]):
+        # the others, costliest first, in growing batches: a cap that fails on them stops at the batch that shows it
+        # (the same answer: more than allowed ended unfinished; a cap that holds executes every trace either way)
+        rest = [i for i in self.order if i not in first]
+        batches = [rest[(1 << k) * 64 - 64:(1 << (k + 1)) * 64 - 64] for k in range(max(1, len(rest)).bit_length())]
+        made: dict[int, Tally] = {}
+        for which in (self.likely, *(b for b in batches if b)):
             tallies = executed(its, [traces[i] for i in which], *self.candidate)
+            made.update(zip(which, tallies, strict=True))
             ended += [i for i, t in zip(which, tallies, strict=True) if not t.finished]
             if len(ended) > self.allowed:
                 break
         self.likely = [*ended, *(i for i in self.likely if i not in set(ended))]
+        if len(made) == self.n and shared is not None:  # every trace executed: the row's executions at this cap,
+            # which the full check (`holds`, `_simulated`'s) then reuses, keyed as `_simulated` keys them
+            key = (dataclasses.replace(its, cap_usd=None), its.cap_usd is None)
+            done = shared.setdefault(("executions", key, spec, self.n, self.sim["seed"]), {})
+            done[self.candidate] = (its, [made[i] for i in range(self.n)])
         return len(ended) > self.allowed
 
 

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -56,7 +57,6 @@ from ..planner.segments import (
     JOB_END_S,
     STOP_BILL_S,
     ChainCosts,
-    cap_wait_s,
     next_max_runtime,
     next_segment,
     restart_wasted_s,
@@ -89,6 +89,9 @@ _START_SPOT, _START_ON_DEMAND = Action.START_SPOT, Action.START_ON_DEMAND
 
 _new = object.__new__  # an instance without its __init__ (`Run.observe`, `execute_all`: fields set at once)
 SEGMENT_END_MARGIN_S = 60.0  # spotrun/planner/segments.py: the trainer ends its segment this long before its save
+# `skip_polls_capped`'s floor under the room left is this much under its arithmetic: far over the floats' error in
+# the room's seconds (about 1e-5 s at a $1,000,000 cap and $0.50/h), far under a poll's wait (whole seconds)
+LEFT_FLOOR_MARGIN_S = 1e-3
 STARTS = {_START_SPOT: _SPOT, _START_ON_DEMAND: _ON_DEMAND,
           _TO_SPOT: _SPOT, _TO_ON_DEMAND: _ON_DEMAND}
 
@@ -234,8 +237,12 @@ class Run:
                 self._reached(t)
         else:
             a, b, reach = job.t, INF, False
+        # min() and max() written out below (the hot loop's): `y if y < x else x` is min(x, y), `y if y > x else x`
+        # max(x, y), to the bit (the builtins keep the first of equals and compare with the same operators)
         if job.phase == "wait":
-            job.t = min(until, max(a, job.t), wait_end)
+            t = job.t if job.t > a else a  # min(until, max(a, job.t), wait_end)
+            t = t if t < until else until
+            job.t = wait_end if wait_end < t else t
             if a <= job.t < wait_end:
                 restore = p.restore_s if self.committed > 0 else 0.0
                 job.phase, job.left, job.clock, job.cycle = "start", p.startup_s + restore, 0.0, 0.0
@@ -243,11 +250,15 @@ class Run:
             return None
         if a > job.t:  # the window ended under the job
             return self.interrupted(job)
-        horizon = min(until, b)
-        if job.phase != "stop":
-            horizon = min(horizon, wait_end, job.t + job.max_runtime_s - job.billed)
+        horizon = b if b < until else until  # min(until, b)
+        if job.phase != "stop":  # min(horizon, wait_end, job.t + job.max_runtime_s - job.billed)
+            horizon = wait_end if wait_end < horizon else horizon
+            runtime_end = job.t + job.max_runtime_s - job.billed
+            horizon = runtime_end if runtime_end < horizon else horizon
         if job.phase != "train":
-            step = max(0.0, min(job.left, horizon - job.t))
+            step = horizon - job.t  # max(0.0, min(job.left, horizon - job.t))
+            step = step if step < job.left else job.left
+            step = step if step > 0.0 else 0.0
             if reach:
                 self._reached(min(horizon, job.t + job.left))
             self.bill(job, step)
@@ -264,7 +275,12 @@ class Run:
                     self._reached(min(horizon, job.t + min(segment_left, (k + 1) * (interval + p.save_s))))
             self._whole_cycles(job, interval, min(horizon - job.t, segment_left))
             segment_left = self.segment_left(job)
-        step = max(0.0, min(horizon - job.t, p.work_s - self.work, interval - job.cycle, segment_left))
+        # max(0.0, min(horizon - job.t, p.work_s - self.work, interval - job.cycle, segment_left))
+        step, work_left, cycle_left = horizon - job.t, p.work_s - self.work, interval - job.cycle
+        step = work_left if work_left < step else step
+        step = cycle_left if cycle_left < step else step
+        step = segment_left if segment_left < step else step
+        step = step if step > 0.0 else 0.0
         if reach:
             self._reached(min(horizon, job.t + min(p.work_s - self.work, interval - job.cycle, segment_left)))
         self.bill(job, step)
@@ -462,28 +478,46 @@ class Run:
         target, else it waits). Far from the cap (the cut cannot bind before the target: the room shrinks at most at
         on-demand rates for the job and a sentinel, and no wait is longer than the grid's at the target's age), or
         where no wait was cut, the grid's poll."""
-        p = self.plan
+        p, tally, sentinel = self.plan, self.tally, self.sentinel_at is not None
         at, polls = first_poll_at(job.created, now, target, recheck_at, poll_s=p.poll_s, max_poll_s=p.max_poll_s)
         usd_per_s = cap.costs.usd_per_s
-        shrink = (1.0 if running else 0.0) + (1.0 if self.sentinel_at is not None else 0.0)
-        room = cap_wait_s(cap_usd=cap.cap_usd, spent_usd=self.guard_spent(cap, job, now, billed_s),
-                          usd_per_s=usd_per_s)
-        longest_wait = p.poll_s + min(p.max_poll_s, max(p.poll_s, 0.06 * (at - job.created + p.poll_s)))
+        shrink = (1.0 if running else 0.0) + (1.0 if sentinel else 0.0)
+        # `cap_wait_s` of `guard_spent` at `now`, written out (the same arithmetic in the same order: the same
+        # floats; every poll the guard skips comes here), with the parts that no poll of the loop below changes
+        # (a long run near its cap polls there thousands of times)
+        od = p.on_demand_usd_per_h / 3600
+        others = (tally.spot_s * p.spot_usd_per_h + tally.od_s * p.on_demand_usd_per_h) / 3600 - \
+            job.billed * ((p.spot_usd_per_h if job.market is _SPOT else p.on_demand_usd_per_h) / 3600)
+        warm = cap.costs.warm_pool_s * self.on_demand_jobs
+        room = (cap.cap_usd - (others + (billed_s + warm + (self.sentinel_billed(now) if sentinel else 0.0)) * od)) \
+            / usd_per_s - STOP_BILL_S
+        # p.poll_s + min(p.max_poll_s, max(p.poll_s, 0.06 * (...))), written out as in `Run._event`
+        longest_wait = 0.06 * (at - job.created + p.poll_s)
+        longest_wait = longest_wait if longest_wait > p.poll_s else p.poll_s
+        longest_wait = p.poll_s + (longest_wait if longest_wait < p.max_poll_s else p.max_poll_s)
         if room - shrink * (at - now) >= longest_wait:
             self.polls += polls - 1
             return at
         t, n, cut = now, 0, False
-        # `guard_spent`'s and `poll_wait`'s parts that no poll of the loop changes, taken out of it (the same
-        # arithmetic in the same order: the same floats); a long run near its cap polls here thousands of times
-        od = p.on_demand_usd_per_h / 3600
-        others = self.billed_usd() - job.billed * self._own_usd_per_s(job)
-        warm = self._warm_s(cap)
-        grid_ages, sentinel = poll_grid(p.poll_s, p.max_poll_s), self.sentinel_at is not None
+        grid_ages = poll_grid(p.poll_s, p.max_poll_s)
         # `wait_on_grid` and `cap_wait_s` written out too (the same arithmetic)
         last, created, cap_usd, poll_s, max_poll_s = grid_ages[-1], job.created, cap.cap_usd, p.poll_s, p.max_poll_s
+        # a floor under the room left at a poll at t: `room` less its shrink since `now` (the job's bound and a
+        # sentinel's grow by at most the seconds elapsed, at on-demand rates); where it is over the poll's wait, the
+        # wait is not cut there and `spent` need not be computed (a sentinel's bills are a walk over the windows)
+        floor_left, shrink_per_s = room - LEFT_FLOOR_MARGIN_S, shrink * od / usd_per_s
+        reach = sentinel and self.reach is not None
+        walk = recheck_at == INF and _integral(now, created) and _grid_walk(poll_s, max_poll_s) is not None
         for _ in range(1_000_000):
-            billed = billed_s + (t - now) if running else billed_s
-            spent = others + (billed + warm + (self.sentinel_billed(t) if sentinel else 0.0)) * od
+            if n == 1 and walk:  # on the grid from the second poll: the polls the floor keeps uncut, at once
+                k, t_k, before = _uncut_polls(grid_ages, t - created, created, now, target, floor_left,
+                                              shrink_per_s, max_poll_s)
+                if k:
+                    if reach:
+                        self._reached(before)
+                    t, n = t_k, n + k
+                    if t >= target - 1e-9:
+                        break
             job_age = math.floor(t - created)
             age_s = job_age + poll_s
             if age_s <= last:
@@ -492,9 +526,16 @@ class Run:
                 at_age = last + math.ceil((age_s - last) / max_poll_s - 1e-9) * max_poll_s
             recheck_s = recheck_at - t
             grid = min(at_age - job_age, INF if recheck_s == INF else float(max(poll_s, math.ceil(recheck_s - 1e-9))))
-            left = (cap_usd - spent) / usd_per_s - STOP_BILL_S
-            cut = cut or left < grid
-            t += int(max(poll_s, min(grid, left)))
+            if floor_left - shrink_per_s * (t - now) >= grid:  # `left` >= grid: not cut, the grid's wait
+                if reach:  # (as `sentinel_billed(t)` records it)
+                    self._reached(t)
+                t += int(max(poll_s, grid))
+            else:
+                billed = billed_s + (t - now) if running else billed_s
+                spent = others + (billed + warm + (self.sentinel_billed(t) if sentinel else 0.0)) * od
+                left = (cap_usd - spent) / usd_per_s - STOP_BILL_S
+                cut = cut or left < grid
+                t += int(max(poll_s, min(grid, left)))
             n += 1
             if t >= target - 1e-9:
                 break
@@ -504,6 +545,76 @@ class Run:
         self.capped = True
         self.polls += n - 1
         return t
+
+
+def _integral(*times: float) -> bool:
+    """Whether every time is a whole number of seconds, where adding whole seconds to it is exact."""
+    return all(x == math.floor(x) and abs(x) < 2.0 ** 52 for x in times)
+
+
+@functools.lru_cache(maxsize=16)
+def _grid_walk(poll_s: float, max_poll_s: float) -> tuple[float, ...] | None:
+    """The poll grid (`poll_grid`) where `skip_polls_capped`'s loop, at a whole-second job age on it and with no
+    recheck, waits exactly to the grid's next age (past its last, every max_poll_s), and the waits never shrink:
+    then the loop's polls are the grid's ages, and `_uncut_polls` may skip them. None otherwise."""
+    grid = poll_grid(poll_s, max_poll_s)
+    if not (_integral(poll_s, max_poll_s) and 1.0 <= poll_s <= max_poll_s):
+        return None
+    last = grid[-1]
+    ages = [*grid, *(last + m * max_poll_s for m in range(1, 4))]
+    for age, after in zip(ages, ages[1:], strict=False):  # the loop's arithmetic (`wait_on_grid`'s), at each age
+        age_s = age + poll_s
+        at = grid[bisect.bisect_left(grid, age_s - 1e-9)] if age_s <= last else \
+            last + math.ceil((age_s - last) / max_poll_s - 1e-9) * max_poll_s
+        if at != after or int(max(poll_s, at - age)) != at - age:
+            return None
+    waits = [b - a for a, b in zip(ages, ages[1:], strict=False)]
+    return grid if all(a <= b for a, b in zip(waits, waits[1:], strict=False)) else None
+
+
+def _grid_age(grid: tuple[float, ...], i: int, max_poll_s: float) -> float:
+    """The grid's i-th age, past its last every max_poll_s."""
+    return grid[i] if i < len(grid) else grid[-1] + (i - len(grid) + 1) * max_poll_s
+
+
+def _uncut_polls(grid: tuple[float, ...], age: float, created: float, now: float, target: float, floor_left: float,
+                 shrink_per_s: float, max_poll_s: float) -> tuple[int, float, float]:
+    """`skip_polls_capped`'s polls from one at `age` on the grid (whole seconds, `_grid_walk`) that its floor under
+    the room left keeps uncut, taken at once: (how many, the time of the poll after them, the time of the last one).
+    The loop's test at each (`floor_left - shrink_per_s * (t - now) >= wait`) on the same floats (whole seconds add
+    exactly): it holds on a prefix of the polls (the floor falls, the grid's waits grow), found by bisection, as is
+    the first poll at or after the target, where the loop stops."""
+    last = grid[-1]
+    if age <= last:
+        i0 = bisect.bisect_left(grid, age)
+        if i0 >= len(grid) or grid[i0] != age:
+            return 0, 0.0, 0.0
+    else:
+        m = (age - last) / max_poll_s
+        if m != math.floor(m):
+            return 0, 0.0, 0.0
+        i0 = len(grid) - 1 + int(m)
+
+    def uncut(k: int) -> bool:  # the loop passes poll k without a cut, and has not stopped at it
+        at = _grid_age(grid, i0 + k, max_poll_s)
+        t = created + at
+        if k and t >= target - 1e-9:
+            return False
+        return floor_left - shrink_per_s * (t - now) >= _grid_age(grid, i0 + k + 1, max_poll_s) - at
+
+    lo, hi = 0, 1  # every poll before lo is passed; hi - 1 is not, once found
+    while uncut(hi - 1):
+        if hi >= 1 << 40:
+            return 0, 0.0, 0.0
+        lo, hi = hi, 2 * hi
+    hi -= 1
+    while lo < hi:  # the first poll not passed, in [lo, hi]
+        mid = (lo + hi) // 2
+        lo, hi = (mid + 1, hi) if uncut(mid) else (lo, mid)
+    k = lo
+    if k == 0:
+        return 0, 0.0, 0.0
+    return k, created + _grid_age(grid, i0 + k, max_poll_s), created + _grid_age(grid, i0 + k - 1, max_poll_s)
 
 
 @dataclass(frozen=True)
@@ -610,7 +721,8 @@ def execute(plan: SimPlan, trace: list, policy: str, checkpointing: str, *, hori
                                             running_at_poll)
         else:  # stopping: the guard polls every poll_s until the job has ended
             now += plan.poll_s
-        run.advance(job, now)
+        if not job.end and job.t < now - 1e-9:  # (`advance`'s own first test: most polls find the job there)
+            run.advance(job, now)
         run.polls += 1
         billed_at_poll, running_at_poll = job.billed, not job.end and job.phase != "wait"
         if job.end == "completed":

@@ -331,3 +331,12 @@ def test_the_estimate_of_raw_text_with_a_hub_model_says_where_the_tokenizer_come
     err = capsys.readouterr().err
     assert 'model.source="hf://tiny-org/tiny-llama" is invalid' in err and "the estimate never fetches a hub id" in err
     assert "OUT/models/_hub/<org>/<name>/<revision>/" in err
+
+
+def test_the_cli_loads_huggingface_hub_only_to_fetch():
+    """The fetch imports huggingface_hub (and its HTTP client) where it asks the hub: a command's start does not
+    (~0.15 s of each `spotrun simulate` and `spotrun estimate`, a tenth of the first)."""
+    code = ("import sys; from spotrun.cli.main import build_parser; build_parser(); "
+            "loaded = sorted(m for m in ('huggingface_hub', 'httpx2') if m in sys.modules); "
+            "assert not loaded, f'imported: {loaded}'")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
