@@ -8,13 +8,17 @@
     python benchmarks/calibration_bench.py --spot-traces DIR --set held-out --waits recorded
     python benchmarks/calibration_bench.py --spot-traces DIR --set held-out --cap-x 0.8
     python benchmarks/calibration_bench.py --spot-traces DIR --set held-out --cap-x 0.8 --bills 200
+    python benchmarks/calibration_bench.py --spot-traces DIR --set loo --cap-x 1.0 --fits /tmp/loo-fits.pickle
 
 The setting is benchmarks/policy_bench.py's (#26: 40 h of work, a 0.2 h changeover, spot at 0.35 of on-demand,
 saves on the notice, deadlines 48, 60 and 80 h) on every one-node trace of github.com/skypilot-org/spot-traces
 (`availability/1-node/*/*.json` under DIR; not in this repository), a job started every `--every-h` hours of
 each recording while the deadline fits in it. `--set held-out` (the default): the traces at odd positions in
 sorted path order, which the estimate's availability model (spotrun/policy/availability.py) was not fitted on;
-`choose`: the 9 it was fitted on (benchmarks/fit_availability.py); `all`.
+`choose`: the 9 it was fitted on (benchmarks/fit_availability.py); `all`; `loo`: all 17, each recording's estimate
+drawn from the model (`--model`) fitted by benchmarks/fit_availability.py's procedure on the other 16 (leave one
+recording out: every window is out of sample, the figure for a model fitted on all 17; `--fits FILE` keeps the
+17 fits between runs).
 
 - Observed: every candidate the estimate offers (spotrun/policy/choose.py: `candidates`) executed on every window
   as the state machine runs it (spotrun/policy/execution.py, the model benchmarks/replay_bench.py replays through

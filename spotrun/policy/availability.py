@@ -533,7 +533,7 @@ class Bootstrap:
     `SHORT_UP_S`) keeps its recorded seconds up to the fastest rate fitted and shrinks with 1 / rate beyond it; a
     longer one is rescaled from its recording's rate to the run's (times its recording's rate / the run's) and all of
     those by one factor so that the stretches with capacity together have mean 1 / rate exactly. The waits:
-    `waits="power"` rescales each by (the run's rate / its recording's)^`DOWN_RATE_EXPONENT` (the power law's
+    `waits="power"` rescales each by (the run's rate / its recording's)^`laws.down_rate_exponent` (the power law's
     exponent, each recording keeping its own level around the law); `"recorded"` keeps their recorded seconds. A
     `mean_wait_s` (recorded, or the run's) scales all waits to that mean instead, their shape kept.
 
