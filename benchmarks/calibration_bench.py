@@ -493,6 +493,8 @@ def main() -> None:
     recordings = [read_availability(p) for p in paths]
     names = [f"{p.parent.name}/{p.stem}" for p in paths]
     models = None
+    if args.fits is not None and args.set != "loo":
+        parser.error("--fits keeps the left-out fits of --set loo: give --set loo, or drop --fits")
     if args.set == "loo":
         if args.bills or args.unavailable or args.cycles or args.windows or args.stretches:
             parser.error("--set loo gives the calibration's rows only: drop --bills, --unavailable, --cycles, "

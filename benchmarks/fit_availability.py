@@ -38,6 +38,10 @@ spotrun/policy/availability.py:
   `SHORT_SHARE_AT_ONE_PER_HOUR`, `SHORT_SHARE_RATE_EXPONENT`: c and beta of a trace's share of short stretches
   = c x rate^beta (the same least squares): the share is scaled to it at the run's rate.
 
+The procedure is also a function (`fit_chain`: `CHAIN` fitted on given recordings, on the choose set `CHAIN` itself;
+`fit_model`: it or a measured alternative), which benchmarks/calibration_bench.py `--set loo` fits on every 16 of
+the 17 recordings.
+
 `--droughts` prints the droughts' tables instead, and `--spells` the recorded cycles themselves as the module
 spotrun/policy/spells.py (`Bootstrap`'s table: every stretch with capacity that was interrupted and the wait after it,
 in recorded seconds, with each recording's rate); both measured, not in CHAIN (docs/spot-policy.md).

@@ -137,3 +137,23 @@ def test_calibrate_draws_each_recordings_estimate_from_its_own_model(monkeypatch
     used.clear()
     bench.calibrate(recs, 48, 12, 5, ["on_demand"])
     assert used == [CHAIN, CHAIN]
+
+
+@pytest.mark.parametrize(("argv", "said"), [
+    (["--fits", "f.pickle"], "--fits keeps the left-out fits of --set loo: give --set loo, or drop --fits"),
+    (["--set", "loo", "--cap-x", "1", "--bills", "10"], "--set loo gives the calibration's rows only: drop --bills"),
+])
+def test_the_leave_one_out_options_refuse_what_they_do_not_do(tmp_path, monkeypatch, capsys, argv, said):
+    import json
+    import sys
+
+    from benchmarks.calibration_bench import main
+    trace = tmp_path / "availability/1-node/a/z.json"
+    trace.parent.mkdir(parents=True)
+    trace.write_text(json.dumps({"metadata": {"gap_seconds": 600}, "data": [1, 1, 0, 1] * 50}))
+    monkeypatch.setattr(sys, "argv", ["calibration_bench.py", "--spot-traces", str(tmp_path), *argv])
+    with pytest.raises(SystemExit) as stop:
+        main()
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert said in err and "Traceback" not in err, err
