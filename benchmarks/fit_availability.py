@@ -442,8 +442,9 @@ def fit_chain(cyc: Cycles) -> tuple[Chain, dict]:
     pooled = {"short": sum(flags) / len(flags), "up_short": quantiles([u for f, u in pairs if f], LEVELS),
               "up": quantiles([u for f, u in pairs if not f], LEVELS)}
     fitted = regimes(cyc.seqs, columns=(1,))
-    chain_regimes = tuple(Regime(stay=round(r["stay"], 4), down=_rounded(r["down"]), short=round(pooled["short"], 4),
-                                 up_short=_rounded(pooled["up_short"]), up=_rounded(pooled["up"])) for r in fitted)
+    chain_regimes = tuple(Regime(stay=round(float(r["stay"]), 4), down=_rounded(r["down"]),
+                                 short=round(pooled["short"], 4), up_short=_rounded(pooled["up_short"]),
+                                 up=_rounded(pooled["up"])) for r in fitted)
     c, beta = power_law(cyc.rates, cyc.means)
     share_c, share_beta = power_law(cyc.rates, cyc.shares)
     laws = RateLaws(round(c), round(beta, 3), float(f"{max(cyc.rates):.3g}"), round(share_c, 3), round(share_beta, 3))
