@@ -8,13 +8,17 @@
     python benchmarks/calibration_bench.py --spot-traces DIR --set held-out --waits recorded
     python benchmarks/calibration_bench.py --spot-traces DIR --set held-out --cap-x 0.8
     python benchmarks/calibration_bench.py --spot-traces DIR --set held-out --cap-x 0.8 --bills 200
+    python benchmarks/calibration_bench.py --spot-traces DIR --set loo --cap-x 1.0 --fits /tmp/loo-fits.pickle
 
 The setting is benchmarks/policy_bench.py's (#26: 40 h of work, a 0.2 h changeover, spot at 0.35 of on-demand,
 saves on the notice, deadlines 48, 60 and 80 h) on every one-node trace of github.com/skypilot-org/spot-traces
 (`availability/1-node/*/*.json` under DIR; not in this repository), a job started every `--every-h` hours of
 each recording while the deadline fits in it. `--set held-out` (the default): the traces at odd positions in
 sorted path order, which the estimate's availability model (spotrun/policy/availability.py) was not fitted on;
-`choose`: the 9 it was fitted on (benchmarks/fit_availability.py); `all`.
+`choose`: the 9 it was fitted on (benchmarks/fit_availability.py); `all`; `loo`: all 17, each recording's estimate
+drawn from the model (`--model`) fitted by benchmarks/fit_availability.py's procedure on the other 16 (leave one
+recording out: every window is out of sample, the figure for a model fitted on all 17; `--fits FILE` keeps the
+17 fits between runs).
 
 - Observed: every candidate the estimate offers (spotrun/policy/choose.py: `candidates`) executed on every window
   as the state machine runs it (spotrun/policy/execution.py, the model benchmarks/replay_bench.py replays through
@@ -44,6 +48,7 @@ import argparse
 import dataclasses
 import functools
 import math
+import pickle
 import random
 import sys
 import time
@@ -52,7 +57,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.fit_availability import weighted_quantile  # noqa: E402
+from benchmarks.fit_availability import fit_model, weighted_quantile  # noqa: E402
 from benchmarks.policy_bench import AFTER_DEADLINE_H, DEADLINES_H, setting, windows  # noqa: E402
 from spotrun.contract.spec import MAX_RUNTIME_LIMIT_S  # noqa: E402
 from spotrun.planner.segments import ChainCosts  # noqa: E402
@@ -76,6 +81,32 @@ MODELS = {"regimes": CHAIN, "droughts": CHAIN_DROUGHTS, "droughts-level": CHAIN_
           "bootstrap": BOOTSTRAP, "bootstrap-recorded-waits": BOOTSTRAP_RECORDED_WAITS}
 
 
+def use_chain(model) -> None:
+    """Draw the estimate's generated traces from `model` (a `Chain` or `Bootstrap`) in this process."""
+    _traces.fitted_trace = functools.partial(fitted_trace, chain=model)
+
+
+def left_out_models(paths: list[Path], recordings: list, name: str, fits: Path | None = None) -> list:
+    """Per recording, availability model `name` fitted (benchmarks/fit_availability.py `fit_model`, the procedure
+    the shipped model is fitted by) on every other recording: leave-one-recording-out. `fits`: a file that keeps
+    them between runs (read when it holds this model fitted on these recordings, else written)."""
+    key = (name, tuple(f"{p.parent.name}/{p.stem}" for p in paths))
+    if fits is not None and fits.exists():
+        with fits.open("rb") as f:
+            kept = pickle.load(f)
+        if key in kept:
+            return kept[key]
+    else:
+        kept = {}
+    base = kept.get(("regimes", key[1])) or [None] * len(recordings)  # the chains the other models build on
+    models = [fit_model(name, recordings[:k] + recordings[k + 1:], base[k]) for k in range(len(recordings))]
+    if fits is not None:
+        kept[key] = models
+        with fits.open("wb") as f:
+            pickle.dump(kept, f)
+    return models
+
+
 def use_model(name: str) -> None:
     """Draw the estimate's generated traces (and `--cycles`') from availability model `name` in this process:
     `regimes` (the estimate's CHAIN), `droughts` (CHAIN_DROUGHTS), `droughts-level` (CHAIN_DROUGHTS_LEVEL: with
@@ -84,7 +115,7 @@ def use_model(name: str) -> None:
     but the first measured, not shipped."""
     global CHAIN
     CHAIN = MODELS[name]
-    _traces.fitted_trace = functools.partial(fitted_trace, chain=MODELS[name])
+    use_chain(MODELS[name])
 
 
 def recorded_rate(rec) -> float:
@@ -177,22 +208,27 @@ def observed(plan, trace: list, policy: str, ck: str) -> tuple[bool, bool]:
 
 
 def calibrate(recordings: list, deadline_h: float, every_h: float, n: int, policies: list[str] | None,
-              seed: int = 0, waits: str = "model", cap_usd: float | None = None, cap_x: float | None = None
-              ) -> list[tuple]:
+              seed: int = 0, waits: str = "model", cap_usd: float | None = None, cap_x: float | None = None,
+              models: list | None = None) -> list[tuple]:
     """(candidate, mean estimated P, observed frequency, windows, the difference's 90% interval) at one deadline;
     with a cap (`cap_usd`, or `cap_x` times the bill on-demand), also the shares of runs the cap ended (estimated,
-    observed) and the cap."""
+    observed) and the cap. `models`: per recording, the availability model its estimate draws from (leave one
+    out: `left_out_models`); None: the one in use."""
     plan = setting(deadline_h)
     cap = cap_usd if cap_x is None else cap_x * on_demand_usd(plan)
     if cap is not None:
         plan = capped(plan, cap)
     todo = windows(recordings, deadline_h, every_h)
     offered = [(p, ck) for p, ck in candidates(plan) if policies is None or p in policies]
-    if cap is None:
-        est = [{k: (v, 0.0) for k, v in estimated(plan, trace_spec(plan, rec, waits), n, offered, seed).items()}
-               for rec in recordings]
-    else:
-        est = [estimated_at_cap(plan, trace_spec(plan, rec, waits), n, offered, seed) for rec in recordings]
+    est = []
+    for k, rec in enumerate(recordings):
+        if models is not None:
+            use_chain(models[k])
+        if cap is None:
+            est.append({lab: (v, 0.0) for lab, v in estimated(plan, trace_spec(plan, rec, waits), n, offered,
+                                                              seed).items()})
+        else:
+            est.append(estimated_at_cap(plan, trace_spec(plan, rec, waits), n, offered, seed))
     out = []
     for policy, ck in offered:
         label = describe(policy, ck)
@@ -397,9 +433,13 @@ def main() -> None:
     parser.add_argument("--spot-traces", type=Path, required=True, help="where skypilot-org/spot-traces is")
     parser.add_argument("--every-h", type=float, default=6.0, help="a window starts every this many hours")
     parser.add_argument("--n", type=int, default=1000, help="generated traces per estimate (the estimate's N)")
-    parser.add_argument("--set", choices=["held-out", "choose", "all"], default="held-out",
+    parser.add_argument("--set", choices=["held-out", "choose", "all", "loo"], default="held-out",
                         help="traces at odd positions in sorted path order (held-out: the availability model "
-                        "was fitted on the others), even positions (choose) or all")
+                        "was fitted on the others), even positions (choose), all, or all with each recording's "
+                        "estimate drawn from the model (--model) fitted on the other 16 (loo: leave one recording "
+                        "out; the calibration's rows only)")
+    parser.add_argument("--fits", type=Path, help="with --set loo: a file that keeps the left-out fits between runs "
+                        "(about 30 s of CPU each)")
     parser.add_argument("--seed", type=int, default=0,
                         help="draw the estimate's traces from this seed instead of its own 0 (its sampling error)")
     parser.add_argument("--waits", choices=["model", "recorded"], default="model",
@@ -452,6 +492,14 @@ def main() -> None:
     paths = [p for i, p in enumerate(paths) if keep is None or i % 2 == keep]
     recordings = [read_availability(p) for p in paths]
     names = [f"{p.parent.name}/{p.stem}" for p in paths]
+    models = None
+    if args.fits is not None and args.set != "loo":
+        parser.error("--fits keeps the left-out fits of --set loo: give --set loo, or drop --fits")
+    if args.set == "loo":
+        if args.bills or args.unavailable or args.cycles or args.windows or args.stretches:
+            parser.error("--set loo gives the calibration's rows only: drop --bills, --unavailable, --cycles, "
+                         "--windows and --stretches")
+        models = left_out_models(paths, recordings, args.model, args.fits)
     if args.bills:
         if args.cap_usd is None and args.cap_x is None:
             parser.error("--bills needs --cap-usd or --cap-x")
@@ -510,7 +558,7 @@ def main() -> None:
     for deadline_h in map(float, args.deadlines.split(",")):
         for label, promised, met, count, (lo, hi), *capped_row in calibrate(
                 recordings, deadline_h, args.every_h, args.n, policies, args.seed, args.waits, args.cap_usd,
-                args.cap_x):
+                args.cap_x, models):
             cap_cell = f"${capped_row[2]:,.2f} | " if capped_row else ""
             ended = f" {capped_row[0]:.1%} / {capped_row[1]:.1%} |" if capped_row else ""
             print(f"| {deadline_h:g} h | {cap_cell}{label} | {count} | {promised:.1%} | {met:.1%} | "

@@ -38,6 +38,10 @@ spotrun/policy/availability.py:
   `SHORT_SHARE_AT_ONE_PER_HOUR`, `SHORT_SHARE_RATE_EXPONENT`: c and beta of a trace's share of short stretches
   = c x rate^beta (the same least squares): the share is scaled to it at the run's rate.
 
+The procedure is also a function (`fit_chain`: `CHAIN` fitted on given recordings, on the choose set `CHAIN` itself;
+`fit_model`: it or a measured alternative), which benchmarks/calibration_bench.py `--set loo` fits on every 16 of
+the 17 recordings.
+
 `--droughts` prints the droughts' tables instead, and `--spells` the recorded cycles themselves as the module
 spotrun/policy/spells.py (`Bootstrap`'s table: every stretch with capacity that was interrupted and the wait after it,
 in recorded seconds, with each recording's rate); both measured, not in CHAIN (docs/spot-policy.md).
@@ -64,9 +68,12 @@ from benchmarks.policy_bench import windows  # noqa: E402
 from spotrun.policy.availability import (  # noqa: E402
     CHAIN,
     DROUGHT_S,
+    LAWS,
     LEVELS,
     SHORT_UP_S,
+    Bootstrap,
     Chain,
+    RateLaws,
     Regime,
     fitted_trace,
 )
@@ -338,11 +345,11 @@ def _persistence(seqs: list[list[float]], rates: list[float], chain, column: int
 
 
 def level_persistence(ups: list[list[float]], rates: list[float], regimes_: tuple, repeats: int = 10,
-                      seed: int = 0) -> tuple[float, float, np.ndarray, np.ndarray]:
+                      seed: int = 0, laws: RateLaws = LAWS) -> tuple[float, float, np.ndarray, np.ndarray]:
     """(share, lag1, recorded, generated): the persistent level of the stretches with capacity (Chain's
-    `level_share`, `level_lag1`) whose generated traces, at each trace's rate and length, have the recorded
-    correlations of normal scores at lags 1-8 (`_persistence`), with both curves."""
-    return _persistence(ups, rates, lambda w, phi: Chain(regimes_, w, phi), 1, repeats, seed,
+    `level_share`, `level_lag1`) whose generated traces, at each trace's rate and length (the rate's power laws
+    `laws`), have the recorded correlations of normal scores at lags 1-8 (`_persistence`), with both curves."""
+    return _persistence(ups, rates, lambda w, phi: Chain(regimes_, w, phi, laws=laws), 1, repeats, seed,
                         (0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95))
 
 
@@ -389,6 +396,89 @@ def spells_module(paths: list[Path], set_name: str) -> str:
     return "\n".join(lines + [")", ""])
 
 
+@dataclasses.dataclass(frozen=True)
+class Cycles:
+    """What the fit reads of each recording: its rate (interruptions per available hour), its mean wait (s), its
+    cycles as rows (up x rate, wait / its mean), per cycle whether the stretch with capacity is short, the
+    stretches with capacity as `blips` splits them (short in seconds, others over their mean long one), and its
+    share of short stretches."""
+
+    rates: list[float]
+    means: list[float]
+    seqs: list[np.ndarray]
+    short: list[list[bool]]
+    raw_ups: list[list[float]]
+    shares: list[float]
+
+
+def read_cycles(recs: list) -> Cycles:
+    """`Cycles` of the recordings `recs` (`read_availability`'s), in order."""
+    cyc = Cycles([], [], [], [], [], [])
+    for rec in recs:
+        rate, mean_down, u, d = stretches(rec)
+        cyc.rates.append(rate)
+        cyc.means.append(mean_down)
+        cyc.seqs.append(np.array([u, d]).T)
+        flags, blip_s, longs = blips(rec)
+        blip_it, long_it = iter(blip_s), iter(longs)
+        cyc.short.append(flags)
+        cyc.shares.append(sum(flags) / len(flags))
+        cyc.raw_ups.append([next(blip_it) if f else next(long_it) for f in flags])
+    return cyc
+
+
+def _rounded(values: list[float]) -> tuple[float, ...]:
+    """A table as the fit prints it (4 significant figures): what is pasted into availability.py."""
+    return tuple(float(f"{v:.4g}") for v in values)
+
+
+def fit_chain(cyc: Cycles) -> tuple[Chain, dict]:
+    """The estimate's `CHAIN` fitted on `cyc` (every parameter of it, at the precision the fit prints and
+    availability.py pastes: the pooled stretches, the regimes of waits, the stretches' persisting level, the rate's
+    power laws), and the figures printed beside it: `pooled` (short, up_short, up), `regimes` (`regimes`' dicts),
+    `level` (share, lag1, recorded and generated correlations)."""
+    flags = [f for fl in cyc.short for f in fl]
+    pairs = [(f, u) for fl, ups in zip(cyc.short, cyc.raw_ups, strict=True) for f, u in zip(fl, ups, strict=True)]
+    pooled = {"short": sum(flags) / len(flags), "up_short": quantiles([u for f, u in pairs if f], LEVELS),
+              "up": quantiles([u for f, u in pairs if not f], LEVELS)}
+    fitted = regimes(cyc.seqs, columns=(1,))
+    chain_regimes = tuple(Regime(stay=round(float(r["stay"]), 4), down=_rounded(r["down"]),
+                                 short=round(pooled["short"], 4), up_short=_rounded(pooled["up_short"]),
+                                 up=_rounded(pooled["up"])) for r in fitted)
+    c, beta = power_law(cyc.rates, cyc.means)
+    share_c, share_beta = power_law(cyc.rates, cyc.shares)
+    laws = RateLaws(round(c), round(beta, 3), float(f"{max(cyc.rates):.3g}"), round(share_c, 3), round(share_beta, 3))
+    level = level_persistence([list(seq[:, 0]) for seq in cyc.seqs], cyc.rates, chain_regimes, laws=laws)
+    chain = Chain(chain_regimes, round(level[0], 2), round(level[1], 2), laws=laws)
+    return chain, {"pooled": pooled, "regimes": fitted, "level": level}
+
+
+def fit_model(name: str, recs: list, chain: Chain | None = None) -> Chain | Bootstrap:
+    """Availability model `name` (benchmarks/calibration_bench.py's `--model`) fitted on the recordings `recs` by
+    this command's procedure: `regimes` (`fit_chain`: the estimate's CHAIN), `droughts` (and the droughts' table and
+    share, `--droughts`), `droughts-level` (and each trace's level of waits), `bootstrap` (their recorded cycles,
+    `--spells`, the waits rescaled by the power law fitted on them) or `bootstrap-recorded-waits`. `chain`: the
+    `regimes` model already fitted on `recs` (the others build on it)."""
+    cyc = read_cycles(recs)
+    if chain is None:
+        chain, _ = fit_chain(cyc)
+    if name.startswith("bootstrap"):
+        return Bootstrap(tuple((rate, tuple(flat)) for rate, flat in map(spells, recs)), laws=chain.laws,
+                         waits="recorded" if name == "bootstrap-recorded-waits" else "power")
+    if name.startswith("droughts"):
+        waits = [[a2 - b for (_, b), (a2, _) in zip(r.windows, r.windows[1:], strict=False)] for r in recs]
+        dc, dbeta, table = droughts(cyc.rates, waits)
+        chain = dataclasses.replace(chain, droughts=_rounded(table), drought_share_at_one_per_hour=round(dc, 4),
+                                    drought_rate_exponent=round(dbeta, 3))
+        if name == "droughts-level":
+            chain = dataclasses.replace(chain, wait_level_sd=round(level_spread(cyc.rates, cyc.means), 2))
+        return chain
+    if name != "regimes":
+        raise ValueError(f"model {name!r} is unknown: expected regimes, droughts, droughts-level, bootstrap or "
+                         "bootstrap-recorded-waits")
+    return chain
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--spot-traces", type=Path, required=True, help="where skypilot-org/spot-traces is")
@@ -409,20 +499,10 @@ def main() -> None:
     if args.spells:
         print(spells_module(paths, args.set), end="")
         return
-    seqs, rates, means, short, raw_ups, shares = [], [], [], [], [], []
-    for p in paths:
-        rec = read_availability(p)
-        rate, mean_down, u, d = stretches(rec)
-        rates.append(rate)
-        means.append(mean_down)
-        seqs.append(np.array([u, d]).T)
-        flags, blip_s, longs = blips(rec)
-        blip_it, long_it = iter(blip_s), iter(longs)
-        short.append(flags)
-        shares.append(sum(flags) / len(flags))
-        raw_ups.append([next(blip_it) if f else next(long_it) for f in flags])
+    recs = [read_availability(p) for p in paths]
+    cyc = read_cycles(recs)
+    rates, means = cyc.rates, cyc.means
     if args.droughts:
-        recs = [read_availability(p) for p in paths]
         waits = [[a2 - b for (_, b), (a2, _) in zip(r.windows, r.windows[1:], strict=False)] for r in recs]
         dc, dbeta, table = droughts(rates, waits)
         print(f"# {len(paths)} traces ({args.set}): {sum(map(len, waits))} waits, "
@@ -448,30 +528,23 @@ def main() -> None:
               f"{' '.join(f'{x:.1f}' for x in generated_tail(leveled, rates, counts, 200))}; neither "
               f"{' '.join(f'{x:.1f}' for x in generated_tail(CHAIN, rates, counts, 200))}")
         return
-    c, beta = power_law(rates, means)
-    share_c, share_beta = power_law(rates, shares)
-    print(f"# {len(paths)} traces ({args.set}): {sum(map(len, seqs))} cycles; short stretches with capacity: "
+    chain, fig = fit_chain(cyc)
+    pooled, fitted, laws = fig["pooled"], fig["regimes"], chain.laws
+    chain_regimes = chain.regimes
+    print(f"# {len(paths)} traces ({args.set}): {sum(map(len, cyc.seqs))} cycles; short stretches with capacity: "
           f"at most {SHORT_UP_S:g} s")
-    flags = [f for fl in short for f in fl]
-    blip_s = [u for fl, ups in zip(short, raw_ups, strict=True) for f, u in zip(fl, ups, strict=True) if f]
-    longs = [u for fl, ups in zip(short, raw_ups, strict=True) for f, u in zip(fl, ups, strict=True) if not f]
-    pooled = {"short": sum(flags) / len(flags), "up_short": quantiles(blip_s, LEVELS), "up": quantiles(longs, LEVELS)}
     print(f"SHORT = {pooled['short']:.4f}")
     print(f"UP_SHORT = {_table(pooled['up_short'])}")
     print(f"UP = {_table(pooled['up'])}")
-    fitted = regimes(seqs, columns=(1,))
-    chain_regimes = tuple(Regime(stay=round(r["stay"], 4), down=tuple(r["down"]), **{
-        k: tuple(v) if isinstance(v, list) else v for k, v in pooled.items()}) for r in fitted)
-    share, lag1, target, got = level_persistence([list(seq[:, 0]) for seq in seqs], rates, chain_regimes)
+    share, lag1, target, got = fig["level"]
     print(f"UP_LEVEL_SHARE = {share:.2f}")
     print(f"UP_LEVEL_LAG1 = {lag1:.2f}")
     print("# correlations of normal scores of the stretches with capacity at lags "
           f"{LAGS[0]}-{LAGS[-1]}: recorded {' '.join(f'{x:.3f}' for x in target)}; "
           f"generated {' '.join(f'{x:.3f}' for x in got)}")
-    before = lag_correlations(generated_ups(Chain(chain_regimes, share, lag1), rates, [len(q) for q in seqs], 10,
-                                            0, column=2))
-    wait_share, wait_lag1, target, got = wait_persistence([list(seq[:, 1]) for seq in seqs], rates, chain_regimes,
-                                                          level=(share, lag1))
+    before = lag_correlations(generated_ups(chain, rates, [len(q) for q in cyc.seqs], 10, 0, column=2))
+    wait_share, wait_lag1, target, got = wait_persistence([list(seq[:, 1]) for seq in cyc.seqs], rates,
+                                                          chain_regimes, level=(share, lag1))
     stays = Chain(chain_regimes, share, lag1, round(wait_share, 2), round(wait_lag1, 2)).implied_stays
     print("REGIMES = (")
     for r in fitted:
@@ -484,12 +557,11 @@ def main() -> None:
     print(f"# the waits' own level instead (Chain's wait_share, wait_lag1; not in CHAIN: no better calibrated, "
           f"docs/spot-policy.md): {wait_share:.2f}, {wait_lag1:.2f}, generated {' '.join(f'{x:.3f}' for x in got)}; "
           f"the regimes' stay at it {stays[0]:.4f}, {stays[1]:.4f} (their shares of the cycles kept)")
-    print(f"DOWN_MEAN_AT_ONE_PER_HOUR_S = {c:.0f}")
-    print(f"DOWN_RATE_EXPONENT = {beta:.3f}")
-    print(f"SHORT_FITTED_UP_TO_PER_HOUR = {max(rates):.3g}")
-    print(f"SHORT_SHARE_AT_ONE_PER_HOUR = {share_c:.3f}")
-    print(f"SHORT_SHARE_RATE_EXPONENT = {share_beta:.3f}")
-
+    print(f"DOWN_MEAN_AT_ONE_PER_HOUR_S = {laws.down_mean_at_one_per_hour_s:.0f}")
+    print(f"DOWN_RATE_EXPONENT = {laws.down_rate_exponent:.3f}")
+    print(f"SHORT_FITTED_UP_TO_PER_HOUR = {laws.short_fitted_up_to_per_hour:.3g}")
+    print(f"SHORT_SHARE_AT_ONE_PER_HOUR = {laws.short_share_at_one_per_hour:.3f}")
+    print(f"SHORT_SHARE_RATE_EXPONENT = {laws.short_share_rate_exponent:.3f}")
 
 if __name__ == "__main__":
     main()

@@ -197,6 +197,39 @@ SHORT_SHARE_AT_ONE_PER_HOUR = 0.339
 SHORT_SHARE_RATE_EXPONENT = 0.270
 UP_LEVEL_SHARE = 0.28
 UP_LEVEL_LAG1 = 0.77
+
+
+@dataclass(frozen=True)
+class RateLaws:
+    """The fitted power laws of the rate (fit_availability.py: least squares on the logarithms across the traces):
+    a trace's mean wait for capacity = `down_mean_at_one_per_hour_s` x rate^`down_rate_exponent`, its share of short
+    stretches with capacity = `short_share_at_one_per_hour` x rate^`short_share_rate_exponent` (the rate at most
+    `short_fitted_up_to_per_hour`, the fastest trace fitted, up to which short stretches keep their seconds)."""
+
+    down_mean_at_one_per_hour_s: float = DOWN_MEAN_AT_ONE_PER_HOUR_S
+    down_rate_exponent: float = DOWN_RATE_EXPONENT
+    short_fitted_up_to_per_hour: float = SHORT_FITTED_UP_TO_PER_HOUR
+    short_share_at_one_per_hour: float = SHORT_SHARE_AT_ONE_PER_HOUR
+    short_share_rate_exponent: float = SHORT_SHARE_RATE_EXPONENT
+
+    def __post_init__(self):
+        for name in ("down_mean_at_one_per_hour_s", "short_fitted_up_to_per_hour", "short_share_at_one_per_hour"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and 0 < value < INF):
+                raise ValueError(f"{name}={value!r} is invalid: expected a number > 0")
+
+    def mean_down_s(self, rate_per_hour: float) -> float:
+        """The mean stretch without capacity at this interruption rate."""
+        return self.down_mean_at_one_per_hour_s * rate_per_hour ** self.down_rate_exponent
+
+    def short_share_at(self, rate_per_hour: float) -> float:
+        """The share of stretches with capacity that are short at this rate (beyond the fastest rate fitted, the
+        share there)."""
+        return self.short_share_at_one_per_hour * min(rate_per_hour, self.short_fitted_up_to_per_hour
+                                                      ) ** self.short_share_rate_exponent
+
+
+LAWS = RateLaws()
 # Droughts (waits over DROUGHT_S, in seconds as recorded): fitted by `fit_availability.py --droughts` on the choose
 # set; measured, not in CHAIN (docs/spot-policy.md, "Droughts and each trace's level of waits").
 MAX_DROUGHT_SHARE = 0.5
@@ -243,6 +276,8 @@ class Chain:
     scaled by its own level exp(sd Z), Z standard normal, drawn once per trace, as the recordings' mean waits spread
     around the rate's power law (fitted on logarithms: the median trace's mean wait); not where the run gives its
     own mean wait (`mean_wait_s`). Measured, not in CHAIN (docs/spot-policy.md)."""
+    laws: RateLaws = LAWS
+    """The rate's power laws the tables are scaled by (the mean wait, the share of short stretches)."""
 
     def __post_init__(self):
         for name in ("level_share", "level_lag1", "wait_lag1"):
@@ -270,7 +305,7 @@ class Chain:
         and what the regimes' tables are multiplied by, so that all waits together have mean `wait_s`."""
         if self.droughts is None:
             return 0.0, 1.0, wait_s / self.mean_down
-        rate = min(rate_per_hour, SHORT_FITTED_UP_TO_PER_HOUR)
+        rate = min(rate_per_hour, self.laws.short_fitted_up_to_per_hour)
         share = min(MAX_DROUGHT_SHARE, self.drought_share_at_one_per_hour * rate ** self.drought_rate_exponent)
         part = share * self.drought_table.mean
         drought_s = min(1.0, MAX_DROUGHT_PART * wait_s / part)
@@ -319,7 +354,7 @@ class Chain:
     def shares(self, rate_per_hour: float) -> tuple[float, float]:
         """Each regime's share of short stretches at this rate: its fitted share times `short_share_at(rate)` over
         the chain's fitted share (the regimes keep their ratio; the rate sets the level)."""
-        level = short_share_at(rate_per_hour) / (self.short_share or 1.0)
+        level = self.laws.short_share_at(rate_per_hour) / (self.short_share or 1.0)
         return tuple(min(0.95, r.short * level) for r in self.regimes)
 
     def scales(self, rate_per_hour: float,
@@ -332,13 +367,13 @@ class Chain:
         the rate), each regime's table keeping its shape and the chain its regimes."""
         mean_s = 3600.0 / rate_per_hour
         shares = self.shares(rate_per_hour)
-        short_s = min(1.0, SHORT_FITTED_UP_TO_PER_HOUR / rate_per_hour)
+        short_s = min(1.0, self.laws.short_fitted_up_to_per_hour / rate_per_hour)
         pairs = list(zip(self.occupancy, shares, self.regimes, strict=True))
         shorts = sum(p * q * r.shorts.mean * short_s for p, q, r in pairs)
         longs = sum(p * (1 - q) * r.ups.mean for p, q, r in pairs)
         if not shorts < mean_s:
             raise ValueError(f"the short stretches' mean {shorts:g} s is not under the mean stretch {mean_s:g} s")
-        wait_s = mean_down_s(rate_per_hour) if mean_wait_s is None else check_mean_wait(mean_wait_s)
+        wait_s = self.laws.mean_down_s(rate_per_hour) if mean_wait_s is None else check_mean_wait(mean_wait_s)
         return shares, short_s, (mean_s - shorts) / longs, wait_s / self.mean_down
 
     def cycles(self, rate_per_hour: float, rng: random.Random, mean_wait_s: float | None = None):
@@ -448,12 +483,12 @@ HELD_OUT_OVER_AT_CAP_POINTS = (5.01, 8.7)
 def short_share_at(rate_per_hour: float) -> float:
     """The share of stretches with capacity that are short at this rate (the fitted power law; beyond the fastest
     rate fitted, the share there)."""
-    return SHORT_SHARE_AT_ONE_PER_HOUR * min(rate_per_hour, SHORT_FITTED_UP_TO_PER_HOUR) ** SHORT_SHARE_RATE_EXPONENT
+    return LAWS.short_share_at(rate_per_hour)
 
 
 def mean_down_s(rate_per_hour: float) -> float:
     """The mean stretch without capacity at this interruption rate (the fitted power law)."""
-    return DOWN_MEAN_AT_ONE_PER_HOUR_S * rate_per_hour ** DOWN_RATE_EXPONENT
+    return LAWS.mean_down_s(rate_per_hour)
 
 
 def check_mean_wait(mean_wait_s: float) -> float:
@@ -498,7 +533,7 @@ class Bootstrap:
     `SHORT_UP_S`) keeps its recorded seconds up to the fastest rate fitted and shrinks with 1 / rate beyond it; a
     longer one is rescaled from its recording's rate to the run's (times its recording's rate / the run's) and all of
     those by one factor so that the stretches with capacity together have mean 1 / rate exactly. The waits:
-    `waits="power"` rescales each by (the run's rate / its recording's)^`DOWN_RATE_EXPONENT` (the power law's
+    `waits="power"` rescales each by (the run's rate / its recording's)^`laws.down_rate_exponent` (the power law's
     exponent, each recording keeping its own level around the law); `"recorded"` keeps their recorded seconds. A
     `mean_wait_s` (recorded, or the run's) scales all waits to that mean instead, their shape kept.
 
@@ -508,6 +543,7 @@ class Bootstrap:
     spells: tuple[tuple[float, tuple[float, ...]], ...]
     mean_block: float = BOOTSTRAP_MEAN_BLOCK
     waits: str = "power"
+    laws: RateLaws = LAWS
 
     def __post_init__(self):
         if not (isinstance(self.mean_block, (int, float)) and 1 <= self.mean_block < INF):
@@ -541,7 +577,7 @@ class Bootstrap:
     def scales(self, rate_per_hour: float) -> tuple[float, float]:
         """(short_s, long_s): what a short stretch's recorded seconds are multiplied by, and what a longer one's
         seconds times its recording's rate / the run's are, so that all stretches have mean 1 / rate."""
-        short_s = min(1.0, SHORT_FITTED_UP_TO_PER_HOUR / rate_per_hour)
+        short_s = min(1.0, self.laws.short_fitted_up_to_per_hour / rate_per_hour)
         n = len(self.table)
         shorts = sum(up for _, up, _, _ in self.table if up <= SHORT_UP_S) * short_s / n
         longs = sum(up * r / rate_per_hour for _, up, _, r in self.table if up > SHORT_UP_S) / n
@@ -555,7 +591,7 @@ class Bootstrap:
         short_s, long_s = self.scales(rate_per_hour)
         ups = [up * short_s if up <= SHORT_UP_S else up * r / rate_per_hour * long_s for _, up, _, r in self.table]
         if self.waits == "power":
-            downs = [w * (rate_per_hour / r) ** DOWN_RATE_EXPONENT for _, _, w, r in self.table]
+            downs = [w * (rate_per_hour / r) ** self.laws.down_rate_exponent for _, _, w, r in self.table]
         else:
             downs = [w for _, _, w, _ in self.table]
         if mean_wait_s is not None:

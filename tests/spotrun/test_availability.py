@@ -36,6 +36,7 @@ from spotrun.policy.availability import (
     DROUGHT_SHARE_AT_ONE_PER_HOUR,
     DROUGHT_SHARE_RATE_EXPONENT,
     DROUGHTS,
+    LAWS,
     LEVELS,
     REGIMES,
     SHORT_FITTED_UP_TO_PER_HOUR,
@@ -44,6 +45,7 @@ from spotrun.policy.availability import (
     WAIT_LEVEL_SD,
     Bootstrap,
     Chain,
+    RateLaws,
     Regime,
     Stretches,
     fitted_trace,
@@ -100,6 +102,31 @@ def test_waits_for_capacity_grow_with_the_rate_and_keep_the_fitted_mean():
     mean_long = sum(w * r.ups.mean for w, r in zip(weights, CHAIN.regimes, strict=True)) / sum(weights)
     assert mean_long == pytest.approx(1.0, rel=0.1) and CHAIN.mean_down == pytest.approx(1.0, rel=0.1)
     assert fitted_trace(0.0, 100 * H, rng) == [(0.0, INF)]
+
+
+def test_a_chain_scales_by_its_own_rate_laws():
+    """A chain fitted on other recordings carries its own power laws (`RateLaws`): its waits are one factor of the
+    shipped chain's, the ratio of the two laws' mean waits at the rate, and its short stretches' share and the rate
+    up to which they keep their seconds are its own; a law that is not a number > 0 is refused by name."""
+    rate = 0.5
+    laws = RateLaws(down_mean_at_one_per_hour_s=3 * H, down_rate_exponent=0.6, short_fitted_up_to_per_hour=0.4,
+                    short_share_at_one_per_hour=0.2, short_share_rate_exponent=0.1)
+    own = dataclasses.replace(CHAIN, laws=laws)
+    assert laws.mean_down_s(rate) == pytest.approx(3 * H * rate ** 0.6)
+    assert laws.mean_down_s(rate) != pytest.approx(mean_down_s(rate), rel=0.2)  # the check tells them apart
+    waits_only = dataclasses.replace(CHAIN, laws=dataclasses.replace(LAWS, down_mean_at_one_per_hour_s=3 * H,
+                                                                     down_rate_exponent=0.6))
+    plain, scaled = CHAIN.cycles(rate, random.Random(4)), waits_only.cycles(rate, random.Random(4))
+    pairs = [(next(plain), next(scaled)) for _ in range(2001)][1:]
+    assert all(a[:2] == b[:2] for a, b in pairs)  # regimes and stretches with capacity: the same
+    assert {round(b[2] / a[2], 9) for a, b in pairs} == {round(laws.mean_down_s(rate) / mean_down_s(rate), 9)}
+    ratio = laws.short_share_at(rate) / short_share_at(rate)
+    assert own.shares(rate)[0] / CHAIN.shares(rate)[0] == pytest.approx(ratio)
+    assert laws.short_share_at(5.0) == pytest.approx(0.2 * 0.4 ** 0.1)  # the share at the fastest rate fitted
+    assert own.scales(rate)[1] == pytest.approx(0.4 / rate)  # short stretches shrink past 0.4 per hour, not 1.39
+    assert CHAIN.laws == LAWS and LAWS.mean_down_s(rate) == mean_down_s(rate)
+    with pytest.raises(ValueError, match="down_mean_at_one_per_hour_s=0 is invalid: expected a number > 0"):
+        RateLaws(down_mean_at_one_per_hour_s=0)
 
 
 def test_a_recorded_mean_wait_scales_the_waits_and_keeps_their_shape_regimes_and_the_rate():

@@ -85,3 +85,75 @@ def test_the_model_option_draws_the_estimates_traces_from_the_bootstrap(name):
     rng = random.Random(1)
     assert drawn != [fitted_trace(0.4, spec.horizon_s, rng, chain=CHAIN) for _ in range(3)]
     assert generated_traces(spec, 3, seed=1) != drawn  # the shipped model back
+
+
+def _recording(name: str, rate: float, seed: int):
+    """A recording of about 100 cycles drawn from the shipped model at `rate` (the last window closed an hour on)."""
+    from spotrun.policy.traces import Recording
+    trace = fitted_trace(rate, 100 / rate * 3600.0 * 1.5, random.Random(seed))
+    *closed, (t, _) = trace
+    return Recording(name, [*closed, (t, t + 3600.0)], t + 3600.0)
+
+
+def test_leave_one_out_fits_each_recordings_model_on_the_others_only(tmp_path, monkeypatch):
+    """`--set loo`: recording k's estimate draws from the model fitted on every recording but k: the bootstrap's
+    table holds exactly the other recordings' cycles; the fits file keeps them, so a second run refits nothing."""
+    import benchmarks.calibration_bench as bench
+    from benchmarks.fit_availability import spells
+    recs = [_recording(f"r{k}", rate, k) for k, rate in enumerate((0.3, 0.6, 0.9))]
+    paths = [tmp_path / f"z/r{k}.json" for k in range(3)]
+    fits = tmp_path / "fits.pickle"
+    models = bench.left_out_models(paths, recs, "bootstrap", fits)
+    for k, model in enumerate(models):
+        others = [spells(r) for i, r in enumerate(recs) if i != k]
+        assert [(rate, tuple(flat)) for rate, flat in others] == list(model.spells)
+        assert tuple(spells(recs[k])[1]) not in [flat for _, flat in model.spells]
+    assert len({m.laws for m in models}) == 3  # each fold's power laws are its own fit
+
+    def refit(*_):
+        raise AssertionError("refitted: the fits file was not read")
+    monkeypatch.setattr(bench, "fit_model", refit)
+    assert bench.left_out_models(paths, recs, "bootstrap", fits) == models
+
+
+def test_calibrate_draws_each_recordings_estimate_from_its_own_model(monkeypatch):
+    """With `models`, the estimate for recording k is drawn from models[k] (the traces' generator in use when its
+    estimate runs); without, from the model in use."""
+    import benchmarks.calibration_bench as bench
+    from spotrun.policy import traces as _traces
+    recs = [_recording(f"r{k}", 0.4, 10 + k) for k in range(2)]
+    used = []
+
+    def estimated(plan, spec, n, todo, seed=0):
+        used.append(_traces.fitted_trace.keywords["chain"])
+        return {"on_demand": 1.0}
+    monkeypatch.setattr(bench, "estimated", estimated)
+    models = [MODELS["bootstrap"], MODELS["droughts"]]
+    try:
+        rows = bench.calibrate(recs, 48, 12, 5, ["on_demand"], models=models)
+    finally:
+        use_model("regimes")
+    assert used == models and rows[0][0] == "on_demand"
+    used.clear()
+    bench.calibrate(recs, 48, 12, 5, ["on_demand"])
+    assert used == [CHAIN, CHAIN]
+
+
+@pytest.mark.parametrize(("argv", "said"), [
+    (["--fits", "f.pickle"], "--fits keeps the left-out fits of --set loo: give --set loo, or drop --fits"),
+    (["--set", "loo", "--cap-x", "1", "--bills", "10"], "--set loo gives the calibration's rows only: drop --bills"),
+])
+def test_the_leave_one_out_options_refuse_what_they_do_not_do(tmp_path, monkeypatch, capsys, argv, said):
+    import json
+    import sys
+
+    from benchmarks.calibration_bench import main
+    trace = tmp_path / "availability/1-node/a/z.json"
+    trace.parent.mkdir(parents=True)
+    trace.write_text(json.dumps({"metadata": {"gap_seconds": 600}, "data": [1, 1, 0, 1] * 50}))
+    monkeypatch.setattr(sys, "argv", ["calibration_bench.py", "--spot-traces", str(tmp_path), *argv])
+    with pytest.raises(SystemExit) as stop:
+        main()
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert said in err and "Traceback" not in err, err
