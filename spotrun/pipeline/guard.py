@@ -473,8 +473,11 @@ def _after_segment(plan: Plan, guard: Guard, describe: dict, spent: float, act: 
             plan.max_runtime_cap_seconds:
         return act(GuardAction.FAILED, message=f"{name} ran to its MaxRuntime of "
                                                f"{plan.max_runtime_cap_seconds / 3600:,.1f} h (the longest a "
-                                               "job of this run may run) without finishing: the estimate was far "
-                                               "off; the newest checkpoint stands (checkpoint.resume_from)")
+                                               "job of this run may run) without finishing: a job's time counts "
+                                               "its restarts and the work interruptions lost, so many "
+                                               "interruptions (or a trainer slower than planned) reach it; the "
+                                               "newest checkpoint stands: checkpoint.resume_from continues the "
+                                               "run, compute.spot=false is never interrupted")
     spot = next_capacity(plan, guard, no_spot_capacity=False, decision=decision)
     if spot is None:
         return act(GuardAction.FAILED, message=f"{name}: the run may not continue on-demand "

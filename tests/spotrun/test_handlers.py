@@ -430,7 +430,9 @@ def test_newest_checkpoint_is_the_newest_committed_manifest(s3):
 @pytest.mark.parametrize("describe, says", [
     (_ended("Failed", 60, FailureReason="AlgorithmError: OOM"), "AlgorithmError: OOM"),
     (_ended("Stopped", 60), "stopped outside the pipeline"),
-    (_ended("Stopped", 600, secondary="MaxRuntimeExceeded"), "ran to its MaxRuntime"),
+    # not "the estimate was far off": a spot job's time counts its restarts and lost work, so runs interrupted
+    # far more often than expected reach it with a good estimate (a new user's 70B, 15-20 interruptions)
+    (_ended("Stopped", 600, secondary="MaxRuntimeExceeded"), "interruptions lost"),
 ])
 def test_guard_ends_the_run_with_the_reason(describe, says):
     guard = {**GUARD0, "max_runtime_seconds": PLAN["max_runtime_cap_seconds"]}
