@@ -759,8 +759,13 @@ def _settled_cap(run, est, catalog: dict, poll: dict, cap: float, one_job: Polic
     def more() -> bool:
         return full[0] < FULL_SEARCH_SIMULATIONS
 
-    low = cents_up(one_job.p95_usd)  # under the P95 bill the cap ends more than 5% of the runs unfinished
-    high, top = cents_up(cap), row_holds(cents_up(cap))
+    # under the P95 bill the cap ends more than 5% of the runs unfinished; under the smallest cap whose chain
+    # finishes the estimate refuses the run OverBudget (`accepted_floor`: an on-demand warm pool's keep-alive is
+    # in that cap; the search's simulations at a cap do not refuse: qwen2 on-demand, a 30 min pool, 0.33 h, named
+    # $1.91 where the estimate at it refused naming $1.99)
+    low = max(cents_up(one_job.p95_usd), accepted_floor(est))
+    high = max(cents_up(cap), low)
+    top = row_holds(high)
     tries = 0
     below = high
     while top is None and tries < CAP_RAISES:  # raised on the policy's row until it holds
@@ -819,6 +824,14 @@ class _Unfinished:
                 break
         self.likely = [*ended, *(i for i in self.likely if i not in set(ended))]
         return len(ended) > self.allowed
+
+
+def accepted_floor(est) -> float:
+    """The smallest cap the estimate accepts on `est`'s layout, to the cent, up (the planner's OverBudget check:
+    its chain's `min_cap_usd`, the warm pool's keep-alive included); 0 where it names none. No cap to set is under
+    it (`_settled_cap`)."""
+    smallest = est.segments.min_cap_usd if est.segments else 0.0
+    return cents_up(smallest) if smallest and math.isfinite(smallest) else 0.0
 
 
 def _bisect(fails: float, holds_at: float, row: Summary, holds: Callable[[float], Summary | None],
