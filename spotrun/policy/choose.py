@@ -558,8 +558,11 @@ def spot_policy_at_caps(run, est, catalog: dict, *, poll_s: float = 60.0, max_po
 
     def across_layouts(cap: float, row: Summary | dict | None, exact: bool) -> tuple[float, Summary | dict | None,
                                                                                      bool]:
-        # the cap to set of the layout the estimate takes at `cap` (`_settled_layout`): the same where it is est's
-        if replan is None or row is None:
+        # the cap to set of the layout the estimate takes at `cap` (`_settled_layout`): the same where it is est's.
+        # Ranked also where no row was proven on est's layout (a cap kept for the deadline's odds as one job,
+        # `_deadline_odds_kept`: without fallback, 8B 12 h auto named $432.70 for 2 x g6e 'the run is one job';
+        # at it the estimate took 1 x ml.p5.48xlarge and named $344.52)
+        if replan is None or cap == math.inf:
             return cap, row, exact
         other = _settled_layout(run, est, catalog, poll, cap, replan)
         if other is None:
