@@ -7,6 +7,7 @@ estimate's own output at the cap the refusal names."""
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from pathlib import Path
@@ -14,11 +15,13 @@ from pathlib import Path
 import pytest
 
 from spotrun.cli.estimate import check_file
+from spotrun.pipeline.plan import plan
 from spotrun.planner.estimate import DEFAULT_PRICE_REGION, load_catalog, regional_catalog
 from spotrun.policy import choose
 from spotrun.policy.engine import INF
 from spotrun.policy.execution import execute
 
+from .test_handlers import RUN, SETTINGS
 from .test_new_users_trial import _cli, _with
 
 ROOT = Path(__file__).parents[2]
@@ -165,3 +168,24 @@ def test_a_refusal_on_a_pinned_layout_says_its_cap_to_set_is_over_the_on_demand_
     on_demand = doc["estimate"]["cost_usd"]["on_demand"]
     assert doc["estimate"]["spot_policy"]["cap_to_set_usd"] > on_demand, doc["estimate"]["spot_policy"]
     assert f"is over the run's on-demand bill, ${on_demand:,.2f}" in doc["message"], doc["message"]
+
+
+def test_the_pipelines_refusal_names_the_cap_to_set_the_accepted_estimate_names(tmp_path, capsys):
+    """The estimate Lambda's plan (spotrun/pipeline/plan.py) refuses through the same stage: the 8B shape with an
+    auto layout and a 12 h deadline at $120 names the cap to set, layout and policy that the accepted estimate at
+    its smallest cap names (it named $386.67 on the refused layout, as `spotrun estimate` did)."""
+    run = _with(_example("llama3-8b-full"), compute=REFUSED_WITH_A_DEADLINE["auto layout"], budget={"max_usd": 120})
+    raw = _with(copy.deepcopy(RUN), model={"init": "random", "config": run["model"]["config"]},
+                data={"tokens": run["data"]["tokens"], "seq_len": run["data"]["seq_len"]},
+                training=run["training"], compute=run["compute"], budget=run["budget"])
+    refused = plan(raw, "exec-1", SETTINGS)
+    assert refused["status"] == "OverBudget", refused
+    smallest = refused["estimate"]["segments"]["min_cap_usd"]
+    code, at = _cli(tmp_path, capsys, "estimate", _with(run, budget={"max_usd": smallest}))
+    assert code == 0, at
+    section, accepted = refused["estimate"]["spot_policy"], at["spot_policy"]
+    assert (section["cap_to_set_usd"], section["cap_to_set_layout"], section["cap_to_set_row"]) == \
+           (accepted["cap_to_set_usd"], accepted["cap_to_set_layout"], accepted["cap_to_set_row"]), (section, accepted)
+    assert f"the cap to set is ${accepted['cap_to_set_usd']:,.2f}: simulated at it, the estimate chooses " \
+           f"{accepted['cap_to_set_row']['label']} on {accepted['cap_to_set_layout']} and" in refused["message"], \
+        refused["message"]
