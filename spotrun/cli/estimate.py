@@ -103,14 +103,10 @@ def check_file(path: Path, target: Target | None, *, plan: bool, s3_client: Any 
                         data_tokens=sources.tokens, validation_tokens=sources.validation_tokens,
                         layout_cost=layout_cost)
 
-    def estimate_at(run_at: RunSpec):
-        return estimate(run_at, catalog=catalog, model_config=sources.model_config, data_tokens=sources.tokens,
-                        validation_tokens=sources.validation_tokens, layout_cost=ranker)
-
     try:
         out.estimate = replan(run.max_usd, ranker)
     except Refusal as exc:  # an OverBudget refusal names caps the estimate's simulation holds (issue #26)
-        raise over_budget_with_caps(run, exc, estimate_at, catalog) from None
+        raise over_budget_with_caps(run, exc, replan, catalog, stage_limits=stage_max_usd(stage)) from None
     # the stage's max_usd_per_run (--stage), else every listed stage's: a cap to set over one is said
     out.estimate = with_spot_policy(run, out.estimate, catalog, ranker=ranker, stage_limits=stage_max_usd(stage),
                                     replan=replan)

@@ -28,6 +28,7 @@ the estimate function's environment) are defined in spotrun/seams.py.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any, Callable
 
@@ -122,10 +123,11 @@ def plan(run_raw: Any, execution: str, settings: PipelineSettings, *, s3_client:
                     raise
                 # the caps it names, as the estimate's simulation holds them (issue #26)
                 over_budget = over_budget_with_caps(
-                    inputs.run, exc, lambda at: planned(at, catalog=admitted.catalog, s3_client=s3_client,
-                                                        rates=rates, mfu_lookup=mfu_lookup, base_name=base_name,
-                                                        waits=waits, layout_cost=ranker).estimate,
-                    admitted.catalog, **poll)
+                    inputs.run, exc, lambda cap, cost: planned(
+                        dataclasses.replace(inputs.run, max_usd=cap), catalog=admitted.catalog, s3_client=s3_client,
+                        rates=rates, mfu_lookup=mfu_lookup, base_name=base_name, waits=waits,
+                        layout_cost=cost).estimate,
+                    admitted.catalog, **poll, stage_limits={settings.stage or "?": settings.max_usd_per_run})
             else:
                 est = with_spot_policy(done.run, done.estimate, admitted.catalog, **poll, ranker=ranker,
                                        replan=done.replan,

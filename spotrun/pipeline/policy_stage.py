@@ -144,17 +144,21 @@ def tail_over_on_demand(run: Any, est: Estimate, section) -> list[str]:
             f"average (mean {usd(row['mean_usd'])}), on-demand (compute.spot=false) at the tail"]
 
 
-def over_budget_with_caps(run: Any, refused: Refusal, estimate_at: Callable[[Any], Estimate], catalog: dict, *,
-                          poll_s: float = 60.0, max_poll_s: float = 4 * 3600.0,
-                          n: int = choose.N_TRACES) -> Refusal:
+def over_budget_with_caps(run: Any, refused: Refusal, replan: Callable[[float, LayoutCost | None], Estimate],
+                          catalog: dict, *, poll_s: float = 60.0, max_poll_s: float = 4 * 3600.0,
+                          n: int = choose.N_TRACES, stage_limits: dict[str, float] | None = None) -> Refusal:
     """An OverBudget refusal whose named caps hold what it says (issue #26): at the smallest cap whose chain
-    finishes (the planner's `min_cap_usd`) the estimate is made again (`estimate_at(run at that cap)`, then this
-    stage), and the refusal says what the estimate's own simulation finds there, the uninterrupted run finishing
-    (else it says so), the share of the simulated runs that finish, and the cap to set with its simulated odds
-    (the spot policy's last line at that cap); the refusal's estimate carries that spot policy section. It
-    named only the smallest cap, 'whose chain finishes', at which 58.4% of llama3-8b-full's simulated runs finished
-    and, before the simulator's fix, none of qwen2's. Any other refusal, or one naming no larger cap, is returned
-    as it is."""
+    finishes (the planner's `min_cap_usd`) the estimate is made again as the accepted path makes it (`replan(that
+    cap, layout_ranker)`, then `with_spot_policy` with that ranker and `replan`: an auto layout's cap to set is
+    ranked across layouts the same way, `cap_to_set_layout`), and the refusal says what the estimate's own
+    simulation finds there, the uninterrupted run finishing (else it says so), the share of the simulated runs
+    that finish, and the cap to set with the policy and odds proven at it (`cap_to_set_row`, on the layout the
+    estimate takes there) and the accepted path's warnings on it (`cap_to_set_over_on_demand`,
+    `cap_to_set_over_limit`); the refusal's estimate carries that spot policy section. It named only the smallest
+    cap, 'whose chain finishes', at which 58.4% of llama3-8b-full's simulated runs finished and, before the
+    simulator's fix, none of qwen2's; then a cap to set searched on the refused layout alone with the policy chosen
+    at the smallest cap (8B, auto, 12 h: $386.67 'maxwait_fallback (notice)', where the estimate at $386.67 took
+    1 x ml.p5.48xlarge and named $327.53). Any other refusal, or one naming no larger cap, is returned as it is."""
     est = refused.estimate
     seg = est.segments if est is not None else None
     smallest = seg.min_cap_usd if seg is not None else None
@@ -162,8 +166,11 @@ def over_budget_with_caps(run: Any, refused: Refusal, estimate_at: Callable[[Any
             smallest <= run.max_usd:
         return refused
     at_run = dataclasses.replace(run, max_usd=smallest)
+    poll = {"poll_s": poll_s, "max_poll_s": max_poll_s, "n": n}
+    ranker = layout_ranker(catalog, **poll)  # a fresh one, as the accepted estimate at that cap ranks with
     try:
-        at = with_spot_policy(at_run, estimate_at(at_run), catalog, poll_s=poll_s, max_poll_s=max_poll_s, n=n)
+        at = with_spot_policy(at_run, replan(smallest, ranker), catalog, **poll, ranker=ranker, replan=replan,
+                              stage_limits=stage_limits)
     except Refusal:  # the planner refuses its own smallest cap: the refusal stands on its words
         return refused
     section = at.spot_policy
@@ -172,14 +179,23 @@ def over_budget_with_caps(run: Any, refused: Refusal, estimate_at: Callable[[Any
     row = next(r for r in section.policies if r["label"] == section.chosen)
     plan = choose.run_plan(at_run, at, catalog, poll_s=poll_s, max_poll_s=max_poll_s)
     alone = execute(plan, [(0.0, INF)], section.policy, section.checkpointing).tally.finished
-    said = (f" (the planner's chain): simulated there, the run finishes uninterrupted and {_odds(row, section)}" if
-            alone else " by the planner's chain, but simulated there the run does not finish even uninterrupted: do "
-            "not set it")
+    moved = choose.layout_words(at) != choose.layout_words(est)  # the planner takes another layout at that cap
+    there = f" on {choose.layout_words(at)}" if moved else ""
+    said = (f" (the planner's chain): simulated there{there}, the run finishes uninterrupted and "
+            f"{_odds(row, section)}" if alone else f" by the planner's chain, but simulated there{there} the run "
+            "does not finish even uninterrupted: do not set it")
     to_set = section.cap_to_set_usd
     proof = section.cap_to_set_row
     if to_set and proof and to_set > smallest:
-        said += (f"; the cap to set is ${to_set:,.2f}: simulated at it, the estimate chooses {section.chosen} and "
-                 f"{_odds(proof, section)}")
+        layout = section.cap_to_set_layout or (choose.layout_words(at) if moved else None)
+        on = f" on {layout}" if layout else ""
+        said += (f"; the cap to set is ${to_set:,.2f}: simulated at it, the estimate chooses {proof['label']}{on} "
+                 f"and {_odds(proof, section)}")
+        # what the accepted estimate says of that cap (over the run's on-demand bill, over a stage's limit)
+        said += "".join(f"; {w}" for w in (*cap_to_set_over_on_demand(at_run, at, section),
+                                            *cap_to_set_over_limit(section, stage_limits or {})))
+        if moved and section.cap_to_set_layout is None:
+            section = dataclasses.replace(section, cap_to_set_layout=layout)
     elif alone:
         said += f"; it is the cap to set ({section.chosen})"
     message = refused.message + said + f" (the refusal's estimate carries the policy simulated at ${smallest:,.2f})"

@@ -588,8 +588,11 @@ def spot_policy_at_caps(run, est, catalog: dict, *, poll_s: float = 60.0, max_po
 
     def across_layouts(cap: float, row: Summary | dict | None, exact: bool) -> tuple[float, Summary | dict | None,
                                                                                      bool]:
-        # the cap to set of the layout the estimate takes at `cap` (`_settled_layout`): the same where it is est's
-        if replan is None or row is None:
+        # the cap to set of the layout the estimate takes at `cap` (`_settled_layout`): the same where it is est's.
+        # Ranked also where no row was proven on est's layout (a cap kept for the deadline's odds as one job,
+        # `_deadline_odds_kept`: without fallback, 8B 12 h auto named $432.70 for 2 x g6e 'the run is one job';
+        # at it the estimate took 1 x ml.p5.48xlarge and named $344.52)
+        if replan is None or cap == math.inf:
             return cap, row, exact
         other = _settled_layout(run, est, catalog, poll, cap, replan)
         if other is None:
@@ -789,8 +792,13 @@ def _settled_cap(run, est, catalog: dict, poll: dict, cap: float, one_job: Polic
     def more() -> bool:
         return full[0] < FULL_SEARCH_SIMULATIONS
 
-    low = cents_up(one_job.p95_usd)  # under the P95 bill the cap ends more than 5% of the runs unfinished
-    high, top = cents_up(cap), row_holds(cents_up(cap))
+    # under the P95 bill the cap ends more than 5% of the runs unfinished; under the smallest cap whose chain
+    # finishes the estimate refuses the run OverBudget (`accepted_floor`: an on-demand warm pool's keep-alive is
+    # in that cap; the search's simulations at a cap do not refuse: qwen2 on-demand, a 30 min pool, 0.33 h, named
+    # $1.91 where the estimate at it refused naming $1.99)
+    low = max(cents_up(one_job.p95_usd), accepted_floor(est))
+    high = max(cents_up(cap), low)
+    top = row_holds(high)
     tries = 0
     below = high
     while top is None and tries < CAP_RAISES:  # raised on the policy's row until it holds
@@ -861,6 +869,14 @@ class _Unfinished:
             done = shared.setdefault(("executions", key, spec, self.n, self.sim["seed"]), {})
             done[self.candidate] = (its, [made[i] for i in range(self.n)])
         return len(ended) > self.allowed
+
+
+def accepted_floor(est) -> float:
+    """The smallest cap the estimate accepts on `est`'s layout, to the cent, up (the planner's OverBudget check:
+    its chain's `min_cap_usd`, the warm pool's keep-alive included); 0 where it names none. No cap to set is under
+    it (`_settled_cap`)."""
+    smallest = est.segments.min_cap_usd if est.segments else 0.0
+    return cents_up(smallest) if smallest and math.isfinite(smallest) else 0.0
 
 
 def _bisect(fails: float, holds_at: float, row: Summary, holds: Callable[[float], Summary | None],

@@ -73,6 +73,9 @@ def _assert_fixed_point(tmp_path: Path, run: dict, start_cap: float) -> None:
     named = first.spot_policy.cap_to_set_usd
     proven = first.spot_policy.cap_to_set_row
     assert named is not None and proven is not None, first.spot_policy
+    # never under the smallest cap the estimate's OverBudget check accepts (on the layout the cap to set is named on)
+    if first.spot_policy.cap_to_set_layout is None:
+        assert named >= first.segments.min_cap_usd, (named, first.segments.min_cap_usd)
     # the layout the estimate takes at the cap to set: this one, or the one the cap to set's line names
     layout = getattr(first.spot_policy, "cap_to_set_layout", None) or _layout(first)  # (not on older sections)
     if layout != _layout(first):
@@ -111,6 +114,10 @@ FIXED_POINT_CASES = {
     "qwen2 on-demand fallback, cap over": (_qwen(on_demand_fallback=True), 5),
     "qwen2 without fallback": (_qwen(on_demand_fallback=False), 50),
     "qwen2 spot=false": (_qwen(spot=False), 50),
+    # an on-demand warm pool with a deadline: the deadline's search named $1.91 (30 min pool; $1.13 with 10 min)
+    # under the smallest cap the estimate accepts, $1.99 ($1.22): set, it was refused OverBudget
+    "qwen2 spot=false, 30 min warm pool, 0.33 h": (_qwen(spot=False, warm_pool_minutes=30, deadline_hours=0.33), 50),
+    "qwen2 spot=false, 10 min warm pool, 0.33 h": (_qwen(spot=False, warm_pool_minutes=10, deadline_hours=0.33), 50),
     # with a deadline, on the pinned layouts
     "llama3-8b 24 h g6e": (_llama(deadline_hours=24, instance_type="ml.g6e.48xlarge", instance_count=1), 397.87),
     "llama3-8b 12 h p5": (_llama(deadline_hours=12, instance_type="ml.p5.48xlarge", instance_count=1), 200),
@@ -122,6 +129,8 @@ FIXED_POINT_CASES = {
     "llama3-8b 12 h auto, cap under": (_llama(deadline_hours=12), 200),
     "llama3-8b 12 h auto, at the cap once named": (_llama(deadline_hours=12), 445.38),
     "llama3-8b 12 h auto, cap over": (_llama(deadline_hours=12), 2500),
+    # without fallback: $432.70 named for 2 x g6e as 'the run is one job', not ranked; at it, 1 x p5 named $344.52
+    "llama3-8b 12 h auto, no fallback, cap under": (_llama(deadline_hours=12, on_demand_fallback=False), 200),
     "llama3-8b 12.8 h auto, cap under": (_llama(deadline_hours=12.8), 200),
     "llama3-8b 12.8 h auto, cap over": (_llama(deadline_hours=12.8), 2500),
     "llama3-8b 24 h auto, cap under": (_llama(deadline_hours=24), 200),
