@@ -5,23 +5,15 @@ interruptions ...)', the bill of a chain of 2 jobs (one job, at $4,000, is $1,05
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from spotrun.cli.main import main
-
-ROOT = Path(__file__).parents[2]
+from .test_speed_margin_at_the_cap_to_set import _estimate as _mistral
 
 
 def _estimate(tmp_path: Path, capsys, *, spot: bool, cap: float, fmt: str = "json"):
-    run = json.loads((ROOT / "examples/runs/mistral-7b-lora.json").read_text())
-    run["compute"]["spot"] = spot
-    run["budget"]["max_usd"] = cap
-    path = tmp_path / "run.json"
-    path.write_text(json.dumps(run))
-    assert main(["estimate", "--format", fmt, str(path)]) == 0
-    out = capsys.readouterr().out
-    return json.loads(out) if fmt == "json" else next(x for x in out.splitlines() if x.startswith("cost "))
+    """The mistral-7b LoRA example at `cap`: its JSON, or its text's cost row."""
+    out = _mistral(tmp_path, capsys, spot=spot, cap=cap, fmt=fmt)
+    return out if fmt == "json" else next(x for x in out.splitlines() if x.startswith("cost "))
 
 
 def test_a_spot_figure_that_is_a_chain_is_labelled_one(tmp_path, capsys):
