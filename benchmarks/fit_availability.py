@@ -1,6 +1,7 @@
 """Fit the estimate's availability model (spotrun/policy/availability.py) to recorded spot capacity.
 
     python benchmarks/fit_availability.py --spot-traces DIR [--set choose]
+    python benchmarks/fit_availability.py --spot-traces DIR --set all --model droughts-level
 
 Reads every one-node trace of github.com/skypilot-org/spot-traces (`availability/1-node/*/*.json` under DIR; not in
 this repository), in sorted path order; `--set choose` (the default) keeps the traces at even positions, the
@@ -41,6 +42,12 @@ spotrun/policy/availability.py:
 The procedure is also a function (`fit_chain`: `CHAIN` fitted on given recordings, on the choose set `CHAIN` itself;
 `fit_model`: it or a measured alternative), which benchmarks/calibration_bench.py `--set loo` fits on every 16 of
 the 17 recordings.
+
+`--model droughts-level` prints instead the estimate's model, `ESTIMATE_CHAIN` (`fit_model`'s droughts-level: the
+procedure above, the droughts' table and share as `--droughts` fits them, and the spread of the traces' levels of
+waits around the power law), every field of it as the Python pasted into spotrun/policy/availability.py
+(`chain_source`); `--set all` fits it on all 17 recordings, as the estimate ships it (docs/spot-policy.md, "Leave
+one recording out": out of sample the best calibrated model measured).
 
 `--droughts` prints the droughts' tables instead, and `--spells` the recorded cycles themselves as the module
 spotrun/policy/spells.py (`Bootstrap`'s table: every stretch with capacity that was interrupted and the wait after it,
@@ -479,6 +486,42 @@ def fit_model(name: str, recs: list, chain: Chain | None = None) -> Chain | Boot
     return chain
 
 
+def _wrapped(head: str, values: tuple[float, ...], tail: str, indent: int) -> list[str]:
+    """`head` + the table (4 significant figures) + `tail`, wrapped at 120 characters under `indent` spaces."""
+    return textwrap.wrap(head + _table(list(values))[1:-1] + tail, 120, initial_indent=" " * indent,
+                         subsequent_indent=" " * (indent + len(head)), break_on_hyphens=False)
+
+
+def chain_source(chain: Chain, name: str) -> str:
+    """`chain` as the Python that spotrun/policy/availability.py pastes: the stretches' tables (shared by both
+    regimes, as `fit_chain` fits them) named once, `{name}_UP_SHORT` and `{name}_UP`, then `{name} = Chain(...)`
+    with every field; every number as the fit rounded it, so the text is the chain exactly."""
+    first = chain.regimes[0]
+    if any((r.up, r.up_short, r.short) != (first.up, first.up_short, first.short) for r in chain.regimes):
+        raise ValueError("the regimes' stretches with capacity differ: expected one pooled table, as fit_chain fits")
+    if chain.wait_share is not None or chain.droughts is None:
+        raise ValueError("expected a chain with droughts and without a wait level, as fit_model fits droughts-level")
+    lines = [f"{name}_UP_SHORT = (", *_wrapped("", first.up_short, ")", 4), f"{name}_UP = (",
+             *_wrapped("", first.up, ")", 4), f"{name} = Chain(", "    regimes=("]
+    for r in chain.regimes:
+        lines += [f"        Regime(stay={r.stay!r}, short={r.short!r}, up_short={name}_UP_SHORT, up={name}_UP,",
+                  *_wrapped("down=(", r.down, ")),", 15)]
+    laws = chain.laws
+    lines += ["    ),",
+              f"    level_share={chain.level_share!r}, level_lag1={chain.level_lag1!r},",
+              *_wrapped("droughts=(", chain.droughts, "),", 4),
+              f"    drought_share_at_one_per_hour={chain.drought_share_at_one_per_hour!r}, "
+              f"drought_rate_exponent={chain.drought_rate_exponent!r},",
+              f"    wait_level_sd={chain.wait_level_sd!r},",
+              f"    laws=RateLaws(down_mean_at_one_per_hour_s={laws.down_mean_at_one_per_hour_s!r}, "
+              f"down_rate_exponent={laws.down_rate_exponent!r},",
+              f"                  short_fitted_up_to_per_hour={laws.short_fitted_up_to_per_hour!r}, "
+              f"short_share_at_one_per_hour={laws.short_share_at_one_per_hour!r},",
+              f"                  short_share_rate_exponent={laws.short_share_rate_exponent!r}),",
+              ")"]
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--spot-traces", type=Path, required=True, help="where skypilot-org/spot-traces is")
@@ -490,7 +533,13 @@ def main() -> None:
     parser.add_argument("--spells", action="store_true",
                         help="only the recorded cycles themselves, as the module spotrun/policy/spells.py (Bootstrap's "
                         "table: measured, not in CHAIN)")
+    parser.add_argument("--model", choices=["regimes", "droughts-level"], default="regimes",
+                        help="regimes (the default): CHAIN's constants and the figures beside them; droughts-level: "
+                        "the estimate's model (ESTIMATE_CHAIN: CHAIN's procedure, the droughts and each trace's level "
+                        "of waits, fit_model's) as the Python pasted into spotrun/policy/availability.py")
     args = parser.parse_args()
+    if args.model != "regimes" and (args.droughts or args.spells):
+        parser.error(f"--model {args.model} prints the whole model: give it without --droughts and --spells")
     paths = sorted(args.spot_traces.glob("availability/1-node/*/*.json"))
     if not paths:
         raise SystemExit(f"--spot-traces {args.spot_traces}: no availability/1-node/*/*.json under it")
@@ -500,6 +549,10 @@ def main() -> None:
         print(spells_module(paths, args.set), end="")
         return
     recs = [read_availability(p) for p in paths]
+    if args.model == "droughts-level":
+        print(f"# {len(paths)} traces ({args.set}): CHAIN's procedure, the droughts and each trace's level of waits")
+        print(chain_source(fit_model(args.model, recs), "ESTIMATE_CHAIN"), end="")
+        return
     cyc = read_cycles(recs)
     rates, means = cyc.rates, cyc.means
     if args.droughts:
