@@ -5,11 +5,26 @@ the model exactly (`chain_source`)."""
 from __future__ import annotations
 
 import dataclasses
+import random
+from pathlib import Path
 
 import pytest
 
 from benchmarks.fit_availability import chain_source
-from spotrun.policy.availability import CHAIN, CHAIN_DROUGHTS_LEVEL, Chain, RateLaws, Regime
+from spotrun.policy import availability
+from spotrun.policy.availability import (
+    CHAIN,
+    CHAIN_DROUGHTS_LEVEL,
+    ESTIMATE_CHAIN,
+    Chain,
+    RateLaws,
+    Regime,
+    fitted_trace,
+    mean_down_s,
+    short_share_at,
+)
+from spotrun.policy.choose import ESTIMATE_TRACES
+from spotrun.policy.traces import TraceSpec, generated_traces
 
 
 def _source_chain(text: str, name: str) -> Chain:
@@ -39,3 +54,26 @@ def test_the_printed_model_is_the_fitted_one_exactly_and_fits_the_line_length():
 def test_the_printer_refuses_a_chain_it_cannot_write_as_the_fit_fits_it(chain, words):
     with pytest.raises(ValueError, match=words):
         chain_source(chain, "MODEL")
+
+
+def test_the_estimates_model_is_pasted_from_the_fit_commands_output():
+    """availability.py holds `ESTIMATE_CHAIN` as the command prints it, character for character (an edit by hand to
+    one constant, or a paste of another fit's, fails here); and it is the droughts-level model, not CHAIN's."""
+    text = Path(availability.__file__).read_text()
+    assert chain_source(ESTIMATE_CHAIN, "ESTIMATE_CHAIN") in text
+    assert ESTIMATE_CHAIN.droughts is not None and ESTIMATE_CHAIN.wait_level_sd > 0
+    assert ESTIMATE_CHAIN.regimes != CHAIN.regimes and ESTIMATE_CHAIN.laws != CHAIN.laws
+
+
+def test_the_estimate_draws_its_traces_and_its_rate_laws_from_the_estimates_model():
+    """The estimate's generated traces (choose.py's ESTIMATE_TRACES) are ESTIMATE_CHAIN's, draw for draw, not
+    CHAIN's; the mean wait and share of blips it states come from ESTIMATE_CHAIN's power laws."""
+    spec = TraceSpec(interruptions_per_hour=0.4, horizon_s=80 * 3600.0, **ESTIMATE_TRACES)
+    drawn = generated_traces(spec, 5, seed=3)
+    rng = random.Random(3)
+    assert drawn == [fitted_trace(0.4, spec.horizon_s, rng, chain=ESTIMATE_CHAIN) for _ in range(5)]
+    rng = random.Random(3)
+    assert drawn != [fitted_trace(0.4, spec.horizon_s, rng, chain=CHAIN) for _ in range(5)]
+    for rate in (0.1, 0.4, 1.2):
+        assert mean_down_s(rate) == ESTIMATE_CHAIN.laws.mean_down_s(rate) != CHAIN.laws.mean_down_s(rate)
+        assert short_share_at(rate) == ESTIMATE_CHAIN.laws.short_share_at(rate) != CHAIN.laws.short_share_at(rate)
