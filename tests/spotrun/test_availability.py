@@ -36,6 +36,7 @@ from spotrun.policy.availability import (
     DROUGHT_SHARE_AT_ONE_PER_HOUR,
     DROUGHT_SHARE_RATE_EXPONENT,
     DROUGHTS,
+    ESTIMATE_CHAIN,
     LAWS,
     LEVELS,
     REGIMES,
@@ -105,26 +106,27 @@ def test_waits_for_capacity_grow_with_the_rate_and_keep_the_fitted_mean():
 
 
 def test_a_chain_scales_by_its_own_rate_laws():
-    """A chain fitted on other recordings carries its own power laws (`RateLaws`): its waits are one factor of the
-    shipped chain's, the ratio of the two laws' mean waits at the rate, and its short stretches' share and the rate
+    """A chain fitted on other recordings carries its own power laws (`RateLaws`): its waits are one factor of
+    CHAIN's, the ratio of the two laws' mean waits at the rate, and its short stretches' share and the rate
     up to which they keep their seconds are its own; a law that is not a number > 0 is refused by name."""
     rate = 0.5
     laws = RateLaws(down_mean_at_one_per_hour_s=3 * H, down_rate_exponent=0.6, short_fitted_up_to_per_hour=0.4,
                     short_share_at_one_per_hour=0.2, short_share_rate_exponent=0.1)
     own = dataclasses.replace(CHAIN, laws=laws)
     assert laws.mean_down_s(rate) == pytest.approx(3 * H * rate ** 0.6)
-    assert laws.mean_down_s(rate) != pytest.approx(mean_down_s(rate), rel=0.2)  # the check tells them apart
+    assert laws.mean_down_s(rate) != pytest.approx(LAWS.mean_down_s(rate), rel=0.2)  # the check tells them apart
     waits_only = dataclasses.replace(CHAIN, laws=dataclasses.replace(LAWS, down_mean_at_one_per_hour_s=3 * H,
                                                                      down_rate_exponent=0.6))
     plain, scaled = CHAIN.cycles(rate, random.Random(4)), waits_only.cycles(rate, random.Random(4))
     pairs = [(next(plain), next(scaled)) for _ in range(2001)][1:]
     assert all(a[:2] == b[:2] for a, b in pairs)  # regimes and stretches with capacity: the same
-    assert {round(b[2] / a[2], 9) for a, b in pairs} == {round(laws.mean_down_s(rate) / mean_down_s(rate), 9)}
-    ratio = laws.short_share_at(rate) / short_share_at(rate)
+    assert {round(b[2] / a[2], 9) for a, b in pairs} == {round(laws.mean_down_s(rate) / LAWS.mean_down_s(rate), 9)}
+    ratio = laws.short_share_at(rate) / LAWS.short_share_at(rate)
     assert own.shares(rate)[0] / CHAIN.shares(rate)[0] == pytest.approx(ratio)
     assert laws.short_share_at(5.0) == pytest.approx(0.2 * 0.4 ** 0.1)  # the share at the fastest rate fitted
     assert own.scales(rate)[1] == pytest.approx(0.4 / rate)  # short stretches shrink past 0.4 per hour, not 1.39
-    assert CHAIN.laws == LAWS and LAWS.mean_down_s(rate) == mean_down_s(rate)
+    # CHAIN scales by the choose set's laws; the estimate's mean wait is its own model's
+    assert CHAIN.laws == LAWS and ESTIMATE_CHAIN.laws.mean_down_s(rate) == mean_down_s(rate)
     with pytest.raises(ValueError, match="down_mean_at_one_per_hour_s=0 is invalid: expected a number > 0"):
         RateLaws(down_mean_at_one_per_hour_s=0)
 
@@ -134,12 +136,12 @@ def test_a_recorded_mean_wait_scales_the_waits_and_keeps_their_shape_regimes_and
     instead of the power law's at the rate; each regime's table keeps its shape (the same draws, times one
     factor), the stretches with capacity and the rate are untouched; without one, the traces are the same."""
     rate, wait = 0.3, 5.1 * H
-    assert mean_down_s(rate) < 0.5 * wait  # far from the power law's, so the check tells them apart
+    assert LAWS.mean_down_s(rate) < 0.5 * wait  # far from the power law's, so the check tells them apart
     plain, scaled = CHAIN.cycles(rate, random.Random(9)), CHAIN.cycles(rate, random.Random(9), wait)
     pairs = [(next(plain), next(scaled)) for _ in range(20_001)][1:]  # the first cycle is a remainder
     assert all(a[0] == b[0] and a[1] == b[1] for a, b in pairs)  # regimes and stretches with capacity: the same
     ratios = {round(b[2] / a[2], 9) for a, b in pairs}
-    assert ratios == {round(wait / mean_down_s(rate), 9)}  # one factor: the tables' shapes are kept
+    assert ratios == {round(wait / LAWS.mean_down_s(rate), 9)}  # one factor: the tables' shapes are kept
     assert statistics.fmean(b[2] for _, b in pairs) == pytest.approx(wait, rel=0.1)
     rng = random.Random(1)
     spec = TraceSpec(rate, horizon_s=300 * H, fitted=True, mean_wait_s=wait)
@@ -202,11 +204,11 @@ def test_short_stretches_keep_their_recorded_seconds_at_every_rate(rate):
     stretched by 1 / rate (a model scaling every stretch by the rate has none shorter than a start at 0.1)."""
     traces = generated_traces(TraceSpec(rate, horizon_s=3000 * H / rate, fitted=True), 4, seed=8)
     ups = [b - a for t in traces for a, b in t[1:-1]]
-    shares, _, long_s, _ = CHAIN.scales(rate)
-    expected = sum(p * q for p, q in zip(CHAIN.occupancy, shares, strict=True))
+    shares, _, long_s, _ = ESTIMATE_CHAIN.scales(rate)  # the estimate's traces are its model's
+    expected = sum(p * q for p, q in zip(ESTIMATE_CHAIN.occupancy, shares, strict=True))
     assert expected == pytest.approx(short_share_at(rate), rel=0.01)
     longs_below = sum(p * (1 - q) * sum(v * long_s <= SHORT_UP_S for v in r.up) / len(r.up)
-                      for p, q, r in zip(CHAIN.occupancy, shares, CHAIN.regimes, strict=True))
+                      for p, q, r in zip(ESTIMATE_CHAIN.occupancy, shares, ESTIMATE_CHAIN.regimes, strict=True))
     assert sum(u <= SHORT_UP_S for u in ups) / len(ups) == pytest.approx(expected + longs_below, abs=0.03)
     below_start = sum(u < 660 for u in ups) / len(ups)
     assert below_start > 0.08  # the fitted tables: most blips are 585-600 s
@@ -517,7 +519,7 @@ def test_each_trace_draws_its_own_level_of_waits_at_the_fitted_spread_not_with_a
     # each trace's mean of 2,000 waits is within a few percent of its level's: the spread is the level's
     assert statistics.stdev(logs) == pytest.approx(WAIT_LEVEL_SD, rel=0.15)
     # the power law is fitted on logarithms: the median trace's mean wait is the law's
-    assert statistics.median(logs) == pytest.approx(math.log(mean_down_s(0.5)), abs=0.1)
+    assert statistics.median(logs) == pytest.approx(math.log(chain.laws.mean_down_s(0.5)), abs=0.1)
     recorded = [math.log(statistics.fmean(_waits(chain, 0.5, 3000, seed, mean_wait_s=H))) for seed in range(30)]
     assert statistics.stdev(recorded) < 0.1
 
