@@ -12,13 +12,13 @@
 
 The setting is benchmarks/policy_bench.py's (#26: 40 h of work, a 0.2 h changeover, spot at 0.35 of on-demand,
 saves on the notice, deadlines 48, 60 and 80 h) on every one-node trace of github.com/skypilot-org/spot-traces
-(`availability/1-node/*/*.json` under DIR; not in this repository), a job started every `--every-h` hours of
-each recording while the deadline fits in it. `--set held-out` (the default): the traces at odd positions in
-sorted path order, which the estimate's availability model (spotrun/policy/availability.py) was not fitted on;
-`choose`: the 9 it was fitted on (benchmarks/fit_availability.py); `all`; `loo`: all 17, each recording's estimate
-drawn from the model (`--model`) fitted by benchmarks/fit_availability.py's procedure on the other 16 (leave one
-recording out: every window is out of sample, the figure for a model fitted on all 17; `--fits FILE` keeps the
-17 fits between runs).
+(`availability/1-node/*/*.json` under DIR; not in this repository), a job started every `--every-h` hours of each
+recording while the deadline fits in it. `--set held-out` (the default): the traces at odd positions in sorted path
+order, which the choose set's availability models (spotrun/policy/availability.py: `CHAIN` and the others of `--model`)
+were not fitted on; `choose`: the 9 they were fitted on (benchmarks/fit_availability.py); `all`; `loo`: all 17, each
+recording's estimate drawn from the model (`--model`) fitted by benchmarks/fit_availability.py's procedure on the other
+16 (leave one recording out: every window is out of sample, the figure for a model fitted on all 17; `--fits FILE` keeps
+the 17 fits between runs).
 
 - Observed: every candidate the estimate offers (spotrun/policy/choose.py: `candidates`) executed on every window
   as the state machine runs it (spotrun/policy/execution.py, the model benchmarks/replay_bench.py replays through
@@ -88,7 +88,7 @@ def use_chain(model) -> None:
 
 def left_out_models(paths: list[Path], recordings: list, name: str, fits: Path | None = None) -> list:
     """Per recording, availability model `name` fitted (benchmarks/fit_availability.py `fit_model`, the procedure
-    the shipped model is fitted by) on every other recording: leave-one-recording-out. `fits`: a file that keeps
+    the estimate's models are fitted by) on every other recording: leave-one-recording-out. `fits`: a file that keeps
     them between runs (read when it holds this model fitted on these recordings, else written)."""
     key = (name, tuple(f"{p.parent.name}/{p.stem}" for p in paths))
     if fits is not None and fits.exists():
@@ -109,10 +109,11 @@ def left_out_models(paths: list[Path], recordings: list, name: str, fits: Path |
 
 def use_model(name: str) -> None:
     """Draw the estimate's generated traces (and `--cycles`') from availability model `name` in this process:
-    `regimes` (the estimate's CHAIN), `droughts` (CHAIN_DROUGHTS), `droughts-level` (CHAIN_DROUGHTS_LEVEL: with
+    `regimes` (CHAIN, the choose set's fit), `droughts` (CHAIN_DROUGHTS), `droughts-level` (CHAIN_DROUGHTS_LEVEL: with
     each trace's own level of waits), `bootstrap` (BOOTSTRAP: the choose set's recorded cycles resampled in blocks,
-    the waits rescaled by the rate's power law) or `bootstrap-recorded-waits` (the waits in recorded seconds); all
-    but the first measured, not shipped."""
+    the waits rescaled by the rate's power law) or `bootstrap-recorded-waits` (the waits in recorded seconds); each
+    the choose set's fit (the estimate's own model, ESTIMATE_CHAIN, is droughts-level's procedure fitted on all 17:
+    `--set loo --model droughts-level` is its out-of-sample figure)."""
     global CHAIN
     CHAIN = MODELS[name]
     use_chain(MODELS[name])
@@ -454,11 +455,12 @@ def main() -> None:
                         "traces per recording and on the recorded windows: bills over the cap, mean bill, on-demand "
                         "hours")
     parser.add_argument("--model", choices=sorted(MODELS), default="regimes",
-                        help="the availability model of the generated traces: the estimate's (regimes) or with "
-                        "droughts drawn in recorded hours (droughts), and each trace's own level of waits "
-                        "(droughts-level), or the choose set's recorded cycles resampled in blocks, rescaled to the "
-                        "rate, the waits by the rate's power law (bootstrap) or in recorded seconds "
-                        "(bootstrap-recorded-waits): measured, not shipped")
+                        help="the availability model of the generated traces, each fitted on the choose set (with "
+                        "--set loo, on the other 16 recordings): CHAIN (regimes), with droughts drawn in recorded "
+                        "hours (droughts), and each trace's own level of waits (droughts-level: the procedure of the "
+                        "estimate's ESTIMATE_CHAIN, which is fitted on all 17), or the recorded cycles resampled in "
+                        "blocks, rescaled to the rate, the waits by the rate's power law (bootstrap) or in recorded "
+                        "seconds (bootstrap-recorded-waits)")
     parser.add_argument("--policies", help="comma-separated: only these candidates (default: every one offered)")
     parser.add_argument("--deadlines", default=",".join(map(str, DEADLINES_H)), help="hours, comma-separated")
     parser.add_argument("--stretches", type=int, metavar="N", default=0,

@@ -440,10 +440,10 @@ def _rounded(values: list[float]) -> tuple[float, ...]:
 
 
 def fit_chain(cyc: Cycles) -> tuple[Chain, dict]:
-    """The estimate's `CHAIN` fitted on `cyc` (every parameter of it, at the precision the fit prints and
-    availability.py pastes: the pooled stretches, the regimes of waits, the stretches' persisting level, the rate's
-    power laws), and the figures printed beside it: `pooled` (short, up_short, up), `regimes` (`regimes`' dicts),
-    `level` (share, lag1, recorded and generated correlations)."""
+    """`CHAIN`'s procedure (the base of the estimate's `ESTIMATE_CHAIN`) fitted on `cyc` (every parameter of it, at the
+    precision the fit prints and availability.py pastes: the pooled stretches, the regimes of waits, the stretches'
+    persisting level, the rate's power laws), and the figures printed beside it: `pooled` (short, up_short, up),
+    `regimes` (`regimes`' dicts), `level` (share, lag1, recorded and generated correlations)."""
     flags = [f for fl in cyc.short for f in fl]
     pairs = [(f, u) for fl, ups in zip(cyc.short, cyc.raw_ups, strict=True) for f, u in zip(fl, ups, strict=True)]
     pooled = {"short": sum(flags) / len(flags), "up_short": quantiles([u for f, u in pairs if f], LEVELS),
@@ -462,7 +462,7 @@ def fit_chain(cyc: Cycles) -> tuple[Chain, dict]:
 
 def fit_model(name: str, recs: list, chain: Chain | None = None) -> Chain | Bootstrap:
     """Availability model `name` (benchmarks/calibration_bench.py's `--model`) fitted on the recordings `recs` by
-    this command's procedure: `regimes` (`fit_chain`: the estimate's CHAIN), `droughts` (and the droughts' table and
+    this command's procedure: `regimes` (`fit_chain`: CHAIN's), `droughts` (and the droughts' table and
     share, `--droughts`), `droughts-level` (and each trace's level of waits), `bootstrap` (their recorded cycles,
     `--spells`, the waits rescaled by the power law fitted on them) or `bootstrap-recorded-waits`. `chain`: the
     `regimes` model already fitted on `recs` (the others build on it)."""

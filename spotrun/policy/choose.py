@@ -1200,16 +1200,16 @@ def policy_text(section: SpotPolicy | None) -> str:
 
 def held_out_margin_lines(rows: list[dict], odds: str) -> list[str]:
     """Where the cap ends some of a row's runs (`p_over_budget`) and the row's odds are above 0: how far such odds
-    read high on the recordings the availability model was not fitted on (`HELD_OUT_OVER_AT_CAP_POINTS`; issue #26:
+    read high on recordings each left out of the availability model's fit (`HELD_OUT_OVER_AT_CAP_POINTS`; issue #26:
     no model measured was within the 1 point asked there, so the margin is said, not hidden)."""
     ended = ended_at_cap_with_odds(rows)
     if not ended:
         return []
     mean, largest = HELD_OUT_OVER_AT_CAP_POINTS
-    return [f"  at this cap the guard ends some runs of {', '.join(ended)} (OverBudget): on public recordings the "
-            f"availability model was not fitted on, the {odds} of policies at caps that end runs read {mean:.1f} "
-            f"points high on average and up to {largest:.1f} (docs/spot-policy.md, \"Calibration at a cap that "
-            "binds\"): expect that much less"]
+    return [f"  at this cap the guard ends some runs of {', '.join(ended)} (OverBudget): on public recordings each "
+            f"left out of the availability model's fit, the {odds} of policies at caps that end runs read {mean:.1f} "
+            f"points high on average and up to {largest:.1f} (docs/spot-policy.md, \"Leave one recording out\"): "
+            "expect that much less"]
 
 
 def ended_at_cap_with_odds(rows: list[dict]) -> list[str]:

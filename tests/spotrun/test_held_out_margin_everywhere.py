@@ -11,7 +11,7 @@ from spotrun.cli.main import main
 from spotrun.policy.availability import HELD_OUT_OVER_AT_CAP_POINTS
 
 ROOT = Path(__file__).parents[2]
-MARGIN = "public recordings the availability model was not fitted on"
+MARGIN = "public recordings each left out of the availability model's fit"
 
 
 def _run(tmp_path: Path, cap: float) -> Path:
