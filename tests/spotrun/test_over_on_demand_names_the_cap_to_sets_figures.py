@@ -58,11 +58,13 @@ def test_a_refusals_over_on_demand_warning_quotes_the_cap_to_sets_layout_and_mea
     row = next(r for r in there["spot_policy"]["policies"] if r["label"] == there["spot_policy"]["chosen"])
     on_demand = there["cost_usd"]["on_demand"]
     assert to_set > on_demand, (to_set, on_demand)  # the warning is due
-    said = [w for w in _over(doc["estimate"]["warnings"]) if w in doc["message"]]  # JSON carries what text says
-    assert len(said) == 1, (doc["estimate"]["warnings"], doc["message"])
-    assert f"{OVER_ON_DEMAND}, {usd(on_demand)} (one uninterrupted job on {_layout(there)})" in said[0], said
-    assert f"simulated mean bill is {usd(row['mean_usd'])};" in said[0], (said, row)
-    assert f"billed {usd(on_demand)} with no interruptions" in said[0], said
+    # the text: the cap to set's layout and bill, and the mean at it
+    assert f"{OVER_ON_DEMAND}, {usd(on_demand)} (one uninterrupted job on {_layout(there)})" in doc["message"], \
+        (doc["message"], _layout(there), on_demand)
+    assert f"simulated mean bill is {usd(row['mean_usd'])};" in doc["message"], (doc["message"], row)
+    assert f"billed {usd(on_demand)} with no interruptions" in doc["message"], doc["message"]
+    said = [w for w in _over(doc["estimate"]["warnings"]) if w in doc["message"]]  # the JSON carries what it says
+    assert len(said) == 1 and usd(row["mean_usd"]) in said[0], (doc["estimate"]["warnings"], doc["message"])
 
 
 def test_the_accepted_estimate_quotes_the_layout_its_cap_to_set_is_named_on(tmp_path, capsys):
