@@ -193,9 +193,15 @@ def over_budget_with_caps(run: Any, refused: Refusal, replan: Callable[[float, L
     alone = execute(plan, [(0.0, INF)], section.policy, section.checkpointing).tally.finished
     moved = choose.layout_words(at) != choose.layout_words(est)  # the planner takes another layout at that cap
     there = f" on {choose.layout_words(at)}" if moved else ""
+    # what does not finish uninterrupted is the chosen policy's run: said of it, with the policy that finishes most
+    # there (a new user was told 'the run does not finish even uninterrupted' of a policy finishing on 0.0%
+    # where maxwait_fallback finished on 52.1%)
+    likeliest = max(section.policies, key=lambda r: r["p_finished"])
+    other = (f" ({likeliest['label']}'s runs finish there on {likeliest['p_finished']:.1%}, late or not)"
+             if likeliest["label"] != section.chosen and likeliest["p_finished"] > 0 else "")
     said = (f" (the planner's chain): simulated there{there}, the run finishes uninterrupted and "
-            f"{_odds(row, section)}" if alone else f" by the planner's chain, but simulated there{there} the run "
-            "does not finish even uninterrupted: do not set it")
+            f"{_odds(row, section)}" if alone else f" by the planner's chain, but simulated there{there} the chosen "
+            f"{section.chosen}'s run does not finish even uninterrupted{other}: do not set it")
     to_set = section.cap_to_set_usd
     proof = section.cap_to_set_row
     told: list[str] = []  # the warnings the text says of the cap to set
