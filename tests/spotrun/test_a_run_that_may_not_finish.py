@@ -43,6 +43,10 @@ def test_where_no_policy_meets_the_deadline_the_choice_never_prefers_one_that_fi
     late = _summary("maxwait_fallback", 9.77, 0.0, 0.521)  # finishes, late
     best, why = choose.choose(_plan(), [stopped, late])
     assert best is late and "likeliest to finish (52.1%" in why, why
+    # the deadline's odds before finishing: finishing 0.1 point more often does not take 95% by the deadline to 10%
+    meets_often = _summary("slack_reserve_10", 30.0, 0.95, 0.994)
+    finishes_late = _summary("maxwait_fallback", 10.0, 0.10, 0.995)
+    assert choose.choose(_plan(), [finishes_late, meets_often])[0] is meets_often
     # the deadline's odds still decide between policies finishing as often, then the mean
     sooner = _summary("deadline_greedy", 12.0, 0.3, 0.521)
     assert choose.choose(_plan(), [stopped, late, sooner])[0] is sooner
