@@ -672,15 +672,16 @@ def spot_policy_at_caps(run, est, catalog: dict, *, poll_s: float = 60.0, max_po
     # one warning names the cap to set: where the deadline's already does, the cap's own would say it twice
     named_in = section.cap_to_set_usd is not None and any(f"${section.cap_to_set_usd:,.2f}" in w for w in own)
     under = [] if named_in else _under_finish_cap(run.max_usd, finish, section)
-    return CappedChoice(section, (*_fallback_over_cap(run, est, section), *own, *_may_not_finish(run, section),
-                                  *under), missed=missed)
+    return CappedChoice(section, (*_fallback_over_cap(run, est, section), *own,
+                                  *_may_not_finish(run, section, name_cap=not named_in), *under), missed=missed)
 
 
-def _may_not_finish(run, section: SpotPolicy) -> list[str]:
+def _may_not_finish(run, section: SpotPolicy, name_cap: bool = True) -> list[str]:
     """With a deadline, the may-not-finish warning `spot_policy` gives a run without one: the chosen spot policy
     finishes on fewer than CONFIDENCE of its simulated runs, with the fallback or without (a new user's mistral at
     $15.34 with the fallback was accepted with 'ok' where 0.0% of the chosen policy's runs finished, every one
-    ended at the cap), why its unfinished runs end, and the cap to set with its odds there."""
+    ended at the cap), why its unfinished runs end, and the cap to set with its odds there (not where another
+    warning, the deadline's, already names it: `name_cap` false; a figure is said once)."""
     if run.compute.deadline_s is None or not run.compute.spot:
         return []
     row = next(r for r in section.policies if r["label"] == section.chosen)
@@ -699,7 +700,7 @@ def _may_not_finish(run, section: SpotPolicy) -> list[str]:
     text = (f"the run may not finish: within the ${run.max_usd:,.2f} cap the chosen {section.chosen}'s runs finish "
             f"on {row['p_finished']:.1%} of the traces: {why}")
     to_set, proof = section.cap_to_set_usd, section.cap_to_set_row
-    if to_set is not None and to_set > run.max_usd:
+    if name_cap and to_set is not None and to_set > run.max_usd:
         text += f"; the cap to set is ${to_set:,.2f}"
         if proof:
             text += f" (simulated at it, {proof['label']}'s runs finish on {proof['p_finished']:.1%})"
