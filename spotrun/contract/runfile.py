@@ -13,6 +13,8 @@ Every problem is a RunValidationError naming the field (`run` for the file itsel
 from __future__ import annotations
 
 import errno
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,15 +41,35 @@ class RunFile:
 def read_run_bytes(path: Path) -> bytes:
     """The file's bytes, refused by size before reading (a 10 MB file is not read whole)."""
     try:
-        size = Path(path).stat().st_size
+        info = Path(path).stat()
+        stream = stat.S_ISFIFO(info.st_mode) or stat.S_ISCHR(info.st_mode) or stat.S_ISSOCK(info.st_mode)
+        # a pipe (`cat run.json | spotrun estimate /dev/stdin`) has no size: read at most one byte over the limit
+        data = _read_stream(Path(path)) if stream else b""
+        size = len(data) if stream else info.st_size
         if size > MAX_RUN_BYTES:
             raise RunValidationError("run", str(path), f"a file of at most {MAX_RUN_BYTES:,} bytes (Step Functions' "
-                                     f"input limit); this one has {size:,}")
-        return Path(path).read_bytes()
+                                     f"input limit); this one has {size:,}{' or more' if stream else ''}")
+        return data if stream else Path(path).read_bytes()
     except (OSError, ValueError) as exc:
         if isinstance(exc, RunValidationError):
             raise
         raise RunValidationError("run", str(path), f"a readable file ({_unreadable(exc)})") from None
+
+
+def _read_stream(path: Path) -> bytes:
+    """A pipe's or device's bytes, at most one over the limit: opened without waiting for a writer (a FIFO nobody
+    writes to would block `open` for ever: a new user's `mkfifo fifo.json; spotrun validate fifo.json` hung), then
+    read waiting for the writer's data; with no writer the read ends at once, empty."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        os.set_blocking(fd, True)
+        chunks, size = [], 0
+        while size <= MAX_RUN_BYTES and (chunk := os.read(fd, MAX_RUN_BYTES + 1 - size)):
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def _unreadable(exc: Exception) -> str:

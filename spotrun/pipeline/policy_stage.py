@@ -44,11 +44,23 @@ def with_spot_policy(run: Any, est: Estimate, catalog: dict, *, poll_s: float = 
     the cap to set is the one at which they rank the same (spotrun/policy/choose.py `_settled_layout`)."""
     poll = {"poll_s": poll_s, "max_poll_s": max_poll_s, "n": n}
     ranked = replan is not None and ranker is not None and ranker.asked > 0 and _auto_layout(run)
+    planned: dict[float, Estimate | None] = {}  # cap -> the estimate there (the cap to set's layout's, below)
+
+    def ranked_at(cap: float) -> Estimate | None:
+        if cap not in planned:
+            planned[cap] = _ranked_at(replan, cap, catalog, poll)
+        return planned[cap]
+
     chosen = choose.spot_policy_at_caps(run, est, catalog, **poll,
                                         simulations=ranker.store if ranker is not None else None,
-                                        replan=(lambda cap: _ranked_at(replan, cap, catalog, poll)) if ranked else None)
+                                        replan=ranked_at if ranked else None)
+    section = chosen.section
+    there = est  # the estimate on the layout the cap to set is named on: where it moved, the one ranked at it
+    if ranked and section is not None and section.cap_to_set_layout and section.cap_to_set_usd:
+        there = ranked_at(section.cap_to_set_usd)
     warnings = [*est.warnings, *chosen.warnings, *_starts_on_demand(run, chosen.section),
-                *tail_over_on_demand(run, est, chosen.section), *cap_to_set_over_on_demand(run, est, chosen.section),
+                *tail_over_on_demand(run, est, chosen.section),
+                *cap_to_set_over_on_demand(run, est, chosen.section, there=there),
                 *cap_to_set_over_limit(chosen.section, stage_limits or {})]
     return dataclasses.replace(est, spot_policy=chosen.section, warnings=_missed_once(warnings, chosen),
                                advice=_market_advice(run, est, chosen.section))
@@ -181,25 +193,35 @@ def over_budget_with_caps(run: Any, refused: Refusal, replan: Callable[[float, L
     alone = execute(plan, [(0.0, INF)], section.policy, section.checkpointing).tally.finished
     moved = choose.layout_words(at) != choose.layout_words(est)  # the planner takes another layout at that cap
     there = f" on {choose.layout_words(at)}" if moved else ""
+    # what does not finish uninterrupted is the chosen policy's run: said of it, with the policy that finishes most
+    # there (a new user was told 'the run does not finish even uninterrupted' of a policy finishing on 0.0%
+    # where maxwait_fallback finished on 52.1%)
+    likeliest = max(section.policies, key=lambda r: r["p_finished"])
+    other = (f" ({likeliest['label']}'s runs finish there on {likeliest['p_finished']:.1%}, late or not)"
+             if likeliest["label"] != section.chosen and likeliest["p_finished"] > 0 else "")
     said = (f" (the planner's chain): simulated there{there}, the run finishes uninterrupted and "
-            f"{_odds(row, section)}" if alone else f" by the planner's chain, but simulated there{there} the run "
-            "does not finish even uninterrupted: do not set it")
+            f"{_odds(row, section)}" if alone else f" by the planner's chain, but simulated there{there} the chosen "
+            f"{section.chosen}'s run does not finish even uninterrupted{other}: do not set it")
     to_set = section.cap_to_set_usd
     proof = section.cap_to_set_row
+    told: list[str] = []  # the warnings the text says of the cap to set
     if to_set and proof and to_set > smallest:
         layout = section.cap_to_set_layout or (choose.layout_words(at) if moved else None)
         on = f" on {layout}" if layout else ""
         said += (f"; the cap to set is ${to_set:,.2f}: simulated at it, the estimate chooses {proof['label']}{on} "
                  f"and {_odds(proof, section)}")
-        # what the accepted estimate says of that cap (over the run's on-demand bill, over a stage's limit)
-        said += "".join(f"; {w}" for w in (*cap_to_set_over_on_demand(at_run, at, section),
-                                            *cap_to_set_over_limit(section, stage_limits or {})))
+        # what the accepted estimate says of that cap (over the run's on-demand bill, on the layout the cap to set
+        # is named on, as `with_spot_policy` said it; over a stage's limit): in the text and the estimate's warnings
+        told = [*(w for w in at.warnings if OVER_ON_DEMAND in w), *cap_to_set_over_limit(section, stage_limits or {})]
+        said += "".join(f"; {w}" for w in told)
         if moved and section.cap_to_set_layout is None:
             section = dataclasses.replace(section, cap_to_set_layout=layout)
     elif alone:
         said += f"; it is the cap to set ({section.chosen})"
     message = refused.message + said + f" (the refusal's estimate carries the policy simulated at ${smallest:,.2f})"
-    return EstimateRefused(refused.status, message, dataclasses.replace(est, spot_policy=section), field=refused.field)
+    warnings = [*est.warnings, *(w for w in told if w not in est.warnings)]
+    return EstimateRefused(refused.status, message, dataclasses.replace(est, spot_policy=section, warnings=warnings),
+                           field=refused.field)
 
 
 def _odds(row: dict, section) -> str:
@@ -214,13 +236,22 @@ def _odds(row: dict, section) -> str:
 OVER_ON_DEMAND = "is over the run's on-demand bill"  # `cap_to_set_over_on_demand`'s words
 
 
-def cap_to_set_over_on_demand(run: Any, est: Estimate, section) -> list[str]:
+def cap_to_set_over_on_demand(run: Any, est: Estimate, section, *, there: Estimate | None = None) -> list[str]:
     """A warning when a spot run's cap to set (the spot policy's last line) is over the run's on-demand bill (the
     cost row's on-demand figure, one uninterrupted job): the cap is then held for the rare runs that wait and are
     interrupted most, and on-demand bounds the run for less (a new user's trial: llama3-8b-full with a 12 h deadline
     and no fallback named $344.52 to set, over on-demand's $322.52, for 96.7% -> 96.8% of the traces meeting the
-    deadline; at $200 on 2 x g6e, $432.70 over that layout's $423.81) without a word."""
+    deadline; at $200 on 2 x g6e, $432.70 over that layout's $423.81) without a word. The figures are the cap to
+    set's (issue #26): the on-demand bill of the layout it is named on (`there`, the estimate at the cap to set
+    where `section.cap_to_set_layout` names another layout than `est`'s; none said where that estimate is not at
+    hand) and the mean bill of the policy proven at it (`cap_to_set_row`, as the last line names it). A refusal
+    said the smallest cap's: mistral auto 8 h at $10 named $32.57 on 3 x ml.g6e.xlarge, and its warning quoted 2 x
+    ml.g6e.xlarge's $31.93 and the mean at $15.34, $9.38 (at $32.57: $32.24 on 3 x, mean $15.01)."""
     to_set = section.cap_to_set_usd if section is not None else None
+    if to_set and section.cap_to_set_layout:
+        if there is None or choose.layout_words(there) != section.cap_to_set_layout:
+            return []  # the cap to set's layout's bill is not at hand: not compared with another layout's
+        est = there
     on_demand = est.cost_usd.get("on_demand")
     # what on-demand from the start needs: its chain's smallest cap, a stop and the job's end over its bill
     od_cap = choose.finish_caps(est).get("on_demand", on_demand) if est.segments else on_demand
@@ -229,7 +260,8 @@ def cap_to_set_over_on_demand(run: Any, est: Estimate, section) -> list[str]:
     fallback = "" if run.compute.on_demand_fallback else (
         "; or compute.on_demand_fallback=true, which lets a late or stranded run finish on on-demand (estimate "
         "again: its cap to set can be lower)")
-    row = next(r for r in section.policies if r["label"] == section.chosen)
+    # the mean at the cap to set: the policy proven there (else the chosen one's here, where none was proven)
+    row = section.cap_to_set_row or next(r for r in section.policies if r["label"] == section.chosen)
     mean = ", at a higher mean bill" if on_demand > row["mean_usd"] else ", at no higher mean bill"
     # the cap's figure is said once, on the policy's last line (and the deadline warning's): not again here
     return [f"the cap to set (the spot policy's last line) {OVER_ON_DEMAND}, {usd(on_demand)} (one "

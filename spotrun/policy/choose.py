@@ -287,10 +287,21 @@ def choose(plan: SimPlan, rows: list[Summary], confidence: float = CONFIDENCE,
         return best, (f"no deadline: the least expected cost of the {len(done)} of {len(rows)} policies that "
                       f"finish on >= {confidence:.0%} of the traces{_tie_text(best, least, done)}")
     ok = [r for r in rows if r.p_deadline >= confidence]
-    if not ok:
-        best = max(rows, key=lambda r: (r.p_deadline, -r.mean_usd))
-        return best, (f"no policy meets the {deadline_hours_text(plan.deadline_s)} h deadline on {confidence:.0%} "
-                      f"of the traces: the likeliest to meet it ({best.p_deadline:.1%})")
+    if not ok:  # the likeliest to meet it, then to finish, then the cheapest: a run stopped unfinished costs less
+        # and is worth nothing (a new user's mistral at $15.34, every policy meeting 4 h on 0.0%, was chosen the
+        # policy the guard stopped soonest, finishing on 0.0%, over maxwait_fallback finishing on 52.1%, late).
+        # The deadline's odds first: the user set it, and a policy finishing a little more often must not take a
+        # run from 95% to 10% by the deadline
+        best = max(rows, key=lambda r: (r.p_deadline, r.p_finished, -r.mean_usd))
+        before = max(rows, key=lambda r: (r.p_deadline, -r.mean_usd))  # the choice by the deadline's odds alone
+        head = (f"no policy meets the {deadline_hours_text(plan.deadline_s)} h deadline on {confidence:.0%} "
+                f"of the traces: ")
+        if best is before:
+            return best, head + f"the likeliest to meet it ({best.p_deadline:.1%})"
+        return best, head + (f"of the likeliest to meet it, the likeliest to finish ({best.p_finished:.1%} of its "
+                             f"runs, {best.p_deadline:.1%} by the deadline; {before.label} meets it on "
+                             f"{before.p_deadline:.1%} at a mean of ${before.mean_usd:,.2f}, its runs finishing on "
+                             f"{before.p_finished:.1%}: a run stopped unfinished is worth nothing)")
     best, least = least_mean_by_tail(ok)
     return best, (f"the least expected cost of the {len(ok)} of {len(rows)} policies that meet the "
                   f"{deadline_hours_text(plan.deadline_s)} h deadline on >= {confidence:.0%} of the traces"
@@ -661,7 +672,39 @@ def spot_policy_at_caps(run, est, catalog: dict, *, poll_s: float = 60.0, max_po
     # one warning names the cap to set: where the deadline's already does, the cap's own would say it twice
     named_in = section.cap_to_set_usd is not None and any(f"${section.cap_to_set_usd:,.2f}" in w for w in own)
     under = [] if named_in else _under_finish_cap(run.max_usd, finish, section)
-    return CappedChoice(section, (*_fallback_over_cap(run, est, section), *own, *under), missed=missed)
+    return CappedChoice(section, (*_fallback_over_cap(run, est, section), *own,
+                                  *_may_not_finish(run, section, name_cap=not named_in), *under), missed=missed)
+
+
+def _may_not_finish(run, section: SpotPolicy, name_cap: bool = True) -> list[str]:
+    """With a deadline, the may-not-finish warning `spot_policy` gives a run without one: the chosen spot policy
+    finishes on fewer than CONFIDENCE of its simulated runs, with the fallback or without (a new user's mistral at
+    $15.34 with the fallback was accepted with 'ok' where 0.0% of the chosen policy's runs finished, every one
+    ended at the cap), why its unfinished runs end, and the cap to set with its odds there (not where another
+    warning, the deadline's, already names it: `name_cap` false; a figure is said once)."""
+    if run.compute.deadline_s is None or not run.compute.spot:
+        return []
+    row = next(r for r in section.policies if r["label"] == section.chosen)
+    if row["p_finished"] >= CONFIDENCE:
+        return []
+    unfinished = 1.0 - row["p_finished"]
+    at_cap = min(unfinished, row.get("p_over_budget", 0.0))
+    if run.compute.on_demand_fallback:
+        causes = [(at_cap, f"{at_cap:.1%} end at the cap (OverBudget): a larger budget.max_usd finishes them")] * \
+            (at_cap > 0)
+        rest = unfinished - at_cap
+        causes += [(rest, f"{rest:.1%} reach a job's MaxRuntime or MaxWait unfinished")] * (rest > 1e-9)
+        why = "; ".join(text for _, text in sorted(causes, key=lambda c: -c[0]))
+    else:
+        why = unfinished_by_cause(row["p_finished"], at_cap)
+    text = (f"the run may not finish: within the ${run.max_usd:,.2f} cap the chosen {section.chosen}'s runs finish "
+            f"on {row['p_finished']:.1%} of the traces: {why}")
+    to_set, proof = section.cap_to_set_usd, section.cap_to_set_row
+    if name_cap and to_set is not None and to_set > run.max_usd:
+        text += f"; the cap to set is ${to_set:,.2f}"
+        if proof:
+            text += f" (simulated at it, {proof['label']}'s runs finish on {proof['p_finished']:.1%})"
+    return [text]
 
 
 def _one_job_beside(est, section: SpotPolicy) -> SpotPolicy:

@@ -29,7 +29,8 @@ def test_simulate_prints_the_estimates_sentinel_and_cap_to_set(which, tmp_path, 
     assert main(["estimate", str(path)]) == 0
     estimate_text = capsys.readouterr().out
     assert main(["estimate", str(path), "--format", "json"]) == 0
-    section = json.loads(capsys.readouterr().out)["spot_policy"]
+    doc = json.loads(capsys.readouterr().out)
+    section = doc["spot_policy"]
     wanted = [line for line in estimate_text.splitlines() if line.startswith(("  sentinel: ", "  the cap to set: "))]
     assert len(wanted) == 2, estimate_text
     assert main(["simulate", str(path), "--no-optimum", "--out", str(tmp_path / "out")]) == 0
@@ -42,4 +43,5 @@ def test_simulate_prints_the_estimates_sentinel_and_cap_to_set(which, tmp_path, 
     report = json.loads((tmp_path / "out" / "simulate.json").read_text())
     assert report["estimate_policy"] == {
         "chosen": section["chosen"], "traces": section["traces"], "sentinel": section["sentinel"],
-        "cap_to_set_usd": section["deadline_cap_usd"] or section["p95_finish_cap_usd"]}
+        "cap_to_set_usd": section["deadline_cap_usd"] or section["p95_finish_cap_usd"],
+        "cap_to_set_speed_margin": doc["cap_to_set_speed_margin"]}  # the estimate's (null: these are spot runs)
