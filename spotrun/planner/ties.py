@@ -3,8 +3,9 @@
 The spot policy and the layout are chosen by a simulated mean bill over generated traces (spotrun/policy/choose.py
 `choose`, spotrun/planner/estimate.py `_policy_choice`). A mean over N traces carries sampling noise; a lead smaller
 than NOISE_SES standard errors of the difference of two means is not one the simulation resolves (a seed's draw),
-and a choice made on it flips between adjacent deadlines for no reason the user can see. Such a lead is a tie,
-broken by the lower P95 bill (the tail the user pays for, and what the cap to set follows), then by a fixed order.
+and a choice made on it flips between adjacent deadlines for no reason the user can see. Such a lead is a tie, and
+so are two means printed at the same cents (`tied_with_least`); a tie is broken by the lower P95 bill (the tail
+the user pays for, and what the cap to set follows), then by a fixed order.
 
 Two policies on one layout are simulated on the same traces, so their difference is paired (`paired_se`); two
 layouts draw their own traces (another interruption rate, another horizon), so theirs is not (`unpaired_se`).
@@ -53,13 +54,30 @@ def unresolved(lead_usd: float, se_usd: float) -> bool:
     return lead_usd <= max(CENT, NOISE_SES * se_usd)
 
 
+def cents(usd: float) -> str:
+    """`usd` as the estimate prints a mean bill (to the cent)."""
+    return f"{usd:,.2f}"
+
+
+def tied_with_least(items: Sequence[T], mean: Callable[[T], float], se: Callable[[T, T], float]) -> list[T]:
+    """Of `items` (in their order), those the simulation does not resolve from the least mean: the least, those
+    whose gap to it is `unresolved` (`se(item, least)`: the standard error of that difference), and every row that
+    prints the same mean (to the cent) as one of these. Two rows the user reads at the same cents are tied, and
+    said to be: half a cent from the least alone left a row at the chosen one's printed cents out of the tie
+    (mistral at 14.25 h: the least $18.264, the chosen $18.268, a third $18.272, all three printed $18.27)."""
+    least = min(items, key=mean)
+    close = [x for x in items if x is least or unresolved(mean(x) - mean(least), se(x, least))]
+    printed = {cents(mean(x)) for x in close}
+    return [x for x in items if any(x is c for c in close) or cents(mean(x)) in printed]
+
+
 def by_tail(items: Sequence[T], mean: Callable[[T], float], p95: Callable[[T], float],
             se: Callable[[T, T], float]) -> tuple[T, T]:
-    """(the item chosen, the least mean): of `items` (in their fixed order), those whose mean's gap to the least
-    mean is `unresolved` (`se(item, least)`: the standard error of that difference), then those at the lowest P95
-    (to half a cent), then the first in order (never the mean again: a sub-cent lead is what flipped the name)."""
+    """(the item chosen, the least mean): of `items` (in their fixed order), those tied with the least mean
+    (`tied_with_least`), then those at the lowest P95 (to half a cent), then the first in order (never the mean
+    again: a sub-cent lead is what flipped the name)."""
     least = min(items, key=mean)
-    tied = [x for x in items if x is least or unresolved(mean(x) - mean(least), se(x, least))]
+    tied = tied_with_least(items, mean, se)
     lowest = min(p95(x) for x in tied)
     tail = [x for x in tied if p95(x) <= lowest + CENT]
     return tail[0], least

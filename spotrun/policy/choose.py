@@ -42,7 +42,7 @@ from ..planner.segments import (
     one_job_text,
     segments_at,
 )
-from ..planner.ties import NOISE_SES, by_tail, paired_se, se_of_mean, unresolved
+from ..planner.ties import NOISE_SES, by_tail, cents, paired_se, se_of_mean, tied_with_least, unresolved
 from ..planner.topology import step_seconds
 from ..seams import SpotPolicy
 from . import Summary, compare, executed
@@ -322,12 +322,15 @@ def least_mean_by_tail(rows: list[Summary]) -> tuple[Summary, Summary]:
 
 def _tie_text(best: Summary, least: Summary, rows: list[Summary]) -> str:
     """The why's clause on a tie (a new user saw four policies at $18.27 and one chosen without a word)."""
-    tied = [r.label for r in rows if r is not best and unresolved(r.mean_usd - least.mean_usd, _paired_se(r, least))]
+    tied = [r.label for r in tied_with_least(rows, lambda r: r.mean_usd, _paired_se) if r is not best]
     if not tied:
         return ""
-    lead = "" if best is least else f"; the least, {least.label}'s, ${best.mean_usd - least.mean_usd:,.2f} lower"
-    return (f"; tied with {', '.join(tied)} within the simulation's noise (half a cent, or {NOISE_SES:g} standard "
-            f"errors of the paired difference{lead}): chosen by the lowest P95 bill, then the table's order")
+    gap = best.mean_usd - least.mean_usd
+    lower = f"${gap:,.2f}" if cents(gap) != "0.00" else "under a cent"
+    lead = "" if best is least else f"; the least, {least.label}'s, {lower} lower"
+    return (f"; tied with {', '.join(tied)} within the simulation's noise (the same printed mean, half a cent, or "
+            f"{NOISE_SES:g} standard errors of the paired difference{lead}): chosen by the lowest P95 bill, then "
+            "the table's order")
 
 
 def windows_per_trace(plan: SimPlan, rate_per_hour: float, mean_wait_s: float | None = None) -> float:

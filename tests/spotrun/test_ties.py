@@ -3,7 +3,7 @@ against, and how a tie breaks (the lower P95, then the fixed order)."""
 
 from __future__ import annotations
 
-from spotrun.planner.ties import NOISE_SES, by_tail, paired_se, se_of_mean, unpaired_se, unresolved
+from spotrun.planner.ties import NOISE_SES, by_tail, paired_se, se_of_mean, tied_with_least, unpaired_se, unresolved
 
 
 def test_the_standard_errors_on_known_samples():
@@ -30,3 +30,15 @@ def test_a_tie_breaks_by_the_lower_p95_then_the_order():
     assert chosen[0] == "d"
     chosen, _ = by_tail(items, lambda x: x[1], lambda x: x[2], lambda x, y: 0.0)  # no noise: the least mean
     assert chosen[0] == "a"
+
+
+def test_rows_printing_the_chosen_ones_cents_are_tied_with_it():
+    """mistral at 14.25 h: the least mean $18.264 (printed $18.26), one $18.268 within half a cent of it, one $18.272
+    at the same printed $18.27 but 0.8 cents over the least: the third was not tied, and two rows printing $18.27
+    were one chosen, one not named. The half cent measured from the least left it out; the printed cents do not."""
+    items = [("least", 18.264, 30.0), ("near", 18.268, 20.0), ("same cents", 18.272, 10.0), ("far", 18.29, 1.0)]
+    no_noise = lambda x, y: 0.0  # noqa: E731 (paired on the same traces, no spread)
+    tied = tied_with_least(items, lambda x: x[1], no_noise)
+    assert [x[0] for x in tied] == ["least", "near", "same cents"]  # "far" prints $18.29: a lead, not a tie
+    chosen, least = by_tail(items, lambda x: x[1], lambda x: x[2], no_noise)
+    assert (chosen[0], least[0]) == ("same cents", "least")  # the lowest P95 of the three tied
