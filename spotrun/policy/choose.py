@@ -46,7 +46,7 @@ from ..planner.ties import NOISE_SES, by_tail, cents, paired_se, se_of_mean, tie
 from ..planner.topology import step_seconds
 from ..seams import SpotPolicy
 from . import Summary, compare, executed
-from .availability import HELD_OUT_OVER_AT_CAP_POINTS, mean_down_s
+from .availability import HELD_OUT_OVER_AT_CAP_POINTS, mean_down_s, mean_wait_over_traces_s
 from .decision import DEADLINE_RULES, RULES, sentinel_room_s, sentinel_settings
 from .engine import INF, SimPlan, Tally
 from .traces import TraceSpec, generated_traces
@@ -1167,11 +1167,13 @@ def _missed_deadline(plan: SimPlan, rows: list[Summary]) -> str:
 
 
 def fitted_source(rate_per_hour: float, mean_wait_s: float | None = None, wait_source: str = "") -> str:
-    """What the estimate's traces are, in a line: the waits' mean the model's at the rate, or the one given (with
-    where it came from: recorded, or the run's checkpoint.mean_wait_hours)."""
+    """What the estimate's traces are, in a line: the waits' mean the model's at the rate (a trace's mean wait
+    averaged over the traces: each trace has its own level), or the one given (with where it came from: recorded,
+    or the run's checkpoint.mean_wait_hours)."""
     if mean_wait_s is None:
         return (f"generated: {rate_per_hour:.3g} interruptions per job-hour, waits for capacity of "
-                f"{mean_down_s(rate_per_hour) / 3600:.1f} h on average, shaped and bunched as the public recordings'")
+                f"{mean_wait_over_traces_s(rate_per_hour) / 3600:.1f} h on average, shaped and bunched as the public "
+                "recordings'")
     return (f"generated: {rate_per_hour:.3g} interruptions per job-hour, waits for capacity of "
             f"{mean_wait_s / 3600:.2g} h on average ({wait_source or 'given'}), shaped and bunched as the public "
             "recordings'")
