@@ -486,7 +486,9 @@ def test_with_a_cap_between_spot_and_on_demand_the_chosen_policy_is_simulated_as
     run = parse_run(doc)
     est = estimate(run)
     assert est.segments.segments > 1 and est.segments.fits  # the cap sits between spot and on-demand
-    section = spot_policy(run, est, load_catalog(), n=200).section
+    # on the estimate's 1,000 traces, as the page's example runs: on 200 (one trace is half a point) the chosen
+    # maxwait_fallback's share finishing read 98.5% on ESTIMATE_CHAIN, 99.2% on 1,000
+    section = spot_policy(run, est, load_catalog()).section
     rows = {r["label"]: r for r in section.policies}
     chosen = rows[section.chosen]
     assert chosen["p95_usd"] <= 200 and chosen["p_finished"] >= 0.99
