@@ -88,7 +88,7 @@ from .options import (
 from .outputs import Estimate, first_segment_seconds, format_text, hyperparameters, planned_steps
 from .params import Shape, lora_parameters, shape_of
 from .segments import JOB_END_S, job_start_s, segments_at, uncapped_cost_usd
-from .ties import NOISE_SES, by_tail, unpaired_se
+from .ties import NOISE_SES, by_tail, unpaired_se, unresolved
 from .topology import layouts, step_seconds
 
 # The planner's names, wherever they are defined (spotrun/planner/catalog.py, options.py, outputs.py).
@@ -462,8 +462,9 @@ def _least_by_tail(layouts: list) -> tuple:
 def _tail_why(chosen: tuple, least: tuple) -> str:
     """Why a layout whose mean is not the least was chosen: the lead is within the noise, its P95 lower."""
     lead, se = chosen[2].mean_usd - least[2].mean_usd, _layouts_se(chosen, least)
-    return (f"{least[0].count} x {least[0].instance_type}'s {usd(lead)} lower mean is within the simulation's noise "
-            f"({NOISE_SES:g} standard errors of the difference: {usd(NOISE_SES * se)}), and {chosen[0].count} x "
+    within = (f"is within the simulation's noise ({NOISE_SES:g} standard errors of the difference: "
+              f"{usd(NOISE_SES * se)})" if unresolved(lead, se) else "prints the same cents")  # ties.tied_with_least
+    return (f"{least[0].count} x {least[0].instance_type}'s {usd(lead)} lower mean {within}, and {chosen[0].count} x "
             f"{chosen[0].instance_type}'s P95 bill is lower ({usd(chosen[2].p95_usd)} against "
             f"{usd(least[2].p95_usd)})")
 

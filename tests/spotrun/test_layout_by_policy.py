@@ -247,3 +247,16 @@ def test_a_lead_over_the_noise_still_wins_and_another_batch_still_needs_the_swit
     assert _policy_choice([_bill(100.0, 300.0, se=0.0), other_batch])[2].mean_usd == 100.0
     exact = _bill(99.99, 500.0, se=0.0)  # no noise (on-demand bills): a cent's lead is resolved
     assert _policy_choice([_bill(100.0, 300.0, se=0.0), exact]) is exact
+
+
+def test_layouts_printing_the_same_mean_are_tied_and_the_advice_says_so():
+    """Two layouts whose means print the same cents ($18.27) are tied whatever their noise: the lower P95 is taken
+    (the least mean by $0.009 was taken on main), and the advice says why without claiming the noise covers it."""
+    from spotrun.planner.estimate import _tail_why
+
+    first = _bill(18.2749, 10.0, se=0.0)
+    cheaper = _bill(18.2660, 30.0, se=0.0)  # $0.0089 lower: over half a cent, no noise, the same printed cents
+    assert _policy_choice([first, cheaper]) is first
+    named = [(SimpleNamespace(count=1, instance_type=t), None, c[2]) for t, c in (("A", first), ("B", cheaper))]
+    why = _tail_why(*named)
+    assert "prints the same cents" in why and "noise" not in why, why
