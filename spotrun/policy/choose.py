@@ -675,8 +675,11 @@ def spot_policy_at_caps(run, est, catalog: dict, *, poll_s: float = 60.0, max_po
     # one warning names the cap to set: where the deadline's already does, the cap's own would say it twice
     named_in = section.cap_to_set_usd is not None and any(f"${section.cap_to_set_usd:,.2f}" in w for w in own)
     under = [] if named_in else _under_finish_cap(run.max_usd, finish, section)
+    # nor where the cap's own warning names it with its odds there (8B 12 h auto without fallback a cent under
+    # $341.04 on ESTIMATE_CHAIN: the may-not-finish and the under-the-cap warnings both named it)
     return CappedChoice(section, (*_fallback_over_cap(run, est, section), *own,
-                                  *_may_not_finish(run, section, name_cap=not named_in), *under), missed=missed)
+                                  *_may_not_finish(run, section, name_cap=not named_in and not under), *under),
+                        missed=missed)
 
 
 def _may_not_finish(run, section: SpotPolicy, name_cap: bool = True) -> list[str]:
