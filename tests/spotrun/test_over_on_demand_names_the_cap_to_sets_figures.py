@@ -68,9 +68,12 @@ def test_a_refusals_over_on_demand_warning_quotes_the_cap_to_sets_layout_and_mea
 
 
 def test_the_accepted_estimate_quotes_the_layout_its_cap_to_set_is_named_on(tmp_path, capsys):
-    """mistral auto, 8 h: the estimate at the smallest cap runs 2 x ml.g6e.xlarge and names its cap to set on 3 x;
-    the warning quoted 2 x's on-demand bill. It says 3 x's, as the refusal does."""
-    name, compute, cap = TRIAL["m-auto-dl8-cap10"]
+    """mistral auto, 8 h: the estimate at the smallest cap ran 2 x ml.g6e.xlarge and named its cap to set on 3 x;
+    the warning quoted 2 x's on-demand bill. It says 3 x's, as the refusal does. On the estimate's model
+    (ESTIMATE_CHAIN) that cap to set is on 2 x itself; mistral on ml.g5.2xlarge, count auto, 30 h without fallback
+    is the case now: at its smallest cap, $51.99, it runs 4 x and names $170.57 on 5 x ($158.67 on-demand there,
+    $158.47 on 4 x)."""
+    name, compute, cap = TRIAL["m-g5-dl30-nofb-cap5"]
     run = _with(_example(name), compute=compute)
     code, doc = _cli(tmp_path, capsys, "estimate", _with(run, budget={"max_usd": cap}))
     assert (code, doc["error"]) == (3, "OverBudget"), doc
