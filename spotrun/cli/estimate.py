@@ -38,6 +38,7 @@ from ..planner.outputs import speed_margin_note
 from ..planner.sources import check_local_split, read_sources, split_settings, unchecked_split, with_split
 from ..policy.choose import held_out_margin, policy_text
 from ..seams import DatasetIndex, StackOutput, stack_name
+from .arguments import run_file
 from .exits import HELP as EXIT_CODES_HELP
 from .exits import Exit, combined, fail, for_status, split_excerpt
 from .remote import aws_message, stage_max_usd, stage_region, unlisted_stage
@@ -330,8 +331,8 @@ def register(sub: Any) -> None:
                          description="Validate run file(s) as `validate` does, read their sources and plan them.",
                          epilog=EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     for parser, plan in ((val, False), (est, True)):
-        parser.add_argument("runs", nargs="+", type=Path, help="run JSON file(s); relative local sources are read "
-                            "relative to each file")
+        parser.add_argument("runs", nargs="+", type=run_file("runs"),
+                            help="run JSON file(s); relative local sources are read relative to each file")
         parser.add_argument("--format", choices=["text", "json"], default="text", help="text (default) or JSON")
         if plan:
             add_prepared_argument(parser)

@@ -56,7 +56,7 @@ from ..policy.traces import (
     recorded_traces,
     resampled_traces,
 )
-from .arguments import as_typed
+from .arguments import as_typed, run_file
 from .estimate import add_prepared_argument, check_file
 from .exits import Exit, fail, for_status
 
@@ -109,7 +109,7 @@ def finite(value):
 def register(sub) -> None:
     sim = sub.add_parser("simulate", help="replay the run's plan over spot traces under each policy: cost, "
                          "P(deadline), work lost; table and PNG")
-    sim.add_argument("run", type=Path, help="run JSON file")
+    sim.add_argument("run", type=run_file("run"), help="run JSON file")
     add_prepared_argument(sim)
     sim.add_argument("--traces", type=Path, help="a directory of availability traces (skypilot-org/spot-traces "
                      "format; every *.json file under it; one in which the run's node count is never available is "
