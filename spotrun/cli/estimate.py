@@ -36,7 +36,7 @@ from ..planner.catalog import usd
 from ..planner.estimate import DEFAULT_PRICE_REGION, Estimate, estimate, format_text, load_catalog, regional_catalog
 from ..planner.outputs import speed_margin_note
 from ..planner.sources import check_local_split, read_sources, split_settings, unchecked_split, with_split
-from ..policy.choose import held_out_margin, policy_text
+from ..policy.choose import cap_to_set_held_out_margin, held_out_margin, larger_cap_bills_less, policy_text
 from ..seams import DatasetIndex, StackOutput, stack_name
 from .arguments import run_file
 from .exits import HELP as EXIT_CODES_HELP
@@ -250,6 +250,8 @@ def _ok_doc(checked: Checked) -> dict:
     if checked.estimate is not None:  # the text's line under the policy table (`policy_text`), where there is one
         section = checked.estimate.spot_policy
         extra["held_out_margin"] = held_out_margin(section.policies) if section else None
+        extra["cap_to_set_held_out_margin"] = cap_to_set_held_out_margin(section)
+        extra["larger_cap_bills_less"] = larger_cap_bills_less(section)
         extra["cap_to_set_speed_margin"] = speed_margin_note(checked.estimate)
     return {"status": UNCHECKED if checked.unchecked else "ok",
             **(checked.estimate.to_json() if checked.estimate else {}),
@@ -307,7 +309,9 @@ def run_command(args: argparse.Namespace, *, plan: bool, cfn_client: Any = None,
                                  prepared=getattr(args, "prepared", None), stage=args.stage)
         except Refusal as exc:
             result = exc.result()
-            doc = split_excerpt({"error": result.pop("status"), **result})
+            # a refusal naming caps says of them what the accepted estimate's JSON says (policy_stage.py
+            # `over_budget_with_caps`)
+            doc = split_excerpt({"error": result.pop("status"), **result, **getattr(exc, "notes", {})})
             codes.append(for_status(exc.status))
             if args.format != "json":
                 print(f"{path}: {exc.line()}", file=sys.stderr)
