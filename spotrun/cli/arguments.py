@@ -11,9 +11,11 @@ flag's own type, what the flag takes.
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import shlex
 import sys
+from pathlib import Path
 from typing import NoReturn
 
 from ..contract.strict_json import dumps as strict_dumps
@@ -101,3 +103,16 @@ def _flag(message: str) -> str | None:
     named = re.match(r"argument ([^:\s]+):", message)
     flag = named[1].split("/")[-1] if named else None
     return flag if flag and flag.startswith("-") else None
+
+
+def run_file(name: str):
+    """The argparse type of a command's run file argument (`name`, as its error names it): a path, refused where it
+    is empty (`spotrun validate ""` read the current directory, '.', and called it the run file: issue #26)."""
+
+    def parse(text: str) -> Path:
+        if not text.strip():
+            raise argparse.ArgumentTypeError(f"{name}={json.dumps(text)} is invalid: expected a run JSON file's "
+                                             "path (the argument is empty)")
+        return Path(text)
+
+    return parse

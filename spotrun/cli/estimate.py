@@ -36,8 +36,9 @@ from ..planner.catalog import usd
 from ..planner.estimate import DEFAULT_PRICE_REGION, Estimate, estimate, format_text, load_catalog, regional_catalog
 from ..planner.outputs import speed_margin_note
 from ..planner.sources import check_local_split, read_sources, split_settings, unchecked_split, with_split
-from ..policy.choose import held_out_margin, policy_text
+from ..policy.choose import cap_to_set_held_out_margin, held_out_margin, larger_cap_bills_less, policy_text
 from ..seams import DatasetIndex, StackOutput, stack_name
+from .arguments import run_file
 from .exits import HELP as EXIT_CODES_HELP
 from .exits import Exit, combined, fail, for_status, split_excerpt
 from .remote import aws_message, stage_max_usd, stage_region, unlisted_stage
@@ -249,6 +250,8 @@ def _ok_doc(checked: Checked) -> dict:
     if checked.estimate is not None:  # the text's line under the policy table (`policy_text`), where there is one
         section = checked.estimate.spot_policy
         extra["held_out_margin"] = held_out_margin(section.policies) if section else None
+        extra["cap_to_set_held_out_margin"] = cap_to_set_held_out_margin(section)
+        extra["larger_cap_bills_less"] = larger_cap_bills_less(section)
         extra["cap_to_set_speed_margin"] = speed_margin_note(checked.estimate)
     return {"status": UNCHECKED if checked.unchecked else "ok",
             **(checked.estimate.to_json() if checked.estimate else {}),
@@ -306,7 +309,9 @@ def run_command(args: argparse.Namespace, *, plan: bool, cfn_client: Any = None,
                                  prepared=getattr(args, "prepared", None), stage=args.stage)
         except Refusal as exc:
             result = exc.result()
-            doc = split_excerpt({"error": result.pop("status"), **result})
+            # a refusal naming caps says of them what the accepted estimate's JSON says (policy_stage.py
+            # `over_budget_with_caps`)
+            doc = split_excerpt({"error": result.pop("status"), **result, **getattr(exc, "notes", {})})
             codes.append(for_status(exc.status))
             if args.format != "json":
                 print(f"{path}: {exc.line()}", file=sys.stderr)
@@ -330,8 +335,8 @@ def register(sub: Any) -> None:
                          description="Validate run file(s) as `validate` does, read their sources and plan them.",
                          epilog=EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     for parser, plan in ((val, False), (est, True)):
-        parser.add_argument("runs", nargs="+", type=Path, help="run JSON file(s); relative local sources are read "
-                            "relative to each file")
+        parser.add_argument("runs", nargs="+", type=run_file("runs"),
+                            help="run JSON file(s); relative local sources are read relative to each file")
         parser.add_argument("--format", choices=["text", "json"], default="text", help="text (default) or JSON")
         if plan:
             add_prepared_argument(parser)

@@ -31,7 +31,7 @@ from ..local.pipeline import (
 from ..local.supervisor import MAX_RESTARTS, InterruptAt
 from ..pipeline.report import summary_text
 from ..policy.traces import interruption_times, read_availability
-from .arguments import as_typed
+from .arguments import as_typed, run_file
 from .exits import Exit, fail, for_status
 
 JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # one path component, never .. or /
@@ -56,8 +56,8 @@ def _setting(text: str) -> tuple[str, str]:
 def register(sub) -> None:
     loc = sub.add_parser("local", help="run a run JSON end to end on this machine (no AWS): estimate, prepare, "
                          "train with injected spot interruptions, register, report")
-    loc.add_argument("run", type=Path, nargs="?", help="run JSON file (local model.source / data.source, relative "
-                     "to it); not with --resume")
+    loc.add_argument("run", type=run_file("run"), nargs="?", help="run JSON file (local model.source / "
+                     "data.source, relative to it); not with --resume")
     loc.add_argument("--resume", metavar="JOB", help="continue an interrupted or stopped local job (its name under "
                      "--out, or its directory) on its checkpoints")
     loc.add_argument("--out", type=Path, default=LOCAL_OUT, help="job directories, the local registry and the "

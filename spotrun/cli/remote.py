@@ -52,6 +52,7 @@ from ..seams import (
     run_start_total_steps,
     stack_name,
 )
+from .arguments import run_file
 from .exits import Exit, fail, for_status
 
 _STAMP = re.compile(r"^\d{8}-\d{6}$")
@@ -530,7 +531,7 @@ def common(p, *, fmt: bool = True) -> None:
 
 def register(sub) -> None:
     p = sub.add_parser("start", help="validate a run JSON here, then start it on the stage's state machine")
-    p.add_argument("run", type=Path, help="run JSON file (s3:// sources under the stack's bucket)")
+    p.add_argument("run", type=run_file("run"), help="run JSON file (s3:// sources under the stack's bucket)")
     p.add_argument("--execution-name", help="execution name (default <run name>-<UTC time>)")
     common(p)
     p.set_defaults(func=lambda a: run_command(start, a))

@@ -25,12 +25,14 @@ from ..planner.outputs import speed_margin_note
 from ..policy.choose import (
     ESTIMATE_TRACES,
     SYNTHETIC_TRACES,
+    cap_to_set_held_out_margin,
     estimate_executions,
     finish_caps,
     fitted_source,
     held_out_margin,
     held_out_margin_lines,
     horizon_s,
+    larger_cap_bills_less,
     on_demand_source,
     policy_plans,
     run_candidates,
@@ -56,7 +58,7 @@ from ..policy.traces import (
     recorded_traces,
     resampled_traces,
 )
-from .arguments import as_typed
+from .arguments import as_typed, run_file
 from .estimate import add_prepared_argument, check_file
 from .exits import Exit, fail, for_status
 
@@ -109,7 +111,7 @@ def finite(value):
 def register(sub) -> None:
     sim = sub.add_parser("simulate", help="replay the run's plan over spot traces under each policy: cost, "
                          "P(deadline), work lost; table and PNG")
-    sim.add_argument("run", type=Path, help="run JSON file")
+    sim.add_argument("run", type=run_file("run"), help="run JSON file")
     add_prepared_argument(sim)
     sim.add_argument("--traces", type=Path, help="a directory of availability traces (skypilot-org/spot-traces "
                      "format; every *.json file under it; one in which the run's node count is never available is "
@@ -496,7 +498,10 @@ def _simulate(args: argparse.Namespace) -> int:
     speed = speed_margin_note(est)  # an on-demand chain's: how much slower the trainer may be at the cap to set
     report["estimate_policy"] = {"chosen": section.chosen, "traces": section.traces, "sentinel": section.sentinel,
                                  "cap_to_set_usd": section.deadline_cap_usd or section.p95_finish_cap_usd,
-                                 "cap_to_set_speed_margin": speed}
+                                 "cap_to_set_speed_margin": speed,
+                                 # the estimate's odds at its cap to set, where that cap ends runs (its last line)
+                                 "cap_to_set_held_out_margin": cap_to_set_held_out_margin(section),
+                                 "larger_cap_bills_less": larger_cap_bills_less(section)}
     files = {"report": args.out / "simulate.json", "summary": args.out / "simulate.txt"}
     # the availability model's odds at a cap that ends runs read high on recordings it was not fitted on (as the
     # estimate says under its table); on recorded or resampled traces the odds are those traces' own

@@ -14,6 +14,7 @@ from ..contract.refusal import Refusal
 from ..planner.catalog import usd
 from ..planner.estimate import DEADLINE_MISSED, DEADLINE_MISSED_ACCEPTED, Estimate, EstimateRefused, LayoutCost
 from ..planner.options import SPOT_ADVICE
+from ..planner.outputs import speed_margin_note
 from ..policy import choose
 from ..policy.decision import starts_on_spot
 from ..policy.engine import INF
@@ -42,6 +43,15 @@ def with_spot_policy(run: Any, est: Estimate, catalog: dict, *, poll_s: float = 
     `replan(cap, layout_cost)`: the planner's estimate of the run at another budget.max_usd on the same sources,
     its layouts ranked by `layout_cost`; where the planner ranked the layouts by their spot policy (`ranker` asked),
     the cap to set is the one at which they rank the same (spotrun/policy/choose.py `_settled_layout`)."""
+    return _with_spot_policy(run, est, catalog, poll_s=poll_s, max_poll_s=max_poll_s, n=n, ranker=ranker,
+                             stage_limits=stage_limits, replan=replan)[0]
+
+
+def _with_spot_policy(run: Any, est: Estimate, catalog: dict, *, poll_s: float, max_poll_s: float, n: int,
+                      ranker: choose.LayoutRanker | None, stage_limits: dict[str, float] | None,
+                      replan: Callable[[float, LayoutCost], Estimate] | None) -> tuple[Estimate, Estimate]:
+    """`with_spot_policy`, and the estimate on the layout the cap to set is named on (`est` where it is est's, or
+    where the estimate ranked at the cap to set is not at hand; with the estimate's policy section)."""
     poll = {"poll_s": poll_s, "max_poll_s": max_poll_s, "n": n}
     ranked = replan is not None and ranker is not None and ranker.asked > 0 and _auto_layout(run)
     planned: dict[float, Estimate | None] = {}  # cap -> the estimate there (the cap to set's layout's, below)
@@ -62,8 +72,9 @@ def with_spot_policy(run: Any, est: Estimate, catalog: dict, *, poll_s: float = 
                 *tail_over_on_demand(run, est, chosen.section),
                 *cap_to_set_over_on_demand(run, est, chosen.section, there=there),
                 *cap_to_set_over_limit(chosen.section, stage_limits or {})]
-    return dataclasses.replace(est, spot_policy=chosen.section, warnings=_missed_once(warnings, chosen),
-                               advice=_market_advice(run, est, chosen.section))
+    out = dataclasses.replace(est, spot_policy=chosen.section, warnings=_missed_once(warnings, chosen),
+                              advice=_market_advice(run, est, chosen.section))
+    return out, (out if there is est or there is None else there)
 
 
 def _auto_layout(run: Any) -> bool:
@@ -181,8 +192,8 @@ def over_budget_with_caps(run: Any, refused: Refusal, replan: Callable[[float, L
     poll = {"poll_s": poll_s, "max_poll_s": max_poll_s, "n": n}
     ranker = layout_ranker(catalog, **poll)  # a fresh one, as the accepted estimate at that cap ranks with
     try:
-        at = with_spot_policy(at_run, replan(smallest, ranker), catalog, **poll, ranker=ranker, replan=replan,
-                              stage_limits=stage_limits)
+        at, there = _with_spot_policy(at_run, replan(smallest, ranker), catalog, **poll, ranker=ranker,
+                                      replan=replan, stage_limits=stage_limits)
     except Refusal:  # the planner refuses its own smallest cap: the refusal stands on its words
         return refused
     section = at.spot_policy
@@ -218,10 +229,28 @@ def over_budget_with_caps(run: Any, refused: Refusal, replan: Callable[[float, L
             section = dataclasses.replace(section, cap_to_set_layout=layout)
     elif alone:
         said += f"; it is the cap to set ({section.chosen})"
+    # what the accepted estimate says of the odds and the cap to set it names (issue #26): the held-out margin of
+    # odds quoted at a cap that ends runs (`held_out_margin_text`) and, where the cap to set bills on-demand, the
+    # speed margin (`speed_margin_note` on the estimate on the cap to set's layout)
+    quoted = [row] if alone else [likeliest] * bool(other)
+    ends = [smallest] * bool(choose.ended_at_cap_with_odds(quoted))
+    to_set_margin = choose.cap_to_set_held_out_margin(section) if to_set and proof and to_set > smallest else None
+    ends += [to_set] * bool(to_set_margin)
+    if ends:
+        caps = " and at ".join(f"${cap:,.2f}" for cap in ends)
+        said += (f"; at {caps} the guard ends some of these simulated runs (OverBudget): "
+                 f"{choose.held_out_margin_text(choose.odds_name(section.policies))}")
+    speed = speed_margin_note(at, there=there)
+    if speed is not None:
+        said += f"; {speed['line']}"
+    if section.cap_to_set_layout == choose.layout_words(est):  # null where it is the refusal's estimate's own
+        section = dataclasses.replace(section, cap_to_set_layout=None)
     message = refused.message + said + f" (the refusal's estimate carries the policy simulated at ${smallest:,.2f})"
     warnings = [*est.warnings, *(w for w in told if w not in est.warnings)]
+    notes = {"held_out_margin": choose.held_out_margin(section.policies, where=f"at ${smallest:,.2f}"),
+             "cap_to_set_held_out_margin": to_set_margin, "cap_to_set_speed_margin": speed}
     return EstimateRefused(refused.status, message, dataclasses.replace(est, spot_policy=section, warnings=warnings),
-                           field=refused.field)
+                           field=refused.field, notes=notes)
 
 
 def _odds(row: dict, section) -> str:

@@ -103,9 +103,14 @@ class EstimateRefused(Refusal):
     """The planner refuses the run (spotrun.contract.refusal.Refusal). `code` is its status, the state machine's named
     failure: InvalidRun or OverBudget; `field` the run field to change."""
 
-    def __init__(self, code: str, message: str, estimate: Estimate | None = None, field: str | None = None):
+    def __init__(self, code: str, message: str, estimate: Estimate | None = None, field: str | None = None,
+                 notes: dict | None = None):
         super().__init__(code, message, field=field, estimate=estimate)
         self.code = self.status
+        # what the refusal says of the caps it names, as the accepted estimate's JSON carries it (`held_out_margin`,
+        # `cap_to_set_held_out_margin`, `cap_to_set_speed_margin`: spotrun/pipeline/policy_stage.py
+        # `over_budget_with_caps`); empty where it names none
+        self.notes = notes or {}
 
 
 def count_parameters(run: RunSpec, model_config: dict | None) -> tuple[int, int, Shape | None]:

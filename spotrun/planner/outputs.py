@@ -16,6 +16,7 @@ from ..contract.spec import (
     HYPERPARAMETERS_MAX,
     RunSpec,
     RunValidationError,
+    deadline_hours_text,
 )
 from ..seams import SegmentPlan, SpotPolicy, StopNotice, section_json
 from ..settings.sections import EvalConfig, ExportConfig, TrackingConfig
@@ -348,18 +349,37 @@ def _cost_text(est: Estimate) -> str:
 SPEED_MARGIN_PRICED = 0.10  # the slower trainer the speed line names a cap for (no measured spread to size it by)
 
 
-def speed_margin_note(est: Estimate) -> dict | None:
-    """Where the run's jobs bill on-demand throughout (compute.spot=false, or on_demand chosen): how much slower
-    than planned the trainer may train before the cap to set ends the run (`speed_margin`), what the planned speed
-    rests on, and the cap that carries a trainer SPEED_MARGIN_PRICED slower. A new user's on-demand caps to set left
-    seconds (mistral-7b LoRA at $31.70: MaxRuntime 48,942 s for a 13.59 h bill; a 70B LoRA under a second of 78.7 h,
-    its speed the catalog's utilization 0.25). None for a spot policy (its cap to set holds the P95 of simulated
-    interruptions), without a cap to set, or where the cap to set runs another layout. The planner carries no
-    measured spread of its speed (a recorded MFU is the median of earlier runs), so the cap to set adds none."""
-    section, seg = est.spot_policy, est.segments
+def speed_margin_note(est: Estimate, there: Estimate | None = None) -> dict | None:
+    """Where the run's jobs bill on-demand throughout at the cap to set (compute.spot=false, or on_demand the policy
+    proven at the cap to set, `cap_to_set_row`, else the chosen one): how much slower than planned the trainer may
+    train before the cap to set ends the run (`speed_margin`), what the planned speed rests on, and the cap that
+    carries a trainer SPEED_MARGIN_PRICED slower, and with a deadline whether that slower trainer meets it (a cap
+    carries it, a deadline may not: `deadline_slower_share`). A new user's on-demand caps to set left seconds
+    (mistral-7b LoRA at $31.70: MaxRuntime 48,942 s for a 13.59 h bill; a 70B LoRA under a second of 78.7 h, its
+    speed the catalog's utilization 0.25). None for a spot policy (its cap to set holds the P95 of simulated
+    interruptions), without a cap to set, or where the cap to set runs another layout than `est`'s and `there`, the
+    estimate on that layout (`cap_to_set_layout`), is not given. The planner carries no measured spread of its speed
+    (a recorded MFU is the median of earlier runs), so the cap to set adds none."""
+    section = est.spot_policy
     cap = section and (section.cap_to_set_usd or section.deadline_cap_usd or section.p95_finish_cap_usd)
-    if not cap or seg is None or section.cap_to_set_layout or (est.spot and section.policy != "on_demand"):
+    if not cap or est.segments is None:
         return None
+    proven = section.cap_to_set_row or next((r for r in section.policies if r["label"] == section.chosen), None)
+    policy = proven["policy"] if proven else section.policy
+    if est.spot and policy != "on_demand":
+        return None
+    if section.cap_to_set_layout:  # the cap to set's figures are that layout's
+        if there is None or f"{there.instance_count} x {there.instance_type}" != section.cap_to_set_layout or \
+                there.segments is None:
+            return None
+        est = there
+    return _speed_margin_at(est, cap, proven, section.sim_plan.get("deadline_s"))
+
+
+def _speed_margin_at(est: Estimate, cap: float, proven: dict | None, deadline_s: float | None) -> dict:
+    """`speed_margin_note`'s figures at `cap` on `est`'s layout; `proven`: the policy row simulated at it (its wall
+    time with the deadline, `deadline_s`)."""
+    seg = est.segments
     share = speed_margin(seg, cap, spot=False)
     low_c = math.floor(cap * 100)  # the least cap, in cents, that carries a trainer SPEED_MARGIN_PRICED slower
     high_c = max(low_c + 1, math.ceil(cap * (1 + 2 * SPEED_MARGIN_PRICED) * 100) + 100)
@@ -371,15 +391,30 @@ def speed_margin_note(est: Estimate) -> dict | None:
             (low_c, mid)
     roomy = high_c / 100
     seconds = share * seg.work_seconds
+    # the deadline against the run at the cap to set (its simulated wall time, on-demand: no wait, no interruption)
+    # with the training longer by a share: what share it allows (a cap carried a trainer 10% slower past it)
+    wall_s = proven["p95_wall_h"] * 3600 if proven and deadline_s is not None and seg.work_seconds > 0 else None
+    allowed = None if wall_s is None else (deadline_s - wall_s) / seg.work_seconds
+    priced = (f"a cap of {usd(roomy)} carries a trainer {SPEED_MARGIN_PRICED:.0%} slower")
+    if allowed is not None and allowed < SPEED_MARGIN_PRICED:
+        hours = deadline_hours_text(deadline_s)
+        priced += (f", which misses the {hours} h deadline at any cap: the run takes {hours_text(wall_s)} at the "
+                   "planned speed, " + (f"so the deadline allows a trainer {allowed * 100:.2g}% slower "
+                                        f"({allowed * seg.work_seconds:,.0f} s)" if allowed > 0 else
+                                        "past the deadline already"))
     line = (f"  speed margin: at the cap to set ({usd(cap)}) the trainer may train {share * 100:.2g}% slower than "
             f"planned ({seconds:,.0f} s over {hours_text(seg.work_seconds)} of training); slower, its job's time "
             "(MaxRuntime, what the cap allows at on-demand rates) is up first: the trainer saves and exits "
             "unfinished, no next job fits in what the cap leaves, and the guard ends the run at the cap (OverBudget), "
             "about the cap billed, with its newest checkpoint (checkpoint.resume_from continues it under a larger "
             f"cap) and no model. The planned speed rests on utilization {est.utilization:g} "
-            f"({est.utilization_source}), with no measured spread to add to the cap: a cap of {usd(roomy)} carries a "
-            f"trainer {SPEED_MARGIN_PRICED:.0%} slower")
+            f"({est.utilization_source}), with no measured spread to add to the cap: {priced}")
     return {"cap_usd": cap, "slower_share": share, "slower_seconds": round(seconds, 1),
             "planned_training_seconds": round(seg.work_seconds, 1), "utilization": est.utilization,
             "utilization_source": est.utilization_source, "priced_slower_share": SPEED_MARGIN_PRICED,
-            "cap_for_priced_usd": roomy, "line": line.strip()}
+            "cap_for_priced_usd": roomy,
+            # with a deadline: how much slower the run may train and still meet it (null: no deadline), and whether
+            # the priced slower trainer meets it
+            "deadline_slower_share": None if allowed is None else round(allowed, 6),
+            "priced_meets_deadline": None if allowed is None else allowed >= SPEED_MARGIN_PRICED,
+            "line": line.strip()}

@@ -1245,22 +1245,77 @@ def policy_text(section: SpotPolicy | None) -> str:
         out = left_out_mark(r["label"], left_out, section.left_out_finish_caps)
         lines.append(f"{mark} {r['label']:<30} {r['mean_usd']:>10,.2f} {r['p50_usd']:>10,.2f} {r['p95_usd']:>10,.2f} "
                      f"{met:>11} {r['mean_lost_h']:>7.2f}{out}")
-    lines += mean_over_p95_note(section.policies) + held_out_margin_lines(section.policies, odds)
-    return "\n".join(lines + settings_lines(section))
+    margin = held_out_margin_lines(section.policies, odds)
+    lines += mean_over_p95_note(section.policies) + margin
+    return "\n".join(lines + settings_lines(section, margin_above=bool(margin)))
 
 
-def held_out_margin_lines(rows: list[dict], odds: str) -> list[str]:
+def held_out_margin_lines(rows: list[dict], odds: str, where: str = "at this cap") -> list[str]:
     """Where the cap ends some of a row's runs (`p_over_budget`) and the row's odds are above 0: how far such odds
     read high on recordings each left out of the availability model's fit (`HELD_OUT_OVER_AT_CAP_POINTS`; issue #26:
     no model measured was within the 1 point asked there, so the margin is said, not hidden)."""
     ended = ended_at_cap_with_odds(rows)
     if not ended:
         return []
+    return [f"  {where} the guard ends some runs of {', '.join(ended)} (OverBudget): {held_out_margin_text(odds)}"]
+
+
+def held_out_margin_text(odds: str) -> str:
+    """What odds at a cap that ends runs are worth (`HELD_OUT_OVER_AT_CAP_POINTS`), in the words every output that
+    quotes such odds says it with (the policy table, the cap to set's line, a refusal's odds at the caps it names)."""
     mean, largest = HELD_OUT_OVER_AT_CAP_POINTS
-    return [f"  at this cap the guard ends some runs of {', '.join(ended)} (OverBudget): on public recordings each "
-            f"left out of the availability model's fit, the {odds} of policies at caps that end runs read {mean:.1f} "
-            f"points high on average and up to {largest:.1f} (docs/spot-policy.md, \"Leave one recording out\"): "
-            "expect that much less"]
+    return (f"on public recordings each left out of the availability model's fit, the {odds} of policies at caps that "
+            f"end runs read {mean:.1f} points high on average and up to {largest:.1f} (docs/spot-policy.md, "
+            "\"Leave one recording out\"): expect that much less")
+
+
+def odds_name(rows: list[dict]) -> str:
+    """The odds a table of rows quotes: P(deadline) with a deadline, else P(finished) (`policy_text`'s column)."""
+    return "P(deadline)" if any(r.get("p_deadline") is not None for r in rows) else "P(finished)"
+
+
+def larger_cap_bills_less(section: SpotPolicy | None) -> dict | None:
+    """Where the run's cap is larger than the cap to set and the policy chosen at it bills less on average than the
+    one proven at the cap to set (`cap_to_set_row`): both caps and both means (the estimate's and simulate's
+    `larger_cap_bills_less`; null otherwise). A larger cap changes the policy's choices (a shorter chain: fewer
+    restarts), so the least cap that holds the odds need not be the cheapest to expect: llama3-8b-full at $200 named
+    $164.09, mean $140.39 there, against $137.05 at $200 (issue #26). From the simulations at hand: none is added."""
+    proof = section.cap_to_set_row if section is not None else None
+    at = (section.sim_plan or {}).get("cap_usd") if proof is not None else None
+    to_set = section.cap_to_set_usd if proof is not None else None
+    if at is None or to_set is None or round(at, 2) <= round(to_set, 2):
+        return None
+    here = next(r for r in section.policies if r["label"] == section.chosen)
+    if round(here["mean_usd"], 2) >= round(proof["mean_usd"], 2):
+        return None
+    deadline = section.confidence is not None
+    line = (f"a larger cap bills less on average: at this run's cap, ${at:,.2f}, the simulated mean bill is "
+            f"${here['mean_usd']:,.2f} ({_shares_text(here, deadline)}), against ${proof['mean_usd']:,.2f} at the cap "
+            f"to set, ${to_set:,.2f} ({_shares_text(proof, deadline)}): the cap changes the policy's choices (a "
+            "shorter chain, fewer restarts); the cap to set is the least that holds the odds, not the cheapest to "
+            "expect")
+    return {"cap_usd": round(at, 2), "mean_usd": here["mean_usd"], "policy": here["label"], "cap_to_set_usd": to_set,
+            "cap_to_set_mean_usd": proof["mean_usd"], "cap_to_set_policy": proof["label"], "line": line}
+
+
+def cap_to_set_held_out_margin(section: SpotPolicy | None) -> dict | None:
+    """The held-out margin of the odds the cap to set's line quotes (`cap_to_set_row`, simulated at the cap to set),
+    where that cap ends some of its runs and they are above 0 (the estimate's and a refusal's
+    `cap_to_set_held_out_margin`; null otherwise, or where the policy table's own margin line names the same row at
+    the same odds: the run is at its cap to set). A new user read a binding cap to set's odds without it."""
+    proof = section.cap_to_set_row if section is not None else None
+    if proof is None or not ended_at_cap_with_odds([proof]):
+        return None
+    at = (section.sim_plan or {}).get("cap_usd")
+    if at is not None and round(at, 2) == round(section.cap_to_set_usd or -1.0, 2) and \
+            proof["label"] in ended_at_cap_with_odds(section.policies):
+        return None  # the table's line says it of the same simulation
+    odds = odds_name([proof])
+    mean, largest = HELD_OUT_OVER_AT_CAP_POINTS
+    return {"policies": [proof["label"]], "odds": odds, "cap_usd": section.cap_to_set_usd, "mean_points": mean,
+            "largest_points": largest,
+            "line": f"at the cap to set (${section.cap_to_set_usd:,.2f}) the guard ends some runs of "
+                    f"{proof['label']} (OverBudget): {held_out_margin_text(odds)}"}
 
 
 def ended_at_cap_with_odds(rows: list[dict]) -> list[str]:
@@ -1270,17 +1325,17 @@ def ended_at_cap_with_odds(rows: list[dict]) -> list[str]:
                                                     else r["p_finished"]) > 0]
 
 
-def held_out_margin(rows: list[dict], odds: str | None = None) -> dict | None:
+def held_out_margin(rows: list[dict], odds: str | None = None, where: str = "at this cap") -> dict | None:
     """`held_out_margin_lines` for the JSON (the estimate's and simulate's `held_out_margin`; null where the cap ends
     no run with odds to lose): the rows it names, the margin in points and its line (a new user's `--format json`
     carried a binding cap's odds without it). `odds`: the column's name; by default as `policy_text` names it."""
     ended = ended_at_cap_with_odds(rows)
     if not ended:
         return None
-    odds = odds or ("P(deadline)" if any(r["p_deadline"] is not None for r in rows) else "P(finished)")
+    odds = odds or odds_name(rows)
     mean, largest = HELD_OUT_OVER_AT_CAP_POINTS
     return {"policies": ended, "odds": odds, "mean_points": mean, "largest_points": largest,
-            "line": held_out_margin_lines(rows, odds)[0].strip()}
+            "line": held_out_margin_lines(rows, odds, where)[0].strip()}
 
 
 # what the cap to set promises: the choice and odds at it, proven by estimating there; a larger cap is another estimate
@@ -1306,10 +1361,11 @@ def _proven_text(section: SpotPolicy) -> str:
             f"${row['p95_usd']:,.2f})")
 
 
-def settings_lines(section: SpotPolicy) -> list[str]:
+def settings_lines(section: SpotPolicy, *, margin_above: bool = False) -> list[str]:
     """The policy section's lines on what the run is set up with: the sentinel (`sentinel_text`) and the cap to set
     (`p95_finish_cap_usd`, `deadline_cap_usd`, named by the estimate step). `spotrun estimate` prints them under its
-    table, `spotrun simulate` under its own: the same run says the same."""
+    table, `spotrun simulate` under its own: the same run says the same. `margin_above`: the lines above said the
+    held-out margin in full (the table's line), so the cap to set's odds are told it in short."""
     lines = [sentinel_text(section)]
     if section.deadline_cap_usd is not None and section.cap_to_set_row is not None:  # searched on simulations
         lines.append(f"  the cap to set: ${section.deadline_cap_usd:,.2f} ({AT_THIS_CAP}): {_least_text(section)} at "
@@ -1338,8 +1394,13 @@ def settings_lines(section: SpotPolicy) -> list[str]:
         if section.cap_to_set_row is not None:
             lines[-1] += (f"; simulated at it, the estimate chooses {section.cap_to_set_row['label']} and "
                           f"{_proven_text(section)}")
+    if margin := cap_to_set_held_out_margin(section):  # the odds proven at a cap to set that ends runs
+        lines[-1] += "; " + (margin["line"] if not margin_above else margin["line"].split(": ")[0] +
+                             f": its {margin['odds']} reads high by the margin above")
     if section.one_job_cap_usd is not None:  # the cap to set splits the run: what one job costs beside it
         to_set = section.deadline_cap_usd or section.p95_finish_cap_usd
         lines[-1] += "; " + one_job_text(section.one_job_cap_usd, section.one_job_expected_usd,
                                          section.cap_to_set_jobs, section.cap_to_set_expected_usd, to_set)
+    if cheaper := larger_cap_bills_less(section):  # the run's own, larger cap bills less on average
+        lines.append(f"  {cheaper['line']}")
     return lines

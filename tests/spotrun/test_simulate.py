@@ -536,7 +536,8 @@ def test_spotrun_simulate_prints_a_run_without_on_demand_fallback(example, tmp_p
     assert main(["simulate", str(run), "--n", "20", "--no-optimum", "--out", str(tmp_path / "t")]) == 0
     rows = [line for line in capsys.readouterr().out.splitlines() if "maxwait_fallback" in line]
     table = [line for line in rows if not line.startswith(("chosen", "as `spotrun estimate`", "  sentinel:",
-                                                            "  the cap to set:"))]  # the study's rows
+                                                            "  the cap to set:", "  a larger cap bills less"))]
+    # (the study's rows: not the estimate's settings lines under them)
     assert table and all(line.split()[-2] == "-" for line in table)
     assert main(["simulate", str(run), "--n", "20", "--no-optimum", "--format", "json",
                  "--out", str(tmp_path / "j")]) == 0

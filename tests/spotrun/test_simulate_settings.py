@@ -44,4 +44,6 @@ def test_simulate_prints_the_estimates_sentinel_and_cap_to_set(which, tmp_path, 
     assert report["estimate_policy"] == {
         "chosen": section["chosen"], "traces": section["traces"], "sentinel": section["sentinel"],
         "cap_to_set_usd": section["deadline_cap_usd"] or section["p95_finish_cap_usd"],
-        "cap_to_set_speed_margin": doc["cap_to_set_speed_margin"]}  # the estimate's (null: these are spot runs)
+        "cap_to_set_speed_margin": doc["cap_to_set_speed_margin"],  # the estimate's (null: these are spot runs)
+        "cap_to_set_held_out_margin": doc["cap_to_set_held_out_margin"],
+        "larger_cap_bills_less": doc["larger_cap_bills_less"]}
