@@ -47,6 +47,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import json
 import math
 import pickle
 import random
@@ -168,8 +169,21 @@ def estimated_at_cap(plan, spec: TraceSpec, n: int, todo: list[tuple[str, str]],
     for p, ck in todo:
         runs = [execute(plan, trace, p, ck) for trace in traces]
         row = summarize(plan, describe(p, ck), p, ck, [r.tally for r in runs])
-        out[row.label] = (row.p_deadline, sum(r.over_budget for r in runs) / len(runs))
+        out[row.label] = (row.p_deadline, sum(r.over_budget for r in runs) / len(runs), run_figures(plan, runs))
     return out
+
+
+def run_figures(plan, runs: list) -> dict:
+    """Means over runs (`execute`'s) of what their odds are made of: the bill, the on-demand and spot hours, the
+    hours to finish (finished runs), the share finished by the deadline, finished after it, ended at the cap."""
+    done = [r.tally.t for r in runs if r.tally.finished]
+    return {"bill": sum(sum(cost_usd(plan, r.tally)) for r in runs) / len(runs),
+            "od_h": sum(r.tally.od_s for r in runs) / len(runs) / 3600,
+            "spot_h": sum(r.tally.spot_s for r in runs) / len(runs) / 3600,
+            "finish_h": sum(done) / len(done) / 3600 if done else None,
+            "met": sum(r.tally.finished and r.tally.t <= plan.deadline_s + 1e-6 for r in runs) / len(runs),
+            "late": sum(r.tally.finished and r.tally.t > plan.deadline_s + 1e-6 for r in runs) / len(runs),
+            "ended": sum(r.over_budget for r in runs) / len(runs)}
 
 
 def bill_rows(recordings: list, deadline_h: float, every_h: float, n: int, policies: list[str] | None,
@@ -202,19 +216,24 @@ def bill_rows(recordings: list, deadline_h: float, every_h: float, n: int, polic
     return rows
 
 
-def observed(plan, trace: list, policy: str, ck: str) -> tuple[bool, bool]:
-    """(met the deadline, the cap ended the run) on one recorded window."""
+def observed(plan, trace: list, policy: str, ck: str, figures: list | None = None) -> tuple[bool, bool]:
+    """(met the deadline, the cap ended the run) on one recorded window; `figures`: `run_figures` of the run
+    appended to it."""
     run = execute(plan, trace, policy, ck, horizon_s=plan.deadline_s + AFTER_DEADLINE_H * 3600)
+    if figures is not None:
+        figures.append(run_figures(plan, [run]))
     return run.tally.finished and run.tally.t <= plan.deadline_s + 1e-6, run.over_budget
 
 
 def calibrate(recordings: list, deadline_h: float, every_h: float, n: int, policies: list[str] | None,
               seed: int = 0, waits: str = "model", cap_usd: float | None = None, cap_x: float | None = None,
-              models: list | None = None) -> list[tuple]:
+              models: list | None = None, cells: dict | None = None) -> list[tuple]:
     """(candidate, mean estimated P, observed frequency, windows, the difference's 90% interval) at one deadline;
     with a cap (`cap_usd`, or `cap_x` times the bill on-demand), also the shares of runs the cap ended (estimated,
     observed) and the cap. `models`: per recording, the availability model its estimate draws from (leave one
-    out: `left_out_models`); None: the one in use."""
+    out: `left_out_models`); None: the one in use. `cells` (with a cap): filled, per candidate label, with each
+    recording's estimate (`run_figures` of its generated runs) and each window's executed run (its recording, its
+    `run_figures`): what benchmarks/calibration_residuals.py reads."""
     plan = setting(deadline_h)
     cap = cap_usd if cap_x is None else cap_x * on_demand_usd(plan)
     if cap is not None:
@@ -233,7 +252,11 @@ def calibrate(recordings: list, deadline_h: float, every_h: float, n: int, polic
     out = []
     for policy, ck in offered:
         label = describe(policy, ck)
-        seen = [observed(plan, trace, policy, ck) for _, trace in todo]
+        figs: list | None = [] if cells is not None and cap is not None else None
+        seen = [observed(plan, trace, policy, ck, figs) for _, trace in todo]
+        if figs is not None:
+            cells[label] = {"estimated": [e[label][2] for e in est],
+                            "windows": [[i, f] for (i, _), f in zip(todo, figs, strict=True)]}
         met = [m for m, _ in seen]
         promised = [est[i][label][0] for i, _ in todo]
         off = [(i, p - m) for (i, _), p, m in zip(todo, promised, met, strict=True)]
@@ -461,6 +484,10 @@ def main() -> None:
                         "estimate's ESTIMATE_CHAIN, which is fitted on all 17), or the recorded cycles resampled in "
                         "blocks, rescaled to the rate, the waits by the rate's power law (bootstrap) or in recorded "
                         "seconds (bootstrap-recorded-waits)")
+    parser.add_argument("--cells", type=Path, metavar="FILE",
+                        help="with a cap: also write every recording's estimate and every window's executed run "
+                        "(bill, on-demand and spot hours, hours to finish, met / late / ended at the cap) to FILE "
+                        "(JSON), for benchmarks/calibration_residuals.py")
     parser.add_argument("--policies", help="comma-separated: only these candidates (default: every one offered)")
     parser.add_argument("--deadlines", default=",".join(map(str, DEADLINES_H)), help="hours, comma-separated")
     parser.add_argument("--stretches", type=int, metavar="N", default=0,
@@ -551,6 +578,9 @@ def main() -> None:
           + (f" (recorded means {min(map(recorded_wait, recordings)) / 3600:.2f}-"
              f"{max(map(recorded_wait, recordings)) / 3600:.2f} h)" if args.waits == "recorded" else ""))
     at_cap = args.cap_usd is not None or args.cap_x is not None
+    if args.cells is not None and not at_cap:
+        parser.error("--cells writes the runs at a cap: give --cap-usd or --cap-x, or drop --cells")
+    cells: dict = {}
     print("| deadline | " + ("cap | " if at_cap else "") + "candidate | windows | estimated P(deadline) | observed | "
           "difference (points) | 90% interval, recordings resampled |"
           + (" ended at the cap (estimated / observed) |" if at_cap else ""))
@@ -558,14 +588,18 @@ def main() -> None:
     t0 = time.perf_counter()
     policies = args.policies.split(",") if args.policies else None
     for deadline_h in map(float, args.deadlines.split(",")):
+        cells[f"{deadline_h:g}"] = {}
         for label, promised, met, count, (lo, hi), *capped_row in calibrate(
                 recordings, deadline_h, args.every_h, args.n, policies, args.seed, args.waits, args.cap_usd,
-                args.cap_x, models):
+                args.cap_x, models, cells[f"{deadline_h:g}"]):
             cap_cell = f"${capped_row[2]:,.2f} | " if capped_row else ""
             ended = f" {capped_row[0]:.1%} / {capped_row[1]:.1%} |" if capped_row else ""
             print(f"| {deadline_h:g} h | {cap_cell}{label} | {count} | {promised:.1%} | {met:.1%} | "
                   f"{100 * (promised - met):+.1f} | {100 * lo:+.1f} .. {100 * hi:+.1f} |{ended}", flush=True)
     print(f"({time.perf_counter() - t0:.0f} s)")
+    if args.cells is not None:
+        args.cells.write_text(json.dumps({"set": args.set, "model": args.model, "seed": args.seed, "n": args.n,
+                                          "every_h": args.every_h, "recordings": names, "deadlines": cells}))
 
 
 if __name__ == "__main__":
