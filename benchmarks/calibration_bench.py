@@ -514,6 +514,10 @@ def main() -> None:
     for flag, value in (("--cap-usd", args.cap_usd), ("--cap-x", args.cap_x)):
         if value is not None and not (math.isfinite(value) and value > 0):
             parser.error(f"{flag}={value:g} is invalid: expected a number > 0")
+    if args.cells is not None and (args.cap_usd is None and args.cap_x is None or args.bills or args.unavailable
+                                   or args.cycles or args.windows or args.stretches):
+        parser.error("--cells writes the calibration's runs at a cap: give --cap-usd or --cap-x and none of "
+                     "--bills, --unavailable, --cycles, --windows, --stretches, or drop --cells")
     paths = sorted(args.spot_traces.glob("availability/1-node/*/*.json"))
     if not paths:
         raise SystemExit(f"--spot-traces {args.spot_traces}: no availability/1-node/*/*.json under it")
@@ -578,8 +582,6 @@ def main() -> None:
           + (f" (recorded means {min(map(recorded_wait, recordings)) / 3600:.2f}-"
              f"{max(map(recorded_wait, recordings)) / 3600:.2f} h)" if args.waits == "recorded" else ""))
     at_cap = args.cap_usd is not None or args.cap_x is not None
-    if args.cells is not None and not at_cap:
-        parser.error("--cells writes the runs at a cap: give --cap-usd or --cap-x, or drop --cells")
     cells: dict = {}
     print("| deadline | " + ("cap | " if at_cap else "") + "candidate | windows | estimated P(deadline) | observed | "
           "difference (points) | 90% interval, recordings resampled |"
