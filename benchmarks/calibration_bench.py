@@ -405,12 +405,12 @@ def unavailable(trace: list, end_s: float) -> tuple[float, float]:
 
 
 def unavailable_rows(recordings: list, deadline_h: float, every_h: float, n: int, set_name: str,
-                     waits: str = "model") -> list[str]:
+                     waits: str = "model", models: list | None = None) -> list[str]:
     """At one D (`deadline_h`), on the windows the calibration makes (a job started every `every_h` hours while D
     fits) and on the estimate's `n` generated traces per recording at its rate (seed 0; each recording's weighted
     by its windows, so both sides have the same counts): the hours without capacity in the first D hours (mean,
     P90, P95, P99, the share of windows over D / 4) and the longest single stretch without capacity (mean, P95,
-    P99)."""
+    P99). `models`: per recording, the model its generated traces draw from (`calibrate`'s)."""
     plan = setting(deadline_h)
     end = deadline_h * 3600
     todo = windows(recordings, deadline_h, every_h)
@@ -418,6 +418,8 @@ def unavailable_rows(recordings: list, deadline_h: float, every_h: float, n: int
     gen_side: list[tuple[tuple[float, float], float]] = []
     for k, rec in enumerate(recordings):
         count = sum(1 for i, _ in todo if i == k)
+        if count and models is not None:
+            use_chain(models[k])
         if count:
             gen_side += [(unavailable(t, end), count / n)
                          for t in generated_traces(trace_spec(plan, rec, waits), n, 0)]
@@ -488,6 +490,8 @@ def main() -> None:
                         help="with a cap: also write every recording's estimate and every window's executed run "
                         "(bill, on-demand and spot hours, hours to finish, met / late / ended at the cap) to FILE "
                         "(JSON), for benchmarks/calibration_residuals.py")
+    parser.add_argument("--recordings", help="comma-separated, as DIR/stem: only these recordings of --set (with "
+                        "--set loo, after every fit: each still fitted on all the others)")
     parser.add_argument("--policies", help="comma-separated: only these candidates (default: every one offered)")
     parser.add_argument("--deadlines", default=",".join(map(str, DEADLINES_H)), help="hours, comma-separated")
     parser.add_argument("--stretches", type=int, metavar="N", default=0,
@@ -529,10 +533,19 @@ def main() -> None:
     if args.fits is not None and args.set != "loo":
         parser.error("--fits keeps the left-out fits of --set loo: give --set loo, or drop --fits")
     if args.set == "loo":
-        if args.bills or args.unavailable or args.cycles or args.windows or args.stretches:
-            parser.error("--set loo gives the calibration's rows only: drop --bills, --unavailable, --cycles, "
+        if args.bills or args.cycles or args.windows or args.stretches:
+            parser.error("--set loo gives the calibration's rows and --unavailable only: drop --bills, --cycles, "
                          "--windows and --stretches")
         models = left_out_models(paths, recordings, args.model, args.fits)
+    if args.recordings:
+        keep_names = args.recordings.split(",")
+        unknown = [n for n in keep_names if n not in names]
+        if unknown:
+            parser.error(f"--recordings {','.join(unknown)}: not among the {len(names)} recordings of --set "
+                         f"{args.set} (names as DIR/stem, e.g. {names[0]})")
+        picked = [k for k, n in enumerate(names) if n in keep_names]
+        recordings, names = [recordings[k] for k in picked], [names[k] for k in picked]
+        models = None if models is None else [models[k] for k in picked]
     if args.bills:
         if args.cap_usd is None and args.cap_x is None:
             parser.error("--bills needs --cap-usd or --cap-x")
@@ -549,8 +562,9 @@ def main() -> None:
               "| longest stretch without capacity (h): mean | P95 | P99 |")
         print("|---|---|---|---|---|---|---|---|---|---|---|")
         for deadline_h in map(float, args.deadlines.split(",")):
-            print("\n".join(unavailable_rows(recordings, deadline_h, args.every_h, args.unavailable, args.set,
-                                            args.waits)), flush=True)
+            print("\n".join(unavailable_rows(recordings, deadline_h, args.every_h, args.unavailable,
+                                             args.set if not args.recordings else args.recordings, args.waits,
+                                             models)), flush=True)
         return
     if args.cycles:
         print("| cycles | log stretch with capacity, one cycle apart | log wait, one cycle apart | log stretch and "

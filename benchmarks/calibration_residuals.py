@@ -95,6 +95,26 @@ def summary(diffs: list[float]) -> str:
             f"{sum(abs(d) <= 1.0 for d in diffs)} of {len(diffs)}")
 
 
+def per_recording_error(windows: list[tuple[int, float, dict]], shift=None) -> float:
+    """The mean over windows of the absolute difference of their recording's own cell (estimated minus observed
+    over its windows), in points: the error a pooled cell hides when recordings' errors cancel."""
+    by_rec: dict[int, list] = {}
+    for w in windows:
+        by_rec.setdefault(w[0], []).append(w)
+    return sum(len(ws) * abs(difference(ws, shift)) for ws in by_rec.values()) / len(windows)
+
+
+def drop(data: dict, names: list[str]) -> dict:
+    """`data` without the windows of recordings `names` (refused by name if not among its recordings)."""
+    unknown = [n for n in names if n not in data["recordings"]]
+    if unknown:
+        raise SystemExit(f"--drop {','.join(unknown)}: not a recording of the cells file (names as DIR/stem, e.g. "
+                         f"{data['recordings'][0]})")
+    gone = {data["recordings"].index(n) for n in names}
+    return {**data, "deadlines": {d: {lab: {**c, "windows": [w for w in c["windows"] if w[0] not in gone]}
+                                      for lab, c in by_label.items()} for d, by_label in data["deadlines"].items()}}
+
+
 def cell_rows(data: dict) -> list[str]:
     rows = ["| deadline | candidate | windows | estimated | observed | difference (points) | SE: binomial | "
             "clustered by recording | difference, clustered |", "|---|---|---|---|---|---|---|---|---|"]
@@ -174,16 +194,19 @@ def corrected_rows(data: dict) -> list[str]:
     rows = ["| deadline | candidate | uncorrected | " + " | ".join(CORRECTIONS) + " |",
             "|---|---|---|" + "---|" * len(CORRECTIONS)]
     diffs: dict[str, list[float]] = {k: [] for k in ("none", *CORRECTIONS)}
+    own: dict[str, list[float]] = {k: [] for k in diffs}
     for deadline, label, windows, _ in all_cells:
         diffs["none"].append(difference(windows))
+        own["none"].append(per_recording_error(windows))
         fitted = {kind: {i: correction(all_cells, kind, i, deadline, label) for i in {w[0] for w in windows}}
                   for kind in CORRECTIONS}
         for kind in CORRECTIONS:
             diffs[kind].append(difference(windows, lambda i, p, f=fitted[kind]: f[i](i, p)))
+            own[kind].append(per_recording_error(windows, lambda i, p, f=fitted[kind]: f[i](i, p)))
         rows.append(f"| {deadline} h | {label} | " + " | ".join(f"{diffs[k][-1]:+.1f}" for k in diffs) + " |")
-    rows += ["", "| correction | cells | mean (points) | mean absolute | largest | within 1 point |",
-             "|---|---|---|---|---|---|"]
-    rows += [f"| {k} | {len(v)} | {summary(v)} |" for k, v in diffs.items()]
+    rows += ["", "| correction | cells | mean (points) | mean absolute | largest | within 1 point | each recording's "
+             "own cell, mean absolute |", "|---|---|---|---|---|---|---|"]
+    rows += [f"| {k} | {len(v)} | {summary(v)} | {sum(own[k]) / len(own[k]):.2f} |" for k, v in diffs.items()]
     return rows
 
 
@@ -214,8 +237,11 @@ def main(argv: list[str] | None = None) -> None:
                         "reported, the others the same runs at other seeds (--seed)")
     parser.add_argument("--show", choices=["all", "cells", "recordings", "parts", "corrected", "seeds"],
                         default="all", help="which table (default: all)")
+    parser.add_argument("--drop", help="comma-separated recordings (DIR/stem) whose windows every table leaves out")
     args = parser.parse_args(argv)
     datas = [load(p) for p in args.cells]
+    if args.drop:
+        datas = [drop(d, args.drop.split(",")) for d in datas]
     shape = [(d, sorted(lab)) for d, lab in datas[0]["deadlines"].items()]
     for path, data in zip(args.cells[1:], datas[1:], strict=True):
         if [(d, sorted(lab)) for d, lab in data["deadlines"].items()] != shape or \

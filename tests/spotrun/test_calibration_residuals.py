@@ -100,3 +100,29 @@ def test_cells_needs_a_cap(tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err
     assert "--cells writes the calibration's runs at a cap: give --cap-usd or --cap-x" in err
     assert "Traceback" not in err
+
+
+def test_drop_leaves_a_recordings_windows_out_and_refuses_an_unknown_name():
+    """Without recording 0 (over-promised by 40 points) the cell is exact; a name not in the file is refused."""
+    data = _data([(0, 0.9, 1), (0, 0.9, 0)] + [(k, 0.5, m) for k in (1, 2) for m in (1, 0)])
+    assert res.difference(res.cells(data)[0][2]) == pytest.approx(40 / 3)
+    assert res.difference(res.cells(res.drop(data, ["r0"]))[0][2]) == pytest.approx(0.0)
+    with pytest.raises(SystemExit) as stop:
+        res.drop(data, ["r9"])
+    assert str(stop.value) == "--drop r9: not a recording of the cells file (names as DIR/stem, e.g. r0)"
+
+
+def test_the_per_recording_error_shows_what_the_pooled_cell_hides():
+    """Two recordings off by +20 and -20 points: the pooled cell reads 0, each recording's own cell 20."""
+    rows = [(0, 0.7, m) for m in (1, 0)] + [(1, 0.3, m) for m in (1, 0)]
+    windows = res.cells(_data(rows))[0][2]
+    assert res.difference(windows) == pytest.approx(0.0)
+    assert res.per_recording_error(windows) == pytest.approx(20.0)
+
+
+def test_recordings_refuses_a_name_not_among_the_set(tmp_path, monkeypatch, capsys):
+    with pytest.raises(SystemExit) as stop:
+        _bench(tmp_path, monkeypatch, capsys, "--set", "all", "--recordings", "a/nope", "--unavailable", "5")
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert "--recordings a/nope: not among the 1 recordings of --set all (names as DIR/stem, e.g. a/z)" in err
