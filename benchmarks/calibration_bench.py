@@ -9,6 +9,8 @@
     python benchmarks/calibration_bench.py --spot-traces DIR --set held-out --cap-x 0.8
     python benchmarks/calibration_bench.py --spot-traces DIR --set held-out --cap-x 0.8 --bills 200
     python benchmarks/calibration_bench.py --spot-traces DIR --set loo --cap-x 1.0 --fits /tmp/loo-fits.pickle
+    python benchmarks/calibration_bench.py --spot-traces DIR --set loo --cap-x 0.8 --fits FITS --cells CELLS.json
+    python benchmarks/calibration_bench.py --spot-traces DIR --set loo --fits FITS --unavailable 1000 --recordings R
 
 The setting is benchmarks/policy_bench.py's (#26: 40 h of work, a 0.2 h changeover, spot at 0.35 of on-demand,
 saves on the notice, deadlines 48, 60 and 80 h) on every one-node trace of github.com/skypilot-org/spot-traces
