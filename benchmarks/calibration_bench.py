@@ -277,13 +277,17 @@ def lost_at_end(plan, up_s: float) -> float:
     return 0.0 if trained <= 0 else min(trained % (plan.interval_s + plan.save_s), plan.interval_s)
 
 
-def stretch_rows(plan, recordings: list, names: list[str], n: int, waits: str = "model") -> list[str]:
+def stretch_rows(plan, recordings: list, names: list[str], n: int, waits: str = "model",
+                 models: list | None = None) -> list[str]:
     """Per recording, its stretches with capacity against those of the estimate's `n` generated traces at its rate
     (seed 0): the share shorter than a start (start-up and restore: no work done, none lost) and the mean work a
-    periodic-only job loses at a stretch's end (`lost_at_end`)."""
+    periodic-only job loses at a stretch's end (`lost_at_end`). `models`: per recording, the model its traces draw
+    from (`calibrate`'s)."""
     start = plan.startup_s + plan.restore_s
     rows = []
-    for name, rec in zip(names, recordings, strict=True):
+    for k, (name, rec) in enumerate(zip(names, recordings, strict=True)):
+        if models is not None:
+            use_chain(models[k])
         rate, spec = recorded_rate(rec), trace_spec(plan, rec, waits)
         gen: list[float] = []
         for trace in generated_traces(spec, n, 0):
@@ -535,9 +539,9 @@ def main() -> None:
     if args.fits is not None and args.set != "loo":
         parser.error("--fits keeps the left-out fits of --set loo: give --set loo, or drop --fits")
     if args.set == "loo":
-        if args.bills or args.cycles or args.windows or args.stretches:
-            parser.error("--set loo gives the calibration's rows and --unavailable only: drop --bills, --cycles, "
-                         "--windows and --stretches")
+        if args.bills or args.cycles or args.windows:
+            parser.error("--set loo gives the calibration's rows, --unavailable and --stretches only: drop --bills, "
+                         "--cycles and --windows")
         models = left_out_models(paths, recordings, args.model, args.fits)
     if args.recordings:
         keep_names = args.recordings.split(",")
@@ -590,8 +594,7 @@ def main() -> None:
               f"({plan.startup_s + plan.restore_s:g} s) | recorded: lost at the end, periodic saves (s) | generated: "
               "shorter than a start | generated: lost at the end (s) | generated stretches |")
         print("|---|---|---|---|---|---|---|---|")
-        print("\n".join(stretch_rows(plan, recordings, [f"{p.parent.name}/{p.stem}" for p in paths],
-                                     args.stretches, args.waits)))
+        print("\n".join(stretch_rows(plan, recordings, names, args.stretches, args.waits, models)))
         return
     print(f"{len(recordings)} traces ({args.set}); interruptions per available hour "
           f"{min(map(recorded_rate, recordings)):.2f}-{max(map(recorded_rate, recordings)):.2f}; waits: {args.waits}"
