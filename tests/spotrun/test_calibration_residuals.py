@@ -126,3 +126,28 @@ def test_recordings_refuses_a_name_not_among_the_set(tmp_path, monkeypatch, caps
     assert stop.value.code == 2
     err = capsys.readouterr().err
     assert "--recordings a/nope: not among the 1 recordings of --set all (names as DIR/stem, e.g. a/z)" in err
+
+
+@pytest.mark.parametrize("table", ["stretches", "unavailable"])
+def test_the_diagnostics_draw_each_recordings_traces_from_its_own_fold(monkeypatch, table):
+    """`--stretches` and `--unavailable` with `--set loo`: recording k's generated traces come from models[k]."""
+    import benchmarks.calibration_bench as bench
+    from benchmarks.policy_bench import setting
+    from spotrun.policy import traces as _traces
+    from tests.spotrun.test_calibration_bench import _recording
+    recs = [_recording(f"r{k}", 0.4, 20 + k) for k in range(2)]
+    used = []
+
+    def generated(spec, n, seed):
+        used.append(_traces.fitted_trace.keywords["chain"])
+        return [[(0.0, 3600.0), (7200.0, 10800.0), (14400.0, 1e12)]] * n
+    monkeypatch.setattr(bench, "generated_traces", generated)
+    models = [bench.MODELS["bootstrap"], bench.MODELS["droughts"]]
+    try:
+        if table == "stretches":
+            bench.stretch_rows(setting(48), recs, ["r0", "r1"], 3, models=models)
+        else:
+            bench.unavailable_rows(recs, 48, 12, 3, "loo", models=models)
+    finally:
+        bench.use_model("regimes")
+    assert used == models
