@@ -9,6 +9,8 @@
     python benchmarks/calibration_bench.py --spot-traces DIR --set held-out --cap-x 0.8
     python benchmarks/calibration_bench.py --spot-traces DIR --set held-out --cap-x 0.8 --bills 200
     python benchmarks/calibration_bench.py --spot-traces DIR --set loo --cap-x 1.0 --fits /tmp/loo-fits.pickle
+    python benchmarks/calibration_bench.py --spot-traces DIR --set loo --cap-x 0.8 --fits FITS --cells CELLS.json
+    python benchmarks/calibration_bench.py --spot-traces DIR --set loo --fits FITS --unavailable 1000 --recordings R
 
 The setting is benchmarks/policy_bench.py's (#26: 40 h of work, a 0.2 h changeover, spot at 0.35 of on-demand,
 saves on the notice, deadlines 48, 60 and 80 h) on every one-node trace of github.com/skypilot-org/spot-traces
@@ -47,6 +49,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import json
 import math
 import pickle
 import random
@@ -168,8 +171,21 @@ def estimated_at_cap(plan, spec: TraceSpec, n: int, todo: list[tuple[str, str]],
     for p, ck in todo:
         runs = [execute(plan, trace, p, ck) for trace in traces]
         row = summarize(plan, describe(p, ck), p, ck, [r.tally for r in runs])
-        out[row.label] = (row.p_deadline, sum(r.over_budget for r in runs) / len(runs))
+        out[row.label] = (row.p_deadline, sum(r.over_budget for r in runs) / len(runs), run_figures(plan, runs))
     return out
+
+
+def run_figures(plan, runs: list) -> dict:
+    """Means over runs (`execute`'s) of what their odds are made of: the bill, the on-demand and spot hours, the
+    hours to finish (finished runs), the share finished by the deadline, finished after it, ended at the cap."""
+    done = [r.tally.t for r in runs if r.tally.finished]
+    return {"bill": sum(sum(cost_usd(plan, r.tally)) for r in runs) / len(runs),
+            "od_h": sum(r.tally.od_s for r in runs) / len(runs) / 3600,
+            "spot_h": sum(r.tally.spot_s for r in runs) / len(runs) / 3600,
+            "finish_h": sum(done) / len(done) / 3600 if done else None,
+            "met": sum(r.tally.finished and r.tally.t <= plan.deadline_s + 1e-6 for r in runs) / len(runs),
+            "late": sum(r.tally.finished and r.tally.t > plan.deadline_s + 1e-6 for r in runs) / len(runs),
+            "ended": sum(r.over_budget for r in runs) / len(runs)}
 
 
 def bill_rows(recordings: list, deadline_h: float, every_h: float, n: int, policies: list[str] | None,
@@ -202,19 +218,24 @@ def bill_rows(recordings: list, deadline_h: float, every_h: float, n: int, polic
     return rows
 
 
-def observed(plan, trace: list, policy: str, ck: str) -> tuple[bool, bool]:
-    """(met the deadline, the cap ended the run) on one recorded window."""
+def observed(plan, trace: list, policy: str, ck: str, figures: list | None = None) -> tuple[bool, bool]:
+    """(met the deadline, the cap ended the run) on one recorded window; `figures`: `run_figures` of the run
+    appended to it."""
     run = execute(plan, trace, policy, ck, horizon_s=plan.deadline_s + AFTER_DEADLINE_H * 3600)
+    if figures is not None:
+        figures.append(run_figures(plan, [run]))
     return run.tally.finished and run.tally.t <= plan.deadline_s + 1e-6, run.over_budget
 
 
 def calibrate(recordings: list, deadline_h: float, every_h: float, n: int, policies: list[str] | None,
               seed: int = 0, waits: str = "model", cap_usd: float | None = None, cap_x: float | None = None,
-              models: list | None = None) -> list[tuple]:
+              models: list | None = None, cells: dict | None = None) -> list[tuple]:
     """(candidate, mean estimated P, observed frequency, windows, the difference's 90% interval) at one deadline;
     with a cap (`cap_usd`, or `cap_x` times the bill on-demand), also the shares of runs the cap ended (estimated,
     observed) and the cap. `models`: per recording, the availability model its estimate draws from (leave one
-    out: `left_out_models`); None: the one in use."""
+    out: `left_out_models`); None: the one in use. `cells` (with a cap): filled, per candidate label, with each
+    recording's estimate (`run_figures` of its generated runs) and each window's executed run (its recording, its
+    `run_figures`): what benchmarks/calibration_residuals.py reads."""
     plan = setting(deadline_h)
     cap = cap_usd if cap_x is None else cap_x * on_demand_usd(plan)
     if cap is not None:
@@ -233,7 +254,11 @@ def calibrate(recordings: list, deadline_h: float, every_h: float, n: int, polic
     out = []
     for policy, ck in offered:
         label = describe(policy, ck)
-        seen = [observed(plan, trace, policy, ck) for _, trace in todo]
+        figs: list | None = [] if cells is not None and cap is not None else None
+        seen = [observed(plan, trace, policy, ck, figs) for _, trace in todo]
+        if figs is not None:
+            cells[label] = {"estimated": [e[label][2] for e in est],
+                            "windows": [[i, f] for (i, _), f in zip(todo, figs, strict=True)]}
         met = [m for m, _ in seen]
         promised = [est[i][label][0] for i, _ in todo]
         off = [(i, p - m) for (i, _), p, m in zip(todo, promised, met, strict=True)]
@@ -252,13 +277,17 @@ def lost_at_end(plan, up_s: float) -> float:
     return 0.0 if trained <= 0 else min(trained % (plan.interval_s + plan.save_s), plan.interval_s)
 
 
-def stretch_rows(plan, recordings: list, names: list[str], n: int, waits: str = "model") -> list[str]:
+def stretch_rows(plan, recordings: list, names: list[str], n: int, waits: str = "model",
+                 models: list | None = None) -> list[str]:
     """Per recording, its stretches with capacity against those of the estimate's `n` generated traces at its rate
     (seed 0): the share shorter than a start (start-up and restore: no work done, none lost) and the mean work a
-    periodic-only job loses at a stretch's end (`lost_at_end`)."""
+    periodic-only job loses at a stretch's end (`lost_at_end`). `models`: per recording, the model its traces draw
+    from (`calibrate`'s)."""
     start = plan.startup_s + plan.restore_s
     rows = []
-    for name, rec in zip(names, recordings, strict=True):
+    for k, (name, rec) in enumerate(zip(names, recordings, strict=True)):
+        if models is not None:
+            use_chain(models[k])
         rate, spec = recorded_rate(rec), trace_spec(plan, rec, waits)
         gen: list[float] = []
         for trace in generated_traces(spec, n, 0):
@@ -382,12 +411,12 @@ def unavailable(trace: list, end_s: float) -> tuple[float, float]:
 
 
 def unavailable_rows(recordings: list, deadline_h: float, every_h: float, n: int, set_name: str,
-                     waits: str = "model") -> list[str]:
+                     waits: str = "model", models: list | None = None) -> list[str]:
     """At one D (`deadline_h`), on the windows the calibration makes (a job started every `every_h` hours while D
     fits) and on the estimate's `n` generated traces per recording at its rate (seed 0; each recording's weighted
     by its windows, so both sides have the same counts): the hours without capacity in the first D hours (mean,
     P90, P95, P99, the share of windows over D / 4) and the longest single stretch without capacity (mean, P95,
-    P99)."""
+    P99). `models`: per recording, the model its generated traces draw from (`calibrate`'s)."""
     plan = setting(deadline_h)
     end = deadline_h * 3600
     todo = windows(recordings, deadline_h, every_h)
@@ -395,6 +424,8 @@ def unavailable_rows(recordings: list, deadline_h: float, every_h: float, n: int
     gen_side: list[tuple[tuple[float, float], float]] = []
     for k, rec in enumerate(recordings):
         count = sum(1 for i, _ in todo if i == k)
+        if count and models is not None:
+            use_chain(models[k])
         if count:
             gen_side += [(unavailable(t, end), count / n)
                          for t in generated_traces(trace_spec(plan, rec, waits), n, 0)]
@@ -461,6 +492,12 @@ def main() -> None:
                         "estimate's ESTIMATE_CHAIN, which is fitted on all 17), or the recorded cycles resampled in "
                         "blocks, rescaled to the rate, the waits by the rate's power law (bootstrap) or in recorded "
                         "seconds (bootstrap-recorded-waits)")
+    parser.add_argument("--cells", type=Path, metavar="FILE",
+                        help="with a cap: also write every recording's estimate and every window's executed run "
+                        "(bill, on-demand and spot hours, hours to finish, met / late / ended at the cap) to FILE "
+                        "(JSON), for benchmarks/calibration_residuals.py")
+    parser.add_argument("--recordings", help="comma-separated, as DIR/stem: only these recordings of --set (with "
+                        "--set loo, after every fit: each still fitted on all the others)")
     parser.add_argument("--policies", help="comma-separated: only these candidates (default: every one offered)")
     parser.add_argument("--deadlines", default=",".join(map(str, DEADLINES_H)), help="hours, comma-separated")
     parser.add_argument("--stretches", type=int, metavar="N", default=0,
@@ -487,6 +524,10 @@ def main() -> None:
     for flag, value in (("--cap-usd", args.cap_usd), ("--cap-x", args.cap_x)):
         if value is not None and not (math.isfinite(value) and value > 0):
             parser.error(f"{flag}={value:g} is invalid: expected a number > 0")
+    if args.cells is not None and (args.cap_usd is None and args.cap_x is None or args.bills or args.unavailable
+                                   or args.cycles or args.windows or args.stretches):
+        parser.error("--cells writes the calibration's runs at a cap: give --cap-usd or --cap-x and none of "
+                     "--bills, --unavailable, --cycles, --windows, --stretches, or drop --cells")
     paths = sorted(args.spot_traces.glob("availability/1-node/*/*.json"))
     if not paths:
         raise SystemExit(f"--spot-traces {args.spot_traces}: no availability/1-node/*/*.json under it")
@@ -498,10 +539,19 @@ def main() -> None:
     if args.fits is not None and args.set != "loo":
         parser.error("--fits keeps the left-out fits of --set loo: give --set loo, or drop --fits")
     if args.set == "loo":
-        if args.bills or args.unavailable or args.cycles or args.windows or args.stretches:
-            parser.error("--set loo gives the calibration's rows only: drop --bills, --unavailable, --cycles, "
-                         "--windows and --stretches")
+        if args.bills or args.cycles or args.windows:
+            parser.error("--set loo gives the calibration's rows, --unavailable and --stretches only: drop --bills, "
+                         "--cycles and --windows")
         models = left_out_models(paths, recordings, args.model, args.fits)
+    if args.recordings:
+        keep_names = args.recordings.split(",")
+        unknown = [n for n in keep_names if n not in names]
+        if unknown:
+            parser.error(f"--recordings {','.join(unknown)}: not among the {len(names)} recordings of --set "
+                         f"{args.set} (names as DIR/stem, e.g. {names[0]})")
+        picked = [k for k, n in enumerate(names) if n in keep_names]
+        recordings, names = [recordings[k] for k in picked], [names[k] for k in picked]
+        models = None if models is None else [models[k] for k in picked]
     if args.bills:
         if args.cap_usd is None and args.cap_x is None:
             parser.error("--bills needs --cap-usd or --cap-x")
@@ -518,8 +568,9 @@ def main() -> None:
               "| longest stretch without capacity (h): mean | P95 | P99 |")
         print("|---|---|---|---|---|---|---|---|---|---|---|")
         for deadline_h in map(float, args.deadlines.split(",")):
-            print("\n".join(unavailable_rows(recordings, deadline_h, args.every_h, args.unavailable, args.set,
-                                            args.waits)), flush=True)
+            print("\n".join(unavailable_rows(recordings, deadline_h, args.every_h, args.unavailable,
+                                             args.set if not args.recordings else args.recordings, args.waits,
+                                             models)), flush=True)
         return
     if args.cycles:
         print("| cycles | log stretch with capacity, one cycle apart | log wait, one cycle apart | log stretch and "
@@ -543,14 +594,14 @@ def main() -> None:
               f"({plan.startup_s + plan.restore_s:g} s) | recorded: lost at the end, periodic saves (s) | generated: "
               "shorter than a start | generated: lost at the end (s) | generated stretches |")
         print("|---|---|---|---|---|---|---|---|")
-        print("\n".join(stretch_rows(plan, recordings, [f"{p.parent.name}/{p.stem}" for p in paths],
-                                     args.stretches, args.waits)))
+        print("\n".join(stretch_rows(plan, recordings, names, args.stretches, args.waits, models)))
         return
     print(f"{len(recordings)} traces ({args.set}); interruptions per available hour "
           f"{min(map(recorded_rate, recordings)):.2f}-{max(map(recorded_rate, recordings)):.2f}; waits: {args.waits}"
           + (f" (recorded means {min(map(recorded_wait, recordings)) / 3600:.2f}-"
              f"{max(map(recorded_wait, recordings)) / 3600:.2f} h)" if args.waits == "recorded" else ""))
     at_cap = args.cap_usd is not None or args.cap_x is not None
+    cells: dict = {}
     print("| deadline | " + ("cap | " if at_cap else "") + "candidate | windows | estimated P(deadline) | observed | "
           "difference (points) | 90% interval, recordings resampled |"
           + (" ended at the cap (estimated / observed) |" if at_cap else ""))
@@ -558,14 +609,18 @@ def main() -> None:
     t0 = time.perf_counter()
     policies = args.policies.split(",") if args.policies else None
     for deadline_h in map(float, args.deadlines.split(",")):
+        cells[f"{deadline_h:g}"] = {}
         for label, promised, met, count, (lo, hi), *capped_row in calibrate(
                 recordings, deadline_h, args.every_h, args.n, policies, args.seed, args.waits, args.cap_usd,
-                args.cap_x, models):
+                args.cap_x, models, cells[f"{deadline_h:g}"]):
             cap_cell = f"${capped_row[2]:,.2f} | " if capped_row else ""
             ended = f" {capped_row[0]:.1%} / {capped_row[1]:.1%} |" if capped_row else ""
             print(f"| {deadline_h:g} h | {cap_cell}{label} | {count} | {promised:.1%} | {met:.1%} | "
                   f"{100 * (promised - met):+.1f} | {100 * lo:+.1f} .. {100 * hi:+.1f} |{ended}", flush=True)
     print(f"({time.perf_counter() - t0:.0f} s)")
+    if args.cells is not None:
+        args.cells.write_text(json.dumps({"set": args.set, "model": args.model, "seed": args.seed, "n": args.n,
+                                          "every_h": args.every_h, "recordings": names, "deadlines": cells}))
 
 
 if __name__ == "__main__":

@@ -143,7 +143,8 @@ def test_calibrate_draws_each_recordings_estimate_from_its_own_model(monkeypatch
 
 @pytest.mark.parametrize(("argv", "said"), [
     (["--fits", "f.pickle"], "--fits keeps the left-out fits of --set loo: give --set loo, or drop --fits"),
-    (["--set", "loo", "--cap-x", "1", "--bills", "10"], "--set loo gives the calibration's rows only: drop --bills"),
+    (["--set", "loo", "--cap-x", "1", "--bills", "10"],
+     "--set loo gives the calibration's rows, --unavailable and --stretches only: drop --bills"),
 ])
 def test_the_leave_one_out_options_refuse_what_they_do_not_do(tmp_path, monkeypatch, capsys, argv, said):
     import json
