@@ -19,8 +19,9 @@ estimate's traces drawn from other seeds) give the estimate's seed-to-seed sprea
   other 16 recordings' windows (their own leave-one-out residuals, never r's), per cell (`cell`) or one figure over
   every cell of the cap (`pooled`), or (`odds`) r's odds of missing scaled by the other 16's observed / estimated
   misses; the corrected cells against the uncorrected.
-- `seeds` (with several files): per cell, the estimated P(deadline) at each seed, their spread, and the binomial
-  standard error of the estimate's own N traces per recording pooled over the windows.
+- `seeds` (with several files): per cell, the estimated P(deadline) at each seed, their spread, the binomial
+  standard error of the estimate's own N traces per recording pooled over the windows, and estimated minus observed
+  at each seed and its mean over the seeds; the mean and the largest of those seed means over the cells.
 """
 
 from __future__ import annotations
@@ -211,12 +212,15 @@ def corrected_rows(data: dict) -> list[str]:
 
 
 def seed_rows(datas: list[dict]) -> list[str]:
-    """Per cell: the estimated P(deadline) at each file's seed, their standard deviation, and the binomial standard
+    """Per cell: the estimated P(deadline) at each file's seed, their standard deviation, the binomial standard
     error of the estimate's N traces per recording, pooled over the windows (each recording's estimate weighted by
-    its windows)."""
-    rows = ["| deadline | candidate | estimated at seeds " + " ".join(str(d.get("seed")) for d in datas)
-            + " | spread (SD, points) | SE of N traces, pooled (points) |", "|---|---|---|---|---|"]
+    its windows), and estimated minus observed at each seed and its mean over the seeds; then the mean and the
+    largest of those seed means over the cells (what one seed's cells would state with that seed's luck)."""
+    seeds = " ".join(str(d.get("seed")) for d in datas)
+    rows = [f"| deadline | candidate | estimated at seeds {seeds} | spread (SD, points) | SE of N traces, pooled "
+            f"(points) | difference at seeds {seeds} (points) | mean over the seeds |", "|---|---|---|---|---|---|---|"]
     per_file = [cells(d) for d in datas]
+    means = []
     for k, (deadline, label, windows, est) in enumerate(per_file[0]):
         ps = [sum(p for _, p, _ in c[k][2]) / len(c[k][2]) for c in per_file]
         mean = sum(ps) / len(ps)
@@ -226,8 +230,13 @@ def seed_rows(datas: list[dict]) -> list[str]:
             counts[i] = counts.get(i, 0) + 1
         n_w = len(windows)
         var = sum((c / n_w) ** 2 * est[i]["met"] * (1 - est[i]["met"]) / datas[0]["n"] for i, c in counts.items())
+        diffs = [difference(c[k][2]) for c in per_file]
+        means.append(sum(diffs) / len(diffs))
         rows.append(f"| {deadline} h | {label} | " + " ".join(f"{p:.1%}" for p in ps)
-                    + f" | {100 * sd:.2f} | {100 * math.sqrt(var):.2f} |")
+                    + f" | {100 * sd:.2f} | {100 * math.sqrt(var):.2f} | "
+                    + " ".join(f"{d:+.1f}" for d in diffs) + f" | {means[-1]:+.2f} |")
+    rows += ["", f"| cells | mean over the seeds {seeds}: mean (points) | mean absolute | largest | within 1 point |",
+             "|---|---|---|---|---|", f"| {len(means)} | {summary(means)} |"]
     return rows
 
 

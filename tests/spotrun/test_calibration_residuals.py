@@ -151,3 +151,20 @@ def test_the_diagnostics_draw_each_recordings_traces_from_its_own_fold(monkeypat
     finally:
         bench.use_model("regimes")
     assert used == models
+
+
+def test_seeds_states_each_cells_mean_over_the_seeds_and_their_summary():
+    """Two cells, seeds 0 and 1 (the same windows, observed 50%): 48 h reads +4 then 0 points, 80 h +1 then +7. The
+    seeds' table gives each cell's mean over the seeds (+2.00, +4.00) and, over the cells, the mean and the largest
+    of those means (+3.00, +4.0), not the first seed's (+2.50, +4.0 at 48 h)."""
+    def seeded(seed: int, p48: float, p80: float) -> dict:
+        data = _data([(0, p48, 1), (0, p48, 0)])
+        data["deadlines"]["80"] = _data([(0, p80, 1), (0, p80, 0)])["deadlines"]["48"]
+        return {**data, "seed": seed}
+    rows = res.seed_rows([seeded(0, 0.54, 0.51), seeded(1, 0.50, 0.57)])
+    assert "difference at seeds 0 1 (points) | mean over the seeds |" in rows[0], rows[0]
+    cell48, = [r for r in rows if r.startswith("| 48 h |")]
+    cell80, = [r for r in rows if r.startswith("| 80 h |")]
+    assert cell48.endswith("| +4.0 +0.0 | +2.00 |") and cell80.endswith("| +1.0 +7.0 | +4.00 |"), (cell48, cell80)
+    assert rows[-1] == "| 2 | +3.00 | 3.00 | +4.0 | 0 of 2 |", rows[-1]
+    assert "mean over the seeds 0 1: mean (points)" in rows[-3], rows[-3]
