@@ -239,13 +239,13 @@ def over_budget_with_caps(run: Any, refused: Refusal, replan: Callable[[float, L
     if ends:
         caps = " and at ".join(f"${cap:,.2f}" for cap in ends)
         said += (f"; at {caps} the guard ends some of these simulated runs (OverBudget): "
-                 f"{choose.held_out_margin_text(choose.odds_name(section.policies))}")
+                 f"{choose.held_out_margin_brief(choose.odds_name(section.policies))}")
     speed = speed_margin_note(at, there=there)
     if speed is not None:
         said += f"; {speed['line']}"
     if section.cap_to_set_layout == choose.layout_words(est):  # null where it is the refusal's estimate's own
         section = dataclasses.replace(section, cap_to_set_layout=None)
-    message = refused.message + said + f" (the refusal's estimate carries the policy simulated at ${smallest:,.2f})"
+    message = refused.message + said + f" (the refusal's JSON: the estimate at ${smallest:,.2f})"
     warnings = [*est.warnings, *(w for w in told if w not in est.warnings)]
     notes = {"held_out_margin": choose.held_out_margin(section.policies, where=f"at ${smallest:,.2f}"),
              "cap_to_set_held_out_margin": to_set_margin, "cap_to_set_speed_margin": speed}

@@ -1269,6 +1269,14 @@ def held_out_margin_text(odds: str) -> str:
             "\"Leave one recording out\"): expect that much less")
 
 
+def held_out_margin_brief(odds: str) -> str:
+    """`held_out_margin_text` in a refusal's one-line message: the same figures, fewer words (the refusal's JSON
+    carries the whole line in `held_out_margin` and `cap_to_set_held_out_margin`)."""
+    mean, largest = HELD_OUT_OVER_AT_CAP_POINTS
+    return (f"such {odds} read {mean:.1f} points high on average, up to {largest:.1f}, on recordings left out of the "
+            "model's fit (docs/spot-policy.md, \"Leave one recording out\")")
+
+
 def odds_name(rows: list[dict]) -> str:
     """The odds a table of rows quotes: P(deadline) with a deadline, else P(finished) (`policy_text`'s column)."""
     return "P(deadline)" if any(r.get("p_deadline") is not None for r in rows) else "P(finished)"

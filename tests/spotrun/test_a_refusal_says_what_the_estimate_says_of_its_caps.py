@@ -33,7 +33,7 @@ def _refused_a_cent_under(tmp_path, capsys, run: dict) -> tuple[dict, float]:
 
 def test_odds_quoted_at_caps_that_end_runs_come_with_the_held_out_margin(tmp_path, capsys):
     """mistral-7b-lora refused at $10 quoted 60.0% at $12.39 and 99.1% at $12.98, both caps ending some runs."""
-    from spotrun.policy.choose import held_out_margin_text  # (new with the fix)
+    from spotrun.policy.choose import held_out_margin_brief  # (new with the fix)
 
     run = _example("mistral-7b-lora")
     refused, smallest = _refused_a_cent_under(tmp_path, capsys, run)
@@ -52,7 +52,7 @@ def test_odds_quoted_at_caps_that_end_runs_come_with_the_held_out_margin(tmp_pat
     assert ended and refused["held_out_margin"]["policies"] == ended, refused["held_out_margin"]
     assert refused["held_out_margin"]["line"].startswith(f"at ${smallest:,.2f} the guard ends"), refused
     said = f"at ${smallest:,.2f} and at ${to_set:,.2f} the guard ends some of these simulated runs (OverBudget): "
-    assert said + held_out_margin_text(there["held_out_margin"]["odds"]) in refused["message"], refused["message"]
+    assert said + held_out_margin_brief(there["held_out_margin"]["odds"]) in refused["message"], refused["message"]
 
 
 def test_an_on_demand_refusal_says_the_speed_margin_the_estimate_at_its_cap_to_set_says(tmp_path, capsys):
