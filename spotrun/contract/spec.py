@@ -298,6 +298,11 @@ class ComputeSpec:
                 raise RunValidationError(f"{path}.{name}", raw[name], "no value with compute.spot=false (an "
                                          "on-demand job has no MaxWait: it never waits for spot capacity), or "
                                          "compute.spot=true")
+        if self.target_hours is not None and self.deadline_s is not None and self.target_hours * 3600 > self.deadline_s:
+            raise RunValidationError(f"{path}.target_hours", self.target_hours, "at most compute.deadline_hours="
+                                     f"{deadline_hours_text(self.deadline_s)} (the wall-time goal picks the layout; "
+                                     "a layout slower than the deadline cannot meet it), or a later "
+                                     "compute.deadline_hours")
         if self.spot and self.warm_pool_minutes:
             raise RunValidationError(f"{path}.warm_pool_minutes", self.warm_pool_minutes, "0 with compute.spot=true "
                                      "(SageMaker managed warm pools cannot be used with spot instances), or "

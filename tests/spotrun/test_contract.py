@@ -312,6 +312,28 @@ def test_spot_only_settings_are_refused_on_an_on_demand_run_before_it_is_planned
         assert parse_run(raw).compute.spot is False
 
 
+@pytest.mark.parametrize("target, deadline, refused", [(20, 12, True), (12.5, 12, True), (12, 12, False),
+                                                       (6, 12, False)])
+def test_a_wall_time_goal_later_than_the_deadline_is_refused_naming_both(target, deadline, refused):
+    """compute.target_hours picks the cheapest layout finishing within it; one later than compute.deadline_hours
+    asks for a layout the deadline cannot wait for. It was accepted silently (a new user's trial); it is refused in
+    one line naming both fields, by the contract the CLI and the estimate Lambda share."""
+    from spotrun.pipeline.plan import plan
+    from tests.spotrun.test_handlers import RUN, SETTINGS
+
+    raw = copy.deepcopy(RUN)
+    raw["compute"].update(target_hours=target, deadline_hours=deadline)
+    if not refused:
+        assert parse_run(raw).compute.target_hours == target
+        return
+    with pytest.raises(RunValidationError) as err:
+        parse_run(raw)
+    assert err.value.field == "compute.target_hours"
+    assert "\n" not in str(err.value) and f"compute.deadline_hours={deadline}" in str(err.value)
+    lambda_plan = plan(raw, "exec-1", SETTINGS, started="2026-01-01T00:00:00Z")
+    assert (lambda_plan["status"], lambda_plan["field"]) == ("InvalidRun", "compute.target_hours")
+
+
 @pytest.mark.parametrize("name", ["qwen2-0.5b-full-small", "mistral-7b-lora", "llama3-8b-full"])
 def test_the_contract_refuses_a_seq_len_past_the_positions_its_inline_config_names(tmp_path, capsys, name):
     """An inline model.config's max_position_embeddings bounds data.seq_len in the contract itself: `spotrun
