@@ -464,7 +464,7 @@ def unfinished_by_cause(p_finished: float, p_over_budget: float, fixes: list | N
                                "(compute.on_demand_fallback=true does not)"))
     if unfinished - at_cap > 1e-9:
         causes.append((unfinished - at_cap, f"{unfinished - at_cap:.1%} wait out MaxWait with no spot capacity: "
-                                            + maxwait_fix_text(fixes)))
+                                            + maxwait_fix_text(fixes, p_finished)))
     return "; ".join(text for _, text in sorted(causes, key=lambda c: -c[0]))
 
 
