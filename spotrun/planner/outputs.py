@@ -285,7 +285,8 @@ def maxwait_fix_text(fixes: list | None, now: float | None = None) -> str:
     planner's limit for one job: 'a larger cap does not' was false below it (a new user's mistral-7b LoRA with 2 h of
     accepted delay finished 84.2% / 91.0% / 97.8% at $20 / $40 / $80). Without `fixes` (none simulated) the remedies
     are named without shares. `now`: the share that finishes as the run is (on the same traces), which a remedy that
-    finishes no more is said against (the mistral example's 74 h of accepted delay finished 99.8%, as its 24 h)."""
+    finishes no more is said against (a 28-day run with a 40-day deadline: 128 h of accepted delay finished 70.7%
+    against 91.2% with its 24 h)."""
     if not fixes:
         return ("compute.on_demand_fallback=true finishes them on on-demand; a longer compute.accepted_delay_hours "
                 "lets them wait longer, as does a larger cap where it lengthens the jobs' MaxRuntime (MaxWait is "
@@ -298,14 +299,14 @@ def maxwait_fix_text(fixes: list | None, now: float | None = None) -> str:
         if setting == "compute.on_demand_fallback":
             said.append(f"compute.on_demand_fallback=true {finishes} (on on-demand after MaxWait)")
         elif setting in ("compute.accepted_delay_hours", "compute.max_wait_hours"):
-            said.append(f"{setting}={value:g} (the longest wait for capacity on these traces) {finishes}")
+            said.append(f"{setting}={value:g} (the longest wait for capacity on the traces it draws) {finishes}")
         elif setting == "budget.max_usd" and value is not None:
             said.append(f"budget.max_usd={usd(value)} {finishes} (from that cap the job's MaxRuntime, so its "
                         "MaxWait, is the planner's limit for one job: a larger cap lengthens it no more)")
         elif setting == "budget.max_usd":
             said.append(f"a larger cap does not (from {usd(fix['from_usd'])}, under this cap, the job's "
                         "MaxRuntime, so its MaxWait, is already the planner's limit for one job)")
-    return "simulated on the estimate's traces with its policy: " + "; ".join(said)
+    return "simulated as the estimate simulates the run, its trace model and chosen policy: " + "; ".join(said)
 
 
 # why runs end at the longest MaxRuntime with a cap far from binding, and what to do (a new user's 70B at a $5,000

@@ -493,18 +493,28 @@ def maxwait_fixes(run, est, catalog: dict, best: Summary, *, n: int, seed: int, 
     with_compute = lambda **change: dataclasses.replace(run, compute=dataclasses.replace(c, **change))  # noqa: E731
     fixes = [{"setting": "compute.on_demand_fallback", "value": True,
               "p_finished": finished(with_compute(on_demand_fallback=True), est)}]
-    plan = run_plan(run, est, catalog, poll_s=poll_s, max_poll_s=max_poll_s)
-    longest = max((_longest_wait_s(t) for t in _estimate_traces(plan, est, n, seed)), default=0.0)
-    if c.max_wait_hours is not None:
-        hours = min(2 * MAX_DELAY_H, max(c.max_wait_hours + 1, math.ceil((est.max_runtime_seconds + longest) / 3600)))
-        fixes.append({"setting": "compute.max_wait_hours", "value": hours,
-                      "p_finished": finished(with_compute(max_wait_hours=float(hours)),
-                                             dataclasses.replace(est, max_wait_seconds=int(hours * 3600)))})
-    else:
-        hours = min(MAX_DELAY_H, max(c.accepted_delay_hours + 1, math.ceil(longest / 3600)))
-        at = dataclasses.replace(est, max_wait_seconds=est.max_runtime_seconds + int(hours * 3600))
-        fixes.append({"setting": "compute.accepted_delay_hours", "value": hours,
-                      "p_finished": finished(with_compute(accepted_delay_hours=float(hours)), at)})
+    given = c.max_wait_hours is not None  # the run's MaxWait stands as given: the remedy is a longer one
+    setting = "compute.max_wait_hours" if given else "compute.accepted_delay_hours"
+
+    def delayed(hours: float) -> tuple:  # the run and its estimate with this setting
+        wait_s = int(hours * 3600) if given else est.max_runtime_seconds + int(hours * 3600)
+        return (with_compute(**{setting.split(".")[1]: float(hours)}),
+                dataclasses.replace(est, max_wait_seconds=wait_s))
+
+    # the longest wait for capacity on the traces the run so changed draws: a longer MaxWait draws longer traces,
+    # which can hold a longer wait, so again on those
+    own = hours = c.max_wait_hours if given else c.accepted_delay_hours
+    for _ in range(DELAY_ROUNDS):
+        r, e = delayed(hours) if hours != own else (run, est)
+        plan = run_plan(r, e, catalog, poll_s=poll_s, max_poll_s=max_poll_s)
+        longest = max((_longest_wait_s(t) for t in _estimate_traces(plan, e, n, seed)), default=0.0)
+        need = math.ceil(((est.max_runtime_seconds if given else 0) + longest) / 3600)
+        most = 2 * MAX_DELAY_H if given else MAX_DELAY_H
+        if need <= hours or hours >= most:
+            break
+        hours = min(most, need)
+    if hours > own:
+        fixes.append({"setting": setting, "value": hours, "p_finished": finished(*delayed(hours))})
     cap = longest_job_cap_usd(est.segments)
     if cap is not None and run.max_usd is not None and math.isfinite(run.max_usd) and run.max_usd < cap:
         fixes.append({"setting": "budget.max_usd", "value": cap, "p_finished": finished(*_at_cap(run, est, cap))})
@@ -514,6 +524,7 @@ def maxwait_fixes(run, est, catalog: dict, best: Summary, *, n: int, seed: int, 
 
 
 MAX_DELAY_H = 28 * 24  # compute.accepted_delay_hours' most (spotrun/contract/spec.py; max_wait_hours: twice it)
+DELAY_ROUNDS = 3  # the traces drawn for a longer delay, each longer: its longest wait looked for at most this often
 
 
 def _longest_wait_s(windows) -> float:
