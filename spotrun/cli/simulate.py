@@ -383,7 +383,7 @@ def _odds_not_borne_out(report: dict, section, row: dict) -> list[str]:
     line = (f"  not borne out here: on these traces, {cap}, {section.chosen} {what} on {here:.1%}, against "
             f"{told:.1%} on the estimate's generated traces, on which its figures and the cap to set rest")
     causes = _missed_by_cause(row, bool(section.sim_plan.get("on_demand_fallback", True)),
-                              late=bool(report["deadline_hours"]), fixes=section.maxwait_fixes)
+                              late=bool(report["deadline_hours"]), fixes=getattr(section, "maxwait_fixes", None))
     return [line + (f": {causes}" if causes else "") + "; " + _what_was_simulated(report, section)]
 
 

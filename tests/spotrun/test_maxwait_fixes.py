@@ -80,3 +80,24 @@ def test_over_the_one_job_cap_a_larger_cap_is_said_to_do_nothing_and_does_nothin
 def test_no_remedies_where_no_run_waits_out_maxwait(tmp_path, capsys):
     doc = _doc(tmp_path, capsys, _run(300.0, on_demand_fallback=True))
     assert doc["spot_policy"].get("maxwait_fixes") is None
+
+
+def test_spotrun_simulate_names_the_remedies_the_estimate_simulated(tmp_path, capsys):
+    """On recordings, the runs that wait out MaxWait are told the remedies with the estimate's shares (its traces),
+    in the cost line's words, not 'no cap finishes them'."""
+    from types import SimpleNamespace
+
+    from spotrun.cli.simulate import not_borne_out
+
+    doc = _doc(tmp_path, capsys, _run(20.0))
+    fixes, chosen = doc["spot_policy"]["maxwait_fixes"], doc["spot_policy"]["chosen"]
+    row = {"label": chosen, "p_finished": 0.5, "p_deadline": None, "p_over_budget": 0.0, "mean_usd": 1.0,
+           "p95_usd": 1.0}
+    report = {"policies": [row], "deadline_hours": None, "cap_usd": 20.0, "layout": "1 x ml.g6e.xlarge"}
+    section = SimpleNamespace(chosen=chosen, policies=[{**row, "p_finished": 0.842}], deadline_cap_usd=None,
+                              sim_plan={"on_demand_fallback": False}, p95_finish_cap_usd=None,
+                              cap_to_set_layout=None, maxwait_fixes=fixes)
+    line, = [x for x in not_borne_out(report, section, recorded=True) if x.startswith("  not borne out here:")]
+    assert "no cap finishes them" not in line, line
+    for fix in fixes:
+        assert fix["setting"] in line and f"finishes {fix['p_finished']:.1%}" in line, (fix, line)
