@@ -50,8 +50,9 @@ print(json.dumps({{"status": out.get("status"), "message": out.get("message"), "
 """
 
 
-def longest_run(deadline_days: float | None, tokens: int, max_usd: float = 1_000_000, auto: bool = False) -> dict:
-    compute = {"instance_type": "auto" if auto else "ml.g5.xlarge", "on_demand_fallback": True}
+def longest_run(deadline_days: float | None, tokens: int, max_usd: float = 1_000_000, auto: bool = False,
+                fallback: bool = True) -> dict:
+    compute = {"instance_type": "auto" if auto else "ml.g5.xlarge", "on_demand_fallback": fallback}
     if deadline_days:
         compute["deadline_hours"] = deadline_days * 24
     return {"version": 1, "name": "longest", "model": {"init": "random", "config": {
@@ -99,6 +100,9 @@ def main() -> None:
     parser.add_argument("--auto", action="store_true",
                         help="the runs' compute.instance_type 'auto' (every instance type at the rate): with a "
                         "deadline the planner compares layouts by the spot policy's bill, simulations on top")
+    parser.add_argument("--no-fallback", action="store_true",
+                        help="the runs without compute.on_demand_fallback: where runs wait out MaxWait, the estimate "
+                        "simulates each remedy for them (spotrun/policy/choose.py `maxwait_fixes`), simulations on top")
     args = parser.parse_args()
     print(f"| case | outcome (limits: {LIMIT_BYTES >> 20} MiB address space, {CPU_LIMIT_S} s CPU) |\n|---|---|")
     for rate in sorted({args.rate, 0.05}):
@@ -107,8 +111,8 @@ def main() -> None:
         cap = round(args.cap_x * spot, 2) if args.cap_x else 1_000_000
         for deadline in (None, *args.deadline_days):
             rates = dict.fromkeys(load_catalog()["instances"], rate) if args.auto else {"ml.g5.xlarge": rate}
-            case = {"run": longest_run(deadline, tokens, cap, args.auto), "rates": rates}
-            label = ("auto, " if args.auto else "") + f"{rate:g}/h, "
+            case = {"run": longest_run(deadline, tokens, cap, args.auto, not args.no_fallback), "rates": rates}
+            label = ("auto, " if args.auto else "") + ("no fallback, " if args.no_fallback else "") + f"{rate:g}/h, "
             label += (f"deadline {deadline:g} days" if deadline else "no deadline") + \
                 (f", cap ${cap:,.2f} ({args.cap_x:g}x spot)" if args.cap_x else "")
             print(f"| {label} | {measure(case)} |", flush=True)

@@ -580,6 +580,13 @@ class SpotPolicy(_StateJson):
     # this estimate's first; the cap to set is then this layout's, and `cap_to_set_layout` and `cap_to_set_row` are
     # the layout and the chosen policy's row the estimate at it takes (`_settled_layout`); null: they settled
     cap_to_set_unsettled: list | None = None
+    # where some of the chosen policy's runs wait out MaxWait with no spot capacity (a spot run without on-demand
+    # fallback): each remedy simulated with the estimate's traces and the chosen policy, {"setting", "value",
+    # "p_finished"} (the share of runs that finish there): compute.on_demand_fallback=true, a longer
+    # compute.accepted_delay_hours (compute.max_wait_hours where the run gives it), and budget.max_usd at the cap
+    # from which the job's MaxRuntime is the planner's limit for one job (`value` null, `from_usd` that cap, where
+    # the run's cap is at or over it: a larger cap changes nothing); spotrun/policy/choose.py `maxwait_fixes`
+    maxwait_fixes: list | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -21,7 +21,7 @@ from ..contract.refusal import Refusal
 from ..contract.runfile import load_run_file
 from ..contract.strict_json import dumps as strict_dumps
 from ..planner.estimate import load_catalog, regional_catalog
-from ..planner.outputs import speed_margin_note
+from ..planner.outputs import maxwait_fix_text, speed_margin_note
 from ..policy.choose import (
     ESTIMATE_TRACES,
     SYNTHETIC_TRACES,
@@ -383,15 +383,16 @@ def _odds_not_borne_out(report: dict, section, row: dict) -> list[str]:
     line = (f"  not borne out here: on these traces, {cap}, {section.chosen} {what} on {here:.1%}, against "
             f"{told:.1%} on the estimate's generated traces, on which its figures and the cap to set rest")
     causes = _missed_by_cause(row, bool(section.sim_plan.get("on_demand_fallback", True)),
-                              late=bool(report["deadline_hours"]))
+                              late=bool(report["deadline_hours"]), fixes=getattr(section, "maxwait_fixes", None))
     return [line + (f": {causes}" if causes else "") + "; " + _what_was_simulated(report, section)]
 
 
-def _missed_by_cause(row: dict, fallback: bool, late: bool) -> str:
+def _missed_by_cause(row: dict, fallback: bool, late: bool, fixes: list | None = None) -> str:
     """Why the chosen policy's runs miss here, each cause with its share and what would change it: ended at the cap
-    (a larger cap finishes them), MaxWait without spot capacity and no fallback (no cap does: the fallback or a longer
-    delay does), the longest MaxRuntime reached unfinished, or (`late`, with a deadline) finished after it. A new user
-    was told '6.4% wait out MaxWait ... no cap finishes them' where 6.1% more had ended at the cap."""
+    (a larger cap finishes them), MaxWait without spot capacity and no fallback (the remedies the estimate simulated
+    on its traces, `maxwait_fix_text` of its `maxwait_fixes`: the cost line's and the warnings' text), the longest
+    MaxRuntime reached unfinished, or (`late`, with a deadline) finished after it. A new user was told '6.4% wait out
+    MaxWait ... no cap finishes them' where 6.1% more had ended at the cap."""
     unfinished = 1.0 - row["p_finished"]
     at_cap = min(unfinished, row.get("p_over_budget", 0.0))
     rest = unfinished - at_cap
@@ -404,8 +405,8 @@ def _missed_by_cause(row: dict, fallback: bool, late: bool) -> str:
                                f"{'lets them go on' if late else 'finishes them'})"))
     if rest > 1e-9 and not fallback:
         causes.append((rest, f"{rest:.1%} wait out MaxWait with no spot capacity and end unfinished "
-                             "(compute.on_demand_fallback=false: no on-demand job follows; no cap finishes them: "
-                             "compute.on_demand_fallback=true does, or a longer compute.accepted_delay_hours)"))
+                             "(compute.on_demand_fallback=false: no on-demand job follows; "
+                             f"{maxwait_fix_text(fixes)})"))
     elif rest > 1e-9:
         causes.append((rest, f"{rest:.1%} run to the longest MaxRuntime unfinished"))
     return ", ".join(text for _, text in sorted(causes, key=lambda c: -c[0]))

@@ -273,10 +273,42 @@ def _chosen_cost_text(section: SpotPolicy | None) -> str:
     tail = (f" (the mean above the P95: the costliest 5% of the traces, a long wait{missed}, pull it up)"
             if usd(row["mean_usd"]) != usd(row["p95_usd"]) and row["mean_usd"] > row["p95_usd"] else "")
     fallback = bool(getattr(section, "sim_plan", {}).get("on_demand_fallback", True))
-    return f"mean {usd(row['mean_usd'])}, P95 {usd(row['p95_usd'])}{tail}" + unfinished_text(row, fallback)
+    return f"mean {usd(row['mean_usd'])}, P95 {usd(row['p95_usd'])}{tail}" + unfinished_text(
+        row, fallback, getattr(section, "maxwait_fixes", None))
 
 
-NO_FALLBACK_FIX = "compute.on_demand_fallback=true finishes them on on-demand"
+def maxwait_fix_text(fixes: list | None, now: float | None = None) -> str:
+    """What finishes the runs that waited out MaxWait with no spot capacity (no on-demand fallback): each remedy the
+    estimate simulated with its own traces and policy, with the share of runs that finish there
+    (`SpotPolicy.maxwait_fixes`, spotrun/policy/choose.py `maxwait_fixes`); the one text the cost line, the warnings
+    and `spotrun simulate` say. MaxWait = MaxRuntime + the accepted delay, and MaxRuntime grows with the cap up to the
+    planner's limit for one job: 'a larger cap does not' was false below it (a new user's mistral-7b LoRA with 2 h of
+    accepted delay finished 84.2% / 91.0% / 97.8% at $20 / $40 / $80). Without `fixes` (none simulated) the remedies
+    are named without shares. `now`: the share that finishes as the run is (on the same traces), which a remedy that
+    finishes no more is said against (a 28-day run with a 40-day deadline: 128 h of accepted delay finished 70.7%
+    against 91.2% with its 24 h)."""
+    if not fixes:
+        return ("compute.on_demand_fallback=true finishes them on on-demand; a longer compute.accepted_delay_hours "
+                "lets them wait longer, as does a larger cap where it lengthens the jobs' MaxRuntime (MaxWait is "
+                "MaxRuntime plus the accepted delay)")
+    said = []
+    for fix in fixes:
+        setting, value, share = fix["setting"], fix.get("value"), fix.get("p_finished")
+        finishes = "" if share is None else f"finishes {share:.1%}" + (
+            ", no more than as the run is" if now is not None and share <= now + 1e-9 else "")
+        if setting == "compute.on_demand_fallback":
+            said.append(f"compute.on_demand_fallback=true {finishes} (on on-demand after MaxWait)")
+        elif setting in ("compute.accepted_delay_hours", "compute.max_wait_hours"):
+            said.append(f"{setting}={value:g} (the longest wait for capacity on the traces it draws) {finishes}")
+        elif setting == "budget.max_usd" and value is not None:
+            said.append(f"budget.max_usd={usd(value)} {finishes} (from that cap the job's MaxRuntime, so its "
+                        "MaxWait, is the planner's limit for one job: a larger cap lengthens it no more)")
+        elif setting == "budget.max_usd":
+            said.append(f"a larger cap does not (from {usd(fix['from_usd'])}, under this cap, the job's "
+                        "MaxRuntime, so its MaxWait, is already the planner's limit for one job)")
+    return "simulated as the estimate simulates the run, its trace model and chosen policy: " + "; ".join(said)
+
+
 # why runs end at the longest MaxRuntime with a cap far from binding, and what to do (a new user's 70B at a $5,000
 # cap: "maxwait_fallback (periodic) finishes on 99.7% (0.3% ran to the longest MaxRuntime)" and nothing else): no
 # bug in the chain's MaxRuntime, the cap or SageMaker's 28 days: the one job's MaxRuntime is the planner's limit
@@ -289,11 +321,12 @@ LONGEST_MAX_RUNTIME_FIX = ("checkpoint.resume_from, naming the ended execution, 
                            "checkpoint in a new execution; compute.spot=false is never interrupted")
 
 
-def unfinished_text(row: dict, fallback: bool) -> str:
+def unfinished_text(row: dict, fallback: bool, fixes: list | None = None) -> str:
     """Why a policy's unfinished runs end, by their cause (`Summary.p_over_budget`): at the cap (OverBudget), which
-    a larger cap finishes, or at MaxWait without spot capacity and no on-demand fallback, which only
-    compute.on_demand_fallback=true finishes (a new user read 'the runs the cap ends' at a $50 cap for a $0.26
-    run whose runs ended at MaxWait); `fallback`: the run's compute.on_demand_fallback (or compute.spot=false)."""
+    a larger cap finishes, or at MaxWait without spot capacity and no on-demand fallback, with what finishes them as
+    simulated (`maxwait_fix_text`; a new user read 'the runs the cap ends' at a $50 cap for a $0.26 run whose runs
+    ended at MaxWait); `fallback`: the run's compute.on_demand_fallback (or compute.spot=false); `fixes`: the
+    section's `maxwait_fixes`."""
     if row["p_finished"] >= 1.0:
         return ""
     unfinished = 1.0 - row["p_finished"]
@@ -306,7 +339,7 @@ def unfinished_text(row: dict, fallback: bool) -> str:
                       f"{LONGEST_MAX_RUNTIME_FIX})")
     elif unfinished - at_cap > 1e-9:
         causes.append(f"{unfinished - at_cap:.1%} waited out MaxWait with no spot capacity "
-                      f"({NO_FALLBACK_FIX}; a larger cap does not)")
+                      f"({maxwait_fix_text(fixes, row['p_finished'])})")
     return (f"; {row['p_finished']:.1%} of the simulated runs finish: {' and '.join(causes)}; the mean and P95 "
             "count the unfinished runs at what they billed")
 

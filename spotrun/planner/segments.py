@@ -352,6 +352,20 @@ def uncapped_cost_usd(segments: SegmentPlan) -> float:
                       costs=ChainCosts(**segments.chain_costs), first=True, spot=_spot(segments)).cost_usd
 
 
+def longest_job_cap_usd(segments: SegmentPlan) -> float | None:
+    """The least cap (to the cent, up) at which the first job's MaxRuntime is the longest (`next_max_runtime`: the
+    planner's limit for one job), so its MaxWait (MaxRuntime + the accepted delay) the longest too: a larger cap
+    lengthens neither. None without the chain's figures."""
+    costs = segments.chain_costs if segments else None
+    if not costs:
+        return None
+    usd = (costs["longest_s"] + STOP_BILL_S + costs.get("warm_pool_s", 0.0)) * costs["usd_per_s"]
+    cap = math.ceil(round(usd * 100, 6)) / 100
+    while room_seconds(cap, 0.0, costs["usd_per_s"], costs.get("warm_pool_s", 0.0)) < costs["longest_s"]:
+        cap += 0.01  # the float's rounding
+    return round(cap, 2)
+
+
 def segments_at(segments: SegmentPlan, cap_usd: float) -> int:
     """How many jobs the expected chain of `segments` (planned at the run's cap) has at `cap_usd` instead (where
     none fits: the jobs it starts). Never more at a larger cap (a second's rounding of MaxRuntime aside): each job's

@@ -51,7 +51,8 @@ class Summary:
     p_over_budget: float = 0.0
     """The share of traces the guard ended unfinished at the cap (OverBudget); the rest of the unfinished ones
     ended at MaxWait with no spot capacity and no on-demand fallback, or at MaxRuntime: a larger cap finishes
-    only these."""
+    these (and, below the cap from which the job's MaxRuntime is the planner's limit for one job, some of those at
+    MaxWait, which is MaxRuntime plus the accepted delay: spotrun/policy/choose.py `maxwait_fixes`)."""
     capped: bool = False
     """The cost cap shaped the run on some trace (spotrun/policy/execution.py `Cap`; not one of the row's figures)."""
     bills: tuple[float, ...] = field(default=(), repr=False, compare=False)

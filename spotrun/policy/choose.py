@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from ..contract.spec import deadline_hours_text
 from ..planner.catalog import hours_text, usd
 from ..planner.estimate import LayoutBill, startup_seconds
-from ..planner.outputs import checkpoint_upload_seconds, guard_seconds_per_step
+from ..planner.outputs import checkpoint_upload_seconds, guard_seconds_per_step, maxwait_fix_text
 from ..planner.segments import (
     JOB_END_S,
     STOP_BILL_S,
@@ -35,6 +35,7 @@ from ..planner.segments import (
     chain_at,
     finish_cap_usd,
     job_start_s,
+    longest_job_cap_usd,
     on_demand_cap_usd,
     on_demand_segments_at,
     one_job_at,
@@ -390,17 +391,21 @@ class PolicyChoice:
 
 def spot_policy(run, est, catalog: dict, *, n: int = N_TRACES, seed: int = SEED, poll_s: float = 60.0,
                 max_poll_s: float = 4 * 3600.0, deadline_cap: Callable[[float], float] | None = None,
-                keep: bool = False) -> PolicyChoice:
+                keep: bool = False, fixes: bool = False) -> PolicyChoice:
     """The estimate's policy choice: chosen policy, why, and every candidate's odds, as the cost guard polling
     between `poll_s` and `max_poll_s` executes them. The estimate is read, never changed. `deadline_cap(p95)`: the
     cap the warning names when the cap left out every policy meeting the deadline, from their lowest P95 here (by
     default that P95 rounded up to the cent; a cap's chain, so the P95, changes with the cap: the estimate step
     names one that holds, `spot_policy_at_caps`). `keep`: within `shared_simulations`, keep these executions (the
-    run at its cap) for `estimate_executions`."""
+    run at its cap) for `estimate_executions`. `fixes`: simulate what finishes the chosen policy's runs that wait
+    out MaxWait (`maxwait_fixes`: the estimate step's own call, not its searches at other caps)."""
+    n_asked = n
     plan, rows, n = _simulated(run, est, catalog, None, n=n, seed=seed, poll_s=poll_s, max_poll_s=max_poll_s,
                                keep=keep)
     finish = finish_caps(est)
     best, why = choose(plan, rows, cap_usd=run.max_usd, finish=finish)
+    remedies = maxwait_fixes(run, est, catalog, best, n=n_asked, seed=seed, poll_s=poll_s,
+                             max_poll_s=max_poll_s) if fixes else None
     left_out = left_out_by_cap(rows, run.max_usd, finish)
     warnings = []
     missed = ""
@@ -428,7 +433,7 @@ def spot_policy(run, est, catalog: dict, *, n: int = N_TRACES, seed: int = SEED,
         else:
             warnings.append(f"the run may not finish: no spot policy finishes on {CONFIDENCE:.0%} of the traces (the "
                             f"likeliest, {best.label}, on {best.p_finished:.1%}): "
-                            + unfinished_by_cause(best.p_finished, best.p_over_budget))
+                            + unfinished_by_cause(best.p_finished, best.p_over_budget, remedies))
     source = fitted_source(est.interruptions_per_hour, est.mean_wait_seconds, est.mean_wait_source)
     if not run.compute.spot:  # on-demand alone (`run_candidates`)
         why = "compute.spot=false: on-demand as the run asks"
@@ -439,18 +444,18 @@ def spot_policy(run, est, catalog: dict, *, n: int = N_TRACES, seed: int = SEED,
                          policies=[_rounded(r) for r in rows], left_out=list(left_out),
                          left_out_finish_caps=short_of_finish(rows, run.max_usd, finish), policy=best.policy,
                          checkpointing=best.checkpointing, sim_plan=dataclasses.asdict(plan),
-                         sentinel=sentinel_settings(best.policy))
+                         sentinel=sentinel_settings(best.policy), maxwait_fixes=remedies)
     return PolicyChoice(section=section, warnings=tuple(warnings), p95_usd=best.p95_usd, left_out=left_out,
                         meeting_p95_usd=cheapest.p95_usd if cheapest else None, misses_deadline=misses,
                         missed=missed, p95_on_demand_usd=best.p95_on_demand_usd,
                         capped=any(r.capped for r in rows), se_usd=se_of_mean(best.bills))
 
 
-def unfinished_by_cause(p_finished: float, p_over_budget: float) -> str:
+def unfinished_by_cause(p_finished: float, p_over_budget: float, fixes: list | None = None) -> str:
     """A spot run without on-demand fallback: why its unfinished runs end, the larger share first, each with what
-    finishes them. A new user was told 'compute.on_demand_fallback=true finishes on on-demand when spot does not come
-    back' where every unfinished run ended at the cap (qwen2 at $0.73: 4.3% at the cap, and 95.7% finished with the
-    fallback as without it)."""
+    finishes them (at MaxWait: `maxwait_fix_text` of the section's `maxwait_fixes`). A new user was told
+    'compute.on_demand_fallback=true finishes on on-demand when spot does not come back' where every unfinished run
+    ended at the cap (qwen2 at $0.73: 4.3% at the cap, and 95.7% finished with the fallback as without it)."""
     unfinished = 1.0 - p_finished
     at_cap = min(unfinished, p_over_budget)
     causes = []
@@ -459,9 +464,83 @@ def unfinished_by_cause(p_finished: float, p_over_budget: float) -> str:
                                "(compute.on_demand_fallback=true does not)"))
     if unfinished - at_cap > 1e-9:
         causes.append((unfinished - at_cap, f"{unfinished - at_cap:.1%} wait out MaxWait with no spot capacity: "
-                                            "compute.on_demand_fallback=true finishes them on on-demand (a larger cap "
-                                            "does not)"))
+                                            + maxwait_fix_text(fixes, p_finished)))
     return "; ".join(text for _, text in sorted(causes, key=lambda c: -c[0]))
+
+
+def maxwait_fixes(run, est, catalog: dict, best: Summary, *, n: int, seed: int, poll_s: float,
+                  max_poll_s: float) -> list[dict] | None:
+    """Where some of `best`'s runs (the chosen policy at the run's cap) wait out MaxWait with no spot capacity (a
+    spot run without on-demand fallback), each remedy simulated once, `best`'s policy on the traces the estimate of
+    the run so changed draws (its own model and seed: those of the run where the change leaves the plan's horizon),
+    as `spot_policy` simulates it: compute.on_demand_fallback=true; a longer compute.accepted_delay_hours
+    (compute.max_wait_hours where the run gives one), the longest wait for capacity on the estimate's traces; and
+    budget.max_usd at `longest_job_cap_usd`, the cap from which the job's MaxRuntime, so its MaxWait (MaxRuntime +
+    the accepted delay), is the planner's limit for one job, where the run's cap is under it (a new user was told
+    'a larger cap does not' of a mistral-7b LoRA with 2 h of accepted delay that finished 84.2% / 91.0% / 97.8% at
+    $20 / $40 / $80; `value` null and `from_usd` that cap where the run's is at or over it). None where no run
+    waits out MaxWait. [{"setting", "value", "p_finished"}, ...]: `SpotPolicy.maxwait_fixes`."""
+    c = run.compute
+    unfinished = 1.0 - best.p_finished
+    if not c.spot or c.on_demand_fallback or unfinished - min(unfinished, best.p_over_budget) <= 1e-9:
+        return None
+    candidate = [(best.policy, best.checkpointing)]
+    poll = {"n": n, "seed": seed, "poll_s": poll_s, "max_poll_s": max_poll_s}
+
+    def finished(r, e) -> float:
+        return round(_simulated(r, e, catalog, candidate, **poll)[1][0].p_finished, 4)
+
+    with_compute = lambda **change: dataclasses.replace(run, compute=dataclasses.replace(c, **change))  # noqa: E731
+    fixes = [{"setting": "compute.on_demand_fallback", "value": True,
+              "p_finished": finished(with_compute(on_demand_fallback=True), est)}]
+    given = c.max_wait_hours is not None  # the run's MaxWait stands as given: the remedy is a longer one
+    setting = "compute.max_wait_hours" if given else "compute.accepted_delay_hours"
+
+    def delayed(hours: float) -> tuple:  # the run and its estimate with this setting
+        wait_s = int(hours * 3600) if given else est.max_runtime_seconds + int(hours * 3600)
+        return (with_compute(**{setting.split(".")[1]: float(hours)}),
+                dataclasses.replace(est, max_wait_seconds=wait_s))
+
+    # the longest wait for capacity on the traces the run so changed draws: a longer MaxWait draws longer traces,
+    # which can hold a longer wait, so again on those
+    own = hours = c.max_wait_hours if given else c.accepted_delay_hours
+    for _ in range(DELAY_ROUNDS):
+        r, e = delayed(hours) if hours != own else (run, est)
+        plan = run_plan(r, e, catalog, poll_s=poll_s, max_poll_s=max_poll_s)
+        longest = max((_longest_wait_s(t) for t in _estimate_traces(plan, e, n, seed)), default=0.0)
+        need = math.ceil(((est.max_runtime_seconds if given else 0) + longest) / 3600)
+        most = 2 * MAX_DELAY_H if given else MAX_DELAY_H
+        if need <= hours or hours >= most:
+            break
+        hours = min(most, need)
+    if hours > own:
+        fixes.append({"setting": setting, "value": hours, "p_finished": finished(*delayed(hours))})
+    cap = longest_job_cap_usd(est.segments)
+    if cap is not None and run.max_usd is not None and math.isfinite(run.max_usd) and run.max_usd < cap:
+        fixes.append({"setting": "budget.max_usd", "value": cap, "p_finished": finished(*_at_cap(run, est, cap))})
+    elif cap is not None and c.max_wait_hours is None:
+        fixes.append({"setting": "budget.max_usd", "value": None, "from_usd": cap, "p_finished": None})
+    return fixes
+
+
+MAX_DELAY_H = 28 * 24  # compute.accepted_delay_hours' most (spotrun/contract/spec.py; max_wait_hours: twice it)
+DELAY_ROUNDS = 3  # the traces drawn for a longer delay, each longer: its longest wait looked for at most this often
+
+
+def _longest_wait_s(windows) -> float:
+    """The longest stretch without capacity in a trace of capacity windows (before the first, between two)."""
+    longest, end = 0.0, 0.0
+    for start, stop in windows:
+        longest, end = max(longest, start - end), stop
+    return longest
+
+
+def _estimate_traces(plan: SimPlan, est, n: int, seed: int) -> list:
+    """The traces `_simulated` draws for `plan` (made once within `shared_simulations`)."""
+    n = traces_for_estimate(plan, est.interruptions_per_hour, n, est.mean_wait_seconds)
+    spec = TraceSpec(interruptions_per_hour=est.interruptions_per_hour, horizon_s=horizon_s(plan), **ESTIMATE_TRACES,
+                     mean_wait_s=est.mean_wait_seconds)
+    return shared_traces(spec, n, seed)
 
 
 # Capacity windows the planner's layouts compared may simulate beyond the first (`LayoutRanker`): about one
@@ -625,7 +704,7 @@ def spot_policy_at_caps(run, est, catalog: dict, *, poll_s: float = 60.0, max_po
         return named[-1]
 
     with shared_simulations(simulations):  # a cap whose plan was simulated already reuses its executions
-        choice = spot_policy(run, est, catalog, **poll, deadline_cap=deadline_cap, keep=True)
+        choice = spot_policy(run, est, catalog, **poll, deadline_cap=deadline_cap, keep=True, fixes=True)
         # the run as one job: the simulation at the cap set when that cap neither splits the run into a chain
         # (the simulation counts a chain's restarts as work) nor leaves out a policy
         one_job = choice if est.segments.segments <= 1 and not choice.left_out and not choice.capped else alone()
@@ -702,7 +781,7 @@ def _may_not_finish(run, section: SpotPolicy, name_cap: bool = True) -> list[str
         causes += [(rest, f"{rest:.1%} reach a job's MaxRuntime or MaxWait unfinished")] * (rest > 1e-9)
         why = "; ".join(text for _, text in sorted(causes, key=lambda c: -c[0]))
     else:
-        why = unfinished_by_cause(row["p_finished"], at_cap)
+        why = unfinished_by_cause(row["p_finished"], at_cap, section.maxwait_fixes)
     text = (f"the run may not finish: within the ${run.max_usd:,.2f} cap the chosen {section.chosen}'s runs finish "
             f"on {row['p_finished']:.1%} of the traces: {why}")
     to_set, proof = section.cap_to_set_usd, section.cap_to_set_row

@@ -32,7 +32,7 @@ def test_both_causes_of_unfinished_runs_are_named_with_their_fixes():
     assert "6.1% end unfinished at the cap (OverBudget: a larger cap finishes them)" in line, line
     assert line.index("6.4%") < line.index("6.1%"), line  # the larger share first
     maxwait = line[line.index("6.4%"):line.index("6.1%")]
-    assert "compute.on_demand_fallback=true does" in maxwait, line  # each cause with its own fix
+    assert "compute.on_demand_fallback=true finishes them" in maxwait, line  # each cause with its own fix
 
 
 def test_a_cap_to_set_that_was_not_simulated_is_not_judged():
