@@ -1,7 +1,8 @@
 """The estimate Lambda's plan for the longest run the contract accepts, inside the Lambda's limits: 256 MiB of
 memory and 60 s.
 
-    python benchmarks/estimate_lambda_bench.py [--rate 10] [--deadline-days 40 56] [--cap-x 1.3]
+    python benchmarks/estimate_lambda_bench.py [--rate 10] [--deadline-days 40 56] [--cap-x 1.3] [--auto]
+    python benchmarks/estimate_lambda_bench.py --worst
 
 Each case runs in a fresh subprocess that first limits itself (`resource.setrlimit`): its address space to 256 MiB
 (RLIMIT_AS, stricter than the Lambda's memory setting, which bounds resident memory) and its CPU to the
@@ -23,6 +24,7 @@ import argparse
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 from spotrun.contract.spec import parse_run
 from spotrun.planner.estimate import EstimateRefused, estimate, load_catalog
@@ -61,6 +63,35 @@ def longest_run(deadline_days: float | None, tokens: int, max_usd: float = 1_000
         "compute": compute, "budget": {"max_usd": max_usd}}
 
 
+LLAMA_70B = {"model_type": "llama", "hidden_size": 8192, "intermediate_size": 28672, "num_hidden_layers": 80,
+             "num_attention_heads": 64, "num_key_value_heads": 8, "vocab_size": 128256,
+             "tie_word_embeddings": False, "max_position_embeddings": 8192}
+
+
+def worst_cases() -> list[tuple[str, dict]]:
+    """The slowest runs measured that the contract accepts (issue #26; the catalog's own rates): each a refusal
+    that names its caps from simulations at them, on layouts the planner compares by their spot policy's bill
+    (an auto layout with a long deadline). The 70B LoRA (examples/runs/llama3-8b-full.json with a 70B
+    `model.config`, LoRA rank 16 on all linear layers) at $500 with a 30 h deadline; the mistral-7b LoRA example
+    on ml.g5.2xlarge with `instance_count` auto, a 30 h deadline, no fallback, at $5."""
+    runs = Path(__file__).resolve().parents[1] / "examples" / "runs"
+    l70 = json.loads((runs / "llama3-8b-full.json").read_text())
+    l70["model"]["config"] = LLAMA_70B
+    l70["training"].update({"method": "lora", "lora": {"rank": 16, "target_modules": "all-linear"}})
+    l70["compute"].pop("accepted_delay_hours")
+    l70["compute"]["deadline_hours"] = 30
+    l70["budget"] = {"max_usd": 500}
+    mistral = json.loads((runs / "mistral-7b-lora.json").read_text())
+    mistral["compute"] = {"spot": True, "instance_type": "ml.g5.2xlarge", "instance_count": "auto",
+                          "deadline_hours": 30, "on_demand_fallback": False}
+    mistral["budget"] = {"max_usd": 5}
+    for run in (l70, mistral):  # the sources the pipeline's bucket holds (the child's settings: art-bucket)
+        run["model"] = {"init": "random", "config": run["model"]["config"]}  # (no model directory to read)
+        run["data"]["source"] = "s3://art-bucket/datasets/d1/"
+    return [("70B LoRA, auto layout, deadline 30 h, cap $500", l70),
+            ("mistral-7b LoRA, ml.g5.2xlarge, count auto, deadline 30 h, no fallback, cap $5", mistral)]
+
+
 def longest_tokens(rate: float) -> int:
     """The most tokens (within 1%) whose run the planner accepts at this interruption rate: past them it
     expects the run, interruptions included, to outlast SageMaker's 28-day MaxRuntime and refuses it."""
@@ -75,8 +106,8 @@ def longest_tokens(rate: float) -> int:
     return lo
 
 
-def measure(case: dict) -> str:
-    child = CHILD.format(limit=LIMIT_BYTES, cpu=CPU_LIMIT_S)
+def measure(case: dict, cpu_limit_s: int = CPU_LIMIT_S) -> str:
+    child = CHILD.format(limit=LIMIT_BYTES, cpu=cpu_limit_s)
     proc = subprocess.run([sys.executable, "-c", child, json.dumps(case)], capture_output=True, text=True,
                           env={"OPENBLAS_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join(sys.path)})
     if proc.returncode != 0:
@@ -84,7 +115,7 @@ def measure(case: dict) -> str:
         return f"ended with {proc.returncode} (a signal when negative: SIGXCPU is the CPU limit): {tail}"
     r = json.loads(proc.stdout.strip().splitlines()[-1])
     if r["status"] != "ok":
-        return f"{r['status']}: {r['message']}"
+        return f"{r['status']} in {r['cpu_s']:.1f} s CPU | {r['peak_mib']:.0f} MiB peak: {r['message'][:120]}..."
     return (f"{r['days']:.1f} days without interruptions | {r['cpu_s']:.1f} s CPU | {r['peak_mib']:.0f} MiB peak | "
             f"{r['traces']} traces | {r['chosen']}")
 
@@ -103,8 +134,18 @@ def main() -> None:
     parser.add_argument("--no-fallback", action="store_true",
                         help="the runs without compute.on_demand_fallback: where runs wait out MaxWait, the estimate "
                         "simulates each remedy for them (spotrun/policy/choose.py `maxwait_fixes`), simulations on top")
+    parser.add_argument("--worst", action="store_true",
+                        help="the slowest runs measured instead (`worst_cases`: refusals naming their caps, on "
+                        "auto layouts with a 30 h deadline, at the catalog's rates)")
+    parser.add_argument("--cpu-limit", type=int, default=CPU_LIMIT_S,
+                        help=f"the child's CPU limit in seconds (default {CPU_LIMIT_S}, the function's timeout; "
+                        "larger to measure a case past it on a loaded machine)")
     args = parser.parse_args()
-    print(f"| case | outcome (limits: {LIMIT_BYTES >> 20} MiB address space, {CPU_LIMIT_S} s CPU) |\n|---|---|")
+    print(f"| case | outcome (limits: {LIMIT_BYTES >> 20} MiB address space, {args.cpu_limit} s CPU) |\n|---|---|")
+    if args.worst:
+        for label, run in worst_cases():
+            print(f"| {label} | {measure({'run': run, 'rates': None}, args.cpu_limit)} |", flush=True)
+        return
     for rate in sorted({args.rate, 0.05}):
         tokens = longest_tokens(rate)
         spot = estimate(parse_run(longest_run(None, tokens)), recorded_rates={"ml.g5.xlarge": rate}).cost_usd["spot"]
@@ -115,7 +156,7 @@ def main() -> None:
             label = ("auto, " if args.auto else "") + ("no fallback, " if args.no_fallback else "") + f"{rate:g}/h, "
             label += (f"deadline {deadline:g} days" if deadline else "no deadline") + \
                 (f", cap ${cap:,.2f} ({args.cap_x:g}x spot)" if args.cap_x else "")
-            print(f"| {label} | {measure(case)} |", flush=True)
+            print(f"| {label} | {measure(case, args.cpu_limit)} |", flush=True)
 
 
 if __name__ == "__main__":

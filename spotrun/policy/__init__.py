@@ -138,14 +138,23 @@ def compare(plan: SimPlan, traces: list, candidates: list[tuple[str, str]],
     for done, (p, c) in enumerate(candidates, 1):
         hit = executions.get((p, c)) if executions is not None else None
         tallies = hit[1] if hit is not None and _reusable(plan, *hit) else None
+        if tallies is None and executions is not None:  # made at this plan before another replaced it
+            tallies = executions.get(EVERY_PLAN, {}).get((plan, p, c))
         if tallies is None:
             tallies = executed(plan, traces, p, c)
             if executions is not None:
                 executions[(p, c)] = (plan, tallies)
+                executions.setdefault(EVERY_PLAN, {})[(plan, p, c)] = tallies
         rows.append(summarize(plan, describe(p, c), p, c, tallies, cap_usd=cap_usd))
         if progress:
             progress("policies", done, len(candidates))
     return rows
+
+
+# the key under which `compare`'s `executions` keep every plan's tallies by (plan, policy, checkpointing): the
+# (policy, checkpointing) entry holds the latest plan's alone, and a search of caps comes back to a plan it left
+# (the estimate step's caps and layouts: a (plan, policy, cap) is executed once, spotrun/policy/choose.py)
+EVERY_PLAN = "every plan"
 
 
 def _reusable(plan: SimPlan, earlier: SimPlan, tallies: list[Tally]) -> bool:

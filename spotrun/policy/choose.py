@@ -46,7 +46,7 @@ from ..planner.segments import (
 from ..planner.ties import NOISE_SES, by_tail, cents, paired_se, se_of_mean, tied_with_least, unresolved
 from ..planner.topology import step_seconds
 from ..seams import SpotPolicy
-from . import Summary, compare, executed
+from . import EVERY_PLAN, Summary, _reusable, compare, executed
 from .availability import HELD_OUT_OVER_AT_CAP_POINTS, mean_down_s, mean_wait_over_traces_s
 from .decision import DEADLINE_RULES, RULES, sentinel_room_s, sentinel_settings
 from .engine import INF, SimPlan, Tally
@@ -896,13 +896,16 @@ def _settled_cap(run, est, catalog: dict, poll: dict, cap: float, one_job: Polic
         return _simulated(*_at_cap(run, est, at), catalog, [candidate], **sim)[1][0]
 
     # without a deadline the share that finishes decides: a cap that ends too many runs unfinished is told by the
-    # traces likeliest to end so, executed first (`_Unfinished`)
-    unfinished = None if deadline else _Unfinished(run, est, catalog, candidate, sim, need)
+    # traces likeliest to end so, executed first (`_Unfinished`); with one, a cap at which too many runs miss the
+    # deadline fails on those traces alone the same way (exactly: the row there would keep fewer than `need`)
+    unfinished = _Unfinished(run, est, catalog, candidate, sim, need, deadline=deadline)
 
     def row_holds(at: float) -> Summary | bool | None:  # where it keeps the odds, and likely stays the choice
-        if unfinished is not None:  # (True: it holds; its row is simulated by the full check, `holds`)
-            return None if unfinished.too_many(at) else True
-        row = row_at(at)
+        if unfinished.too_many(at):
+            return None
+        if not deadline:  # (True: it holds; its row is simulated by the full check, `holds`)
+            return True
+        row = row_at(at)  # (every trace executed by `too_many`: reused)
         # a mean over the rival's by less than the simulation resolves is a tie the lower P95 may win (`by_tail`):
         # the full check (`holds`) decides
         cheap = row.mean_usd <= rival or unresolved(row.mean_usd - rival, se_of_mean(row.bills))
@@ -950,16 +953,25 @@ def _settled_cap(run, est, catalog: dict, poll: dict, cap: float, one_job: Polic
     return _bisect(failed, high, checked, holds, more)
 
 
+PARTIAL = "partial"  # `_Unfinished`'s executions on some traces at a cap, by (plan, policy, checkpointing)
+
+
 class _Unfinished:
     """Without a deadline, whether a cap ends more of the chosen policy's runs unfinished than `need` allows, told
     by the traces likeliest to (those a cap tried ended unfinished, and those whose bill as one uncapped job is the
     highest), executed alone first: where more than allowed end unfinished among them, the cap fails on them alone,
-    exactly (the other traces can only add to them); otherwise the other traces are executed too.
+    exactly (the other traces can only add to them); otherwise the other traces are executed too. With a deadline
+    (`deadline`), the same of the runs that miss it (unfinished, or finished after it): a cap at which the deadline
+    leaves the share out of reach fails on the traces that show it (a 70B LoRA refused at $500 with a 30 h deadline
+    executed its chosen policy on all 1,000 traces at each of the caps its search tried: 52 s of CPU, of the
+    Lambda's 60 s).
     The search of the cap to set without a deadline ran the row on every trace a dozen times (llama3-8b: 5.6 s of
     CPU), and about half its caps fail."""
 
-    def __init__(self, run, est, catalog: dict, candidate: tuple[str, str], sim: dict, need: float):
+    def __init__(self, run, est, catalog: dict, candidate: tuple[str, str], sim: dict, need: float,
+                 deadline: bool = False):
         self.run, self.est, self.catalog, self.candidate, self.sim = run, est, catalog, candidate, sim
+        self.need, self.deadline = need, deadline
         # the run as one job, uncapped (the estimate simulated it already: reused), its costliest traces first
         bills = _simulated(*_at_cap(run, est, math.inf), catalog, [candidate], **sim)[1][0].bills
         self.n = len(bills)
@@ -978,25 +990,51 @@ class _Unfinished:
         traces = shared[key] if shared is not None and key in shared else generated_traces(spec, self.n,
                                                                                             self.sim["seed"])
         its, ended = policy_plans(run, est, plan)(self.candidate[0]), []
+        key = (dataclasses.replace(its, cap_usd=None), its.cap_usd is None)
+        done = None if shared is None else shared.setdefault(("executions", key, spec, self.n, self.sim["seed"]), {})
+        hit = None if done is None else done.get(self.candidate)
+        every = None if done is None else done.get(EVERY_PLAN, {}).get((its, *self.candidate))
+        if every is None and hit is not None and _reusable(its, *hit):
+            every = hit[1]
+        if every is not None:  # executed at this cap already (the row's, reused): counted
+            return self._fails(sum(1 for t in every if not self._kept(its, t)))
+        # the traces executed at this cap by an earlier call that failed it on some alone (a search comes back to a
+        # cap it tried): reused, not executed again
+        made: dict[int, Tally] = {} if done is None else done.setdefault(PARTIAL, {}).setdefault(
+            (its, *self.candidate), {})
         first = set(self.likely)
         # the others, costliest first, in growing batches: a cap that fails on them stops at the batch that shows it
         # (the same answer: more than allowed ended unfinished; a cap that holds executes every trace either way)
         rest = [i for i in self.order if i not in first]
         batches = [rest[(1 << k) * 64 - 64:(1 << (k + 1)) * 64 - 64] for k in range(max(1, len(rest)).bit_length())]
-        made: dict[int, Tally] = {}
         for which in (self.likely, *(b for b in batches if b)):
-            tallies = executed(its, [traces[i] for i in which], *self.candidate)
-            made.update(zip(which, tallies, strict=True))
-            ended += [i for i, t in zip(which, tallies, strict=True) if not t.finished]
-            if len(ended) > self.allowed:
+            new = [i for i in which if i not in made]
+            made.update(zip(new, executed(its, [traces[i] for i in new], *self.candidate) if new else [],
+                            strict=True))
+            ended += [i for i in which if not self._kept(its, made[i])]
+            if self._fails(len(ended)):
                 break
         self.likely = [*ended, *(i for i in self.likely if i not in set(ended))]
-        if len(made) == self.n and shared is not None:  # every trace executed: the row's executions at this cap,
+        if len(made) == self.n and done is not None:  # every trace executed: the row's executions at this cap,
             # which the full check (`holds`, `_simulated`'s) then reuses, keyed as `_simulated` keys them
-            key = (dataclasses.replace(its, cap_usd=None), its.cap_usd is None)
-            done = shared.setdefault(("executions", key, spec, self.n, self.sim["seed"]), {})
             done[self.candidate] = (its, [made[i] for i in range(self.n)])
-        return len(ended) > self.allowed
+            done.setdefault(EVERY_PLAN, {})[(its, *self.candidate)] = done[self.candidate][1]
+        return self._fails(len(ended))
+
+    def _kept(self, its: SimPlan, t: Tally) -> bool:
+        """Whether the run on a trace counts toward the share: it finishes (with a deadline: by it, as `summarize`
+        counts `p_deadline`)."""
+        if not self.deadline:
+            return t.finished
+        return t.finished and t.t <= its.deadline_s + 1e-6
+
+    def _fails(self, ended: int) -> bool:
+        """Whether `ended` runs not kept already leave the row short of `need` whatever the other traces do. With a
+        deadline, as `summarize` computes `p_deadline` (the most it can be: every other trace kept; a quotient of
+        floats grows with its numerator), so a cap fails here exactly where the row's share would be under `need`."""
+        if not self.deadline:
+            return ended > self.allowed
+        return (self.n - ended) / self.n < self.need
 
 
 def accepted_floor(est) -> float:
