@@ -580,6 +580,10 @@ class SpotPolicy(_StateJson):
     # this estimate's first; the cap to set is then this layout's, and `cap_to_set_layout` and `cap_to_set_row` are
     # the layout and the chosen policy's row the estimate at it takes (`_settled_layout`); null: they settled
     cap_to_set_unsettled: list | None = None
+    # `spotrun estimate` alone (null in the estimate Lambda's plan, which never searches it): the cap to set's odds
+    # on other draws of the traces and with a slower trainer, and a cap with headroom (spotrun/policy/headroom.py
+    # `cap_to_set_headroom`); null also where no cap to set was proven on this estimate's layout
+    cap_to_set_headroom: dict | None = None
 
 
 @dataclasses.dataclass(frozen=True)
