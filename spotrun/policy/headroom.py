@@ -24,7 +24,7 @@ import dataclasses
 import math
 
 from ..planner.segments import segments_at
-from . import compare
+from . import executed, summarize
 from .choose import (
     CONFIDENCE,
     ESTIMATE_TRACES,
@@ -34,24 +34,30 @@ from .choose import (
     run_plan,
     traces_for_estimate,
 )
+from .policies import describe
 from .traces import TraceSpec, generated_traces
 
 OTHER_SEEDS = (1, 2)  # other draws of the estimate's generated traces, its own being choose.SEED (0)
 FIT_SEED = 1  # the draw the cap with headroom is searched on (with a trainer SLOWER slower)
 SLOWER = 0.10  # a trainer this share slower than planned
-HEADROOM_RAISES = 10  # raises of the cap to set (1% of it, 2%, 4%, ...) tried before the bisection to the cent
+HEADROOM_RAISES = 8  # raises of the cap to set (1% of it, 2%, 4%, ...) tried before the bisection to the cent
 
 
-class _Rows:
-    """The chosen policy's row at a cap, on one draw of the traces and at one trainer speed, each draw generated
-    once."""
+class ChosenRows:
+    """The chosen policy's runs at a cap, on one draw of the traces and at one trainer speed, each draw generated
+    once: its row (`at`), or whether at most `allowed` of its runs miss the odds (`misses_at_most`), told by the
+    runs likeliest to miss first (those that missed at a cap tried before on the same draw and speed), then the
+    others in growing batches: a cap that fails stops at the batch that shows it (a cap that holds executes every
+    trace either way; spotrun/policy/choose.py `_Unfinished` does the same for the cap to set's search)."""
 
-    def __init__(self, run, est, catalog: dict, candidate: tuple[str, str], poll: dict):
+    def __init__(self, run, est, catalog: dict, candidate: tuple[str, str], poll: dict, key: str = "p_finished"):
         self.run, self.est, self.catalog, self.candidate, self.poll = run, est, catalog, candidate, poll
+        self.key = key  # "p_deadline": a run misses unless it finishes by the deadline; else unless it finishes
         self.traces: dict = {}
-        self.simulations = 0
+        self.likely: dict = {}  # (seed, slower) -> the traces that missed at a cap tried, the latest first
+        self.executions = 0  # the traces' runs executed
 
-    def at(self, cap: float, seed: int, slower: float = 0.0):
+    def _plan(self, cap: float, seed: int, slower: float):
         jobs = segments_at(self.est.segments, cap)
         run = dataclasses.replace(self.run, max_usd=cap)
         est = dataclasses.replace(self.est, segments=dataclasses.replace(self.est.segments, segments=jobs))
@@ -64,8 +70,42 @@ class _Rows:
         its = policy_plans(run, est, plan)(self.candidate[0])
         if slower:
             its = dataclasses.replace(its, work_s=its.work_s * (1 + slower), step_s=its.step_s * (1 + slower))
-        self.simulations += 1
-        return compare(its, self.traces[spec, n, seed], [self.candidate], cap_usd=cap)[0]
+        return its, self.traces[spec, n, seed]
+
+    def _missed(self, plan, tally) -> bool:
+        if self.key == "p_deadline":
+            return not (tally.finished and tally.t <= plan.deadline_s + 1e-6)  # as `summarize` counts it
+        return not tally.finished
+
+    def _run(self, plan, traces: list, which: list[int]) -> list:
+        self.executions += len(which)
+        return executed(plan, [traces[i] for i in which], *self.candidate)
+
+    def at(self, cap: float, seed: int, slower: float = 0.0):
+        """The chosen policy's row at `cap` on draw `seed`, the trainer `slower` slower than planned."""
+        its, traces = self._plan(cap, seed, slower)
+        tallies = self._run(its, traces, list(range(len(traces))))
+        self.likely[seed, slower] = [i for i, t in enumerate(tallies) if self._missed(its, t)]
+        policy, checkpointing = self.candidate
+        return summarize(its, describe(policy, checkpointing), policy, checkpointing, tallies, cap_usd=cap)
+
+    def misses_at_most(self, cap: float, seed: int, slower: float, allowed: int) -> bool:
+        """Whether at most `allowed` of the runs at `cap` on draw `seed` (the trainer `slower` slower) miss."""
+        its, traces = self._plan(cap, seed, slower)
+        likely = self.likely.get((seed, slower), [])
+        first = set(likely)
+        order = [*likely, *(i for i in range(len(traces)) if i not in first)]
+        size = max(32, 2 * (allowed + 1))  # growing batches: the likeliest first
+        batches = [order[size * ((1 << k) - 1):size * ((1 << (k + 1)) - 1)] for k in range(len(order).bit_length())]
+        missed: list[int] = []
+        for which in batches:
+            if not which:
+                break
+            missed += [i for i, t in zip(which, self._run(its, traces, which), strict=True) if self._missed(its, t)]
+            if len(missed) > allowed:
+                break
+        self.likely[seed, slower] = [*missed, *(i for i in likely if i not in set(missed))]
+        return len(missed) <= allowed
 
 
 def cap_to_set_headroom(run, est, catalog: dict, *, poll_s: float = 60.0, max_poll_s: float = 4 * 3600.0,
@@ -84,18 +124,21 @@ def cap_to_set_headroom(run, est, catalog: dict, *, poll_s: float = 60.0, max_po
     key = "p_deadline" if run.compute.deadline_s is not None else "p_finished"
     odds = min(CONFIDENCE, row[key])  # what the policy keeps at the cap to set (its rows are rounded to 4 places)
     need = odds - 0.00005
-    rows = _Rows(run, est, catalog, (row["policy"], row["checkpointing"]),
-                 {"poll_s": poll_s, "max_poll_s": max_poll_s, "n": n})
+    rows = ChosenRows(run, est, catalog, (row["policy"], row["checkpointing"]),
+                      {"poll_s": poll_s, "max_poll_s": max_poll_s, "n": n}, key)
 
     def share(at: float, seed: int, slower: float = 0.0) -> float:
         return getattr(rows.at(at, seed, slower), key)
 
     least = {f"seed_{seed}": share(cap, seed) for seed in OTHER_SEEDS}
     least["slower"] = share(cap, section.seed, SLOWER)
-    fitted = share(cap, FIT_SEED, SLOWER)
+
+    at_fit = rows.at(cap, FIT_SEED, SLOWER)  # its misses are the traces the search executes first
+    fitted = getattr(at_fit, key)
+    allowed = at_fit.n - math.ceil(round(need * at_fit.n, 9))  # the runs that may miss: the odds kept on n traces
 
     def holds(at: float) -> bool:
-        return share(at, FIT_SEED, SLOWER) >= need
+        return rows.misses_at_most(at, FIT_SEED, SLOWER, allowed)
 
     headroom = cap if fitted >= need else None
     below, high, tries = cap, cap, 0
@@ -114,7 +157,7 @@ def cap_to_set_headroom(run, est, catalog: dict, *, poll_s: float = 60.0, max_po
             "seeds": list(OTHER_SEEDS), "slower_share": SLOWER, "fit_seed": FIT_SEED,
             "least_cap": {k: round(v, 4) for k, v in least.items()},
             "least_cap_fit": round(fitted, 4),
-            "headroom_cap_usd": headroom, "simulations": rows.simulations,
+            "headroom_cap_usd": headroom, "executions": rows.executions,
             "line": headroom_line(cap, key, odds, least, fitted, headroom, row["label"], n)}
 
 
