@@ -587,6 +587,10 @@ class SpotPolicy(_StateJson):
     # from which the job's MaxRuntime is the planner's limit for one job (`value` null, `from_usd` that cap, where
     # the run's cap is at or over it: a larger cap changes nothing); spotrun/policy/choose.py `maxwait_fixes`
     maxwait_fixes: list | None = None
+    # `spotrun estimate` alone (null in the estimate Lambda's plan, which never searches it): the cap to set's odds
+    # on other draws of the traces and with a slower trainer, and a cap with headroom (spotrun/policy/headroom.py
+    # `cap_to_set_headroom`); null also where no cap to set was proven on this estimate's layout
+    cap_to_set_headroom: dict | None = None
 
 
 @dataclasses.dataclass(frozen=True)

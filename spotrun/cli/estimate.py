@@ -37,6 +37,7 @@ from ..planner.estimate import DEFAULT_PRICE_REGION, Estimate, estimate, format_
 from ..planner.outputs import speed_margin_note
 from ..planner.sources import check_local_split, read_sources, split_settings, unchecked_split, with_split
 from ..policy.choose import cap_to_set_held_out_margin, held_out_margin, larger_cap_bills_less, policy_text
+from ..policy.headroom import cap_to_set_headroom
 from ..seams import DatasetIndex, StackOutput, stack_name
 from .arguments import run_file
 from .exits import HELP as EXIT_CODES_HELP
@@ -111,6 +112,10 @@ def check_file(path: Path, target: Target | None, *, plan: bool, s3_client: Any 
     # the stage's max_usd_per_run (--stage), else every listed stage's: a cap to set over one is said
     out.estimate = with_spot_policy(run, out.estimate, catalog, ranker=ranker, stage_limits=stage_max_usd(stage),
                                     replan=replan)
+    # the cap to set's headroom (spotrun/policy/headroom.py): the CLI's alone, the Lambda's section carries null
+    section = out.estimate.spot_policy
+    if section is not None and (found := cap_to_set_headroom(run, out.estimate, catalog)) is not None:
+        out.estimate = replace(out.estimate, spot_policy=replace(section, cap_to_set_headroom=found))
     if out.warnings:  # printed with the estimate's own
         out.estimate = replace(out.estimate, warnings=[*out.warnings, *out.estimate.warnings])
     out.checked.append("the planner (fit, MaxRuntime/MaxWait, budget) and the hyperparameters' limits")
@@ -276,6 +281,8 @@ def _print_ok(path: Path, checked: Checked) -> None:
         print(policy_text(checked.estimate.spot_policy))
         if note := speed_margin_note(checked.estimate):  # under the cap to set, the policy text's last line
             print("  " + note["line"])
+        if (section := checked.estimate.spot_policy) and section.cap_to_set_headroom:
+            print("  " + section.cap_to_set_headroom["line"])
     else:
         for warning in checked.warnings:
             print(f"warning: {warning}")
