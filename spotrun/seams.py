@@ -580,6 +580,10 @@ class SpotPolicy(_StateJson):
     # this estimate's first; the cap to set is then this layout's, and `cap_to_set_layout` and `cap_to_set_row` are
     # the layout and the chosen policy's row the estimate at it takes (`_settled_layout`); null: they settled
     cap_to_set_unsettled: list | None = None
+    # the odds the cap to set holds, proven at it (`cap_to_set_row`): "P(deadline)" (with a deadline the run as one
+    # job meets on some trace) and "finish share" (the share of its runs that finish), each at least the run's as
+    # one job or the confidence, 99%, if less (spotrun/policy/choose.py `_needed`); null where none was proven
+    cap_to_set_holds: list | None = None
 
 
 @dataclasses.dataclass(frozen=True)
