@@ -600,6 +600,7 @@ def spot_policy_at_caps(run, est, catalog: dict, *, poll_s: float = 60.0, max_po
     moved: list[str] = []  # the layout the estimate takes at the cap to set, where it is not `est`'s
     unsettled: list[list | None] = []  # where the layouts ranked did not settle: `_settled_layout`'s hops
     held: list[list[str]] = []  # the odds the cap to set holds (`cap_to_set_holds`), where proven
+    quoted: list[dict] = []  # the row simulated at a one-job cap kept for the deadline where none was proven
     deadline = run.compute.deadline_s is not None
 
     def _holds(of: PolicyChoice) -> list[str]:
@@ -663,14 +664,22 @@ def spot_policy_at_caps(run, est, catalog: dict, *, poll_s: float = 60.0, max_po
             proven[:], to_the_cent[:], held[:] = ([], [], []) if row is None else ([row], [exact], [_holds(one_job)])
         elif proven:  # the deadline warning's cap, proven: the cap to set, which the finish cap is not over
             finish = min(finish, named[-1])
+        if kept and not proven and not moved:  # a one-job cap kept for the deadline, none proven: what the estimate
+            # simulated at it shows, not the run's P95 under no cap (a new user's trial)
+            there = spot_policy(*_at_cap(run, est, finish), catalog, **poll).section
+            row = next(r for r in there.policies if r["label"] == there.chosen)
+            one_row = next(r for r in one_job.section.policies if r["label"] == one_job.section.chosen)
+            quoted = [row]
+            held[:] = [[HOLDS_NAMES[key] for key, need in _needed(one_row, deadline)
+                        if row[key] is not None and row[key] >= need]]
     section = dataclasses.replace(choice.section, p95_finish_cap_usd=finish if finish < math.inf else None,
                                   p95_finish_policy=one_job.section.chosen, p95_one_job_usd=round(one_job.p95_usd, 2),
                                   p95_one_job_on_demand_usd=round(one_job.p95_on_demand_usd, 2),
                                   p95_on_demand_finish_cap_usd=_on_demand_finish_cap(est, one_job),
                                   deadline_cap_usd=named[-1] if named else None,
                                   p95_finish_keeps_deadline=bool(kept) and not proven,
-                                  cap_to_set_row=_row_dict(proven[-1]) if proven else None,
-                                  cap_to_set_holds=held[-1] if proven and held else None,
+                                  cap_to_set_row=_row_dict(proven[-1]) if proven else quoted[-1] if quoted else None,
+                                  cap_to_set_holds=held[-1] if (proven or quoted) and held else None,
                                   cap_to_set_least=bool(to_the_cent and to_the_cent[-1]),
                                   cap_to_set_layout=moved[-1] if moved else None,
                                   cap_to_set_unsettled=unsettled[-1] if unsettled else None)
@@ -1411,16 +1420,18 @@ def settings_lines(section: SpotPolicy, *, margin_above: bool = False) -> list[s
                      "policy that meets the deadline (the deadline warning's cap), and a run billed "
                      f"{section.p95_finish_policy}'s P95 finishes (its P95 finish cap: "
                      f"${section.p95_finish_cap_usd:,.2f})")
+    elif section.p95_finish_keeps_deadline:  # raised to one job: a chain's restarts lower the deadline's odds
+        said = (f"simulated at it, the estimate chooses {section.cap_to_set_row['label']} and "
+                f"{_proven_text(section)}" if section.cap_to_set_row is not None else
+                f"finishes at {section.p95_finish_policy}'s P95 bill (${section.p95_one_job_usd:,.2f})")
+        lines.append(f"  the cap to set: ${section.p95_finish_cap_usd:,.2f} ({AT_THIS_CAP}): the run is one job, so it "
+                     f"keeps the deadline's odds of the run as one job; {said}; under it the run is a chain whose "
+                     "restarts lower those odds")
     elif section.cap_to_set_row is not None and section.confidence is not None:  # searched on simulations
         lines.append(f"  the cap to set: ${section.p95_finish_cap_usd:,.2f} ({AT_THIS_CAP}): {_least_text(section)} at "
                      f"which the estimate simulated at it chooses {section.cap_to_set_row['label']}"
                      f"{_on_layout(section)} and "
                      f"{_proven_text(section)}")
-    elif section.p95_finish_keeps_deadline:  # raised to one job: a chain's restarts lower the deadline's odds
-        lines.append(f"  the cap to set: ${section.p95_finish_cap_usd:,.2f} ({AT_THIS_CAP}): the run is one job, so it "
-                     f"keeps the deadline's odds of the run as one job and finishes at {section.p95_finish_policy}'s "
-                     f"P95 bill (${section.p95_one_job_usd:,.2f}); under it the run is a chain whose restarts lower "
-                     "those odds")
     elif section.p95_finish_cap_usd is not None:  # the cap under which a run billed its P95 can strand
         lines.append(f"  the cap to set: ${section.p95_finish_cap_usd:,.2f} ({AT_THIS_CAP}) finishes at "
                      f"{section.p95_finish_policy}'s P95 bill (${section.p95_one_job_usd:,.2f} as one job"

@@ -81,3 +81,23 @@ def test_a_deadline_that_cannot_bind_does_not_raise_the_cap_to_set(tmp_path, cap
     at_free = _at(tmp_path, capsys, run, free)  # the cap the run without a deadline names: not 'under' this one
     assert _chosen(at_free)["p_deadline"] >= 0.99, at_free["spot_policy"]
     assert not [w for w in at_free["warnings"] if "under the cap to set" in w], at_free["warnings"]
+
+
+def test_a_one_job_cap_kept_for_the_deadline_quotes_the_estimate_at_it(tmp_path, capsys, monkeypatch):
+    """Where the one-job cap is kept for the deadline's odds and no cap was proven (the search stood down here), the
+    line quoted the run's P95 under no cap ('finishes at maxwait_fallback (notice)'s P95 bill ($138.86)'); it quotes
+    the estimate simulated at that cap: the policy chosen there and its odds, the row the JSON carries."""
+    from spotrun.policy import choose
+
+    monkeypatch.setattr(choose, "_settled_cap", lambda run, est, catalog, poll, cap, one_job, least: (cap, None, False))
+    run = _llama(deadline_hours=48)
+    doc = _at(tmp_path, capsys, run, 2500)
+    policy = doc["spot_policy"]
+    assert policy["p95_finish_keeps_deadline"], policy  # the case: the one-job cap kept
+    cap = policy["cap_to_set_usd"]
+    row = _chosen(_at(tmp_path, capsys, run, cap))  # the estimate at that cap
+    assert policy["cap_to_set_row"] == row, (policy["cap_to_set_row"], row)
+    code, text = _cli_text(tmp_path, capsys, _with(run, budget={"max_usd": 2500}))
+    line = next(s for s in text.splitlines() if s.strip().startswith("the cap to set:"))
+    assert f"simulated at it, the estimate chooses {row['label']}" in line and "P95 bill" not in line, line
+    assert f"its runs finish on {row['p_finished']:.1%}" in line, line
