@@ -591,6 +591,10 @@ class SpotPolicy(_StateJson):
     # on other draws of the traces and with a slower trainer, and a cap with headroom (spotrun/policy/headroom.py
     # `cap_to_set_headroom`); null also where no cap to set was proven on this estimate's layout
     cap_to_set_headroom: dict | None = None
+    # the odds the cap to set holds, proven at it (`cap_to_set_row`): "P(deadline)" (with a deadline the run as one
+    # job meets on some trace) and "finish share" (the share of its runs that finish), each at least the run's as
+    # one job or the confidence, 99%, if less (spotrun/policy/choose.py `_needed`); null where none was proven
+    cap_to_set_holds: list | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -221,6 +221,8 @@ def over_budget_with_caps(run: Any, refused: Refusal, replan: Callable[[float, L
         on = f" on {layout}" if layout else ""
         said += (f"; the cap to set is ${to_set:,.2f}: simulated at it, the estimate chooses {proof['label']}{on} "
                  f"and {_odds(proof, section)}")
+        if held := choose.holds_text(section):  # which odds it holds (`cap_to_set_holds`)
+            said += f" ({held})"
         # what the accepted estimate says of that cap (over the run's on-demand bill, on the layout the cap to set
         # is named on, as `with_spot_policy` said it; over a stage's limit): in the text and the estimate's warnings
         told = [*(w for w in at.warnings if OVER_ON_DEMAND in w), *cap_to_set_over_limit(section, stage_limits or {})]

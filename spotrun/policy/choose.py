@@ -43,7 +43,7 @@ from ..planner.segments import (
     one_job_text,
     segments_at,
 )
-from ..planner.ties import NOISE_SES, by_tail, cents, paired_se, se_of_mean, tied_with_least, unresolved
+from ..planner.ties import NOISE_SES, by_tail, cents, paired_se, se_of_mean, tied_with_least
 from ..planner.topology import step_seconds
 from ..seams import SpotPolicy
 from . import EVERY_PLAN, Summary, _reusable, compare, executed
@@ -678,6 +678,12 @@ def spot_policy_at_caps(run, est, catalog: dict, *, poll_s: float = 60.0, max_po
     to_the_cent: list[bool] = []  # whether that search ended to the cent
     moved: list[str] = []  # the layout the estimate takes at the cap to set, where it is not `est`'s
     unsettled: list[list | None] = []  # where the layouts ranked did not settle: `_settled_layout`'s hops
+    held: list[list[str]] = []  # the odds the cap to set holds (`cap_to_set_holds`), where proven
+    quoted: list[dict] = []  # the row simulated at a one-job cap kept for the deadline where none was proven
+    deadline = run.compute.deadline_s is not None
+
+    def _holds(of: PolicyChoice) -> list[str]:
+        return cap_to_set_holds(next(r for r in of.section.policies if r["label"] == of.section.chosen), deadline)
 
     def across_layouts(cap: float, row: Summary | dict | None, exact: bool) -> tuple[float, Summary | dict | None,
                                                                                      bool]:
@@ -699,7 +705,7 @@ def spot_policy_at_caps(run, est, catalog: dict, *, poll_s: float = 60.0, max_po
         # proven on simulations at it, and the least that holds (a cap a cent under it meets the deadline less)
         settled, row, exact = across_layouts(*_settled_cap(run, est, catalog, poll, cap, alone(), least=True))
         if row is not None:
-            cap, proven[:], to_the_cent[:] = settled, [row], [exact]
+            cap, proven[:], to_the_cent[:], held[:] = settled, [row], [exact], [_holds(alone())]
         named.append(cap)
         return named[-1]
 
@@ -734,16 +740,25 @@ def spot_policy_at_caps(run, est, catalog: dict, *, poll_s: float = 60.0, max_po
         if not named:  # the cap to set, proven on simulations at it (with a deadline, the least that holds)
             finish, row, exact = across_layouts(*_settled_cap(run, est, catalog, poll, finish, one_job,
                                                               least=run.compute.deadline_s is not None))
-            proven[:], to_the_cent[:] = ([], []) if row is None else ([row], [exact])
+            proven[:], to_the_cent[:], held[:] = ([], [], []) if row is None else ([row], [exact], [_holds(one_job)])
         elif proven:  # the deadline warning's cap, proven: the cap to set, which the finish cap is not over
             finish = min(finish, named[-1])
+        if kept and not proven and not moved:  # a one-job cap kept for the deadline, none proven: what the estimate
+            # simulated at it shows, not the run's P95 under no cap (a new user's trial)
+            there = spot_policy(*_at_cap(run, est, finish), catalog, **poll).section
+            row = next(r for r in there.policies if r["label"] == there.chosen)
+            one_row = next(r for r in one_job.section.policies if r["label"] == one_job.section.chosen)
+            quoted = [row]
+            held[:] = [[HOLDS_NAMES[key] for key, need in _needed(one_row, deadline)
+                        if row[key] is not None and row[key] >= need]]
     section = dataclasses.replace(choice.section, p95_finish_cap_usd=finish if finish < math.inf else None,
                                   p95_finish_policy=one_job.section.chosen, p95_one_job_usd=round(one_job.p95_usd, 2),
                                   p95_one_job_on_demand_usd=round(one_job.p95_on_demand_usd, 2),
                                   p95_on_demand_finish_cap_usd=_on_demand_finish_cap(est, one_job),
                                   deadline_cap_usd=named[-1] if named else None,
                                   p95_finish_keeps_deadline=bool(kept) and not proven,
-                                  cap_to_set_row=_row_dict(proven[-1]) if proven else None,
+                                  cap_to_set_row=_row_dict(proven[-1]) if proven else quoted[-1] if quoted else None,
+                                  cap_to_set_holds=held[-1] if (proven or quoted) and held else None,
                                   cap_to_set_least=bool(to_the_cent and to_the_cent[-1]),
                                   cap_to_set_layout=moved[-1] if moved else None,
                                   cap_to_set_unsettled=unsettled[-1] if unsettled else None)
@@ -852,13 +867,23 @@ CAP_RAISES = 8  # raises of the named cap (by 1% of it, 2%, 4%, ...) tried when 
 FULL_SEARCH_SIMULATIONS = 2
 
 
-def _needed(one_row: dict, deadline: bool) -> tuple[str, float]:
-    """What the cap to set keeps of the chosen policy's run as one job (`one_row`, rounded to 4 places): with a
-    deadline its P(deadline), without the share that finishes: each at most CONFIDENCE, the share `choose` requires
-    (at 95% a cap named for llama3-8b finished 97.7% of its runs, and the estimate at it warned that no policy
-    finishes on 99%)."""
-    key = "p_deadline" if deadline else "p_finished"
-    return key, min(CONFIDENCE, one_row[key]) - 0.00005
+def _needed(one_row: dict, deadline: bool) -> list[tuple[str, float]]:
+    """The odds the cap to set keeps of the chosen policy's run as one job (`one_row`, rounded to 4 places), each at
+    most CONFIDENCE, the share `choose` requires (at 95% a cap named for llama3-8b finished 97.7% of its runs, and
+    the estimate at it warned that no policy finishes on 99%): (key, the least share) pairs. The share that finishes
+    always; with a deadline its P(deadline) too where the run as one job meets it on any trace (a missed deadline,
+    0.0% everywhere, searched alone named llama3-8b-full with a 3 h deadline $153.58, where 59.4% finished)."""
+    met = deadline and one_row["p_deadline"] is not None and one_row["p_deadline"] > 0
+    out = [("p_deadline", min(CONFIDENCE, one_row["p_deadline"]) - 0.00005)] if met else []
+    return out + [("p_finished", min(CONFIDENCE, one_row["p_finished"]) - 0.00005)]
+
+
+HOLDS_NAMES = {"p_deadline": "P(deadline)", "p_finished": "finish share"}  # `SpotPolicy.cap_to_set_holds`' words
+
+
+def cap_to_set_holds(one_row: dict, deadline: bool) -> list[str]:
+    """The odds the cap to set holds (`_needed`), as `SpotPolicy.cap_to_set_holds` names them."""
+    return [HOLDS_NAMES[key] for key, _ in _needed(one_row, deadline)]
 
 
 def _settled_cap(run, est, catalog: dict, poll: dict, cap: float, one_job: PolicyChoice,
@@ -866,59 +891,57 @@ def _settled_cap(run, est, catalog: dict, poll: dict, cap: float, one_job: Polic
     """The cap to set, proven on simulations at it: (the cap, the chosen policy's row simulated at it, None where
     none was simulated: no chain to plan a cap on, or no cap tried held; whether it is the least to the cent).
 
-    A cap holds when the estimate, simulated at it (`spot_policy`), chooses the policy chosen for the run as one
-    job (`one_job`) and that policy keeps its odds there (`_needed`): the run at the cap is the run simulated, its
-    sentinel's room and the chain's restarts included (a cap named $381.31 for a $249.03 P95 left a sentinel policy
-    no room beside its $376.83 on-demand job: at it the estimate chose another policy). `cap` (the P95 finish cap)
-    is raised (1%, 2%, 4%, ... of it) while it does not hold, then bisected to the cent; with `least` (a deadline)
-    the cap is searched down to the cent from the P95 bill (a chain's restarts can cost no odds: a long run was told
-    2.8x its P95 bill for odds its shorter chain met). The search runs on the chosen policy's row alone (one
-    simulation of one policy a step: `row_holds`, its odds kept and its mean no more than the cheapest other's that
-    keeps them as one job); the cap it ends on is checked on every policy's, and raised then bisected on them where
-    the choice moved, in FULL_SEARCH_SIMULATIONS at most (else the least proven so far: not to the cent)."""
+    A cap holds when the policy the estimate chooses there (`spot_policy`, simulated at it) keeps every odds of the
+    policy chosen for the run as one job (`one_job`) that the cap holds (`_needed`: the share that finishes, and with
+    a deadline met on any trace P(deadline)): the run at the cap is the run simulated, its sentinel's room and the
+    chain's restarts included (a cap named $381.31 for a $249.03 P95 left a sentinel policy no room beside its
+    $376.83 on-demand job: at it the estimate chose another policy, which missed the odds). The policy chosen there
+    need not be the one-job policy: a chain's restarts raise every policy's mean and tied policies trade the choice
+    (a deadline that cannot bind, 48 h on a ~10 h run, named $381.31 against $166.63 without it while the required
+    label and a mean under the others' one-job means held only there). `cap` (the P95 finish cap) is raised (1%, 2%,
+    4%, ... of it) while it does not hold, then bisected to the cent; with `least` (a deadline) the cap is searched
+    down to the cent from the P95 bill (a chain's restarts can cost no odds: a long run was told 2.8x its P95 bill
+    for odds its shorter chain met). The search runs on the one-job policy's row alone (one simulation of one policy
+    a step: `row_holds`, its odds kept); the cap it ends on is checked on every policy's, and raised then bisected on
+    them where the policy chosen there misses the odds, in FULL_SEARCH_SIMULATIONS at most (else the least proven so
+    far: not to the cent)."""
     if cap == math.inf or not est.segments.chain_costs:
         return cap, None, False
     label, deadline = one_job.section.chosen, run.compute.deadline_s is not None
     one_row = next(r for r in one_job.section.policies if r["label"] == label)
-    key, need = _needed(one_row, deadline)
+    needs = _needed(one_row, deadline)
     n, candidate = poll["n"], (one_job.section.policy, one_job.section.checkpointing)
     sim = {"n": n, "seed": SEED, "poll_s": poll["poll_s"], "max_poll_s": poll["max_poll_s"]}
 
-    # the policy stays the choice where it keeps the odds and costs no more in the mean than the cheapest other
-    # that keeps them as one job (a cap ends runs unfinished, which then miss: a cap raises no other's odds)
-    # (with a deadline; without one, a policy's mean at a cap that binds counts the runs it ends, and every
-    # other's rises with the chain's restarts as its own does)
-    rival = min((r["mean_usd"] for r in one_job.section.policies
-                 if r["label"] != label and r[key] is not None and r[key] >= need), default=math.inf) \
-        if deadline else math.inf
+    def keeps(row: Summary) -> bool:  # every odds the cap holds
+        return all(getattr(row, key) >= need for key, need in needs)
 
-    def row_at(at: float) -> Summary:  # the chosen policy's row at the cap
-        return _simulated(*_at_cap(run, est, at), catalog, [candidate], **sim)[1][0]
+    def row_at(at: float, which: tuple[str, str] = candidate) -> Summary:  # a policy's row at the cap
+        return _simulated(*_at_cap(run, est, at), catalog, [which], **sim)[1][0]
 
-    # without a deadline the share that finishes decides: a cap that ends too many runs unfinished is told by the
-    # traces likeliest to end so, executed first (`_Unfinished`); with one, a cap at which too many runs miss the
-    # deadline fails on those traces alone the same way (exactly: the row there would keep fewer than `need`)
-    unfinished = _Unfinished(run, est, catalog, candidate, sim, need, deadline=deadline)
+    # where the share that finishes is the one odds held (without a deadline, or one the run misses as one job) it
+    # decides: a cap that ends too many runs unfinished is told by the traces likeliest to end so, executed first
+    # (`_Unfinished`); with P(deadline) held too, a cap at which too many runs miss the deadline fails on those
+    # traces alone the same way (exactly: the row there would keep fewer than its share), else the row decides
+    alone = len(needs) == 1
+    unfinished = _Unfinished(run, est, catalog, candidate, sim, needs[-1][1]) if alone else \
+        _Unfinished(run, est, catalog, candidate, sim, dict(needs)["p_deadline"], deadline=True)
 
-    def row_holds(at: float) -> Summary | bool | None:  # where it keeps the odds, and likely stays the choice
+    def row_holds(at: float) -> Summary | bool | None:  # where the policy keeps the odds (the choice may move)
         if unfinished.too_many(at):
             return None
-        if not deadline:  # (True: it holds; its row is simulated by the full check, `holds`)
+        if alone:  # (True: it holds; its row is simulated by the full check, `holds`)
             return True
         row = row_at(at)  # (every trace executed by `too_many`: reused)
-        # a mean over the rival's by less than the simulation resolves is a tie the lower P95 may win (`by_tail`):
-        # the full check (`holds`) decides
-        cheap = row.mean_usd <= rival or unresolved(row.mean_usd - rival, se_of_mean(row.bills))
-        return row if getattr(row, key) >= need and cheap else None
+        return row if keeps(row) else None
 
     full = [0]  # the simulations of every policy the search ran (FULL_SEARCH_SIMULATIONS at most)
 
-    def holds(at: float) -> Summary | None:  # where the estimate chooses it and it keeps the odds
+    def holds(at: float) -> Summary | None:  # where the policy the estimate chooses there keeps the odds
         full[0] += 1
-        if spot_policy(*_at_cap(run, est, at), catalog, **poll).section.chosen != label:
-            return None
-        row = row_at(at)  # the same executions, reused
-        return row if getattr(row, key) >= need else None
+        there = spot_policy(*_at_cap(run, est, at), catalog, **poll).section
+        row = row_at(at, (there.policy, there.checkpointing))  # the same executions, reused
+        return row if keeps(row) else None
 
     def more() -> bool:
         return full[0] < FULL_SEARCH_SIMULATIONS
@@ -1482,8 +1505,22 @@ def _proven_text(section: SpotPolicy) -> str:
     met = ("" if section.confidence is None or row["p_deadline"] is None else
            f"it meets the {deadline_hours_text(section.sim_plan['deadline_s'])} h deadline on {row['p_deadline']:.1%} "
            "of the traces, ")
+    held = holds_text(section)
     return (f"{met}its runs finish on {row['p_finished']:.1%} (mean bill there ${row['mean_usd']:,.2f}, P95 "
-            f"${row['p95_usd']:,.2f})")
+            f"${row['p95_usd']:,.2f}{'; ' + held if held else ''})")
+
+
+def holds_text(section: SpotPolicy) -> str:
+    """Which odds the cap to set holds (`cap_to_set_holds`), in words: a missed deadline's cap holds the finish share
+    alone (a new user's 3 h deadline on a ~10 h run was named a cap at which 59.4% of the runs finished)."""
+    held = section.cap_to_set_holds or []
+    if "P(deadline)" in held:
+        return "the cap holds both odds, P(deadline) and the finish share"
+    if not held:
+        return ""
+    if section.confidence is not None:
+        return "the cap holds the finish share; the run as one job meets the deadline on no trace"
+    return "the cap holds the finish share"
 
 
 def settings_lines(section: SpotPolicy, *, margin_above: bool = False) -> list[str]:
@@ -1502,16 +1539,18 @@ def settings_lines(section: SpotPolicy, *, margin_above: bool = False) -> list[s
                      "policy that meets the deadline (the deadline warning's cap), and a run billed "
                      f"{section.p95_finish_policy}'s P95 finishes (its P95 finish cap: "
                      f"${section.p95_finish_cap_usd:,.2f})")
+    elif section.p95_finish_keeps_deadline:  # raised to one job: a chain's restarts lower the deadline's odds
+        said = (f"simulated at it, the estimate chooses {section.cap_to_set_row['label']} and "
+                f"{_proven_text(section)}" if section.cap_to_set_row is not None else
+                f"finishes at {section.p95_finish_policy}'s P95 bill (${section.p95_one_job_usd:,.2f})")
+        lines.append(f"  the cap to set: ${section.p95_finish_cap_usd:,.2f} ({AT_THIS_CAP}): the run is one job, so it "
+                     f"keeps the deadline's odds of the run as one job; {said}; under it the run is a chain whose "
+                     "restarts lower those odds")
     elif section.cap_to_set_row is not None and section.confidence is not None:  # searched on simulations
         lines.append(f"  the cap to set: ${section.p95_finish_cap_usd:,.2f} ({AT_THIS_CAP}): {_least_text(section)} at "
                      f"which the estimate simulated at it chooses {section.cap_to_set_row['label']}"
                      f"{_on_layout(section)} and "
                      f"{_proven_text(section)}")
-    elif section.p95_finish_keeps_deadline:  # raised to one job: a chain's restarts lower the deadline's odds
-        lines.append(f"  the cap to set: ${section.p95_finish_cap_usd:,.2f} ({AT_THIS_CAP}): the run is one job, so it "
-                     f"keeps the deadline's odds of the run as one job and finishes at {section.p95_finish_policy}'s "
-                     f"P95 bill (${section.p95_one_job_usd:,.2f}); under it the run is a chain whose restarts lower "
-                     "those odds")
     elif section.p95_finish_cap_usd is not None:  # the cap under which a run billed its P95 can strand
         lines.append(f"  the cap to set: ${section.p95_finish_cap_usd:,.2f} ({AT_THIS_CAP}) finishes at "
                      f"{section.p95_finish_policy}'s P95 bill (${section.p95_one_job_usd:,.2f} as one job"
