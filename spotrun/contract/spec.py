@@ -289,8 +289,9 @@ class ComputeSpec:
                                           default=None, lo=0, hi=DAYS_28_H * 2, lo_open=True, at="deadline_hours",
                                           unit=3600)
     accept_missed_deadline: bool = spec("Start a run whose deadline_hours is shorter than the run takes even on "
-                                        "on-demand instances (else it is refused); the estimate warns that it will "
-                                        "be missed.", default=False)
+                                        "on-demand instances, or that no spot policy meets on 99% of the simulated "
+                                        "runs (else it is refused); the estimate warns that it will be missed.",
+                                        default=False)
 
     def _across(self, raw: dict, path: str) -> ComputeSpec:
         for name in ("max_wait_hours", "accepted_delay_hours"):  # spot-only: they size a spot job's MaxWait

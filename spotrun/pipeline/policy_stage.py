@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..contract.refusal import Refusal
+from ..contract.spec import DAYS_28_H, deadline_hours_text
 from ..planner.catalog import usd
 from ..planner.estimate import DEADLINE_MISSED, DEADLINE_MISSED_ACCEPTED, Estimate, EstimateRefused, LayoutCost
 from ..planner.options import SPOT_ADVICE
@@ -49,9 +50,13 @@ def with_spot_policy(run: Any, est: Estimate, catalog: dict, *, poll_s: float = 
 
 def _with_spot_policy(run: Any, est: Estimate, catalog: dict, *, poll_s: float, max_poll_s: float, n: int,
                       ranker: choose.LayoutRanker | None, stage_limits: dict[str, float] | None,
-                      replan: Callable[[float, LayoutCost], Estimate] | None) -> tuple[Estimate, Estimate]:
+                      replan: Callable[[float, LayoutCost], Estimate] | None,
+                      refuse_missed: bool = True) -> tuple[Estimate, Estimate]:
     """`with_spot_policy`, and the estimate on the layout the cap to set is named on (`est` where it is est's, or
-    where the estimate ranked at the cap to set is not at hand; with the estimate's policy section)."""
+    where the estimate ranked at the cap to set is not at hand; with the estimate's policy section). A deadline no
+    policy meets on choose.CONFIDENCE at any cap is refused (`deadline_odds_refusal`) unless
+    compute.accept_missed_deadline, or `refuse_missed` is false (an OverBudget refusal's estimate at its smallest
+    cap: that refusal says the odds there)."""
     poll = {"poll_s": poll_s, "max_poll_s": max_poll_s, "n": n}
     ranked = replan is not None and ranker is not None and ranker.asked > 0 and _auto_layout(run)
     planned: dict[float, Estimate | None] = {}  # cap -> the estimate there (the cap to set's layout's, below)
@@ -65,6 +70,9 @@ def _with_spot_policy(run: Any, est: Estimate, catalog: dict, *, poll_s: float, 
                                         simulations=ranker.store if ranker is not None else None,
                                         replan=ranked_at if ranked else None)
     section = chosen.section
+    if refuse_missed and chosen.missed and section is not None and section.deadline_cap_usd is None and \
+            not run.compute.accept_missed_deadline:  # (a deadline a larger cap meets: the warning names that cap)
+        raise deadline_odds_refusal(run, est, catalog, chosen, poll)
     there = est  # the estimate on the layout the cap to set is named on: where it moved, the one ranked at it
     if ranked and section is not None and section.cap_to_set_layout and section.cap_to_set_usd:
         there = ranked_at(section.cap_to_set_usd)
@@ -193,7 +201,7 @@ def over_budget_with_caps(run: Any, refused: Refusal, replan: Callable[[float, L
     ranker = layout_ranker(catalog, **poll)  # a fresh one, as the accepted estimate at that cap ranks with
     try:
         at, there = _with_spot_policy(at_run, replan(smallest, ranker), catalog, **poll, ranker=ranker,
-                                      replan=replan, stage_limits=stage_limits)
+                                      replan=replan, stage_limits=stage_limits, refuse_missed=False)
     except Refusal:  # the planner refuses its own smallest cap: the refusal stands on its words
         return refused
     section = at.spot_policy
@@ -300,3 +308,81 @@ def cap_to_set_over_on_demand(run: Any, est: Estimate, section, *, there: Estima
             f"that wait and are interrupted the most, while the chosen policy's simulated mean bill is "
             f"{usd(row['mean_usd'])}; a lower bound{mean}: compute.spot=false, billed {usd(on_demand)} "
             f"with no interruptions under a cap of ${od_cap:,.2f}{fallback}"]
+
+
+DEADLINE_TENTHS_MAX = int(DAYS_28_H * 2 * 10)  # compute.deadline_hours' largest value, in tenths of an hour
+
+
+def deadline_odds_refusal(run: Any, est: Estimate, catalog: dict, chosen: choose.CappedChoice,
+                          poll: dict) -> EstimateRefused:
+    """InvalidRun (compute.deadline_hours) for a run whose every spot policy meets its deadline on fewer than
+    choose.CONFIDENCE of the estimate's simulated traces, before anything is paid: the project promises the odds it
+    was told, and a new user's mistral (3 h, no fallback) was told "ok", exit 0, at 40.8%. It names the fixes,
+    each simulated on this layout, not guessed: compute.on_demand_fallback=true (where the run has it false) with
+    its odds, the least compute.deadline_hours (in tenths of an hour) at which a policy meets it on CONFIDENCE (or
+    that none up to the contract's largest does), and compute.accept_missed_deadline=true. (A deadline a larger cap
+    meets is not refused here: the deadline warning names that cap, `spot_policy_at_caps`.) `notes` carries the
+    same for the JSON."""
+    c, section = run.compute, chosen.section
+    row = next(r for r in section.policies if r["label"] == section.chosen)
+    target = choose.CONFIDENCE
+    fixes: list[str] = []
+    notes: dict[str, Any] = {"deadline_odds": {"p_deadline": row["p_deadline"], "policy": section.chosen,
+                                               "traces": section.traces}}
+    if not c.on_demand_fallback:
+        fb = _odds_at(run, est, catalog, poll, on_demand_fallback=True)
+        fixes.append(f"compute.on_demand_fallback=true: {fb[0]} meets it on {fb[1]:.1%}")
+        notes["deadline_odds"]["with_on_demand_fallback"] = {"policy": fb[0], "p_deadline": fb[1]}
+    least = _least_deadline_tenths(run, est, catalog, poll)
+    if least is None:
+        fixes.append(f"no compute.deadline_hours up to {DEADLINE_TENTHS_MAX / 10:g} is met on {target:.0%} by a "
+                     "policy with these settings")
+    else:
+        fixes.append(f"compute.deadline_hours={least[0] / 10:g}: {least[1]} meets it on {least[2]:.1%}")
+    notes["deadline_odds"]["least_deadline_hours"] = None if least is None else least[0] / 10
+    fixes.append("compute.accept_missed_deadline=true to start it with these odds")
+    message = (f"compute.deadline_hours={deadline_hours_text(c.deadline_s)} is met on only {row['p_deadline']:.1%} "
+               f"of the estimate's {section.traces:,} simulated runs by the chosen {section.chosen} (no policy meets "
+               f"it on {target:.0%}) on {choose.layout_words(est)}; simulated on this layout: " + "; ".join(fixes))
+    return EstimateRefused("InvalidRun", message, dataclasses.replace(est, spot_policy=section),
+                           field="compute.deadline_hours", notes=notes)
+
+
+def _with_compute(run: Any, **changes: Any) -> Any:
+    return dataclasses.replace(run, compute=dataclasses.replace(run.compute, **changes))
+
+
+def _odds_at(run: Any, est: Estimate, catalog: dict, poll: dict, **changes: Any) -> tuple[str, float]:
+    """(the chosen policy, its P(deadline)) of the estimate's simulation of `run` with compute `changes`."""
+    got = choose.spot_policy(_with_compute(run, **changes), est, catalog, **poll).section
+    row = next(r for r in got.policies if r["label"] == got.chosen)
+    best = max(got.policies, key=lambda r: r["p_deadline"] or 0.0)
+    row = row if (row["p_deadline"] or 0.0) >= (best["p_deadline"] or 0.0) else best
+    return row["label"], row["p_deadline"] or 0.0
+
+
+def _least_deadline_tenths(run: Any, est: Estimate, catalog: dict, poll: dict) -> tuple[int, str, float] | None:
+    """(the least compute.deadline_hours in tenths at which a policy meets it on CONFIDENCE, that policy, its
+    odds) on the estimate's simulation of the run on its layout, searched by doubling and then halving (each
+    step a simulation; the odds do not fall as the deadline grows); None when none up to the contract's largest
+    deadline does (e.g. spot alone, whose runs that wait out MaxWait never finish)."""
+    def meets(tenths: int) -> tuple[str, float] | None:
+        label, odds = _odds_at(run, est, catalog, poll, deadline_s=tenths * 360.0)
+        return (label, odds) if odds >= choose.CONFIDENCE else None
+
+    lo = math.floor(run.compute.deadline_s / 360.0)  # missed there (or below the run's deadline)
+    hi, found = max(lo + 1, 2 * lo), None
+    while found is None:
+        found = meets(hi)
+        if found is None:
+            if hi >= DEADLINE_TENTHS_MAX:
+                return None
+            lo, hi = hi, min(DEADLINE_TENTHS_MAX, 2 * hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        there = meets(mid)
+        if there is None:
+            lo = mid
+        else:
+            hi, found = mid, there
+    return hi, found[0], found[1]

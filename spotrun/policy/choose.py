@@ -47,7 +47,7 @@ from ..planner.ties import NOISE_SES, by_tail, cents, paired_se, se_of_mean, tie
 from ..planner.topology import step_seconds
 from ..seams import SpotPolicy
 from . import EVERY_PLAN, Summary, _reusable, compare, executed
-from .availability import HELD_OUT_OVER_AT_CAP_POINTS, mean_down_s, mean_wait_over_traces_s
+from .availability import HELD_OUT_OVER_AT_CAP_POINTS, HELD_OUT_RECORDINGS, mean_down_s, mean_wait_over_traces_s
 from .decision import DEADLINE_RULES, RULES, sentinel_room_s, sentinel_settings
 from .engine import INF, SimPlan, Tally
 from .traces import TraceSpec, generated_traces
@@ -1402,19 +1402,23 @@ def held_out_margin_lines(rows: list[dict], odds: str, where: str = "at this cap
 
 def held_out_margin_text(odds: str) -> str:
     """What odds at a cap that ends runs are worth (`HELD_OUT_OVER_AT_CAP_POINTS`), in the words every output that
-    quotes such odds says it with (the policy table, the cap to set's line, a refusal's odds at the caps it names)."""
+    quotes such odds says it with (the policy table, the cap to set's line, a refusal's odds at the caps it names),
+    with its condition: the leave-one-recording-out error on the public recordings under the fitted availability
+    model, which says nothing of capacity harsher than theirs (a new user read it as the error on any capacity)."""
     mean, largest = HELD_OUT_OVER_AT_CAP_POINTS
-    return (f"on public recordings each left out of the availability model's fit, the {odds} of policies at caps that "
-            f"end runs read {mean:.1f} points high on average and up to {largest:.1f} (docs/spot-policy.md, "
-            "\"Leave one recording out\"): expect that much less")
+    return (f"on the {HELD_OUT_RECORDINGS} public recordings each left out of the availability model's fit in turn, "
+            f"the {odds} of policies at caps that end runs read {mean:.1f} points high on average and up to "
+            f"{largest:.1f} (docs/spot-policy.md, \"Leave one recording out\"): expect that much less on capacity "
+            "like the recordings'; capacity harsher than theirs is not covered by this margin")
 
 
 def held_out_margin_brief(odds: str) -> str:
     """`held_out_margin_text` in a refusal's one-line message: the same figures, fewer words (the refusal's JSON
     carries the whole line in `held_out_margin` and `cap_to_set_held_out_margin`)."""
     mean, largest = HELD_OUT_OVER_AT_CAP_POINTS
-    return (f"such {odds} read {mean:.1f} points high on average, up to {largest:.1f}, on recordings left out of the "
-            "model's fit (docs/spot-policy.md, \"Leave one recording out\")")
+    return (f"such {odds} read {mean:.1f} points high on average, up to {largest:.1f}, on the "
+            f"{HELD_OUT_RECORDINGS} public recordings each left out of the fit, not on harsher capacity "
+            "(docs/spot-policy.md, \"Leave one recording out\")")
 
 
 def odds_name(rows: list[dict]) -> str:

@@ -130,7 +130,9 @@ FIXED_POINT_CASES = {
     "llama3-8b 12 h auto, at the cap once named": (_llama(deadline_hours=12), 445.38),
     "llama3-8b 12 h auto, cap over": (_llama(deadline_hours=12), 2500),
     # without fallback: $432.70 named for 2 x g6e as 'the run is one job', not ranked; at it, 1 x p5 named $344.52
-    "llama3-8b 12 h auto, no fallback, cap under": (_llama(deadline_hours=12, on_demand_fallback=False), 200),
+    # (its odds at the cap to set are under 99%, which the estimate refuses: accepted here, as this is of the cap)
+    "llama3-8b 12 h auto, no fallback, cap under": (_llama(deadline_hours=12, on_demand_fallback=False,
+                                                           accept_missed_deadline=True), 200),
     "llama3-8b 12.8 h auto, cap under": (_llama(deadline_hours=12.8), 200),
     "llama3-8b 12.8 h auto, cap over": (_llama(deadline_hours=12.8), 2500),
     "llama3-8b 24 h auto, cap under": (_llama(deadline_hours=24), 200),
