@@ -58,12 +58,14 @@ class Checked:
 
 
 def check_file(path: Path, target: Target | None, *, plan: bool, s3_client: Any = None,
-               region: str | None = None, prepared: Path | None = None, stage: str | None = None) -> Checked:
+               region: str | None = None, prepared: Path | None = None, stage: str | None = None,
+               headroom: bool = True) -> Checked:
     """Every layer the CLI can apply to one run file; a Refusal (RunValidationError, EstimateRefused) otherwise.
     `region`: whose on-demand prices the planner uses (DEFAULT_PRICE_REGION when None, and the output says so).
     `prepared`: where raw local text in data.source is tokenized to be planned (`prepared_text`). The estimate's
     policy stage chooses the spot policy (`spotrun simulate` prints its sentinel and cap to set beside its own
-    study)."""
+    study). `headroom`: search the cap to set's headroom (`spotrun/policy/headroom.py`: several simulations at
+    and over the cap to set); `spotrun simulate`, which does not print it, passes False."""
     loaded = load_run_file(path)
     run, note = loaded.run, None
     if plan:
@@ -114,7 +116,7 @@ def check_file(path: Path, target: Target | None, *, plan: bool, s3_client: Any 
                                     replan=replan)
     # the cap to set's headroom (spotrun/policy/headroom.py): the CLI's alone, the Lambda's section carries null
     section = out.estimate.spot_policy
-    if section is not None and (found := cap_to_set_headroom(run, out.estimate, catalog)) is not None:
+    if headroom and section is not None and (found := cap_to_set_headroom(run, out.estimate, catalog)) is not None:
         out.estimate = replace(out.estimate, spot_policy=replace(section, cap_to_set_headroom=found))
     if out.warnings:  # printed with the estimate's own
         out.estimate = replace(out.estimate, warnings=[*out.warnings, *out.estimate.warnings])

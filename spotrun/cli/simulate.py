@@ -478,7 +478,8 @@ def _simulate(args: argparse.Namespace) -> int:
             return fail(args.format, Exit.INVALID, "InvalidArguments", bad, "--policy")
         # spotrun.contract.runfile's loader, and the estimate's own policy stage: its sentinel and cap to set are
         # printed under the study (which makes its own choice on its own traces)
-        checked = check_file(args.run, None, plan=True, region=args.region, prepared=args.prepared)
+        # (the cap to set's headroom is the estimate's line alone: not searched here)
+        checked = check_file(args.run, None, plan=True, region=args.region, prepared=args.prepared, headroom=False)
         est, run = checked.estimate, checked.run
         catalog = regional_catalog(load_catalog(), args.region or "us-east-1")
         # the estimate's plan, at the run's cap (as the cost guard holds it): at a cap that binds, the rows are the
