@@ -174,7 +174,9 @@ def test_where_no_layout_meets_the_deadline_the_likeliest_is_chosen():
     """A new user: mistral-7b LoRA without on_demand_fallback and a 14 h deadline ran 1 x ml.g6e.xlarge, on which
     its policy met the deadline on 57.1% of the traces, where 3 x met it on 91.2% (both in the same advice line):
     where none meets it on the confidence, the chosen layout is the likeliest of those compared (to a point)."""
-    est = _estimate(_mistral(deadline_hours=14.0))
+    # (accepted: a deadline no policy meets on 99% is refused otherwise, spotrun/pipeline/policy_stage.py
+    # `deadline_odds_refusal`; the case is the layout chosen among those that miss it)
+    est = _estimate(_mistral(deadline_hours=14.0, accept_missed_deadline=True))
     line = next(a for a in est.advice if a.startswith("layouts compared"))
     odds = [float(x) for x in re.findall(r"meets it on only ([0-9.]+)%", line)]
     assert len(odds) >= 2, line
