@@ -236,7 +236,8 @@ def test_an_on_demand_run_labels_the_bill_to_expect_and_the_cap_to_set(tmp_path,
                     "MaxRuntime leaves unbilled at on-demand rates, its save and the 120 s a stop bills; simulated at "
                     "it, the estimate "
                     f"chooses on_demand and its runs finish on 100.0% (mean bill there ${bill:,.2f}, P95 "
-                    f"${bill:,.2f})"), line
+                    f"${bill:,.2f}; the cap holds the finish share)"), line
+    assert doc["spot_policy"]["cap_to_set_holds"] == ["finish share"], doc["spot_policy"]  # (no deadline)
     assert doc["spot_policy"]["p95_one_job_on_demand_usd"] == doc["spot_policy"]["p95_one_job_usd"] == bill
 
 
