@@ -32,9 +32,18 @@ node_modules/.installed: package.json package-lock.json
 venv: $(VENV)/.installed
 node: node_modules/.installed
 
-## make test: the whole suite (trainer under torchrun, planner, CDK synth + cdk-nag + cfn-lint + asl-validator, moto)
+## make test: the whole suite (trainer under torchrun, planner, CDK synth + cdk-nag + cfn-lint + asl-validator, moto).
+## tests/spotrun (the planner's and the spot policy's simulations: CPU-bound, no shared daemon, host or port) runs on
+## TEST_WORKERS processes (pytest-xdist, a whole file per worker so its module fixtures are made once); the rest in
+## one process (its session fixtures, one CDK synth, the image build and the Docker daemon, network namespaces with
+## fixed names, are made once and not shared between processes). Both always run; either failing fails the target
+## (pytest's exit 5, no test collected, too).
+TEST_WORKERS ?= 2
 test: venv node
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile tests/spotrun; spotrun=$$?; \
+	$(BIN)/python -m pytest --ignore=tests/spotrun; rest=$$?; \
+	echo "make test: tests/spotrun exit $$spotrun, the rest exit $$rest"; \
+	[ $$spotrun -eq 0 ] && [ $$rest -eq 0 ]
 
 ## make demo: `spotrun local` on examples/demo/run.json, with one spot interruption and then without; no AWS
 demo: venv
