@@ -51,12 +51,13 @@ def with_spot_policy(run: Any, est: Estimate, catalog: dict, *, poll_s: float = 
 def _with_spot_policy(run: Any, est: Estimate, catalog: dict, *, poll_s: float, max_poll_s: float, n: int,
                       ranker: choose.LayoutRanker | None, stage_limits: dict[str, float] | None,
                       replan: Callable[[float, LayoutCost], Estimate] | None,
-                      refuse_missed: bool = True) -> tuple[Estimate, Estimate]:
-    """`with_spot_policy`, and the estimate on the layout the cap to set is named on (`est` where it is est's, or
-    where the estimate ranked at the cap to set is not at hand; with the estimate's policy section). A deadline no
-    policy meets on choose.CONFIDENCE at any cap is refused (`deadline_odds_refusal`) unless
-    compute.accept_missed_deadline, or `refuse_missed` is false (an OverBudget refusal's estimate at its smallest
-    cap: that refusal says the odds there)."""
+                      refuse_missed: bool = True) -> tuple[Estimate, Estimate, bool]:
+    """`with_spot_policy`, the estimate on the layout the cap to set is named on (`est` where it is est's, or
+    where the estimate ranked at the cap to set is not at hand; with the estimate's policy section), and whether
+    the deadline's odds refuse the run. A deadline no policy meets on choose.CONFIDENCE at any cap is refused
+    (`deadline_odds_refusal`) unless compute.accept_missed_deadline, or `refuse_missed` is false (an OverBudget
+    refusal's estimate at its smallest cap: that refusal says the odds there, and that the estimate at its cap to
+    set refuses the deadline: no larger cap meets it)."""
     poll = {"poll_s": poll_s, "max_poll_s": max_poll_s, "n": n}
     ranked = replan is not None and ranker is not None and ranker.asked > 0 and _auto_layout(run)
     planned: dict[float, Estimate | None] = {}  # cap -> the estimate there (the cap to set's layout's, below)
@@ -70,8 +71,9 @@ def _with_spot_policy(run: Any, est: Estimate, catalog: dict, *, poll_s: float, 
                                         simulations=ranker.store if ranker is not None else None,
                                         replan=ranked_at if ranked else None)
     section = chosen.section
-    if refuse_missed and chosen.missed and section is not None and section.deadline_cap_usd is None and \
-            not run.compute.accept_missed_deadline:  # (a deadline a larger cap meets: the warning names that cap)
+    odds_refused = bool(chosen.missed) and section is not None and section.deadline_cap_usd is None and \
+        not run.compute.accept_missed_deadline  # (a deadline a larger cap meets: the warning names that cap)
+    if refuse_missed and odds_refused:
         raise deadline_odds_refusal(run, est, catalog, chosen, poll)
     there = est  # the estimate on the layout the cap to set is named on: where it moved, the one ranked at it
     if ranked and section is not None and section.cap_to_set_layout and section.cap_to_set_usd:
@@ -82,7 +84,7 @@ def _with_spot_policy(run: Any, est: Estimate, catalog: dict, *, poll_s: float, 
                 *cap_to_set_over_limit(chosen.section, stage_limits or {})]
     out = dataclasses.replace(est, spot_policy=chosen.section, warnings=_missed_once(warnings, chosen),
                               advice=_market_advice(run, est, chosen.section))
-    return out, (out if there is est or there is None else there)
+    return out, (out if there is est or there is None else there), odds_refused
 
 
 def _auto_layout(run: Any) -> bool:
@@ -200,8 +202,9 @@ def over_budget_with_caps(run: Any, refused: Refusal, replan: Callable[[float, L
     poll = {"poll_s": poll_s, "max_poll_s": max_poll_s, "n": n}
     ranker = layout_ranker(catalog, **poll)  # a fresh one, as the accepted estimate at that cap ranks with
     try:
-        at, there = _with_spot_policy(at_run, replan(smallest, ranker), catalog, **poll, ranker=ranker,
-                                      replan=replan, stage_limits=stage_limits, refuse_missed=False)
+        at, there, odds_refused = _with_spot_policy(at_run, replan(smallest, ranker), catalog, **poll,
+                                                    ranker=ranker, replan=replan, stage_limits=stage_limits,
+                                                    refuse_missed=False)
     except Refusal:  # the planner refuses its own smallest cap: the refusal stands on its words
         return refused
     section = at.spot_policy
@@ -231,6 +234,8 @@ def over_budget_with_caps(run: Any, refused: Refusal, replan: Callable[[float, L
                  f"and {_odds(proof, section)}")
         if held := choose.holds_text(section):  # which odds it holds (`cap_to_set_holds`)
             said += f" ({held})"
+        if odds_refused:  # no cap meets the deadline's odds: the estimate at the cap to set refuses the deadline
+            said += f"; {deadline_refused_text(run, proof)}"
         # what the accepted estimate says of that cap (over the run's on-demand bill, on the layout the cap to set
         # is named on, as `with_spot_policy` said it; over a stage's limit): in the text and the estimate's warnings
         told = [*(w for w in at.warnings if OVER_ON_DEMAND in w), *cap_to_set_over_limit(section, stage_limits or {})]
@@ -258,9 +263,21 @@ def over_budget_with_caps(run: Any, refused: Refusal, replan: Callable[[float, L
     message = refused.message + said + f" (the refusal's JSON: the estimate at ${smallest:,.2f})"
     warnings = [*est.warnings, *(w for w in told if w not in est.warnings)]
     notes = {"held_out_margin": choose.held_out_margin(section.policies, where=f"at ${smallest:,.2f}"),
+             "cap_to_set_refused_field": "compute.deadline_hours" if odds_refused and to_set and proof and
+             to_set > smallest else None,
              "cap_to_set_held_out_margin": to_set_margin, "cap_to_set_speed_margin": speed}
     return EstimateRefused(refused.status, message, dataclasses.replace(est, spot_policy=section, warnings=warnings),
                            field=refused.field, notes=notes)
+
+
+def deadline_refused_text(run: Any, proof: dict) -> str:
+    """What the estimate at an OverBudget refusal's cap to set does where no policy meets the run's deadline on
+    choose.CONFIDENCE at any cap: it refuses compute.deadline_hours (`deadline_odds_refusal`), as the accepted
+    path would (a refusal named a cap to set at which the estimate then refused the deadline, unsaid)."""
+    return (f"but no policy meets compute.deadline_hours={deadline_hours_text(run.compute.deadline_s)} on "
+            f"{choose.CONFIDENCE:.0%} at any cap ({proof['label']} on {proof['p_deadline']:.1%} there), so the "
+            "estimate at it refuses compute.deadline_hours unless compute.accept_missed_deadline=true (its refusal "
+            "names the fixes simulated)")
 
 
 def _odds(row: dict, section) -> str:

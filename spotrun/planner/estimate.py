@@ -108,7 +108,8 @@ class EstimateRefused(Refusal):
         super().__init__(code, message, field=field, estimate=estimate)
         self.code = self.status
         # what the refusal says of the caps it names, as the accepted estimate's JSON carries it (`held_out_margin`,
-        # `cap_to_set_held_out_margin`, `cap_to_set_speed_margin`: spotrun/pipeline/policy_stage.py
+        # `cap_to_set_held_out_margin`, `cap_to_set_speed_margin`, `cap_to_set_refused_field`: the field the
+        # estimate at the cap to set refuses, compute.deadline_hours or null; spotrun/pipeline/policy_stage.py
         # `over_budget_with_caps`); empty where it names none
         self.notes = notes or {}
 
