@@ -69,7 +69,8 @@ def _with_spot_policy(run: Any, est: Estimate, catalog: dict, *, poll_s: float, 
 
     chosen = choose.spot_policy_at_caps(run, est, catalog, **poll,
                                         simulations=ranker.store if ranker is not None else None,
-                                        replan=ranked_at if ranked else None)
+                                        replan=ranked_at if ranked else None,
+                                        refused=refuse_missed and not run.compute.accept_missed_deadline)
     section = chosen.section
     odds_refused = bool(chosen.missed) and section is not None and section.deadline_cap_usd is None and \
         not run.compute.accept_missed_deadline  # (a deadline a larger cap meets: the warning names that cap)

@@ -650,7 +650,7 @@ class CappedChoice:
 
 def spot_policy_at_caps(run, est, catalog: dict, *, poll_s: float = 60.0, max_poll_s: float = 4 * 3600.0,
                         n: int = N_TRACES, simulations: dict | None = None,
-                        replan: Callable[[float], object] | None = None) -> CappedChoice:
+                        replan: Callable[[float], object] | None = None, refused: bool = False) -> CappedChoice:
     """The run's spot policy (`spot_policy` on `n` traces, looked up when called: the replay tests stand a cached
     one in) at the cap set, and the caps the section names, each from the choice at another cap: the estimate
     step's one call into the policy.
@@ -669,7 +669,13 @@ def spot_policy_at_caps(run, est, catalog: dict, *, poll_s: float = 60.0, max_po
 
     `replan(cap)`: the estimate of the run at another cap with its layouts ranked there (None where it refuses),
     given where the planner ranks layouts by their spot policy (a spot run with a deadline and an auto layout): the
-    cap to set is then the one at which the estimate takes the layout it was searched on (`_settled_layout`)."""
+    cap to set is then the one at which the estimate takes the layout it was searched on (`_settled_layout`).
+
+    `refused`: the caller refuses a run whose deadline no policy meets on CONFIDENCE at any cap (`missed` with no
+    deadline warning's cap; spotrun/pipeline/policy_stage.py `deadline_odds_refusal`), which says none of the caps
+    searched here: such a run returns as soon as that is known, its section without the caps (a 27-day run at 0.05
+    interruptions per hour with a 28.5-day deadline and no fallback was refused after 57 s of CPU in the estimate
+    Lambda's 60 s, most of it the search of a cap to set no one was told)."""
     poll = {"poll_s": poll_s, "max_poll_s": max_poll_s, "n": n}
     alone = functools.cache(lambda: spot_policy(*_at_cap(run, est, math.inf), catalog, **poll))
     alone_finish = functools.cache(lambda: _finish_cap(est, alone(), poll_s))
@@ -733,6 +739,11 @@ def spot_policy_at_caps(run, est, catalog: dict, *, poll_s: float = 60.0, max_po
                       f"({choice.section.chosen} on "
                       f"{_chosen_p_deadline(choice):.1%}); "
                       f"as one job {label} meets it on {odds:.1%}: {lets.format(cap=cap)}")
+        if refused and missed and not named:  # refused for the deadline's odds: no cap searched, none said
+            return CappedChoice(dataclasses.replace(
+                choice.section, p95_finish_policy=one_job.section.chosen, p95_one_job_usd=round(one_job.p95_usd, 2),
+                p95_one_job_on_demand_usd=round(one_job.p95_on_demand_usd, 2),
+                p95_on_demand_finish_cap_usd=_on_demand_finish_cap(est, one_job)), choice.warnings, missed=missed)
         finish = _finish_cap(est, one_job, poll_s, also=choice.section.policy)
         kept = [] if named else _deadline_odds_kept(run, est, catalog, finish, poll, one_job)
         if kept:
