@@ -92,6 +92,16 @@ def worst_cases() -> list[tuple[str, dict]]:
             ("mistral-7b LoRA, ml.g5.2xlarge, count auto, deadline 30 h, no fallback, cap $5", mistral)]
 
 
+def deadline_refusal_case() -> tuple[str, dict]:
+    """The slowest refusal for a deadline's odds measured: the longest run at 0.05 interruptions per hour with a
+    28.5-day deadline and no fallback (no policy meets it on 99%; the refusal simulates the fallback and searches
+    the least deadline met): 57 s of CPU before the estimate skipped the cap-to-set search such a refusal never
+    says, 31 s after."""
+    run = longest_run(28.5, longest_tokens(0.05), fallback=False)
+    return "longest run at 0.05/h, deadline 28.5 days, no fallback (refused: the deadline's odds)", \
+        {"run": run, "rates": {"ml.g5.xlarge": 0.05}}
+
+
 def longest_tokens(rate: float) -> int:
     """The most tokens (within 1%) whose run the planner accepts at this interruption rate: past them it
     expects the run, interruptions included, to outlast SageMaker's 28-day MaxRuntime and refuses it."""
@@ -136,7 +146,7 @@ def main() -> None:
                         "simulates each remedy for them (spotrun/policy/choose.py `maxwait_fixes`), simulations on top")
     parser.add_argument("--worst", action="store_true",
                         help="the slowest runs measured instead (`worst_cases`: refusals naming their caps, on "
-                        "auto layouts with a 30 h deadline, at the catalog's rates)")
+                        "auto layouts with a 30 h deadline, at the catalog's rates; `deadline_refusal_case`)")
     parser.add_argument("--cpu-limit", type=int, default=CPU_LIMIT_S,
                         help=f"the child's CPU limit in seconds (default {CPU_LIMIT_S}, the function's timeout; "
                         "larger to measure a case past it on a loaded machine)")
@@ -145,6 +155,8 @@ def main() -> None:
     if args.worst:
         for label, run in worst_cases():
             print(f"| {label} | {measure({'run': run, 'rates': None}, args.cpu_limit)} |", flush=True)
+        label, case = deadline_refusal_case()
+        print(f"| {label} | {measure(case, args.cpu_limit)} |", flush=True)
         return
     for rate in sorted({args.rate, 0.05}):
         tokens = longest_tokens(rate)
