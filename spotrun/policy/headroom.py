@@ -179,5 +179,8 @@ def headroom_line(cap: float, key: str, odds: float, least: dict, fitted: float,
         said += (f"; a cap with headroom: ${headroom:,.2f}, the least at which it keeps {odds:.1%} on seed "
                  f"{FIT_SEED} with a trainer {SLOWER:.0%} slower")
     se = math.sqrt(odds * (1 - odds) / n) if 0 < odds < 1 else 0.0
-    return said + (f" ({n:,} traces read {odds:.0%} to about {se * 100:.1f} points: a fresh draw may read a few "
-                   "tenths under it)")
+    # a few tenths near 99%; at odds far from it a point or more (a new user read "41% to about 1.6 points: a fresh
+    # draw may read a few tenths under it")
+    under = "a few tenths" if se < 0.005 else f"{se * 100:.1f} points or more"
+    return said + (f" ({n:,} traces read {odds:.0%} to about {se * 100:.1f} points: a fresh draw may read {under} "
+                   "under it)")

@@ -96,6 +96,18 @@ def test_the_cli_says_it_under_the_cap_to_set(tmp_path, capsys):
     assert "a fresh draw may read a few tenths under it" in text, text
 
 
+def test_the_sampling_error_said_is_the_odds_own():
+    """At odds far from 99% the traces' sampling error is over a point, not "a few tenths" (a new user's accepted
+    miss at 40.8%: sqrt(0.408 x 0.592 / 1,000) = 1.55 points)."""
+    from spotrun.policy.headroom import headroom_line
+
+    least = {"seed_1": 0.40, "seed_2": 0.41, "slower": 0.30}
+    far = headroom_line(64.27, "p_deadline", 0.408, least, 0.39, None, "maxwait_fallback (notice)", 1000)
+    assert "to about 1.6 points: a fresh draw may read 1.6 points or more under it" in far, far
+    near = headroom_line(13.18, "p_finished", 0.99, least, 0.99, 13.18, "maxwait_fallback (notice)", 1000)
+    assert "to about 0.3 points: a fresh draw may read a few tenths under it" in near, near
+
+
 def test_the_lambdas_plan_carries_null():
     """The estimate Lambda's plan (spotrun/pipeline/plan.py) names a cap to set and never searches its headroom."""
     qwen = json.loads((ROOT / "examples/runs/qwen2-0.5b-full-small.json").read_text())
